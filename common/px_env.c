@@ -1,0 +1,66 @@
+/* px_env.c: table of PX_* environment knobs. Values are read at first use
+ * and cached; reading is thread-safe after the first call on the main thread. */
+#include "px_env.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    const char *def;
+    const char *doc;
+    const char *value; /* cached; NULL until first read */
+} px_knob_t;
+
+static px_knob_t knobs[] = {
+    {"PX_LOG_LEVEL", "info", "log level: error, warn, info, debug", NULL},
+    {"PX_COMM_TIMEOUT_MS", "60000", "deadline of one blocking collective or send/recv (ms)", NULL},
+    {"PX_CONNECT_TIMEOUT_MS", "30000", "deadline of the rank rendezvous and endpoint wire-up (ms)", NULL},
+    {"PX_ALLREDUCE_CHUNK_BYTES", "1048576", "ring all-reduce pipeline chunk size (bytes)", NULL},
+    {"PX_UCX_PEER_ERR_MODE", "auto", "UCX peer error handling: auto (remote nodes only), always, never", NULL},
+    {"PX_HEARTBEAT_MS", "1000", "daemon heartbeat period to peers (ms)", NULL},
+    {"PX_PEER_DEAD_MS", "10000", "a peer daemon silent this long is dead; its jobs fail (ms)", NULL},
+    {"PX_RANK_BIN", "", "path of the parallax-rank binary the daemon spawns (default: next to parallaxd)", NULL},
+    {"PX_KILL_GRACE_MS", "3000", "SIGTERM to SIGKILL grace when stopping ranks (ms)", NULL},
+};
+
+static px_knob_t *find(const char *name)
+{
+    for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {
+        if (!strcmp(knobs[i].name, name)) {
+            if (!knobs[i].value) {
+                const char *v = getenv(name);
+                knobs[i].value = (v && *v) ? v : knobs[i].def;
+            }
+            return &knobs[i];
+        }
+    }
+    return NULL;
+}
+
+long px_env_int(const char *name)
+{
+    px_knob_t *k = find(name);
+    char *end;
+    long v;
+    if (!k)
+        return 0;
+    v = strtol(k->value, &end, 10);
+    if (end == k->value || *end)
+        v = strtol(k->def, NULL, 10);
+    return v;
+}
+
+const char *px_env_str(const char *name)
+{
+    px_knob_t *k = find(name);
+    return k ? k->value : "";
+}
+
+void px_env_print(FILE *out)
+{
+    for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {
+        px_knob_t *k = find(knobs[i].name);
+        fprintf(out, "%s=%s  # %s\n", k->name, k->value, k->doc);
+    }
+}

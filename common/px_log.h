@@ -1,0 +1,36 @@
+/* px_log.h: logging and check macros shared by every layer.
+ *
+ * Lines go to stderr as "LEVEL [tag] file:line: message". The level comes from
+ * PX_LOG_LEVEL (error|warn|info|debug, default info), read once. The tag is
+ * the process role set by px_log_set_tag() ("parallaxd", "rank 3", ...).
+ * Thread-safe: each line is written with one fprintf. */
+#ifndef PX_LOG_H
+#define PX_LOG_H
+
+#include <stdio.h>
+#include "px_status.h"
+
+typedef enum { PX_LOG_ERROR = 0, PX_LOG_WARN, PX_LOG_INFO, PX_LOG_DEBUG } px_log_level_t;
+
+/* Sets the tag printed on every line; the string is copied (max 63 bytes). */
+void px_log_set_tag(const char *tag);
+int px_log_enabled(px_log_level_t level);
+void px_log_write(px_log_level_t level, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define px_error(...) px_log_write(PX_LOG_ERROR, __FILE__, __LINE__, __VA_ARGS__)
+#define px_warn(...)  px_log_write(PX_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
+#define px_info(...)  px_log_write(PX_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
+#define px_debug(...) do { if (px_log_enabled(PX_LOG_DEBUG)) \
+    px_log_write(PX_LOG_DEBUG, __FILE__, __LINE__, __VA_ARGS__); } while (0)
+
+/* Evaluate a px_status_t expression; on failure log it with file:line and
+ * return it from the enclosing function. */
+#define PX_CHECK(call) do { px_status_t px__s = (call); if (px__s < 0) { \
+    px_error("%s failed: %s", #call, px_status_str(px__s)); return px__s; } } while (0)
+
+/* Same, but store into `status` and jump to `label` (cleanup with goto). */
+#define PX_CHECK_GOTO(call, status, label) do { (status) = (call); if ((status) < 0) { \
+    px_error("%s failed: %s", #call, px_status_str(status)); goto label; } } while (0)
+
+#endif

@@ -1,0 +1,59 @@
+/* px_train.h: the training engine's entry point, as the rank process calls it.
+ *
+ * One call trains a GPT for cfg->steps steps. With `comm` NULL (or of size 1)
+ * it trains alone; otherwise comm is the data-parallel communicator: rank r
+ * takes sequences [r*B/dp, (r+1)*B/dp) of each global batch of B sequences,
+ * gradients are averaged with px_allreduce, the loss reported is the mean over
+ * the global batch, and the grad norm is the global one, so every layout
+ * reports the same figures as one rank (ARCHITECTURE.md §4). */
+#ifndef PX_TRAIN_H
+#define PX_TRAIN_H
+
+#include <stdint.h>
+
+#include "px_status.h"
+#include "px_transport.h"
+
+typedef struct px_train_config {
+    int layers, heads, dim, seq, vocab;  /* GPT dims; vocab 256 (bytes) */
+    int batch;                           /* global batch, sequences */
+    int steps;
+    float lr;                            /* peak learning rate */
+    float min_lr_ratio;                  /* cosine floor = lr * ratio */
+    int warmup_steps;                    /* linear warm-up steps */
+    float weight_decay;                  /* AdamW, on matrices only */
+    float beta1, beta2, eps;             /* AdamW */
+    float grad_clip;                     /* global-norm clip; 0 = off */
+    uint64_t seed;
+    const char *data_path;               /* llm.c-layout token file */
+} px_train_config_t;
+
+/* Defaults: lr 1e-3, min_lr_ratio 0.1, warmup steps/20, weight_decay 0.1,
+ * betas 0.9/0.95, eps 1e-8, grad_clip 1.0, seed 1337, vocab 256. */
+void px_train_config_defaults(px_train_config_t *cfg);
+
+/* Checks the config against itself and the data file; on error writes a
+ * message naming the bad value into errbuf and returns
+ * PX_ERR_INVALID_ARGUMENT (or PX_ERR_NOT_FOUND for a missing file). `dp` is
+ * the data-parallel degree the job will use. */
+px_status_t px_train_config_check(const px_train_config_t *cfg, int dp, char *errbuf,
+                                  size_t errlen);
+
+/* One finished step's figures (identical on every rank). */
+typedef struct px_step_report {
+    int step;                  /* 1-based */
+    float loss;
+    float grad_norm;           /* global, before clipping */
+    float lr;
+    double tokens_per_second;  /* global tokens / step wall time */
+    double elapsed_s;
+} px_step_report_t;
+
+/* Called after every step on every rank. Return non-zero to stop training
+ * (the run then returns PX_ERR_ABORTED). */
+typedef int (*px_step_cb_t)(void *arg, const px_step_report_t *report);
+
+px_status_t px_train_run(const px_train_config_t *cfg, px_comm_t *comm, px_step_cb_t cb,
+                         void *arg);
+
+#endif

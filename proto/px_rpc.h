@@ -1,0 +1,176 @@
+/* px_rpc.h: protobuf-c messages over gRPC core, for clients and servers.
+ *
+ * Three users: parallaxd (server for Control and Peer, and an async client to
+ * other daemons), pctl (blocking client, unary and server-streaming), and the
+ * rank process (blocking client to its coordinator).
+ *
+ * Threading (see ../shared/notes/grpc-core-c.md): a px_rpc_cq_t owns one
+ * gRPC completion queue and a thread that waits in grpc_completion_queue_next.
+ * That thread never runs user code: it queues (tag, ok) pairs and calls the
+ * `notify` callback given at creation (the daemon passes uv_async_send). The
+ * owner thread then calls px_rpc_cq_drain(), which runs every completion's
+ * callback. All server handlers, reply/fail/stream calls and async client
+ * completions therefore run on the owner thread only, and must be started
+ * from it.
+ *
+ * Memory: request messages passed to handlers are borrowed until the handler
+ * returns; a response message given to px_rpc_call_reply() is packed at once
+ * and stays the caller's. Client responses are owned by the caller (free with
+ * protobuf_c_message_free_unpacked) except in async callbacks, where they are
+ * borrowed until the callback returns.
+ *
+ * Status codes are gRPC's (grpc_status_code); px_rpc_status_from_code() maps
+ * them to px_status_t. */
+#ifndef PX_RPC_H
+#define PX_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grpc/status.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "px_status.h"
+
+/* ---------------------------------------------------------- completion queue */
+
+typedef struct px_rpc_cq px_rpc_cq_t;
+
+/* Creates a completion queue and starts its thread. `notify(arg)` is called
+ * from that thread whenever completions are waiting; it must be cheap and
+ * thread-safe (uv_async_send). Calls grpc_init(). */
+px_status_t px_rpc_cq_create(void (*notify)(void *arg), void *arg, px_rpc_cq_t **cq_p);
+
+/* Runs the callbacks of all queued completions. Owner thread only. */
+void px_rpc_cq_drain(px_rpc_cq_t *cq);
+
+/* Shuts the queue down, joins the thread, calls grpc_shutdown(). All servers
+ * and in-flight async calls on it must be destroyed/finished first.
+ * NULL is a no-op. */
+void px_rpc_cq_destroy(px_rpc_cq_t *cq);
+
+/* ------------------------------------------------------------------- server */
+
+typedef struct px_rpc_server px_rpc_server_t;
+typedef struct px_rpc_call px_rpc_call_t;
+
+/* Handler for one incoming call. `request` is unpacked with the method's
+ * request descriptor and borrowed until the handler returns. The handler (or
+ * later code on the owner thread) must end the call exactly once with
+ * px_rpc_call_reply() / px_rpc_call_fail() (unary) or
+ * px_rpc_call_stream_finish() (streaming). */
+typedef void (*px_rpc_handler_fn)(px_rpc_call_t *call, const ProtobufCMessage *request,
+                                  void *arg);
+
+typedef struct px_rpc_method {
+    const char *path;                            /* "/parallax.v1.Control/SubmitJob" */
+    const ProtobufCMessageDescriptor *request;   /* e.g. &parallax__v1__submit_job_request__descriptor */
+    int server_streaming;                        /* 1 for `returns (stream X)` */
+    px_rpc_handler_fn handler;
+    void *arg;
+} px_rpc_method_t;
+
+/* Creates a server on `cq` listening on each of `addrs` ("host:port",
+ * "unix:/path"; port 0 picks a free port). SO_REUSEPORT is disabled so a
+ * second daemon on a used port fails here: PX_ERR_IO with an error logged
+ * naming the address. `methods` is copied. Unknown methods are answered
+ * UNIMPLEMENTED. grpc.health.v1.Health/Check is answered SERVING. */
+px_status_t px_rpc_server_create(px_rpc_cq_t *cq, const char *const *addrs, size_t n_addrs,
+                                 const px_rpc_method_t *methods, size_t n_methods,
+                                 px_rpc_server_t **server_p);
+
+/* The port bound for addrs[i] (the real one when 0 was asked), 0 for unix. */
+int px_rpc_server_port(const px_rpc_server_t *server, size_t i);
+
+/* Shutdown: cancels all calls (their cancel callbacks run), waits for the
+ * shutdown to complete (draining cq on the calling thread, which must be the
+ * owner), frees everything. Calls still held by the owner become inert: ending
+ * them afterwards is allowed and only frees them. NULL is a no-op. */
+void px_rpc_server_destroy(px_rpc_server_t *server);
+
+/* Unary: sends `response` with status OK and frees the call. */
+px_status_t px_rpc_call_reply(px_rpc_call_t *call, const ProtobufCMessage *response);
+
+/* Unary or streaming: ends the call with a non-OK status and message
+ * (printf format) and frees the call. */
+px_status_t px_rpc_call_fail(px_rpc_call_t *call, grpc_status_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Streaming: queues one message (packed at once; sent in order, one in
+ * flight at a time as gRPC requires). PX_ERR_ABORTED if the client is gone. */
+px_status_t px_rpc_call_stream_send(px_rpc_call_t *call, const ProtobufCMessage *msg);
+
+/* Streaming: ends the stream with OK after queued messages are sent; frees
+ * the call once gRPC reports completion. */
+px_status_t px_rpc_call_stream_finish(px_rpc_call_t *call);
+
+/* 1 once the client went away / the call was cancelled (deadline, shutdown). */
+int px_rpc_call_is_cancelled(const px_rpc_call_t *call);
+
+/* Registers `cb(call, arg)`, run on the owner thread when the call is
+ * cancelled (client gone, deadline, server shutdown). The owner must still
+ * end the call once (reply/fail/finish), which then only frees it. */
+void px_rpc_call_on_cancel(px_rpc_call_t *call, void (*cb)(px_rpc_call_t *call, void *arg),
+                           void *arg);
+
+/* Peer address as gRPC gives it ("ipv4:127.0.0.1:5432"); borrowed. */
+const char *px_rpc_call_peer(const px_rpc_call_t *call);
+
+/* ------------------------------------------------------------------- client */
+
+typedef struct px_rpc_channel px_rpc_channel_t;
+
+/* Insecure channel to `target` ("host:port" or "unix:/path"). Connects
+ * lazily. Never fails for a well-formed target. */
+px_status_t px_rpc_channel_create(const char *target, px_rpc_channel_t **channel_p);
+void px_rpc_channel_destroy(px_rpc_channel_t *channel);
+const char *px_rpc_channel_target(const px_rpc_channel_t *channel);
+
+/* Result of a finished client call. `message` is malloc'd (caller frees with
+ * free()) or NULL; `code` is GRPC_STATUS_OK on success. */
+typedef struct px_rpc_result {
+    grpc_status_code code;
+    char *message;
+} px_rpc_result_t;
+
+/* Blocking unary call with a deadline of `timeout_ms` from now, on a private
+ * queue (any thread). On GRPC_STATUS_OK, *response_p is the unpacked
+ * response, owned by the caller. Returns px_rpc_status_from_code(code);
+ * `result_p` (optional) receives code and message either way. */
+px_status_t px_rpc_call_unary(px_rpc_channel_t *channel, const char *path,
+                              const ProtobufCMessage *request,
+                              const ProtobufCMessageDescriptor *response_desc, int timeout_ms,
+                              ProtobufCMessage **response_p, px_rpc_result_t *result_p);
+
+/* Blocking server-streaming call. Open sends the request; next returns PX_OK
+ * with the next message (caller owns it), or PX_ERR_NOT_FOUND at a clean end
+ * of stream (status OK), or the mapped error with `result_p` filled.
+ * `timeout_ms` of open is the whole call's deadline (-1: none). */
+typedef struct px_rpc_stream px_rpc_stream_t;
+px_status_t px_rpc_stream_open(px_rpc_channel_t *channel, const char *path,
+                               const ProtobufCMessage *request, int timeout_ms,
+                               px_rpc_stream_t **stream_p);
+px_status_t px_rpc_stream_next(px_rpc_stream_t *stream,
+                               const ProtobufCMessageDescriptor *response_desc,
+                               ProtobufCMessage **message_p, px_rpc_result_t *result_p);
+void px_rpc_stream_close(px_rpc_stream_t *stream); /* cancels if not ended; NULL no-op */
+
+/* Async unary call on `cq` (owner thread). `done` runs on the owner thread
+ * from px_rpc_cq_drain() exactly once; `response` is NULL unless code is OK
+ * and is borrowed until `done` returns; `message` likewise borrowed. */
+typedef void (*px_rpc_done_fn)(void *arg, grpc_status_code code, const char *message,
+                               const ProtobufCMessage *response);
+px_status_t px_rpc_call_async(px_rpc_cq_t *cq, px_rpc_channel_t *channel, const char *path,
+                              const ProtobufCMessage *request,
+                              const ProtobufCMessageDescriptor *response_desc, int timeout_ms,
+                              px_rpc_done_fn done, void *arg);
+
+/* Maps a gRPC status code to px_status_t (OK->PX_OK, INVALID_ARGUMENT->
+ * PX_ERR_INVALID_ARGUMENT, NOT_FOUND, DEADLINE_EXCEEDED->TIMEOUT,
+ * UNAVAILABLE, RESOURCE_EXHAUSTED->UNAVAILABLE, CANCELLED->ABORTED,
+ * ALREADY_EXISTS, FAILED_PRECONDITION->INVALID_ARGUMENT, else INTERNAL). */
+px_status_t px_rpc_status_from_code(grpc_status_code code);
+/* The reverse, for servers answering with a px_status_t. */
+grpc_status_code px_rpc_code_from_status(px_status_t status);
+
+#endif

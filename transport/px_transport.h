@@ -1,0 +1,121 @@
+/* px_transport.h: UCX transport, communicators and collectives.
+ *
+ * A px_transport_t owns one UCX context and one worker (one per rank
+ * process). A px_comm_t is a group of ranks with endpoints to each peer,
+ * built from an address table (the rendezvous result, from the daemon or the
+ * standalone bootstrap). Endpoints to ranks on another node use UCX peer error
+ * handling; endpoints on the same node do not (shared memory loses its speed
+ * in peer mode: ../shared/notes/ucx-1.13.md), and a dead same-node peer is
+ * caught by the deadline, the bootstrap's watch fd, or the daemon's abort.
+ *
+ * Threading: a transport and its communicators are used by one thread at a
+ * time, except px_comm_abort(), which any thread (or a signal-safe path via
+ * the watch fd) may call.
+ *
+ * Progress blocks on the worker's event fd (ucp_worker_arm + poll) instead
+ * of spinning, so 4+ ranks run well on 2 cores.
+ *
+ * Deadlines: every blocking call takes `timeout_ms` (< 0: the communicator's
+ * default, PX_COMM_TIMEOUT_MS). Errors name the peer rank in the log and in
+ * px_comm_last_error(). */
+#ifndef PX_TRANSPORT_H
+#define PX_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "px_status.h"
+
+typedef enum px_dtype {
+    PX_FLOAT32 = 0,
+    PX_FLOAT64,
+    PX_FLOAT16,
+    PX_BFLOAT16,
+    PX_INT32,
+    PX_INT64,
+    PX_UINT8,
+} px_dtype_t;
+
+typedef enum px_redop {
+    PX_SUM = 0,
+    PX_PROD,
+    PX_MIN,
+    PX_MAX,
+    PX_AVG,
+} px_redop_t;
+
+/* Size of one element of `dtype` in bytes. */
+size_t px_dtype_size(px_dtype_t dtype);
+
+typedef struct px_transport px_transport_t;
+typedef struct px_comm px_comm_t;
+
+/* The rendezvous result: every rank's UCX worker address and node name.
+ * Owned by whoever filled it; release with px_addr_table_free(). */
+typedef struct px_addr_table {
+    int world_size;
+    void **addrs;        /* addrs[r]: worker address bytes of rank r */
+    size_t *addr_lens;   /* bytes */
+    char **nodes;        /* nodes[r]: node name; same name = same machine */
+} px_addr_table_t;
+
+/* Allocates an empty table for `world_size` ranks (entries NULL). */
+px_status_t px_addr_table_init(px_addr_table_t *table, int world_size);
+/* Frees entries and arrays; leaves the struct zeroed. */
+void px_addr_table_free(px_addr_table_t *table);
+
+/* Creates the UCX context and worker (thread mode single, wakeup feature). */
+px_status_t px_transport_create(px_transport_t **transport_p);
+/* NULL is a no-op. Communicators must be destroyed first. */
+void px_transport_destroy(px_transport_t *transport);
+/* This worker's address; borrowed for the transport's life. */
+px_status_t px_transport_address(px_transport_t *transport, const void **addr_p,
+                                 size_t *len_p);
+
+/* Builds the world communicator: `rank` is this process's rank in `table`,
+ * `node` its node name. Connects endpoints to every other rank and checks
+ * them with a first exchange (PX_CONNECT_TIMEOUT_MS). `watch_fd` (or -1) is
+ * a descriptor that becomes readable/hung-up when the job must abort (the
+ * standalone bootstrap's socket): waits poll it beside the worker's event fd
+ * and return PX_ERR_ABORTED (or PX_ERR_PEER_FAILURE naming the rank, when
+ * the bootstrap says which one died). The table is copied. */
+px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_t *table,
+                                 int rank, int watch_fd, px_comm_t **comm_p);
+/* NULL is a no-op. Closes endpoints (flush if healthy, force if failed). */
+void px_comm_destroy(px_comm_t *comm);
+
+int px_comm_rank(const px_comm_t *comm);
+int px_comm_size(const px_comm_t *comm);
+/* Text of the last error on this communicator ("rank 2: peer failure ..."),
+ * "" if none. Borrowed until the next call. */
+const char *px_comm_last_error(const px_comm_t *comm);
+
+/* Makes every pending and future operation on `comm` return PX_ERR_ABORTED.
+ * Safe from any thread (writes to an eventfd the waits poll). */
+void px_comm_abort(px_comm_t *comm, const char *reason);
+
+/* Tagged point-to-point, blocking with deadline. `bytes` may be 0. The tag
+ * space is private to the communicator (collectives use their own bits). */
+px_status_t px_send(px_comm_t *comm, int peer, uint32_t tag, const void *buf, size_t bytes,
+                    int timeout_ms);
+px_status_t px_recv(px_comm_t *comm, int peer, uint32_t tag, void *buf, size_t bytes,
+                    int timeout_ms);
+
+/* All-reduce of `count` elements (64-bit count; 0 allowed). sendbuf ==
+ * recvbuf is in place. Ring algorithm: reduce-scatter then all-gather,
+ * chunked (PX_ALLREDUCE_CHUNK_BYTES), correct for any count and world size.
+ * AVG divides the SUM by the world size once at the end. Every rank gets a
+ * bitwise-identical result. This issue's dtypes: PX_FLOAT32 (SUM, AVG);
+ * others return PX_ERR_INVALID_ARGUMENT until the collectives issue.
+ * Errors: PX_ERR_TIMEOUT, PX_ERR_PEER_FAILURE (naming the rank),
+ * PX_ERR_ABORTED, PX_ERR_MISMATCH (peers passed another count/op/dtype). */
+px_status_t px_allreduce(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                         px_dtype_t dtype, px_redop_t op, int timeout_ms);
+
+/* Broadcast of `bytes` bytes from `root`. */
+px_status_t px_broadcast(px_comm_t *comm, void *buf, size_t bytes, int root, int timeout_ms);
+
+/* Barrier: returns once every rank entered it. */
+px_status_t px_barrier(px_comm_t *comm, int timeout_ms);
+
+#endif
