@@ -1,0 +1,102 @@
+/* px_kernels.h: the compute ops of the GPT engine, behind one op table.
+ *
+ * Every op is a forward/backward pair in the llm.c style: outputs first, then
+ * inputs and weights, sizes last. Shapes are given as (B, T, C) etc. with the
+ * last index fastest (row-major). N is a number of rows (usually B*T).
+ * Weights of a linear layer are (OC, C) as in torch.nn.Linear.
+ *
+ * Conventions shared by every backward op:
+ *   - gradients are ACCUMULATED (+=) into dinp / dweight / dbias, so the
+ *     caller zeroes gradient buffers once per step (one memset each);
+ *   - an optional gradient output (documented as "may be NULL") is skipped.
+ *
+ * The engine calls ops only through a px_kernel_ops_t, chosen once
+ * (px_kernels_cpu() today; a CUDA table with the same signatures later).
+ * Whether a pointer is host or device memory is the backend's business.
+ * All CPU ops are reentrant and keep no state. */
+#ifndef PX_KERNELS_H
+#define PX_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct px_kernel_ops {
+    const char *name; /* "cpu", "cuda" */
+
+    /* out (B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T) token ids < V,
+     * wte (V,C), wpe (>=T, C). */
+    void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe,
+                            int B, int T, int C);
+    /* dwte (V,C) and dwpe (T,C) += scatter of dout (B,T,C). */
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                             int B, int T, int C);
+
+    /* LayerNorm over the last dim, eps 1e-5, biased variance (as torch).
+     * out (N,C); mean, rstd (N) saved for backward; inp (N,C); weight,
+     * bias (C). */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C);
+    /* dinp (N,C), dweight (C), dbias (C) += ...; dout, inp (N,C). */
+    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+
+    /* out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC; may be NULL).
+     * One sgemm (OpenBLAS on CPU). */
+    void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int C, int OC);
+    /* dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp;
+     * dbias (OC) += column sums of dout. dinp and dbias may be NULL. */
+    void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC);
+
+    /* Causal multi-head self-attention. inp (B,T,3C) is the fused qkv
+     * projection (q | k | v, each C = NH heads of C/NH); out (B,T,C) is
+     * the heads concatenated; att (B,NH,T,T) receives the softmax
+     * probabilities (row t has zeros beyond column t), kept for backward.
+     * Scale 1/sqrt(C/NH). O(T^2) per head, matmuls by sgemm. */
+    void (*attention_forward)(float *out, float *att, const float *inp, int B, int T, int C,
+                              int NH);
+    /* dinp (B,T,3C) += ...; scratch: T*T floats of work space (any
+     * content); dout (B,T,C); inp, att as saved by forward. */
+    void (*attention_backward)(float *dinp, float *scratch, const float *dout, const float *inp,
+                               const float *att, int B, int T, int C, int NH);
+
+    /* GELU, tanh approximation (torch approximate='tanh'); N elements. */
+    void (*gelu_forward)(float *out, const float *inp, size_t N);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t N);
+
+    /* out = inp1 + inp2 (N elements); backward: dinp1 += dout, dinp2 += dout. */
+    void (*residual_forward)(float *out, const float *inp1, const float *inp2, size_t N);
+    void (*residual_backward)(float *dinp1, float *dinp2, const float *dout, size_t N);
+
+    /* Fused softmax + cross-entropy over the vocab: probs (N,V) = softmax
+     * of logits (N,V); losses (N) = -log probs[n, targets[n]] (computed as
+     * logsumexp - logit, for accuracy). targets (N) in [0,V). */
+    void (*crossentropy_forward)(float *losses, float *probs, const float *logits,
+                                 const int32_t *targets, int N, int V);
+    /* dlogits (N,V) += (probs - onehot(targets)) * dloss, where dloss is the
+     * gradient of the total loss w.r.t. each token's loss (1/N_total for a
+     * mean). */
+    void (*crossentropy_backward)(float *dlogits, const float *probs, const int32_t *targets,
+                                  float dloss, int N, int V);
+
+    /* One AdamW step on n elements, as torch.optim.AdamW (decoupled decay):
+     *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     *   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+     * t is the 1-based step count. Loshchilov & Hutter, "Decoupled Weight
+     * Decay Regularization" (2019). */
+    void (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay,
+                         int t);
+
+    /* Sum of squares of x (n elements), accumulated in double. */
+    double (*sumsq)(const float *x, size_t n);
+    /* x *= s (n elements). */
+    void (*scale)(float *x, float s, size_t n);
+} px_kernel_ops_t;
+
+/* The CPU op table (OpenBLAS). Static; never NULL. */
+const px_kernel_ops_t *px_kernels_cpu(void);
+
+#endif

@@ -1,0 +1,40 @@
+/* px_kernels_cpu.h: the CPU implementations behind px_kernels_cpu().
+ * Internal to kernels/ (px__ prefix); the engine uses the op table.
+ * Shapes and semantics are documented in px_kernels.h. */
+#ifndef PX_KERNELS_CPU_H
+#define PX_KERNELS_CPU_H
+
+#include "px_kernels.h"
+
+void px__cpu_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
+                             int B, int T, int C);
+void px__cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                              int B, int T, int C);
+void px__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                               const float *weight, const float *bias, int N, int C);
+void px__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                const float *inp, const float *weight, const float *mean,
+                                const float *rstd, int N, int C);
+void px__cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                            int N, int C, int OC);
+void px__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, int N, int C, int OC);
+void px__cpu_attention_forward(float *out, float *att, const float *inp, int B, int T, int C,
+                               int NH);
+void px__cpu_attention_backward(float *dinp, float *scratch, const float *dout, const float *inp,
+                                const float *att, int B, int T, int C, int NH);
+void px__cpu_gelu_forward(float *out, const float *inp, size_t N);
+void px__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N);
+void px__cpu_residual_forward(float *out, const float *inp1, const float *inp2, size_t N);
+void px__cpu_residual_backward(float *dinp1, float *dinp2, const float *dout, size_t N);
+void px__cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
+                                  const int32_t *targets, int N, int V);
+void px__cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                                   float dloss, int N, int V);
+void px__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
+                          float lr, float beta1, float beta2, float eps, float weight_decay,
+                          int t);
+double px__cpu_sumsq(const float *x, size_t n);
+void px__cpu_scale(float *x, float s, size_t n);
+
+#endif

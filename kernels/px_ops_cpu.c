@@ -1,0 +1,197 @@
+/* px_ops_cpu.c: the element-wise and row-wise CPU ops of the GPT engine:
+ * encoder (token + position embedding), LayerNorm, GELU, residual add,
+ * fused softmax + cross-entropy, AdamW, and two vector helpers.
+ *
+ * Follows llm.c's train_gpt2.c (Karpathy, MIT) for the math; backward ops
+ * accumulate into their gradient outputs (px_kernels.h). Row statistics are
+ * accumulated in double where a long sum meets a small result (LayerNorm,
+ * softmax sums, norms). Stateless; any thread. */
+#include "px_kernels_cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+void px__cpu_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
+                             int B, int T, int C)
+{
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            float *o = out + ((size_t)b * T + t) * C;
+            const float *we = wte + (size_t)inp[b * T + t] * C;
+            const float *pe = wpe + (size_t)t * C;
+            for (int c = 0; c < C; c++)
+                o[c] = we[c] + pe[c];
+        }
+    }
+}
+
+void px__cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                              int B, int T, int C)
+{
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            float *dwe = dwte + (size_t)inp[b * T + t] * C;
+            float *dpe = dwpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) {
+                dwe[c] += d[c];
+                dpe[c] += d[c];
+            }
+        }
+    }
+}
+
+void px__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                               const float *weight, const float *bias, int N, int C)
+{
+    const float eps = 1e-5f;
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        double s = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++)
+            s += x[c];
+        float m = (float)(s / C);
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            v += (double)d * d;
+        }
+        float r = 1.0f / sqrtf((float)(v / C) + eps);
+        for (int c = 0; c < C; c++)
+            o[c] = (x[c] - m) * r * weight[c] + bias[c];
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+void px__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                const float *inp, const float *weight, const float *mean,
+                                const float *rstd, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (size_t)n * C;
+        const float *x = inp + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        float m = mean[n], r = rstd[n];
+        /* two reductions: mean(dnorm) and mean(dnorm * norm) */
+        double dnorm_mean = 0.0, dnorm_norm_mean = 0.0;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * r;
+            float dnorm = weight[c] * d[c];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += (double)dnorm * norm;
+        }
+        float dm = (float)(dnorm_mean / C), dnm = (float)(dnorm_norm_mean / C);
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * r;
+            float dnorm = weight[c] * d[c];
+            dbias[c] += d[c];
+            dweight[c] += norm * d[c];
+            dx[c] += (dnorm - dm - norm * dnm) * r;
+        }
+    }
+}
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+void px__cpu_gelu_forward(float *out, const float *inp, size_t N)
+{
+    for (size_t i = 0; i < N; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanhf(u));
+    }
+}
+
+void px__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N)
+{
+    for (size_t i = 0; i < N; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) +
+                  0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += g * dout[i];
+    }
+}
+
+void px__cpu_residual_forward(float *out, const float *inp1, const float *inp2, size_t N)
+{
+    for (size_t i = 0; i < N; i++)
+        out[i] = inp1[i] + inp2[i];
+}
+
+void px__cpu_residual_backward(float *dinp1, float *dinp2, const float *dout, size_t N)
+{
+    for (size_t i = 0; i < N; i++) {
+        dinp1[i] += dout[i];
+        dinp2[i] += dout[i];
+    }
+}
+
+void px__cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
+                                  const int32_t *targets, int N, int V)
+{
+    for (int n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * V;
+        float *p = probs + (size_t)n * V;
+        float mx = l[0];
+        for (int v = 1; v < V; v++)
+            mx = l[v] > mx ? l[v] : mx;
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) {
+            p[v] = expf(l[v] - mx);
+            sum += p[v];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int v = 0; v < V; v++)
+            p[v] *= inv;
+        losses[n] = (float)(log(sum) + mx - l[targets[n]]);
+    }
+}
+
+void px__cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                                   float dloss, int N, int V)
+{
+    for (int n = 0; n < N; n++) {
+        const float *p = probs + (size_t)n * V;
+        float *d = dlogits + (size_t)n * V;
+        for (int v = 0; v < V; v++)
+            d[v] += p[v] * dloss;
+        d[targets[n]] -= dloss;
+    }
+}
+
+void px__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
+                          float lr, float beta1, float beta2, float eps, float weight_decay,
+                          int t)
+{
+    float bc1 = 1.0f - powf(beta1, (float)t);
+    float bc2_sqrt = sqrtf(1.0f - powf(beta2, (float)t));
+    float step_size = lr / bc1;
+    float decay = 1.0f - lr * weight_decay;
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        m[i] = mi;
+        v[i] = vi;
+        params[i] = params[i] * decay - step_size * (mi / denom);
+    }
+}
+
+double px__cpu_sumsq(const float *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    return s;
+}
+
+void px__cpu_scale(float *x, float s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+}

@@ -1,0 +1,430 @@
+/* test_kernels.c: unit tests of the CPU op table (kernels/px_kernels.h).
+ *
+ * Usage: test_kernels CASE   (one meson test per case; "all" runs every case)
+ *
+ * Each backward op is checked against central finite differences of the
+ * scalar L = sum(out * W) with a fixed random W (so dout = W): the forward
+ * runs in fp32, L is summed in double, h = 1e-2 (fp32 rounding error of L
+ * is ~1e-6 relative, truncation error O(h^2) ~ 1e-4), and we require
+ * ||analytic - numeric|| / ||numeric|| < 2e-3 over every element checked
+ * and every single element within 5e-3 * max|numeric| + 1e-4 (the second bound
+ * catches a wrong gradient hidden in a large norm). Forward ops are checked
+ * against naive double-precision loops (matmul, softmax/cross-entropy), the
+ * attention mask by perturbing future tokens, AdamW by a hand-computed step. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "px_kernels.h"
+
+static const px_kernel_ops_t *K;
+static int failures;
+
+#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
+    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
+    fprintf(stderr, "\n"); } } while (0)
+
+static uint64_t rng_state = 0x1234567887654321ull;
+static float frand(void) /* uniform [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+static float *rand_buf(size_t n, float s)
+{
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand() * s;
+    return p;
+}
+static float *zeros(size_t n)
+{
+    return calloc(n, sizeof(float));
+}
+static double dot_out(const float *out, const float *w, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)out[i] * w[i];
+    return s;
+}
+
+/* Finite-difference check of analytic gradient g of x (n elements) for the
+ * scalar loss(ctx). At most `maxcheck` elements, spread over the buffer. */
+typedef double (*loss_fn)(void *ctx);
+static void fd_check(const char *what, float *x, const float *g, size_t n, loss_fn loss,
+                     void *ctx, size_t maxcheck)
+{
+    const float h = 1e-2f;
+    size_t stride = n > maxcheck ? n / maxcheck : 1;
+    double num2 = 0.0, diff2 = 0.0, maxnum = 0.0, maxerr = 0.0;
+    size_t cnt = 0;
+    double *nums = malloc((n / stride + 1) * sizeof(double));
+    for (size_t i = 0; i < n; i += stride) {
+        float x0 = x[i];
+        x[i] = x0 + h;
+        double lp = loss(ctx);
+        x[i] = x0 - h;
+        double lm = loss(ctx);
+        x[i] = x0;
+        double num = (lp - lm) / (2.0 * h);
+        nums[cnt++] = num;
+        num2 += num * num;
+        diff2 += (num - g[i]) * (num - g[i]);
+        if (fabs(num) > maxnum)
+            maxnum = fabs(num);
+    }
+    cnt = 0;
+    for (size_t i = 0; i < n; i += stride) {
+        double e = fabs(nums[cnt++] - g[i]);
+        if (e > maxerr)
+            maxerr = e;
+    }
+    free(nums);
+    double rel = sqrt(diff2) / (sqrt(num2) + 1e-30);
+    printf("  %-28s n=%-7zu checked=%-5zu rel=%.2e maxerr=%.2e (max|g|=%.2e)\n", what, n, cnt,
+           rel, maxerr, maxnum);
+    EXPECT(num2 > 0.0, "%s: numeric gradient is all zero", what);
+    EXPECT(rel < 2e-3, "%s: relative error %.3e >= 2e-3", what, rel);
+    EXPECT(maxerr < 5e-3 * maxnum + 1e-4, "%s: max element error %.3e", what, maxerr);
+}
+
+/* ---- encoder ---- */
+struct enc_ctx { float *out, *wte, *wpe, *w; int32_t *inp; int B, T, C; };
+static double enc_loss(void *p)
+{
+    struct enc_ctx *c = p;
+    K->encoder_forward(c->out, c->inp, c->wte, c->wpe, c->B, c->T, c->C);
+    return dot_out(c->out, c->w, (size_t)c->B * c->T * c->C);
+}
+static void test_encoder(void)
+{
+    struct enc_ctx c = {.B = 2, .T = 5, .C = 8};
+    int V = 7;
+    size_t n = (size_t)c.B * c.T * c.C;
+    c.out = zeros(n); c.wte = rand_buf((size_t)V * c.C, 1); c.wpe = rand_buf((size_t)c.T * c.C, 1);
+    c.w = rand_buf(n, 1);
+    c.inp = malloc(sizeof(int32_t) * c.B * c.T);
+    for (int i = 0; i < c.B * c.T; i++)
+        c.inp[i] = (i * 3) % V; /* token 0 repeats: accumulation is tested */
+    enc_loss(&c);
+    EXPECT(fabsf(c.out[1 * c.C + 2] - (c.wte[3 * c.C + 2] + c.wpe[1 * c.C + 2])) < 1e-6f,
+           "encoder forward value");
+    float *dwte = zeros((size_t)V * c.C), *dwpe = zeros((size_t)c.T * c.C);
+    K->encoder_backward(dwte, dwpe, c.w, c.inp, c.B, c.T, c.C);
+    fd_check("encoder dwte", c.wte, dwte, (size_t)V * c.C, enc_loss, &c, 1000);
+    fd_check("encoder dwpe", c.wpe, dwpe, (size_t)c.T * c.C, enc_loss, &c, 1000);
+    free(c.out); free(c.wte); free(c.wpe); free(c.w); free(c.inp); free(dwte); free(dwpe);
+}
+
+/* ---- layernorm ---- */
+struct ln_ctx { float *out, *mean, *rstd, *inp, *wt, *bs, *w; int N, C; };
+static double ln_loss(void *p)
+{
+    struct ln_ctx *c = p;
+    K->layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->wt, c->bs, c->N, c->C);
+    return dot_out(c->out, c->w, (size_t)c->N * c->C);
+}
+static void test_layernorm(void)
+{
+    struct ln_ctx c = {.N = 6, .C = 16};
+    size_t n = (size_t)c.N * c.C;
+    c.out = zeros(n); c.mean = zeros(c.N); c.rstd = zeros(c.N);
+    c.inp = rand_buf(n, 2); c.wt = rand_buf(c.C, 1); c.bs = rand_buf(c.C, 1); c.w = rand_buf(n, 1);
+    ln_loss(&c);
+    /* forward: with weight 1, bias 0 a row has mean 0 and variance ~1 */
+    double m = 0, v = 0;
+    for (int i = 0; i < c.C; i++) {
+        double y = (c.out[i] - c.bs[i]) / c.wt[i];
+        m += y; v += y * y;
+    }
+    EXPECT(fabs(m / c.C) < 1e-5 && fabs(v / c.C - 1.0) < 1e-3, "layernorm normalises (m=%g v=%g)",
+           m / c.C, v / c.C);
+    float *dinp = zeros(n), *dw = zeros(c.C), *db = zeros(c.C);
+    K->layernorm_backward(dinp, dw, db, c.w, c.inp, c.wt, c.mean, c.rstd, c.N, c.C);
+    fd_check("layernorm dinp", c.inp, dinp, n, ln_loss, &c, 1000);
+    fd_check("layernorm dweight", c.wt, dw, c.C, ln_loss, &c, 1000);
+    fd_check("layernorm dbias", c.bs, db, c.C, ln_loss, &c, 1000);
+    free(c.out); free(c.mean); free(c.rstd); free(c.inp); free(c.wt); free(c.bs); free(c.w);
+    free(dinp); free(dw); free(db);
+}
+
+/* ---- matmul ---- */
+struct mm_ctx { float *out, *inp, *wt, *bs, *w; int N, C, OC; };
+static double mm_loss(void *p)
+{
+    struct mm_ctx *c = p;
+    K->matmul_forward(c->out, c->inp, c->wt, c->bs, c->N, c->C, c->OC);
+    return dot_out(c->out, c->w, (size_t)c->N * c->OC);
+}
+static void test_matmul(void)
+{
+    struct mm_ctx c = {.N = 7, .C = 13, .OC = 9};
+    c.out = zeros((size_t)c.N * c.OC); c.inp = rand_buf((size_t)c.N * c.C, 1);
+    c.wt = rand_buf((size_t)c.OC * c.C, 1); c.bs = rand_buf(c.OC, 1);
+    c.w = rand_buf((size_t)c.N * c.OC, 1);
+    mm_loss(&c);
+    double maxe = 0;
+    for (int n = 0; n < c.N; n++)
+        for (int o = 0; o < c.OC; o++) {
+            double s = c.bs[o];
+            for (int i = 0; i < c.C; i++)
+                s += (double)c.inp[n * c.C + i] * c.wt[o * c.C + i];
+            double e = fabs(s - c.out[n * c.OC + o]);
+            maxe = e > maxe ? e : maxe;
+        }
+    printf("  matmul forward vs naive loop: max err %.2e\n", maxe);
+    EXPECT(maxe < 1e-5, "matmul forward differs from naive loop by %g", maxe);
+    /* without bias */
+    K->matmul_forward(c.out, c.inp, c.wt, NULL, c.N, c.C, c.OC);
+    double s0 = 0;
+    for (int i = 0; i < c.C; i++)
+        s0 += (double)c.inp[i] * c.wt[i];
+    EXPECT(fabs(s0 - c.out[0]) < 1e-5, "matmul forward without bias");
+    float *dinp = zeros((size_t)c.N * c.C), *dw = zeros((size_t)c.OC * c.C), *db = zeros(c.OC);
+    K->matmul_backward(dinp, dw, db, c.w, c.inp, c.wt, c.N, c.C, c.OC);
+    fd_check("matmul dinp", c.inp, dinp, (size_t)c.N * c.C, mm_loss, &c, 1000);
+    fd_check("matmul dweight", c.wt, dw, (size_t)c.OC * c.C, mm_loss, &c, 1000);
+    fd_check("matmul dbias", c.bs, db, c.OC, mm_loss, &c, 1000);
+    free(c.out); free(c.inp); free(c.wt); free(c.bs); free(c.w); free(dinp); free(dw); free(db);
+}
+
+/* ---- attention ---- */
+struct att_ctx { float *out, *att, *inp, *w; int B, T, C, NH; };
+static double att_loss(void *p)
+{
+    struct att_ctx *c = p;
+    K->attention_forward(c->out, c->att, c->inp, c->B, c->T, c->C, c->NH);
+    return dot_out(c->out, c->w, (size_t)c->B * c->T * c->C);
+}
+static void attention_case(int B, int T, int C, int NH)
+{
+    struct att_ctx c = {.B = B, .T = T, .C = C, .NH = NH};
+    size_t nin = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    c.out = zeros(nout); c.att = zeros(natt); c.inp = rand_buf(nin, 1); c.w = rand_buf(nout, 1);
+    att_loss(&c);
+    /* probabilities: rows sum to 1, zero above the diagonal */
+    double maxrow = 0, maxupper = 0;
+    for (size_t bh = 0; bh < (size_t)B * NH; bh++)
+        for (int t = 0; t < T; t++) {
+            const float *row = c.att + (bh * T + t) * T;
+            double s = 0;
+            for (int j = 0; j < T; j++) {
+                s += row[j];
+                if (j > t && fabs(row[j]) > maxupper)
+                    maxupper = fabs(row[j]);
+            }
+            if (fabs(s - 1) > maxrow)
+                maxrow = fabs(s - 1);
+        }
+    EXPECT(maxrow < 1e-5, "attention rows sum to 1 (err %g)", maxrow);
+    EXPECT(maxupper == 0.0, "attention upper triangle is exactly zero (max %g)", maxupper);
+    /* naive reference of the output (double) */
+    int hs = C / NH;
+    double maxe = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                double sc[512], mx = -1e300, sum = 0;
+                const float *q = c.inp + ((size_t)b * T + t) * 3 * C + h * hs;
+                for (int j = 0; j <= t; j++) {
+                    const float *k = c.inp + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double d = 0;
+                    for (int i = 0; i < hs; i++)
+                        d += (double)q[i] * k[i];
+                    sc[j] = d / sqrt((double)hs);
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                for (int j = 0; j <= t; j++) {
+                    sc[j] = exp(sc[j] - mx);
+                    sum += sc[j];
+                }
+                for (int i = 0; i < hs; i++) {
+                    double o = 0;
+                    for (int j = 0; j <= t; j++)
+                        o += sc[j] / sum * c.inp[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + i];
+                    double e = fabs(o - c.out[((size_t)b * T + t) * C + h * hs + i]);
+                    maxe = e > maxe ? e : maxe;
+                }
+            }
+    printf("  attention B=%d T=%d C=%d NH=%d forward vs naive: max err %.2e\n", B, T, C, NH, maxe);
+    EXPECT(maxe < 1e-5, "attention forward vs naive: %g", maxe);
+    /* causal: changing token t0's q/k/v leaves outputs at t < t0 unchanged */
+    int t0 = T / 2;
+    float *out0 = malloc(nout * sizeof(float));
+    memcpy(out0, c.out, nout * sizeof(float));
+    float *saved = malloc(nin * sizeof(float));
+    memcpy(saved, c.inp, nin * sizeof(float));
+    for (int b = 0; b < B; b++)
+        for (int t = t0; t < T; t++)
+            for (int i = 0; i < 3 * C; i++)
+                c.inp[((size_t)b * T + t) * 3 * C + i] += 0.5f;
+    att_loss(&c);
+    int leaked = 0, changed = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < C; i++) {
+                size_t idx = ((size_t)b * T + t) * C + i;
+                if (t < t0 && c.out[idx] != out0[idx])
+                    leaked++;
+                if (t >= t0 && c.out[idx] != out0[idx])
+                    changed++;
+            }
+    EXPECT(leaked == 0, "causal mask: %d outputs before t0 changed when the future changed", leaked);
+    EXPECT(changed > 0, "outputs at t >= t0 must change");
+    memcpy(c.inp, saved, nin * sizeof(float));
+    att_loss(&c);
+    float *dinp = zeros(nin), *scratch = rand_buf((size_t)T * T, 100); /* garbage must not matter */
+    K->attention_backward(dinp, scratch, c.w, c.inp, c.att, B, T, C, NH);
+    char what[64];
+    snprintf(what, sizeof(what), "attention dinp T=%d", T);
+    fd_check(what, c.inp, dinp, nin, att_loss, &c, 1500);
+    free(c.out); free(c.att); free(c.inp); free(c.w); free(out0); free(saved); free(dinp);
+    free(scratch);
+}
+static void test_attention(void)
+{
+    attention_case(2, 5, 8, 2);
+    attention_case(1, 70, 8, 2); /* crosses the 64-row block boundary */
+}
+
+/* ---- gelu / residual ---- */
+struct gelu_ctx { float *out, *inp, *w; size_t n; };
+static double gelu_loss(void *p)
+{
+    struct gelu_ctx *c = p;
+    K->gelu_forward(c->out, c->inp, c->n);
+    return dot_out(c->out, c->w, c->n);
+}
+static void test_gelu(void)
+{
+    struct gelu_ctx c = {.n = 64};
+    c.out = zeros(c.n); c.inp = rand_buf(c.n, 3); c.w = rand_buf(c.n, 1);
+    c.inp[0] = 1.0f;
+    gelu_loss(&c);
+    /* 0.5*(1+tanh(sqrt(2/pi)*(1+0.044715))) = 0.841191990607477 */
+    EXPECT(fabsf(c.out[0] - 0.8411919906f) < 1e-6f, "gelu(1) = %.9f", c.out[0]);
+    float *dinp = zeros(c.n);
+    K->gelu_backward(dinp, c.inp, c.w, c.n);
+    fd_check("gelu dinp", c.inp, dinp, c.n, gelu_loss, &c, 1000);
+    free(c.out); free(c.inp); free(c.w); free(dinp);
+}
+static void test_residual(void)
+{
+    size_t n = 10;
+    float *a = rand_buf(n, 1), *b = rand_buf(n, 1), *o = zeros(n), *d = rand_buf(n, 1);
+    float *da = zeros(n), *db = zeros(n);
+    K->residual_forward(o, a, b, n);
+    K->residual_backward(da, db, d, n);
+    K->residual_backward(da, db, d, n); /* accumulates */
+    for (size_t i = 0; i < n; i++) {
+        EXPECT(o[i] == a[i] + b[i], "residual forward %zu", i);
+        EXPECT(da[i] == 2 * d[i] && db[i] == 2 * d[i], "residual backward accumulates %zu", i);
+    }
+    free(a); free(b); free(o); free(d); free(da); free(db);
+}
+
+/* ---- softmax + cross-entropy ---- */
+struct ce_ctx { float *losses, *probs, *logits; int32_t *tg; int N, V; };
+static double ce_loss(void *p)
+{
+    struct ce_ctx *c = p;
+    K->crossentropy_forward(c->losses, c->probs, c->logits, c->tg, c->N, c->V);
+    double s = 0;
+    for (int i = 0; i < c->N; i++)
+        s += c->losses[i];
+    return s / c->N;
+}
+static void test_crossentropy(void)
+{
+    struct ce_ctx c = {.N = 6, .V = 11};
+    size_t n = (size_t)c.N * c.V;
+    c.losses = zeros(c.N); c.probs = zeros(n); c.logits = rand_buf(n, 4);
+    c.tg = malloc(sizeof(int32_t) * c.N);
+    for (int i = 0; i < c.N; i++)
+        c.tg[i] = (i * 5) % c.V;
+    ce_loss(&c);
+    double maxe = 0;
+    for (int i = 0; i < c.N; i++) {
+        double s = 0;
+        for (int v = 0; v < c.V; v++)
+            s += exp(c.logits[i * c.V + v]);
+        double ref = -(c.logits[i * c.V + c.tg[i]] - log(s));
+        maxe = fmax(maxe, fabs(ref - c.losses[i]));
+    }
+    EXPECT(maxe < 1e-5, "cross-entropy forward vs naive: %g", maxe);
+    /* uniform logits: loss = log V */
+    float *u = zeros(n);
+    K->crossentropy_forward(c.losses, c.probs, u, c.tg, c.N, c.V);
+    EXPECT(fabsf(c.losses[0] - logf((float)c.V)) < 1e-6f, "uniform logits give log V");
+    float *dl = zeros(n);
+    ce_loss(&c);
+    K->crossentropy_backward(dl, c.probs, c.tg, 1.0f / c.N, c.N, c.V);
+    fd_check("crossentropy dlogits", c.logits, dl, n, ce_loss, &c, 1000);
+    free(c.losses); free(c.probs); free(c.logits); free(c.tg); free(u); free(dl);
+}
+
+/* ---- AdamW: one step by hand ---- */
+static void test_adamw(void)
+{
+    /* lr 0.1, b1 0.9, b2 0.999, eps 1e-8, wd 0.01, t = 1, m = v = 0:
+     * m = 0.1 g, v = 0.001 g^2; mhat = g, vhat = g^2;
+     * p' = p (1 - 0.001) - 0.1 * g / (|g| + 1e-8).
+     * p = 1.0, g = 0.5  -> 0.999 - 0.1*0.5/0.50000001 = 0.89900000199999...
+     * p = -2.0, g = -3  -> -1.998 + 0.1*3/3.00000001   = -1.898000000333...
+     * Second step (t = 2) from the first result with g = 0.5 again:
+     * m = 0.09 + 0.05 = 0.095 -> mhat = 0.095/0.19 = 0.5
+     * v = 0.999*0.00025 + 0.001*0.25 = 0.00049975 -> vhat = 0.00049975/0.001999 = 0.25
+     * p'' = 0.899000002*0.999 - 0.1*0.5/(0.5 + 1e-8) = 0.798101002 - 0.0999999980 */
+    float p[2] = {1.0f, -2.0f}, g[2] = {0.5f, -3.0f}, m[2] = {0, 0}, v[2] = {0, 0};
+    K->adamw_update(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+    printf("  adamw step 1: %.9f %.9f\n", p[0], p[1]);
+    EXPECT(fabs(p[0] - 0.899000002) < 2e-7, "adamw p0 = %.9f", p[0]);
+    EXPECT(fabs(p[1] - -1.898000000) < 2e-7, "adamw p1 = %.9f", p[1]);
+    EXPECT(fabsf(m[0] - 0.05f) < 1e-8f && fabsf(v[0] - 0.00025f) < 1e-4f * 0.00025f, "adamw moments");
+    K->adamw_update(p, g, m, v, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 2);
+    printf("  adamw step 2: %.9f\n", p[0]);
+    EXPECT(fabs(p[0] - (0.899000002 * 0.999 - 0.1 * 0.5 / (0.5 + 1e-8))) < 5e-7,
+           "adamw step 2 p0 = %.9f", p[0]);
+    /* zero weight decay, zero gradient: parameter unchanged */
+    float q = 3.0f, gz = 0.0f, mq = 0, vq = 0;
+    K->adamw_update(&q, &gz, &mq, &vq, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    EXPECT(q == 3.0f, "zero grad, zero decay leaves the parameter");
+}
+
+static void test_norm(void)
+{
+    float x[3] = {3, 4, 12};
+    EXPECT(K->sumsq(x, 3) == 169.0, "sumsq");
+    K->scale(x, 0.5f, 3);
+    EXPECT(x[0] == 1.5f && x[2] == 6.0f, "scale");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct { const char *name; void (*fn)(void); } cases[] = {
+        {"encoder", test_encoder}, {"layernorm", test_layernorm}, {"matmul", test_matmul},
+        {"attention", test_attention}, {"gelu", test_gelu}, {"residual", test_residual},
+        {"crossentropy", test_crossentropy}, {"adamw", test_adamw}, {"norm", test_norm},
+    };
+    const char *which = argc > 1 ? argv[1] : "all";
+    int ran = 0;
+    K = px_kernels_cpu();
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (strcmp(which, "all") && strcmp(which, cases[i].name))
+            continue;
+        printf("%s:\n", cases[i].name);
+        cases[i].fn();
+        ran++;
+    }
+    if (!ran) {
+        fprintf(stderr, "unknown case %s\n", which);
+        return 2;
+    }
+    printf(failures ? "FAILED (%d)\n" : "OK\n", failures);
+    return failures ? 1 : 0;
+}
