@@ -20,7 +20,7 @@ typedef struct px_train_config {
     int steps;
     float lr;                            /* peak learning rate */
     float min_lr_ratio;                  /* cosine floor = lr * ratio */
-    int warmup_steps;                    /* linear warm-up steps */
+    int warmup_steps;                    /* linear warm-up steps; -1: steps/20 */
     float weight_decay;                  /* AdamW, on matrices only */
     float beta1, beta2, eps;             /* AdamW */
     float grad_clip;                     /* global-norm clip; 0 = off */
@@ -28,8 +28,9 @@ typedef struct px_train_config {
     const char *data_path;               /* llm.c-layout token file */
 } px_train_config_t;
 
-/* Defaults: lr 1e-3, min_lr_ratio 0.1, warmup steps/20, weight_decay 0.1,
- * betas 0.9/0.95, eps 1e-8, grad_clip 1.0, seed 1337, vocab 256. */
+/* Defaults: lr 1e-3, min_lr_ratio 0.1, warmup steps/20 (warmup_steps -1),
+ * weight_decay 0.1, betas 0.9/0.95, eps 1e-8, grad_clip 1.0, seed 1337,
+ * vocab 256. Sizes, steps and data_path are left 0 / NULL. */
 void px_train_config_defaults(px_train_config_t *cfg);
 
 /* Checks the config against itself and the data file; on error writes a
@@ -55,5 +56,32 @@ typedef int (*px_step_cb_t)(void *arg, const px_step_report_t *report);
 
 px_status_t px_train_run(const px_train_config_t *cfg, px_comm_t *comm, px_step_cb_t cb,
                          void *arg);
+
+/* Learning rate of 0-based step `step`: linear warm-up lr*(step+1)/warmup
+ * over the warm-up steps, then cosine from lr down to lr*min_lr_ratio at
+ * step `steps` (llm.c / nanoGPT schedule). */
+float px_train_lr(const px_train_config_t *cfg, int step);
+
+/* Extras for tests and tools (all optional; zero = off). Files are raw
+ * little-endian arrays, written by rank 0 only, into `dump_dir`:
+ *   layout.json            config, parameter count and every tensor's
+ *                          name, shape, offset (elements) and decay flag
+ *   params_init.bin        float32 (num_params) after initialisation
+ *   batch_<s>.bin          int32 inputs (B,T) then targets (B,T): the
+ *                          GLOBAL batch of step s (1-based)
+ *   grads_<s>.bin          float32 (num_params): averaged gradient of step s,
+ *                          before clipping
+ *   params_<s>.bin         float32 (num_params) after step s's update
+ *   loss_<s>.txt           "loss grad_norm lr" of step s (%.9g)
+ * for s = 1..dump_steps. export_only: write layout.json, params_init.bin and
+ * batch_1.bin, then return PX_OK without training. */
+typedef struct px_train_options {
+    const char *dump_dir;
+    int dump_steps;
+    int export_only;
+} px_train_options_t;
+
+px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_step_cb_t cb,
+                            void *arg, const px_train_options_t *opts);
 
 #endif

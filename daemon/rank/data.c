@@ -1,0 +1,161 @@
+/* data.c: llm.c-layout token file (mmap, validated once) and the
+ * layout-independent global batch (see data.h). The mapping is read-only
+ * and may be shared by any number of readers; one px_data_t per rank. */
+#include "data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "px_log.h"
+
+struct px_data {
+    void *map;
+    size_t map_len;
+    const uint16_t *tokens;
+    size_t ntok;
+};
+
+static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (!errbuf || !errlen)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, errlen, fmt, ap);
+    va_end(ap);
+}
+
+px_status_t px_data_open(const char *path, int vocab, char *errbuf, size_t errlen,
+                         px_data_t **data_p)
+{
+    px_status_t status = PX_OK;
+    struct stat st;
+    void *map = MAP_FAILED;
+    px_data_t *data = NULL;
+    int fd;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        set_err(errbuf, errlen, "data file %s: %s", path, strerror(errno));
+        return errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO;
+    }
+    if (fstat(fd, &st) < 0) {
+        set_err(errbuf, errlen, "data file %s: %s", path, strerror(errno));
+        status = PX_ERR_IO;
+        goto out_close;
+    }
+    if ((size_t)st.st_size < PX_DATA_HEADER_INTS * sizeof(int32_t)) {
+        set_err(errbuf, errlen, "data file %s: %lld bytes, shorter than the 1024-byte header",
+                path, (long long)st.st_size);
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto out_close;
+    }
+    map = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        set_err(errbuf, errlen, "data file %s: mmap: %s", path, strerror(errno));
+        status = PX_ERR_IO;
+        goto out_close;
+    }
+    const int32_t *hdr = map;
+    if (hdr[0] != PX_DATA_MAGIC) {
+        set_err(errbuf, errlen, "data file %s: bad magic %d (expected %d, llm.c token layout)",
+                path, hdr[0], PX_DATA_MAGIC);
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto out_unmap;
+    }
+    if (hdr[1] != PX_DATA_VERSION) {
+        set_err(errbuf, errlen, "data file %s: unsupported version %d (expected %d)", path,
+                hdr[1], PX_DATA_VERSION);
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto out_unmap;
+    }
+    if (hdr[2] <= 0) {
+        set_err(errbuf, errlen, "data file %s: token count %d in header is not positive", path,
+                hdr[2]);
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto out_unmap;
+    }
+    size_t ntok = (size_t)(uint32_t)hdr[2];
+    size_t want = PX_DATA_HEADER_INTS * sizeof(int32_t) + ntok * sizeof(uint16_t);
+    if ((size_t)st.st_size != want) {
+        set_err(errbuf, errlen,
+                "data file %s: size %lld bytes does not match header token count %zu "
+                "(expected %zu bytes)", path, (long long)st.st_size, ntok, want);
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto out_unmap;
+    }
+    const uint16_t *tok = (const uint16_t *)((const char *)map + 1024);
+    for (size_t i = 0; i < ntok; i++) {
+        if (tok[i] >= vocab) {
+            set_err(errbuf, errlen, "data file %s: token %u at index %zu is >= vocab %d", path,
+                    tok[i], i, vocab);
+            status = PX_ERR_INVALID_ARGUMENT;
+            goto out_unmap;
+        }
+    }
+    data = calloc(1, sizeof(*data));
+    if (!data) {
+        status = PX_ERR_NO_MEMORY;
+        goto out_unmap;
+    }
+    data->map = map;
+    data->map_len = st.st_size;
+    data->tokens = tok;
+    data->ntok = ntok;
+    close(fd);
+    *data_p = data;
+    return PX_OK;
+
+out_unmap:
+    munmap(map, st.st_size);
+out_close:
+    close(fd);
+    return status;
+}
+
+void px_data_close(px_data_t *data)
+{
+    if (!data)
+        return;
+    munmap(data->map, data->map_len);
+    free(data);
+}
+
+size_t px_data_num_tokens(const px_data_t *data) { return data->ntok; }
+const uint16_t *px_data_tokens(const px_data_t *data) { return data->tokens; }
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+size_t px_data_offset(uint64_t seed, int step, int i, size_t ntok, int T)
+{
+    uint64_t key = splitmix64(seed ^ 0x6A09E667F3BCC909ull);
+    uint64_t ctr = ((uint64_t)(uint32_t)step << 32) | (uint32_t)i;
+    uint64_t h = splitmix64(key ^ splitmix64(ctr));
+    return (size_t)(h % (uint64_t)(ntok - (size_t)T)); /* [0, ntok - T - 1] */
+}
+
+void px_data_batch(const px_data_t *data, uint64_t seed, int step, int first, int count, int T,
+                   int32_t *inputs, int32_t *targets)
+{
+    for (int j = 0; j < count; j++) {
+        size_t off = px_data_offset(seed, step, first + j, data->ntok, T);
+        const uint16_t *t = data->tokens + off;
+        for (int k = 0; k < T; k++) {
+            inputs[(size_t)j * T + k] = t[k];
+            targets[(size_t)j * T + k] = t[k + 1];
+        }
+    }
+}

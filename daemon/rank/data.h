@@ -1,0 +1,47 @@
+/* data.h: token files in the llm.c / nanoGPT layout, and the global batch.
+ *
+ * File: a header of 256 little-endian int32 (magic 20240520, version 1,
+ * token count, rest 0), then `count` uint16 tokens. Nothing else.
+ *
+ * Batches: sequence i (0 <= i < B) of step s (0-based) starts at offset
+ * px_data_offset(seed, s, i, ntok, T) in [0, ntok - T - 1], a counter-based
+ * function of (seed, s, i) only, so every layout (any dp, any rank) cuts the
+ * same global batch; inputs are tokens[off, off+T), targets tokens[off+1,
+ * off+T+1). A rank of dp takes sequences [r*B/dp, (r+1)*B/dp). */
+#ifndef PX_DATA_H
+#define PX_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "px_status.h"
+
+#define PX_DATA_MAGIC 20240520
+#define PX_DATA_VERSION 1
+#define PX_DATA_HEADER_INTS 256
+
+typedef struct px_data px_data_t;
+
+/* Maps `path` read-only and validates it: header magic and version, file
+ * size = 1024 + 2*count bytes, count >= 1, every token < vocab. On failure
+ * writes a message naming the file and the bad value into errbuf (may be
+ * NULL) and returns PX_ERR_NOT_FOUND (cannot open), PX_ERR_IO (read/map
+ * error) or PX_ERR_INVALID_ARGUMENT (bad content). */
+px_status_t px_data_open(const char *path, int vocab, char *errbuf, size_t errlen,
+                         px_data_t **data_p);
+void px_data_close(px_data_t *data); /* NULL no-op */
+
+/* Number of tokens in the file. */
+size_t px_data_num_tokens(const px_data_t *data);
+/* The tokens (borrowed until close). */
+const uint16_t *px_data_tokens(const px_data_t *data);
+
+/* Start offset of sequence i of step s; requires ntok >= T + 1. */
+size_t px_data_offset(uint64_t seed, int step, int i, size_t ntok, int T);
+
+/* Fills inputs and targets (count, T) int32 with sequences [first,
+ * first+count) of step `step` (0-based). Requires ntok >= T + 1. */
+void px_data_batch(const px_data_t *data, uint64_t seed, int step, int first, int count, int T,
+                   int32_t *inputs, int32_t *targets);
+
+#endif

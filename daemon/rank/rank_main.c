@@ -1,0 +1,341 @@
+/* rank_main.c: parallax-rank, one rank process of a training job.
+ *
+ *   parallax-rank --layers N --heads N --dim N --seq N [--vocab 256] --batch N
+ *                 --steps N [--lr F] [--seed N] --data PATH [--warmup N]
+ *                 [--weight-decay F] [--min-lr-ratio F] [--grad-clip F]
+ *                 [--metrics-out FILE] [--export-init DIR] [--dump-dir DIR]
+ *                 [--dump-steps N]
+ *                 [--coord HOST:PORT --job ID --rank R --world N --node NAME]
+ *
+ * Modes: with --coord (daemon mode) the rank registers with its coordinator
+ * (px_rank_link.h) and reports every step; otherwise with PX_WORLD_SIZE > 1
+ * the standalone bootstrap (px_bootstrap.h) builds the world; otherwise it
+ * trains alone (comm NULL). --export-init DIR writes the initial parameters,
+ * the layout and the first global batch (px_train_options_t) and exits.
+ *
+ * Output: one line per step on stdout; with --metrics-out one JSON object
+ * per line. Exit status: 0 success, 1 runtime error (logged), 2 bad
+ * arguments. Single-threaded (OpenBLAS runs 1 thread unless
+ * OPENBLAS_NUM_THREADS says otherwise). */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "px_env.h"
+#include "px_log.h"
+#include "px_train.h"
+#if PX_HAVE_TRANSPORT
+#include "px_bootstrap.h"
+#include "px_transport.h"
+#endif
+#if PX_HAVE_RANK_LINK
+#include "px_rank_link.h"
+#endif
+
+typedef struct rank_args {
+    px_train_config_t cfg;
+    const char *metrics_out, *export_dir, *dump_dir;
+    int dump_steps;
+    const char *coord, *job, *node;
+    int rank, world;
+} rank_args_t;
+
+typedef struct step_ctx {
+    FILE *metrics;
+    int rank;
+#if PX_HAVE_RANK_LINK
+    px_rank_link_t *link;
+#endif
+} step_ctx_t;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: parallax-rank --layers N --heads N --dim N --seq N [--vocab 256]\n"
+            "         --batch N --steps N [--lr F] [--seed N] --data PATH [--warmup N]\n"
+            "         [--weight-decay F] [--min-lr-ratio F] [--grad-clip F]\n"
+            "         [--metrics-out FILE] [--export-init DIR] [--dump-dir DIR]\n"
+            "         [--dump-steps N]\n"
+            "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
+            "Without --coord, PX_RANK/PX_WORLD_SIZE/PX_MASTER_ADDR/PX_MASTER_PORT select\n"
+            "the standalone bootstrap (PX_WORLD_SIZE > 1).\n");
+}
+
+static int parse_int(const char *opt, const char *s, int min, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > INT_MAX) {
+        fprintf(stderr, "parallax-rank: --%s: bad value '%s' (integer >= %d expected)\n", opt, s,
+                min);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_float(const char *opt, const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end) {
+        fprintf(stderr, "parallax-rank: --%s: bad value '%s' (number expected)\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Returns 0, or -1 after printing why (exit 2). */
+static int parse_args(int argc, char **argv, rank_args_t *a)
+{
+    enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_VOCAB, O_BATCH, O_STEPS, O_LR, O_SEED,
+           O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS,
+           O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE, O_HELP };
+    static const struct option opts[] = {
+        {"layers", 1, 0, O_LAYERS}, {"heads", 1, 0, O_HEADS}, {"dim", 1, 0, O_DIM},
+        {"seq", 1, 0, O_SEQ}, {"vocab", 1, 0, O_VOCAB}, {"batch", 1, 0, O_BATCH},
+        {"steps", 1, 0, O_STEPS}, {"lr", 1, 0, O_LR}, {"seed", 1, 0, O_SEED},
+        {"data", 1, 0, O_DATA}, {"warmup", 1, 0, O_WARMUP}, {"weight-decay", 1, 0, O_WD},
+        {"min-lr-ratio", 1, 0, O_MINLR}, {"grad-clip", 1, 0, O_CLIP},
+        {"metrics-out", 1, 0, O_METRICS}, {"export-init", 1, 0, O_EXPORT},
+        {"dump-dir", 1, 0, O_DUMP}, {"dump-steps", 1, 0, O_DUMPSTEPS},
+        {"coord", 1, 0, O_COORD}, {"job", 1, 0, O_JOB}, {"rank", 1, 0, O_RANK},
+        {"world", 1, 0, O_WORLD}, {"node", 1, 0, O_NODE}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+    int c, idx, r = 0;
+    char *end;
+
+    memset(a, 0, sizeof(*a));
+    px_train_config_defaults(&a->cfg);
+    a->rank = -1;
+    a->world = 0;
+    a->dump_steps = 5;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        const char *name = NULL;
+        for (int i = 0; opts[i].name; i++)
+            if (opts[i].val == c)
+                name = opts[i].name;
+        switch (c) {
+        case O_LAYERS: r = parse_int(name, optarg, 1, &a->cfg.layers); break;
+        case O_HEADS: r = parse_int(name, optarg, 1, &a->cfg.heads); break;
+        case O_DIM: r = parse_int(name, optarg, 1, &a->cfg.dim); break;
+        case O_SEQ: r = parse_int(name, optarg, 1, &a->cfg.seq); break;
+        case O_VOCAB: r = parse_int(name, optarg, 1, &a->cfg.vocab); break;
+        case O_BATCH: r = parse_int(name, optarg, 1, &a->cfg.batch); break;
+        case O_STEPS: r = parse_int(name, optarg, 1, &a->cfg.steps); break;
+        case O_LR: r = parse_float(name, optarg, &a->cfg.lr); break;
+        case O_SEED:
+            errno = 0;
+            a->cfg.seed = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-') {
+                fprintf(stderr, "parallax-rank: --seed: bad value '%s'\n", optarg);
+                r = -1;
+            }
+            break;
+        case O_DATA: a->cfg.data_path = optarg; break;
+        case O_WARMUP: r = parse_int(name, optarg, 0, &a->cfg.warmup_steps); break;
+        case O_WD: r = parse_float(name, optarg, &a->cfg.weight_decay); break;
+        case O_MINLR: r = parse_float(name, optarg, &a->cfg.min_lr_ratio); break;
+        case O_CLIP: r = parse_float(name, optarg, &a->cfg.grad_clip); break;
+        case O_METRICS: a->metrics_out = optarg; break;
+        case O_EXPORT: a->export_dir = optarg; break;
+        case O_DUMP: a->dump_dir = optarg; break;
+        case O_DUMPSTEPS: r = parse_int(name, optarg, 0, &a->dump_steps); break;
+        case O_COORD: a->coord = optarg; break;
+        case O_JOB: a->job = optarg; break;
+        case O_RANK: r = parse_int(name, optarg, 0, &a->rank); break;
+        case O_WORLD: r = parse_int(name, optarg, 1, &a->world); break;
+        case O_NODE: a->node = optarg; break;
+        case O_HELP: usage(stdout); exit(0);
+        default:
+            fprintf(stderr, "parallax-rank: unknown or incomplete option '%s'\n",
+                    argv[optind - 1]);
+            usage(stderr);
+            return -1;
+        }
+        if (r)
+            return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "parallax-rank: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    const struct { const char *name; int v; } req[] = {
+        {"layers", a->cfg.layers}, {"heads", a->cfg.heads}, {"dim", a->cfg.dim},
+        {"seq", a->cfg.seq}, {"batch", a->cfg.batch}, {"steps", a->cfg.steps}};
+    for (size_t i = 0; i < sizeof(req) / sizeof(req[0]); i++) {
+        if (!req[i].v) {
+            fprintf(stderr, "parallax-rank: --%s is required\n", req[i].name);
+            return -1;
+        }
+    }
+    if (!a->cfg.data_path) {
+        fprintf(stderr, "parallax-rank: --data is required\n");
+        return -1;
+    }
+    if (a->coord && (!a->job || a->rank < 0 || a->world < 1 || !a->node)) {
+        fprintf(stderr, "parallax-rank: --coord needs --job, --rank, --world and --node\n");
+        return -1;
+    }
+    if (a->coord && a->rank >= a->world) {
+        fprintf(stderr, "parallax-rank: --rank %d is not below --world %d\n", a->rank, a->world);
+        return -1;
+    }
+    return 0;
+}
+
+static int on_step(void *arg, const px_step_report_t *r)
+{
+    step_ctx_t *ctx = arg;
+    int stop = 0;
+
+    printf("step %d loss %.6f grad_norm %.4f lr %.6g tok/s %.0f\n", r->step, r->loss,
+           r->grad_norm, r->lr, r->tokens_per_second);
+    fflush(stdout);
+    if (ctx->metrics) {
+        json_t *o = json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "step", r->step, "loss",
+                              (double)r->loss, "grad_norm", (double)r->grad_norm, "lr",
+                              (double)r->lr, "tokens_per_second", r->tokens_per_second,
+                              "elapsed_s", r->elapsed_s);
+        if (o) {
+            json_dumpf(o, ctx->metrics, JSON_COMPACT | JSON_REAL_PRECISION(9));
+            fputc('\n', ctx->metrics);
+            fflush(ctx->metrics);
+            json_decref(o);
+        }
+    }
+#if PX_HAVE_RANK_LINK
+    if (ctx->link && px_rank_link_report(ctx->link, r, &stop) == PX_OK && stop)
+        px_info("coordinator says the job is ending; stopping after step %d", r->step);
+#endif
+    return stop;
+}
+
+int main(int argc, char **argv)
+{
+    rank_args_t a;
+    px_status_t status;
+    char err[512], tag[64];
+    int rank = 0, world = 1, ret = 1;
+    px_comm_t *comm = NULL;
+    step_ctx_t ctx = {0};
+#if PX_HAVE_TRANSPORT
+    px_transport_t *transport = NULL;
+    px_bootstrap_t *bootstrap = NULL;
+    px_addr_table_t table = {0};
+#endif
+
+    if (parse_args(argc, argv, &a))
+        return 2;
+    if (a.coord) {
+        rank = a.rank;
+        world = a.world;
+    } else if (getenv("PX_WORLD_SIZE") && atoi(getenv("PX_WORLD_SIZE")) > 1) {
+#if PX_HAVE_TRANSPORT
+        status = px_bootstrap_from_env(&rank, &world);
+        if (status != PX_OK)
+            return 2;
+#else
+        fprintf(stderr, "parallax-rank: PX_WORLD_SIZE > 1 but built without the transport\n");
+        return 2;
+#endif
+    }
+    snprintf(tag, sizeof(tag), "rank %d", rank);
+    px_log_set_tag(tag);
+
+    status = px_train_config_check(&a.cfg, world, err, sizeof(err));
+    if (status != PX_OK) {
+        fprintf(stderr, "parallax-rank: %s\n", err);
+        return 2;
+    }
+    if (a.export_dir) {
+        px_train_options_t o = {.dump_dir = a.export_dir, .export_only = 1};
+        status = px_train_run_ex(&a.cfg, NULL, NULL, NULL, &o);
+        return status == PX_OK ? 0 : 1;
+    }
+    if (a.metrics_out) {
+        ctx.metrics = fopen(a.metrics_out, "w");
+        if (!ctx.metrics) {
+            px_error("cannot open metrics file %s: %s", a.metrics_out, strerror(errno));
+            return 1;
+        }
+    }
+    ctx.rank = rank;
+
+    if (a.coord || world > 1) {
+#if PX_HAVE_TRANSPORT
+        const void *addr;
+        size_t len;
+        PX_CHECK_GOTO(px_transport_create(&transport), status, out);
+        PX_CHECK_GOTO(px_transport_address(transport, &addr, &len), status, out);
+        if (a.coord) {
+#if PX_HAVE_RANK_LINK
+            PX_CHECK_GOTO(px_rank_link_open(a.coord, a.job, a.rank, a.node, &ctx.link), status,
+                          out);
+            PX_CHECK_GOTO(px_rank_link_rendezvous(ctx.link, addr, len,
+                                                  (int)px_env_int("PX_CONNECT_TIMEOUT_MS"),
+                                                  &table), status, out);
+            PX_CHECK_GOTO(px_comm_create_world(transport, &table, rank, -1, &comm), status, out);
+#else
+            px_error("built without the daemon link (px_rank_link.c); --coord unavailable");
+            status = PX_ERR_INVALID_ARGUMENT;
+            goto out;
+#endif
+        } else {
+            PX_CHECK_GOTO(px_bootstrap_create(rank, world, addr, len, &bootstrap, &table), status,
+                          out);
+            PX_CHECK_GOTO(px_comm_create_world(transport, &table, rank,
+                                               px_bootstrap_watch_fd(bootstrap), &comm),
+                          status, out);
+        }
+        if (px_comm_size(comm) != world) {
+            px_error("world communicator has %d ranks, expected %d", px_comm_size(comm), world);
+            status = PX_ERR_MISMATCH;
+            goto out;
+        }
+#else
+        px_error("built without the transport; cannot run %d ranks", world);
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto out;
+#endif
+    }
+
+    px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps};
+    status = px_train_run_ex(&a.cfg, comm, on_step, &ctx, &o);
+    if (status == PX_OK || status == PX_ERR_ABORTED)
+        ret = 0;
+    else
+        px_error("training failed: %s", px_status_str(status));
+
+    goto out_ok;
+out:
+    px_error("rank %d: setup failed: %s", rank, px_status_str(status));
+out_ok:
+#if PX_HAVE_TRANSPORT
+    px_comm_destroy(comm);
+    /* a clean bootstrap close only when this rank finished; otherwise the
+     * process exit tells rank 0 (and so every peer) that this rank died */
+    if (ret == 0)
+        px_bootstrap_destroy(bootstrap);
+    px_transport_destroy(transport);
+    px_addr_table_free(&table);
+#else
+    (void)comm;
+#endif
+#if PX_HAVE_RANK_LINK
+    px_rank_link_close(ctx.link);
+#endif
+    if (ctx.metrics && fclose(ctx.metrics)) {
+        px_error("metrics file %s: %s", a.metrics_out, strerror(errno));
+        ret = 1;
+    }
+    return ret;
+}

@@ -1,0 +1,349 @@
+/* train.c: the training loop (px_train.h): data-parallel GPT training.
+ *
+ * Per step: cut this rank's share of the global batch, forward, backward,
+ * one all-reduce (AVG) over the flat gradient buffer with the local mean
+ * loss in its spare last slot (equal token counts per rank, so the average
+ * of local means is the global mean), global grad norm and clipping (as
+ * torch.nn.utils.clip_grad_norm_), AdamW with warm-up + cosine. Every rank
+ * holds bitwise-identical gradients after the all-reduce, so parameters stay
+ * identical without a broadcast.
+ *
+ * Runs on the rank's one training thread. Built with PX_HAVE_TRANSPORT 0
+ * (transport library not there yet) it trains single-rank only. */
+#include "px_train.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "data.h"
+#include "gpt.h"
+#include "px_kernels.h"
+#include "px_log.h"
+#include "px_time.h"
+
+#ifndef PX_HAVE_TRANSPORT
+#define PX_HAVE_TRANSPORT 1
+#endif
+
+void px_train_config_defaults(px_train_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->vocab = 256;
+    cfg->lr = 1e-3f;
+    cfg->min_lr_ratio = 0.1f;
+    cfg->warmup_steps = -1;
+    cfg->weight_decay = 0.1f;
+    cfg->beta1 = 0.9f;
+    cfg->beta2 = 0.95f;
+    cfg->eps = 1e-8f;
+    cfg->grad_clip = 1.0f;
+    cfg->seed = 1337;
+}
+
+static px_status_t bad(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (errbuf && errlen) {
+        va_start(ap, fmt);
+        vsnprintf(errbuf, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return PX_ERR_INVALID_ARGUMENT;
+}
+
+px_status_t px_train_config_check(const px_train_config_t *cfg, int dp, char *errbuf,
+                                  size_t errlen)
+{
+    const struct { const char *name; int v; } pos[] = {
+        {"layers", cfg->layers}, {"heads", cfg->heads}, {"dim", cfg->dim}, {"seq", cfg->seq},
+        {"vocab", cfg->vocab}, {"batch", cfg->batch}, {"steps", cfg->steps}, {"dp", dp}};
+    for (size_t i = 0; i < sizeof(pos) / sizeof(pos[0]); i++)
+        if (pos[i].v <= 0)
+            return bad(errbuf, errlen, "%s %d must be positive", pos[i].name, pos[i].v);
+    if (cfg->dim % cfg->heads)
+        return bad(errbuf, errlen, "dim %d is not divisible by heads %d", cfg->dim, cfg->heads);
+    if (cfg->vocab > 65536)
+        return bad(errbuf, errlen, "vocab %d exceeds 65536 (tokens are uint16)", cfg->vocab);
+    if (cfg->batch % dp)
+        return bad(errbuf, errlen, "batch %d is not divisible by dp %d", cfg->batch, dp);
+    if (!(cfg->lr > 0.0f) || !isfinite(cfg->lr))
+        return bad(errbuf, errlen, "lr %g must be positive", cfg->lr);
+    if (!(cfg->min_lr_ratio >= 0.0f && cfg->min_lr_ratio <= 1.0f))
+        return bad(errbuf, errlen, "min_lr_ratio %g must be in [0, 1]", cfg->min_lr_ratio);
+    if (cfg->warmup_steps < -1)
+        return bad(errbuf, errlen, "warmup %d must be >= 0", cfg->warmup_steps);
+    if (!(cfg->weight_decay >= 0.0f))
+        return bad(errbuf, errlen, "weight_decay %g must be >= 0", cfg->weight_decay);
+    if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f) || !(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f))
+        return bad(errbuf, errlen, "betas %g/%g must be in [0, 1)", cfg->beta1, cfg->beta2);
+    if (!(cfg->eps > 0.0f))
+        return bad(errbuf, errlen, "eps %g must be positive", cfg->eps);
+    if (!(cfg->grad_clip >= 0.0f))
+        return bad(errbuf, errlen, "grad_clip %g must be >= 0 (0 = off)", cfg->grad_clip);
+    if (!cfg->data_path || !*cfg->data_path)
+        return bad(errbuf, errlen, "data path is missing");
+
+    px_data_t *data;
+    px_status_t status = px_data_open(cfg->data_path, cfg->vocab, errbuf, errlen, &data);
+    if (status != PX_OK)
+        return status == PX_ERR_NOT_FOUND ? PX_ERR_NOT_FOUND : PX_ERR_INVALID_ARGUMENT;
+    size_t ntok = px_data_num_tokens(data);
+    px_data_close(data);
+    if ((size_t)cfg->seq + 1 > ntok)
+        return bad(errbuf, errlen, "seq %d needs %d tokens but data file %s has %zu", cfg->seq,
+                   cfg->seq + 1, cfg->data_path, ntok);
+    return PX_OK;
+}
+
+static int warmup_of(const px_train_config_t *cfg)
+{
+    return cfg->warmup_steps >= 0 ? cfg->warmup_steps : cfg->steps / 20;
+}
+
+float px_train_lr(const px_train_config_t *cfg, int step)
+{
+    int warmup = warmup_of(cfg);
+    if (step < warmup)
+        return cfg->lr * (float)(step + 1) / (float)warmup;
+    if (cfg->steps <= warmup)
+        return cfg->lr;
+    double ratio = (double)(step - warmup) / (double)(cfg->steps - warmup);
+    double min_lr = (double)cfg->lr * cfg->min_lr_ratio;
+    double coeff = 0.5 * (1.0 + cos(M_PI * ratio));
+    return (float)(min_lr + coeff * ((double)cfg->lr - min_lr));
+}
+
+/* ---- dumps (tests / tools) ---- */
+
+static px_status_t dump_raw(const char *dir, const char *name, int step, const void *buf,
+                            size_t bytes)
+{
+    char path[4096];
+    FILE *f;
+    if (step > 0)
+        snprintf(path, sizeof(path), "%s/%s_%d.bin", dir, name, step);
+    else
+        snprintf(path, sizeof(path), "%s/%s.bin", dir, name);
+    f = fopen(path, "wb");
+    if (!f || fwrite(buf, 1, bytes, f) != bytes) {
+        px_error("dump %s: %s", path, strerror(errno));
+        if (f)
+            fclose(f);
+        return PX_ERR_IO;
+    }
+    if (fclose(f)) {
+        px_error("dump %s: %s", path, strerror(errno));
+        return PX_ERR_IO;
+    }
+    return PX_OK;
+}
+
+static px_status_t dump_layout(const char *dir, const px_train_config_t *cfg, px_gpt_t *gpt)
+{
+    char path[4096];
+    FILE *f;
+    snprintf(path, sizeof(path), "%s/layout.json", dir);
+    f = fopen(path, "w");
+    if (!f) {
+        px_error("dump %s: %s", path, strerror(errno));
+        return PX_ERR_IO;
+    }
+    fprintf(f,
+            "{\"layers\": %d, \"heads\": %d, \"dim\": %d, \"seq\": %d, \"vocab\": %d, "
+            "\"batch\": %d, \"steps\": %d, \"lr\": %.9g, \"min_lr_ratio\": %.9g, "
+            "\"warmup\": %d, \"weight_decay\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, "
+            "\"eps\": %.9g, \"grad_clip\": %.9g, \"seed\": %llu, \"num_params\": %zu,\n"
+            " \"tensors\": [\n",
+            cfg->layers, cfg->heads, cfg->dim, cfg->seq, cfg->vocab, cfg->batch, cfg->steps,
+            cfg->lr, cfg->min_lr_ratio, warmup_of(cfg), cfg->weight_decay, cfg->beta1,
+            cfg->beta2, cfg->eps, cfg->grad_clip, (unsigned long long)cfg->seed,
+            px_gpt_num_params(gpt));
+    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
+        px_gpt_tensor_info_t ti;
+        px_gpt_tensor_info(gpt, i, &ti);
+        fprintf(f, "  {\"name\": \"%s\", \"shape\": [", ti.name);
+        for (int d = 0; d < ti.ndim; d++)
+            fprintf(f, "%s%d", d ? ", " : "", ti.shape[d]);
+        fprintf(f, "], \"offset\": %zu, \"size\": %zu, \"decay\": %d}%s\n", ti.offset, ti.size,
+                ti.decay, i + 1 < PX_GPT_NUM_TENSORS ? "," : "");
+    }
+    fprintf(f, " ]}\n");
+    if (fclose(f)) {
+        px_error("dump %s: %s", path, strerror(errno));
+        return PX_ERR_IO;
+    }
+    return PX_OK;
+}
+
+static px_status_t dump_batch(const char *dir, const px_data_t *data, const px_train_config_t *cfg,
+                              int step)
+{
+    size_t n = (size_t)cfg->batch * cfg->seq;
+    int32_t *buf = malloc(2 * n * sizeof(int32_t));
+    px_status_t status;
+    if (!buf)
+        return PX_ERR_NO_MEMORY;
+    px_data_batch(data, cfg->seed, step - 1, 0, cfg->batch, cfg->seq, buf, buf + n);
+    status = dump_raw(dir, "batch", step, buf, 2 * n * sizeof(int32_t));
+    free(buf);
+    return status;
+}
+
+/* ---- the loop ---- */
+
+static void set_blas_threads(void)
+{
+    const char *e = getenv("OPENBLAS_NUM_THREADS");
+    if (!e || !*e)
+        openblas_set_num_threads(1); /* several ranks share the cores */
+}
+
+px_status_t px_train_run(const px_train_config_t *cfg, px_comm_t *comm, px_step_cb_t cb,
+                         void *arg)
+{
+    return px_train_run_ex(cfg, comm, cb, arg, NULL);
+}
+
+px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_step_cb_t cb,
+                            void *arg, const px_train_options_t *opts)
+{
+    px_status_t status;
+    int dp = 1, rank = 0;
+    char err[512];
+    px_data_t *data = NULL;
+    px_gpt_t *gpt = NULL;
+    int32_t *inputs = NULL, *targets = NULL;
+    const char *dump_dir = opts && opts->dump_dir && *opts->dump_dir ? opts->dump_dir : NULL;
+    int dump_steps = opts ? opts->dump_steps : 0;
+
+#if PX_HAVE_TRANSPORT
+    if (comm) {
+        dp = px_comm_size(comm);
+        rank = px_comm_rank(comm);
+    }
+#else
+    if (comm) {
+        px_error("train: built without the transport; cannot train data-parallel");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+#endif
+    status = px_train_config_check(cfg, dp, err, sizeof(err));
+    if (status != PX_OK) {
+        px_error("train: %s", err);
+        return status;
+    }
+    set_blas_threads();
+    const int T = cfg->seq, Bl = cfg->batch / dp;
+    status = px_data_open(cfg->data_path, cfg->vocab, err, sizeof(err), &data);
+    if (status != PX_OK) {
+        px_error("train: %s", err);
+        return status;
+    }
+    px_gpt_config_t gc = {.layers = cfg->layers, .heads = cfg->heads, .dim = cfg->dim,
+                          .max_seq = cfg->seq, .vocab = cfg->vocab};
+    PX_CHECK_GOTO(px_gpt_create(&gc, px_kernels_cpu(), Bl, T, &gpt), status, out);
+    px_gpt_init_params(gpt, cfg->seed);
+    inputs = malloc((size_t)Bl * T * sizeof(int32_t));
+    targets = malloc((size_t)Bl * T * sizeof(int32_t));
+    if (!inputs || !targets) {
+        status = PX_ERR_NO_MEMORY;
+        goto out;
+    }
+    const size_t n = px_gpt_num_params(gpt);
+    float *grads = px_gpt_grads(gpt), *params = px_gpt_params(gpt);
+    const px_kernel_ops_t *k = px_kernels_cpu();
+    if (rank == 0)
+        px_info("train: %zu parameters (%.1f MiB state, %.1f MiB activations), dp %d, local "
+                "batch %d x %d", n, px_gpt_state_bytes(gpt) / 1048576.0,
+                px_gpt_activation_bytes(gpt) / 1048576.0, dp, Bl, T);
+
+    if (dump_dir && rank == 0) {
+        if (mkdir(dump_dir, 0755) < 0 && errno != EEXIST) {
+            px_error("train: cannot create dump dir %s: %s", dump_dir, strerror(errno));
+            status = PX_ERR_IO;
+            goto out;
+        }
+        PX_CHECK_GOTO(dump_layout(dump_dir, cfg, gpt), status, out);
+        PX_CHECK_GOTO(dump_raw(dump_dir, "params_init", 0, params, n * sizeof(float)), status,
+                      out);
+        PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, 1), status, out);
+    }
+    if (opts && opts->export_only)
+        goto out;
+
+    double t_start = px_time_mono_s();
+    for (int s = 0; s < cfg->steps; s++) {
+        double t0 = px_time_mono_s();
+        float loss = 0.0f;
+        px_data_batch(data, cfg->seed, s, rank * Bl, Bl, T, inputs, targets);
+        px_gpt_forward(gpt, inputs, targets, &loss);
+        px_gpt_zero_grad(gpt);
+        px_gpt_backward(gpt);
+        grads[n] = loss; /* spare slot: the loss rides the same all-reduce */
+#if PX_HAVE_TRANSPORT
+        if (comm && dp > 1) {
+            status = px_allreduce(comm, grads, grads, n + 1, PX_FLOAT32, PX_AVG, -1);
+            if (status != PX_OK) {
+                px_error("train: step %d: gradient all-reduce failed: %s (%s)", s + 1,
+                         px_status_str(status), px_comm_last_error(comm));
+                goto out;
+            }
+        }
+#endif
+        loss = grads[n];
+        if (!isfinite(loss)) {
+            px_error("train: step %d: loss is %f", s + 1, loss);
+            status = PX_ERR_INTERNAL;
+            goto out;
+        }
+        float norm = (float)sqrt(k->sumsq(grads, n));
+        if (dump_dir && rank == 0 && s < dump_steps) {
+            PX_CHECK_GOTO(dump_raw(dump_dir, "grads", s + 1, grads, n * sizeof(float)), status,
+                          out);
+            if (s > 0)
+                PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, s + 1), status, out);
+        }
+        if (cfg->grad_clip > 0.0f) {
+            float coef = cfg->grad_clip / (norm + 1e-6f); /* as clip_grad_norm_ */
+            if (coef < 1.0f)
+                k->scale(grads, coef, n);
+        }
+        float lr = px_train_lr(cfg, s);
+        px_gpt_update(gpt, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, s + 1);
+        double t1 = px_time_mono_s();
+        if (dump_dir && rank == 0 && s < dump_steps) {
+            char path[4096];
+            FILE *f;
+            PX_CHECK_GOTO(dump_raw(dump_dir, "params", s + 1, params, n * sizeof(float)), status,
+                          out);
+            snprintf(path, sizeof(path), "%s/loss_%d.txt", dump_dir, s + 1);
+            f = fopen(path, "w");
+            if (f) {
+                fprintf(f, "%.9g %.9g %.9g\n", loss, norm, lr);
+                fclose(f);
+            }
+        }
+        px_step_report_t rep = {.step = s + 1, .loss = loss, .grad_norm = norm, .lr = lr,
+                                .tokens_per_second = (double)cfg->batch * T / (t1 - t0),
+                                .elapsed_s = t1 - t_start};
+        if (cb && cb(arg, &rep)) {
+            px_info("train: stopped by the step callback after step %d", s + 1);
+            status = PX_ERR_ABORTED;
+            goto out;
+        }
+    }
+    status = PX_OK;
+
+out:
+    free(inputs);
+    free(targets);
+    px_gpt_destroy(gpt);
+    px_data_close(data);
+    return status;
+}
