@@ -81,6 +81,15 @@ px_status_t px_transport_address(px_transport_t *transport, const void **addr_p,
  * the bootstrap says which one died). The table is copied. */
 px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_t *table,
                                  int rank, int watch_fd, px_comm_t **comm_p);
+
+/* Watch fd records. Anything may write them to the watch fd: 8 bytes, a
+ * big-endian uint32 kind then a big-endian int32 rank. A hang-up (EOF)
+ * without a PX_WATCH_HUP_RANK record before it reads as PX_ERR_ABORTED; an
+ * unknown kind too. The communicator reads the fd only inside its waits and
+ * never closes it. */
+#define PX_WATCH_DIED     1u /* `rank` died: waits return PX_ERR_PEER_FAILURE naming it */
+#define PX_WATCH_HUP_RANK 2u /* a later hang-up of this fd means `rank` died */
+#define PX_WATCH_ABORT    3u /* stop: waits return PX_ERR_ABORTED */
 /* NULL is a no-op. Closes endpoints (flush if healthy, force if failed). */
 void px_comm_destroy(px_comm_t *comm);
 

@@ -1,0 +1,607 @@
+/* px_bootstrap.c: standalone bootstrap over TCP (torchrun / srun style).
+ *
+ * Setup (deadline PX_CONNECT_TIMEOUT_MS): rank 0 listens on PX_MASTER_PORT;
+ * every other rank connects (retrying while refused) and sends
+ *   hello = { u32 magic, i32 rank, i32 world, u32 addr_len, u32 node_len }
+ *           addr bytes, node bytes                       (big-endian ints)
+ * Rank 0 answers each with the whole table, rank by rank:
+ *   { u32 addr_len, u32 node_len } addr bytes, node bytes
+ * followed by a PX_WATCH_HUP_RANK(0) watch record (px_transport.h), so a
+ * communicator that polls the socket blames rank 0 when it hangs up.
+ *
+ * Life (the connections stay open): non-zero ranks hand their socket to the
+ * communicator as the watch fd. Rank 0 runs one thread that sleeps in poll()
+ * on all sockets; when a socket closes without a prior PX_BOOT_BYE record,
+ * that rank died: the thread writes PX_WATCH_DIED(R) to every other rank and
+ * to a pipe whose read end is rank 0's own watch fd. Clean close: every
+ * non-zero rank sends PX_BOOT_BYE then closes; rank 0 waits (bounded) for all
+ * byes before closing, so nobody sees a hang-up while others still work.
+ *
+ * Threads: the caller's thread, plus rank 0's watcher thread, which only
+ * touches the sockets, the pipe and its own arrays; destroy stops it through
+ * a second pipe and joins it before closing anything. */
+#include "px_bootstrap.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "px_env.h"
+#include "px_log.h"
+#include "px_time.h"
+
+#define HELLO_MAGIC 0x50584253u /* "PXBS" */
+#define PX_BOOT_BYE 0x42594500u /* record kind: clean exit of the sender */
+#define MAX_ADDR (1u << 20)
+#define MAX_NODE 256u
+
+struct px_bootstrap {
+    int rank;
+    int world;
+    int *socks;        /* rank 0: socks[r] to rank r (r >= 1); others: socks[0] */
+    int watch_fd;      /* handed to the communicator */
+    int died_pipe[2];  /* rank 0: watcher -> own comm */
+    int stop_pipe[2];  /* rank 0: destroy -> watcher */
+    pthread_t thread;
+    int thread_started;
+    int *bye;          /* rank 0: bye[r] seen */
+    int *closed;       /* rank 0: socks[r] hung up */
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* rank 0: bye / closed changed */
+};
+
+static px_status_t env_int(const char *name, int def, int min, int max, int *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    long x;
+    if (!v || !*v) {
+        if (def < min) {
+            px_error("bootstrap: %s is not set", name);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        *out = def;
+        return PX_OK;
+    }
+    x = strtol(v, &end, 10);
+    if (*end || x < min || x > max) {
+        px_error("bootstrap: %s=%s is not an integer in [%d, %d]", name, v, min, max);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    *out = (int)x;
+    return PX_OK;
+}
+
+px_status_t px_bootstrap_from_env(int *rank_p, int *world_p)
+{
+    int rank, world, port;
+    px_status_t status;
+
+    status = env_int("PX_WORLD_SIZE", -1, 1, 1 << 18, &world);
+    if (status != PX_OK)
+        return status;
+    status = env_int("PX_RANK", -1, 0, world - 1, &rank);
+    if (status != PX_OK)
+        return status;
+    if (world > 1) {
+        status = env_int("PX_MASTER_PORT", -1, 1, 65535, &port);
+        if (status != PX_OK)
+            return status;
+    }
+    *rank_p = rank;
+    *world_p = world;
+    return PX_OK;
+}
+
+static void node_name(char *buf, size_t len)
+{
+    const char *v = getenv("PX_NODE");
+    if (v && *v) {
+        snprintf(buf, len, "%s", v);
+        return;
+    }
+    if (gethostname(buf, len) != 0)
+        snprintf(buf, len, "localhost");
+    buf[len - 1] = '\0';
+}
+
+/* Writes all of buf (blocking socket). */
+static px_status_t write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
+        if (w < 0 && errno == ENOTSOCK)
+            w = write(fd, p, len); /* rank 0's pipe */
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return PX_ERR_IO;
+        p += w;
+        len -= (size_t)w;
+    }
+    return PX_OK;
+}
+
+/* Reads exactly len bytes before `deadline` (ms, monotonic). */
+static px_status_t read_all(int fd, void *buf, size_t len, int64_t deadline)
+{
+    char *p = buf;
+    while (len) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int64_t left = deadline - px_time_mono_ms();
+        ssize_t got;
+        if (left <= 0)
+            return PX_ERR_TIMEOUT;
+        if (poll(&pfd, 1, (int)left) <= 0)
+            continue;
+        got = recv(fd, p, len, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return PX_ERR_IO;
+        p += got;
+        len -= (size_t)got;
+    }
+    return PX_OK;
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    v = htonl(v);
+    memcpy(p, &v, 4);
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return ntohl(v);
+}
+
+static px_status_t send_record(int fd, uint32_t kind, int32_t rank)
+{
+    unsigned char rec[8];
+    put_u32(rec, kind);
+    put_u32(rec + 4, (uint32_t)rank);
+    return write_all(fd, rec, sizeof(rec));
+}
+
+/* --- rank 0 watcher thread --- */
+
+static void *watcher_main(void *arg)
+{
+    px_bootstrap_t *bs = arg;
+    int n = bs->world;
+    struct pollfd *fds = calloc((size_t)n + 1, sizeof(*fds));
+    unsigned char (*buf)[8] = calloc((size_t)n, 8);
+    size_t *have = calloc((size_t)n, sizeof(size_t));
+    int *map = calloc((size_t)n + 1, sizeof(int));
+
+    if (!fds || !buf || !have || !map) {
+        px_error("bootstrap watcher: out of memory");
+        goto out;
+    }
+    for (;;) {
+        nfds_t k = 0;
+        fds[k].fd = bs->stop_pipe[0];
+        fds[k].events = POLLIN;
+        map[k++] = -1;
+        for (int r = 1; r < n; r++) {
+            if (bs->closed[r])
+                continue;
+            fds[k].fd = bs->socks[r];
+            fds[k].events = POLLIN;
+            map[k++] = r;
+        }
+        if (poll(fds, k, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (fds[0].revents)
+            break;
+        for (nfds_t i = 1; i < k; i++) {
+            int r = map[i];
+            ssize_t got;
+            if (!fds[i].revents)
+                continue;
+            got = recv(bs->socks[r], buf[r] + have[r], 8 - have[r], MSG_DONTWAIT);
+            if (got < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
+            pthread_mutex_lock(&bs->lock);
+            if (got > 0) {
+                have[r] += (size_t)got;
+                if (have[r] == 8) {
+                    have[r] = 0;
+                    if (get_u32(buf[r]) == PX_BOOT_BYE)
+                        bs->bye[r] = 1;
+                }
+            } else {
+                /* hang-up */
+                bs->closed[r] = 1;
+                if (!bs->bye[r]) {
+                    px_warn("bootstrap: rank %d died (its connection closed); telling the others",
+                            r);
+                    for (int o = 1; o < n; o++)
+                        if (o != r && !bs->closed[o])
+                            send_record(bs->socks[o], PX_WATCH_DIED, r);
+                    send_record(bs->died_pipe[1], PX_WATCH_DIED, r);
+                }
+            }
+            pthread_cond_broadcast(&bs->cond);
+            pthread_mutex_unlock(&bs->lock);
+        }
+    }
+out:
+    free(fds);
+    free(buf);
+    free(have);
+    free(map);
+    return NULL;
+}
+
+/* --- setup --- */
+
+static px_status_t table_put(px_addr_table_t *table, int r, const void *addr, size_t len,
+                             const char *node, size_t node_len)
+{
+    table->addrs[r] = malloc(len ? len : 1);
+    table->nodes[r] = malloc(node_len + 1);
+    if (!table->addrs[r] || !table->nodes[r])
+        return PX_ERR_NO_MEMORY;
+    memcpy(table->addrs[r], addr, len);
+    table->addr_lens[r] = len;
+    memcpy(table->nodes[r], node, node_len);
+    table->nodes[r][node_len] = '\0';
+    return PX_OK;
+}
+
+static px_status_t master_setup(px_bootstrap_t *bs, int port, int64_t deadline,
+                                px_addr_table_t *table)
+{
+    struct sockaddr_in sa;
+    int one = 1, lfd, accepted = 0;
+    px_status_t status = PX_OK;
+    int *pending = calloc((size_t)bs->world, sizeof(int));
+
+    if (!pending)
+        return PX_ERR_NO_MEMORY;
+    lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0) {
+        free(pending);
+        return PX_ERR_IO;
+    }
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    sa.sin_port = htons((uint16_t)port);
+    if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(lfd, 1024) != 0) {
+        px_error("bootstrap: cannot listen on port %d: %s", port, strerror(errno));
+        status = PX_ERR_IO;
+        goto out_close;
+    }
+    /* accept world-1 connections; read each hello */
+    while (accepted < bs->world - 1) {
+        struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+        unsigned char hello[20];
+        uint32_t alen, nlen;
+        int32_t r, w;
+        char *abuf = NULL, nbuf[MAX_NODE + 1];
+        int64_t left = deadline - px_time_mono_ms();
+        int fd;
+
+        if (left <= 0) {
+            px_error("bootstrap: only %d of %d ranks connected before the deadline", accepted + 1,
+                     bs->world);
+            status = PX_ERR_TIMEOUT;
+            goto out_close;
+        }
+        if (poll(&pfd, 1, (int)left) <= 0)
+            continue;
+        fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (read_all(fd, hello, sizeof(hello), deadline) != PX_OK ||
+            get_u32(hello) != HELLO_MAGIC) {
+            px_warn("bootstrap: dropped a connection without a valid hello");
+            close(fd);
+            continue;
+        }
+        r = (int32_t)get_u32(hello + 4);
+        w = (int32_t)get_u32(hello + 8);
+        alen = get_u32(hello + 12);
+        nlen = get_u32(hello + 16);
+        if (w != bs->world || r <= 0 || r >= bs->world || bs->socks[r] >= 0 || alen > MAX_ADDR ||
+            nlen > MAX_NODE) {
+            px_error("bootstrap: bad hello (rank %d, world %d, expected world %d)", r, w,
+                     bs->world);
+            close(fd);
+            status = PX_ERR_INVALID_ARGUMENT;
+            goto out_close;
+        }
+        abuf = malloc(alen ? alen : 1);
+        if (!abuf) {
+            close(fd);
+            status = PX_ERR_NO_MEMORY;
+            goto out_close;
+        }
+        if (read_all(fd, abuf, alen, deadline) != PX_OK ||
+            read_all(fd, nbuf, nlen, deadline) != PX_OK) {
+            free(abuf);
+            close(fd);
+            px_error("bootstrap: rank %d's hello was cut short", r);
+            status = PX_ERR_IO;
+            goto out_close;
+        }
+        status = table_put(table, r, abuf, alen, nbuf, nlen);
+        free(abuf);
+        if (status != PX_OK) {
+            close(fd);
+            goto out_close;
+        }
+        bs->socks[r] = fd;
+        accepted++;
+    }
+    /* send the table to everyone */
+    for (int dst = 1; dst < bs->world && status == PX_OK; dst++) {
+        for (int r = 0; r < bs->world && status == PX_OK; r++) {
+            unsigned char lens[8];
+            size_t nl = strlen(table->nodes[r]);
+            put_u32(lens, (uint32_t)table->addr_lens[r]);
+            put_u32(lens + 4, (uint32_t)nl);
+            status = write_all(bs->socks[dst], lens, 8);
+            if (status == PX_OK)
+                status = write_all(bs->socks[dst], table->addrs[r], table->addr_lens[r]);
+            if (status == PX_OK)
+                status = write_all(bs->socks[dst], table->nodes[r], nl);
+        }
+        if (status == PX_OK)
+            status = send_record(bs->socks[dst], PX_WATCH_HUP_RANK, 0);
+        if (status != PX_OK)
+            px_error("bootstrap: sending the table to rank %d failed", dst);
+    }
+out_close:
+    close(lfd);
+    free(pending);
+    return status;
+}
+
+static px_status_t worker_setup(px_bootstrap_t *bs, const char *host, int port, int64_t deadline,
+                                const void *addr, size_t len, const char *node,
+                                px_addr_table_t *table)
+{
+    struct addrinfo hints, *res = NULL;
+    char portstr[16];
+    unsigned char hello[20];
+    int fd = -1, one = 1, gai;
+    px_status_t status;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    gai = getaddrinfo(host, portstr, &hints, &res);
+    if (gai != 0) {
+        px_error("bootstrap: cannot resolve PX_MASTER_ADDR=%s: %s", host, gai_strerror(gai));
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    for (;;) {
+        fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            freeaddrinfo(res);
+            return PX_ERR_IO;
+        }
+        if (connect(fd, res->ai_addr, res->ai_addrlen) == 0)
+            break;
+        close(fd);
+        fd = -1;
+        if (px_time_mono_ms() >= deadline) {
+            px_error("bootstrap: rank %d could not connect to %s:%d before the deadline",
+                     bs->rank, host, port);
+            freeaddrinfo(res);
+            return PX_ERR_TIMEOUT;
+        }
+        {
+            struct timespec ts = {0, 50 * 1000 * 1000}; /* retry every 50 ms */
+            nanosleep(&ts, NULL);
+        }
+    }
+    freeaddrinfo(res);
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    bs->socks[0] = fd;
+    put_u32(hello, HELLO_MAGIC);
+    put_u32(hello + 4, (uint32_t)bs->rank);
+    put_u32(hello + 8, (uint32_t)bs->world);
+    put_u32(hello + 12, (uint32_t)len);
+    put_u32(hello + 16, (uint32_t)strlen(node));
+    status = write_all(fd, hello, sizeof(hello));
+    if (status == PX_OK)
+        status = write_all(fd, addr, len);
+    if (status == PX_OK)
+        status = write_all(fd, node, strlen(node));
+    if (status != PX_OK) {
+        px_error("bootstrap: rank %d: sending hello failed", bs->rank);
+        return status;
+    }
+    for (int r = 0; r < bs->world; r++) {
+        unsigned char lens[8];
+        uint32_t alen, nlen;
+        char nbuf[MAX_NODE + 1];
+        char *abuf;
+        status = read_all(fd, lens, 8, deadline);
+        if (status != PX_OK) {
+            px_error("bootstrap: rank %d: reading the table failed (%s)", bs->rank,
+                     px_status_str(status));
+            return status;
+        }
+        alen = get_u32(lens);
+        nlen = get_u32(lens + 4);
+        if (alen > MAX_ADDR || nlen > MAX_NODE)
+            return PX_ERR_IO;
+        abuf = malloc(alen ? alen : 1);
+        if (!abuf)
+            return PX_ERR_NO_MEMORY;
+        status = read_all(fd, abuf, alen, deadline);
+        if (status == PX_OK)
+            status = read_all(fd, nbuf, nlen, deadline);
+        if (status == PX_OK)
+            status = table_put(table, r, abuf, alen, nbuf, nlen);
+        free(abuf);
+        if (status != PX_OK)
+            return status;
+    }
+    bs->watch_fd = fd; /* the HUP_RANK record waits in it for the comm */
+    return PX_OK;
+}
+
+px_status_t px_bootstrap_create(int rank, int world_size, const void *addr, size_t len,
+                                px_bootstrap_t **bootstrap_p, px_addr_table_t *table)
+{
+    int64_t deadline = px_time_mono_ms() + px_env_int("PX_CONNECT_TIMEOUT_MS");
+    const char *host = getenv("PX_MASTER_ADDR");
+    char node[MAX_NODE];
+    int port = 0;
+    px_bootstrap_t *bs;
+    px_status_t status;
+
+    if (rank < 0 || rank >= world_size || !addr || !len || !bootstrap_p || !table) {
+        px_error("px_bootstrap_create: bad arguments (rank %d, world %d)", rank, world_size);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (world_size > 1) {
+        status = env_int("PX_MASTER_PORT", -1, 1, 65535, &port);
+        if (status != PX_OK)
+            return status;
+    }
+    if (!host || !*host)
+        host = "127.0.0.1";
+    node_name(node, sizeof(node));
+    status = px_addr_table_init(table, world_size);
+    if (status != PX_OK)
+        return status;
+    bs = calloc(1, sizeof(*bs));
+    if (!bs) {
+        status = PX_ERR_NO_MEMORY;
+        goto err_table;
+    }
+    bs->rank = rank;
+    bs->world = world_size;
+    bs->watch_fd = -1;
+    bs->died_pipe[0] = bs->died_pipe[1] = bs->stop_pipe[0] = bs->stop_pipe[1] = -1;
+    pthread_mutex_init(&bs->lock, NULL);
+    pthread_cond_init(&bs->cond, NULL);
+    bs->socks = malloc(sizeof(int) * (size_t)world_size);
+    bs->bye = calloc((size_t)world_size, sizeof(int));
+    bs->closed = calloc((size_t)world_size, sizeof(int));
+    if (!bs->socks || !bs->bye || !bs->closed) {
+        status = PX_ERR_NO_MEMORY;
+        goto err_bs;
+    }
+    for (int r = 0; r < world_size; r++)
+        bs->socks[r] = -1;
+    if (rank == 0) {
+        status = table_put(table, 0, addr, len, node, strlen(node));
+        if (status != PX_OK)
+            goto err_bs;
+        if (world_size > 1) {
+            status = master_setup(bs, port, deadline, table);
+            if (status != PX_OK)
+                goto err_bs;
+        }
+        if (pipe2(bs->died_pipe, O_CLOEXEC) != 0 || pipe2(bs->stop_pipe, O_CLOEXEC) != 0) {
+            status = PX_ERR_IO;
+            goto err_bs;
+        }
+        bs->watch_fd = bs->died_pipe[0];
+        if (world_size > 1) {
+            if (pthread_create(&bs->thread, NULL, watcher_main, bs) != 0) {
+                status = PX_ERR_INTERNAL;
+                goto err_bs;
+            }
+            bs->thread_started = 1;
+        }
+    } else {
+        status = worker_setup(bs, host, port, deadline, addr, len, node, table);
+        if (status != PX_OK)
+            goto err_bs;
+    }
+    *bootstrap_p = bs;
+    return PX_OK;
+
+err_bs:
+    /* closing without byes: peers see a hang-up, which is right for a failed setup */
+    px_bootstrap_destroy(bs);
+err_table:
+    px_addr_table_free(table);
+    return status;
+}
+
+int px_bootstrap_watch_fd(const px_bootstrap_t *bootstrap)
+{
+    return bootstrap ? bootstrap->watch_fd : -1;
+}
+
+void px_bootstrap_destroy(px_bootstrap_t *bootstrap)
+{
+    px_bootstrap_t *bs = bootstrap;
+
+    if (!bs)
+        return;
+    if (bs->rank != 0) {
+        if (bs->socks && bs->socks[0] >= 0) {
+            send_record(bs->socks[0], PX_BOOT_BYE, bs->rank);
+            close(bs->socks[0]);
+        }
+    } else {
+        if (bs->thread_started) {
+            /* wait (bounded) until every rank said bye or hung up */
+            struct timespec end;
+            int missing = 0;
+            clock_gettime(CLOCK_REALTIME, &end);
+            end.tv_sec += px_env_int("PX_CONNECT_TIMEOUT_MS") / 1000 + 1;
+            pthread_mutex_lock(&bs->lock);
+            for (;;) {
+                missing = 0;
+                for (int r = 1; r < bs->world; r++)
+                    missing += !bs->bye[r] && !bs->closed[r];
+                if (!missing || pthread_cond_timedwait(&bs->cond, &bs->lock, &end) != 0)
+                    break;
+            }
+            pthread_mutex_unlock(&bs->lock);
+            if (missing)
+                px_warn("bootstrap: %d rank(s) never said goodbye", missing);
+            if (write(bs->stop_pipe[1], "x", 1) != 1)
+                px_warn("bootstrap: cannot stop the watcher thread");
+            pthread_join(bs->thread, NULL);
+        }
+        for (int r = 1; bs->socks && r < bs->world; r++)
+            if (bs->socks[r] >= 0)
+                close(bs->socks[r]);
+        for (int i = 0; i < 2; i++) {
+            if (bs->died_pipe[i] >= 0)
+                close(bs->died_pipe[i]);
+            if (bs->stop_pipe[i] >= 0)
+                close(bs->stop_pipe[i]);
+        }
+    }
+    pthread_mutex_destroy(&bs->lock);
+    pthread_cond_destroy(&bs->cond);
+    free(bs->socks);
+    free(bs->bye);
+    free(bs->closed);
+    free(bs);
+}

@@ -1,0 +1,326 @@
+/* px_comm.c: communicators: endpoints to every rank, the first exchange that
+ * checks them, abort, destroy.
+ *
+ * Endpoint error mode (PX_UCX_PEER_ERR_MODE): "auto" uses
+ * UCP_ERR_HANDLING_MODE_PEER for ranks whose node name differs from ours
+ * (tcp / InfiniBand carry it cheaply) and plain mode for same-node ranks,
+ * whose shared-memory transports lose their speed (or refuse) in peer mode
+ * (../shared/notes/ucx-1.13.md); "always" and "never" force one mode. A dead
+ * same-node peer is caught by the deadline, the watch fd or an abort.
+ *
+ * Invariants: comm->peers[r].ep is valid for every r (self included) from a
+ * successful create to destroy; the error callback only sets flags that the
+ * waits (px_progress.c) turn into PX_ERR_PEER_FAILURE. Runs on the thread
+ * using the communicator, except px_comm_abort (any thread). */
+#include "px_transport_int.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "px_env.h"
+#include "px_log.h"
+#include "px_time.h"
+
+#define WIREUP_MAGIC 0x50585755u /* "PXWU" */
+#define CLOSE_MS 5000
+
+typedef struct {
+    uint32_t magic;
+    uint32_t comm_id;
+    int32_t rank;
+    int32_t size;
+} wireup_msg_t;
+
+static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    px__peer_t *peer = arg;
+    (void)ep;
+    if (!peer->failed) {
+        peer->failed = 1;
+        peer->fail_status = status;
+        px_warn("comm %u: UCX reports rank %d failed: %s", peer->comm->id, peer->rank,
+                ucs_status_string(status));
+    }
+}
+
+static int want_peer_mode(const char *knob, const char *my_node, const char *peer_node)
+{
+    if (!strcmp(knob, "always"))
+        return 1;
+    if (!strcmp(knob, "never"))
+        return 0;
+    if (strcmp(knob, "auto"))
+        px_warn("PX_UCX_PEER_ERR_MODE=%s unknown, using auto", knob);
+    return !my_node || !peer_node || strcmp(my_node, peer_node) != 0;
+}
+
+static px_status_t create_eps(px_comm_t *comm, const px_addr_table_t *table)
+{
+    const char *knob = px_env_str("PX_UCX_PEER_ERR_MODE");
+
+    for (int r = 0; r < comm->size; r++) {
+        px__peer_t *peer = &comm->peers[r];
+        ucp_ep_params_t params;
+        ucs_status_t st;
+
+        peer->comm = comm;
+        peer->rank = r;
+        peer->peer_mode = r != comm->rank &&
+                          want_peer_mode(knob, table->nodes[comm->rank], table->nodes[r]);
+        memset(&params, 0, sizeof(params));
+        params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+        params.address = table->addrs[r];
+        params.err_mode = peer->peer_mode ? UCP_ERR_HANDLING_MODE_PEER
+                                          : UCP_ERR_HANDLING_MODE_NONE;
+        if (peer->peer_mode) {
+            params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+            params.err_handler.cb = ep_err_cb;
+            params.err_handler.arg = peer;
+        }
+        st = ucp_ep_create(comm->tr->worker, &params, &peer->ep);
+        if (st != UCS_OK) {
+            peer->ep = NULL;
+            return px__comm_set_error(comm, PX_ERR_PEER_FAILURE,
+                                      "rank %d: ucp_ep_create failed: %s", r,
+                                      ucs_status_string(st));
+        }
+        px_debug("comm %u: endpoint to rank %d (node %s), %s error mode", comm->id, r,
+                 table->nodes[r] ? table->nodes[r] : "?", peer->peer_mode ? "peer" : "plain");
+    }
+    return PX_OK;
+}
+
+/* First exchange: a small message to and from every other rank. */
+static px_status_t wireup(px_comm_t *comm)
+{
+    int64_t deadline = px_time_mono_ms() + px_env_int("PX_CONNECT_TIMEOUT_MS");
+    wireup_msg_t mine = {WIREUP_MAGIC, comm->id, comm->rank, comm->size};
+    wireup_msg_t *theirs = calloc((size_t)comm->size, sizeof(*theirs));
+    px__op_t *op;
+    px_status_t status = PX_OK;
+
+    if (!theirs)
+        return PX_ERR_NO_MEMORY;
+    for (int r = 0; r < comm->size; r++) {
+        if (r == comm->rank)
+            continue;
+        PX_CHECK_GOTO(px__recv_post(comm, r, px__tag(comm->id, PX__TAG_KIND_WIREUP, r, 0),
+                                    &theirs[r], sizeof(theirs[r]), &op), status, out_free);
+        PX_CHECK_GOTO(px__send_post(comm, r, px__tag(comm->id, PX__TAG_KIND_WIREUP, comm->rank, 0),
+                                    &mine, sizeof(mine), &op), status, out_free);
+    }
+    status = px__wait(comm, NULL, deadline);
+    if (status != PX_OK)
+        goto out_free;
+    for (int r = 0; r < comm->size; r++) {
+        if (r == comm->rank)
+            continue;
+        if (theirs[r].magic != WIREUP_MAGIC || theirs[r].rank != r ||
+            theirs[r].size != comm->size || theirs[r].comm_id != comm->id) {
+            status = px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                        "rank %d: wire-up says rank %d of %d (comm %u), "
+                                        "expected rank %d of %d (comm %u)",
+                                        r, theirs[r].rank, theirs[r].size, theirs[r].comm_id, r,
+                                        comm->size, comm->id);
+            goto out_free;
+        }
+    }
+out_free:
+    if (status != PX_OK && comm->active)
+        px__cancel_all(comm);
+    free(theirs);
+    return status;
+}
+
+px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_t *table,
+                                 int rank, int watch_fd, px_comm_t **comm_p)
+{
+    px_status_t status;
+    px_comm_t *comm;
+
+    if (!transport || !table || !comm_p || table->world_size <= 0 ||
+        table->world_size > PX__MAX_RANKS || rank < 0 || rank >= table->world_size) {
+        px_error("px_comm_create_world: bad arguments (rank %d, world %d)", rank,
+                 table ? table->world_size : -1);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    for (int r = 0; r < table->world_size; r++) {
+        if (!table->addrs[r] || !table->addr_lens[r]) {
+            px_error("px_comm_create_world: no address for rank %d", r);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+    }
+    comm = calloc(1, sizeof(*comm));
+    if (!comm)
+        return PX_ERR_NO_MEMORY;
+    comm->tr = transport;
+    comm->rank = rank;
+    comm->size = table->world_size;
+    comm->id = 0;
+    comm->watch_fd = watch_fd;
+    comm->watch_hup_rank = -1;
+    comm->default_timeout_ms = (int)px_env_int("PX_COMM_TIMEOUT_MS");
+    comm->chunk_bytes = (size_t)px_env_int("PX_ALLREDUCE_CHUNK_BYTES");
+    if (comm->chunk_bytes < 64)
+        comm->chunk_bytes = 64;
+    comm->chunk_bytes &= ~(size_t)63;
+    comm->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (comm->abort_efd < 0) {
+        px_error("eventfd: failed");
+        status = PX_ERR_IO;
+        goto err_free;
+    }
+    comm->peers = calloc((size_t)comm->size, sizeof(*comm->peers));
+    comm->nodes = calloc((size_t)comm->size, sizeof(*comm->nodes));
+    if (!comm->peers || !comm->nodes) {
+        status = PX_ERR_NO_MEMORY;
+        goto err_destroy;
+    }
+    for (int r = 0; r < comm->size; r++) {
+        comm->nodes[r] = strdup(table->nodes[r] ? table->nodes[r] : "");
+        if (!comm->nodes[r]) {
+            status = PX_ERR_NO_MEMORY;
+            goto err_destroy;
+        }
+    }
+    transport->n_comms++;
+    status = create_eps(comm, table);
+    if (status != PX_OK)
+        goto err_destroy;
+    status = wireup(comm);
+    if (status != PX_OK)
+        goto err_destroy;
+    px_debug("comm %u: rank %d of %d connected", comm->id, rank, comm->size);
+    *comm_p = comm;
+    return PX_OK;
+
+err_destroy:
+    if (!comm->failed)
+        comm->failed = status;
+    px_comm_destroy(comm);
+    return status;
+err_free:
+    free(comm);
+    return status;
+}
+
+/* Closes every endpoint: flush when healthy, force when failed. Bounded. */
+static void close_eps(px_comm_t *comm)
+{
+    void **reqs = calloc((size_t)comm->size, sizeof(void *));
+    int64_t end = px_time_mono_ms() + CLOSE_MS;
+    ucp_request_param_t param;
+
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = comm->failed ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    for (int r = 0; r < comm->size; r++) {
+        void *req;
+        if (!comm->peers[r].ep)
+            continue;
+        /* a failed peer-mode endpoint must be force-closed */
+        param.flags = (comm->failed || comm->peers[r].failed) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        req = ucp_ep_close_nbx(comm->peers[r].ep, &param);
+        comm->peers[r].ep = NULL;
+        if (UCS_PTR_IS_PTR(req) && reqs)
+            reqs[r] = req;
+        else if (UCS_PTR_IS_PTR(req))
+            ucp_request_free(req);
+    }
+    for (int r = 0; reqs && r < comm->size; r++) {
+        while (reqs[r]) {
+            ucs_status_t st;
+            while (ucp_worker_progress(comm->tr->worker))
+                ;
+            st = ucp_request_check_status(reqs[r]);
+            if (st != UCS_INPROGRESS) {
+                ucp_request_free(reqs[r]);
+                reqs[r] = NULL;
+                break;
+            }
+            if (px_time_mono_ms() >= end) {
+                px_warn("comm %u: closing the endpoint to rank %d did not finish", comm->id, r);
+                break; /* leave it to worker destroy */
+            }
+            if (ucp_worker_arm(comm->tr->worker) == UCS_OK) {
+                struct pollfd p = {.fd = comm->tr->efd, .events = POLLIN};
+                poll(&p, 1, 20);
+            }
+        }
+    }
+    free(reqs);
+}
+
+void px_comm_destroy(px_comm_t *comm)
+{
+    int leak_orphans = 0;
+
+    if (!comm)
+        return;
+    if (comm->active)
+        px__cancel_all(comm);
+    if (comm->orphans && !comm->failed)
+        comm->failed = PX_ERR_ABORTED; /* force close completes orphaned sends */
+    if (comm->peers) {
+        close_eps(comm);
+        comm->tr->n_comms--;
+    }
+    while (ucp_worker_progress(comm->tr->worker))
+        ;
+    for (px__op_t *op = comm->orphans; op; op = op->next)
+        if (!op->done)
+            leak_orphans = 1; /* a late callback may still write the record */
+    if (!leak_orphans) {
+        for (size_t i = 0; i < comm->n_all; i++)
+            free(comm->all_ops[i]);
+        free(comm->all_ops);
+    } else {
+        px_warn("comm %u: keeping %zu request records whose sends never completed", comm->id,
+                comm->n_all);
+    }
+    for (int r = 0; comm->nodes && r < comm->size; r++)
+        free(comm->nodes[r]);
+    free(comm->nodes);
+    free(comm->peers);
+    free(comm->scratch);
+    if (comm->abort_efd >= 0)
+        close(comm->abort_efd);
+    free(comm);
+}
+
+int px_comm_rank(const px_comm_t *comm)
+{
+    return comm->rank;
+}
+
+int px_comm_size(const px_comm_t *comm)
+{
+    return comm->size;
+}
+
+const char *px_comm_last_error(const px_comm_t *comm)
+{
+    return comm ? comm->last_error : "";
+}
+
+void px_comm_abort(px_comm_t *comm, const char *reason)
+{
+    int expected = 0;
+    uint64_t one = 1;
+
+    if (!comm)
+        return;
+    if (atomic_compare_exchange_strong(&comm->aborted, &expected, 1)) {
+        snprintf(comm->abort_reason, sizeof(comm->abort_reason), "%s", reason ? reason : "");
+        atomic_store(&comm->aborted, 2);
+    }
+    if (write(comm->abort_efd, &one, sizeof(one)) < 0) {
+        /* counter saturated: already readable */
+    }
+}

@@ -1,0 +1,427 @@
+/* px_progress.c: outstanding UCX tag requests and the blocking progress loop.
+ *
+ * Every send/recv a communicator posts is a px__op_t on comm->active. Waits
+ * call ucp_worker_progress until it has nothing left to do, then arm the
+ * worker (ucp_worker_arm) and sleep in poll() on three descriptors: the
+ * worker's event fd, the communicator's abort eventfd and the optional watch
+ * fd, with the time left to the deadline as the poll timeout. Nothing spins:
+ * a rank waiting for a slow peer uses no CPU, so 4 ranks run well on 2 cores.
+ *
+ * Failure handling: the first failure (deadline, abort, watch fd, UCX peer
+ * error, truncation) cancels every active receive with ucp_request_cancel
+ * and waits (bounded) until all active requests have completed, so user
+ * buffers are not written after the call returns. Sends cannot be cancelled
+ * in UCX 1.13; a send still pending after the drain (to a dead peer) is kept
+ * as an orphan and completed by the forced endpoint close at destroy (a send
+ * only reads its buffer).
+ *
+ * Runs on the thread using the communicator; only px_comm_abort() (in
+ * px_comm.c) touches the comm from other threads, through an atomic flag and
+ * an eventfd. */
+#include "px_transport_int.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "px_log.h"
+#include "px_time.h"
+
+/* Bound of the drain after a failure (ms). */
+#define DRAIN_MS 2000
+
+int64_t px__deadline(const px_comm_t *comm, int timeout_ms)
+{
+    if (timeout_ms < 0)
+        timeout_ms = comm->default_timeout_ms;
+    return px_time_mono_ms() + timeout_ms;
+}
+
+px_status_t px__comm_set_error(px_comm_t *comm, px_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(comm->last_error, sizeof(comm->last_error), fmt, ap);
+    va_end(ap);
+    if (status == PX_ERR_PEER_FAILURE || status == PX_ERR_ABORTED || status == PX_ERR_TIMEOUT)
+        if (!comm->failed)
+            comm->failed = status;
+    px_error("comm %u rank %d: %s (%s)", comm->id, comm->rank, comm->last_error,
+             px_status_str(status));
+    return status;
+}
+
+static px__op_t *op_get(px_comm_t *comm)
+{
+    px__op_t *op = comm->free_ops;
+    if (op) {
+        comm->free_ops = op->next;
+    } else {
+        if (comm->n_all == comm->cap_all) {
+            size_t cap = comm->cap_all ? comm->cap_all * 2 : 32;
+            px__op_t **all = realloc(comm->all_ops, cap * sizeof(*all));
+            if (!all)
+                return NULL;
+            comm->all_ops = all;
+            comm->cap_all = cap;
+        }
+        op = malloc(sizeof(*op));
+        if (!op)
+            return NULL;
+        comm->all_ops[comm->n_all++] = op;
+    }
+    memset(op, 0, sizeof(*op));
+    return op;
+}
+
+static void op_put(px_comm_t *comm, px__op_t *op)
+{
+    op->next = comm->free_ops;
+    comm->free_ops = op;
+}
+
+static void unlink_active(px_comm_t *comm, px__op_t *op)
+{
+    for (px__op_t **pp = &comm->active; *pp; pp = &(*pp)->next) {
+        if (*pp == op) {
+            *pp = op->next;
+            op->next = NULL;
+            return;
+        }
+    }
+}
+
+static void send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    px__op_t *op = user_data;
+    op->status = status;
+    op->done = 1;
+    op->req = NULL;
+    ucp_request_free(request);
+}
+
+static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                    void *user_data)
+{
+    px__op_t *op = user_data;
+    op->status = status;
+    op->length = (status == UCS_OK && info) ? info->length : 0;
+    op->done = 1;
+    op->req = NULL;
+    ucp_request_free(request);
+}
+
+static px_status_t post_common(px_comm_t *comm, int peer, px__op_t **op_p, px__op_t **out)
+{
+    if (comm->failed)
+        return comm->failed;
+    if (peer < 0 || peer >= comm->size) {
+        px_error("comm %u: peer rank %d out of range [0, %d)", comm->id, peer, comm->size);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    *out = op_get(comm);
+    if (!*out)
+        return PX_ERR_NO_MEMORY;
+    (*out)->peer = peer;
+    (void)op_p;
+    return PX_OK;
+}
+
+px_status_t px__send_post(px_comm_t *comm, int peer, ucp_tag_t tag, const void *buf,
+                          size_t bytes, px__op_t **op_p)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t req;
+    px__op_t *op;
+    px_status_t status = post_common(comm, peer, op_p, &op);
+
+    if (status != PX_OK)
+        return status;
+    op->is_send = 1;
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.send = send_cb;
+    param.user_data = op;
+    param.datatype = ucp_dt_make_contig(1);
+    req = ucp_tag_send_nbx(comm->peers[peer].ep, buf, bytes, tag, &param);
+    if (UCS_PTR_IS_ERR(req)) {
+        op_put(comm, op);
+        return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: send failed: %s", peer,
+                                  ucs_status_string(UCS_PTR_STATUS(req)));
+    }
+    if (req == NULL) { /* not expected with NO_IMM_CMPL, but handle it */
+        op->done = 1;
+        op->status = UCS_OK;
+    }
+    op->req = req;
+    op->next = comm->active;
+    comm->active = op;
+    *op_p = op;
+    return PX_OK;
+}
+
+px_status_t px__recv_post(px_comm_t *comm, int peer, ucp_tag_t tag, void *buf, size_t bytes,
+                          px__op_t **op_p)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t req;
+    px__op_t *op;
+    px_status_t status = post_common(comm, peer, op_p, &op);
+
+    if (status != PX_OK)
+        return status;
+    op->expect = bytes;
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv = recv_cb;
+    param.user_data = op;
+    param.datatype = ucp_dt_make_contig(1);
+    req = ucp_tag_recv_nbx(comm->tr->worker, buf, bytes, tag, (ucp_tag_t)-1, &param);
+    if (UCS_PTR_IS_ERR(req)) {
+        op_put(comm, op);
+        px_error("ucp_tag_recv_nbx: %s", ucs_status_string(UCS_PTR_STATUS(req)));
+        return PX_ERR_INTERNAL;
+    }
+    if (req == NULL) {
+        op->done = 1;
+        op->status = UCS_OK;
+        op->length = bytes;
+    }
+    op->req = req;
+    op->next = comm->active;
+    comm->active = op;
+    *op_p = op;
+    return PX_OK;
+}
+
+/* Drains the worker without sleeping. */
+static void progress_all(px_transport_t *tr)
+{
+    while (ucp_worker_progress(tr->worker))
+        ;
+}
+
+/* Sleeps on the worker efd (+ abort efd + watch fd) until something happens
+ * or `timeout_ms` passes. */
+static void sleep_on_fds(px_comm_t *comm, int timeout_ms, int *watch_ready_p)
+{
+    struct pollfd fds[3];
+    nfds_t n = 0;
+    ucs_status_t st = ucp_worker_arm(comm->tr->worker);
+
+    *watch_ready_p = 0;
+    if (st == UCS_ERR_BUSY)
+        return; /* events pending: progress again */
+    fds[n].fd = comm->tr->efd;
+    fds[n++].events = POLLIN;
+    fds[n].fd = comm->abort_efd;
+    fds[n++].events = POLLIN;
+    if (comm->watch_fd >= 0 && !comm->watch_closed) {
+        fds[n].fd = comm->watch_fd;
+        fds[n++].events = POLLIN;
+    }
+    if (poll(fds, n, timeout_ms) > 0 && n == 3 && fds[2].revents)
+        *watch_ready_p = 1;
+}
+
+/* Reads what the watch fd has; returns an error status when it says stop. */
+static px_status_t read_watch(px_comm_t *comm)
+{
+    for (;;) {
+        struct pollfd pfd = {.fd = comm->watch_fd, .events = POLLIN};
+        ssize_t got;
+        uint32_t kind;
+        int32_t rank;
+
+        if (poll(&pfd, 1, 0) <= 0)
+            return PX_OK;
+        got = read(comm->watch_fd, comm->watch_buf + comm->watch_have, 8 - comm->watch_have);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN))
+            return PX_OK;
+        if (got <= 0) {
+            comm->watch_closed = 1;
+            if (comm->watch_hup_rank >= 0)
+                return px__comm_set_error(comm, PX_ERR_PEER_FAILURE,
+                                          "rank %d: peer failure (its bootstrap connection closed)",
+                                          comm->watch_hup_rank);
+            return px__comm_set_error(comm, PX_ERR_ABORTED, "watch fd closed: job aborted");
+        }
+        comm->watch_have += (size_t)got;
+        if (comm->watch_have < 8)
+            continue;
+        comm->watch_have = 0;
+        memcpy(&kind, comm->watch_buf, 4);
+        memcpy(&rank, comm->watch_buf + 4, 4);
+        kind = ntohl(kind);
+        rank = (int32_t)ntohl((uint32_t)rank);
+        if (kind == PX_WATCH_HUP_RANK) {
+            comm->watch_hup_rank = rank;
+            continue;
+        }
+        if (kind == PX_WATCH_DIED && rank >= 0 && rank < comm->size)
+            return px__comm_set_error(comm, PX_ERR_PEER_FAILURE,
+                                      "rank %d: peer failure (reported dead by the bootstrap)", rank);
+        return px__comm_set_error(comm, PX_ERR_ABORTED, "job aborted (watch fd record %u)", kind);
+    }
+}
+
+px_status_t px__check_async(px_comm_t *comm)
+{
+    if (comm->failed)
+        return comm->failed;
+    if (atomic_load(&comm->aborted) == 2)
+        return px__comm_set_error(comm, PX_ERR_ABORTED, "aborted: %s", comm->abort_reason);
+    for (int r = 0; r < comm->size; r++) {
+        if (comm->peers[r].failed)
+            return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", r,
+                                      ucs_status_string(comm->peers[r].fail_status));
+    }
+    if (comm->watch_fd >= 0 && !comm->watch_closed)
+        return read_watch(comm);
+    return PX_OK;
+}
+
+void px__cancel_all(px_comm_t *comm)
+{
+    int64_t end = px_time_mono_ms() + DRAIN_MS;
+    px__op_t *op, *next;
+
+    for (op = comm->active; op; op = op->next)
+        if (!op->done && !op->is_send && op->req)
+            ucp_request_cancel(comm->tr->worker, op->req);
+    for (;;) {
+        int pending = 0, dummy;
+        progress_all(comm->tr);
+        for (op = comm->active; op; op = op->next)
+            pending += !op->done;
+        if (!pending || px_time_mono_ms() >= end)
+            break;
+        /* sleep on the worker only: abort/watch fds may stay readable */
+        {
+            int fd = comm->watch_fd;
+            int abort_fd = comm->abort_efd;
+            comm->watch_fd = -1;
+            comm->abort_efd = -1;
+            sleep_on_fds(comm, 50, &dummy);
+            comm->watch_fd = fd;
+            comm->abort_efd = abort_fd;
+        }
+    }
+    for (op = comm->active; op; op = next) {
+        next = op->next;
+        if (op->done) {
+            op_put(comm, op);
+        } else {
+            if (!op->is_send)
+                px_error("comm %u: receive from rank %d still pending after cancel", comm->id,
+                         op->peer);
+            op->next = comm->orphans;
+            comm->orphans = op;
+        }
+    }
+    comm->active = NULL;
+}
+
+/* Text "2, 3" of the ranks with pending ops (for timeouts). */
+static void pending_ranks(px_comm_t *comm, char *buf, size_t len)
+{
+    size_t used = 0;
+    int shown = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < comm->size && shown < 8; r++) {
+        for (px__op_t *op = comm->active; op; op = op->next) {
+            if (!op->done && op->peer == r) {
+                used += (size_t)snprintf(buf + used, used < len ? len - used : 0, "%s%d",
+                                         shown ? ", " : "", r);
+                shown++;
+                break;
+            }
+        }
+        if (used >= len)
+            break;
+    }
+}
+
+/* Checks finished ops for failures. */
+static px_status_t scan_errors(px_comm_t *comm)
+{
+    for (px__op_t *op = comm->active; op; op = op->next) {
+        if (!op->done)
+            continue;
+        if (op->status == UCS_OK) {
+            if (!op->is_send && op->length != op->expect)
+                return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                          "rank %d: sent %zu bytes, %zu expected", op->peer,
+                                          op->length, op->expect);
+            continue;
+        }
+        if (op->status == UCS_ERR_MESSAGE_TRUNCATED)
+            return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                      "rank %d: sent more than the %zu bytes expected", op->peer,
+                                      op->expect);
+        if (op->status == UCS_ERR_CANCELED)
+            return px__comm_set_error(comm, PX_ERR_ABORTED, "rank %d: request cancelled", op->peer);
+        return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", op->peer,
+                                  ucs_status_string(op->status));
+    }
+    return PX_OK;
+}
+
+px_status_t px__wait(px_comm_t *comm, px__op_t *op, int64_t deadline)
+{
+    px_status_t status;
+
+    for (;;) {
+        int satisfied, watch_ready;
+        int64_t now;
+
+        progress_all(comm->tr);
+        status = scan_errors(comm);
+        if (status != PX_OK)
+            goto err_cancel;
+        if (op) {
+            satisfied = op->done;
+        } else {
+            satisfied = 1;
+            for (px__op_t *o = comm->active; o; o = o->next)
+                satisfied &= o->done;
+        }
+        if (satisfied) {
+            if (op) {
+                unlink_active(comm, op);
+                op_put(comm, op);
+            } else {
+                while (comm->active) {
+                    px__op_t *o = comm->active;
+                    comm->active = o->next;
+                    op_put(comm, o);
+                }
+            }
+            return PX_OK;
+        }
+        status = px__check_async(comm);
+        if (status != PX_OK)
+            goto err_cancel;
+        now = px_time_mono_ms();
+        if (now >= deadline) {
+            char who[96];
+            pending_ranks(comm, who, sizeof(who));
+            status = px__comm_set_error(comm, PX_ERR_TIMEOUT,
+                                        "timeout: still waiting for rank(s) %s", who);
+            goto err_cancel;
+        }
+        sleep_on_fds(comm, (int)(deadline - now > 1 << 30 ? 1 << 30 : deadline - now),
+                     &watch_ready);
+    }
+
+err_cancel:
+    px__cancel_all(comm);
+    return status;
+}
