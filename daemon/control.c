@@ -1,0 +1,339 @@
+/* control.c: the Control service (what pctl calls), on --listen and on
+ * unix:<runtime-dir>/control.sock.
+ *
+ * Requests about a job this node coordinates are answered from job.c and
+ * the store; requests about a job coordinated by another node (the node
+ * name is embedded in the job id) are forwarded to that node's Control
+ * service and its answer relayed as is. Handlers run on the loop thread. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "px_log.h"
+#include "store.h"
+
+#define P_CONTROL "/parallax.v1.Control/"
+
+/* ------------------------------------------------------------ forwarding */
+
+typedef struct {
+    px_rpc_call_t *call;
+} fwd_ctx_t;
+
+static void on_forward_done(px_daemon_t *d, void *arg, grpc_status_code code,
+                            const char *message, const ProtobufCMessage *response)
+{
+    fwd_ctx_t *ctx = arg;
+    if (code == GRPC_STATUS_OK)
+        px_rpc_call_reply(ctx->call, response);
+    else
+        px_rpc_call_fail(ctx->call, code, "%s", message ? message : "forwarded call failed");
+    free(ctx);
+}
+
+/* Relays `req` to `channel`'s `path`; ends `call` with its answer. */
+static void forward(px_daemon_t *d, px_rpc_call_t *call, px_rpc_channel_t *channel,
+                    const char *path, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *resp_desc)
+{
+    fwd_ctx_t *ctx = malloc(sizeof(*ctx));
+    px_status_t status;
+
+    if (!ctx) {
+        px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    ctx->call = call;
+    status = px_daemon_call_async(d, channel, path, req, resp_desc, PXD_RPC_TIMEOUT_MS,
+                                  on_forward_done, ctx);
+    if (status != PX_OK) {
+        free(ctx);
+        px_rpc_call_fail(call, px_rpc_code_from_status(status), "cannot reach %s: %s",
+                         px_rpc_channel_target(channel), px_status_str(status));
+    }
+}
+
+/* Finds the job locally, or forwards the call to its coordinator. Returns
+ * the local job, or NULL when the call was ended (forwarded or failed). */
+static px_job_t *route(px_daemon_t *d, px_rpc_call_t *call, const char *job_id,
+                       const char *method, const ProtobufCMessage *req,
+                       const ProtobufCMessageDescriptor *resp_desc)
+{
+    px_job_t *job = px_job_find(d, job_id);
+    char node[PXD_NAME_MAX], path[128];
+    px_rpc_channel_t *ch;
+
+    if (job)
+        return job;
+    if (!job_id || !*job_id) {
+        px_rpc_call_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "job id is empty");
+        return NULL;
+    }
+    px_job_id_node(job_id, node, sizeof(node));
+    if (!node[0] || !strcmp(node, d->cfg.name)) {
+        px_rpc_call_fail(call, GRPC_STATUS_NOT_FOUND, "no job %s", job_id);
+        return NULL;
+    }
+    ch = px_nodes_control_channel(d, node);
+    if (!ch) {
+        px_rpc_call_fail(call, GRPC_STATUS_NOT_FOUND,
+                         "no job %s here, and its coordinator node %s is unknown to node %s",
+                         job_id, node, d->cfg.name);
+        return NULL;
+    }
+    snprintf(path, sizeof(path), P_CONTROL "%s", method);
+    forward(d, call, ch, path, req, resp_desc);
+    return NULL;
+}
+
+/* --------------------------------------------------------------- handlers */
+
+static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    px_daemon_t *d = arg;
+    const Parallax__V1__SubmitJobRequest *req = (const void *)request;
+    Parallax__V1__SubmitJobResponse resp = PARALLAX__V1__SUBMIT_JOB_RESPONSE__INIT;
+    char err[1024];
+    px_job_t *job;
+    px_status_t status;
+
+    if (d->stopping) {
+        px_rpc_call_fail(call, GRPC_STATUS_UNAVAILABLE, "node %s is stopping", d->cfg.name);
+        return;
+    }
+    if (!req->spec) {
+        px_rpc_call_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: missing");
+        return;
+    }
+    status = px_validate_spec(req->spec, px_nodes_cluster_devices(d), err, sizeof(err));
+    if (status != PX_OK) {
+        px_info("SubmitJob rejected: %s", err);
+        px_rpc_call_fail(call, px_rpc_code_from_status(status), "%s", err);
+        return;
+    }
+    status = px_job_submit(d, req->spec, &job);
+    if (status != PX_OK) {
+        px_rpc_call_fail(call, px_rpc_code_from_status(status), "cannot store the job: %s",
+                         px_status_str(status));
+        return;
+    }
+    resp.job_id = job->id;
+    px_rpc_call_reply(call, &resp.base);
+    px_job_schedule(d);
+}
+
+static void h_get_job(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    px_daemon_t *d = arg;
+    const Parallax__V1__GetJobRequest *req = (const void *)request;
+    px_job_t *job = route(d, call, req->job_id, "GetJob", request,
+                          &parallax__v1__job__descriptor);
+    Parallax__V1__Job msg;
+
+    if (!job)
+        return;
+    px_job_to_msg(job, &msg);
+    px_rpc_call_reply(call, &msg.base);
+    px_job_msg_free(&msg);
+}
+
+static void h_list_jobs(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    px_daemon_t *d = arg;
+    Parallax__V1__ListJobsResponse resp = PARALLAX__V1__LIST_JOBS_RESPONSE__INIT;
+    Parallax__V1__Job *msgs;
+    size_t n = 0, i = 0;
+
+    for (px_job_t *j = d->jobs; j; j = j->next)
+        n++;
+    msgs = calloc(n ? n : 1, sizeof(*msgs));
+    resp.jobs = calloc(n ? n : 1, sizeof(*resp.jobs));
+    if (!msgs || !resp.jobs) {
+        free(msgs);
+        free(resp.jobs);
+        px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    /* d->jobs is newest first; answer oldest first */
+    i = n;
+    for (px_job_t *j = d->jobs; j; j = j->next) {
+        i--;
+        px_job_to_msg(j, &msgs[i]);
+        resp.jobs[i] = &msgs[i];
+    }
+    resp.n_jobs = n;
+    px_rpc_call_reply(call, &resp.base);
+    for (i = 0; i < n; i++)
+        px_job_msg_free(&msgs[i]);
+    free(msgs);
+    free(resp.jobs);
+}
+
+static void h_cancel(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    px_daemon_t *d = arg;
+    const Parallax__V1__CancelJobRequest *req = (const void *)request;
+    px_job_t *job = route(d, call, req->job_id, "CancelJob", request,
+                          &parallax__v1__job__descriptor);
+    Parallax__V1__Job msg;
+
+    if (!job)
+        return;
+    if (px_job_is_active(job))
+        px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED, "cancelled by user");
+    px_job_to_msg(job, &msg);
+    px_rpc_call_reply(call, &msg.base);
+    px_job_msg_free(&msg);
+}
+
+static void h_watch(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    px_daemon_t *d = arg;
+    const Parallax__V1__WatchJobRequest *req = (const void *)request;
+    px_job_t *job = px_job_find(d, req->job_id);
+    char node[PXD_NAME_MAX];
+
+    if (job) {
+        px_job_watch(job, call);
+        return;
+    }
+    px_job_id_node(req->job_id ? req->job_id : "", node, sizeof(node));
+    if (node[0] && strcmp(node, d->cfg.name)) {
+        px_peer_t *p = px_nodes_peer_by_name(d, node);
+        px_rpc_call_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                         "job %s is coordinated by node %s: watch it there (%s)", req->job_id,
+                         node, p && p->control_addr[0] ? p->control_addr : "address unknown");
+        return;
+    }
+    px_rpc_call_fail(call, GRPC_STATUS_NOT_FOUND, "no job %s", req->job_id);
+}
+
+static void h_list_nodes(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    px_daemon_t *d = arg;
+    Parallax__V1__ListNodesResponse resp = PARALLAX__V1__LIST_NODES_RESPONSE__INIT;
+    Parallax__V1__NodeInfo *infos = calloc((size_t)d->n_peers + 1, sizeof(*infos));
+    Parallax__V1__NodeInfo **ptrs = calloc((size_t)d->n_peers + 1, sizeof(*ptrs));
+    Parallax__V1__Device **devs = NULL;
+    size_t n_devs = 0, k = 0;
+
+    for (int i = 0; i < d->n_peers; i++)
+        n_devs += (size_t)d->peers[i].n_devices;
+    devs = calloc(n_devs ? n_devs : 1, sizeof(*devs));
+    if (!infos || !ptrs || !devs) {
+        free(infos);
+        free(ptrs);
+        free(devs);
+        px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    px_nodes_self_info(d, &infos[0]);
+    ptrs[0] = &infos[0];
+    for (int i = 0; i < d->n_peers; i++) {
+        px_peer_t *p = &d->peers[i];
+        Parallax__V1__NodeInfo *ni = &infos[i + 1];
+        parallax__v1__node_info__init(ni);
+        ni->name = p->name[0] ? p->name : p->peer_addr;
+        ni->control_addr = p->control_addr;
+        ni->peer_addr = p->peer_addr;
+        ni->alive = p->alive;
+        ni->last_seen_ms = p->last_seen_ms;
+        ni->version = p->version;
+        ni->devices = devs + k;
+        for (int j = 0; j < p->n_devices; j++) {
+            Parallax__V1__Device *dv = malloc(sizeof(*dv));
+            if (!dv)
+                break;
+            parallax__v1__device__init(dv);
+            dv->name = p->devices[j].name;
+            dv->job_id = p->devices[j].job_id;
+            devs[k++] = dv;
+            ni->n_devices++;
+        }
+        ptrs[i + 1] = ni;
+    }
+    resp.nodes = ptrs;
+    resp.n_nodes = (size_t)d->n_peers + 1;
+    px_rpc_call_reply(call, &resp.base);
+    px_nodes_info_free(&infos[0]);
+    for (size_t i = 0; i < k; i++)
+        free(devs[i]);
+    free(devs);
+    free(infos);
+    free(ptrs);
+}
+
+static void h_metrics(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    px_daemon_t *d = arg;
+    const Parallax__V1__GetMetricsRequest *req = (const void *)request;
+    px_job_t *job = route(d, call, req->job_id, "GetMetrics", request,
+                          &parallax__v1__get_metrics_response__descriptor);
+    Parallax__V1__GetMetricsResponse resp = PARALLAX__V1__GET_METRICS_RESPONSE__INIT;
+    px_status_t status;
+
+    if (!job)
+        return;
+    status = px_store_metrics_get(d->store, job->id, &resp);
+    if (status != PX_OK)
+        px_rpc_call_fail(call, px_rpc_code_from_status(status), "metrics of %s: %s", job->id,
+                         px_status_str(status));
+    else
+        px_rpc_call_reply(call, &resp.base);
+    px_store_metrics_free(&resp);
+}
+
+static void h_logs(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    px_daemon_t *d = arg;
+    const Parallax__V1__GetLogsRequest *req = (const void *)request;
+    px_job_t *job = route(d, call, req->job_id, "GetLogs", request,
+                          &parallax__v1__get_logs_response__descriptor);
+    Parallax__V1__GetLogsResponse resp = PARALLAX__V1__GET_LOGS_RESPONSE__INIT;
+    const char *node;
+    uint8_t *text = NULL;
+    size_t len = 0;
+    px_status_t status;
+
+    if (!job)
+        return;
+    if (!job->ranks || req->rank >= (uint32_t)job->world) {
+        px_rpc_call_fail(call, GRPC_STATUS_NOT_FOUND, "job %s has no rank %u%s", job->id,
+                         req->rank, job->world ? "" : " (not placed yet)");
+        return;
+    }
+    node = job->ranks[req->rank].node;
+    if (strcmp(node, d->cfg.name)) {
+        px_peer_t *p = px_nodes_peer_by_name(d, node);
+        if (!p) {
+            px_rpc_call_fail(call, GRPC_STATUS_UNAVAILABLE, "rank %u ran on node %s, unknown here",
+                             req->rank, node);
+            return;
+        }
+        forward(d, call, p->channel, "/parallax.v1.Peer/GetRankLog", request,
+                &parallax__v1__get_logs_response__descriptor);
+        return;
+    }
+    status = px_supervisor_read_log(d, job->id, (int)req->rank, req->tail_bytes, &text, &len);
+    if (status != PX_OK) {
+        px_rpc_call_fail(call, px_rpc_code_from_status(status), "log of job %s rank %u: %s",
+                         job->id, req->rank, px_status_str(status));
+        return;
+    }
+    resp.text.data = text;
+    resp.text.len = len;
+    px_rpc_call_reply(call, &resp.base);
+    free(text);
+}
+
+const px_rpc_method_t px_control_methods[] = {
+    {P_CONTROL "SubmitJob", &parallax__v1__submit_job_request__descriptor, 0, h_submit, NULL},
+    {P_CONTROL "GetJob", &parallax__v1__get_job_request__descriptor, 0, h_get_job, NULL},
+    {P_CONTROL "ListJobs", &parallax__v1__list_jobs_request__descriptor, 0, h_list_jobs, NULL},
+    {P_CONTROL "CancelJob", &parallax__v1__cancel_job_request__descriptor, 0, h_cancel, NULL},
+    {P_CONTROL "WatchJob", &parallax__v1__watch_job_request__descriptor, 1, h_watch, NULL},
+    {P_CONTROL "ListNodes", &parallax__v1__list_nodes_request__descriptor, 0, h_list_nodes, NULL},
+    {P_CONTROL "GetMetrics", &parallax__v1__get_metrics_request__descriptor, 0, h_metrics, NULL},
+    {P_CONTROL "GetLogs", &parallax__v1__get_logs_request__descriptor, 0, h_logs, NULL},
+};
+const size_t px_control_n_methods = sizeof(px_control_methods) / sizeof(px_control_methods[0]);

@@ -1,0 +1,250 @@
+/* daemon.h: parallaxd's shared state and the internal API between its files.
+ *
+ * One px_daemon_t owns everything: the libuv loop, the gRPC completion queue
+ * (drained from a uv_async), the Control and Peer servers, the store, this
+ * node's devices, the peer table, the jobs this node coordinates (job.c)
+ * and the rank processes it supervises (supervisor.c). All of it is touched
+ * only on the loop thread: gRPC handlers and async completions run there
+ * through px_rpc_cq_drain().
+ *
+ * Files: main.c (start/stop), config.c, store.c (SQLite), validate.c (job
+ * spec checks), nodes.c (devices, peers, heartbeats), job.c (coordinator:
+ * placement, rendezvous, state machine, watchers), supervisor.c (rank
+ * processes), control.c (Control service), peer.c (Peer service). */
+#ifndef PXD_DAEMON_H
+#define PXD_DAEMON_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "parallax.pb-c.h"
+#include "px_rpc.h"
+#include "px_status.h"
+
+#define PXD_NAME_MAX 64
+#define PXD_JOB_ID_MAX 96
+#define PXD_DEV_MAX 32
+#define PXD_ADDR_MAX 256
+#define PXD_REASON_MAX 1024
+#define PXD_RPC_TIMEOUT_MS 10000
+
+typedef struct px_daemon px_daemon_t;
+typedef struct px_store px_store_t;
+
+/* A device of some node, as this daemon sees it. */
+typedef struct px_device {
+    char name[PXD_DEV_MAX];         /* "cpu:0" */
+    char job_id[PXD_JOB_ID_MAX];    /* "" when free */
+} px_device_t;
+
+/* Another daemon. Created from --peers (name unknown until it answers) or by
+ * an incoming heartbeat. */
+typedef struct px_peer {
+    char peer_addr[PXD_ADDR_MAX];   /* its Peer host:port */
+    char name[PXD_NAME_MAX];        /* "" until known */
+    char control_addr[PXD_ADDR_MAX];
+    char version[32];
+    int alive;
+    int64_t last_seen_ms;           /* wall clock, 0 = never */
+    int64_t last_seen_mono_ms;
+    px_device_t *devices;
+    int n_devices;
+    px_rpc_channel_t *channel;      /* to its Peer service */
+    px_rpc_channel_t *control;      /* to its Control service, lazily */
+    int hb_inflight;
+} px_peer_t;
+
+/* A rank of a job this node coordinates. */
+typedef struct px_job_rank {
+    char node[PXD_NAME_MAX];
+    char device[PXD_DEV_MAX];
+    int pid;
+    char state[16];                 /* "pending", "launching", "running", "exited" */
+    int exit_code;                  /* -signal when killed */
+    int registered;
+    ProtobufCBinaryData ucx_addr;   /* malloc'd copy */
+    px_rpc_call_t *held;            /* RegisterRank answer held until all arrive */
+} px_job_rank_t;
+
+typedef struct px_watcher {
+    px_rpc_call_t *call;            /* NULL once the client went away */
+    px_rpc_call_t *cancelled_call;  /* to end (free) at the next sweep */
+    struct px_job *job;
+    struct px_watcher *next;
+} px_watcher_t;
+
+/* A job this node coordinates (every state; finished ones loaded from the
+ * store at start so GetJob/ListJobs/GetMetrics answer about them). */
+typedef struct px_job {
+    px_daemon_t *d;
+    char id[PXD_JOB_ID_MAX];
+    Parallax__V1__JobSpec *spec;    /* unpacked deep copy, owned */
+    Parallax__V1__JobState state;
+    char reason[PXD_REASON_MAX];
+    uint32_t step;
+    float loss, grad_norm, lr;
+    double tokens_per_second;
+    int64_t created_ms, started_ms, finished_ms;
+    char coordinator[PXD_NAME_MAX];
+    int world;                      /* dp; 0 for jobs never placed */
+    px_job_rank_t *ranks;           /* [world] once placed */
+    int n_registered;
+    int n_exited_ok;
+    uv_timer_t rdv_timer;           /* rendezvous deadline */
+    int rdv_timer_active;
+    px_watcher_t *watchers;
+    struct px_job *next;
+} px_job_t;
+
+/* A rank process this node runs (for any coordinator). */
+typedef struct px_local_rank {
+    px_daemon_t *d;
+    char job_id[PXD_JOB_ID_MAX];
+    int rank;
+    char device[PXD_DEV_MAX];
+    char coordinator[PXD_NAME_MAX];
+    char coordinator_peer_addr[PXD_ADDR_MAX];
+    char log_path[1024];
+    uv_process_t proc;
+    uv_timer_t kill_timer;
+    int handles_open;               /* closes pending before free */
+    int pid;
+    int exited;
+    int exit_code;                  /* -signal when killed */
+    int stopping;
+    struct px_local_rank *next;
+} px_local_rank_t;
+
+struct px_daemon {
+    px_daemon_config_t cfg;
+    uv_loop_t *loop;
+    uv_async_t cq_async;
+    uv_signal_t sigint, sigterm;
+    uv_timer_t hb_timer;
+    uv_timer_t stop_timer;
+    px_rpc_cq_t *cq;
+    px_rpc_server_t *control_srv;
+    px_rpc_server_t *peer_srv;
+    px_store_t *store;
+    int lock_fd;
+    char sock_path[1024];
+    char control_addr[PXD_ADDR_MAX];   /* advertised host:port */
+    char peer_addr[PXD_ADDR_MAX];      /* advertised host:port */
+    char rank_bin[4200];
+    px_device_t *devices;
+    int n_devices;
+    px_peer_t *peers;
+    int n_peers;
+    px_job_t *jobs;                    /* newest first */
+    uint64_t next_job_seq;
+    px_local_rank_t *local_ranks;
+    int async_inflight;                /* px_rpc_call_async not yet completed */
+    int stopping;
+    int64_t stop_deadline_ms;
+    int exit_code;
+};
+
+/* ------------------------------------------------------------ validate.c */
+
+/* Checks `spec` (defaults applied first: vocab 0 -> 256, name "" stays) against
+ * itself, the data file and `cluster_devices`. On error writes a message
+ * naming the value into errbuf and returns PX_ERR_INVALID_ARGUMENT. */
+px_status_t px_validate_spec(const Parallax__V1__JobSpec *spec, int cluster_devices,
+                             char *errbuf, size_t errlen);
+
+/* --------------------------------------------------------------- nodes.c */
+
+px_status_t px_nodes_init(px_daemon_t *d);
+void px_nodes_fini(px_daemon_t *d);
+/* Starts the heartbeat timer (first beat at once). */
+void px_nodes_start(px_daemon_t *d);
+/* Devices in the cluster: this node's plus every alive peer's. */
+int px_nodes_cluster_devices(px_daemon_t *d);
+/* Peer by node name (alive or not), NULL if unknown. */
+px_peer_t *px_nodes_peer_by_name(px_daemon_t *d, const char *name);
+/* Fills `info` (caller frees with px_nodes_info_free) with this node. */
+void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info);
+void px_nodes_info_free(Parallax__V1__NodeInfo *info);
+/* Applies an incoming heartbeat's NodeInfo (creates the peer if new). */
+void px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info);
+/* Marks a local device as held by job_id ("" frees it). */
+void px_nodes_device_set(px_daemon_t *d, const char *device, const char *job_id);
+/* Control channel of node `name` (self excluded), NULL if unknown/dead. */
+px_rpc_channel_t *px_nodes_control_channel(px_daemon_t *d, const char *name);
+
+/* ----------------------------------------------------------------- job.c */
+
+px_status_t px_job_load_all(px_daemon_t *d);
+void px_job_free_all(px_daemon_t *d);
+px_job_t *px_job_find(px_daemon_t *d, const char *id);
+/* Node name embedded in a job id ("a-3" -> "a"); writes "" if malformed. */
+void px_job_id_node(const char *id, char *node, size_t len);
+/* Stores a validated spec as a new PENDING job; *job_p borrowed. */
+px_status_t px_job_submit(px_daemon_t *d, const Parallax__V1__JobSpec *spec, px_job_t **job_p);
+/* Places PENDING jobs on free devices, oldest first. */
+void px_job_schedule(px_daemon_t *d);
+/* Moves an active job to a final state, stops its ranks, releases devices,
+ * tells watchers and schedules the next job. No-op if already final. */
+void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int px_job_is_active(const px_job_t *job);
+/* Fills `out` (free with px_job_msg_free) from `job`. */
+void px_job_to_msg(const px_job_t *job, Parallax__V1__Job *out);
+void px_job_msg_free(Parallax__V1__Job *msg);
+/* Peer handlers' work, coordinator side. */
+void px_job_register_rank(px_daemon_t *d, px_rpc_call_t *call,
+                          const Parallax__V1__RegisterRankRequest *req);
+int px_job_progress(px_daemon_t *d, const Parallax__V1__ReportProgressRequest *req);
+void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char *node,
+                        int exit_code, const char *detail);
+/* A node stopped heartbeating: fail the jobs with ranks there. */
+void px_job_node_dead(px_daemon_t *d, const char *node);
+/* WatchJob on a local job: sends its state now, then every change. */
+void px_job_watch(px_job_t *job, px_rpc_call_t *call);
+/* Daemon shutdown: fail every placed (STARTING/RUNNING) job this node
+ * coordinates; PENDING jobs stay and are placed after a restart. */
+void px_job_fail_all_active(px_daemon_t *d, const char *reason);
+
+/* ---------------------------------------------------------- supervisor.c */
+
+/* Spawns the ranks of a LaunchRanks request on this node. On error nothing
+ * stays running and errbuf names the cause. Fills resp->ranks (caller frees
+ * with px_supervisor_resp_free). */
+px_status_t px_supervisor_launch(px_daemon_t *d, const Parallax__V1__LaunchRanksRequest *req,
+                                 Parallax__V1__LaunchRanksResponse *resp, char *errbuf,
+                                 size_t errlen);
+void px_supervisor_resp_free(Parallax__V1__LaunchRanksResponse *resp);
+/* SIGTERM (then SIGKILL after PX_KILL_GRACE_MS) to the job's local ranks. */
+void px_supervisor_stop_job(px_daemon_t *d, const char *job_id, const char *reason);
+/* Stops every rank coordinated by node `coordinator` (it died). */
+void px_supervisor_stop_coordinated_by(px_daemon_t *d, const char *coordinator);
+void px_supervisor_stop_all(px_daemon_t *d);
+int px_supervisor_count(px_daemon_t *d);
+/* Path of a local rank log (state-dir/jobs/<id>/rank-R.log). */
+void px_supervisor_log_path(px_daemon_t *d, const char *job_id, int rank, char *buf,
+                            size_t len);
+/* Reads the last `tail_bytes` (0: all, capped at 16 MiB) of a local rank log
+ * into *text_p (malloc'd, caller frees). PX_ERR_NOT_FOUND if absent. */
+px_status_t px_supervisor_read_log(px_daemon_t *d, const char *job_id, int rank,
+                                   size_t tail_bytes, uint8_t **text_p, size_t *len_p);
+
+/* ------------------------------------------------------- control.c/peer.c */
+
+extern const px_rpc_method_t px_control_methods[];
+extern const size_t px_control_n_methods;
+extern const px_rpc_method_t px_peer_methods[];
+extern const size_t px_peer_n_methods;
+
+/* px_rpc_call_async wrapper that counts in-flight calls (shutdown waits). */
+typedef void (*px_daemon_done_fn)(px_daemon_t *d, void *arg, grpc_status_code code,
+                                  const char *message, const ProtobufCMessage *response);
+px_status_t px_daemon_call_async(px_daemon_t *d, px_rpc_channel_t *channel, const char *path,
+                                 const ProtobufCMessage *request,
+                                 const ProtobufCMessageDescriptor *response_desc,
+                                 int timeout_ms, px_daemon_done_fn done, void *arg);
+
+/* Deep copy of a protobuf-c message (pack + unpack); NULL on failure. */
+ProtobufCMessage *px_msg_dup(const ProtobufCMessage *msg);
+
+#endif

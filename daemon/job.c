@@ -1,0 +1,843 @@
+/* job.c: the coordinator's job state machine.
+ *
+ * PENDING -> (placement on free devices, nodes in order: this node, then
+ * peers as listed) STARTING -> (LaunchRanks to each node; every rank
+ * registers; the held RegisterRank calls are answered with the full table)
+ * RUNNING -> COMPLETED (every rank exited 0) | FAILED (a rank exited non-zero
+ * or died, a node stopped heartbeating, the rendezvous deadline passed) |
+ * CANCELLED. Every final state stops the job's ranks on every node, ends
+ * held calls and watch streams, and schedules the next PENDING job.
+ *
+ * Invariants: jobs live in d->jobs from submission (or load) until daemon
+ * stop; async completions find their job by id, never by pointer; every
+ * change is written through to the store. Loop thread only. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "px_env.h"
+#include "px_log.h"
+#include "px_time.h"
+#include "store.h"
+
+static const char *state_name(Parallax__V1__JobState s)
+{
+    switch (s) {
+    case PARALLAX__V1__JOB_STATE__JOB_PENDING: return "PENDING";
+    case PARALLAX__V1__JOB_STATE__JOB_STARTING: return "STARTING";
+    case PARALLAX__V1__JOB_STATE__JOB_RUNNING: return "RUNNING";
+    case PARALLAX__V1__JOB_STATE__JOB_COMPLETED: return "COMPLETED";
+    case PARALLAX__V1__JOB_STATE__JOB_FAILED: return "FAILED";
+    case PARALLAX__V1__JOB_STATE__JOB_CANCELLED: return "CANCELLED";
+    default: return "UNSPECIFIED";
+    }
+}
+
+int px_job_is_active(const px_job_t *job)
+{
+    return job->state == PARALLAX__V1__JOB_STATE__JOB_PENDING ||
+           job->state == PARALLAX__V1__JOB_STATE__JOB_STARTING ||
+           job->state == PARALLAX__V1__JOB_STATE__JOB_RUNNING;
+}
+
+static int is_placed_active(const px_job_t *job)
+{
+    return job->state == PARALLAX__V1__JOB_STATE__JOB_STARTING ||
+           job->state == PARALLAX__V1__JOB_STATE__JOB_RUNNING;
+}
+
+static void job_event(px_job_t *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void job_event(px_job_t *job, const char *fmt, ...)
+{
+    char text[PXD_REASON_MAX + 128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    px_info("job %s: %s", job->id, text);
+    px_store_event_add(job->d->store, job->id, text);
+}
+
+static void job_save(px_job_t *job)
+{
+    px_store_job_save(job->d->store, job);
+}
+
+px_job_t *px_job_find(px_daemon_t *d, const char *id)
+{
+    if (!id)
+        return NULL;
+    for (px_job_t *j = d->jobs; j; j = j->next)
+        if (!strcmp(j->id, id))
+            return j;
+    return NULL;
+}
+
+void px_job_id_node(const char *id, char *node, size_t len)
+{
+    const char *dash = id ? strrchr(id, '-') : NULL;
+    size_t n;
+    if (!dash || dash == id) {
+        snprintf(node, len, "%s", "");
+        return;
+    }
+    n = (size_t)(dash - id);
+    if (n >= len)
+        n = len - 1;
+    memcpy(node, id, n);
+    node[n] = '\0';
+}
+
+/* ---------------------------------------------------------------- to msg */
+
+void px_job_to_msg(const px_job_t *job, Parallax__V1__Job *out)
+{
+    parallax__v1__job__init(out);
+    out->id = (char *)job->id;
+    out->spec = job->spec;
+    out->state = job->state;
+    out->reason = (char *)job->reason;
+    out->step = job->step;
+    out->loss = job->loss;
+    out->grad_norm = job->grad_norm;
+    out->lr = job->lr;
+    out->tokens_per_second = job->tokens_per_second;
+    out->created_ms = job->created_ms;
+    out->started_ms = job->started_ms;
+    out->finished_ms = job->finished_ms;
+    out->coordinator = (char *)job->coordinator;
+    if (job->world > 0 && job->ranks) {
+        out->ranks = calloc((size_t)job->world, sizeof(*out->ranks));
+        for (int r = 0; out->ranks && r < job->world; r++) {
+            Parallax__V1__RankInfo *ri = malloc(sizeof(*ri));
+            if (!ri)
+                break;
+            parallax__v1__rank_info__init(ri);
+            ri->rank = (uint32_t)r;
+            ri->node = (char *)job->ranks[r].node;
+            ri->device = (char *)job->ranks[r].device;
+            ri->pid = job->ranks[r].pid;
+            ri->state = (char *)job->ranks[r].state;
+            ri->exit_code = job->ranks[r].exit_code;
+            out->ranks[out->n_ranks++] = ri;
+        }
+    }
+}
+
+void px_job_msg_free(Parallax__V1__Job *msg)
+{
+    for (size_t i = 0; i < msg->n_ranks; i++)
+        free(msg->ranks[i]);
+    free(msg->ranks);
+    msg->ranks = NULL;
+    msg->n_ranks = 0;
+}
+
+/* -------------------------------------------------------------- watchers */
+
+static void on_watch_cancel(px_rpc_call_t *call, void *arg)
+{
+    px_watcher_t *w = arg;
+    w->call = NULL; /* ended by the next sweep (never inside this callback) */
+    (void)call;
+    w->cancelled_call = call;
+}
+
+static void watchers_notify(px_job_t *job, const Parallax__V1__StepMetrics *metrics)
+{
+    Parallax__V1__JobEvent ev = PARALLAX__V1__JOB_EVENT__INIT;
+    Parallax__V1__Job msg;
+    int final = !px_job_is_active(job);
+    px_watcher_t **pw = &job->watchers;
+
+    px_job_to_msg(job, &msg);
+    ev.job = &msg;
+    ev.metrics = (Parallax__V1__StepMetrics *)metrics;
+    while (*pw) {
+        px_watcher_t *w = *pw;
+        if (!w->call) {
+            px_rpc_call_stream_finish(w->cancelled_call);
+            *pw = w->next;
+            free(w);
+            continue;
+        }
+        if (px_rpc_call_stream_send(w->call, &ev.base) != PX_OK || final) {
+            px_rpc_call_stream_finish(w->call);
+            *pw = w->next;
+            free(w);
+            continue;
+        }
+        pw = &w->next;
+    }
+    px_job_msg_free(&msg);
+}
+
+void px_job_watch(px_job_t *job, px_rpc_call_t *call)
+{
+    Parallax__V1__JobEvent ev = PARALLAX__V1__JOB_EVENT__INIT;
+    Parallax__V1__Job msg;
+    px_watcher_t *w;
+    px_status_t status;
+
+    px_job_to_msg(job, &msg);
+    ev.job = &msg;
+    status = px_rpc_call_stream_send(call, &ev.base);
+    px_job_msg_free(&msg);
+    if (status != PX_OK || !px_job_is_active(job)) {
+        px_rpc_call_stream_finish(call);
+        return;
+    }
+    w = calloc(1, sizeof(*w));
+    if (!w) {
+        px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    w->call = call;
+    w->job = job;
+    w->next = job->watchers;
+    job->watchers = w;
+    px_rpc_call_on_cancel(call, on_watch_cancel, w);
+}
+
+/* Ends the streams of watchers whose clients went away. */
+static void watchers_sweep(px_job_t *job)
+{
+    px_watcher_t **pw = &job->watchers;
+    while (*pw) {
+        px_watcher_t *w = *pw;
+        if (!w->call) {
+            px_rpc_call_stream_finish(w->cancelled_call);
+            *pw = w->next;
+            free(w);
+        } else {
+            pw = &w->next;
+        }
+    }
+}
+
+/* ----------------------------------------------------------------- load */
+
+static px_job_t *job_alloc(px_daemon_t *d)
+{
+    px_job_t *job = calloc(1, sizeof(*job));
+    if (!job)
+        return NULL;
+    job->d = d;
+    uv_timer_init(d->loop, &job->rdv_timer);
+    job->rdv_timer.data = job;
+    return job;
+}
+
+static void note_seq(px_daemon_t *d, const char *id)
+{
+    char node[PXD_NAME_MAX];
+    const char *dash = strrchr(id, '-');
+    px_job_id_node(id, node, sizeof(node));
+    if (dash && !strcmp(node, d->cfg.name)) {
+        uint64_t n = strtoull(dash + 1, NULL, 10);
+        if (n + 1 > d->next_job_seq)
+            d->next_job_seq = n + 1;
+    }
+}
+
+static void on_load(void *arg, px_job_t *t, Parallax__V1__JobSpec *spec)
+{
+    px_daemon_t *d = arg;
+    px_job_t *job = job_alloc(d);
+    uv_timer_t timer;
+
+    if (!job) {
+        protobuf_c_message_free_unpacked(&spec->base, NULL);
+        return;
+    }
+    timer = job->rdv_timer;
+    *job = *t;
+    job->d = d;
+    job->rdv_timer = timer;
+    job->spec = spec;
+    job->next = NULL;
+    if (job->world > 0) {
+        job->ranks = calloc((size_t)job->world, sizeof(*job->ranks));
+        if (job->ranks)
+            px_store_ranks_load(d->store, job);
+    }
+    job->next = d->jobs;
+    d->jobs = job;
+    note_seq(d, job->id);
+    if (is_placed_active(job) && !strcmp(job->coordinator, d->cfg.name)) {
+        job->state = PARALLAX__V1__JOB_STATE__JOB_FAILED;
+        snprintf(job->reason, sizeof(job->reason), "daemon restarted");
+        job->finished_ms = px_time_wall_ms();
+        job_save(job);
+        job_event(job, "FAILED: daemon restarted while the job was active");
+    }
+}
+
+px_status_t px_job_load_all(px_daemon_t *d)
+{
+    if (d->next_job_seq == 0)
+        d->next_job_seq = 1;
+    return px_store_jobs_load(d->store, on_load, d);
+}
+
+static void on_job_closed(uv_handle_t *h)
+{
+    px_job_t *job = h->data;
+    if (job->spec)
+        protobuf_c_message_free_unpacked(&job->spec->base, NULL);
+    if (job->ranks)
+        for (int r = 0; r < job->world; r++)
+            free(job->ranks[r].ucx_addr.data);
+    free(job->ranks);
+    free(job);
+}
+
+void px_job_free_all(px_daemon_t *d)
+{
+    px_job_t *job = d->jobs;
+    while (job) {
+        px_job_t *next = job->next;
+        for (int r = 0; job->ranks && r < job->world; r++) {
+            if (job->ranks[r].held) {
+                px_rpc_call_fail(job->ranks[r].held, GRPC_STATUS_UNAVAILABLE, "daemon stopping");
+                job->ranks[r].held = NULL;
+            }
+        }
+        while (job->watchers) {
+            px_watcher_t *w = job->watchers;
+            job->watchers = w->next;
+            px_rpc_call_stream_finish(w->call ? w->call : w->cancelled_call);
+            free(w);
+        }
+        uv_close((uv_handle_t *)&job->rdv_timer, on_job_closed);
+        job = next;
+    }
+    d->jobs = NULL;
+}
+
+/* --------------------------------------------------------------- submit */
+
+ProtobufCMessage *px_msg_dup(const ProtobufCMessage *msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(len ? len : 1);
+    ProtobufCMessage *copy;
+    if (!buf)
+        return NULL;
+    protobuf_c_message_pack(msg, buf);
+    copy = protobuf_c_message_unpack(msg->descriptor, NULL, len, buf);
+    free(buf);
+    return copy;
+}
+
+px_status_t px_job_submit(px_daemon_t *d, const Parallax__V1__JobSpec *spec, px_job_t **job_p)
+{
+    px_job_t *job = job_alloc(d);
+    Parallax__V1__JobSpec *copy;
+
+    if (!job)
+        return PX_ERR_NO_MEMORY;
+    copy = (Parallax__V1__JobSpec *)px_msg_dup(&spec->base);
+    if (!copy) {
+        uv_close((uv_handle_t *)&job->rdv_timer, on_job_closed);
+        return PX_ERR_NO_MEMORY;
+    }
+    job->spec = copy;
+    snprintf(job->id, sizeof(job->id), "%s-%llu", d->cfg.name,
+             (unsigned long long)d->next_job_seq++);
+    if (!copy->name || !*copy->name) {
+        if (copy->name != protobuf_c_empty_string)
+            free(copy->name);
+        copy->name = strdup(job->id);
+    }
+    if (copy->model && copy->model->vocab == 0)
+        copy->model->vocab = 256;
+    if (copy->warmup_steps == 0)
+        copy->warmup_steps = copy->steps / 20;
+    job->state = PARALLAX__V1__JOB_STATE__JOB_PENDING;
+    job->created_ms = px_time_wall_ms();
+    snprintf(job->coordinator, sizeof(job->coordinator), "%s", d->cfg.name);
+    job->next = d->jobs;
+    d->jobs = job;
+    job_save(job);
+    job_event(job, "submitted: name %s, dp %u, %u layers, %u heads, dim %u, seq %u, batch %u, "
+              "%u steps", copy->name, copy->dp, copy->model->layers, copy->model->heads,
+              copy->model->dim, copy->model->seq, copy->batch, copy->steps);
+    *job_p = job;
+    return PX_OK;
+}
+
+/* ---------------------------------------------------------------- finish */
+
+typedef struct {
+    char job_id[PXD_JOB_ID_MAX];
+    char node[PXD_NAME_MAX];
+} job_node_ctx_t;
+
+static void on_stop_ranks_done(px_daemon_t *d, void *arg, grpc_status_code code,
+                               const char *message, const ProtobufCMessage *response)
+{
+    job_node_ctx_t *ctx = arg;
+    if (code != GRPC_STATUS_OK)
+        px_warn("job %s: StopRanks on node %s failed: %s", ctx->job_id, ctx->node,
+                message ? message : "");
+    free(ctx);
+}
+
+/* Sends StopRanks to every node holding ranks of `job` (self directly). */
+static void stop_ranks_everywhere(px_job_t *job)
+{
+    px_daemon_t *d = job->d;
+    Parallax__V1__StopRanksRequest req = PARALLAX__V1__STOP_RANKS_REQUEST__INIT;
+
+    req.job_id = job->id;
+    req.reason = job->reason;
+    for (int r = 0; r < job->world; r++) {
+        const char *node = job->ranks[r].node;
+        int seen = 0;
+        px_peer_t *p;
+        for (int q = 0; q < r; q++)
+            if (!strcmp(job->ranks[q].node, node))
+                seen = 1;
+        if (seen || !node[0])
+            continue;
+        if (!strcmp(node, d->cfg.name)) {
+            px_supervisor_stop_job(d, job->id, job->reason);
+            continue;
+        }
+        p = px_nodes_peer_by_name(d, node);
+        if (p) {
+            job_node_ctx_t *ctx = calloc(1, sizeof(*ctx));
+            if (!ctx)
+                continue;
+            snprintf(ctx->job_id, sizeof(ctx->job_id), "%s", job->id);
+            snprintf(ctx->node, sizeof(ctx->node), "%s", node);
+            if (px_daemon_call_async(d, p->channel, "/parallax.v1.Peer/StopRanks", &req.base,
+                                     &parallax__v1__stop_ranks_response__descriptor,
+                                     PXD_RPC_TIMEOUT_MS, on_stop_ranks_done, ctx) != PX_OK)
+                free(ctx);
+        }
+    }
+}
+
+void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt, ...)
+{
+    Parallax__V1__JobState prev = job->state;
+    va_list ap;
+
+    if (!px_job_is_active(job))
+        return;
+    job->state = state;
+    va_start(ap, fmt);
+    vsnprintf(job->reason, sizeof(job->reason), fmt, ap);
+    va_end(ap);
+    job->finished_ms = px_time_wall_ms();
+    if (job->rdv_timer_active) {
+        uv_timer_stop(&job->rdv_timer);
+        job->rdv_timer_active = 0;
+    }
+    for (int r = 0; job->ranks && r < job->world; r++) {
+        if (job->ranks[r].held) {
+            px_rpc_call_fail(job->ranks[r].held, GRPC_STATUS_ABORTED, "job %s %s: %s", job->id,
+                             state_name(state), job->reason);
+            job->ranks[r].held = NULL;
+        }
+    }
+    if (prev == PARALLAX__V1__JOB_STATE__JOB_STARTING ||
+        prev == PARALLAX__V1__JOB_STATE__JOB_RUNNING)
+        stop_ranks_everywhere(job);
+    job_save(job);
+    if (job->reason[0])
+        job_event(job, "%s: %s", state_name(state), job->reason);
+    else
+        job_event(job, "%s", state_name(state));
+    watchers_notify(job, NULL);
+    px_job_schedule(job->d);
+}
+
+void px_job_fail_all_active(px_daemon_t *d, const char *reason)
+{
+    for (px_job_t *j = d->jobs; j; j = j->next)
+        if (is_placed_active(j) && !strcmp(j->coordinator, d->cfg.name))
+            px_job_finish(j, PARALLAX__V1__JOB_STATE__JOB_FAILED, "%s", reason);
+}
+
+void px_job_node_dead(px_daemon_t *d, const char *node)
+{
+    for (px_job_t *j = d->jobs; j; j = j->next) {
+        if (!is_placed_active(j))
+            continue;
+        for (int r = 0; r < j->world; r++) {
+            if (!strcmp(j->ranks[r].node, node)) {
+                px_job_finish(j, PARALLAX__V1__JOB_STATE__JOB_FAILED,
+                              "node %s (rank %d) stopped heartbeating for %ld ms", node, r,
+                              px_env_int("PX_PEER_DEAD_MS"));
+                break;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------- placement */
+
+/* 1 if (node, device) is held by a placed, active job of this coordinator. */
+static int reserved(px_daemon_t *d, const char *node, const char *device)
+{
+    for (px_job_t *j = d->jobs; j; j = j->next) {
+        if (!is_placed_active(j))
+            continue;
+        for (int r = 0; r < j->world; r++)
+            if (!strcmp(j->ranks[r].node, node) && !strcmp(j->ranks[r].device, device) &&
+                strcmp(j->ranks[r].state, "exited"))
+                return 1;
+    }
+    return 0;
+}
+
+static void on_rdv_timeout(uv_timer_t *t)
+{
+    px_job_t *job = t->data;
+    char missing[256] = "";
+    size_t off = 0;
+
+    job->rdv_timer_active = 0;
+    if (job->state != PARALLAX__V1__JOB_STATE__JOB_STARTING)
+        return;
+    for (int r = 0; r < job->world && off < sizeof(missing) - 16; r++)
+        if (!job->ranks[r].registered)
+            off += (size_t)snprintf(missing + off, sizeof(missing) - off, "%s%d", off ? "," : "",
+                                    r);
+    px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_FAILED,
+                  "rendezvous timed out after %ld ms: rank(s) %s did not register",
+                  px_env_int("PX_CONNECT_TIMEOUT_MS"), missing);
+}
+
+static void apply_launch_response(px_job_t *job, const Parallax__V1__LaunchRanksResponse *resp)
+{
+    for (size_t i = 0; i < resp->n_ranks; i++) {
+        const Parallax__V1__RankInfo *ri = resp->ranks[i];
+        if (ri->rank < (uint32_t)job->world) {
+            px_job_rank_t *jr = &job->ranks[ri->rank];
+            if (!jr->pid)
+                jr->pid = ri->pid;
+            if (!strcmp(jr->state, "pending"))
+                snprintf(jr->state, sizeof(jr->state), "launching");
+        }
+    }
+}
+
+static void on_launch_done(px_daemon_t *d, void *arg, grpc_status_code code,
+                           const char *message, const ProtobufCMessage *response)
+{
+    job_node_ctx_t *ctx = arg;
+    px_job_t *job = px_job_find(d, ctx->job_id);
+
+    if (job && is_placed_active(job)) {
+        if (code != GRPC_STATUS_OK)
+            px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_FAILED,
+                          "node %s could not launch ranks: %s", ctx->node,
+                          message ? message : "no answer");
+        else {
+            apply_launch_response(job, (const Parallax__V1__LaunchRanksResponse *)response);
+            job_save(job);
+        }
+    }
+    free(ctx);
+}
+
+/* Sends LaunchRanks to each node of a freshly placed job. */
+static void launch(px_job_t *job)
+{
+    px_daemon_t *d = job->d;
+    Parallax__V1__LaunchRanksRequest req = PARALLAX__V1__LAUNCH_RANKS_REQUEST__INIT;
+    Parallax__V1__RankAssignment *assign = calloc((size_t)job->world, sizeof(*assign));
+    Parallax__V1__RankAssignment **ptrs = calloc((size_t)job->world, sizeof(*ptrs));
+
+    if (!assign || !ptrs) {
+        free(assign);
+        free(ptrs);
+        px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_FAILED, "out of memory at launch");
+        return;
+    }
+    req.job_id = job->id;
+    req.spec = job->spec;
+    req.world_size = (uint32_t)job->world;
+    req.coordinator_peer_addr = d->peer_addr;
+    req.coordinator = d->cfg.name;
+    req.ranks = ptrs;
+    for (int r = 0; r < job->world && is_placed_active(job); r++) {
+        const char *node = job->ranks[r].node;
+        int seen = 0;
+        for (int q = 0; q < r; q++)
+            if (!strcmp(job->ranks[q].node, node))
+                seen = 1;
+        if (seen)
+            continue;
+        req.n_ranks = 0;
+        for (int q = r; q < job->world; q++) {
+            if (strcmp(job->ranks[q].node, node))
+                continue;
+            parallax__v1__rank_assignment__init(&assign[req.n_ranks]);
+            assign[req.n_ranks].rank = (uint32_t)q;
+            assign[req.n_ranks].device = job->ranks[q].device;
+            ptrs[req.n_ranks] = &assign[req.n_ranks];
+            req.n_ranks++;
+        }
+        if (!strcmp(node, d->cfg.name)) {
+            Parallax__V1__LaunchRanksResponse resp = PARALLAX__V1__LAUNCH_RANKS_RESPONSE__INIT;
+            char err[512];
+            if (px_supervisor_launch(d, &req, &resp, err, sizeof(err)) != PX_OK) {
+                px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_FAILED,
+                              "node %s could not launch ranks: %s", node, err);
+            } else {
+                apply_launch_response(job, &resp);
+                px_supervisor_resp_free(&resp);
+            }
+        } else {
+            px_peer_t *p = px_nodes_peer_by_name(d, node);
+            job_node_ctx_t *ctx = calloc(1, sizeof(*ctx));
+            px_status_t status = PX_ERR_NOT_FOUND;
+            if (ctx) {
+                snprintf(ctx->job_id, sizeof(ctx->job_id), "%s", job->id);
+                snprintf(ctx->node, sizeof(ctx->node), "%s", node);
+            }
+            if (p && ctx)
+                status = px_daemon_call_async(d, p->channel, "/parallax.v1.Peer/LaunchRanks",
+                                              &req.base,
+                                              &parallax__v1__launch_ranks_response__descriptor,
+                                              PXD_RPC_TIMEOUT_MS, on_launch_done, ctx);
+            if (status != PX_OK) {
+                free(ctx);
+                px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_FAILED,
+                              "node %s could not be asked to launch ranks: %s", node,
+                              px_status_str(status));
+            }
+        }
+    }
+    free(assign);
+    free(ptrs);
+    if (is_placed_active(job))
+        job_save(job);
+}
+
+/* Tries to place one PENDING job; 1 if placed. */
+static int place(px_job_t *job)
+{
+    px_daemon_t *d = job->d;
+    int need = (int)job->spec->dp, got = 0;
+    px_job_rank_t *ranks = calloc((size_t)need, sizeof(*ranks));
+
+    if (!ranks)
+        return 0;
+    for (int i = 0; i < d->n_devices && got < need; i++) {
+        if (d->devices[i].job_id[0] || reserved(d, d->cfg.name, d->devices[i].name))
+            continue;
+        snprintf(ranks[got].node, sizeof(ranks[got].node), "%s", d->cfg.name);
+        snprintf(ranks[got].device, sizeof(ranks[got].device), "%s", d->devices[i].name);
+        got++;
+    }
+    for (int p = 0; p < d->n_peers && got < need; p++) {
+        px_peer_t *peer = &d->peers[p];
+        if (!peer->alive || !peer->name[0])
+            continue;
+        for (int i = 0; i < peer->n_devices && got < need; i++) {
+            if (peer->devices[i].job_id[0] || reserved(d, peer->name, peer->devices[i].name))
+                continue;
+            snprintf(ranks[got].node, sizeof(ranks[got].node), "%s", peer->name);
+            snprintf(ranks[got].device, sizeof(ranks[got].device), "%s",
+                     peer->devices[i].name);
+            got++;
+        }
+    }
+    if (got < need) {
+        free(ranks);
+        return 0;
+    }
+    for (int r = 0; r < need; r++)
+        snprintf(ranks[r].state, sizeof(ranks[r].state), "pending");
+    job->ranks = ranks;
+    job->world = need;
+    job->n_registered = 0;
+    job->n_exited_ok = 0;
+    job->state = PARALLAX__V1__JOB_STATE__JOB_STARTING;
+    job_save(job);
+    {
+        char where[512] = "";
+        size_t off = 0;
+        for (int r = 0; r < need && off < sizeof(where) - 64; r++)
+            off += (size_t)snprintf(where + off, sizeof(where) - off, "%s%d=%s/%s",
+                                    r ? " " : "", r, ranks[r].node, ranks[r].device);
+        job_event(job, "STARTING: placed %s", where);
+    }
+    uv_timer_start(&job->rdv_timer, on_rdv_timeout, (uint64_t)px_env_int("PX_CONNECT_TIMEOUT_MS"),
+                   0);
+    job->rdv_timer_active = 1;
+    watchers_notify(job, NULL);
+    launch(job);
+    return 1;
+}
+
+void px_job_schedule(px_daemon_t *d)
+{
+    px_job_t *pending[64];
+    int n = 0;
+    static int busy;
+
+    if (busy || d->stopping)
+        return;
+    busy = 1; /* place() -> finish() -> schedule() must not recurse */
+    for (px_job_t *j = d->jobs; j; j = j->next) {
+        watchers_sweep(j);
+        if (j->state == PARALLAX__V1__JOB_STATE__JOB_PENDING && !strcmp(j->coordinator, d->cfg.name)) {
+            if (n == 64)
+                memmove(pending, pending + 1, sizeof(pending[0]) * 63), n = 63;
+            pending[n++] = j;
+        }
+    }
+    /* list is newest first: place oldest first; stop at the first that
+     * does not fit (FIFO, no overtaking) */
+    for (int i = n - 1; i >= 0; i--)
+        if (!place(pending[i]))
+            break;
+    busy = 0;
+}
+
+/* ----------------------------------------------------------- rendezvous */
+
+void px_job_register_rank(px_daemon_t *d, px_rpc_call_t *call,
+                          const Parallax__V1__RegisterRankRequest *req)
+{
+    px_job_t *job = px_job_find(d, req->job_id);
+    px_job_rank_t *jr;
+    Parallax__V1__RegisterRankResponse resp = PARALLAX__V1__REGISTER_RANK_RESPONSE__INIT;
+
+    if (!job) {
+        px_rpc_call_fail(call, GRPC_STATUS_NOT_FOUND, "job %s is not coordinated by node %s",
+                         req->job_id, d->cfg.name);
+        return;
+    }
+    if (job->state != PARALLAX__V1__JOB_STATE__JOB_STARTING) {
+        px_rpc_call_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "job %s is %s", job->id,
+                         state_name(job->state));
+        return;
+    }
+    if (req->rank >= (uint32_t)job->world) {
+        px_rpc_call_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "rank %u: job %s has world size %d",
+                         req->rank, job->id, job->world);
+        return;
+    }
+    jr = &job->ranks[req->rank];
+    if (jr->held)
+        px_rpc_call_fail(jr->held, GRPC_STATUS_ABORTED, "rank %u registered again", req->rank);
+    free(jr->ucx_addr.data);
+    jr->ucx_addr.data = malloc(req->ucx_address.len ? req->ucx_address.len : 1);
+    if (!jr->ucx_addr.data) {
+        jr->held = NULL;
+        px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    memcpy(jr->ucx_addr.data, req->ucx_address.data, req->ucx_address.len);
+    jr->ucx_addr.len = req->ucx_address.len;
+    jr->held = call;
+    if (req->pid)
+        jr->pid = req->pid;
+    if (!jr->registered) {
+        jr->registered = 1;
+        job->n_registered++;
+    }
+    snprintf(jr->state, sizeof(jr->state), "running");
+    px_debug("job %s: rank %u registered (%d/%d)", job->id, req->rank, job->n_registered,
+             job->world);
+    if (job->n_registered < job->world)
+        return;
+
+    resp.world_size = (uint32_t)job->world;
+    resp.n_ucx_addresses = (size_t)job->world;
+    resp.ucx_addresses = calloc((size_t)job->world, sizeof(*resp.ucx_addresses));
+    resp.n_nodes = (size_t)job->world;
+    resp.nodes = calloc((size_t)job->world, sizeof(*resp.nodes));
+    if (!resp.ucx_addresses || !resp.nodes) {
+        free(resp.ucx_addresses);
+        free(resp.nodes);
+        px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_FAILED, "out of memory at rendezvous");
+        return;
+    }
+    for (int r = 0; r < job->world; r++) {
+        resp.ucx_addresses[r] = job->ranks[r].ucx_addr;
+        resp.nodes[r] = job->ranks[r].node;
+    }
+    for (int r = 0; r < job->world; r++) {
+        px_rpc_call_reply(job->ranks[r].held, &resp.base);
+        job->ranks[r].held = NULL;
+    }
+    free(resp.ucx_addresses);
+    free(resp.nodes);
+    if (job->rdv_timer_active) {
+        uv_timer_stop(&job->rdv_timer);
+        job->rdv_timer_active = 0;
+    }
+    job->state = PARALLAX__V1__JOB_STATE__JOB_RUNNING;
+    job->started_ms = px_time_wall_ms();
+    job_save(job);
+    job_event(job, "RUNNING: all %d ranks registered", job->world);
+    watchers_notify(job, NULL);
+}
+
+/* ------------------------------------------------------------- progress */
+
+int px_job_progress(px_daemon_t *d, const Parallax__V1__ReportProgressRequest *req)
+{
+    px_job_t *job = px_job_find(d, req->job_id);
+
+    if (!job)
+        return 1;
+    if (!is_placed_active(job))
+        return 1;
+    if (req->rank == 0 && req->metrics) {
+        const Parallax__V1__StepMetrics *m = req->metrics;
+        job->step = m->step;
+        job->loss = m->loss;
+        job->grad_norm = m->grad_norm;
+        job->lr = m->lr;
+        job->tokens_per_second = m->tokens_per_second;
+        px_store_metric_add(d->store, job->id, m);
+        job_save(job);
+        watchers_notify(job, m);
+    }
+    return 0;
+}
+
+void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char *node,
+                        int exit_code, const char *detail)
+{
+    px_job_t *job = px_job_find(d, job_id);
+    px_job_rank_t *jr;
+    char how[64];
+
+    if (!job || rank < 0 || rank >= job->world || !job->ranks)
+        return;
+    jr = &job->ranks[rank];
+    if (!strcmp(jr->state, "exited"))
+        return;
+    snprintf(jr->state, sizeof(jr->state), "exited");
+    jr->exit_code = exit_code;
+    if (!is_placed_active(job)) {
+        job_save(job);
+        return;
+    }
+    if (exit_code == 0) {
+        job->n_exited_ok++;
+        job_save(job);
+        if (job->n_exited_ok == job->world)
+            px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_COMPLETED, "%s", "");
+        return;
+    }
+    if (exit_code < 0)
+        snprintf(how, sizeof(how), "was killed by signal %d", -exit_code);
+    else
+        snprintf(how, sizeof(how), "exited with code %d", exit_code);
+    px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_FAILED, "rank %d on node %s (%s) %s%s%s",
+                  rank, node && *node ? node : jr->node, jr->device, how,
+                  detail && *detail ? "; last log line: " : "", detail ? detail : "");
+}

@@ -1,0 +1,375 @@
+/* main.c: parallaxd start and stop.
+ *
+ * Start: config -> state dir + flock -> store (jobs of a previous run that
+ * were active become FAILED "daemon restarted") -> loop, gRPC completion
+ * queue (notify = uv_async_send; the async callback drains it) -> Control
+ * and Peer servers (a used port fails here: exit 1) -> heartbeats ->
+ * sd_notify READY=1.
+ * Stop (SIGINT/SIGTERM): sd_notify STOPPING=1, active jobs this node
+ * coordinates fail ("coordinator daemon stopped"), every local rank gets
+ * SIGTERM (SIGKILL after PX_KILL_GRACE_MS); once they are gone and
+ * in-flight peer calls finished (or a deadline passed) the servers, queue,
+ * store and loop are closed in that order. Everything runs on the main
+ * thread (the loop), except gRPC's queue thread inside px_rpc. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "px_config.h"
+#include "px_env.h"
+#include "px_log.h"
+#include "px_time.h"
+#include "store.h"
+
+#if PX_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#define notify(s) sd_notify(0, s)
+#else
+#define notify(s) ((void)0)
+#endif
+
+/* ------------------------------------------------------------ async calls */
+
+typedef struct {
+    px_daemon_t *d;
+    px_daemon_done_fn done;
+    void *arg;
+} async_ctx_t;
+
+static void on_async_done(void *arg, grpc_status_code code, const char *message,
+                          const ProtobufCMessage *response)
+{
+    async_ctx_t *ctx = arg;
+    ctx->d->async_inflight--;
+    ctx->done(ctx->d, ctx->arg, code, message, response);
+    free(ctx);
+}
+
+px_status_t px_daemon_call_async(px_daemon_t *d, px_rpc_channel_t *channel, const char *path,
+                                 const ProtobufCMessage *request,
+                                 const ProtobufCMessageDescriptor *response_desc,
+                                 int timeout_ms, px_daemon_done_fn done, void *arg)
+{
+    async_ctx_t *ctx = malloc(sizeof(*ctx));
+    px_status_t status;
+
+    if (!ctx)
+        return PX_ERR_NO_MEMORY;
+    ctx->d = d;
+    ctx->done = done;
+    ctx->arg = arg;
+    status = px_rpc_call_async(d->cq, channel, path, request, response_desc, timeout_ms,
+                               on_async_done, ctx);
+    if (status != PX_OK) {
+        free(ctx);
+        return status;
+    }
+    d->async_inflight++;
+    return PX_OK;
+}
+
+/* ------------------------------------------------------------------ setup */
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    }
+    if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+/* Takes state-dir/parallaxd.lock (flock); fails naming the holder's pid. */
+static px_status_t take_lock(px_daemon_t *d)
+{
+    char path[1100], buf[32];
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/parallaxd.lock", d->cfg.state_dir);
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        px_error("cannot open lock file %s: %s", path, strerror(errno));
+        return PX_ERR_IO;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        buf[n > 0 ? n : 0] = '\0';
+        px_error("state directory %s is in use by another parallaxd (pid %s): %s",
+                 d->cfg.state_dir, n > 0 ? strtok(buf, "\n") : "?", strerror(errno));
+        close(fd);
+        return PX_ERR_UNAVAILABLE;
+    }
+    if (ftruncate(fd, 0) == 0) {
+        int len = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+        if (pwrite(fd, buf, (size_t)len, 0) < 0)
+            px_warn("cannot write pid to %s", path);
+    }
+    d->lock_fd = fd;
+    return PX_OK;
+}
+
+/* Removes a stale control.sock; fails if a live daemon answers on it. */
+static px_status_t prepare_socket(px_daemon_t *d)
+{
+    struct sockaddr_un sa;
+    int fd;
+
+    snprintf(d->sock_path, sizeof(d->sock_path), "%s/control.sock", d->cfg.runtime_dir);
+    if (strlen(d->sock_path) >= sizeof(sa.sun_path)) {
+        px_error("--runtime-dir %s: socket path too long", d->cfg.runtime_dir);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (access(d->sock_path, F_OK) != 0)
+        return PX_OK;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->sock_path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+        close(fd);
+        px_error("%s: another parallaxd is listening on it", d->sock_path);
+        d->sock_path[0] = '\0';
+        return PX_ERR_UNAVAILABLE;
+    }
+    if (fd >= 0)
+        close(fd);
+    unlink(d->sock_path);
+    return PX_OK;
+}
+
+/* "host:port" with the bound port and a reachable host for advertising. */
+static void advertise(const char *listen, int port, char *out, size_t len)
+{
+    const char *colon = strrchr(listen, ':');
+    char host[200];
+    size_t hl = colon ? (size_t)(colon - listen) : strlen(listen);
+
+    if (hl >= sizeof(host))
+        hl = sizeof(host) - 1;
+    memcpy(host, listen, hl);
+    host[hl] = '\0';
+    if (!strcmp(host, "0.0.0.0") || !strcmp(host, "[::]") || !strcmp(host, "::") || !host[0]) {
+        if (gethostname(host, sizeof(host)) != 0)
+            snprintf(host, sizeof(host), "localhost");
+    }
+    if (port > 0)
+        snprintf(out, len, "%s:%d", host, port);
+    else
+        snprintf(out, len, "%s", listen);
+}
+
+static void on_cq_async(uv_async_t *a)
+{
+    px_daemon_t *d = a->data;
+    px_rpc_cq_drain(d->cq);
+}
+
+static void cq_notify(void *arg)
+{
+    px_daemon_t *d = arg;
+    uv_async_send(&d->cq_async);
+}
+
+/* ------------------------------------------------------------------- stop */
+
+static void on_stop_timer(uv_timer_t *t)
+{
+    px_daemon_t *d = t->data;
+    int ranks = px_supervisor_count(d);
+
+    if ((ranks == 0 && d->async_inflight == 0) || px_time_mono_ms() > d->stop_deadline_ms) {
+        if (ranks)
+            px_warn("%d rank process(es) still not reaped at shutdown", ranks);
+        uv_stop(d->loop);
+    }
+}
+
+static void begin_stop(px_daemon_t *d, int signum)
+{
+    if (d->stopping) {
+        px_warn("signal %d again: stopping now", signum);
+        d->stop_deadline_ms = 0;
+        return;
+    }
+    px_info("signal %d: stopping (ranks first)", signum);
+    notify("STOPPING=1");
+    d->stopping = 1; /* before failing jobs: nothing new is placed */
+    px_job_fail_all_active(d, "coordinator daemon stopped");
+    uv_timer_stop(&d->hb_timer);
+    px_supervisor_stop_all(d);
+    d->stop_deadline_ms = px_time_mono_ms() + px_env_int("PX_KILL_GRACE_MS") + 3000;
+    d->stop_timer.data = d;
+    uv_timer_start(&d->stop_timer, on_stop_timer, 0, 50);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    begin_stop(s->data, signum);
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+/* ------------------------------------------------------------------- main */
+
+int main(int argc, char **argv)
+{
+    static px_daemon_t daemon;
+    px_daemon_t *d = &daemon;
+    px_rpc_method_t *cm = NULL, *pm = NULL;
+    const char *caddrs[2];
+    char unix_addr[1100], dbpath[1100];
+    px_status_t status;
+    int ret = 1;
+
+    px_log_set_tag("parallaxd");
+    signal(SIGPIPE, SIG_IGN);
+    d->lock_fd = -1;
+    status = px_daemon_config_parse(argc, argv, &d->cfg);
+    if (status == PX_ERR_ABORTED)
+        return 0;
+    if (status != PX_OK)
+        return 2;
+    if (d->cfg.print_config) {
+        px_daemon_config_print(&d->cfg, stdout);
+        px_env_print(stdout);
+        px_daemon_config_free(&d->cfg);
+        return 0;
+    }
+    px_log_set_tag(d->cfg.name);
+
+    if (mkdir_p(d->cfg.state_dir, 0750) != 0) {
+        px_error("cannot create --state-dir %s: %s", d->cfg.state_dir, strerror(errno));
+        goto out_config;
+    }
+    if (mkdir_p(d->cfg.runtime_dir, 0755) != 0) {
+        px_error("cannot create --runtime-dir %s: %s", d->cfg.runtime_dir, strerror(errno));
+        goto out_config;
+    }
+    if (take_lock(d) != PX_OK)
+        goto out_config;
+    if (prepare_socket(d) != PX_OK)
+        goto out_lock;
+    snprintf(dbpath, sizeof(dbpath), "%s/parallax.db", d->cfg.state_dir);
+    if (px_store_open(dbpath, &d->store) != PX_OK)
+        goto out_lock;
+
+    d->loop = uv_default_loop();
+    uv_async_init(d->loop, &d->cq_async, on_cq_async);
+    d->cq_async.data = d;
+    uv_timer_init(d->loop, &d->hb_timer);
+    uv_timer_init(d->loop, &d->stop_timer);
+    uv_signal_init(d->loop, &d->sigint);
+    uv_signal_init(d->loop, &d->sigterm);
+    d->sigint.data = d->sigterm.data = d;
+
+    if (px_job_load_all(d) != PX_OK)
+        goto out_loop;
+    if (px_rpc_cq_create(cq_notify, d, &d->cq) != PX_OK)
+        goto out_jobs;
+
+    cm = malloc(sizeof(*cm) * px_control_n_methods);
+    pm = malloc(sizeof(*pm) * px_peer_n_methods);
+    if (!cm || !pm)
+        goto out_cq;
+    for (size_t i = 0; i < px_control_n_methods; i++) {
+        cm[i] = px_control_methods[i];
+        cm[i].arg = d;
+    }
+    for (size_t i = 0; i < px_peer_n_methods; i++) {
+        pm[i] = px_peer_methods[i];
+        pm[i].arg = d;
+    }
+    {
+        const char *paddrs[1] = {d->cfg.peer_listen};
+        if (px_rpc_server_create(d->cq, paddrs, 1, pm, px_peer_n_methods, &d->peer_srv) != PX_OK) {
+            px_error("cannot listen on --peer-listen %s (in use by another daemon?)",
+                     d->cfg.peer_listen);
+            goto out_cq;
+        }
+        advertise(d->cfg.peer_listen, px_rpc_server_port(d->peer_srv, 0), d->peer_addr,
+                  sizeof(d->peer_addr));
+    }
+    snprintf(unix_addr, sizeof(unix_addr), "unix:%s", d->sock_path);
+    caddrs[0] = d->cfg.listen;
+    caddrs[1] = unix_addr;
+    if (px_rpc_server_create(d->cq, caddrs, 2, cm, px_control_n_methods, &d->control_srv) !=
+        PX_OK) {
+        px_error("cannot listen on --listen %s / %s (in use by another daemon?)", d->cfg.listen,
+                 unix_addr);
+        unlink(d->sock_path);
+        goto out_servers;
+    }
+    advertise(d->cfg.listen, px_rpc_server_port(d->control_srv, 0), d->control_addr,
+              sizeof(d->control_addr));
+
+    if (px_nodes_init(d) != PX_OK)
+        goto out_servers;
+    uv_signal_start(&d->sigint, on_signal, SIGINT);
+    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+    px_nodes_start(d);
+    px_info("node %s ready: control %s + %s, peer %s, %d devices (%s), %d peers, state %s",
+            d->cfg.name, d->control_addr, unix_addr, d->peer_addr, d->n_devices,
+            d->cfg.devices, d->n_peers, d->cfg.state_dir);
+    notify("READY=1");
+    px_job_schedule(d);
+
+    uv_run(d->loop, UV_RUN_DEFAULT);
+
+    /* stopped: anything still running gets SIGKILL */
+    for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next)
+        if (!lr->exited)
+            uv_process_kill(&lr->proc, SIGKILL);
+    ret = 0;
+
+out_servers:
+    px_rpc_server_destroy(d->control_srv);
+    px_rpc_server_destroy(d->peer_srv);
+    d->control_srv = d->peer_srv = NULL;
+    /* let in-flight client calls finish (their deadlines bound this) */
+    {
+        int64_t until = px_time_mono_ms() + PXD_RPC_TIMEOUT_MS;
+        while (d->async_inflight > 0 && px_time_mono_ms() < until)
+            uv_run(d->loop, UV_RUN_ONCE);
+    }
+out_cq:
+    px_rpc_cq_destroy(d->cq);
+    d->cq = NULL;
+    free(cm);
+    free(pm);
+out_jobs:
+    px_job_free_all(d);
+out_loop:
+    px_nodes_fini(d);
+    uv_walk(d->loop, close_walk, NULL);
+    uv_run(d->loop, UV_RUN_DEFAULT);
+    uv_loop_close(d->loop);
+    px_store_close(d->store);
+    if (d->sock_path[0] && ret == 0)
+        unlink(d->sock_path);
+    px_info("node %s stopped", d->cfg.name);
+out_lock:
+    close(d->lock_fd);
+out_config:
+    px_daemon_config_free(&d->cfg);
+    return ret;
+}

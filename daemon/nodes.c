@@ -1,0 +1,262 @@
+/* nodes.c: this node's devices, the peer table and heartbeats.
+ *
+ * Every PX_HEARTBEAT_MS the daemon sends Peer.Heartbeat with its NodeInfo to
+ * each peer (at most one in flight per peer); the answer (and any incoming
+ * heartbeat) refreshes that peer's name, addresses and device usage. A peer
+ * silent for PX_PEER_DEAD_MS is marked dead: jobs this node coordinates with
+ * ranks there fail, and ranks this node runs for it are stopped. Loop
+ * thread only. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "px_config.h"
+#include "px_env.h"
+#include "px_log.h"
+#include "px_time.h"
+
+static px_peer_t *peer_add(px_daemon_t *d, const char *peer_addr)
+{
+    px_peer_t *p = realloc(d->peers, sizeof(*p) * (size_t)(d->n_peers + 1));
+    px_peer_t *np;
+    if (!p)
+        return NULL;
+    d->peers = p;
+    np = &d->peers[d->n_peers];
+    memset(np, 0, sizeof(*np));
+    snprintf(np->peer_addr, sizeof(np->peer_addr), "%s", peer_addr);
+    if (px_rpc_channel_create(peer_addr, &np->channel) != PX_OK)
+        return NULL;
+    d->n_peers++;
+    return np;
+}
+
+px_status_t px_nodes_init(px_daemon_t *d)
+{
+    d->n_devices = d->cfg.n_devices;
+    d->devices = calloc((size_t)d->n_devices, sizeof(*d->devices));
+    if (!d->devices)
+        return PX_ERR_NO_MEMORY;
+    for (int i = 0; i < d->n_devices; i++)
+        snprintf(d->devices[i].name, sizeof(d->devices[i].name), "cpu:%d", i);
+    for (int i = 0; i < d->cfg.n_peers; i++) {
+        if (!strcmp(d->cfg.peers[i], d->peer_addr))
+            continue; /* ourselves in a shared peer list */
+        if (!peer_add(d, d->cfg.peers[i]))
+            return PX_ERR_NO_MEMORY;
+    }
+    return PX_OK;
+}
+
+void px_nodes_fini(px_daemon_t *d)
+{
+    for (int i = 0; i < d->n_peers; i++) {
+        px_rpc_channel_destroy(d->peers[i].channel);
+        px_rpc_channel_destroy(d->peers[i].control);
+        free(d->peers[i].devices);
+    }
+    free(d->peers);
+    d->peers = NULL;
+    d->n_peers = 0;
+    free(d->devices);
+    d->devices = NULL;
+}
+
+int px_nodes_cluster_devices(px_daemon_t *d)
+{
+    int n = d->n_devices;
+    for (int i = 0; i < d->n_peers; i++)
+        if (d->peers[i].alive)
+            n += d->peers[i].n_devices;
+    return n;
+}
+
+px_peer_t *px_nodes_peer_by_name(px_daemon_t *d, const char *name)
+{
+    for (int i = 0; i < d->n_peers; i++)
+        if (d->peers[i].name[0] && !strcmp(d->peers[i].name, name))
+            return &d->peers[i];
+    return NULL;
+}
+
+px_rpc_channel_t *px_nodes_control_channel(px_daemon_t *d, const char *name)
+{
+    px_peer_t *p = px_nodes_peer_by_name(d, name);
+    if (!p || !p->control_addr[0])
+        return NULL;
+    if (!p->control && px_rpc_channel_create(p->control_addr, &p->control) != PX_OK)
+        return NULL;
+    return p->control;
+}
+
+void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info)
+{
+    parallax__v1__node_info__init(info);
+    info->name = d->cfg.name;
+    info->control_addr = d->control_addr;
+    info->peer_addr = d->peer_addr;
+    info->alive = 1;
+    info->last_seen_ms = px_time_wall_ms();
+    info->version = (char *)PX_VERSION;
+    info->n_devices = (size_t)d->n_devices;
+    info->devices = calloc((size_t)d->n_devices, sizeof(*info->devices));
+    for (int i = 0; info->devices && i < d->n_devices; i++) {
+        Parallax__V1__Device *dev = malloc(sizeof(*dev));
+        if (!dev) {
+            info->n_devices = (size_t)i;
+            break;
+        }
+        parallax__v1__device__init(dev);
+        dev->name = d->devices[i].name;
+        dev->job_id = d->devices[i].job_id;
+        info->devices[i] = dev;
+    }
+    if (!info->devices)
+        info->n_devices = 0;
+}
+
+void px_nodes_info_free(Parallax__V1__NodeInfo *info)
+{
+    for (size_t i = 0; i < info->n_devices; i++)
+        free(info->devices[i]);
+    free(info->devices);
+    info->devices = NULL;
+    info->n_devices = 0;
+}
+
+static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeInfo *info)
+{
+    int was_alive = p->alive;
+    px_device_t *devs;
+
+    if (info->name && *info->name)
+        snprintf(p->name, sizeof(p->name), "%s", info->name);
+    if (info->control_addr && strcmp(p->control_addr, info->control_addr)) {
+        snprintf(p->control_addr, sizeof(p->control_addr), "%s", info->control_addr);
+        px_rpc_channel_destroy(p->control);
+        p->control = NULL;
+    }
+    if (info->version)
+        snprintf(p->version, sizeof(p->version), "%s", info->version);
+    devs = calloc(info->n_devices ? info->n_devices : 1, sizeof(*devs));
+    if (devs) {
+        for (size_t i = 0; i < info->n_devices; i++) {
+            snprintf(devs[i].name, sizeof(devs[i].name), "%s", info->devices[i]->name);
+            snprintf(devs[i].job_id, sizeof(devs[i].job_id), "%s",
+                     info->devices[i]->job_id ? info->devices[i]->job_id : "");
+        }
+        free(p->devices);
+        p->devices = devs;
+        p->n_devices = (int)info->n_devices;
+    }
+    p->alive = 1;
+    p->last_seen_ms = px_time_wall_ms();
+    p->last_seen_mono_ms = px_time_mono_ms();
+    if (!was_alive) {
+        px_info("peer %s (%s) is alive with %d devices", p->name, p->peer_addr, p->n_devices);
+        px_job_schedule(d);
+    }
+}
+
+void px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info)
+{
+    px_peer_t *p = NULL;
+
+    if (!info || !info->name || !*info->name || !strcmp(info->name, d->cfg.name))
+        return;
+    p = px_nodes_peer_by_name(d, info->name);
+    for (int i = 0; !p && i < d->n_peers; i++)
+        if (info->peer_addr && !strcmp(d->peers[i].peer_addr, info->peer_addr))
+            p = &d->peers[i];
+    if (!p) {
+        if (!info->peer_addr || !*info->peer_addr)
+            return;
+        p = peer_add(d, info->peer_addr);
+        if (!p)
+            return;
+        px_info("peer %s joined from %s", info->name, info->peer_addr);
+    }
+    peer_update(d, p, info);
+}
+
+void px_nodes_device_set(px_daemon_t *d, const char *device, const char *job_id)
+{
+    for (int i = 0; i < d->n_devices; i++)
+        if (!strcmp(d->devices[i].name, device))
+            snprintf(d->devices[i].job_id, sizeof(d->devices[i].job_id), "%s", job_id);
+}
+
+typedef struct {
+    char peer_addr[PXD_ADDR_MAX];
+} hb_ctx_t;
+
+static void on_heartbeat_done(px_daemon_t *d, void *arg, grpc_status_code code,
+                              const char *message, const ProtobufCMessage *response)
+{
+    hb_ctx_t *ctx = arg;
+    for (int i = 0; i < d->n_peers; i++) {
+        px_peer_t *p = &d->peers[i];
+        if (strcmp(p->peer_addr, ctx->peer_addr))
+            continue;
+        p->hb_inflight = 0;
+        if (code == GRPC_STATUS_OK) {
+            const Parallax__V1__HeartbeatResponse *r = (const void *)response;
+            if (r->node)
+                peer_update(d, p, r->node);
+        } else {
+            px_debug("heartbeat to %s: %s", p->peer_addr, message ? message : "");
+        }
+        break;
+    }
+    free(ctx);
+}
+
+static void on_hb_timer(uv_timer_t *t)
+{
+    px_daemon_t *d = t->data;
+    int64_t now = px_time_mono_ms();
+    long dead_ms = px_env_int("PX_PEER_DEAD_MS");
+    Parallax__V1__HeartbeatRequest req = PARALLAX__V1__HEARTBEAT_REQUEST__INIT;
+    Parallax__V1__NodeInfo self;
+
+    if (d->stopping)
+        return;
+    for (int i = 0; i < d->n_peers; i++) {
+        px_peer_t *p = &d->peers[i];
+        if (p->alive && now - p->last_seen_mono_ms > dead_ms) {
+            p->alive = 0;
+            px_warn("peer %s (%s) silent for %ld ms: dead", p->name, p->peer_addr, dead_ms);
+            px_job_node_dead(d, p->name);
+            px_supervisor_stop_coordinated_by(d, p->name);
+        }
+    }
+    px_nodes_self_info(d, &self);
+    req.node = &self;
+    for (int i = 0; i < d->n_peers; i++) {
+        px_peer_t *p = &d->peers[i];
+        hb_ctx_t *ctx;
+        if (p->hb_inflight)
+            continue;
+        ctx = malloc(sizeof(*ctx));
+        if (!ctx)
+            break;
+        snprintf(ctx->peer_addr, sizeof(ctx->peer_addr), "%s", p->peer_addr);
+        if (px_daemon_call_async(d, p->channel, "/parallax.v1.Peer/Heartbeat", &req.base,
+                                 &parallax__v1__heartbeat_response__descriptor,
+                                 (int)px_env_int("PX_HEARTBEAT_MS") * 2 + 1000,
+                                 on_heartbeat_done, ctx) == PX_OK)
+            p->hb_inflight = 1;
+        else
+            free(ctx);
+    }
+    px_nodes_info_free(&self);
+}
+
+void px_nodes_start(px_daemon_t *d)
+{
+    long period = px_env_int("PX_HEARTBEAT_MS");
+    if (period < 10)
+        period = 10;
+    d->hb_timer.data = d;
+    uv_timer_start(&d->hb_timer, on_hb_timer, 0, (uint64_t)period);
+}

@@ -1,0 +1,158 @@
+/* px_rank_link.c: a rank's blocking link to its coordinator's Peer service.
+ *
+ * Implements px_rank_link.h with px_rpc_call_unary on a private channel:
+ * RegisterRank (held by the coordinator until every rank registered) and
+ * ReportProgress (one call per step). Runs on the rank's training thread
+ * only; no state is shared with other threads. */
+#include "px_rank_link.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "parallax.pb-c.h"
+#include "px_log.h"
+#include "px_rpc.h"
+#include "px_time.h"
+
+#define PX_RANK_LINK_REPORT_TIMEOUT_MS 10000
+
+struct px_rank_link {
+    px_rpc_channel_t *channel;
+    char *job_id;
+    char *node;
+    int rank;
+};
+
+px_status_t px_rank_link_open(const char *coord_addr, const char *job_id, int rank,
+                              const char *node, px_rank_link_t **link_p)
+{
+    px_rank_link_t *link;
+    px_status_t status;
+
+    if (!coord_addr || !*coord_addr || !job_id || !*job_id || rank < 0 || !node) {
+        px_error("rank link: coordinator address, job id, rank and node are required");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    link = calloc(1, sizeof(*link));
+    if (!link)
+        return PX_ERR_NO_MEMORY;
+    link->rank = rank;
+    link->job_id = strdup(job_id);
+    link->node = strdup(node);
+    if (!link->job_id || !link->node) {
+        status = PX_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    PX_CHECK_GOTO(px_rpc_channel_create(coord_addr, &link->channel), status, err_free);
+    *link_p = link;
+    return PX_OK;
+
+err_free:
+    free(link->job_id);
+    free(link->node);
+    free(link);
+    return status;
+}
+
+px_status_t px_rank_link_rendezvous(px_rank_link_t *link, const void *addr, size_t len,
+                                    int timeout_ms, px_addr_table_t *table)
+{
+    Parallax__V1__RegisterRankRequest req = PARALLAX__V1__REGISTER_RANK_REQUEST__INIT;
+    Parallax__V1__RegisterRankResponse *resp = NULL;
+    px_rpc_result_t result = {0};
+    px_addr_table_t t = {0};
+    px_status_t status;
+
+    req.job_id = link->job_id;
+    req.rank = (uint32_t)link->rank;
+    req.node = link->node;
+    req.ucx_address.data = (uint8_t *)addr;
+    req.ucx_address.len = len;
+    req.pid = (int32_t)getpid();
+
+    status = px_rpc_call_unary(link->channel, "/parallax.v1.Peer/RegisterRank",
+                               &req.base, &parallax__v1__register_rank_response__descriptor,
+                               timeout_ms, (ProtobufCMessage **)&resp, &result);
+    if (status != PX_OK) {
+        px_error("rank %d: RegisterRank with %s failed: %s (%s)", link->rank,
+                 px_rpc_channel_target(link->channel), px_status_str(status),
+                 result.message ? result.message : "");
+        goto out;
+    }
+    if (resp->world_size == 0 || resp->n_ucx_addresses != resp->world_size ||
+        resp->n_nodes != resp->world_size || (uint32_t)link->rank >= resp->world_size) {
+        px_error("rank %d: malformed rendezvous table (world %u, %zu addresses, %zu nodes)",
+                 link->rank, resp->world_size, resp->n_ucx_addresses, resp->n_nodes);
+        status = PX_ERR_INTERNAL;
+        goto out;
+    }
+    PX_CHECK_GOTO(px_addr_table_init(&t, (int)resp->world_size), status, out);
+    for (uint32_t r = 0; r < resp->world_size; r++) {
+        size_t n = resp->ucx_addresses[r].len;
+        t.addrs[r] = malloc(n ? n : 1);
+        t.nodes[r] = strdup(resp->nodes[r]);
+        if (!t.addrs[r] || !t.nodes[r]) {
+            status = PX_ERR_NO_MEMORY;
+            px_addr_table_free(&t);
+            goto out;
+        }
+        memcpy(t.addrs[r], resp->ucx_addresses[r].data, n);
+        t.addr_lens[r] = n;
+    }
+    *table = t;
+    status = PX_OK;
+
+out:
+    if (resp)
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+    free(result.message);
+    return status;
+}
+
+px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *report,
+                                int *stop_p)
+{
+    Parallax__V1__ReportProgressRequest req = PARALLAX__V1__REPORT_PROGRESS_REQUEST__INIT;
+    Parallax__V1__StepMetrics m = PARALLAX__V1__STEP_METRICS__INIT;
+    Parallax__V1__ReportProgressResponse *resp = NULL;
+    px_rpc_result_t result = {0};
+    px_status_t status;
+
+    m.step = (uint32_t)report->step;
+    m.loss = report->loss;
+    m.grad_norm = report->grad_norm;
+    m.lr = report->lr;
+    m.tokens_per_second = report->tokens_per_second;
+    m.elapsed_s = report->elapsed_s;
+    m.time_ms = px_time_wall_ms();
+    req.job_id = link->job_id;
+    req.rank = (uint32_t)link->rank;
+    req.metrics = &m;
+
+    status = px_rpc_call_unary(link->channel, "/parallax.v1.Peer/ReportProgress", &req.base,
+                               &parallax__v1__report_progress_response__descriptor,
+                               PX_RANK_LINK_REPORT_TIMEOUT_MS, (ProtobufCMessage **)&resp,
+                               &result);
+    if (status != PX_OK) {
+        px_warn("rank %d: ReportProgress step %d failed: %s (%s)", link->rank, report->step,
+                px_status_str(status), result.message ? result.message : "");
+        free(result.message);
+        return status;
+    }
+    if (stop_p)
+        *stop_p = resp->stop ? 1 : 0;
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    free(result.message);
+    return PX_OK;
+}
+
+void px_rank_link_close(px_rank_link_t *link)
+{
+    if (!link)
+        return;
+    px_rpc_channel_destroy(link->channel);
+    free(link->job_id);
+    free(link->node);
+    free(link);
+}

@@ -1,0 +1,475 @@
+/* supervisor.c: the rank processes this node runs.
+ *
+ * LaunchRanks spawns one `parallax-rank` per assigned rank with uv_spawn
+ * (stdout+stderr appended to state-dir/jobs/<id>/rank-<R>.log, env
+ * PX_DEVICE=cpu:K and OPENBLAS_NUM_THREADS=1, own process group). The exit
+ * callback (libuv's SIGCHLD handling) frees the device and tells the job's
+ * coordinator (Peer.RankExited, or a direct call when it is this node) with
+ * the exit code (-signal when killed) and the log's last line. Stopping is
+ * SIGTERM, then SIGKILL after PX_KILL_GRACE_MS.
+ *
+ * Invariants: a px_local_rank_t stays in d->local_ranks until its process
+ * exited and both its handles closed; nothing keeps running after
+ * px_supervisor_stop_all() and the loop draining. Loop thread only. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "px_config.h"
+#include "px_env.h"
+#include "px_log.h"
+
+void px_supervisor_log_path(px_daemon_t *d, const char *job_id, int rank, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/jobs/%s/rank-%d.log", d->cfg.state_dir, job_id, rank);
+}
+
+static int mkdir_p(const char *path)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0750) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    }
+    if (mkdir(tmp, 0750) != 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+px_status_t px_supervisor_read_log(px_daemon_t *d, const char *job_id, int rank,
+                                   size_t tail_bytes, uint8_t **text_p, size_t *len_p)
+{
+    char path[1024];
+    struct stat st;
+    uint8_t *buf;
+    size_t n, want;
+    off_t off = 0;
+    int fd;
+    ssize_t got;
+
+    if (strchr(job_id, '/') || strstr(job_id, ".."))
+        return PX_ERR_INVALID_ARGUMENT;
+    px_supervisor_log_path(d, job_id, rank, path, sizeof(path));
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return PX_ERR_IO;
+    }
+    want = (size_t)st.st_size;
+    if (want > (16u << 20))
+        want = 16u << 20;
+    if (tail_bytes && want > tail_bytes)
+        want = tail_bytes;
+    off = st.st_size - (off_t)want;
+    buf = malloc(want ? want : 1);
+    if (!buf) {
+        close(fd);
+        return PX_ERR_NO_MEMORY;
+    }
+    n = 0;
+    while (n < want && (got = pread(fd, buf + n, want - n, off + (off_t)n)) > 0)
+        n += (size_t)got;
+    close(fd);
+    *text_p = buf;
+    *len_p = n;
+    return PX_OK;
+}
+
+/* Last non-empty line of a rank's log, for failure reasons. */
+static void last_line(px_daemon_t *d, const char *job_id, int rank, char *out, size_t len)
+{
+    uint8_t *text = NULL;
+    size_t n = 0, end, start;
+
+    out[0] = '\0';
+    if (px_supervisor_read_log(d, job_id, rank, 4096, &text, &n) != PX_OK)
+        return;
+    end = n;
+    while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' '))
+        end--;
+    start = end;
+    while (start > 0 && text[start - 1] != '\n')
+        start--;
+    if (end - start >= len)
+        start = end - (len - 1);
+    memcpy(out, text + start, end - start);
+    out[end - start] = '\0';
+    free(text);
+}
+
+static void on_rank_exited_done(px_daemon_t *d, void *arg, grpc_status_code code,
+                                const char *message, const ProtobufCMessage *response)
+{
+    char *what = arg;
+    if (code != GRPC_STATUS_OK)
+        px_warn("RankExited for %s: coordinator did not take it: %s", what,
+                message ? message : "");
+    free(what);
+}
+
+static void local_rank_unlink(px_daemon_t *d, px_local_rank_t *lr)
+{
+    for (px_local_rank_t **p = &d->local_ranks; *p; p = &(*p)->next) {
+        if (*p == lr) {
+            *p = lr->next;
+            return;
+        }
+    }
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    px_local_rank_t *lr = h->data;
+    if (--lr->handles_open == 0) {
+        local_rank_unlink(lr->d, lr);
+        free(lr);
+    }
+}
+
+static void on_rank_exit(uv_process_t *proc, int64_t exit_status, int term_signal)
+{
+    px_local_rank_t *lr = proc->data;
+    px_daemon_t *d = lr->d;
+    char detail[512];
+    int still_held = 0;
+
+    lr->exited = 1;
+    lr->exit_code = term_signal ? -term_signal : (int)exit_status;
+    uv_timer_stop(&lr->kill_timer);
+    px_info("job %s rank %d (pid %d, %s) %s %d", lr->job_id, lr->rank, lr->pid, lr->device,
+            term_signal ? "killed by signal" : "exited with code",
+            term_signal ? term_signal : (int)exit_status);
+    /* free the device unless another of this job's ranks still holds it */
+    for (px_local_rank_t *o = d->local_ranks; o; o = o->next)
+        if (o != lr && !o->exited && !strcmp(o->device, lr->device))
+            still_held = 1;
+    if (!still_held)
+        px_nodes_device_set(d, lr->device, "");
+    last_line(d, lr->job_id, lr->rank, detail, sizeof(detail));
+
+    if (!strcmp(lr->coordinator, d->cfg.name)) {
+        px_job_rank_exited(d, lr->job_id, lr->rank, d->cfg.name, lr->exit_code, detail);
+    } else {
+        px_peer_t *p = px_nodes_peer_by_name(d, lr->coordinator);
+        Parallax__V1__RankExitedRequest req = PARALLAX__V1__RANK_EXITED_REQUEST__INIT;
+        char *what = malloc(PXD_JOB_ID_MAX + 32);
+        req.job_id = lr->job_id;
+        req.rank = (uint32_t)lr->rank;
+        req.node = d->cfg.name;
+        req.exit_code = lr->exit_code;
+        req.detail = detail;
+        if (what)
+            snprintf(what, PXD_JOB_ID_MAX + 32, "%s rank %d", lr->job_id, lr->rank);
+        if (!p || !what ||
+            px_daemon_call_async(d, p->channel, "/parallax.v1.Peer/RankExited", &req.base,
+                                 &parallax__v1__rank_exited_response__descriptor,
+                                 PXD_RPC_TIMEOUT_MS, on_rank_exited_done, what) != PX_OK) {
+            px_warn("job %s rank %d: cannot tell coordinator %s of its exit", lr->job_id,
+                    lr->rank, lr->coordinator);
+            free(what);
+        }
+    }
+    uv_close((uv_handle_t *)&lr->proc, on_handle_closed);
+    uv_close((uv_handle_t *)&lr->kill_timer, on_handle_closed);
+    if (!d->stopping)
+        px_job_schedule(d);
+}
+
+static void on_kill_timer(uv_timer_t *t)
+{
+    px_local_rank_t *lr = t->data;
+    if (lr->exited)
+        return;
+    px_warn("job %s rank %d (pid %d) ignored SIGTERM for %ld ms: SIGKILL", lr->job_id, lr->rank,
+            lr->pid, px_env_int("PX_KILL_GRACE_MS"));
+    uv_process_kill(&lr->proc, SIGKILL);
+}
+
+static void rank_stop(px_local_rank_t *lr)
+{
+    if (lr->exited || lr->stopping)
+        return;
+    lr->stopping = 1;
+    uv_process_kill(&lr->proc, SIGTERM);
+    uv_timer_start(&lr->kill_timer, on_kill_timer, (uint64_t)px_env_int("PX_KILL_GRACE_MS"), 0);
+}
+
+/* Path of the rank binary: PX_RANK_BIN, the build tree next to parallaxd,
+ * or libexecdir. */
+static px_status_t find_rank_bin(px_daemon_t *d, char *errbuf, size_t errlen)
+{
+    char exe[PATH_MAX];
+    size_t len = sizeof(exe);
+    const char *env = px_env_str("PX_RANK_BIN");
+
+    if (d->rank_bin[0])
+        return PX_OK;
+    if (*env) {
+        snprintf(d->rank_bin, sizeof(d->rank_bin), "%s", env);
+    } else {
+        char cand[PATH_MAX + 64];
+        if (uv_exepath(exe, &len) == 0) {
+            char *slash = strrchr(exe, '/');
+            if (slash)
+                *slash = '\0';
+            snprintf(cand, sizeof(cand), "%s/../daemon/rank/parallax-rank", exe);
+            if (access(cand, X_OK) == 0)
+                snprintf(d->rank_bin, sizeof(d->rank_bin), "%s", cand);
+        }
+        if (!d->rank_bin[0])
+            snprintf(d->rank_bin, sizeof(d->rank_bin), "%s/parallax-rank", PX_LIBEXECDIR);
+    }
+    if (access(d->rank_bin, X_OK) != 0) {
+        snprintf(errbuf, errlen, "rank binary %s: %s (set PX_RANK_BIN)", d->rank_bin,
+                 strerror(errno));
+        d->rank_bin[0] = '\0';
+        return PX_ERR_NOT_FOUND;
+    }
+    return PX_OK;
+}
+
+/* Spawns one rank; on success lr is linked into d->local_ranks. */
+static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequest *req,
+                             const Parallax__V1__RankAssignment *a, px_local_rank_t **lr_p,
+                             char *errbuf, size_t errlen)
+{
+    const Parallax__V1__JobSpec *s = req->spec;
+    const Parallax__V1__ModelSpec *m = s->model;
+    char num[20][32], dir[1024], env_dev[64];
+    char *args[48], *env[256];
+    extern char **environ;
+    uv_process_options_t opt;
+    uv_stdio_container_t stdio[3];
+    px_local_rank_t *lr;
+    int fd, ret, n = 0, ne = 0;
+
+    lr = calloc(1, sizeof(*lr));
+    if (!lr)
+        return PX_ERR_NO_MEMORY;
+    lr->d = d;
+    lr->rank = (int)a->rank;
+    snprintf(lr->job_id, sizeof(lr->job_id), "%s", req->job_id);
+    snprintf(lr->device, sizeof(lr->device), "%s", a->device);
+    snprintf(lr->coordinator, sizeof(lr->coordinator), "%s", req->coordinator);
+    snprintf(lr->coordinator_peer_addr, sizeof(lr->coordinator_peer_addr), "%s",
+             req->coordinator_peer_addr);
+    snprintf(dir, sizeof(dir), "%s/jobs/%s", d->cfg.state_dir, req->job_id);
+    if (mkdir_p(dir) != 0) {
+        snprintf(errbuf, errlen, "cannot create %s: %s", dir, strerror(errno));
+        free(lr);
+        return PX_ERR_IO;
+    }
+    px_supervisor_log_path(d, req->job_id, lr->rank, lr->log_path, sizeof(lr->log_path));
+    fd = open(lr->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        snprintf(errbuf, errlen, "cannot open %s: %s", lr->log_path, strerror(errno));
+        free(lr);
+        return PX_ERR_IO;
+    }
+
+#define ARG(flag, fmt, val) do { args[n++] = (char *)(flag); \
+    snprintf(num[n / 2], sizeof(num[0]), fmt, val); args[n] = num[n / 2]; n++; } while (0)
+#define SARG(flag, val) do { args[n++] = (char *)(flag); args[n++] = (char *)(val); } while (0)
+    args[n++] = d->rank_bin;
+    ARG("--layers", "%u", m->layers);
+    ARG("--heads", "%u", m->heads);
+    ARG("--dim", "%u", m->dim);
+    ARG("--seq", "%u", m->seq);
+    ARG("--vocab", "%u", m->vocab ? m->vocab : 256);
+    ARG("--batch", "%u", s->batch);
+    ARG("--steps", "%u", s->steps);
+    ARG("--lr", "%.9g", (double)s->lr);
+    ARG("--seed", "%llu", (unsigned long long)s->seed);
+    SARG("--data", s->data_path);
+    ARG("--warmup", "%u", s->warmup_steps);
+    ARG("--weight-decay", "%.9g", (double)s->weight_decay);
+    ARG("--min-lr-ratio", "%.9g", (double)s->min_lr_ratio);
+    SARG("--coord", req->coordinator_peer_addr);
+    SARG("--job", req->job_id);
+    ARG("--rank", "%u", a->rank);
+    ARG("--world", "%u", req->world_size);
+    SARG("--node", d->cfg.name);
+    args[n] = NULL;
+#undef ARG
+#undef SARG
+
+    for (char **e = environ; *e && ne < 250; e++)
+        if (strncmp(*e, "PX_DEVICE=", 10) && strncmp(*e, "OPENBLAS_NUM_THREADS=", 21))
+            env[ne++] = *e;
+    snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=%s", a->device);
+    env[ne++] = env_dev;
+    env[ne++] = (char *)"OPENBLAS_NUM_THREADS=1";
+    env[ne] = NULL;
+
+    memset(&opt, 0, sizeof(opt));
+    memset(stdio, 0, sizeof(stdio));
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = fd;
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = fd;
+    opt.file = d->rank_bin;
+    opt.args = args;
+    opt.env = env;
+    opt.stdio = stdio;
+    opt.stdio_count = 3;
+    opt.exit_cb = on_rank_exit;
+    opt.flags = UV_PROCESS_DETACHED; /* own process group: a ^C to parallaxd is ours to handle */
+
+    {
+        char header[1024];
+        int hl = snprintf(header, sizeof(header), "# parallaxd %s: job %s rank %d on %s %s\n",
+                          d->cfg.name, req->job_id, lr->rank, d->cfg.name, a->device);
+        if (hl > 0 && write(fd, header, (size_t)hl) < 0)
+            px_debug("log header write failed");
+    }
+    lr->proc.data = lr;
+    ret = uv_spawn(d->loop, &lr->proc, &opt);
+    close(fd);
+    if (ret != 0) {
+        snprintf(errbuf, errlen, "spawn of %s failed: %s", d->rank_bin, uv_strerror(ret));
+        /* uv_spawn failure still initialised the handle: close it */
+        lr->handles_open = 1;
+        lr->exited = 1;
+        uv_close((uv_handle_t *)&lr->proc, on_handle_closed);
+        lr->next = d->local_ranks; /* unlinked (and freed) by on_handle_closed */
+        d->local_ranks = lr;
+        return PX_ERR_IO;
+    }
+    lr->pid = lr->proc.pid;
+    uv_timer_init(d->loop, &lr->kill_timer);
+    lr->kill_timer.data = lr;
+    lr->handles_open = 2;
+    lr->next = d->local_ranks;
+    d->local_ranks = lr;
+    px_nodes_device_set(d, a->device, req->job_id);
+    px_info("job %s rank %d spawned: pid %d on %s, log %s", req->job_id, lr->rank, lr->pid,
+            a->device, lr->log_path);
+    *lr_p = lr;
+    return PX_OK;
+}
+
+px_status_t px_supervisor_launch(px_daemon_t *d, const Parallax__V1__LaunchRanksRequest *req,
+                                 Parallax__V1__LaunchRanksResponse *resp, char *errbuf,
+                                 size_t errlen)
+{
+    px_local_rank_t **spawned;
+    px_status_t status = PX_OK;
+    size_t n_spawned = 0;
+
+    parallax__v1__launch_ranks_response__init(resp);
+    if (!req->job_id || !*req->job_id || strchr(req->job_id, '/') || !req->spec ||
+        !req->spec->model || !req->coordinator || !req->coordinator_peer_addr) {
+        snprintf(errbuf, errlen, "malformed LaunchRanks request");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (d->stopping) {
+        snprintf(errbuf, errlen, "node %s is stopping", d->cfg.name);
+        return PX_ERR_UNAVAILABLE;
+    }
+    for (size_t i = 0; i < req->n_ranks; i++) {
+        int known = 0;
+        for (int k = 0; k < d->n_devices; k++)
+            if (!strcmp(d->devices[k].name, req->ranks[i]->device))
+                known = 1;
+        if (!known) {
+            snprintf(errbuf, errlen, "node %s has no device %s", d->cfg.name,
+                     req->ranks[i]->device);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+    }
+    PX_CHECK(find_rank_bin(d, errbuf, errlen));
+    spawned = calloc(req->n_ranks ? req->n_ranks : 1, sizeof(*spawned));
+    resp->ranks = calloc(req->n_ranks ? req->n_ranks : 1, sizeof(*resp->ranks));
+    if (!spawned || !resp->ranks) {
+        free(spawned);
+        free(resp->ranks);
+        resp->ranks = NULL;
+        return PX_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < req->n_ranks; i++) {
+        px_local_rank_t *lr;
+        Parallax__V1__RankInfo *ri;
+        status = spawn_one(d, req, req->ranks[i], &lr, errbuf, errlen);
+        if (status != PX_OK)
+            break;
+        spawned[n_spawned++] = lr;
+        ri = malloc(sizeof(*ri));
+        if (!ri) {
+            status = PX_ERR_NO_MEMORY;
+            break;
+        }
+        parallax__v1__rank_info__init(ri);
+        ri->rank = (uint32_t)lr->rank;
+        ri->node = d->cfg.name;
+        ri->device = lr->device;
+        ri->pid = lr->pid;
+        ri->state = (char *)"launching";
+        resp->ranks[resp->n_ranks++] = ri;
+    }
+    if (status != PX_OK) {
+        px_error("job %s: launch on %s failed: %s", req->job_id, d->cfg.name, errbuf);
+        for (size_t i = 0; i < n_spawned; i++)
+            rank_stop(spawned[i]);
+        px_supervisor_resp_free(resp);
+    }
+    free(spawned);
+    return status;
+}
+
+void px_supervisor_resp_free(Parallax__V1__LaunchRanksResponse *resp)
+{
+    for (size_t i = 0; i < resp->n_ranks; i++)
+        free(resp->ranks[i]);
+    free(resp->ranks);
+    resp->ranks = NULL;
+    resp->n_ranks = 0;
+}
+
+void px_supervisor_stop_job(px_daemon_t *d, const char *job_id, const char *reason)
+{
+    for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next) {
+        if (!strcmp(lr->job_id, job_id) && !lr->exited && !lr->stopping) {
+            px_info("job %s: stopping rank %d (pid %d): %s", job_id, lr->rank, lr->pid,
+                    reason && *reason ? reason : "stop requested");
+            rank_stop(lr);
+        }
+    }
+}
+
+void px_supervisor_stop_coordinated_by(px_daemon_t *d, const char *coordinator)
+{
+    for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next)
+        if (!strcmp(lr->coordinator, coordinator) && !lr->exited) {
+            px_warn("job %s: coordinator %s is dead; stopping rank %d", lr->job_id, coordinator,
+                    lr->rank);
+            rank_stop(lr);
+        }
+}
+
+void px_supervisor_stop_all(px_daemon_t *d)
+{
+    for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next)
+        rank_stop(lr);
+}
+
+int px_supervisor_count(px_daemon_t *d)
+{
+    int n = 0;
+    for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next)
+        n++;
+    return n;
+}
