@@ -1,0 +1,271 @@
+/* test_engine.c: unit tests of the engine's pieces (daemon/rank): the token
+ * file loader and its errors, the layout-independent batch, the GPT's
+ * counter-based initialisation and batch independence, the learning-rate
+ * schedule and px_train_config_check's messages.
+ *
+ * Usage: test_engine CASE | all. Writes scratch files under $TMPDIR (or
+ * /tmp). Single-threaded. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data.h"
+#include "gpt.h"
+#include "px_kernels.h"
+#include "px_train.h"
+
+static int failures;
+#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
+    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
+    fprintf(stderr, "\n"); } } while (0)
+
+static char tmpdir[512];
+
+/* Writes a token file: header fields as given, `ntok` tokens (i*7 % 200),
+ * then `extra` junk bytes. */
+static void write_tokens(const char *path, int magic, int version, int count, int ntok,
+                         int extra, int bad_token_at)
+{
+    int32_t hdr[256] = {0};
+    FILE *f = fopen(path, "wb");
+    hdr[0] = magic;
+    hdr[1] = version;
+    hdr[2] = count;
+    fwrite(hdr, sizeof(hdr), 1, f);
+    for (int i = 0; i < ntok; i++) {
+        uint16_t t = (uint16_t)((i * 7) % 200);
+        if (i == bad_token_at)
+            t = 300;
+        fwrite(&t, 2, 1, f);
+    }
+    for (int i = 0; i < extra; i++)
+        fputc(0, f);
+    fclose(f);
+}
+
+static void test_data(void)
+{
+    char path[600], err[512];
+    px_data_t *d = NULL;
+    px_status_t st;
+
+    snprintf(path, sizeof(path), "%s/good.bin", tmpdir);
+    write_tokens(path, 20240520, 1, 1000, 1000, 0, -1);
+    st = px_data_open(path, 256, err, sizeof(err), &d);
+    EXPECT(st == PX_OK, "open good file: %s", err);
+    if (st != PX_OK)
+        return;
+    EXPECT(px_data_num_tokens(d) == 1000, "token count");
+    EXPECT(px_data_tokens(d)[3] == 21, "token value");
+    /* every offset in [0, ntok - T - 1]; the batch is the same for any split */
+    int T = 16, B = 8;
+    for (int s = 0; s < 50; s++)
+        for (int i = 0; i < B; i++) {
+            size_t off = px_data_offset(1, s, i, 1000, T);
+            EXPECT(off <= 1000 - (size_t)T - 1, "offset %zu out of range", off);
+        }
+    EXPECT(px_data_offset(1, 0, 0, 1000, T) != px_data_offset(1, 0, 1, 1000, T) ||
+           px_data_offset(1, 0, 1, 1000, T) != px_data_offset(1, 1, 0, 1000, T),
+           "offsets vary with sequence and step");
+    EXPECT(px_data_offset(1, 3, 2, 1000, T) == px_data_offset(1, 3, 2, 1000, T),
+           "offset is a function of its arguments");
+    int32_t in1[8 * 16], tg1[8 * 16], in2[8 * 16], tg2[8 * 16];
+    px_data_batch(d, 7, 3, 0, B, T, in1, tg1);
+    for (int r = 0; r < 4; r++) /* dp = 4: rank r takes [2r, 2r+2) */
+        px_data_batch(d, 7, 3, r * 2, 2, T, in2 + r * 2 * T, tg2 + r * 2 * T);
+    EXPECT(!memcmp(in1, in2, sizeof(in1)) && !memcmp(tg1, tg2, sizeof(tg1)),
+           "dp=4 shards concatenate to the dp=1 batch");
+    for (int i = 0; i < B * T; i++)
+        if (i % T < T - 1)
+            EXPECT(tg1[i] == in1[i + 1], "targets are inputs shifted by one");
+    px_data_close(d);
+
+    const struct { int magic, version, count, ntok, extra, bad; const char *want; } bad[] = {
+        {12345, 1, 100, 100, 0, -1, "bad magic 12345"},
+        {20240520, 2, 100, 100, 0, -1, "unsupported version 2"},
+        {20240520, 1, 200, 100, 0, -1, "does not match header token count 200"},
+        {20240520, 1, 100, 100, 3, -1, "does not match header token count 100"},
+        {20240520, 1, 0, 0, 0, -1, "token count 0"},
+        {20240520, 1, 100, 100, 0, 42, "token 300 at index 42 is >= vocab 256"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(path, sizeof(path), "%s/bad%zu.bin", tmpdir, i);
+        write_tokens(path, bad[i].magic, bad[i].version, bad[i].count, bad[i].ntok,
+                     bad[i].extra, bad[i].bad);
+        err[0] = 0;
+        st = px_data_open(path, 256, err, sizeof(err), &d);
+        EXPECT(st == PX_ERR_INVALID_ARGUMENT && strstr(err, bad[i].want),
+               "bad file %zu: status %d, message '%s' should contain '%s'", i, st, err,
+               bad[i].want);
+    }
+    snprintf(path, sizeof(path), "%s/short.bin", tmpdir);
+    FILE *f = fopen(path, "wb");
+    fputs("hello", f);
+    fclose(f);
+    st = px_data_open(path, 256, err, sizeof(err), &d);
+    EXPECT(st == PX_ERR_INVALID_ARGUMENT && strstr(err, "shorter than the 1024-byte header"),
+           "short file: %s", err);
+    st = px_data_open("/nonexistent/x.bin", 256, err, sizeof(err), &d);
+    EXPECT(st == PX_ERR_NOT_FOUND && strstr(err, "/nonexistent/x.bin"), "missing file: %s", err);
+}
+
+static void test_gpt(void)
+{
+    px_gpt_config_t c = {.layers = 2, .heads = 2, .dim = 16, .max_seq = 8, .vocab = 32};
+    px_gpt_t *a, *b, *one;
+    EXPECT(px_gpt_create(&c, px_kernels_cpu(), 2, 8, &a) == PX_OK, "create");
+    EXPECT(px_gpt_create(&c, px_kernels_cpu(), 2, 8, &b) == PX_OK, "create");
+    EXPECT(px_gpt_create(&c, px_kernels_cpu(), 1, 8, &one) == PX_OK, "create");
+    size_t n = px_gpt_num_params(a);
+    /* V*C + T*C + L*(2C + 3C*C + 3C + C*C + C + 2C + 4C*C + 4C + 4C*C + C) + 2C */
+    size_t C = 16, L = 2;
+    size_t want = 32 * C + 8 * C + L * (12 * C * C + 13 * C) + 2 * C;
+    EXPECT(n == want, "num params %zu, expected %zu", n, want);
+    px_gpt_tensor_info_t ti;
+    px_gpt_tensor_info(a, 4, &ti);
+    EXPECT(!strcmp(ti.name, "qkvw") && ti.ndim == 3 && ti.shape[1] == 48 && ti.decay == 1 &&
+           ti.offset == 32 * C + 8 * C + 4 * C, "qkvw layout");
+    px_gpt_tensor_info(a, 15, &ti);
+    EXPECT(ti.offset + ti.size == n && ti.decay == 0, "lnfb is last");
+
+    px_gpt_init_params(a, 99);
+    px_gpt_init_params(b, 99);
+    EXPECT(!memcmp(px_gpt_params(a), px_gpt_params(b), n * sizeof(float)), "same seed, same init");
+    px_gpt_init_params(b, 100);
+    EXPECT(memcmp(px_gpt_params(a), px_gpt_params(b), n * sizeof(float)), "seed matters");
+    /* element e of a tensor depends on (seed, tensor, e) only: the same
+     * element in a model with another vocab/max_seq is identical */
+    px_gpt_config_t c2 = c;
+    c2.vocab = 40;
+    px_gpt_t *w;
+    EXPECT(px_gpt_create(&c2, px_kernels_cpu(), 1, 8, &w) == PX_OK, "create");
+    px_gpt_init_params(w, 99);
+    EXPECT(!memcmp(px_gpt_param_tensors(w)->wte, px_gpt_param_tensors(a)->wte,
+                   32 * C * sizeof(float)) &&
+           !memcmp(px_gpt_param_tensors(w)->qkvw, px_gpt_param_tensors(a)->qkvw,
+                   L * 48 * C * sizeof(float)), "init is by global element index");
+    px_gpt_destroy(w);
+    const px_gpt_tensors_t *p = px_gpt_param_tensors(a);
+    EXPECT(p->ln1w[5] == 1.0f && p->ln2b[3] == 0.0f && p->lnfw[0] == 1.0f && p->qkvb[7] == 0.0f,
+           "LN 1/0, biases 0");
+    double s2 = 0;
+    for (size_t i = 0; i < 32 * C; i++)
+        s2 += (double)p->wte[i] * p->wte[i];
+    double sd = sqrt(s2 / (32 * C));
+    EXPECT(fabs(sd - 0.02) < 0.002, "wte std %.4f ~ 0.02", sd);
+
+    /* loss at init ~ ln(V); batch of 2 = mean of the two single sequences */
+    int32_t in[16], tg[16];
+    for (int i = 0; i < 16; i++) {
+        in[i] = (i * 5) % 32;
+        tg[i] = (i * 3 + 1) % 32;
+    }
+    float l2 = 0, la = 0, lb = 0;
+    px_gpt_forward(a, in, tg, &l2);
+    EXPECT(fabsf(l2 - logf(32)) < 0.05f, "init loss %.4f ~ ln 32", l2);
+    px_gpt_init_params(one, 99);
+    px_gpt_forward(one, in, tg, &la);
+    px_gpt_forward(one, in + 8, tg + 8, &lb);
+    EXPECT(fabsf(l2 - 0.5f * (la + lb)) < 1e-6f, "batch loss %.7f = mean %.7f", l2,
+           0.5f * (la + lb));
+    /* backward produces a gradient; one update changes parameters; decay
+     * only on matrices (zero-grad ln weights stay exactly 1 with lr small) */
+    px_gpt_zero_grad(a);
+    px_gpt_backward(a);
+    double g2 = px_kernels_cpu()->sumsq(px_gpt_grads(a), n);
+    EXPECT(g2 > 0 && isfinite(g2), "gradient norm^2 %g", g2);
+    float before = p->wte[0];
+    px_gpt_update(a, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    EXPECT(p->wte[0] != before, "update moves parameters");
+    px_gpt_destroy(a);
+    px_gpt_destroy(b);
+    px_gpt_destroy(one);
+    px_gpt_destroy(NULL);
+    c.dim = 15;
+    EXPECT(px_gpt_create(&c, px_kernels_cpu(), 1, 8, &a) == PX_ERR_INVALID_ARGUMENT,
+           "dim %% heads");
+}
+
+static void test_schedule(void)
+{
+    px_train_config_t cfg;
+    px_train_config_defaults(&cfg);
+    cfg.steps = 100;
+    cfg.lr = 1e-3f;
+    cfg.warmup_steps = 10;
+    cfg.min_lr_ratio = 0.1f;
+    EXPECT(fabsf(px_train_lr(&cfg, 0) - 1e-4f) < 1e-9f, "warm-up step 0");
+    EXPECT(fabsf(px_train_lr(&cfg, 9) - 1e-3f) < 1e-9f, "warm-up end");
+    EXPECT(fabsf(px_train_lr(&cfg, 10) - 1e-3f) < 1e-9f, "cosine start");
+    EXPECT(fabsf(px_train_lr(&cfg, 55) - 5.5e-4f) < 1e-8f, "cosine half way: %g",
+           px_train_lr(&cfg, 55));
+    EXPECT(px_train_lr(&cfg, 99) > 1e-4f && px_train_lr(&cfg, 99) < 1.01e-4f, "near the floor");
+    cfg.warmup_steps = -1; /* steps/20 = 5 */
+    EXPECT(fabsf(px_train_lr(&cfg, 0) - 2e-4f) < 1e-9f, "default warm-up steps/20");
+}
+
+static void test_config(void)
+{
+    char path[600], err[512];
+    px_train_config_t cfg;
+    snprintf(path, sizeof(path), "%s/cfg.bin", tmpdir);
+    write_tokens(path, 20240520, 1, 100, 100, 0, -1);
+    px_train_config_defaults(&cfg);
+    cfg.layers = 2; cfg.heads = 4; cfg.dim = 64; cfg.seq = 32; cfg.batch = 8; cfg.steps = 5;
+    cfg.data_path = path;
+    EXPECT(px_train_config_check(&cfg, 4, err, sizeof(err)) == PX_OK, "good config: %s", err);
+    const struct { int field, value, dp; const char *want; px_status_t st; } cases[] = {
+        {0, 130, 1, "dim 130 is not divisible by heads 4", PX_ERR_INVALID_ARGUMENT},
+        {1, 10, 4, "batch 10 is not divisible by dp 4", PX_ERR_INVALID_ARGUMENT},
+        {2, 100, 1, "seq 100 needs 101 tokens but data file", PX_ERR_INVALID_ARGUMENT},
+        {3, 0, 1, "layers 0 must be positive", PX_ERR_INVALID_ARGUMENT},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        px_train_config_t c = cfg;
+        if (cases[i].field == 0) c.dim = cases[i].value;
+        if (cases[i].field == 1) c.batch = cases[i].value;
+        if (cases[i].field == 2) c.seq = cases[i].value;
+        if (cases[i].field == 3) c.layers = cases[i].value;
+        err[0] = 0;
+        px_status_t st = px_train_config_check(&c, cases[i].dp, err, sizeof(err));
+        EXPECT(st == cases[i].st && strstr(err, cases[i].want), "case %zu: '%s' wants '%s'", i,
+               err, cases[i].want);
+    }
+    px_train_config_t c = cfg;
+    c.data_path = "/nonexistent/tokens.bin";
+    EXPECT(px_train_config_check(&c, 1, err, sizeof(err)) == PX_ERR_NOT_FOUND &&
+           strstr(err, "/nonexistent/tokens.bin"), "missing file: %s", err);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct { const char *name; void (*fn)(void); } cases[] = {
+        {"data", test_data}, {"gpt", test_gpt}, {"schedule", test_schedule},
+        {"config", test_config}};
+    const char *which = argc > 1 ? argv[1] : "all";
+    const char *t = getenv("TMPDIR");
+    int ran = 0;
+    snprintf(tmpdir, sizeof(tmpdir), "%s/px_test_engine_XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (strcmp(which, "all") && strcmp(which, cases[i].name))
+            continue;
+        printf("%s\n", cases[i].name);
+        cases[i].fn();
+        ran++;
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    if (!ran)
+        return 2;
+    printf(failures ? "FAILED (%d)\n" : "OK\n", failures);
+    return failures ? 1 : 0;
+}
