@@ -28,6 +28,10 @@
 #define PXD_ADDR_MAX 256
 #define PXD_REASON_MAX 1024
 #define PXD_RPC_TIMEOUT_MS 10000
+/* After a rank's failure, how long other ranks' exits are gathered to name
+ * the root cause (a rank killed by a signal beats ranks that exited non-zero
+ * because their peer vanished). */
+#define PXD_FAIL_SETTLE_MS 1000
 
 typedef struct px_daemon px_daemon_t;
 typedef struct px_store px_store_t;
@@ -91,8 +95,11 @@ typedef struct px_job {
     px_job_rank_t *ranks;           /* [world] once placed */
     int n_registered;
     int n_exited_ok;
-    uv_timer_t rdv_timer;           /* rendezvous deadline */
+    uv_timer_t rdv_timer;           /* rendezvous deadline, then failure settling */
     int rdv_timer_active;
+    int fail_pending;               /* a rank failed; reason chosen when settled */
+    int fail_is_signal;
+    char fail_reason[PXD_REASON_MAX];
     px_watcher_t *watchers;
     struct px_job *next;
 } px_job_t;

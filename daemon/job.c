@@ -433,6 +433,7 @@ void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt,
     vsnprintf(job->reason, sizeof(job->reason), fmt, ap);
     va_end(ap);
     job->finished_ms = px_time_wall_ms();
+    job->fail_pending = 0;
     if (job->rdv_timer_active) {
         uv_timer_stop(&job->rdv_timer);
         job->rdv_timer_active = 0;
@@ -808,6 +809,14 @@ int px_job_progress(px_daemon_t *d, const Parallax__V1__ReportProgressRequest *r
     return 0;
 }
 
+static void on_fail_settled(uv_timer_t *t)
+{
+    px_job_t *job = t->data;
+    job->rdv_timer_active = 0;
+    job->fail_pending = 0;
+    px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_FAILED, "%s", job->fail_reason);
+}
+
 void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char *node,
                         int exit_code, const char *detail)
 {
@@ -837,7 +846,20 @@ void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char
         snprintf(how, sizeof(how), "was killed by signal %d", -exit_code);
     else
         snprintf(how, sizeof(how), "exited with code %d", exit_code);
-    px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_FAILED, "rank %d on node %s (%s) %s%s%s",
-                  rank, node && *node ? node : jr->node, jr->device, how,
-                  detail && *detail ? "; last log line: " : "", detail ? detail : "");
+    /* the first failure starts a short settling window; a signal death seen
+     * in it is the root cause over ranks that exited because of it */
+    if (!job->fail_pending || (exit_code < 0 && !job->fail_is_signal)) {
+        snprintf(job->fail_reason, sizeof(job->fail_reason), "rank %d on node %s (%s) %s%s%s",
+                 rank, node && *node ? node : jr->node, jr->device, how,
+                 detail && *detail ? "; last log line: " : "", detail ? detail : "");
+        job->fail_is_signal = exit_code < 0;
+    }
+    job_save(job);
+    if (!job->fail_pending) {
+        job->fail_pending = 1;
+        if (job->rdv_timer_active)
+            uv_timer_stop(&job->rdv_timer);
+        uv_timer_start(&job->rdv_timer, on_fail_settled, PXD_FAIL_SETTLE_MS, 0);
+        job->rdv_timer_active = 1;
+    }
 }

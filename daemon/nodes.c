@@ -124,7 +124,11 @@ void px_nodes_info_free(Parallax__V1__NodeInfo *info)
     info->n_devices = 0;
 }
 
-static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeInfo *info)
+/* Refreshes `p` from its NodeInfo. Only an answer to our own heartbeat
+ * (`reachable`) makes a peer alive: an incoming heartbeat proves it can
+ * reach us, not that our channel to it works. */
+static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeInfo *info,
+                        int reachable)
 {
     int was_alive = p->alive;
     px_device_t *devs;
@@ -149,6 +153,8 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
         p->devices = devs;
         p->n_devices = (int)info->n_devices;
     }
+    if (!reachable && !was_alive)
+        return;
     p->alive = 1;
     p->last_seen_ms = px_time_wall_ms();
     p->last_seen_mono_ms = px_time_mono_ms();
@@ -176,7 +182,7 @@ void px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info)
             return;
         px_info("peer %s joined from %s", info->name, info->peer_addr);
     }
-    peer_update(d, p, info);
+    peer_update(d, p, info, 0);
 }
 
 void px_nodes_device_set(px_daemon_t *d, const char *device, const char *job_id)
@@ -202,10 +208,11 @@ static void on_heartbeat_done(px_daemon_t *d, void *arg, grpc_status_code code,
         if (code == GRPC_STATUS_OK) {
             const Parallax__V1__HeartbeatResponse *r = (const void *)response;
             if (r->node)
-                peer_update(d, p, r->node);
+                peer_update(d, p, r->node, 1);
         } else {
             px_debug("heartbeat to %s: %s", p->peer_addr, message ? message : "");
         }
+        px_job_schedule(d); /* device usage may have changed */
         break;
     }
     free(ctx);

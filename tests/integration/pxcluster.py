@@ -1,0 +1,286 @@
+"""pxcluster: start real parallaxd daemons on loopback for integration tests.
+
+Used by test_*.py in this folder (run with /usr/bin/python3, which has
+grpcio and protobuf). A Cluster owns N daemons with free ports, temporary
+state and runtime dirs, `--devices cpu:K` each and every daemon's peer list
+pointing at the others. Node names are unique per test run so the ranks of
+this run can be told apart from other parallax processes on the machine
+(job ids embed the node name).
+
+Clients: `Pctl` runs the pctl binary (when the build has one); `Grpc` talks
+to the Control service directly with stubs generated from parallax.proto
+by protoc at run time. Both return plain dicts shaped like the Job message
+in its JSON mapping (camelCase keys, enum names as strings).
+"""
+import json
+import math
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def write_llmc_tokens(path, max_tokens=150000):
+    """Writes an llm.c-layout token file (256 x int32 header: magic 20240520,
+    version 1, count; then uint16 byte tokens) of real English text from
+    /usr/share/common-licenses. Returns the token count."""
+    text = b""
+    lic = "/usr/share/common-licenses"
+    for name in sorted(os.listdir(lic)):
+        p = os.path.join(lic, name)
+        if os.path.isfile(p):
+            with open(p, "rb") as f:
+                text += f.read()
+        if len(text) >= max_tokens:
+            break
+    text = text[:max_tokens]
+    header = [0] * 256
+    header[0], header[1], header[2] = 20240520, 1, len(text)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack("<%dH" % len(text), *text))
+    return len(text)
+
+
+def rank_pids(job_id):
+    """PIDs of parallax-rank processes of `job_id` (read from /proc)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                argv = f.read().split(b"\0")
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if st == "Z":
+            continue
+        if argv and argv[0].endswith(b"parallax-rank") and b"--job" in argv:
+            i = argv.index(b"--job")
+            if i + 1 < len(argv) and argv[i + 1] == job_id.encode():
+                pids.append(int(d))
+    return pids
+
+
+def wait_for(pred, timeout, what, interval=0.2):
+    end = time.time() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.time() > end:
+            raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+class Daemon:
+    def __init__(self, exe, name, workdir, devices, env):
+        self.exe, self.name, self.env = exe, name, env
+        self.devices = devices
+        self.control = "127.0.0.1:%d" % free_port()
+        self.peer = "127.0.0.1:%d" % free_port()
+        self.state_dir = os.path.join(workdir, name, "state")
+        self.runtime_dir = os.path.join(workdir, name, "run")
+        self.log_path = os.path.join(workdir, name + ".log")
+        self.peers = []
+        self.proc = None
+
+    def argv(self):
+        a = [self.exe, "--name", self.name, "--listen", self.control, "--peer-listen", self.peer,
+             "--state-dir", self.state_dir, "--runtime-dir", self.runtime_dir,
+             "--devices", "cpu:%d" % self.devices, "--config", "/dev/null"]
+        if self.peers:
+            a += ["--peers", ",".join(self.peers)]
+        return a
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT,
+                                     env=self.env)
+        log.close()
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=20):
+        if not self.alive():
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("%s did not stop within %d s of SIGTERM" % (self.name, timeout))
+
+    def log_tail(self, n=40):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+
+class Cluster:
+    """N daemons on loopback, each seeing the others as peers."""
+
+    def __init__(self, parallaxd, n=2, devices=2, tag="it", env=None):
+        self.workdir = tempfile.mkdtemp(prefix="px-%s-" % tag)
+        base = "%s%d" % (tag, os.getpid())
+        e = dict(os.environ)
+        e.update({"PX_HEARTBEAT_MS": "200", "PX_PEER_DEAD_MS": "3000",
+                  "PX_KILL_GRACE_MS": "2000", "PX_CONNECT_TIMEOUT_MS": "30000",
+                  "OPENBLAS_NUM_THREADS": "1"})
+        if env:
+            e.update(env)
+        self.env = e
+        self.daemons = [Daemon(parallaxd, "%s%c" % (base, ord("a") + i), self.workdir, devices, e)
+                        for i in range(n)]
+        for d in self.daemons:
+            d.peers = [o.peer for o in self.daemons if o is not d]
+
+    def start(self, client_factory):
+        for d in self.daemons:
+            d.start()
+        c = client_factory(self.daemons[0])
+        want = len(self.daemons)
+
+        def ready():
+            for d in self.daemons:
+                if not d.alive():
+                    raise AssertionError("daemon %s exited at start:\n%s" % (d.name, d.log_tail()))
+            try:
+                nodes = c.nodes()
+            except Exception:
+                return False
+            return sum(1 for n in nodes if n.get("alive")) == want
+        wait_for(ready, 20, "all %d daemons to see each other" % want)
+
+    def stop(self):
+        codes = [d.stop() for d in self.daemons]
+        return codes
+
+    def logs(self):
+        return "\n".join("---- %s\n%s" % (d.name, d.log_tail()) for d in self.daemons)
+
+
+class ClientError(Exception):
+    """A client call failed; str() is the message the user would see."""
+
+
+class Grpc:
+    """Control service over gRPC with stubs generated at run time."""
+    _pb = None
+
+    def __init__(self, daemon, proto):
+        import grpc  # /usr/bin/python3 has python3-grpcio
+        if Grpc._pb is None:
+            out = tempfile.mkdtemp(prefix="px-pb-")
+            subprocess.check_call(["protoc", "--proto_path=" + os.path.dirname(proto),
+                                   "--python_out=" + out, proto])
+            sys.path.insert(0, out)
+            import parallax_pb2
+            Grpc._pb = parallax_pb2
+        self.pb = Grpc._pb
+        self.grpc = grpc
+        self.channel = grpc.insecure_channel(daemon.control)
+
+    def _call(self, method, req, resp_cls, timeout=15):
+        from google.protobuf import json_format
+        f = self.channel.unary_unary("/parallax.v1.Control/" + method,
+                                     request_serializer=lambda m: m.SerializeToString(),
+                                     response_deserializer=resp_cls.FromString)
+        try:
+            r = f(req, timeout=timeout)
+        except self.grpc.RpcError as e:
+            raise ClientError("%s: %s" % (e.code().name, e.details()))
+        return json_format.MessageToDict(r, preserving_proto_field_name=False)
+
+    def submit(self, data, dp, batch, steps, layers=2, heads=2, dim=32, seq=32, lr=1e-3,
+               name="", seed=1337):
+        pb = self.pb
+        spec = pb.JobSpec(name=name, model=pb.ModelSpec(layers=layers, heads=heads, dim=dim,
+                                                        seq=seq, vocab=256),
+                          data_path=data, dp=dp, batch=batch, steps=steps, lr=lr, seed=seed,
+                          weight_decay=0.1, min_lr_ratio=0.1)
+        return self._call("SubmitJob", pb.SubmitJobRequest(spec=spec),
+                          pb.SubmitJobResponse)["jobId"]
+
+    def job(self, job_id):
+        return self._call("GetJob", self.pb.GetJobRequest(job_id=job_id), self.pb.Job)
+
+    def jobs(self):
+        return self._call("ListJobs", self.pb.ListJobsRequest(),
+                          self.pb.ListJobsResponse).get("jobs", [])
+
+    def cancel(self, job_id):
+        return self._call("CancelJob", self.pb.CancelJobRequest(job_id=job_id), self.pb.Job)
+
+    def metrics(self, job_id):
+        return self._call("GetMetrics", self.pb.GetMetricsRequest(job_id=job_id),
+                          self.pb.GetMetricsResponse).get("steps", [])
+
+    def nodes(self):
+        return self._call("ListNodes", self.pb.ListNodesRequest(),
+                          self.pb.ListNodesResponse, timeout=3).get("nodes", [])
+
+    def logs(self, job_id, rank):
+        import base64
+        r = self._call("GetLogs", self.pb.GetLogsRequest(job_id=job_id, rank=rank),
+                       self.pb.GetLogsResponse)
+        return base64.b64decode(r.get("text", "")).decode(errors="replace")
+
+    def watch(self, job_id, timeout=300):
+        """Yields JobEvent dicts until the stream ends."""
+        from google.protobuf import json_format
+        f = self.channel.unary_stream("/parallax.v1.Control/WatchJob",
+                                      request_serializer=lambda m: m.SerializeToString(),
+                                      response_deserializer=self.pb.JobEvent.FromString)
+        try:
+            for ev in f(self.pb.WatchJobRequest(job_id=job_id), timeout=timeout):
+                yield json_format.MessageToDict(ev)
+        except self.grpc.RpcError as e:
+            raise ClientError("%s: %s" % (e.code().name, e.details()))
+
+
+def job_state(job):
+    return job.get("state", "JOB_STATE_UNSPECIFIED")
+
+
+def wait_state(client, job_id, states, timeout, what=None):
+    def check():
+        j = client.job(job_id)
+        return j if job_state(j) in states else None
+    return wait_for(check, timeout, what or "job %s to reach %s" % (job_id, "/".join(states)),
+                    interval=0.5)
+
+
+def finite(x):
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def parse_args(argv):
+    """--parallaxd PATH --proto PATH [--pctl PATH] [--rank PATH]"""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parallaxd", required=True)
+    ap.add_argument("--proto", required=True)
+    ap.add_argument("--pctl", default="")
+    ap.add_argument("--rank", default="")
+    return ap.parse_args(argv)

@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""Integration: bad job specs are rejected with INVALID_ARGUMENT messages
+that name the value (missing data file, dp larger than the cluster, batch
+not divisible by dp, dim not divisible by heads, seq longer than the data,
+zero sizes), the daemon stays up, and a second daemon on a port in use (or
+on a state directory in use) exits non-zero at start with a clear error.
+Needs no parallax-rank: nothing here is placed."""
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pxcluster as pc  # noqa: E402
+from pxclient import make_client  # noqa: E402
+
+
+def expect_reject(c, daemon, what, needles, **kw):
+    try:
+        job_id = c.submit(**kw)
+    except pc.ClientError as e:
+        msg = str(e)
+        for n in needles:
+            assert n in msg, "%s: message %r does not name %r" % (what, msg, n)
+        assert daemon.alive(), "%s: daemon died" % what
+        print("rejected %-28s %s" % (what + ":", msg))
+        return
+    raise AssertionError("%s: accepted as %s" % (what, job_id))
+
+
+def main():
+    args = pc.parse_args(sys.argv[1:])
+    cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="err")
+    data = os.path.join(cl.workdir, "licenses.bin")
+    ntok = pc.write_llmc_tokens(data, max_tokens=5000)
+    bad_magic = os.path.join(cl.workdir, "bad.bin")
+    with open(bad_magic, "wb") as f:
+        f.write(b"\0" * 4096)
+    client = lambda d: make_client(args, d)  # noqa: E731
+    ok = dict(data=data, dp=4, batch=8, steps=5)
+    try:
+        cl.start(client)
+        d0 = cl.daemons[0]
+        c = client(d0)
+        missing = os.path.join(cl.workdir, "no-such-file.bin")
+        expect_reject(c, d0, "missing data file", [missing], **dict(ok, data=missing))
+        expect_reject(c, d0, "bad data header", [bad_magic, "magic"], **dict(ok, data=bad_magic))
+        expect_reject(c, d0, "dp > cluster devices", ["dp=8", "4 devices"], **dict(ok, dp=8, batch=8))
+        expect_reject(c, d0, "batch % dp", ["batch=6", "dp=4"], **dict(ok, batch=6))
+        expect_reject(c, d0, "dim % heads", ["dim=30", "heads=4"], **dict(ok, dim=30, heads=4))
+        expect_reject(c, d0, "seq longer than data", ["seq=%d" % ntok, str(ntok)],
+                      **dict(ok, seq=ntok))
+        expect_reject(c, d0, "zero layers", ["layers=0"], **dict(ok, layers=0))
+        expect_reject(c, d0, "zero steps", ["steps=0"], **dict(ok, steps=0))
+        assert c.jobs() == [], "rejected jobs were stored: %s" % c.jobs()
+
+        # a second daemon on d0's Control port: fails at start, non-zero
+        extra = pc.Daemon(args.parallaxd, d0.name + "x", cl.workdir, 1, cl.env)
+        extra.control = d0.control
+        r = subprocess.run(extra.argv(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           env=cl.env, timeout=20)
+        out = r.stdout.decode(errors="replace")
+        assert r.returncode != 0, "second daemon on %s exited 0:\n%s" % (d0.control, out)
+        assert d0.control in out, "error does not name the address:\n" + out
+        print("second daemon on %s: exit %d, %s" % (d0.control, r.returncode,
+                                                   [l for l in out.splitlines() if "ERROR" in l][-1]))
+        # ... and one on d0's state directory
+        extra2 = pc.Daemon(args.parallaxd, d0.name + "y", cl.workdir, 1, cl.env)
+        extra2.state_dir = d0.state_dir
+        r = subprocess.run(extra2.argv(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           env=cl.env, timeout=20)
+        out = r.stdout.decode(errors="replace")
+        assert r.returncode != 0 and "in use" in out, "state dir reuse: %d\n%s" % (r.returncode, out)
+        assert d0.alive(), "first daemon died"
+        assert len(c.nodes()) == 2
+        codes = cl.stop()
+        assert codes == [0, 0], codes
+        return 0
+    finally:
+        for d in cl.daemons:
+            if d.alive():
+                d.proc.kill()
+                d.proc.wait()
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except AssertionError as e:
+        print("FAIL:", e)
+        sys.exit(1)

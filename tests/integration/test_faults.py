@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""Integration: faults and stops of running jobs on two daemons.
+
+1. WatchJob streams a long job's progress; CancelJob -> CANCELLED, the
+   stream ends on it, and no parallax-rank of the job is left.
+2. SIGKILL of one rank (rank 2, on the second node) -> FAILED with a reason
+   naming the rank and the signal; every other rank gone within seconds.
+3. SIGKILL of the second daemon while its ranks run -> the coordinator
+   fails the job ("stopped heartbeating") and stops its own ranks.
+Exit 77 (skipped) when parallax-rank was not built."""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pxcluster as pc  # noqa: E402
+from pxclient import make_client  # noqa: E402
+
+LONG = dict(dp=4, batch=8, steps=1000000, layers=2, heads=2, dim=64, seq=32)
+
+
+def wait_running(c, job_id, min_step=2):
+    def check():
+        j = c.job(job_id)
+        st = pc.job_state(j)
+        if st not in ("JOB_PENDING", "JOB_STARTING", "JOB_RUNNING"):
+            raise AssertionError("job %s ended %s: %s" % (job_id, st, j.get("reason")))
+        return j if st == "JOB_RUNNING" and j.get("step", 0) >= min_step else None
+    return pc.wait_for(check, 120, "job %s to run %d steps" % (job_id, min_step), 0.3)
+
+
+def main():
+    args = pc.parse_args(sys.argv[1:])
+    if args.rank and not os.access(args.rank, os.X_OK):
+        print("SKIP: parallax-rank not built (%s)" % args.rank)
+        return 77
+    cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="flt")
+    data = os.path.join(cl.workdir, "licenses.bin")
+    pc.write_llmc_tokens(data)
+    client = lambda d: make_client(args, d)  # noqa: E731
+    grpc_c = None
+    jobs = []
+    try:
+        cl.start(client)
+        c = client(cl.daemons[0])
+        grpc_c = pc.Grpc(cl.daemons[0], args.proto)
+
+        # 1. watch + cancel
+        job_id = c.submit(data, name="it-cancel", **LONG)
+        jobs.append(job_id)
+        seen_steps, states = [], []
+        for ev in grpc_c.watch(job_id, timeout=180):
+            states.append(pc.job_state(ev["job"]))
+            if "metrics" in ev:
+                seen_steps.append(ev["metrics"]["step"])
+                if len(seen_steps) == 3:
+                    j = c.cancel(job_id)
+                    assert pc.job_state(j) == "JOB_CANCELLED", j
+        assert states[-1] == "JOB_CANCELLED", states
+        assert seen_steps[:3] == sorted(seen_steps[:3]) and len(seen_steps) >= 3, seen_steps
+        t0 = time.time()
+        pc.wait_for(lambda: pc.rank_pids(job_id) == [], 10, "ranks of %s to exit" % job_id)
+        j = c.job(job_id)
+        assert pc.job_state(j) == "JOB_CANCELLED" and "cancel" in j.get("reason", ""), j
+        print("cancel: CANCELLED after %d streamed steps; ranks gone in %.1f s"
+              % (len(seen_steps), time.time() - t0))
+
+        # 2. SIGKILL one rank
+        job_id = c.submit(data, name="it-kill", **LONG)
+        jobs.append(job_id)
+        j = wait_running(c, job_id)
+        victim = [r for r in j["ranks"] if r.get("rank", 0) == 2][0]
+        assert victim["node"] == cl.daemons[1].name and victim["pid"] > 0, victim
+        assert victim["pid"] in pc.rank_pids(job_id), (victim, pc.rank_pids(job_id))
+        os.kill(victim["pid"], signal.SIGKILL)
+        t0 = time.time()
+        j = pc.wait_state(c, job_id, ("JOB_FAILED",), 15)
+        reason = j.get("reason", "")
+        assert "rank 2" in reason and "signal 9" in reason, reason
+        pc.wait_for(lambda: pc.rank_pids(job_id) == [], 10, "other ranks of %s to exit" % job_id)
+        print("kill: FAILED (%s); all ranks gone in %.1f s" % (reason, time.time() - t0))
+
+        # devices were released: a new job can be placed on all four again
+        # 3. SIGKILL of the second daemon
+        job_id = c.submit(data, name="it-node", **LONG)
+        jobs.append(job_id)
+        wait_running(c, job_id)
+        cl.daemons[1].proc.kill()
+        cl.daemons[1].proc.wait()
+        t0 = time.time()
+        j = pc.wait_state(c, job_id, ("JOB_FAILED",), 20)
+        reason = j.get("reason", "")
+        assert cl.daemons[1].name in reason and "heartbeat" in reason, reason
+        a_ranks = [r["pid"] for r in j["ranks"] if r["node"] == cl.daemons[0].name]
+        pc.wait_for(lambda: not (set(a_ranks) & set(pc.rank_pids(job_id))), 10,
+                    "coordinator-side ranks to exit")
+        print("node kill: FAILED (%s) after %.1f s" % (reason, time.time() - t0))
+        codes = [cl.daemons[0].stop()]
+        assert codes == [0], codes
+        return 0
+    finally:
+        for d in cl.daemons:
+            if d.alive():
+                d.proc.kill()
+                d.proc.wait()
+        for job_id in jobs:  # orphans of the SIGKILLed daemon
+            for pid in pc.rank_pids(job_id):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except AssertionError as e:
+        print("FAIL:", e)
+        sys.exit(1)
