@@ -1,6 +1,7 @@
 /* px_ops_cpu.c: the element-wise and row-wise CPU ops of the GPT engine:
- * encoder (token + position embedding), LayerNorm, GELU, residual add,
- * fused softmax + cross-entropy, AdamW, and two vector helpers.
+ * encoder (token + position embedding), LayerNorm, residual add,
+ * fused softmax + cross-entropy, AdamW, and two vector helpers (GELU is in
+ * px_gelu_cpu.c, built with its own flags).
  *
  * Follows llm.c's train_gpt2.c (Karpathy, MIT) for the math; backward ops
  * accumulate into their gradient outputs (px_kernels.h). Row statistics are
@@ -89,30 +90,6 @@ void px__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const
             dweight[c] += norm * d[c];
             dx[c] += (dnorm - dm - norm * dnm) * r;
         }
-    }
-}
-
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
-
-void px__cpu_gelu_forward(float *out, const float *inp, size_t N)
-{
-    for (size_t i = 0; i < N; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanhf(u));
-    }
-}
-
-void px__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N)
-{
-    for (size_t i = 0; i < N; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) +
-                  0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += g * dout[i];
     }
 }
 

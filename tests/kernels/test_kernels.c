@@ -308,6 +308,25 @@ static void test_gelu(void)
     gelu_loss(&c);
     /* 0.5*(1+tanh(sqrt(2/pi)*(1+0.044715))) = 0.841191990607477 */
     EXPECT(fabsf(c.out[0] - 0.8411919906f) < 1e-6f, "gelu(1) = %.9f", c.out[0]);
+    /* the polynomial tanh: GELU over [-12, 12] vs libm in double */
+    {
+        enum { M = 24001 };
+        float *x = zeros(M), *y = zeros(M);
+        double maxe = 0;
+        for (int i = 0; i < M; i++)
+            x[i] = -12.0f + 24.0f * i / (M - 1);
+        K->gelu_forward(y, x, M);
+        for (int i = 0; i < M; i++) {
+            double xd = x[i];
+            double ref = 0.5 * xd * (1 + tanh(0.7978845608028654 * (xd + 0.044715 * xd * xd * xd)));
+            double e = fabs(y[i] - ref) / (1.0 + fabs(xd));
+            maxe = e > maxe ? e : maxe;
+        }
+        printf("  gelu forward vs double tanh on [-12,12]: max err/(1+|x|) %.2e\n", maxe);
+        EXPECT(maxe < 5e-7, "gelu forward accuracy %g", maxe);
+        free(x);
+        free(y);
+    }
     float *dinp = zeros(c.n);
     K->gelu_backward(dinp, c.inp, c.w, c.n);
     fd_check("gelu dinp", c.inp, dinp, c.n, gelu_loss, &c, 1000);
