@@ -89,15 +89,16 @@ static px_status_t set_peers(px_daemon_config_t *cfg, const char *v)
     cfg->peers = NULL;
     cfg->n_peers = 0;
     for (tok = strtok_r(copy, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
-        char **p = realloc(cfg->peers, sizeof(*p) * (size_t)(cfg->n_peers + 1));
-        if (!p || !strchr(tok, ':')) {
-            if (p)
-                cfg->peers = p;
-            free(copy);
-            if (!p)
-                return PX_ERR_NO_MEMORY;
+        char **p;
+        if (!strchr(tok, ':')) {
             px_error("--peers: '%s' is not host:port", tok);
+            free(copy);
             return PX_ERR_INVALID_ARGUMENT;
+        }
+        p = realloc(cfg->peers, sizeof(*p) * (size_t)(cfg->n_peers + 1));
+        if (!p) {
+            free(copy);
+            return PX_ERR_NO_MEMORY;
         }
         cfg->peers = p;
         cfg->peers[cfg->n_peers++] = strdup(tok);

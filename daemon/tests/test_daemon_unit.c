@@ -1,0 +1,308 @@
+/* test_daemon_unit.c: unit tests of parallaxd's pure parts: job spec
+ * validation (validate.c), the SQLite store (store.c: save, reload, ranks,
+ * metrics, events) and the command line / config file (config.c).
+ * Single-threaded; writes only under a mkdtemp directory. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "daemon.h"
+#include "store.h"
+
+static int failures;
+
+#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
+    fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
+static char tmpdir[256];
+
+static void write_tokens(const char *path, int32_t magic, int32_t version, int32_t count,
+                         int32_t actual)
+{
+    int32_t header[256] = {0};
+    FILE *f = fopen(path, "wb");
+    header[0] = magic;
+    header[1] = version;
+    header[2] = count;
+    fwrite(header, sizeof(header), 1, f);
+    for (int32_t i = 0; i < actual; i++) {
+        uint16_t t = (uint16_t)(i % 256);
+        fwrite(&t, 2, 1, f);
+    }
+    fclose(f);
+}
+
+static void spec_init(Parallax__V1__JobSpec *s, Parallax__V1__ModelSpec *m, const char *data)
+{
+    parallax__v1__job_spec__init(s);
+    parallax__v1__model_spec__init(m);
+    m->layers = 2;
+    m->heads = 2;
+    m->dim = 32;
+    m->seq = 32;
+    s->model = m;
+    s->data_path = (char *)data;
+    s->dp = 4;
+    s->batch = 8;
+    s->steps = 20;
+    s->lr = 1e-3f;
+    s->weight_decay = 0.1f;
+    s->min_lr_ratio = 0.1f;
+}
+
+/* Expects rejection with a message containing `needle`. */
+static void expect_reject(const Parallax__V1__JobSpec *s, int devices, const char *needle)
+{
+    char err[1024] = "";
+    px_status_t status = px_validate_spec(s, devices, err, sizeof(err));
+    EXPECT(status == PX_ERR_INVALID_ARGUMENT, "status %d for '%s'", status, needle);
+    EXPECT(strstr(err, needle) != NULL, "message '%s' lacks '%s'", err, needle);
+}
+
+static void test_validate(void)
+{
+    char good[512], bad_magic[512], short_file[512], missing[512];
+    Parallax__V1__JobSpec s;
+    Parallax__V1__ModelSpec m;
+    char err[1024];
+
+    snprintf(good, sizeof(good), "%s/good.bin", tmpdir);
+    snprintf(bad_magic, sizeof(bad_magic), "%s/magic.bin", tmpdir);
+    snprintf(short_file, sizeof(short_file), "%s/short.bin", tmpdir);
+    snprintf(missing, sizeof(missing), "%s/missing.bin", tmpdir);
+    write_tokens(good, 20240520, 1, 1000, 1000);
+    write_tokens(bad_magic, 12345, 1, 1000, 1000);
+    write_tokens(short_file, 20240520, 1, 1000, 10);
+
+    spec_init(&s, &m, good);
+    EXPECT(px_validate_spec(&s, 4, err, sizeof(err)) == PX_OK, "good spec rejected: %s", err);
+
+    spec_init(&s, &m, missing);
+    expect_reject(&s, 4, missing);
+    spec_init(&s, &m, bad_magic);
+    expect_reject(&s, 4, "bad magic 12345");
+    spec_init(&s, &m, short_file);
+    expect_reject(&s, 4, "1000 tokens");
+    spec_init(&s, &m, "relative.bin");
+    expect_reject(&s, 4, "absolute");
+
+    spec_init(&s, &m, good);
+    s.dp = 8;
+    expect_reject(&s, 4, "dp=8 but the cluster has 4 devices");
+    spec_init(&s, &m, good);
+    s.batch = 6;
+    expect_reject(&s, 4, "batch=6 is not divisible by dp=4");
+    spec_init(&s, &m, good);
+    m.dim = 30;
+    m.heads = 4;
+    expect_reject(&s, 4, "dim=30 is not divisible by heads=4");
+    spec_init(&s, &m, good);
+    m.seq = 1000;
+    expect_reject(&s, 4, "seq=1000");
+    spec_init(&s, &m, good);
+    m.seq = 999; /* seq+1 == tokens: exactly enough */
+    EXPECT(px_validate_spec(&s, 4, err, sizeof(err)) == PX_OK, "seq 999 of 1000: %s", err);
+    spec_init(&s, &m, good);
+    m.layers = 0;
+    expect_reject(&s, 4, "layers=0");
+    spec_init(&s, &m, good);
+    s.steps = 0;
+    expect_reject(&s, 4, "steps=0");
+    spec_init(&s, &m, good);
+    s.dp = 0;
+    expect_reject(&s, 4, "dp=0");
+    spec_init(&s, &m, good);
+    s.lr = NAN;
+    expect_reject(&s, 4, "lr=");
+    spec_init(&s, &m, good);
+    s.batch = 4000000;
+    expect_reject(&s, 4, "batch=4000000");
+    spec_init(&s, &m, good);
+    s.model = NULL;
+    expect_reject(&s, 4, "model");
+}
+
+static void on_load(void *arg, px_job_t *t, Parallax__V1__JobSpec *spec)
+{
+    px_job_t *out = arg;
+    int n = out->world; /* slot counter kept in world of out[0] */
+    out[1 + n] = *t;
+    out[1 + n].spec = spec;
+    out->world = n + 1;
+}
+
+static void test_store(void)
+{
+    char db[512];
+    px_store_t *st = NULL;
+    px_job_t job, loaded[4];
+    Parallax__V1__JobSpec s;
+    Parallax__V1__ModelSpec m;
+    Parallax__V1__GetMetricsResponse resp = PARALLAX__V1__GET_METRICS_RESPONSE__INIT;
+    px_job_rank_t ranks[2];
+
+    snprintf(db, sizeof(db), "%s/parallax.db", tmpdir);
+    EXPECT(px_store_open(db, &st) == PX_OK, "open %s", db);
+    if (!st)
+        return;
+    spec_init(&s, &m, "/data/x.bin");
+    s.name = (char *)"unit-job";
+    memset(&job, 0, sizeof(job));
+    snprintf(job.id, sizeof(job.id), "n1-7");
+    job.spec = &s;
+    job.state = PARALLAX__V1__JOB_STATE__JOB_COMPLETED;
+    job.step = 20;
+    job.loss = 4.25f;
+    job.grad_norm = 1.5f;
+    job.lr = 1e-4f;
+    job.tokens_per_second = 1234.5;
+    job.created_ms = 1000;
+    job.started_ms = 2000;
+    job.finished_ms = 3000;
+    snprintf(job.coordinator, sizeof(job.coordinator), "n1");
+    memset(ranks, 0, sizeof(ranks));
+    for (int r = 0; r < 2; r++) {
+        snprintf(ranks[r].node, sizeof(ranks[r].node), "n%d", r + 1);
+        snprintf(ranks[r].device, sizeof(ranks[r].device), "cpu:%d", r);
+        snprintf(ranks[r].state, sizeof(ranks[r].state), "exited");
+        ranks[r].pid = 100 + r;
+        ranks[r].exit_code = r ? -9 : 0;
+    }
+    job.ranks = ranks;
+    job.world = 2;
+    EXPECT(px_store_job_save(st, &job) == PX_OK, "save");
+    job.loss = 4.0f; /* replace, not duplicate */
+    EXPECT(px_store_job_save(st, &job) == PX_OK, "save again");
+    EXPECT(px_store_event_add(st, job.id, "COMPLETED") == PX_OK, "event");
+    for (uint32_t i = 1; i <= 5; i++) {
+        Parallax__V1__StepMetrics mm = PARALLAX__V1__STEP_METRICS__INIT;
+        mm.step = i;
+        mm.loss = 5.0f - 0.1f * (float)i;
+        mm.lr = 1e-3f;
+        EXPECT(px_store_metric_add(st, job.id, &mm) == PX_OK, "metric %u", i);
+    }
+    {
+        Parallax__V1__StepMetrics mm = PARALLAX__V1__STEP_METRICS__INIT;
+        mm.step = 3; /* a repeated step replaces its row */
+        mm.loss = 9.0f;
+        px_store_metric_add(st, job.id, &mm);
+    }
+    px_store_close(st);
+
+    /* reopen: everything is still there */
+    st = NULL;
+    EXPECT(px_store_open(db, &st) == PX_OK, "reopen");
+    if (!st)
+        return;
+    memset(loaded, 0, sizeof(loaded));
+    EXPECT(px_store_jobs_load(st, on_load, loaded) == PX_OK, "load");
+    EXPECT(loaded[0].world == 1, "%d jobs loaded", loaded[0].world);
+    if (loaded[0].world == 1) {
+        px_job_t *j = &loaded[1];
+        px_job_rank_t lr[2];
+        EXPECT(!strcmp(j->id, "n1-7"), "id %s", j->id);
+        EXPECT(j->state == PARALLAX__V1__JOB_STATE__JOB_COMPLETED, "state %d", j->state);
+        EXPECT(fabsf(j->loss - 4.0f) < 1e-6f, "loss %g", (double)j->loss);
+        EXPECT(j->step == 20 && j->world == 2 && j->finished_ms == 3000, "figures");
+        EXPECT(!strcmp(j->coordinator, "n1"), "coordinator %s", j->coordinator);
+        EXPECT(j->spec && j->spec->model && j->spec->model->dim == 32 && j->spec->dp == 4 &&
+               !strcmp(j->spec->name, "unit-job") && !strcmp(j->spec->data_path, "/data/x.bin"),
+               "spec round trip");
+        memset(lr, 0, sizeof(lr));
+        j->ranks = lr;
+        EXPECT(px_store_ranks_load(st, j) == PX_OK, "ranks load");
+        EXPECT(!strcmp(lr[1].node, "n2") && !strcmp(lr[1].device, "cpu:1") &&
+               lr[1].exit_code == -9 && lr[1].pid == 101 && !strcmp(lr[0].state, "exited"),
+               "rank rows");
+        if (j->spec)
+            protobuf_c_message_free_unpacked(&j->spec->base, NULL);
+    }
+    EXPECT(px_store_metrics_get(st, "n1-7", &resp) == PX_OK, "metrics get");
+    EXPECT(resp.n_steps == 5, "%zu metric rows", resp.n_steps);
+    for (size_t i = 0; i < resp.n_steps; i++)
+        EXPECT(resp.steps[i]->step == i + 1, "row %zu is step %u", i, resp.steps[i]->step);
+    if (resp.n_steps == 5) {
+        EXPECT(fabsf(resp.steps[2]->loss - 9.0f) < 1e-6f, "replaced step 3: %g",
+               (double)resp.steps[2]->loss);
+        EXPECT(fabsf(resp.steps[4]->loss - 4.5f) < 1e-5f, "step 5: %g",
+               (double)resp.steps[4]->loss);
+    }
+    px_store_metrics_free(&resp);
+    EXPECT(px_store_metrics_get(st, "other-1", &resp) == PX_OK && resp.n_steps == 0,
+           "unknown job has no metrics");
+    px_store_metrics_free(&resp);
+    px_store_close(st);
+}
+
+static void test_config(void)
+{
+    char conf[512];
+    FILE *f;
+    px_daemon_config_t cfg;
+
+    snprintf(conf, sizeof(conf), "%s/parallaxd.conf", tmpdir);
+    f = fopen(conf, "w");
+    fprintf(f, "[parallaxd]\nname = filenode\ndevices = cpu:3\npeers = h1:7071, h2:7071\n"
+               "listen = 0.0.0.0:9000\n");
+    fclose(f);
+    {
+        char *argv[] = {"parallaxd", "--config", conf, "--listen", "127.0.0.1:1234", NULL};
+        EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_OK, "parse");
+        EXPECT(!strcmp(cfg.name, "filenode"), "name %s", cfg.name);
+        EXPECT(cfg.n_devices == 3, "devices %d", cfg.n_devices);
+        EXPECT(cfg.n_peers == 2 && !strcmp(cfg.peers[1], "h2:7071"), "peers");
+        EXPECT(!strcmp(cfg.listen, "127.0.0.1:1234"), "command line wins: %s", cfg.listen);
+        EXPECT(!strcmp(cfg.peer_listen, "127.0.0.1:7071"), "default peer-listen %s",
+               cfg.peer_listen);
+        px_daemon_config_free(&cfg);
+    }
+    {
+        char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", "cpu:0", NULL};
+        EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_ERR_INVALID_ARGUMENT, "cpu:0");
+    }
+    {
+        char *argv[] = {"parallaxd", "--config", "/dev/null", "--peers", "nocolon", NULL};
+        EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_ERR_INVALID_ARGUMENT, "bad peer");
+    }
+    {
+        char *argv[] = {"parallaxd", "--config", "/nonexistent/parallaxd.conf", NULL};
+        EXPECT(px_daemon_config_parse(3, argv, &cfg) == PX_ERR_INVALID_ARGUMENT,
+               "missing explicit config");
+    }
+    f = fopen(conf, "w");
+    fprintf(f, "colour = blue\n");
+    fclose(f);
+    {
+        char *argv[] = {"parallaxd", "--config", conf, NULL};
+        EXPECT(px_daemon_config_parse(3, argv, &cfg) == PX_ERR_INVALID_ARGUMENT, "unknown key");
+    }
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/px-daemon-unit-XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_validate();
+    test_store();
+    test_config();
+    {
+        char cmd[600];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot remove %s\n", tmpdir);
+    }
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("daemon unit tests passed\n");
+    return 0;
+}
