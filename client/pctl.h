@@ -1,0 +1,100 @@
+/* pctl.h: shared pieces of the pctl command-line client (internal to
+ * client/; not a public header).
+ *
+ * Exit codes: 0 success, 1 failure (RPC error, job not COMPLETED for
+ * --follow/watch, I/O error), 2 usage error. */
+#ifndef PCTL_H
+#define PCTL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "parallax.pb-c.h"
+#include "px_rpc.h"
+
+#define PCTL_EXIT_OK 0
+#define PCTL_EXIT_FAIL 1
+#define PCTL_EXIT_USAGE 2
+
+/* Global options and the (lazily created) channel. */
+typedef struct pctl_ctx {
+    const char *server;        /* target, "host:port" or "unix:/path" */
+    int timeout_ms;            /* deadline of each unary RPC */
+    px_rpc_channel_t *channel; /* created by pctl_channel() */
+} pctl_ctx_t;
+
+/* One command: `run(ctx, argc, argv)` gets argv[0] == command name and
+ * returns the exit code. */
+typedef struct pctl_command {
+    const char *name;
+    const char *summary;
+    const char *usage; /* full help text, printed by --help */
+    int (*run)(pctl_ctx_t *ctx, int argc, char **argv);
+} pctl_command_t;
+
+/* ---- pctl_main.c */
+
+/* Prints "pctl: <cmd>: <fmt...>" and the command's usage line to stderr;
+ * returns PCTL_EXIT_USAGE. */
+int pctl_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prints the full help of `cmd` to stdout; returns 0. */
+int pctl_help(const char *cmd);
+
+/* Parses a whole decimal number in [min, max] (usage error naming `flag`
+ * otherwise). Returns 0 on success. */
+int pctl_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t min, uint64_t max,
+                   uint64_t *out_p);
+int pctl_parse_float(const char *cmd, const char *flag, const char *s, double min, double max,
+                     double *out_p);
+
+/* The channel to ctx->server (created on first use). */
+px_rpc_channel_t *pctl_channel(pctl_ctx_t *ctx);
+
+/* Blocking unary call with ctx->timeout_ms. On failure prints
+ * "pctl: <cmd>: <STATUS>: <message>" (or "cannot reach parallaxd at ADDR")
+ * and returns nonzero. *resp_p is owned by the caller on success. */
+int pctl_call(pctl_ctx_t *ctx, const char *cmd, const char *method,
+              const ProtobufCMessage *request, const ProtobufCMessageDescriptor *resp_desc,
+              ProtobufCMessage **resp_p);
+
+/* Prints an RPC failure in the common format. */
+void pctl_print_rpc_error(pctl_ctx_t *ctx, const char *cmd, grpc_status_code code,
+                          const char *message);
+
+/* ---- pctl_format.c */
+
+/* "OK", "NOT_FOUND", ... as grpc names them. */
+const char *pctl_code_name(grpc_status_code code);
+/* "pending", "running", "completed", ... */
+const char *pctl_state_name(Parallax__V1__JobState state);
+int pctl_state_is_final(Parallax__V1__JobState state);
+/* Human durations/ages/rates into `buf`: "1h02m", "35s"; "12.3k". */
+const char *pctl_fmt_duration(double seconds, char *buf, size_t len);
+const char *pctl_fmt_rate(double per_second, char *buf, size_t len);
+
+json_t *pctl_json_job(const Parallax__V1__Job *job);
+json_t *pctl_json_metrics(const Parallax__V1__StepMetrics *m);
+json_t *pctl_json_node(const Parallax__V1__NodeInfo *node);
+/* Dumps `value` (stolen) to stdout with a newline; returns 0 or 1. */
+int pctl_json_print(json_t *value);
+
+/* ---- pctl_data.c */
+
+/* `pctl data prepare`: see pctl_data.c. */
+int pctl_cmd_data(pctl_ctx_t *ctx, int argc, char **argv);
+
+/* ---- pctl_jobs.c */
+
+int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv);
+int pctl_cmd_list(pctl_ctx_t *ctx, int argc, char **argv);
+int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv);
+int pctl_cmd_watch(pctl_ctx_t *ctx, int argc, char **argv);
+int pctl_cmd_metrics(pctl_ctx_t *ctx, int argc, char **argv);
+int pctl_cmd_logs(pctl_ctx_t *ctx, int argc, char **argv);
+int pctl_cmd_cancel(pctl_ctx_t *ctx, int argc, char **argv);
+int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv);
+
+#endif

@@ -1,0 +1,215 @@
+/* pctl_format.c: names and human/JSON renderings shared by pctl's commands.
+ *
+ * JSON objects use the proto field names (snake case) with job states as
+ * lower-case words ("running", "completed"), so scripts can read them with
+ * any JSON parser. Pure functions; no RPC here. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pctl.h"
+
+const char *pctl_code_name(grpc_status_code code)
+{
+    switch (code) {
+    case GRPC_STATUS_OK: return "OK";
+    case GRPC_STATUS_CANCELLED: return "CANCELLED";
+    case GRPC_STATUS_UNKNOWN: return "UNKNOWN";
+    case GRPC_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case GRPC_STATUS_DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case GRPC_STATUS_NOT_FOUND: return "NOT_FOUND";
+    case GRPC_STATUS_ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case GRPC_STATUS_PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case GRPC_STATUS_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case GRPC_STATUS_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case GRPC_STATUS_ABORTED: return "ABORTED";
+    case GRPC_STATUS_OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case GRPC_STATUS_UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case GRPC_STATUS_INTERNAL: return "INTERNAL";
+    case GRPC_STATUS_UNAVAILABLE: return "UNAVAILABLE";
+    case GRPC_STATUS_DATA_LOSS: return "DATA_LOSS";
+    case GRPC_STATUS_UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "UNKNOWN";
+    }
+}
+
+const char *pctl_state_name(Parallax__V1__JobState state)
+{
+    switch (state) {
+    case PARALLAX__V1__JOB_STATE__JOB_PENDING: return "pending";
+    case PARALLAX__V1__JOB_STATE__JOB_STARTING: return "starting";
+    case PARALLAX__V1__JOB_STATE__JOB_RUNNING: return "running";
+    case PARALLAX__V1__JOB_STATE__JOB_COMPLETED: return "completed";
+    case PARALLAX__V1__JOB_STATE__JOB_FAILED: return "failed";
+    case PARALLAX__V1__JOB_STATE__JOB_CANCELLED: return "cancelled";
+    default: return "unspecified";
+    }
+}
+
+int pctl_state_is_final(Parallax__V1__JobState state)
+{
+    return state == PARALLAX__V1__JOB_STATE__JOB_COMPLETED ||
+           state == PARALLAX__V1__JOB_STATE__JOB_FAILED ||
+           state == PARALLAX__V1__JOB_STATE__JOB_CANCELLED;
+}
+
+const char *pctl_fmt_duration(double s, char *buf, size_t len)
+{
+    long t;
+    if (!isfinite(s) || s < 0) {
+        snprintf(buf, len, "-");
+        return buf;
+    }
+    t = lround(s);
+    if (t < 60)
+        snprintf(buf, len, "%lds", t);
+    else if (t < 3600)
+        snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+    else if (t < 86400)
+        snprintf(buf, len, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+    else
+        snprintf(buf, len, "%ldd%02ldh", t / 86400, (t % 86400) / 3600);
+    return buf;
+}
+
+const char *pctl_fmt_rate(double v, char *buf, size_t len)
+{
+    if (!isfinite(v) || v <= 0)
+        snprintf(buf, len, "-");
+    else if (v >= 1e9)
+        snprintf(buf, len, "%.1fG", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(buf, len, "%.1fM", v / 1e6);
+    else if (v >= 1e3)
+        snprintf(buf, len, "%.1fk", v / 1e3);
+    else
+        snprintf(buf, len, "%.0f", v);
+    return buf;
+}
+
+static json_t *json_str(const char *s)
+{
+    return json_string(s ? s : "");
+}
+
+/* A float as the shortest decimal that reads back to it (0.1f -> 0.1, not
+ * 0.100000001). */
+static json_t *json_float(float f)
+{
+    char buf[32];
+    if (!isfinite(f))
+        return json_null();
+    snprintf(buf, sizeof(buf), "%.9g", (double)f);
+    for (int prec = 6; prec < 9; prec++) {
+        char tmp[32];
+        snprintf(tmp, sizeof(tmp), "%.*g", prec, (double)f);
+        if (strtof(tmp, NULL) == f) {
+            memcpy(buf, tmp, sizeof(tmp));
+            break;
+        }
+    }
+    return json_real(strtod(buf, NULL));
+}
+
+json_t *pctl_json_job(const Parallax__V1__Job *job)
+{
+    json_t *o = json_object(), *ranks = json_array(), *spec = json_object();
+    const Parallax__V1__JobSpec *sp = job->spec;
+
+    json_object_set_new(o, "id", json_str(job->id));
+    json_object_set_new(o, "name", json_str(sp ? sp->name : ""));
+    json_object_set_new(o, "state", json_string(pctl_state_name(job->state)));
+    json_object_set_new(o, "reason", json_str(job->reason));
+    json_object_set_new(o, "step", json_integer(job->step));
+    json_object_set_new(o, "steps", json_integer(sp ? sp->steps : 0));
+    json_object_set_new(o, "loss", json_float(job->loss));
+    json_object_set_new(o, "tokens_per_second", json_real(job->tokens_per_second));
+    json_object_set_new(o, "grad_norm", json_float(job->grad_norm));
+    json_object_set_new(o, "lr", json_float(job->lr));
+    json_object_set_new(o, "created_ms", json_integer(job->created_ms));
+    json_object_set_new(o, "started_ms", json_integer(job->started_ms));
+    json_object_set_new(o, "finished_ms", json_integer(job->finished_ms));
+    json_object_set_new(o, "coordinator", json_str(job->coordinator));
+    if (sp) {
+        const Parallax__V1__ModelSpec *m = sp->model;
+        json_object_set_new(spec, "layers", json_integer(m ? m->layers : 0));
+        json_object_set_new(spec, "heads", json_integer(m ? m->heads : 0));
+        json_object_set_new(spec, "dim", json_integer(m ? m->dim : 0));
+        json_object_set_new(spec, "seq", json_integer(m ? m->seq : 0));
+        json_object_set_new(spec, "vocab", json_integer(m && m->vocab ? m->vocab : 256));
+        json_object_set_new(spec, "data_path", json_str(sp->data_path));
+        json_object_set_new(spec, "dp", json_integer(sp->dp));
+        json_object_set_new(spec, "batch", json_integer(sp->batch));
+        json_object_set_new(spec, "steps", json_integer(sp->steps));
+        json_object_set_new(spec, "lr", json_float(sp->lr));
+        json_object_set_new(spec, "seed", json_integer((json_int_t)sp->seed));
+        json_object_set_new(spec, "warmup_steps", json_integer(sp->warmup_steps));
+        json_object_set_new(spec, "weight_decay", json_float(sp->weight_decay));
+        json_object_set_new(spec, "min_lr_ratio", json_float(sp->min_lr_ratio));
+    }
+    json_object_set_new(o, "spec", spec);
+    for (size_t i = 0; i < job->n_ranks; i++) {
+        const Parallax__V1__RankInfo *r = job->ranks[i];
+        json_t *jr = json_object();
+        json_object_set_new(jr, "rank", json_integer(r->rank));
+        json_object_set_new(jr, "node", json_str(r->node));
+        json_object_set_new(jr, "device", json_str(r->device));
+        json_object_set_new(jr, "pid", json_integer(r->pid));
+        json_object_set_new(jr, "state", json_str(r->state));
+        json_object_set_new(jr, "exit_code", json_integer(r->exit_code));
+        json_array_append_new(ranks, jr);
+    }
+    json_object_set_new(o, "ranks", ranks);
+    return o;
+}
+
+json_t *pctl_json_metrics(const Parallax__V1__StepMetrics *m)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "step", json_integer(m->step));
+    json_object_set_new(o, "loss", json_float(m->loss));
+    json_object_set_new(o, "grad_norm", json_float(m->grad_norm));
+    json_object_set_new(o, "lr", json_float(m->lr));
+    json_object_set_new(o, "tokens_per_second", json_real(m->tokens_per_second));
+    json_object_set_new(o, "elapsed_s", json_real(m->elapsed_s));
+    json_object_set_new(o, "time_ms", json_integer(m->time_ms));
+    return o;
+}
+
+json_t *pctl_json_node(const Parallax__V1__NodeInfo *n)
+{
+    json_t *o = json_object(), *devs = json_array();
+    size_t free_devs = 0;
+    for (size_t i = 0; i < n->n_devices; i++) {
+        json_t *d = json_object();
+        json_object_set_new(d, "name", json_str(n->devices[i]->name));
+        json_object_set_new(d, "job_id", json_str(n->devices[i]->job_id));
+        json_array_append_new(devs, d);
+        if (!n->devices[i]->job_id || !*n->devices[i]->job_id)
+            free_devs++;
+    }
+    json_object_set_new(o, "name", json_str(n->name));
+    json_object_set_new(o, "control_addr", json_str(n->control_addr));
+    json_object_set_new(o, "peer_addr", json_str(n->peer_addr));
+    json_object_set_new(o, "alive", json_boolean(n->alive));
+    json_object_set_new(o, "last_seen_ms", json_integer(n->last_seen_ms));
+    json_object_set_new(o, "version", json_str(n->version));
+    json_object_set_new(o, "devices_free", json_integer((json_int_t)free_devs));
+    json_object_set_new(o, "devices_total", json_integer((json_int_t)n->n_devices));
+    json_object_set_new(o, "devices", devs);
+    return o;
+}
+
+int pctl_json_print(json_t *value)
+{
+    int ret;
+    if (!value) {
+        fprintf(stderr, "pctl: out of memory building JSON\n");
+        return PCTL_EXIT_FAIL;
+    }
+    ret = json_dumpf(value, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    json_decref(value);
+    fputc('\n', stdout);
+    return ret == 0 ? PCTL_EXIT_OK : PCTL_EXIT_FAIL;
+}

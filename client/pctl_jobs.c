@@ -1,0 +1,781 @@
+/* pctl_jobs.c: the pctl commands that talk to parallaxd's Control service:
+ * submit, list, status, watch, metrics, logs, cancel, nodes.
+ *
+ * Each command parses its own options (getopt_long, GNU permutation, so
+ * `status JOB --json` and `status --json JOB` both work), makes blocking
+ * px_rpc calls with the global deadline, and prints a table or JSON. Job
+ * following (submit --follow, watch) reads Control.WatchJob and falls back
+ * to polling GetJob once a second if the stream breaks. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pctl.h"
+#include "px_time.h"
+
+#define M_SUBMIT "/parallax.v1.Control/SubmitJob"
+#define M_GET "/parallax.v1.Control/GetJob"
+#define M_LIST "/parallax.v1.Control/ListJobs"
+#define M_CANCEL "/parallax.v1.Control/CancelJob"
+#define M_WATCH "/parallax.v1.Control/WatchJob"
+#define M_NODES "/parallax.v1.Control/ListNodes"
+#define M_METRICS "/parallax.v1.Control/GetMetrics"
+#define M_LOGS "/parallax.v1.Control/GetLogs"
+
+#define POLL_INTERVAL_MS 1000
+#define POLL_MAX_FAILURES 10
+#define PLAIN_PROGRESS_EVERY 10
+
+/* ------------------------------------------------------------ helpers */
+
+/* Parses `CMD [JOB] [--json]`, the shape of most commands. `want_job`: 1 if
+ * JOB is required. Returns -1 after a usage error, 1 after --help, else 0. */
+static int parse_common(const char *cmd, int argc, char **argv, int want_job, int *json_p,
+                        const char **job_p, int *rc_p)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int opt;
+    opterr = 0;
+    *json_p = 0;
+    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'j': *json_p = 1; break;
+        case 'h': *rc_p = pctl_help(cmd); return 1;
+        default:
+            *rc_p = pctl_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (want_job) {
+        if (optind >= argc) {
+            *rc_p = pctl_usage_error(cmd, "missing JOB");
+            return -1;
+        }
+        *job_p = argv[optind++];
+    }
+    if (optind < argc) {
+        *rc_p = pctl_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+static const char *fmt_age(int64_t ms, char *buf, size_t len)
+{
+    if (ms <= 0) {
+        snprintf(buf, len, "-");
+        return buf;
+    }
+    return pctl_fmt_duration((double)(px_time_wall_ms() - ms) / 1000.0, buf, len);
+}
+
+static const char *fmt_time(int64_t ms, char *buf, size_t len)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (ms <= 0 || !localtime_r(&t, &tm)) {
+        snprintf(buf, len, "-");
+        return buf;
+    }
+    strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+    return buf;
+}
+
+static uint32_t job_steps(const Parallax__V1__Job *job)
+{
+    return job->spec ? job->spec->steps : 0;
+}
+
+/* Tokens of one optimizer step: global batch x sequence length. */
+static double job_tokens_per_step(const Parallax__V1__Job *job)
+{
+    if (!job->spec || !job->spec->model)
+        return 0;
+    return (double)job->spec->batch * (double)job->spec->model->seq;
+}
+
+/* ---------------------------------------------------------- following */
+
+typedef struct follow {
+    int tty;
+    int json;
+    int bar_shown;                 /* a \r line is on screen */
+    uint32_t last_printed_step;
+    Parallax__V1__JobState last_state;
+    Parallax__V1__Job *job;        /* latest state (owned; from GetJob) */
+    Parallax__V1__JobEvent *event; /* or from the stream (owned) */
+} follow_t;
+
+static const Parallax__V1__Job *follow_job(const follow_t *f)
+{
+    if (f->event && f->event->job)
+        return f->event->job;
+    return f->job;
+}
+
+/* Prints progress for the latest state: a \r-updated bar on a TTY, a plain
+ * line every PLAIN_PROGRESS_EVERY steps (and on state changes) otherwise. */
+static void follow_show(follow_t *f, const Parallax__V1__StepMetrics *m)
+{
+    const Parallax__V1__Job *job = follow_job(f);
+    uint32_t steps, step;
+    double loss, tps, eta = NAN, elapsed = 0;
+    char eta_s[32], tps_s[32];
+    int state_changed;
+
+    if (!job || f->json)
+        return;
+    steps = job_steps(job);
+    step = m ? m->step : job->step;
+    loss = m ? m->loss : job->loss;
+    tps = m ? m->tokens_per_second : job->tokens_per_second;
+    if (m)
+        elapsed = m->elapsed_s;
+    if (step > 0 && steps > step) {
+        if (elapsed > 0)
+            eta = elapsed / step * (steps - step);
+        else if (tps > 0)
+            eta = (steps - step) * job_tokens_per_step(job) / tps;
+    } else if (steps > 0 && step >= steps) {
+        eta = 0;
+    }
+    pctl_fmt_duration(eta, eta_s, sizeof(eta_s));
+    pctl_fmt_rate(tps, tps_s, sizeof(tps_s));
+    state_changed = job->state != f->last_state;
+    f->last_state = job->state;
+
+    if (f->tty) {
+        char bar[31];
+        int width = 30, fill = steps ? (int)((uint64_t)step * width / steps) : 0;
+        if (fill > width)
+            fill = width;
+        memset(bar, '#', (size_t)fill);
+        memset(bar + fill, '-', (size_t)(width - fill));
+        bar[width] = '\0';
+        printf("\r\033[K[%s] %u/%u  loss %.4f  %s tok/s  ETA %s  %s", bar, step, steps, loss,
+               tps_s, eta_s, pctl_state_name(job->state));
+        fflush(stdout);
+        f->bar_shown = 1;
+        return;
+    }
+    if (state_changed || (step != f->last_printed_step &&
+                          (step % PLAIN_PROGRESS_EVERY == 0 || step == steps))) {
+        if (step > 0)
+            printf("step %u/%u  loss %.4f  %s tok/s  ETA %s  %s\n", step, steps, loss, tps_s,
+                   eta_s, pctl_state_name(job->state));
+        else
+            printf("%s\n", pctl_state_name(job->state));
+        fflush(stdout);
+        f->last_printed_step = step;
+    }
+}
+
+static void follow_set_event(follow_t *f, Parallax__V1__JobEvent *ev)
+{
+    if (f->event)
+        protobuf_c_message_free_unpacked(&f->event->base, NULL);
+    f->event = ev;
+    if (ev->job && f->job) {
+        protobuf_c_message_free_unpacked(&f->job->base, NULL);
+        f->job = NULL;
+    }
+}
+
+static void follow_set_job(follow_t *f, Parallax__V1__Job *job)
+{
+    if (f->job)
+        protobuf_c_message_free_unpacked(&f->job->base, NULL);
+    f->job = job;
+    if (f->event) {
+        protobuf_c_message_free_unpacked(&f->event->base, NULL);
+        f->event = NULL;
+    }
+}
+
+/* Polls GetJob until the job ends. Returns 0, or -1 after printing why. */
+static int follow_poll(pctl_ctx_t *ctx, const char *cmd, const char *job_id, follow_t *f)
+{
+    Parallax__V1__GetJobRequest req = PARALLAX__V1__GET_JOB_REQUEST__INIT;
+    int failures = 0;
+
+    req.job_id = (char *)job_id;
+    for (;;) {
+        ProtobufCMessage *resp = NULL;
+        px_rpc_result_t res = {GRPC_STATUS_OK, NULL};
+        px_status_t status = px_rpc_call_unary(pctl_channel(ctx), M_GET, &req.base,
+                                               &parallax__v1__job__descriptor, ctx->timeout_ms,
+                                               &resp, &res);
+        if (status == PX_OK) {
+            failures = 0;
+            follow_set_job(f, (Parallax__V1__Job *)resp);
+            follow_show(f, NULL);
+            if (pctl_state_is_final(f->job->state)) {
+                free(res.message);
+                return 0;
+            }
+        } else if ((res.code == GRPC_STATUS_UNAVAILABLE ||
+                    res.code == GRPC_STATUS_DEADLINE_EXCEEDED) &&
+                   ++failures < POLL_MAX_FAILURES) {
+            /* The daemon may be restarting: keep trying for a while. */
+        } else {
+            if (f->bar_shown)
+                fputc('\n', stdout);
+            pctl_print_rpc_error(ctx, cmd, res.code, res.message);
+            free(res.message);
+            return -1;
+        }
+        free(res.message);
+        usleep(POLL_INTERVAL_MS * 1000);
+    }
+}
+
+/* Follows `job_id` until it ends and prints the outcome. Returns the exit
+ * code: 0 only if the job COMPLETED. */
+static int follow_job_run(pctl_ctx_t *ctx, const char *cmd, const char *job_id, int json)
+{
+    Parallax__V1__WatchJobRequest req = PARALLAX__V1__WATCH_JOB_REQUEST__INIT;
+    follow_t f;
+    px_rpc_stream_t *st = NULL;
+    px_rpc_result_t res = {GRPC_STATUS_OK, NULL};
+    px_rpc_channel_t *ch = pctl_channel(ctx);
+    const Parallax__V1__Job *job;
+    ProtobufCMessage *msg;
+    px_status_t status;
+    int rc = PCTL_EXIT_FAIL, need_poll = 0;
+    char tps_s[32], dur_s[32];
+
+    memset(&f, 0, sizeof(f));
+    f.json = json;
+    f.tty = isatty(STDOUT_FILENO);
+    f.last_state = PARALLAX__V1__JOB_STATE__JOB_STATE_UNSPECIFIED;
+    if (!ch) {
+        fprintf(stderr, "pctl: %s: bad server address '%s'\n", cmd, ctx->server);
+        return PCTL_EXIT_FAIL;
+    }
+    req.job_id = (char *)job_id;
+    /* No deadline on the stream: training takes as long as it takes. */
+    status = px_rpc_stream_open(ch, M_WATCH, &req.base, -1, &st);
+    if (status != PX_OK) {
+        need_poll = 1;
+    } else {
+        while ((status = px_rpc_stream_next(st, &parallax__v1__job_event__descriptor, &msg,
+                                            &res)) == PX_OK) {
+            Parallax__V1__JobEvent *ev = (Parallax__V1__JobEvent *)msg;
+            follow_set_event(&f, ev);
+            follow_show(&f, ev->metrics);
+        }
+        px_rpc_stream_close(st);
+        job = follow_job(&f);
+        if (res.code == GRPC_STATUS_OK) {
+            /* Clean end: the job is final, or the server ended early. */
+            need_poll = !job || !pctl_state_is_final(job->state);
+        } else if (res.code == GRPC_STATUS_NOT_FOUND || res.code == GRPC_STATUS_INVALID_ARGUMENT ||
+                   (!job && res.code == GRPC_STATUS_UNAVAILABLE)) {
+            /* The job does not exist, or no daemon answers: polling won't help. */
+            if (f.bar_shown)
+                fputc('\n', stdout);
+            pctl_print_rpc_error(ctx, cmd, res.code, res.message);
+            goto out;
+        } else {
+            if (f.bar_shown) {
+                fputc('\n', stdout);
+                f.bar_shown = 0;
+            }
+            fprintf(stderr, "pctl: %s: watch stream broke (%s: %s); polling\n", cmd,
+                    pctl_code_name(res.code), res.message ? res.message : "");
+            need_poll = 1;
+        }
+    }
+    if (need_poll && follow_poll(ctx, cmd, job_id, &f) != 0)
+        goto out;
+
+    job = follow_job(&f);
+    if (!job)
+        goto out;
+    if (f.bar_shown)
+        fputc('\n', stdout);
+    if (json) {
+        rc = pctl_json_print(pctl_json_job(job));
+        if (rc == PCTL_EXIT_OK && job->state != PARALLAX__V1__JOB_STATE__JOB_COMPLETED)
+            rc = PCTL_EXIT_FAIL;
+        goto out;
+    }
+    pctl_fmt_rate(job->tokens_per_second, tps_s, sizeof(tps_s));
+    pctl_fmt_duration(job->finished_ms > 0 && job->started_ms > 0
+                          ? (double)(job->finished_ms - job->started_ms) / 1000.0
+                          : NAN,
+                      dur_s, sizeof(dur_s));
+    printf("job %s %s: step %u/%u, loss %.4f, %s tok/s, %s%s%s\n", job->id,
+           pctl_state_name(job->state), job->step, job_steps(job), job->loss, tps_s, dur_s,
+           job->reason && *job->reason ? "; reason: " : "", job->reason ? job->reason : "");
+    rc = job->state == PARALLAX__V1__JOB_STATE__JOB_COMPLETED ? PCTL_EXIT_OK : PCTL_EXIT_FAIL;
+out:
+    free(res.message);
+    if (f.event)
+        protobuf_c_message_free_unpacked(&f.event->base, NULL);
+    if (f.job)
+        protobuf_c_message_free_unpacked(&f.job->base, NULL);
+    return rc;
+}
+
+/* ------------------------------------------------------------- submit */
+
+int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
+{
+    enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
+           O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB };
+    static const struct option opts[] = {
+        {"layers", required_argument, NULL, O_LAYERS},
+        {"heads", required_argument, NULL, O_HEADS},
+        {"dim", required_argument, NULL, O_DIM},
+        {"seq", required_argument, NULL, O_SEQ},
+        {"data", required_argument, NULL, O_DATA},
+        {"dp", required_argument, NULL, O_DP},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"steps", required_argument, NULL, O_STEPS},
+        {"lr", required_argument, NULL, O_LR},
+        {"seed", required_argument, NULL, O_SEED},
+        {"name", required_argument, NULL, O_NAME},
+        {"warmup", required_argument, NULL, O_WARMUP},
+        {"weight-decay", required_argument, NULL, O_WD},
+        {"min-lr-ratio", required_argument, NULL, O_MINLR},
+        {"vocab", required_argument, NULL, O_VOCAB},
+        {"follow", no_argument, NULL, O_FOLLOW},
+        {"json", no_argument, NULL, O_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    Parallax__V1__SubmitJobRequest req = PARALLAX__V1__SUBMIT_JOB_REQUEST__INIT;
+    Parallax__V1__JobSpec spec = PARALLAX__V1__JOB_SPEC__INIT;
+    Parallax__V1__ModelSpec model = PARALLAX__V1__MODEL_SPEC__INIT;
+    Parallax__V1__SubmitJobResponse *resp = NULL;
+    const char *data = NULL, *name = NULL;
+    char *data_abs = NULL, *name_buf = NULL;
+    int follow = 0, json = 0, opt, rc = PCTL_EXIT_FAIL;
+    uint64_t v;
+    double d;
+
+    model.layers = 4;
+    model.heads = 4;
+    model.dim = 128;
+    model.seq = 128;
+    model.vocab = 256;
+    spec.dp = 1;
+    spec.batch = 16;
+    spec.steps = 300;
+    spec.lr = 1e-3f;
+    spec.seed = 1337;
+    spec.warmup_steps = 0;
+    spec.weight_decay = 0.1f;
+    spec.min_lr_ratio = 0.1f;
+
+#define U32_OPT(flag, field, lo)                                                   \
+    do {                                                                           \
+        if (pctl_parse_u64("submit", flag, optarg, lo, UINT32_MAX, &v))            \
+            return PCTL_EXIT_USAGE;                                                \
+        field = (uint32_t)v;                                                       \
+    } while (0)
+
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (opt) {
+        case O_LAYERS: U32_OPT("--layers", model.layers, 1); break;
+        case O_HEADS: U32_OPT("--heads", model.heads, 1); break;
+        case O_DIM: U32_OPT("--dim", model.dim, 1); break;
+        case O_SEQ: U32_OPT("--seq", model.seq, 1); break;
+        case O_VOCAB: U32_OPT("--vocab", model.vocab, 1); break;
+        case O_DP: U32_OPT("--dp", spec.dp, 1); break;
+        case O_BATCH: U32_OPT("--batch", spec.batch, 1); break;
+        case O_STEPS: U32_OPT("--steps", spec.steps, 1); break;
+        case O_WARMUP: U32_OPT("--warmup", spec.warmup_steps, 0); break;
+        case O_SEED:
+            if (pctl_parse_u64("submit", "--seed", optarg, 0, UINT64_MAX, &v))
+                return PCTL_EXIT_USAGE;
+            spec.seed = v;
+            break;
+        case O_LR:
+            if (pctl_parse_float("submit", "--lr", optarg, 1e-12, 10.0, &d))
+                return PCTL_EXIT_USAGE;
+            spec.lr = (float)d;
+            break;
+        case O_WD:
+            if (pctl_parse_float("submit", "--weight-decay", optarg, 0.0, 10.0, &d))
+                return PCTL_EXIT_USAGE;
+            spec.weight_decay = (float)d;
+            break;
+        case O_MINLR:
+            if (pctl_parse_float("submit", "--min-lr-ratio", optarg, 0.0, 1.0, &d))
+                return PCTL_EXIT_USAGE;
+            spec.min_lr_ratio = (float)d;
+            break;
+        case O_DATA: data = optarg; break;
+        case O_NAME: name = optarg; break;
+        case O_FOLLOW: follow = 1; break;
+        case O_JSON: json = 1; break;
+        case 'h': return pctl_help("submit");
+        case ':': return pctl_usage_error("submit", "option %s needs a value", argv[optind - 1]);
+        default: return pctl_usage_error("submit", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+#undef U32_OPT
+    if (optind < argc)
+        return pctl_usage_error("submit", "unexpected argument '%s'", argv[optind]);
+    if (!data)
+        return pctl_usage_error("submit", "missing --data FILE");
+    if (spec.batch % spec.dp != 0)
+        return pctl_usage_error("submit", "--batch %u is not divisible by --dp %u", spec.batch,
+                                spec.dp);
+    data_abs = realpath(data, NULL);
+    if (!data_abs)
+        return pctl_usage_error("submit", "invalid value '%s' for --data: %s", data,
+                                strerror(errno));
+    if (!name) {
+        /* Default name: the data file's base name without its extension. */
+        const char *base = strrchr(data_abs, '/');
+        char *dot;
+        name_buf = strdup(base ? base + 1 : data_abs);
+        if (name_buf && (dot = strrchr(name_buf, '.')) && dot != name_buf)
+            *dot = '\0';
+        name = name_buf ? name_buf : "job";
+    }
+    spec.name = (char *)name;
+    spec.data_path = data_abs;
+    spec.model = &model;
+    req.spec = &spec;
+
+    if (pctl_call(ctx, "submit", M_SUBMIT, &req.base,
+                  &parallax__v1__submit_job_response__descriptor, (ProtobufCMessage **)&resp))
+        goto out;
+    if (follow) {
+        if (!json) {
+            printf("%s\n", resp->job_id);
+            fflush(stdout);
+        }
+        rc = follow_job_run(ctx, "submit", resp->job_id, json);
+    } else if (json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "job_id", json_string(resp->job_id));
+        rc = pctl_json_print(o);
+    } else {
+        printf("%s\n", resp->job_id);
+        rc = PCTL_EXIT_OK;
+    }
+out:
+    if (resp)
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+    free(data_abs);
+    free(name_buf);
+    return rc;
+}
+
+/* --------------------------------------------------------- list/status */
+
+static int cmp_created(const void *a, const void *b)
+{
+    const Parallax__V1__Job *x = *(Parallax__V1__Job *const *)a;
+    const Parallax__V1__Job *y = *(Parallax__V1__Job *const *)b;
+    return (x->created_ms > y->created_ms) - (x->created_ms < y->created_ms);
+}
+
+int pctl_cmd_list(pctl_ctx_t *ctx, int argc, char **argv)
+{
+    Parallax__V1__ListJobsRequest req = PARALLAX__V1__LIST_JOBS_REQUEST__INIT;
+    Parallax__V1__ListJobsResponse *resp = NULL;
+    int json, rc;
+    const char *job = NULL;
+
+    if (parse_common("list", argc, argv, 0, &json, &job, &rc))
+        return rc;
+    if (pctl_call(ctx, "list", M_LIST, &req.base, &parallax__v1__list_jobs_response__descriptor,
+                  (ProtobufCMessage **)&resp))
+        return PCTL_EXIT_FAIL;
+    qsort(resp->jobs, resp->n_jobs, sizeof(resp->jobs[0]), cmp_created);
+    if (json) {
+        json_t *a = json_array();
+        for (size_t i = 0; i < resp->n_jobs; i++)
+            json_array_append_new(a, pctl_json_job(resp->jobs[i]));
+        rc = pctl_json_print(a);
+    } else {
+        printf("%-20s %-16s %-10s %13s %8s %8s %7s\n", "ID", "NAME", "STATE", "STEP", "LOSS",
+               "TOK/S", "AGE");
+        for (size_t i = 0; i < resp->n_jobs; i++) {
+            const Parallax__V1__Job *j = resp->jobs[i];
+            char steps[32], tps[32], age[32], loss[32];
+            snprintf(steps, sizeof(steps), "%u/%u", j->step, job_steps(j));
+            if (j->step > 0)
+                snprintf(loss, sizeof(loss), "%.4f", j->loss);
+            else
+                snprintf(loss, sizeof(loss), "-");
+            printf("%-20s %-16s %-10s %13s %8s %8s %7s\n", j->id,
+                   j->spec && j->spec->name ? j->spec->name : "", pctl_state_name(j->state), steps,
+                   loss, pctl_fmt_rate(j->tokens_per_second, tps, sizeof(tps)),
+                   fmt_age(j->created_ms, age, sizeof(age)));
+        }
+        rc = PCTL_EXIT_OK;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+}
+
+static void print_job(const Parallax__V1__Job *j)
+{
+    const Parallax__V1__JobSpec *s = j->spec;
+    const Parallax__V1__ModelSpec *m = s ? s->model : NULL;
+    char b1[64], b2[64], b3[32];
+
+    printf("job          %s\n", j->id);
+    printf("name         %s\n", s && s->name ? s->name : "");
+    printf("state        %s\n", pctl_state_name(j->state));
+    if (j->reason && *j->reason)
+        printf("reason       %s\n", j->reason);
+    printf("step         %u/%u\n", j->step, job_steps(j));
+    if (j->step > 0) {
+        printf("loss         %.4f\n", j->loss);
+        printf("grad norm    %.4f\n", j->grad_norm);
+        printf("lr           %.6g\n", j->lr);
+        printf("tokens/s     %.0f\n", j->tokens_per_second);
+    }
+    printf("created      %s (%s ago)\n", fmt_time(j->created_ms, b1, sizeof(b1)),
+           fmt_age(j->created_ms, b2, sizeof(b2)));
+    if (j->started_ms > 0)
+        printf("started      %s\n", fmt_time(j->started_ms, b1, sizeof(b1)));
+    if (j->finished_ms > 0)
+        printf("finished     %s (ran %s)\n", fmt_time(j->finished_ms, b1, sizeof(b1)),
+               j->started_ms > 0
+                   ? pctl_fmt_duration((double)(j->finished_ms - j->started_ms) / 1000.0, b3,
+                                       sizeof(b3))
+                   : "-");
+    if (j->coordinator && *j->coordinator)
+        printf("coordinator  %s\n", j->coordinator);
+    if (m)
+        printf("model        layers %u, heads %u, dim %u, seq %u, vocab %u\n", m->layers,
+               m->heads, m->dim, m->seq, m->vocab ? m->vocab : 256);
+    if (s) {
+        printf("training     dp %u, batch %u, steps %u, lr %g, seed %llu, warmup %u, "
+               "weight decay %g, min lr ratio %g\n",
+               s->dp, s->batch, s->steps, s->lr, (unsigned long long)s->seed, s->warmup_steps,
+               s->weight_decay, s->min_lr_ratio);
+        printf("data         %s\n", s->data_path ? s->data_path : "");
+    }
+    if (j->n_ranks > 0) {
+        printf("ranks:\n  %-5s %-16s %-8s %-8s %-10s %s\n", "RANK", "NODE", "DEVICE", "PID",
+               "STATE", "EXIT");
+        for (size_t i = 0; i < j->n_ranks; i++) {
+            const Parallax__V1__RankInfo *r = j->ranks[i];
+            char ex[16];
+            if (r->state && !strcmp(r->state, "exited"))
+                snprintf(ex, sizeof(ex), "%d", r->exit_code);
+            else
+                snprintf(ex, sizeof(ex), "-");
+            printf("  %-5u %-16s %-8s %-8d %-10s %s\n", r->rank, r->node ? r->node : "",
+                   r->device ? r->device : "", r->pid, r->state ? r->state : "", ex);
+        }
+    }
+}
+
+int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv)
+{
+    Parallax__V1__GetJobRequest req = PARALLAX__V1__GET_JOB_REQUEST__INIT;
+    Parallax__V1__Job *job = NULL;
+    const char *id = NULL;
+    int json, rc;
+
+    if (parse_common("status", argc, argv, 1, &json, &id, &rc))
+        return rc;
+    req.job_id = (char *)id;
+    if (pctl_call(ctx, "status", M_GET, &req.base, &parallax__v1__job__descriptor,
+                  (ProtobufCMessage **)&job))
+        return PCTL_EXIT_FAIL;
+    if (json) {
+        rc = pctl_json_print(pctl_json_job(job));
+    } else {
+        print_job(job);
+        rc = PCTL_EXIT_OK;
+    }
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    return rc;
+}
+
+int pctl_cmd_watch(pctl_ctx_t *ctx, int argc, char **argv)
+{
+    const char *id = NULL;
+    int json, rc;
+    if (parse_common("watch", argc, argv, 1, &json, &id, &rc))
+        return rc;
+    return follow_job_run(ctx, "watch", id, json);
+}
+
+int pctl_cmd_cancel(pctl_ctx_t *ctx, int argc, char **argv)
+{
+    Parallax__V1__CancelJobRequest req = PARALLAX__V1__CANCEL_JOB_REQUEST__INIT;
+    Parallax__V1__Job *job = NULL;
+    const char *id = NULL;
+    int json, rc;
+
+    if (parse_common("cancel", argc, argv, 1, &json, &id, &rc))
+        return rc;
+    req.job_id = (char *)id;
+    if (pctl_call(ctx, "cancel", M_CANCEL, &req.base, &parallax__v1__job__descriptor,
+                  (ProtobufCMessage **)&job))
+        return PCTL_EXIT_FAIL;
+    if (json) {
+        rc = pctl_json_print(pctl_json_job(job));
+    } else {
+        printf("job %s: %s", job->id, pctl_state_name(job->state));
+        if (job->reason && *job->reason)
+            printf(" (%s)", job->reason);
+        printf("\n");
+        rc = PCTL_EXIT_OK;
+    }
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    return rc;
+}
+
+/* ------------------------------------------------------ metrics/logs */
+
+int pctl_cmd_metrics(pctl_ctx_t *ctx, int argc, char **argv)
+{
+    Parallax__V1__GetMetricsRequest req = PARALLAX__V1__GET_METRICS_REQUEST__INIT;
+    Parallax__V1__GetMetricsResponse *resp = NULL;
+    const char *id = NULL;
+    int json, rc;
+
+    if (parse_common("metrics", argc, argv, 1, &json, &id, &rc))
+        return rc;
+    req.job_id = (char *)id;
+    if (pctl_call(ctx, "metrics", M_METRICS, &req.base,
+                  &parallax__v1__get_metrics_response__descriptor, (ProtobufCMessage **)&resp))
+        return PCTL_EXIT_FAIL;
+    if (json) {
+        json_t *a = json_array();
+        for (size_t i = 0; i < resp->n_steps; i++)
+            json_array_append_new(a, pctl_json_metrics(resp->steps[i]));
+        rc = pctl_json_print(a);
+    } else {
+        printf("%6s %10s %10s %12s %10s %9s\n", "STEP", "LOSS", "GRAD_NORM", "LR", "TOK/S",
+               "ELAPSED");
+        for (size_t i = 0; i < resp->n_steps; i++) {
+            const Parallax__V1__StepMetrics *m = resp->steps[i];
+            printf("%6u %10.4f %10.4f %12.6g %10.0f %8.1fs\n", m->step, m->loss, m->grad_norm,
+                   m->lr, m->tokens_per_second, m->elapsed_s);
+        }
+        rc = PCTL_EXIT_OK;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+}
+
+int pctl_cmd_logs(pctl_ctx_t *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"rank", required_argument, NULL, 'r'},
+        {"tail", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    Parallax__V1__GetLogsRequest req = PARALLAX__V1__GET_LOGS_REQUEST__INIT;
+    Parallax__V1__GetLogsResponse *resp = NULL;
+    uint64_t rank = 0, tail = 0;
+    const uint8_t *p;
+    size_t len;
+    int opt;
+
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'r':
+            if (pctl_parse_u64("logs", "--rank", optarg, 0, UINT32_MAX, &rank))
+                return PCTL_EXIT_USAGE;
+            break;
+        case 't':
+            if (pctl_parse_u64("logs", "--tail", optarg, 1, 1000000, &tail))
+                return PCTL_EXIT_USAGE;
+            break;
+        case 'h': return pctl_help("logs");
+        case ':': return pctl_usage_error("logs", "option %s needs a value", argv[optind - 1]);
+        default: return pctl_usage_error("logs", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return pctl_usage_error("logs", "missing JOB");
+    req.job_id = argv[optind++];
+    if (optind < argc)
+        return pctl_usage_error("logs", "unexpected argument '%s'", argv[optind]);
+    req.rank = (uint32_t)rank;
+    /* --tail N lines: ask for enough bytes (up to 1 KiB a line), cut here. */
+    req.tail_bytes = tail ? (uint32_t)(tail * 1024 < (16u << 20) ? tail * 1024 : (16u << 20)) : 0;
+    if (pctl_call(ctx, "logs", M_LOGS, &req.base, &parallax__v1__get_logs_response__descriptor,
+                  (ProtobufCMessage **)&resp))
+        return PCTL_EXIT_FAIL;
+    p = resp->text.data;
+    len = resp->text.len;
+    if (tail && len > 0) {
+        size_t i = len, lines = 0;
+        if (p[len - 1] == '\n')
+            i--; /* the final newline ends the last line */
+        while (i > 0) {
+            if (p[i - 1] == '\n' && ++lines == tail)
+                break;
+            i--;
+        }
+        p += i;
+        len -= i;
+    }
+    if (len > 0 && fwrite(p, 1, len, stdout) != len) {
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        return PCTL_EXIT_FAIL;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return PCTL_EXIT_OK;
+}
+
+/* -------------------------------------------------------------- nodes */
+
+int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
+{
+    Parallax__V1__ListNodesRequest req = PARALLAX__V1__LIST_NODES_REQUEST__INIT;
+    Parallax__V1__ListNodesResponse *resp = NULL;
+    const char *job = NULL;
+    int json, rc;
+
+    if (parse_common("nodes", argc, argv, 0, &json, &job, &rc))
+        return rc;
+    if (pctl_call(ctx, "nodes", M_NODES, &req.base, &parallax__v1__list_nodes_response__descriptor,
+                  (ProtobufCMessage **)&resp))
+        return PCTL_EXIT_FAIL;
+    if (json) {
+        json_t *a = json_array();
+        for (size_t i = 0; i < resp->n_nodes; i++)
+            json_array_append_new(a, pctl_json_node(resp->nodes[i]));
+        rc = pctl_json_print(a);
+    } else {
+        printf("%-16s %-22s %-22s %-6s %-8s %s\n", "NAME", "CONTROL", "PEER", "ALIVE", "DEVICES",
+               "LAST SEEN");
+        for (size_t i = 0; i < resp->n_nodes; i++) {
+            const Parallax__V1__NodeInfo *n = resp->nodes[i];
+            size_t free_devs = 0;
+            char devs[32], seen[32];
+            for (size_t k = 0; k < n->n_devices; k++)
+                if (!n->devices[k]->job_id || !*n->devices[k]->job_id)
+                    free_devs++;
+            snprintf(devs, sizeof(devs), "%zu/%zu", free_devs, n->n_devices);
+            fmt_age(n->last_seen_ms, seen, sizeof(seen));
+            printf("%-16s %-22s %-22s %-6s %-8s %s%s\n", n->name ? n->name : "",
+                   n->control_addr ? n->control_addr : "", n->peer_addr ? n->peer_addr : "",
+                   n->alive ? "yes" : "no", devs, seen, n->last_seen_ms > 0 ? " ago" : "");
+        }
+        rc = PCTL_EXIT_OK;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+}

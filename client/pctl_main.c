@@ -1,0 +1,301 @@
+/* pctl_main.c: entry point of pctl, the parallax command-line client.
+ *
+ * `pctl [--server ADDR] [--timeout MS] <command> [args]`. The server
+ * defaults to $PX_SERVER, else 127.0.0.1:7070; "unix:/path" works too.
+ * This file holds the command table, the help texts, number parsing, and the
+ * one place RPC failures are printed ("pctl: <command>: <STATUS>: <message>").
+ * Single-threaded; every RPC is a blocking px_rpc call with a deadline. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pctl.h"
+
+#define PCTL_DEFAULT_SERVER "127.0.0.1:7070"
+#define PCTL_DEFAULT_TIMEOUT_MS 5000
+
+static const pctl_command_t commands[] = {
+    {"submit", "submit a training job (Control.SubmitJob)",
+     "usage: pctl submit --data FILE [--name S] [--layers N] [--heads N] [--dim N] [--seq N]\n"
+     "                   [--dp N] [--batch N] [--steps N] [--lr F] [--seed N] [--warmup N]\n"
+     "                   [--weight-decay F] [--min-lr-ratio F] [--follow] [--json]\n"
+     "\n"
+     "Submits a GPT training job and prints its id.\n"
+     "  --data FILE        token file (llm.c layout, see `pctl data prepare`); sent as an\n"
+     "                     absolute path, so it must exist where the ranks run\n"
+     "  --name S           job name (default: the data file's base name)\n"
+     "  --layers N         transformer blocks (default 4)\n"
+     "  --heads N          attention heads (default 4)\n"
+     "  --dim N            model width (default 128)\n"
+     "  --seq N            sequence length in tokens (default 128)\n"
+     "  --dp N             data-parallel ranks (default 1)\n"
+     "  --batch N          GLOBAL batch in sequences, divisible by dp (default 16)\n"
+     "  --steps N          optimizer steps (default 300)\n"
+     "  --lr F             peak learning rate (default 1e-3)\n"
+     "  --seed N           initialisation and data seed (default 1337)\n"
+     "  --warmup N         linear warmup steps (default 0: the daemon uses steps/20)\n"
+     "  --weight-decay F   AdamW decoupled weight decay (default 0.1)\n"
+     "  --min-lr-ratio F   cosine floor as a fraction of lr (default 0.1)\n"
+     "  --follow           watch the job until it ends; exit 0 only if it completed\n"
+     "  --json             print {\"job_id\": ...} (with --follow: the final job)\n",
+     pctl_cmd_submit},
+    {"list", "list jobs",
+     "usage: pctl list [--json]\n"
+     "\n"
+     "Lists all jobs: id, name, state, step/steps, loss, tokens/s, age.\n",
+     pctl_cmd_list},
+    {"status", "show one job",
+     "usage: pctl status JOB [--json]\n"
+     "\n"
+     "Shows a job: state, reason, progress, loss, rates, spec and its ranks.\n",
+     pctl_cmd_status},
+    {"watch", "follow a job until it ends",
+     "usage: pctl watch JOB [--json]\n"
+     "\n"
+     "Follows a job (Control.WatchJob) with a progress line until it ends; falls back\n"
+     "to polling if the stream breaks. Exit 0 only if the job completed.\n",
+     pctl_cmd_watch},
+    {"metrics", "per-step metrics of a job",
+     "usage: pctl metrics JOB [--json]\n"
+     "\n"
+     "Prints step, loss, grad norm, lr and tokens/s of every recorded step.\n",
+     pctl_cmd_metrics},
+    {"logs", "output of a job's rank",
+     "usage: pctl logs JOB [--rank R] [--tail N]\n"
+     "\n"
+     "Prints the captured stdout/stderr of rank R (default 0); --tail N: the last N lines.\n",
+     pctl_cmd_logs},
+    {"cancel", "cancel a job",
+     "usage: pctl cancel JOB [--json]\n"
+     "\n"
+     "Cancels a job: its ranks are stopped and it ends CANCELLED.\n",
+     pctl_cmd_cancel},
+    {"nodes", "list the cluster's nodes",
+     "usage: pctl nodes [--json]\n"
+     "\n"
+     "Lists nodes: name, control and peer addresses, alive, devices free/total.\n",
+     pctl_cmd_nodes},
+    {"data", "prepare token files (local, no daemon)",
+     "usage: pctl data prepare --text IN.txt --out OUT.bin [--val-fraction F]\n"
+     "\n"
+     "Tokenizes text byte by byte (vocab 256) into the llm.c token layout: a 256 x int32\n"
+     "header (magic 20240520, version 1, token count) then uint16 tokens.\n"
+     "  --val-fraction F   put the last fraction F (0 <= F < 1) of the text into a\n"
+     "                     validation file next to OUT, named with \"_val\" before the\n"
+     "                     extension (OUT_val.bin)\n",
+     pctl_cmd_data},
+};
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static const pctl_command_t *find_command(const char *name)
+{
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(commands[i].name, name))
+            return &commands[i];
+    return NULL;
+}
+
+static void print_main_help(FILE *out)
+{
+    fprintf(out,
+            "usage: pctl [--server ADDR] [--timeout MS] <command> [args]\n"
+            "\n"
+            "parallax command-line client.\n"
+            "  --server ADDR   parallaxd Control address, host:port or unix:/path\n"
+            "                  (default $PX_SERVER, else " PCTL_DEFAULT_SERVER ")\n"
+            "  --timeout MS    deadline of each request (default %d)\n"
+            "  --help          this text; `pctl <command> --help` for a command\n"
+            "\n"
+            "commands:\n",
+            PCTL_DEFAULT_TIMEOUT_MS);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+}
+
+int pctl_help(const char *cmd)
+{
+    const pctl_command_t *c = find_command(cmd);
+    if (!c) {
+        print_main_help(stdout);
+        return PCTL_EXIT_OK;
+    }
+    fputs(c->usage, stdout);
+    return PCTL_EXIT_OK;
+}
+
+int pctl_usage_error(const char *cmd, const char *fmt, ...)
+{
+    const pctl_command_t *c = cmd ? find_command(cmd) : NULL;
+    va_list ap;
+
+    fprintf(stderr, "pctl: %s%s", cmd ? cmd : "", cmd ? ": " : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    if (c) {
+        /* The first line of the help is the usage line. */
+        const char *nl = strchr(c->usage, '\n');
+        fprintf(stderr, "%.*s\n", (int)(nl ? nl - c->usage : (long)strlen(c->usage)), c->usage);
+    } else {
+        fprintf(stderr, "usage: pctl [--server ADDR] [--timeout MS] <command> [args]"
+                        " (pctl --help lists the commands)\n");
+    }
+    return PCTL_EXIT_USAGE;
+}
+
+int pctl_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t min, uint64_t max,
+                   uint64_t *out_p)
+{
+    char *end;
+    unsigned long long v;
+    errno = 0;
+    if (!s || !*s || *s == '-' || *s == '+')
+        goto bad;
+    v = strtoull(s, &end, 10);
+    if (errno || *end || v < min || v > max)
+        goto bad;
+    *out_p = v;
+    return 0;
+bad:
+    pctl_usage_error(cmd, "invalid value '%s' for %s (expected an integer in [%llu, %llu])",
+                     s ? s : "", flag, (unsigned long long)min, (unsigned long long)max);
+    return -1;
+}
+
+int pctl_parse_float(const char *cmd, const char *flag, const char *s, double min, double max,
+                     double *out_p)
+{
+    char *end;
+    double v;
+    errno = 0;
+    if (!s || !*s)
+        goto bad;
+    v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < min || v > max)
+        goto bad;
+    *out_p = v;
+    return 0;
+bad:
+    pctl_usage_error(cmd, "invalid value '%s' for %s (expected a number in [%g, %g])",
+                     s ? s : "", flag, min, max);
+    return -1;
+}
+
+px_rpc_channel_t *pctl_channel(pctl_ctx_t *ctx)
+{
+    if (!ctx->channel && px_rpc_channel_create(ctx->server, &ctx->channel) != PX_OK)
+        ctx->channel = NULL;
+    return ctx->channel;
+}
+
+/* A failure that means no daemon answered at all (connection refused, no
+ * socket file, name not resolved), as opposed to an UNAVAILABLE status a
+ * daemon sent ("not enough free devices"). */
+static int is_unreachable(grpc_status_code code, const char *message)
+{
+    static const char *const hints[] = {
+        "failed to connect", "Failed to connect", "Connection refused",
+        "No such file",      "DNS resolution failed", "Socket closed",
+    };
+    if (code != GRPC_STATUS_UNAVAILABLE)
+        return 0;
+    if (!message || !*message)
+        return 1;
+    for (size_t i = 0; i < sizeof(hints) / sizeof(hints[0]); i++)
+        if (strstr(message, hints[i]))
+            return 1;
+    return 0;
+}
+
+void pctl_print_rpc_error(pctl_ctx_t *ctx, const char *cmd, grpc_status_code code,
+                          const char *message)
+{
+    if (is_unreachable(code, message)) {
+        fprintf(stderr, "pctl: %s: cannot reach parallaxd at %s (%s: %s)\n", cmd, ctx->server,
+                pctl_code_name(code), message ? message : "");
+        return;
+    }
+    fprintf(stderr, "pctl: %s: %s: %s%s\n", cmd, pctl_code_name(code), message ? message : "",
+            code == GRPC_STATUS_DEADLINE_EXCEEDED ? " (is parallaxd running and reachable?)" : "");
+}
+
+int pctl_call(pctl_ctx_t *ctx, const char *cmd, const char *method,
+              const ProtobufCMessage *request, const ProtobufCMessageDescriptor *resp_desc,
+              ProtobufCMessage **resp_p)
+{
+    px_rpc_channel_t *ch = pctl_channel(ctx);
+    px_rpc_result_t res = {GRPC_STATUS_OK, NULL};
+    px_status_t status;
+
+    if (!ch) {
+        fprintf(stderr, "pctl: %s: bad server address '%s'\n", cmd, ctx->server);
+        return -1;
+    }
+    status = px_rpc_call_unary(ch, method, request, resp_desc, ctx->timeout_ms, resp_p, &res);
+    if (status != PX_OK) {
+        pctl_print_rpc_error(ctx, cmd, res.code, res.message);
+        free(res.message);
+        return -1;
+    }
+    free(res.message);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"server", required_argument, NULL, 's'},
+        {"timeout", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    pctl_ctx_t ctx = {NULL, PCTL_DEFAULT_TIMEOUT_MS, NULL};
+    const pctl_command_t *c;
+    const char *env = getenv("PX_SERVER");
+    uint64_t v;
+    int opt, rc;
+
+    ctx.server = (env && *env) ? env : PCTL_DEFAULT_SERVER;
+    /* "+": stop at the command name; its own options follow it. */
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 's':
+            if (!*optarg)
+                return pctl_usage_error(NULL, "empty value for --server");
+            ctx.server = optarg;
+            break;
+        case 't':
+            if (pctl_parse_u64(NULL, "--timeout", optarg, 1, 3600 * 1000, &v))
+                return PCTL_EXIT_USAGE;
+            ctx.timeout_ms = (int)v;
+            break;
+        case 'h':
+            print_main_help(stdout);
+            return PCTL_EXIT_OK;
+        case ':':
+            return pctl_usage_error(NULL, "option %s needs a value", argv[optind - 1]);
+        default:
+            return pctl_usage_error(NULL, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return pctl_usage_error(NULL, "no command given");
+    c = find_command(argv[optind]);
+    if (!c) {
+        if (!strcmp(argv[optind], "help"))
+            return pctl_help(optind + 1 < argc ? argv[optind + 1] : "");
+        return pctl_usage_error(NULL, "unknown command '%s'", argv[optind]);
+    }
+    argc -= optind;
+    argv += optind;
+    optind = 0; /* re-initialise getopt for the command's own options */
+    rc = c->run(&ctx, argc, argv);
+    px_rpc_channel_destroy(ctx.channel);
+    return rc;
+}
