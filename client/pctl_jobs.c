@@ -162,8 +162,11 @@ static void follow_show(follow_t *f, const Parallax__V1__StepMetrics *m)
         memset(bar, '#', (size_t)fill);
         memset(bar + fill, '-', (size_t)(width - fill));
         bar[width] = '\0';
-        printf("\r\033[K[%s] %u/%u  loss %.4f  %s tok/s  ETA %s  %s", bar, step, steps, loss,
-               tps_s, eta_s, pctl_state_name(job->state));
+        if (step > 0)
+            printf("\r\033[K[%s] %u/%u  loss %.4f  %s tok/s  ETA %s  %s", bar, step, steps, loss,
+                   tps_s, eta_s, pctl_state_name(job->state));
+        else
+            printf("\r\033[K[%s] %u/%u  %s", bar, step, steps, pctl_state_name(job->state));
         fflush(stdout);
         f->bar_shown = 1;
         return;

@@ -786,8 +786,7 @@ px_status_t px_rpc_server_create(px_rpc_cq_t *cq, const char *const *addrs, size
     return PX_OK;
 
 err_shutdown:
-    px_rpc_server_destroy(s);
-    grpc_shutdown();
+    px_rpc_server_destroy(s); /* balances grpc_init() itself */
     return status;
 err_destroy_server:
     /* Never started: no call or request exists yet. */

@@ -82,6 +82,12 @@ def main():
         raw = ch.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=10)
         assert raw == b"\x08\x01", raw
 
+        # Health watch: one SERVING, the stream stays open until we cancel.
+        watch_h = ch.unary_stream("/grpc.health.v1.Health/Watch")(b"", timeout=30)
+        first = next(watch_h)
+        assert first == b"\x08\x01", first
+        watch_h.cancel()
+
         # Unknown method.
         try:
             ch.unary_unary("/parallax.v1.Control/Nope")(b"", timeout=10)
