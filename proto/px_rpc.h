@@ -109,7 +109,10 @@ int px_rpc_call_is_cancelled(const px_rpc_call_t *call);
 
 /* Registers `cb(call, arg)`, run on the owner thread when the call is
  * cancelled (client gone, deadline, server shutdown). The owner must still
- * end the call once (reply/fail/finish), which then only frees it. */
+ * end the call once (reply/fail/finish), which then only frees it; ending it
+ * inside `cb` is allowed. `cb` never runs after the call was ended, nor when
+ * the cancellation was already seen before registering (check
+ * px_rpc_call_is_cancelled() then). */
 void px_rpc_call_on_cancel(px_rpc_call_t *call, void (*cb)(px_rpc_call_t *call, void *arg),
                            void *arg);
 
@@ -145,7 +148,9 @@ px_status_t px_rpc_call_unary(px_rpc_channel_t *channel, const char *path,
 /* Blocking server-streaming call. Open sends the request; next returns PX_OK
  * with the next message (caller owns it), or PX_ERR_NOT_FOUND at a clean end
  * of stream (status OK), or the mapped error with `result_p` filled.
- * `timeout_ms` of open is the whole call's deadline (-1: none). */
+ * `timeout_ms` of open is the whole call's deadline (-1: none).
+ * A server's NOT_FOUND status also maps to PX_ERR_NOT_FOUND: tell them
+ * apart by result_p->code (GRPC_STATUS_OK only at a clean end). */
 typedef struct px_rpc_stream px_rpc_stream_t;
 px_status_t px_rpc_stream_open(px_rpc_channel_t *channel, const char *path,
                                const ProtobufCMessage *request, int timeout_ms,

@@ -115,6 +115,9 @@ def test_unreachable():
     dt = time.time() - t0
     check(rc == 1 and "cannot reach parallaxd at 127.0.0.1:1" in se and dt < 7,
           "unreachable TCP daemon: exit 1, clear message (%.1fs)" % dt)
+    rc, so, se = pctl("--server", "127.0.0.1:1", "watch", "job-1")
+    check(rc == 1 and "pctl: watch: cannot reach parallaxd at 127.0.0.1:1" in se,
+          "watch with no daemon: exit 1, clear message")
     rc, so, se = pctl("status", "x", env={"PX_SERVER": "unix:/nonexistent/px.sock"})
     check(rc == 1 and "cannot reach parallaxd at unix:/nonexistent/px.sock" in se,
           "unreachable unix socket via PX_SERVER")
@@ -225,6 +228,9 @@ def test_control(data, tmp):
         check(rc == 0 and so.splitlines()[0].split()[:3] == ["ID", "NAME", "STATE"] and
               "30/30" in so and "fail-me" in so, "list table")
 
+        rc, so, se = pctl("--server", addr, "watch", "nope")
+        check(rc == 1 and se.strip() == "pctl: watch: NOT_FOUND: job 'nope' not found",
+              "watch of a missing job: RPC error format, no polling")
         rc, so, se = pctl("--server", addr, "status", "nope")
         check(rc == 1 and se.strip() == "pctl: status: NOT_FOUND: job 'nope' not found",
               "status of a missing job: RPC error format")
