@@ -10,6 +10,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,18 @@ typedef struct follow {
     Parallax__V1__JobEvent *event; /* or from the stream (owned) */
 } follow_t;
 
+/* 1 while a \r progress line is on the terminal: Ctrl-C then ends it with a
+ * newline so the shell prompt starts on a clean line. */
+static volatile sig_atomic_t bar_on_screen;
+
+static void on_sigint(int sig)
+{
+    static const char nl = '\n';
+    if (bar_on_screen && write(STDOUT_FILENO, &nl, 1) < 0)
+        _exit(128 + sig);
+    _exit(128 + sig);
+}
+
 static const Parallax__V1__Job *follow_job(const follow_t *f)
 {
     if (f->event && f->event->job)
@@ -169,6 +182,7 @@ static void follow_show(follow_t *f, const Parallax__V1__StepMetrics *m)
             printf("\r\033[K[%s] %u/%u  %s", bar, step, steps, pctl_state_name(job->state));
         fflush(stdout);
         f->bar_shown = 1;
+        bar_on_screen = 1;
         return;
     }
     if (state_changed || (step != f->last_printed_step &&
@@ -260,6 +274,8 @@ static int follow_job_run(pctl_ctx_t *ctx, const char *cmd, const char *job_id, 
     memset(&f, 0, sizeof(f));
     f.json = json;
     f.tty = isatty(STDOUT_FILENO);
+    if (f.tty)
+        signal(SIGINT, on_sigint);
     f.last_state = PARALLAX__V1__JOB_STATE__JOB_STATE_UNSPECIFIED;
     if (!ch) {
         fprintf(stderr, "pctl: %s: bad server address '%s'\n", cmd, ctx->server);

@@ -574,6 +574,11 @@ static void call_dispatch(px_rpc_call_t *c)
     }
     if (m->m.request) {
         req = unpack_message(m->m.request, c->payload);
+        /* The bytes are no longer needed once unpacked. */
+        if (c->payload) {
+            grpc_byte_buffer_destroy(c->payload);
+            c->payload = NULL;
+        }
         if (!req) {
             px_rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "cannot parse the %s request",
                              m->m.path);
