@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "px_env.h"
@@ -34,6 +35,8 @@ typedef struct {
     uint32_t comm_id;
     int32_t rank;
     int32_t size;
+    int32_t pid;    /* for same-node death detection (pidfd) */
+    int32_t pad;
 } wireup_msg_t;
 
 static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
@@ -70,6 +73,7 @@ static px_status_t create_eps(px_comm_t *comm, const px_addr_table_t *table)
 
         peer->comm = comm;
         peer->rank = r;
+        peer->pidfd = -1;
         peer->peer_mode = r != comm->rank &&
                           want_peer_mode(knob, table->nodes[comm->rank], table->nodes[r]);
         memset(&params, 0, sizeof(params));
@@ -100,7 +104,7 @@ static px_status_t create_eps(px_comm_t *comm, const px_addr_table_t *table)
 static px_status_t wireup(px_comm_t *comm)
 {
     int64_t deadline = px_time_mono_ms() + px_env_int("PX_CONNECT_TIMEOUT_MS");
-    wireup_msg_t mine = {WIREUP_MAGIC, comm->id, comm->rank, comm->size};
+    wireup_msg_t mine = {WIREUP_MAGIC, comm->id, comm->rank, comm->size, (int32_t)getpid(), 0};
     wireup_msg_t *theirs = calloc((size_t)comm->size, sizeof(*theirs));
     px__op_t *op;
     px_status_t status = PX_OK;
@@ -130,6 +134,15 @@ static px_status_t wireup(px_comm_t *comm)
                                         comm->size, comm->id);
             goto out_free;
         }
+    }
+    /* same-node peers: a pidfd turns their exit into an event the waits poll,
+     * so a dead local rank is named at once even without the watch fd */
+    for (int r = 0; r < comm->size; r++) {
+        if (r == comm->rank || strcmp(comm->nodes[r], comm->nodes[comm->rank]) != 0)
+            continue;
+        comm->peers[r].pidfd = (int)syscall(SYS_pidfd_open, (pid_t)theirs[r].pid, 0);
+        if (comm->peers[r].pidfd < 0)
+            px_debug("comm %u: no pidfd for rank %d (pid %d)", comm->id, r, theirs[r].pid);
     }
 out_free:
     if (status != PX_OK && comm->active)
@@ -182,6 +195,8 @@ px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_
         status = PX_ERR_NO_MEMORY;
         goto err_destroy;
     }
+    for (int r = 0; r < comm->size; r++)
+        comm->peers[r].pidfd = -1;
     for (int r = 0; r < comm->size; r++) {
         comm->nodes[r] = strdup(table->nodes[r] ? table->nodes[r] : "");
         if (!comm->nodes[r]) {
@@ -284,6 +299,9 @@ void px_comm_destroy(px_comm_t *comm)
         px_warn("comm %u: keeping %zu request records whose sends never completed", comm->id,
                 comm->n_all);
     }
+    for (int r = 0; comm->peers && r < comm->size; r++)
+        if (comm->peers[r].pidfd >= 0)
+            close(comm->peers[r].pidfd);
     for (int r = 0; comm->nodes && r < comm->size; r++)
         free(comm->nodes[r]);
     free(comm->nodes);

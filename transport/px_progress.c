@@ -9,11 +9,11 @@
  *
  * Failure handling: the first failure (deadline, abort, watch fd, UCX peer
  * error, truncation) cancels every active receive with ucp_request_cancel
- * and waits (bounded) until all active requests have completed, so user
+ * and waits (bounded, DRAIN_MS) until all of them have completed, so user
  * buffers are not written after the call returns. Sends cannot be cancelled
- * in UCX 1.13; a send still pending after the drain (to a dead peer) is kept
- * as an orphan and completed by the forced endpoint close at destroy (a send
- * only reads its buffer).
+ * in UCX 1.13 and are not waited for (a send to a dead peer never
+ * completes, and a send only reads its buffer): a pending send is kept as an
+ * orphan record, completed (or left to the worker) at destroy.
  *
  * Runs on the thread using the communicator; only px_comm_abort() (in
  * px_comm.c) touches the comm from other threads, through an atomic flag and
@@ -32,8 +32,14 @@
 #include "px_log.h"
 #include "px_time.h"
 
-/* Bound of the drain after a failure (ms). */
+/* Bound of the drain after a failure (ms): a healthy comm (mismatch) waits
+ * this long for cancelled receives; a failed one waits FAILED_DRAIN_MS, then
+ * force-closes the endpoints of receives still running (a matched
+ * rendezvous from a live but stalled peer), which completes them. */
 #define DRAIN_MS 2000
+#define FAILED_DRAIN_MS 100
+
+static void force_close_ep(px_comm_t *comm, int peer);
 
 int64_t px__deadline(const px_comm_t *comm, int timeout_ms)
 {
@@ -208,27 +214,70 @@ static void progress_all(px_transport_t *tr)
         ;
 }
 
-/* Sleeps on the worker efd (+ abort efd + watch fd) until something happens
- * or `timeout_ms` passes. */
-static void sleep_on_fds(px_comm_t *comm, int timeout_ms, int *watch_ready_p)
+/* Sleeps on the worker efd, the abort efd, the watch fd and the pidfds of
+ * same-node peers until one fires or `timeout_ms` passes. */
+static void sleep_on_fds(px_comm_t *comm, int timeout_ms)
 {
-    struct pollfd fds[3];
-    nfds_t n = 0;
+    struct pollfd fixed[8], *fds = fixed;
+    nfds_t n = 0, cap = 3 + (nfds_t)comm->size;
     ucs_status_t st = ucp_worker_arm(comm->tr->worker);
 
-    *watch_ready_p = 0;
     if (st == UCS_ERR_BUSY)
         return; /* events pending: progress again */
+    if (cap > 8) {
+        fds = malloc(cap * sizeof(*fds));
+        if (!fds) {
+            fds = fixed;
+            cap = 3;
+        }
+    }
     fds[n].fd = comm->tr->efd;
     fds[n++].events = POLLIN;
-    fds[n].fd = comm->abort_efd;
-    fds[n++].events = POLLIN;
+    if (comm->abort_efd >= 0) {
+        fds[n].fd = comm->abort_efd;
+        fds[n++].events = POLLIN;
+    }
     if (comm->watch_fd >= 0 && !comm->watch_closed) {
         fds[n].fd = comm->watch_fd;
         fds[n++].events = POLLIN;
     }
-    if (poll(fds, n, timeout_ms) > 0 && n == 3 && fds[2].revents)
-        *watch_ready_p = 1;
+    for (int r = 0; r < comm->size && n < cap; r++) {
+        if (comm->peers[r].pidfd >= 0 && !comm->peers[r].failed) {
+            fds[n].fd = comm->peers[r].pidfd;
+            fds[n++].events = POLLIN;
+        }
+    }
+    poll(fds, n, timeout_ms);
+    if (fds != fixed)
+        free(fds);
+}
+
+/* Polls the pidfds of same-node peers without sleeping. */
+static px_status_t check_pidfds(px_comm_t *comm)
+{
+    for (int r = 0; r < comm->size; r++) {
+        struct pollfd pfd = {.fd = comm->peers[r].pidfd, .events = POLLIN};
+        if (pfd.fd < 0 || comm->peers[r].failed)
+            continue;
+        if (poll(&pfd, 1, 0) > 0)
+            return px__peer_dead(comm, r, "its process exited");
+    }
+    return PX_OK;
+}
+
+px_status_t px__peer_dead(px_comm_t *comm, int peer, const char *why)
+{
+    px__peer_t *p = &comm->peers[peer];
+
+    if (!p->failed) {
+        p->failed = 1;
+        p->fail_status = UCS_ERR_CONNECTION_RESET;
+    }
+    /* UCX treats a failed copy on a plain-mode endpoint as fatal: drop the
+     * endpoint before anything progresses the worker again */
+    if (!p->peer_mode)
+        force_close_ep(comm, peer);
+    return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", peer, why);
 }
 
 /* Reads what the watch fd has; returns an error status when it says stop. */
@@ -247,10 +296,9 @@ static px_status_t read_watch(px_comm_t *comm)
             return PX_OK;
         if (got <= 0) {
             comm->watch_closed = 1;
-            if (comm->watch_hup_rank >= 0)
-                return px__comm_set_error(comm, PX_ERR_PEER_FAILURE,
-                                          "rank %d: peer failure (its bootstrap connection closed)",
-                                          comm->watch_hup_rank);
+            if (comm->watch_hup_rank >= 0 && comm->watch_hup_rank < comm->size)
+                return px__peer_dead(comm, comm->watch_hup_rank,
+                                     "its bootstrap connection closed");
             return px__comm_set_error(comm, PX_ERR_ABORTED, "watch fd closed: job aborted");
         }
         comm->watch_have += (size_t)got;
@@ -266,52 +314,86 @@ static px_status_t read_watch(px_comm_t *comm)
             continue;
         }
         if (kind == PX_WATCH_DIED && rank >= 0 && rank < comm->size)
-            return px__comm_set_error(comm, PX_ERR_PEER_FAILURE,
-                                      "rank %d: peer failure (reported dead by the bootstrap)", rank);
+            return px__peer_dead(comm, rank, "reported dead through the watch fd");
         return px__comm_set_error(comm, PX_ERR_ABORTED, "job aborted (watch fd record %u)", kind);
     }
 }
 
 px_status_t px__check_async(px_comm_t *comm)
 {
+    px_status_t status;
+
     if (comm->failed)
         return comm->failed;
     if (atomic_load(&comm->aborted) == 2)
         return px__comm_set_error(comm, PX_ERR_ABORTED, "aborted: %s", comm->abort_reason);
+    /* most specific first: the watch fd names the rank that died first, a
+     * pidfd names a local rank that exited, UCX names an endpoint that
+     * failed (possibly only because its rank gave up after the first) */
+    if (comm->watch_fd >= 0 && !comm->watch_closed) {
+        status = read_watch(comm);
+        if (status != PX_OK)
+            return status;
+    }
+    status = check_pidfds(comm);
+    if (status != PX_OK)
+        return status;
     for (int r = 0; r < comm->size; r++) {
         if (comm->peers[r].failed)
             return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", r,
                                       ucs_status_string(comm->peers[r].fail_status));
     }
-    if (comm->watch_fd >= 0 && !comm->watch_closed)
-        return read_watch(comm);
     return PX_OK;
+}
+
+/* Drops the endpoint to `peer` (force close), completing its requests. */
+static void force_close_ep(px_comm_t *comm, int peer)
+{
+    px__peer_t *p = &comm->peers[peer];
+    ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                 .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    void *req;
+
+    if (!p->ep)
+        return;
+    req = ucp_ep_close_nbx(p->ep, &param);
+    if (UCS_PTR_IS_PTR(req))
+        ucp_request_free(req);
+    p->ep = NULL;
 }
 
 void px__cancel_all(px_comm_t *comm)
 {
-    int64_t end = px_time_mono_ms() + DRAIN_MS;
+    int64_t end = px_time_mono_ms() + (comm->failed ? FAILED_DRAIN_MS : DRAIN_MS);
+    int forced = 0;
     px__op_t *op, *next;
 
     for (op = comm->active; op; op = op->next)
         if (!op->done && !op->is_send && op->req)
             ucp_request_cancel(comm->tr->worker, op->req);
     for (;;) {
-        int pending = 0, dummy;
+        int pending = 0;
         progress_all(comm->tr);
         for (op = comm->active; op; op = op->next)
-            pending += !op->done;
-        if (!pending || px_time_mono_ms() >= end)
+            pending += !op->done && !op->is_send; /* sends only read their buffer */
+        if (!pending)
             break;
+        if (px_time_mono_ms() >= end) {
+            if (forced || !comm->failed)
+                break;
+            /* receives already matched to a stalled peer: drop those
+             * endpoints so UCX completes them and writes nothing more */
+            for (op = comm->active; op; op = op->next)
+                if (!op->done && !op->is_send)
+                    force_close_ep(comm, op->peer);
+            forced = 1;
+            end = px_time_mono_ms() + FAILED_DRAIN_MS;
+            continue;
+        }
         /* sleep on the worker only: abort/watch fds may stay readable */
-        {
-            int fd = comm->watch_fd;
-            int abort_fd = comm->abort_efd;
-            comm->watch_fd = -1;
-            comm->abort_efd = -1;
-            sleep_on_fds(comm, 50, &dummy);
-            comm->watch_fd = fd;
-            comm->abort_efd = abort_fd;
+        if (ucp_worker_arm(comm->tr->worker) == UCS_OK) {
+            struct pollfd pfd = {.fd = comm->tr->efd, .events = POLLIN};
+            poll(&pfd, 1, 20);
         }
     }
     for (op = comm->active; op; op = next) {
@@ -366,46 +448,48 @@ static px_status_t scan_errors(px_comm_t *comm)
             return px__comm_set_error(comm, PX_ERR_MISMATCH,
                                       "rank %d: sent more than the %zu bytes expected", op->peer,
                                       op->expect);
-        if (op->status == UCS_ERR_CANCELED)
-            return px__comm_set_error(comm, PX_ERR_ABORTED, "rank %d: request cancelled", op->peer);
+        /* anything else, UCS_ERR_CANCELED included (we cancel only after an
+         * error is set, so here UCX cancelled it): the peer's endpoint failed */
+        {
+            px_status_t cause = px__check_async(comm); /* watch fd / pidfd name the culprit */
+            if (cause != PX_OK)
+                return cause;
+        }
         return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", op->peer,
                                   ucs_status_string(op->status));
     }
     return PX_OK;
 }
 
-px_status_t px__wait(px_comm_t *comm, px__op_t *op, int64_t deadline)
+/* Blocks until one of ops[0..nops) is done, or, with nops == 0, until every
+ * active op is done. Reaps nothing. */
+static px_status_t wait_cond(px_comm_t *comm, px__op_t *const *ops, int nops, int64_t deadline)
 {
     px_status_t status;
 
     for (;;) {
-        int satisfied, watch_ready;
+        int satisfied;
         int64_t now;
 
+        /* a same-node peer that exited must be dropped before progress */
+        status = check_pidfds(comm);
+        if (status != PX_OK)
+            goto err_cancel;
         progress_all(comm->tr);
         status = scan_errors(comm);
         if (status != PX_OK)
             goto err_cancel;
-        if (op) {
-            satisfied = op->done;
+        if (nops) {
+            satisfied = 0;
+            for (int i = 0; i < nops; i++)
+                satisfied |= ops[i]->done;
         } else {
             satisfied = 1;
             for (px__op_t *o = comm->active; o; o = o->next)
                 satisfied &= o->done;
         }
-        if (satisfied) {
-            if (op) {
-                unlink_active(comm, op);
-                op_put(comm, op);
-            } else {
-                while (comm->active) {
-                    px__op_t *o = comm->active;
-                    comm->active = o->next;
-                    op_put(comm, o);
-                }
-            }
+        if (satisfied)
             return PX_OK;
-        }
         status = px__check_async(comm);
         if (status != PX_OK)
             goto err_cancel;
@@ -417,11 +501,36 @@ px_status_t px__wait(px_comm_t *comm, px__op_t *op, int64_t deadline)
                                         "timeout: still waiting for rank(s) %s", who);
             goto err_cancel;
         }
-        sleep_on_fds(comm, (int)(deadline - now > 1 << 30 ? 1 << 30 : deadline - now),
-                     &watch_ready);
+        sleep_on_fds(comm, (int)(deadline - now > 1 << 30 ? 1 << 30 : deadline - now));
     }
 
 err_cancel:
     px__cancel_all(comm);
     return status;
+}
+
+px_status_t px__wait(px_comm_t *comm, px__op_t *op, int64_t deadline)
+{
+    px_status_t status = wait_cond(comm, op ? &op : NULL, op ? 1 : 0, deadline);
+
+    if (status != PX_OK)
+        return status;
+    if (op) {
+        unlink_active(comm, op);
+        op_put(comm, op);
+    } else {
+        while (comm->active) {
+            px__op_t *o = comm->active;
+            comm->active = o->next;
+            op_put(comm, o);
+        }
+    }
+    return PX_OK;
+}
+
+px_status_t px__wait_any(px_comm_t *comm, px__op_t *const *ops, int nops, int64_t deadline)
+{
+    if (nops <= 0)
+        return PX_OK;
+    return wait_cond(comm, ops, nops, deadline);
 }

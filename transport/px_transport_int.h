@@ -89,6 +89,7 @@ typedef struct px__peer {
     ucs_status_t fail_status;
     struct px_comm *comm; /* back pointer for the error callback */
     int rank;
+    int pidfd;            /* same-node peer: pidfd_open(pid), readable at exit; else -1 */
 } px__peer_t;
 
 struct px_comm {
@@ -144,9 +145,17 @@ px_status_t px__recv_post(px_comm_t *comm, int peer, ucp_tag_t tag, void *buf, s
  * watch fd, peer failure, truncation) every active op is cancelled and
  * drained, last_error is set and the status is returned. */
 px_status_t px__wait(px_comm_t *comm, px__op_t *op, int64_t deadline);
+/* Blocks until at least one of ops[0..nops) is done (reaps none of them;
+ * reap each with px__wait, which then returns at once). Same failure
+ * handling as px__wait. */
+px_status_t px__wait_any(px_comm_t *comm, px__op_t *const *ops, int nops, int64_t deadline);
 /* Marks the comm failed with `status` and formats last_error. */
 px_status_t px__comm_set_error(px_comm_t *comm, px_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Marks rank `peer` dead: force-closes its endpoint at once (before the
+ * worker is progressed again, so UCX never starts a shared-memory copy from
+ * the dead process) and sets PX_ERR_PEER_FAILURE with `why`. */
+px_status_t px__peer_dead(px_comm_t *comm, int peer, const char *why);
 /* Cancels and drains every active op (error path). */
 void px__cancel_all(px_comm_t *comm);
 /* Nonzero if the abort flag or watch fd says stop; sets the error. */

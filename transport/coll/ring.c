@@ -72,152 +72,106 @@ static ucp_tag_t unit_tag(const ring_t *g, int src, unsigned phase, uint64_t u)
                    px__coll_low(g->seq, phase, (unsigned)(u & PX__UNIT_MASK)));
 }
 
-/* Waits for the oldest in-flight send of the FIFO. */
-static px_status_t reap_send(ring_t *g, px__op_t **sends, uint64_t *head, uint64_t tail)
+/* One ring phase. Step s receives block (r - s - recv_shift) from the left
+ * and sends block (r - s - send_shift) to the right:
+ *   reduce-scatter: recv_shift 1, send_shift 0, receives into scratch slots
+ *                   and adds them into recvbuf (copying sendbuf first when
+ *                   out of place), scaling the owned block at the last step;
+ *   all-gather:     recv_shift 0, send_shift -1, receives into recvbuf.
+ * Units u = s * nc + c run in order through windows of PX__WINDOW receives
+ * and sends. The loop never blocks on one kind of request while the other
+ * could unblock the ring: it sleeps until either the oldest receive or the
+ * oldest send completes (px__wait_any), so every rank keeps posting
+ * receives while its sends wait for the right neighbour. */
+typedef struct {
+    unsigned phase;
+    int recv_shift, send_shift;
+    const float *first_src; /* source of step-0 sends */
+    float *recvbuf;
+    const float *sendbuf;   /* reduce-scatter: original input (out of place) */
+    int reduce;             /* 1: reduce-scatter; 0: all-gather */
+    float scale;
+} phase_t;
+
+static int step_block(const ring_t *g, uint64_t s, int shift)
 {
-    px_status_t status;
-    if (*head == tail)
-        return PX_OK;
-    status = px__wait(g->comm, sends[*head % PX__WINDOW], g->deadline);
-    if (status == PX_OK)
-        (*head)++;
-    return status;
+    return (int)(((int64_t)g->r - (int64_t)s - shift + 2 * (int64_t)g->n) % g->n);
 }
 
-static px_status_t reduce_scatter(ring_t *g, const float *sendbuf, float *recvbuf, float scale)
+static px_status_t run_phase(ring_t *g, const phase_t *ph)
 {
     px_comm_t *comm = g->comm;
     const int n = g->n, r = g->r, left = (r - 1 + n) % n, right = (r + 1) % n;
     const uint64_t U = (uint64_t)(n - 1) * g->nc;
     float *slots = comm->scratch;
     px__op_t *recvs[PX__WINDOW], *sends[PX__WINDOW];
-    uint64_t next_recv = 0, next_reduce = 0, next_send = 0, send_head = 0;
-    px_status_t status;
-
-    while (next_reduce < U) {
-        while (next_recv < U && next_recv < next_reduce + PX__WINDOW) {
-            uint64_t s = next_recv / g->nc, c = next_recv % g->nc, off;
-            int b = (int)((r - (int)s - 1 + 2 * n) % n);
-            uint64_t len = chunk_range(g, b, c, &off);
-            (void)off;
-            status = px__recv_post(comm, left, unit_tag(g, left, PX__PHASE_RS, next_recv),
-                                   slots + (next_recv % PX__WINDOW) * g->ce, len * sizeof(float),
-                                   &recvs[next_recv % PX__WINDOW]);
-            if (status != PX_OK)
-                goto err_cancel;
-            next_recv++;
-        }
-        /* sends whose chunk is final at this step */
-        while (next_send < U && (next_send < g->nc || next_send - g->nc < next_reduce)) {
-            uint64_t s = next_send / g->nc, c = next_send % g->nc, off, len;
-            int b = (int)((r - (int)s + n) % n);
-            if (next_send - send_head == PX__WINDOW) {
-                status = reap_send(g, sends, &send_head, next_send);
-                if (status != PX_OK)
-                    return status;
-            }
-            len = chunk_range(g, b, c, &off);
-            status = px__send_post(comm, right, unit_tag(g, r, PX__PHASE_RS, next_send),
-                                   (s == 0 ? sendbuf : recvbuf) + off, len * sizeof(float),
-                                   &sends[next_send % PX__WINDOW]);
-            if (status != PX_OK)
-                goto err_cancel;
-            next_send++;
-        }
-        {
-            uint64_t s = next_reduce / g->nc, c = next_reduce % g->nc, off, len;
-            int b = (int)((r - (int)s - 1 + 2 * n) % n);
-            status = px__wait(comm, recvs[next_reduce % PX__WINDOW], g->deadline);
-            if (status != PX_OK)
-                return status;
-            len = chunk_range(g, b, c, &off);
-            if (sendbuf != recvbuf)
-                memcpy(recvbuf + off, sendbuf + off, len * sizeof(float));
-            px_reduce_sum_f32(recvbuf + off, slots + (next_reduce % PX__WINDOW) * g->ce, len);
-            if (s == (uint64_t)n - 2 && scale != 1.0f)
-                px_scale_f32(recvbuf + off, scale, len);
-            next_reduce++;
-        }
-    }
-    /* the last sends (step n-2) become ready after the last reductions */
-    while (next_send < U) {
-        uint64_t s = next_send / g->nc, c = next_send % g->nc, off, len;
-        int b = (int)((r - (int)s + n) % n);
-        if (next_send - send_head == PX__WINDOW) {
-            status = reap_send(g, sends, &send_head, next_send);
-            if (status != PX_OK)
-                return status;
-        }
-        len = chunk_range(g, b, c, &off);
-        status = px__send_post(comm, right, unit_tag(g, r, PX__PHASE_RS, next_send),
-                               (s == 0 ? sendbuf : recvbuf) + off, len * sizeof(float),
-                               &sends[next_send % PX__WINDOW]);
-        if (status != PX_OK)
-            goto err_cancel;
-        next_send++;
-    }
-    while (send_head < next_send) {
-        status = reap_send(g, sends, &send_head, next_send);
-        if (status != PX_OK)
-            return status;
-    }
-    return PX_OK;
-
-err_cancel:
-    px__cancel_all(comm);
-    return status;
-}
-
-static px_status_t all_gather(ring_t *g, float *recvbuf)
-{
-    px_comm_t *comm = g->comm;
-    const int n = g->n, r = g->r, left = (r - 1 + n) % n, right = (r + 1) % n;
-    const uint64_t U = (uint64_t)(n - 1) * g->nc;
-    px__op_t *recvs[PX__WINDOW], *sends[PX__WINDOW];
     uint64_t next_recv = 0, next_done = 0, next_send = 0, send_head = 0;
     px_status_t status;
 
-    while (next_send < U || next_done < U) {
+    for (;;) {
+        px__op_t *waitset[2];
+        int k = 0;
+
+        /* reap sends that completed, oldest first */
+        while (send_head < next_send && sends[send_head % PX__WINDOW]->done) {
+            status = px__wait(comm, sends[send_head % PX__WINDOW], g->deadline);
+            if (status != PX_OK)
+                return status;
+            send_head++;
+        }
+        /* keep PX__WINDOW receives posted */
         while (next_recv < U && next_recv < next_done + PX__WINDOW) {
-            uint64_t s = next_recv / g->nc, c = next_recv % g->nc, off, len;
-            int b = (int)((r - (int)s + n) % n);
-            len = chunk_range(g, b, c, &off);
-            status = px__recv_post(comm, left, unit_tag(g, left, PX__PHASE_AG, next_recv),
-                                   recvbuf + off, len * sizeof(float),
-                                   &recvs[next_recv % PX__WINDOW]);
+            uint64_t off, len = chunk_range(g, step_block(g, next_recv / g->nc, ph->recv_shift),
+                                            next_recv % g->nc, &off);
+            void *dst = ph->reduce ? (void *)(slots + (next_recv % PX__WINDOW) * g->ce)
+                                   : (void *)(ph->recvbuf + off);
+            status = px__recv_post(comm, left, unit_tag(g, left, ph->phase, next_recv), dst,
+                                   len * sizeof(float), &recvs[next_recv % PX__WINDOW]);
             if (status != PX_OK)
                 goto err_cancel;
             next_recv++;
         }
-        while (next_send < U && (next_send < g->nc || next_send - g->nc < next_done)) {
-            uint64_t s = next_send / g->nc, c = next_send % g->nc, off, len;
-            int b = (int)((r + 1 - (int)s + n) % n);
-            if (next_send - send_head == PX__WINDOW) {
-                status = reap_send(g, sends, &send_head, next_send);
-                if (status != PX_OK)
-                    return status;
-            }
-            len = chunk_range(g, b, c, &off);
-            status = px__send_post(comm, right, unit_tag(g, r, PX__PHASE_AG, next_send),
-                                   recvbuf + off, len * sizeof(float),
-                                   &sends[next_send % PX__WINDOW]);
+        /* send every chunk that is final here: step 0 at once, step s once
+         * chunk c of step s-1 has arrived (and been reduced) */
+        while (next_send < U && next_send - send_head < PX__WINDOW &&
+               (next_send < g->nc || next_send - g->nc < next_done)) {
+            uint64_t s = next_send / g->nc, off;
+            uint64_t len = chunk_range(g, step_block(g, s, ph->send_shift), next_send % g->nc, &off);
+            const float *src = s == 0 ? ph->first_src : ph->recvbuf;
+            status = px__send_post(comm, right, unit_tag(g, r, ph->phase, next_send), src + off,
+                                   len * sizeof(float), &sends[next_send % PX__WINDOW]);
             if (status != PX_OK)
                 goto err_cancel;
             next_send++;
         }
-        if (next_done < U) {
+        /* consume the oldest receive if it is in */
+        if (next_done < U && recvs[next_done % PX__WINDOW]->done) {
+            uint64_t s = next_done / g->nc, off;
+            uint64_t len = chunk_range(g, step_block(g, s, ph->recv_shift), next_done % g->nc, &off);
             status = px__wait(comm, recvs[next_done % PX__WINDOW], g->deadline);
             if (status != PX_OK)
                 return status;
+            if (ph->reduce) {
+                if (ph->sendbuf != ph->recvbuf)
+                    memcpy(ph->recvbuf + off, ph->sendbuf + off, len * sizeof(float));
+                px_reduce_sum_f32(ph->recvbuf + off, slots + (next_done % PX__WINDOW) * g->ce,
+                                  len);
+                if (s == (uint64_t)n - 2 && ph->scale != 1.0f)
+                    px_scale_f32(ph->recvbuf + off, ph->scale, len);
+            }
             next_done++;
+            continue;
         }
-    }
-    while (send_head < next_send) {
-        status = reap_send(g, sends, &send_head, next_send);
+        if (next_done < U)
+            waitset[k++] = recvs[next_done % PX__WINDOW];
+        if (send_head < next_send)
+            waitset[k++] = sends[send_head % PX__WINDOW];
+        if (!k)
+            return PX_OK; /* every unit received and every send completed */
+        status = px__wait_any(comm, waitset, k, g->deadline);
         if (status != PX_OK)
             return status;
     }
-    return PX_OK;
 
 err_cancel:
     px__cancel_all(comm);
@@ -241,8 +195,18 @@ px_status_t px__ring_allreduce_f32(px_comm_t *comm, uint32_t seq, const float *s
         if (!comm->scratch)
             return PX_ERR_NO_MEMORY;
     }
-    status = reduce_scatter(&g, sendbuf, recvbuf, scale);
-    if (status != PX_OK)
-        return status;
-    return all_gather(&g, recvbuf);
+    {
+        phase_t rs = {.phase = PX__PHASE_RS, .recv_shift = 1, .send_shift = 0,
+                      .first_src = sendbuf, .recvbuf = recvbuf, .sendbuf = sendbuf,
+                      .reduce = 1, .scale = scale};
+        phase_t ag = {.phase = PX__PHASE_AG, .recv_shift = 0, .send_shift = -1,
+                      .first_src = recvbuf, .recvbuf = recvbuf, .sendbuf = recvbuf,
+                      .reduce = 0, .scale = 1.0f};
+        /* run_phase returns only when all its sends completed, so the
+         * all-gather never writes a block a reduce-scatter send still reads */
+        status = run_phase(&g, &rs);
+        if (status != PX_OK)
+            return status;
+        return run_phase(&g, &ag);
+    }
 }

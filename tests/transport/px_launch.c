@@ -1,0 +1,151 @@
+/* px_launch.c: fork N local ranks with the standalone bootstrap (see
+ * px_launch.h). The parent sleeps in waitpid; children are ordinary rank
+ * processes. A free TCP port is found by binding port 0. */
+#include "px_launch.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "px_log.h"
+
+void *px_launch_shared(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static int free_port(void)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static int child_main(int rank, int n, px_launch_fn_t fn, void *arg, const px_launch_opts_t *o)
+{
+    px_launch_rank_t ctx = {.arg = arg};
+    px_addr_table_t table;
+    const void *addr;
+    size_t len;
+    char tag[32];
+    int ret = 1;
+
+    snprintf(tag, sizeof(tag), "rank %d", rank);
+    px_log_set_tag(tag);
+    if (px_bootstrap_from_env(&ctx.rank, &ctx.world) != PX_OK)
+        return 2;
+    if (px_transport_create(&ctx.tr) != PX_OK)
+        return 2;
+    if (px_transport_address(ctx.tr, &addr, &len) != PX_OK ||
+        px_bootstrap_create(ctx.rank, ctx.world, addr, len, &ctx.bs, &table) != PX_OK) {
+        px_transport_destroy(ctx.tr);
+        return 2;
+    }
+    if (px_comm_create_world(ctx.tr, &table, ctx.rank,
+                             o->use_watch ? px_bootstrap_watch_fd(ctx.bs) : -1,
+                             &ctx.comm) != PX_OK) {
+        px_addr_table_free(&table);
+        px_bootstrap_destroy(ctx.bs);
+        px_transport_destroy(ctx.tr);
+        return 2;
+    }
+    px_addr_table_free(&table);
+    ret = fn(&ctx);
+    px_comm_destroy(ctx.comm);
+    px_bootstrap_destroy(ctx.bs);
+    px_transport_destroy(ctx.tr);
+    (void)n;
+    return ret;
+}
+
+int px_launch(int n, px_launch_fn_t fn, void *arg, const px_launch_opts_t *opts, int *statuses)
+{
+    px_launch_opts_t o = {.use_watch = 1, .limit_s = 120};
+    pid_t *pids = calloc((size_t)n, sizeof(pid_t));
+    char buf[32];
+    int failed = 0, left = n, port = free_port();
+    time_t end;
+
+    if (opts)
+        o = *opts;
+    if (!o.limit_s)
+        o.limit_s = 120;
+    if (!pids || !port)
+        return n;
+    snprintf(buf, sizeof(buf), "%d", port);
+    setenv("PX_MASTER_PORT", buf, 1);
+    setenv("PX_MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(buf, sizeof(buf), "%d", n);
+    setenv("PX_WORLD_SIZE", buf, 1);
+    fflush(NULL);
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            snprintf(buf, sizeof(buf), "%d", r);
+            setenv("PX_RANK", buf, 1);
+            _exit(child_main(r, n, fn, arg, &o));
+        }
+    }
+    if (o.on_started)
+        o.on_started(pids, n, arg);
+    end = time(NULL) + o.limit_s;
+    while (left > 0) {
+        int st;
+        pid_t p = waitpid(-1, &st, WNOHANG);
+        if (p == 0) {
+            if (time(NULL) >= end) {
+                fprintf(stderr, "px_launch: ranks still running after %d s, killing them\n",
+                        o.limit_s);
+                for (int r = 0; r < n; r++)
+                    if (pids[r] > 0)
+                        kill(pids[r], SIGKILL);
+                end = time(NULL) + 3600;
+                failed = n;
+            }
+            {
+                struct timespec ts = {0, 20 * 1000 * 1000}; /* the parent only reaps */
+                nanosleep(&ts, NULL);
+            }
+            continue;
+        }
+        if (p < 0)
+            break;
+        for (int r = 0; r < n; r++) {
+            if (pids[r] != p)
+                continue;
+            if (statuses)
+                statuses[r] = st;
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                if (WIFSIGNALED(st))
+                    fprintf(stderr, "px_launch: rank %d killed by signal %d\n", r, WTERMSIG(st));
+                else
+                    fprintf(stderr, "px_launch: rank %d exited with %d\n", r, WEXITSTATUS(st));
+                failed++;
+            }
+            pids[r] = -1;
+        }
+        left--;
+    }
+    free(pids);
+    return failed > n ? n : failed;
+}
