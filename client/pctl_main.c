@@ -215,13 +215,15 @@ static int is_unreachable(grpc_status_code code, const char *message)
 void pctl_print_rpc_error(pctl_ctx_t *ctx, const char *cmd, grpc_status_code code,
                           const char *message)
 {
-    if (is_unreachable(code, message)) {
+    if (is_unreachable(code, message) ||
+        (code == GRPC_STATUS_DEADLINE_EXCEEDED && ctx->channel &&
+         !px_rpc_channel_is_connected(ctx->channel))) {
         fprintf(stderr, "pctl: %s: cannot reach parallaxd at %s (%s: %s)\n", cmd, ctx->server,
                 pctl_code_name(code), message ? message : "");
         return;
     }
     fprintf(stderr, "pctl: %s: %s: %s%s\n", cmd, pctl_code_name(code), message ? message : "",
-            code == GRPC_STATUS_DEADLINE_EXCEEDED ? " (is parallaxd running and reachable?)" : "");
+            code == GRPC_STATUS_DEADLINE_EXCEEDED ? " (parallaxd did not answer in time)" : "");
 }
 
 int pctl_call(pctl_ctx_t *ctx, const char *cmd, const char *method,

@@ -1015,6 +1015,11 @@ const char *px_rpc_channel_target(const px_rpc_channel_t *ch)
     return ch->target;
 }
 
+int px_rpc_channel_is_connected(px_rpc_channel_t *ch)
+{
+    return ch && grpc_channel_check_connectivity_state(ch->channel, 0) == GRPC_CHANNEL_READY;
+}
+
 static grpc_call *client_call_create(px_rpc_channel_t *ch, grpc_completion_queue *cq,
                                      const char *path, gpr_timespec deadline)
 {

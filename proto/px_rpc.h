@@ -128,6 +128,10 @@ typedef struct px_rpc_channel px_rpc_channel_t;
 px_status_t px_rpc_channel_create(const char *target, px_rpc_channel_t **channel_p);
 void px_rpc_channel_destroy(px_rpc_channel_t *channel);
 const char *px_rpc_channel_target(const px_rpc_channel_t *channel);
+/* 1 if the channel has a live connection now (GRPC_CHANNEL_READY), else 0.
+ * Lets a client tell "nothing answered" from "the server was slow" after a
+ * DEADLINE_EXCEEDED. Never starts a connection. */
+int px_rpc_channel_is_connected(px_rpc_channel_t *channel);
 
 /* Result of a finished client call. `message` is malloc'd (caller frees with
  * free()) or NULL; `code` is GRPC_STATUS_OK on success. */

@@ -115,6 +115,19 @@ def test_unreachable():
     dt = time.time() - t0
     check(rc == 1 and "cannot reach parallaxd at 127.0.0.1:1" in se and dt < 7,
           "unreachable TCP daemon: exit 1, clear message (%.1fs)" % dt)
+    # A port that accepts TCP connections but never speaks HTTP/2: the
+    # deadline passes with no connection made.
+    import socket
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(16)
+    maddr = "127.0.0.1:%d" % mute.getsockname()[1]
+    t0 = time.time()
+    rc, so, se = pctl("--server", maddr, "--timeout", "1000", "nodes")
+    dt = time.time() - t0
+    mute.close()
+    check(rc == 1 and ("cannot reach parallaxd at " + maddr) in se and dt < 4,
+          "silent daemon: exit 1 after the deadline with 'cannot reach' (%.1fs)" % dt)
     rc, so, se = pctl("--server", "127.0.0.1:1", "watch", "job-1")
     check(rc == 1 and "pctl: watch: cannot reach parallaxd at 127.0.0.1:1" in se,
           "watch with no daemon: exit 1, clear message")
