@@ -281,6 +281,18 @@ static int follow_job_run(pctl_ctx_t *ctx, const char *cmd, const char *job_id, 
         fprintf(stderr, "pctl: %s: bad server address '%s'\n", cmd, ctx->server);
         return PCTL_EXIT_FAIL;
     }
+    /* First a GetJob with the usual deadline: a missing job or a daemon that
+     * does not answer fails fast here, not on a stream without deadline. */
+    {
+        Parallax__V1__GetJobRequest get = PARALLAX__V1__GET_JOB_REQUEST__INIT;
+        Parallax__V1__Job *first = NULL;
+        get.job_id = (char *)job_id;
+        if (pctl_call(ctx, cmd, M_GET, &get.base, &parallax__v1__job__descriptor,
+                      (ProtobufCMessage **)&first))
+            return PCTL_EXIT_FAIL;
+        follow_set_job(&f, first);
+        follow_show(&f, NULL);
+    }
     req.job_id = (char *)job_id;
     /* No deadline on the stream: training takes as long as it takes. */
     status = px_rpc_stream_open(ch, M_WATCH, &req.base, -1, &st);

@@ -128,6 +128,16 @@ def test_unreachable():
     mute.close()
     check(rc == 1 and ("cannot reach parallaxd at " + maddr) in se and dt < 4,
           "silent daemon: exit 1 after the deadline with 'cannot reach' (%.1fs)" % dt)
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(16)
+    maddr = "127.0.0.1:%d" % mute.getsockname()[1]
+    t0 = time.time()
+    rc, so, se = pctl("--server", maddr, "--timeout", "1000", "watch", "job-1")
+    dt = time.time() - t0
+    mute.close()
+    check(rc == 1 and ("cannot reach parallaxd at " + maddr) in se and dt < 4,
+          "watch against a silent daemon does not hang (%.1fs)" % dt)
     rc, so, se = pctl("--server", "127.0.0.1:1", "watch", "job-1")
     check(rc == 1 and "pctl: watch: cannot reach parallaxd at 127.0.0.1:1" in se,
           "watch with no daemon: exit 1, clear message")
@@ -164,7 +174,8 @@ def test_control(data, tmp):
                           "--steps", "30", "--dp", "2", "--batch", "4", "--layers", "2",
                           "--dim", "64", "--seq", "32", "--follow")
         lines = so.splitlines()
-        check(rc == 0 and lines[0] == "job-1", "submit --follow prints the job id first")
+        check(rc == 0 and lines[0] == "job-1" and lines[1] == "pending",
+              "submit --follow prints the job id, then the state")
         check(any(l.startswith("step 10/30") for l in lines) and
               any(l.startswith("step 20/30") for l in lines) and
               "\r" not in so, "plain progress lines every 10 steps without a TTY")
