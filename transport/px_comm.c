@@ -6,7 +6,13 @@
  * (tcp / InfiniBand carry it cheaply) and plain mode for same-node ranks,
  * whose shared-memory transports lose their speed (or refuse) in peer mode
  * (../shared/notes/ucx-1.13.md); "always" and "never" force one mode. A dead
- * same-node peer is caught by the deadline, the watch fd or an abort.
+ * same-node peer is caught by a pidfd of its process (pid exchanged in the
+ * wire-up message), the watch fd, an abort or the deadline; its endpoint is
+ * then force-closed before the worker progresses again (px__peer_dead).
+ * Residual risk (UCX 1.13): a peer dying *during* a CMA copy on a plain-mode
+ * endpoint makes uct log a FATAL error and abort this process (cma_ep.c,
+ * uct_base_iface_failure_log_level); measured in about 1 of 3 SIGKILLs in a
+ * loop of 16 MiB all-reduces. Peer mode avoids it but uses tcp.
  *
  * Invariants: comm->peers[r].ep is valid for every r (self included) from a
  * successful create to destroy; the error callback only sets flags that the

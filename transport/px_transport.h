@@ -6,7 +6,12 @@
  * standalone bootstrap). Endpoints to ranks on another node use UCX peer error
  * handling; endpoints on the same node do not (shared memory loses its speed
  * in peer mode: ../shared/notes/ucx-1.13.md), and a dead same-node peer is
- * caught by the deadline, the bootstrap's watch fd, or the daemon's abort.
+ * caught by a pidfd of its process (opened at wire-up), the bootstrap's
+ * watch fd, the daemon's abort, or the deadline.
+ * Known UCX 1.13 limit: a same-node peer killed while this process is inside
+ * a CMA copy from/to it makes UCX abort this process (unhandled transport
+ * failure on a plain-mode endpoint is fatal in uct); PX_UCX_PEER_ERR_MODE=
+ * always avoids it at the cost of tcp instead of shared memory (~4x slower).
  *
  * Threading: a transport and its communicators are used by one thread at a
  * time, except px_comm_abort(), which any thread (or a signal-safe path via

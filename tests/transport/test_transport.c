@@ -11,11 +11,15 @@
  *   test_transport kill N              SIGKILL one rank inside a loop of 16 MiB all-reduces:
  *                                      every survivor returns PX_ERR_PEER_FAILURE naming it
  *                                      within PX_COMM_TIMEOUT_MS + 1 s
- *   test_transport kill_nowatch N      same without the bootstrap's watch fd: deadlines only
+ *   test_transport kill_nowatch N      same without the bootstrap's watch fd (pidfd, UCX, deadline)
+ *   test_transport kill0 N             same, killing rank 0 (the bootstrap's master)
  *   test_transport nospin N            ranks wait 2 s at a barrier for a sleeping rank and use
  *                                      < 10% CPU meanwhile
  * Values: rank r contributes r + 1 + i % 7, so sums are exact in fp32. */
+#include <arpa/inet.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -355,6 +359,52 @@ static int run_local(void)
     pthread_t th;
     abort_arg_t aa;
 
+    /* bootstrap: bad environment, then a world whose rank 1 never comes */
+    {
+        int rk, ws;
+        px_bootstrap_t *bs = NULL;
+        px_addr_table_t t2;
+        char port[16];
+        unsetenv("PX_RANK");
+        setenv("PX_WORLD_SIZE", "2", 1);
+        if (px_bootstrap_from_env(&rk, &ws) != PX_ERR_INVALID_ARGUMENT) {
+            fprintf(stderr, "FAIL: missing PX_RANK accepted\n");
+            return 1;
+        }
+        setenv("PX_RANK", "2", 1);
+        if (px_bootstrap_from_env(&rk, &ws) != PX_ERR_INVALID_ARGUMENT) {
+            fprintf(stderr, "FAIL: PX_RANK >= PX_WORLD_SIZE accepted\n");
+            return 1;
+        }
+        setenv("PX_RANK", "0", 1);
+        {
+            struct sockaddr_in sa = {.sin_family = AF_INET};
+            socklen_t sl = sizeof(sa);
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+                getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
+                fprintf(stderr, "FAIL: no free port\n");
+                return 1;
+            }
+            close(fd);
+            snprintf(port, sizeof(port), "%d", ntohs(sa.sin_port));
+        }
+        setenv("PX_MASTER_PORT", port, 1);
+        if (px_bootstrap_from_env(&rk, &ws) != PX_OK || rk != 0 || ws != 2) {
+            fprintf(stderr, "FAIL: bootstrap env\n");
+            return 1;
+        }
+        t0 = px_time_mono_s();
+        status = px_bootstrap_create(0, 2, "x", 1, &bs, &t2);
+        dt = px_time_mono_s() - t0;
+        if (status != PX_ERR_TIMEOUT || dt < 0.35 || dt > 2.0) {
+            fprintf(stderr, "FAIL: lonely bootstrap gave %s after %.3f s\n",
+                    px_status_str(status), dt);
+            return 1;
+        }
+        printf("local: bootstrap without its peer timed out after %.3f s\n", dt);
+    }
     if (px_transport_create(&tr) != PX_OK || px_transport_address(tr, &addr, &len) != PX_OK ||
         px_addr_table_init(&table, 1) != PX_OK) {
         fprintf(stderr, "FAIL: transport setup\n");
@@ -449,8 +499,10 @@ int main(int argc, char **argv)
     int failed;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (!strcmp(what, "local"))
+    if (!strcmp(what, "local")) {
+        setenv("PX_CONNECT_TIMEOUT_MS", "400", 1); /* read once, before anything else */
         return run_local();
+    }
     if (!strcmp(what, "allreduce")) {
         failed = px_launch(n, rank_allreduce, NULL, &opts, NULL);
     } else if (!strcmp(what, "mismatch")) {
@@ -459,13 +511,13 @@ int main(int argc, char **argv)
         failed = px_launch(n, rank_p2p, NULL, &opts, NULL);
     } else if (!strcmp(what, "nospin")) {
         failed = px_launch(n, rank_nospin, NULL, &opts, NULL);
-    } else if (!strcmp(what, "kill") || !strcmp(what, "kill_nowatch")) {
+    } else if (!strcmp(what, "kill") || !strcmp(what, "kill_nowatch") || !strcmp(what, "kill0")) {
         kill_shared_t *sh = px_launch_shared(sizeof(*sh));
         int statuses[64];
-        int watch = !strcmp(what, "kill");
+        int watch = strcmp(what, "kill_nowatch") != 0;
         if (!sh || n < 2 || n > 64)
             return 1;
-        sh->victim = n > 2 ? 2 : 1;
+        sh->victim = !strcmp(what, "kill0") ? 0 : n > 2 ? 2 : 1;
         setenv("PX_TEST_WATCH", watch ? "1" : "0", 1);
         if (!getenv("PX_COMM_TIMEOUT_MS"))
             setenv("PX_COMM_TIMEOUT_MS", "3000", 1);
