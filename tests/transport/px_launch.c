@@ -103,7 +103,9 @@ int px_launch(int n, px_launch_fn_t fn, void *arg, const px_launch_opts_t *opts,
         if (pids[r] == 0) {
             snprintf(buf, sizeof(buf), "%d", r);
             setenv("PX_RANK", buf, 1);
-            _exit(child_main(r, n, fn, arg, &o));
+            int rc = child_main(r, n, fn, arg, &o);
+            free(pids);
+            exit(rc); /* exit, not _exit: leak checkers run */
         }
     }
     if (o.on_started)
