@@ -203,6 +203,7 @@ px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_
     }
     for (int r = 0; r < comm->size; r++)
         comm->peers[r].pidfd = -1;
+    transport->n_comms++; /* px_comm_destroy undoes it once peers exist */
     for (int r = 0; r < comm->size; r++) {
         comm->nodes[r] = strdup(table->nodes[r] ? table->nodes[r] : "");
         if (!comm->nodes[r]) {
@@ -210,7 +211,6 @@ px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_
             goto err_destroy;
         }
     }
-    transport->n_comms++;
     status = create_eps(comm, table);
     if (status != PX_OK)
         goto err_destroy;

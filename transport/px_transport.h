@@ -109,7 +109,11 @@ const char *px_comm_last_error(const px_comm_t *comm);
 void px_comm_abort(px_comm_t *comm, const char *reason);
 
 /* Tagged point-to-point, blocking with deadline. `bytes` may be 0. The tag
- * space is private to the communicator (collectives use their own bits). */
+ * space is private to the communicator (collectives use their own bits).
+ * Messages match by (sender, tag); a receive whose size differs from the
+ * message's returns PX_ERR_MISMATCH naming the sender (the communicator stays
+ * usable). px_send returns when the buffer may be reused (small messages:
+ * once copied out; large ones: once the receiver has taken them). */
 px_status_t px_send(px_comm_t *comm, int peer, uint32_t tag, const void *buf, size_t bytes,
                     int timeout_ms);
 px_status_t px_recv(px_comm_t *comm, int peer, uint32_t tag, void *buf, size_t bytes,
