@@ -32,6 +32,7 @@
  * the root cause (a rank killed by a signal beats ranks that exited non-zero
  * because their peer vanished). */
 #define PXD_FAIL_SETTLE_MS 1000
+#define PXD_RETRY_MS 300
 
 typedef struct px_daemon px_daemon_t;
 typedef struct px_store px_store_t;
@@ -243,13 +244,28 @@ extern const size_t px_control_n_methods;
 extern const px_rpc_method_t px_peer_methods[];
 extern const size_t px_peer_n_methods;
 
-/* px_rpc_call_async wrapper that counts in-flight calls (shutdown waits). */
+/* --------------------------------------------------------------- calls.c */
+
+/* px_rpc_call_async wrapper that counts in-flight calls (shutdown waits).
+ * `done` runs exactly once on the loop thread; `response` is borrowed. */
 typedef void (*px_daemon_done_fn)(px_daemon_t *d, void *arg, grpc_status_code code,
                                   const char *message, const ProtobufCMessage *response);
 px_status_t px_daemon_call_async(px_daemon_t *d, px_rpc_channel_t *channel, const char *path,
                                  const ProtobufCMessage *request,
                                  const ProtobufCMessageDescriptor *response_desc,
                                  int timeout_ms, px_daemon_done_fn done, void *arg);
+
+/* Like px_daemon_call_async, but a call that could not reach the peer
+ * (UNAVAILABLE; with `idempotent` also DEADLINE_EXCEEDED) is sent again every
+ * PXD_RETRY_MS until `give_up_ms` from now has passed or the daemon stops;
+ * `done` then gets the last result. The request is copied. For messages
+ * that must arrive (RankExited, StopRanks) and LaunchRanks to a peer whose
+ * channel is still backing off. */
+px_status_t px_daemon_call_retry(px_daemon_t *d, px_rpc_channel_t *channel, const char *path,
+                                 const ProtobufCMessage *request,
+                                 const ProtobufCMessageDescriptor *response_desc,
+                                 int timeout_ms, int give_up_ms, int idempotent,
+                                 px_daemon_done_fn done, void *arg);
 
 /* Deep copy of a protobuf-c message (pack + unpack); NULL on failure. */
 ProtobufCMessage *px_msg_dup(const ProtobufCMessage *msg);

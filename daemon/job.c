@@ -413,9 +413,10 @@ static void stop_ranks_everywhere(px_job_t *job)
                 continue;
             snprintf(ctx->job_id, sizeof(ctx->job_id), "%s", job->id);
             snprintf(ctx->node, sizeof(ctx->node), "%s", node);
-            if (px_daemon_call_async(d, p->channel, "/parallax.v1.Peer/StopRanks", &req.base,
+            if (px_daemon_call_retry(d, p->channel, "/parallax.v1.Peer/StopRanks", &req.base,
                                      &parallax__v1__stop_ranks_response__descriptor,
-                                     PXD_RPC_TIMEOUT_MS, on_stop_ranks_done, ctx) != PX_OK)
+                                     PXD_RPC_TIMEOUT_MS, (int)px_env_int("PX_PEER_DEAD_MS"), 1,
+                                     on_stop_ranks_done, ctx) != PX_OK)
                 free(ctx);
         }
     }
@@ -604,10 +605,10 @@ static void launch(px_job_t *job)
                 snprintf(ctx->node, sizeof(ctx->node), "%s", node);
             }
             if (p && ctx)
-                status = px_daemon_call_async(d, p->channel, "/parallax.v1.Peer/LaunchRanks",
+                status = px_daemon_call_retry(d, p->channel, "/parallax.v1.Peer/LaunchRanks",
                                               &req.base,
                                               &parallax__v1__launch_ranks_response__descriptor,
-                                              PXD_RPC_TIMEOUT_MS, on_launch_done, ctx);
+                                              PXD_RPC_TIMEOUT_MS, 5000, 0, on_launch_done, ctx);
             if (status != PX_OK) {
                 free(ctx);
                 px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_FAILED,

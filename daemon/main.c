@@ -36,46 +36,6 @@
 #define notify(s) ((void)0)
 #endif
 
-/* ------------------------------------------------------------ async calls */
-
-typedef struct {
-    px_daemon_t *d;
-    px_daemon_done_fn done;
-    void *arg;
-} async_ctx_t;
-
-static void on_async_done(void *arg, grpc_status_code code, const char *message,
-                          const ProtobufCMessage *response)
-{
-    async_ctx_t *ctx = arg;
-    ctx->d->async_inflight--;
-    ctx->done(ctx->d, ctx->arg, code, message, response);
-    free(ctx);
-}
-
-px_status_t px_daemon_call_async(px_daemon_t *d, px_rpc_channel_t *channel, const char *path,
-                                 const ProtobufCMessage *request,
-                                 const ProtobufCMessageDescriptor *response_desc,
-                                 int timeout_ms, px_daemon_done_fn done, void *arg)
-{
-    async_ctx_t *ctx = malloc(sizeof(*ctx));
-    px_status_t status;
-
-    if (!ctx)
-        return PX_ERR_NO_MEMORY;
-    ctx->d = d;
-    ctx->done = done;
-    ctx->arg = arg;
-    status = px_rpc_call_async(d->cq, channel, path, request, response_desc, timeout_ms,
-                               on_async_done, ctx);
-    if (status != PX_OK) {
-        free(ctx);
-        return status;
-    }
-    d->async_inflight++;
-    return PX_OK;
-}
-
 /* ------------------------------------------------------------------ setup */
 
 static int mkdir_p(const char *path, mode_t mode)

@@ -174,9 +174,10 @@ static void on_rank_exit(uv_process_t *proc, int64_t exit_status, int term_signa
         if (what)
             snprintf(what, PXD_JOB_ID_MAX + 32, "%s rank %d", lr->job_id, lr->rank);
         if (!p || !what ||
-            px_daemon_call_async(d, p->channel, "/parallax.v1.Peer/RankExited", &req.base,
+            px_daemon_call_retry(d, p->channel, "/parallax.v1.Peer/RankExited", &req.base,
                                  &parallax__v1__rank_exited_response__descriptor,
-                                 PXD_RPC_TIMEOUT_MS, on_rank_exited_done, what) != PX_OK) {
+                                 PXD_RPC_TIMEOUT_MS, (int)px_env_int("PX_PEER_DEAD_MS") * 2, 1,
+                                 on_rank_exited_done, what) != PX_OK) {
             px_warn("job %s rank %d: cannot tell coordinator %s of its exit", lr->job_id,
                     lr->rank, lr->coordinator);
             free(what);

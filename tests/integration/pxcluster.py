@@ -7,10 +7,11 @@ pointing at the others. Node names are unique per test run so the ranks of
 this run can be told apart from other parallax processes on the machine
 (job ids embed the node name).
 
-Clients: `Pctl` runs the pctl binary (when the build has one); `Grpc` talks
-to the Control service directly with stubs generated from parallax.proto
-by protoc at run time. Both return plain dicts shaped like the Job message
-in its JSON mapping (camelCase keys, enum names as strings).
+Clients: `Pctl` (pxpctl.py) runs the pctl binary (when the build has one);
+`Grpc` talks to the Control service directly with stubs generated from
+parallax.proto by protoc at run time. Both return plain dicts with the
+proto's snake_case field names, every field present, and job states as
+"PENDING", "RUNNING", "COMPLETED", ...
 """
 import json
 import math
@@ -201,8 +202,14 @@ class Grpc:
         self.grpc = grpc
         self.channel = grpc.insecure_channel(daemon.control)
 
-    def _call(self, method, req, resp_cls, timeout=15):
+    @staticmethod
+    def _dict(msg):
         from google.protobuf import json_format
+        d = json_format.MessageToDict(msg, preserving_proto_field_name=True,
+                                      including_default_value_fields=True)
+        return _normalise(d)
+
+    def _call(self, method, req, resp_cls, timeout=15):
         f = self.channel.unary_unary("/parallax.v1.Control/" + method,
                                      request_serializer=lambda m: m.SerializeToString(),
                                      response_deserializer=resp_cls.FromString)
@@ -210,7 +217,7 @@ class Grpc:
             r = f(req, timeout=timeout)
         except self.grpc.RpcError as e:
             raise ClientError("%s: %s" % (e.code().name, e.details()))
-        return json_format.MessageToDict(r, preserving_proto_field_name=False)
+        return self._dict(r)
 
     def submit(self, data, dp, batch, steps, layers=2, heads=2, dim=32, seq=32, lr=1e-3,
                name="", seed=1337):
@@ -247,20 +254,36 @@ class Grpc:
         return base64.b64decode(r.get("text", "")).decode(errors="replace")
 
     def watch(self, job_id, timeout=300):
-        """Yields JobEvent dicts until the stream ends."""
-        from google.protobuf import json_format
+        """Yields JobEvent dicts (job, metrics) until the stream ends."""
         f = self.channel.unary_stream("/parallax.v1.Control/WatchJob",
                                       request_serializer=lambda m: m.SerializeToString(),
                                       response_deserializer=self.pb.JobEvent.FromString)
         try:
             for ev in f(self.pb.WatchJobRequest(job_id=job_id), timeout=timeout):
-                yield json_format.MessageToDict(ev)
+                d = {"job": self._dict(ev.job)}
+                if ev.HasField("metrics"):
+                    d["metrics"] = self._dict(ev.metrics)
+                yield d
         except self.grpc.RpcError as e:
             raise ClientError("%s: %s" % (e.code().name, e.details()))
 
 
+def _normalise(d):
+    """Job states as "RUNNING" (not "JOB_RUNNING"), recursively."""
+    if isinstance(d, dict):
+        out = {}
+        for k, v in d.items():
+            if k == "state" and isinstance(v, str) and v.startswith("JOB_"):
+                v = v[4:]
+            out[k] = _normalise(v)
+        return out
+    if isinstance(d, list):
+        return [_normalise(x) for x in d]
+    return d
+
+
 def job_state(job):
-    return job.get("state", "JOB_STATE_UNSPECIFIED")
+    return job.get("state", "UNSPECIFIED")
 
 
 def wait_state(client, job_id, states, timeout, what=None):

@@ -22,7 +22,7 @@ def expect_reject(c, daemon, what, needles, **kw):
         for n in needles:
             assert n in msg, "%s: message %r does not name %r" % (what, msg, n)
         assert daemon.alive(), "%s: daemon died" % what
-        print("rejected %-28s %s" % (what + ":", msg))
+        print("rejected %-34s %s" % (what + ":", msg.splitlines()[0]))
         return
     raise AssertionError("%s: accepted as %s" % (what, job_id))
 
@@ -42,15 +42,26 @@ def main():
         d0 = cl.daemons[0]
         c = client(d0)
         missing = os.path.join(cl.workdir, "no-such-file.bin")
-        expect_reject(c, d0, "missing data file", [missing], **dict(ok, data=missing))
-        expect_reject(c, d0, "bad data header", [bad_magic, "magic"], **dict(ok, data=bad_magic))
-        expect_reject(c, d0, "dp > cluster devices", ["dp=8", "4 devices"], **dict(ok, dp=8, batch=8))
-        expect_reject(c, d0, "batch % dp", ["batch=6", "dp=4"], **dict(ok, batch=6))
-        expect_reject(c, d0, "dim % heads", ["dim=30", "heads=4"], **dict(ok, dim=30, heads=4))
-        expect_reject(c, d0, "seq longer than data", ["seq=%d" % ntok, str(ntok)],
-                      **dict(ok, seq=ntok))
-        expect_reject(c, d0, "zero layers", ["layers=0"], **dict(ok, layers=0))
-        expect_reject(c, d0, "zero steps", ["steps=0"], **dict(ok, steps=0))
+        # (what, spec changes, words the daemon's message has, words any client's has)
+        cases = [
+            ("missing data file", dict(data=missing), [missing], [missing]),
+            ("bad data header", dict(data=bad_magic), [bad_magic, "magic"], [bad_magic]),
+            ("dp > cluster devices", dict(dp=8, batch=8), ["dp=8", "4 devices"], ["8", "4"]),
+            ("batch % dp", dict(batch=6), ["batch=6", "dp=4"], ["batch", "6", "dp", "4"]),
+            ("dim % heads", dict(dim=30, heads=4), ["dim=30", "heads=4"],
+             ["dim", "30", "heads", "4"]),
+            ("seq longer than data", dict(seq=ntok), ["seq=%d" % ntok, str(ntok)],
+             ["seq", str(ntok)]),
+            ("zero layers", dict(layers=0), ["layers=0"], ["layers", "0"]),
+            ("zero steps", dict(steps=0), ["steps=0"], ["steps", "0"]),
+        ]
+        clients = [("grpc", pc.Grpc(d0, args.proto), 2)]
+        if args.pctl and os.access(args.pctl, os.X_OK):
+            clients.append(("pctl", c, 3))
+        for cname, cc, which in clients:
+            for what, change, strict, loose in cases:
+                expect_reject(cc, d0, "%s %s" % (cname, what),
+                              strict if which == 2 else loose, **dict(ok, **change))
         assert c.jobs() == [], "rejected jobs were stored: %s" % c.jobs()
 
         # a second daemon on d0's Control port: fails at start, non-zero

@@ -24,9 +24,9 @@ def wait_running(c, job_id, min_step=2):
     def check():
         j = c.job(job_id)
         st = pc.job_state(j)
-        if st not in ("JOB_PENDING", "JOB_STARTING", "JOB_RUNNING"):
+        if st not in ("PENDING", "STARTING", "RUNNING"):
             raise AssertionError("job %s ended %s: %s" % (job_id, st, j.get("reason")))
-        return j if st == "JOB_RUNNING" and j.get("step", 0) >= min_step else None
+        return j if st == "RUNNING" and j.get("step", 0) >= min_step else None
     return pc.wait_for(check, 120, "job %s to run %d steps" % (job_id, min_step), 0.3)
 
 
@@ -56,13 +56,13 @@ def main():
                 seen_steps.append(ev["metrics"]["step"])
                 if len(seen_steps) == 3:
                     j = c.cancel(job_id)
-                    assert pc.job_state(j) == "JOB_CANCELLED", j
-        assert states[-1] == "JOB_CANCELLED", states
+                    assert pc.job_state(j) == "CANCELLED", j
+        assert states[-1] == "CANCELLED", states
         assert seen_steps[:3] == sorted(seen_steps[:3]) and len(seen_steps) >= 3, seen_steps
         t0 = time.time()
         pc.wait_for(lambda: pc.rank_pids(job_id) == [], 10, "ranks of %s to exit" % job_id)
         j = c.job(job_id)
-        assert pc.job_state(j) == "JOB_CANCELLED" and "cancel" in j.get("reason", ""), j
+        assert pc.job_state(j) == "CANCELLED" and "cancel" in j.get("reason", ""), j
         print("cancel: CANCELLED after %d streamed steps; ranks gone in %.1f s"
               % (len(seen_steps), time.time() - t0))
 
@@ -75,7 +75,7 @@ def main():
         assert victim["pid"] in pc.rank_pids(job_id), (victim, pc.rank_pids(job_id))
         os.kill(victim["pid"], signal.SIGKILL)
         t0 = time.time()
-        j = pc.wait_state(c, job_id, ("JOB_FAILED",), 15)
+        j = pc.wait_state(c, job_id, ("FAILED",), 15)
         reason = j.get("reason", "")
         assert "rank 2" in reason and "signal 9" in reason, reason
         pc.wait_for(lambda: pc.rank_pids(job_id) == [], 10, "other ranks of %s to exit" % job_id)
@@ -89,7 +89,7 @@ def main():
         cl.daemons[1].proc.kill()
         cl.daemons[1].proc.wait()
         t0 = time.time()
-        j = pc.wait_state(c, job_id, ("JOB_FAILED",), 20)
+        j = pc.wait_state(c, job_id, ("FAILED",), 20)
         reason = j.get("reason", "")
         assert cl.daemons[1].name in reason and "heartbeat" in reason, reason
         a_ranks = [r["pid"] for r in j["ranks"] if r["node"] == cl.daemons[0].name]

@@ -31,14 +31,14 @@ def main():
                           name="it-train")
         print("submitted %s (data: %d tokens)" % (job_id, ntok))
         assert job_id.startswith(cl.daemons[0].name + "-"), job_id
-        job = pc.wait_state(c, job_id, ("JOB_COMPLETED", "JOB_FAILED", "JOB_CANCELLED"), 240)
-        assert pc.job_state(job) == "JOB_COMPLETED", "job ended %s: %s\n%s" % (
+        job = pc.wait_state(c, job_id, ("COMPLETED", "FAILED", "CANCELLED"), 240)
+        assert pc.job_state(job) == "COMPLETED", "job ended %s: %s\n%s" % (
             pc.job_state(job), job.get("reason"), cl.logs())
         ranks = job.get("ranks", [])
         assert len(ranks) == 4, ranks
         nodes = sorted(r["node"] for r in ranks)
         assert nodes == sorted([cl.daemons[0].name] * 2 + [cl.daemons[1].name] * 2), nodes
-        assert all(r.get("exitCode", 0) == 0 and r["state"] == "exited" for r in ranks), ranks
+        assert all(r["exit_code"] == 0 and r["state"] == "exited" for r in ranks), ranks
 
         steps = c.metrics(job_id)
         assert len(steps) == 20, "metrics has %d rows, expected 20" % len(steps)
@@ -55,7 +55,7 @@ def main():
         # the job is visible through the other daemon too (forwarded to its coordinator)
         other = client(cl.daemons[1])
         j2 = other.job(job_id)
-        assert pc.job_state(j2) == "JOB_COMPLETED" and abs(j2["loss"] - losses[-1]) < 1e-6
+        assert pc.job_state(j2) == "COMPLETED" and abs(j2["loss"] - losses[-1]) < 1e-6
         # rank 3 ran on the second node: its log comes through the coordinator
         log3 = c.logs(job_id, 3)
         assert "step 20" in log3, log3[-500:]
@@ -65,10 +65,16 @@ def main():
         assert codes == [0, 0], "daemons exited %s\n%s" % (codes, cl.logs())
         cl.start(client)
         c = client(cl.daemons[0])
-        listed = {j["id"]: j for j in c.jobs()}
+        # list through the unix socket when pctl is there (as a local user would)
+        sock = "unix:" + os.path.join(cl.daemons[0].runtime_dir, "control.sock")
+        lister = c
+        if args.pctl and os.access(args.pctl, os.X_OK):
+            from pxpctl import Pctl
+            lister = Pctl(args.pctl, cl.daemons[0], server=sock)
+        listed = {j["id"]: j for j in lister.jobs()}
         assert job_id in listed, "job %s missing after restart: %s" % (job_id, list(listed))
         j = listed[job_id]
-        assert pc.job_state(j) == "JOB_COMPLETED", j
+        assert pc.job_state(j) == "COMPLETED", j
         assert abs(j["loss"] - losses[-1]) < 1e-6, (j["loss"], losses[-1])
         assert len(c.metrics(job_id)) == 20
         print("after restart: %s %s loss %.4f" % (job_id, pc.job_state(j), j["loss"]))

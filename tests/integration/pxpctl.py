@@ -1,0 +1,65 @@
+"""pxpctl: drives the daemons through the pctl binary, with the same methods
+and dict shapes as pxcluster.Grpc (snake_case keys, states "RUNNING" ...).
+Every call runs `pctl --server ADDR <command> ... --json`; a non-zero exit
+raises ClientError carrying what pctl printed, which is what a user sees."""
+import json
+import subprocess
+
+import pxcluster as pc
+
+
+class Pctl:
+    def __init__(self, exe, daemon, proto=None, server=None):
+        self.exe = exe
+        self.server = server or daemon.control
+
+    def run(self, *args, timeout=30):
+        argv = [self.exe, "--server", self.server] + [str(a) for a in args]
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        out = r.stdout.decode(errors="replace")
+        err = r.stderr.decode(errors="replace")
+        if r.returncode != 0:
+            raise pc.ClientError("pctl %s: exit %d: %s%s" % (args[0], r.returncode, err, out))
+        return out
+
+    def json(self, *args):
+        return _normalise(json.loads(self.run(*args, "--json")))
+
+    def submit(self, data, dp, batch, steps, layers=2, heads=2, dim=32, seq=32, lr=1e-3,
+               name="", seed=1337):
+        args = ["submit", "--data", data, "--dp", dp, "--batch", batch, "--steps", steps,
+                "--layers", layers, "--heads", heads, "--dim", dim, "--seq", seq, "--lr", lr,
+                "--seed", seed]
+        if name:
+            args += ["--name", name]
+        return self.json(*args)["job_id"]
+
+    def job(self, job_id):
+        return self.json("status", job_id)
+
+    def jobs(self):
+        return self.json("list")
+
+    def cancel(self, job_id):
+        return self.json("cancel", job_id)
+
+    def metrics(self, job_id):
+        return self.json("metrics", job_id)
+
+    def nodes(self):
+        return self.json("nodes")
+
+    def logs(self, job_id, rank):
+        return self.run("logs", job_id, "--rank", rank)
+
+
+def _normalise(d):
+    """A job's state ("running") as "RUNNING"; rank states stay as they are."""
+    if isinstance(d, dict):
+        out = {k: _normalise(v) for k, v in d.items()}
+        if "id" in out and isinstance(out.get("state"), str):
+            out["state"] = out["state"].upper()
+        return out
+    if isinstance(d, list):
+        return [_normalise(x) for x in d]
+    return d

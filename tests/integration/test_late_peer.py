@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+"""Integration (regression): a daemon whose gRPC channel to the coordinator
+is still backing off must still deliver its ranks' exits.
+
+Node b starts alone; its first heartbeats to a are refused, so its channel
+to a backs off (gRPC: ~1 s, then ~1.6 s ...). a starts ~1.3 s later (after b's second refused attempt), sees b
+at once, and runs a short dp=4 job whose ranks on b exit while b's channel
+is still in backoff. Before RankExited was retried, b's reports failed fast
+and the job stayed RUNNING forever; now it must complete."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pxcluster as pc  # noqa: E402
+from pxclient import make_client  # noqa: E402
+
+
+def main():
+    args = pc.parse_args(sys.argv[1:])
+    if args.rank and not os.access(args.rank, os.X_OK):
+        print("SKIP: parallax-rank not built (%s)" % args.rank)
+        return 77
+    cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="late")
+    a, b = cl.daemons
+    data = os.path.join(cl.workdir, "licenses.bin")
+    pc.write_llmc_tokens(data)
+    try:
+        b.start()
+        time.sleep(1.3)
+        a.start()
+        c = make_client(args, a)
+
+        def a_sees_b():
+            try:
+                return any(n["name"] == b.name and n["alive"] for n in c.nodes())
+            except pc.ClientError:
+                return False
+        pc.wait_for(a_sees_b, 15, "a to see b")
+        job_id = c.submit(data, dp=4, batch=8, steps=5, layers=1, heads=2, dim=16, seq=16)
+        t0 = time.time()
+        job = pc.wait_state(c, job_id, ("COMPLETED", "FAILED", "CANCELLED"), 40)
+        assert pc.job_state(job) == "COMPLETED", "%s: %s\n%s" % (pc.job_state(job),
+                                                              job.get("reason"), cl.logs())
+        b_ranks = [r for r in job["ranks"] if r["node"] == b.name]
+        assert len(b_ranks) == 2 and all(r["state"] == "exited" and r["exit_code"] == 0
+                                         for r in b_ranks), b_ranks
+        print("job %s COMPLETED %.1f s after submission; b's exits delivered" % (
+            job_id, time.time() - t0))
+        codes = cl.stop()
+        assert codes == [0, 0], codes
+        return 0
+    finally:
+        for d in cl.daemons:
+            if d.alive():
+                d.proc.kill()
+                d.proc.wait()
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except AssertionError as e:
+        print("FAIL:", e)
+        sys.exit(1)
