@@ -186,6 +186,153 @@ static void h_cancel(px_rpc_call_t *call, const ProtobufCMessage *request, void 
     px_job_msg_free(&msg);
 }
 
+/* ----------------------------------------------------- remote WatchJob */
+
+/* WatchJob of a job coordinated elsewhere: this daemon polls the
+ * coordinator's GetJob every PXD_REMOTE_WATCH_MS and streams each change
+ * (state, or a new step with its figures as the metrics) until a final
+ * state; px_rpc has no async streaming client to relay the stream itself. */
+#define PXD_REMOTE_WATCH_MS 500
+
+typedef struct remote_watch {
+    px_daemon_t *d;
+    px_rpc_call_t *call;
+    char job_id[PXD_JOB_ID_MAX];
+    char node[PXD_NAME_MAX];
+    int cancelled;
+    int inflight;
+    int sent_any;
+    Parallax__V1__JobState last_state;
+    uint32_t last_step;
+    uv_timer_t timer;
+    struct remote_watch *next;
+} remote_watch_t;
+
+static remote_watch_t *remote_watches;
+
+static void rw_free(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+/* Ends the stream (OK, or `code` with `msg`) and frees the watch. */
+static void rw_end(remote_watch_t *rw, grpc_status_code code, const char *msg)
+{
+    for (remote_watch_t **p = &remote_watches; *p; p = &(*p)->next) {
+        if (*p == rw) {
+            *p = rw->next;
+            break;
+        }
+    }
+    if (code == GRPC_STATUS_OK)
+        px_rpc_call_stream_finish(rw->call);
+    else
+        px_rpc_call_fail(rw->call, code, "%s", msg);
+    uv_timer_stop(&rw->timer);
+    uv_close((uv_handle_t *)&rw->timer, rw_free);
+}
+
+static void on_rw_cancel(px_rpc_call_t *call, void *arg)
+{
+    ((remote_watch_t *)arg)->cancelled = 1; /* ended by the next tick */
+}
+
+static void on_rw_job(px_daemon_t *d, void *arg, grpc_status_code code, const char *message,
+                      const ProtobufCMessage *response)
+{
+    remote_watch_t *rw = arg;
+    const Parallax__V1__Job *job = (const void *)response;
+    Parallax__V1__JobEvent ev = PARALLAX__V1__JOB_EVENT__INIT;
+    Parallax__V1__StepMetrics m = PARALLAX__V1__STEP_METRICS__INIT;
+    int final;
+
+    rw->inflight = 0;
+    if (rw->cancelled) {
+        rw_end(rw, GRPC_STATUS_OK, "");
+        return;
+    }
+    if (code != GRPC_STATUS_OK) {
+        rw_end(rw, code, message && *message ? message : "coordinator did not answer");
+        return;
+    }
+    final = job->state == PARALLAX__V1__JOB_STATE__JOB_COMPLETED ||
+            job->state == PARALLAX__V1__JOB_STATE__JOB_FAILED ||
+            job->state == PARALLAX__V1__JOB_STATE__JOB_CANCELLED;
+    if (!rw->sent_any || job->state != rw->last_state || job->step != rw->last_step) {
+        ev.job = (Parallax__V1__Job *)job;
+        if (rw->sent_any && job->step != rw->last_step) {
+            m.step = job->step;
+            m.loss = job->loss;
+            m.grad_norm = job->grad_norm;
+            m.lr = job->lr;
+            m.tokens_per_second = job->tokens_per_second;
+            ev.metrics = &m;
+        }
+        if (px_rpc_call_stream_send(rw->call, &ev.base) != PX_OK) {
+            rw_end(rw, GRPC_STATUS_OK, "");
+            return;
+        }
+        rw->sent_any = 1;
+        rw->last_state = job->state;
+        rw->last_step = job->step;
+    }
+    if (final)
+        rw_end(rw, GRPC_STATUS_OK, "");
+}
+
+static void on_rw_tick(uv_timer_t *t)
+{
+    remote_watch_t *rw = t->data;
+    px_daemon_t *d = rw->d;
+    Parallax__V1__GetJobRequest req = PARALLAX__V1__GET_JOB_REQUEST__INIT;
+    px_rpc_channel_t *ch;
+
+    if (rw->inflight)
+        return;
+    if (rw->cancelled || d->stopping) {
+        rw_end(rw, d->stopping ? GRPC_STATUS_UNAVAILABLE : GRPC_STATUS_OK,
+               "node is stopping");
+        return;
+    }
+    ch = px_nodes_control_channel(d, rw->node);
+    if (!ch) {
+        rw_end(rw, GRPC_STATUS_UNAVAILABLE, "coordinator node unknown or dead");
+        return;
+    }
+    req.job_id = rw->job_id;
+    if (px_daemon_call_async(d, ch, "/parallax.v1.Control/GetJob", &req.base,
+                             &parallax__v1__job__descriptor, PXD_RPC_TIMEOUT_MS, on_rw_job,
+                             rw) == PX_OK)
+        rw->inflight = 1;
+}
+
+static void watch_remote(px_daemon_t *d, px_rpc_call_t *call, const char *job_id,
+                         const char *node)
+{
+    remote_watch_t *rw = calloc(1, sizeof(*rw));
+
+    if (!rw) {
+        px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    rw->d = d;
+    rw->call = call;
+    snprintf(rw->job_id, sizeof(rw->job_id), "%s", job_id);
+    snprintf(rw->node, sizeof(rw->node), "%s", node);
+    uv_timer_init(d->loop, &rw->timer);
+    rw->timer.data = rw;
+    rw->next = remote_watches;
+    remote_watches = rw;
+    px_rpc_call_on_cancel(call, on_rw_cancel, rw);
+    uv_timer_start(&rw->timer, on_rw_tick, 0, PXD_REMOTE_WATCH_MS);
+}
+
+void px_control_fini(px_daemon_t *d)
+{
+    while (remote_watches)
+        rw_end(remote_watches, GRPC_STATUS_UNAVAILABLE, "node is stopping");
+}
+
 static void h_watch(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
 {
     px_daemon_t *d = arg;
@@ -199,10 +346,13 @@ static void h_watch(px_rpc_call_t *call, const ProtobufCMessage *request, void *
     }
     px_job_id_node(req->job_id ? req->job_id : "", node, sizeof(node));
     if (node[0] && strcmp(node, d->cfg.name)) {
-        px_peer_t *p = px_nodes_peer_by_name(d, node);
-        px_rpc_call_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                         "job %s is coordinated by node %s: watch it there (%s)", req->job_id,
-                         node, p && p->control_addr[0] ? p->control_addr : "address unknown");
+        if (!px_nodes_control_channel(d, node)) {
+            px_rpc_call_fail(call, GRPC_STATUS_NOT_FOUND,
+                             "no job %s here, and its coordinator node %s is unknown to node %s",
+                             req->job_id, node, d->cfg.name);
+            return;
+        }
+        watch_remote(d, call, req->job_id, node);
         return;
     }
     px_rpc_call_fail(call, GRPC_STATUS_NOT_FOUND, "no job %s", req->job_id);

@@ -240,6 +240,9 @@ px_status_t px_supervisor_read_log(px_daemon_t *d, const char *job_id, int rank,
 /* ------------------------------------------------------- control.c/peer.c */
 
 extern const px_rpc_method_t px_control_methods[];
+/* Ends the WatchJob streams relayed from other coordinators (shutdown,
+ * after the servers are destroyed and in-flight calls finished). */
+void px_control_fini(px_daemon_t *d);
 extern const size_t px_control_n_methods;
 extern const px_rpc_method_t px_peer_methods[];
 extern const size_t px_peer_n_methods;

@@ -311,6 +311,7 @@ out_servers:
         while (d->async_inflight > 0 && px_time_mono_ms() < until)
             uv_run(d->loop, UV_RUN_ONCE);
     }
+    px_control_fini(d);
 out_cq:
     px_rpc_cq_destroy(d->cq);
     d->cq = NULL;

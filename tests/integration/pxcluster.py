@@ -192,6 +192,7 @@ class Grpc:
     def __init__(self, daemon, proto):
         import grpc  # /usr/bin/python3 has python3-grpcio
         if Grpc._pb is None:
+            proto = proto or os.path.join(HERE, "..", "..", "proto", "parallax.proto")
             out = tempfile.mkdtemp(prefix="px-pb-")
             subprocess.check_call(["protoc", "--proto_path=" + os.path.dirname(proto),
                                    "--python_out=" + out, proto])

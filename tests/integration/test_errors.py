@@ -27,6 +27,37 @@ def expect_reject(c, daemon, what, needles, **kw):
     raise AssertionError("%s: accepted as %s" % (what, job_id))
 
 
+def notify_supported(exe):
+    """parallaxd links libsystemd when built with it (PX_HAVE_SYSTEMD)."""
+    r = subprocess.run(["ldd", exe], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    return b"libsystemd" in r.stdout
+
+
+def check_sd_notify(exe, cl):
+    import socket
+    path = os.path.join(cl.workdir, "notify.sock")
+    sk = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sk.bind(path)
+    sk.settimeout(20)
+    env = dict(cl.env, NOTIFY_SOCKET=path)
+    d = pc.Daemon(exe, cl.daemons[0].name + "n", cl.workdir, 1, env)
+    d.start()
+    try:
+        msg = sk.recv(4096).decode()
+        assert "READY=1" in msg, msg
+        g = pc.Grpc(d, None)
+        assert g.nodes()[0]["name"] == d.name  # serving when READY was sent
+        d.proc.send_signal(15)
+        msg = sk.recv(4096).decode()
+        assert "STOPPING=1" in msg, msg
+        assert d.proc.wait(20) == 0
+        print("sd_notify: READY=1 then STOPPING=1, exit 0")
+    finally:
+        sk.close()
+        if d.alive():
+            d.proc.kill()
+
+
 def main():
     args = pc.parse_args(sys.argv[1:])
     cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="err")
@@ -83,6 +114,10 @@ def main():
         assert r.returncode != 0 and "in use" in out, "state dir reuse: %d\n%s" % (r.returncode, out)
         assert d0.alive(), "first daemon died"
         assert len(c.nodes()) == 2
+
+        # systemd Type=notify: READY=1 once serving, STOPPING=1 on SIGTERM
+        if notify_supported(args.parallaxd):
+            check_sd_notify(args.parallaxd, cl)
         codes = cl.stop()
         assert codes == [0, 0], codes
         return 0

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Integration: faults and stops of running jobs on two daemons.
 
-1. WatchJob streams a long job's progress; CancelJob -> CANCELLED, the
+1. WatchJob (on the coordinator) streams a long job's progress; CancelJob -> CANCELLED, the
    stream ends on it, and no parallax-rank of the job is left.
-2. SIGKILL of one rank (rank 2, on the second node) -> FAILED with a reason
-   naming the rank and the signal; every other rank gone within seconds.
+2. SIGKILL of one rank (rank 2, on the second node), watched through the
+   second daemon (which relays the coordinator's state) -> FAILED with a
+   reason naming the rank and the signal; every other rank gone within
+   seconds; the relayed stream ends on FAILED.
 3. SIGKILL of the second daemon while its ranks run -> the coordinator
    fails the job ("stopped heartbeating") and stops its own ranks.
 Exit 77 (skipped) when parallax-rank was not built."""
@@ -73,13 +75,24 @@ def main():
         victim = [r for r in j["ranks"] if r.get("rank", 0) == 2][0]
         assert victim["node"] == cl.daemons[1].name and victim["pid"] > 0, victim
         assert victim["pid"] in pc.rank_pids(job_id), (victim, pc.rank_pids(job_id))
-        os.kill(victim["pid"], signal.SIGKILL)
-        t0 = time.time()
+        # watched through the other daemon (it relays the coordinator's state)
+        remote = pc.Grpc(cl.daemons[1], args.proto)
+        steps, states, t0 = [], [], None
+        for ev in remote.watch(job_id, timeout=60):
+            states.append(pc.job_state(ev["job"]))
+            if "metrics" in ev:
+                steps.append(ev["metrics"]["step"])
+                if len(steps) == 2:
+                    os.kill(victim["pid"], signal.SIGKILL)
+                    t0 = time.time()
+        assert t0 is not None and states[-1] == "FAILED", states
+        assert steps == sorted(steps) and len(set(steps)) == len(steps), steps
         j = pc.wait_state(c, job_id, ("FAILED",), 15)
         reason = j.get("reason", "")
         assert "rank 2" in reason and "signal 9" in reason, reason
         pc.wait_for(lambda: pc.rank_pids(job_id) == [], 10, "other ranks of %s to exit" % job_id)
-        print("kill: FAILED (%s); all ranks gone in %.1f s" % (reason, time.time() - t0))
+        print("kill: FAILED (%s); all ranks gone in %.1f s; remote watch saw steps %s then %s"
+              % (reason, time.time() - t0, steps[:2], states[-1]))
 
         # devices were released: a new job can be placed on all four again
         # 3. SIGKILL of the second daemon
