@@ -11,9 +11,10 @@
  * error, truncation) cancels every active receive with ucp_request_cancel
  * and waits (bounded, DRAIN_MS) until all of them have completed, so user
  * buffers are not written after the call returns. Sends cannot be cancelled
- * in UCX 1.13 and are not waited for (a send to a dead peer never
- * completes, and a send only reads its buffer): a pending send is kept as an
- * orphan record, completed (or left to the worker) at destroy.
+ * in UCX 1.13: sends to live peers are waited for (bounded, SEND_DRAIN_MS)
+ * because the receiver may be reading our buffer; sends to dead peers are
+ * not. A send still pending is kept as an orphan record, completed (or left
+ * to the worker) at destroy.
  *
  * Runs on the thread using the communicator; only px_comm_abort() (in
  * px_comm.c) touches the comm from other threads, through an atomic flag and
@@ -38,6 +39,12 @@
  * rendezvous from a live but stalled peer), which completes them. */
 #define DRAIN_MS 2000
 #define FAILED_DRAIN_MS 100
+/* Sends to live peers are waited for up to SEND_DRAIN_MS: a receiver that
+ * already matched one copies straight out of our buffer (CMA get), and if
+ * the caller freed it on return the receiver's copy would fail, which UCX
+ * treats as fatal on plain-mode endpoints. A send whose receive was
+ * cancelled never completes and costs the whole bound. */
+#define SEND_DRAIN_MS 500
 
 static void force_close_ep(px_comm_t *comm, int peer);
 
@@ -364,7 +371,9 @@ static void force_close_ep(px_comm_t *comm, int peer)
 
 void px__cancel_all(px_comm_t *comm)
 {
-    int64_t end = px_time_mono_ms() + (comm->failed ? FAILED_DRAIN_MS : DRAIN_MS);
+    int64_t now = px_time_mono_ms();
+    int64_t end_recv = now + (comm->failed ? FAILED_DRAIN_MS : DRAIN_MS);
+    int64_t end_send = now + SEND_DRAIN_MS;
     int forced = 0;
     px__op_t *op, *next;
 
@@ -372,24 +381,29 @@ void px__cancel_all(px_comm_t *comm)
         if (!op->done && !op->is_send && op->req)
             ucp_request_cancel(comm->tr->worker, op->req);
     for (;;) {
-        int pending = 0;
+        int pending_recv = 0, pending_send = 0;
         progress_all(comm->tr);
-        for (op = comm->active; op; op = op->next)
-            pending += !op->done && !op->is_send; /* sends only read their buffer */
-        if (!pending)
-            break;
-        if (px_time_mono_ms() >= end) {
-            if (forced || !comm->failed)
-                break;
+        for (op = comm->active; op; op = op->next) {
+            if (op->done)
+                continue;
+            if (!op->is_send)
+                pending_recv++;
+            else if (!comm->peers[op->peer].failed && comm->peers[op->peer].ep)
+                pending_send++; /* a live receiver may be copying from it */
+        }
+        now = px_time_mono_ms();
+        if (pending_recv && now >= end_recv && comm->failed && !forced) {
             /* receives already matched to a stalled peer: drop those
              * endpoints so UCX completes them and writes nothing more */
             for (op = comm->active; op; op = op->next)
                 if (!op->done && !op->is_send)
                     force_close_ep(comm, op->peer);
             forced = 1;
-            end = px_time_mono_ms() + FAILED_DRAIN_MS;
+            end_recv = now + FAILED_DRAIN_MS;
             continue;
         }
+        if ((!pending_recv || now >= end_recv) && (!pending_send || now >= end_send))
+            break;
         /* sleep on the worker only: abort/watch fds may stay readable */
         if (ucp_worker_arm(comm->tr->worker) == UCS_OK) {
             struct pollfd pfd = {.fd = comm->tr->efd, .events = POLLIN};

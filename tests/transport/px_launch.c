@@ -103,6 +103,10 @@ int px_launch(int n, px_launch_fn_t fn, void *arg, const px_launch_opts_t *opts,
         if (pids[r] == 0) {
             snprintf(buf, sizeof(buf), "%d", r);
             setenv("PX_RANK", buf, 1);
+            if (o.ranks_per_node > 0) {
+                snprintf(buf, sizeof(buf), "node%d", r / o.ranks_per_node);
+                setenv("PX_NODE", buf, 1);
+            }
             int rc = child_main(r, n, fn, arg, &o);
             free(pids);
             exit(rc); /* exit, not _exit: leak checkers run */

@@ -30,6 +30,7 @@ typedef int (*px_launch_fn_t)(px_launch_rank_t *ctx);
 typedef struct px_launch_opts {
     int use_watch;
     int limit_s;
+    int ranks_per_node;   /* > 0: PX_NODE=node<r / ranks_per_node> (fake nodes) */
     void (*on_started)(const pid_t *pids, int n, void *arg);
 } px_launch_opts_t;
 

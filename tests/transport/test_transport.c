@@ -13,6 +13,10 @@
  *                                      within PX_COMM_TIMEOUT_MS + 1 s
  *   test_transport kill_nowatch N      same without the bootstrap's watch fd (pidfd, UCX, deadline)
  *   test_transport kill0 N             same, killing rank 0 (the bootstrap's master)
+ *   test_transport allreduce_2nodes N  all-reduce with ranks on two fake nodes (PX_NODE): auto
+ *                                      error mode mixes peer-mode and plain endpoints
+ *   test_transport kill_2nodes N       kill rank 1 with two fake nodes, default (auto) mode: its
+ *                                      ring successor is on the other node (peer mode)
  *   test_transport nospin N            ranks wait 2 s at a barrier for a sleeping rank and use
  *                                      < 10% CPU meanwhile
  * Values: rank r contributes r + 1 + i % 7, so sums are exact in fp32. */
@@ -503,7 +507,9 @@ int main(int argc, char **argv)
         setenv("PX_CONNECT_TIMEOUT_MS", "400", 1); /* read once, before anything else */
         return run_local();
     }
-    if (!strcmp(what, "allreduce")) {
+    if (!strcmp(what, "allreduce") || !strcmp(what, "allreduce_2nodes")) {
+        if (!strcmp(what, "allreduce_2nodes"))
+            opts.ranks_per_node = (n + 1) / 2;
         failed = px_launch(n, rank_allreduce, NULL, &opts, NULL);
     } else if (!strcmp(what, "mismatch")) {
         failed = px_launch(n, rank_mismatch, NULL, &opts, NULL);
@@ -511,13 +517,20 @@ int main(int argc, char **argv)
         failed = px_launch(n, rank_p2p, NULL, &opts, NULL);
     } else if (!strcmp(what, "nospin")) {
         failed = px_launch(n, rank_nospin, NULL, &opts, NULL);
-    } else if (!strcmp(what, "kill") || !strcmp(what, "kill_nowatch") || !strcmp(what, "kill0")) {
+    } else if (!strcmp(what, "kill") || !strcmp(what, "kill_nowatch") || !strcmp(what, "kill0") ||
+               !strcmp(what, "kill_2nodes")) {
         kill_shared_t *sh = px_launch_shared(sizeof(*sh));
         int statuses[64];
         int watch = strcmp(what, "kill_nowatch") != 0;
         if (!sh || n < 2 || n > 64)
             return 1;
         sh->victim = !strcmp(what, "kill0") ? 0 : n > 2 ? 2 : 1;
+        if (!strcmp(what, "kill_2nodes")) {
+            if (n < 4)
+                return 1;
+            opts.ranks_per_node = 2; /* node0: 0 1, node1: 2 3 ... */
+            sh->victim = 1;          /* its successor, rank 2, reaches it in peer mode */
+        }
         setenv("PX_TEST_WATCH", watch ? "1" : "0", 1);
         if (!getenv("PX_COMM_TIMEOUT_MS"))
             setenv("PX_COMM_TIMEOUT_MS", "3000", 1);
