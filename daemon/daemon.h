@@ -229,6 +229,10 @@ void px_supervisor_stop_job(px_daemon_t *d, const char *job_id, const char *reas
 void px_supervisor_stop_coordinated_by(px_daemon_t *d, const char *coordinator);
 void px_supervisor_stop_all(px_daemon_t *d);
 int px_supervisor_count(px_daemon_t *d);
+/* At start: SIGKILLs parallax-rank processes of this node name left running
+ * by a previous parallaxd that died (their parent is gone), so a restarted
+ * node starts with its devices really free. */
+void px_supervisor_kill_orphans(px_daemon_t *d);
 /* Path of a local rank log (state-dir/jobs/<id>/rank-R.log). */
 void px_supervisor_log_path(px_daemon_t *d, const char *job_id, int rank, char *buf,
                             size_t len);

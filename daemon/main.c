@@ -242,6 +242,7 @@ int main(int argc, char **argv)
     uv_signal_init(d->loop, &d->sigterm);
     d->sigint.data = d->sigterm.data = d;
 
+    px_supervisor_kill_orphans(d);
     if (px_job_load_all(d) != PX_OK)
         goto out_loop;
     if (px_rpc_cq_create(cq_notify, d, &d->cq) != PX_OK)

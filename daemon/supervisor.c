@@ -11,6 +11,7 @@
  * Invariants: a px_local_rank_t stays in d->local_ranks until its process
  * exited and both its handles closed; nothing keeps running after
  * px_supervisor_stop_all() and the loop draining. Loop thread only. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -473,4 +474,74 @@ int px_supervisor_count(px_daemon_t *d)
     for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next)
         n++;
     return n;
+}
+
+/* 1 if /proc/<pid> is a parallax-rank started for node `name` (its argv has
+ * "--node name") whose parent is not a live process of ours. */
+static int is_orphan_rank(const char *pid, const char *name)
+{
+    char path[64], buf[8192], stat[512];
+    ssize_t n;
+    int fd, node_match = 0, is_rank;
+    char *p, *end, *rp;
+    long ppid;
+
+    snprintf(path, sizeof(path), "/proc/%s/cmdline", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    end = buf + n;
+    is_rank = strlen(buf) >= 13 && !strcmp(buf + strlen(buf) - 13, "parallax-rank");
+    if (!is_rank)
+        return 0;
+    for (p = buf; p < end; p += strlen(p) + 1)
+        if (!strcmp(p, "--node") && p + strlen(p) + 1 < end && !strcmp(p + strlen(p) + 1, name))
+            node_match = 1;
+    if (!node_match)
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    n = read(fd, stat, sizeof(stat) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    stat[n] = '\0';
+    rp = strrchr(stat, ')');
+    if (!rp || sscanf(rp + 2, "%*c %ld", &ppid) != 1)
+        return 0;
+    /* ranks are spawned by parallaxd; one whose parent is gone was reparented */
+    snprintf(path, sizeof(path), "/proc/%ld/cmdline", ppid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return strstr(buf, "parallaxd") == NULL;
+}
+
+void px_supervisor_kill_orphans(px_daemon_t *d)
+{
+    DIR *dir = opendir("/proc");
+    struct dirent *e;
+
+    if (!dir)
+        return;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        if (is_orphan_rank(e->d_name, d->cfg.name)) {
+            px_warn("killing parallax-rank pid %s of node %s left by a previous parallaxd",
+                    e->d_name, d->cfg.name);
+            kill((pid_t)atoi(e->d_name), SIGKILL);
+        }
+    }
+    closedir(dir);
 }

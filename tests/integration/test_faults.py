@@ -8,7 +8,9 @@
    reason naming the rank and the signal; every other rank gone within
    seconds; the relayed stream ends on FAILED.
 3. SIGKILL of the second daemon while its ranks run -> the coordinator
-   fails the job ("stopped heartbeating") and stops its own ranks.
+   fails the job ("stopped heartbeating") and stops its own ranks; the
+   second daemon's ranks (frozen with SIGSTOP so they outlive it) are
+   killed when it restarts.
 Exit 77 (skipped) when parallax-rank was not built."""
 import os
 import signal
@@ -98,7 +100,11 @@ def main():
         # 3. SIGKILL of the second daemon
         job_id = c.submit(data, name="it-node", **LONG)
         jobs.append(job_id)
-        wait_running(c, job_id)
+        j = wait_running(c, job_id)
+        # freeze b's ranks so they outlive their daemon (orphans for step 3b)
+        b_ranks = [r["pid"] for r in j["ranks"] if r["node"] == cl.daemons[1].name]
+        for pid in b_ranks:
+            os.kill(pid, signal.SIGSTOP)
         cl.daemons[1].proc.kill()
         cl.daemons[1].proc.wait()
         t0 = time.time()
@@ -109,6 +115,23 @@ def main():
         pc.wait_for(lambda: not (set(a_ranks) & set(pc.rank_pids(job_id))), 10,
                     "coordinator-side ranks to exit")
         print("node kill: FAILED (%s) after %.1f s" % (reason, time.time() - t0))
+        # b's (frozen) ranks outlived their daemon; the restarted b kills them
+        left = set(b_ranks) & set(pc.rank_pids(job_id))
+        assert left == set(b_ranks), (b_ranks, pc.rank_pids(job_id))
+        cl.daemons[1].start()
+        gb = pc.Grpc(cl.daemons[1], args.proto)
+
+        def b_up():
+            try:
+                return gb.nodes()
+            except pc.ClientError:
+                return None
+        pc.wait_for(b_up, 15, "the second daemon to restart")
+        pc.wait_for(lambda: not (set(b_ranks) & set(pc.rank_pids(job_id))), 15,
+                    "the killed daemon's ranks to be gone after its restart")
+        print("restart of the killed daemon: its %d orphaned ranks killed" % len(left))
+        code = cl.daemons[1].stop()
+        assert code == 0, "restarted daemon exited %s" % code
         codes = [cl.daemons[0].stop()]
         assert codes == [0], codes
         return 0
