@@ -328,7 +328,8 @@ out_loop:
     px_store_close(d->store);
     if (d->sock_path[0] && ret == 0)
         unlink(d->sock_path);
-    px_info("node %s stopped", d->cfg.name);
+    if (ret == 0)
+        px_info("node %s stopped", d->cfg.name);
 out_lock:
     close(d->lock_fd);
 out_config:
