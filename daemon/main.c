@@ -241,6 +241,10 @@ int main(int argc, char **argv)
     uv_signal_init(d->loop, &d->sigint);
     uv_signal_init(d->loop, &d->sigterm);
     d->sigint.data = d->sigterm.data = d;
+    /* caught from here on (handled once the loop runs), so an early SIGTERM
+     * still stops the daemon cleanly */
+    uv_signal_start(&d->sigint, on_signal, SIGINT);
+    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
 
     px_supervisor_kill_orphans(d);
     if (px_job_load_all(d) != PX_OK)
@@ -285,8 +289,6 @@ int main(int argc, char **argv)
 
     if (px_nodes_init(d) != PX_OK)
         goto out_servers;
-    uv_signal_start(&d->sigint, on_signal, SIGINT);
-    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
     px_nodes_start(d);
     px_info("node %s ready: control %s + %s, peer %s, %d devices (%s), %d peers, state %s",
             d->cfg.name, d->control_addr, unix_addr, d->peer_addr, d->n_devices,
