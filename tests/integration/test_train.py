@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Integration: a dp=4 job across two daemons (2 CPU devices each) trains to
-COMPLETED with a finite, falling loss and 20 metric rows; the job and its
-final loss survive a stop and restart of both daemons.
+COMPLETED with a finite, falling loss and 20 metric rows; a second job
+needing all devices waits until the first ends; the job and its final loss
+survive a stop and restart of both daemons.
 
 Run by meson (suite integration) with the built binaries' paths:
   test_train.py --parallaxd build/daemon/parallaxd --proto proto/parallax.proto
@@ -29,7 +30,10 @@ def main():
         c = client(cl.daemons[0])
         job_id = c.submit(data, dp=4, batch=8, steps=20, layers=2, heads=2, dim=32, seq=32,
                           name="it-train")
-        print("submitted %s (data: %d tokens)" % (job_id, ntok))
+        # a second job needing every device waits (PENDING) for the first
+        queued = c.submit(data, dp=4, batch=4, steps=3, layers=1, heads=2, dim=16, seq=16,
+                          name="it-queued")
+        print("submitted %s and %s (data: %d tokens)" % (job_id, queued, ntok))
         assert job_id.startswith(cl.daemons[0].name + "-"), job_id
         job = pc.wait_state(c, job_id, ("COMPLETED", "FAILED", "CANCELLED"), 240)
         assert pc.job_state(job) == "COMPLETED", "job ended %s: %s\n%s" % (
@@ -51,6 +55,12 @@ def main():
         assert job["step"] == 20
         print("loss %.4f -> %.4f over 20 steps, %d metric rows" % (losses[0], losses[-1],
                                                                    len(steps)))
+
+        q = pc.wait_state(c, queued, ("COMPLETED", "FAILED", "CANCELLED"), 120)
+        assert pc.job_state(q) == "COMPLETED", q
+        assert q["started_ms"] >= job["finished_ms"] > 0, (q["started_ms"], job["finished_ms"])
+        print("queued job %s started %d ms after the first finished" % (
+            queued, int(q["started_ms"]) - int(job["finished_ms"])))
 
         # the job is visible through the other daemon too (forwarded to its coordinator)
         other = client(cl.daemons[1])
