@@ -2,8 +2,10 @@
 """Integration: bad job specs are rejected with INVALID_ARGUMENT messages
 that name the value (missing data file, dp larger than the cluster, batch
 not divisible by dp, dim not divisible by heads, seq longer than the data,
-zero sizes), the daemon stays up, and a second daemon on a port in use (or
-on a state directory in use) exits non-zero at start with a clear error.
+zero sizes), the daemon stays up; a job whose rank binary is missing fails
+at launch naming it; a second daemon on a port in use (or on a state
+directory in use) exits non-zero at start with a clear error; with
+NOTIFY_SOCKET set the daemon sends READY=1 and STOPPING=1.
 Needs no parallax-rank: nothing here is placed."""
 import os
 import subprocess
@@ -60,7 +62,9 @@ def check_sd_notify(exe, cl):
 
 def main():
     args = pc.parse_args(sys.argv[1:])
-    cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="err")
+    missing_rank = "/nonexistent/parallax-rank"
+    cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="err",
+                    env={"PX_RANK_BIN": missing_rank})
     data = os.path.join(cl.workdir, "licenses.bin")
     ntok = pc.write_llmc_tokens(data, max_tokens=5000)
     bad_magic = os.path.join(cl.workdir, "bad.bin")
@@ -94,6 +98,15 @@ def main():
                 expect_reject(cc, d0, "%s %s" % (cname, what),
                               strict if which == 2 else loose, **dict(ok, **change))
         assert c.jobs() == [], "rejected jobs were stored: %s" % c.jobs()
+
+        # a valid job whose rank binary is missing fails at launch, naming it,
+        # and releases its devices (the next one is placed and fails the same way)
+        for i in range(2):
+            job_id = c.submit(data, dp=4, batch=8, steps=5)
+            j = pc.wait_state(c, job_id, ("FAILED", "COMPLETED", "CANCELLED"), 30)
+            assert pc.job_state(j) == "FAILED" and missing_rank in j["reason"], j
+        print("launch failure: %s" % j["reason"])
+        assert all(not dv["job_id"] for n in c.nodes() for dv in n["devices"]), c.nodes()
 
         # a second daemon on d0's Control port: fails at start, non-zero
         extra = pc.Daemon(args.parallaxd, d0.name + "x", cl.workdir, 1, cl.env)

@@ -53,6 +53,16 @@ def main():
         # 1. watch + cancel
         job_id = c.submit(data, name="it-cancel", **LONG)
         jobs.append(job_id)
+        # a second job needing every device waits; cancelling it while
+        # PENDING ends it without ever placing it
+        wait_running(c, job_id, 1)
+        pending = c.submit(data, name="it-pending", **dict(LONG, steps=5))
+        jobs.append(pending)
+        j = c.job(pending)
+        assert pc.job_state(j) == "PENDING", j
+        j = c.cancel(pending)
+        assert pc.job_state(j) == "CANCELLED" and not j["ranks"], j
+        print("pending job %s cancelled before placement" % pending)
         seen_steps, states = [], []
         for ev in grpc_c.watch(job_id, timeout=180):
             states.append(pc.job_state(ev["job"]))
