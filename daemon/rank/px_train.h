@@ -28,7 +28,9 @@ typedef struct px_train_config {
     const char *data_path;               /* llm.c-layout token file */
 } px_train_config_t;
 
-/* Defaults: lr 1e-3, min_lr_ratio 0.1, warmup steps/20 (warmup_steps -1),
+/* Defaults: lr 2e-3 (the quickstart's: a 4-layer dim-128 byte-level GPT,
+ * global batch 16 x 128, gets below loss 2.5 within ~100 steps on English
+ * text), min_lr_ratio 0.1, warmup steps/20 (warmup_steps -1),
  * weight_decay 0.1, betas 0.9/0.95, eps 1e-8, grad_clip 1.0, seed 1337,
  * vocab 256. Sizes, steps and data_path are left 0 / NULL. */
 void px_train_config_defaults(px_train_config_t *cfg);

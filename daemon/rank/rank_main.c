@@ -62,6 +62,8 @@ static void usage(FILE *out)
             "         [--metrics-out FILE] [--export-init DIR] [--dump-dir DIR]\n"
             "         [--dump-steps N]\n"
             "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
+            "Defaults: --lr 2e-3 --seed 1337 --warmup steps/20 --weight-decay 0.1\n"
+            "--min-lr-ratio 0.1 --grad-clip 1.0 --dump-steps 5.\n"
             "Without --coord, PX_RANK/PX_WORLD_SIZE/PX_MASTER_ADDR/PX_MASTER_PORT select\n"
             "the standalone bootstrap (PX_WORLD_SIZE > 1).\n");
 }

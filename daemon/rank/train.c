@@ -35,7 +35,7 @@ void px_train_config_defaults(px_train_config_t *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->vocab = 256;
-    cfg->lr = 1e-3f;
+    cfg->lr = 2e-3f;
     cfg->min_lr_ratio = 0.1f;
     cfg->warmup_steps = -1;
     cfg->weight_decay = 0.1f;
