@@ -233,6 +233,10 @@ int px_supervisor_count(px_daemon_t *d);
  * by a previous parallaxd that died (their parent is gone), so a restarted
  * node starts with its devices really free. */
 void px_supervisor_kill_orphans(px_daemon_t *d);
+/* The parallax-rank binary ranks are spawned from (PX_RANK_BIN, else
+ * <dir of parallaxd>/../daemon/rank/parallax-rank in a build tree, else
+ * <libexecdir>/parallax-rank); NULL with errbuf set if not executable. */
+const char *px_supervisor_rank_bin(px_daemon_t *d, char *errbuf, size_t errlen);
 /* Path of a local rank log (state-dir/jobs/<id>/rank-R.log). */
 void px_supervisor_log_path(px_daemon_t *d, const char *job_id, int rank, char *buf,
                             size_t len);

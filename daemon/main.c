@@ -210,7 +210,11 @@ int main(int argc, char **argv)
     if (status != PX_OK)
         return 2;
     if (d->cfg.print_config) {
+        char err[512];
+        const char *bin;
         px_daemon_config_print(&d->cfg, stdout);
+        bin = px_supervisor_rank_bin(d, err, sizeof(err));
+        printf("rank-bin = %s\n", bin ? bin : err);
         px_env_print(stdout);
         px_daemon_config_free(&d->cfg);
         return 0;

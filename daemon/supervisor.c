@@ -227,9 +227,11 @@ static px_status_t find_rank_bin(px_daemon_t *d, char *errbuf, size_t errlen)
             char *slash = strrchr(exe, '/');
             if (slash)
                 *slash = '\0';
+            char real[PATH_MAX];
             snprintf(cand, sizeof(cand), "%s/../daemon/rank/parallax-rank", exe);
             if (access(cand, X_OK) == 0)
-                snprintf(d->rank_bin, sizeof(d->rank_bin), "%s", cand);
+                snprintf(d->rank_bin, sizeof(d->rank_bin), "%s",
+                         realpath(cand, real) ? real : cand);
         }
         if (!d->rank_bin[0])
             snprintf(d->rank_bin, sizeof(d->rank_bin), "%s/parallax-rank", PX_LIBEXECDIR);
@@ -241,6 +243,11 @@ static px_status_t find_rank_bin(px_daemon_t *d, char *errbuf, size_t errlen)
         return PX_ERR_NOT_FOUND;
     }
     return PX_OK;
+}
+
+const char *px_supervisor_rank_bin(px_daemon_t *d, char *errbuf, size_t errlen)
+{
+    return find_rank_bin(d, errbuf, errlen) == PX_OK ? d->rank_bin : NULL;
 }
 
 /* Spawns one rank; on success lr is linked into d->local_ranks. */
