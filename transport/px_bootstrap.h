@@ -26,7 +26,11 @@ px_status_t px_bootstrap_from_env(int *rank_p, int *world_p);
 px_status_t px_bootstrap_create(int rank, int world_size, const void *addr, size_t len,
                                 px_bootstrap_t **bootstrap_p, px_addr_table_t *table);
 int px_bootstrap_watch_fd(const px_bootstrap_t *bootstrap);
-/* Clean close (all ranks finished): no "died" reports. NULL no-op. */
+/* Clean close (all ranks finished): no "died" reports. NULL no-op.
+ * Rank 0 waits here (up to PX_CONNECT_TIMEOUT_MS) until every other rank
+ * has closed cleanly. Call it after px_comm_destroy() and after
+ * px_transport_destroy(): a worker kept alive without progress while rank 0
+ * waits here can stall the other ranks' endpoint flush (up to 2 s each). */
 void px_bootstrap_destroy(px_bootstrap_t *bootstrap);
 
 #endif

@@ -34,7 +34,7 @@
 #include "px_time.h"
 
 #define WIREUP_MAGIC 0x50585755u /* "PXWU" */
-#define CLOSE_MS 5000
+#define CLOSE_MS 2000 /* bound of the endpoint flush at destroy */
 
 typedef struct {
     uint32_t magic;
@@ -50,10 +50,9 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     px__peer_t *peer = arg;
     (void)ep;
     if (!peer->failed) {
-        peer->failed = 1;
-        peer->fail_status = status;
         px_warn("comm %u: UCX reports rank %d failed: %s", peer->comm->id, peer->rank,
                 ucs_status_string(status));
+        px__peer_dead(peer->comm, peer->rank, ucs_status_string(status)); /* peer mode: no close */
     }
 }
 
@@ -150,6 +149,19 @@ static px_status_t wireup(px_comm_t *comm)
         if (comm->peers[r].pidfd < 0)
             px_debug("comm %u: no pidfd for rank %d (pid %d)", comm->id, r, theirs[r].pid);
     }
+    comm->pid_pfds = calloc((size_t)(unsigned)comm->size, sizeof(*comm->pid_pfds));
+    comm->pid_ranks = calloc((size_t)(unsigned)comm->size, sizeof(int));
+    if (!comm->pid_pfds || !comm->pid_ranks) {
+        status = PX_ERR_NO_MEMORY;
+        goto out_free;
+    }
+    for (int r = 0; r < comm->size; r++) {
+        if (comm->peers[r].pidfd < 0)
+            continue;
+        comm->pid_pfds[comm->n_pid].fd = comm->peers[r].pidfd;
+        comm->pid_pfds[comm->n_pid].events = POLLIN;
+        comm->pid_ranks[comm->n_pid++] = r;
+    }
 out_free:
     if (status != PX_OK && comm->active)
         px__cancel_all(comm);
@@ -184,6 +196,7 @@ px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_
     comm->id = 0;
     comm->watch_fd = watch_fd;
     comm->watch_hup_rank = -1;
+    comm->first_dead = -1;
     comm->default_timeout_ms = (int)px_env_int("PX_COMM_TIMEOUT_MS");
     comm->chunk_bytes = (size_t)px_env_int("PX_ALLREDUCE_CHUNK_BYTES");
     if (comm->chunk_bytes < 64)
@@ -267,7 +280,9 @@ static void close_eps(px_comm_t *comm)
             }
             if (px_time_mono_ms() >= end) {
                 px_warn("comm %u: closing the endpoint to rank %d did not finish", comm->id, r);
-                break; /* leave it to worker destroy */
+                ucp_request_free(reqs[r]); /* released: UCX finishes it (worker destroy) */
+                reqs[r] = NULL;
+                break;
             }
             if (ucp_worker_arm(comm->tr->worker) == UCS_OK) {
                 struct pollfd p = {.fd = comm->tr->efd, .events = POLLIN};
@@ -312,6 +327,8 @@ void px_comm_destroy(px_comm_t *comm)
         free(comm->nodes[r]);
     free(comm->nodes);
     free(comm->peers);
+    free(comm->pid_pfds);
+    free(comm->pid_ranks);
     free(comm->scratch);
     if (comm->abort_efd >= 0)
         close(comm->abort_efd);

@@ -133,6 +133,8 @@ static px_status_t post_common(px_comm_t *comm, int peer, px__op_t **op_p, px__o
 {
     if (comm->failed)
         return comm->failed;
+    if (comm->first_dead >= 0)
+        return px__check_async(comm); /* the comm lost a rank: fail now, naming it */
     if (peer < 0 || peer >= comm->size) {
         px_error("comm %u: peer rank %d out of range [0, %d)", comm->id, peer, comm->size);
         return PX_ERR_INVALID_ARGUMENT;
@@ -225,13 +227,13 @@ static void progress_all(px_transport_t *tr)
  * same-node peers until one fires or `timeout_ms` passes. */
 static void sleep_on_fds(px_comm_t *comm, int timeout_ms)
 {
-    struct pollfd fixed[8], *fds = fixed;
-    nfds_t n = 0, cap = 3 + (nfds_t)comm->size;
+    struct pollfd fixed[16], *fds = fixed;
+    nfds_t n = 0, cap = 3 + (nfds_t)comm->n_pid;
     ucs_status_t st = ucp_worker_arm(comm->tr->worker);
 
     if (st == UCS_ERR_BUSY)
         return; /* events pending: progress again */
-    if (cap > 8) {
+    if (cap > 16) {
         fds = malloc(cap * sizeof(*fds));
         if (!fds) {
             fds = fixed;
@@ -248,43 +250,41 @@ static void sleep_on_fds(px_comm_t *comm, int timeout_ms)
         fds[n].fd = comm->watch_fd;
         fds[n++].events = POLLIN;
     }
-    for (int r = 0; r < comm->size && n < cap; r++) {
-        if (comm->peers[r].pidfd >= 0 && !comm->peers[r].failed) {
-            fds[n].fd = comm->peers[r].pidfd;
-            fds[n++].events = POLLIN;
-        }
-    }
+    for (int i = 0; i < comm->n_pid && n < cap; i++)
+        fds[n++] = comm->pid_pfds[i]; /* failed peers have fd -1: ignored */
     poll(fds, n, timeout_ms);
     if (fds != fixed)
         free(fds);
 }
 
-/* Polls the pidfds of same-node peers without sleeping. */
-static px_status_t check_pidfds(px_comm_t *comm)
+/* Polls the pidfds of same-node peers (one syscall) without sleeping and
+ * marks the exited ones dead. */
+static void check_pidfds(px_comm_t *comm)
 {
-    for (int r = 0; r < comm->size; r++) {
-        struct pollfd pfd = {.fd = comm->peers[r].pidfd, .events = POLLIN};
-        if (pfd.fd < 0 || comm->peers[r].failed)
-            continue;
-        if (poll(&pfd, 1, 0) > 0)
-            return px__peer_dead(comm, r, "its process exited");
+    if (comm->n_pid == 0 || poll(comm->pid_pfds, (nfds_t)comm->n_pid, 0) <= 0)
+        return;
+    for (int i = 0; i < comm->n_pid; i++) {
+        if (comm->pid_pfds[i].revents) {
+            comm->pid_pfds[i].fd = -1; /* reported once */
+            px__peer_dead(comm, comm->pid_ranks[i], "its process exited");
+        }
     }
-    return PX_OK;
 }
 
-px_status_t px__peer_dead(px_comm_t *comm, int peer, const char *why)
+void px__peer_dead(px_comm_t *comm, int peer, const char *why)
 {
     px__peer_t *p = &comm->peers[peer];
 
     if (!p->failed) {
         p->failed = 1;
-        p->fail_status = UCS_ERR_CONNECTION_RESET;
+        p->why = why;
+        if (comm->first_dead < 0)
+            comm->first_dead = peer;
     }
     /* UCX treats a failed copy on a plain-mode endpoint as fatal: drop the
      * endpoint before anything progresses the worker again */
     if (!p->peer_mode)
         force_close_ep(comm, peer);
-    return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", peer, why);
 }
 
 /* Reads what the watch fd has; returns an error status when it says stop. */
@@ -303,9 +303,10 @@ static px_status_t read_watch(px_comm_t *comm)
             return PX_OK;
         if (got <= 0) {
             comm->watch_closed = 1;
-            if (comm->watch_hup_rank >= 0 && comm->watch_hup_rank < comm->size)
-                return px__peer_dead(comm, comm->watch_hup_rank,
-                                     "its bootstrap connection closed");
+            if (comm->watch_hup_rank >= 0 && comm->watch_hup_rank < comm->size) {
+                px__peer_dead(comm, comm->watch_hup_rank, "its bootstrap connection closed");
+                return PX_OK;
+            }
             return px__comm_set_error(comm, PX_ERR_ABORTED, "watch fd closed: job aborted");
         }
         comm->watch_have += (size_t)got;
@@ -320,8 +321,10 @@ static px_status_t read_watch(px_comm_t *comm)
             comm->watch_hup_rank = rank;
             continue;
         }
-        if (kind == PX_WATCH_DIED && rank >= 0 && rank < comm->size)
-            return px__peer_dead(comm, rank, "reported dead through the watch fd");
+        if (kind == PX_WATCH_DIED && rank >= 0 && rank < comm->size) {
+            px__peer_dead(comm, rank, "reported dead through the watch fd");
+            continue;
+        }
         return px__comm_set_error(comm, PX_ERR_ABORTED, "job aborted (watch fd record %u)", kind);
     }
 }
@@ -334,22 +337,17 @@ px_status_t px__check_async(px_comm_t *comm)
         return comm->failed;
     if (atomic_load(&comm->aborted) == 2)
         return px__comm_set_error(comm, PX_ERR_ABORTED, "aborted: %s", comm->abort_reason);
-    /* most specific first: the watch fd names the rank that died first, a
-     * pidfd names a local rank that exited, UCX names an endpoint that
-     * failed (possibly only because its rank gave up after the first) */
+    /* the watch fd first: it names the rank that died first; pidfds name
+     * local ranks that exited; the UCX callback marks failed endpoints */
     if (comm->watch_fd >= 0 && !comm->watch_closed) {
         status = read_watch(comm);
         if (status != PX_OK)
             return status;
     }
-    status = check_pidfds(comm);
-    if (status != PX_OK)
-        return status;
-    for (int r = 0; r < comm->size; r++) {
-        if (comm->peers[r].failed)
-            return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", r,
-                                      ucs_status_string(comm->peers[r].fail_status));
-    }
+    check_pidfds(comm);
+    if (comm->first_dead >= 0)
+        return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)",
+                                  comm->first_dead, comm->peers[comm->first_dead].why);
     return PX_OK;
 }
 
@@ -485,10 +483,14 @@ static px_status_t wait_cond(px_comm_t *comm, px__op_t *const *ops, int nops, in
         int satisfied;
         int64_t now;
 
-        /* a same-node peer that exited must be dropped before progress */
-        status = check_pidfds(comm);
-        if (status != PX_OK)
-            goto err_cancel;
+        /* a same-node peer that exited must be dropped before progress;
+         * whether this wait still completes without it is seen below */
+        if (comm->watch_fd >= 0 && !comm->watch_closed) {
+            status = read_watch(comm);
+            if (status != PX_OK)
+                goto err_cancel;
+        }
+        check_pidfds(comm);
         progress_all(comm->tr);
         status = scan_errors(comm);
         if (status != PX_OK)

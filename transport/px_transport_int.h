@@ -30,6 +30,7 @@
 #ifndef PX_TRANSPORT_INT_H
 #define PX_TRANSPORT_INT_H
 
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <ucp/api/ucp.h>
@@ -85,8 +86,8 @@ typedef struct px__op {
 typedef struct px__peer {
     ucp_ep_h ep;
     int peer_mode;        /* endpoint created with UCP_ERR_HANDLING_MODE_PEER */
-    int failed;           /* error callback fired */
-    ucs_status_t fail_status;
+    int failed;           /* known dead: UCX error callback, pidfd or watch fd */
+    const char *why;      /* static text of how we know */
     struct px_comm *comm; /* back pointer for the error callback */
     int rank;
     int pidfd;            /* same-node peer: pidfd_open(pid), readable at exit; else -1 */
@@ -112,6 +113,7 @@ struct px_comm {
     size_t watch_have;
 
     px_status_t failed;   /* sticky failure (PEER_FAILURE, ABORTED, TIMEOUT), 0 if healthy */
+    int first_dead;       /* first rank known dead (-1 none): the one errors name */
     char last_error[256];
 
     px__op_t *active;     /* posted, not yet reaped */
@@ -119,6 +121,10 @@ struct px_comm {
     px__op_t *orphans;    /* could not be cancelled; completed at destroy */
     px__op_t **all_ops;   /* every record ever allocated (freed at destroy) */
     size_t n_all, cap_all;
+
+    struct pollfd *pid_pfds; /* pidfds of same-node peers, for one poll() */
+    int *pid_ranks;          /* pid_pfds[i] belongs to rank pid_ranks[i] */
+    int n_pid;
 
     int default_timeout_ms;
     size_t chunk_bytes;   /* PX_ALLREDUCE_CHUNK_BYTES */
@@ -152,10 +158,13 @@ px_status_t px__wait_any(px_comm_t *comm, px__op_t *const *ops, int nops, int64_
 /* Marks the comm failed with `status` and formats last_error. */
 px_status_t px__comm_set_error(px_comm_t *comm, px_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Marks rank `peer` dead: force-closes its endpoint at once (before the
- * worker is progressed again, so UCX never starts a shared-memory copy from
- * the dead process) and sets PX_ERR_PEER_FAILURE with `why`. */
-px_status_t px__peer_dead(px_comm_t *comm, int peer, const char *why);
+/* Marks rank `peer` dead (`why`: static text): force-closes a plain-mode
+ * endpoint at once, before the worker is progressed again, so UCX never
+ * starts a shared-memory copy from the dead process. Sets no error: a wait
+ * that can still complete (the peer exited after sending all we need)
+ * succeeds; any wait that cannot then fails with PX_ERR_PEER_FAILURE naming
+ * comm->first_dead. */
+void px__peer_dead(px_comm_t *comm, int peer, const char *why);
 /* Cancels and drains every active op (error path). */
 void px__cancel_all(px_comm_t *comm);
 /* Nonzero if the abort flag or watch fd says stop; sets the error. */

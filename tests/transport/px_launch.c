@@ -71,9 +71,12 @@ static int child_main(int rank, int n, px_launch_fn_t fn, void *arg, const px_la
     }
     px_addr_table_free(&table);
     ret = fn(&ctx);
+    /* worker before bootstrap: rank 0 waits in px_bootstrap_destroy for the
+     * others' goodbyes, and a worker that lives on without progress there
+     * would stall the others' endpoint flush */
     px_comm_destroy(ctx.comm);
-    px_bootstrap_destroy(ctx.bs);
     px_transport_destroy(ctx.tr);
+    px_bootstrap_destroy(ctx.bs);
     (void)n;
     return ret;
 }
