@@ -8,7 +8,9 @@
  * is ~1e-6 relative, truncation error O(h^2) ~ 1e-4), and we require
  * ||analytic - numeric|| / ||numeric|| < 2e-3 over every element checked
  * and every single element within 5e-3 * max|numeric| + 1e-4 (the second bound
- * catches a wrong gradient hidden in a large norm). Forward ops are checked
+ * catches a wrong gradient hidden in a large norm). The tolerance itself is
+ * checked by case fd_sensitivity: it must reject a gradient 1% off, or one
+ * element off by 2% of the largest. Forward ops are checked
  * against naive double-precision loops (matmul, softmax/cross-entropy), the
  * attention mask by perturbing future tokens, AdamW by a hand-computed step. */
 #include <math.h>
@@ -53,44 +55,54 @@ static double dot_out(const float *out, const float *w, size_t n)
     return s;
 }
 
-/* Finite-difference check of analytic gradient g of x (n elements) for the
- * scalar loss(ctx). At most `maxcheck` elements, spread over the buffer. */
+/* Finite differences of loss(ctx) w.r.t. x at up to `maxcheck` elements
+ * spread over the buffer, compared with the analytic gradient g: writes the
+ * relative error of the checked vector, the largest element error and the
+ * largest |numeric| element. Returns the number of elements checked. */
 typedef double (*loss_fn)(void *ctx);
-static void fd_check(const char *what, float *x, const float *g, size_t n, loss_fn loss,
-                     void *ctx, size_t maxcheck)
+static size_t fd_compare(float *x, const float *g, size_t n, loss_fn loss, void *ctx,
+                         size_t maxcheck, double *rel_p, double *maxerr_p, double *maxnum_p)
 {
     const float h = 1e-2f;
-    size_t stride = n > maxcheck ? n / maxcheck : 1;
+    size_t stride = n > maxcheck ? n / maxcheck : 1, cnt = 0;
     double num2 = 0.0, diff2 = 0.0, maxnum = 0.0, maxerr = 0.0;
-    size_t cnt = 0;
-    double *nums = malloc((n / stride + 1) * sizeof(double));
-    for (size_t i = 0; i < n; i += stride) {
+    for (size_t i = 0; i < n; i += stride, cnt++) {
         float x0 = x[i];
         x[i] = x0 + h;
         double lp = loss(ctx);
         x[i] = x0 - h;
         double lm = loss(ctx);
         x[i] = x0;
-        double num = (lp - lm) / (2.0 * h);
-        nums[cnt++] = num;
+        double num = (lp - lm) / (2.0 * h), e = fabs(num - g[i]);
         num2 += num * num;
-        diff2 += (num - g[i]) * (num - g[i]);
-        if (fabs(num) > maxnum)
-            maxnum = fabs(num);
+        diff2 += e * e;
+        maxnum = fabs(num) > maxnum ? fabs(num) : maxnum;
+        maxerr = e > maxerr ? e : maxerr;
     }
-    cnt = 0;
-    for (size_t i = 0; i < n; i += stride) {
-        double e = fabs(nums[cnt++] - g[i]);
-        if (e > maxerr)
-            maxerr = e;
-    }
-    free(nums);
-    double rel = sqrt(diff2) / (sqrt(num2) + 1e-30);
+    loss(ctx); /* leave the forward state of the unperturbed input */
+    *rel_p = sqrt(diff2) / (sqrt(num2) + 1e-30);
+    *maxerr_p = maxerr;
+    *maxnum_p = maxnum;
+    return cnt;
+}
+
+#define FD_TOL_REL 2e-3
+#define FD_TOL_ELEM 5e-3
+static int fd_ok(double rel, double maxerr, double maxnum)
+{
+    return maxnum > 0.0 && rel < FD_TOL_REL && maxerr < FD_TOL_ELEM * maxnum + 1e-4;
+}
+
+static void fd_check(const char *what, float *x, const float *g, size_t n, loss_fn loss,
+                     void *ctx, size_t maxcheck)
+{
+    double rel, maxerr, maxnum;
+    size_t cnt = fd_compare(x, g, n, loss, ctx, maxcheck, &rel, &maxerr, &maxnum);
     printf("  %-28s n=%-7zu checked=%-5zu rel=%.2e maxerr=%.2e (max|g|=%.2e)\n", what, n, cnt,
            rel, maxerr, maxnum);
-    EXPECT(num2 > 0.0, "%s: numeric gradient is all zero", what);
-    EXPECT(rel < 2e-3, "%s: relative error %.3e >= 2e-3", what, rel);
-    EXPECT(maxerr < 5e-3 * maxnum + 1e-4, "%s: max element error %.3e", what, maxerr);
+    EXPECT(maxnum > 0.0, "%s: numeric gradient is all zero", what);
+    EXPECT(fd_ok(rel, maxerr, maxnum), "%s: rel %.3e (tol %.0e), max element error %.3e", what,
+           rel, FD_TOL_REL, maxerr);
 }
 
 /* ---- encoder ---- */
@@ -415,6 +427,35 @@ static void test_adamw(void)
     EXPECT(q == 3.0f, "zero grad, zero decay leaves the parameter");
 }
 
+/* The tolerance is double-checked: the same comparison must REJECT a
+ * gradient that is 1% off overall, and one with a single element off by 2%
+ * of the largest gradient (so the passing figures above mean something). */
+static void test_fd_sensitivity(void)
+{
+    struct mm_ctx c = {.N = 7, .C = 13, .OC = 9};
+    double rel, maxerr, maxnum;
+    size_t nw = (size_t)c.OC * c.C;
+    c.out = zeros((size_t)c.N * c.OC); c.inp = rand_buf((size_t)c.N * c.C, 1);
+    c.wt = rand_buf(nw, 1); c.bs = rand_buf(c.OC, 1); c.w = rand_buf((size_t)c.N * c.OC, 1);
+    float *dw = zeros(nw), *bad = malloc(nw * sizeof(float));
+    K->matmul_backward(NULL, dw, NULL, c.w, c.inp, c.wt, c.N, c.C, c.OC);
+    fd_compare(c.wt, dw, nw, mm_loss, &c, 1000, &rel, &maxerr, &maxnum);
+    EXPECT(fd_ok(rel, maxerr, maxnum), "exact gradient accepted (rel %.2e)", rel);
+    for (size_t i = 0; i < nw; i++)
+        bad[i] = dw[i] * 1.01f;
+    fd_compare(c.wt, bad, nw, mm_loss, &c, 1000, &rel, &maxerr, &maxnum);
+    printf("  gradient x1.01: rel=%.2e -> %s\n", rel, fd_ok(rel, maxerr, maxnum) ? "accepted" :
+           "rejected");
+    EXPECT(!fd_ok(rel, maxerr, maxnum), "a 1%% gradient error must be rejected");
+    memcpy(bad, dw, nw * sizeof(float));
+    bad[nw / 2] += 0.02f * (float)maxnum;
+    fd_compare(c.wt, bad, nw, mm_loss, &c, 1000, &rel, &maxerr, &maxnum);
+    printf("  one element +2%% of max: rel=%.2e maxerr=%.2e -> %s\n", rel, maxerr,
+           fd_ok(rel, maxerr, maxnum) ? "accepted" : "rejected");
+    EXPECT(!fd_ok(rel, maxerr, maxnum), "a single wrong element must be rejected");
+    free(c.out); free(c.inp); free(c.wt); free(c.bs); free(c.w); free(dw); free(bad);
+}
+
 static void test_norm(void)
 {
     float x[3] = {3, 4, 12};
@@ -429,6 +470,7 @@ int main(int argc, char **argv)
         {"encoder", test_encoder}, {"layernorm", test_layernorm}, {"matmul", test_matmul},
         {"attention", test_attention}, {"gelu", test_gelu}, {"residual", test_residual},
         {"crossentropy", test_crossentropy}, {"adamw", test_adamw}, {"norm", test_norm},
+        {"fd_sensitivity", test_fd_sensitivity},
     };
     const char *which = argc > 1 ? argv[1] : "all";
     int ran = 0;
