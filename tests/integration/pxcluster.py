@@ -177,6 +177,11 @@ class Cluster:
         codes = [d.stop() for d in self.daemons]
         return codes
 
+    def cleanup(self):
+        """Removes the state, logs and data of a passed run (kept on failure)."""
+        import shutil
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
     def logs(self):
         return "\n".join("---- %s\n%s" % (d.name, d.log_tail()) for d in self.daemons)
 

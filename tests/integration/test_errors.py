@@ -133,6 +133,7 @@ def main():
             check_sd_notify(args.parallaxd, cl)
         codes = cl.stop()
         assert codes == [0, 0], codes
+        cl.cleanup()
         return 0
     finally:
         for d in cl.daemons:

@@ -144,6 +144,7 @@ def main():
         assert code == 0, "restarted daemon exited %s" % code
         codes = [cl.daemons[0].stop()]
         assert codes == [0], codes
+        cl.cleanup()
         return 0
     finally:
         for d in cl.daemons:

@@ -60,6 +60,7 @@ def main():
             job_id, pc.job_state(job), time.time() - t0, [r["exit_code"] for r in b_ranks]))
         codes = cl.stop()
         assert codes == [0, 0], codes
+        cl.cleanup()
         return 0
     finally:
         for d in cl.daemons:

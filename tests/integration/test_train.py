@@ -96,6 +96,7 @@ def main():
         print("after restart: %s %s loss %.4f" % (job_id, pc.job_state(j), j["loss"]))
         codes = cl.stop()
         assert codes == [0, 0], codes
+        cl.cleanup()
         return 0
     finally:
         for d in cl.daemons:
