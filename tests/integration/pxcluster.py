@@ -198,7 +198,10 @@ class Grpc:
         import grpc  # /usr/bin/python3 has python3-grpcio
         if Grpc._pb is None:
             proto = proto or os.path.join(HERE, "..", "..", "proto", "parallax.proto")
+            import atexit
+            import shutil
             out = tempfile.mkdtemp(prefix="px-pb-")
+            atexit.register(shutil.rmtree, out, True)
             subprocess.check_call(["protoc", "--proto_path=" + os.path.dirname(proto),
                                    "--python_out=" + out, proto])
             sys.path.insert(0, out)
