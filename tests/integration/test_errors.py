@@ -127,6 +127,12 @@ def main():
         assert r.returncode != 0 and "in use" in out, "state dir reuse: %d\n%s" % (r.returncode, out)
         assert d0.alive(), "first daemon died"
         assert len(c.nodes()) == 2
+        # standard health probe (grpc.health.v1.Health/Check: SERVING = 1)
+        g = pc.Grpc(d0, args.proto)
+        check = g.channel.unary_unary("/grpc.health.v1.Health/Check",
+                                      request_serializer=lambda b: b,
+                                      response_deserializer=lambda b: b)
+        assert check(b"", timeout=5) == b"\x08\x01", "health check not SERVING"
 
         # systemd Type=notify: READY=1 once serving, STOPPING=1 on SIGTERM
         if notify_supported(args.parallaxd):
