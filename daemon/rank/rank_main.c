@@ -319,7 +319,7 @@ int main(int argc, char **argv)
 #if PX_HAVE_TRANSPORT
     /* finish together: no rank tears its endpoints down while a peer may
      * still be completing the last all-reduce */
-    if (ret == 0 && comm && px_comm_size(comm) > 1) {
+    if (status == PX_OK && comm && px_comm_size(comm) > 1) {
         px_status_t bst = px_barrier(comm, -1);
         if (bst != PX_OK)
             px_warn("final barrier: %s (%s)", px_status_str(bst), px_comm_last_error(comm));
