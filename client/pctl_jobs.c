@@ -404,7 +404,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     spec.dp = 1;
     spec.batch = 16;
     spec.steps = 300;
-    spec.lr = 1e-3f;
+    spec.lr = 2e-3f;
     spec.seed = 1337;
     spec.warmup_steps = 0;
     spec.weight_decay = 0.1f;

@@ -35,7 +35,7 @@ static const pctl_command_t commands[] = {
      "  --dp N             data-parallel ranks (default 1)\n"
      "  --batch N          GLOBAL batch in sequences, divisible by dp (default 16)\n"
      "  --steps N          optimizer steps (default 300)\n"
-     "  --lr F             peak learning rate (default 1e-3)\n"
+     "  --lr F             peak learning rate (default 2e-3)\n"
      "  --seed N           initialisation and data seed (default 1337)\n"
      "  --warmup N         linear warmup steps (default 0: the daemon uses steps/20)\n"
      "  --weight-decay F   AdamW decoupled weight decay (default 0.1)\n"
