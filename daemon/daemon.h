@@ -70,6 +70,8 @@ typedef struct px_job_rank {
     int registered;
     ProtobufCBinaryData ucx_addr;   /* malloc'd copy */
     px_rpc_call_t *held;            /* RegisterRank answer held until all arrive */
+    int64_t missing_since_ms;       /* mono ms its node first reported its device
+                                     * not held by the job; 0 = held */
 } px_job_rank_t;
 
 typedef struct px_watcher {
@@ -206,6 +208,10 @@ void px_job_register_rank(px_daemon_t *d, px_rpc_call_t *call,
 int px_job_progress(px_daemon_t *d, const Parallax__V1__ReportProgressRequest *req);
 void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char *node,
                         int exit_code, const char *detail);
+/* A heartbeat answer from `peer`: a launched rank whose device the node no
+ * longer shows held by the job for PX_PEER_DEAD_MS vanished without an exit
+ * report (its daemon crashed and restarted quickly): its job fails. */
+void px_job_check_peer(px_daemon_t *d, const px_peer_t *peer);
 /* A node stopped heartbeating: fail the jobs with ranks there. */
 void px_job_node_dead(px_daemon_t *d, const char *node);
 /* WatchJob on a local job: sends its state now, then every change. */

@@ -481,6 +481,43 @@ void px_job_node_dead(px_daemon_t *d, const char *node)
     }
 }
 
+void px_job_check_peer(px_daemon_t *d, const px_peer_t *peer)
+{
+    int64_t now = px_time_mono_ms();
+    long grace = px_env_int("PX_PEER_DEAD_MS");
+
+    for (px_job_t *j = d->jobs; j; j = j->next) {
+        char gone[256] = "";
+        size_t off = 0;
+        if (!is_placed_active(j) || !peer->name[0])
+            continue;
+        for (int r = 0; r < j->world; r++) {
+            px_job_rank_t *jr = &j->ranks[r];
+            int held = 0;
+            if (strcmp(jr->node, peer->name) ||
+                (strcmp(jr->state, "launching") && strcmp(jr->state, "running")))
+                continue;
+            for (int i = 0; i < peer->n_devices; i++)
+                if (!strcmp(peer->devices[i].name, jr->device) &&
+                    !strcmp(peer->devices[i].job_id, j->id))
+                    held = 1;
+            if (held) {
+                jr->missing_since_ms = 0;
+                continue;
+            }
+            if (!jr->missing_since_ms)
+                jr->missing_since_ms = now;
+            else if (now - jr->missing_since_ms > grace && off < sizeof(gone) - 16)
+                off += (size_t)snprintf(gone + off, sizeof(gone) - off, "%s%d", off ? "," : "",
+                                        r);
+        }
+        if (off)
+            px_job_finish(j, PARALLAX__V1__JOB_STATE__JOB_FAILED,
+                          "rank(s) %s on node %s vanished without an exit report (its daemon "
+                          "restarted?)", gone, peer->name);
+    }
+}
+
 /* ------------------------------------------------------------- placement */
 
 /* 1 if (node, device) is held by a placed, active job of this coordinator. */

@@ -207,8 +207,10 @@ static void on_heartbeat_done(px_daemon_t *d, void *arg, grpc_status_code code,
         p->hb_inflight = 0;
         if (code == GRPC_STATUS_OK) {
             const Parallax__V1__HeartbeatResponse *r = (const void *)response;
-            if (r->node)
+            if (r->node) {
                 peer_update(d, p, r->node, 1);
+                px_job_check_peer(d, p);
+            }
         } else {
             px_debug("heartbeat to %s: %s", p->peer_addr, message ? message : "");
         }

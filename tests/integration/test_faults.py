@@ -11,6 +11,9 @@
    fails the job ("stopped heartbeating") and stops its own ranks; the
    second daemon's ranks (frozen with SIGSTOP so they outlive it) are
    killed when it restarts.
+4. SIGKILL and immediate restart of the second daemon (quicker than
+   PX_PEER_DEAD_MS) while it holds all ranks of a job: no exit report ever
+   comes; the coordinator sees the node's devices freed and fails the job.
 Exit 77 (skipped) when parallax-rank was not built."""
 import os
 import signal
@@ -140,10 +143,33 @@ def main():
         pc.wait_for(lambda: not (set(b_ranks) & set(pc.rank_pids(job_id))), 15,
                     "the killed daemon's ranks to be gone after its restart")
         print("restart of the killed daemon: its %d orphaned ranks killed" % len(left))
-        code = cl.daemons[1].stop()
-        assert code == 0, "restarted daemon exited %s" % code
-        codes = [cl.daemons[0].stop()]
-        assert codes == [0], codes
+
+
+        # 4. a node daemon that crashes and is back before it counts as dead
+        # (systemd Restart=on-failure): its ranks vanish without exit reports;
+        # the coordinator notices from the node's device usage and fails the job
+        filler = c.submit(data, name="it-filler", **dict(LONG, dp=2, batch=4))
+        jobs.append(filler)
+        wait_running(c, filler, 1)
+        job_id = c.submit(data, name="it-vanish", **dict(LONG, dp=2, batch=4))
+        jobs.append(job_id)
+        j = wait_running(c, job_id, 1)
+        assert all(r["node"] == cl.daemons[1].name for r in j["ranks"]), j["ranks"]
+        cl.daemons[1].proc.kill()
+        cl.daemons[1].proc.wait()
+        cl.daemons[1].start()
+        pc.wait_for(b_up, 15, "the second daemon to restart again")
+        t0 = time.time()
+        j = pc.wait_state(c, job_id, ("FAILED",), 30)
+        assert "vanished" in j["reason"] and cl.daemons[1].name in j["reason"], j["reason"]
+        assert pc.job_state(c.job(filler)) == "RUNNING", c.job(filler)
+        print("crash+restart of a node: FAILED after %.1f s (%s)" % (time.time() - t0,
+                                                                    j["reason"]))
+        c.cancel(filler)
+        pc.wait_for(lambda: pc.rank_pids(filler) == [] and pc.rank_pids(job_id) == [], 15,
+                    "all ranks to be gone")
+        codes = [d.stop() for d in cl.daemons]
+        assert codes == [0, 0], codes
         cl.cleanup()
         return 0
     finally:
