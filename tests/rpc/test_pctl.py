@@ -189,7 +189,7 @@ def test_control(data, tmp):
               abs(j["loss"] - expected_loss(30)) < 1e-5 and j["reason"] == "" and
               j["spec"]["data_path"] == os.path.realpath(data) and j["spec"]["dim"] == 64 and
               j["spec"]["weight_decay"] == 0.1 and j["spec"]["min_lr_ratio"] == 0.1 and
-              j["spec"]["lr"] == 0.001 and j["spec"]["seed"] == 1337 and
+              j["spec"]["lr"] == 0.002 and j["spec"]["seed"] == 1337 and
               j["spec"]["heads"] == 4 and j["created_ms"] > 0 and "grad_norm" in j and "lr" in j,
               "status --json has the job, spec defaults and realpath data")
         rc, so, se = pctl("--server", addr, "status", "job-1")
