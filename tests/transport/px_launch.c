@@ -16,6 +16,9 @@
 
 #include "px_log.h"
 
+/* rank 0 could not listen on the master port: the launch is retried */
+#define PX_LAUNCH_EXIT_PORT 75
+
 void *px_launch_shared(size_t bytes)
 {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -25,20 +28,29 @@ void *px_launch_shared(size_t bytes)
     return p;
 }
 
+/* A free TCP port below the ephemeral range (where UCX's tcp listeners and
+ * every outgoing connection take theirs), checked by binding it. */
 static int free_port(void)
 {
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
-    if (fd >= 0)
+    static unsigned seed;
+    if (!seed)
+        seed = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL);
+    for (int tries = 0; tries < 200; tries++) {
+        struct sockaddr_in sa;
+        int port = 20000 + (int)(rand_r(&seed) % 12000), ok;
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0)
+            return 0;
+        memset(&sa, 0, sizeof(sa));
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_ANY);
+        sa.sin_port = htons((uint16_t)port);
+        ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
         close(fd);
-    return port;
+        if (ok)
+            return port;
+    }
+    return 0;
 }
 
 static int child_main(int rank, int n, px_launch_fn_t fn, void *arg, const px_launch_opts_t *o)
@@ -56,10 +68,14 @@ static int child_main(int rank, int n, px_launch_fn_t fn, void *arg, const px_la
         return 2;
     if (px_transport_create(&ctx.tr) != PX_OK)
         return 2;
-    if (px_transport_address(ctx.tr, &addr, &len) != PX_OK ||
-        px_bootstrap_create(ctx.rank, ctx.world, addr, len, &ctx.bs, &table) != PX_OK) {
-        px_transport_destroy(ctx.tr);
+    if (px_transport_address(ctx.tr, &addr, &len) != PX_OK)
         return 2;
+    {
+        px_status_t st = px_bootstrap_create(ctx.rank, ctx.world, addr, len, &ctx.bs, &table);
+        if (st != PX_OK) {
+            px_transport_destroy(ctx.tr);
+            return ctx.rank == 0 && st == PX_ERR_IO ? PX_LAUNCH_EXIT_PORT : 2;
+        }
     }
     if (px_comm_create_world(ctx.tr, &table, ctx.rank,
                              o->use_watch ? px_bootstrap_watch_fd(ctx.bs) : -1,
@@ -81,7 +97,8 @@ static int child_main(int rank, int n, px_launch_fn_t fn, void *arg, const px_la
     return ret;
 }
 
-int px_launch(int n, px_launch_fn_t fn, void *arg, const px_launch_opts_t *opts, int *statuses)
+static int launch_once(int n, px_launch_fn_t fn, void *arg, const px_launch_opts_t *opts,
+                       int *statuses, int *port_busy_p)
 {
     px_launch_opts_t o = {.use_watch = 1, .limit_s = 120};
     pid_t *pids = calloc((size_t)n, sizeof(pid_t));
@@ -144,6 +161,14 @@ int px_launch(int n, px_launch_fn_t fn, void *arg, const px_launch_opts_t *opts,
                 continue;
             if (statuses)
                 statuses[r] = st;
+            if (r == 0 && WIFEXITED(st) && WEXITSTATUS(st) == PX_LAUNCH_EXIT_PORT) {
+                /* port taken between our check and rank 0's bind: stop the
+                 * others (they would wait for the connect deadline) */
+                *port_busy_p = 1;
+                for (int o = 1; o < n; o++)
+                    if (pids[o] > 0)
+                        kill(pids[o], SIGKILL);
+            }
             if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
                 if (WIFSIGNALED(st))
                     fprintf(stderr, "px_launch: rank %d killed by signal %d\n", r, WTERMSIG(st));
@@ -157,4 +182,14 @@ int px_launch(int n, px_launch_fn_t fn, void *arg, const px_launch_opts_t *opts,
     }
     free(pids);
     return failed > n ? n : failed;
+}
+
+int px_launch(int n, px_launch_fn_t fn, void *arg, const px_launch_opts_t *opts, int *statuses)
+{
+    for (int attempt = 0;; attempt++) {
+        int busy = 0, failed = launch_once(n, fn, arg, opts, statuses, &busy);
+        if (!busy || attempt == 4)
+            return failed;
+        fprintf(stderr, "px_launch: master port was taken, relaunching\n");
+    }
 }

@@ -284,6 +284,7 @@ static int rank_kill(px_launch_rank_t *ctx)
 static void kill_on_started(const pid_t *pids, int n, void *arg)
 {
     kill_shared_t *sh = arg;
+    int64_t give_up = px_time_mono_ms() + 30000; /* ranks that never start (port retry) */
     for (;;) {
         int ready = 1;
         struct timespec ts = {0, 50 * 1000 * 1000};
@@ -291,6 +292,8 @@ static void kill_on_started(const pid_t *pids, int n, void *arg)
             ready &= atomic_load(&sh->iters[r]) >= 2;
         if (ready)
             break;
+        if (px_time_mono_ms() > give_up)
+            return;
         nanosleep(&ts, NULL);
     }
     {
