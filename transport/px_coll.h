@@ -1,0 +1,163 @@
+/* px_coll.h: the collectives, blocking and nonblocking, on any communicator.
+ *
+ * Semantics follow NCCL / MPI:
+ *  - counts and displacements are in ELEMENTS of `dtype`, 64-bit;
+ *  - reduce_scatter: sendbuf holds size*recvcount elements, rank r receives
+ *    the reduced block r (recvcount elements). In place (NCCL): recvbuf ==
+ *    (char *)sendbuf + rank * recvcount * dtype size.
+ *  - allgather: each rank contributes sendcount elements, recvbuf holds
+ *    size*sendcount ordered by rank. In place: sendbuf == (char *)recvbuf +
+ *    rank * sendcount * dtype size.
+ *  - allreduce / reduce: sendbuf == recvbuf is in place; reduce's recvbuf
+ *    matters on the root only.
+ *  - scatter / gather: the root's buffer holds size*count elements in rank
+ *    order; other ranks' root-side buffer argument is ignored (may be NULL).
+ *  - alltoall: count elements to and from every rank (blocks in rank order).
+ *    alltoallv: per-peer counts and displacements (elements), as MPI.
+ *  - fp16 / bf16 reduce in fp32 and round once (round to nearest even);
+ *    integer AVG truncates toward zero; AVG of floats divides the SUM once.
+ *  - every rank ends with bitwise-identical results for allreduce/allgather.
+ *
+ * Algorithms (PX_ALGO_AUTO picks by message size and world size; the
+ * environment variable PX_ALGO_<COLL> (e.g. PX_ALGO_ALLREDUCE=ring) overrides
+ * auto, and a per-call hint in px_coll_opts_t overrides both): ring
+ * (bandwidth-optimal, chunked and pipelined), recursive doubling and
+ * Rabenseifner halving-doubling (latency-optimal; non-power-of-two sizes
+ * handled), binomial tree (broadcast, reduce, scatter, gather), pairwise
+ * exchange (all-to-all). Reductions go through kernels/px_reduce.h.
+ *
+ * Nonblocking: every `px_X_start` checks its arguments, queues the
+ * collective and returns a request at once; the request progresses whenever
+ * the communicator is progressed (px_test, px_wait, any blocking call on the
+ * same transport). Concurrent collectives on one communicator and
+ * collectives on different communicators never see each other's messages
+ * (tags carry communicator id and sequence number); starts must be issued in
+ * the same order on every rank of a communicator, as in MPI.
+ *
+ * Failure semantics: each collective's first message carries (sequence
+ * number, op, dtype, count); disagreement gives PX_ERR_MISMATCH on every rank
+ * within the deadline. A dead peer gives PX_ERR_PEER_FAILURE naming it on
+ * every survivor; px_comm_abort makes every pending request return
+ * PX_ERR_ABORTED. Buffers are never touched after a request has completed or
+ * failed. */
+#ifndef PX_COLL_H
+#define PX_COLL_H
+
+#include <stdint.h>
+
+#include "px_transport.h"
+
+typedef enum px_algo {
+    PX_ALGO_AUTO = 0,
+    PX_ALGO_RING,
+    PX_ALGO_RECURSIVE_DOUBLING,
+    PX_ALGO_RABENSEIFNER,
+    PX_ALGO_TREE,          /* binomial */
+    PX_ALGO_PAIRWISE,
+    PX_ALGO_LINEAR,        /* direct sends to/from every rank */
+} px_algo_t;
+
+/* Per-call options; NULL means all defaults. */
+typedef struct px_coll_opts {
+    px_algo_t algo;        /* hint; PX_ALGO_AUTO by default */
+    int timeout_ms;        /* < 0 or 0: communicator default (PX_COMM_TIMEOUT_MS) */
+} px_coll_opts_t;
+
+typedef struct px_request px_request_t;
+
+/* Progress `req` without blocking; *done_p = 1 once it finished (then the
+ * request's status is returned and the request is freed). A failed request
+ * returns its error and is freed. */
+px_status_t px_test(px_request_t *req, int *done_p);
+/* Blocks until `req` finishes or `timeout_ms` passes (< 0: the request's own
+ * deadline). Frees the request on every return except PX_ERR_TIMEOUT caused
+ * by a `timeout_ms` shorter than the request's deadline (then it stays
+ * valid: wait again or px_request_cancel it). */
+px_status_t px_wait(px_request_t *req, int timeout_ms);
+/* Waits for all `n` requests (each freed); returns the first error. */
+px_status_t px_wait_all(px_request_t **reqs, int n, int timeout_ms);
+/* Cancels a pending request (its peers see the collective fail by their
+ * deadline); frees it. NULL no-op. */
+void px_request_cancel(px_request_t *req);
+
+/* --- nonblocking starts; *req_p written only on PX_OK ------------------- */
+px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
+                               uint64_t count, px_dtype_t dtype, px_redop_t op,
+                               const px_coll_opts_t *opts, px_request_t **req_p);
+px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                    uint64_t recvcount, px_dtype_t dtype, px_redop_t op,
+                                    const px_coll_opts_t *opts, px_request_t **req_p);
+px_status_t px_allgather_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
+                               uint64_t sendcount, px_dtype_t dtype,
+                               const px_coll_opts_t *opts, px_request_t **req_p);
+px_status_t px_bcast_start(px_comm_t *comm, void *buf, uint64_t count, px_dtype_t dtype,
+                           int root, const px_coll_opts_t *opts, px_request_t **req_p);
+px_status_t px_reduce_start(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                            px_dtype_t dtype, px_redop_t op, int root,
+                            const px_coll_opts_t *opts, px_request_t **req_p);
+px_status_t px_scatter_start(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                             px_dtype_t dtype, int root, const px_coll_opts_t *opts,
+                             px_request_t **req_p);
+px_status_t px_gather_start(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                            px_dtype_t dtype, int root, const px_coll_opts_t *opts,
+                            px_request_t **req_p);
+px_status_t px_alltoall_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
+                              uint64_t count, px_dtype_t dtype, const px_coll_opts_t *opts,
+                              px_request_t **req_p);
+px_status_t px_alltoallv_start(px_comm_t *comm, const void *sendbuf, const uint64_t *sendcounts,
+                               const uint64_t *sdispls, void *recvbuf, const uint64_t *recvcounts,
+                               const uint64_t *rdispls, px_dtype_t dtype,
+                               const px_coll_opts_t *opts, px_request_t **req_p);
+px_status_t px_barrier_start(px_comm_t *comm, const px_coll_opts_t *opts, px_request_t **req_p);
+px_status_t px_send_start(px_comm_t *comm, int peer, uint32_t tag, const void *buf,
+                          uint64_t bytes, const px_coll_opts_t *opts, px_request_t **req_p);
+px_status_t px_recv_start(px_comm_t *comm, int peer, uint32_t tag, void *buf, uint64_t bytes,
+                          const px_coll_opts_t *opts, px_request_t **req_p);
+
+/* --- blocking forms: start + wait --------------------------------------- */
+/* (px_allreduce, px_broadcast (bytes), px_barrier, px_send, px_recv are in
+ * px_transport.h and keep their signatures.) */
+px_status_t px_reduce_scatter(px_comm_t *comm, const void *sendbuf, void *recvbuf,
+                              uint64_t recvcount, px_dtype_t dtype, px_redop_t op,
+                              const px_coll_opts_t *opts);
+px_status_t px_allgather(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t sendcount,
+                         px_dtype_t dtype, const px_coll_opts_t *opts);
+px_status_t px_bcast(px_comm_t *comm, void *buf, uint64_t count, px_dtype_t dtype, int root,
+                     const px_coll_opts_t *opts);
+px_status_t px_reduce(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                      px_dtype_t dtype, px_redop_t op, int root, const px_coll_opts_t *opts);
+px_status_t px_scatter(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                       px_dtype_t dtype, int root, const px_coll_opts_t *opts);
+px_status_t px_gather(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                      px_dtype_t dtype, int root, const px_coll_opts_t *opts);
+px_status_t px_alltoall(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                        px_dtype_t dtype, const px_coll_opts_t *opts);
+px_status_t px_alltoallv(px_comm_t *comm, const void *sendbuf, const uint64_t *sendcounts,
+                         const uint64_t *sdispls, void *recvbuf, const uint64_t *recvcounts,
+                         const uint64_t *rdispls, px_dtype_t dtype, const px_coll_opts_t *opts);
+/* px_allreduce with options (algorithm hint). */
+px_status_t px_allreduce_opts(px_comm_t *comm, const void *sendbuf, void *recvbuf,
+                              uint64_t count, px_dtype_t dtype, px_redop_t op,
+                              const px_coll_opts_t *opts);
+
+/* --- sub-communicators --------------------------------------------------- */
+#define PX_COLOR_UNDEFINED (-1)
+/* MPI_Comm_split: collective over `comm`; ranks with the same color form a
+ * new communicator ordered by (key, old rank); color PX_COLOR_UNDEFINED gets
+ * *newcomm_p = NULL. The new communicator shares the transport and
+ * endpoints' worker but has its own id (tag space), sequence numbers and
+ * deadline. Destroy it with px_comm_destroy before its parent. */
+px_status_t px_comm_split(px_comm_t *comm, int color, int key, px_comm_t **newcomm_p);
+/* The parent-communicator (world) rank of `rank` in `comm`. */
+int px_comm_world_rank(const px_comm_t *comm, int rank);
+
+/* Name of an algorithm / dtype / op ("ring", "bf16", "sum"); static. And the
+ * parsers for them (PX_ERR_INVALID_ARGUMENT on an unknown name). */
+const char *px_algo_name(px_algo_t algo);
+const char *px_dtype_name(px_dtype_t dtype);
+const char *px_redop_name(px_redop_t op);
+px_status_t px_algo_parse(const char *name, px_algo_t *algo_p);
+px_status_t px_dtype_parse(const char *name, px_dtype_t *dtype_p);
+px_status_t px_redop_parse(const char *name, px_redop_t *op_p);
+
+#endif
