@@ -312,14 +312,23 @@ void px_comm_destroy(px_comm_t *comm)
     for (px__op_t *op = comm->orphans; op; op = op->next)
         if (!op->done)
             leak_orphans = 1; /* a late callback may still write the record */
-    if (!leak_orphans) {
-        for (size_t i = 0; i < comm->n_all; i++)
-            free(comm->all_ops[i]);
-        free(comm->all_ops);
-    } else {
-        px_warn("comm %u: keeping %zu request records whose sends never completed", comm->id,
-                comm->n_all);
+    if (leak_orphans) {
+        /* a late callback may still write them: the transport frees them
+         * after the worker is gone */
+        void **more = realloc(comm->tr->leftover,
+                              (comm->tr->n_leftover + comm->n_all) * sizeof(void *));
+        if (more) {
+            comm->tr->leftover = more;
+            for (size_t i = 0; i < comm->n_all; i++)
+                more[comm->tr->n_leftover++] = comm->all_ops[i];
+            comm->n_all = 0;
+        }
+        px_debug("comm %u: %zu request records handed to the transport", comm->id,
+                 comm->tr->n_leftover);
     }
+    for (size_t i = 0; i < comm->n_all; i++)
+        free(comm->all_ops[i]);
+    free(comm->all_ops);
     for (int r = 0; comm->peers && r < comm->size; r++)
         if (comm->peers[r].pidfd >= 0)
             close(comm->peers[r].pidfd);

@@ -133,6 +133,9 @@ void px_transport_destroy(px_transport_t *transport)
         ucp_worker_release_address(transport->worker, transport->address);
     ucp_worker_destroy(transport->worker);
     ucp_cleanup(transport->context);
+    for (size_t i = 0; i < transport->n_leftover; i++)
+        free(transport->leftover[i]);
+    free(transport->leftover);
     free(transport);
 }
 

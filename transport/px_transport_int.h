@@ -70,6 +70,9 @@ struct px_transport {
     size_t address_len;
     int efd;              /* worker event fd (ucp_worker_get_efd) */
     int n_comms;          /* live communicators (destroy order check) */
+    void **leftover;      /* op records of destroyed comms whose sends never
+                           * completed: freed after ucp_worker_destroy */
+    size_t n_leftover;
 };
 
 typedef struct px__op {
