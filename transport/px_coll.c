@@ -118,6 +118,8 @@ static px_status_t comm_usable(px_comm_t *comm)
         return PX_ERR_INVALID_ARGUMENT;
     if (comm->failed)
         return comm->failed;
+    if (atomic_load(&comm->aborted) == 2) /* aborted while idle */
+        return px__comm_set_error(comm, PX_ERR_ABORTED, "aborted: %s", comm->abort_reason);
     return PX_OK;
 }
 

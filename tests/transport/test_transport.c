@@ -491,6 +491,25 @@ static int run_local(void)
     }
     printf("local: abort woke the wait after %.3f s\n", dt);
     px_comm_destroy(comm);
+
+    /* abort while idle: the next call fails, even one that needs no message */
+    px_addr_table_init(&table, 1);
+    table.addrs[0] = malloc(len);
+    memcpy(table.addrs[0], addr, len);
+    table.addr_lens[0] = len;
+    table.nodes[0] = strdup("local");
+    if (px_comm_create_world(tr, &table, 0, -1, &comm) != PX_OK) {
+        fprintf(stderr, "FAIL: comm create 3\n");
+        return 1;
+    }
+    px_addr_table_free(&table);
+    px_comm_abort(comm, "idle abort");
+    if (px_barrier(comm, -1) != PX_ERR_ABORTED ||
+        px_allreduce(comm, v, out, 5, PX_FLOAT32, PX_SUM, -1) != PX_ERR_ABORTED) {
+        fprintf(stderr, "FAIL: calls after an idle abort should return aborted\n");
+        return 1;
+    }
+    px_comm_destroy(comm);
     px_comm_destroy(NULL);
     px_transport_destroy(tr);
     px_transport_destroy(NULL);
