@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""compare_mpi.py: parallax's collectives against Open MPI's (and Gloo's), same
+ranks, same sizes, one after the other, on this machine.
+
+    tests/bench/compare_mpi.py [--build build] [-n 2,4] [--ops all_reduce,...]
+                               [-b 4K] [-e 64M] [--gloo] [--json OUT]
+
+For each world size and op it runs build/daemon/rank/px-coll-bench (forks
+its own ranks, standalone bootstrap) and then ../shared/peers/mpi_coll_bench.c
+(built here with mpicc into BUILD/tests/bench/, run with
+`mpirun --allow-run-as-root --oversubscribe -np N`), both fp32 SUM, sizes x4,
+200 timed iterations below 1 MiB and 20 from 1 MiB up, and prints per size
+both busbw figures (nccl-tests bus factors) and the ratio ours / Open MPI.
+--gloo adds PyTorch's CPU backend (gloo_allreduce.py) for all-reduce at
+16 MiB. Not a timed test: a benchmark to run by hand (the machine should be
+otherwise idle; figures on a shared 2-core machine move by 10-20%).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PEER = os.path.join(os.path.dirname(ROOT), "shared", "peers", "mpi_coll_bench.c")
+
+
+def parse_bytes(s):
+    m = re.fullmatch(r"(\d+)([KMG]?)(i?B)?", s.strip(), re.I)
+    if not m:
+        raise argparse.ArgumentTypeError("bad size %r" % s)
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
+
+
+def build_peer(build):
+    out_dir = os.path.join(build, "tests", "bench")
+    os.makedirs(out_dir, exist_ok=True)
+    exe = os.path.join(out_dir, "mpi_coll_bench")
+    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(PEER):
+        subprocess.run(["mpicc", "-O2", "-o", exe, PEER], check=True)
+    return exe
+
+
+def run_ours(bench, n, op, minb, maxb):
+    cmd = [bench, "-n", str(n), "--op", op, "-b", str(minb), "-e", str(maxb), "-f", "4",
+           "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr[-2000:])
+        raise RuntimeError("%s exited %d" % (" ".join(cmd), p.returncode))
+    return {r["size"]: r for r in json.loads(p.stdout)["rows"]}
+
+
+def run_mpi(exe, n, op, minb, maxb):
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), exe, op,
+           str(minb), str(maxb)]
+    env = dict(os.environ)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-2000:] + p.stderr[-2000:])
+        raise RuntimeError("%s exited %d" % (" ".join(cmd), p.returncode))
+    rows = {}
+    for line in p.stdout.splitlines():
+        f = line.split()
+        if len(f) == 5 and not line.startswith("#"):
+            rows[int(f[0])] = {"size": int(f[0]), "count": int(f[1]), "time_us": float(f[2]),
+                               "algbw": float(f[3]), "busbw": float(f[4])}
+    return rows
+
+
+def run_gloo(n, nbytes, iters):
+    cmd = ["/usr/bin/python3", os.path.join(HERE, "gloo_allreduce.py"), "-n", str(n), "-s",
+           str(nbytes), "-i", str(iters)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr[-2000:])
+        raise RuntimeError("%s exited %d" % (" ".join(cmd), p.returncode))
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("-n", "--ranks", default="2,4")
+    ap.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all")
+    ap.add_argument("-b", "--min-bytes", type=parse_bytes, default=4096)
+    ap.add_argument("-e", "--max-bytes", type=parse_bytes, default=64 << 20)
+    ap.add_argument("--gloo", action="store_true", help="also Gloo all-reduce at 16 MiB")
+    ap.add_argument("--gloo-bytes", type=parse_bytes, default=16 << 20)
+    ap.add_argument("--json", help="write all figures to this file")
+    a = ap.parse_args()
+
+    bench = os.path.join(a.build, "daemon", "rank", "px-coll-bench")
+    if not os.access(bench, os.X_OK):
+        sys.exit("compare_mpi: %s not built (ninja -C %s)" % (bench, a.build))
+    peer = build_peer(a.build)
+    results = []
+    worst = {}
+    for n in [int(x) for x in a.ranks.split(",")]:
+        for op in a.ops.split(","):
+            ours = run_ours(bench, n, op, a.min_bytes, a.max_bytes)
+            mpi = run_mpi(peer, n, op, a.min_bytes, a.max_bytes)
+            print("# %s, %d ranks, fp32 sum: busbw (GB/s), parallax / Open MPI" % (op, n))
+            print("#%12s %10s %10s %10s %10s %7s" % ("size(B)", "px_us", "mpi_us", "px_busbw",
+                                                     "mpi_busbw", "ratio"))
+            for size in sorted(set(ours) & set(mpi)):
+                o, m = ours[size], mpi[size]
+                ratio = m["time_us"] / o["time_us"] if o["time_us"] > 0 else 0.0
+                goal = 1.0 if size >= (1 << 20) else 0.5
+                flag = "" if ratio >= goal else "  < %.1f" % goal
+                print(" %12d %10.1f %10.1f %10.2f %10.2f %7.2f%s" % (
+                    size, o["time_us"], m["time_us"], o["busbw"], m["busbw"], ratio, flag))
+                results.append({"op": op, "ranks": n, "size": size, "px_time_us": o["time_us"],
+                                "mpi_time_us": m["time_us"], "px_busbw": o["busbw"],
+                                "mpi_busbw": m["busbw"], "ratio": ratio})
+                key = (op, n)
+                worst[key] = min(worst.get(key, 1e9), ratio)
+            sys.stdout.flush()
+    if a.gloo:
+        for n in [int(x) for x in a.ranks.split(",")]:
+            g = run_gloo(n, a.gloo_bytes, 20)
+            o = run_ours(bench, n, "all_reduce", a.gloo_bytes, a.gloo_bytes)[a.gloo_bytes]
+            ratio = g["time_us"] / o["time_us"]
+            print("# all_reduce %d B, %d ranks: parallax busbw %.2f GB/s (%.1f us), Gloo %.2f GB/s "
+                  "(%.1f us): %.2fx" % (a.gloo_bytes, n, o["busbw"], o["time_us"], g["busbw"],
+                                        g["time_us"], ratio))
+            results.append({"op": "all_reduce", "ranks": n, "size": a.gloo_bytes,
+                            "px_time_us": o["time_us"], "gloo_time_us": g["time_us"],
+                            "px_busbw": o["busbw"], "gloo_busbw": g["busbw"], "gloo_ratio": ratio})
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
