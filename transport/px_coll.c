@@ -2,7 +2,9 @@
  *
  * Thin entry points (STYLE.md, "From NCCL"): check the arguments, run the
  * collective header exchange (mismatch detection), then hand the data phase
- * to the algorithm file (coll/ring.c for all-reduce) or run the small
+ * to the algorithm file (all-reduce: coll/rd.c up to PX__RD_MAX_BYTES,
+ * coll/ring.c above; both give bitwise-identical results on every rank, but
+ * not the same bits as each other, since the sum order differs) or run the small
  * algorithm here (binomial-tree broadcast; the barrier is the header
  * exchange itself).
  *
@@ -187,9 +189,19 @@ px_status_t px_allreduce(px_comm_t *comm, const void *sendbuf, void *recvbuf, ui
             memcpy(recvbuf, sendbuf, count * sizeof(float));
         return PX_OK;
     }
-    return px__ring_allreduce_f32(comm, seq, sendbuf, recvbuf, count,
-                                  op == PX_AVG ? 1.0f / (float)comm->size : 1.0f, deadline);
+    {
+        float scale = op == PX_AVG ? 1.0f / (float)comm->size : 1.0f;
+        uint64_t bytes = count * sizeof(float);
+        int rd = px__allreduce_algo == 2 ? bytes <= PX__WINDOW * comm->chunk_bytes
+               : px__allreduce_algo == 1 ? 0
+               : bytes <= PX__RD_MAX_BYTES && bytes <= PX__WINDOW * comm->chunk_bytes;
+        if (rd)
+            return px__rd_allreduce_f32(comm, seq, sendbuf, recvbuf, count, scale, deadline);
+        return px__ring_allreduce_f32(comm, seq, sendbuf, recvbuf, count, scale, deadline);
+    }
 }
+
+int px__allreduce_algo = 0;
 
 /* Binomial tree rooted at `root` (MPICH's MPIR_Bcast_binomial): each rank
  * receives the whole buffer from its parent, then sends it to its children,

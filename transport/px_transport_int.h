@@ -23,8 +23,8 @@
  * src rank makes every receive name its sender (UCX matches tags, not
  * endpoints); the collective sequence number separates consecutive and
  * concurrent collectives (it wraps after 2^20, far beyond what can be in
- * flight); phase separates the header, reduce-scatter, all-gather and
- * broadcast messages of one collective; unit (a pipeline slot index modulo
+ * flight); phase separates the header, reduce-scatter, all-gather,
+ * broadcast and recursive-doubling messages of one collective; unit (a pipeline slot index modulo
  * 512) separates the chunks in flight at once, so correctness does not rest
  * on UCX's in-order matching. Receives use the full 64-bit mask. */
 #ifndef PX_TRANSPORT_INT_H
@@ -46,6 +46,7 @@
 #define PX__PHASE_RS    1u
 #define PX__PHASE_AG    2u
 #define PX__PHASE_BCAST 3u
+#define PX__PHASE_RD    4u
 
 #define PX__MAX_RANKS  (1 << 18)
 #define PX__MAX_COMMS  (1 << 12)
@@ -181,6 +182,20 @@ px_status_t px__check_async(px_comm_t *comm);
  * receives it for the data phase. */
 px_status_t px__coll_begin(px_comm_t *comm, unsigned kind, unsigned dtype, unsigned op,
                            uint64_t count, int root, int64_t deadline, uint32_t *seq_p);
+
+/* All-reduce algorithm choice: messages up to PX__RD_MAX_BYTES use
+ * recursive doubling (latency), larger ones the ring (bandwidth).
+ * px__allreduce_algo forces one (tests): 0 auto, 1 ring, 2 recursive
+ * doubling (still bounded by the scratch size). */
+#define PX__RD_MAX_BYTES (32u * 1024u)
+extern int px__allreduce_algo;
+
+/* --- coll/rd.c --- */
+
+/* Recursive-doubling all-reduce of fp32 SUM (scaled by `scale` at the end),
+ * count * 4 <= PX__WINDOW * chunk_bytes. */
+px_status_t px__rd_allreduce_f32(px_comm_t *comm, uint32_t seq, const float *sendbuf,
+                                 float *recvbuf, uint64_t count, float scale, int64_t deadline);
 
 /* --- coll/ring.c --- */
 

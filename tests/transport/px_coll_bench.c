@@ -2,12 +2,13 @@
  * printed in the nccl-tests layout (as /work/shared/peers/mpi_coll_bench.c
  * prints Open MPI's), so the two read side by side.
  *
- *   px_coll_bench [-n RANKS] [-b MIN_BYTES] [-e MAX_BYTES] [-i ITERS]
+ *   px_coll_bench [-n RANKS] [-b MIN_BYTES] [-e MAX_BYTES] [-i ITERS] [-a auto|ring|rd]
  *
  * Forks RANKS local ranks (standalone bootstrap, px_launch). Sizes go up by 4x from 4 KiB to 64 MiB; fp32, SUM; busbw =
  * algbw * 2(n-1)/n (nccl-tests doc/PERFORMANCE.md). Out-of-place and
  * in-place are timed separately; #wrong counts elements that differ from
- * the exact expected sum. Not a timed test: run it by hand. */
+ * the exact expected sum. -a forces the algorithm (auto: recursive
+ * doubling up to 32 KiB, ring above). Not a timed test: run it by hand. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #include "px_launch.h"
 #include "px_time.h"
+#include "px_transport_int.h" /* px__allreduce_algo */
 
 typedef struct {
     long minb, maxb;
@@ -51,7 +53,9 @@ static int bench_rank(px_launch_rank_t *ctx)
     double factor = 2.0 * (n - 1) / n;
 
     if (r == 0) {
-        printf("# parallax ring all_reduce, %d ranks, fp32 sum, chunk %s bytes\n", n,
+        printf("# parallax all_reduce (%s), %d ranks, fp32 sum, chunk %s bytes\n",
+               px__allreduce_algo == 1 ? "ring" : px__allreduce_algo == 2 ? "recursive doubling"
+                                        : "recursive doubling <= 32 KiB, ring above", n,
                getenv("PX_ALLREDUCE_CHUNK_BYTES") ? getenv("PX_ALLREDUCE_CHUNK_BYTES") : "1048576");
         printf("#%68s %30s\n", "out-of-place", "in-place");
         printf("# %12s %12s %6s %6s %9s %8s %8s %6s %9s %8s %8s %6s\n", "size", "count", "type",
@@ -97,14 +101,17 @@ int main(int argc, char **argv)
     bench_args_t args = {4096, 64L << 20, 0};
     int n = 0, opt;
 
-    while ((opt = getopt(argc, argv, "n:b:e:i:")) != -1) {
+    while ((opt = getopt(argc, argv, "n:b:e:i:a:")) != -1) {
         switch (opt) {
         case 'n': n = atoi(optarg); break;
         case 'b': args.minb = atol(optarg); break;
         case 'e': args.maxb = atol(optarg); break;
         case 'i': args.iters = atoi(optarg); break;
+        case 'a': px__allreduce_algo = !strcmp(optarg, "ring") ? 1 : !strcmp(optarg, "rd") ? 2 : 0;
+            break;
         default:
-            fprintf(stderr, "usage: %s [-n ranks] [-b min_bytes] [-e max_bytes] [-i iters]\n",
+            fprintf(stderr, "usage: %s [-n ranks] [-b min_bytes] [-e max_bytes] [-i iters] "
+                            "[-a auto|ring|rd]\n",
                     argv[0]);
             return 2;
         }

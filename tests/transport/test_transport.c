@@ -35,6 +35,7 @@
 
 #include "px_launch.h"
 #include "px_time.h"
+#include "px_transport_int.h" /* px__allreduce_algo: force ring / recursive doubling */
 
 #define FAIL(...) do { fprintf(stderr, "FAIL rank %d: ", ctx->rank); \
     fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); return 1; } while (0)
@@ -107,9 +108,51 @@ out:
     return ret;
 }
 
+/* Non-integer data: sums now round, so this checks that every rank still
+ * gets the same bits (one owner per block in the ring; a + b == b + a in
+ * recursive doubling) and that the result is close to a double reference. */
+static int check_rounding(px_launch_rank_t *ctx, uint64_t count)
+{
+    int n = ctx->world, r = ctx->rank, ret = 0;
+    float *buf = malloc(count * sizeof(float)), *ref = malloc(count * sizeof(float));
+    px_status_t status;
+
+    for (uint64_t i = 0; i < count; i++)
+        buf[i] = sinf((float)i * 0.37f + (float)r) * 1000.0f + 0.001f * (float)r;
+    status = px_allreduce(ctx->comm, buf, buf, count, PX_FLOAT32, PX_AVG, -1);
+    if (status != PX_OK) {
+        fprintf(stderr, "FAIL rank %d: rounding allreduce: %s\n", r, px_status_str(status));
+        ret = 1;
+        goto out;
+    }
+    for (uint64_t i = 0; i < count; i++) {
+        double want = 0;
+        for (int q = 0; q < n; q++)
+            want += (double)(sinf((float)i * 0.37f + (float)q) * 1000.0f + 0.001f * (float)q);
+        want /= n;
+        if (fabs(buf[i] - want) > 1e-3 + 1e-5 * fabs(want)) {
+            fprintf(stderr, "FAIL rank %d: rounding [%llu] = %.9g, want %.9g\n", r,
+                    (unsigned long long)i, buf[i], want);
+            ret = 1;
+            goto out;
+        }
+    }
+    memcpy(ref, buf, count * sizeof(float));
+    if (px_broadcast(ctx->comm, ref, count * sizeof(float), n - 1, -1) != PX_OK ||
+        memcmp(ref, buf, count * sizeof(float)) != 0) {
+        fprintf(stderr, "FAIL rank %d: rounded result differs from rank %d's\n", r, n - 1);
+        ret = 1;
+    }
+out:
+    free(buf);
+    free(ref);
+    return ret;
+}
+
 static int rank_allreduce(px_launch_rank_t *ctx)
 {
-    static const uint64_t counts[] = {0, 1, 2, 3, 5, 1000003};
+    /* 8192 / 8193 floats: either side of the recursive-doubling threshold */
+    static const uint64_t counts[] = {0, 1, 2, 3, 5, 8192, 8193, 1000003};
     int checked = 0;
     for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
         for (int inplace = 0; inplace < 2; inplace++)
@@ -118,7 +161,9 @@ static int rank_allreduce(px_launch_rank_t *ctx)
                     return 1;
                 checked++;
             }
-    /* AVG with a non-power-of-two world: the owner scales once, everyone agrees */
+    if (check_rounding(ctx, 8191) || check_rounding(ctx, 300007))
+        return 1;
+    checked += 2;
     if (ctx->rank == 0)
         printf("allreduce: %d ranks, %d cases exact and bitwise-equal across ranks\n", ctx->world,
                checked);
@@ -532,6 +577,8 @@ int main(int argc, char **argv)
     if (!strcmp(what, "allreduce") || !strcmp(what, "allreduce_2nodes")) {
         if (!strcmp(what, "allreduce_2nodes"))
             opts.ranks_per_node = (n + 1) / 2;
+        if (argc > 3) /* "ring" or "rd": every count through that algorithm */
+            px__allreduce_algo = !strcmp(argv[3], "ring") ? 1 : !strcmp(argv[3], "rd") ? 2 : 0;
         failed = px_launch(n, rank_allreduce, NULL, &opts, NULL);
     } else if (!strcmp(what, "mismatch")) {
         failed = px_launch(n, rank_mismatch, NULL, &opts, NULL);
