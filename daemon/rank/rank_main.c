@@ -332,11 +332,14 @@ out:
 out_ok:
 #if PX_HAVE_TRANSPORT
     px_comm_destroy(comm);
+    /* the worker goes first: rank 0 waits in px_bootstrap_destroy for every
+     * goodbye, and a worker kept alive there without progress stalls the
+     * other ranks' endpoint flush (px_bootstrap.h) */
+    px_transport_destroy(transport);
     /* a clean bootstrap close only when this rank finished; otherwise the
      * process exit tells rank 0 (and so every peer) that this rank died */
     if (ret == 0)
         px_bootstrap_destroy(bootstrap);
-    px_transport_destroy(transport);
     px_addr_table_free(&table);
 #else
     (void)comm;
