@@ -88,6 +88,29 @@ static const pctl_command_t commands[] = {
      "                     validation file next to OUT, named with \"_val\" before the\n"
      "                     extension (OUT_val.bin)\n",
      pctl_cmd_data},
+    {"bench", "benchmark a collective on the cluster's ranks (nccl-tests table)",
+     "usage: pctl bench [--op OP] [--ranks N] [--min-bytes N] [--max-bytes N] [--dtype T]\n"
+     "                  [--redop OP] [--iters N] [--warmup N] [--step-factor 2|4] [--check]\n"
+     "                  [--name S] [--json]\n"
+     "\n"
+     "Runs a benchmark job (kind \"bench\") on N ranks placed like a training job and\n"
+     "prints, per size, nccl-tests' columns: size (B), count (elements), type, redop,\n"
+     "time (us per collective), algbw and busbw (GB/s; busbw = algbw x bus factor:\n"
+     "all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast,\n"
+     "reduce 1) and #wrong. Exit 0 only if the job completed and nothing was wrong.\n"
+     "  --op OP            all_reduce (default), all_gather, reduce_scatter, all_to_all,\n"
+     "                     broadcast, reduce\n"
+     "  --ranks N          world size (default 2)\n"
+     "  --min-bytes N      first size (default 4K; K/M/G suffixes)\n"
+     "  --max-bytes N      last size (default 64M)\n"
+     "  --step-factor F    sizes grow x2 (default) or x4\n"
+     "  --dtype T          float (default), double, half, bfloat16, int32, int64, uint8\n"
+     "  --redop OP         sum (default), prod, min, max, avg\n"
+     "  --iters N          timed iterations per size (default 200 below 1 MiB, 20 above)\n"
+     "  --warmup N         untimed iterations per size (default 5)\n"
+     "  --check            count elements that differ from the exact result\n"
+     "  --json             print the job and its rows as one JSON object at the end\n",
+     pctl_cmd_bench},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

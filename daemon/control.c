@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "benchstore.h"
 #include "daemon.h"
 #include "px_log.h"
 #include "store.h"
@@ -105,7 +106,10 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
         px_rpc_call_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: missing");
         return;
     }
-    status = px_validate_spec(req->spec, px_nodes_cluster_devices(d), err, sizeof(err));
+    if (px_bench_spec_is(req->spec)) /* issue 3: a collectives benchmark job */
+        status = px_bench_spec_validate(req->spec, px_nodes_cluster_devices(d), err, sizeof(err));
+    else
+        status = px_validate_spec(req->spec, px_nodes_cluster_devices(d), err, sizeof(err));
     if (status != PX_OK) {
         px_info("SubmitJob rejected: %s", err);
         px_rpc_call_fail(call, px_rpc_code_from_status(status), "%s", err);
@@ -133,7 +137,9 @@ static void h_get_job(px_rpc_call_t *call, const ProtobufCMessage *request, void
     if (!job)
         return;
     px_job_to_msg(job, &msg);
+    px_benchstore_fill(d->cfg.state_dir, &msg); /* issue 3: a bench job's rows */
     px_rpc_call_reply(call, &msg.base);
+    px_benchstore_msg_free(&msg);
     px_job_msg_free(&msg);
 }
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "benchstore.h"
 #include "daemon.h"
 #include "px_env.h"
 #include "px_log.h"
@@ -361,9 +362,14 @@ px_status_t px_job_submit(px_daemon_t *d, const Parallax__V1__JobSpec *spec, px_
     job->next = d->jobs;
     d->jobs = job;
     job_save(job);
-    job_event(job, "submitted: name %s, dp %u, %u layers, %u heads, dim %u, seq %u, batch %u, "
-              "%u steps", copy->name, copy->dp, copy->model->layers, copy->model->heads,
-              copy->model->dim, copy->model->seq, copy->batch, copy->steps);
+    if (px_bench_spec_is(copy)) /* issue 3: no model */
+        job_event(job, "submitted: name %s, bench %s on %u ranks, %llu..%llu bytes", copy->name,
+                  copy->bench->op, copy->dp, (unsigned long long)copy->bench->min_bytes,
+                  (unsigned long long)copy->bench->max_bytes);
+    else
+        job_event(job, "submitted: name %s, dp %u, %u layers, %u heads, dim %u, seq %u, batch %u, "
+                  "%u steps", copy->name, copy->dp, copy->model->layers, copy->model->heads,
+                  copy->model->dim, copy->model->seq, copy->batch, copy->steps);
     *job_p = job;
     return PX_OK;
 }
@@ -843,6 +849,10 @@ int px_job_progress(px_daemon_t *d, const Parallax__V1__ReportProgressRequest *r
         px_store_metric_add(d->store, job->id, m);
         job_save(job);
         watchers_notify(job, m);
+    }
+    if (req->rank == 0 && req->n_bench_rows) { /* issue 3: a bench job's rows */
+        px_benchstore_add(job->d->cfg.state_dir, job->id, req->bench_rows, req->n_bench_rows);
+        watchers_notify(job, NULL);
     }
     return 0;
 }

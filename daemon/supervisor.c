@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "benchstore.h"
 #include "daemon.h"
 #include "px_config.h"
 #include "px_env.h"
@@ -257,7 +258,7 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
 {
     const Parallax__V1__JobSpec *s = req->spec;
     const Parallax__V1__ModelSpec *m = s->model;
-    char num[20][32], dir[1024], env_dev[64];
+    char num[20][32], bnum[8][32], dir[1024], env_dev[64];
     char *args[48], *env[256];
     extern char **environ;
     uv_process_options_t opt;
@@ -293,6 +294,10 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
     snprintf(num[n / 2], sizeof(num[0]), fmt, val); args[n] = num[n / 2]; n++; } while (0)
 #define SARG(flag, val) do { args[n++] = (char *)(flag); args[n++] = (char *)(val); } while (0)
     args[n++] = d->rank_bin;
+    if (px_bench_spec_is(s)) { /* issue 3: a benchmark job, --bench-* flags instead */
+        n = px_bench_spec_args(s, args, n, bnum, 8);
+        goto common_args;
+    }
     ARG("--layers", "%u", m->layers);
     ARG("--heads", "%u", m->heads);
     ARG("--dim", "%u", m->dim);
@@ -306,6 +311,7 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
     ARG("--warmup", "%u", s->warmup_steps);
     ARG("--weight-decay", "%.9g", (double)s->weight_decay);
     ARG("--min-lr-ratio", "%.9g", (double)s->min_lr_ratio);
+common_args:
     SARG("--coord", req->coordinator_peer_addr);
     SARG("--job", req->job_id);
     ARG("--rank", "%u", a->rank);
@@ -381,7 +387,8 @@ px_status_t px_supervisor_launch(px_daemon_t *d, const Parallax__V1__LaunchRanks
 
     parallax__v1__launch_ranks_response__init(resp);
     if (!req->job_id || !*req->job_id || strchr(req->job_id, '/') || !req->spec ||
-        !req->spec->model || !req->coordinator || !req->coordinator_peer_addr) {
+        (!req->spec->model && !px_bench_spec_is(req->spec)) || !req->coordinator ||
+        !req->coordinator_peer_addr) {
         snprintf(errbuf, errlen, "malformed LaunchRanks request");
         return PX_ERR_INVALID_ARGUMENT;
     }

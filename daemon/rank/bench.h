@@ -110,4 +110,10 @@ px_status_t px_bench_parse_bytes(const char *s, uint64_t *bytes_p);
 void px_bench_print_header(FILE *out, const px_bench_cfg_t *cfg, int world);
 void px_bench_print_row(FILE *out, const px_bench_row_t *row);
 
+/* parallax-rank's bench mode (bench_rank.c): whether argv asks for it (any
+ * --bench-* flag), and its main (returns the process exit status: 0 done or
+ * stopped by the coordinator, 1 failed, 2 bad arguments). */
+int px_rank_bench_requested(int argc, char **argv);
+int px_rank_bench_main(int argc, char **argv);
+
 #endif

@@ -247,9 +247,10 @@ static int run_rank(main_args_t *a)
     ret = a->wrong ? 3 : 0;
 out:
     px_comm_destroy(comm);
+    /* the worker goes before the bootstrap's clean close (px_bootstrap.h) */
+    px_transport_destroy(tr);
     if (ret == 0)
         px_bootstrap_destroy(bs); /* a clean close; otherwise our exit reports the failure */
-    px_transport_destroy(tr);
     px_addr_table_free(&table);
     return ret;
 }

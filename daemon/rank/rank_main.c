@@ -36,6 +36,9 @@
 #if PX_HAVE_RANK_LINK
 #include "px_rank_link.h"
 #endif
+#if PX_HAVE_BENCH
+#include "bench.h" /* --bench-* flags: collectives benchmark mode (bench_rank.c) */
+#endif
 
 typedef struct rank_args {
     px_train_config_t cfg;
@@ -235,6 +238,10 @@ int main(int argc, char **argv)
     px_addr_table_t table = {0};
 #endif
 
+#if PX_HAVE_BENCH
+    if (px_rank_bench_requested(argc, argv))
+        return px_rank_bench_main(argc, argv);
+#endif
     if (parse_args(argc, argv, &a))
         return 2;
     if (a.coord) {
