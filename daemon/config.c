@@ -1,8 +1,11 @@
 /* config.c: parallaxd's command line and inih config file (see config.h).
  *
  * Runs once on the main thread before the event loop starts. The command
- * line wins over the file: options are parsed twice, first only to find
- * --config, then the file is applied, then every other option. */
+ * line wins over the file, the file over the environment: options are
+ * parsed twice, first only to find --config, then the file is applied, then
+ * every other option. The file is read whole and fed to inih line by line
+ * through ini_parse_stream with a counting reader, so each value knows its
+ * line and an unknown key is reported as FILE:LINE. */
 #include "config.h"
 
 #include <errno.h>
@@ -10,40 +13,79 @@
 #include <ini.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "px_log.h"
 
-enum { OPT_LISTEN = 1000, OPT_PEER_LISTEN, OPT_STATE_DIR, OPT_RUNTIME_DIR, OPT_DEVICES,
-       OPT_PEERS, OPT_NAME, OPT_CONFIG, OPT_PRINT_CONFIG, OPT_HELP };
+/* Keys: index into cfg->source; option value = OPT_BASE + index. */
+enum { K_NAME, K_LISTEN, K_PEER_LISTEN, K_STATE_DIR, K_RUNTIME_DIR, K_DEVICES, K_PEERS,
+       K_HEARTBEAT, K_PEER_DEAD, K_COLL_TIMEOUT, K_KILL_GRACE, K_LOG_LEVEL, K_TOKEN_FILE,
+       K_CONTROL_GROUP, K_CONTROL_REMOTE, K_COUNT };
+_Static_assert(K_COUNT == PXD_CFG_KEYS, "PXD_CFG_KEYS matches the key table");
 
-static const struct option long_opts[] = {
-    {"listen", required_argument, NULL, OPT_LISTEN},
-    {"peer-listen", required_argument, NULL, OPT_PEER_LISTEN},
-    {"state-dir", required_argument, NULL, OPT_STATE_DIR},
-    {"runtime-dir", required_argument, NULL, OPT_RUNTIME_DIR},
-    {"devices", required_argument, NULL, OPT_DEVICES},
-    {"peers", required_argument, NULL, OPT_PEERS},
-    {"name", required_argument, NULL, OPT_NAME},
-    {"config", required_argument, NULL, OPT_CONFIG},
-    {"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
-    {"help", no_argument, NULL, OPT_HELP},
-    {NULL, 0, NULL, 0},
+enum { OPT_BASE = 1000, OPT_CONFIG = 2000, OPT_PRINT_CONFIG, OPT_HELP };
+
+typedef struct {
+    const char *key;
+    const char *env;        /* PX_* knob this key mirrors, or NULL */
+    const char *def;
+    const char *help;
+} key_t_;
+
+static const key_t_ keys[K_COUNT] = {
+    [K_NAME] = {"name", NULL, NULL, "node name (default: hostname); job ids embed it"},
+    [K_LISTEN] = {"listen", NULL, "127.0.0.1:7070",
+                  "Control service host:port (loopback only unless control-remote)"},
+    [K_PEER_LISTEN] = {"peer-listen", NULL, "127.0.0.1:7071", "Peer service host:port"},
+    [K_STATE_DIR] = {"state-dir", NULL, "/var/lib/parallax", "database, lock and rank logs"},
+    [K_RUNTIME_DIR] = {"runtime-dir", NULL, "/run/parallax", "control.sock"},
+    [K_DEVICES] = {"devices", NULL, "cpu:1", "cpu:N: N virtual CPU devices"},
+    [K_PEERS] = {"peers", NULL, "", "peer-listen addresses of the other daemons, A,B,..."},
+    [K_HEARTBEAT] = {"heartbeat-ms", "PX_HEARTBEAT_MS", "1000", "heartbeat period (ms)"},
+    [K_PEER_DEAD] = {"peer-dead-ms", "PX_PEER_DEAD_MS", "10000",
+                     "heartbeat timeout: a peer silent this long is down (ms)"},
+    [K_COLL_TIMEOUT] = {"collective-timeout-ms", "PX_COMM_TIMEOUT_MS", "60000",
+                        "deadline of one collective in the ranks (ms)"},
+    [K_KILL_GRACE] = {"kill-grace-ms", "PX_KILL_GRACE_MS", "3000",
+                      "SIGTERM to SIGKILL grace when stopping ranks (ms)"},
+    [K_LOG_LEVEL] = {"log-level", "PX_LOG_LEVEL", "info", "error, warn, info, debug"},
+    [K_TOKEN_FILE] = {"token-file", NULL, "",
+                      "file holding the cluster token (empty: no token)"},
+    [K_CONTROL_GROUP] = {"control-group", NULL, "", "group owning control.sock (mode 0660)"},
+    [K_CONTROL_REMOTE] = {"control-remote", NULL, "no",
+                          "yes: --listen may be a non-loopback address"},
 };
+
+static struct option long_opts[K_COUNT + 4];
+
+static void init_opts(void)
+{
+    for (int i = 0; i < K_COUNT; i++)
+        long_opts[i] = (struct option){keys[i].key, required_argument, NULL, OPT_BASE + i};
+    long_opts[K_COUNT] = (struct option){"config", required_argument, NULL, OPT_CONFIG};
+    long_opts[K_COUNT + 1] = (struct option){"print-config", no_argument, NULL, OPT_PRINT_CONFIG};
+    long_opts[K_COUNT + 2] = (struct option){"help", no_argument, NULL, OPT_HELP};
+    long_opts[K_COUNT + 3] = (struct option){NULL, 0, NULL, 0};
+}
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: parallaxd [options]\n"
-            "  --listen ADDR        Control service host:port (default 127.0.0.1:7070)\n"
-            "  --peer-listen ADDR   Peer service host:port (default 127.0.0.1:7071)\n"
-            "  --state-dir DIR      database, lock and rank logs (default /var/lib/parallax)\n"
-            "  --runtime-dir DIR    control.sock (default /run/parallax)\n"
-            "  --devices cpu:N      N virtual CPU devices (default cpu:1)\n"
-            "  --peers A,B,...      Peer addresses of the other daemons\n"
-            "  --name NODE          node name (default: hostname)\n"
-            "  --config FILE        inih file (default " PXD_DEFAULT_CONFIG " if present)\n"
-            "  --print-config       print the effective configuration and PX_* knobs, exit\n");
+    fprintf(out, "usage: parallaxd [options]   (each option is also a key of the config file)\n");
+    for (int i = 0; i < K_COUNT; i++) {
+        char opt[64];
+        snprintf(opt, sizeof(opt), "--%s V", keys[i].key);
+        fprintf(out, "  %-26s %s", opt, keys[i].help);
+        if (keys[i].def && *keys[i].def)
+            fprintf(out, " (default %s)", keys[i].def);
+        if (keys[i].env)
+            fprintf(out, " [env %s]", keys[i].env);
+        fputc('\n', out);
+    }
+    fprintf(out, "  %-26s inih file (default " PXD_DEFAULT_CONFIG " if present)\n",
+            "--config FILE");
+    fprintf(out, "  %-26s print the effective configuration with sources, exit\n",
+            "--print-config");
 }
 
 static int set_str(char **dst, const char *v)
@@ -62,13 +104,13 @@ static px_status_t set_devices(px_daemon_config_t *cfg, const char *v)
     long n;
 
     if (strncmp(v, "cpu:", 4) != 0) {
-        px_error("--devices %s: expected cpu:N (CUDA devices are not supported yet)", v);
+        px_error("devices %s: expected cpu:N (CUDA devices are not supported yet)", v);
         return PX_ERR_INVALID_ARGUMENT;
     }
     errno = 0;
     n = strtol(v + 4, &end, 10);
     if (errno || end == v + 4 || *end || n < 1 || n > 4096) {
-        px_error("--devices %s: N must be an integer in 1..4096", v);
+        px_error("devices %s: N must be an integer in 1..4096", v);
         return PX_ERR_INVALID_ARGUMENT;
     }
     if (set_str(&cfg->devices, v))
@@ -90,8 +132,8 @@ static px_status_t set_peers(px_daemon_config_t *cfg, const char *v)
     cfg->n_peers = 0;
     for (tok = strtok_r(copy, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
         char **p;
-        if (!strchr(tok, ':')) {
-            px_error("--peers: '%s' is not host:port", tok);
+        if (!strchr(tok, ':') || strlen(tok) > 255) {
+            px_error("peers: '%s' is not host:port", tok);
             free(copy);
             return PX_ERR_INVALID_ARGUMENT;
         }
@@ -101,60 +143,249 @@ static px_status_t set_peers(px_daemon_config_t *cfg, const char *v)
             return PX_ERR_NO_MEMORY;
         }
         cfg->peers = p;
-        cfg->peers[cfg->n_peers++] = strdup(tok);
+        cfg->peers[cfg->n_peers] = strdup(tok);
+        if (!cfg->peers[cfg->n_peers]) {
+            free(copy);
+            return PX_ERR_NO_MEMORY;
+        }
+        cfg->n_peers++;
     }
     free(copy);
     return PX_OK;
 }
 
-static px_status_t apply(px_daemon_config_t *cfg, int opt, const char *v)
+static px_status_t set_ms(long *dst, const char *key, const char *v, long lo, long hi)
 {
-    switch (opt) {
-    case OPT_LISTEN: return set_str(&cfg->listen, v) ? PX_ERR_NO_MEMORY : PX_OK;
-    case OPT_PEER_LISTEN: return set_str(&cfg->peer_listen, v) ? PX_ERR_NO_MEMORY : PX_OK;
-    case OPT_STATE_DIR: return set_str(&cfg->state_dir, v) ? PX_ERR_NO_MEMORY : PX_OK;
-    case OPT_RUNTIME_DIR: return set_str(&cfg->runtime_dir, v) ? PX_ERR_NO_MEMORY : PX_OK;
-    case OPT_DEVICES: return set_devices(cfg, v);
-    case OPT_PEERS: return set_peers(cfg, v);
-    case OPT_NAME:
-        if (!*v || strlen(v) > 63 || strchr(v, '/')) {
-            px_error("--name '%s': must be 1..63 characters without '/'", v);
+    char *end;
+    long n;
+
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < lo || n > hi) {
+        px_error("%s %s: must be an integer in %ld..%ld (ms)", key, v, lo, hi);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    *dst = n;
+    return PX_OK;
+}
+
+/* Empty means "unset" for the optional paths. */
+static px_status_t set_opt_str(char **dst, const char *v)
+{
+    if (!*v) {
+        free(*dst);
+        *dst = NULL;
+        return PX_OK;
+    }
+    return set_str(dst, v) ? PX_ERR_NO_MEMORY : PX_OK;
+}
+
+static px_status_t apply(px_daemon_config_t *cfg, int k, const char *v)
+{
+    switch (k) {
+    case K_LISTEN:
+    case K_PEER_LISTEN:
+        if (!*v || strlen(v) > 255) {
+            px_error("%s '%s': expected host:port", keys[k].key, v);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        return set_str(k == K_LISTEN ? &cfg->listen : &cfg->peer_listen, v) ? PX_ERR_NO_MEMORY
+                                                                             : PX_OK;
+    case K_STATE_DIR:
+    case K_RUNTIME_DIR:
+        if (!*v || strlen(v) > 900) {
+            px_error("%s '%s': expected a directory path (at most 900 bytes)", keys[k].key, v);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        return set_str(k == K_STATE_DIR ? &cfg->state_dir : &cfg->runtime_dir, v)
+                   ? PX_ERR_NO_MEMORY
+                   : PX_OK;
+    case K_DEVICES: return set_devices(cfg, v);
+    case K_PEERS: return set_peers(cfg, v);
+    case K_NAME:
+        if (!*v || strlen(v) > 63 || strchr(v, '/') || strchr(v, ' ')) {
+            px_error("name '%s': must be 1..63 characters without '/' or ' '", v);
             return PX_ERR_INVALID_ARGUMENT;
         }
         return set_str(&cfg->name, v) ? PX_ERR_NO_MEMORY : PX_OK;
+    case K_HEARTBEAT: return set_ms(&cfg->heartbeat_ms, keys[k].key, v, 10, 600000);
+    case K_PEER_DEAD: return set_ms(&cfg->peer_dead_ms, keys[k].key, v, 100, 86400000);
+    case K_COLL_TIMEOUT: return set_ms(&cfg->coll_timeout_ms, keys[k].key, v, 100, 86400000);
+    case K_KILL_GRACE: return set_ms(&cfg->kill_grace_ms, keys[k].key, v, 0, 600000);
+    case K_LOG_LEVEL:
+        if (strcasecmp(v, "error") && strcasecmp(v, "warn") && strcasecmp(v, "info") &&
+            strcasecmp(v, "debug")) {
+            px_error("log-level '%s': expected error, warn, info or debug", v);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        return set_str(&cfg->log_level, v) ? PX_ERR_NO_MEMORY : PX_OK;
+    case K_TOKEN_FILE: return set_opt_str(&cfg->token_file, v);
+    case K_CONTROL_GROUP: return set_opt_str(&cfg->control_group, v);
+    case K_CONTROL_REMOTE:
+        if (!strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcmp(v, "1") ||
+            !strcasecmp(v, "on"))
+            cfg->control_remote = 1;
+        else if (!strcasecmp(v, "no") || !strcasecmp(v, "false") || !strcmp(v, "0") ||
+                 !strcasecmp(v, "off"))
+            cfg->control_remote = 0;
+        else {
+            px_error("control-remote '%s': expected yes or no", v);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        return PX_OK;
     }
     return PX_ERR_INVALID_ARGUMENT;
 }
 
+px_status_t px_daemon_config_defaults(px_daemon_config_t *cfg)
+{
+    char host[256];
+    px_status_t status;
+
+    memset(cfg, 0, sizeof(*cfg));
+    for (int k = 0; k < K_COUNT; k++) {
+        const char *v = keys[k].def;
+        const char *env = keys[k].env ? getenv(keys[k].env) : NULL;
+        snprintf(cfg->source[k], sizeof(cfg->source[k]), "default");
+        if (k == K_NAME) {
+            if (gethostname(host, sizeof(host)) != 0)
+                snprintf(host, sizeof(host), "localhost");
+            host[63] = '\0';
+            for (char *p = host; *p; p++)
+                if (*p == '/' || *p == ' ')
+                    *p = '-';
+            v = host;
+        }
+        if (env && *env) {
+            if (apply(cfg, k, env) == PX_OK) {
+                snprintf(cfg->source[k], sizeof(cfg->source[k]), "env %s", keys[k].env);
+                continue;
+            }
+            px_warn("ignoring %s=%s", keys[k].env, env);
+        }
+        status = apply(cfg, k, v);
+        if (status != PX_OK) {
+            px_daemon_config_free(cfg);
+            return status;
+        }
+    }
+    return PX_OK;
+}
+
+/* ------------------------------------------------------------- the file */
+
 typedef struct {
     px_daemon_config_t *cfg;
+    const char *origin;
+    const char *text;
+    size_t len, pos;
+    int line;                 /* of the line inih is handling */
     px_status_t status;
 } ini_ctx_t;
+
+/* ini_reader over a memory buffer: one line (with its '\n') per call. */
+static char *read_line(char *str, int num, void *stream)
+{
+    ini_ctx_t *ctx = stream;
+    size_t n = 0;
+
+    if (ctx->pos >= ctx->len || num < 2)
+        return NULL;
+    while (ctx->pos < ctx->len && n < (size_t)num - 1) {
+        char c = ctx->text[ctx->pos++];
+        str[n++] = c == '\0' ? ' ' : c;
+        if (c == '\n')
+            break;
+    }
+    str[n] = '\0';
+    ctx->line++;
+    return str;
+}
 
 static int on_ini_key(void *user, const char *section, const char *key, const char *value)
 {
     ini_ctx_t *ctx = user;
-    for (const struct option *o = long_opts; o->name; o++) {
-        if (!strcmp(o->name, key) && o->has_arg == required_argument && o->val != OPT_CONFIG) {
-            px_status_t s = apply(ctx->cfg, o->val, value);
-            if (s != PX_OK && ctx->status == PX_OK)
-                ctx->status = s;
-            return s == PX_OK;
+    px_status_t s;
+
+    if (ctx->status != PX_OK)
+        return 0;
+    for (int k = 0; k < K_COUNT; k++) {
+        if (strcmp(keys[k].key, key))
+            continue;
+        s = apply(ctx->cfg, k, value ? value : "");
+        if (s != PX_OK) {
+            px_error("%s:%d: bad value for key '%s'", ctx->origin, ctx->line, key);
+            ctx->status = s;
+            return 0;
         }
+        snprintf(ctx->cfg->source[k], sizeof(ctx->cfg->source[k]), "%s:%d", ctx->origin,
+                 ctx->line);
+        return 1;
     }
-    px_error("%s: unknown key '%s' in section [%s]", ctx->cfg->config_file, key, section);
+    px_error("%s:%d: unknown key '%s'%s%s%s", ctx->origin, ctx->line, key,
+             section && *section ? " in section [" : "", section ? section : "",
+             section && *section ? "]" : "");
     ctx->status = PX_ERR_INVALID_ARGUMENT;
     return 0;
 }
 
-px_status_t px_daemon_config_parse(int argc, char **argv, px_daemon_config_t *cfg)
+px_status_t px_daemon_config_apply_ini(px_daemon_config_t *cfg, const char *origin,
+                                       const char *text, size_t len)
 {
-    px_daemon_config_t c = {0};
-    const char *config_file = NULL;
-    int explicit_config = 0, opt;
-    char host[256];
+    ini_ctx_t ctx = {cfg, origin, text, len, 0, 0, PX_OK};
+    int ret = ini_parse_stream(read_line, &ctx, on_ini_key, &ctx);
+
+    if (ctx.status != PX_OK)
+        return ctx.status;
+    if (ret != 0) {
+        px_error("%s:%d: syntax error (expected key = value or [section])", origin, ret);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    return PX_OK;
+}
+
+static px_status_t apply_file(px_daemon_config_t *cfg, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    size_t len = 0, cap = 0, got;
     px_status_t status;
 
+    if (!f) {
+        px_error("config file %s: cannot open: %s", path, strerror(errno));
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    do {
+        if (len + 4096 > cap) {
+            char *t;
+            cap = cap ? cap * 2 : 8192;
+            if (cap > (16u << 20) || !(t = realloc(text, cap))) {
+                px_error("config file %s: too large", path);
+                free(text);
+                fclose(f);
+                return PX_ERR_INVALID_ARGUMENT;
+            }
+            text = t;
+        }
+        got = fread(text + len, 1, cap - len, f);
+        len += got;
+    } while (got > 0);
+    fclose(f);
+    status = px_daemon_config_apply_ini(cfg, path, text ? text : "", len);
+    free(text);
+    return status;
+}
+
+/* ------------------------------------------------------------- argv */
+
+px_status_t px_daemon_config_parse(int argc, char **argv, px_daemon_config_t *cfg)
+{
+    px_daemon_config_t c;
+    const char *config_file = NULL;
+    int explicit_config = 0, opt, print = 0;
+    px_status_t status;
+
+    init_opts();
     /* pass 1: --config and --help */
     opterr = 0;
     optind = 1;
@@ -176,51 +407,40 @@ px_status_t px_daemon_config_parse(int argc, char **argv, px_daemon_config_t *cf
         return PX_ERR_INVALID_ARGUMENT;
     }
 
-    if (set_str(&c.listen, "127.0.0.1:7070") || set_str(&c.peer_listen, "127.0.0.1:7071") ||
-        set_str(&c.state_dir, "/var/lib/parallax") || set_str(&c.runtime_dir, "/run/parallax")) {
-        status = PX_ERR_NO_MEMORY;
-        goto err;
-    }
-    PX_CHECK_GOTO(set_devices(&c, "cpu:1"), status, err);
-    if (gethostname(host, sizeof(host)) != 0)
-        snprintf(host, sizeof(host), "localhost");
-    host[sizeof(host) - 1] = '\0';
-    host[63] = '\0';
-    if (set_str(&c.name, host)) {
-        status = PX_ERR_NO_MEMORY;
-        goto err;
-    }
-
+    PX_CHECK(px_daemon_config_defaults(&c));
     if (!config_file && access(PXD_DEFAULT_CONFIG, R_OK) == 0)
         config_file = PXD_DEFAULT_CONFIG;
     if (config_file) {
-        ini_ctx_t ctx = {&c, PX_OK};
-        int ret;
-        set_str(&c.config_file, config_file);
-        ret = ini_parse(config_file, on_ini_key, &ctx);
-        if (ret < 0 && (explicit_config || access(config_file, F_OK) == 0)) {
-            px_error("config file %s: cannot open: %s", config_file, strerror(errno));
-            status = PX_ERR_INVALID_ARGUMENT;
+        if (set_str(&c.config_file, config_file)) {
+            status = PX_ERR_NO_MEMORY;
             goto err;
         }
-        if (ret > 0 || ctx.status != PX_OK) {
-            px_error("config file %s: error at line %d", config_file, ret);
-            status = ctx.status != PX_OK ? ctx.status : PX_ERR_INVALID_ARGUMENT;
-            goto err;
-        }
+        if (explicit_config || access(config_file, F_OK) == 0)
+            PX_CHECK_GOTO(apply_file(&c, config_file), status, err);
     }
 
     /* pass 2: everything else; the command line wins */
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+        int k = opt - OPT_BASE;
         if (opt == OPT_CONFIG || opt == OPT_HELP)
             continue;
         if (opt == OPT_PRINT_CONFIG) {
-            c.print_config = 1;
+            print = 1;
             continue;
         }
-        PX_CHECK_GOTO(apply(&c, opt, optarg), status, err);
+        if (k < 0 || k >= K_COUNT) {
+            status = PX_ERR_INVALID_ARGUMENT;
+            goto err;
+        }
+        status = apply(&c, k, optarg);
+        if (status != PX_OK) {
+            px_error("option --%s: bad value", keys[k].key);
+            goto err;
+        }
+        snprintf(c.source[k], sizeof(c.source[k]), "command line");
     }
+    c.print_config = print;
     *cfg = c;
     return PX_OK;
 
@@ -229,19 +449,62 @@ err:
     return status;
 }
 
+void px_daemon_config_export(const px_daemon_config_t *cfg)
+{
+    char buf[32];
+    const long *ms[K_COUNT] = {[K_HEARTBEAT] = &cfg->heartbeat_ms,
+                               [K_PEER_DEAD] = &cfg->peer_dead_ms,
+                               [K_COLL_TIMEOUT] = &cfg->coll_timeout_ms,
+                               [K_KILL_GRACE] = &cfg->kill_grace_ms};
+
+    for (int k = 0; k < K_COUNT; k++) {
+        if (!ms[k])
+            continue;
+        snprintf(buf, sizeof(buf), "%ld", *ms[k]);
+        setenv(keys[k].env, buf, 1);
+    }
+    setenv(keys[K_LOG_LEVEL].env, cfg->log_level, 1);
+}
+
+static void print_kv(FILE *out, const px_daemon_config_t *cfg, int k, const char *v)
+{
+    fprintf(out, "%-22s = %-30s # %s\n", keys[k].key, v, cfg->source[k]);
+}
+
 void px_daemon_config_print(const px_daemon_config_t *cfg, FILE *out)
 {
-    fprintf(out, "config-file = %s\n", cfg->config_file ? cfg->config_file : "(none)");
-    fprintf(out, "name = %s\n", cfg->name);
-    fprintf(out, "listen = %s\n", cfg->listen);
-    fprintf(out, "peer-listen = %s\n", cfg->peer_listen);
-    fprintf(out, "state-dir = %s\n", cfg->state_dir);
-    fprintf(out, "runtime-dir = %s\n", cfg->runtime_dir);
-    fprintf(out, "devices = %s\n", cfg->devices);
-    fprintf(out, "peers = ");
+    char buf[64], *peers;
+    size_t plen = 1;
+
+    fprintf(out, "%-22s = %s\n", "config-file", cfg->config_file ? cfg->config_file : "(none)");
+    print_kv(out, cfg, K_NAME, cfg->name);
+    print_kv(out, cfg, K_LISTEN, cfg->listen);
+    print_kv(out, cfg, K_PEER_LISTEN, cfg->peer_listen);
+    print_kv(out, cfg, K_STATE_DIR, cfg->state_dir);
+    print_kv(out, cfg, K_RUNTIME_DIR, cfg->runtime_dir);
+    print_kv(out, cfg, K_DEVICES, cfg->devices);
     for (int i = 0; i < cfg->n_peers; i++)
-        fprintf(out, "%s%s", i ? "," : "", cfg->peers[i]);
-    fprintf(out, "\n");
+        plen += strlen(cfg->peers[i]) + 1;
+    peers = calloc(1, plen);
+    for (int i = 0; peers && i < cfg->n_peers; i++) {
+        if (i)
+            strcat(peers, ",");
+        strcat(peers, cfg->peers[i]);
+    }
+    print_kv(out, cfg, K_PEERS, peers ? peers : "?");
+    free(peers);
+    snprintf(buf, sizeof(buf), "%ld", cfg->heartbeat_ms);
+    print_kv(out, cfg, K_HEARTBEAT, buf);
+    snprintf(buf, sizeof(buf), "%ld", cfg->peer_dead_ms);
+    print_kv(out, cfg, K_PEER_DEAD, buf);
+    snprintf(buf, sizeof(buf), "%ld", cfg->coll_timeout_ms);
+    print_kv(out, cfg, K_COLL_TIMEOUT, buf);
+    snprintf(buf, sizeof(buf), "%ld", cfg->kill_grace_ms);
+    print_kv(out, cfg, K_KILL_GRACE, buf);
+    print_kv(out, cfg, K_LOG_LEVEL, cfg->log_level);
+    print_kv(out, cfg, K_TOKEN_FILE, cfg->token_file ? cfg->token_file : "");
+    print_kv(out, cfg, K_CONTROL_GROUP, cfg->control_group ? cfg->control_group : "");
+    print_kv(out, cfg, K_CONTROL_REMOTE, cfg->control_remote ? "yes" : "no");
 }
 
 void px_daemon_config_free(px_daemon_config_t *cfg)
@@ -255,6 +518,9 @@ void px_daemon_config_free(px_daemon_config_t *cfg)
         free(cfg->peers[i]);
     free(cfg->peers);
     free(cfg->name);
+    free(cfg->log_level);
+    free(cfg->token_file);
+    free(cfg->control_group);
     free(cfg->config_file);
     memset(cfg, 0, sizeof(*cfg));
 }

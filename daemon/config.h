@@ -1,10 +1,14 @@
 /* config.h: parallaxd's effective configuration.
  *
- * Sources, lowest priority first: built-in defaults, the inih file
- * (--config FILE, else /etc/parallax/parallaxd.conf when it exists), the
- * command line. The file's keys are the long option names (listen,
- * peer-listen, state-dir, runtime-dir, devices, peers, name), in any section
- * or none. Main thread only. */
+ * Sources, lowest priority first: built-in defaults, the environment (only
+ * for the keys that mirror a PX_* knob), the inih file (--config FILE, else
+ * /etc/parallax/parallaxd.conf when it exists), the command line. Every key
+ * of the file is also a long option of the same name (listen, peer-listen,
+ * state-dir, runtime-dir, devices, peers, name, heartbeat-ms, peer-dead-ms,
+ * collective-timeout-ms, kill-grace-ms, log-level, token-file,
+ * control-group, control-remote), in any section or none; an unknown key is
+ * an error naming the key and its line. Each value remembers where it came
+ * from, for --print-config. Main thread only. */
 #ifndef PXD_CONFIG_H
 #define PXD_CONFIG_H
 
@@ -13,6 +17,8 @@
 #include "px_status.h"
 
 #define PXD_DEFAULT_CONFIG "/etc/parallax/parallaxd.conf"
+#define PXD_CFG_SOURCE_MAX 1100
+#define PXD_CFG_KEYS 15
 
 typedef struct px_daemon_config {
     char *listen;          /* Control host:port */
@@ -24,17 +30,47 @@ typedef struct px_daemon_config {
     char **peers;          /* Peer addresses of the other daemons */
     int n_peers;
     char *name;            /* node name */
+    long heartbeat_ms;     /* PX_HEARTBEAT_MS */
+    long peer_dead_ms;     /* PX_PEER_DEAD_MS: heartbeat timeout */
+    long coll_timeout_ms;  /* PX_COMM_TIMEOUT_MS, passed to the ranks */
+    long kill_grace_ms;    /* PX_KILL_GRACE_MS */
+    char *log_level;       /* PX_LOG_LEVEL: error, warn, info, debug */
+    char *token_file;      /* cluster token file, or NULL: no token */
+    char *control_group;   /* group owning control.sock, or NULL */
+    int control_remote;    /* 1: --listen may be a non-loopback address */
     char *config_file;     /* file read, or NULL */
     int print_config;      /* --print-config */
+    /* where each key's value came from, indexed like the key table:
+     * "default", "env PX_X", "FILE:LINE", "command line" */
+    char source[PXD_CFG_KEYS][PXD_CFG_SOURCE_MAX];
 } px_daemon_config_t;
 
 /* Parses argv (and the config file it names or the default one). On a bad
- * option or value logs a message naming it and returns
- * PX_ERR_INVALID_ARGUMENT. `cfg` is filled (free with px_daemon_config_free)
- * on PX_OK. --help prints usage and returns PX_ERR_ABORTED. */
+ * option or value logs a message naming it (and the file and line for the
+ * file's keys) and returns PX_ERR_INVALID_ARGUMENT. `cfg` is filled (free
+ * with px_daemon_config_free) on PX_OK. --help prints usage and returns
+ * PX_ERR_ABORTED. Does not touch the environment: see
+ * px_daemon_config_export. */
 px_status_t px_daemon_config_parse(int argc, char **argv, px_daemon_config_t *cfg);
 
-/* Writes the effective configuration, one "key = value" a line. */
+/* Applies inih text `text` (`len` bytes, need not be NUL-terminated) named
+ * `origin` in messages on top of `cfg`, which must hold defaults (from
+ * px_daemon_config_defaults). PX_ERR_INVALID_ARGUMENT naming key and line on
+ * an unknown key or a bad value or a syntax error. Used by the parser and by
+ * the config fuzz target. */
+px_status_t px_daemon_config_apply_ini(px_daemon_config_t *cfg, const char *origin,
+                                       const char *text, size_t len);
+
+/* Fills `cfg` with the built-in defaults and the PX_* environment. */
+px_status_t px_daemon_config_defaults(px_daemon_config_t *cfg);
+
+/* Sets the PX_* variables mirrored by config keys (heartbeat, peer timeout,
+ * collective timeout, kill grace, log level) to their effective values, so
+ * the daemon's knobs and the ranks it spawns see them. Call before the first
+ * px_env_int() of those names. */
+void px_daemon_config_export(const px_daemon_config_t *cfg);
+
+/* Writes the effective configuration, one "key = value  # source" a line. */
 void px_daemon_config_print(const px_daemon_config_t *cfg, FILE *out);
 
 void px_daemon_config_free(px_daemon_config_t *cfg);
