@@ -151,6 +151,7 @@ struct px_daemon {
     px_local_rank_t *local_ranks;
     int async_inflight;                /* px_rpc_call_async not yet completed */
     int stopping;
+    int rebooted;                      /* boot id differs from the last run's */
     int64_t stop_deadline_ms;
     int exit_code;
 };

@@ -268,10 +268,13 @@ static void on_load(void *arg, px_job_t *t, Parallax__V1__JobSpec *spec)
     note_seq(d, job->id);
     if (is_placed_active(job) && !strcmp(job->coordinator, d->cfg.name)) {
         job->state = PARALLAX__V1__JOB_STATE__JOB_FAILED;
-        snprintf(job->reason, sizeof(job->reason), "daemon restarted");
+        snprintf(job->reason, sizeof(job->reason), "%s",
+                 d->rebooted ? "node rebooted (boot id changed) while the job was active"
+                             : "coordinator daemon restarted (crashed or killed) while the "
+                               "job was active; its ranks were stopped");
         job->finished_ms = px_time_wall_ms();
         job_save(job);
-        job_event(job, "FAILED: daemon restarted while the job was active");
+        job_event(job, "FAILED: %s", job->reason);
     }
 }
 

@@ -4,7 +4,10 @@
  * were active become FAILED "daemon restarted") -> loop, gRPC completion
  * queue (notify = uv_async_send; the async callback drains it) -> Control
  * and Peer servers (a used port fails here: exit 1) -> heartbeats ->
- * sd_notify READY=1.
+ * sd_notify READY=1 (both ports bound, database open). While running, a
+ * service timer sends STATUS= (jobs running / queued, local ranks) and,
+ * when systemd asked for it (WatchdogSec), WATCHDOG=1 at half the watchdog
+ * period; it runs on the loop, so a stuck loop stops the pings.
  * Stop (SIGINT/SIGTERM): sd_notify STOPPING=1, active jobs this node
  * coordinates fail ("coordinator daemon stopped"), every local rank gets
  * SIGTERM (SIGKILL after PX_KILL_GRACE_MS); once they are gone and
@@ -16,6 +19,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -35,6 +39,12 @@
 #else
 #define notify(s) ((void)0)
 #endif
+
+/* STATUS= period when no watchdog is asked for (ms). */
+#define PXD_STATUS_MS 5000
+
+static uv_timer_t svc_timer;
+static int watchdog_on;
 
 /* ------------------------------------------------------------------ setup */
 
@@ -134,6 +144,103 @@ static void advertise(const char *listen, int port, char *out, size_t len)
         snprintf(out, len, "%s", listen);
 }
 
+/* 1 if host:port names a loopback address (127.0.0.0/8, ::1, localhost). */
+static int is_loopback(const char *hostport)
+{
+    return !strncmp(hostport, "127.", 4) || !strncmp(hostport, "[::1]:", 6) ||
+           !strncmp(hostport, "localhost:", 10) || !strncmp(hostport, "unix:", 5);
+}
+
+/* control.sock: mode 0660 (set by px_rpc), group cfg.control_group. */
+static px_status_t socket_group(px_daemon_t *d)
+{
+    struct group *g;
+
+    if (!d->cfg.control_group)
+        return PX_OK;
+    g = getgrnam(d->cfg.control_group);
+    if (!g) {
+        px_error("control-group %s: no such group", d->cfg.control_group);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (chown(d->sock_path, (uid_t)-1, g->gr_gid) != 0 || chmod(d->sock_path, 0660) != 0) {
+        px_error("cannot give %s to group %s: %s", d->sock_path, d->cfg.control_group,
+                 strerror(errno));
+        return PX_ERR_IO;
+    }
+    return PX_OK;
+}
+
+/* STATUS= line for systemctl status; WATCHDOG=1 when systemd watches. */
+static void on_svc_timer(uv_timer_t *t)
+{
+    px_daemon_t *d = t->data;
+    int running = 0, starting = 0, pending = 0;
+    char buf[160];
+
+    for (px_job_t *j = d->jobs; j; j = j->next) {
+        if (j->state == PARALLAX__V1__JOB_STATE__JOB_RUNNING)
+            running++;
+        else if (j->state == PARALLAX__V1__JOB_STATE__JOB_STARTING)
+            starting++;
+        else if (j->state == PARALLAX__V1__JOB_STATE__JOB_PENDING)
+            pending++;
+    }
+    snprintf(buf, sizeof(buf), "STATUS=%d jobs running, %d starting, %d queued; %d local ranks",
+             running, starting, pending, px_supervisor_count(d));
+    notify(buf);
+    if (watchdog_on)
+        notify("WATCHDOG=1");
+}
+
+static void svc_start(px_daemon_t *d)
+{
+    uint64_t period = PXD_STATUS_MS;
+#if PX_HAVE_SYSTEMD
+    uint64_t usec = 0;
+    if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) {
+        period = usec / 2000; /* half of WatchdogSec, in ms */
+        if (period < 1)
+            period = 1;
+        watchdog_on = 1;
+        px_info("systemd watchdog: %llu ms, pinging every %llu ms",
+                (unsigned long long)(usec / 1000), (unsigned long long)period);
+    }
+#endif
+    uv_timer_init(d->loop, &svc_timer);
+    svc_timer.data = d;
+    uv_timer_start(&svc_timer, on_svc_timer, period, period);
+}
+
+/* Sets d->rebooted when state-dir/boot_id holds another boot's id than
+ * /proc/sys/kernel/random/boot_id, then records this boot's. */
+static void check_boot_id(px_daemon_t *d)
+{
+    char path[1100], now[64] = "", last[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+
+    if (!f)
+        return;
+    if (!fgets(now, sizeof(now), f))
+        now[0] = '\0';
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/boot_id", d->cfg.state_dir);
+    f = fopen(path, "r");
+    if (f) {
+        if (!fgets(last, sizeof(last), f))
+            last[0] = '\0';
+        fclose(f);
+        d->rebooted = last[0] && strcmp(last, now) != 0;
+        if (d->rebooted)
+            px_warn("boot id changed since the last run: the node rebooted");
+    }
+    f = fopen(path, "w");
+    if (f) {
+        fputs(now, f);
+        fclose(f);
+    }
+}
+
 static void on_cq_async(uv_async_t *a)
 {
     px_daemon_t *d = a->data;
@@ -209,6 +316,7 @@ int main(int argc, char **argv)
         return 0;
     if (status != PX_OK)
         return 2;
+    px_daemon_config_export(&d->cfg);
     if (d->cfg.print_config) {
         char err[512];
         const char *bin;
@@ -220,6 +328,18 @@ int main(int argc, char **argv)
         return 0;
     }
     px_log_set_tag(d->cfg.name);
+    if (!is_loopback(d->cfg.listen) && !d->cfg.control_remote) {
+        px_error("listen %s is not a loopback address: Control is loopback-only unless "
+                 "control-remote = yes (pctl on this node uses %s/control.sock)",
+                 d->cfg.listen, d->cfg.runtime_dir);
+        goto out_config;
+    }
+    if (d->cfg.token_file) {
+        px_error("token-file %s: cluster tokens are not supported by this build (px_rpc "
+                 "carries no call metadata yet); refusing to run without the asked-for "
+                 "authentication", d->cfg.token_file);
+        goto out_config;
+    }
 
     if (mkdir_p(d->cfg.state_dir, 0750) != 0) {
         px_error("cannot create --state-dir %s: %s", d->cfg.state_dir, strerror(errno));
@@ -251,6 +371,7 @@ int main(int argc, char **argv)
     uv_signal_start(&d->sigterm, on_signal, SIGTERM);
 
     px_supervisor_kill_orphans(d);
+    check_boot_id(d);
     if (px_job_load_all(d) != PX_OK)
         goto out_loop;
     if (px_rpc_cq_create(cq_notify, d, &d->cq) != PX_OK)
@@ -290,6 +411,8 @@ int main(int argc, char **argv)
     }
     advertise(d->cfg.listen, px_rpc_server_port(d->control_srv, 0), d->control_addr,
               sizeof(d->control_addr));
+    if (socket_group(d) != PX_OK)
+        goto out_servers;
 
     if (px_nodes_init(d) != PX_OK)
         goto out_servers;
@@ -298,6 +421,7 @@ int main(int argc, char **argv)
             d->cfg.name, d->control_addr, unix_addr, d->peer_addr, d->n_devices,
             d->cfg.devices, d->n_peers, d->cfg.state_dir);
     notify("READY=1");
+    svc_start(d);
     px_job_schedule(d);
 
     uv_run(d->loop, UV_RUN_DEFAULT);
