@@ -115,6 +115,15 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
         px_rpc_call_fail(call, px_rpc_code_from_status(status), "%s", err);
         return;
     }
+    /* a name is unique among the active jobs this node coordinates */
+    for (px_job_t *j = d->jobs; req->spec->name && *req->spec->name && j; j = j->next) {
+        if (px_job_is_active(j) && j->spec && j->spec->name &&
+            !strcmp(j->spec->name, req->spec->name)) {
+            px_rpc_call_fail(call, GRPC_STATUS_ALREADY_EXISTS,
+                             "a job named '%s' is already active: %s", req->spec->name, j->id);
+            return;
+        }
+    }
     status = px_job_submit(d, req->spec, &job);
     if (status != PX_OK) {
         px_rpc_call_fail(call, px_rpc_code_from_status(status), "cannot store the job: %s",

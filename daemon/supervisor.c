@@ -6,7 +6,9 @@
  * callback (libuv's SIGCHLD handling) frees the device and tells the job's
  * coordinator (Peer.RankExited, or a direct call when it is this node) with
  * the exit code (-signal when killed) and the log's last line. Stopping is
- * SIGTERM, then SIGKILL after PX_KILL_GRACE_MS.
+ * SIGTERM, then SIGKILL after PX_KILL_GRACE_MS, sent to the rank's process
+ * group, so whatever the rank started goes too; when the rank itself exits
+ * its group gets SIGKILL (nothing it started outlives it).
  *
  * Invariants: a px_local_rank_t stays in d->local_ranks until its process
  * exited and both its handles closed; nothing keeps running after
@@ -151,6 +153,8 @@ static void on_rank_exit(uv_process_t *proc, int64_t exit_status, int term_signa
     lr->exited = 1;
     lr->exit_code = term_signal ? -term_signal : (int)exit_status;
     uv_timer_stop(&lr->kill_timer);
+    if (lr->pid > 0)
+        kill(-(pid_t)lr->pid, SIGKILL); /* its group: whatever the rank started */
     px_info("job %s rank %d (pid %d, %s) %s %d", lr->job_id, lr->rank, lr->pid, lr->device,
             term_signal ? "killed by signal" : "exited with code",
             term_signal ? term_signal : (int)exit_status);
@@ -198,6 +202,7 @@ static void on_kill_timer(uv_timer_t *t)
         return;
     px_warn("job %s rank %d (pid %d) ignored SIGTERM for %ld ms: SIGKILL", lr->job_id, lr->rank,
             lr->pid, px_env_int("PX_KILL_GRACE_MS"));
+    kill(-(pid_t)lr->pid, SIGKILL);
     uv_process_kill(&lr->proc, SIGKILL);
 }
 
@@ -206,7 +211,8 @@ static void rank_stop(px_local_rank_t *lr)
     if (lr->exited || lr->stopping)
         return;
     lr->stopping = 1;
-    uv_process_kill(&lr->proc, SIGTERM);
+    if (lr->pid <= 0 || kill(-(pid_t)lr->pid, SIGTERM) != 0) /* the rank and what it started */
+        uv_process_kill(&lr->proc, SIGTERM);
     uv_timer_start(&lr->kill_timer, on_kill_timer, (uint64_t)px_env_int("PX_KILL_GRACE_MS"), 0);
 }
 
