@@ -1,0 +1,62 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of fuzz/ (run from the repository root):
+fuzz/corpus/messages/<name> = one selector byte (index into fuzz_messages.c's
+descriptor table) + a valid encoding of that message; fuzz/corpus/config/* =
+example config files (the shipped one, every key, and broken ones)."""
+import os, subprocess, sys, tempfile
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+tmp = tempfile.mkdtemp()
+subprocess.check_call(["protoc", "--proto_path=" + os.path.join(root, "proto"),
+                       "--python_out=" + tmp, "parallax.proto"])
+sys.path.insert(0, tmp)
+import parallax_pb2 as pb  # noqa: E402
+
+spec = pb.JobSpec(name="demo", model=pb.ModelSpec(layers=2, heads=2, dim=64, seq=32),
+                  data_path="/tmp/book.bin", dp=4, batch=8, steps=10, lr=2e-3, seed=7)
+job = pb.Job(id="a-1", spec=spec, state=pb.JOB_RUNNING, reason="", step=3, loss=2.5,
+             coordinator="a", ranks=[pb.RankInfo(rank=0, node="a", device="cpu:0", pid=9)])
+node = pb.NodeInfo(name="b", control_addr="127.0.0.1:7070", peer_addr="127.0.0.1:7071",
+                   devices=[pb.Device(name="cpu:0", job_id="a-1"), pb.Device(name="cpu:1")],
+                   alive=True, version="0.1.0")
+metrics = pb.StepMetrics(step=3, loss=2.5, grad_norm=1.0, lr=1e-3, tokens_per_second=1e4)
+msgs = [  # same order as descs[] in fuzz_messages.c
+    pb.SubmitJobRequest(spec=spec), pb.GetJobRequest(job_id="a-1"), pb.ListJobsRequest(),
+    pb.CancelJobRequest(job_id="a-1"), pb.WatchJobRequest(job_id="b-2"), pb.ListNodesRequest(),
+    pb.GetMetricsRequest(job_id="a-1"), pb.GetLogsRequest(job_id="a-1", rank=1, tail_bytes=100),
+    pb.HeartbeatRequest(node=node),
+    pb.LaunchRanksRequest(job_id="a-1", spec=spec, world_size=4,
+                          coordinator_peer_addr="127.0.0.1:7071", coordinator="a",
+                          ranks=[pb.RankAssignment(rank=2, device="cpu:0")]),
+    pb.StopRanksRequest(job_id="a-1", reason="cancelled"),
+    pb.RankExitedRequest(job_id="a-1", rank=1, node="b", exit_code=-9, detail="killed"),
+    pb.RegisterRankRequest(job_id="a-1", rank=1, node="b", ucx_address=b"\x01\x02\x03", pid=5),
+    pb.ReportProgressRequest(job_id="a-1", rank=0, metrics=metrics),
+    job, pb.ListJobsResponse(jobs=[job, job]), pb.GetMetricsResponse(steps=[metrics]),
+    pb.GetLogsResponse(text=b"step 1 loss 2.5\n"), pb.HeartbeatResponse(node=node),
+    pb.LaunchRanksResponse(ranks=[pb.RankInfo(rank=2, node="b", device="cpu:0", pid=4)]),
+    pb.ListNodesResponse(nodes=[node]), pb.SubmitJobResponse(job_id="a-1"), spec,
+]
+out = os.path.join(root, "fuzz", "corpus", "messages")
+for i, m in enumerate(msgs):
+    with open(os.path.join(out, "%02d-%s" % (i, type(m).__name__)), "wb") as f:
+        f.write(bytes([i]) + m.SerializeToString())
+
+conf = os.path.join(root, "fuzz", "corpus", "config")
+with open(os.path.join(root, "systemd", "parallaxd.conf"), "rb") as f:
+    shipped = f.read()
+files = {
+    "shipped.conf": shipped,
+    "all-keys.conf": b"[parallaxd]\nname = n1\nlisten = 127.0.0.1:7070\npeer-listen = 0.0.0.0:7071\n"
+                     b"state-dir = /var/lib/parallax\nruntime-dir = /run/parallax\ndevices = cpu:4\n"
+                     b"peers = b:7071, c:7071\nheartbeat-ms = 500\npeer-dead-ms = 5000\n"
+                     b"collective-timeout-ms = 30000\nkill-grace-ms = 1000\nlog-level = debug\n"
+                     b"token-file = /etc/parallax/token\ncontrol-group = parallax\ncontrol-remote = no\n",
+    "unknown-key.conf": b"[parallaxd]\ndevices = cpu:2\nbogus = 1\n",
+    "bad-values.conf": b"devices = gpu:1\nheartbeat-ms = -5\nlog-level = loud\n",
+    "syntax.conf": b"[unterminated\nkey without equals\n; comment\n",
+}
+for name, text in files.items():
+    with open(os.path.join(conf, name), "wb") as f:
+        f.write(text)
+print("corpus: %d messages, %d configs" % (len(msgs), len(files)))
