@@ -236,7 +236,7 @@ class Grpc:
                           data_path=data, dp=dp, batch=batch, steps=steps, lr=lr, seed=seed,
                           weight_decay=0.1, min_lr_ratio=0.1)
         return self._call("SubmitJob", pb.SubmitJobRequest(spec=spec),
-                          pb.SubmitJobResponse)["jobId"]
+                          pb.SubmitJobResponse)["job_id"]
 
     def job(self, job_id):
         return self._call("GetJob", self.pb.GetJobRequest(job_id=job_id), self.pb.Job)
