@@ -26,13 +26,21 @@ typedef struct px_train_config {
     float grad_clip;                     /* global-norm clip; 0 = off */
     uint64_t seed;
     const char *data_path;               /* llm.c-layout token file */
+    int zero;                            /* ZeRO stage 0..3 (zero.h) */
+    int grad_accum;                      /* micro-batches per step (>= 1) */
+    int checkpoint_every;                /* steps; 0 = never */
+    const char *checkpoint_dir;          /* where step_<N>/ directories go */
+    const char *resume_dir;              /* a step_<N>/ checkpoint to start from */
+    const char *export_safetensors;      /* write final weights here (rank 0) */
+    int prefetch;                        /* stage 3 gather prefetch (default 1) */
 } px_train_config_t;
 
 /* Defaults: lr 2e-3 (the quickstart's: a 4-layer dim-128 byte-level GPT,
  * global batch 16 x 128, gets below loss 2.5 within ~100 steps on English
  * text), min_lr_ratio 0.1, warmup steps/20 (warmup_steps -1),
  * weight_decay 0.1, betas 0.9/0.95, eps 1e-8, grad_clip 1.0, seed 1337,
- * vocab 256. Sizes, steps and data_path are left 0 / NULL. */
+ * vocab 256, zero 0, grad_accum 1, prefetch 1. Sizes, steps and paths are
+ * left 0 / NULL. */
 void px_train_config_defaults(px_train_config_t *cfg);
 
 /* Checks the config against itself and the data file; on error writes a
@@ -42,7 +50,10 @@ void px_train_config_defaults(px_train_config_t *cfg);
 px_status_t px_train_config_check(const px_train_config_t *cfg, int dp, char *errbuf,
                                   size_t errlen);
 
-/* One finished step's figures (identical on every rank). */
+#include "plan.h"
+
+/* One finished step's figures (identical on every rank, except the memory
+ * figures, which are this rank's). */
 typedef struct px_step_report {
     int step;                  /* 1-based */
     float loss;
@@ -50,6 +61,11 @@ typedef struct px_step_report {
     float lr;
     double tokens_per_second;  /* global tokens / step wall time */
     double elapsed_s;
+    int rank;
+    uint64_t mem_current[PX_MEM_NCAT]; /* bytes, memacct.h */
+    uint64_t mem_peak[PX_MEM_NCAT];
+    uint64_t mem_state_peak;           /* params + grads + optimizer at once */
+    double mem_plan[PX_MEM_NCAT];      /* plan.h prediction (state categories) */
 } px_step_report_t;
 
 /* Called after every step on every rank. Return non-zero to stop training
@@ -75,8 +91,9 @@ float px_train_lr(const px_train_config_t *cfg, int step);
  *                          before clipping
  *   params_<s>.bin         float32 (num_params) after step s's update
  *   loss_<s>.txt           "loss grad_norm lr" of step s (%.9g)
- * for s = 1..dump_steps. export_only: write layout.json, params_init.bin and
- * batch_1.bin, then return PX_OK without training. */
+ * for s = 1..dump_steps (grads only with zero 0). export_only: write
+ * layout.json, params_init.bin and batch_1.bin, then return PX_OK without
+ * training. */
 typedef struct px_train_options {
     const char *dump_dir;
     int dump_steps;

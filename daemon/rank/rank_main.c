@@ -4,7 +4,9 @@
  *                 --steps N [--lr F] [--seed N] --data PATH [--warmup N]
  *                 [--weight-decay F] [--min-lr-ratio F] [--grad-clip F]
  *                 [--metrics-out FILE] [--export-init DIR] [--dump-dir DIR]
- *                 [--dump-steps N]
+ *                 [--dump-steps N] [--zero 0-3] [--grad-accum N]
+ *                 [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]
+ *                 [--export-safetensors FILE] [--no-prefetch]
  *                 [--coord HOST:PORT --job ID --rank R --world N --node NAME]
  *
  * Modes: with --coord (daemon mode) the rank registers with its coordinator
@@ -63,7 +65,9 @@ static void usage(FILE *out)
             "         --batch N --steps N [--lr F] [--seed N] --data PATH [--warmup N]\n"
             "         [--weight-decay F] [--min-lr-ratio F] [--grad-clip F]\n"
             "         [--metrics-out FILE] [--export-init DIR] [--dump-dir DIR]\n"
-            "         [--dump-steps N]\n"
+            "         [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
+            "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
+            "         [--export-safetensors FILE] [--no-prefetch]\n"
             "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
             "Defaults: --lr 2e-3 --seed 1337 --warmup steps/20 --weight-decay 0.1\n"
             "--min-lr-ratio 0.1 --grad-clip 1.0 --dump-steps 5.\n"
@@ -103,7 +107,8 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
 {
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_VOCAB, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS,
-           O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE, O_HELP };
+           O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE, O_HELP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
+           O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH };
     static const struct option opts[] = {
         {"layers", 1, 0, O_LAYERS}, {"heads", 1, 0, O_HEADS}, {"dim", 1, 0, O_DIM},
         {"seq", 1, 0, O_SEQ}, {"vocab", 1, 0, O_VOCAB}, {"batch", 1, 0, O_BATCH},
@@ -113,7 +118,11 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"metrics-out", 1, 0, O_METRICS}, {"export-init", 1, 0, O_EXPORT},
         {"dump-dir", 1, 0, O_DUMP}, {"dump-steps", 1, 0, O_DUMPSTEPS},
         {"coord", 1, 0, O_COORD}, {"job", 1, 0, O_JOB}, {"rank", 1, 0, O_RANK},
-        {"world", 1, 0, O_WORLD}, {"node", 1, 0, O_NODE}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+        {"world", 1, 0, O_WORLD}, {"node", 1, 0, O_NODE}, {"help", 0, 0, O_HELP},
+        {"zero", 1, 0, O_ZERO}, {"grad-accum", 1, 0, O_ACCUM},
+        {"checkpoint-every", 1, 0, O_CKPT_EVERY}, {"checkpoint-dir", 1, 0, O_CKPT_DIR},
+        {"resume", 1, 0, O_RESUME}, {"export-safetensors", 1, 0, O_SAFETENSORS},
+        {"no-prefetch", 0, 0, O_NOPREFETCH}, {0, 0, 0, 0}};
     int c, idx, r = 0;
     char *end;
 
@@ -159,6 +168,13 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_RANK: r = parse_int(name, optarg, 0, &a->rank); break;
         case O_WORLD: r = parse_int(name, optarg, 1, &a->world); break;
         case O_NODE: a->node = optarg; break;
+        case O_ZERO: r = parse_int(name, optarg, 0, &a->cfg.zero); break;
+        case O_ACCUM: r = parse_int(name, optarg, 1, &a->cfg.grad_accum); break;
+        case O_CKPT_EVERY: r = parse_int(name, optarg, 0, &a->cfg.checkpoint_every); break;
+        case O_CKPT_DIR: a->cfg.checkpoint_dir = optarg; break;
+        case O_RESUME: a->cfg.resume_dir = optarg; break;
+        case O_SAFETENSORS: a->cfg.export_safetensors = optarg; break;
+        case O_NOPREFETCH: a->cfg.prefetch = 0; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "parallax-rank: unknown or incomplete option '%s'\n",
@@ -210,6 +226,17 @@ static int on_step(void *arg, const px_step_report_t *r)
                               (double)r->loss, "grad_norm", (double)r->grad_norm, "lr",
                               (double)r->lr, "tokens_per_second", r->tokens_per_second,
                               "elapsed_s", r->elapsed_s);
+        if (o) { /* memory by category (memacct.h), this rank's, and the plan's */
+            json_t *mem = json_object();
+            for (int c = 0; c < PX_MEM_NCAT; c++)
+                json_object_set_new(mem, px_mem_cat_name(c),
+                                    json_pack("{s:I, s:I, s:f}", "current",
+                                              (json_int_t)r->mem_current[c], "peak",
+                                              (json_int_t)r->mem_peak[c], "plan",
+                                              r->mem_plan[c]));
+            json_object_set_new(mem, "state_peak", json_integer((json_int_t)r->mem_state_peak));
+            json_object_set_new(o, "memory", mem);
+        }
         if (o) {
             json_dumpf(o, ctx->metrics, JSON_COMPACT | JSON_REAL_PRECISION(9));
             fputc('\n', ctx->metrics);

@@ -1,12 +1,16 @@
-/* train.c: the training loop (px_train.h): data-parallel GPT training.
+/* train.c: the training loop (px_train.h): data-parallel GPT training under
+ * ZeRO stage 0-3 (zero.h), with gradient accumulation and checkpoints.
  *
- * Per step: cut this rank's share of the global batch, forward, backward,
- * one all-reduce (AVG) over the flat gradient buffer with the local mean
- * loss in its spare last slot (equal token counts per rank, so the average
- * of local means is the global mean), global grad norm and clipping (as
- * torch.nn.utils.clip_grad_norm_), AdamW with warm-up + cosine. Every rank
- * holds bitwise-identical gradients after the all-reduce, so parameters stay
- * identical without a broadcast.
+ * Per step: for each of grad_accum micro-batches, cut this rank's share of
+ * the micro-batch (micro m of the global batch is sequences [m*B/A,
+ * (m+1)*B/A); rank r takes its r-th part), forward, backward (ZeRO 2/3
+ * reduce-scatter during backward); then px_zero_reduce (stage 0: one
+ * all-reduce with the local mean loss in the spare slot; equal token counts
+ * per rank, so the average of local means is the global mean), global grad
+ * norm and clipping (as torch.nn.utils.clip_grad_norm_), AdamW with warm-up
+ * + cosine on this rank's slice, parameters re-gathered where replicated.
+ * Memory is laid out by plan.h and tagged (memacct.h); the step report
+ * carries this rank's figures and the plan's.
  *
  * Runs on the rank's one training thread. Built with PX_HAVE_TRANSPORT 0
  * (transport library not there yet) it trains single-rank only. */
@@ -21,8 +25,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "checkpoint.h"
 #include "data.h"
 #include "gpt.h"
+#include "memacct.h"
+#include "plan.h"
+#include "zero.h"
 #include "px_kernels.h"
 #include "px_log.h"
 #include "px_time.h"
@@ -44,6 +52,8 @@ void px_train_config_defaults(px_train_config_t *cfg)
     cfg->eps = 1e-8f;
     cfg->grad_clip = 1.0f;
     cfg->seed = 1337;
+    cfg->grad_accum = 1;
+    cfg->prefetch = 1;
 }
 
 static px_status_t bad(char *errbuf, size_t errlen, const char *fmt, ...)
@@ -70,8 +80,20 @@ px_status_t px_train_config_check(const px_train_config_t *cfg, int dp, char *er
         return bad(errbuf, errlen, "dim %d is not divisible by heads %d", cfg->dim, cfg->heads);
     if (cfg->vocab > 65536)
         return bad(errbuf, errlen, "vocab %d exceeds 65536 (tokens are uint16)", cfg->vocab);
+    if (cfg->zero < 0 || cfg->zero > 3)
+        return bad(errbuf, errlen, "zero %d must be 0, 1, 2 or 3", cfg->zero);
+    if (cfg->grad_accum < 1)
+        return bad(errbuf, errlen, "grad_accum %d must be >= 1", cfg->grad_accum);
     if (cfg->batch % dp)
         return bad(errbuf, errlen, "batch %d is not divisible by dp %d", cfg->batch, dp);
+    if (cfg->batch % (dp * cfg->grad_accum))
+        return bad(errbuf, errlen, "batch %d is not divisible by dp %d x grad_accum %d",
+                   cfg->batch, dp, cfg->grad_accum);
+    if (cfg->checkpoint_every < 0)
+        return bad(errbuf, errlen, "checkpoint_every %d must be >= 0", cfg->checkpoint_every);
+    if (cfg->checkpoint_every > 0 && (!cfg->checkpoint_dir || !*cfg->checkpoint_dir))
+        return bad(errbuf, errlen, "checkpoint_every %d needs a checkpoint directory",
+                   cfg->checkpoint_every);
     if (!(cfg->lr > 0.0f) || !isfinite(cfg->lr))
         return bad(errbuf, errlen, "lr %g must be positive", cfg->lr);
     if (!(cfg->min_lr_ratio >= 0.0f && cfg->min_lr_ratio <= 1.0f))
@@ -144,7 +166,8 @@ static px_status_t dump_raw(const char *dir, const char *name, int step, const v
     return PX_OK;
 }
 
-static px_status_t dump_layout(const char *dir, const px_train_config_t *cfg, px_gpt_t *gpt)
+static px_status_t dump_layout(const char *dir, const px_train_config_t *cfg,
+                               const px_gpt_config_t *gc, size_t nparams)
 {
     char path[4096];
     FILE *f;
@@ -162,11 +185,10 @@ static px_status_t dump_layout(const char *dir, const px_train_config_t *cfg, px
             " \"tensors\": [\n",
             cfg->layers, cfg->heads, cfg->dim, cfg->seq, cfg->vocab, cfg->batch, cfg->steps,
             cfg->lr, cfg->min_lr_ratio, warmup_of(cfg), cfg->weight_decay, cfg->beta1,
-            cfg->beta2, cfg->eps, cfg->grad_clip, (unsigned long long)cfg->seed,
-            px_gpt_num_params(gpt));
+            cfg->beta2, cfg->eps, cfg->grad_clip, (unsigned long long)cfg->seed, nparams);
     for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
         px_gpt_tensor_info_t ti;
-        px_gpt_tensor_info(gpt, i, &ti);
+        px_gpt_tensor_info_of(gc, i, &ti);
         fprintf(f, "  {\"name\": \"%s\", \"shape\": [", ti.name);
         for (int d = 0; d < ti.ndim; d++)
             fprintf(f, "%s%d", d ? ", " : "", ti.shape[d]);
@@ -210,6 +232,18 @@ px_status_t px_train_run(const px_train_config_t *cfg, px_comm_t *comm, px_step_
     return px_train_run_ex(cfg, comm, cb, arg, NULL);
 }
 
+static void fill_mem(px_step_report_t *rep, const px_plan_t *plan)
+{
+    px_mem_stats_t ms;
+    px_mem_stats(&ms);
+    for (int c = 0; c < PX_MEM_NCAT; c++) {
+        rep->mem_current[c] = ms.current[c];
+        rep->mem_peak[c] = ms.peak[c];
+        rep->mem_plan[c] = plan->bytes[c];
+    }
+    rep->mem_state_peak = ms.state_peak;
+}
+
 px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_step_cb_t cb,
                             void *arg, const px_train_options_t *opts)
 {
@@ -218,9 +252,14 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
     char err[512];
     px_data_t *data = NULL;
     px_gpt_t *gpt = NULL;
+    px_plan_t *plan = NULL;
+    px_zero_t *zero = NULL;
+    uint64_t *usizes = NULL;
     int32_t *inputs = NULL, *targets = NULL;
+    float *canon = NULL;
     const char *dump_dir = opts && opts->dump_dir && *opts->dump_dir ? opts->dump_dir : NULL;
     int dump_steps = opts ? opts->dump_steps : 0;
+    int start_step = 0;
 
 #if PX_HAVE_TRANSPORT
     if (comm) {
@@ -238,8 +277,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
         px_error("train: %s", err);
         return status;
     }
+    if (dump_dir && cfg->zero != 0 && !(opts && opts->export_only)) {
+        px_error("train: dumps need zero 0 (full gradients), not zero %d", cfg->zero);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
     set_blas_threads();
-    const int T = cfg->seq, Bl = cfg->batch / dp;
+    const int T = cfg->seq, A = cfg->grad_accum, Bm = cfg->batch / (dp * A);
     status = px_data_open(cfg->data_path, cfg->vocab, err, sizeof(err), &data);
     if (status != PX_OK) {
         px_error("train: %s", err);
@@ -247,103 +290,169 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
     }
     px_gpt_config_t gc = {.layers = cfg->layers, .heads = cfg->heads, .dim = cfg->dim,
                           .max_seq = cfg->seq, .vocab = cfg->vocab};
-    PX_CHECK_GOTO(px_gpt_create(&gc, px_kernels_cpu(), Bl, T, &gpt), status, out);
-    px_gpt_init_params(gpt, cfg->seed);
-    inputs = malloc((size_t)Bl * T * sizeof(int32_t));
-    targets = malloc((size_t)Bl * T * sizeof(int32_t));
+    /* the plan lays the memory out (plan.h), the same code as `pctl plan` */
+    uint64_t total = px_plan_gpt_units(gc.layers, gc.dim, gc.vocab, gc.max_seq, &usizes);
+    if (!total) {
+        status = PX_ERR_NO_MEMORY;
+        goto out;
+    }
+    px_plan_precision_t prec;
+    px_plan_precision_fp32(&prec);
+    PX_CHECK_GOTO(px_plan_create(usizes, gc.layers + 1, 1, dp, cfg->zero, &prec, &plan), status,
+                  out);
+    PX_CHECK_GOTO(px_zero_create(&gc, plan, comm, A, cfg->prefetch, &zero), status, out);
+    PX_CHECK_GOTO(px_gpt_create_external(&gc, px_kernels_cpu(), Bm, T, px_zero_hooks(zero), &gpt),
+                  status, out);
+    px_zero_init_params(zero, cfg->seed);
+    inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
+    targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     if (!inputs || !targets) {
         status = PX_ERR_NO_MEMORY;
         goto out;
     }
-    const size_t n = px_gpt_num_params(gpt);
-    float *grads = px_gpt_grads(gpt), *params = px_gpt_params(gpt);
-    const px_kernel_ops_t *k = px_kernels_cpu();
+    const size_t n = plan->params;
     if (rank == 0)
-        px_info("train: %zu parameters (%.1f MiB state, %.1f MiB activations), dp %d, local "
-                "batch %d x %d", n, px_gpt_state_bytes(gpt) / 1048576.0,
-                px_gpt_activation_bytes(gpt) / 1048576.0, dp, Bl, T);
-
-    if (dump_dir && rank == 0) {
-        if (mkdir(dump_dir, 0755) < 0 && errno != EEXIST) {
-            px_error("train: cannot create dump dir %s: %s", dump_dir, strerror(errno));
-            status = PX_ERR_IO;
+        px_info("train: %zu parameters, zero %d, dp %d, grad_accum %d, micro-batch %d x %d; plan "
+                "per rank: params %.2f MB, grads %.2f MB, optimizer %.2f MB, activations %.2f MB",
+                n, cfg->zero, dp, A, Bm, T, plan->bytes[PX_MEM_PARAMS] / 1e6,
+                plan->bytes[PX_MEM_GRADS] / 1e6, plan->bytes[PX_MEM_OPTIM] / 1e6,
+                px_gpt_activation_bytes(gpt) / 1e6);
+    if (cfg->resume_dir && *cfg->resume_dir) {
+        PX_CHECK_GOTO(px_checkpoint_load(cfg->resume_dir, zero, &gc, plan, cfg->heads,
+                                         &start_step), status, out);
+        if (start_step >= cfg->steps) {
+            px_error("train: checkpoint %s is at step %d; nothing left of %d steps",
+                     cfg->resume_dir, start_step, cfg->steps);
+            status = PX_ERR_INVALID_ARGUMENT;
             goto out;
         }
-        PX_CHECK_GOTO(dump_layout(dump_dir, cfg, gpt), status, out);
-        PX_CHECK_GOTO(dump_raw(dump_dir, "params_init", 0, params, n * sizeof(float)), status,
-                      out);
-        PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, 1), status, out);
+    }
+
+    int need_canon = (dump_dir != NULL) || (cfg->export_safetensors && *cfg->export_safetensors);
+    if (need_canon) {
+        canon = px_mem_calloc(PX_MEM_WORK, n, sizeof(float));
+        if (!canon) {
+            status = PX_ERR_NO_MEMORY;
+            goto out;
+        }
+    }
+    if (dump_dir) {
+        PX_CHECK_GOTO(px_zero_gather_canonical(zero, canon), status, out);
+        if (rank == 0) {
+            if (mkdir(dump_dir, 0755) < 0 && errno != EEXIST) {
+                px_error("train: cannot create dump dir %s: %s", dump_dir, strerror(errno));
+                status = PX_ERR_IO;
+                goto out;
+            }
+            PX_CHECK_GOTO(dump_layout(dump_dir, cfg, &gc, n), status, out);
+            PX_CHECK_GOTO(dump_raw(dump_dir, "params_init", 0, canon, n * sizeof(float)), status,
+                          out);
+            PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, 1), status, out);
+        }
     }
     if (opts && opts->export_only)
         goto out;
 
     double t_start = px_time_mono_s();
-    for (int s = 0; s < cfg->steps; s++) {
+    for (int s = start_step; s < cfg->steps; s++) {
         double t0 = px_time_mono_s();
-        float loss = 0.0f;
-        px_data_batch(data, cfg->seed, s, rank * Bl, Bl, T, inputs, targets);
-        px_gpt_forward(gpt, inputs, targets, &loss);
-        px_gpt_zero_grad(gpt);
-        px_gpt_backward(gpt);
-        grads[n] = loss; /* spare slot: the loss rides the same all-reduce */
-#if PX_HAVE_TRANSPORT
-        if (comm && dp > 1) {
-            status = px_allreduce(comm, grads, grads, n + 1, PX_FLOAT32, PX_AVG, -1);
-            if (status != PX_OK) {
-                px_error("train: step %d: gradient all-reduce failed: %s (%s)", s + 1,
-                         px_status_str(status), px_comm_last_error(comm));
-                goto out;
-            }
+        float loss_local = 0.0f, loss = 0.0f, norm = 0.0f;
+        px_zero_begin_step(zero);
+        for (int mb = 0; mb < A; mb++) {
+            float l = 0.0f;
+            int first = mb * (cfg->batch / A) + rank * Bm;
+            px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
+            PX_CHECK_GOTO(px_gpt_forward(gpt, inputs, targets, &l), status, out);
+            PX_CHECK_GOTO(px_gpt_backward(gpt), status, out);
+            PX_CHECK_GOTO(px_zero_end_micro(zero), status, out);
+            loss_local += l;
         }
-#endif
-        loss = grads[n];
+        loss_local /= (float)A;
+        status = px_zero_reduce(zero, loss_local, &loss, &norm);
+        if (status != PX_OK) {
+            px_error("train: step %d: gradient reduction failed: %s", s + 1,
+                     px_status_str(status));
+            goto out;
+        }
         if (!isfinite(loss)) {
             px_error("train: step %d: loss is %f", s + 1, loss);
             status = PX_ERR_INTERNAL;
             goto out;
         }
-        float norm = (float)sqrt(k->sumsq(grads, n));
         if (dump_dir && rank == 0 && s < dump_steps) {
-            PX_CHECK_GOTO(dump_raw(dump_dir, "grads", s + 1, grads, n * sizeof(float)), status,
+            px_gpt_units_to_canonical(&gc, px_zero_full_grads(zero), plan->unit_offset, canon);
+            PX_CHECK_GOTO(dump_raw(dump_dir, "grads", s + 1, canon, n * sizeof(float)), status,
                           out);
             if (s > 0)
                 PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, s + 1), status, out);
         }
-        if (cfg->grad_clip > 0.0f) {
-            float coef = cfg->grad_clip / (norm + 1e-6f); /* as clip_grad_norm_ */
-            if (coef < 1.0f)
-                k->scale(grads, coef, n);
-        }
         float lr = px_train_lr(cfg, s);
-        px_gpt_update(gpt, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, s + 1);
+        px_zero_adamw_t hp = {.lr = lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2,
+                              .eps = cfg->eps, .weight_decay = cfg->weight_decay, .t = s + 1};
+        status = px_zero_update(zero, cfg->grad_clip, norm, &hp);
+        if (status != PX_OK) {
+            px_error("train: step %d: update failed: %s", s + 1, px_status_str(status));
+            goto out;
+        }
         double t1 = px_time_mono_s();
-        if (dump_dir && rank == 0 && s < dump_steps) {
+        if (dump_dir && s < dump_steps) {
             char path[4096];
             FILE *f;
-            PX_CHECK_GOTO(dump_raw(dump_dir, "params", s + 1, params, n * sizeof(float)), status,
-                          out);
-            snprintf(path, sizeof(path), "%s/loss_%d.txt", dump_dir, s + 1);
-            f = fopen(path, "w");
-            if (f) {
-                fprintf(f, "%.9g %.9g %.9g\n", loss, norm, lr);
-                fclose(f);
+            PX_CHECK_GOTO(px_zero_gather_canonical(zero, canon), status, out);
+            if (rank == 0) {
+                PX_CHECK_GOTO(dump_raw(dump_dir, "params", s + 1, canon, n * sizeof(float)),
+                              status, out);
+                snprintf(path, sizeof(path), "%s/loss_%d.txt", dump_dir, s + 1);
+                f = fopen(path, "w");
+                if (f) {
+                    fprintf(f, "%.9g %.9g %.9g\n", loss, norm, lr);
+                    fclose(f);
+                }
             }
         }
+        if (cfg->checkpoint_every > 0 &&
+            ((s + 1) % cfg->checkpoint_every == 0 || s + 1 == cfg->steps))
+            PX_CHECK_GOTO(px_checkpoint_save(cfg->checkpoint_dir, s + 1, zero, &gc, plan,
+                                             cfg->heads, comm), status, out);
         px_step_report_t rep = {.step = s + 1, .loss = loss, .grad_norm = norm, .lr = lr,
                                 .tokens_per_second = (double)cfg->batch * T / (t1 - t0),
-                                .elapsed_s = t1 - t_start};
+                                .elapsed_s = t1 - t_start, .rank = rank};
+        fill_mem(&rep, plan);
         if (cb && cb(arg, &rep)) {
             px_info("train: stopped by the step callback after step %d", s + 1);
             status = PX_ERR_ABORTED;
             goto out;
         }
     }
+    if (cfg->export_safetensors && *cfg->export_safetensors) {
+        PX_CHECK_GOTO(px_zero_gather_canonical(zero, canon), status, out);
+        if (rank == 0) {
+            PX_CHECK_GOTO(px_safetensors_write(cfg->export_safetensors, &gc, canon), status, out);
+            px_info("train: weights exported to %s", cfg->export_safetensors);
+        }
+    }
+    {
+        px_zero_times_t zt;
+        px_mem_stats_t ms;
+        px_zero_times(zero, &zt);
+        px_mem_stats(&ms);
+        int steps_run = cfg->steps - start_step;
+        px_info("train: zero %d: per step all-gather wait %.2f ms (%d gathers), reduce-scatter "
+                "wait %.2f ms, other collectives %.2f ms; peak state %.3f MB (plan %.3f MB)",
+                cfg->zero, 1e3 * zt.gather_wait_s / steps_run, zt.gathers,
+                1e3 * zt.rs_wait_s / steps_run, 1e3 * zt.comm_other_s / steps_run,
+                ms.state_peak / 1e6, px_plan_state_bytes(plan) / 1e6);
+    }
     status = PX_OK;
 
 out:
-    free(inputs);
-    free(targets);
+    px_mem_free(canon);
+    px_mem_free(inputs);
+    px_mem_free(targets);
     px_gpt_destroy(gpt);
+    px_zero_destroy(zero);
+    px_plan_destroy(plan);
+    free(usizes);
     px_data_close(data);
     return status;
 }

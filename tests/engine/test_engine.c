@@ -112,6 +112,21 @@ static void test_data(void)
     EXPECT(st == PX_ERR_NOT_FOUND && strstr(err, "/nonexistent/x.bin"), "missing file: %s", err);
 }
 
+/* The parameters of a model in canonical (stacked) order; caller frees. */
+static float *canonical(px_gpt_t *g)
+{
+    float *c = malloc(px_gpt_num_params(g) * sizeof(float));
+    px_gpt_units_to_canonical(px_gpt_config(g), px_gpt_params(g), NULL, c);
+    return c;
+}
+
+static float *tensor(px_gpt_t *g, float *canon, int i)
+{
+    px_gpt_tensor_info_t ti;
+    px_gpt_tensor_info(g, i, &ti);
+    return canon + ti.offset;
+}
+
 static void test_gpt(void)
 {
     px_gpt_config_t c = {.layers = 2, .heads = 2, .dim = 16, .max_seq = 8, .vocab = 32};
@@ -143,19 +158,35 @@ static void test_gpt(void)
     px_gpt_t *w;
     EXPECT(px_gpt_create(&c2, px_kernels_cpu(), 1, 8, &w) == PX_OK, "create");
     px_gpt_init_params(w, 99);
-    EXPECT(!memcmp(px_gpt_param_tensors(w)->wte, px_gpt_param_tensors(a)->wte,
-                   32 * C * sizeof(float)) &&
-           !memcmp(px_gpt_param_tensors(w)->qkvw, px_gpt_param_tensors(a)->qkvw,
-                   L * 48 * C * sizeof(float)), "init is by global element index");
+    float *ca = canonical(a), *cw = canonical(w);
+    px_gpt_tensor_info_t qa, qw;
+    px_gpt_tensor_info(a, 4, &qa);
+    px_gpt_tensor_info(w, 4, &qw);
+    EXPECT(!memcmp(cw, ca, 32 * C * sizeof(float)) &&
+           !memcmp(cw + qw.offset, ca + qa.offset, L * 48 * C * sizeof(float)),
+           "init is by global element index");
+    free(cw);
     px_gpt_destroy(w);
-    const px_gpt_tensors_t *p = px_gpt_param_tensors(a);
-    EXPECT(p->ln1w[5] == 1.0f && p->ln2b[3] == 0.0f && p->lnfw[0] == 1.0f && p->qkvb[7] == 0.0f,
-           "LN 1/0, biases 0");
+    float *ln1w = tensor(a, ca, 2), *ln2b = tensor(a, ca, 9), *lnfw = tensor(a, ca, 14);
+    float *qkvb = tensor(a, ca, 5), *wte = ca;
+    EXPECT(ln1w[5] == 1.0f && ln1w[C + 5] == 1.0f && ln2b[3] == 0.0f && lnfw[0] == 1.0f &&
+           qkvb[7] == 0.0f, "LN 1/0, biases 0");
     double s2 = 0;
     for (size_t i = 0; i < 32 * C; i++)
-        s2 += (double)p->wte[i] * p->wte[i];
+        s2 += (double)wte[i] * wte[i];
     double sd = sqrt(s2 / (32 * C));
     EXPECT(fabs(sd - 0.02) < 0.002, "wte std %.4f ~ 0.02", sd);
+    /* unit layout: unit 0 starts with wte, unit 1 (layer 0) with ln1w */
+    EXPECT(px_gpt_num_units(&c) == 3 && px_gpt_unit_size(&c, 1) == 12 * C * C + 13 * C &&
+           px_gpt_unit_size(&c, 0) == 32 * C + 8 * C + 2 * C, "unit sizes");
+    EXPECT(!memcmp(px_gpt_params(a), wte, 32 * C * sizeof(float)) &&
+           px_gpt_params(a)[px_gpt_unit_size(&c, 0)] == 1.0f, "unit-major storage");
+    /* an init of any range of a unit equals the same range of the whole */
+    float part[37];
+    px_gpt_init_unit_range(&c, 99, 2, 100, 137, part);
+    EXPECT(!memcmp(part, px_gpt_params(a) + px_gpt_unit_size(&c, 0) + px_gpt_unit_size(&c, 1) +
+                             100, sizeof(part)), "ranged init");
+    free(ca);
 
     /* loss at init ~ ln(V); batch of 2 = mean of the two single sequences */
     int32_t in[16], tg[16];
@@ -164,7 +195,7 @@ static void test_gpt(void)
         tg[i] = (i * 3 + 1) % 32;
     }
     float l2 = 0, la = 0, lb = 0;
-    px_gpt_forward(a, in, tg, &l2);
+    EXPECT(px_gpt_forward(a, in, tg, &l2) == PX_OK, "forward");
     EXPECT(fabsf(l2 - logf(32)) < 0.05f, "init loss %.4f ~ ln 32", l2);
     px_gpt_init_params(one, 99);
     px_gpt_forward(one, in, tg, &la);
@@ -174,12 +205,12 @@ static void test_gpt(void)
     /* backward produces a gradient; one update changes parameters; decay
      * only on matrices (zero-grad ln weights stay exactly 1 with lr small) */
     px_gpt_zero_grad(a);
-    px_gpt_backward(a);
+    EXPECT(px_gpt_backward(a) == PX_OK, "backward");
     double g2 = px_kernels_cpu()->sumsq(px_gpt_grads(a), n);
     EXPECT(g2 > 0 && isfinite(g2), "gradient norm^2 %g", g2);
-    float before = p->wte[0];
+    float before = px_gpt_params(a)[0];
     px_gpt_update(a, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
-    EXPECT(p->wte[0] != before, "update moves parameters");
+    EXPECT(px_gpt_params(a)[0] != before, "update moves parameters");
     px_gpt_destroy(a);
     px_gpt_destroy(b);
     px_gpt_destroy(one);

@@ -1,0 +1,47 @@
+/* checkpoint.h: sharded training checkpoints and safetensors export.
+ *
+ * A checkpoint is a directory DIR/step_<N>/:
+ *   meta.json      written last by rank 0 after every shard is on disk: a
+ *                  checkpoint without it is incomplete and never loaded.
+ *                  {"format": "parallax-zero-1", "step": N, "zero": Z,
+ *                   "dp": D, "nshards": K, "layers", "heads", "dim", "vocab",
+ *                   "max_seq", "num_params", "unit_sizes": [...]}
+ *   shard_<k>.bin  k < K (K = D for stage >= 1, 1 for stage 0): for each
+ *                  unit u in order, three float32 arrays of S_u =
+ *                  ceil(size_u / D) * D / K elements: parameters, AdamW m,
+ *                  AdamW v of slice k of unit u (padding zeros).
+ * Loading re-cuts: any dp and stage may load any checkpoint of the same
+ * model dims; every file is checked (meta, sizes) before any state is
+ * touched, and a model mismatch is PX_ERR_INVALID_ARGUMENT naming both
+ * values (no partial load). */
+#ifndef PX_CHECKPOINT_H
+#define PX_CHECKPOINT_H
+
+#include "gpt.h"
+#include "px_status.h"
+#include "px_transport.h"
+#include "zero.h"
+
+/* Collective over comm (NULL: alone): writes DIR/step_<step>/ (mkdir -p).
+ * PX_ERR_IO (logged, with the path) on any file error. */
+px_status_t px_checkpoint_save(const char *dir, int step, px_zero_t *z,
+                               const px_gpt_config_t *gc, const px_plan_t *plan, int heads,
+                               px_comm_t *comm);
+
+/* Loads the checkpoint directory `path` (a step_<N>/ directory) into z
+ * (this rank's slices, whatever the checkpoint's dp / stage); *step_p = N.
+ * Errors: PX_ERR_NOT_FOUND (no meta.json / shard), PX_ERR_INVALID_ARGUMENT
+ * (other model, bad meta, short shard), PX_ERR_IO. Every rank reads for
+ * itself; no communication. */
+px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_config_t *gc,
+                               const px_plan_t *plan, int heads, int *step_p);
+
+/* Writes the canonical parameters `params` (px_gpt_tensor_info layout) as a
+ * safetensors file (8-byte little-endian header length, JSON header with
+ * dtype F32, shape and data_offsets per tensor, then the data), loadable by
+ * safetensors.torch.load_file. Names as px_gpt_tensor_info ("wte", "qkvw"
+ * (L, 3C, C) ...). PX_ERR_IO on a file error. */
+px_status_t px_safetensors_write(const char *path, const px_gpt_config_t *gc,
+                                 const float *params);
+
+#endif

@@ -1,0 +1,32 @@
+/* memacct.h: the rank's memory accounting: every engine allocation tagged
+ * with a category (plan.h's px_mem_cat_t), current and peak bytes per
+ * category, and the peak of params + grads + optimizer held at once.
+ *
+ * Process-wide counters; the engine runs on one training thread, so the
+ * functions are not thread-safe. Bytes are the requested sizes (the C
+ * library's own overhead is not counted). */
+#ifndef PX_MEMACCT_H
+#define PX_MEMACCT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan.h"
+
+typedef struct px_mem_stats {
+    uint64_t current[PX_MEM_NCAT];
+    uint64_t peak[PX_MEM_NCAT];
+    uint64_t state_peak; /* peak of params + grads + optimizer at one time */
+} px_mem_stats_t;
+
+/* calloc(n, size) tagged `cat`; NULL when out of memory (or n*size == 0
+ * overflow). Free with px_mem_free. */
+void *px_mem_calloc(px_mem_cat_t cat, size_t n, size_t size);
+/* Frees a px_mem_calloc block and subtracts it; NULL no-op. */
+void px_mem_free(void *ptr);
+/* Snapshot of the counters. */
+void px_mem_stats(px_mem_stats_t *out);
+/* Resets the peaks to the current values (e.g. between runs in one process). */
+void px_mem_reset_peaks(void);
+
+#endif

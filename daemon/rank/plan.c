@@ -1,0 +1,126 @@
+/* plan.c: per-rank memory plan for ZeRO stages 0-3 (plan.h).
+ *
+ * Invariants: unit_padded[u] % dp == 0, unit_offset and shard_offset are the
+ * prefix sums of unit_padded and unit_padded/dp. Pure arithmetic, no I/O
+ * except the error log; any thread. */
+#include "plan.h"
+
+#include <stdlib.h>
+
+#include "px_log.h"
+
+static const char *cat_names[PX_MEM_NCAT] = {"params", "grads", "optimizer",
+                                             "activations", "comm", "workspace"};
+
+const char *px_mem_cat_name(px_mem_cat_t cat)
+{
+    return cat >= 0 && cat < PX_MEM_NCAT ? cat_names[cat] : "?";
+}
+
+void px_plan_precision_fp32(px_plan_precision_t *p)
+{
+    p->param_bytes = 4;
+    p->grad_bytes = 4;
+    p->optim_bytes = 8;
+}
+
+void px_plan_precision_mixed(px_plan_precision_t *p, double k)
+{
+    p->param_bytes = 2;
+    p->grad_bytes = 2;
+    p->optim_bytes = k;
+}
+
+uint64_t px_plan_gpt_units(int layers, int dim, int vocab, int max_seq, uint64_t **sizes_p)
+{
+    if (layers <= 0 || dim <= 0 || vocab <= 0 || max_seq <= 0)
+        return 0;
+    uint64_t C = (uint64_t)dim, *s = malloc(((size_t)layers + 1) * sizeof(*s));
+    if (!s)
+        return 0;
+    /* root: wte (V,C), wpe (maxT,C), lnfw (C), lnfb (C) */
+    s[0] = (uint64_t)vocab * C + (uint64_t)max_seq * C + 2 * C;
+    /* layer: ln1 w,b (C), qkv (3C,C)+(3C), attproj (C,C)+(C), ln2 w,b (C),
+     * fc (4C,C)+(4C), fcproj (C,4C)+(C) = 12C^2 + 13C */
+    uint64_t total = s[0];
+    for (int l = 0; l < layers; l++) {
+        s[1 + l] = 12 * C * C + 13 * C;
+        total += s[1 + l];
+    }
+    *sizes_p = s;
+    return total;
+}
+
+px_status_t px_plan_create(const uint64_t *unit_size, int nunits, int units_known, int dp,
+                           int zero, const px_plan_precision_t *prec, px_plan_t **plan_p)
+{
+    if (nunits <= 0 || dp <= 0 || zero < 0 || zero > 3) {
+        px_error("plan: bad arguments (units %d, dp %d, zero %d; zero must be 0..3)", nunits, dp,
+                 zero);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    px_plan_t *p = calloc(1, sizeof(*p));
+    if (!p)
+        return PX_ERR_NO_MEMORY;
+    p->zero = zero;
+    p->dp = dp;
+    p->nunits = nunits;
+    p->units_known = units_known;
+    p->prec = *prec;
+    p->unit_size = calloc((size_t)nunits, sizeof(uint64_t));
+    p->unit_padded = calloc((size_t)nunits, sizeof(uint64_t));
+    p->unit_offset = calloc((size_t)nunits, sizeof(uint64_t));
+    p->shard_offset = calloc((size_t)nunits, sizeof(uint64_t));
+    if (!p->unit_size || !p->unit_padded || !p->unit_offset || !p->shard_offset) {
+        px_plan_destroy(p);
+        return PX_ERR_NO_MEMORY;
+    }
+    for (int u = 0; u < nunits; u++) {
+        uint64_t n = unit_size[u];
+        p->unit_size[u] = n;
+        p->unit_padded[u] = (n + (uint64_t)dp - 1) / (uint64_t)dp * (uint64_t)dp;
+        p->unit_offset[u] = p->padded;
+        p->shard_offset[u] = p->shard;
+        p->params += n;
+        p->padded += p->unit_padded[u];
+        p->shard += p->unit_padded[u] / (uint64_t)dp;
+        if (units_known && u > 0 && p->unit_padded[u] > p->max_layer)
+            p->max_layer = p->unit_padded[u];
+    }
+    if (!p->params) {
+        px_error("plan: the model has no parameters");
+        px_plan_destroy(p);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (units_known) {
+        int nl = nunits - 1 < 2 ? nunits - 1 : 2; /* computing + prefetched / in flight */
+        p->work_units = p->unit_padded[0] + (uint64_t)nl * p->max_layer;
+    }
+    double P = (double)p->padded, S = (double)p->shard, W = (double)p->work_units;
+    double pe = prec->param_bytes, ge = prec->grad_bytes, oe = prec->optim_bytes;
+    p->bytes[PX_MEM_PARAMS] = (zero == 3 ? S + W : P) * pe;
+    p->bytes[PX_MEM_GRADS] = (zero >= 2 ? S + W : P) * ge;
+    p->bytes[PX_MEM_OPTIM] = (zero >= 1 ? S : P) * oe;
+    p->state_peak = p->bytes[PX_MEM_PARAMS] + p->bytes[PX_MEM_GRADS] + p->bytes[PX_MEM_OPTIM];
+    if (zero == 3 && units_known) {
+        /* forward: params S+W, grads S; backward: params S+W-root, grads S+W */
+        double fwd = (S + W) * pe + S * ge + S * oe;
+        double bwd = (S + W - (double)p->unit_padded[0]) * pe + (S + W) * ge + S * oe;
+        p->state_peak = fwd > bwd ? fwd : bwd;
+    }
+    *plan_p = p;
+    return PX_OK;
+}
+
+void px_plan_destroy(px_plan_t *p)
+{
+    if (!p)
+        return;
+    free(p->unit_size);
+    free(p->unit_padded);
+    free(p->unit_offset);
+    free(p->shard_offset);
+    free(p);
+}
+
+double px_plan_state_bytes(const px_plan_t *p) { return p->state_peak; }

@@ -1,0 +1,99 @@
+/* plan.h: the memory plan of a data-parallel / ZeRO job, per rank.
+ *
+ * One module for the engine and for `pctl plan` (ARCHITECTURE.md §2): the
+ * engine cuts its buffers with the offsets and sizes computed here, and the
+ * prediction users see is the same arithmetic. Pure arithmetic: no BLAS, no
+ * transport, so pctl links it alone.
+ *
+ * Model = units. A GPT has L+1 units: unit 0 (the "root": wte, wpe, lnfw,
+ * lnfb, used at both ends of the network) and unit 1+l (layer l's twelve
+ * tensors). Each unit is one contiguous range of the flat buffers, padded to
+ * a multiple of dp; rank r's ZeRO shard of a unit is its r-th slice of
+ * padded/dp elements, and a rank's shard buffer is its slices of every unit
+ * back to back. When only a parameter count is known (`--params N`) the
+ * model is one unit and the working buffers of stages 2/3 are not counted
+ * (as in the ZeRO paper's figures).
+ *
+ * Bytes per rank by stage (Psi' = padded elements, S = Psi'/dp, W = root +
+ * min(2, L) * largest layer, the gathered / in-flight unit buffers; p, g, o =
+ * bytes per element of parameters, gradients, optimizer state):
+ *   0: params Psi'p,   grads Psi'g,   optimizer Psi'o
+ *   1: params Psi'p,   grads Psi'g,   optimizer S o
+ *   2: params Psi'p,   grads (S+W)g,  optimizer S o
+ *   3: params (S+W)p,  grads (S+W)g,  optimizer S o
+ * (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
+ * Parameter Models", SC'20, Figure 1: 2+2+K bytes per parameter with K = 12
+ * for mixed-precision Adam.) */
+#ifndef PX_PLAN_H
+#define PX_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "px_status.h"
+
+/* Memory categories (also memacct.h's). */
+typedef enum px_mem_cat {
+    PX_MEM_PARAMS = 0,
+    PX_MEM_GRADS,
+    PX_MEM_OPTIM,
+    PX_MEM_ACTS,
+    PX_MEM_COMM,
+    PX_MEM_WORK,
+    PX_MEM_NCAT
+} px_mem_cat_t;
+
+/* "params", "grads", "optimizer", "activations", "comm", "workspace". */
+const char *px_mem_cat_name(px_mem_cat_t cat);
+
+/* Bytes per element of each state category. */
+typedef struct px_plan_precision {
+    double param_bytes, grad_bytes, optim_bytes;
+} px_plan_precision_t;
+
+/* The engine's fp32 AdamW: 4 / 4 / 8 (two moments, no master copy). */
+void px_plan_precision_fp32(px_plan_precision_t *p);
+/* Mixed precision as the ZeRO paper counts it: fp16 params and grads (2 / 2),
+ * optimizer K bytes per parameter (12: fp32 master, momentum, variance). */
+void px_plan_precision_mixed(px_plan_precision_t *p, double k);
+
+/* Unit sizes (elements) of a GPT (px_gpt layout): unit 0 the root, unit 1+l
+ * layer l. `sizes_p` gets layers + 1 entries (caller frees). Returns the
+ * total parameter count, 0 on bad dims or no memory. max_seq = rows of wpe. */
+uint64_t px_plan_gpt_units(int layers, int dim, int vocab, int max_seq, uint64_t **sizes_p);
+
+typedef struct px_plan {
+    int zero, dp, nunits;
+    int units_known;          /* 0: one unit from --params; W not counted */
+    uint64_t params;          /* Psi, unpadded */
+    uint64_t padded;          /* Psi' */
+    uint64_t shard;           /* S = padded / dp */
+    uint64_t *unit_size;      /* [nunits] elements */
+    uint64_t *unit_padded;    /* [nunits] multiple of dp */
+    uint64_t *unit_offset;    /* [nunits] in the full padded flat buffer */
+    uint64_t *shard_offset;   /* [nunits] in a rank's shard buffer */
+    uint64_t work_units;      /* W, elements (0 when !units_known) */
+    uint64_t max_layer;       /* largest padded layer unit (0 if none) */
+    px_plan_precision_t prec;
+    double bytes[PX_MEM_NCAT]; /* predicted peak per rank; only the three
+                                  state categories are filled */
+    double state_peak;         /* peak of their sum at one time: stage 3's
+                                  parameter peak (forward: root + 2 layers
+                                  gathered) and gradient peak (backward) do
+                                  not coincide; the root's gathered copy is
+                                  freed after the LM head's backward */
+} px_plan_t;
+
+/* Builds the plan for units `unit_size[nunits]` (unit 0 = root when
+ * units_known), `dp` >= 1, stage 0..3. Copies the sizes. Errors:
+ * PX_ERR_INVALID_ARGUMENT (logged) for a bad stage / dp / empty model;
+ * PX_ERR_NO_MEMORY. Free with px_plan_destroy. */
+px_status_t px_plan_create(const uint64_t *unit_size, int nunits, int units_known, int dp,
+                           int zero, const px_plan_precision_t *prec, px_plan_t **plan_p);
+void px_plan_destroy(px_plan_t *plan); /* NULL no-op */
+
+/* Predicted peak of params + grads + optimizer held at once, bytes
+ * (plan->state_peak). */
+double px_plan_state_bytes(const px_plan_t *plan);
+
+#endif

@@ -1,0 +1,603 @@
+/* zero.c: ZeRO stages 0-3 for the GPT engine (zero.h).
+ *
+ * Buffers (memacct categories), per stage:
+ *   full_params  [plan->padded]   PARAMS  stages 0-2
+ *   shard_params [plan->shard]    PARAMS  stage 3
+ *   full_grads   [padded + 1]     GRADS   stages 0-1 (the spare float carries
+ *                                          the loss through stage 0's all-reduce)
+ *   shard_grads  [plan->shard]    GRADS   stages 2-3
+ *   m, v         [padded / shard] OPTIM   (stage 0 / stages 1-3)
+ *   pbuf[u]      [unit_padded[u]] PARAMS  stage 3, a gathered unit, transient
+ *   gbuf[u]      [unit_padded[u]] GRADS   stages 2-3, a unit's gradients until
+ *                                          reduce-scattered, transient
+ * Invariant: padding elements of every buffer stay 0 (the model never
+ * writes them; reduce-scatters of zeros give zeros), so norms and updates
+ * may run over whole slices.
+ *
+ * Nonblocking requests are recorded in gather_req[u] and the reduce-scatter
+ * FIFO; a request is progressed with px_test from the model's progress hook
+ * and completed with px_wait; on destroy, pending ones are cancelled before
+ * their buffers are freed. One training thread. */
+#include "zero.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memacct.h"
+#include "px_coll.h"
+#include "px_kernels.h"
+#include "px_log.h"
+#include "px_time.h"
+
+/* Weak: the engine links with a transport that may not have them yet. */
+#pragma weak px_reduce_scatter_start
+#pragma weak px_allgather_start
+#pragma weak px_wait
+#pragma weak px_test
+#pragma weak px_request_cancel
+
+/* layer gradient buffers being reduce-scattered while the next layer's
+ * backward computes (plan.h's W counts them) */
+#define MAX_INFLIGHT_LAYERS 1
+
+typedef struct rs_entry {
+    int unit;
+    px_request_t *req; /* NULL: already complete */
+} rs_entry_t;
+
+struct px_zero {
+    px_gpt_config_t gc;
+    const px_plan_t *plan;
+    px_comm_t *comm;
+    int stage, dp, rank, accum, prefetch, nunits, nb; /* nb: nonblocking collectives */
+    int nsh, me;                                      /* slices: count, mine */
+    const px_kernel_ops_t *k;
+    float *full_params, *shard_params, *full_grads, *shard_grads, *m, *v;
+    float **pbuf, **gbuf;
+    px_request_t **gather_req;
+    int *gathering;      /* 1 while gather_req[u] has not been waited */
+    rs_entry_t *rs;      /* FIFO, capacity nunits */
+    int rs_head, rs_count;
+    px_gpt_hooks_t hooks;
+    px_zero_times_t times;
+    px_status_t deferred; /* first error seen inside the progress hook */
+};
+
+static uint64_t sl(const px_zero_t *z, int u) { return z->plan->unit_padded[u] / (uint64_t)z->nsh; }
+
+/* ---- collectives (nonblocking when the transport has them) ---- */
+
+static px_status_t coll_fail(px_zero_t *z, const char *what, int u, px_status_t st)
+{
+    px_error("zero: %s of unit %d failed: %s (%s)", what, u, px_status_str(st),
+             z->comm ? px_comm_last_error(z->comm) : "");
+    return st;
+}
+
+/* In-place reduce-scatter (AVG) of unit buffer buf: my slice ends at
+ * buf + rank * count. */
+static px_status_t rs_start(px_zero_t *z, float *buf, int u, px_request_t **req_p)
+{
+    uint64_t cnt = z->plan->unit_padded[u] / (uint64_t)z->dp;
+    *req_p = NULL;
+    if (z->dp == 1)
+        return PX_OK;
+    if (z->nb)
+        return px_reduce_scatter_start(z->comm, buf, buf + (uint64_t)z->rank * cnt, cnt,
+                                       PX_FLOAT32, PX_AVG, NULL, req_p);
+    return px_allreduce(z->comm, buf, buf, z->plan->unit_padded[u], PX_FLOAT32, PX_AVG, -1);
+}
+
+/* In-place all-gather of unit buffer buf whose slice `rank` is filled (the
+ * rest is 0 for the emulation). */
+static px_status_t ag_start(px_zero_t *z, float *buf, int u, px_request_t **req_p)
+{
+    uint64_t cnt = z->plan->unit_padded[u] / (uint64_t)z->dp;
+    *req_p = NULL;
+    if (z->dp == 1)
+        return PX_OK;
+    if (z->nb)
+        return px_allgather_start(z->comm, buf + (uint64_t)z->rank * cnt, buf, cnt, PX_FLOAT32,
+                                  NULL, req_p);
+    for (int r = 0; r < z->dp; r++)
+        if (r != z->rank)
+            memset(buf + (uint64_t)r * cnt, 0, cnt * sizeof(float));
+    return px_allreduce(z->comm, buf, buf, z->plan->unit_padded[u], PX_FLOAT32, PX_SUM, -1);
+}
+
+static px_status_t req_wait(px_request_t *req)
+{
+    return req ? px_wait(req, -1) : PX_OK;
+}
+
+/* ---- stage 3: gathered units ---- */
+
+static px_status_t gather_start(px_zero_t *z, int u)
+{
+    px_status_t status;
+    float *b = px_mem_calloc(PX_MEM_PARAMS, z->plan->unit_padded[u], sizeof(float));
+    if (!b)
+        return PX_ERR_NO_MEMORY;
+    memcpy(b + (uint64_t)z->rank * sl(z, u), z->shard_params + z->plan->shard_offset[u],
+           sl(z, u) * sizeof(float));
+    double t0 = px_time_mono_s();
+    status = ag_start(z, b, u, &z->gather_req[u]);
+    if (!z->nb)
+        z->times.gather_wait_s += px_time_mono_s() - t0;
+    if (status != PX_OK) {
+        px_mem_free(b);
+        return coll_fail(z, "all-gather", u, status);
+    }
+    z->pbuf[u] = b;
+    z->gathering[u] = 1;
+    z->times.gathers++;
+    return PX_OK;
+}
+
+static px_status_t gather_wait(px_zero_t *z, int u)
+{
+    if (!z->gathering[u])
+        return PX_OK;
+    double t0 = px_time_mono_s();
+    px_status_t status = req_wait(z->gather_req[u]);
+    if (status == PX_OK && z->deferred != PX_OK)
+        status = z->deferred;
+    z->times.gather_wait_s += px_time_mono_s() - t0;
+    z->gather_req[u] = NULL;
+    z->gathering[u] = 0;
+    return status == PX_OK ? PX_OK : coll_fail(z, "all-gather", u, status);
+}
+
+static int next_unit(const px_zero_t *z, int u, int phase)
+{
+    int L = z->gc.layers;
+    if (phase == 0)
+        return u < L ? u + 1 : -1;      /* root -> layer 0 -> ... */
+    return u == 0 ? L : (u > 1 ? u - 1 : -1); /* root -> layer L-1 -> ... -> layer 0 */
+}
+
+/* ---- stages 2-3: gradient buffers ---- */
+
+static px_status_t rs_complete_oldest(px_zero_t *z)
+{
+    rs_entry_t *e = &z->rs[z->rs_head];
+    int u = e->unit;
+    double t0 = px_time_mono_s();
+    px_status_t status = req_wait(e->req);
+    if (status == PX_OK && z->deferred != PX_OK)
+        status = z->deferred;
+    z->times.rs_wait_s += px_time_mono_s() - t0;
+    e->req = NULL;
+    z->rs_head = (z->rs_head + 1) % z->nunits;
+    z->rs_count--;
+    if (status != PX_OK)
+        return coll_fail(z, "reduce-scatter", u, status);
+    float *dst = z->shard_grads + z->plan->shard_offset[u];
+    const float *src = z->gbuf[u] + (uint64_t)z->rank * sl(z, u);
+    float s = 1.0f / (float)z->accum;
+    uint64_t n = sl(z, u);
+    if (z->accum == 1)
+        for (uint64_t i = 0; i < n; i++)
+            dst[i] += src[i];
+    else
+        for (uint64_t i = 0; i < n; i++)
+            dst[i] += s * src[i];
+    px_mem_free(z->gbuf[u]);
+    z->gbuf[u] = NULL;
+    return PX_OK;
+}
+
+static int layers_in_flight(const px_zero_t *z)
+{
+    int n = 0;
+    for (int i = 0; i < z->rs_count; i++)
+        n += z->rs[(z->rs_head + i) % z->nunits].unit != 0;
+    return n;
+}
+
+/* ---- hooks ---- */
+
+static px_status_t h_params_acquire(void *arg, int u, int phase, float **p)
+{
+    px_zero_t *z = arg;
+    if (z->stage < 3) {
+        *p = z->full_params + z->plan->unit_offset[u];
+        return PX_OK;
+    }
+    if (!z->pbuf[u])
+        PX_CHECK(gather_start(z, u));
+    int nx = next_unit(z, u, phase);
+    if (z->prefetch && nx >= 0 && !z->pbuf[nx])
+        PX_CHECK(gather_start(z, nx));
+    PX_CHECK(gather_wait(z, u));
+    *p = z->pbuf[u];
+    return PX_OK;
+}
+
+static px_status_t h_params_release(void *arg, int u, int phase)
+{
+    px_zero_t *z = arg;
+    if (z->stage == 3 && z->pbuf[u]) {
+        px_mem_free(z->pbuf[u]);
+        z->pbuf[u] = NULL;
+    }
+    return PX_OK;
+}
+
+static px_status_t h_grads_acquire(void *arg, int u, float **g)
+{
+    px_zero_t *z = arg;
+    if (z->stage < 2) {
+        *g = z->full_grads + z->plan->unit_offset[u];
+        return PX_OK;
+    }
+    while (u != 0 && layers_in_flight(z) > MAX_INFLIGHT_LAYERS)
+        PX_CHECK(rs_complete_oldest(z));
+    z->gbuf[u] = px_mem_calloc(PX_MEM_GRADS, z->plan->unit_padded[u], sizeof(float));
+    if (!z->gbuf[u])
+        return PX_ERR_NO_MEMORY;
+    *g = z->gbuf[u];
+    return PX_OK;
+}
+
+static px_status_t h_grads_release(void *arg, int u)
+{
+    px_zero_t *z = arg;
+    if (z->stage < 2)
+        return PX_OK;
+    rs_entry_t *e = &z->rs[(z->rs_head + z->rs_count) % z->nunits];
+    double t0 = px_time_mono_s();
+    px_status_t status = rs_start(z, z->gbuf[u], u, &e->req);
+    if (!z->nb)
+        z->times.rs_wait_s += px_time_mono_s() - t0;
+    if (status != PX_OK)
+        return coll_fail(z, "reduce-scatter", u, status);
+    e->unit = u;
+    z->rs_count++;
+    return PX_OK;
+}
+
+static void h_progress(void *arg)
+{
+    px_zero_t *z = arg;
+    int done;
+    if (!z->nb || z->dp == 1)
+        return;
+    /* progress the oldest pending request of each kind; completion is
+     * recorded by px_test freeing it, so re-check with the same pointer only
+     * while it is not done */
+    for (int u = 0; u < z->nunits; u++) {
+        if (z->gathering[u] && z->gather_req[u]) {
+            px_status_t st = px_test(z->gather_req[u], &done);
+            if (st != PX_OK || done) {
+                z->gather_req[u] = NULL; /* freed by px_test */
+                if (st != PX_OK && z->deferred == PX_OK)
+                    z->deferred = st;
+            }
+            break;
+        }
+    }
+    if (z->rs_count) {
+        rs_entry_t *e = &z->rs[z->rs_head];
+        if (e->req) {
+            px_status_t st = px_test(e->req, &done);
+            if (st != PX_OK || done) {
+                e->req = NULL;
+                if (st != PX_OK && z->deferred == PX_OK)
+                    z->deferred = st;
+            }
+        }
+    }
+}
+
+/* ---- life ---- */
+
+px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_comm_t *comm,
+                           int accum, int prefetch, px_zero_t **z_p)
+{
+    px_zero_t *z = calloc(1, sizeof(*z));
+    if (!z)
+        return PX_ERR_NO_MEMORY;
+    z->gc = *gc;
+    z->plan = plan;
+    z->comm = comm;
+    z->stage = plan->zero;
+    z->dp = plan->dp;
+    z->rank = comm ? px_comm_rank(comm) : 0;
+    z->accum = accum > 0 ? accum : 1;
+    z->prefetch = prefetch;
+    z->nunits = plan->nunits;
+    z->nsh = z->stage >= 1 ? z->dp : 1;
+    z->me = z->stage >= 1 ? z->rank : 0;
+    z->k = px_kernels_cpu();
+    z->nb = px_reduce_scatter_start && px_allgather_start && px_wait && px_test &&
+            px_request_cancel;
+    if (z->dp > 1 && (!comm || px_comm_size(comm) != z->dp)) {
+        px_error("zero: plan for dp %d but communicator of %d ranks", z->dp,
+                 comm ? px_comm_size(comm) : 1);
+        free(z);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (z->nunits != px_gpt_num_units(gc)) {
+        px_error("zero: plan has %d units, model %d", z->nunits, px_gpt_num_units(gc));
+        free(z);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (z->dp > 1 && !z->nb && z->stage > 0 && z->rank == 0)
+        px_warn("zero: transport lacks nonblocking reduce-scatter/all-gather; emulating them "
+                "with all-reduce (same results, no overlap, more traffic)");
+    size_t P = plan->padded, S = plan->shard, nu = (size_t)z->nunits;
+    int ok = 1;
+    if (z->stage <= 2)
+        ok &= !!(z->full_params = px_mem_calloc(PX_MEM_PARAMS, P, sizeof(float)));
+    else
+        ok &= !!(z->shard_params = px_mem_calloc(PX_MEM_PARAMS, S, sizeof(float)));
+    if (z->stage <= 1)
+        ok &= !!(z->full_grads = px_mem_calloc(PX_MEM_GRADS, P + 1, sizeof(float)));
+    else
+        ok &= !!(z->shard_grads = px_mem_calloc(PX_MEM_GRADS, S, sizeof(float)));
+    size_t on = z->stage == 0 ? P : S;
+    ok &= !!(z->m = px_mem_calloc(PX_MEM_OPTIM, on, sizeof(float)));
+    ok &= !!(z->v = px_mem_calloc(PX_MEM_OPTIM, on, sizeof(float)));
+    z->pbuf = calloc(nu, sizeof(float *));
+    z->gbuf = calloc(nu, sizeof(float *));
+    z->gather_req = calloc(nu, sizeof(px_request_t *));
+    z->gathering = calloc(nu, sizeof(int));
+    z->rs = calloc(nu, sizeof(rs_entry_t));
+    ok &= z->pbuf && z->gbuf && z->gather_req && z->gathering && z->rs;
+    if (!ok) {
+        px_error("zero: out of memory for stage %d state (%zu elements, shard %zu)", z->stage, P,
+                 S);
+        px_zero_destroy(z);
+        return PX_ERR_NO_MEMORY;
+    }
+    z->hooks = (px_gpt_hooks_t){.arg = z, .params_acquire = h_params_acquire,
+                                .params_release = h_params_release,
+                                .grads_acquire = h_grads_acquire,
+                                .grads_release = h_grads_release, .progress = h_progress};
+    *z_p = z;
+    return PX_OK;
+}
+
+void px_zero_destroy(px_zero_t *z)
+{
+    if (!z)
+        return;
+    for (int u = 0; z->gather_req && u < z->nunits; u++)
+        if (z->gather_req[u])
+            px_request_cancel(z->gather_req[u]);
+    for (int i = 0; z->rs && i < z->rs_count; i++) {
+        rs_entry_t *e = &z->rs[(z->rs_head + i) % z->nunits];
+        if (e->req)
+            px_request_cancel(e->req);
+    }
+    for (int u = 0; z->pbuf && u < z->nunits; u++)
+        px_mem_free(z->pbuf[u]);
+    for (int u = 0; z->gbuf && u < z->nunits; u++)
+        px_mem_free(z->gbuf[u]);
+    px_mem_free(z->full_params);
+    px_mem_free(z->shard_params);
+    px_mem_free(z->full_grads);
+    px_mem_free(z->shard_grads);
+    px_mem_free(z->m);
+    px_mem_free(z->v);
+    free(z->pbuf);
+    free(z->gbuf);
+    free(z->gather_req);
+    free(z->gathering);
+    free(z->rs);
+    free(z);
+}
+
+const px_gpt_hooks_t *px_zero_hooks(px_zero_t *z) { return &z->hooks; }
+int px_zero_nshards(const px_zero_t *z) { return z->nsh; }
+
+float *px_zero_slice(px_zero_t *z, int which, int u)
+{
+    const px_plan_t *p = z->plan;
+    if (which == 0) {
+        if (z->stage == 3)
+            return z->shard_params + p->shard_offset[u];
+        return z->full_params + p->unit_offset[u] + (uint64_t)z->me * sl(z, u);
+    }
+    float *b = which == 1 ? z->m : z->v;
+    return b + (z->stage == 0 ? p->unit_offset[u] : p->shard_offset[u]);
+}
+
+float *px_zero_held(px_zero_t *z, int which, int u, uint64_t *begin_p, uint64_t *count_p)
+{
+    if (which == 0 && z->stage < 3) {
+        *begin_p = 0;
+        *count_p = z->plan->unit_padded[u];
+        return z->full_params + z->plan->unit_offset[u];
+    }
+    *begin_p = (uint64_t)z->me * sl(z, u);
+    *count_p = sl(z, u);
+    return px_zero_slice(z, which, u);
+}
+
+static float *grad_slice(px_zero_t *z, int u)
+{
+    const px_plan_t *p = z->plan;
+    if (z->stage >= 2)
+        return z->shard_grads + p->shard_offset[u];
+    return z->full_grads + p->unit_offset[u] + (uint64_t)z->me * sl(z, u);
+}
+
+void px_zero_init_params(px_zero_t *z, uint64_t seed)
+{
+    for (int u = 0; u < z->nunits; u++) {
+        uint64_t n = sl(z, u), b = (uint64_t)z->me * n;
+        if (z->stage < 3) { /* every rank holds the whole unit */
+            n = z->plan->unit_padded[u];
+            b = 0;
+            px_gpt_init_unit_range(&z->gc, seed, u, b, b + n,
+                                   z->full_params + z->plan->unit_offset[u]);
+        } else {
+            px_gpt_init_unit_range(&z->gc, seed, u, b, b + n, px_zero_slice(z, 0, u));
+        }
+    }
+}
+
+void px_zero_begin_step(px_zero_t *z)
+{
+    if (z->full_grads)
+        memset(z->full_grads, 0, (z->plan->padded + 1) * sizeof(float));
+    if (z->shard_grads)
+        memset(z->shard_grads, 0, z->plan->shard * sizeof(float));
+}
+
+px_status_t px_zero_end_micro(px_zero_t *z)
+{
+    while (z->rs_count)
+        PX_CHECK(rs_complete_oldest(z));
+    if (z->deferred != PX_OK)
+        return z->deferred;
+    return PX_OK;
+}
+
+px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float *norm_p)
+{
+    px_status_t status;
+    const px_plan_t *p = z->plan;
+    double t0 = px_time_mono_s();
+    float loss = local_loss;
+
+    if (z->stage == 0) {
+        z->full_grads[p->padded] = local_loss;
+        if (z->dp > 1) {
+            status = px_allreduce(z->comm, z->full_grads, z->full_grads, p->padded + 1,
+                                  PX_FLOAT32, PX_AVG, -1);
+            if (status != PX_OK)
+                return coll_fail(z, "all-reduce", -1, status);
+        }
+        loss = z->full_grads[p->padded];
+        if (z->accum > 1)
+            z->k->scale(z->full_grads, 1.0f / (float)z->accum, p->padded);
+        *norm_p = (float)sqrt(z->k->sumsq(z->full_grads, p->padded));
+        *loss_p = loss;
+        z->times.comm_other_s += px_time_mono_s() - t0;
+        return PX_OK;
+    }
+    if (z->stage == 1) {
+        px_request_t **reqs = calloc((size_t)z->nunits, sizeof(*reqs));
+        if (!reqs)
+            return PX_ERR_NO_MEMORY;
+        status = PX_OK;
+        int started = 0;
+        for (int u = 0; u < z->nunits && status == PX_OK; u++, started++)
+            status = rs_start(z, z->full_grads + p->unit_offset[u], u, &reqs[u]);
+        for (int u = 0; u < started; u++) {
+            if (status != PX_OK) {
+                if (reqs[u])
+                    px_request_cancel(reqs[u]);
+                continue;
+            }
+            status = req_wait(reqs[u]);
+        }
+        free(reqs);
+        z->times.rs_wait_s += px_time_mono_s() - t0;
+        if (status != PX_OK)
+            return coll_fail(z, "reduce-scatter", -1, status);
+        if (z->accum > 1)
+            for (int u = 0; u < z->nunits; u++)
+                z->k->scale(grad_slice(z, u), 1.0f / (float)z->accum, sl(z, u));
+    }
+    double ss = 0.0;
+    for (int u = 0; u < z->nunits; u++)
+        ss += z->k->sumsq(grad_slice(z, u), sl(z, u));
+    float pair[2] = {(float)ss, local_loss};
+    t0 = px_time_mono_s();
+    if (z->dp > 1) {
+        status = px_allreduce(z->comm, pair, pair, 2, PX_FLOAT32, PX_SUM, -1);
+        if (status != PX_OK)
+            return coll_fail(z, "norm all-reduce", -1, status);
+    }
+    z->times.comm_other_s += px_time_mono_s() - t0;
+    *norm_p = sqrtf(pair[0]);
+    *loss_p = pair[1] / (float)z->dp;
+    return PX_OK;
+}
+
+const float *px_zero_full_grads(px_zero_t *z) { return z->stage == 0 ? z->full_grads : NULL; }
+
+px_status_t px_zero_sync_params(px_zero_t *z)
+{
+    if (z->stage == 0 || z->stage == 3 || z->dp == 1)
+        return PX_OK;
+    px_status_t status = PX_OK;
+    double t0 = px_time_mono_s();
+    px_request_t **reqs = calloc((size_t)z->nunits, sizeof(*reqs));
+    if (!reqs)
+        return PX_ERR_NO_MEMORY;
+    int started = 0;
+    for (int u = 0; u < z->nunits && status == PX_OK; u++, started++)
+        status = ag_start(z, z->full_params + z->plan->unit_offset[u], u, &reqs[u]);
+    for (int u = 0; u < started; u++) {
+        if (status != PX_OK) {
+            if (reqs[u])
+                px_request_cancel(reqs[u]);
+            continue;
+        }
+        status = req_wait(reqs[u]);
+    }
+    free(reqs);
+    z->times.comm_other_s += px_time_mono_s() - t0;
+    return status == PX_OK ? PX_OK : coll_fail(z, "parameter all-gather", -1, status);
+}
+
+px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_adamw_t *hp)
+{
+    if (clip > 0.0f) {
+        float coef = clip / (norm + 1e-6f); /* as clip_grad_norm_ */
+        if (coef < 1.0f)
+            for (int u = 0; u < z->nunits; u++)
+                z->k->scale(grad_slice(z, u), coef, sl(z, u));
+    }
+    for (int u = 0; u < z->nunits; u++) {
+        px_gpt_unit_tensor_t t[12];
+        int nt = px_gpt_unit_tensors(&z->gc, u, t);
+        uint64_t b = (uint64_t)z->me * sl(z, u), e = b + sl(z, u);
+        float *P = px_zero_slice(z, 0, u), *G = grad_slice(z, u);
+        float *M = px_zero_slice(z, 1, u), *V = px_zero_slice(z, 2, u);
+        for (int j = 0; j < nt; j++) {
+            uint64_t lo = t[j].unit_offset > b ? t[j].unit_offset : b;
+            uint64_t hi = t[j].unit_offset + t[j].size < e ? t[j].unit_offset + t[j].size : e;
+            if (lo >= hi)
+                continue;
+            uint64_t o = lo - b;
+            z->k->adamw_update(P + o, G + o, M + o, V + o, hi - lo, hp->lr, hp->beta1, hp->beta2,
+                               hp->eps, t[j].decay ? hp->weight_decay : 0.0f, hp->t);
+        }
+    }
+    return px_zero_sync_params(z);
+}
+
+px_status_t px_zero_gather_canonical(px_zero_t *z, float *dst)
+{
+    if (z->stage < 3) {
+        px_gpt_units_to_canonical(&z->gc, z->full_params, z->plan->unit_offset, dst);
+        return PX_OK;
+    }
+    float *full = px_mem_calloc(PX_MEM_WORK, z->plan->padded, sizeof(float));
+    px_status_t status = PX_OK;
+    if (!full)
+        return PX_ERR_NO_MEMORY;
+    for (int u = 0; u < z->nunits && status == PX_OK; u++) {
+        float *b = full + z->plan->unit_offset[u];
+        px_request_t *req;
+        memcpy(b + (uint64_t)z->rank * sl(z, u), px_zero_slice(z, 0, u), sl(z, u) * sizeof(float));
+        status = ag_start(z, b, u, &req);
+        if (status == PX_OK)
+            status = req_wait(req);
+    }
+    if (status == PX_OK)
+        px_gpt_units_to_canonical(&z->gc, full, z->plan->unit_offset, dst);
+    else
+        coll_fail(z, "export all-gather", -1, status);
+    px_mem_free(full);
+    return status;
+}
+
+void px_zero_times(const px_zero_t *z, px_zero_times_t *out) { *out = z->times; }

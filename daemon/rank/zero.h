@@ -1,0 +1,104 @@
+/* zero.h: the data-parallel state of a GPT under ZeRO stage 0, 1, 2 or 3.
+ *
+ * Owns the parameters, gradients and AdamW moments of one rank, laid out by
+ * plan.h (units padded to a multiple of dp; rank r's shard is its r-th slice
+ * of every unit), and feeds them to the model through px_gpt_hooks_t:
+ *   0: everything replicated; one all-reduce (AVG) of the flat gradients.
+ *   1: AdamW moments sharded; after the last micro-batch each unit's
+ *      gradients are reduce-scattered in place, each rank updates its slice,
+ *      the parameters are all-gathered in place.
+ *   2: gradients sharded too: each unit's gradient buffer is reduce-scattered
+ *      (nonblocking) as soon as backward has finished it and is freed when
+ *      its slice has been added to the gradient shard; at most one layer
+ *      buffer is in flight while the next one is computed.
+ *   3: parameters sharded too (FSDP): a unit is all-gathered into a fresh
+ *      buffer right before its forward and again before its backward and
+ *      freed after; the next unit's gather is started (prefetch) before
+ *      waiting for this one, and the model pokes the transport between ops,
+ *      so the gather overlaps compute.
+ * Gradient accumulation: micro-batch gradients are averaged (1/accum).
+ * Clipping: by the global norm over all shards (one all-reduce of sumsq and
+ * loss per step); every rank sees the same norm.
+ *
+ * Collectives: px_reduce_scatter_start / px_allgather_start / px_wait from
+ * px_coll.h when the transport provides them (weak references), otherwise
+ * the same results through px_allreduce (correct, not overlapped; logged).
+ * One training thread. */
+#ifndef PX_ZERO_H
+#define PX_ZERO_H
+
+#include <stdint.h>
+
+#include "gpt.h"
+#include "plan.h"
+#include "px_status.h"
+#include "px_transport.h"
+
+typedef struct px_zero px_zero_t;
+
+/* AdamW hyper-parameters of one step. */
+typedef struct px_zero_adamw {
+    float lr, beta1, beta2, eps, weight_decay;
+    int t; /* 1-based step count */
+} px_zero_adamw_t;
+
+/* Times of one rank, seconds, since create. */
+typedef struct px_zero_times {
+    double gather_wait_s;  /* blocked waiting for all-gathers (stage 3) */
+    double rs_wait_s;      /* blocked waiting for reduce-scatters */
+    double comm_other_s;   /* other collectives (all-reduce, norm, stage 1/2 gathers) */
+    int gathers;           /* unit gathers issued */
+} px_zero_times_t;
+
+/* `plan` (borrowed for z's life) must be px_plan_create'd for this model's
+ * units, comm's size and the stage; comm may be NULL when dp == 1.
+ * `prefetch` 0 disables stage 3's prefetch (for measuring the overlap).
+ * Allocates all state (memacct tagged) and zeroes it. */
+px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_comm_t *comm,
+                           int accum, int prefetch, px_zero_t **z_p);
+void px_zero_destroy(px_zero_t *z); /* NULL no-op; waits nothing: only after a failure-free
+                                       step or a comm abort */
+
+/* The hooks for px_gpt_create_external (arg = z). */
+const px_gpt_hooks_t *px_zero_hooks(px_zero_t *z);
+
+/* Initialise this rank's parameters (its shard, or all) from the seed. */
+void px_zero_init_params(px_zero_t *z, uint64_t seed);
+
+/* Before the first micro-batch of a step: zero the gradients. */
+void px_zero_begin_step(px_zero_t *z);
+/* After each micro-batch's backward: completes its in-flight
+ * reduce-scatters (stages 2/3). */
+px_status_t px_zero_end_micro(px_zero_t *z);
+/* After the last micro-batch: reduces the gradients (stages 0/1), averages
+ * the accumulation, and computes the global loss (mean of `local_loss`, the
+ * rank's mean loss over its micro-batches) and the global gradient L2 norm
+ * before clipping. Same values on every rank. */
+px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float *norm_p);
+/* Scales gradients by clip/(norm+1e-6) when that is < 1 (clip > 0), as
+ * torch.nn.utils.clip_grad_norm_; AdamW on this rank's slice (decay on
+ * matrices only); stages 1/2 all-gather the parameters. */
+px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_adamw_t *hp);
+
+/* Full parameters in canonical layout into dst[num_params] (collective for
+ * stage 3: every rank must call it; the result is on every rank). */
+px_status_t px_zero_gather_canonical(px_zero_t *z, float *dst);
+/* Full averaged gradients of the last reduce (stage 0 only; else NULL). */
+const float *px_zero_full_grads(px_zero_t *z);
+
+/* This rank's slice of unit u: parameters, AdamW m, v (padded slice of
+ * plan->unit_padded[u]/nshards elements; nshards = dp for stage >= 1, 1 for
+ * stage 0, where every rank holds the whole unit). For checkpoints. */
+int px_zero_nshards(const px_zero_t *z);
+float *px_zero_slice(px_zero_t *z, int which /* 0 params 1 m 2 v */, int u);
+/* The elements of unit u this rank holds of `which` (0 params, 1 m, 2 v):
+ * returns a pointer to element *begin_p of the unit and *count_p elements
+ * (the whole padded unit where it is replicated). For checkpoint loads. */
+float *px_zero_held(px_zero_t *z, int which, int u, uint64_t *begin_p, uint64_t *count_p);
+/* After parameters were written into the slices (checkpoint load), makes
+ * the replicated copies consistent (stages 1/2: all-gather). */
+px_status_t px_zero_sync_params(px_zero_t *z);
+
+void px_zero_times(const px_zero_t *z, px_zero_times_t *out);
+
+#endif

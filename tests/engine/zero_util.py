@@ -1,0 +1,59 @@
+"""zero_util.py: launch parallax-rank worlds through the standalone bootstrap
+(PX_RANK / PX_WORLD_SIZE / PX_MASTER_ADDR / PX_MASTER_PORT) and read their
+per-step metrics. Shared by test_zero.py and test_resume.py. Stdlib only."""
+import json
+import os
+import socket
+import subprocess
+import time
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run_world(rank_bin, args, work, tag, dp, deadline_s=180):
+    """Runs dp ranks with args; returns a list (per rank) of metric dicts,
+    or None after printing the logs when a rank fails."""
+    port = free_port()
+    procs = []
+    for r in range(dp):
+        env = dict(os.environ, PX_RANK=str(r), PX_WORLD_SIZE=str(dp),
+                   PX_MASTER_ADDR='127.0.0.1', PX_MASTER_PORT=str(port))
+        if dp == 1:
+            env.pop('PX_WORLD_SIZE')
+        metrics = os.path.join(work, '%s_rank%d.jsonl' % (tag, r))
+        logp = os.path.join(work, '%s_rank%d.log' % (tag, r))
+        log = open(logp, 'w')
+        procs.append((subprocess.Popen([rank_bin] + args + ['--metrics-out', metrics], env=env,
+                                       stdout=log, stderr=subprocess.STDOUT),
+                      metrics, log, logp))
+    deadline = time.time() + deadline_s
+    ok = True
+    for p, _, log, _ in procs:
+        try:
+            rc = p.wait(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait()
+            print('%s: a rank timed out' % tag)
+        log.close()
+        ok = ok and rc == 0
+    if not ok:
+        for r, (_, _, _, logp) in enumerate(procs):
+            print('--- %s rank %d log:' % (tag, r))
+            print(open(logp).read()[-3000:])
+        return None
+    return [[json.loads(line) for line in open(m) if line.strip()] for _, m, _, _ in procs]
+
+
+def log_text(work, tag, rank=0):
+    return open(os.path.join(work, '%s_rank%d.log' % (tag, rank))).read()
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
