@@ -165,7 +165,7 @@ static int on_row(void *arg, const px_bench_row_t *row)
         px_bench_print_row(stdout, row);
     } else {
         printf("%s{\"size\":%llu,\"count\":%llu,\"type\":\"%s\",\"redop\":\"%s\","
-               "\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%lld}",
+               "\"time_us\":%.6f,\"algbw\":%.6f,\"busbw\":%.6f,\"wrong\":%lld}",
                a->json_first ? "" : ",", (unsigned long long)row->bytes,
                (unsigned long long)row->count, px_bench_dtype_name(row->dtype),
                px_bench_redop_name(row->redop), row->time_us, row->algbw_gbs, row->busbw_gbs,
