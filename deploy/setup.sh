@@ -19,6 +19,9 @@ packages=(
   libsqlite3-dev sqlite3 libopenblas-dev libinih-dev libjansson-dev libsystemd-dev
   # reference tests and benchmarks: PyTorch (CPU) and gRPC from Python, Open MPI peer
   python3 python3-torch python3-numpy python3-grpcio openmpi-bin libopenmpi-dev
+  # fuzzing (fuzz/run.sh: libFuzzer), the unit check (systemd-analyze, systemd-sysusers),
+  # Python stubs of the integration tests (protoc)
+  clang libclang-rt-14-dev systemd protobuf-compiler
 )
 # The quickstart's corpus comes from the npm registry: npm is needed, from
 # Debian only where the machine has no Node.js of its own.
