@@ -368,7 +368,7 @@ static px_status_t run_op(px_comm_t *comm, const px_bench_cfg_t *cfg, void *sbuf
 }
 
 /* Fills the inputs for a check run. */
-static void fill(const px_bench_cfg_t *cfg, int rank, int n, void *sbuf, void *rbuf,
+void px_bench_fill(const px_bench_cfg_t *cfg, int rank, int n, void *sbuf, void *rbuf,
                  uint64_t count, uint64_t per)
 {
     px_dtype_t dt = cfg->dtype;
@@ -396,11 +396,11 @@ static void fill(const px_bench_cfg_t *cfg, int rank, int n, void *sbuf, void *r
         return;
     }
     /* poison the output so stale data counts as wrong */
-    memset(rbuf, 0xa5, rcount * px_dtype_size(dt));
+    memset(rbuf, 0xff, rcount * px_dtype_size(dt)); /* NaN, -1, 255: never expected */
 }
 
 /* Elements of this rank's output that differ from the exact expectation. */
-static int64_t count_wrong(const px_bench_cfg_t *cfg, int rank, int n, const void *sbuf,
+int64_t px_bench_count_wrong(const px_bench_cfg_t *cfg, int rank, int n, const void *sbuf,
                            const void *rbuf, uint64_t count, uint64_t per)
 {
     px_dtype_t dt = cfg->dtype;
@@ -476,7 +476,7 @@ px_status_t px_bench_run(px_comm_t *comm, const px_bench_cfg_t *cfg, px_bench_ro
             per = count / (uint64_t)n;
             count = per * (uint64_t)n;
         }
-        fill(cfg, rank, n, sbuf, rbuf, count, per); /* the same data as the check run */
+        px_bench_fill(cfg, rank, n, sbuf, rbuf, count, per); /* the same data as the check run */
         for (int i = 0; i < cfg->warmup; i++)
             PX_CHECK_GOTO(run_op(comm, cfg, sbuf, rbuf, count, per), status, out_free);
         PX_CHECK_GOTO(px_barrier(comm, -1), status, out_free);
@@ -494,9 +494,9 @@ px_status_t px_bench_run(px_comm_t *comm, const px_bench_cfg_t *cfg, px_bench_ro
         row.busbw_gbs = row.algbw_gbs * px_bench_bus_factor(cfg->op, n);
         row.wrong = -1;
         if (cfg->check) {
-            fill(cfg, rank, n, sbuf, rbuf, count, per);
+            px_bench_fill(cfg, rank, n, sbuf, rbuf, count, per);
             PX_CHECK_GOTO(run_op(comm, cfg, sbuf, rbuf, count, per), status, out_free);
-            row.wrong = count_wrong(cfg, rank, n, sbuf, rbuf, count, per);
+            row.wrong = px_bench_count_wrong(cfg, rank, n, sbuf, rbuf, count, per);
             if (rank == 0) {
                 for (int r = 1; r < n; r++) {
                     int64_t w = 0;

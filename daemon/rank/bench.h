@@ -106,6 +106,17 @@ px_status_t px_bench_redop_parse(const char *name, px_redop_t *op_p);
 /* Parses a byte size with an optional K/M/G suffix (binary: 4K = 4096). */
 px_status_t px_bench_parse_bytes(const char *s, uint64_t *bytes_p);
 
+/* The --check halves, public for tests. px_bench_fill writes rank `rank`'s
+ * input for one collective of `count` elements (`per` = count / n for the
+ * per-rank ops) into sbuf, and poisons rbuf (stale output counts as wrong).
+ * px_bench_count_wrong counts the elements of this rank's output (rbuf; for
+ * broadcast, sbuf) that differ from the exact result; reduce checks the
+ * root only. Buffer sizes as px_bench_run allocates them. */
+void px_bench_fill(const px_bench_cfg_t *cfg, int rank, int n, void *sbuf, void *rbuf,
+                   uint64_t count, uint64_t per);
+int64_t px_bench_count_wrong(const px_bench_cfg_t *cfg, int rank, int n, const void *sbuf,
+                             const void *rbuf, uint64_t count, uint64_t per);
+
 /* Prints the nccl-tests header / one row to `out` (rank 0 of a run). */
 void px_bench_print_header(FILE *out, const px_bench_cfg_t *cfg, int world);
 void px_bench_print_row(FILE *out, const px_bench_row_t *row);
