@@ -86,6 +86,9 @@ int pctl_json_print(json_t *value);
 /* `pctl data prepare`: see pctl_data.c. */
 int pctl_cmd_data(pctl_ctx_t *ctx, int argc, char **argv);
 
+/* ---- pctl_plan.c, pctl_mem.c (issue 4) */
+int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv);
+
 /* ---- pctl_jobs.c */
 
 int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv);

@@ -79,6 +79,25 @@ static const pctl_command_t commands[] = {
      "\n"
      "Lists nodes: name, control and peer addresses, alive, devices free/total.\n",
      pctl_cmd_nodes},
+    {"plan", "memory per device by ZeRO stage (local, no daemon)",
+     "usage: pctl plan [--params N | --layers N --dim N [--heads N] [--vocab N] [--seq N]]\n"
+     "                 [--dp N] [--zero 0|1|2|3|all] [--precision mixed|fp32]\n"
+     "                 [--optimizer-bytes-per-param K] [--json]\n"
+     "\n"
+     "Prints the bytes each data-parallel rank holds for parameters, gradients and\n"
+     "optimizer state under ZeRO stage 0-3 (GB = 10^9 bytes), computed by the engine's\n"
+     "own planning code. Shards are padded per unit to a multiple of dp.\n"
+     "  --params N         parameter count (e.g. 7.5e9); the model is one unit\n"
+     "  --layers/--dim/--heads/--vocab/--seq  GPT dims (defaults 4/128/4/256/128);\n"
+     "                     stages 2/3 then also count the gathered / in-flight layers\n"
+     "  --dp N             data-parallel degree (default 1)\n"
+     "  --zero Z           one stage (default: all four)\n"
+     "  --precision P      mixed (default: 2-byte params and grads) or fp32 (4 + 4, and\n"
+     "                     8 bytes of AdamW moments: what parallax-rank trains with)\n"
+     "  --optimizer-bytes-per-param K  optimizer bytes per parameter (default 12 for\n"
+     "                     mixed: fp32 master weights, momentum, variance; 8 for fp32)\n"
+     "  --json             one JSON object with every stage's bytes\n",
+     pctl_cmd_plan},
     {"data", "prepare token files (local, no daemon)",
      "usage: pctl data prepare --text IN.txt --out OUT.bin [--val-fraction F]\n"
      "\n"

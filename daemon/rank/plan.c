@@ -93,19 +93,27 @@ px_status_t px_plan_create(const uint64_t *unit_size, int nunits, int units_know
         return PX_ERR_INVALID_ARGUMENT;
     }
     if (units_known) {
-        int nl = nunits - 1 < 2 ? nunits - 1 : 2; /* computing + prefetched / in flight */
-        p->work_units = p->unit_padded[0] + (uint64_t)nl * p->max_layer;
+        uint64_t nl = (uint64_t)(nunits - 1), R = p->unit_padded[0], M = p->max_layer;
+        uint64_t two = nl < 2 ? nl : 2, one = nl < 1 ? nl : 1;
+        if (zero == 3)
+            p->work_params = R + two * M;
+        if (zero == 2)
+            p->work_grads = R + two * M;
+        if (zero == 3)
+            p->work_grads = R + one * M;
     }
-    double P = (double)p->padded, S = (double)p->shard, W = (double)p->work_units;
+    double P = (double)p->padded, S = (double)p->shard;
+    double Wp = (double)p->work_params, Wg = (double)p->work_grads;
     double pe = prec->param_bytes, ge = prec->grad_bytes, oe = prec->optim_bytes;
-    p->bytes[PX_MEM_PARAMS] = (zero == 3 ? S + W : P) * pe;
-    p->bytes[PX_MEM_GRADS] = (zero >= 2 ? S + W : P) * ge;
+    p->bytes[PX_MEM_PARAMS] = (zero == 3 ? S + Wp : P) * pe;
+    p->bytes[PX_MEM_GRADS] = (zero >= 2 ? S + Wg : P) * ge;
     p->bytes[PX_MEM_OPTIM] = (zero >= 1 ? S : P) * oe;
     p->state_peak = p->bytes[PX_MEM_PARAMS] + p->bytes[PX_MEM_GRADS] + p->bytes[PX_MEM_OPTIM];
     if (zero == 3 && units_known) {
-        /* forward: params S+W, grads S; backward: params S+W-root, grads S+W */
-        double fwd = (S + W) * pe + S * ge + S * oe;
-        double bwd = (S + W - (double)p->unit_padded[0]) * pe + (S + W) * ge + S * oe;
+        /* forward: params S+Wp, grads S; backward (the root's gathered copy
+         * freed after the LM head): params S+Wp-R, grads S+Wg */
+        double fwd = (S + Wp) * pe + S * ge + S * oe;
+        double bwd = (S + Wp - (double)p->unit_padded[0]) * pe + (S + Wg) * ge + S * oe;
         p->state_peak = fwd > bwd ? fwd : bwd;
     }
     *plan_p = p;

@@ -14,13 +14,19 @@
  * model is one unit and the working buffers of stages 2/3 are not counted
  * (as in the ZeRO paper's figures).
  *
- * Bytes per rank by stage (Psi' = padded elements, S = Psi'/dp, W = root +
- * min(2, L) * largest layer, the gathered / in-flight unit buffers; p, g, o =
- * bytes per element of parameters, gradients, optimizer state):
- *   0: params Psi'p,   grads Psi'g,   optimizer Psi'o
- *   1: params Psi'p,   grads Psi'g,   optimizer S o
- *   2: params Psi'p,   grads (S+W)g,  optimizer S o
- *   3: params (S+W)p,  grads (S+W)g,  optimizer S o
+ * Bytes per rank by stage (Psi' = padded elements, S = Psi'/dp, R = root
+ * unit, M = largest layer unit; p, g, o = bytes per element of parameters,
+ * gradients, optimizer state):
+ *   0: params Psi'p,        grads Psi'g,        optimizer Psi'o
+ *   1: params Psi'p,        grads Psi'g,        optimizer S o
+ *   2: params Psi'p,        grads (S+R+2M)g,    optimizer S o
+ *   3: params (S+R+2M)p,    grads (S+R+M)g,     optimizer S o
+ * The working buffers: stage 2 keeps the root's gradients through backward,
+ * the layer being computed and one being reduce-scattered; stage 3 gathers
+ * the root (forward + LM head), the layer computing and the prefetched next
+ * one, and keeps the root's and the current layer's gradients (the previous
+ * layer's reduce-scatter is waited for first). With fewer than 2 layers, M
+ * counts as often as there are layers.
  * (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
  * Parameter Models", SC'20, Figure 1: 2+2+K bytes per parameter with K = 12
  * for mixed-precision Adam.) */
@@ -72,7 +78,8 @@ typedef struct px_plan {
     uint64_t *unit_padded;    /* [nunits] multiple of dp */
     uint64_t *unit_offset;    /* [nunits] in the full padded flat buffer */
     uint64_t *shard_offset;   /* [nunits] in a rank's shard buffer */
-    uint64_t work_units;      /* W, elements (0 when !units_known) */
+    uint64_t work_params;     /* working buffers beyond the shard, elements */
+    uint64_t work_grads;      /* (0 when !units_known or not sharded) */
     uint64_t max_layer;       /* largest padded layer unit (0 if none) */
     px_plan_precision_t prec;
     double bytes[PX_MEM_NCAT]; /* predicted peak per rank; only the three

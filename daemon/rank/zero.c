@@ -37,9 +37,6 @@
 #pragma weak px_test
 #pragma weak px_request_cancel
 
-/* layer gradient buffers being reduce-scattered while the next layer's
- * backward computes (plan.h's W counts them) */
-#define MAX_INFLIGHT_LAYERS 1
 
 typedef struct rs_entry {
     int unit;
@@ -232,7 +229,11 @@ static px_status_t h_grads_acquire(void *arg, int u, float **g)
         *g = z->full_grads + z->plan->unit_offset[u];
         return PX_OK;
     }
-    while (u != 0 && layers_in_flight(z) > MAX_INFLIGHT_LAYERS)
+    /* stage 2: one layer's reduce-scatter runs while the next layer's
+     * backward computes; stage 3 waits for it first (its wait overlaps the
+     * next gather), which keeps 3 layer buffers at the peak instead of 4
+     * (plan.h counts exactly these) */
+    while (u != 0 && layers_in_flight(z) > (z->stage == 2 ? 1 : 0))
         PX_CHECK(rs_complete_oldest(z));
     z->gbuf[u] = px_mem_calloc(PX_MEM_GRADS, z->plan->unit_padded[u], sizeof(float));
     if (!z->gbuf[u])

@@ -14,6 +14,8 @@
 
 #include "data.h"
 #include "gpt.h"
+#include "memacct.h"
+#include "plan.h"
 #include "px_kernels.h"
 #include "px_train.h"
 
@@ -271,11 +273,65 @@ static void test_config(void)
            strstr(err, "/nonexistent/tokens.bin"), "missing file: %s", err);
 }
 
+/* plan.h: padding, offsets, the ZeRO paper's figures, and the GPT units */
+static void test_plan(void)
+{
+    px_plan_precision_t mixed, fp32;
+    px_plan_precision_mixed(&mixed, 12);
+    px_plan_precision_fp32(&fp32);
+    uint64_t psi = 7500000000ull;
+    const double want[4] = {120e9, 31.40625e9, 16.640625e9, 1.875e9};
+    for (int z = 0; z < 4; z++) {
+        px_plan_t *p;
+        EXPECT(px_plan_create(&psi, 1, 0, 64, z, &mixed, &p) == PX_OK, "plan");
+        double tot = p->bytes[PX_MEM_PARAMS] + p->bytes[PX_MEM_GRADS] + p->bytes[PX_MEM_OPTIM];
+        EXPECT(fabs(tot - want[z]) < 1.0 && fabs(px_plan_state_bytes(p) - want[z]) < 1.0,
+               "ZeRO-%d of 7.5B on 64: %.6g bytes, paper %.6g", z, tot, want[z]);
+        px_plan_destroy(p);
+    }
+    /* units 10, 7, 5 on dp 4: padded 12, 8, 8; shard 3, 2, 2 */
+    uint64_t u[3] = {10, 7, 5};
+    px_plan_t *p;
+    EXPECT(px_plan_create(u, 3, 1, 4, 3, &fp32, &p) == PX_OK, "plan units");
+    EXPECT(p->padded == 28 && p->shard == 7 && p->unit_offset[2] == 20 &&
+           p->shard_offset[2] == 5 && p->max_layer == 8 && p->work_params == 12 + 2 * 8 &&
+           p->work_grads == 12 + 8, "padding and offsets");
+    /* stage 3: params (S + R + 2M) * 4, grads (S + R + M) * 4, optimizer S * 8 */
+    EXPECT(p->bytes[PX_MEM_PARAMS] == (7 + 28) * 4.0 && p->bytes[PX_MEM_GRADS] == (7 + 20) * 4.0 &&
+           p->bytes[PX_MEM_OPTIM] == 7 * 8.0, "stage 3 bytes");
+    /* at once: backward (S+2M)p + (S+R+M)g + S o = 92 + 108 + 56 beats
+     * forward (S+R+2M)p + S g + S o = 140 + 28 + 56 */
+    EXPECT(p->state_peak == 92 + 108 + 56.0, "stage 3 state peak %g", p->state_peak);
+    px_plan_destroy(p);
+    EXPECT(px_plan_create(u, 3, 1, 0, 1, &fp32, &p) == PX_ERR_INVALID_ARGUMENT, "dp 0");
+    EXPECT(px_plan_create(u, 3, 1, 2, 4, &fp32, &p) == PX_ERR_INVALID_ARGUMENT, "zero 4");
+    /* GPT units = the model's */
+    uint64_t *gs;
+    px_gpt_config_t c = {.layers = 3, .heads = 3, .dim = 33, .max_seq = 32, .vocab = 256};
+    uint64_t total = px_plan_gpt_units(3, 33, 256, 32, &gs);
+    px_gpt_t *g;
+    EXPECT(px_gpt_create(&c, px_kernels_cpu(), 1, 4, &g) == PX_OK, "create");
+    EXPECT(total == px_gpt_num_params(g) && total == 50061, "GPT params %llu",
+           (unsigned long long)total);
+    for (int i = 0; i < 4; i++)
+        EXPECT(gs[i] == px_gpt_unit_size(&c, i), "unit %d", i);
+    free(gs);
+    /* memacct: the model's state is tagged */
+    px_mem_stats_t ms;
+    px_mem_stats(&ms);
+    EXPECT(ms.current[PX_MEM_PARAMS] >= total * 4 && ms.current[PX_MEM_OPTIM] >= total * 8 &&
+           ms.current[PX_MEM_ACTS] == px_gpt_activation_bytes(g), "memacct tags");
+    px_gpt_destroy(g);
+    px_mem_stats(&ms);
+    EXPECT(ms.current[PX_MEM_PARAMS] == 0 && ms.current[PX_MEM_ACTS] == 0 &&
+           ms.peak[PX_MEM_OPTIM] >= total * 8, "memacct frees, keeps peaks");
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
         {"data", test_data}, {"gpt", test_gpt}, {"schedule", test_schedule},
-        {"config", test_config}};
+        {"config", test_config}, {"plan", test_plan}};
     const char *which = argc > 1 ? argv[1] : "all";
     const char *t = getenv("TMPDIR");
     int ran = 0;

@@ -1,0 +1,178 @@
+/* pctl_plan.c: `pctl plan`, the per-device memory plan of a job (local, no
+ * daemon).
+ *
+ * Uses the engine's planning code (daemon/rank/plan.c), the same arithmetic
+ * that lays out a rank's buffers, so the prediction and the engine agree by
+ * construction. With --params N the model is one unit and only the ZeRO
+ * paper's terms are counted; with GPT dims the working buffers of stages
+ * 2/3 (gathered / in-flight layer units) are counted too. GB = 10^9 bytes.
+ * Single-threaded; no I/O but stdout. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pctl.h"
+#include "plan.h"
+
+static void fmt_gb(double bytes, char *buf, size_t len)
+{
+    if (bytes >= 1e9)
+        snprintf(buf, len, "%.1f GB", bytes / 1e9);
+    else if (bytes >= 1e6)
+        snprintf(buf, len, "%.2f MB", bytes / 1e6);
+    else
+        snprintf(buf, len, "%.1f kB", bytes / 1e3);
+}
+
+int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
+{
+    enum { O_PARAMS = 256, O_LAYERS, O_DIM, O_VOCAB, O_SEQ, O_HEADS, O_DP, O_ZERO, O_PREC, O_K,
+           O_JSON, O_HELP };
+    static const struct option opts[] = {
+        {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"dim", 1, 0, O_DIM},
+        {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"heads", 1, 0, O_HEADS},
+        {"dp", 1, 0, O_DP}, {"zero", 1, 0, O_ZERO}, {"precision", 1, 0, O_PREC},
+        {"optimizer-bytes-per-param", 1, 0, O_K}, {"json", 0, 0, O_JSON},
+        {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+    double params = 0, k = -1;
+    uint64_t layers = 4, dim = 128, vocab = 256, seq = 128, heads = 4, dp = 1, v;
+    int zero = -1, json = 0, fp32 = 0, have_dims = 0, opt;
+    (void)ctx;
+
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (opt) {
+        case O_PARAMS:
+            if (pctl_parse_float("plan", "--params", optarg, 1, 1e15, &params))
+                return PCTL_EXIT_USAGE;
+            if (params != floor(params))
+                return pctl_usage_error("plan", "--params %s is not a whole number", optarg);
+            break;
+        case O_LAYERS: case O_DIM: case O_VOCAB: case O_SEQ: case O_HEADS: case O_DP:
+            if (pctl_parse_u64("plan", argv[optind - 1], optarg, 1, 1u << 30, &v))
+                return PCTL_EXIT_USAGE;
+            if (opt == O_DP)
+                dp = v;
+            else {
+                have_dims = 1;
+                *(opt == O_LAYERS ? &layers : opt == O_DIM ? &dim : opt == O_VOCAB ? &vocab
+                  : opt == O_SEQ ? &seq : &heads) = v;
+            }
+            break;
+        case O_ZERO:
+            if (!strcmp(optarg, "all"))
+                zero = -1;
+            else if (pctl_parse_u64("plan", "--zero", optarg, 0, 3, &v))
+                return PCTL_EXIT_USAGE;
+            else
+                zero = (int)v;
+            break;
+        case O_PREC:
+            if (strcmp(optarg, "fp32") && strcmp(optarg, "mixed"))
+                return pctl_usage_error("plan", "--precision '%s': fp32 or mixed", optarg);
+            fp32 = !strcmp(optarg, "fp32");
+            break;
+        case O_K:
+            if (pctl_parse_float("plan", "--optimizer-bytes-per-param", optarg, 0, 1024, &k))
+                return PCTL_EXIT_USAGE;
+            break;
+        case O_JSON: json = 1; break;
+        case O_HELP: return pctl_help("plan");
+        default:
+            return pctl_usage_error("plan", "unknown or incomplete option '%s'",
+                                    argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return pctl_usage_error("plan", "unexpected argument '%s'", argv[optind]);
+    if (params > 0 && have_dims)
+        return pctl_usage_error("plan", "give either --params or the GPT dims, not both");
+    if (!params && dim % heads)
+        return pctl_usage_error("plan", "dim %llu is not divisible by heads %llu",
+                                (unsigned long long)dim, (unsigned long long)heads);
+
+    px_plan_precision_t prec;
+    if (fp32)
+        px_plan_precision_fp32(&prec);
+    else
+        px_plan_precision_mixed(&prec, 12);
+    if (k >= 0)
+        prec.optim_bytes = k;
+
+    uint64_t *units = NULL, one, total = 0;
+    int nunits = 1, known = 0;
+    if (params > 0) {
+        one = (uint64_t)params;
+        units = &one;
+    } else {
+        total = px_plan_gpt_units((int)layers, (int)dim, (int)vocab, (int)seq, &units);
+        if (!total) {
+            fprintf(stderr, "pctl: plan: out of memory\n");
+            return PCTL_EXIT_FAIL;
+        }
+        nunits = (int)layers + 1;
+        known = 1;
+    }
+    json_t *jstages = json_array();
+    if (!json) {
+        if (known)
+            printf("model: GPT %llu layers, dim %llu, vocab %llu, seq %llu: %.4g parameters\n",
+                   (unsigned long long)layers, (unsigned long long)dim,
+                   (unsigned long long)vocab, (unsigned long long)seq, (double)total);
+        printf("dp %llu; bytes per parameter: params %g, grads %g, optimizer %g (%s)\n",
+               (unsigned long long)dp, prec.param_bytes, prec.grad_bytes, prec.optim_bytes,
+               fp32 ? "fp32 AdamW" : "mixed precision, as the ZeRO paper counts");
+        printf("%-5s  %12s  %12s  %12s  %12s  %12s\n", "zero", "params", "grads", "optimizer",
+               "total", "at once");
+    }
+    int rc = PCTL_EXIT_OK;
+    for (int z = 0; z <= 3; z++) {
+        if (zero >= 0 && z != zero)
+            continue;
+        px_plan_t *p;
+        if (px_plan_create(units, nunits, known, (int)dp, z, &prec, &p) != PX_OK) {
+            rc = PCTL_EXIT_FAIL;
+            break;
+        }
+        double tot = p->bytes[PX_MEM_PARAMS] + p->bytes[PX_MEM_GRADS] + p->bytes[PX_MEM_OPTIM];
+        if (json) {
+            json_array_append_new(
+                jstages, json_pack("{s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "zero", z,
+                                   "params_count", (json_int_t)p->params, "padded",
+                                   (json_int_t)p->padded, "shard", (json_int_t)p->shard,
+                                   "params_bytes", p->bytes[PX_MEM_PARAMS], "grads_bytes",
+                                   p->bytes[PX_MEM_GRADS], "optimizer_bytes",
+                                   p->bytes[PX_MEM_OPTIM], "total_bytes", tot,
+                                   "state_peak_bytes", p->state_peak));
+        } else {
+            char b[5][32];
+            fmt_gb(p->bytes[PX_MEM_PARAMS], b[0], 32);
+            fmt_gb(p->bytes[PX_MEM_GRADS], b[1], 32);
+            fmt_gb(p->bytes[PX_MEM_OPTIM], b[2], 32);
+            fmt_gb(tot, b[3], 32);
+            fmt_gb(p->state_peak, b[4], 32);
+            printf("%-5d  %12s  %12s  %12s  %12s  %12s\n", z, b[0], b[1], b[2], b[3], b[4]);
+        }
+        px_plan_destroy(p);
+    }
+    if (json && rc == PCTL_EXIT_OK) {
+        json_t *o = json_pack("{s:I, s:i, s:f, s:f, s:f, s:b, s:o}", "dp", (json_int_t)dp,
+                              "units", nunits, "param_bytes", prec.param_bytes, "grad_bytes",
+                              prec.grad_bytes, "optimizer_bytes", prec.optim_bytes,
+                              "working_buffers_counted", known, "stages", jstages);
+        rc = pctl_json_print(o) ? PCTL_EXIT_FAIL : PCTL_EXIT_OK;
+    } else {
+        json_decref(jstages);
+        if (!json && !known)
+            printf("(one unit from --params: the gathered / in-flight layer buffers of stages "
+                   "2 and 3 are not counted; give the GPT dims to count them)\n");
+        if (!json && known && rc == PCTL_EXIT_OK)
+            printf("(stages 2/3 count the root unit and 2 layers gathered or in flight; \"at "
+                   "once\" is the peak of the sum, what a rank measures)\n");
+    }
+    if (known)
+        free(units);
+    return rc;
+}
