@@ -1,20 +1,24 @@
-/* px_coll.c: the public blocking point-to-point and collective calls.
+/* px_coll.c: the public collective and point-to-point calls (px_coll.h,
+ * px_transport.h).
  *
- * Thin entry points (STYLE.md, "From NCCL"): check the arguments, run the
- * collective header exchange (mismatch detection), then hand the data phase
- * to the algorithm file (all-reduce: coll/rd.c up to PX__RD_MAX_BYTES,
- * coll/ring.c above; both give bitwise-identical results on every rank, but
- * not the same bits as each other, since the sum order differs) or run the small
- * algorithm here (binomial-tree broadcast; the barrier is the header
- * exchange itself).
+ * Thin entry points (STYLE.md, "From NCCL"): check the arguments, create
+ * the request (which posts the header exchange, px_request.c), choose the
+ * algorithm and let it build its schedule or ring state (coll/). The
+ * blocking forms are start + wait.
  *
- * Collective header: every collective starts with a 32-byte header (magic,
- * sequence number, kind, dtype, op, root, count) that each rank sends to
- * every other rank; each rank compares all of them with its own, so when any
- * two ranks disagree every rank returns PX_ERR_MISMATCH (naming the first
- * disagreeing rank and both values) before any data moves, and the
- * communicator stays usable. Cost: n-1 tiny eager messages each way per
- * collective; a log-step agreement can replace it when worlds get large.
+ * Algorithm choice (PX_ALGO_AUTO): all-reduce uses recursive doubling up to
+ * PX__RD_MAX_BYTES and the pipelined ring above; broadcast a binomial tree
+ * up to 512 KiB (or with 2 ranks) and scatter + ring all-gather (van de
+ * Geijn) above; reduce a binomial tree; all-gather and reduce-scatter the
+ * ring; all-to-all posts every message at once up to 8 ranks (linear) and
+ * runs pairwise exchange steps above. PX_ALGO_ALLREDUCE / _BCAST /
+ * _ALLTOALL (environment) override auto; a per-call hint overrides both. A
+ * hint the collective has no implementation for (e.g. Rabenseifner) falls
+ * back to auto.
+ *
+ * fp16 / bf16 reductions run in fp32: the input is converted into an fp32
+ * temporary, reduced there (partial sums travel as fp32), and the result is
+ * rounded once into the caller's buffer when the request completes.
  *
  * Runs on the thread using the communicator. */
 #include "px_transport_int.h"
@@ -22,96 +26,99 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "px_env.h"
 #include "px_log.h"
+#include "px_reduce.h"
 
-#define HDR_MAGIC 0x50584844u /* "PXHD" */
+_Static_assert((int)PX_FLOAT32 == PX_RDT_F32 && (int)PX_FLOAT64 == PX_RDT_F64 &&
+               (int)PX_FLOAT16 == PX_RDT_F16 && (int)PX_BFLOAT16 == PX_RDT_BF16 &&
+               (int)PX_INT32 == PX_RDT_I32 && (int)PX_INT64 == PX_RDT_I64 &&
+               (int)PX_UINT8 == PX_RDT_U8,
+               "px_reduce dtype numbering");
+_Static_assert((int)PX_SUM == PX_ROP_SUM && (int)PX_PROD == PX_ROP_PROD &&
+               (int)PX_MIN == PX_ROP_MIN && (int)PX_MAX == PX_ROP_MAX &&
+               (int)PX_AVG == PX_ROP_AVG, "px_reduce op numbering");
 
-enum { COLL_ALLREDUCE = 1, COLL_BCAST = 2, COLL_BARRIER = 3 };
+#define BCAST_TREE_MAX_BYTES (512u * 1024u)
+#define ALLTOALL_LINEAR_MAX_RANKS 8
 
-typedef struct {
-    uint32_t magic;
-    uint32_t seq;
-    uint32_t kind;
-    uint32_t dtype;
-    uint32_t op;
-    int32_t root;
-    uint64_t count;
-} coll_hdr_t;
+int px__allreduce_algo = 0;
 
-static const char *kind_name(uint32_t kind)
+/* --- names ---------------------------------------------------------------- */
+
+static const char *const algo_names[] = {"auto", "ring", "rd", "rabenseifner", "tree",
+                                         "pairwise", "linear"};
+static const char *const dtype_names[] = {"fp32", "fp64", "fp16", "bf16", "int32", "int64",
+                                          "uint8"};
+static const char *const op_names[] = {"sum", "prod", "min", "max", "avg"};
+
+const char *px_algo_name(px_algo_t algo)
 {
-    switch (kind) {
-    case COLL_ALLREDUCE: return "all-reduce";
-    case COLL_BCAST: return "broadcast";
-    case COLL_BARRIER: return "barrier";
-    }
-    return "unknown collective";
+    return (unsigned)algo < sizeof(algo_names) / sizeof(*algo_names) ? algo_names[algo] : "?";
 }
 
-px_status_t px__coll_begin(px_comm_t *comm, unsigned kind, unsigned dtype, unsigned op,
-                           uint64_t count, int root, int64_t deadline, uint32_t *seq_p)
+const char *px_dtype_name(px_dtype_t dtype)
 {
-    uint32_t seq = comm->coll_seq++;
-    coll_hdr_t mine = {HDR_MAGIC, seq, kind, dtype, op, root, count};
-    coll_hdr_t *theirs;
-    px__op_t *o;
-    px_status_t status = PX_OK;
-
-    if (comm->size == 1) {
-        *seq_p = seq;
-        return PX_OK;
-    }
-    theirs = calloc((size_t)comm->size, sizeof(*theirs));
-    if (!theirs)
-        return PX_ERR_NO_MEMORY;
-    for (int r = 0; r < comm->size; r++) {
-        if (r == comm->rank)
-            continue;
-        PX_CHECK_GOTO(px__recv_post(comm, r,
-                                    px__tag(comm->id, PX__TAG_KIND_COLL, r,
-                                            px__coll_low(seq, PX__PHASE_HDR, 0)),
-                                    &theirs[r], sizeof(theirs[r]), &o), status, out_cancel);
-    }
-    for (int i = 1; i < comm->size; i++) {
-        int r = (comm->rank + i) % comm->size; /* spread the fan-out */
-        PX_CHECK_GOTO(px__send_post(comm, r,
-                                    px__tag(comm->id, PX__TAG_KIND_COLL, comm->rank,
-                                            px__coll_low(seq, PX__PHASE_HDR, 0)),
-                                    &mine, sizeof(mine), &o), status, out_cancel);
-    }
-    status = px__wait(comm, NULL, deadline);
-    if (status != PX_OK)
-        goto out_free;
-    for (int r = 0; r < comm->size; r++) {
-        const coll_hdr_t *h = &theirs[r];
-        if (r == comm->rank)
-            continue;
-        if (h->magic != HDR_MAGIC || h->seq != seq || h->kind != kind) {
-            status = px__comm_set_error(comm, PX_ERR_MISMATCH,
-                                        "rank %d: collective mismatch: it called %s #%u, we "
-                                        "called %s #%u", r, kind_name(h->kind), h->seq,
-                                        kind_name(kind), seq);
-            goto out_free;
-        }
-        if (h->count != count || h->dtype != dtype || h->op != op || h->root != root) {
-            status = px__comm_set_error(comm, PX_ERR_MISMATCH,
-                                        "rank %d: %s #%u mismatch: it passed count %llu dtype %u "
-                                        "op %u root %d, we passed count %llu dtype %u op %u root %d",
-                                        r, kind_name(kind), seq, (unsigned long long)h->count,
-                                        h->dtype, h->op, h->root, (unsigned long long)count, dtype,
-                                        op, root);
-            goto out_free;
-        }
-    }
-    *seq_p = seq;
-    goto out_free;
-
-out_cancel:
-    px__cancel_all(comm);
-out_free:
-    free(theirs);
-    return status;
+    return (unsigned)dtype < sizeof(dtype_names) / sizeof(*dtype_names) ? dtype_names[dtype] : "?";
 }
+
+const char *px_redop_name(px_redop_t op)
+{
+    return (unsigned)op < sizeof(op_names) / sizeof(*op_names) ? op_names[op] : "?";
+}
+
+static int lookup(const char *name, const char *const *names, int n, const char *const *alias,
+                  const int *alias_val, int nalias)
+{
+    if (!name)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (!strcasecmp(name, names[i]))
+            return i;
+    for (int i = 0; i < nalias; i++)
+        if (!strcasecmp(name, alias[i]))
+            return alias_val[i];
+    return -1;
+}
+
+px_status_t px_algo_parse(const char *name, px_algo_t *algo_p)
+{
+    static const char *const alias[] = {"recursive_doubling", "recursive-doubling", "binomial",
+                                        "halving_doubling"};
+    static const int val[] = {PX_ALGO_RECURSIVE_DOUBLING, PX_ALGO_RECURSIVE_DOUBLING,
+                              PX_ALGO_TREE, PX_ALGO_RABENSEIFNER};
+    int v = lookup(name, algo_names, 7, alias, val, 4);
+    if (v < 0)
+        return PX_ERR_INVALID_ARGUMENT;
+    *algo_p = (px_algo_t)v;
+    return PX_OK;
+}
+
+px_status_t px_dtype_parse(const char *name, px_dtype_t *dtype_p)
+{
+    static const char *const alias[] = {"float32", "float", "float64", "double", "float16",
+                                        "half", "bfloat16", "int", "int8u", "u8", "uint8_t"};
+    static const int val[] = {PX_FLOAT32, PX_FLOAT32, PX_FLOAT64, PX_FLOAT64, PX_FLOAT16,
+                              PX_FLOAT16, PX_BFLOAT16, PX_INT32, PX_UINT8, PX_UINT8, PX_UINT8};
+    int v = lookup(name, dtype_names, 7, alias, val, 11);
+    if (v < 0)
+        return PX_ERR_INVALID_ARGUMENT;
+    *dtype_p = (px_dtype_t)v;
+    return PX_OK;
+}
+
+px_status_t px_redop_parse(const char *name, px_redop_t *op_p)
+{
+    static const char *const alias[] = {"product", "mean", "average"};
+    static const int val[] = {PX_PROD, PX_AVG, PX_AVG};
+    int v = lookup(name, op_names, 5, alias, val, 3);
+    if (v < 0)
+        return PX_ERR_INVALID_ARGUMENT;
+    *op_p = (px_redop_t)v;
+    return PX_OK;
+}
+
+/* --- argument checks ---------------------------------------------------- */
 
 /* Entry check shared by every call: a failed comm keeps failing. */
 static px_status_t comm_usable(px_comm_t *comm)
@@ -122,148 +129,644 @@ static px_status_t comm_usable(px_comm_t *comm)
         return comm->failed;
     if (atomic_load(&comm->aborted) == 2) /* aborted while idle */
         return px__comm_set_error(comm, PX_ERR_ABORTED, "aborted: %s", comm->abort_reason);
+    if (comm->root != comm && (comm->root->failed || atomic_load(&comm->root->aborted) == 2))
+        return px__check_async(comm);
     return PX_OK;
+}
+
+static px_status_t check_common(px_comm_t *comm, const char *fn, px_dtype_t dtype, int op,
+                                uint64_t count, uint64_t mult, int root, px_request_t **req_p)
+{
+    px_status_t status = comm_usable(comm);
+    if (status != PX_OK)
+        return status;
+    if (!req_p || px_dtype_size(dtype) == 0 || (op >= 0 && (unsigned)op > PX_AVG) ||
+        (root != -1 && (root < 0 || root >= comm->size)) ||
+        (count && mult && count > SIZE_MAX / px_dtype_size(dtype) / mult)) {
+        px_error("%s: bad argument (dtype %d, op %d, count %llu, root %d, size %d)", fn,
+                 (int)dtype, op, (unsigned long long)count, root, comm->size);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    return PX_OK;
+}
+
+#define NEED(cond, fn)                                                                   \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            px_error("%s: bad buffer argument (%s)", fn, #cond);                       \
+            return PX_ERR_INVALID_ARGUMENT;                                              \
+        }                                                                                \
+    } while (0)
+
+static px_algo_t env_algo(const char *knob)
+{
+    px_algo_t a = PX_ALGO_AUTO;
+    const char *v = px_env_str(knob);
+    if (v && *v && px_algo_parse(v, &a) != PX_OK) {
+        px_warn("%s=%s: unknown algorithm, using auto", knob, v);
+        a = PX_ALGO_AUTO;
+    }
+    return a;
+}
+
+static px_algo_t pick(const px_coll_opts_t *opts, const char *knob)
+{
+    if (opts && opts->algo != PX_ALGO_AUTO)
+        return opts->algo;
+    return env_algo(knob);
+}
+
+static int is_half(px_dtype_t dtype)
+{
+    return dtype == PX_FLOAT16 || dtype == PX_BFLOAT16;
+}
+
+/* Stages a half input into an fp32 temporary (slot 1) of `count`. */
+static float *stage_half(px_request_t *req, px_dtype_t dtype, const void *src, uint64_t count)
+{
+    float *t = px__req_tmp(req, 1, (size_t)count * sizeof(float));
+    if (!t)
+        return NULL;
+    if (dtype == PX_FLOAT16)
+        px_f16_to_f32(t, src, (size_t)count);
+    else
+        px_bf16_to_f32(t, src, (size_t)count);
+    return t;
+}
+
+static px_status_t start_fail(px_request_t *req, px_status_t status)
+{
+    px__req_discard(req);
+    return status;
+}
+
+/* --- all-reduce ------------------------------------------------------------ */
+
+px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
+                               uint64_t count, px_dtype_t dtype, px_redop_t op,
+                               const px_coll_opts_t *opts, px_request_t **req_p)
+{
+    px_request_t *req;
+    px_status_t status = check_common(comm, "px_allreduce", dtype, (int)op, count, 1, -1, req_p);
+    const void *src = sendbuf;
+    void *dst = recvbuf;
+    px_algo_t algo;
+
+    if (status != PX_OK)
+        return status;
+    NEED(!count || (sendbuf && recvbuf), "px_allreduce");
+    status = px__req_create(comm, PX__COLL_ALLREDUCE, dtype, op, count, -1, NULL, NULL, opts,
+                            &req);
+    if (status != PX_OK)
+        return status;
+    if (count == 0)
+        goto out;
+    if (comm->size == 1) {
+        if (sendbuf != recvbuf)
+            memcpy(recvbuf, sendbuf, (size_t)(count * req->esz));
+        goto out; /* AVG over one rank: the input itself */
+    }
+    if (is_half(dtype)) {
+        float *t = stage_half(req, dtype, sendbuf, count);
+        if (!t)
+            return start_fail(req, PX_ERR_NO_MEMORY);
+        req->half_dtype = dtype;
+        req->half_dst = recvbuf;
+        req->half_src = t;
+        req->half_count = count;
+        req->dtype = PX_FLOAT32;
+        req->esz = 4;
+        src = t;
+        dst = t;
+    }
+    algo = pick(opts, "PX_ALGO_ALLREDUCE");
+    if (algo == PX_ALGO_AUTO && px__allreduce_algo)
+        algo = px__allreduce_algo == 1 ? PX_ALGO_RING : PX_ALGO_RECURSIVE_DOUBLING;
+    if (algo != PX_ALGO_RING && algo != PX_ALGO_RECURSIVE_DOUBLING)
+        algo = count * req->esz <= PX__RD_MAX_BYTES ? PX_ALGO_RECURSIVE_DOUBLING : PX_ALGO_RING;
+    req->algo = algo;
+    if (algo == PX_ALGO_RECURSIVE_DOUBLING)
+        status = px__rd_allreduce_build(req, src, dst);
+    else
+        status = px__ring_setup(req, 1, 1, 1, src, dst, NULL, count / (uint64_t)comm->size,
+                                count % (uint64_t)comm->size);
+    if (status != PX_OK)
+        return start_fail(req, status);
+out:
+    *req_p = req;
+    return PX_OK;
+}
+
+/* --- reduce-scatter / all-gather ------------------------------------------ */
+
+px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                    uint64_t recvcount, px_dtype_t dtype, px_redop_t op,
+                                    const px_coll_opts_t *opts, px_request_t **req_p)
+{
+    px_request_t *req;
+    px_status_t status;
+    uint64_t n;
+    size_t esz;
+    int inplace;
+
+    status = check_common(comm, "px_reduce_scatter", dtype, (int)op, recvcount,
+                          comm ? (uint64_t)comm->size : 1, -1, req_p);
+    if (status != PX_OK)
+        return status;
+    NEED(!recvcount || (sendbuf && recvbuf), "px_reduce_scatter");
+    n = (uint64_t)comm->size;
+    esz = px_dtype_size(dtype);
+    inplace = (const char *)recvbuf == (const char *)sendbuf + (uint64_t)comm->rank * recvcount * esz;
+    status = px__req_create(comm, PX__COLL_REDUCE_SCATTER, dtype, op, recvcount, -1, NULL, NULL,
+                            opts, &req);
+    if (status != PX_OK)
+        return status;
+    if (recvcount == 0)
+        goto out;
+    if (comm->size == 1) {
+        if (!inplace)
+            memcpy(recvbuf, sendbuf, (size_t)recvcount * esz);
+        goto out;
+    }
+    if (is_half(dtype)) {
+        float *t = stage_half(req, dtype, sendbuf, n * recvcount);
+        if (!t)
+            return start_fail(req, PX_ERR_NO_MEMORY);
+        req->half_dtype = dtype;
+        req->half_dst = recvbuf;
+        req->half_src = t + (uint64_t)comm->rank * recvcount;
+        req->half_count = recvcount;
+        req->dtype = PX_FLOAT32;
+        req->esz = 4;
+        status = px__ring_setup(req, 0, 1, 0, t, t, NULL, recvcount, 0);
+    } else if (inplace) {
+        /* the whole buffer is ours: partial sums go into the other blocks */
+        status = px__ring_setup(req, 0, 1, 0, sendbuf, (void *)sendbuf, NULL, recvcount, 0);
+    } else {
+        void *acc = px__req_tmp(req, 0, (size_t)(n * recvcount) * esz);
+        if (!acc)
+            return start_fail(req, PX_ERR_NO_MEMORY);
+        status = px__ring_setup(req, 0, 1, 0, sendbuf, acc, recvbuf, recvcount, 0);
+    }
+    if (status != PX_OK)
+        return start_fail(req, status);
+    req->algo = PX_ALGO_RING;
+out:
+    *req_p = req;
+    return PX_OK;
+}
+
+px_status_t px_allgather_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
+                               uint64_t sendcount, px_dtype_t dtype,
+                               const px_coll_opts_t *opts, px_request_t **req_p)
+{
+    px_request_t *req;
+    px_status_t status;
+    size_t esz;
+    char *mine;
+
+    status = check_common(comm, "px_allgather", dtype, -1, sendcount,
+                          comm ? (uint64_t)comm->size : 1, -1, req_p);
+    if (status != PX_OK)
+        return status;
+    NEED(!sendcount || (sendbuf && recvbuf), "px_allgather");
+    esz = px_dtype_size(dtype);
+    status = px__req_create(comm, PX__COLL_ALLGATHER, dtype, PX_SUM, sendcount, -1, NULL, NULL,
+                            opts, &req);
+    if (status != PX_OK)
+        return status;
+    if (sendcount == 0)
+        goto out;
+    mine = (char *)recvbuf + (uint64_t)comm->rank * sendcount * esz;
+    if (mine != (const char *)sendbuf)
+        memcpy(mine, sendbuf, (size_t)sendcount * esz);
+    if (comm->size > 1) {
+        status = px__ring_setup(req, 0, 0, 1, NULL, recvbuf, NULL, sendcount, 0);
+        if (status != PX_OK)
+            return start_fail(req, status);
+        req->algo = PX_ALGO_RING;
+    }
+out:
+    *req_p = req;
+    return PX_OK;
+}
+
+/* --- broadcast / reduce / scatter / gather --------------------------------- */
+
+/* Broadcast by scatter + ring all-gather: the schedule scatters, then the
+ * ring runs. */
+static px_status_t bcast_ring_advance(px_request_t *req, int *progressed_p)
+{
+    if (req->sched.acts) {
+        px_status_t status = px__sched_advance(req, progressed_p);
+        if (status != PX_OK)
+            return status;
+        px__sched_free(&req->sched);
+        *progressed_p = 1;
+    }
+    return px__ring_advance(req, progressed_p);
+}
+
+px_status_t px_bcast_start(px_comm_t *comm, void *buf, uint64_t count, px_dtype_t dtype,
+                           int root, const px_coll_opts_t *opts, px_request_t **req_p)
+{
+    px_request_t *req;
+    px_status_t status = check_common(comm, "px_bcast", dtype, -1, count, 1, root, req_p);
+    px_algo_t algo;
+    uint64_t bytes;
+
+    if (status != PX_OK)
+        return status;
+    NEED(!count || buf, "px_bcast");
+    status = px__req_create(comm, PX__COLL_BCAST, dtype, PX_SUM, count, root, NULL, NULL, opts,
+                            &req);
+    if (status != PX_OK)
+        return status;
+    if (count == 0 || comm->size == 1)
+        goto out;
+    bytes = count * req->esz;
+    algo = pick(opts, "PX_ALGO_BCAST");
+    if (algo != PX_ALGO_TREE && algo != PX_ALGO_RING)
+        algo = (bytes <= BCAST_TREE_MAX_BYTES || comm->size == 2) ? PX_ALGO_TREE : PX_ALGO_RING;
+    req->algo = algo;
+    if (algo == PX_ALGO_TREE) {
+        status = px__tree_bcast_build(req, buf, bytes);
+    } else {
+        /* van de Geijn: scatter the blocks of the ring layout from the root
+         * (in place in buf), then all-gather them around the ring */
+        uint64_t n = (uint64_t)comm->size, base = count / n, rem = count % n;
+        status = px__ring_setup(req, 0, 0, 1, NULL, buf, NULL, base, rem);
+        for (int p = 0; status == PX_OK && p < comm->size; p++) {
+            uint64_t off = (uint64_t)p * base + ((uint64_t)p < rem ? (uint64_t)p : rem);
+            uint64_t len = base + ((uint64_t)p < rem ? 1 : 0);
+            char *at = (char *)buf + off * req->esz;
+            if (p == root)
+                continue;
+            if (comm->rank == root)
+                status = px__sched_add(&req->sched, PX__ACT_SEND, p, 0, NULL, at, len * req->esz, 0);
+            else if (comm->rank == p)
+                status = px__sched_add(&req->sched, PX__ACT_RECV, root, 0, at, NULL,
+                                       len * req->esz, 0);
+        }
+        if (status == PX_OK && !req->sched.acts) /* nothing to scatter here: a no-op action */
+            status = px__sched_add(&req->sched, PX__ACT_WAIT, 0, 0, NULL, NULL, 0, 0);
+        req->advance = bcast_ring_advance;
+    }
+    if (status != PX_OK)
+        return start_fail(req, status);
+out:
+    *req_p = req;
+    return PX_OK;
+}
+
+px_status_t px_reduce_start(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                            px_dtype_t dtype, px_redop_t op, int root,
+                            const px_coll_opts_t *opts, px_request_t **req_p)
+{
+    px_request_t *req;
+    px_status_t status = check_common(comm, "px_reduce", dtype, (int)op, count, 1, root, req_p);
+    const void *src = sendbuf;
+    void *dst = recvbuf;
+
+    if (status != PX_OK)
+        return status;
+    NEED(!count || (sendbuf && (recvbuf || comm->rank != root)), "px_reduce");
+    status = px__req_create(comm, PX__COLL_REDUCE, dtype, op, count, root, NULL, NULL, opts, &req);
+    if (status != PX_OK)
+        return status;
+    if (count == 0)
+        goto out;
+    if (comm->size == 1) {
+        if (sendbuf != recvbuf)
+            memcpy(recvbuf, sendbuf, (size_t)(count * req->esz));
+        goto out;
+    }
+    if (is_half(dtype)) {
+        float *t = stage_half(req, dtype, sendbuf, count);
+        if (!t)
+            return start_fail(req, PX_ERR_NO_MEMORY);
+        if (comm->rank == root) {
+            req->half_dtype = dtype;
+            req->half_dst = recvbuf;
+            req->half_src = t;
+            req->half_count = count;
+        }
+        req->dtype = PX_FLOAT32;
+        req->esz = 4;
+        src = t;
+        dst = t;
+    }
+    req->algo = PX_ALGO_TREE;
+    status = px__tree_reduce_build(req, src, dst);
+    if (status != PX_OK)
+        return start_fail(req, status);
+out:
+    *req_p = req;
+    return PX_OK;
+}
+
+px_status_t px_scatter_start(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                             px_dtype_t dtype, int root, const px_coll_opts_t *opts,
+                             px_request_t **req_p)
+{
+    px_request_t *req;
+    px_status_t status = check_common(comm, "px_scatter", dtype, -1, count,
+                                      comm ? (uint64_t)comm->size : 1, root, req_p);
+    if (status != PX_OK)
+        return status;
+    NEED(!count || (recvbuf && (sendbuf || comm->rank != root)), "px_scatter");
+    status = px__req_create(comm, PX__COLL_SCATTER, dtype, PX_SUM, count, root, NULL, NULL, opts,
+                            &req);
+    if (status != PX_OK)
+        return status;
+    if (count) {
+        req->algo = PX_ALGO_LINEAR;
+        status = px__linear_scatter_build(req, sendbuf, recvbuf);
+        if (status != PX_OK)
+            return start_fail(req, status);
+    }
+    *req_p = req;
+    return PX_OK;
+}
+
+px_status_t px_gather_start(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                            px_dtype_t dtype, int root, const px_coll_opts_t *opts,
+                            px_request_t **req_p)
+{
+    px_request_t *req;
+    px_status_t status = check_common(comm, "px_gather", dtype, -1, count,
+                                      comm ? (uint64_t)comm->size : 1, root, req_p);
+    if (status != PX_OK)
+        return status;
+    NEED(!count || (sendbuf && (recvbuf || comm->rank != root)), "px_gather");
+    status = px__req_create(comm, PX__COLL_GATHER, dtype, PX_SUM, count, root, NULL, NULL, opts,
+                            &req);
+    if (status != PX_OK)
+        return status;
+    if (count) {
+        req->algo = PX_ALGO_LINEAR;
+        status = px__linear_gather_build(req, sendbuf, recvbuf);
+        if (status != PX_OK)
+            return start_fail(req, status);
+    }
+    *req_p = req;
+    return PX_OK;
+}
+
+/* --- all-to-all -------------------------------------------------------------- */
+
+static px_status_t alltoallv_common(px_comm_t *comm, int kind, const void *sendbuf,
+                                    const uint64_t *sendcounts, const uint64_t *sdispls,
+                                    void *recvbuf, const uint64_t *recvcounts,
+                                    const uint64_t *rdispls, px_dtype_t dtype, uint64_t hdr_count,
+                                    const px_coll_opts_t *opts, px_request_t **req_p)
+{
+    px_request_t *req;
+    px_status_t status;
+    px_algo_t algo;
+    uint64_t total_s = 0, total_r = 0;
+
+    for (int p = 0; p < comm->size; p++) {
+        total_s += sendcounts[p];
+        total_r += recvcounts[p];
+    }
+    NEED(!total_s || sendbuf, "px_alltoall");
+    NEED(!total_r || recvbuf, "px_alltoall");
+    NEED(!total_s || !total_r || sendbuf != recvbuf, "px_alltoall (no in-place form)");
+    status = px__req_create(comm, kind, dtype, PX_SUM, hdr_count, -1,
+                            kind == PX__COLL_ALLTOALLV ? sendcounts : NULL,
+                            kind == PX__COLL_ALLTOALLV ? recvcounts : NULL, opts, &req);
+    if (status != PX_OK)
+        return status;
+    algo = pick(opts, "PX_ALGO_ALLTOALL");
+    if (algo != PX_ALGO_PAIRWISE && algo != PX_ALGO_LINEAR)
+        algo = comm->size <= ALLTOALL_LINEAR_MAX_RANKS ? PX_ALGO_LINEAR : PX_ALGO_PAIRWISE;
+    req->algo = algo;
+    status = px__pairwise_alltoallv_build(req, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
+                                          rdispls, algo == PX_ALGO_PAIRWISE);
+    if (status != PX_OK)
+        return start_fail(req, status);
+    *req_p = req;
+    return PX_OK;
+}
+
+px_status_t px_alltoall_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
+                              uint64_t count, px_dtype_t dtype, const px_coll_opts_t *opts,
+                              px_request_t **req_p)
+{
+    px_status_t status = check_common(comm, "px_alltoall", dtype, -1, count,
+                                      comm ? (uint64_t)comm->size : 1, -1, req_p);
+    uint64_t *v;
+
+    if (status != PX_OK)
+        return status;
+    v = malloc(2 * (size_t)comm->size * sizeof(uint64_t));
+    if (!v)
+        return PX_ERR_NO_MEMORY;
+    for (int p = 0; p < comm->size; p++) {
+        v[p] = count;
+        v[comm->size + p] = (uint64_t)p * count;
+    }
+    status = alltoallv_common(comm, PX__COLL_ALLTOALL, sendbuf, v, v + comm->size, recvbuf, v,
+                              v + comm->size, dtype, count, opts, req_p);
+    free(v); /* the schedule holds pointers and sizes, not these arrays */
+    return status;
+}
+
+px_status_t px_alltoallv_start(px_comm_t *comm, const void *sendbuf, const uint64_t *sendcounts,
+                               const uint64_t *sdispls, void *recvbuf, const uint64_t *recvcounts,
+                               const uint64_t *rdispls, px_dtype_t dtype,
+                               const px_coll_opts_t *opts, px_request_t **req_p)
+{
+    px_status_t status = check_common(comm, "px_alltoallv", dtype, -1, 0, 1, -1, req_p);
+    if (status != PX_OK)
+        return status;
+    NEED(sendcounts && sdispls && recvcounts && rdispls, "px_alltoallv");
+    for (int p = 0; p < comm->size; p++) {
+        size_t esz = px_dtype_size(dtype);
+        if (sendcounts[p] > SIZE_MAX / esz || recvcounts[p] > SIZE_MAX / esz ||
+            sdispls[p] > SIZE_MAX / esz || rdispls[p] > SIZE_MAX / esz) {
+            px_error("px_alltoallv: count or displacement of rank %d too large", p);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+    }
+    return alltoallv_common(comm, PX__COLL_ALLTOALLV, sendbuf, sendcounts, sdispls, recvbuf,
+                            recvcounts, rdispls, dtype, 0, opts, req_p);
+}
+
+/* --- barrier, point-to-point ------------------------------------------------ */
+
+px_status_t px_barrier_start(px_comm_t *comm, const px_coll_opts_t *opts, px_request_t **req_p)
+{
+    px_status_t status = comm_usable(comm);
+    if (status != PX_OK)
+        return status;
+    if (!req_p)
+        return PX_ERR_INVALID_ARGUMENT;
+    /* every rank hears from every rank: the header exchange is the barrier */
+    return px__req_create(comm, PX__COLL_BARRIER, PX_UINT8, PX_SUM, 0, -1, NULL, NULL, opts,
+                          req_p);
+}
+
+static px_status_t p2p_advance(px_request_t *req, int *progressed_p)
+{
+    px__op_t *op = req->ops[0];
+    px_status_t status;
+
+    if (!op->done)
+        return PX_INPROGRESS;
+    status = px__op_status(req->comm, op);
+    if (status != PX_OK)
+        return status;
+    px__op_reap(req->comm, op);
+    req->ops[0] = NULL;
+    *progressed_p = 1;
+    return PX_OK;
+}
+
+static px_status_t p2p_start(px_comm_t *comm, int is_send, int peer, uint32_t tag, void *buf,
+                             uint64_t bytes, const px_coll_opts_t *opts, px_request_t **req_p)
+{
+    px_request_t *req;
+    px_status_t status = comm_usable(comm);
+    ucp_tag_t t;
+
+    if (status != PX_OK)
+        return status;
+    if (!req_p || peer < 0 || peer >= comm->size || (!buf && bytes) || bytes > SIZE_MAX) {
+        px_error("px_%s: bad peer %d or buffer", is_send ? "send" : "recv", peer);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    status = px__req_create(comm, is_send ? PX__COLL_SEND : PX__COLL_RECV, PX_UINT8, PX_SUM,
+                            bytes, -1, NULL, NULL, opts, &req);
+    if (status != PX_OK)
+        return status;
+    t = px__tag(comm->id, PX__TAG_KIND_P2P, (unsigned)(is_send ? comm->rank : peer), tag);
+    status = is_send ? px__req_send(req, peer, t, buf, (size_t)bytes, &req->ops[0])
+                     : px__req_recv(req, peer, t, buf, (size_t)bytes, &req->ops[0]);
+    if (status != PX_OK)
+        return start_fail(req, status);
+    req->advance = p2p_advance;
+    *req_p = req;
+    return PX_OK;
+}
+
+px_status_t px_send_start(px_comm_t *comm, int peer, uint32_t tag, const void *buf,
+                          uint64_t bytes, const px_coll_opts_t *opts, px_request_t **req_p)
+{
+    return p2p_start(comm, 1, peer, tag, (void *)buf, bytes, opts, req_p);
+}
+
+px_status_t px_recv_start(px_comm_t *comm, int peer, uint32_t tag, void *buf, uint64_t bytes,
+                          const px_coll_opts_t *opts, px_request_t **req_p)
+{
+    return p2p_start(comm, 0, peer, tag, buf, bytes, opts, req_p);
+}
+
+/* --- blocking forms ------------------------------------------------------------ */
+
+#define BLOCKING(startcall)                                                              \
+    do {                                                                                 \
+        px_request_t *req_;                                                              \
+        px_status_t st_ = (startcall);                                                   \
+        if (st_ != PX_OK)                                                                \
+            return st_;                                                                  \
+        return px_wait(req_, -1);                                                        \
+    } while (0)
+
+static px_coll_opts_t timeout_opts(int timeout_ms)
+{
+    px_coll_opts_t o = {PX_ALGO_AUTO, timeout_ms};
+    return o;
 }
 
 px_status_t px_send(px_comm_t *comm, int peer, uint32_t tag, const void *buf, size_t bytes,
                     int timeout_ms)
 {
-    px__op_t *op;
-    px_status_t status = comm_usable(comm);
-
-    if (status != PX_OK)
-        return status;
-    if (peer < 0 || peer >= comm->size || (!buf && bytes)) {
-        px_error("px_send: bad peer %d or buffer", peer);
-        return PX_ERR_INVALID_ARGUMENT;
-    }
-    status = px__send_post(comm, peer, px__tag(comm->id, PX__TAG_KIND_P2P, comm->rank, tag), buf,
-                           bytes, &op);
-    if (status != PX_OK)
-        return status;
-    return px__wait(comm, op, px__deadline(comm, timeout_ms));
+    px_coll_opts_t o = timeout_opts(timeout_ms);
+    BLOCKING(px_send_start(comm, peer, tag, buf, bytes, &o, &req_));
 }
 
 px_status_t px_recv(px_comm_t *comm, int peer, uint32_t tag, void *buf, size_t bytes,
                     int timeout_ms)
 {
-    px__op_t *op;
-    px_status_t status = comm_usable(comm);
-
-    if (status != PX_OK)
-        return status;
-    if (peer < 0 || peer >= comm->size || (!buf && bytes)) {
-        px_error("px_recv: bad peer %d or buffer", peer);
-        return PX_ERR_INVALID_ARGUMENT;
-    }
-    status = px__recv_post(comm, peer, px__tag(comm->id, PX__TAG_KIND_P2P, peer, tag), buf, bytes,
-                           &op);
-    if (status != PX_OK)
-        return status;
-    return px__wait(comm, op, px__deadline(comm, timeout_ms));
+    px_coll_opts_t o = timeout_opts(timeout_ms);
+    BLOCKING(px_recv_start(comm, peer, tag, buf, bytes, &o, &req_));
 }
 
 px_status_t px_allreduce(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
                          px_dtype_t dtype, px_redop_t op, int timeout_ms)
 {
-    px_status_t status = comm_usable(comm);
-    int64_t deadline;
-    uint32_t seq;
-
-    if (status != PX_OK)
-        return status;
-    if (dtype != PX_FLOAT32 || (op != PX_SUM && op != PX_AVG)) {
-        px_error("px_allreduce: dtype %d op %d not supported (fp32 SUM/AVG only)", dtype, op);
-        return PX_ERR_INVALID_ARGUMENT;
-    }
-    if (count && (!sendbuf || !recvbuf || count > SIZE_MAX / sizeof(float))) {
-        px_error("px_allreduce: bad buffers or count %llu", (unsigned long long)count);
-        return PX_ERR_INVALID_ARGUMENT;
-    }
-    deadline = px__deadline(comm, timeout_ms);
-    status = px__coll_begin(comm, COLL_ALLREDUCE, dtype, op, count, -1, deadline, &seq);
-    if (status != PX_OK || count == 0)
-        return status;
-    if (comm->size == 1) {
-        if (sendbuf != recvbuf)
-            memcpy(recvbuf, sendbuf, count * sizeof(float));
-        return PX_OK;
-    }
-    {
-        float scale = op == PX_AVG ? 1.0f / (float)comm->size : 1.0f;
-        uint64_t bytes = count * sizeof(float);
-        int rd = px__allreduce_algo == 2 ? bytes <= PX__WINDOW * comm->chunk_bytes
-               : px__allreduce_algo == 1 ? 0
-               : bytes <= PX__RD_MAX_BYTES && bytes <= PX__WINDOW * comm->chunk_bytes;
-        if (rd)
-            return px__rd_allreduce_f32(comm, seq, sendbuf, recvbuf, count, scale, deadline);
-        return px__ring_allreduce_f32(comm, seq, sendbuf, recvbuf, count, scale, deadline);
-    }
+    px_coll_opts_t o = timeout_opts(timeout_ms);
+    BLOCKING(px_allreduce_start(comm, sendbuf, recvbuf, count, dtype, op, &o, &req_));
 }
 
-int px__allreduce_algo = 0;
+px_status_t px_allreduce_opts(px_comm_t *comm, const void *sendbuf, void *recvbuf,
+                              uint64_t count, px_dtype_t dtype, px_redop_t op,
+                              const px_coll_opts_t *opts)
+{
+    BLOCKING(px_allreduce_start(comm, sendbuf, recvbuf, count, dtype, op, opts, &req_));
+}
 
-/* Binomial tree rooted at `root` (MPICH's MPIR_Bcast_binomial): each rank
- * receives the whole buffer from its parent, then sends it to its children,
- * largest subtree first. */
 px_status_t px_broadcast(px_comm_t *comm, void *buf, size_t bytes, int root, int timeout_ms)
 {
-    px_status_t status = comm_usable(comm);
-    int64_t deadline;
-    uint32_t seq;
-    int n, vr, mask;
-    px__op_t *op;
-
-    if (status != PX_OK)
-        return status;
-    if (root < 0 || root >= comm->size || (!buf && bytes)) {
-        px_error("px_broadcast: bad root %d or buffer", root);
-        return PX_ERR_INVALID_ARGUMENT;
-    }
-    deadline = px__deadline(comm, timeout_ms);
-    status = px__coll_begin(comm, COLL_BCAST, PX_UINT8, 0, bytes, root, deadline, &seq);
-    if (status != PX_OK || comm->size == 1 || bytes == 0)
-        return status;
-    n = comm->size;
-    vr = (comm->rank - root + n) % n;
-    for (mask = 1; mask < n; mask <<= 1) {
-        if (vr & mask) {
-            int src = (vr - mask + root) % n;
-            status = px__recv_post(comm, src,
-                                   px__tag(comm->id, PX__TAG_KIND_COLL, src,
-                                           px__coll_low(seq, PX__PHASE_BCAST, 0)),
-                                   buf, bytes, &op);
-            if (status != PX_OK)
-                return status;
-            status = px__wait(comm, op, deadline);
-            if (status != PX_OK)
-                return status;
-            break;
-        }
-    }
-    for (mask >>= 1; mask > 0; mask >>= 1) {
-        if (vr + mask < n) {
-            int dst = (vr + mask + root) % n;
-            status = px__send_post(comm, dst,
-                                   px__tag(comm->id, PX__TAG_KIND_COLL, comm->rank,
-                                           px__coll_low(seq, PX__PHASE_BCAST, 0)),
-                                   buf, bytes, &op);
-            if (status != PX_OK) {
-                px__cancel_all(comm);
-                return status;
-            }
-        }
-    }
-    return px__wait(comm, NULL, deadline);
+    px_coll_opts_t o = timeout_opts(timeout_ms);
+    BLOCKING(px_bcast_start(comm, buf, bytes, PX_UINT8, root, &o, &req_));
 }
 
 px_status_t px_barrier(px_comm_t *comm, int timeout_ms)
 {
-    px_status_t status = comm_usable(comm);
-    uint32_t seq;
+    px_coll_opts_t o = timeout_opts(timeout_ms);
+    BLOCKING(px_barrier_start(comm, &o, &req_));
+}
 
-    if (status != PX_OK)
-        return status;
-    /* every rank hears from every rank: the header exchange is a barrier */
-    return px__coll_begin(comm, COLL_BARRIER, 0, 0, 0, -1, px__deadline(comm, timeout_ms), &seq);
+px_status_t px_reduce_scatter(px_comm_t *comm, const void *sendbuf, void *recvbuf,
+                              uint64_t recvcount, px_dtype_t dtype, px_redop_t op,
+                              const px_coll_opts_t *opts)
+{
+    BLOCKING(px_reduce_scatter_start(comm, sendbuf, recvbuf, recvcount, dtype, op, opts, &req_));
+}
+
+px_status_t px_allgather(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t sendcount,
+                         px_dtype_t dtype, const px_coll_opts_t *opts)
+{
+    BLOCKING(px_allgather_start(comm, sendbuf, recvbuf, sendcount, dtype, opts, &req_));
+}
+
+px_status_t px_bcast(px_comm_t *comm, void *buf, uint64_t count, px_dtype_t dtype, int root,
+                     const px_coll_opts_t *opts)
+{
+    BLOCKING(px_bcast_start(comm, buf, count, dtype, root, opts, &req_));
+}
+
+px_status_t px_reduce(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                      px_dtype_t dtype, px_redop_t op, int root, const px_coll_opts_t *opts)
+{
+    BLOCKING(px_reduce_start(comm, sendbuf, recvbuf, count, dtype, op, root, opts, &req_));
+}
+
+px_status_t px_scatter(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                       px_dtype_t dtype, int root, const px_coll_opts_t *opts)
+{
+    BLOCKING(px_scatter_start(comm, sendbuf, recvbuf, count, dtype, root, opts, &req_));
+}
+
+px_status_t px_gather(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                      px_dtype_t dtype, int root, const px_coll_opts_t *opts)
+{
+    BLOCKING(px_gather_start(comm, sendbuf, recvbuf, count, dtype, root, opts, &req_));
+}
+
+px_status_t px_alltoall(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,
+                        px_dtype_t dtype, const px_coll_opts_t *opts)
+{
+    BLOCKING(px_alltoall_start(comm, sendbuf, recvbuf, count, dtype, opts, &req_));
+}
+
+px_status_t px_alltoallv(px_comm_t *comm, const void *sendbuf, const uint64_t *sendcounts,
+                         const uint64_t *sdispls, void *recvbuf, const uint64_t *recvcounts,
+                         const uint64_t *rdispls, px_dtype_t dtype, const px_coll_opts_t *opts)
+{
+    BLOCKING(px_alltoallv_start(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,
+                                dtype, opts, &req_));
 }

@@ -124,7 +124,7 @@ static px_status_t wireup(px_comm_t *comm)
         PX_CHECK_GOTO(px__send_post(comm, r, px__tag(comm->id, PX__TAG_KIND_WIREUP, comm->rank, 0),
                                     &mine, sizeof(mine), &op), status, out_free);
     }
-    status = px__wait(comm, NULL, deadline);
+    status = px__wait_all_ops(comm, deadline);
     if (status != PX_OK)
         goto out_free;
     for (int r = 0; r < comm->size; r++) {
@@ -194,6 +194,8 @@ px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_
     comm->rank = rank;
     comm->size = table->world_size;
     comm->id = 0;
+    comm->root = comm;
+    comm->next_id = 1;
     comm->watch_fd = watch_fd;
     comm->watch_hup_rank = -1;
     comm->first_dead = -1;
@@ -299,6 +301,7 @@ void px_comm_destroy(px_comm_t *comm)
 
     if (!comm)
         return;
+    px__comm_drop_requests(comm);
     if (comm->active)
         px__cancel_all(comm);
     if (comm->orphans && !comm->failed)
@@ -306,6 +309,8 @@ void px_comm_destroy(px_comm_t *comm)
     if (comm->peers) {
         close_eps(comm);
         comm->tr->n_comms--;
+    } else if (comm->wrank) {
+        comm->tr->n_comms--; /* a sub-communicator: the endpoints are the world's */
     }
     while (ucp_worker_progress(comm->tr->worker))
         ;
@@ -338,7 +343,9 @@ void px_comm_destroy(px_comm_t *comm)
     free(comm->peers);
     free(comm->pid_pfds);
     free(comm->pid_ranks);
-    free(comm->scratch);
+    for (int i = 0; i < PX__NBUF; i++)
+        free(comm->bufs[i].ptr);
+    free(comm->wrank);
     if (comm->abort_efd >= 0)
         close(comm->abort_efd);
     free(comm);
@@ -373,4 +380,113 @@ void px_comm_abort(px_comm_t *comm, const char *reason)
     if (write(comm->abort_efd, &one, sizeof(one)) < 0) {
         /* counter saturated: already readable */
     }
+}
+
+/* MPI_Comm_split (MPI 4.0, section 7.4.2). One all-gather over the parent
+ * of (color, key, next free id): members of a color sort by (key, parent
+ * rank); the new communicator's tag id is the largest next free id of all
+ * parent ranks (so no rank of it uses that id yet; the groups of one split
+ * share an id, which is safe because they have no rank in common), and
+ * every parent rank moves its next free id past it. Ids wrap after 4095
+ * splits (id 0 is the world). */
+px_status_t px_comm_split(px_comm_t *comm, int color, int key, px_comm_t **newcomm_p)
+{
+    px_comm_t *w, *sub = NULL;
+    int32_t mine[3], *all = NULL;
+    int n, count = 0, me = -1;
+    unsigned id = 0;
+    px_status_t status;
+
+    if (!comm || !newcomm_p || (color < 0 && color != PX_COLOR_UNDEFINED)) {
+        px_error("px_comm_split: bad arguments (color %d)", color);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    w = comm->root;
+    n = comm->size;
+    all = malloc((size_t)n * sizeof(mine));
+    if (!all)
+        return PX_ERR_NO_MEMORY;
+    mine[0] = color;
+    mine[1] = key;
+    mine[2] = (int32_t)w->next_id;
+    status = px_allgather(comm, mine, all, 3, PX_INT32, NULL);
+    if (status != PX_OK)
+        goto out;
+    for (int r = 0; r < n; r++)
+        if ((unsigned)all[3 * r + 2] > id)
+            id = (unsigned)all[3 * r + 2];
+    w->next_id = id + 1 >= PX__MAX_COMMS ? 1 : id + 1;
+    if (color == PX_COLOR_UNDEFINED) {
+        *newcomm_p = NULL;
+        goto out;
+    }
+    for (int r = 0; r < n; r++)
+        count += all[3 * r] == color;
+    sub = calloc(1, sizeof(*sub));
+    if (!sub) {
+        status = PX_ERR_NO_MEMORY;
+        goto out;
+    }
+    sub->wrank = malloc((size_t)count * sizeof(int));
+    if (!sub->wrank) {
+        status = PX_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    /* members in (key, parent rank) order: insertion sort of parent ranks */
+    {
+        int k = 0;
+        for (int r = 0; r < n; r++) {
+            int j;
+            if (all[3 * r] != color)
+                continue;
+            for (j = k; j > 0; j--) {
+                int q = sub->wrank[j - 1]; /* parent rank for now */
+                if (all[3 * q + 1] < all[3 * r + 1] ||
+                    (all[3 * q + 1] == all[3 * r + 1] && q < r))
+                    break;
+                sub->wrank[j] = q;
+            }
+            sub->wrank[j] = r;
+            k++;
+        }
+        for (int i = 0; i < count; i++) {
+            if (sub->wrank[i] == comm->rank)
+                me = i;
+            sub->wrank[i] = px_comm_world_rank(comm, sub->wrank[i]);
+        }
+    }
+    sub->tr = comm->tr;
+    sub->root = w;
+    sub->rank = me;
+    sub->size = count;
+    sub->id = id;
+    sub->watch_fd = -1;
+    sub->watch_hup_rank = -1;
+    sub->first_dead = -1;
+    sub->default_timeout_ms = comm->default_timeout_ms;
+    sub->chunk_bytes = comm->chunk_bytes;
+    sub->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (sub->abort_efd < 0) {
+        px_error("eventfd: failed");
+        status = PX_ERR_IO;
+        goto err_free;
+    }
+    comm->tr->n_comms++;
+    px_debug("comm %u: split color %d: rank %d of %d (comm %u)", comm->id, color, me, count, id);
+    *newcomm_p = sub;
+    goto out;
+
+err_free:
+    free(sub->wrank);
+    free(sub);
+out:
+    free(all);
+    return status;
+}
+
+int px_comm_world_rank(const px_comm_t *comm, int rank)
+{
+    if (!comm || rank < 0 || rank >= comm->size)
+        return -1;
+    return comm->wrank ? comm->wrank[rank] : rank;
 }

@@ -16,6 +16,10 @@
  * not. A send still pending is kept as an orphan record, completed (or left
  * to the worker) at destroy.
  *
+ * Sub-communicators share the world's endpoints, worker, watch fd and
+ * pidfds: their checks read the world's state (px__wpeer) and name their own
+ * ranks.
+ *
  * Runs on the thread using the communicator; only px_comm_abort() (in
  * px_comm.c) touches the comm from other threads, through an atomic flag and
  * an eventfd. */
@@ -139,6 +143,10 @@ static px_status_t post_common(px_comm_t *comm, int peer, px__op_t **op_p, px__o
         px_error("comm %u: peer rank %d out of range [0, %d)", comm->id, peer, comm->size);
         return PX_ERR_INVALID_ARGUMENT;
     }
+    if (!px__wpeer(comm, peer)->ep)
+        return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", peer,
+                                  px__wpeer(comm, peer)->why ? px__wpeer(comm, peer)->why
+                                                             : "endpoint closed");
     *out = op_get(comm);
     if (!*out)
         return PX_ERR_NO_MEMORY;
@@ -164,7 +172,7 @@ px_status_t px__send_post(px_comm_t *comm, int peer, ucp_tag_t tag, const void *
     param.cb.send = send_cb;
     param.user_data = op;
     param.datatype = ucp_dt_make_contig(1);
-    req = ucp_tag_send_nbx(comm->peers[peer].ep, buf, bytes, tag, &param);
+    req = ucp_tag_send_nbx(px__wpeer(comm, peer)->ep, buf, bytes, tag, &param);
     if (UCS_PTR_IS_ERR(req)) {
         op_put(comm, op);
         return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: send failed: %s", peer,
@@ -223,12 +231,16 @@ static void progress_all(px_transport_t *tr)
         ;
 }
 
-/* Sleeps on the worker efd, the abort efd, the watch fd and the pidfds of
- * same-node peers until one fires or `timeout_ms` passes. */
-static void sleep_on_fds(px_comm_t *comm, int timeout_ms)
+void px__progress_worker(px_comm_t *comm)
 {
+    progress_all(comm->tr);
+}
+
+void px__sleep(px_comm_t *comm, int timeout_ms)
+{
+    px_comm_t *w = comm->root;
     struct pollfd fixed[16], *fds = fixed;
-    nfds_t n = 0, cap = 3 + (nfds_t)comm->n_pid;
+    nfds_t n = 0, cap = 4 + (nfds_t)w->n_pid;
     ucs_status_t st = ucp_worker_arm(comm->tr->worker);
 
     if (st == UCS_ERR_BUSY)
@@ -237,7 +249,7 @@ static void sleep_on_fds(px_comm_t *comm, int timeout_ms)
         fds = malloc(cap * sizeof(*fds));
         if (!fds) {
             fds = fixed;
-            cap = 3;
+            cap = 4;
         }
     }
     fds[n].fd = comm->tr->efd;
@@ -246,12 +258,16 @@ static void sleep_on_fds(px_comm_t *comm, int timeout_ms)
         fds[n].fd = comm->abort_efd;
         fds[n++].events = POLLIN;
     }
-    if (comm->watch_fd >= 0 && !comm->watch_closed) {
-        fds[n].fd = comm->watch_fd;
+    if (w != comm && w->abort_efd >= 0) {
+        fds[n].fd = w->abort_efd;
         fds[n++].events = POLLIN;
     }
-    for (int i = 0; i < comm->n_pid && n < cap; i++)
-        fds[n++] = comm->pid_pfds[i]; /* failed peers have fd -1: ignored */
+    if (w->watch_fd >= 0 && !w->watch_closed) {
+        fds[n].fd = w->watch_fd;
+        fds[n++].events = POLLIN;
+    }
+    for (int i = 0; i < w->n_pid && n < cap; i++)
+        fds[n++] = w->pid_pfds[i]; /* failed peers have fd -1: ignored */
     poll(fds, n, timeout_ms);
     if (fds != fixed)
         free(fds);
@@ -329,32 +345,71 @@ static px_status_t read_watch(px_comm_t *comm)
     }
 }
 
+/* The world's watch fd, abort flag and pidfds (marks dead ranks). */
+static px_status_t check_world(px_comm_t *w)
+{
+    px_status_t status;
+
+    if (w->failed)
+        return w->failed;
+    if (atomic_load(&w->aborted) == 2)
+        return px__comm_set_error(w, PX_ERR_ABORTED, "aborted: %s", w->abort_reason);
+    /* the watch fd first: it names the rank that died first; pidfds name
+     * local ranks that exited; the UCX callback marks failed endpoints */
+    if (w->watch_fd >= 0 && !w->watch_closed) {
+        status = read_watch(w);
+        if (status != PX_OK)
+            return status;
+    }
+    check_pidfds(w);
+    return PX_OK;
+}
+
 px_status_t px__check_async(px_comm_t *comm)
 {
+    px_comm_t *w = comm->root;
     px_status_t status;
 
     if (comm->failed)
         return comm->failed;
     if (atomic_load(&comm->aborted) == 2)
         return px__comm_set_error(comm, PX_ERR_ABORTED, "aborted: %s", comm->abort_reason);
-    /* the watch fd first: it names the rank that died first; pidfds name
-     * local ranks that exited; the UCX callback marks failed endpoints */
-    if (comm->watch_fd >= 0 && !comm->watch_closed) {
-        status = read_watch(comm);
-        if (status != PX_OK)
-            return status;
+    status = check_world(w);
+    if (status == PX_ERR_ABORTED && w != comm)
+        return px__comm_set_error(comm, PX_ERR_ABORTED, "world communicator aborted: %s",
+                                  w->last_error);
+    if (status != PX_OK && status != PX_ERR_PEER_FAILURE && w != comm)
+        return px__comm_set_error(comm, status, "world communicator failed: %s", w->last_error);
+    if (w != comm && comm->first_dead < 0) {
+        /* name the first of our ranks the world knows dead */
+        if (w->first_dead >= 0)
+            for (int r = 0; r < comm->size; r++)
+                if (comm->wrank[r] == w->first_dead)
+                    comm->first_dead = r;
+        for (int r = 0; r < comm->size && comm->first_dead < 0; r++)
+            if (px__wpeer(comm, r)->failed)
+                comm->first_dead = r;
     }
-    check_pidfds(comm);
-    if (comm->first_dead >= 0)
-        return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)",
-                                  comm->first_dead, comm->peers[comm->first_dead].why);
+    if (comm->first_dead >= 0) {
+        int d = comm->first_dead;
+        if (w != comm)
+            return px__comm_set_error(comm, PX_ERR_PEER_FAILURE,
+                                      "rank %d (world rank %d): peer failure (%s)", d,
+                                      comm->wrank[d], px__wpeer(comm, d)->why);
+        return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", d,
+                                  px__wpeer(comm, d)->why);
+    }
+    if (status != PX_OK) /* world failed without a dead rank of ours */
+        return w == comm ? status
+                         : px__comm_set_error(comm, status, "world communicator failed: %s",
+                                              w->last_error);
     return PX_OK;
 }
 
 /* Drops the endpoint to `peer` (force close), completing its requests. */
 static void force_close_ep(px_comm_t *comm, int peer)
 {
-    px__peer_t *p = &comm->peers[peer];
+    px__peer_t *p = px__wpeer(comm, peer);
     ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                  .flags = UCP_EP_CLOSE_FLAG_FORCE};
     void *req;
@@ -367,26 +422,28 @@ static void force_close_ep(px_comm_t *comm, int peer)
     p->ep = NULL;
 }
 
-void px__cancel_all(px_comm_t *comm)
+void px__cancel_ops(px_comm_t *comm, px_request_t *owner)
 {
     int64_t now = px_time_mono_ms();
     int64_t end_recv = now + (comm->failed ? FAILED_DRAIN_MS : DRAIN_MS);
+    px__op_t **pp;
     int64_t end_send = now + SEND_DRAIN_MS;
     int forced = 0;
     px__op_t *op, *next;
 
+#define MINE(o) (!owner || (o)->owner == owner)
     for (op = comm->active; op; op = op->next)
-        if (!op->done && !op->is_send && op->req)
+        if (MINE(op) && !op->done && !op->is_send && op->req)
             ucp_request_cancel(comm->tr->worker, op->req);
     for (;;) {
         int pending_recv = 0, pending_send = 0;
         progress_all(comm->tr);
         for (op = comm->active; op; op = op->next) {
-            if (op->done)
+            if (op->done || !MINE(op))
                 continue;
             if (!op->is_send)
                 pending_recv++;
-            else if (!comm->peers[op->peer].failed && comm->peers[op->peer].ep)
+            else if (!px__wpeer(comm, op->peer)->failed && px__wpeer(comm, op->peer)->ep)
                 pending_send++; /* a live receiver may be copying from it */
         }
         now = px_time_mono_ms();
@@ -394,7 +451,7 @@ void px__cancel_all(px_comm_t *comm)
             /* receives already matched to a stalled peer: drop those
              * endpoints so UCX completes them and writes nothing more */
             for (op = comm->active; op; op = op->next)
-                if (!op->done && !op->is_send)
+                if (MINE(op) && !op->done && !op->is_send)
                     force_close_ep(comm, op->peer);
             forced = 1;
             end_recv = now + FAILED_DRAIN_MS;
@@ -408,30 +465,35 @@ void px__cancel_all(px_comm_t *comm)
             poll(&pfd, 1, 20);
         }
     }
-    for (op = comm->active; op; op = next) {
+    for (pp = &comm->active; (op = *pp) != NULL;) {
         next = op->next;
+        if (!MINE(op)) {
+            pp = &op->next;
+            continue;
+        }
+        *pp = next;
         if (op->done) {
             op_put(comm, op);
         } else {
             if (!op->is_send)
                 px_error("comm %u: receive from rank %d still pending after cancel", comm->id,
                          op->peer);
+            op->owner = NULL;
             op->next = comm->orphans;
             comm->orphans = op;
         }
     }
-    comm->active = NULL;
+#undef MINE
 }
 
-/* Text "2, 3" of the ranks with pending ops (for timeouts). */
-static void pending_ranks(px_comm_t *comm, char *buf, size_t len)
+void px__pending_ranks(px_comm_t *comm, px_request_t *owner, char *buf, size_t len)
 {
     size_t used = 0;
     int shown = 0;
     buf[0] = '\0';
     for (int r = 0; r < comm->size && shown < 8; r++) {
         for (px__op_t *op = comm->active; op; op = op->next) {
-            if (!op->done && op->peer == r) {
+            if (!op->done && op->peer == r && (!owner || op->owner == owner)) {
                 used += (size_t)snprintf(buf + used, used < len ? len - used : 0, "%s%d",
                                          shown ? ", " : "", r);
                 shown++;
@@ -443,110 +505,77 @@ static void pending_ranks(px_comm_t *comm, char *buf, size_t len)
     }
 }
 
-/* Checks finished ops for failures. */
-static px_status_t scan_errors(px_comm_t *comm)
+px_status_t px__op_status(px_comm_t *comm, px__op_t *op)
 {
-    for (px__op_t *op = comm->active; op; op = op->next) {
-        if (!op->done)
-            continue;
-        if (op->status == UCS_OK) {
-            if (!op->is_send && op->length != op->expect)
-                return px__comm_set_error(comm, PX_ERR_MISMATCH,
-                                          "rank %d: sent %zu bytes, %zu expected", op->peer,
-                                          op->length, op->expect);
-            continue;
-        }
-        if (op->status == UCS_ERR_MESSAGE_TRUNCATED)
-            return px__comm_set_error(comm, PX_ERR_MISMATCH,
-                                      "rank %d: sent more than the %zu bytes expected", op->peer,
-                                      op->expect);
-        /* anything else, UCS_ERR_CANCELED included (we cancel only after an
-         * error is set, so here UCX cancelled it): the peer's endpoint failed */
-        {
-            px_status_t cause = px__check_async(comm); /* watch fd / pidfd name the culprit */
-            if (cause != PX_OK)
-                return cause;
-        }
-        return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", op->peer,
-                                  ucs_status_string(op->status));
+    if (op->status == UCS_OK) {
+        if (!op->is_send && op->length != op->expect)
+            return px__comm_set_error(comm, PX_ERR_MISMATCH, "rank %d: sent %zu bytes, %zu expected",
+                                      op->peer, op->length, op->expect);
+        return PX_OK;
     }
-    return PX_OK;
+    if (op->status == UCS_ERR_MESSAGE_TRUNCATED)
+        return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                  "rank %d: sent more than the %zu bytes expected", op->peer,
+                                  op->expect);
+    /* anything else, UCS_ERR_CANCELED included (we cancel only after an
+     * error is set, so here UCX cancelled it): the peer's endpoint failed */
+    {
+        px_status_t cause = px__check_async(comm); /* watch fd / pidfd name the culprit */
+        if (cause != PX_OK)
+            return cause;
+    }
+    return px__comm_set_error(comm, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", op->peer,
+                              ucs_status_string(op->status));
 }
 
-/* Blocks until one of ops[0..nops) is done, or, with nops == 0, until every
- * active op is done. Reaps nothing. */
-static px_status_t wait_cond(px_comm_t *comm, px__op_t *const *ops, int nops, int64_t deadline)
+void px__op_reap(px_comm_t *comm, px__op_t *op)
+{
+    unlink_active(comm, op);
+    op_put(comm, op);
+}
+
+px_status_t px__wait_all_ops(px_comm_t *comm, int64_t deadline)
 {
     px_status_t status;
 
     for (;;) {
-        int satisfied;
+        int satisfied = 1;
         int64_t now;
 
-        /* a same-node peer that exited must be dropped before progress;
-         * whether this wait still completes without it is seen below */
-        if (comm->watch_fd >= 0 && !comm->watch_closed) {
-            status = read_watch(comm);
-            if (status != PX_OK)
-                goto err_cancel;
-        }
-        check_pidfds(comm);
-        progress_all(comm->tr);
-        status = scan_errors(comm);
-        if (status != PX_OK)
-            goto err_cancel;
-        if (nops) {
-            satisfied = 0;
-            for (int i = 0; i < nops; i++)
-                satisfied |= ops[i]->done;
-        } else {
-            satisfied = 1;
-            for (px__op_t *o = comm->active; o; o = o->next)
-                satisfied &= o->done;
-        }
-        if (satisfied)
-            return PX_OK;
+        /* a same-node peer that exited must be dropped before progress */
         status = px__check_async(comm);
         if (status != PX_OK)
             goto err_cancel;
+        progress_all(comm->tr);
+        for (px__op_t *o = comm->active; o; o = o->next) {
+            if (!o->done) {
+                satisfied = 0;
+                continue;
+            }
+            status = px__op_status(comm, o);
+            if (status != PX_OK)
+                goto err_cancel;
+        }
+        if (satisfied) {
+            while (comm->active) {
+                px__op_t *o = comm->active;
+                comm->active = o->next;
+                op_put(comm, o);
+            }
+            return PX_OK;
+        }
         now = px_time_mono_ms();
         if (now >= deadline) {
             char who[96];
-            pending_ranks(comm, who, sizeof(who));
+            px__pending_ranks(comm, NULL, who, sizeof(who));
             status = px__comm_set_error(comm, PX_ERR_TIMEOUT,
                                         "timeout: still waiting for rank(s) %s", who);
             goto err_cancel;
         }
-        sleep_on_fds(comm, (int)(deadline - now > 1 << 30 ? 1 << 30 : deadline - now));
+        px__sleep(comm, (int)(deadline - now > 1 << 30 ? 1 << 30 : deadline - now));
     }
 
 err_cancel:
     px__cancel_all(comm);
     return status;
-}
-
-px_status_t px__wait(px_comm_t *comm, px__op_t *op, int64_t deadline)
-{
-    px_status_t status = wait_cond(comm, op ? &op : NULL, op ? 1 : 0, deadline);
-
-    if (status != PX_OK)
-        return status;
-    if (op) {
-        unlink_active(comm, op);
-        op_put(comm, op);
-    } else {
-        while (comm->active) {
-            px__op_t *o = comm->active;
-            comm->active = o->next;
-            op_put(comm, o);
-        }
-    }
-    return PX_OK;
-}
-
-px_status_t px__wait_any(px_comm_t *comm, px__op_t *const *ops, int nops, int64_t deadline)
-{
-    if (nops <= 0)
-        return PX_OK;
-    return wait_cond(comm, ops, nops, deadline);
 }

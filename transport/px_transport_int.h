@@ -23,10 +23,12 @@
  * src rank makes every receive name its sender (UCX matches tags, not
  * endpoints); the collective sequence number separates consecutive and
  * concurrent collectives (it wraps after 2^20, far beyond what can be in
- * flight); phase separates the header, reduce-scatter, all-gather,
- * broadcast and recursive-doubling messages of one collective; unit (a pipeline slot index modulo
- * 512) separates the chunks in flight at once, so correctness does not rest
- * on UCX's in-order matching. Receives use the full 64-bit mask. */
+ * flight); phase separates the header, ring reduce-scatter, ring
+ * all-gather and schedule messages of one collective; unit (a pipeline slot
+ * index, or a schedule step, modulo 512) separates the messages in flight at
+ * once between two ranks, so correctness does not rest on UCX's in-order
+ * matching. Receives use the full 64-bit mask. Sub-communicators put their
+ * own ranks in `src rank` and their own id in `comm id`. */
 #ifndef PX_TRANSPORT_INT_H
 #define PX_TRANSPORT_INT_H
 
@@ -37,6 +39,7 @@
 
 #include "px_status.h"
 #include "px_transport.h"
+#include "px_coll.h"
 
 #define PX__TAG_KIND_P2P    0u
 #define PX__TAG_KIND_COLL   1u
@@ -45,8 +48,7 @@
 #define PX__PHASE_HDR   0u
 #define PX__PHASE_RS    1u
 #define PX__PHASE_AG    2u
-#define PX__PHASE_BCAST 3u
-#define PX__PHASE_RD    4u
+#define PX__PHASE_SCHED 3u /* schedule-based algorithms (tree, rd, pairwise, linear) */
 
 #define PX__MAX_RANKS  (1 << 18)
 #define PX__MAX_COMMS  (1 << 12)
@@ -76,9 +78,12 @@ struct px_transport {
     size_t n_leftover;
 };
 
+typedef struct px_request px_request_t;
+
 typedef struct px__op {
     struct px__op *next;  /* active / free / orphan list link */
     void *req;            /* UCX request while not done, else NULL */
+    px_request_t *owner;  /* the collective request that posted it, or NULL */
     int done;
     ucs_status_t status;  /* final status (valid when done) */
     size_t length;        /* received bytes (recv, valid when done) */
@@ -97,20 +102,32 @@ typedef struct px__peer {
     int pidfd;            /* same-node peer: pidfd_open(pid), readable at exit; else -1 */
 } px__peer_t;
 
+/* A cached temporary buffer of a communicator (scratch slots, staging). */
+typedef struct px__buf {
+    void *ptr;
+    size_t bytes;
+    int busy;
+} px__buf_t;
+
+#define PX__NBUF 4
+
 struct px_comm {
     px_transport_t *tr;
     int rank;
     int size;
     unsigned id;          /* tag comm id */
-    px__peer_t *peers;    /* [size] */
-    char **nodes;         /* [size] copies */
+    struct px_comm *root; /* the world communicator (itself for the world) */
+    int *wrank;           /* sub-communicator: world rank of each rank; NULL for the world */
+    px__peer_t *peers;    /* world: [size]; sub: NULL (endpoints are the world's) */
+    char **nodes;         /* world: [size] copies */
     uint32_t coll_seq;    /* next collective sequence number */
+    unsigned next_id;     /* world: next free sub-communicator id (split) */
 
     int abort_efd;        /* eventfd written by px_comm_abort */
     atomic_int aborted;
     char abort_reason[128];
 
-    int watch_fd;         /* -1 if none; borrowed */
+    int watch_fd;         /* world: -1 if none; borrowed */
     int watch_hup_rank;   /* rank to blame on hang-up, -1 unknown */
     int watch_closed;     /* hang-up seen */
     unsigned char watch_buf[8];
@@ -126,83 +143,228 @@ struct px_comm {
     px__op_t **all_ops;   /* every record ever allocated (freed at destroy) */
     size_t n_all, cap_all;
 
-    struct pollfd *pid_pfds; /* pidfds of same-node peers, for one poll() */
+    px_request_t *reqs;   /* pending collective requests, in start order */
+    px_request_t *reqs_tail;
+
+    struct pollfd *pid_pfds; /* world: pidfds of same-node peers, for one poll() */
     int *pid_ranks;          /* pid_pfds[i] belongs to rank pid_ranks[i] */
     int n_pid;
 
     int default_timeout_ms;
     size_t chunk_bytes;   /* PX_ALLREDUCE_CHUNK_BYTES */
-    void *scratch;        /* PX__WINDOW * chunk_bytes, allocated on first use */
+    px__buf_t bufs[PX__NBUF]; /* cached temporaries, grow-only, freed at destroy */
 };
 
 /* Pipeline depth of the ring (chunks in flight per direction). */
 #define PX__WINDOW 4
 
+/* The world peer record of comm rank `r`. */
+static inline px__peer_t *px__wpeer(const px_comm_t *comm, int r)
+{
+    return comm->wrank ? &comm->root->peers[comm->wrank[r]] : &comm->root->peers[r];
+}
+
+/* --- schedules (px_sched.c): rounds of sends/receives and local steps,
+ * as libNBC compiles a collective ----------------------------------------- */
+enum {
+    PX__ACT_SEND = 1, /* src, n bytes to peer (tag unit `unit`) */
+    PX__ACT_RECV,     /* dst, n bytes from peer */
+    PX__ACT_WAIT,     /* every posted message of this request is done */
+    PX__ACT_COPY,     /* memcpy(dst, src, n bytes) */
+    PX__ACT_REDUCE,   /* dst = dst OP src (swap: src OP dst), n elements */
+    PX__ACT_AVG,      /* dst /= comm size, n elements */
+};
+
+typedef struct px__act {
+    int kind;
+    int peer;
+    unsigned unit;
+    int swap;
+    void *dst;
+    const void *src;
+    uint64_t n;
+} px__act_t;
+
+typedef struct px__sched {
+    px__act_t *acts;
+    size_t n, cap, pc;
+    int waiting;
+} px__sched_t;
+
+/* --- the ring machine (coll/ring.c) ---------------------------------------- */
+typedef struct px__ring {
+    int o;                 /* rank r owns block (r + o) % n after the reduce-scatter */
+    int do_rs, do_ag;
+    int phase;             /* 0 reduce-scatter, 1 all-gather, 2 done */
+    uint64_t base, rem;    /* block b: base + (b < rem) elements */
+    uint64_t ce, nc;       /* chunk elements, chunks per block */
+    uint64_t next_recv, next_done, next_send, send_head;
+    px__op_t *recvs[PX__WINDOW], *sends[PX__WINDOW];
+    char *slots;           /* PX__WINDOW chunk receive slots (reduce-scatter) */
+    const char *src;       /* reduce-scatter input, full layout */
+    char *acc;             /* partial sums (full layout) and the all-gather output */
+    char *own_dst;         /* where the owned block's final value goes (NULL: acc) */
+} px__ring_t;
+
+/* --- requests (px_request.c) ----------------------------------------------- */
+typedef struct px__hdr {
+    uint32_t magic;
+    uint32_t seq;
+    uint32_t kind;
+    uint32_t dtype;
+    uint32_t op;
+    int32_t root;
+    uint64_t count;
+} px__hdr_t;
+
+enum {
+    PX__COLL_ALLREDUCE = 1, PX__COLL_BCAST, PX__COLL_BARRIER, PX__COLL_REDUCE,
+    PX__COLL_ALLGATHER, PX__COLL_REDUCE_SCATTER, PX__COLL_SCATTER, PX__COLL_GATHER,
+    PX__COLL_ALLTOALL, PX__COLL_ALLTOALLV, PX__COLL_SEND, PX__COLL_RECV,
+};
+
+struct px_request {
+    px_comm_t *comm;
+    px_request_t *next;    /* comm->reqs link */
+    int kind;              /* PX__COLL_* */
+    uint32_t seq;
+    int64_t deadline;
+    px_status_t status;    /* PX_INPROGRESS until finished */
+    int stage;             /* 0 header exchange, 1 algorithm */
+    int linked;            /* on comm->reqs */
+
+    /* header exchange (mismatch detection) */
+    px__hdr_t *hdr_out, *hdr_in; /* [size] */
+    uint64_t *hdr_expect;  /* alltoallv: count expected from each peer (else NULL) */
+    int hdr_posted;
+
+    /* arguments */
+    px_dtype_t dtype;      /* the wire dtype (fp32 for staged halves) */
+    px_redop_t op;
+    int root;
+    uint64_t count;
+    size_t esz;
+    px_algo_t algo;
+
+    /* algorithm */
+    px_status_t (*advance)(px_request_t *req, int *progressed_p);
+    px__sched_t sched;
+    px__ring_t ring;
+    px__op_t *ops[2];      /* single point-to-point op (send/recv) */
+
+    /* fp16/bf16 reductions run in fp32: converted back into `half_dst` */
+    int half_dtype;        /* -1 none, else PX_FLOAT16 / PX_BFLOAT16 */
+    void *half_dst;
+    const float *half_src;
+    uint64_t half_count;
+
+    void *tmp[3];          /* temporaries (comm cache or owned) */
+};
+
 /* --- px_progress.c --- */
 
 /* Absolute deadline (px_time_mono_ms) for `timeout_ms` (< 0: comm default). */
 int64_t px__deadline(const px_comm_t *comm, int timeout_ms);
-/* Posts a tagged send/recv of `bytes` to/from comm rank `peer`. On success
- * *op_p is linked on comm->active. Fails only on a local UCX error or if the
- * comm has already failed. */
+/* Posts a tagged send/recv of `bytes` to/from comm rank `peer` for `owner`
+ * (NULL: none). On success *op_p is linked on comm->active. Fails only on a
+ * local UCX error or if the comm has already failed. */
 px_status_t px__send_post(px_comm_t *comm, int peer, ucp_tag_t tag, const void *buf,
                           size_t bytes, px__op_t **op_p);
 px_status_t px__recv_post(px_comm_t *comm, int peer, ucp_tag_t tag, void *buf, size_t bytes,
                           px__op_t **op_p);
-/* Blocks until `op` is done (or, with op == NULL, until every active op is
- * done), progressing the worker and sleeping on its event fd. On success
- * the finished op(s) are returned to the pool. On failure (timeout, abort,
- * watch fd, peer failure, truncation) every active op is cancelled and
- * drained, last_error is set and the status is returned. */
-px_status_t px__wait(px_comm_t *comm, px__op_t *op, int64_t deadline);
-/* Blocks until at least one of ops[0..nops) is done (reaps none of them;
- * reap each with px__wait, which then returns at once). Same failure
- * handling as px__wait. */
-px_status_t px__wait_any(px_comm_t *comm, px__op_t *const *ops, int nops, int64_t deadline);
+/* Blocks until every active op is done (wire-up), progressing the worker and
+ * sleeping on its event fd; reaps them. On failure every active op is
+ * cancelled and drained, last_error is set and the status is returned. */
+px_status_t px__wait_all_ops(px_comm_t *comm, int64_t deadline);
+/* Unlinks a done op from comm->active and returns it to the pool. */
+void px__op_reap(px_comm_t *comm, px__op_t *op);
+/* The status of a done op: PX_OK, PX_ERR_MISMATCH (size), or the peer
+ * failure (naming the rank). Sets last_error on failure. */
+px_status_t px__op_status(px_comm_t *comm, px__op_t *op);
+/* Text "2, 3" of the ranks with pending ops of `owner` (NULL: any). */
+void px__pending_ranks(px_comm_t *comm, px_request_t *owner, char *buf, size_t len);
 /* Marks the comm failed with `status` and formats last_error. */
 px_status_t px__comm_set_error(px_comm_t *comm, px_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Marks rank `peer` dead (`why`: static text): force-closes a plain-mode
- * endpoint at once, before the worker is progressed again, so UCX never
- * starts a shared-memory copy from the dead process. Sets no error: a wait
- * that can still complete (the peer exited after sending all we need)
- * succeeds; any wait that cannot then fails with PX_ERR_PEER_FAILURE naming
- * comm->first_dead. */
+/* Marks world rank `peer` dead (`why`: static text): force-closes a
+ * plain-mode endpoint at once, before the worker is progressed again, so UCX
+ * never starts a shared-memory copy from the dead process. `comm` is the
+ * world. Sets no error: a request that can still complete succeeds; one
+ * that cannot fails with PX_ERR_PEER_FAILURE naming the first dead rank. */
 void px__peer_dead(px_comm_t *comm, int peer, const char *why);
-/* Cancels and drains every active op (error path). */
-void px__cancel_all(px_comm_t *comm);
-/* Nonzero if the abort flag or watch fd says stop; sets the error. */
+/* Cancels and drains the active ops of `owner` (NULL: every active op). */
+void px__cancel_ops(px_comm_t *comm, px_request_t *owner);
+static inline void px__cancel_all(px_comm_t *comm)
+{
+    px__cancel_ops(comm, NULL);
+}
+/* Reads the world's watch fd and pidfds, checks the abort flags; returns an
+ * error status (and sets it on `comm`) when the comm must stop or has lost
+ * a rank. */
 px_status_t px__check_async(px_comm_t *comm);
+/* Progresses the worker until it has nothing to do. */
+void px__progress_worker(px_comm_t *comm);
+/* Sleeps on the worker efd, the abort efds, the watch fd and the pidfds
+ * until one fires or `timeout_ms` passes. */
+void px__sleep(px_comm_t *comm, int timeout_ms);
 
-/* --- px_coll.c --- */
+/* --- px_request.c --- */
 
-/* Collective header exchange (mismatch detection): every rank sends its
- * header to every peer and checks theirs. Returns PX_ERR_MISMATCH on every
- * rank when any two ranks disagree. Consumes one sequence number; *seq_p
- * receives it for the data phase. */
-px_status_t px__coll_begin(px_comm_t *comm, unsigned kind, unsigned dtype, unsigned op,
-                           uint64_t count, int root, int64_t deadline, uint32_t *seq_p);
+/* Allocates a request of `kind` on comm: takes the next sequence number,
+ * posts the header exchange (header count `count`, and with `expect` (or
+ * NULL) the per-peer counts of alltoallv) and links it on comm->reqs.
+ * The caller then sets the algorithm (advance, sched, ring). */
+px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
+                           uint64_t count, int root, const uint64_t *send_counts,
+                           const uint64_t *expect, const px_coll_opts_t *opts,
+                           px_request_t **req_p);
+/* Cancels and frees every pending request of `comm` (destroy). */
+void px__comm_drop_requests(px_comm_t *comm);
+/* Frees a request that never ran (argument error after create). */
+void px__req_discard(px_request_t *req);
+/* A temporary of `bytes` for `req` (slot i < 3), from the comm's cache
+ * when one is free. NULL on out of memory. Released when the request ends. */
+void *px__req_tmp(px_request_t *req, int i, size_t bytes);
+/* The tag of this request's message from comm rank `src`. */
+static inline ucp_tag_t px__req_tag(const px_request_t *req, int src, unsigned phase,
+                                    unsigned unit)
+{
+    return px__tag(req->comm->id, PX__TAG_KIND_COLL, (unsigned)src,
+                   px__coll_low(req->seq, phase, unit & PX__UNIT_MASK));
+}
+/* Posts on behalf of `req` (owner set). */
+px_status_t px__req_send(px_request_t *req, int peer, ucp_tag_t tag, const void *buf,
+                         size_t bytes, px__op_t **op_p);
+px_status_t px__req_recv(px_request_t *req, int peer, ucp_tag_t tag, void *buf, size_t bytes,
+                         px__op_t **op_p);
 
-/* All-reduce algorithm choice: messages up to PX__RD_MAX_BYTES use
- * recursive doubling (latency), larger ones the ring (bandwidth).
- * px__allreduce_algo forces one (tests): 0 auto, 1 ring, 2 recursive
- * doubling (still bounded by the scratch size). */
-#define PX__RD_MAX_BYTES (32u * 1024u)
+/* --- px_sched.c --- */
+
+/* Appends an action; PX_ERR_NO_MEMORY. */
+px_status_t px__sched_add(px__sched_t *s, int kind, int peer, unsigned unit, void *dst,
+                          const void *src, uint64_t n, int swap);
+/* The schedule's advance function (steps req->sched). */
+px_status_t px__sched_advance(px_request_t *req, int *progressed_p);
+void px__sched_free(px__sched_t *s);
+
+/* --- algorithms (coll/ files): each builds req's schedule or ring state ---- */
+px_status_t px__ring_setup(px_request_t *req, int o, int do_rs, int do_ag, const void *src,
+                           void *acc, void *own_dst, uint64_t base, uint64_t rem);
+px_status_t px__ring_advance(px_request_t *req, int *progressed_p);
+px_status_t px__rd_allreduce_build(px_request_t *req, const void *sendbuf, void *recvbuf);
+px_status_t px__tree_bcast_build(px_request_t *req, void *buf, uint64_t bytes);
+px_status_t px__tree_reduce_build(px_request_t *req, const void *sendbuf, void *recvbuf);
+px_status_t px__linear_scatter_build(px_request_t *req, const void *sendbuf, void *recvbuf);
+px_status_t px__linear_gather_build(px_request_t *req, const void *sendbuf, void *recvbuf);
+px_status_t px__pairwise_alltoallv_build(px_request_t *req, const void *sendbuf,
+                                         const uint64_t *sendcounts, const uint64_t *sdispls,
+                                         void *recvbuf, const uint64_t *recvcounts,
+                                         const uint64_t *rdispls, int wait_each_step);
+
+/* All-reduce algorithm forced by tests (0 auto, 1 ring, 2 recursive
+ * doubling); per-call hints and PX_ALGO_ALLREDUCE do the same. */
 extern int px__allreduce_algo;
-
-/* --- coll/rd.c --- */
-
-/* Recursive-doubling all-reduce of fp32 SUM (scaled by `scale` at the end),
- * count * 4 <= PX__WINDOW * chunk_bytes. */
-px_status_t px__rd_allreduce_f32(px_comm_t *comm, uint32_t seq, const float *sendbuf,
-                                 float *recvbuf, uint64_t count, float scale, int64_t deadline);
-
-/* --- coll/ring.c --- */
-
-/* Ring all-reduce (reduce-scatter then all-gather) of fp32 data, SUM, with
- * `scale` != 1 applied once to each owned block before the all-gather. */
-px_status_t px__ring_allreduce_f32(px_comm_t *comm, uint32_t seq, const float *sendbuf,
-                                   float *recvbuf, uint64_t count, float scale,
-                                   int64_t deadline);
+/* Messages up to this many bytes use recursive doubling in auto. */
+#define PX__RD_MAX_BYTES (32u * 1024u)
 
 #endif

@@ -71,7 +71,7 @@ static int check_allreduce(px_launch_rank_t *ctx, uint64_t count, int inplace, p
         float *res = inplace ? send : recv;
         for (uint64_t i = 0; i < count; i++) {
             float sum = (float)(n * (n + 1) / 2 + n * (int)(i % 7));
-            float want = op == PX_AVG ? sum * (1.0f / (float)n) : sum;
+            float want = op == PX_AVG ? sum / (float)n : sum;
             if (res[i] != want) {
                 fprintf(stderr, "FAIL rank %d: count %llu %s %s: [%llu] = %.9g, want %.9g\n", r,
                         (unsigned long long)count, inplace ? "in-place" : "out-of-place",
@@ -481,8 +481,9 @@ static int run_local(void)
         fprintf(stderr, "FAIL: n=1 allreduce\n");
         return 1;
     }
-    if (px_allreduce(comm, v, out, 5, PX_INT32, PX_SUM, -1) != PX_ERR_INVALID_ARGUMENT) {
-        fprintf(stderr, "FAIL: int32 should be invalid for now\n");
+    if (px_allreduce(comm, v, out, 5, (px_dtype_t)99, PX_SUM, -1) != PX_ERR_INVALID_ARGUMENT ||
+        px_allreduce(comm, v, out, 5, PX_INT32, (px_redop_t)9, -1) != PX_ERR_INVALID_ARGUMENT) {
+        fprintf(stderr, "FAIL: an unknown dtype / op must be invalid\n");
         return 1;
     }
     /* send to self */

@@ -1,4 +1,5 @@
-/* coll/rd.c: recursive-doubling all-reduce for small fp32 messages.
+/* coll/rd.c: recursive-doubling all-reduce for small messages, as a
+ * schedule (any dtype and op).
  *
  * Latency-optimal: ceil(log2 n) exchange steps of the whole buffer instead
  * of the ring's 2(n-1) steps of 1/n of it (Thakur, Rabenseifner & Gropp,
@@ -8,116 +9,70 @@
  * its data to the odd one and sits out), the p remaining ranks run
  * recursive doubling, and the odd ranks finally hand the result back.
  *
- * Bitwise identity: at every step the two partners add the same two partial
- * sums in opposite order (a + b vs b + a), which IEEE addition makes equal,
- * so by induction every rank of a group holds the same bits; the folded
- * ranks receive a copy; AVG scales the identical sums identically.
- *
- * Receives land in the communicator's scratch (count * 4 bytes must fit in
- * PX__WINDOW * chunk bytes; px_allreduce picks this algorithm only for small
- * messages). Runs on the thread using the communicator. */
+ * Bitwise identity: at every step both partners compute (lower rank's
+ * data) OP (higher rank's data), the same operands in the same order, so by
+ * induction every rank of a group holds the same bits; folded ranks receive
+ * a copy; AVG divides the identical sums identically.
+ * Runs on the thread using the communicator. */
 #include "../px_transport_int.h"
 
-#include <stdlib.h>
 #include <string.h>
-
-#include "px_reduce.h"
 
 #define UNIT_FOLD   0u
 #define UNIT_UNFOLD 500u /* exchange steps use 1 + k */
 
-/* Posts recv (into `rbuf`) and send (from `sbuf`) with `peer`, waits both. */
-static px_status_t exchange(px_comm_t *comm, uint32_t seq, int peer, unsigned unit,
-                            const void *sbuf, void *rbuf, size_t bytes, int64_t deadline)
-{
-    px__op_t *r = NULL, *s = NULL;
-    px_status_t status;
+#define ADD(...) do { status = px__sched_add(s, __VA_ARGS__); if (status != PX_OK) return status; } while (0)
 
-    if (rbuf) {
-        status = px__recv_post(comm, peer,
-                               px__tag(comm->id, PX__TAG_KIND_COLL, (unsigned)peer,
-                                       px__coll_low(seq, PX__PHASE_RD, unit)),
-                               rbuf, bytes, &r);
-        if (status != PX_OK)
-            return status;
-    }
-    if (sbuf) {
-        status = px__send_post(comm, peer,
-                               px__tag(comm->id, PX__TAG_KIND_COLL, (unsigned)comm->rank,
-                                       px__coll_low(seq, PX__PHASE_RD, unit)),
-                               sbuf, bytes, &s);
-        if (status != PX_OK) {
-            px__cancel_all(comm);
-            return status;
-        }
-    }
-    if (r && (status = px__wait(comm, r, deadline)) != PX_OK)
-        return status;
-    if (s && (status = px__wait(comm, s, deadline)) != PX_OK)
-        return status;
-    return PX_OK;
-}
-
-px_status_t px__rd_allreduce_f32(px_comm_t *comm, uint32_t seq, const float *sendbuf,
-                                 float *recvbuf, uint64_t count, float scale, int64_t deadline)
+px_status_t px__rd_allreduce_build(px_request_t *req, const void *sendbuf, void *recvbuf)
 {
+    px_comm_t *comm = req->comm;
+    px__sched_t *s = &req->sched;
     const int n = comm->size, r = comm->rank;
-    const size_t bytes = (size_t)count * sizeof(float);
+    const uint64_t count = req->count, bytes = count * req->esz;
     int pof2 = 1, rem, newrank;
-    float *tmp;
+    void *tmp = px__req_tmp(req, 0, (size_t)bytes);
     px_status_t status;
 
+    if (!tmp)
+        return PX_ERR_NO_MEMORY;
     while (pof2 * 2 <= n)
         pof2 *= 2;
     rem = n - pof2;
-    if (!comm->scratch) {
-        comm->scratch = malloc(PX__WINDOW * comm->chunk_bytes);
-        if (!comm->scratch)
-            return PX_ERR_NO_MEMORY;
-    }
-    if (bytes > PX__WINDOW * comm->chunk_bytes)
-        return PX_ERR_INTERNAL; /* caller's threshold guarantees this */
-    tmp = comm->scratch;
     if (sendbuf != recvbuf)
-        memcpy(recvbuf, sendbuf, bytes);
+        ADD(PX__ACT_COPY, 0, 0, recvbuf, sendbuf, bytes, 0);
 
-    /* fold: ranks 2i (i < rem) give their data to 2i + 1 and sit out */
     if (r < 2 * rem) {
-        if (r % 2 == 0) {
-            status = exchange(comm, seq, r + 1, UNIT_FOLD, recvbuf, NULL, bytes, deadline);
-            if (status != PX_OK)
-                return status;
+        if (r % 2 == 0) { /* fold: give our data to r + 1 and sit out */
+            ADD(PX__ACT_SEND, r + 1, UNIT_FOLD, NULL, recvbuf, bytes, 0);
+            ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0, 0);
             newrank = -1;
         } else {
-            status = exchange(comm, seq, r - 1, UNIT_FOLD, NULL, tmp, bytes, deadline);
-            if (status != PX_OK)
-                return status;
-            px_reduce_sum_f32(recvbuf, tmp, (size_t)count);
+            ADD(PX__ACT_RECV, r - 1, UNIT_FOLD, tmp, NULL, bytes, 0);
+            ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0, 0);
+            ADD(PX__ACT_REDUCE, 0, 0, recvbuf, tmp, count, 1); /* (r-1) OP r */
             newrank = r / 2;
         }
     } else {
         newrank = r - rem;
     }
-
     if (newrank >= 0) {
         unsigned step = 0;
         for (int mask = 1; mask < pof2; mask <<= 1, step++) {
             int newdst = newrank ^ mask;
             int dst = newdst < rem ? newdst * 2 + 1 : newdst + rem;
-            status = exchange(comm, seq, dst, 1 + step, recvbuf, tmp, bytes, deadline);
-            if (status != PX_OK)
-                return status;
-            px_reduce_sum_f32(recvbuf, tmp, (size_t)count);
+            ADD(PX__ACT_RECV, dst, 1 + step, tmp, NULL, bytes, 0);
+            ADD(PX__ACT_SEND, dst, 1 + step, NULL, recvbuf, bytes, 0);
+            ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0, 0);
+            ADD(PX__ACT_REDUCE, 0, 0, recvbuf, tmp, count, dst < r);
         }
-        if (scale != 1.0f)
-            px_scale_f32(recvbuf, scale, (size_t)count);
+        ADD(PX__ACT_AVG, 0, 0, recvbuf, NULL, count, 0);
     }
-
-    /* unfold: the odd ranks hand the result back */
-    if (r < 2 * rem) {
+    if (r < 2 * rem) { /* unfold: the odd ranks hand the result back */
         if (r % 2)
-            return exchange(comm, seq, r - 1, UNIT_UNFOLD, recvbuf, NULL, bytes, deadline);
-        return exchange(comm, seq, r + 1, UNIT_UNFOLD, NULL, recvbuf, bytes, deadline);
+            ADD(PX__ACT_SEND, r - 1, UNIT_UNFOLD, NULL, recvbuf, bytes, 0);
+        else
+            ADD(PX__ACT_RECV, r + 1, UNIT_UNFOLD, recvbuf, NULL, bytes, 0);
     }
+    req->advance = px__sched_advance;
     return PX_OK;
 }

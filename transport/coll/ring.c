@@ -1,34 +1,38 @@
-/* coll/ring.c: ring all-reduce for fp32, chunked and pipelined.
+/* coll/ring.c: the ring, chunked and pipelined: reduce-scatter, all-gather,
+ * and all-reduce as the one followed by the other.
  *
  * Algorithm: reduce-scatter then all-gather around the ring r -> r+1
  * (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters
- * of workstations", JPDC 2009; the same schedule as NCCL's ring). The
- * `count` elements are cut into n blocks (the first count % n blocks one
- * element longer); block b has offset b*(count/n) + min(b, count%n).
+ * of workstations", JPDC 2009; the same schedule as NCCL's ring). The data
+ * is cut into n blocks (block b: base + (b < rem) elements, in order).
+ * With owner shift o (all-reduce: 1, reduce-scatter / all-gather: 0):
  *
- *   reduce-scatter step s = 0..n-2: send block (r-s) to r+1, receive block
- *     (r-s-1) from r-1 and add it into recvbuf. After n-1 steps rank r holds
- *     the complete sum of block (r+1) (its "owned" block), which is scaled
- *     once (AVG) right there.
- *   all-gather step s = 0..n-2: send block (r+1-s) to r+1, receive block
- *     (r-s) from r-1 straight into recvbuf.
+ *   reduce-scatter step s = 0..n-2: send block (r+o-s-1) to r+1, receive
+ *     block (r+o-s-2) from r-1 and combine it with our input into the
+ *     accumulation buffer. After n-1 steps rank r holds the complete
+ *     reduction of block (r+o), where AVG divides it once.
+ *   all-gather step s = 0..n-2: send block (r+o-s) to r+1, receive block
+ *     (r+o-s-1) from r-1 into the output.
  *
- * Every element of the result is computed by exactly one rank (the block's
- * owner) and copied to the others, so all ranks end bitwise identical. The
- * sum order within a block is fixed by the ring, so results are also
- * run-to-run deterministic.
+ * Every element of an all-reduce is computed by exactly one rank (the
+ * block's owner) and copied to the others, so all ranks end bitwise
+ * identical, and the sum order is fixed by the ring (run-to-run
+ * deterministic).
  *
- * Pipelining: each block is cut into chunks of PX_ALLREDUCE_CHUNK_BYTES (all
- * blocks get the same number of chunks; short blocks send empty chunks), and
- * the (step, chunk) units flow through a window of PX__WINDOW receives and
- * PX__WINDOW sends: the send of chunk c at step s starts as soon as chunk c
- * of step s-1 has been reduced, so the ring runs as a pipeline. Reduce-
- * scatter receives land in the communicator's scratch slots (PX__WINDOW x
- * chunk bytes); all-gather receives land in recvbuf. Every send of the
- * reduce-scatter completes before the all-gather writes into recvbuf.
+ * Pipelining: each block is cut into chunks of PX_ALLREDUCE_CHUNK_BYTES
+ * (every block gets the same number of chunks; short blocks send empty
+ * ones) and the (step, chunk) units flow through windows of PX__WINDOW
+ * receives and PX__WINDOW sends: the send of chunk c at step s starts as
+ * soon as chunk c of step s-1 has been reduced. Reduce-scatter receives land
+ * in PX__WINDOW scratch slots and are combined straight from the input
+ * (dst = input OP slot: no copy of the input first). All-gather receives
+ * land in the output. The all-gather starts only after every reduce-scatter
+ * send completed, so it never overwrites a block still being sent.
  *
- * Bus bandwidth as nccl-tests reports it: algbw * 2(n-1)/n.
- * Runs on the thread using the communicator. */
+ * Nonblocking: px__ring_advance does what can be done now and returns
+ * PX_INPROGRESS; the request's progress calls it again.
+ * Bus bandwidth as nccl-tests reports it: all-reduce algbw * 2(n-1)/n,
+ * reduce-scatter and all-gather algbw * (n-1)/n. */
 #include "../px_transport_int.h"
 
 #include <stdlib.h>
@@ -36,177 +40,149 @@
 
 #include "px_reduce.h"
 
-typedef struct {
-    px_comm_t *comm;
-    int n, r;
-    uint64_t count, base, rem;
-    uint64_t ce;   /* chunk elements */
-    uint64_t nc;   /* chunks per block */
-    uint32_t seq;
-    int64_t deadline;
-} ring_t;
-
-static uint64_t block_off(const ring_t *g, int b)
+static uint64_t block_off(const px__ring_t *g, int b)
 {
     return (uint64_t)b * g->base + ((uint64_t)b < g->rem ? (uint64_t)b : g->rem);
 }
 
-static uint64_t block_len(const ring_t *g, int b)
+static uint64_t block_len(const px__ring_t *g, int b)
 {
     return g->base + ((uint64_t)b < g->rem ? 1 : 0);
 }
 
-/* Element range of chunk c of block b: *off_p, returns its length. */
-static uint64_t chunk_range(const ring_t *g, int b, uint64_t c, uint64_t *off_p)
+/* Element range of chunk c of block b: *off_p (in the full layout) and
+ * *inblk_p (within the block); returns its length. */
+static uint64_t chunk_range(const px__ring_t *g, int b, uint64_t c, uint64_t *off_p,
+                            uint64_t *inblk_p)
 {
     uint64_t len = block_len(g, b), start = c * g->ce;
     if (start > len)
         start = len;
     *off_p = block_off(g, b) + start;
+    *inblk_p = start;
     return len - start < g->ce ? len - start : g->ce;
 }
 
-static ucp_tag_t unit_tag(const ring_t *g, int src, unsigned phase, uint64_t u)
+static int blk(int n, int64_t b)
 {
-    return px__tag(g->comm->id, PX__TAG_KIND_COLL, (unsigned)src,
-                   px__coll_low(g->seq, phase, (unsigned)(u & PX__UNIT_MASK)));
+    return (int)(((b % n) + n) % n);
 }
 
-/* One ring phase. Step s receives block (r - s - recv_shift) from the left
- * and sends block (r - s - send_shift) to the right:
- *   reduce-scatter: recv_shift 1, send_shift 0, receives into scratch slots
- *                   and adds them into recvbuf (copying sendbuf first when
- *                   out of place), scaling the owned block at the last step;
- *   all-gather:     recv_shift 0, send_shift -1, receives into recvbuf.
- * Units u = s * nc + c run in order through windows of PX__WINDOW receives
- * and sends. The loop never blocks on one kind of request while the other
- * could unblock the ring: it sleeps until either the oldest receive or the
- * oldest send completes (px__wait_any), so every rank keeps posting
- * receives while its sends wait for the right neighbour. */
-typedef struct {
-    unsigned phase;
-    int recv_shift, send_shift;
-    const float *first_src; /* source of step-0 sends */
-    float *recvbuf;
-    const float *sendbuf;   /* reduce-scatter: original input (out of place) */
-    int reduce;             /* 1: reduce-scatter; 0: all-gather */
-    float scale;
-} phase_t;
-
-static int step_block(const ring_t *g, uint64_t s, int shift)
+px_status_t px__ring_setup(px_request_t *req, int o, int do_rs, int do_ag, const void *src,
+                           void *acc, void *own_dst, uint64_t base, uint64_t rem)
 {
-    return (int)(((int64_t)g->r - (int64_t)s - shift + 2 * (int64_t)g->n) % g->n);
+    px__ring_t *g = &req->ring;
+    px_comm_t *comm = req->comm;
+
+    memset(g, 0, sizeof(*g));
+    g->o = o;
+    g->do_rs = do_rs;
+    g->do_ag = do_ag;
+    g->phase = do_rs ? 0 : 1;
+    g->base = base;
+    g->rem = rem;
+    g->ce = comm->chunk_bytes / req->esz;
+    if (g->ce == 0)
+        g->ce = 1;
+    g->nc = (block_len(g, 0) + g->ce - 1) / g->ce;
+    g->src = src;
+    g->acc = acc;
+    g->own_dst = own_dst;
+    if (do_rs && g->nc) {
+        g->slots = px__req_tmp(req, 2, PX__WINDOW * g->ce * req->esz);
+        if (!g->slots)
+            return PX_ERR_NO_MEMORY;
+    }
+    req->advance = px__ring_advance;
+    return PX_OK;
 }
 
-static px_status_t run_phase(ring_t *g, const phase_t *ph)
+px_status_t px__ring_advance(px_request_t *req, int *progressed_p)
 {
-    px_comm_t *comm = g->comm;
-    const int n = g->n, r = g->r, left = (r - 1 + n) % n, right = (r + 1) % n;
+    px__ring_t *g = &req->ring;
+    px_comm_t *comm = req->comm;
+    const int n = comm->size, r = comm->rank, left = (r - 1 + n) % n, right = (r + 1) % n;
     const uint64_t U = (uint64_t)(n - 1) * g->nc;
-    float *slots = comm->scratch;
-    px__op_t *recvs[PX__WINDOW], *sends[PX__WINDOW];
-    uint64_t next_recv = 0, next_done = 0, next_send = 0, send_head = 0;
+    const size_t esz = req->esz;
     px_status_t status;
 
-    for (;;) {
-        px__op_t *waitset[2];
-        int k = 0;
+    while (g->phase < 2) {
+        const int rs = g->phase == 0;
+        const unsigned phase_tag = rs ? PX__PHASE_RS : PX__PHASE_AG;
+        /* block received / sent at step s */
+        const int64_t rshift = rs ? (int64_t)g->o - 2 : (int64_t)g->o - 1;
+        const int64_t sshift = rs ? (int64_t)g->o - 1 : (int64_t)g->o;
 
         /* reap sends that completed, oldest first */
-        while (send_head < next_send && sends[send_head % PX__WINDOW]->done) {
-            status = px__wait(comm, sends[send_head % PX__WINDOW], g->deadline);
+        while (g->send_head < g->next_send && g->sends[g->send_head % PX__WINDOW]->done) {
+            px__op_t *op = g->sends[g->send_head % PX__WINDOW];
+            status = px__op_status(comm, op);
             if (status != PX_OK)
                 return status;
-            send_head++;
+            px__op_reap(comm, op);
+            g->send_head++;
+            *progressed_p = 1;
         }
         /* keep PX__WINDOW receives posted */
-        while (next_recv < U && next_recv < next_done + PX__WINDOW) {
-            uint64_t off, len = chunk_range(g, step_block(g, next_recv / g->nc, ph->recv_shift),
-                                            next_recv % g->nc, &off);
-            void *dst = ph->reduce ? (void *)(slots + (next_recv % PX__WINDOW) * g->ce)
-                                   : (void *)(ph->recvbuf + off);
-            status = px__recv_post(comm, left, unit_tag(g, left, ph->phase, next_recv), dst,
-                                   len * sizeof(float), &recvs[next_recv % PX__WINDOW]);
+        while (g->next_recv < U && g->next_recv < g->next_done + PX__WINDOW) {
+            uint64_t s = g->next_recv / g->nc, off, inb;
+            uint64_t len = chunk_range(g, blk(n, r + rshift - (int64_t)s), g->next_recv % g->nc,
+                                       &off, &inb);
+            char *dst = rs ? g->slots + (g->next_recv % PX__WINDOW) * g->ce * esz
+                           : g->acc + off * esz;
+            status = px__req_recv(req, left, px__req_tag(req, left, phase_tag,
+                                                         (unsigned)g->next_recv),
+                                  dst, len * esz, &g->recvs[g->next_recv % PX__WINDOW]);
             if (status != PX_OK)
-                goto err_cancel;
-            next_recv++;
+                return status;
+            g->next_recv++;
+            *progressed_p = 1;
         }
         /* send every chunk that is final here: step 0 at once, step s once
          * chunk c of step s-1 has arrived (and been reduced) */
-        while (next_send < U && next_send - send_head < PX__WINDOW &&
-               (next_send < g->nc || next_send - g->nc < next_done)) {
-            uint64_t s = next_send / g->nc, off;
-            uint64_t len = chunk_range(g, step_block(g, s, ph->send_shift), next_send % g->nc, &off);
-            const float *src = s == 0 ? ph->first_src : ph->recvbuf;
-            status = px__send_post(comm, right, unit_tag(g, r, ph->phase, next_send), src + off,
-                                   len * sizeof(float), &sends[next_send % PX__WINDOW]);
-            if (status != PX_OK)
-                goto err_cancel;
-            next_send++;
-        }
-        /* consume the oldest receive if it is in */
-        if (next_done < U && recvs[next_done % PX__WINDOW]->done) {
-            uint64_t s = next_done / g->nc, off;
-            uint64_t len = chunk_range(g, step_block(g, s, ph->recv_shift), next_done % g->nc, &off);
-            status = px__wait(comm, recvs[next_done % PX__WINDOW], g->deadline);
+        while (g->next_send < U && g->next_send - g->send_head < PX__WINDOW &&
+               (g->next_send < g->nc || g->next_send - g->nc < g->next_done)) {
+            uint64_t s = g->next_send / g->nc, off, inb;
+            uint64_t len = chunk_range(g, blk(n, r + sshift - (int64_t)s), g->next_send % g->nc,
+                                       &off, &inb);
+            const char *src = (rs && s == 0) ? g->src : g->acc;
+            status = px__req_send(req, right, px__req_tag(req, r, phase_tag,
+                                                          (unsigned)g->next_send),
+                                  src + off * esz, len * esz,
+                                  &g->sends[g->next_send % PX__WINDOW]);
             if (status != PX_OK)
                 return status;
-            if (ph->reduce) {
-                if (ph->sendbuf != ph->recvbuf)
-                    memcpy(ph->recvbuf + off, ph->sendbuf + off, len * sizeof(float));
-                px_reduce_sum_f32(ph->recvbuf + off, slots + (next_done % PX__WINDOW) * g->ce,
-                                  len);
-                if (s == (uint64_t)n - 2 && ph->scale != 1.0f)
-                    px_scale_f32(ph->recvbuf + off, ph->scale, len);
+            g->next_send++;
+            *progressed_p = 1;
+        }
+        /* consume the oldest receive if it is in */
+        if (g->next_done < U && g->recvs[g->next_done % PX__WINDOW]->done) {
+            px__op_t *op = g->recvs[g->next_done % PX__WINDOW];
+            uint64_t s = g->next_done / g->nc, off, inb;
+            int b = blk(n, r + rshift - (int64_t)s);
+            uint64_t len = chunk_range(g, b, g->next_done % g->nc, &off, &inb);
+            status = px__op_status(comm, op);
+            if (status != PX_OK)
+                return status;
+            px__op_reap(comm, op);
+            if (rs) {
+                int last = s == (uint64_t)n - 2;
+                char *dst = (last && g->own_dst) ? g->own_dst + inb * esz : g->acc + off * esz;
+                px_reduce_apply((int)req->dtype, (int)req->op, dst, g->src + off * esz,
+                          g->slots + (g->next_done % PX__WINDOW) * g->ce * esz, (size_t)len);
+                if (last && req->op == PX_AVG)
+                    px_reduce_avg_finish((int)req->dtype, dst, (size_t)len, n);
             }
-            next_done++;
+            g->next_done++;
+            *progressed_p = 1;
             continue;
         }
-        if (next_done < U)
-            waitset[k++] = recvs[next_done % PX__WINDOW];
-        if (send_head < next_send)
-            waitset[k++] = sends[send_head % PX__WINDOW];
-        if (!k)
-            return PX_OK; /* every unit received and every send completed */
-        status = px__wait_any(comm, waitset, k, g->deadline);
-        if (status != PX_OK)
-            return status;
+        if (g->next_done < U || g->send_head < g->next_send)
+            return PX_INPROGRESS;
+        /* phase complete: every unit received and every send completed */
+        g->next_recv = g->next_done = g->next_send = g->send_head = 0;
+        g->phase = (rs && g->do_ag) ? 1 : 2;
+        *progressed_p = 1;
     }
-
-err_cancel:
-    px__cancel_all(comm);
-    return status;
-}
-
-px_status_t px__ring_allreduce_f32(px_comm_t *comm, uint32_t seq, const float *sendbuf,
-                                   float *recvbuf, uint64_t count, float scale,
-                                   int64_t deadline)
-{
-    ring_t g = {.comm = comm, .n = comm->size, .r = comm->rank, .count = count, .seq = seq,
-                .deadline = deadline};
-    px_status_t status;
-
-    g.base = count / (uint64_t)g.n;
-    g.rem = count % (uint64_t)g.n;
-    g.ce = comm->chunk_bytes / sizeof(float);
-    g.nc = (block_len(&g, 0) + g.ce - 1) / g.ce;
-    if (!comm->scratch) {
-        comm->scratch = malloc(PX__WINDOW * comm->chunk_bytes);
-        if (!comm->scratch)
-            return PX_ERR_NO_MEMORY;
-    }
-    {
-        phase_t rs = {.phase = PX__PHASE_RS, .recv_shift = 1, .send_shift = 0,
-                      .first_src = sendbuf, .recvbuf = recvbuf, .sendbuf = sendbuf,
-                      .reduce = 1, .scale = scale};
-        phase_t ag = {.phase = PX__PHASE_AG, .recv_shift = 0, .send_shift = -1,
-                      .first_src = recvbuf, .recvbuf = recvbuf, .sendbuf = recvbuf,
-                      .reduce = 0, .scale = 1.0f};
-        /* run_phase returns only when all its sends completed, so the
-         * all-gather never writes a block a reduce-scatter send still reads */
-        status = run_phase(&g, &rs);
-        if (status != PX_OK)
-            return status;
-        return run_phase(&g, &ag);
-    }
+    return PX_OK;
 }

@@ -1,0 +1,492 @@
+/* px_request.c: nonblocking collective requests and their progress.
+ *
+ * A request is a collective in flight on one communicator. It runs in two
+ * stages: (0) the header exchange, where every rank sends its collective
+ * header (sequence number, kind, dtype, op, root, count) to every other rank
+ * and checks what it receives, so a disagreement fails the collective on
+ * every rank (PX_ERR_MISMATCH) before any data moves; (1) the algorithm,
+ * an `advance` function that never blocks: it posts sends/receives, looks at
+ * which are done, does local reductions and copies, and reports whether it
+ * finished (a schedule, px_sched.c, or the ring machine, coll/ring.c).
+ *
+ * Progress: px_test / px_wait progress the worker and then step every
+ * pending request of the communicator in start order (a collective started
+ * earlier may be what the peers wait for), until nothing moves; px_wait then
+ * sleeps on the worker's event fd (px__sleep). Nothing spins.
+ *
+ * Failure: a request fails on its own deadline (PX_ERR_TIMEOUT, sticky on
+ * the communicator), on a mismatch (only this request; the communicator
+ * stays usable), or when the communicator fails (peer death, abort, watch
+ * fd): then every pending request returns that error. A failed request's
+ * receives are cancelled and its sends drained (bounded) before it reports,
+ * so no buffer is touched after completion.
+ *
+ * Runs on the thread using the communicator. */
+#include "px_transport_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "px_env.h"
+#include "px_log.h"
+#include "px_reduce.h"
+#include "px_time.h"
+
+#define HDR_MAGIC 0x50584844u /* "PXHD" */
+
+static const char *kind_name(uint32_t kind)
+{
+    switch (kind) {
+    case PX__COLL_ALLREDUCE: return "all-reduce";
+    case PX__COLL_BCAST: return "broadcast";
+    case PX__COLL_BARRIER: return "barrier";
+    case PX__COLL_REDUCE: return "reduce";
+    case PX__COLL_ALLGATHER: return "all-gather";
+    case PX__COLL_REDUCE_SCATTER: return "reduce-scatter";
+    case PX__COLL_SCATTER: return "scatter";
+    case PX__COLL_GATHER: return "gather";
+    case PX__COLL_ALLTOALL: return "all-to-all";
+    case PX__COLL_ALLTOALLV: return "all-to-all-v";
+    case PX__COLL_SEND: return "send";
+    case PX__COLL_RECV: return "recv";
+    }
+    return "unknown collective";
+}
+
+px_status_t px__req_send(px_request_t *req, int peer, ucp_tag_t tag, const void *buf,
+                         size_t bytes, px__op_t **op_p)
+{
+    px__op_t *op;
+    px_status_t status = px__send_post(req->comm, peer, tag, buf, bytes, &op);
+    if (status != PX_OK)
+        return status;
+    op->owner = req;
+    if (op_p)
+        *op_p = op;
+    return PX_OK;
+}
+
+px_status_t px__req_recv(px_request_t *req, int peer, ucp_tag_t tag, void *buf, size_t bytes,
+                         px__op_t **op_p)
+{
+    px__op_t *op;
+    px_status_t status = px__recv_post(req->comm, peer, tag, buf, bytes, &op);
+    if (status != PX_OK)
+        return status;
+    op->owner = req;
+    if (op_p)
+        *op_p = op;
+    return PX_OK;
+}
+
+void *px__req_tmp(px_request_t *req, int i, size_t bytes)
+{
+    px_comm_t *comm = req->comm;
+    px__buf_t *best = NULL;
+
+    if (bytes == 0)
+        bytes = 1;
+    for (int k = 0; k < PX__NBUF; k++) {
+        px__buf_t *b = &comm->bufs[k];
+        if (b->busy)
+            continue;
+        if (b->bytes >= bytes && (!best || best->bytes < bytes || b->bytes < best->bytes))
+            best = b;
+        else if (!best)
+            best = b;
+    }
+    if (best) {
+        if (best->bytes < bytes) {
+            free(best->ptr);
+            best->ptr = malloc(bytes);
+            best->bytes = best->ptr ? bytes : 0;
+            if (!best->ptr)
+                return NULL;
+        }
+        best->busy = 1;
+        req->tmp[i] = best->ptr;
+        return best->ptr;
+    }
+    req->tmp[i] = malloc(bytes); /* every cache slot in use: a private one */
+    return req->tmp[i];
+}
+
+static void release_tmps(px_request_t *req)
+{
+    px_comm_t *comm = req->comm;
+    for (int i = 0; i < 3; i++) {
+        int cached = 0;
+        if (!req->tmp[i])
+            continue;
+        for (int k = 0; k < PX__NBUF; k++) {
+            if (comm->bufs[k].busy && comm->bufs[k].ptr == req->tmp[i]) {
+                comm->bufs[k].busy = 0;
+                cached = 1;
+            }
+        }
+        if (!cached)
+            free(req->tmp[i]);
+        req->tmp[i] = NULL;
+    }
+}
+
+static void unlink_req(px_request_t *req)
+{
+    px_comm_t *comm = req->comm;
+    px_request_t *prev = NULL;
+
+    if (!req->linked)
+        return;
+    for (px_request_t *r = comm->reqs; r; prev = r, r = r->next) {
+        if (r != req)
+            continue;
+        if (prev)
+            prev->next = r->next;
+        else
+            comm->reqs = r->next;
+        if (comm->reqs_tail == r)
+            comm->reqs_tail = prev;
+        break;
+    }
+    req->linked = 0;
+}
+
+static void req_free(px_request_t *req)
+{
+    unlink_req(req);
+    release_tmps(req);
+    px__sched_free(&req->sched);
+    free(req->hdr_out);
+    free(req->hdr_in);
+    free(req->hdr_expect);
+    free(req);
+}
+
+void px__req_discard(px_request_t *req)
+{
+    if (!req)
+        return;
+    px__cancel_ops(req->comm, req);
+    req_free(req);
+}
+
+px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
+                           uint64_t count, int root, const uint64_t *send_counts,
+                           const uint64_t *expect, const px_coll_opts_t *opts,
+                           px_request_t **req_p)
+{
+    px_request_t *req = calloc(1, sizeof(*req));
+    px_status_t status = PX_OK;
+    int n = comm->size;
+
+    if (!req)
+        return PX_ERR_NO_MEMORY;
+    req->comm = comm;
+    req->kind = kind;
+    req->status = PX_INPROGRESS;
+    req->dtype = dtype;
+    req->op = op;
+    req->root = root;
+    req->count = count;
+    req->esz = px_dtype_size(dtype);
+    req->half_dtype = -1;
+    req->algo = opts ? opts->algo : PX_ALGO_AUTO;
+    req->deadline = px__deadline(comm, opts && opts->timeout_ms > 0 ? opts->timeout_ms : -1);
+    if (kind == PX__COLL_SEND || kind == PX__COLL_RECV) {
+        req->stage = 1; /* point-to-point: no header, no sequence number */
+        goto link;
+    }
+    req->seq = comm->coll_seq++ & PX__SEQ_MASK;
+    if (n == 1) {
+        req->stage = 1;
+        goto link;
+    }
+    req->hdr_out = calloc((size_t)n, sizeof(px__hdr_t));
+    req->hdr_in = calloc((size_t)n, sizeof(px__hdr_t));
+    if (!req->hdr_out || !req->hdr_in) {
+        status = PX_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    if (expect) {
+        req->hdr_expect = malloc((size_t)n * sizeof(uint64_t));
+        if (!req->hdr_expect) {
+            status = PX_ERR_NO_MEMORY;
+            goto err_free;
+        }
+        memcpy(req->hdr_expect, expect, (size_t)n * sizeof(uint64_t));
+    }
+    for (int r = 0; r < n; r++) {
+        px__hdr_t h = {HDR_MAGIC, req->seq, (uint32_t)kind, (uint32_t)dtype, (uint32_t)op,
+                       root, send_counts ? send_counts[r] : count};
+        req->hdr_out[r] = h;
+    }
+    for (int r = 0; r < n; r++) {
+        if (r == comm->rank)
+            continue;
+        status = px__req_recv(req, r, px__req_tag(req, r, PX__PHASE_HDR, 0), &req->hdr_in[r],
+                              sizeof(px__hdr_t), NULL);
+        if (status != PX_OK)
+            goto err_cancel;
+    }
+    for (int i = 1; i < n; i++) {
+        int r = (comm->rank + i) % n; /* spread the fan-out */
+        status = px__req_send(req, r, px__req_tag(req, comm->rank, PX__PHASE_HDR, 0),
+                              &req->hdr_out[r], sizeof(px__hdr_t), NULL);
+        if (status != PX_OK)
+            goto err_cancel;
+    }
+link:
+    if (comm->reqs_tail)
+        comm->reqs_tail->next = req;
+    else
+        comm->reqs = req;
+    comm->reqs_tail = req;
+    req->linked = 1;
+    *req_p = req;
+    return PX_OK;
+
+err_cancel:
+    px__cancel_ops(comm, req);
+err_free:
+    req_free(req);
+    return status;
+}
+
+/* Stage 0: all headers in? Then compare. */
+static px_status_t header_step(px_request_t *req, int *progressed_p)
+{
+    px_comm_t *comm = req->comm;
+    int all = 1;
+
+    for (px__op_t *o = comm->active; o; o = o->next) {
+        if (o->owner != req)
+            continue;
+        if (!o->done) {
+            all = 0;
+            continue;
+        }
+        {
+            px_status_t status = px__op_status(comm, o);
+            if (status != PX_OK)
+                return status;
+        }
+    }
+    if (!all)
+        return PX_INPROGRESS;
+    /* reap the header ops */
+    for (px__op_t *o = comm->active, *next; o; o = next) {
+        next = o->next;
+        if (o->owner == req)
+            px__op_reap(comm, o);
+    }
+    *progressed_p = 1;
+    for (int r = 0; r < comm->size; r++) {
+        const px__hdr_t *h = &req->hdr_in[r];
+        const px__hdr_t *mine = &req->hdr_out[r];
+        uint64_t want = req->hdr_expect ? req->hdr_expect[r] : mine->count;
+        if (r == comm->rank)
+            continue;
+        if (h->magic != HDR_MAGIC || h->seq != req->seq || h->kind != mine->kind)
+            return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                      "rank %d: collective mismatch: it called %s #%u, we "
+                                      "called %s #%u", r, kind_name(h->kind), h->seq,
+                                      kind_name(mine->kind), req->seq);
+        if (h->count != want || h->dtype != mine->dtype || h->op != mine->op ||
+            h->root != mine->root)
+            return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                      "rank %d: %s #%u mismatch: it passed count %llu dtype %s "
+                                      "op %s root %d, we expect count %llu dtype %s op %s root %d",
+                                      r, kind_name(mine->kind), req->seq,
+                                      (unsigned long long)h->count,
+                                      px_dtype_name((px_dtype_t)h->dtype),
+                                      px_redop_name((px_redop_t)h->op), h->root,
+                                      (unsigned long long)want,
+                                      px_dtype_name((px_dtype_t)mine->dtype),
+                                      px_redop_name((px_redop_t)mine->op), mine->root);
+    }
+    req->stage = 1;
+    return PX_OK;
+}
+
+/* Converts the fp32 result of a staged fp16/bf16 reduction back. */
+static void half_finish(px_request_t *req)
+{
+    if (req->half_dtype == PX_FLOAT16)
+        px_f32_to_f16(req->half_dst, req->half_src, (size_t)req->half_count);
+    else if (req->half_dtype == PX_BFLOAT16)
+        px_f32_to_bf16(req->half_dst, req->half_src, (size_t)req->half_count);
+}
+
+/* Ends `req` with `status` (cancelling its remaining ops on failure). */
+static void req_end(px_request_t *req, px_status_t status)
+{
+    if (status != PX_OK)
+        px__cancel_ops(req->comm, req);
+    else
+        half_finish(req);
+    req->status = status;
+    release_tmps(req);
+}
+
+/* One step of `req`: returns its status (PX_INPROGRESS while running). */
+static px_status_t req_step(px_request_t *req, int *progressed_p)
+{
+    px_comm_t *comm = req->comm;
+    px_status_t status;
+
+    if (req->status != PX_INPROGRESS)
+        return req->status;
+    if (comm->failed) {
+        req_end(req, comm->failed);
+        return req->status;
+    }
+    if (req->stage == 0) {
+        status = header_step(req, progressed_p);
+        if (status == PX_INPROGRESS)
+            goto check_time;
+        if (status != PX_OK) {
+            req_end(req, status);
+            return status;
+        }
+    }
+    status = req->advance ? req->advance(req, progressed_p) : PX_OK;
+    if (status != PX_INPROGRESS) {
+        req_end(req, status);
+        return status;
+    }
+check_time:
+    /* a rank died that this request still needs, or its deadline passed */
+    status = px__check_async(comm);
+    if (status != PX_OK) {
+        req_end(req, status);
+        return status;
+    }
+    if (px_time_mono_ms() >= req->deadline) {
+        char who[96];
+        px__pending_ranks(comm, req, who, sizeof(who));
+        status = px__comm_set_error(comm, PX_ERR_TIMEOUT, "%s #%u: timeout: still waiting for "
+                                    "rank(s) %s", kind_name((uint32_t)req->kind), req->seq,
+                                    who);
+        req_end(req, status);
+        return status;
+    }
+    return PX_INPROGRESS;
+}
+
+/* Progresses the worker and steps every pending request until nothing
+ * moves. */
+static void comm_progress(px_comm_t *comm)
+{
+    for (int rounds = 0; rounds < 1000; rounds++) {
+        int progressed = 0;
+        px__progress_worker(comm);
+        for (px_request_t *r = comm->reqs; r; r = r->next)
+            if (r->status == PX_INPROGRESS)
+                req_step(r, &progressed);
+        if (!progressed)
+            return;
+    }
+}
+
+static px_status_t req_finish(px_request_t *req)
+{
+    px_status_t status = req->status;
+    req_free(req);
+    return status;
+}
+
+px_status_t px_test(px_request_t *req, int *done_p)
+{
+    if (!req || !done_p)
+        return PX_ERR_INVALID_ARGUMENT;
+    if (req->status == PX_INPROGRESS) {
+        px_status_t async = px__check_async(req->comm);
+        if (async != PX_OK) {
+            req_end(req, async);
+        } else {
+            comm_progress(req->comm);
+        }
+    }
+    if (req->status == PX_INPROGRESS) {
+        *done_p = 0;
+        return PX_OK;
+    }
+    *done_p = 1;
+    return req_finish(req);
+}
+
+/* px_wait's body; *freed_p = 1 when the request was freed. */
+static px_status_t wait_impl(px_request_t *req, int timeout_ms, int *freed_p)
+{
+    px_comm_t *comm = req->comm;
+    int64_t user_deadline = timeout_ms < 0 ? INT64_MAX : px_time_mono_ms() + timeout_ms;
+
+    *freed_p = 0;
+    for (;;) {
+        int64_t now, until;
+
+        if (req->status == PX_INPROGRESS) {
+            /* a same-node peer that exited must be dropped before progress */
+            px_status_t async = px__check_async(comm);
+            if (async != PX_OK)
+                req_end(req, async);
+            else
+                comm_progress(comm);
+        }
+        if (req->status != PX_INPROGRESS) {
+            *freed_p = 1;
+            return req_finish(req);
+        }
+        now = px_time_mono_ms();
+        if (now >= user_deadline && user_deadline < req->deadline)
+            return PX_ERR_TIMEOUT; /* the request stays valid */
+        until = req->deadline < user_deadline ? req->deadline : user_deadline;
+        for (px_request_t *r = comm->reqs; r; r = r->next)
+            if (r->status == PX_INPROGRESS && r->deadline < until)
+                until = r->deadline;
+        if (until <= now)
+            continue; /* the step sees the deadline */
+        px__sleep(comm, until - now > (1 << 30) ? (1 << 30) : (int)(until - now));
+    }
+}
+
+px_status_t px_wait(px_request_t *req, int timeout_ms)
+{
+    int freed;
+    if (!req)
+        return PX_ERR_INVALID_ARGUMENT;
+    return wait_impl(req, timeout_ms, &freed);
+}
+
+px_status_t px_wait_all(px_request_t **reqs, int n, int timeout_ms)
+{
+    px_status_t first = PX_OK;
+    for (int i = 0; i < n; i++) {
+        px_status_t status;
+        int freed;
+        if (!reqs[i])
+            continue;
+        status = wait_impl(reqs[i], timeout_ms, &freed);
+        if (!freed) /* the caller's bound passed: cancel so that all are freed */
+            px_request_cancel(reqs[i]);
+        reqs[i] = NULL;
+        if (status != PX_OK && first == PX_OK)
+            first = status;
+    }
+    return first;
+}
+
+void px_request_cancel(px_request_t *req)
+{
+    if (!req)
+        return;
+    px__cancel_ops(req->comm, req);
+    req_free(req);
+}
+
+/* Frees every pending request of a communicator being destroyed. */
+void px__comm_drop_requests(px_comm_t *comm)
+{
+    while (comm->reqs)
+        px_request_cancel(comm->reqs);
+}
