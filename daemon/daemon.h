@@ -33,6 +33,9 @@
  * because their peer vanished). */
 #define PXD_FAIL_SETTLE_MS 1000
 #define PXD_RETRY_MS 300
+/* Exit "code" of an adopted rank that did not get to the job's last step:
+ * the restarted daemon is not its parent and cannot learn its status. */
+#define PXD_EXIT_UNKNOWN 1000
 
 typedef struct px_daemon px_daemon_t;
 typedef struct px_store px_store_t;
@@ -104,6 +107,11 @@ typedef struct px_job {
     int fail_is_signal;
     char fail_reason[PXD_REASON_MAX];
     px_watcher_t *watchers;
+    int adopting;                   /* RUNNING at load with its local ranks alive:
+                                     * px_job_adopt_all() takes them over */
+    int n_exited_unknown;           /* adopted ranks gone with PXD_EXIT_UNKNOWN */
+    int64_t reconcile_ms;           /* mono ms of the last StopRanks sent for a
+                                     * node still running ranks of this ended job */
     struct px_job *next;
 } px_job_t;
 
@@ -123,6 +131,10 @@ typedef struct px_local_rank {
     int exited;
     int exit_code;                  /* -signal when killed */
     int stopping;
+    int adopted;                    /* left running by a daemon that died; watched
+                                     * through a pidfd (poll), proc unused */
+    int pidfd;
+    uv_poll_t poll;
     struct px_local_rank *next;
 } px_local_rank_t;
 
@@ -220,6 +232,10 @@ void px_job_watch(px_job_t *job, px_rpc_call_t *call);
 /* Daemon shutdown: fail every placed (STARTING/RUNNING) job this node
  * coordinates; PENDING jobs stay and are placed after a restart. */
 void px_job_fail_all_active(px_daemon_t *d, const char *reason);
+/* After a restart (devices known): takes over the still-running local
+ * ranks of RUNNING jobs this node coordinates (px_supervisor_adopt); a job
+ * any of whose local ranks is gone or cannot be watched FAILs naming it. */
+void px_job_adopt_all(px_daemon_t *d);
 
 /* ---------------------------------------------------------- supervisor.c */
 
@@ -240,6 +256,15 @@ int px_supervisor_count(px_daemon_t *d);
  * by a previous parallaxd that died (their parent is gone), so a restarted
  * node starts with its devices really free. */
 void px_supervisor_kill_orphans(px_daemon_t *d);
+/* 1 if `pid` is a live parallax-rank of job `job_id`, rank `rank`, node
+ * `node` (from /proc/<pid>/cmdline). */
+int px_supervisor_is_rank(int pid, const char *job_id, int rank, const char *node);
+/* Watches rank `rank` of `job` (this node coordinates it), left running by
+ * a daemon that died, through pidfd_open(2): marks its device held; its exit
+ * is reported like a child's, with PXD_EXIT_UNKNOWN unless the job had
+ * reached its last step (then 0). Stopping signals its process group.
+ * px_supervisor_kill_orphans() spares adopted ranks. */
+px_status_t px_supervisor_adopt(px_daemon_t *d, px_job_t *job, int rank);
 /* The parallax-rank binary ranks are spawned from (PX_RANK_BIN, else
  * <dir of parallaxd>/../daemon/rank/parallax-rank in a build tree, else
  * <libexecdir>/parallax-rank); NULL with errbuf set if not executable. */

@@ -266,7 +266,19 @@ static void on_load(void *arg, px_job_t *t, Parallax__V1__JobSpec *spec)
     job->next = d->jobs;
     d->jobs = job;
     note_seq(d, job->id);
-    if (is_placed_active(job) && !strcmp(job->coordinator, d->cfg.name)) {
+    if (is_placed_active(job) && !strcmp(job->coordinator, d->cfg.name) && !d->rebooted &&
+        job->state == PARALLAX__V1__JOB_STATE__JOB_RUNNING && job->ranks) {
+        /* issue 5: a RUNNING job whose local ranks outlived the daemon is
+         * adopted (px_job_adopt_all, once devices are known) */
+        int alive = 1;
+        for (int r = 0; r < job->world; r++)
+            if (!strcmp(job->ranks[r].node, d->cfg.name) &&
+                strcmp(job->ranks[r].state, "exited") &&
+                !px_supervisor_is_rank(job->ranks[r].pid, job->id, r, d->cfg.name))
+                alive = 0;
+        job->adopting = alive;
+    }
+    if (is_placed_active(job) && !strcmp(job->coordinator, d->cfg.name) && !job->adopting) {
         job->state = PARALLAX__V1__JOB_STATE__JOB_FAILED;
         snprintf(job->reason, sizeof(job->reason), "%s",
                  d->rebooted ? "node rebooted (boot id changed) while the job was active"
@@ -275,6 +287,42 @@ static void on_load(void *arg, px_job_t *t, Parallax__V1__JobSpec *spec)
         job->finished_ms = px_time_wall_ms();
         job_save(job);
         job_event(job, "FAILED: %s", job->reason);
+    }
+}
+
+void px_job_adopt_all(px_daemon_t *d)
+{
+    for (px_job_t *j = d->jobs; j; j = j->next) {
+        int n_local = 0, lost = -1;
+        if (!j->adopting)
+            continue;
+        j->adopting = 0;
+        j->n_registered = j->world;
+        j->n_exited_ok = j->n_exited_unknown = 0;
+        for (int r = 0; r < j->world; r++) {
+            px_job_rank_t *jr = &j->ranks[r];
+            jr->registered = 1;
+            if (!strcmp(jr->state, "exited")) {
+                j->n_exited_ok += jr->exit_code == 0;
+                j->n_exited_unknown += jr->exit_code == PXD_EXIT_UNKNOWN;
+                continue;
+            }
+            if (strcmp(jr->node, d->cfg.name))
+                continue;
+            if (px_supervisor_adopt(d, j, r) != PX_OK && lost < 0)
+                lost = r;
+            else
+                n_local++;
+        }
+        if (lost >= 0) {
+            px_job_finish(j, PARALLAX__V1__JOB_STATE__JOB_FAILED,
+                          "coordinator daemon restarted and could not adopt rank %d (pid %d) "
+                          "of node %s: it is gone", lost, j->ranks[lost].pid, d->cfg.name);
+            continue;
+        }
+        job_event(j, "coordinator daemon restarted: adopted %d running local rank(s); "
+                  "ranks on other nodes are checked by heartbeat", n_local);
+        px_info("job %s adopted after a restart (%d local ranks)", j->id, n_local);
     }
 }
 
@@ -498,6 +546,21 @@ void px_job_check_peer(px_daemon_t *d, const px_peer_t *peer)
     for (px_job_t *j = d->jobs; j; j = j->next) {
         char gone[256] = "";
         size_t off = 0;
+        if (!px_job_is_active(j) && j->world > 0 && j->ranks && peer->name[0] &&
+            !strcmp(j->coordinator, d->cfg.name) && now - j->reconcile_ms > 2000 &&
+            px_time_wall_ms() - j->finished_ms > px_env_int("PX_KILL_GRACE_MS") + 2000) {
+            /* issue 5: the node still runs ranks of a job that ended here
+             * (e.g. failed at a restart of this daemon): stop them */
+            for (int i = 0; i < peer->n_devices; i++) {
+                if (strcmp(peer->devices[i].job_id, j->id))
+                    continue;
+                px_info("node %s still runs ranks of %s job %s: stopping them", peer->name,
+                        state_name(j->state), j->id);
+                j->reconcile_ms = now;
+                stop_ranks_everywhere(j);
+                break;
+            }
+        }
         if (!is_placed_active(j) || !peer->name[0])
             continue;
         for (int r = 0; r < j->world; r++) {
@@ -886,14 +949,33 @@ void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char
         job_save(job);
         return;
     }
+    if (exit_code == PXD_EXIT_UNKNOWN) {
+        /* an adopted rank (issue 5): its status went to its new parent; the
+         * job completed if every rank is gone and some rank that was still
+         * our child, or the job's progress, says so */
+        job->n_exited_unknown++;
+        job_save(job);
+        if (job->n_exited_ok + job->n_exited_unknown < job->world)
+            return;
+        if (job->n_exited_ok > 0 || (job->spec && job->step >= job->spec->steps))
+            px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_COMPLETED, "%s", "");
+        else
+            px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_FAILED,
+                          "every rank exited after the coordinator restarted, with no exit "
+                          "status known and the last reported step %u of %u", job->step,
+                          job->spec ? job->spec->steps : 0);
+        return;
+    }
     if (exit_code == 0) {
         job->n_exited_ok++;
         job_save(job);
-        if (job->n_exited_ok == job->world)
+        if (job->n_exited_ok + job->n_exited_unknown == job->world)
             px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_COMPLETED, "%s", "");
         return;
     }
-    if (exit_code < 0)
+    if (exit_code == PXD_EXIT_UNKNOWN)
+        snprintf(how, sizeof(how), "exited early (adopted: exit status unknown)");
+    else if (exit_code < 0)
         snprintf(how, sizeof(how), "was killed by signal %d", -exit_code);
     else
         snprintf(how, sizeof(how), "exited with code %d", exit_code);

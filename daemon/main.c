@@ -1,9 +1,12 @@
 /* main.c: parallaxd start and stop.
  *
- * Start: config -> state dir + flock -> store (jobs of a previous run that
- * were active become FAILED "daemon restarted") -> loop, gRPC completion
- * queue (notify = uv_async_send; the async callback drains it) -> Control
- * and Peer servers (a used port fails here: exit 1) -> heartbeats ->
+ * Start: config -> state dir + flock -> boot id -> store (jobs of a
+ * previous run that were active become FAILED naming the restart or the
+ * reboot, except RUNNING ones whose local ranks are still alive) -> loop,
+ * gRPC completion queue (notify = uv_async_send; the async callback drains
+ * it) -> Control and Peer servers (a used port fails here: exit 1) ->
+ * devices, adoption of those ranks (pidfd watches), SIGKILL of any other
+ * parallax-rank of this node left by the dead daemon -> heartbeats ->
  * sd_notify READY=1 (both ports bound, database open). While running, a
  * service timer sends STATUS= (jobs running / queued, local ranks) and,
  * when systemd asked for it (WatchdogSec), WATCHDOG=1 at half the watchdog
@@ -370,7 +373,6 @@ int main(int argc, char **argv)
     uv_signal_start(&d->sigint, on_signal, SIGINT);
     uv_signal_start(&d->sigterm, on_signal, SIGTERM);
 
-    px_supervisor_kill_orphans(d);
     check_boot_id(d);
     if (px_job_load_all(d) != PX_OK)
         goto out_loop;
@@ -416,6 +418,10 @@ int main(int argc, char **argv)
 
     if (px_nodes_init(d) != PX_OK)
         goto out_servers;
+    /* ranks a dead predecessor left running: those of RUNNING jobs this
+     * node coordinates are adopted, every other one is killed */
+    px_job_adopt_all(d);
+    px_supervisor_kill_orphans(d);
     px_nodes_start(d);
     px_info("node %s ready: control %s + %s, peer %s, %d devices (%s), %d peers, state %s",
             d->cfg.name, d->control_addr, unix_addr, d->peer_addr, d->n_devices,
@@ -428,7 +434,9 @@ int main(int argc, char **argv)
 
     /* stopped: anything still running gets SIGKILL */
     for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next)
-        if (!lr->exited)
+        if (!lr->exited && lr->adopted)
+            kill(-(pid_t)lr->pid, SIGKILL);
+        else if (!lr->exited)
             uv_process_kill(&lr->proc, SIGKILL);
     ret = 0;
 

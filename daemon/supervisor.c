@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/pidfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -143,21 +144,27 @@ static void on_handle_closed(uv_handle_t *h)
     }
 }
 
-static void on_rank_exit(uv_process_t *proc, int64_t exit_status, int term_signal)
+/* The rank's process is gone with `exit_code` (-signal, or
+ * PXD_EXIT_UNKNOWN): frees its device, tells the coordinator, closes the
+ * handles (lr is freed once they are closed). */
+static void rank_gone(px_local_rank_t *lr, int exit_code)
 {
-    px_local_rank_t *lr = proc->data;
     px_daemon_t *d = lr->d;
     char detail[512];
     int still_held = 0;
 
     lr->exited = 1;
-    lr->exit_code = term_signal ? -term_signal : (int)exit_status;
+    lr->exit_code = exit_code;
     uv_timer_stop(&lr->kill_timer);
     if (lr->pid > 0)
         kill(-(pid_t)lr->pid, SIGKILL); /* its group: whatever the rank started */
-    px_info("job %s rank %d (pid %d, %s) %s %d", lr->job_id, lr->rank, lr->pid, lr->device,
-            term_signal ? "killed by signal" : "exited with code",
-            term_signal ? term_signal : (int)exit_status);
+    if (exit_code == PXD_EXIT_UNKNOWN)
+        px_info("job %s rank %d (adopted pid %d, %s) exited; status unknown", lr->job_id,
+                lr->rank, lr->pid, lr->device);
+    else
+        px_info("job %s rank %d (pid %d, %s) %s %d", lr->job_id, lr->rank, lr->pid, lr->device,
+                exit_code < 0 ? "killed by signal" : "exited with code",
+                exit_code < 0 ? -exit_code : exit_code);
     /* free the device unless another of this job's ranks still holds it */
     for (px_local_rank_t *o = d->local_ranks; o; o = o->next)
         if (o != lr && !o->exited && !strcmp(o->device, lr->device))
@@ -189,10 +196,35 @@ static void on_rank_exit(uv_process_t *proc, int64_t exit_status, int term_signa
             free(what);
         }
     }
-    uv_close((uv_handle_t *)&lr->proc, on_handle_closed);
+    if (lr->adopted) {
+        uv_close((uv_handle_t *)&lr->poll, on_handle_closed);
+        close(lr->pidfd);
+        lr->pidfd = -1;
+    } else {
+        uv_close((uv_handle_t *)&lr->proc, on_handle_closed);
+    }
     uv_close((uv_handle_t *)&lr->kill_timer, on_handle_closed);
     if (!d->stopping)
         px_job_schedule(d);
+}
+
+static void on_rank_exit(uv_process_t *proc, int64_t exit_status, int term_signal)
+{
+    rank_gone(proc->data, term_signal ? -term_signal : (int)exit_status);
+}
+
+/* An adopted rank's pidfd is readable: it exited. Its status belongs to
+ * its new parent (init), so success is judged by the job's progress. */
+static void on_adopted_exit(uv_poll_t *h, int status, int events)
+{
+    px_local_rank_t *lr = h->data;
+    px_job_t *job = px_job_find(lr->d, lr->job_id);
+    int done = job && job->spec && job->step >= job->spec->steps;
+
+    if (lr->exited)
+        return;
+    uv_poll_stop(h);
+    rank_gone(lr, done ? 0 : PXD_EXIT_UNKNOWN);
 }
 
 static void on_kill_timer(uv_timer_t *t)
@@ -202,8 +234,8 @@ static void on_kill_timer(uv_timer_t *t)
         return;
     px_warn("job %s rank %d (pid %d) ignored SIGTERM for %ld ms: SIGKILL", lr->job_id, lr->rank,
             lr->pid, px_env_int("PX_KILL_GRACE_MS"));
-    kill(-(pid_t)lr->pid, SIGKILL);
-    uv_process_kill(&lr->proc, SIGKILL);
+    if (kill(-(pid_t)lr->pid, SIGKILL) != 0 && !lr->adopted)
+        uv_process_kill(&lr->proc, SIGKILL);
 }
 
 static void rank_stop(px_local_rank_t *lr)
@@ -211,8 +243,8 @@ static void rank_stop(px_local_rank_t *lr)
     if (lr->exited || lr->stopping)
         return;
     lr->stopping = 1;
-    if (lr->pid <= 0 || kill(-(pid_t)lr->pid, SIGTERM) != 0) /* the rank and what it started */
-        uv_process_kill(&lr->proc, SIGTERM);
+    if ((lr->pid <= 0 || kill(-(pid_t)lr->pid, SIGTERM) != 0) && !lr->adopted)
+        uv_process_kill(&lr->proc, SIGTERM); /* the rank and what it started */
     uv_timer_start(&lr->kill_timer, on_kill_timer, (uint64_t)px_env_int("PX_KILL_GRACE_MS"), 0);
 }
 
@@ -557,11 +589,98 @@ void px_supervisor_kill_orphans(px_daemon_t *d)
     while ((e = readdir(dir))) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9')
             continue;
-        if (is_orphan_rank(e->d_name, d->cfg.name)) {
+        int adopted = 0;
+        for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next)
+            if (lr->adopted && lr->pid == atoi(e->d_name))
+                adopted = 1;
+        if (!adopted && is_orphan_rank(e->d_name, d->cfg.name)) {
             px_warn("killing parallax-rank pid %s of node %s left by a previous parallaxd",
                     e->d_name, d->cfg.name);
             kill((pid_t)atoi(e->d_name), SIGKILL);
         }
     }
     closedir(dir);
+}
+
+/* ------------------------------------------------------------- adoption */
+
+int px_supervisor_is_rank(int pid, const char *job_id, int rank, const char *node)
+{
+    char path[64], buf[8192], want_rank[16];
+    char *p, *end;
+    ssize_t n;
+    int fd, job_ok = 0, rank_ok = 0, node_ok = 0;
+
+    if (pid <= 0)
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    end = buf + n;
+    if (strlen(buf) < 13 || strcmp(buf + strlen(buf) - 13, "parallax-rank"))
+        return 0;
+    snprintf(want_rank, sizeof(want_rank), "%d", rank);
+    for (p = buf; p < end; p += strlen(p) + 1) {
+        char *v = p + strlen(p) + 1;
+        if (v >= end)
+            break;
+        job_ok |= !strcmp(p, "--job") && !strcmp(v, job_id);
+        rank_ok |= !strcmp(p, "--rank") && !strcmp(v, want_rank);
+        node_ok |= !strcmp(p, "--node") && !strcmp(v, node);
+    }
+    return job_ok && rank_ok && node_ok;
+}
+
+px_status_t px_supervisor_adopt(px_daemon_t *d, px_job_t *job, int rank)
+{
+    px_job_rank_t *jr = &job->ranks[rank];
+    px_local_rank_t *lr;
+    int fd, ret;
+
+    if (!px_supervisor_is_rank(jr->pid, job->id, rank, d->cfg.name))
+        return PX_ERR_NOT_FOUND;
+    fd = pidfd_open((pid_t)jr->pid, 0);
+    if (fd < 0) {
+        px_warn("job %s rank %d: pidfd_open(%d): %s", job->id, rank, jr->pid, strerror(errno));
+        return errno == ESRCH ? PX_ERR_NOT_FOUND : PX_ERR_IO;
+    }
+    lr = calloc(1, sizeof(*lr));
+    if (!lr) {
+        close(fd);
+        return PX_ERR_NO_MEMORY;
+    }
+    lr->d = d;
+    lr->rank = rank;
+    lr->pid = jr->pid;
+    lr->pidfd = fd;
+    lr->adopted = 1;
+    snprintf(lr->job_id, sizeof(lr->job_id), "%s", job->id);
+    snprintf(lr->device, sizeof(lr->device), "%s", jr->device);
+    snprintf(lr->coordinator, sizeof(lr->coordinator), "%s", d->cfg.name);
+    snprintf(lr->coordinator_peer_addr, sizeof(lr->coordinator_peer_addr), "%s", d->peer_addr);
+    px_supervisor_log_path(d, job->id, rank, lr->log_path, sizeof(lr->log_path));
+    ret = uv_poll_init(d->loop, &lr->poll, fd);
+    if (ret != 0) {
+        px_warn("job %s rank %d: cannot watch pidfd: %s", job->id, rank, uv_strerror(ret));
+        close(fd);
+        free(lr);
+        return PX_ERR_IO;
+    }
+    lr->poll.data = lr;
+    uv_timer_init(d->loop, &lr->kill_timer);
+    lr->kill_timer.data = lr;
+    lr->handles_open = 2;
+    lr->next = d->local_ranks;
+    d->local_ranks = lr;
+    px_nodes_device_set(d, lr->device, job->id);
+    uv_poll_start(&lr->poll, UV_READABLE, on_adopted_exit);
+    px_info("job %s rank %d: adopted pid %d on %s (left running by the previous parallaxd)",
+            job->id, rank, lr->pid, lr->device);
+    return PX_OK;
 }

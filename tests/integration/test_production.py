@@ -14,11 +14,18 @@ daemons (2 CPU devices each, heartbeat 200 ms, peer timeout 3 s).
    heartbeat timeout (judged on its monotonic clock) and fails its job
    naming the node; after SIGCONT the job stays FAILED and the node's
    ranks are stopped (no resurrection).
-4. kill -9 of the coordinator mid-job and a restart -> the job is FAILED
-   with a reason saying the coordinator restarted; history is intact (the
-   earlier jobs keep their final states and reasons, the killed job its
-   recorded steps); no rank of it is left on either node.
-5. A second SubmitJob with the name of an active job -> ALREADY_EXISTS.
+4. kill -9 of the coordinator mid-job and a restart (its ranks keep
+   running, as under the unit's KillMode=process) -> the restarted daemon
+   adopts the job: it stays RUNNING and COMPLETES (the adopted ranks are
+   watched through pidfds; steps reported while the daemon was down are
+   not recorded); history is intact (the
+   earlier jobs keep their final states and reasons, the job its steps
+   from before the crash); no rank left, devices free.
+5. kill -9 of the coordinator, its local ranks killed while it is down,
+   restart -> the job cannot be adopted and is FAILED with a reason saying
+   so; the other node's ranks of it are stopped (the coordinator sees them
+   in its heartbeats and sends StopRanks).
+6. A second SubmitJob with the name of an active job -> ALREADY_EXISTS.
 Exit 77 (skipped) when parallax-rank was not built."""
 import os
 import signal
@@ -124,7 +131,7 @@ def main():
         pgids |= groups
         victim = [r for r in j["ranks"] if r.get("rank", 0) == 2][0]
         assert victim["node"] == b.name, victim
-        # 5. duplicate name while active
+        # 6. duplicate name while active
         try:
             c.submit(data, name="prod-kill", **RUN)
             raise AssertionError("a second active job named prod-kill was accepted")
@@ -174,7 +181,8 @@ def main():
 
         # 4. kill -9 of the coordinator mid-job, then restart
         before = {x["id"]: (pc.job_state(x), x.get("reason", "")) for x in c.jobs()}
-        job_id = c.submit(data, name="prod-crash", **RUN)
+        steps = 300
+        job_id = c.submit(data, name="prod-crash", **dict(RUN, steps=steps))
         j = wait_running(c, job_id, 2)
         groups = set(r["pid"] for r in j["ranks"])
         pgids |= groups
@@ -191,8 +199,11 @@ def main():
             except pc.ClientError:
                 return None
         pc.wait_for(a_up, 15, "the coordinator to restart")
-        j = pc.wait_state(c, job_id, ("FAILED", "COMPLETED"), 20)
-        assert pc.job_state(j) == "FAILED" and "restarted" in j["reason"], j
+        j = c.job(job_id)
+        assert pc.job_state(j) == "RUNNING", j
+        assert steps_before[-1] < steps, "job finished before the crash: use more steps"
+        j = pc.wait_state(c, job_id, ("FAILED", "COMPLETED", "CANCELLED"), 180)
+        assert pc.job_state(j) == "COMPLETED", j
         after = {x["id"]: (pc.job_state(x), x.get("reason", "")) for x in c.jobs()}
         for k, v in before.items():
             assert after.get(k) == v, (k, v, after.get(k))
@@ -200,9 +211,30 @@ def main():
         assert steps_after[:len(steps_before)] == steps_before, (steps_before, steps_after)
         pc.wait_for(lambda: not group_pids(groups), 20, "no rank of the crashed job left")
         pc.wait_for(lambda: all_devices_free(c), 10, "devices free after the restart")
-        print("coordinator kill -9 + restart: job %s FAILED (%s) %.1f s later; %d earlier jobs "
-              "and %d recorded steps intact; no rank left"
-              % (job_id, j["reason"], time.time() - t0, len(before), len(steps_before)))
+        print("coordinator kill -9 at step %d + restart: job %s adopted, COMPLETED (%d "
+              "steps) %.1f s later; %d earlier jobs and %d recorded steps intact; no rank left"
+              % (steps_before[-1], job_id, steps, time.time() - t0, len(before),
+                 len(steps_before)))
+
+        # 5. kill -9 of the coordinator and of its ranks, restart
+        job_id = c.submit(data, name="prod-crash2", **RUN)
+        j = wait_running(c, job_id, 2)
+        groups = set(r["pid"] for r in j["ranks"])
+        pgids |= groups
+        a.proc.kill()
+        a.proc.wait()
+        for r in j["ranks"]:
+            if r["node"] == a.name:
+                os.kill(r["pid"], signal.SIGKILL)
+        t0 = time.time()
+        a.start()
+        pc.wait_for(a_up, 15, "the coordinator to restart")
+        j = pc.wait_state(c, job_id, ("FAILED",), 10)
+        assert "restarted" in j["reason"], j["reason"]
+        pc.wait_for(lambda: not group_pids(groups), 20, "the other node's ranks to be stopped")
+        pc.wait_for(lambda: all_devices_free(c), 10, "devices free")
+        print("coordinator and its ranks killed, restart: FAILED (%s); the other node's ranks "
+              "stopped %.1f s after the restart" % (j["reason"], time.time() - t0))
 
         codes = cl.stop()
         assert codes == [0, 0], codes
