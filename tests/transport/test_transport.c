@@ -8,7 +8,7 @@
  *                                      then the communicator still works
  *   test_transport p2p N               tagged send/recv around the ring, out-of-order tags,
  *                                      truncation -> PX_ERR_MISMATCH
- *   test_transport kill N              SIGKILL one rank inside a loop of 16 MiB all-reduces:
+ *   test_transport kill N              SIGKILL one rank inside a loop of 64 MiB all-reduces:
  *                                      every survivor returns PX_ERR_PEER_FAILURE naming it
  *                                      within PX_COMM_TIMEOUT_MS + 1 s
  *   test_transport kill_nowatch N      same without the bootstrap's watch fd (pidfd, UCX, deadline)
@@ -271,7 +271,9 @@ typedef struct {
 static int rank_kill(px_launch_rank_t *ctx)
 {
     kill_shared_t *sh = ctx->arg;
-    uint64_t count = 4u << 20; /* 16 MiB */
+    /* the case: a loop of 64 MiB all-reduces (PX_TEST_KILL_MIB) */
+    uint64_t count = (uint64_t)(getenv("PX_TEST_KILL_MIB") ? atoi(getenv("PX_TEST_KILL_MIB")) : 64)
+                     << 18;
     float *buf = malloc(count * sizeof(float));
     long timeout = strtol(getenv("PX_COMM_TIMEOUT_MS"), NULL, 10);
     px_status_t status = PX_OK;
