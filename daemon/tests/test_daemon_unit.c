@@ -281,6 +281,35 @@ static void test_config(void)
         char *argv[] = {"parallaxd", "--config", conf, NULL};
         EXPECT(px_daemon_config_parse(3, argv, &cfg) == PX_ERR_INVALID_ARGUMENT, "unknown key");
     }
+    /* sources and lines (px_daemon_config_apply_ini); the env is below the file */
+    setenv("PX_PEER_DEAD_MS", "4321", 1);
+    setenv("PX_KILL_GRACE_MS", "not-a-number", 1);
+    EXPECT(px_daemon_config_defaults(&cfg) == PX_OK, "defaults");
+    EXPECT(cfg.peer_dead_ms == 4321, "env peer-dead-ms %ld", cfg.peer_dead_ms);
+    EXPECT(cfg.kill_grace_ms == 3000, "a bad env value falls back: %ld", cfg.kill_grace_ms);
+    {
+        const char *text = "; c\n[parallaxd]\nheartbeat-ms = 250\ncontrol-remote = yes\n";
+        char src[PXD_CFG_SOURCE_MAX];
+        EXPECT(px_daemon_config_apply_ini(&cfg, "t.conf", text, strlen(text)) == PX_OK, "ini");
+        EXPECT(cfg.heartbeat_ms == 250 && cfg.control_remote == 1, "values %ld %d",
+               cfg.heartbeat_ms, cfg.control_remote);
+        /* the key table's order: name listen peer-listen state-dir runtime-dir
+         * devices peers heartbeat-ms peer-dead-ms ... */
+        snprintf(src, sizeof(src), "%s", cfg.source[7]);
+        EXPECT(!strcmp(src, "t.conf:3"), "heartbeat-ms source %s", src);
+        EXPECT(!strcmp(cfg.source[8], "env PX_PEER_DEAD_MS"), "peer-dead-ms source %s",
+               cfg.source[8]);
+        EXPECT(!strcmp(cfg.source[1], "default"), "listen source %s", cfg.source[1]);
+    }
+    EXPECT(px_daemon_config_apply_ini(&cfg, "t.conf", "a\nheartbeat-ms = 5\n", 19) ==
+               PX_ERR_INVALID_ARGUMENT, "syntax error at line 1");
+    EXPECT(px_daemon_config_apply_ini(&cfg, "t.conf", "heartbeat-ms = 5\n", 17) ==
+               PX_ERR_INVALID_ARGUMENT, "heartbeat below 10 ms");
+    EXPECT(px_daemon_config_apply_ini(&cfg, "t.conf", "log-level = loud\n", 17) ==
+               PX_ERR_INVALID_ARGUMENT, "bad log level");
+    px_daemon_config_free(&cfg);
+    unsetenv("PX_PEER_DEAD_MS");
+    unsetenv("PX_KILL_GRACE_MS");
 }
 
 int main(void)
