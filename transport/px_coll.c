@@ -181,10 +181,10 @@ static int is_half(px_dtype_t dtype)
     return dtype == PX_FLOAT16 || dtype == PX_BFLOAT16;
 }
 
-/* Stages a half input into an fp32 temporary (slot 1) of `count`. */
+/* Stages a half input into an fp32 temporary (slot 3) of `count`. */
 static float *stage_half(px_request_t *req, px_dtype_t dtype, const void *src, uint64_t count)
 {
-    float *t = px__req_tmp(req, 1, (size_t)count * sizeof(float));
+    float *t = px__req_tmp(req, 3, (size_t)count * sizeof(float));
     if (!t)
         return NULL;
     if (dtype == PX_FLOAT16)

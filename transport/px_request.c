@@ -82,30 +82,37 @@ px_status_t px__req_recv(px_request_t *req, int peer, ucp_tag_t tag, void *buf, 
 void *px__req_tmp(px_request_t *req, int i, size_t bytes)
 {
     px_comm_t *comm = req->comm;
-    px__buf_t *best = NULL;
+    px__buf_t *fit = NULL, *grow = NULL;
 
+    if (req->tmp[i]) {
+        px_error("px__req_tmp: slot %d already in use", i);
+        return NULL;
+    }
     if (bytes == 0)
         bytes = 1;
+    /* the smallest free cached buffer that fits, else the largest free one
+     * (grown) */
     for (int k = 0; k < PX__NBUF; k++) {
         px__buf_t *b = &comm->bufs[k];
         if (b->busy)
             continue;
-        if (b->bytes >= bytes && (!best || best->bytes < bytes || b->bytes < best->bytes))
-            best = b;
-        else if (!best)
-            best = b;
+        if (b->bytes >= bytes && (!fit || b->bytes < fit->bytes))
+            fit = b;
+        if (!grow || b->bytes > grow->bytes)
+            grow = b;
     }
-    if (best) {
-        if (best->bytes < bytes) {
-            free(best->ptr);
-            best->ptr = malloc(bytes);
-            best->bytes = best->ptr ? bytes : 0;
-            if (!best->ptr)
-                return NULL;
-        }
-        best->busy = 1;
-        req->tmp[i] = best->ptr;
-        return best->ptr;
+    if (!fit && grow) {
+        free(grow->ptr);
+        grow->ptr = malloc(bytes);
+        grow->bytes = grow->ptr ? bytes : 0;
+        if (!grow->ptr)
+            return NULL;
+        fit = grow;
+    }
+    if (fit) {
+        fit->busy = 1;
+        req->tmp[i] = fit->ptr;
+        return fit->ptr;
     }
     req->tmp[i] = malloc(bytes); /* every cache slot in use: a private one */
     return req->tmp[i];
@@ -114,7 +121,7 @@ void *px__req_tmp(px_request_t *req, int i, size_t bytes)
 static void release_tmps(px_request_t *req)
 {
     px_comm_t *comm = req->comm;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         int cached = 0;
         if (!req->tmp[i])
             continue;

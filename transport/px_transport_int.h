@@ -258,7 +258,8 @@ struct px_request {
     const float *half_src;
     uint64_t half_count;
 
-    void *tmp[3];          /* temporaries (comm cache or owned) */
+    void *tmp[4];          /* temporaries (comm cache or owned): 0, 1 algorithm, 2 ring
+                            * slots, 3 fp16/bf16 staging */
 };
 
 /* --- px_progress.c --- */
@@ -322,7 +323,7 @@ px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop
 void px__comm_drop_requests(px_comm_t *comm);
 /* Frees a request that never ran (argument error after create). */
 void px__req_discard(px_request_t *req);
-/* A temporary of `bytes` for `req` (slot i < 3), from the comm's cache
+/* A temporary of `bytes` for `req` (slot i < 4), from the comm's cache
  * when one is free. NULL on out of memory. Released when the request ends. */
 void *px__req_tmp(px_request_t *req, int i, size_t bytes);
 /* The tag of this request's message from comm rank `src`. */
