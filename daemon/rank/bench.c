@@ -7,14 +7,6 @@
  * same point. Buffers are allocated once for max_bytes and touched before
  * timing so page faults stay out of the figures.
  *
- * The transport's collectives (transport/px_coll.h) land one at a time, so
- * those other than px_allreduce / px_broadcast are referenced weakly: an op
- * whose entry point is not linked in reports PX_ERR_INVALID_ARGUMENT ("not
- * provided by this build") instead of failing the link. Availability is
- * judged by the nonblocking px_X_start symbol, which only the collectives
- * define (the blocking names are short enough to collide: the kernels' work
- * in progress had its own px_reduce with another signature).
- *
  * Runs on the rank's main thread (the thread that owns the communicator). */
 #include "bench.h"
 
@@ -25,17 +17,6 @@
 #include "px_coll.h"
 #include "px_log.h"
 #include "px_time.h"
-
-#pragma weak px_allgather
-#pragma weak px_reduce_scatter
-#pragma weak px_alltoall
-#pragma weak px_bcast
-#pragma weak px_reduce
-#pragma weak px_allgather_start
-#pragma weak px_reduce_scatter_start
-#pragma weak px_alltoall_start
-#pragma weak px_bcast_start
-#pragma weak px_reduce_start
 
 #define BENCH_TAG 0x42454e43u /* "BENC": per-size wrong counts to rank 0 */
 
@@ -170,13 +151,12 @@ static int op_per_rank(px_bench_op_t op)
 int px_bench_op_available(px_bench_op_t op)
 {
     switch (op) {
-    case PX_BENCH_ALL_REDUCE: return 1;
-    case PX_BENCH_BROADCAST: return 1; /* px_bcast, or px_broadcast (bytes) */
-    case PX_BENCH_ALL_GATHER: return px_allgather_start != NULL && px_allgather != NULL;
+    case PX_BENCH_ALL_REDUCE:
+    case PX_BENCH_BROADCAST:
+    case PX_BENCH_ALL_GATHER:
     case PX_BENCH_REDUCE_SCATTER:
-        return px_reduce_scatter_start != NULL && px_reduce_scatter != NULL;
-    case PX_BENCH_ALL_TO_ALL: return px_alltoall_start != NULL && px_alltoall != NULL;
-    case PX_BENCH_REDUCE: return px_reduce_start != NULL && px_reduce != NULL;
+    case PX_BENCH_ALL_TO_ALL:
+    case PX_BENCH_REDUCE: return 1;
     }
     return 0;
 }
@@ -358,9 +338,7 @@ static px_status_t run_op(px_comm_t *comm, const px_bench_cfg_t *cfg, void *sbuf
     case PX_BENCH_ALL_TO_ALL:
         return px_alltoall(comm, sbuf, rbuf, per, cfg->dtype, NULL);
     case PX_BENCH_BROADCAST:
-        if (px_bcast_start && px_bcast)
-            return px_bcast(comm, sbuf, count, cfg->dtype, cfg->root, NULL);
-        return px_broadcast(comm, sbuf, count * px_dtype_size(cfg->dtype), cfg->root, -1);
+        return px_bcast(comm, sbuf, count, cfg->dtype, cfg->root, NULL);
     case PX_BENCH_REDUCE:
         return px_reduce(comm, sbuf, rbuf, count, cfg->dtype, cfg->redop, cfg->root, NULL);
     }

@@ -89,8 +89,8 @@ px_status_t px_bench_run(px_comm_t *comm, const px_bench_cfg_t *cfg, px_bench_ro
 
 /* nccl-tests bus factor of `op` on `n` ranks. */
 double px_bench_bus_factor(px_bench_op_t op, int n);
-/* Whether this build's transport provides `op` (the collectives land one by
- * one; see bench.c). */
+/* Whether this build's transport provides `op` (all six since the
+ * collectives issue; kept so a transport without one can say so). */
 int px_bench_op_available(px_bench_op_t op);
 
 /* Names as nccl-tests spells them ("all_reduce", ...); dtype names "float",

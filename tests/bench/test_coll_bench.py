@@ -86,6 +86,24 @@ def main():
             assert rc == 0, (n, op, rc, err[-2000:])
             check_rows(json.loads(out), op, n, minb, maxb)
             checked += 1
+    # every dtype, and the other reduction ops, on 3 ranks (odd per-rank blocks)
+    for op in [o for o in ("all_reduce", "reduce_scatter", "reduce") if o in ops]:
+        for dtype, redop in (("half", "sum"), ("bfloat16", "avg"), ("double", "prod"),
+                             ("int32", "avg"), ("int64", "max"), ("uint8", "min"),
+                             ("float", "avg")):
+            rc, out, err = run(exe, "-n", 3, "--op", op, "-d", dtype, "-o", redop, "-b", 600,
+                               "-e", 9600, "-i", 2, "-w", 1, "-c", "--json")
+            assert rc == 0, (op, dtype, redop, rc, err[-2000:])
+            doc = json.loads(out)
+            check_rows(doc, op, 3, 600, 9600, dtype)
+            assert all(r["redop"] == redop for r in doc["rows"]), doc
+            checked += 1
+    for op in [o for o in ("all_gather", "all_to_all", "broadcast") if o in ops]:
+        rc, out, err = run(exe, "-n", 4, "--op", op, "-d", "uint8", "-b", 1001, "-e", 16016,
+                           "-i", 2, "-c", "--json", "-r", 1)
+        assert rc == 0, (op, rc, err[-2000:])
+        check_rows(json.loads(out), op, 4, 1001, 16016, "uint8")
+        checked += 1
     # counts 0 and 1 (sizes below an element / below one element per rank)
     rc, out, err = run(exe, "-n", 3, "--op", "all_reduce", "-b", 2, "-e", 8, "-f", 2, "-c",
                        "--json", "-i", 2)

@@ -6,6 +6,8 @@
   busbw = algbw x 2(n-1)/n; GetJob (gRPC) returns the same rows.
 * the table form (--ranks 2 broadcast, x4 sizes): nccl-tests columns, one
   line per size, "Out of bounds values : 0 OK", exit 0.
+* 3 ranks across the nodes: all-gather (half), reduce-scatter (bf16),
+  all-to-all (int32), reduce (double), --check exact.
 * bad values: an unknown op / dtype and too many ranks are INVALID_ARGUMENT
   from the daemon naming the field; a bad size is a usage error naming the
   flag; nothing is left running.
@@ -71,6 +73,17 @@ def main():
             assert int(f[1]) * 4 == int(f[0]) and abs(float(f[6]) - float(f[5])) < 0.011, f
         assert "Out of bounds values : 0 OK" in out, out
 
+        # 3 ranks over both nodes: every other collective, odd sizes, exact
+        for op, dtype in (("all_gather", "half"), ("reduce_scatter", "bfloat16"),
+                          ("all_to_all", "int32"), ("reduce", "double")):
+            rc, out, err = pctl(args, a, "bench", "--ranks", 3, "--op", op, "--dtype", dtype,
+                                "--min-bytes", 1000, "--max-bytes", 8000, "--iters", 3,
+                                "--check", "--json")
+            assert rc == 0, (op, rc, out, err)
+            d3 = json.loads(out)
+            assert d3["state"] == "completed" and d3["wrong"] == 0 and len(d3["rows"]) == 4, d3
+            assert all(r["type"] == dtype and r["wrong"] == 0 for r in d3["rows"]), d3
+
         for argv, code, words in (
                 (["--op", "all_everything"], 1, ["INVALID_ARGUMENT", "bench.op", "all_everything"]),
                 (["--dtype", "float128"], 1, ["INVALID_ARGUMENT", "bench.dtype", "float128"]),
@@ -84,8 +97,8 @@ def main():
         def idle():
             return all(not dev["job_id"] for n in g.nodes() for dev in n["devices"])
         pc.wait_for(idle, 10, "every device to be free")
-        assert [j["id"] for j in g.jobs()] == [doc["job_id"]], g.jobs()  # a coordinates one
-        print("pctl bench: 4-rank all_reduce (7 sizes) and 2-rank broadcast exact; "
+        assert len(g.jobs()) == 5, g.jobs()  # a coordinates 5; rejected ones left nothing
+        print("pctl bench: 4-rank all_reduce (7 sizes), 2-rank broadcast, 3-rank others exact; "
               "bad values rejected")
         ok = True
     finally:
