@@ -88,6 +88,7 @@ int pctl_cmd_data(pctl_ctx_t *ctx, int argc, char **argv);
 
 /* ---- pctl_plan.c, pctl_mem.c (issue 4) */
 int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv);
+int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv);
 
 /* ---- pctl_jobs.c */
 

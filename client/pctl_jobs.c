@@ -364,7 +364,8 @@ out:
 int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
 {
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
-           O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB };
+           O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP,
+           O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -381,6 +382,13 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"weight-decay", required_argument, NULL, O_WD},
         {"min-lr-ratio", required_argument, NULL, O_MINLR},
         {"vocab", required_argument, NULL, O_VOCAB},
+        {"zero", required_argument, NULL, O_ZERO},             /* issue 4 */
+        {"grad-accum", required_argument, NULL, O_ACCUM},
+        {"clip", required_argument, NULL, O_CLIP},
+        {"checkpoint-every", required_argument, NULL, O_CKPT_EVERY},
+        {"checkpoint-dir", required_argument, NULL, O_CKPT_DIR},
+        {"resume", required_argument, NULL, O_RESUME},
+        {"export-safetensors", required_argument, NULL, O_SAFET},
         {"follow", no_argument, NULL, O_FOLLOW},
         {"json", no_argument, NULL, O_JSON},
         {"help", no_argument, NULL, 'h'},
@@ -392,6 +400,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     Parallax__V1__SubmitJobResponse *resp = NULL;
     const char *data = NULL, *name = NULL;
     char *data_abs = NULL, *name_buf = NULL;
+    char *abs_paths[3] = {NULL, NULL, NULL}; /* issue 4: checkpoint, resume, export */
     int follow = 0, json = 0, opt, rc = PCTL_EXIT_FAIL;
     uint64_t v;
     double d;
@@ -449,6 +458,27 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
                 return PCTL_EXIT_USAGE;
             spec.min_lr_ratio = (float)d;
             break;
+        case O_ZERO: U32_OPT("--zero", spec.zero, 0); break;
+        case O_ACCUM: U32_OPT("--grad-accum", spec.grad_accum, 1); break;
+        case O_CKPT_EVERY: U32_OPT("--checkpoint-every", spec.checkpoint_every, 0); break;
+        case O_CLIP:
+            if (pctl_parse_float("submit", "--clip", optarg, 0.0, 1e6, &d))
+                return PCTL_EXIT_USAGE;
+            spec.grad_clip = d > 0 ? (float)d : -1.0f; /* 0 = off on the wire is < 0 */
+            break;
+        case O_CKPT_DIR: case O_RESUME: case O_SAFET: {
+            /* sent as absolute paths: the ranks may run elsewhere */
+            int k = opt == O_CKPT_DIR ? 0 : opt == O_RESUME ? 1 : 2;
+            char cwd[4096];
+            free(abs_paths[k]);
+            if (optarg[0] == '/' || !getcwd(cwd, sizeof(cwd)))
+                abs_paths[k] = strdup(optarg);
+            else if (asprintf(&abs_paths[k], "%s/%s", cwd, optarg) < 0)
+                abs_paths[k] = NULL;
+            if (!abs_paths[k])
+                return PCTL_EXIT_FAIL;
+            break;
+        }
         case O_DATA: data = optarg; break;
         case O_NAME: name = optarg; break;
         case O_FOLLOW: follow = 1; break;
@@ -481,6 +511,13 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     }
     spec.name = (char *)name;
     spec.data_path = data_abs;
+    spec.checkpoint_dir = abs_paths[0] ? abs_paths[0] : (char *)"";
+    spec.resume_dir = abs_paths[1] ? abs_paths[1] : (char *)"";
+    spec.export_safetensors = abs_paths[2] ? abs_paths[2] : (char *)"";
+    if (spec.checkpoint_every && !abs_paths[0]) {
+        rc = pctl_usage_error("submit", "--checkpoint-every needs --checkpoint-dir");
+        goto out;
+    }
     spec.model = &model;
     req.spec = &spec;
 
@@ -506,6 +543,8 @@ out:
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     free(data_abs);
     free(name_buf);
+    for (int k = 0; k < 3; k++)
+        free(abs_paths[k]);
     return rc;
 }
 

@@ -22,7 +22,9 @@ static const pctl_command_t commands[] = {
     {"submit", "submit a training job (Control.SubmitJob)",
      "usage: pctl submit --data FILE [--name S] [--layers N] [--heads N] [--dim N] [--seq N]\n"
      "                   [--dp N] [--batch N] [--steps N] [--lr F] [--seed N] [--warmup N]\n"
-     "                   [--weight-decay F] [--min-lr-ratio F] [--follow] [--json]\n"
+     "                   [--weight-decay F] [--min-lr-ratio F] [--zero 0-3] [--grad-accum N]\n"
+     "                   [--clip F] [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
+     "                   [--export-safetensors FILE] [--follow] [--json]\n"
      "\n"
      "Submits a GPT training job and prints its id.\n"
      "  --data FILE        token file (llm.c layout, see `pctl data prepare`); sent as an\n"
@@ -40,6 +42,15 @@ static const pctl_command_t commands[] = {
      "  --warmup N         linear warmup steps (default 0: the daemon uses steps/20)\n"
      "  --weight-decay F   AdamW decoupled weight decay (default 0.1)\n"
      "  --min-lr-ratio F   cosine floor as a fraction of lr (default 0.1)\n"
+     "  --zero Z           ZeRO stage: 0 replicate, 1 shard optimizer state, 2 also\n"
+     "                     gradients, 3 also parameters (FSDP) (default 0)\n"
+     "  --grad-accum N     micro-batches per step; batch divisible by dp x N (default 1)\n"
+     "  --clip F           clip the global gradient norm at F; 0 = off (default 1.0)\n"
+     "  --checkpoint-every N  write DIR/step_<N>/ every N steps and at the end (each\n"
+     "                     rank its shard); --checkpoint-dir DIR says where\n"
+     "  --resume DIR       start from checkpoint DIR (a step_<N>/ directory), also with\n"
+     "                     another dp or ZeRO stage (the shards are re-cut)\n"
+     "  --export-safetensors FILE  write the final weights as one safetensors file\n"
      "  --follow           watch the job until it ends; exit 0 only if it completed\n"
      "  --json             print {\"job_id\": ...} (with --follow: the final job)\n",
      pctl_cmd_submit},
@@ -79,6 +90,14 @@ static const pctl_command_t commands[] = {
      "\n"
      "Lists nodes: name, control and peer addresses, alive, devices free/total.\n",
      pctl_cmd_nodes},
+    {"mem", "memory per rank of a job, by category, next to the plan",
+     "usage: pctl mem JOB [--json]\n"
+     "\n"
+     "One row per rank: bytes of parameters, gradients, optimizer state, activations,\n"
+     "communication buffers and workspace, current and peak, as the rank's memory\n"
+     "accounting last reported them, and the plan's prediction (`pctl plan`) of the\n"
+     "peak of parameters + gradients + optimizer held at once.\n",
+     pctl_cmd_mem},
     {"plan", "memory per device by ZeRO stage (local, no daemon)",
      "usage: pctl plan [--params N | --layers N --dim N [--heads N] [--vocab N] [--seq N]]\n"
      "                 [--dp N] [--zero 0|1|2|3|all] [--precision mixed|fp32]\n"

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "benchstore.h"
+#include "memstore.h"
 #include "daemon.h"
 #include "px_log.h"
 #include "store.h"
@@ -110,6 +111,8 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
         status = px_bench_spec_validate(req->spec, px_nodes_cluster_devices(d), err, sizeof(err));
     else
         status = px_validate_spec(req->spec, px_nodes_cluster_devices(d), err, sizeof(err));
+    if (status == PX_OK && !px_bench_spec_is(req->spec)) /* issue 4: ZeRO, checkpoints */
+        status = px_zero_spec_validate(req->spec, err, sizeof(err));
     if (status != PX_OK) {
         px_info("SubmitJob rejected: %s", err);
         px_rpc_call_fail(call, px_rpc_code_from_status(status), "%s", err);
@@ -448,6 +451,32 @@ static void h_metrics(px_rpc_call_t *call, const ProtobufCMessage *request, void
     px_store_metrics_free(&resp);
 }
 
+/* issue 4: the latest memory report of every rank (memstore.h), from the
+ * coordinator */
+static void h_memory(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    px_daemon_t *d = arg;
+    const Parallax__V1__GetMemoryRequest *req = (const void *)request;
+    px_job_t *job = route(d, call, req->job_id, "GetMemory", request,
+                          &parallax__v1__get_memory_response__descriptor);
+    Parallax__V1__GetMemoryResponse resp = PARALLAX__V1__GET_MEMORY_RESPONSE__INIT;
+    px_status_t status;
+
+    if (!job)
+        return;
+    status = px_memstore_get(d->cfg.state_dir, job->id, &resp);
+    if (status != PX_OK) {
+        px_rpc_call_fail(call, px_rpc_code_from_status(status), "memory of %s: %s", job->id,
+                         px_status_str(status));
+        return;
+    }
+    resp.job_id = job->id;
+    resp.zero = job->spec ? job->spec->zero : 0;
+    resp.dp = job->spec ? job->spec->dp : 0;
+    px_rpc_call_reply(call, &resp.base);
+    px_memstore_free(&resp);
+}
+
 static void h_logs(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
 {
     px_daemon_t *d = arg;
@@ -500,5 +529,6 @@ const px_rpc_method_t px_control_methods[] = {
     {P_CONTROL "ListNodes", &parallax__v1__list_nodes_request__descriptor, 0, h_list_nodes, NULL},
     {P_CONTROL "GetMetrics", &parallax__v1__get_metrics_request__descriptor, 0, h_metrics, NULL},
     {P_CONTROL "GetLogs", &parallax__v1__get_logs_request__descriptor, 0, h_logs, NULL},
+    {P_CONTROL "GetMemory", &parallax__v1__get_memory_request__descriptor, 0, h_memory, NULL},
 };
 const size_t px_control_n_methods = sizeof(px_control_methods) / sizeof(px_control_methods[0]);

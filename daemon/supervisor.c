@@ -296,8 +296,8 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
 {
     const Parallax__V1__JobSpec *s = req->spec;
     const Parallax__V1__ModelSpec *m = s->model;
-    char num[20][32], bnum[8][32], dir[1024], env_dev[64];
-    char *args[48], *env[256];
+    char num[32][32], bnum[8][32], dir[1024], env_dev[64];
+    char *args[64], *env[256];
     extern char **environ;
     uv_process_options_t opt;
     uv_stdio_container_t stdio[3];
@@ -349,6 +349,21 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
     ARG("--warmup", "%u", s->warmup_steps);
     ARG("--weight-decay", "%.9g", (double)s->weight_decay);
     ARG("--min-lr-ratio", "%.9g", (double)s->min_lr_ratio);
+    /* issue 4: ZeRO, accumulation, clipping, checkpoints (defaults omitted) */
+    if (s->zero)
+        ARG("--zero", "%u", s->zero);
+    if (s->grad_accum > 1)
+        ARG("--grad-accum", "%u", s->grad_accum);
+    if (s->grad_clip != 0.0f)
+        ARG("--grad-clip", "%.9g", s->grad_clip < 0.0f ? 0.0 : (double)s->grad_clip);
+    if (s->checkpoint_every && s->checkpoint_dir && *s->checkpoint_dir) {
+        ARG("--checkpoint-every", "%u", s->checkpoint_every);
+        SARG("--checkpoint-dir", s->checkpoint_dir);
+    }
+    if (s->resume_dir && *s->resume_dir)
+        SARG("--resume", s->resume_dir);
+    if (s->export_safetensors && *s->export_safetensors) /* all ranks: collective */
+        SARG("--export-safetensors", s->export_safetensors);
 common_args:
     SARG("--coord", req->coordinator_peer_addr);
     SARG("--job", req->job_id);

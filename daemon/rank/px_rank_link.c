@@ -129,6 +129,24 @@ px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *re
     req.job_id = link->job_id;
     req.rank = (uint32_t)link->rank;
     req.metrics = &m;
+    /* issue 4: this rank's memory by category (memacct.h) and the plan's */
+    Parallax__V1__RankMemory mem = PARALLAX__V1__RANK_MEMORY__INIT;
+    Parallax__V1__MemoryCategory cats[PX_MEM_NCAT], *catp[PX_MEM_NCAT];
+    for (int c = 0; c < PX_MEM_NCAT; c++) {
+        parallax__v1__memory_category__init(&cats[c]);
+        cats[c].name = (char *)px_mem_cat_name((px_mem_cat_t)c);
+        cats[c].current_bytes = report->mem_current[c];
+        cats[c].peak_bytes = report->mem_peak[c];
+        cats[c].plan_bytes = report->mem_plan[c];
+        catp[c] = &cats[c];
+    }
+    mem.rank = (uint32_t)link->rank;
+    mem.step = (uint32_t)report->step;
+    mem.categories = catp;
+    mem.n_categories = PX_MEM_NCAT;
+    mem.state_peak_bytes = report->mem_state_peak;
+    mem.plan_state_peak_bytes = report->mem_plan_state_peak;
+    req.memory = &mem;
 
     status = px_rpc_call_unary(link->channel, "/parallax.v1.Peer/ReportProgress", &req.base,
                                &parallax__v1__report_progress_response__descriptor,

@@ -66,6 +66,7 @@ typedef struct px_step_report {
     uint64_t mem_peak[PX_MEM_NCAT];
     uint64_t mem_state_peak;           /* params + grads + optimizer at once */
     double mem_plan[PX_MEM_NCAT];      /* plan.h prediction (state categories) */
+    double mem_plan_state_peak;        /* plan.h prediction of mem_state_peak */
 } px_step_report_t;
 
 /* Called after every step on every rank. Return non-zero to stop training

@@ -235,6 +235,7 @@ static int on_step(void *arg, const px_step_report_t *r)
                                               (json_int_t)r->mem_peak[c], "plan",
                                               r->mem_plan[c]));
             json_object_set_new(mem, "state_peak", json_integer((json_int_t)r->mem_state_peak));
+            json_object_set_new(mem, "plan_state_peak", json_real(r->mem_plan_state_peak));
             json_object_set_new(o, "memory", mem);
         }
         if (o) {

@@ -242,6 +242,7 @@ static void fill_mem(px_step_report_t *rep, const px_plan_t *plan)
         rep->mem_plan[c] = plan->bytes[c];
     }
     rep->mem_state_peak = ms.state_peak;
+    rep->mem_plan_state_peak = px_plan_state_bytes(plan);
 }
 
 px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_step_cb_t cb,

@@ -1,0 +1,112 @@
+/* pctl_mem.c: `pctl mem JOB [--json]`, the memory of a job's ranks
+ * (Control.GetMemory, answered by the job's coordinator from the ranks'
+ * latest reports; issue 4).
+ *
+ * Table: one row per rank, for each category "current/peak" in MB (10^6
+ * bytes), then the peak of params + grads + optimizer held at once next to
+ * the plan's prediction of it. Single-threaded; one unary RPC. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pctl.h"
+
+#define M_GET_MEMORY "/parallax.v1.Control/GetMemory"
+
+static const Parallax__V1__MemoryCategory *cat(const Parallax__V1__RankMemory *m,
+                                                const char *name)
+{
+    for (size_t i = 0; i < m->n_categories; i++)
+        if (m->categories[i]->name && !strcmp(m->categories[i]->name, name))
+            return m->categories[i];
+    return NULL;
+}
+
+static const char *const cats[] = {"params", "grads", "optimizer", "activations", "comm",
+                                   "workspace"};
+#define N_CATS (sizeof(cats) / sizeof(cats[0]))
+
+int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    Parallax__V1__GetMemoryRequest req = PARALLAX__V1__GET_MEMORY_REQUEST__INIT;
+    Parallax__V1__GetMemoryResponse *resp = NULL;
+    int json = 0, opt, rc = PCTL_EXIT_FAIL;
+
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'j': json = 1; break;
+        case 'h': return pctl_help("mem");
+        default: return pctl_usage_error("mem", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind + 1 != argc)
+        return pctl_usage_error("mem", optind < argc ? "one JOB only" : "missing JOB");
+    req.job_id = argv[optind];
+    if (pctl_call(ctx, "mem", M_GET_MEMORY, &req.base,
+                  &parallax__v1__get_memory_response__descriptor, (ProtobufCMessage **)&resp))
+        return PCTL_EXIT_FAIL;
+    if (json) {
+        json_t *ranks = json_array();
+        for (size_t i = 0; i < resp->n_ranks; i++) {
+            const Parallax__V1__RankMemory *m = resp->ranks[i];
+            json_t *c = json_object();
+            for (size_t k = 0; k < m->n_categories; k++) {
+                const Parallax__V1__MemoryCategory *mc = m->categories[k];
+                json_object_set_new(c, mc->name ? mc->name : "?",
+                                    json_pack("{s:I, s:I, s:f}", "current",
+                                              (json_int_t)mc->current_bytes, "peak",
+                                              (json_int_t)mc->peak_bytes, "plan",
+                                              mc->plan_bytes));
+            }
+            json_array_append_new(ranks, json_pack("{s:i, s:i, s:o, s:I, s:f}", "rank",
+                                                   (int)m->rank, "step", (int)m->step,
+                                                   "categories", c, "state_peak",
+                                                   (json_int_t)m->state_peak_bytes,
+                                                   "plan_state_peak",
+                                                   m->plan_state_peak_bytes));
+        }
+        rc = pctl_json_print(json_pack("{s:s, s:i, s:i, s:o}", "job_id",
+                                       resp->job_id ? resp->job_id : "", "zero", (int)resp->zero,
+                                       "dp", (int)resp->dp, "ranks", ranks))
+                 ? PCTL_EXIT_FAIL
+                 : PCTL_EXIT_OK;
+        goto out;
+    }
+    printf("job %s: zero %u, dp %u; MB (10^6 bytes), current/peak\n",
+           resp->job_id ? resp->job_id : "", resp->zero, resp->dp);
+    if (!resp->n_ranks) {
+        printf("(no memory report yet)\n");
+        rc = PCTL_EXIT_OK;
+        goto out;
+    }
+    printf("%-4s %5s", "rank", "step");
+    for (size_t k = 0; k < N_CATS; k++)
+        printf(" %15s", cats[k]);
+    printf(" %10s %10s %7s\n", "state-pk", "plan", "ratio");
+    for (size_t i = 0; i < resp->n_ranks; i++) {
+        const Parallax__V1__RankMemory *m = resp->ranks[i];
+        char buf[32];
+        printf("%-4u %5u", m->rank, m->step);
+        for (size_t k = 0; k < N_CATS; k++) {
+            const Parallax__V1__MemoryCategory *mc = cat(m, cats[k]);
+            if (mc)
+                snprintf(buf, sizeof(buf), "%.2f/%.2f", mc->current_bytes / 1e6,
+                         mc->peak_bytes / 1e6);
+            else
+                snprintf(buf, sizeof(buf), "-");
+            printf(" %15s", buf);
+        }
+        printf(" %10.2f %10.2f %7.3f\n", m->state_peak_bytes / 1e6,
+               m->plan_state_peak_bytes / 1e6,
+               m->plan_state_peak_bytes > 0 ? m->state_peak_bytes / m->plan_state_peak_bytes
+                                            : 0.0);
+    }
+    rc = PCTL_EXIT_OK;
+out:
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+}

@@ -1,0 +1,38 @@
+/* memstore.h: memory reports of training ranks in parallaxd (issue 4, `pctl
+ * mem`), and the checks of a JobSpec's ZeRO fields.
+ *
+ * Every rank attaches a RankMemory (bytes per category, current and peak,
+ * and the plan's prediction) to its ReportProgress; the coordinator keeps the
+ * latest of each rank of each job in table rank_memory of
+ * <state_dir>/parallax.db (its own connection, like benchstore.c) and answers
+ * Control.GetMemory from it. Loop thread only. */
+#ifndef PX_MEMSTORE_H
+#define PX_MEMSTORE_H
+
+#include <stddef.h>
+
+#include "parallax.pb-c.h"
+#include "px_status.h"
+
+/* Checks the issue-4 fields of a training spec: zero 0..3, batch divisible
+ * by dp x grad_accum, checkpoint_every needs an absolute checkpoint_dir,
+ * resume_dir / checkpoint_dir / export_safetensors absolute paths.
+ * PX_ERR_INVALID_ARGUMENT with a message naming the field in errbuf. */
+px_status_t px_zero_spec_validate(const Parallax__V1__JobSpec *spec, char *errbuf,
+                                  size_t errlen);
+
+/* Records `mem` as rank mem->rank's latest report for job_id. Written to
+ * the database when `force`, on the first two steps, every 10th step, or
+ * when a peak changed since the last write (a step's report is otherwise
+ * skipped: the figures are the same). PX_ERR_IO (logged) on a database
+ * error. */
+px_status_t px_memstore_put(const char *state_dir, const char *job_id,
+                            const Parallax__V1__RankMemory *mem, int force);
+
+/* Fills resp->ranks (ordered by rank) with the stored reports of job_id;
+ * release with px_memstore_free. None stored: empty, PX_OK. */
+px_status_t px_memstore_get(const char *state_dir, const char *job_id,
+                            Parallax__V1__GetMemoryResponse *resp);
+void px_memstore_free(Parallax__V1__GetMemoryResponse *resp);
+
+#endif

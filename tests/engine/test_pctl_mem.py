@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""test_pctl_mem.py: ZeRO jobs through the daemons: `pctl submit --zero
+--grad-accum --checkpoint-every --export-safetensors`, `pctl mem`, and
+`pctl submit --resume` on another dp and stage (integration).
+
+Two parallaxd on loopback (2 cpu devices each). Job A: dp=4, ZeRO-3,
+accumulation 2, 6 steps, checkpoint every 3 steps, safetensors export. Checks:
+it completes; `pctl mem A --json` has 4 ranks at step 6 whose peak of params +
+grads + optimizer equals the plan's prediction (within 5%; in fact equal) and
+whose categories' peaks equal the plan's; the plain table has 4 rows; the
+checkpoints step_3/ and step_6/ hold meta.json and 4 shards; the export
+exists. Job B resumes A's step_3 with dp=2 and ZeRO-1: its steps 4-6 report
+A's losses within 1e-5. A spec with zero=4 is refused with a message naming
+it.
+
+usage: test_pctl_mem.py --parallaxd PATH --proto PATH --pctl PATH --rank PATH
+(run with /usr/bin/python3, as tests/integration)."""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import pxcluster as pc  # noqa: E402
+from pxpctl import Pctl  # noqa: E402
+
+MODEL = ["--layers", "2", "--heads", "2", "--dim", "32", "--seq", "32", "--batch", "8",
+         "--lr", "1e-3", "--seed", "7"]
+
+
+def main():
+    args = pc.parse_args(sys.argv[1:])
+    if not args.pctl or not os.access(args.pctl, os.X_OK) or not args.rank:
+        print("SKIP: pctl or parallax-rank not built")
+        return 77
+    cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="zmem")
+    data = os.path.join(cl.workdir, "licenses.bin")
+    pc.write_llmc_tokens(data)
+    ck = os.path.join(cl.workdir, "ck")
+    st = os.path.join(cl.workdir, "weights.safetensors")
+    ok = False
+    try:
+        cl.start(lambda d: Pctl(args.pctl, d))
+        c = Pctl(args.pctl, cl.daemons[0])
+        a = c.json("submit", "--data", data, "--dp", 4, "--steps", 6, "--zero", 3,
+                   "--grad-accum", 2, "--checkpoint-every", 3, "--checkpoint-dir", ck,
+                   "--export-safetensors", st, "--name", "zmem-a", *MODEL)["job_id"]
+        job = pc.wait_state(c, a, ("COMPLETED", "FAILED", "CANCELLED"), 240)
+        assert pc.job_state(job) == "COMPLETED", "job A ended %s: %s\n%s" % (
+            pc.job_state(job), job.get("reason"), cl.logs())
+        mem = c.json("mem", a)
+        assert mem["zero"] == 3 and mem["dp"] == 4, mem
+        ranks = mem["ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1, 2, 3], ranks
+        for r in ranks:
+            assert r["step"] == 6, r
+            got, want = r["state_peak"], r["plan_state_peak"]
+            assert want > 0 and abs(got - want) <= 0.05 * want, (got, want)
+            for cat in ("params", "grads", "optimizer"):
+                m = r["categories"][cat]
+                assert m["peak"] == m["plan"], (cat, m)
+            assert r["categories"]["activations"]["peak"] > 0, r
+            print("rank %d: state peak %d B, plan %d B; params %d grads %d optimizer %d" % (
+                r["rank"], got, want, r["categories"]["params"]["peak"],
+                r["categories"]["grads"]["peak"], r["categories"]["optimizer"]["peak"]))
+        table = c.run("mem", a)
+        rows = [ln for ln in table.splitlines() if ln.split() and ln.split()[0].isdigit()]
+        assert len(rows) == 4, table
+        print(table.rstrip())
+        for s in (3, 6):
+            names = sorted(os.listdir(os.path.join(ck, "step_%d" % s)))
+            assert names == ["meta.json"] + ["shard_%d.bin" % k for k in range(4)], names
+        assert os.path.getsize(st) > 4 * 30000, st
+        base = {m["step"]: m["loss"] for m in c.metrics(a)}
+
+        b = c.json("submit", "--data", data, "--dp", 2, "--steps", 6, "--zero", 1,
+                   "--resume", os.path.join(ck, "step_3"), "--name", "zmem-b", *MODEL)["job_id"]
+        job = pc.wait_state(c, b, ("COMPLETED", "FAILED", "CANCELLED"), 240)
+        assert pc.job_state(job) == "COMPLETED", "job B ended %s: %s\n%s" % (
+            pc.job_state(job), job.get("reason"), cl.logs())
+        steps = c.metrics(b)
+        assert [m["step"] for m in steps] == [4, 5, 6], steps
+        for m in steps:
+            rel = abs(m["loss"] - base[m["step"]]) / base[m["step"]]
+            assert rel <= 1e-5, (m, base)
+        print("resumed dp=2 ZeRO-1 from A's step 3: losses of steps 4-6 equal A's")
+
+        try:
+            c.json("submit", "--data", data, "--dp", 2, "--steps", 2, "--zero", 4, *MODEL)
+            raise AssertionError("zero=4 was accepted")
+        except pc.ClientError as e:
+            assert "zero=4" in str(e), str(e)
+            print("zero=4 refused: %s" % str(e).strip().splitlines()[0])
+        ok = True
+    finally:
+        cl.stop()
+        if ok:
+            cl.cleanup()
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
