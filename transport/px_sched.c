@@ -39,13 +39,14 @@ void px__sched_free(px__sched_t *s)
     memset(s, 0, sizeof(*s));
 }
 
-/* Every op of `req` done? Reaps them; error of the first failed one. */
+/* Every data op of `req` done (header messages aside)? Reaps them; error of
+ * the first failed one. */
 static px_status_t round_done(px_request_t *req, int *done_p)
 {
     px_comm_t *comm = req->comm;
 
     for (px__op_t *o = comm->active; o; o = o->next) {
-        if (o->owner != req)
+        if (o->owner != req || o->hdr)
             continue;
         if (!o->done) {
             *done_p = 0;
@@ -59,7 +60,7 @@ static px_status_t round_done(px_request_t *req, int *done_p)
     }
     for (px__op_t *o = comm->active, *next; o; o = next) {
         next = o->next;
-        if (o->owner == req)
+        if (o->owner == req && !o->hdr)
             px__op_reap(comm, o);
     }
     *done_p = 1;

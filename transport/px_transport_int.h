@@ -90,6 +90,7 @@ typedef struct px__op {
     size_t expect;        /* bytes expected (recv) */
     int peer;             /* comm rank of the other side */
     int is_send;
+    int hdr;              /* a collective header message (px_request.c) */
 } px__op_t;
 
 typedef struct px__peer {
@@ -230,7 +231,10 @@ struct px_request {
     uint32_t seq;
     int64_t deadline;
     px_status_t status;    /* PX_INPROGRESS until finished */
-    int stage;             /* 0 header exchange, 1 algorithm */
+    int stage;             /* 0 header exchange pending, 1 header checked */
+    int overlap;           /* run the algorithm while the headers travel */
+    int algo_done;         /* the algorithm finished */
+    px_status_t algo_err;  /* overlap: a data-size mismatch held until the headers say why */
     int linked;            /* on comm->reqs */
 
     /* header exchange (mismatch detection) */
@@ -367,5 +371,8 @@ px_status_t px__pairwise_alltoallv_build(px_request_t *req, const void *sendbuf,
 extern int px__allreduce_algo;
 /* Messages up to this many bytes use recursive doubling in auto. */
 #define PX__RD_MAX_BYTES (32u * 1024u)
+/* Collectives of at most this many bytes per rank run their data phase
+ * while the header exchange is in flight (one round trip less). */
+#define PX__OVERLAP_MAX_BYTES (32u * 1024u)
 
 #endif
