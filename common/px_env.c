@@ -17,7 +17,7 @@ static px_knob_t knobs[] = {
     {"PX_COMM_TIMEOUT_MS", "60000", "deadline of one blocking collective or send/recv (ms)", NULL},
     {"PX_CONNECT_TIMEOUT_MS", "30000", "deadline of the rank rendezvous and endpoint wire-up (ms)", NULL},
     {"PX_ALLREDUCE_CHUNK_BYTES", "1048576", "ring all-reduce pipeline chunk size (bytes)", NULL},
-    {"PX_ALGO_ALLREDUCE", "auto", "all-reduce algorithm: auto, ring, rd (recursive doubling)", NULL},
+    {"PX_ALGO_ALLREDUCE", "auto", "all-reduce algorithm: auto, ring, rabenseifner, rd (recursive doubling)", NULL},
     {"PX_ALGO_BCAST", "auto", "broadcast algorithm: auto, tree (binomial), ring (scatter + ring all-gather)", NULL},
     {"PX_ALGO_ALLTOALL", "auto", "all-to-all algorithm: auto, linear (all at once), pairwise", NULL},
     {"PX_SPIN_US", "0", "collective waits poll this long (us) before sleeping on the event fd", NULL},

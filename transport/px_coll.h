@@ -4,7 +4,10 @@
  *  - counts and displacements are in ELEMENTS of `dtype`, 64-bit;
  *  - reduce_scatter: sendbuf holds size*recvcount elements, rank r receives
  *    the reduced block r (recvcount elements). In place (NCCL): recvbuf ==
- *    (char *)sendbuf + rank * recvcount * dtype size.
+ *    (char *)sendbuf + rank * recvcount * dtype size; then the other blocks
+ *    of the buffer are used for partial sums and hold unspecified values
+ *    afterwards (no extra memory is taken). Out of place, sendbuf is only
+ *    read.
  *  - allgather: each rank contributes sendcount elements, recvbuf holds
  *    size*sendcount ordered by rank. In place: sendbuf == (char *)recvbuf +
  *    rank * sendcount * dtype size.
@@ -13,10 +16,15 @@
  *  - scatter / gather: the root's buffer holds size*count elements in rank
  *    order; other ranks' root-side buffer argument is ignored (may be NULL).
  *  - alltoall: count elements to and from every rank (blocks in rank order).
- *    alltoallv: per-peer counts and displacements (elements), as MPI.
+ *    alltoallv: per-peer counts and displacements (elements), as MPI; each
+ *    rank's sendcounts[p] must equal rank p's recvcounts[r] (checked: the
+ *    header to p carries it). No in-place form (sendbuf != recvbuf).
  *  - fp16 / bf16 reduce in fp32 and round once (round to nearest even);
- *    integer AVG truncates toward zero; AVG of floats divides the SUM once.
+ *    integer AVG truncates toward zero; AVG of floats divides the SUM once
+ *    (x / n, exactly as IEEE division rounds it). Integer SUM/PROD wrap
+ *    (two's complement), and integer AVG divides that wrapped sum, as NCCL.
  *  - every rank ends with bitwise-identical results for allreduce/allgather.
+ *  - count 0 is a valid collective (it still synchronises headers).
  *
  * Algorithms (PX_ALGO_AUTO picks by message size and world size; the
  * environment variable PX_ALGO_<COLL> (e.g. PX_ALGO_ALLREDUCE=ring) overrides
@@ -25,6 +33,10 @@
  * Rabenseifner halving-doubling (latency-optimal; non-power-of-two sizes
  * handled), binomial tree (broadcast, reduce, scatter, gather), pairwise
  * exchange (all-to-all). Reductions go through kernels/px_reduce.h.
+ * Implemented: all-reduce ring / rabenseifner / rd, broadcast tree / ring
+ * (scatter + ring all-gather), all-to-all pairwise / linear; reduce is a
+ * binomial tree, all-gather and reduce-scatter the ring, scatter / gather
+ * linear. A hint a collective has no implementation for falls back to auto.
  *
  * Nonblocking: every `px_X_start` checks its arguments, queues the
  * collective and returns a request at once; the request progresses whenever
@@ -36,7 +48,10 @@
  *
  * Failure semantics: each collective's first message carries (sequence
  * number, op, dtype, count); disagreement gives PX_ERR_MISMATCH on every rank
- * within the deadline. A dead peer gives PX_ERR_PEER_FAILURE naming it on
+ * within the deadline. Collectives up to 32 KiB per rank move data while
+ * the headers travel, so after a mismatch their output buffer may hold
+ * partial data (never past its end); larger ones check first and leave it
+ * untouched. A dead peer gives PX_ERR_PEER_FAILURE naming it on
  * every survivor; px_comm_abort makes every pending request return
  * PX_ERR_ABORTED. Buffers are never touched after a request has completed or
  * failed. */

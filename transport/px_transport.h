@@ -120,11 +120,10 @@ px_status_t px_recv(px_comm_t *comm, int peer, uint32_t tag, void *buf, size_t b
                     int timeout_ms);
 
 /* All-reduce of `count` elements (64-bit count; 0 allowed). sendbuf ==
- * recvbuf is in place. Ring algorithm: reduce-scatter then all-gather,
- * chunked (PX_ALLREDUCE_CHUNK_BYTES), correct for any count and world size.
- * AVG divides the SUM by the world size once at the end. Every rank gets a
- * bitwise-identical result. This issue's dtypes: PX_FLOAT32 (SUM, AVG);
- * others return PX_ERR_INVALID_ARGUMENT until the collectives issue.
+ * recvbuf is in place. Every dtype and op of px_coll.h (which has the
+ * nonblocking form and the algorithm choice: recursive doubling for small
+ * messages, the chunked pipelined ring above). AVG divides the SUM by the
+ * world size once. Every rank gets a bitwise-identical result.
  * Errors: PX_ERR_TIMEOUT, PX_ERR_PEER_FAILURE (naming the rank),
  * PX_ERR_ABORTED, PX_ERR_MISMATCH (peers passed another count/op/dtype). */
 px_status_t px_allreduce(px_comm_t *comm, const void *sendbuf, void *recvbuf, uint64_t count,

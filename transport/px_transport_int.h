@@ -357,6 +357,8 @@ px_status_t px__ring_setup(px_request_t *req, int o, int do_rs, int do_ag, const
                            void *acc, void *own_dst, uint64_t base, uint64_t rem);
 px_status_t px__ring_advance(px_request_t *req, int *progressed_p);
 px_status_t px__rd_allreduce_build(px_request_t *req, const void *sendbuf, void *recvbuf);
+px_status_t px__rabenseifner_allreduce_build(px_request_t *req, const void *sendbuf,
+                                             void *recvbuf);
 px_status_t px__tree_bcast_build(px_request_t *req, void *buf, uint64_t bytes);
 px_status_t px__tree_reduce_build(px_request_t *req, const void *sendbuf, void *recvbuf);
 px_status_t px__linear_scatter_build(px_request_t *req, const void *sendbuf, void *recvbuf);

@@ -2,8 +2,8 @@
  * reference, on N local ranks (px_launch, standalone bootstrap). One process
  * launch per world size runs the whole matrix.
  *
- *   test_coll matrix N    all-reduce, reduce, reduce-scatter (ring, in and out
- *                         of place), all-gather, broadcast (tree, scatter +
+ *   test_coll matrix N    all-reduce (ring, Rabenseifner, recursive doubling),
+ *                         reduce, reduce-scatter (ring, in and out of place), all-gather, broadcast (tree, scatter +
  *                         ring), scatter, gather, all-to-all (linear,
  *                         pairwise), all-to-all-v, barrier; dtypes fp32 fp64
  *                         fp16 bf16 int32 int64 uint8; ops sum prod min max
@@ -354,10 +354,11 @@ static int check_named(px_launch_rank_t *ctx)
     }
     if (n == 3 || n == 4) { /* fp32 AVG of r+1: exactly (n+1)/2, every algorithm */
         static const uint64_t counts[] = {1, 7, 5000, 300001};
-        for (int a = 0; a < 3; a++)
+        for (int a = 0; a < 4; a++)
             for (int c = 0; c < 4; c++) {
                 px_coll_opts_t o = {a == 0 ? PX_ALGO_AUTO : a == 1 ? PX_ALGO_RING
-                                                                   : PX_ALGO_RECURSIVE_DOUBLING, 0};
+                                    : a == 2 ? PX_ALGO_RABENSEIFNER : PX_ALGO_RECURSIVE_DOUBLING,
+                                    0};
                 float *buf = malloc(counts[c] * sizeof(float));
                 float want = (float)(n + 1) / 2.0f;
                 for (uint64_t i = 0; i < counts[c]; i++)
@@ -588,12 +589,16 @@ static int rank_matrix(px_launch_rank_t *ctx)
             if (check_alltoallv(ctx, all_dtypes[d], counts[c] ? counts[c] : 0))
                 return 1;
         }
-        /* both all-reduce algorithms on mid-sized data, every op */
+        /* every all-reduce algorithm, every op, on counts below the world
+         * size (empty pieces) and mid-sized ones */
         for (size_t o = 0; o < sizeof(all_ops) / sizeof(*all_ops); o++)
-            for (int a = 0; a < 2; a++)
-                if (check_reductions(ctx, all_dtypes[d], all_ops[o], 1237,
-                                     a ? PX_ALGO_RING : PX_ALGO_RECURSIVE_DOUBLING))
-                    return 1;
+            for (int a = 0; a < 3; a++)
+                for (int c = 0; c < 3; c++)
+                    if (check_reductions(ctx, all_dtypes[d], all_ops[o],
+                                         c == 0 ? 1 : c == 1 ? (uint64_t)n + 1 : 1237,
+                                         a == 0 ? PX_ALGO_RING : a == 1 ? PX_ALGO_RABENSEIFNER
+                                                               : PX_ALGO_RECURSIVE_DOUBLING))
+                        return 1;
     }
     if (check_named(ctx) || check_concurrent(ctx) || check_split(ctx))
         return 1;

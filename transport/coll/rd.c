@@ -76,3 +76,118 @@ px_status_t px__rd_allreduce_build(px_request_t *req, const void *sendbuf, void 
     req->advance = px__sched_advance;
     return PX_OK;
 }
+
+/* Rabenseifner's all-reduce (Rabenseifner, "Optimization of collective
+ * reduction operations", ICCS 2004; MPICH's
+ * MPIR_Allreduce_intra_reduce_scatter_allgather): a reduce-scatter by
+ * recursive halving (step k exchanges half of what is left with the partner
+ * at distance 2^k and reduces it) then an all-gather by recursive doubling,
+ * log2(p) steps each, moving 2(p-1)/p of the data like the ring but in
+ * 2 log2(p) steps instead of 2(p-1). Non-power-of-two worlds fold first, as
+ * recursive doubling does. The count is cut into p pieces (the first
+ * count % p one element longer). Each final piece is reduced by exactly one
+ * rank, with the lower rank's operand first, then copied: all ranks end
+ * bitwise identical. */
+px_status_t px__rabenseifner_allreduce_build(px_request_t *req, const void *sendbuf,
+                                             void *recvbuf)
+{
+    px_comm_t *comm = req->comm;
+    px__sched_t *s = &req->sched;
+    const int n = comm->size, r = comm->rank;
+    const uint64_t count = req->count, bytes = count * req->esz;
+    const size_t esz = req->esz;
+    int pof2 = 1, rem, newrank;
+    char *tmp = px__req_tmp(req, 0, (size_t)bytes);
+    char *rb = recvbuf;
+    px_status_t status;
+
+    if (!tmp)
+        return PX_ERR_NO_MEMORY;
+    while (pof2 * 2 <= n)
+        pof2 *= 2;
+    rem = n - pof2;
+    if (sendbuf != recvbuf)
+        ADD(PX__ACT_COPY, 0, 0, recvbuf, sendbuf, bytes, 0);
+    if (r < 2 * rem) {
+        if (r % 2 == 0) {
+            ADD(PX__ACT_SEND, r + 1, UNIT_FOLD, NULL, recvbuf, bytes, 0);
+            ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0, 0);
+            newrank = -1;
+        } else {
+            ADD(PX__ACT_RECV, r - 1, UNIT_FOLD, tmp, NULL, bytes, 0);
+            ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0, 0);
+            ADD(PX__ACT_REDUCE, 0, 0, recvbuf, tmp, count, 1);
+            newrank = r / 2;
+        }
+    } else {
+        newrank = r - rem;
+    }
+    if (newrank >= 0) {
+        uint64_t base = count / (uint64_t)pof2, extra = count % (uint64_t)pof2;
+        int send_idx = 0, recv_idx = 0, last_idx = pof2, mask = 1;
+        unsigned step = 0;
+#define DISP(i) ((uint64_t)(i) * base + ((uint64_t)(i) < extra ? (uint64_t)(i) : extra))
+#define SPAN(a, b) (DISP(b) - DISP(a))
+#define REAL(nr) ((nr) < rem ? (nr) * 2 + 1 : (nr) + rem)
+        while (mask < pof2) { /* reduce-scatter by recursive halving */
+            int newdst = newrank ^ mask, dst = REAL(newdst);
+            uint64_t scnt, rcnt;
+            if (newrank < newdst) {
+                send_idx = recv_idx + pof2 / (mask * 2);
+                scnt = SPAN(send_idx, last_idx);
+                rcnt = SPAN(recv_idx, send_idx);
+            } else {
+                recv_idx = send_idx + pof2 / (mask * 2);
+                scnt = SPAN(send_idx, recv_idx);
+                rcnt = SPAN(recv_idx, last_idx);
+            }
+            ADD(PX__ACT_RECV, dst, 1 + step, tmp + DISP(recv_idx) * esz, NULL, rcnt * esz, 0);
+            ADD(PX__ACT_SEND, dst, 1 + step, NULL, rb + DISP(send_idx) * esz, scnt * esz, 0);
+            ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0, 0);
+            ADD(PX__ACT_REDUCE, 0, 0, rb + DISP(recv_idx) * esz, tmp + DISP(recv_idx) * esz, rcnt,
+                dst < r);
+            send_idx = recv_idx;
+            mask <<= 1;
+            step++;
+            if (mask < pof2)
+                last_idx = recv_idx + pof2 / mask;
+        }
+        /* this rank owns pieces [send_idx, last_idx): AVG divides them once */
+        ADD(PX__ACT_AVG, 0, 0, rb + DISP(send_idx) * esz, NULL, SPAN(send_idx, last_idx), 0);
+        mask >>= 1;
+        step = 100;
+        while (mask > 0) { /* all-gather by recursive doubling */
+            int newdst = newrank ^ mask, dst = REAL(newdst);
+            uint64_t scnt, rcnt;
+            if (newrank < newdst) {
+                if (mask != pof2 / 2)
+                    last_idx = last_idx + pof2 / (mask * 2);
+                recv_idx = send_idx + pof2 / (mask * 2);
+                scnt = SPAN(send_idx, recv_idx);
+                rcnt = SPAN(recv_idx, last_idx);
+            } else {
+                recv_idx = send_idx - pof2 / (mask * 2);
+                scnt = SPAN(send_idx, last_idx);
+                rcnt = SPAN(recv_idx, send_idx);
+            }
+            ADD(PX__ACT_RECV, dst, step, rb + DISP(recv_idx) * esz, NULL, rcnt * esz, 0);
+            ADD(PX__ACT_SEND, dst, step, NULL, rb + DISP(send_idx) * esz, scnt * esz, 0);
+            ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0, 0);
+            if (newrank > newdst)
+                send_idx = recv_idx;
+            mask >>= 1;
+            step++;
+        }
+#undef DISP
+#undef SPAN
+#undef REAL
+    }
+    if (r < 2 * rem) {
+        if (r % 2)
+            ADD(PX__ACT_SEND, r - 1, UNIT_UNFOLD, NULL, recvbuf, bytes, 0);
+        else
+            ADD(PX__ACT_RECV, r + 1, UNIT_UNFOLD, recvbuf, NULL, bytes, 0);
+    }
+    req->advance = px__sched_advance;
+    return PX_OK;
+}
