@@ -9,7 +9,7 @@
 # Usage: test_unit.sh SRCDIR PARALLAXD
 set -eu
 src=$1
-exe=$2
+exe=$(readlink -f "$2")
 command -v systemd-analyze >/dev/null 2>&1 || { echo "SKIP: no systemd-analyze"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
