@@ -15,7 +15,7 @@ for t in messages config; do
   mkdir -p "$out/corpus-$t"
   cp -n "$root/fuzz/corpus/$t/"* "$out/corpus-$t/" 2>/dev/null || true
   PX_LOG_LEVEL=error nice "$root/build-fuzz/fuzz/fuzz_$t" -max_total_time="$secs" \
-      -max_len=8192 -timeout=10 -rss_limit_mb=1024 -artifact_prefix="$out/$t-" \
+      -max_len=8192 -timeout=10 -rss_limit_mb=2048 -close_fd_mask=2 -artifact_prefix="$out/$t-" \
       "$out/corpus-$t" > "$out/fuzz_$t.log" 2>&1 &
   pids="$pids $!"
 done
