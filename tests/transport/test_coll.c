@@ -10,7 +10,8 @@
  *                         avg; counts 0, 1, N-1, and a large odd one; the
  *                         issue's named cases; several nonblocking
  *                         collectives outstanding at once (px_test polling
- *                         and px_wait out of order); split; abort
+ *                         and px_wait out of order); split; px_wait with a
+ *                         short bound, px_request_cancel; abort
  *   test_coll mismatch4   rank 0 passes count 256000, the others 512000:
  *                         every rank gets PX_ERR_MISMATCH, no write past a
  *                         buffer, the communicator still works
@@ -533,6 +534,34 @@ static int check_split(px_launch_rank_t *ctx)
     return 0;
 }
 
+/* px_wait with a bound shorter than the request's deadline returns
+ * PX_ERR_TIMEOUT and leaves the request valid; px_request_cancel frees a
+ * pending receive; the communicator works on. */
+static int check_wait_cancel(px_launch_rank_t *ctx)
+{
+    const int n = ctx->world, r = ctx->rank;
+    px_request_t *b, *rq;
+    char byte = 0;
+    px_status_t status;
+
+    if (n > 1) {
+        if (r == n - 1)
+            usleep(300 * 1000);
+        CALL("barrier start", px_barrier_start(ctx->comm, NULL, &b));
+        if (r != n - 1) {
+            status = px_wait(b, 20);
+            if (status != PX_ERR_TIMEOUT)
+                FAIL("short wait gave %s, want timeout", px_status_str(status));
+        }
+        CALL("barrier wait", px_wait(b, -1));
+    }
+    CALL("recv start", px_recv_start(ctx->comm, (r + 1) % n, 4242, &byte, 1, NULL, &rq));
+    px_request_cancel(rq);
+    CALL("barrier after cancel", px_barrier(ctx->comm, -1));
+    cases++;
+    return 0;
+}
+
 static void *abort_thread(void *arg)
 {
     struct timespec ts = {0, 100 * 1000 * 1000};
@@ -600,7 +629,7 @@ static int rank_matrix(px_launch_rank_t *ctx)
                                                                : PX_ALGO_RECURSIVE_DOUBLING))
                         return 1;
     }
-    if (check_named(ctx) || check_concurrent(ctx) || check_split(ctx))
+    if (check_named(ctx) || check_concurrent(ctx) || check_split(ctx) || check_wait_cancel(ctx))
         return 1;
     CALL("barrier", px_barrier(ctx->comm, -1));
     if (ctx->rank == 0)

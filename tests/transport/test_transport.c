@@ -13,6 +13,8 @@
  *                                      within PX_COMM_TIMEOUT_MS + 1 s
  *   test_transport kill_nowatch N      same without the bootstrap's watch fd (pidfd, UCX, deadline)
  *   test_transport kill0 N             same, killing rank 0 (the bootstrap's master)
+ *   test_transport kill_split N        same on a sub-communicator (reverse rank order): the
+ *                                      errors name the victim's world rank
  *   test_transport allreduce_2nodes N  all-reduce with ranks on two fake nodes (PX_NODE): auto
  *                                      error mode mixes peer-mode and plain endpoints
  *   test_transport kill_2nodes N       kill rank 1 with two fake nodes, default (auto) mode: its
@@ -280,10 +282,20 @@ static int rank_kill(px_launch_rank_t *ctx)
     int64_t t_err;
     char want[32];
 
+    px_comm_t *comm = ctx->comm, *sub = NULL;
+
+    if (getenv("PX_TEST_KILL_SPLIT") && atoi(getenv("PX_TEST_KILL_SPLIT"))) {
+        /* the loop runs on a sub-communicator of every rank in reverse
+         * order: its errors name the sub rank and the world rank */
+        status = px_comm_split(ctx->comm, 0, -ctx->rank, &sub);
+        if (status != PX_OK)
+            FAIL("split: %s", px_status_str(status));
+        comm = sub;
+    }
     for (uint64_t i = 0; i < count; i++)
         buf[i] = 1.0f;
     for (int it = 0;; it++) {
-        status = px_allreduce(ctx->comm, buf, buf, count, PX_FLOAT32, PX_AVG, -1);
+        status = px_allreduce(comm, buf, buf, count, PX_FLOAT32, PX_AVG, -1);
         if (status != PX_OK)
             break;
         atomic_store(&sh->iters[ctx->rank], it + 1);
@@ -295,29 +307,30 @@ static int rank_kill(px_launch_rank_t *ctx)
     if (ctx->rank == sh->victim)
         FAIL("the victim survived");
     if (!atomic_load(&sh->t_kill_ms))
-        FAIL("error before the kill: %s (%s)", px_status_str(status), px_comm_last_error(ctx->comm));
-    snprintf(want, sizeof(want), "rank %d", sh->victim);
+        FAIL("error before the kill: %s (%s)", px_status_str(status), px_comm_last_error(comm));
+    snprintf(want, sizeof(want), sub ? "world rank %d" : "rank %d", sh->victim);
     printf("rank %d: %s after %lld ms: %s\n", ctx->rank, px_status_str(status),
-           (long long)(t_err - atomic_load(&sh->t_kill_ms)), px_comm_last_error(ctx->comm));
+           (long long)(t_err - atomic_load(&sh->t_kill_ms)), px_comm_last_error(comm));
     if (t_err - atomic_load(&sh->t_kill_ms) > timeout + 1000)
         FAIL("error came %lld ms after the kill (timeout %ld)",
              (long long)(t_err - atomic_load(&sh->t_kill_ms)), timeout);
     if (getenv("PX_TEST_WATCH") && atoi(getenv("PX_TEST_WATCH"))) {
-        if (status != PX_ERR_PEER_FAILURE || !strstr(px_comm_last_error(ctx->comm), want))
+        if (status != PX_ERR_PEER_FAILURE || !strstr(px_comm_last_error(comm), want))
             FAIL("want peer failure naming %s, got %s: %s", want, px_status_str(status),
-                 px_comm_last_error(ctx->comm));
+                 px_comm_last_error(comm));
     } else {
         if (status != PX_ERR_TIMEOUT && status != PX_ERR_PEER_FAILURE)
             FAIL("want timeout or peer failure, got %s", px_status_str(status));
         /* the victim's right neighbour waits on the victim itself */
         if (ctx->rank == (sh->victim + 1) % ctx->world &&
-            !strstr(px_comm_last_error(ctx->comm), want))
+            !strstr(px_comm_last_error(comm), want))
             FAIL("right neighbour's error does not name %s: %s", want,
-                 px_comm_last_error(ctx->comm));
+                 px_comm_last_error(comm));
     }
     /* a failed communicator keeps failing, quickly */
-    if (px_barrier(ctx->comm, -1) == PX_OK)
+    if (px_barrier(comm, -1) == PX_OK)
         FAIL("barrier on a failed communicator succeeded");
+    px_comm_destroy(sub);
     /* Linger before exiting: a survivor starved of CPU (4 ranks, 2 cores)
      * may otherwise see this rank's exit before the victim's and name us
      * (secondary failures are indistinguishable from first ones to it). */
@@ -590,7 +603,7 @@ int main(int argc, char **argv)
     } else if (!strcmp(what, "nospin")) {
         failed = px_launch(n, rank_nospin, NULL, &opts, NULL);
     } else if (!strcmp(what, "kill") || !strcmp(what, "kill_nowatch") || !strcmp(what, "kill0") ||
-               !strcmp(what, "kill_2nodes")) {
+               !strcmp(what, "kill_2nodes") || !strcmp(what, "kill_split")) {
         kill_shared_t *sh = px_launch_shared(sizeof(*sh));
         int statuses[64];
         int watch = strcmp(what, "kill_nowatch") != 0;
@@ -604,6 +617,7 @@ int main(int argc, char **argv)
             sh->victim = 1;          /* its successor, rank 2, reaches it in peer mode */
         }
         setenv("PX_TEST_WATCH", watch ? "1" : "0", 1);
+        setenv("PX_TEST_KILL_SPLIT", !strcmp(what, "kill_split") ? "1" : "0", 1);
         if (!getenv("PX_COMM_TIMEOUT_MS"))
             setenv("PX_COMM_TIMEOUT_MS", "3000", 1);
         opts.use_watch = watch;
