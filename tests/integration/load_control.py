@@ -77,6 +77,13 @@ def client_proc(addr, ids, ref_len, n_threads, calls, barrier, q, pb_dir):
     q.put((lat, errors))
 
 
+def cpu_s(pid):
+    """user+system CPU seconds of process `pid` so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
@@ -130,8 +137,10 @@ def main():
             p.start()
         barrier.wait()
         t0 = time.perf_counter()
+        c0 = cpu_s(d.proc.pid)
         results = [q.get(timeout=900) for _ in ps]
         wall = time.perf_counter() - t0
+        dcpu = cpu_s(d.proc.pid) - c0
         for p in ps:
             p.join()
         lat = {"ListJobs": [], "GetJob": []}
@@ -144,6 +153,8 @@ def main():
         print("%d clients x %d calls (ListJobs/GetJob alternating) = %d calls in %.1f s: "
               "%.0f calls/s; errors: %d" % (args.clients, args.calls, total, wall, total / wall,
                                             len(errors)))
+        print("  parallaxd used %.1f CPU s for them: %.0f calls per daemon CPU second "
+              "(the Python clients share the 2 cores)" % (dcpu, total / max(dcpu, 0.01)))
         for k, v in lat.items():
             print("  %-8s n=%5d  p50 %.1f ms  p99 %.1f ms  max %.1f ms"
                   % (k, len(v), 1e3 * pct(v, 50), 1e3 * pct(v, 99), 1e3 * max(v)))
