@@ -11,9 +11,11 @@
  * Invariants: jobs live in d->jobs from submission (or load) until daemon
  * stop; async completions find their job by id, never by pointer; every
  * change is written through to the store. Loop thread only. */
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "benchstore.h"
 #include "memstore.h"
@@ -480,6 +482,79 @@ static void stop_ranks_everywhere(px_job_t *job)
     }
 }
 
+/* Newest complete checkpoint (DIR/step_<N>/ with meta.json, written last)
+ * in `dir` into out; its step, or -1 if none. */
+static long newest_checkpoint(const char *dir, char *out, size_t len)
+{
+    DIR *dh = dir && *dir ? opendir(dir) : NULL;
+    struct dirent *e;
+    long best = -1;
+
+    if (!dh)
+        return -1;
+    while ((e = readdir(dh))) {
+        char meta[1400], *end;
+        long n;
+        if (strncmp(e->d_name, "step_", 5))
+            continue;
+        n = strtol(e->d_name + 5, &end, 10);
+        if (*end || end == e->d_name + 5 || n <= best)
+            continue;
+        snprintf(meta, sizeof(meta), "%s/%s/meta.json", dir, e->d_name);
+        if (access(meta, R_OK) != 0)
+            continue;
+        best = n;
+        snprintf(out, len, "%s/%s", dir, e->d_name);
+    }
+    closedir(dh);
+    return best;
+}
+
+/* issue 5, --max-restarts: `job` just FAILED after placement; if it has
+ * restarts left and a complete checkpoint, submit it again (a new id, same
+ * spec, resume_dir = the checkpoint) and say so in its reason. A new id
+ * keeps late reports of the failed attempt's ranks from touching the new
+ * one (torchrun restarts its worker group the same way, from the last
+ * checkpoint the script saved). */
+static void restart_from_checkpoint(px_job_t *job)
+{
+    Parallax__V1__JobSpec *spec = job->spec, *copy;
+    char ckpt[1200];
+    size_t len = strlen(job->reason);
+    long step;
+    px_job_t *next;
+
+    if (!spec || spec->max_restarts == 0)
+        return;
+    if (spec->restart >= spec->max_restarts) {
+        snprintf(job->reason + len, sizeof(job->reason) - len, "; no restart left (%u of %u used)",
+                 spec->restart, spec->max_restarts);
+        return;
+    }
+    step = newest_checkpoint(spec->checkpoint_dir, ckpt, sizeof(ckpt));
+    if (step < 0) {
+        snprintf(job->reason + len, sizeof(job->reason) - len,
+                 "; not restarted: no complete checkpoint in '%s'",
+                 spec->checkpoint_dir ? spec->checkpoint_dir : "");
+        return;
+    }
+    copy = (Parallax__V1__JobSpec *)px_msg_dup(&spec->base);
+    if (!copy)
+        return;
+    if (copy->resume_dir != protobuf_c_empty_string)
+        free(copy->resume_dir);
+    copy->resume_dir = strdup(ckpt);
+    if (copy->restarted_from != protobuf_c_empty_string)
+        free(copy->restarted_from);
+    copy->restarted_from = strdup(job->id);
+    copy->restart = spec->restart + 1;
+    if (copy->resume_dir && copy->restarted_from && px_job_submit(job->d, copy, &next) == PX_OK)
+        snprintf(job->reason + len, sizeof(job->reason) - len,
+                 "; restarted as %s (restart %u of %u) from %s (step %ld)", next->id,
+                 copy->restart, copy->max_restarts, ckpt, step);
+    protobuf_c_message_free_unpacked(&copy->base, NULL);
+}
+
 void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt, ...)
 {
     Parallax__V1__JobState prev = job->state;
@@ -507,6 +582,10 @@ void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt,
     if (prev == PARALLAX__V1__JOB_STATE__JOB_STARTING ||
         prev == PARALLAX__V1__JOB_STATE__JOB_RUNNING)
         stop_ranks_everywhere(job);
+    if (state == PARALLAX__V1__JOB_STATE__JOB_FAILED && !job->d->stopping &&
+        (prev == PARALLAX__V1__JOB_STATE__JOB_STARTING ||
+         prev == PARALLAX__V1__JOB_STATE__JOB_RUNNING))
+        restart_from_checkpoint(job);
     job_save(job);
     if (job->reason[0])
         job_event(job, "%s: %s", state_name(state), job->reason);

@@ -102,6 +102,12 @@ px_status_t px_validate_spec(const Parallax__V1__JobSpec *spec, int cluster_devi
         return status;
     if (spec->name && strlen(spec->name) > 200)
         return fail(errbuf, errlen, "name: %zu characters (at most 200)", strlen(spec->name));
+    if (spec->max_restarts > 100)
+        return fail(errbuf, errlen, "max_restarts=%u is out of range (0..100)",
+                    spec->max_restarts);
+    if (spec->max_restarts && (!spec->checkpoint_dir || !*spec->checkpoint_dir))
+        return fail(errbuf, errlen, "max_restarts=%u needs checkpoint_dir (a restart resumes "
+                    "from its newest checkpoint)", spec->max_restarts);
     if (m->dim % m->heads)
         return fail(errbuf, errlen, "dim=%u is not divisible by heads=%u", m->dim, m->heads);
     if (spec->batch % spec->dp)

@@ -95,6 +95,13 @@ static void test_validate(void)
     s.dp = 8;
     expect_reject(&s, 4, "dp=8 but the cluster has 4 devices");
     spec_init(&s, &m, good);
+    s.max_restarts = 2;
+    expect_reject(&s, 4, "max_restarts=2 needs checkpoint_dir");
+    s.checkpoint_dir = (char *)"/tmp/ck";
+    EXPECT(px_validate_spec(&s, 4, err, sizeof(err)) == PX_OK, "restarts with a dir: %s", err);
+    s.max_restarts = 101;
+    expect_reject(&s, 4, "max_restarts=101 is out of range");
+    spec_init(&s, &m, good);
     s.batch = 6;
     expect_reject(&s, 4, "batch=6 is not divisible by dp=4");
     spec_init(&s, &m, good);

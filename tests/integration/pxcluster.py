@@ -229,12 +229,13 @@ class Grpc:
         return self._dict(r)
 
     def submit(self, data, dp, batch, steps, layers=2, heads=2, dim=32, seq=32, lr=1e-3,
-               name="", seed=1337):
+               name="", seed=1337, **spec_fields):
+        """spec_fields: any other JobSpec field (checkpoint_dir=..., max_restarts=...)."""
         pb = self.pb
         spec = pb.JobSpec(name=name, model=pb.ModelSpec(layers=layers, heads=heads, dim=dim,
                                                         seq=seq, vocab=256),
                           data_path=data, dp=dp, batch=batch, steps=steps, lr=lr, seed=seed,
-                          weight_decay=0.1, min_lr_ratio=0.1)
+                          weight_decay=0.1, min_lr_ratio=0.1, **spec_fields)
         return self._call("SubmitJob", pb.SubmitJobRequest(spec=spec),
                           pb.SubmitJobResponse)["job_id"]
 

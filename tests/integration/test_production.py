@@ -26,6 +26,10 @@ daemons (2 CPU devices each, heartbeat 200 ms, peer timeout 3 s).
    so; the other node's ranks of it are stopped (the coordinator sees them
    in its heartbeats and sends StopRanks).
 6. A second SubmitJob with the name of an active job -> ALREADY_EXISTS.
+7. max_restarts: a job checkpointing every few steps loses a rank
+   (SIGKILL) -> FAILED naming its restart; the restart (a new id, spec
+   restart 1, restarted_from the old id) resumes from the newest complete
+   checkpoint (its first step is the checkpoint's + 1) and COMPLETES.
 Exit 77 (skipped) when parallax-rank was not built."""
 import os
 import signal
@@ -181,7 +185,7 @@ def main():
 
         # 4. kill -9 of the coordinator mid-job, then restart
         before = {x["id"]: (pc.job_state(x), x.get("reason", "")) for x in c.jobs()}
-        steps = 300
+        steps = 600
         job_id = c.submit(data, name="prod-crash", **dict(RUN, steps=steps))
         j = wait_running(c, job_id, 2)
         groups = set(r["pid"] for r in j["ranks"])
@@ -235,6 +239,34 @@ def main():
         pc.wait_for(lambda: all_devices_free(c), 10, "devices free")
         print("coordinator and its ranks killed, restart: FAILED (%s); the other node's ranks "
               "stopped %.1f s after the restart" % (j["reason"], time.time() - t0))
+
+        # 7. restarts from the newest checkpoint
+        ckdir = os.path.join(cl.workdir, "ckpt")
+        job_id = c.submit(data, name="prod-restart", checkpoint_every=5, checkpoint_dir=ckdir,
+                          max_restarts=1, **dict(RUN, steps=60))
+
+        def checkpointed():
+            j = c.job(job_id)
+            assert pc.job_state(j) in ("PENDING", "STARTING", "RUNNING"), j
+            done = [n for n in (os.listdir(ckdir) if os.path.isdir(ckdir) else [])
+                    if os.path.exists(os.path.join(ckdir, n, "meta.json"))]
+            return j if done and pc.job_state(j) == "RUNNING" else None
+        j = pc.wait_for(checkpointed, 60, "a complete checkpoint of %s" % job_id, 0.1)
+        pgids |= set(r["pid"] for r in j["ranks"])
+        os.kill([r for r in j["ranks"] if r["rank"] == 1][0]["pid"], signal.SIGKILL)
+        j = pc.wait_state(c, job_id, ("FAILED", "COMPLETED"), 15)
+        assert pc.job_state(j) == "FAILED" and "restarted as" in j["reason"], j
+        new_id = j["reason"].split("restarted as ")[1].split()[0]
+        n = c.job(new_id)
+        assert n["spec"]["restart"] == 1 and n["spec"]["restarted_from"] == job_id, n["spec"]
+        assert n["spec"]["resume_dir"].startswith(ckdir + "/step_"), n["spec"]
+        n = pc.wait_state(c, new_id, ("FAILED", "COMPLETED", "CANCELLED"), 180)
+        assert pc.job_state(n) == "COMPLETED" and n["step"] == 60, n
+        first = c.metrics(new_id)[0]["step"]
+        ck_step = int(n["spec"]["resume_dir"].rsplit("step_", 1)[1])
+        assert first == ck_step + 1, (first, ck_step)
+        print("max_restarts: %s FAILED (%s); %s resumed at step %d and COMPLETED"
+              % (job_id, j["reason"], new_id, first))
 
         codes = cl.stop()
         assert codes == [0, 0], codes
