@@ -104,7 +104,8 @@ typedef struct px_job {
     uv_timer_t rdv_timer;           /* rendezvous deadline, then failure settling */
     int rdv_timer_active;
     int fail_pending;               /* a rank failed; reason chosen when settled */
-    int fail_is_signal;
+    int fail_is_signal;             /* cause strength of fail_reason: 2 SIGKILL,
+                                     * 1 other signal, 0 exit code */
     char fail_reason[PXD_REASON_MAX];
     px_watcher_t *watchers;
     int adopting;                   /* RUNNING at load with its local ranks alive:

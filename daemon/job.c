@@ -1014,6 +1014,12 @@ static void on_fail_settled(uv_timer_t *t)
     px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_FAILED, "%s", job->fail_reason);
 }
 
+/* How strongly a rank's exit names the root cause of a job's failure. */
+static int fail_rank_cause(int exit_code)
+{
+    return exit_code == -9 ? 2 : exit_code < 0 ? 1 : 0;
+}
+
 void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char *node,
                         int exit_code, const char *detail)
 {
@@ -1064,11 +1070,14 @@ void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char
         snprintf(how, sizeof(how), "exited with code %d", exit_code);
     /* the first failure starts a short settling window; a signal death seen
      * in it is the root cause over ranks that exited because of it */
-    if (!job->fail_pending || (exit_code < 0 && !job->fail_is_signal)) {
+    /* root cause: SIGKILL (never self-inflicted: the OOM killer, a user)
+     * beats other signals (a rank aborting because its peer vanished) beats
+     * exit codes; among equals the first report wins */
+    if (!job->fail_pending || fail_rank_cause(exit_code) > job->fail_is_signal) {
         snprintf(job->fail_reason, sizeof(job->fail_reason), "rank %d on node %s (%s) %s%s%s",
                  rank, node && *node ? node : jr->node, jr->device, how,
                  detail && *detail ? "; last log line: " : "", detail ? detail : "");
-        job->fail_is_signal = exit_code < 0;
+        job->fail_is_signal = fail_rank_cause(exit_code);
     }
     job_save(job);
     if (!job->fail_pending) {
