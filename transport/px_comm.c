@@ -295,6 +295,47 @@ static void close_eps(px_comm_t *comm)
     free(reqs);
 }
 
+/* Receives and drops the messages of this communicator nobody received
+ * (the rest of a collective that failed, was cancelled or mismatched), so
+ * they do not stay in the worker's unexpected queue. */
+static void drop_unexpected(px_comm_t *comm)
+{
+    const ucp_tag_t mask = (ucp_tag_t)0xfff << 52;
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg;
+    int dropped = 0;
+
+    while (ucp_worker_progress(comm->tr->worker))
+        ;
+    while ((msg = ucp_tag_probe_nb(comm->tr->worker, (ucp_tag_t)(comm->id & 0xfffu) << 52, mask,
+                                   1, &info)) != NULL) {
+        void *buf = malloc(info.length ? info.length : 1);
+        ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                                     .datatype = ucp_dt_make_contig(1)};
+        void *req;
+        int64_t end = px_time_mono_ms() + 200;
+
+        px_debug("comm %u: dropping an unreceived message (tag %#llx, %zu bytes)", comm->id,
+                 (unsigned long long)info.sender_tag, info.length);
+        if (!buf)
+            break;
+        req = ucp_tag_msg_recv_nbx(comm->tr->worker, buf, info.length, msg, &param);
+        if (UCS_PTR_IS_PTR(req)) {
+            while (ucp_request_check_status(req) == UCS_INPROGRESS && px_time_mono_ms() < end)
+                ucp_worker_progress(comm->tr->worker);
+            if (ucp_request_check_status(req) == UCS_INPROGRESS)
+                ucp_request_cancel(comm->tr->worker, req);
+            while (ucp_request_check_status(req) == UCS_INPROGRESS)
+                ucp_worker_progress(comm->tr->worker);
+            ucp_request_free(req);
+        }
+        free(buf);
+        dropped++;
+    }
+    if (dropped)
+        px_debug("comm %u: dropped %d unreceived message(s)", comm->id, dropped);
+}
+
 void px_comm_destroy(px_comm_t *comm)
 {
     int leak_orphans = 0;
@@ -304,6 +345,8 @@ void px_comm_destroy(px_comm_t *comm)
     px__comm_drop_requests(comm);
     if (comm->active)
         px__cancel_all(comm);
+    if (!comm->failed)
+        drop_unexpected(comm);
     if (comm->orphans && !comm->failed)
         comm->failed = PX_ERR_ABORTED; /* force close completes orphaned sends */
     if (comm->peers) {

@@ -581,8 +581,12 @@ static int check_abort(px_launch_rank_t *ctx)
     int64_t t0;
     px_status_t s1, s2;
 
+    atomic_int *finished = ctx->arg; /* shared: ranks done with their abort check */
+
     if (n == 1 || r == n - 1) {
-        usleep(2000 * 1000); /* outlive the others' abort: its exit would be a peer failure */
+        /* outlive the others' abort: its exit would be a peer failure */
+        for (int i = 0; i < 1000 && atomic_load(finished) < n - 1; i++)
+            usleep(10 * 1000);
         return 0;
     }
     CALL("abort start", px_allreduce_start(ctx->comm, buf, buf, 4, PX_FLOAT32, PX_SUM, NULL, &a));
@@ -599,6 +603,11 @@ static int check_abort(px_launch_rank_t *ctx)
     if (px_allreduce(ctx->comm, buf, buf, 4, PX_FLOAT32, PX_SUM, -1) != PX_ERR_ABORTED)
         FAIL("a call after abort did not fail");
     cases++;
+    /* stay until every aborting rank is through: an exit seen first would
+     * be (rightly) a peer failure for a slower rank */
+    atomic_fetch_add(finished, 1);
+    for (int i = 0; i < 1000 && atomic_load(finished) < n - 1; i++)
+        usleep(10 * 1000);
     return 0;
 }
 
@@ -745,8 +754,13 @@ int main(int argc, char **argv)
     int failed;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (!strcmp(what, "matrix"))
-        failed = px_launch(n, rank_matrix, NULL, &opts, NULL);
+    if (!strcmp(what, "matrix")) {
+        atomic_int *finished = px_launch_shared(sizeof(atomic_int));
+        if (!finished)
+            return 1;
+        atomic_store(finished, 0);
+        failed = px_launch(n, rank_matrix, finished, &opts, NULL);
+    }
     else if (!strcmp(what, "mismatch4"))
         failed = px_launch(4, rank_mismatch4, NULL, &opts, NULL);
     else if (!strcmp(what, "leak"))
