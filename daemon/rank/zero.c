@@ -30,13 +30,6 @@
 #include "px_log.h"
 #include "px_time.h"
 
-/* Weak: the engine links with a transport that may not have them yet. */
-#pragma weak px_reduce_scatter_start
-#pragma weak px_allgather_start
-#pragma weak px_wait
-#pragma weak px_test
-#pragma weak px_request_cancel
-
 
 typedef struct rs_entry {
     int unit;
@@ -47,7 +40,7 @@ struct px_zero {
     px_gpt_config_t gc;
     const px_plan_t *plan;
     px_comm_t *comm;
-    int stage, dp, rank, accum, prefetch, nunits, nb; /* nb: nonblocking collectives */
+    int stage, dp, rank, accum, prefetch, nunits;
     int nsh, me;                                      /* slices: count, mine */
     const px_kernel_ops_t *k;
     float *full_params, *shard_params, *full_grads, *shard_grads, *m, *v;
@@ -63,7 +56,7 @@ struct px_zero {
 
 static uint64_t sl(const px_zero_t *z, int u) { return z->plan->unit_padded[u] / (uint64_t)z->nsh; }
 
-/* ---- collectives (nonblocking when the transport has them) ---- */
+/* ---- collectives (px_coll.h, nonblocking) ---- */
 
 static px_status_t coll_fail(px_zero_t *z, const char *what, int u, px_status_t st)
 {
@@ -80,27 +73,19 @@ static px_status_t rs_start(px_zero_t *z, float *buf, int u, px_request_t **req_
     *req_p = NULL;
     if (z->dp == 1)
         return PX_OK;
-    if (z->nb)
-        return px_reduce_scatter_start(z->comm, buf, buf + (uint64_t)z->rank * cnt, cnt,
-                                       PX_FLOAT32, PX_AVG, NULL, req_p);
-    return px_allreduce(z->comm, buf, buf, z->plan->unit_padded[u], PX_FLOAT32, PX_AVG, -1);
+    return px_reduce_scatter_start(z->comm, buf, buf + (uint64_t)z->rank * cnt, cnt, PX_FLOAT32,
+                                   PX_AVG, NULL, req_p);
 }
 
-/* In-place all-gather of unit buffer buf whose slice `rank` is filled (the
- * rest is 0 for the emulation). */
+/* In-place all-gather of unit buffer buf whose slice `rank` is filled. */
 static px_status_t ag_start(px_zero_t *z, float *buf, int u, px_request_t **req_p)
 {
     uint64_t cnt = z->plan->unit_padded[u] / (uint64_t)z->dp;
     *req_p = NULL;
     if (z->dp == 1)
         return PX_OK;
-    if (z->nb)
-        return px_allgather_start(z->comm, buf + (uint64_t)z->rank * cnt, buf, cnt, PX_FLOAT32,
-                                  NULL, req_p);
-    for (int r = 0; r < z->dp; r++)
-        if (r != z->rank)
-            memset(buf + (uint64_t)r * cnt, 0, cnt * sizeof(float));
-    return px_allreduce(z->comm, buf, buf, z->plan->unit_padded[u], PX_FLOAT32, PX_SUM, -1);
+    return px_allgather_start(z->comm, buf + (uint64_t)z->rank * cnt, buf, cnt, PX_FLOAT32, NULL,
+                              req_p);
 }
 
 static px_status_t req_wait(px_request_t *req)
@@ -118,10 +103,7 @@ static px_status_t gather_start(px_zero_t *z, int u)
         return PX_ERR_NO_MEMORY;
     memcpy(b + (uint64_t)z->rank * sl(z, u), z->shard_params + z->plan->shard_offset[u],
            sl(z, u) * sizeof(float));
-    double t0 = px_time_mono_s();
     status = ag_start(z, b, u, &z->gather_req[u]);
-    if (!z->nb)
-        z->times.gather_wait_s += px_time_mono_s() - t0;
     if (status != PX_OK) {
         px_mem_free(b);
         return coll_fail(z, "all-gather", u, status);
@@ -248,10 +230,7 @@ static px_status_t h_grads_release(void *arg, int u)
     if (z->stage < 2)
         return PX_OK;
     rs_entry_t *e = &z->rs[(z->rs_head + z->rs_count) % z->nunits];
-    double t0 = px_time_mono_s();
     px_status_t status = rs_start(z, z->gbuf[u], u, &e->req);
-    if (!z->nb)
-        z->times.rs_wait_s += px_time_mono_s() - t0;
     if (status != PX_OK)
         return coll_fail(z, "reduce-scatter", u, status);
     e->unit = u;
@@ -263,7 +242,7 @@ static void h_progress(void *arg)
 {
     px_zero_t *z = arg;
     int done;
-    if (!z->nb || z->dp == 1)
+    if (z->dp == 1)
         return;
     /* progress the oldest pending request of each kind; completion is
      * recorded by px_test freeing it, so re-check with the same pointer only
@@ -312,8 +291,6 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
     z->nsh = z->stage >= 1 ? z->dp : 1;
     z->me = z->stage >= 1 ? z->rank : 0;
     z->k = px_kernels_cpu();
-    z->nb = px_reduce_scatter_start && px_allgather_start && px_wait && px_test &&
-            px_request_cancel;
     if (z->dp > 1 && (!comm || px_comm_size(comm) != z->dp)) {
         px_error("zero: plan for dp %d but communicator of %d ranks", z->dp,
                  comm ? px_comm_size(comm) : 1);
@@ -325,9 +302,6 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
         free(z);
         return PX_ERR_INVALID_ARGUMENT;
     }
-    if (z->dp > 1 && !z->nb && z->stage > 0 && z->rank == 0)
-        px_warn("zero: transport lacks nonblocking reduce-scatter/all-gather; emulating them "
-                "with all-reduce (same results, no overlap, more traffic)");
     size_t P = plan->padded, S = plan->shard, nu = (size_t)z->nunits;
     int ok = 1;
     if (z->stage <= 2)

@@ -20,10 +20,9 @@
  * Clipping: by the global norm over all shards (one all-reduce of sumsq and
  * loss per step); every rank sees the same norm.
  *
- * Collectives: px_reduce_scatter_start / px_allgather_start / px_wait from
- * px_coll.h when the transport provides them (weak references), otherwise
- * the same results through px_allreduce (correct, not overlapped; logged).
- * One training thread. */
+ * Collectives: px_reduce_scatter_start / px_allgather_start (in place, as
+ * NCCL), px_test / px_wait / px_request_cancel (px_coll.h); the loss and the
+ * norm ride one 2-float px_allreduce per step. One training thread. */
 #ifndef PX_ZERO_H
 #define PX_ZERO_H
 

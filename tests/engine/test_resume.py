@@ -118,7 +118,7 @@ def main():
     # another model cannot be re-cut: a clear error, no training
     r = run_world(rank_bin, ['--layers', '3', '--heads', '3', '--dim', '36', '--seq', '32'] +
                   TRAIN + ['--data', data, '--resume', os.path.join(ck, 'step_5')],
-                  work, 'bad_dim', 1)
+                  work, 'bad_dim', 1, expect_fail=True)
     msg = log_text(work, 'bad_dim')
     ok = r is None and 'it has dim 33, this job 36' in msg
     print('resume into dim 36: %s' % ('refused ok' if ok else 'FAIL'))
@@ -127,7 +127,7 @@ def main():
     shutil.copytree(os.path.join(ck, 'step_5'), inc)
     os.unlink(os.path.join(inc, 'meta.json'))
     r = run_world(rank_bin, MODEL + TRAIN + ['--data', data, '--resume', inc], work,
-                  'incomplete', 1)
+                  'incomplete', 1, expect_fail=True)
     ok = r is None and 'incomplete or missing checkpoint' in log_text(work, 'incomplete')
     print('resume from a checkpoint without meta.json: %s' % ('refused ok' if ok else 'FAIL'))
     failures += not ok

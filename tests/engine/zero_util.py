@@ -16,9 +16,27 @@ def free_port():
     return port
 
 
-def run_world(rank_bin, args, work, tag, dp, deadline_s=180):
+def run_world(rank_bin, args, work, tag, dp, deadline_s=180, expect_fail=False):
     """Runs dp ranks with args; returns a list (per rank) of metric dicts,
-    or None after printing the logs when a rank fails."""
+    or None after printing the logs when a rank fails. A world whose rank 0
+    could not listen on the port picked (another process took it between
+    free_port() and the bind) is launched again once on a new port."""
+    runs = _run_world(rank_bin, args, work, tag, dp, deadline_s, quiet=True)
+    if runs is None and 'cannot listen on port' in log_text(work, tag):
+        print('%s: the master port was taken; launching again' % tag)
+        runs = _run_world(rank_bin, args, work, tag, dp, deadline_s, quiet=expect_fail)
+    elif runs is None and not expect_fail:
+        _print_logs(work, tag, dp)
+    return runs
+
+
+def _print_logs(work, tag, dp):
+    for r in range(dp):
+        print('--- %s rank %d log:' % (tag, r))
+        print(log_text(work, tag, r)[-3000:])
+
+
+def _run_world(rank_bin, args, work, tag, dp, deadline_s, quiet):
     port = free_port()
     procs = []
     for r in range(dp):
@@ -44,9 +62,8 @@ def run_world(rank_bin, args, work, tag, dp, deadline_s=180):
         log.close()
         ok = ok and rc == 0
     if not ok:
-        for r, (_, _, _, logp) in enumerate(procs):
-            print('--- %s rank %d log:' % (tag, r))
-            print(open(logp).read()[-3000:])
+        if not quiet:
+            _print_logs(work, tag, dp)
         return None
     return [[json.loads(line) for line in open(m) if line.strip()] for _, m, _, _ in procs]
 
