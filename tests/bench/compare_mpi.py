@@ -45,6 +45,20 @@ def build_peer(build, peer_src):
     return exe
 
 
+def parse_json(out):
+    """px-coll-bench --json's object; other lines (UCX writes its warnings to
+    stdout) are passed on to stderr."""
+    doc = None
+    for line in out.splitlines():
+        if line.startswith('{"op"'):
+            doc = json.loads(line)
+        elif line.strip():
+            sys.stderr.write("px-coll-bench: %s\n" % line)
+    if doc is None:
+        raise RuntimeError("px-coll-bench printed no JSON: %r" % out[-500:])
+    return doc
+
+
 def run_ours(bench, n, op, minb, maxb):
     cmd = [bench, "-n", str(n), "--op", op, "-b", str(minb), "-e", str(maxb), "-f", "4",
            "--json"]
@@ -54,7 +68,7 @@ def run_ours(bench, n, op, minb, maxb):
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-2000:])
         raise RuntimeError("%s exited %d" % (" ".join(cmd), p.returncode))
-    return {r["size"]: r for r in json.loads(p.stdout)["rows"]}
+    return {r["size"]: r for r in parse_json(p.stdout)["rows"]}
 
 
 def run_mpi(exe, n, op, minb, maxb):
