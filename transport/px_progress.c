@@ -365,6 +365,21 @@ static px_status_t check_world(px_comm_t *w)
     return PX_OK;
 }
 
+px_status_t px__poll_async(px_comm_t *comm)
+{
+    px_comm_t *w = comm->root;
+    px_status_t status;
+
+    if (comm->failed)
+        return comm->failed;
+    if (atomic_load(&comm->aborted) == 2)
+        return px__comm_set_error(comm, PX_ERR_ABORTED, "aborted: %s", comm->abort_reason);
+    status = check_world(w);
+    if (status == PX_OK || w == comm)
+        return status;
+    return px__check_async(comm); /* the world failed: say why, in our ranks */
+}
+
 px_status_t px__check_async(px_comm_t *comm)
 {
     px_comm_t *w = comm->root;

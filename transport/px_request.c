@@ -432,7 +432,7 @@ px_status_t px_test(px_request_t *req, int *done_p)
     if (!req || !done_p)
         return PX_ERR_INVALID_ARGUMENT;
     if (req->status == PX_INPROGRESS) {
-        px_status_t async = px__check_async(req->comm);
+        px_status_t async = px__poll_async(req->comm);
         if (async != PX_OK) {
             req_end(req, async);
         } else {
@@ -491,7 +491,7 @@ static px_status_t wait_impl(px_request_t *req, int timeout_ms, int *freed_p)
 
         if (req->status == PX_INPROGRESS) {
             /* a same-node peer that exited must be dropped before progress */
-            px_status_t async = px__check_async(comm);
+            px_status_t async = px__poll_async(comm);
             if (async != PX_OK)
                 req_end(req, async);
             else

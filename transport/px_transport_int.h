@@ -307,6 +307,10 @@ static inline void px__cancel_all(px_comm_t *comm)
  * error status (and sets it on `comm`) when the comm must stop or has lost
  * a rank. */
 px_status_t px__check_async(px_comm_t *comm);
+/* The same, except that a dead rank is only recorded (and its plain-mode
+ * endpoint dropped), not an error: progress may still complete what does
+ * not need it (its last messages may already be here). */
+px_status_t px__poll_async(px_comm_t *comm);
 /* Progresses the worker until it has nothing to do. */
 void px__progress_worker(px_comm_t *comm);
 /* Sleeps on the worker efd, the abort efds, the watch fd and the pidfds

@@ -15,6 +15,8 @@
  *   test_coll mismatch4   rank 0 passes count 256000, the others 512000:
  *                         every rank gets PX_ERR_MISMATCH, no write past a
  *                         buffer, the communicator still works
+ *   test_coll exitrace N  a rank completes a barrier and exits before the
+ *                         others wait for it: they still succeed
  *   test_coll leak N      300 x (split, all-reduce and fp16 reduce on the
  *                         sub-communicator, destroy): file descriptors,
  *                         communicators and RSS do not grow
@@ -679,6 +681,32 @@ static int rank_mismatch4(px_launch_rank_t *ctx)
     return 0;
 }
 
+/* A rank that finished the last collective and exited must not fail the
+ * others' wait when everything they need from it has arrived: rank 0 joins
+ * a barrier late, completes it and exits; the others, which started the
+ * barrier before, wait only after rank 0 is gone (its pidfd readable) and
+ * must still succeed. */
+static int rank_exitrace(px_launch_rank_t *ctx)
+{
+    px_request_t *b;
+    px_status_t status;
+
+    if (ctx->rank == 0) {
+        usleep(100 * 1000);
+        CALL("barrier", px_barrier(ctx->comm, -1));
+        _exit(0); /* at once, without closing anything */
+    }
+    CALL("barrier start", px_barrier_start(ctx->comm, NULL, &b));
+    usleep(600 * 1000); /* rank 0 has exited by now */
+    status = px_wait(b, -1);
+    if (status != PX_OK)
+        FAIL("barrier completed by a rank that then exited: %s (%s)", px_status_str(status),
+             px_comm_last_error(ctx->comm));
+    if (ctx->rank == 1)
+        printf("exitrace: the barrier completed on every rank after rank 0 exited\n");
+    return 0;
+}
+
 static int count_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
@@ -763,6 +791,8 @@ int main(int argc, char **argv)
     }
     else if (!strcmp(what, "mismatch4"))
         failed = px_launch(4, rank_mismatch4, NULL, &opts, NULL);
+    else if (!strcmp(what, "exitrace"))
+        failed = px_launch(n, rank_exitrace, NULL, &opts, NULL);
     else if (!strcmp(what, "leak"))
         failed = px_launch(n, rank_leak, NULL, &opts, NULL);
     else {
