@@ -22,11 +22,13 @@
  * thread with no px_rpc_cq. Async client calls run on a px_rpc_cq. */
 #include "px_rpc.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include <grpc/byte_buffer.h>
@@ -42,7 +44,7 @@
 
 #include "px_log.h"
 
-#define PX_RPC_MAX_MSG_BYTES (64 * 1024 * 1024)
+#define PX_RPC_MAX_MSG_BYTES PX_RPC_DEFAULT_MAX_MESSAGE_BYTES
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
@@ -132,6 +134,8 @@ px_status_t px_rpc_status_from_code(grpc_status_code code)
     case GRPC_STATUS_CANCELLED: return PX_ERR_ABORTED;
     case GRPC_STATUS_ALREADY_EXISTS: return PX_ERR_ALREADY_EXISTS;
     case GRPC_STATUS_FAILED_PRECONDITION: return PX_ERR_INVALID_ARGUMENT;
+    case GRPC_STATUS_UNAUTHENTICATED:
+    case GRPC_STATUS_PERMISSION_DENIED: return PX_ERR_INVALID_ARGUMENT;
     default: return PX_ERR_INTERNAL;
     }
 }
@@ -311,6 +315,7 @@ typedef struct send_item {
 
 typedef struct server_method {
     px_rpc_method_t m;  /* path strdup'd */
+    int builtin;        /* grpc.health.v1: answered without authorization */
     void *registered;   /* grpc_server_register_method handle */
     px_rpc_call_t *armed;
 } server_method_t;
@@ -328,6 +333,8 @@ struct px_rpc_server {
     int shutdown_done;
     int inflight;              /* armed requests + outstanding batches */
     rpc_tag_t shutdown_tag;
+    px_rpc_authorize_fn authorize;
+    void *authorize_arg;
 };
 
 struct px_rpc_call {
@@ -572,6 +579,15 @@ static void call_dispatch(px_rpc_call_t *c)
         free(method);
         return;
     }
+    if (s->authorize && !m->builtin) {
+        char why[512] = "";
+        grpc_status_code code = s->authorize(c, m->m.path, s->authorize_arg, why, sizeof(why));
+        if (code != GRPC_STATUS_OK) {
+            px_debug("%s from %s refused: %s", m->m.path, c->peer, why);
+            px_rpc_call_fail(c, code, "%s", why[0] ? why : "not authorized");
+            return;
+        }
+    }
     if (m->m.request) {
         req = unpack_message(m->m.request, c->payload);
         /* The bytes are no longer needed once unpacked. */
@@ -701,6 +717,45 @@ px_status_t px_rpc_server_create(px_rpc_cq_t *cq, const char *const *addrs, size
                                  const px_rpc_method_t *methods, size_t n_methods,
                                  px_rpc_server_t **server_p)
 {
+    return px_rpc_server_create_opts(cq, addrs, n_addrs, methods, n_methods, NULL, server_p);
+}
+
+/* Server credentials: TLS from PEM files when both are given, else insecure.
+ * NULL (error logged) when a file cannot be read. */
+static grpc_server_credentials *server_creds(const px_rpc_server_opts_t *opts)
+{
+    grpc_ssl_pem_key_cert_pair pair;
+    grpc_server_credentials *creds;
+    char *cert, *key;
+
+    if (!opts || !opts->tls_cert_file || !opts->tls_key_file)
+        return grpc_insecure_server_credentials_create();
+    cert = px_rpc_read_file(opts->tls_cert_file, 1 << 20);
+    key = px_rpc_read_file(opts->tls_key_file, 1 << 20);
+    if (!cert || !key) {
+        px_error("TLS: cannot read %s", !cert ? opts->tls_cert_file : opts->tls_key_file);
+        free(cert);
+        free(key);
+        return NULL;
+    }
+    pair.private_key = key;
+    pair.cert_chain = cert;
+    creds = grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL);
+    /* gRPC copies the PEM strings. Wipe the key from our heap. */
+    explicit_bzero(key, strlen(key));
+    free(key);
+    free(cert);
+    if (!creds)
+        px_error("TLS: gRPC refused the certificate %s / key %s", opts->tls_cert_file,
+                 opts->tls_key_file);
+    return creds;
+}
+
+px_status_t px_rpc_server_create_opts(px_rpc_cq_t *cq, const char *const *addrs, size_t n_addrs,
+                                      const px_rpc_method_t *methods, size_t n_methods,
+                                      const px_rpc_server_opts_t *opts,
+                                      px_rpc_server_t **server_p)
+{
     px_rpc_server_t *s;
     grpc_server_credentials *creds;
     grpc_arg args[3];
@@ -708,12 +763,25 @@ px_status_t px_rpc_server_create(px_rpc_cq_t *cq, const char *const *addrs, size
     px_status_t status = PX_OK;
     size_t i;
 
+    int max_msg = opts && opts->max_message_bytes > 0 ? opts->max_message_bytes
+                                                      : PX_RPC_MAX_MSG_BYTES;
+
     if (!cq || !addrs || n_addrs == 0 || (n_methods && !methods))
         return PX_ERR_INVALID_ARGUMENT;
+    if (opts && opts->max_message_bytes < 0)
+        return PX_ERR_INVALID_ARGUMENT;
+    if (opts && (!opts->tls_cert_file != !opts->tls_key_file)) {
+        px_error("TLS needs both a certificate and a key file");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
     s = calloc(1, sizeof(*s));
     if (!s)
         return PX_ERR_NO_MEMORY;
     s->cq = cq;
+    if (opts) {
+        s->authorize = opts->authorize;
+        s->authorize_arg = opts->authorize_arg;
+    }
     s->shutdown_tag.fn = on_shutdown;
     s->n_addrs = n_addrs;
     s->ports = calloc(n_addrs, sizeof(int));
@@ -733,7 +801,9 @@ px_status_t px_rpc_server_create(px_rpc_cq_t *cq, const char *const *addrs, size
         s->methods[i].m.path = strdup(methods[i].path);
     }
     s->methods[i].m = (px_rpc_method_t){strdup(HEALTH_CHECK_PATH), NULL, 0, health_check, NULL};
+    s->methods[i].builtin = 1;
     s->methods[i + 1].m = (px_rpc_method_t){strdup(HEALTH_WATCH_PATH), NULL, 1, health_watch, NULL};
+    s->methods[i + 1].builtin = 1;
 
     memset(args, 0, sizeof(args));
     args[0].type = GRPC_ARG_INTEGER;
@@ -741,7 +811,7 @@ px_status_t px_rpc_server_create(px_rpc_cq_t *cq, const char *const *addrs, size
     args[0].value.integer = 0;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[1].value.integer = PX_RPC_MAX_MSG_BYTES;
+    args[1].value.integer = max_msg;
     args[2].type = GRPC_ARG_INTEGER;
     args[2].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[2].value.integer = PX_RPC_MAX_MSG_BYTES;
@@ -760,7 +830,11 @@ px_status_t px_rpc_server_create(px_rpc_cq_t *cq, const char *const *addrs, size
             goto err_destroy_server;
         }
     }
-    creds = grpc_insecure_server_credentials_create();
+    creds = server_creds(opts);
+    if (!creds) {
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto err_destroy_server;
+    }
     for (i = 0; i < n_addrs; i++) {
         int port = grpc_server_add_http2_port(s->server, addrs[i], creds);
         if (port == 0) {
@@ -959,27 +1033,119 @@ const char *px_rpc_call_peer(const px_rpc_call_t *call)
     return call->peer ? call->peer : "";
 }
 
+int px_rpc_call_peer_is_local(const px_rpc_call_t *call)
+{
+    const char *p = call->peer ? call->peer : "";
+    /* gRPC 1.51 peer strings: "unix:/path" (or "unix:" for an unnamed client
+     * socket), "ipv4:127.0.0.1:port", "ipv6:[::1]:port", and IPv4-mapped
+     * loopback "ipv6:[::ffff:127.0.0.1]:port". */
+    return !strncmp(p, "unix:", 5) || !strncmp(p, "ipv4:127.", 9) ||
+           !strncmp(p, "ipv6:[::1]:", 11) || !strncmp(p, "ipv6:[::ffff:127.", 17) ||
+           !strncmp(p, "ipv6:%5B::1%5D:", 15) || !strncmp(p, "ipv6:%5B::ffff:127.", 19);
+}
+
+int px_rpc_call_metadata(const px_rpc_call_t *call, const char *key, const char **value_p,
+                         size_t *len_p)
+{
+    size_t klen;
+    if (!call || !key)
+        return 0;
+    klen = strlen(key);
+    for (size_t i = 0; i < call->req_md.count; i++) {
+        const grpc_metadata *md = &call->req_md.metadata[i];
+        if (GRPC_SLICE_LENGTH(md->key) == klen &&
+            !strncasecmp((const char *)GRPC_SLICE_START_PTR(md->key), key, klen)) {
+            if (value_p)
+                *value_p = (const char *)GRPC_SLICE_START_PTR(md->value);
+            if (len_p)
+                *len_p = GRPC_SLICE_LENGTH(md->value);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int px_rpc_secret_equal(const void *a, size_t alen, const void *b, size_t blen)
+{
+    const unsigned char *x = a, *y = b;
+    unsigned char diff = 0;
+    size_t n = alen > blen ? alen : blen;
+    /* Touches max(alen, blen) bytes whatever the contents: the time depends
+     * on the lengths only (which are not secret: a token's length leaks
+     * nothing useful). */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char cx = i < alen ? x[i] : 0;
+        unsigned char cy = i < blen ? y[i] : 0;
+        diff |= (unsigned char)(cx ^ cy);
+    }
+    return (diff == 0) & (alen == blen);
+}
+
+char *px_rpc_read_file(const char *path, size_t max_bytes)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    size_t n;
+    if (!f)
+        return NULL;
+    buf = malloc(max_bytes + 1);
+    if (!buf) {
+        fclose(f);
+        return NULL;
+    }
+    n = fread(buf, 1, max_bytes + 1, f);
+    if (ferror(f) || n > max_bytes) {
+        int err = ferror(f) ? EIO : EFBIG;
+        fclose(f);
+        explicit_bzero(buf, n);
+        free(buf);
+        errno = err;
+        return NULL;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
 /* ------------------------------------------------------------------- client */
+
+#define PX_RPC_CHANNEL_MAX_MD 8
 
 struct px_rpc_channel {
     grpc_channel *channel;
     char *target;
+    grpc_metadata md[PX_RPC_CHANNEL_MAX_MD]; /* sent with every call */
+    size_t n_md;
 };
 
 px_status_t px_rpc_channel_create(const char *target, px_rpc_channel_t **channel_p)
 {
+    return px_rpc_channel_create_tls(target, NULL, channel_p);
+}
+
+px_status_t px_rpc_channel_create_tls(const char *target, const char *ca_file,
+                                      px_rpc_channel_t **channel_p)
+{
     px_rpc_channel_t *ch;
     grpc_channel_credentials *creds;
+    char *ca = NULL;
     grpc_arg args[2];
     grpc_channel_args chargs;
 
     if (!target || !*target)
         return PX_ERR_INVALID_ARGUMENT;
+    if (ca_file && !(ca = px_rpc_read_file(ca_file, 1 << 20))) {
+        px_error("TLS: cannot read the CA file %s: %s", ca_file, strerror(errno));
+        return PX_ERR_IO;
+    }
     ch = calloc(1, sizeof(*ch));
-    if (!ch)
+    if (!ch) {
+        free(ca);
         return PX_ERR_NO_MEMORY;
+    }
     ch->target = strdup(target);
     if (!ch->target) {
+        free(ca);
         free(ch);
         return PX_ERR_NO_MEMORY;
     }
@@ -993,10 +1159,46 @@ px_status_t px_rpc_channel_create(const char *target, px_rpc_channel_t **channel
     chargs.num_args = 2;
     chargs.args = args;
     grpc_init();
-    creds = grpc_insecure_credentials_create();
+    if (ca) {
+        creds = grpc_ssl_credentials_create(ca, NULL, NULL, NULL);
+        free(ca);
+    } else {
+        creds = grpc_insecure_credentials_create();
+    }
     ch->channel = grpc_channel_create(target, creds, &chargs);
     grpc_channel_credentials_release(creds);
     *channel_p = ch;
+    return PX_OK;
+}
+
+px_status_t px_rpc_channel_set_metadata(px_rpc_channel_t *ch, const char *key, const char *value)
+{
+    size_t i;
+    if (!ch || !key || !*key || !value)
+        return PX_ERR_INVALID_ARGUMENT;
+    for (const char *k = key; *k; k++) {
+        /* HTTP/2 header names: lowercase, digits, '-', '_', '.' */
+        if (!((*k >= 'a' && *k <= 'z') || (*k >= '0' && *k <= '9') || *k == '-' || *k == '_' ||
+              *k == '.')) {
+            px_error("metadata key %s: only lowercase letters, digits, '-', '_' and '.'", key);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+    }
+    for (i = 0; i < ch->n_md; i++) {
+        if (GRPC_SLICE_LENGTH(ch->md[i].key) == strlen(key) &&
+            !memcmp(GRPC_SLICE_START_PTR(ch->md[i].key), key, strlen(key)))
+            break;
+    }
+    if (i == PX_RPC_CHANNEL_MAX_MD)
+        return PX_ERR_NO_MEMORY;
+    if (i < ch->n_md) {
+        grpc_slice_unref(ch->md[i].value);
+    } else {
+        memset(&ch->md[i], 0, sizeof(ch->md[i]));
+        ch->md[i].key = grpc_slice_from_copied_string(key);
+        ch->n_md++;
+    }
+    ch->md[i].value = grpc_slice_from_copied_string(value);
     return PX_OK;
 }
 
@@ -1004,6 +1206,10 @@ void px_rpc_channel_destroy(px_rpc_channel_t *ch)
 {
     if (!ch)
         return;
+    for (size_t i = 0; i < ch->n_md; i++) {
+        grpc_slice_unref(ch->md[i].key);
+        grpc_slice_unref(ch->md[i].value);
+    }
     grpc_channel_destroy(ch->channel);
     free(ch->target);
     free(ch);
@@ -1053,7 +1259,7 @@ typedef struct unary_ops {
     grpc_op ops[6];
 } unary_ops_t;
 
-static void unary_ops_init(unary_ops_t *u, grpc_byte_buffer *send_bb)
+static void unary_ops_init(unary_ops_t *u, const px_rpc_channel_t *ch, grpc_byte_buffer *send_bb)
 {
     memset(u, 0, sizeof(*u));
     grpc_metadata_array_init(&u->initial_md);
@@ -1062,6 +1268,9 @@ static void unary_ops_init(unary_ops_t *u, grpc_byte_buffer *send_bb)
     u->code = GRPC_STATUS_UNKNOWN;
     u->details = grpc_empty_slice();
     u->ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    /* gRPC copies (refs) the metadata when the batch starts. */
+    u->ops[0].data.send_initial_metadata.count = ch->n_md;
+    u->ops[0].data.send_initial_metadata.metadata = (grpc_metadata *)ch->md;
     u->ops[1].op = GRPC_OP_SEND_MESSAGE;
     u->ops[1].data.send_message.send_message = send_bb;
     u->ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -1129,7 +1338,7 @@ px_status_t px_rpc_call_unary(px_rpc_channel_t *channel, const char *path,
         return PX_ERR_INVALID_ARGUMENT;
     cq = grpc_completion_queue_create_for_pluck(NULL);
     call = client_call_create(channel, cq, path, deadline_from_ms(timeout_ms));
-    unary_ops_init(&u, pack_message(request));
+    unary_ops_init(&u, channel, pack_message(request));
     err = grpc_call_start_batch(call, u.ops, 6, &u, NULL);
     if (err != GRPC_CALL_OK) {
         px_error("%s: grpc_call_start_batch: %s", path, grpc_call_error_to_string(err));
@@ -1208,6 +1417,8 @@ px_status_t px_rpc_stream_open(px_rpc_channel_t *channel, const char *path,
     bb = pack_message(request);
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = channel->n_md;
+    ops[0].data.send_initial_metadata.metadata = channel->md;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -1365,7 +1576,7 @@ px_status_t px_rpc_call_async(px_rpc_cq_t *cq, px_rpc_channel_t *channel, const 
     a->done = done;
     a->arg = arg;
     a->call = client_call_create(channel, cq->cq, path, deadline_from_ms(timeout_ms));
-    unary_ops_init(&a->u, pack_message(request));
+    unary_ops_init(&a->u, channel, pack_message(request));
     err = grpc_call_start_batch(a->call, a->u.ops, 6, &a->tag, NULL);
     if (err != GRPC_CALL_OK) {
         px_error("%s: grpc_call_start_batch: %s", path, grpc_call_error_to_string(err));

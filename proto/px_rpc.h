@@ -79,6 +79,34 @@ px_status_t px_rpc_server_create(px_rpc_cq_t *cq, const char *const *addrs, size
                                  const px_rpc_method_t *methods, size_t n_methods,
                                  px_rpc_server_t **server_p);
 
+/* Default maximum size of a received message, bytes (a larger one is
+ * answered RESOURCE_EXHAUSTED by gRPC before any handler runs). */
+#define PX_RPC_DEFAULT_MAX_MESSAGE_BYTES (64 * 1024 * 1024)
+
+/* Authorization hook, run on the owner thread for every call to a
+ * registered method (not grpc.health.v1, not unknown methods) before its
+ * request is parsed. Returns GRPC_STATUS_OK to let the call through, or the
+ * status to end it with (UNAUTHENTICATED, PERMISSION_DENIED) after writing a
+ * NUL-terminated reason into why[why_len] that the client sees. */
+typedef grpc_status_code (*px_rpc_authorize_fn)(px_rpc_call_t *call, const char *path,
+                                                void *arg, char *why, size_t why_len);
+
+typedef struct px_rpc_server_opts {
+    int max_message_bytes;           /* largest request accepted; 0: the default */
+    px_rpc_authorize_fn authorize;   /* NULL: every call is let through */
+    void *authorize_arg;
+    const char *tls_cert_file;       /* PEM chain and key: TLS on every address */
+    const char *tls_key_file;        /* (unix sockets too); both NULL: insecure */
+} px_rpc_server_opts_t;
+
+/* px_rpc_server_create with options (NULL: defaults). PX_ERR_INVALID_ARGUMENT
+ * for a negative size, only one of the TLS files, or PEM files gRPC cannot
+ * read or use (error logged). */
+px_status_t px_rpc_server_create_opts(px_rpc_cq_t *cq, const char *const *addrs, size_t n_addrs,
+                                      const px_rpc_method_t *methods, size_t n_methods,
+                                      const px_rpc_server_opts_t *opts,
+                                      px_rpc_server_t **server_p);
+
 /* The port bound for addrs[i] (the real one when 0 was asked), 0 for unix. */
 int px_rpc_server_port(const px_rpc_server_t *server, size_t i);
 
@@ -119,6 +147,25 @@ void px_rpc_call_on_cancel(px_rpc_call_t *call, void (*cb)(px_rpc_call_t *call, 
 /* Peer address as gRPC gives it ("ipv4:127.0.0.1:5432"); borrowed. */
 const char *px_rpc_call_peer(const px_rpc_call_t *call);
 
+/* 1 if the call came over a unix socket or from a loopback address
+ * (127.0.0.0/8, ::1, ::ffff:127.x), judged from gRPC's peer string. */
+int px_rpc_call_peer_is_local(const px_rpc_call_t *call);
+
+/* Looks up request metadata `key` (case-insensitive, e.g. "x-parallax-token").
+ * Returns 1 and sets *value_p / *len_p (optional) to the first value's bytes,
+ * NOT NUL-terminated, borrowed until the call is ended; 0 if absent. */
+int px_rpc_call_metadata(const px_rpc_call_t *call, const char *key, const char **value_p,
+                         size_t *len_p);
+
+/* Constant-time comparison of two secrets: the time depends on the lengths
+ * only, never on where the bytes differ. 1 if equal (same length and bytes). */
+int px_rpc_secret_equal(const void *a, size_t alen, const void *b, size_t blen);
+
+/* Reads a whole file of at most `max_bytes` into a NUL-terminated malloc'd
+ * buffer (caller frees). NULL with errno set when it cannot be opened or read
+ * (EFBIG when larger). */
+char *px_rpc_read_file(const char *path, size_t max_bytes);
+
 /* ------------------------------------------------------------------- client */
 
 typedef struct px_rpc_channel px_rpc_channel_t;
@@ -126,6 +173,19 @@ typedef struct px_rpc_channel px_rpc_channel_t;
 /* Insecure channel to `target` ("host:port" or "unix:/path"). Connects
  * lazily. Never fails for a well-formed target. */
 px_status_t px_rpc_channel_create(const char *target, px_rpc_channel_t **channel_p);
+/* TLS channel: the server's certificate must chain to the PEM CA bundle in
+ * `ca_file` (NULL: an insecure channel, as px_rpc_channel_create).
+ * PX_ERR_IO when the CA file cannot be read. */
+px_status_t px_rpc_channel_create_tls(const char *target, const char *ca_file,
+                                      px_rpc_channel_t **channel_p);
+/* Adds (or replaces) request metadata sent with every later call on the
+ * channel: `key` lowercase letters, digits, '-', '_', '.' (HTTP/2 header
+ * names; "-bin" suffixes are not supported), `value` a printable string.
+ * Both are copied. At most 8 keys (PX_ERR_NO_MEMORY past that);
+ * PX_ERR_INVALID_ARGUMENT for a bad key. Not thread-safe with calls in
+ * flight on the channel: set metadata before the first call. */
+px_status_t px_rpc_channel_set_metadata(px_rpc_channel_t *channel, const char *key,
+                                        const char *value);
 void px_rpc_channel_destroy(px_rpc_channel_t *channel);
 const char *px_rpc_channel_target(const px_rpc_channel_t *channel);
 /* 1 if the channel has a live connection now (GRPC_CHANNEL_READY), else 0.
@@ -177,7 +237,8 @@ px_status_t px_rpc_call_async(px_rpc_cq_t *cq, px_rpc_channel_t *channel, const 
 /* Maps a gRPC status code to px_status_t (OK->PX_OK, INVALID_ARGUMENT->
  * PX_ERR_INVALID_ARGUMENT, NOT_FOUND, DEADLINE_EXCEEDED->TIMEOUT,
  * UNAVAILABLE, RESOURCE_EXHAUSTED->UNAVAILABLE, CANCELLED->ABORTED,
- * ALREADY_EXISTS, FAILED_PRECONDITION->INVALID_ARGUMENT, else INTERNAL). */
+ * ALREADY_EXISTS, FAILED_PRECONDITION, UNAUTHENTICATED and PERMISSION_DENIED
+ * ->INVALID_ARGUMENT, else INTERNAL). */
 px_status_t px_rpc_status_from_code(grpc_status_code code);
 /* The reverse, for servers answering with a px_status_t. */
 grpc_status_code px_rpc_code_from_status(px_status_t status);

@@ -458,6 +458,320 @@ static void test_async(px_rpc_channel_t *ch)
     printf("ok async call through drain\n");
 }
 
+/* ------------------------------------------- metadata, authorization, size */
+
+#define MD_KEY "x-parallax-token"
+static int g_protected_ran;
+
+/* GetJob on the auth server: echoes the token metadata (or "<none>") as the
+ * id and px_rpc_call_peer_is_local as the step. */
+static void h_echo_md(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    Parallax__V1__Job job = PARALLAX__V1__JOB__INIT;
+    const char *v = NULL;
+    size_t len = 0;
+    char id[256];
+
+    if (px_rpc_call_metadata(call, MD_KEY, &v, &len))
+        snprintf(id, sizeof(id), "%.*s", (int)len, v);
+    else
+        snprintf(id, sizeof(id), "<none>");
+    CHECK(!px_rpc_call_metadata(call, "x-absent-key", NULL, NULL));
+    job.id = id;
+    job.step = (uint64_t)px_rpc_call_peer_is_local(call);
+    px_rpc_call_reply(call, &job.base);
+}
+
+/* SubmitJob on the auth server: only reached with the right token. */
+static void h_protected(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    Parallax__V1__SubmitJobResponse resp = PARALLAX__V1__SUBMIT_JOB_RESPONSE__INIT;
+    g_protected_ran++;
+    resp.job_id = "allowed";
+    px_rpc_call_reply(call, &resp.base);
+}
+
+/* WatchJob on the auth server: one event whose job id is the token. */
+static void h_watch_md(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    Parallax__V1__JobEvent ev = PARALLAX__V1__JOB_EVENT__INIT;
+    Parallax__V1__Job job = PARALLAX__V1__JOB__INIT;
+    const char *v = NULL;
+    size_t len = 0;
+    char id[256] = "<none>";
+    if (px_rpc_call_metadata(call, MD_KEY, &v, &len))
+        snprintf(id, sizeof(id), "%.*s", (int)len, v);
+    job.id = id;
+    ev.job = &job;
+    CHECK(px_rpc_call_stream_send(call, &ev.base) == PX_OK);
+    px_rpc_call_stream_finish(call);
+}
+
+/* SubmitJob and WatchJob need the token "s3cret"; GetJob is open. */
+static grpc_status_code authorize(px_rpc_call_t *call, const char *path, void *arg, char *why,
+                                  size_t why_len)
+{
+    const char *v = NULL;
+    size_t len = 0;
+    (*(int *)arg)++;
+    if (strstr(path, "GetJob"))
+        return GRPC_STATUS_OK;
+    if (!px_rpc_call_metadata(call, MD_KEY, &v, &len)) {
+        snprintf(why, why_len, "no token");
+        return GRPC_STATUS_UNAUTHENTICATED;
+    }
+    if (!px_rpc_secret_equal(v, len, "s3cret", 6)) {
+        snprintf(why, why_len, "wrong token");
+        return GRPC_STATUS_UNAUTHENTICATED;
+    }
+    return GRPC_STATUS_OK;
+}
+
+static const px_rpc_method_t g_auth_methods[] = {
+    {"/parallax.v1.Control/GetJob", &parallax__v1__get_job_request__descriptor, 0, h_echo_md,
+     NULL},
+    {"/parallax.v1.Control/SubmitJob", &parallax__v1__submit_job_request__descriptor, 0,
+     h_protected, NULL},
+    {"/parallax.v1.Control/WatchJob", &parallax__v1__watch_job_request__descriptor, 1, h_watch_md,
+     NULL},
+};
+
+static int g_authorize_calls;
+
+typedef struct {
+    const char *addrs[2];
+    size_t n;
+    int max_bytes;
+    px_rpc_server_t *server;
+    px_status_t status;
+} auth_server_cmd_t;
+
+static void cmd_auth_server_create(void *arg)
+{
+    auth_server_cmd_t *c = arg;
+    px_rpc_server_opts_t opts = {c->max_bytes, authorize, &g_authorize_calls, NULL, NULL};
+    c->status = px_rpc_server_create_opts(g_cq, c->addrs, c->n, g_auth_methods,
+                                          sizeof(g_auth_methods) / sizeof(g_auth_methods[0]),
+                                          &opts, &c->server);
+}
+
+/* GetJob `id` on ch: returns the echoed id (static buffer) or NULL, with
+ * *code_p and *step_p. */
+static const char *echo(px_rpc_channel_t *ch, const char *id, grpc_status_code *code_p,
+                        uint64_t *step_p)
+{
+    static char out[256];
+    Parallax__V1__GetJobRequest req = PARALLAX__V1__GET_JOB_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    px_rpc_result_t res = {0};
+    req.job_id = (char *)id;
+    px_rpc_call_unary(ch, "/parallax.v1.Control/GetJob", &req.base,
+                      &parallax__v1__job__descriptor, 5000, &resp, &res);
+    *code_p = res.code;
+    free(res.message);
+    if (!resp)
+        return NULL;
+    snprintf(out, sizeof(out), "%s", ((Parallax__V1__Job *)resp)->id);
+    if (step_p)
+        *step_p = ((Parallax__V1__Job *)resp)->step;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return out;
+}
+
+/* SubmitJob on ch: its status code; *msg_p (optional) the message. */
+static grpc_status_code submit_code(px_rpc_channel_t *ch, char *msg, size_t msg_len)
+{
+    Parallax__V1__SubmitJobRequest req = PARALLAX__V1__SUBMIT_JOB_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    px_rpc_result_t res = {0};
+    px_rpc_call_unary(ch, "/parallax.v1.Control/SubmitJob", &req.base,
+                      &parallax__v1__submit_job_response__descriptor, 5000, &resp, &res);
+    if (msg)
+        snprintf(msg, msg_len, "%s", res.message ? res.message : "");
+    if (resp) {
+        CHECK(!strcmp(((Parallax__V1__SubmitJobResponse *)resp)->job_id, "allowed"));
+        protobuf_c_message_free_unpacked(resp, NULL);
+    }
+    free(res.message);
+    return res.code;
+}
+
+static void test_secret_equal(void)
+{
+    CHECK(px_rpc_secret_equal("abc", 3, "abc", 3) == 1);
+    CHECK(px_rpc_secret_equal("abc", 3, "abd", 3) == 0);
+    CHECK(px_rpc_secret_equal("abc", 3, "xbc", 3) == 0);
+    CHECK(px_rpc_secret_equal("abc", 3, "abcd", 4) == 0);
+    CHECK(px_rpc_secret_equal("abcd", 4, "abc", 3) == 0);
+    CHECK(px_rpc_secret_equal("abc\0", 4, "abc", 3) == 0); /* a NUL is not an end */
+    CHECK(px_rpc_secret_equal("", 0, "", 0) == 1);
+    CHECK(px_rpc_secret_equal("", 0, "a", 1) == 0);
+    printf("ok px_rpc_secret_equal\n");
+}
+
+static void test_metadata_and_auth(void)
+{
+    auth_server_cmd_t srv = {{"127.0.0.1:0", NULL}, 1, 4096, NULL, PX_OK};
+    char addr[128], uaddr[128], upath[100], msg[256], big[6000];
+    px_rpc_channel_t *ch = NULL, *tch = NULL, *uch = NULL;
+    grpc_status_code code;
+    uint64_t step = 99;
+    const char *id;
+
+    snprintf(upath, sizeof(upath), "/tmp/px-rpc-auth-%d.sock", (int)getpid());
+    snprintf(uaddr, sizeof(uaddr), "unix:%s", upath);
+    unlink(upath);
+    srv.addrs[1] = uaddr;
+    srv.n = 2;
+    on_owner(cmd_auth_server_create, &srv);
+    CHECK(srv.status == PX_OK);
+    if (srv.status != PX_OK)
+        return;
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", px_rpc_server_port(srv.server, 0));
+
+    /* No metadata set: the server sees none. Loopback is local. */
+    CHECK(px_rpc_channel_create(addr, &ch) == PX_OK);
+    id = echo(ch, "x", &code, &step);
+    CHECK(code == GRPC_STATUS_OK && id && !strcmp(id, "<none>"));
+    CHECK(step == 1);
+
+    /* Channel metadata goes with every call; setting a key again replaces it. */
+    CHECK(px_rpc_channel_create(addr, &tch) == PX_OK);
+    CHECK(px_rpc_channel_set_metadata(tch, MD_KEY, "first") == PX_OK);
+    id = echo(tch, "x", &code, NULL);
+    CHECK(code == GRPC_STATUS_OK && id && !strcmp(id, "first"));
+    CHECK(px_rpc_channel_set_metadata(tch, MD_KEY, "s3cret") == PX_OK);
+    id = echo(tch, "x", &code, NULL);
+    CHECK(code == GRPC_STATUS_OK && id && !strcmp(id, "s3cret"));
+    id = echo(tch, "y", &code, NULL); /* and on the next call too */
+    CHECK(code == GRPC_STATUS_OK && id && !strcmp(id, "s3cret"));
+    printf("ok channel metadata reaches px_rpc_call_metadata (set, replaced)\n");
+
+    /* Bad keys and too many keys are refused. */
+    CHECK(px_rpc_channel_set_metadata(tch, "Bad Key", "v") == PX_ERR_INVALID_ARGUMENT);
+    CHECK(px_rpc_channel_set_metadata(tch, "", "v") == PX_ERR_INVALID_ARGUMENT);
+    CHECK(px_rpc_channel_set_metadata(tch, "k", NULL) == PX_ERR_INVALID_ARGUMENT);
+    {
+        px_status_t st = PX_OK;
+        int added = 0;
+        for (int i = 0; i < 10 && st == PX_OK; i++) {
+            char k[16];
+            snprintf(k, sizeof(k), "x-extra-%d", i);
+            st = px_rpc_channel_set_metadata(tch, k, "v");
+            added += st == PX_OK;
+        }
+        CHECK(st == PX_ERR_NO_MEMORY);
+        CHECK(added == 7); /* 8 keys in all, the token among them */
+        id = echo(tch, "x", &code, NULL);
+        CHECK(code == GRPC_STATUS_OK && id && !strcmp(id, "s3cret"));
+    }
+
+    /* The authorize hook: no token, wrong token -> UNAUTHENTICATED with the
+     * hook's reason, and the handler never ran; the right one passes. */
+    g_protected_ran = 0;
+    CHECK(submit_code(ch, msg, sizeof(msg)) == GRPC_STATUS_UNAUTHENTICATED);
+    CHECK(!strcmp(msg, "no token"));
+    {
+        px_rpc_channel_t *wch = NULL;
+        CHECK(px_rpc_channel_create(addr, &wch) == PX_OK);
+        CHECK(px_rpc_channel_set_metadata(wch, MD_KEY, "s3cre") == PX_OK);
+        CHECK(submit_code(wch, msg, sizeof(msg)) == GRPC_STATUS_UNAUTHENTICATED);
+        CHECK(!strcmp(msg, "wrong token"));
+        CHECK(px_rpc_channel_set_metadata(wch, MD_KEY, "s3cret!") == PX_OK);
+        CHECK(submit_code(wch, msg, sizeof(msg)) == GRPC_STATUS_UNAUTHENTICATED);
+        px_rpc_channel_destroy(wch);
+    }
+    CHECK(g_protected_ran == 0);
+    CHECK(submit_code(tch, msg, sizeof(msg)) == GRPC_STATUS_OK);
+    CHECK(g_protected_ran == 1);
+    CHECK(px_rpc_status_from_code(GRPC_STATUS_UNAUTHENTICATED) == PX_ERR_INVALID_ARGUMENT);
+    printf("ok authorize hook: no/wrong token UNAUTHENTICATED before the handler, right token "
+           "passes\n");
+
+    /* Streams carry the metadata too, and pass the hook. */
+    {
+        Parallax__V1__WatchJobRequest req = PARALLAX__V1__WATCH_JOB_REQUEST__INIT;
+        px_rpc_stream_t *st = NULL;
+        ProtobufCMessage *m = NULL;
+        px_rpc_result_t res = {0};
+        req.job_id = "w";
+        CHECK(px_rpc_stream_open(tch, "/parallax.v1.Control/WatchJob", &req.base, 5000, &st) ==
+              PX_OK);
+        CHECK(px_rpc_stream_next(st, &parallax__v1__job_event__descriptor, &m, NULL) == PX_OK);
+        CHECK(m && !strcmp(((Parallax__V1__JobEvent *)m)->job->id, "s3cret"));
+        if (m)
+            protobuf_c_message_free_unpacked(m, NULL);
+        CHECK(px_rpc_stream_next(st, &parallax__v1__job_event__descriptor, &m, &res) ==
+              PX_ERR_NOT_FOUND);
+        CHECK(res.code == GRPC_STATUS_OK);
+        free(res.message);
+        px_rpc_stream_close(st);
+        /* without the token the stream ends UNAUTHENTICATED */
+        memset(&res, 0, sizeof(res));
+        CHECK(px_rpc_stream_open(ch, "/parallax.v1.Control/WatchJob", &req.base, 5000, &st) ==
+              PX_OK);
+        CHECK(px_rpc_stream_next(st, &parallax__v1__job_event__descriptor, &m, &res) != PX_OK);
+        CHECK(res.code == GRPC_STATUS_UNAUTHENTICATED);
+        free(res.message);
+        px_rpc_stream_close(st);
+    }
+    /* Async calls carry it as well. */
+    {
+        async_cmd_t a;
+        memset(&a, 0, sizeof(a));
+        a.ch = tch;
+        a.code = GRPC_STATUS_UNKNOWN;
+        on_owner(cmd_async, &a);
+        CHECK(wait_flag(&a.done, 5000));
+        CHECK(a.code == GRPC_STATUS_OK && !strcmp(a.id, "s3cret"));
+    }
+    printf("ok metadata on streams and async calls\n");
+
+    /* Health stays open without a token. */
+    {
+        Parallax__V1__ModelSpec req = PARALLAX__V1__MODEL_SPEC__INIT;
+        ProtobufCMessage *resp = NULL;
+        CHECK(px_rpc_call_unary(ch, "/grpc.health.v1.Health/Check", &req.base,
+                                &parallax__v1__model_spec__descriptor, 5000, &resp, NULL) ==
+              PX_OK);
+        CHECK(resp && ((Parallax__V1__ModelSpec *)resp)->layers == 1);
+        if (resp)
+            protobuf_c_message_free_unpacked(resp, NULL);
+    }
+
+    /* The configured maximum: 4096 bytes. A 6000-byte request is
+     * RESOURCE_EXHAUSTED; a 3000-byte one passes. */
+    memset(big, 'a', sizeof(big));
+    big[sizeof(big) - 1] = '\0';
+    id = echo(tch, big, &code, NULL);
+    CHECK(code == GRPC_STATUS_RESOURCE_EXHAUSTED && id == NULL);
+    big[3000] = '\0';
+    id = echo(tch, big, &code, NULL);
+    CHECK(code == GRPC_STATUS_OK && id && !strcmp(id, "s3cret"));
+    printf("ok max-message-bytes 4096: 6000-byte request RESOURCE_EXHAUSTED, 3000 passes\n");
+
+    /* The unix socket is local too and carries metadata. */
+    CHECK(px_rpc_channel_create(uaddr, &uch) == PX_OK);
+    CHECK(px_rpc_channel_set_metadata(uch, MD_KEY, "over-unix") == PX_OK);
+    step = 99;
+    id = echo(uch, "x", &code, &step);
+    CHECK(code == GRPC_STATUS_OK && id && !strcmp(id, "over-unix") && step == 1);
+    CHECK(g_authorize_calls > 0);
+
+    /* A negative size is refused. */
+    {
+        auth_server_cmd_t bad = {{"127.0.0.1:0", NULL}, 1, -1, NULL, PX_OK};
+        on_owner(cmd_auth_server_create, &bad);
+        CHECK(bad.status == PX_ERR_INVALID_ARGUMENT);
+    }
+    on_owner(cmd_server_destroy, srv.server);
+    px_rpc_channel_destroy(uch);
+    px_rpc_channel_destroy(tch);
+    px_rpc_channel_destroy(ch);
+    unlink(upath);
+    printf("ok unix socket: local, metadata carried\n");
+}
+
 static void test_unreachable(void)
 {
     px_rpc_channel_t *ch;
@@ -518,6 +832,8 @@ int main(void)
     test_unimplemented_and_health(ch);
     test_async(ch);
     test_unreachable();
+    test_secret_equal();
+    test_metadata_and_auth();
 
     /* Unix socket: mode 0660, calls work. */
     snprintf(upath, sizeof(upath), "/tmp/px-rpc-test-%d.sock", (int)getpid());
