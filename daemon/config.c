@@ -21,7 +21,7 @@
 /* Keys: index into cfg->source; option value = OPT_BASE + index. */
 enum { K_NAME, K_LISTEN, K_PEER_LISTEN, K_STATE_DIR, K_RUNTIME_DIR, K_DEVICES, K_PEERS,
        K_HEARTBEAT, K_PEER_DEAD, K_COLL_TIMEOUT, K_KILL_GRACE, K_LOG_LEVEL, K_TOKEN_FILE,
-       K_CONTROL_GROUP, K_CONTROL_REMOTE, K_COUNT };
+       K_CONTROL_GROUP, K_CONTROL_REMOTE, K_MAX_MSG, K_TLS_CERT, K_TLS_KEY, K_TLS_CA, K_COUNT };
 _Static_assert(K_COUNT == PXD_CFG_KEYS, "PXD_CFG_KEYS matches the key table");
 
 enum { OPT_BASE = 1000, OPT_CONFIG = 2000, OPT_PRINT_CONFIG, OPT_HELP };
@@ -55,6 +55,12 @@ static const key_t_ keys[K_COUNT] = {
     [K_CONTROL_GROUP] = {"control-group", NULL, "", "group owning control.sock (mode 0660)"},
     [K_CONTROL_REMOTE] = {"control-remote", NULL, "no",
                           "yes: --listen may be a non-loopback address"},
+    [K_MAX_MSG] = {"max-message-bytes", NULL, "67108864",
+                   "largest request accepted (bytes); larger: RESOURCE_EXHAUSTED"},
+    [K_TLS_CERT] = {"tls-cert-file", NULL, "", "PEM certificate chain: TLS on both services"},
+    [K_TLS_KEY] = {"tls-key-file", NULL, "", "PEM private key of tls-cert-file"},
+    [K_TLS_CA] = {"tls-ca-file", NULL, "",
+                  "PEM CA bundle that verifies the other daemons (default: tls-cert-file)"},
 };
 
 static struct option long_opts[K_COUNT + 4];
@@ -220,6 +226,21 @@ static px_status_t apply(px_daemon_config_t *cfg, int k, const char *v)
         }
         return set_str(&cfg->log_level, v) ? PX_ERR_NO_MEMORY : PX_OK;
     case K_TOKEN_FILE: return set_opt_str(&cfg->token_file, v);
+    case K_TLS_CERT: return set_opt_str(&cfg->tls_cert_file, v);
+    case K_TLS_KEY: return set_opt_str(&cfg->tls_key_file, v);
+    case K_TLS_CA: return set_opt_str(&cfg->tls_ca_file, v);
+    case K_MAX_MSG: {
+        char *end;
+        long long n;
+        errno = 0;
+        n = strtoll(v, &end, 10);
+        if (errno || end == v || *end || n < 1024 || n > 2147483647LL) {
+            px_error("max-message-bytes '%s': expected an integer in 1024..2147483647", v);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        cfg->max_message_bytes = (int)n;
+        return PX_OK;
+    }
     case K_CONTROL_GROUP: return set_opt_str(&cfg->control_group, v);
     case K_CONTROL_REMOTE:
         if (!strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcmp(v, "1") ||
@@ -505,6 +526,11 @@ void px_daemon_config_print(const px_daemon_config_t *cfg, FILE *out)
     print_kv(out, cfg, K_TOKEN_FILE, cfg->token_file ? cfg->token_file : "");
     print_kv(out, cfg, K_CONTROL_GROUP, cfg->control_group ? cfg->control_group : "");
     print_kv(out, cfg, K_CONTROL_REMOTE, cfg->control_remote ? "yes" : "no");
+    snprintf(buf, sizeof(buf), "%d", cfg->max_message_bytes);
+    print_kv(out, cfg, K_MAX_MSG, buf);
+    print_kv(out, cfg, K_TLS_CERT, cfg->tls_cert_file ? cfg->tls_cert_file : "");
+    print_kv(out, cfg, K_TLS_KEY, cfg->tls_key_file ? cfg->tls_key_file : "");
+    print_kv(out, cfg, K_TLS_CA, cfg->tls_ca_file ? cfg->tls_ca_file : "");
 }
 
 void px_daemon_config_free(px_daemon_config_t *cfg)
@@ -521,6 +547,9 @@ void px_daemon_config_free(px_daemon_config_t *cfg)
     free(cfg->log_level);
     free(cfg->token_file);
     free(cfg->control_group);
+    free(cfg->tls_cert_file);
+    free(cfg->tls_key_file);
+    free(cfg->tls_ca_file);
     free(cfg->config_file);
     memset(cfg, 0, sizeof(*cfg));
 }

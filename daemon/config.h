@@ -6,7 +6,8 @@
  * of the file is also a long option of the same name (listen, peer-listen,
  * state-dir, runtime-dir, devices, peers, name, heartbeat-ms, peer-dead-ms,
  * collective-timeout-ms, kill-grace-ms, log-level, token-file,
- * control-group, control-remote), in any section or none; an unknown key is
+ * control-group, control-remote, max-message-bytes, tls-cert-file,
+ * tls-key-file, tls-ca-file), in any section or none; an unknown key is
  * an error naming the key and its line. Each value remembers where it came
  * from, for --print-config. Main thread only. */
 #ifndef PXD_CONFIG_H
@@ -18,7 +19,7 @@
 
 #define PXD_DEFAULT_CONFIG "/etc/parallax/parallaxd.conf"
 #define PXD_CFG_SOURCE_MAX 1100
-#define PXD_CFG_KEYS 15
+#define PXD_CFG_KEYS 19
 
 typedef struct px_daemon_config {
     char *listen;          /* Control host:port */
@@ -38,6 +39,10 @@ typedef struct px_daemon_config {
     char *token_file;      /* cluster token file, or NULL: no token */
     char *control_group;   /* group owning control.sock, or NULL */
     int control_remote;    /* 1: --listen may be a non-loopback address */
+    int max_message_bytes; /* largest request the servers accept (bytes) */
+    char *tls_cert_file;   /* PEM chain: TLS on Control and Peer, or NULL */
+    char *tls_key_file;    /* its PEM key, or NULL */
+    char *tls_ca_file;     /* CA verifying peers (NULL: tls_cert_file) */
     char *config_file;     /* file read, or NULL */
     int print_config;      /* --print-config */
     /* where each key's value came from, indexed like the key table:

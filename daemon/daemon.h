@@ -165,9 +165,37 @@ struct px_daemon {
     int async_inflight;                /* px_rpc_call_async not yet completed */
     int stopping;
     int rebooted;                      /* boot id differs from the last run's */
+    char *token;                       /* cluster token (auth.c), or NULL: none */
+    size_t token_len;
     int64_t stop_deadline_ms;
     int exit_code;
 };
+
+/* ---------------------------------------------------------------- auth.c */
+
+/* Request metadata carrying the cluster token. */
+#define PX_AUTH_MD_KEY "x-parallax-token"
+/* Environment variable through which a rank gets the token from its daemon. */
+#define PX_AUTH_RANK_ENV "PX_CLUSTER_TOKEN"
+
+/* Reads the token from `path` (first line, trimmed; printable ASCII, at most
+ * 4096 bytes; the file not readable/writable by others). *token_p is
+ * malloc'd. PX_ERR_INVALID_ARGUMENT with the reason logged. */
+px_status_t px_auth_load_token(const char *path, char **token_p);
+/* px_rpc_authorize_fn for the Peer service: the token on every call. */
+grpc_status_code px_auth_peer_call(px_rpc_call_t *call, const char *path, void *arg, char *why,
+                                   size_t why_len);
+/* px_rpc_authorize_fn for Control: the token unless over the unix socket or
+ * loopback. */
+grpc_status_code px_auth_control_call(px_rpc_call_t *call, const char *path, void *arg,
+                                      char *why, size_t why_len);
+/* A channel to another daemon with the token attached; over TLS when
+ * `peer_plane` (its Peer service) and TLS is configured (Control stays
+ * plain: loopback or unix by default). */
+px_status_t px_auth_channel_create(px_daemon_t *d, const char *target, int peer_plane,
+                                   px_rpc_channel_t **channel_p);
+/* CA file verifying the other daemons' certificates, or NULL: no TLS. */
+const char *px_auth_ca_file(const px_daemon_t *d);
 
 /* ------------------------------------------------------------ validate.c */
 

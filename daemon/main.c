@@ -338,9 +338,16 @@ int main(int argc, char **argv)
         goto out_config;
     }
     if (d->cfg.token_file) {
-        px_error("token-file %s: cluster tokens are not supported by this build (px_rpc "
-                 "carries no call metadata yet); refusing to run without the asked-for "
-                 "authentication", d->cfg.token_file);
+        if (px_auth_load_token(d->cfg.token_file, &d->token) != PX_OK)
+            goto out_config;
+        d->token_len = strlen(d->token);
+    } else if (d->cfg.control_remote) {
+        px_warn("control-remote = yes without token-file: anyone who reaches %s can submit "
+                "and cancel jobs", d->cfg.listen);
+    }
+    if (!d->cfg.tls_cert_file != !d->cfg.tls_key_file) {
+        px_error("tls-cert-file and tls-key-file go together (got only %s)",
+                 d->cfg.tls_cert_file ? "tls-cert-file" : "tls-key-file");
         goto out_config;
     }
 
@@ -393,7 +400,10 @@ int main(int argc, char **argv)
     }
     {
         const char *paddrs[1] = {d->cfg.peer_listen};
-        if (px_rpc_server_create(d->cq, paddrs, 1, pm, px_peer_n_methods, &d->peer_srv) != PX_OK) {
+        px_rpc_server_opts_t popts = {d->cfg.max_message_bytes, px_auth_peer_call, d,
+                                      d->cfg.tls_cert_file, d->cfg.tls_key_file};
+        if (px_rpc_server_create_opts(d->cq, paddrs, 1, pm, px_peer_n_methods, &popts,
+                                      &d->peer_srv) != PX_OK) {
             px_error("cannot listen on --peer-listen %s (in use by another daemon?)",
                      d->cfg.peer_listen);
             goto out_cq;
@@ -404,8 +414,14 @@ int main(int argc, char **argv)
     snprintf(unix_addr, sizeof(unix_addr), "unix:%s", d->sock_path);
     caddrs[0] = d->cfg.listen;
     caddrs[1] = unix_addr;
-    if (px_rpc_server_create(d->cq, caddrs, 2, cm, px_control_n_methods, &d->control_srv) !=
-        PX_OK) {
+    /* Control over TLS on TCP only: the unix socket stays plain (local pctl). */
+    {
+        px_rpc_server_opts_t copts = {d->cfg.max_message_bytes, px_auth_control_call, d,
+                                      NULL, NULL};
+        status = px_rpc_server_create_opts(d->cq, caddrs, 2, cm, px_control_n_methods, &copts,
+                                           &d->control_srv);
+    }
+    if (status != PX_OK) {
         px_error("cannot listen on --listen %s / %s (in use by another daemon?)", d->cfg.listen,
                  unix_addr);
         unlink(d->sock_path);
@@ -471,6 +487,10 @@ out_loop:
 out_lock:
     close(d->lock_fd);
 out_config:
+    if (d->token) {
+        explicit_bzero(d->token, d->token_len);
+        free(d->token);
+    }
     px_daemon_config_free(&d->cfg);
     return ret;
 }

@@ -25,7 +25,7 @@ static px_peer_t *peer_add(px_daemon_t *d, const char *peer_addr)
     np = &d->peers[d->n_peers];
     memset(np, 0, sizeof(*np));
     snprintf(np->peer_addr, sizeof(np->peer_addr), "%s", peer_addr);
-    if (px_rpc_channel_create(peer_addr, &np->channel) != PX_OK)
+    if (px_auth_channel_create(d, peer_addr, 1, &np->channel) != PX_OK)
         return NULL;
     d->n_peers++;
     return np;
@@ -84,7 +84,7 @@ px_rpc_channel_t *px_nodes_control_channel(px_daemon_t *d, const char *name)
     px_peer_t *p = px_nodes_peer_by_name(d, name);
     if (!p || !p->control_addr[0])
         return NULL;
-    if (!p->control && px_rpc_channel_create(p->control_addr, &p->control) != PX_OK)
+    if (!p->control && px_auth_channel_create(d, p->control_addr, 0, &p->control) != PX_OK)
         return NULL;
     return p->control;
 }

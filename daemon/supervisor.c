@@ -296,7 +296,7 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
 {
     const Parallax__V1__JobSpec *s = req->spec;
     const Parallax__V1__ModelSpec *m = s->model;
-    char num[32][32], bnum[8][32], dir[1024], env_dev[64];
+    char num[32][32], bnum[8][32], dir[1024], env_dev[64], *env_token = NULL, *env_ca = NULL;
     char *args[64], *env[256];
     extern char **environ;
     uv_process_options_t opt;
@@ -374,11 +374,19 @@ common_args:
 #undef ARG
 #undef SARG
 
-    for (char **e = environ; *e && ne < 250; e++)
-        if (strncmp(*e, "PX_DEVICE=", 10) && strncmp(*e, "OPENBLAS_NUM_THREADS=", 21))
+    for (char **e = environ; *e && ne < 248; e++)
+        if (strncmp(*e, "PX_DEVICE=", 10) && strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) &&
+            strncmp(*e, PX_AUTH_RANK_ENV "=", sizeof(PX_AUTH_RANK_ENV)) &&
+            strncmp(*e, "PX_TLS_CA_FILE=", 15))
             env[ne++] = *e;
     snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=%s", a->device);
     env[ne++] = env_dev;
+    /* auth.c: the token reaches the rank in its environment only (readable
+     * by its own user and root via /proc, never shown by ps). */
+    if (d->token && asprintf(&env_token, "%s=%s", PX_AUTH_RANK_ENV, d->token) > 0)
+        env[ne++] = env_token;
+    if (px_auth_ca_file(d) && asprintf(&env_ca, "PX_TLS_CA_FILE=%s", px_auth_ca_file(d)) > 0)
+        env[ne++] = env_ca;
     env[ne++] = (char *)"OPENBLAS_NUM_THREADS=1";
     env[ne] = NULL;
 
@@ -407,6 +415,11 @@ common_args:
     lr->proc.data = lr;
     ret = uv_spawn(d->loop, &lr->proc, &opt);
     close(fd);
+    if (env_token) {
+        explicit_bzero(env_token, strlen(env_token));
+        free(env_token);
+    }
+    free(env_ca);
     if (ret != 0) {
         snprintf(errbuf, errlen, "spawn of %s failed: %s", d->rank_bin, uv_strerror(ret));
         /* uv_spawn failure still initialised the handle: close it */

@@ -3,7 +3,13 @@
  * Implements px_rank_link.h with px_rpc_call_unary on a private channel:
  * RegisterRank (held by the coordinator until every rank registered) and
  * ReportProgress (one call per step). Runs on the rank's training thread
- * only; no state is shared with other threads. */
+ * only; no state is shared with other threads.
+ *
+ * Authentication (daemon/auth.c): when the cluster has a token, the daemon
+ * puts it in this process's environment as PX_CLUSTER_TOKEN (never on the
+ * command line); a rank started by hand may name a file with PX_TOKEN_FILE
+ * instead. It is sent as the "x-parallax-token" metadata of every call.
+ * PX_TLS_CA_FILE, when set, makes the channel TLS verified by that CA. */
 #include "px_rank_link.h"
 
 #include <stdlib.h>
@@ -23,6 +29,53 @@ struct px_rank_link {
     char *node;
     int rank;
 };
+
+/* Reads the token from PX_CLUSTER_TOKEN, else the first line of the file
+ * PX_TOKEN_FILE. *token_p malloc'd, NULL when neither is set. */
+static px_status_t rank_token(char **token_p)
+{
+    const char *v = getenv("PX_CLUSTER_TOKEN"), *path = getenv("PX_TOKEN_FILE");
+    char *t;
+
+    *token_p = NULL;
+    if (v && *v) {
+        *token_p = strdup(v);
+        return *token_p ? PX_OK : PX_ERR_NO_MEMORY;
+    }
+    if (!path || !*path)
+        return PX_OK;
+    t = px_rpc_read_file(path, 4096);
+    if (!t) {
+        px_error("PX_TOKEN_FILE %s: cannot read it", path);
+        return PX_ERR_IO;
+    }
+    t[strcspn(t, "\r\n")] = '\0';
+    *token_p = t;
+    return PX_OK;
+}
+
+px_status_t px_rank_link_channel_create(const char *coord_addr, px_rpc_channel_t **channel_p)
+{
+    const char *ca = getenv("PX_TLS_CA_FILE");
+    px_rpc_channel_t *ch = NULL;
+    char *token = NULL;
+    px_status_t status;
+
+    PX_CHECK(rank_token(&token));
+    status = px_rpc_channel_create_tls(coord_addr, ca && *ca ? ca : NULL, &ch);
+    if (status == PX_OK && token)
+        status = px_rpc_channel_set_metadata(ch, "x-parallax-token", token);
+    if (token) {
+        explicit_bzero(token, strlen(token));
+        free(token);
+    }
+    if (status != PX_OK) {
+        px_rpc_channel_destroy(ch);
+        return status;
+    }
+    *channel_p = ch;
+    return PX_OK;
+}
 
 px_status_t px_rank_link_open(const char *coord_addr, const char *job_id, int rank,
                               const char *node, px_rank_link_t **link_p)
@@ -44,7 +97,7 @@ px_status_t px_rank_link_open(const char *coord_addr, const char *job_id, int ra
         status = PX_ERR_NO_MEMORY;
         goto err_free;
     }
-    PX_CHECK_GOTO(px_rpc_channel_create(coord_addr, &link->channel), status, err_free);
+    PX_CHECK_GOTO(px_rank_link_channel_create(coord_addr, &link->channel), status, err_free);
     *link_p = link;
     return PX_OK;
 

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+#include "px_rpc.h"
 #include "px_status.h"
 #include "px_train.h"
 #include "px_transport.h"
@@ -32,5 +33,11 @@ px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *re
                                 int *stop_p);
 
 void px_rank_link_close(px_rank_link_t *link); /* NULL no-op */
+
+/* A channel to the coordinator's Peer service as the link uses: the cluster
+ * token from PX_CLUSTER_TOKEN (set by the daemon) or the file PX_TOKEN_FILE
+ * attached to every call, TLS when PX_TLS_CA_FILE is set. For other clients
+ * of the coordinator in a rank (bench reports). Caller destroys it. */
+px_status_t px_rank_link_channel_create(const char *coord_addr, px_rpc_channel_t **channel_p);
 
 #endif

@@ -100,6 +100,7 @@ class Daemon:
         self.runtime_dir = os.path.join(workdir, name, "run")
         self.log_path = os.path.join(workdir, name + ".log")
         self.peers = []
+        self.extra = []  # more parallaxd flags (--token-file F ...)
         self.proc = None
 
     def argv(self):
@@ -108,7 +109,7 @@ class Daemon:
              "--devices", "cpu:%d" % self.devices, "--config", "/dev/null"]
         if self.peers:
             a += ["--peers", ",".join(self.peers)]
-        return a
+        return a + list(self.extra)
 
     def start(self):
         log = open(self.log_path, "ab")
@@ -194,7 +195,9 @@ class Grpc:
     """Control service over gRPC with stubs generated at run time."""
     _pb = None
 
-    def __init__(self, daemon, proto):
+    def __init__(self, daemon, proto, token=None, target=None):
+        """token: sent as the x-parallax-token metadata of every call;
+        target: another address than daemon.control."""
         import grpc  # /usr/bin/python3 has python3-grpcio
         if Grpc._pb is None:
             proto = proto or os.path.join(HERE, "..", "..", "proto", "parallax.proto")
@@ -209,7 +212,8 @@ class Grpc:
             Grpc._pb = parallax_pb2
         self.pb = Grpc._pb
         self.grpc = grpc
-        self.channel = grpc.insecure_channel(daemon.control)
+        self.channel = grpc.insecure_channel(target or daemon.control)
+        self.metadata = (("x-parallax-token", token),) if token else None
 
     @staticmethod
     def _dict(msg):
@@ -223,7 +227,7 @@ class Grpc:
                                      request_serializer=lambda m: m.SerializeToString(),
                                      response_deserializer=resp_cls.FromString)
         try:
-            r = f(req, timeout=timeout)
+            r = f(req, timeout=timeout, metadata=self.metadata)
         except self.grpc.RpcError as e:
             raise ClientError("%s: %s" % (e.code().name, e.details()))
         return self._dict(r)
@@ -269,7 +273,8 @@ class Grpc:
                                       request_serializer=lambda m: m.SerializeToString(),
                                       response_deserializer=self.pb.JobEvent.FromString)
         try:
-            for ev in f(self.pb.WatchJobRequest(job_id=job_id), timeout=timeout):
+            for ev in f(self.pb.WatchJobRequest(job_id=job_id), timeout=timeout,
+                        metadata=self.metadata):
                 d = {"job": self._dict(ev.job)}
                 if ev.HasField("metrics"):
                     d["metrics"] = self._dict(ev.metrics)
