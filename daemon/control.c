@@ -155,17 +155,45 @@ static void h_get_job(px_rpc_call_t *call, const ProtobufCMessage *request, void
     px_job_msg_free(&msg);
 }
 
-static void h_list_jobs(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+/* ListJobs across the cluster: this node's jobs plus each alive peer's
+ * (Control.ListJobs with local_only, PXD_LIST_PEER_TIMEOUT_MS each, all in
+ * parallel). The answer goes out when every peer answered or failed; a
+ * peer that failed is logged and its jobs are left out. */
+#define PXD_LIST_PEER_TIMEOUT_MS 2000
+
+typedef struct {
+    px_rpc_call_t *call;
+    int pending;                             /* peer calls not yet done */
+    Parallax__V1__ListJobsResponse **peer;   /* owned copies, NULL where failed */
+    int n_peer;
+} list_ctx_t;
+
+/* Orders jobs oldest first (created_ms, then id). */
+static int job_cmp(const void *a, const void *b)
 {
-    px_daemon_t *d = arg;
+    const Parallax__V1__Job *x = *(Parallax__V1__Job *const *)a;
+    const Parallax__V1__Job *y = *(Parallax__V1__Job *const *)b;
+    if (x->created_ms != y->created_ms)
+        return x->created_ms < y->created_ms ? -1 : 1;
+    return strcmp(x->id ? x->id : "", y->id ? y->id : "");
+}
+
+/* Answers `call` with the local jobs and the jobs of `peer` (n_peer
+ * responses, NULL entries skipped; a job id seen twice is listed once). */
+static void list_reply(px_daemon_t *d, px_rpc_call_t *call,
+                       Parallax__V1__ListJobsResponse *const *peer, int n_peer)
+{
     Parallax__V1__ListJobsResponse resp = PARALLAX__V1__LIST_JOBS_RESPONSE__INIT;
     Parallax__V1__Job *msgs;
-    size_t n = 0, i = 0;
+    size_t n = 0, total, i = 0;
 
     for (px_job_t *j = d->jobs; j; j = j->next)
         n++;
+    total = n;
+    for (int p = 0; p < n_peer; p++)
+        total += peer[p] ? peer[p]->n_jobs : 0;
     msgs = calloc(n ? n : 1, sizeof(*msgs));
-    resp.jobs = calloc(n ? n : 1, sizeof(*resp.jobs));
+    resp.jobs = calloc(total ? total : 1, sizeof(*resp.jobs));
     if (!msgs || !resp.jobs) {
         free(msgs);
         free(resp.jobs);
@@ -180,11 +208,113 @@ static void h_list_jobs(px_rpc_call_t *call, const ProtobufCMessage *request, vo
         resp.jobs[i] = &msgs[i];
     }
     resp.n_jobs = n;
+    for (int p = 0; p < n_peer; p++) {
+        for (size_t k = 0; peer[p] && k < peer[p]->n_jobs; k++) {
+            Parallax__V1__Job *pj = peer[p]->jobs[k];
+            int dup = !pj->id || !*pj->id;
+            for (size_t m = 0; !dup && m < resp.n_jobs; m++)
+                dup = resp.jobs[m]->id && !strcmp(resp.jobs[m]->id, pj->id);
+            if (!dup)
+                resp.jobs[resp.n_jobs++] = pj;
+        }
+    }
+    if (resp.n_jobs > n)
+        qsort(resp.jobs, resp.n_jobs, sizeof(*resp.jobs), job_cmp);
     px_rpc_call_reply(call, &resp.base);
     for (i = 0; i < n; i++)
         px_job_msg_free(&msgs[i]);
     free(msgs);
     free(resp.jobs);
+}
+
+static void list_ctx_free(list_ctx_t *ctx)
+{
+    for (int p = 0; p < ctx->n_peer; p++)
+        if (ctx->peer[p])
+            protobuf_c_message_free_unpacked(&ctx->peer[p]->base, NULL);
+    free(ctx->peer);
+    free(ctx);
+}
+
+typedef struct {
+    list_ctx_t *ctx;
+    int slot;
+    char node[PXD_NAME_MAX];
+} list_peer_t;
+
+static void on_list_peer_done(px_daemon_t *d, void *arg, grpc_status_code code,
+                              const char *message, const ProtobufCMessage *response)
+{
+    list_peer_t *lp = arg;
+    list_ctx_t *ctx = lp->ctx;
+
+    if (code == GRPC_STATUS_OK && response) {
+        /* The response is borrowed until we return: keep an owned copy. */
+        size_t len = protobuf_c_message_get_packed_size(response);
+        uint8_t *buf = malloc(len ? len : 1);
+        if (buf) {
+            protobuf_c_message_pack(response, buf);
+            ctx->peer[lp->slot] = (Parallax__V1__ListJobsResponse *)protobuf_c_message_unpack(
+                &parallax__v1__list_jobs_response__descriptor, NULL, len, buf);
+            free(buf);
+        }
+    } else {
+        px_warn("ListJobs: node %s did not answer (%s: %s); its jobs are left out", lp->node,
+                px_status_str(px_rpc_status_from_code(code)), message ? message : "");
+    }
+    free(lp);
+    if (--ctx->pending == 0) {
+        list_reply(d, ctx->call, ctx->peer, ctx->n_peer);
+        list_ctx_free(ctx);
+    }
+}
+
+static void h_list_jobs(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    px_daemon_t *d = arg;
+    const Parallax__V1__ListJobsRequest *req = (const void *)request;
+    Parallax__V1__ListJobsRequest sub = PARALLAX__V1__LIST_JOBS_REQUEST__INIT;
+    list_ctx_t *ctx;
+
+    if (req->local_only || d->n_peers == 0) {
+        list_reply(d, call, NULL, 0);
+        return;
+    }
+    ctx = calloc(1, sizeof(*ctx));
+    if (!ctx || !(ctx->peer = calloc((size_t)d->n_peers, sizeof(*ctx->peer)))) {
+        free(ctx);
+        px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    ctx->call = call;
+    ctx->n_peer = d->n_peers;
+    ctx->pending = 1; /* held until every call is started */
+    sub.local_only = 1;
+    for (int p = 0; p < d->n_peers; p++) {
+        px_peer_t *peer = &d->peers[p];
+        px_rpc_channel_t *ch;
+        list_peer_t *lp;
+
+        if (!peer->alive || !peer->name[0] || !strcmp(peer->name, d->cfg.name))
+            continue;
+        ch = px_nodes_control_channel(d, peer->name);
+        if (!ch || !(lp = calloc(1, sizeof(*lp))))
+            continue;
+        lp->ctx = ctx;
+        lp->slot = p;
+        snprintf(lp->node, sizeof(lp->node), "%s", peer->name);
+        if (px_daemon_call_async(d, ch, P_CONTROL "ListJobs", &sub.base,
+                                 &parallax__v1__list_jobs_response__descriptor,
+                                 PXD_LIST_PEER_TIMEOUT_MS, on_list_peer_done, lp) != PX_OK) {
+            free(lp);
+            continue;
+        }
+        ctx->pending++;
+    }
+    if (--ctx->pending == 0) {
+        list_reply(d, call, ctx->peer, ctx->n_peer);
+        list_ctx_free(ctx);
+    }
 }
 
 static void h_cancel(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
