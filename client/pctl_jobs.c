@@ -365,7 +365,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
 {
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP,
-           O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET };
+           O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -389,6 +389,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"checkpoint-dir", required_argument, NULL, O_CKPT_DIR},
         {"resume", required_argument, NULL, O_RESUME},
         {"export-safetensors", required_argument, NULL, O_SAFET},
+        {"max-restarts", required_argument, NULL, O_MAX_RESTARTS}, /* issue 5 */
         {"follow", no_argument, NULL, O_FOLLOW},
         {"json", no_argument, NULL, O_JSON},
         {"help", no_argument, NULL, 'h'},
@@ -461,6 +462,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         case O_ZERO: U32_OPT("--zero", spec.zero, 0); break;
         case O_ACCUM: U32_OPT("--grad-accum", spec.grad_accum, 1); break;
         case O_CKPT_EVERY: U32_OPT("--checkpoint-every", spec.checkpoint_every, 0); break;
+        case O_MAX_RESTARTS:
+            if (pctl_parse_u64("submit", "--max-restarts", optarg, 0, 100, &v))
+                return PCTL_EXIT_USAGE;
+            spec.max_restarts = (uint32_t)v;
+            break;
         case O_CLIP:
             if (pctl_parse_float("submit", "--clip", optarg, 0.0, 1e6, &d))
                 return PCTL_EXIT_USAGE;

@@ -24,7 +24,7 @@ static const pctl_command_t commands[] = {
      "                   [--dp N] [--batch N] [--steps N] [--lr F] [--seed N] [--warmup N]\n"
      "                   [--weight-decay F] [--min-lr-ratio F] [--zero 0-3] [--grad-accum N]\n"
      "                   [--clip F] [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
-     "                   [--export-safetensors FILE] [--follow] [--json]\n"
+     "                   [--export-safetensors FILE] [--max-restarts N] [--follow] [--json]\n"
      "\n"
      "Submits a GPT training job and prints its id.\n"
      "  --data FILE        token file (llm.c layout, see `pctl data prepare`); sent as an\n"
@@ -51,6 +51,9 @@ static const pctl_command_t commands[] = {
      "  --resume DIR       start from checkpoint DIR (a step_<N>/ directory), also with\n"
      "                     another dp or ZeRO stage (the shards are re-cut)\n"
      "  --export-safetensors FILE  write the final weights as one safetensors file\n"
+     "  --max-restarts N   when the job fails (a rank or a node died), submit it again\n"
+     "                     from the newest complete checkpoint in --checkpoint-dir, up\n"
+     "                     to N times (0..100, default 0)\n"
      "  --follow           watch the job until it ends; exit 0 only if it completed\n"
      "  --json             print {\"job_id\": ...} (with --follow: the final job)\n",
      pctl_cmd_submit},
@@ -169,6 +172,8 @@ static void print_main_help(FILE *out)
             "  --server ADDR   parallaxd Control address, host:port or unix:/path\n"
             "                  (default $PX_SERVER, else " PCTL_DEFAULT_SERVER ")\n"
             "  --timeout MS    deadline of each request (default %d)\n"
+            "  --token-file F  cluster token file, for a daemon reached over the network\n"
+            "                  (default $PX_TOKEN_FILE)\n"
             "  --help          this text; `pctl <command> --help` for a command\n"
             "\n"
             "commands:\n",
@@ -247,10 +252,58 @@ bad:
     return -1;
 }
 
+/* --token-file / $PX_TOKEN_FILE: the cluster token sent with every call as
+ * "x-parallax-token" (parallaxd wants it on Control calls that do not come
+ * over its unix socket or loopback; see daemon/auth.c). */
+static const char *token_file;
+
+/* Reads the token (first line, trimmed) into a malloc'd string. NULL with a
+ * message on stderr when the file cannot be read or is empty. */
+static char *read_token(const char *path)
+{
+    char *t = px_rpc_read_file(path, 4096), *start, *end;
+    if (!t) {
+        fprintf(stderr, "pctl: --token-file %s: %s\n", path,
+                errno == EFBIG ? "larger than 4096 bytes" : strerror(errno));
+        return NULL;
+    }
+    start = t + strspn(t, " \t\r\n");
+    end = start + strcspn(start, "\r\n");
+    while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    if (end == start) {
+        fprintf(stderr, "pctl: --token-file %s: empty\n", path);
+        free(t);
+        return NULL;
+    }
+    memmove(t, start, (size_t)(end - start));
+    t[end - start] = '\0';
+    return t;
+}
+
 px_rpc_channel_t *pctl_channel(pctl_ctx_t *ctx)
 {
-    if (!ctx->channel && px_rpc_channel_create(ctx->server, &ctx->channel) != PX_OK)
+    char *token;
+    if (ctx->channel)
+        return ctx->channel;
+    if (px_rpc_channel_create(ctx->server, &ctx->channel) != PX_OK) {
         ctx->channel = NULL;
+        return NULL;
+    }
+    if (token_file && *token_file) {
+        token = read_token(token_file);
+        if (!token || px_rpc_channel_set_metadata(ctx->channel, "x-parallax-token", token) !=
+                          PX_OK) {
+            if (token)
+                fprintf(stderr, "pctl: --token-file %s: the token must be printable text\n",
+                        token_file);
+            free(token);
+            px_rpc_channel_destroy(ctx->channel);
+            ctx->channel = NULL;
+            exit(PCTL_EXIT_USAGE);
+        }
+        free(token);
+    }
     return ctx->channel;
 }
 
@@ -314,6 +367,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"server", required_argument, NULL, 's'},
         {"timeout", required_argument, NULL, 't'},
+        {"token-file", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -324,6 +378,7 @@ int main(int argc, char **argv)
     int opt, rc;
 
     ctx.server = (env && *env) ? env : PCTL_DEFAULT_SERVER;
+    token_file = getenv("PX_TOKEN_FILE");
     /* "+": stop at the command name; its own options follow it. */
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -337,6 +392,9 @@ int main(int argc, char **argv)
             if (pctl_parse_u64(NULL, "--timeout", optarg, 1, 3600 * 1000, &v))
                 return PCTL_EXIT_USAGE;
             ctx.timeout_ms = (int)v;
+            break;
+        case 'T':
+            token_file = optarg;
             break;
         case 'h':
             print_main_help(stdout);
