@@ -21,6 +21,10 @@ Debian's python3-grpcio as the raw client.
 8. ListJobs on either daemon lists both nodes' jobs (local_only lists one
    node's); with the other daemon SIGSTOPped the answer still comes within
    a few seconds, without that node's jobs.
+9. TLS on the Peer plane (a self-signed certificate made here by openssl):
+   two daemons with tls-cert-file/tls-key-file see each other and run a
+   dp=2 job; a plaintext client gets no answer from the Peer port, a TLS
+   client that trusts the certificate does.
 Exit 77 when parallax-rank was not built."""
 import os
 import secrets
@@ -77,6 +81,71 @@ def check_token_files(exe, workdir, env):
                                 "--print-config"], env)
     assert code == 0 and "max-message-bytes" in out and "1048576" in out, out
     print("token-file: mode 0644 and an empty file refused at start")
+
+
+def check_tls(args, token_file, token):
+    import grpc
+    cl = pc.Cluster(args.parallaxd, n=2, devices=1, tag="tls")
+    cert = os.path.join(cl.workdir, "cert.pem")
+    key = os.path.join(cl.workdir, "key.pem")
+    code, out = run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                     "-subj", "/CN=localhost", "-addext",
+                     "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", key, "-out", cert])
+    if code != 0:
+        print("TLS: openssl could not make a certificate, skipped: %s" % out)
+        return
+    os.chmod(key, 0o600)
+    for d in cl.daemons:
+        d.extra = ["--token-file", token_file, "--tls-cert-file", cert, "--tls-key-file", key]
+    data = os.path.join(cl.workdir, "licenses.bin")
+    pc.write_llmc_tokens(data, max_tokens=20000)
+    client = lambda d: pc.Grpc(d, args.proto)  # noqa: E731
+    ok = False
+    try:
+        cl.start(client)
+        a, b = cl.daemons
+        g = client(a)
+        job_id = g.submit(data, dp=2, batch=4, steps=10, layers=1, heads=2, dim=16, seq=16,
+                          name="tls-train")
+        j = pc.wait_state(g, job_id, ("COMPLETED", "FAILED", "CANCELLED"), 120)
+        assert pc.job_state(j) == "COMPLETED", (j, cl.logs())
+        assert sorted(r["node"] for r in j["ranks"]) == sorted([a.name, b.name]), j
+        plain = grpc.insecure_channel(a.peer)
+        try:
+            plain.unary_unary("/grpc.health.v1.Health/Check", request_serializer=lambda m: m,
+                              response_deserializer=lambda m: m)(b"", timeout=3)
+            raise AssertionError("plaintext call to the TLS Peer port answered")
+        except grpc.RpcError as e:
+            plain_code = e.code().name
+        assert plain_code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"), plain_code
+        with open(cert, "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        tls = grpc.secure_channel(a.peer, creds)
+        h = tls.unary_unary("/grpc.health.v1.Health/Check", request_serializer=lambda m: m,
+                            response_deserializer=lambda m: m)
+        assert h(b"", timeout=10) == b"\x08\x01"
+        logs = tls.unary_unary("/parallax.v1.Peer/GetRankLog", request_serializer=lambda m: m,
+                               response_deserializer=lambda m: m)
+        req = g.pb.GetLogsRequest(job_id="none", rank=0).SerializeToString()
+        def code_of(md):
+            try:
+                logs(req, timeout=10, metadata=md)
+                return "OK"
+            except grpc.RpcError as e:
+                return e.code().name
+        assert code_of(None) == "UNAUTHENTICATED"
+        assert code_of(((MD, token),)) == "NOT_FOUND"
+        codes = cl.stop()
+        assert codes == [0, 0], (codes, cl.logs())
+        ok = True
+        print("TLS: peer plane over TLS (self-signed, openssl): dp=2 job COMPLETED; plaintext "
+              "client -> %s; TLS client: health SERVING, token still required" % plain_code)
+    finally:
+        if not ok:
+            print(cl.logs())
+        cl.stop()
+        if ok:
+            cl.cleanup()
 
 
 def main():
@@ -273,6 +342,7 @@ def main():
         pc.wait_state(gb, mr_id, ("CANCELLED", "COMPLETED", "FAILED"), 30)
         codes = cl.stop()
         assert codes == [0, 0], (codes, cl.logs())
+        check_tls(args, tok, token)
         ok = True
     finally:
         if not ok:
