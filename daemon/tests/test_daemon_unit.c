@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -314,9 +315,68 @@ static void test_config(void)
                PX_ERR_INVALID_ARGUMENT, "heartbeat below 10 ms");
     EXPECT(px_daemon_config_apply_ini(&cfg, "t.conf", "log-level = loud\n", 17) ==
                PX_ERR_INVALID_ARGUMENT, "bad log level");
+    /* issue 5: message size and TLS keys */
+    EXPECT(cfg.max_message_bytes == 64 * 1024 * 1024, "default max %d", cfg.max_message_bytes);
+    {
+        const char *text = "max-message-bytes = 1048576\ntls-cert-file = /c.pem\n"
+                           "tls-key-file = /k.pem\ntls-ca-file = /ca.pem\n";
+        EXPECT(px_daemon_config_apply_ini(&cfg, "t.conf", text, strlen(text)) == PX_OK, "tls");
+        EXPECT(cfg.max_message_bytes == 1048576, "max %d", cfg.max_message_bytes);
+        EXPECT(cfg.tls_cert_file && !strcmp(cfg.tls_cert_file, "/c.pem") && cfg.tls_key_file &&
+                   !strcmp(cfg.tls_key_file, "/k.pem") && cfg.tls_ca_file &&
+                   !strcmp(cfg.tls_ca_file, "/ca.pem"), "tls files");
+    }
+    EXPECT(px_daemon_config_apply_ini(&cfg, "t.conf", "max-message-bytes = 100\n", 24) ==
+               PX_ERR_INVALID_ARGUMENT, "max-message-bytes below 1024");
+    EXPECT(px_daemon_config_apply_ini(&cfg, "t.conf", "max-message-bytes = 3000000000\n", 31) ==
+               PX_ERR_INVALID_ARGUMENT, "max-message-bytes above 2^31-1");
+    EXPECT(px_daemon_config_apply_ini(&cfg, "t.conf", "max-message-bytes = 1k\n", 23) ==
+               PX_ERR_INVALID_ARGUMENT, "max-message-bytes not an integer");
     px_daemon_config_free(&cfg);
     unsetenv("PX_PEER_DEAD_MS");
     unsetenv("PX_KILL_GRACE_MS");
+}
+
+/* auth.c: px_auth_load_token's checks. */
+static void put_file(const char *path, const char *text, size_t len, mode_t mode)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(text, 1, len, f) != len) {
+        perror(path);
+        exit(1);
+    }
+    fclose(f);
+    chmod(path, mode);
+}
+
+static void test_token(void)
+{
+    char path[600], *tok = NULL, big[5000];
+
+    snprintf(path, sizeof(path), "%s/token", tmpdir);
+    put_file(path, "  s3cret-token \t\nsecond line\n", 30, 0600);
+    EXPECT(px_auth_load_token(path, &tok) == PX_OK && tok && !strcmp(tok, "s3cret-token"),
+           "first line, trimmed: '%s'", tok ? tok : "(null)");
+    free(tok);
+    tok = NULL;
+    put_file(path, "s3cret", 6, 0640); /* group-readable (the service group) is fine */
+    EXPECT(px_auth_load_token(path, &tok) == PX_OK && tok && !strcmp(tok, "s3cret"), "0640");
+    free(tok);
+    tok = NULL;
+    put_file(path, "s3cret", 6, 0644);
+    EXPECT(px_auth_load_token(path, &tok) == PX_ERR_INVALID_ARGUMENT && !tok, "0644 refused");
+    put_file(path, "s3cret", 6, 0602);
+    EXPECT(px_auth_load_token(path, &tok) == PX_ERR_INVALID_ARGUMENT, "world-writable refused");
+    put_file(path, " \n\n", 3, 0600);
+    EXPECT(px_auth_load_token(path, &tok) == PX_ERR_INVALID_ARGUMENT, "empty refused");
+    put_file(path, "ab\001cd\n", 6, 0600);
+    EXPECT(px_auth_load_token(path, &tok) == PX_ERR_INVALID_ARGUMENT, "control byte refused");
+    memset(big, 'a', sizeof(big));
+    put_file(path, big, sizeof(big), 0600);
+    EXPECT(px_auth_load_token(path, &tok) == PX_ERR_INVALID_ARGUMENT, "over 4096 bytes refused");
+    EXPECT(px_auth_load_token("/nonexistent/token", &tok) == PX_ERR_INVALID_ARGUMENT, "missing");
+    EXPECT(px_auth_load_token(tmpdir, &tok) == PX_ERR_INVALID_ARGUMENT, "a directory");
+    unlink(path);
 }
 
 int main(void)
@@ -329,6 +389,7 @@ int main(void)
     test_validate();
     test_store();
     test_config();
+    test_token();
     {
         char cmd[600];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
