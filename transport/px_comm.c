@@ -345,7 +345,9 @@ void px_comm_destroy(px_comm_t *comm)
     px__comm_drop_requests(comm);
     if (comm->active)
         px__cancel_all(comm);
-    if (!comm->failed)
+    /* only sub-communicators: their id is used by no other live
+     * communicator of this process, while a second world would share id 0 */
+    if (!comm->failed && comm->root != comm)
         drop_unexpected(comm);
     if (comm->orphans && !comm->failed)
         comm->failed = PX_ERR_ABORTED; /* force close completes orphaned sends */

@@ -18,8 +18,9 @@
  *   test_coll exitrace N  a rank completes a barrier and exits before the
  *                         others wait for it: they still succeed
  *   test_coll leak N      300 x (split, all-reduce and fp16 reduce on the
- *                         sub-communicator, destroy): file descriptors,
- *                         communicators and RSS do not grow
+ *                         sub-communicator, destroy) and 20 x (a second world
+ *                         communicator: endpoints, wire-up, pidfds; destroy):
+ *                         file descriptors, communicators and RSS do not grow
  *
  * Reference: each rank fills its input from (rank, index, op) with small
  * integers, so every result is exact in every dtype; the expected output is
@@ -39,6 +40,7 @@
 
 #include "px_coll.h"
 #include "px_launch.h"
+#include "px_log.h"
 #include "px_reduce.h"
 #include "px_time.h"
 #include "px_transport_int.h" /* n_comms (leak test) */
@@ -732,11 +734,63 @@ static long rss_kb(void)
     return rss * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+/* A second world communicator from an address table gathered over the
+ * first (a re-rendezvous): endpoints, wire-up, pidfds. The first stays idle
+ * meanwhile (both use tag comm id 0). */
+static px_status_t world_again(px_launch_rank_t *ctx, px_comm_t **comm_p)
+{
+    const int n = ctx->world;
+    const void *addr;
+    size_t len;
+    uint64_t mylen, *lens = NULL, maxlen = 0;
+    char *all = NULL, *mine = NULL;
+    px_addr_table_t table;
+    px_status_t status;
+
+    PX_CHECK(px_transport_address(ctx->tr, &addr, &len));
+    mylen = len;
+    lens = calloc((size_t)n, sizeof(*lens));
+    if (!lens)
+        return PX_ERR_NO_MEMORY;
+    status = px_allgather(ctx->comm, &mylen, lens, 1, PX_INT64, NULL);
+    for (int r = 0; status == PX_OK && r < n; r++)
+        maxlen = lens[r] > maxlen ? lens[r] : maxlen;
+    if (status == PX_OK) {
+        all = calloc((size_t)n, maxlen);
+        mine = calloc(1, maxlen);
+        if (!all || !mine)
+            status = PX_ERR_NO_MEMORY;
+    }
+    if (status == PX_OK) {
+        memcpy(mine, addr, len);
+        status = px_allgather(ctx->comm, mine, all, maxlen, PX_UINT8, NULL);
+    }
+    if (status == PX_OK)
+        status = px_addr_table_init(&table, n);
+    if (status == PX_OK) {
+        for (int r = 0; r < n; r++) {
+            table.addrs[r] = malloc(lens[r]);
+            table.nodes[r] = strdup("node0");
+            if (!table.addrs[r] || !table.nodes[r])
+                abort();
+            memcpy(table.addrs[r], all + (size_t)r * maxlen, lens[r]);
+            table.addr_lens[r] = lens[r];
+        }
+        status = px_comm_create_world(ctx->tr, &table, ctx->rank, -1, comm_p);
+        px_addr_table_free(&table);
+    }
+    free(lens);
+    free(all);
+    free(mine);
+    return status;
+}
+
 static int rank_leak(px_launch_rank_t *ctx)
 {
     int fds0 = 0, comms0 = 0;
     long rss0 = 0;
     const int warm = 20, iters = 300;
+    long rss_grew = 0;
 
     for (int it = 0; it < warm + iters; it++) {
         px_comm_t *sub;
@@ -762,15 +816,44 @@ static int rank_leak(px_launch_rank_t *ctx)
         }
         px_comm_destroy(sub);
     }
+#ifndef __SANITIZE_ADDRESS__ /* ASan's quarantine holds freed memory; LSan checks leaks */
+    if ((rss_grew = rss_kb() - rss0) > 1024)
+        FAIL("RSS grew %ld kB over %d create/destroy cycles", rss_kb() - rss0, iters);
+#else
+    (void)rss0;
+#endif
+    if (count_fds() != fds0 || ctx->tr->n_comms != comms0)
+        FAIL("split cycles: fds %d -> %d, communicators %d -> %d", fds0, count_fds(), comms0,
+             ctx->tr->n_comms);
+    /* world communicators: endpoints, wire-up and pidfds, created and
+     * destroyed (after a warm-up one); their memory is LSan's to check (the
+     * sanitizer build): UCX's pools make RSS settle only after ~50 cycles */
+    for (int it = 0; it < (getenv("PX_TEST_RSS_TRACE") ? 81 : 21); it++) {
+        px_comm_t *w2;
+        float y[100];
+        if (it == 1) {
+            fds0 = count_fds();
+            comms0 = ctx->tr->n_comms;
+        }
+        if (getenv("PX_TEST_RSS_TRACE") && ctx->rank == 0)
+            printf("world cycle %d: RSS %ld kB\n", it, rss_kb());
+        for (int i = 0; i < 100; i++)
+            y[i] = 2.0f;
+        CALL("world again", world_again(ctx, &w2));
+        CALL("allreduce on it", px_allreduce(w2, y, y, 100, PX_FLOAT32, PX_SUM, -1));
+        if (y[99] != 2.0f * (float)ctx->world)
+            FAIL("second world all-reduce %g", y[99]);
+        CALL("barrier on it", px_barrier(w2, -1));
+        px_comm_destroy(w2);
+        CALL("barrier", px_barrier(ctx->comm, -1));
+    }
     if (count_fds() != fds0 || ctx->tr->n_comms != comms0)
         FAIL("fds %d -> %d, communicators %d -> %d", fds0, count_fds(), comms0, ctx->tr->n_comms);
-#ifndef __SANITIZE_ADDRESS__ /* ASan's quarantine holds freed memory; LSan checks leaks */
-    if (rss_kb() - rss0 > 1024)
-        FAIL("RSS grew %ld kB over %d create/destroy cycles", rss_kb() - rss0, iters);
-#endif
+
     if (ctx->rank == 0)
-        printf("leak: %d split/destroy cycles: fds %d, communicators %d, RSS +%ld kB\n", iters,
-               count_fds(), ctx->tr->n_comms, rss_kb() - rss0);
+        printf("leak: %d split/destroy cycles (RSS +%ld kB) and 20 world create/destroy "
+               "cycles: fds %d, communicators %d\n", iters, rss_grew, count_fds(),
+               ctx->tr->n_comms);
     return px_barrier(ctx->comm, -1) == PX_OK ? 0 : 1;
 }
 
