@@ -156,7 +156,8 @@ static void h_get_job(px_rpc_call_t *call, const ProtobufCMessage *request, void
 }
 
 /* ListJobs across the cluster: this node's jobs plus each alive peer's
- * (Control.ListJobs with local_only, PXD_LIST_PEER_TIMEOUT_MS each, all in
+ * (Peer.ListJobs, which answers with that node's own jobs, over the Peer
+ * plane every node can reach, PXD_LIST_PEER_TIMEOUT_MS each, all in
  * parallel). The answer goes out when every peer answered or failed; a
  * peer that failed is logged and its jobs are left out. */
 #define PXD_LIST_PEER_TIMEOUT_MS 2000
@@ -269,6 +270,11 @@ static void on_list_peer_done(px_daemon_t *d, void *arg, grpc_status_code code,
     }
 }
 
+void px_control_list_local(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
+{
+    list_reply(arg, call, NULL, 0);
+}
+
 static void h_list_jobs(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
 {
     px_daemon_t *d = arg;
@@ -297,13 +303,13 @@ static void h_list_jobs(px_rpc_call_t *call, const ProtobufCMessage *request, vo
 
         if (!peer->alive || !peer->name[0] || !strcmp(peer->name, d->cfg.name))
             continue;
-        ch = px_nodes_control_channel(d, peer->name);
+        ch = peer->channel;
         if (!ch || !(lp = calloc(1, sizeof(*lp))))
             continue;
         lp->ctx = ctx;
         lp->slot = p;
         snprintf(lp->node, sizeof(lp->node), "%s", peer->name);
-        if (px_daemon_call_async(d, ch, P_CONTROL "ListJobs", &sub.base,
+        if (px_daemon_call_async(d, ch, "/parallax.v1.Peer/ListJobs", &sub.base,
                                  &parallax__v1__list_jobs_response__descriptor,
                                  PXD_LIST_PEER_TIMEOUT_MS, on_list_peer_done, lp) != PX_OK) {
             free(lp);

@@ -313,6 +313,10 @@ extern const px_rpc_method_t px_control_methods[];
  * after the servers are destroyed and in-flight calls finished). */
 void px_control_fini(px_daemon_t *d);
 extern const size_t px_control_n_methods;
+/* Handler of Peer.ListJobs (arg: the daemon): answers with the jobs this
+ * node coordinates, oldest first; a cluster-wide Control.ListJobs merges
+ * these from every alive peer. */
+void px_control_list_local(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
 extern const px_rpc_method_t px_peer_methods[];
 extern const size_t px_peer_n_methods;
 
