@@ -44,7 +44,12 @@
  * same transport). Concurrent collectives on one communicator and
  * collectives on different communicators never see each other's messages
  * (tags carry communicator id and sequence number); starts must be issued in
- * the same order on every rank of a communicator, as in MPI.
+ * the same order on every rank of a communicator, as in MPI. Buffers are
+ * borrowed until the request completes. px_comm_destroy cancels and frees
+ * the communicator's pending requests (their handles become invalid).
+ * Waiting never spins: it sleeps on the UCX worker's event fd (PX_SPIN_US
+ * > 0 polls that long first; off by default, since spinning starves
+ * oversubscribed ranks).
  *
  * Failure semantics: each collective's first message carries (sequence
  * number, op, dtype, count); disagreement gives PX_ERR_MISMATCH on every rank
