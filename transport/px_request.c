@@ -204,7 +204,8 @@ px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop
     req->root = root;
     req->count = count;
     req->esz = px_dtype_size(dtype);
-    req->overlap = count <= PX__OVERLAP_MAX_BYTES / (req->esz ? req->esz : 1);
+    req->overlap = kind != PX__COLL_ALLTOALLV && /* its header count is not its size */
+                   count <= PX__OVERLAP_MAX_BYTES / (req->esz ? req->esz : 1);
     req->half_dtype = -1;
     req->algo = opts ? opts->algo : PX_ALGO_AUTO;
     req->deadline = px__deadline(comm, opts && opts->timeout_ms > 0 ? opts->timeout_ms : -1);
