@@ -180,7 +180,8 @@ static int job_cmp(const void *a, const void *b)
 }
 
 /* Answers `call` with the local jobs and the jobs of `peer` (n_peer
- * responses, NULL entries skipped; a job id seen twice is listed once). */
+ * responses, NULL entries skipped; each holds only jobs its node
+ * coordinates, so no job comes twice). */
 static void list_reply(px_daemon_t *d, px_rpc_call_t *call,
                        Parallax__V1__ListJobsResponse *const *peer, int n_peer)
 {
@@ -210,14 +211,8 @@ static void list_reply(px_daemon_t *d, px_rpc_call_t *call,
     }
     resp.n_jobs = n;
     for (int p = 0; p < n_peer; p++) {
-        for (size_t k = 0; peer[p] && k < peer[p]->n_jobs; k++) {
-            Parallax__V1__Job *pj = peer[p]->jobs[k];
-            int dup = !pj->id || !*pj->id;
-            for (size_t m = 0; !dup && m < resp.n_jobs; m++)
-                dup = resp.jobs[m]->id && !strcmp(resp.jobs[m]->id, pj->id);
-            if (!dup)
-                resp.jobs[resp.n_jobs++] = pj;
-        }
+        for (size_t k = 0; peer[p] && k < peer[p]->n_jobs; k++)
+            resp.jobs[resp.n_jobs++] = peer[p]->jobs[k];
     }
     if (resp.n_jobs > n)
         qsort(resp.jobs, resp.n_jobs, sizeof(*resp.jobs), job_cmp);
@@ -258,6 +253,20 @@ static void on_list_peer_done(px_daemon_t *d, void *arg, grpc_status_code code,
             ctx->peer[lp->slot] = (Parallax__V1__ListJobsResponse *)protobuf_c_message_unpack(
                 &parallax__v1__list_jobs_response__descriptor, NULL, len, buf);
             free(buf);
+        }
+        /* Keep only the jobs that node coordinates: no job is listed twice
+         * (nor one of ours, whatever a confused peer sends). */
+        if (ctx->peer[lp->slot]) {
+            Parallax__V1__ListJobsResponse *r = ctx->peer[lp->slot];
+            size_t keep = 0;
+            for (size_t k = 0; k < r->n_jobs; k++) {
+                Parallax__V1__Job *t = r->jobs[k];
+                if (t->coordinator && !strcmp(t->coordinator, lp->node) && t->id && *t->id)
+                    r->jobs[keep++] = t;
+                else
+                    protobuf_c_message_free_unpacked(&t->base, NULL);
+            }
+            r->n_jobs = keep;
         }
     } else {
         px_warn("ListJobs: node %s did not answer (%s: %s); its jobs are left out", lp->node,
