@@ -274,33 +274,12 @@ err_free:
 }
 
 /* Stage 0: all headers in? Then compare. */
-static px_status_t header_step(px_request_t *req, int *progressed_p)
+/* Compares the received headers with ours; PX_ERR_MISMATCH naming the
+ * first disagreeing rank. */
+static px_status_t compare_headers(px_request_t *req)
 {
     px_comm_t *comm = req->comm;
-    int all = 1;
 
-    for (px__op_t *o = comm->active; o; o = o->next) {
-        if (o->owner != req || !o->hdr)
-            continue;
-        if (!o->done) {
-            all = 0;
-            continue;
-        }
-        {
-            px_status_t status = px__op_status(comm, o);
-            if (status != PX_OK)
-                return status;
-        }
-    }
-    if (!all)
-        return PX_INPROGRESS;
-    /* reap the header ops */
-    for (px__op_t *o = comm->active, *next; o; o = next) {
-        next = o->next;
-        if (o->owner == req && o->hdr)
-            px__op_reap(comm, o);
-    }
-    *progressed_p = 1;
     for (int r = 0; r < comm->size; r++) {
         const px__hdr_t *h = &req->hdr_in[r];
         const px__hdr_t *mine = &req->hdr_out[r];
@@ -325,6 +304,72 @@ static px_status_t header_step(px_request_t *req, int *progressed_p)
                                       px_dtype_name((px_dtype_t)mine->dtype),
                                       px_redop_name((px_redop_t)mine->op), mine->root);
     }
+    return PX_OK;
+}
+
+/* Stage 0: all header messages in? Then compare. The headers of
+ * all-to-all-v carry per-peer counts, so a disagreement is seen only by the
+ * two ranks concerned: a second round tells every rank every rank's
+ * verdict, so that all of them fail together. */
+static px_status_t header_step(px_request_t *req, int *progressed_p)
+{
+    px_comm_t *comm = req->comm;
+    px_status_t status;
+    int all = 1;
+
+    for (px__op_t *o = comm->active; o; o = o->next) {
+        if (o->owner != req || !o->hdr)
+            continue;
+        if (!o->done) {
+            all = 0;
+            continue;
+        }
+        status = px__op_status(comm, o);
+        if (status != PX_OK)
+            return status;
+    }
+    if (!all)
+        return PX_INPROGRESS;
+    /* reap the header ops */
+    for (px__op_t *o = comm->active, *next; o; o = next) {
+        next = o->next;
+        if (o->owner == req && o->hdr)
+            px__op_reap(comm, o);
+    }
+    *progressed_p = 1;
+    if (!req->hdr_expect)
+        status = compare_headers(req);
+    else if (!req->verdict_posted) {
+        /* round 2: our verdict to every rank, theirs from every rank */
+        req->verdict_err = compare_headers(req);
+        req->verdict_posted = 1;
+        for (int r = 0; r < comm->size; r++) {
+            px__op_t *op;
+            if (r == comm->rank)
+                continue;
+            req->hdr_out[r].count = req->verdict_err != PX_OK; /* reused as the verdict */
+            status = px__req_recv(req, r, px__req_tag(req, r, PX__PHASE_HDR, 1), &req->hdr_in[r],
+                                  sizeof(px__hdr_t), &op);
+            if (status != PX_OK)
+                return status;
+            op->hdr = 1;
+            status = px__req_send(req, r, px__req_tag(req, comm->rank, PX__PHASE_HDR, 1),
+                                  &req->hdr_out[r], sizeof(px__hdr_t), &op);
+            if (status != PX_OK)
+                return status;
+            op->hdr = 1;
+        }
+        return PX_INPROGRESS;
+    } else {
+        status = req->verdict_err;
+        for (int r = 0; status == PX_OK && r < comm->size; r++)
+            if (r != comm->rank && req->hdr_in[r].count)
+                status = px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                            "rank %d: all-to-all-v #%u: its send and receive "
+                                            "counts disagree with a peer's", r, req->seq);
+    }
+    if (status != PX_OK)
+        return status;
     req->stage = 1;
     return PX_OK;
 }

@@ -240,6 +240,8 @@ struct px_request {
     /* header exchange (mismatch detection) */
     px__hdr_t *hdr_out, *hdr_in; /* [size] */
     uint64_t *hdr_expect;  /* alltoallv: count expected from each peer (else NULL) */
+    int verdict_posted;    /* alltoallv: second header round (verdicts) posted */
+    px_status_t verdict_err; /* alltoallv: our own comparison's result */
     int hdr_posted;
 
     /* arguments */

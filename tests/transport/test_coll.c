@@ -14,7 +14,9 @@
  *                         short bound, px_request_cancel; abort
  *   test_coll mismatch4   rank 0 passes count 256000, the others 512000:
  *                         every rank gets PX_ERR_MISMATCH, no write past a
- *                         buffer, the communicator still works
+ *                         buffer, the communicator still works; the same for
+ *                         an all-to-all-v whose counts disagree between two
+ *                         ranks only
  *   test_coll exitrace N  a rank completes a barrier and exits before the
  *                         others wait for it: they still succeed
  *   test_coll leak N      300 x (split, all-reduce and fp16 reduce on the
@@ -679,6 +681,24 @@ static int rank_mismatch4(px_launch_rank_t *ctx)
         FAIL("all-reduce after the mismatch: %s", px_status_str(status));
     if (ctx->rank == 0)
         printf("mismatch4: every rank got: %s\n", px_comm_last_error(ctx->comm));
+    /* all-to-all-v: rank 0 sends 2 elements to rank 1, which expects 3; the
+     * other ranks agree with everyone, and still get the mismatch */
+    {
+        uint64_t sc[4], sd[4], rc[4], rd[4];
+        float in[16] = {0}, out[16];
+        for (int p = 0; p < 4; p++) {
+            sc[p] = rc[p] = 2;
+            sd[p] = rd[p] = 2 * (uint64_t)p;
+        }
+        if (ctx->rank == 1)
+            rc[0] = 3;
+        status = px_alltoallv(ctx->comm, in, sc, sd, out, rc, rd, PX_FLOAT32, NULL);
+        if (status != PX_ERR_MISMATCH)
+            FAIL("all-to-all-v count mismatch gave %s, want mismatch", px_status_str(status));
+        status = px_alltoallv(ctx->comm, in, sc, sd, out, sc, sd, PX_FLOAT32, NULL);
+        if (status != PX_OK)
+            FAIL("all-to-all-v after the mismatch: %s", px_status_str(status));
+    }
     gfree((char *)buf);
     return 0;
 }
