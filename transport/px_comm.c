@@ -261,7 +261,8 @@ static void close_eps(px_comm_t *comm)
         if (!comm->peers[r].ep)
             continue;
         /* a failed peer-mode endpoint must be force-closed */
-        param.flags = (comm->failed || comm->peers[r].failed) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        param.flags = (comm->failed || comm->peers[r].failed || comm->orphaned_sends)
+                          ? UCP_EP_CLOSE_FLAG_FORCE : 0;
         req = ucp_ep_close_nbx(comm->peers[r].ep, &param);
         comm->peers[r].ep = NULL;
         if (UCS_PTR_IS_PTR(req) && reqs)
@@ -362,6 +363,8 @@ void px_comm_destroy(px_comm_t *comm)
     for (px__op_t *op = comm->orphans; op; op = op->next)
         if (!op->done)
             leak_orphans = 1; /* a late callback may still write the record */
+    if (leak_orphans && comm->root != comm)
+        comm->root->orphaned_sends = 1; /* the world's endpoints carry them: force close */
     if (leak_orphans) {
         /* a late callback may still write them: the transport frees them
          * after the worker is gone */

@@ -141,6 +141,8 @@ struct px_comm {
     px__op_t *active;     /* posted, not yet reaped */
     px__op_t *free_ops;
     px__op_t *orphans;    /* could not be cancelled; completed at destroy */
+    int orphaned_sends;   /* world: a destroyed sub-communicator left sends pending on
+                           * these endpoints (close them by force) */
     px__op_t **all_ops;   /* every record ever allocated (freed at destroy) */
     size_t n_all, cap_all;
 
