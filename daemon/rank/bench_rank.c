@@ -251,7 +251,7 @@ int px_rank_bench_main(int argc, char **argv)
                       status, out);
         PX_CHECK_GOTO(px_comm_create_world(tr, &table, a.rank, -1, &comm), status, out);
         if (a.rank == 0)
-            PX_CHECK_GOTO(px_rpc_channel_create(a.coord, &a.report), status, out);
+            PX_CHECK_GOTO(px_rank_link_channel_create(a.coord, &a.report), status, out);
 #else
         px_error("built without the daemon link (px_rank_link.c); --coord unavailable");
         status = PX_ERR_INVALID_ARGUMENT;

@@ -26,6 +26,7 @@ Debian's python3-grpcio as the raw client.
    dp=2 job; a plaintext client gets no answer from the Peer port, a TLS
    client that trusts the certificate does.
 Exit 77 when parallax-rank was not built."""
+import json
 import os
 import secrets
 import signal
@@ -291,6 +292,20 @@ def main():
                  "; rank's token in its environment, not its command line" if seen_cmdline
                  else ""))
 
+        # 6b. a bench job with tokens on: its rank 0 reports rows to the
+        # coordinator's Peer plane over a channel that carries the token
+        if args.pctl and os.access(args.pctl, os.X_OK):
+            sock = "unix:" + os.path.join(a.runtime_dir, "control.sock")
+            r = subprocess.run([args.pctl, "--server", sock, "bench", "--ranks", "2", "--op",
+                                "all_reduce", "--min-bytes", "4K", "--max-bytes", "16K",
+                                "--iters", "2", "--check", "--json"],
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, (r.returncode, r.stdout, r.stderr, cl.logs())
+            doc = json.loads(r.stdout)
+            assert doc["state"] == "completed" and doc["wrong"] == 0, doc
+            assert [x["size"] for x in doc["rows"]] == [4096, 8192, 16384], doc
+            print("pctl bench with tokens on: COMPLETED, %d rows, 0 wrong" % len(doc["rows"]))
+
         # 7. pctl --max-restarts (through b's unix socket: a local user)
         mr_id = None
         if args.pctl and os.access(args.pctl, os.X_OK):
@@ -304,7 +319,6 @@ def main():
             assert code == 2 and "--max-restarts" in out, (code, out)
             code, out = run(base + ["--max-restarts", "2"])
             assert code == 0, (code, out)
-            import json
             mr_id = json.loads(out)["job_id"]
             spec = gb.job(mr_id)["spec"]
             assert spec["max_restarts"] == 2 and spec["checkpoint_dir"] == ck, spec
