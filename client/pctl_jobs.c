@@ -400,7 +400,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     Parallax__V1__ModelSpec model = PARALLAX__V1__MODEL_SPEC__INIT;
     Parallax__V1__SubmitJobResponse *resp = NULL;
     const char *data = NULL, *name = NULL;
-    char *data_abs = NULL, *name_buf = NULL;
+    char *data_abs = NULL;
     char *abs_paths[3] = {NULL, NULL, NULL}; /* issue 4: checkpoint, resume, export */
     int follow = 0, json = 0, opt, rc = PCTL_EXIT_FAIL;
     uint64_t v;
@@ -506,15 +506,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     if (!data_abs)
         return pctl_usage_error("submit", "invalid value '%s' for --data: %s", data,
                                 strerror(errno));
-    if (!name) {
-        /* Default name: the data file's base name without its extension. */
-        const char *base = strrchr(data_abs, '/');
-        char *dot;
-        name_buf = strdup(base ? base + 1 : data_abs);
-        if (name_buf && (dot = strrchr(name_buf, '.')) && dot != name_buf)
-            *dot = '\0';
-        name = name_buf ? name_buf : "job";
-    }
+    /* Without --name the daemon names the job after its id: a default
+     * must never collide with an active job's name (ALREADY_EXISTS is for
+     * names the user chose). */
+    if (!name)
+        name = "";
     spec.name = (char *)name;
     spec.data_path = data_abs;
     spec.checkpoint_dir = abs_paths[0] ? abs_paths[0] : (char *)"";
@@ -548,7 +544,6 @@ out:
     if (resp)
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     free(data_abs);
-    free(name_buf);
     for (int k = 0; k < 3; k++)
         free(abs_paths[k]);
     return rc;

@@ -29,7 +29,7 @@ static const pctl_command_t commands[] = {
      "Submits a GPT training job and prints its id.\n"
      "  --data FILE        token file (llm.c layout, see `pctl data prepare`); sent as an\n"
      "                     absolute path, so it must exist where the ranks run\n"
-     "  --name S           job name (default: the data file's base name)\n"
+     "  --name S           job name, unique among active jobs (default: the job id)\n"
      "  --layers N         transformer blocks (default 4)\n"
      "  --heads N          attention heads (default 4)\n"
      "  --dim N            model width (default 128)\n"

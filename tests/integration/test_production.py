@@ -142,6 +142,16 @@ def main():
         except pc.ClientError as e:
             assert "ALREADY_EXISTS" in str(e) and job_id in str(e), str(e)
             print("duplicate --name: %s" % e)
+        # without --name a job is named after its id: never a duplicate (pctl
+        # sends no name of its own making)
+        if args.pctl and os.access(args.pctl, os.X_OK):
+            from pxpctl import Pctl
+            uc = Pctl(args.pctl, a)
+            others = [uc.submit(data, **RUN) for _ in range(2)]
+            for o in others:
+                assert c.job(o)["spec"]["name"] == o, c.job(o)
+                c.cancel(o)
+            print("two unnamed pctl jobs on the same data accepted, named %s" % others)
         os.kill(victim["pid"], signal.SIGKILL)
         t0 = time.time()
         j = pc.wait_state(c, job_id, ("FAILED",), 15)
