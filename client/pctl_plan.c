@@ -26,8 +26,21 @@ static void fmt_gb(double bytes, char *buf, size_t len)
         snprintf(buf, len, "%.1f kB", bytes / 1e3);
 }
 
+/* "--name" of the long option whose value is `val` (for error messages;
+ * argv[optind - 1] is the value, not the flag, in the "--dp 0" form). */
+static const char *opt_flag(const struct option *opts, int val, char *buf, size_t len)
+{
+    for (; opts->name; opts++)
+        if (opts->val == val) {
+            snprintf(buf, len, "--%s", opts->name);
+            return buf;
+        }
+    return "option";
+}
+
 int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
 {
+    char flag[48];
     enum { O_PARAMS = 256, O_LAYERS, O_DIM, O_VOCAB, O_SEQ, O_HEADS, O_DP, O_ZERO, O_PREC, O_K,
            O_JSON, O_HELP };
     static const struct option opts[] = {
@@ -51,7 +64,8 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                 return pctl_usage_error("plan", "--params %s is not a whole number", optarg);
             break;
         case O_LAYERS: case O_DIM: case O_VOCAB: case O_SEQ: case O_HEADS: case O_DP:
-            if (pctl_parse_u64("plan", argv[optind - 1], optarg, 1, 1u << 30, &v))
+            if (pctl_parse_u64("plan", opt_flag(opts, opt, flag, sizeof(flag)), optarg, 1,
+                               1u << 30, &v))
                 return PCTL_EXIT_USAGE;
             if (opt == O_DP)
                 dp = v;

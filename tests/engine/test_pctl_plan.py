@@ -54,6 +54,15 @@ def main():
     ok = p.returncode == 2 and "'5'" in p.stderr
     print('--zero 5: exit %d %s' % (p.returncode, 'ok' if ok else 'FAIL'))
     failures += not ok
+    # a bad value names its flag, in both the "--dp 0" and "--dp=0" forms
+    for argv, flag, val in ((['--dp', '0'], '--dp', '0'), (['--layers', 'x'], '--layers', 'x'),
+                            (['--dp=0'], '--dp', '0')):
+        p = subprocess.run([pctl, 'plan', '--params', '100'] + argv, capture_output=True,
+                           text=True)
+        ok = p.returncode == 2 and ("'%s' for %s " % (val, flag)) in p.stderr
+        print('%s: exit %d %s' % (' '.join(argv), p.returncode,
+                                  'ok' if ok else 'FAIL: ' + p.stderr.strip()))
+        failures += not ok
     print('FAIL (%d)' % failures if failures else 'PASS')
     return 1 if failures else 0
 
