@@ -1076,7 +1076,7 @@ void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char
     if (!job->fail_pending || fail_rank_cause(exit_code) > job->fail_is_signal) {
         snprintf(job->fail_reason, sizeof(job->fail_reason), "rank %d on node %s (%s) %s%s%s",
                  rank, node && *node ? node : jr->node, jr->device, how,
-                 detail && *detail ? "; last log line: " : "", detail ? detail : "");
+                 detail && *detail ? "; log: " : "", detail ? detail : "");
         job->fail_is_signal = fail_rank_cause(exit_code);
     }
     job_save(job);

@@ -93,23 +93,37 @@ px_status_t px_supervisor_read_log(px_daemon_t *d, const char *job_id, int rank,
     return PX_OK;
 }
 
-/* Last non-empty line of a rank's log, for failure reasons. */
-static void last_line(px_daemon_t *d, const char *job_id, int rank, char *out, size_t len)
+/* The line of a rank's log that best explains its failure, for the job's
+ * reason: the first ERROR line of the log's last 4 KiB (the root cause is
+ * logged first, e.g. "cannot re-cut ...", and the generic "training failed:
+ * invalid argument" after it), else the last non-empty line. */
+static void failure_line(px_daemon_t *d, const char *job_id, int rank, char *out, size_t len)
 {
     uint8_t *text = NULL;
     size_t n = 0, end, start;
+    const char *err;
 
     out[0] = '\0';
     if (px_supervisor_read_log(d, job_id, rank, 4096, &text, &n) != PX_OK)
         return;
     end = n;
-    while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' '))
-        end--;
-    start = end;
-    while (start > 0 && text[start - 1] != '\n')
-        start--;
+    err = memmem(text, n, " ERROR ", 7);
+    if (err) {
+        start = (size_t)((const uint8_t *)err - text);
+        while (start > 0 && text[start - 1] != '\n')
+            start--;
+        end = start;
+        while (end < n && text[end] != '\n')
+            end++;
+    } else {
+        while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' '))
+            end--;
+        start = end;
+        while (start > 0 && text[start - 1] != '\n')
+            start--;
+    }
     if (end - start >= len)
-        start = end - (len - 1);
+        end = start + (len - 1);
     memcpy(out, text + start, end - start);
     out[end - start] = '\0';
     free(text);
@@ -171,7 +185,7 @@ static void rank_gone(px_local_rank_t *lr, int exit_code)
             still_held = 1;
     if (!still_held)
         px_nodes_device_set(d, lr->device, "");
-    last_line(d, lr->job_id, lr->rank, detail, sizeof(detail));
+    failure_line(d, lr->job_id, lr->rank, detail, sizeof(detail));
 
     if (!strcmp(lr->coordinator, d->cfg.name)) {
         px_job_rank_exited(d, lr->job_id, lr->rank, d->cfg.name, lr->exit_code, detail);
