@@ -40,6 +40,9 @@ def build_peer(build, peer_src):
     out_dir = os.path.join(build, "tests", "bench")
     os.makedirs(out_dir, exist_ok=True)
     exe = os.path.join(out_dir, "mpi_coll_bench")
+    if not os.path.isfile(peer_src):
+        sys.exit("compare_mpi: the Open MPI peer %s is not there: it lives in the shared/ "
+                 "folder beside the repository (../shared/peers/); pass --peer PATH" % peer_src)
     if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(peer_src):
         subprocess.run(["mpicc", "-O2", "-o", exe, peer_src], check=True)
     return exe
