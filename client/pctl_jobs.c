@@ -830,7 +830,7 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
             json_array_append_new(a, pctl_json_node(resp->nodes[i]));
         rc = pctl_json_print(a);
     } else {
-        printf("%-16s %-22s %-22s %-6s %-8s %s\n", "NAME", "CONTROL", "PEER", "ALIVE", "DEVICES",
+        printf("%-16s %-22s %-22s %-6s %-8s %s\n", "NAME", "CONTROL", "PEER", "ALIVE", "FREE/ALL",
                "LAST SEEN");
         for (size_t i = 0; i < resp->n_nodes; i++) {
             const Parallax__V1__NodeInfo *n = resp->nodes[i];
