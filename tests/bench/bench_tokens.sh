@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench_tokens.sh: single-rank training throughput (tokens/s) of parallax-rank
-# beside the PyTorch peer (/work/shared/peers/torch_gpt_bench.py, 1 thread) on
+# beside the PyTorch peer (../shared/peers/torch_gpt_bench.py beside the repo, 1 thread) on
 # the same model and batch, and the ratio ours/torch. Not a test: a benchmark.
 #
 # usage: tests/bench/bench_tokens.sh [BUILD_DIR] [STEPS]
@@ -13,9 +13,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
 steps=${2:-20}
 rank_bin=$build/daemon/rank/parallax-rank
-torch_bench=${TORCH_BENCH:-/work/shared/peers/torch_gpt_bench.py}
+torch_bench=${TORCH_BENCH:-$here/../../../shared/peers/torch_gpt_bench.py}
 python=${PYTHON:-/usr/bin/python3}
 [ -x "$rank_bin" ] || { echo "no $rank_bin (build first)" >&2; exit 1; }
+[ -f "$torch_bench" ] || { echo "no PyTorch peer at $torch_bench (set TORCH_BENCH)" >&2; exit 1; }
 work=$(mktemp -d /tmp/px_bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 python3 "$here/../engine/make_tokens.py" "$work/tokens.bin" /usr/share/common-licenses/* >/dev/null
