@@ -53,10 +53,12 @@
  *
  * Failure semantics: each collective's first message carries (sequence
  * number, op, dtype, count); disagreement gives PX_ERR_MISMATCH on every rank
- * within the deadline. Collectives up to 32 KiB per rank move data while
- * the headers travel, so after a mismatch their output buffer may hold
- * partial data (never past its end); larger ones check first and leave it
- * untouched. A dead peer gives PX_ERR_PEER_FAILURE naming it on
+ * within the deadline. Collectives (all-to-all-v excepted) move data while
+ * the headers travel, so after a mismatch their output buffer (and the
+ * input of an in-place call) may hold partial data, never past the count
+ * the rank passed; all-to-all-v checks first and leaves it untouched. As
+ * with MPI and NCCL, treat a failed collective's output as undefined. A dead
+ * peer gives PX_ERR_PEER_FAILURE naming it on
  * every survivor; px_comm_abort makes every pending request return
  * PX_ERR_ABORTED. Buffers are never touched after a request has completed or
  * failed. */

@@ -9,12 +9,13 @@
  * which are done, does local reductions and copies, and reports whether it
  * finished (a schedule, px_sched.c, or the ring machine, coll/ring.c).
  *
- * Small collectives (up to PX__OVERLAP_MAX_BYTES per rank) do not wait for
- * the headers before the algorithm starts: both run at once and the request
- * completes when both have, failing with PX_ERR_MISMATCH if the headers
- * disagree (then the output buffer may hold partial data, never beyond its
- * bounds: receives are posted with our own sizes). Larger ones check the
- * headers first, so a mismatch leaves their buffers untouched.
+ * Collectives (all-to-all-v excepted: its header count is not its size) do
+ * not wait for the headers before the algorithm starts: both run at once and
+ * the request completes when both have, failing with PX_ERR_MISMATCH if the
+ * headers disagree (then the output buffer may hold partial data, never
+ * beyond its bounds: receives are posted with our own sizes, and a message
+ * of the wrong size is held as a mismatch until the headers name it).
+ * All-to-all-v checks the headers first.
  *
  * Progress: px_test / px_wait progress the worker and then step every
  * pending request of the communicator in start order (a collective started
