@@ -7,11 +7,13 @@
  * use, busy timeout 2 s, closed at exit. Loop thread only. */
 #include "memstore.h"
 
+#include <errno.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "px_log.h"
 
@@ -45,6 +47,15 @@ px_status_t px_zero_spec_validate(const Parallax__V1__JobSpec *s, char *errbuf, 
         if (paths[i].v && *paths[i].v && paths[i].v[0] != '/')
             return bad(errbuf, errlen, "%s='%s' must be an absolute path", paths[i].name,
                        paths[i].v);
+    if (s->resume_dir && *s->resume_dir) {
+        /* caught here, not minutes later in a rank: a resume needs a complete
+         * checkpoint, whose meta.json is written last (checkpoint.h) */
+        char meta[4200];
+        snprintf(meta, sizeof(meta), "%s/meta.json", s->resume_dir);
+        if (access(meta, R_OK))
+            return bad(errbuf, errlen, "resume_dir='%s' holds no complete checkpoint "
+                       "(cannot read meta.json: %s)", s->resume_dir, strerror(errno));
+    }
     if (s->checkpoint_every && !(s->checkpoint_dir && *s->checkpoint_dir))
         return bad(errbuf, errlen, "checkpoint_every=%u needs checkpoint_dir",
                    s->checkpoint_every);
