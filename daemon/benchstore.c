@@ -4,10 +4,9 @@
  * spelling plus short aliases); the daemon checks them here so a bad value
  * is INVALID_ARGUMENT at submit time, not a rank failure later.
  *
- * Rows live in table bench_rows of <state_dir>/parallax.db, written through
- * a connection of this file's own (opened on first use, WAL like the main
- * store, busy timeout 2 s, closed at exit), so the store's schema and
- * statements stay untouched. Runs on the daemon's loop thread only. */
+ * Rows live in table bench_rows of the store's database, written through the
+ * store's connection (px_store_table); the store's own schema and statements
+ * stay untouched. Runs on the daemon's loop thread only. */
 #include "benchstore.h"
 
 #include <sqlite3.h>
@@ -124,51 +123,28 @@ int px_bench_spec_args(const Parallax__V1__JobSpec *spec, char **args, int n, ch
 
 /* ------------------------------------------------------------------ rows */
 
+/* The store's connection (px_store_table), set by the first db_open. */
 static sqlite3 *db;
 
-static void db_close(void)
+static px_status_t db_open(px_store_t *store)
 {
-    sqlite3_close(db);
-    db = NULL;
-}
-
-static px_status_t db_open(const char *state_dir)
-{
-    char path[4200];
-    char *msg = NULL;
-
     if (db)
         return PX_OK;
-    snprintf(path, sizeof(path), "%s/parallax.db", state_dir);
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
-        px_error("bench rows: cannot open %s: %s", path, db ? sqlite3_errmsg(db) : "no memory");
-        sqlite3_close(db);
-        db = NULL;
-        return PX_ERR_IO;
-    }
-    sqlite3_busy_timeout(db, 2000);
-    if (sqlite3_exec(db,
-                     "CREATE TABLE IF NOT EXISTS bench_rows (job_id TEXT NOT NULL, "
-                     "size INTEGER, count INTEGER, type TEXT, redop TEXT, time_us REAL, "
-                     "algbw REAL, busbw REAL, wrong INTEGER);"
-                     "CREATE INDEX IF NOT EXISTS bench_rows_job ON bench_rows (job_id);",
-                     NULL, NULL, &msg) != SQLITE_OK) {
-        px_error("bench rows: cannot create the table in %s: %s", path, msg ? msg : "");
-        sqlite3_free(msg);
-        db_close();
-        return PX_ERR_IO;
-    }
-    atexit(db_close);
-    return PX_OK;
+    return px_store_table(store,
+                          "CREATE TABLE IF NOT EXISTS bench_rows (job_id TEXT NOT NULL, "
+                          "size INTEGER, count INTEGER, type TEXT, redop TEXT, time_us REAL, "
+                          "algbw REAL, busbw REAL, wrong INTEGER);"
+                          "CREATE INDEX IF NOT EXISTS bench_rows_job ON bench_rows (job_id);",
+                          "bench rows", &db);
 }
 
-px_status_t px_benchstore_add(const char *state_dir, const char *job_id,
+px_status_t px_benchstore_add(px_store_t *store, const char *job_id,
                               Parallax__V1__BenchRow *const *rows, size_t n)
 {
     sqlite3_stmt *st = NULL;
     px_status_t status = PX_OK;
 
-    if (db_open(state_dir) != PX_OK)
+    if (db_open(store) != PX_OK)
         return PX_ERR_IO;
     if (sqlite3_prepare_v2(db, "INSERT INTO bench_rows VALUES (?,?,?,?,?,?,?,?,?)", -1, &st,
                            NULL) != SQLITE_OK) {
@@ -203,7 +179,7 @@ static char *dup_col(sqlite3_stmt *st, int col)
     return strdup(s ? (const char *)s : "");
 }
 
-px_status_t px_benchstore_fill(const char *state_dir, Parallax__V1__Job *msg)
+px_status_t px_benchstore_fill(px_store_t *store, Parallax__V1__Job *msg)
 {
     sqlite3_stmt *st = NULL;
     size_t cap = 0;
@@ -214,7 +190,7 @@ px_status_t px_benchstore_fill(const char *state_dir, Parallax__V1__Job *msg)
     msg->n_bench_rows = 0;
     if (!msg->id || !px_bench_spec_is(msg->spec))
         return PX_OK;
-    if (db_open(state_dir) != PX_OK)
+    if (db_open(store) != PX_OK)
         return PX_ERR_IO;
     if (sqlite3_prepare_v2(db, "SELECT size, count, type, redop, time_us, algbw, busbw, wrong "
                            "FROM bench_rows WHERE job_id = ? ORDER BY rowid", -1, &st,

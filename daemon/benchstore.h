@@ -14,6 +14,7 @@
 
 #include "parallax.pb-c.h"
 #include "px_status.h"
+#include "store.h"
 
 /* 1 if `spec` is a bench job (kind "bench"). */
 int px_bench_spec_is(const Parallax__V1__JobSpec *spec);
@@ -32,14 +33,14 @@ int px_bench_spec_args(const Parallax__V1__JobSpec *spec, char **args, int n, ch
                        int nbufs);
 
 /* Stores rows reported for `job_id` (appended after the ones stored).
- * `state_dir` holds parallax.db. Errors: PX_ERR_IO. */
-px_status_t px_benchstore_add(const char *state_dir, const char *job_id,
+ * `store` is the daemon's store (its connection is used). Errors: PX_ERR_IO. */
+px_status_t px_benchstore_add(px_store_t *store, const char *job_id,
                               Parallax__V1__BenchRow *const *rows, size_t n);
 
 /* Sets msg->bench_rows / n_bench_rows to the rows stored for msg->id,
  * smallest first (release with px_benchstore_msg_free). No rows: left
  * empty. */
-px_status_t px_benchstore_fill(const char *state_dir, Parallax__V1__Job *msg);
+px_status_t px_benchstore_fill(px_store_t *store, Parallax__V1__Job *msg);
 void px_benchstore_msg_free(Parallax__V1__Job *msg);
 
 #endif

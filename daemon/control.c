@@ -149,7 +149,7 @@ static void h_get_job(px_rpc_call_t *call, const ProtobufCMessage *request, void
     if (!job)
         return;
     px_job_to_msg(job, &msg);
-    px_benchstore_fill(d->cfg.state_dir, &msg); /* issue 3: a bench job's rows */
+    px_benchstore_fill(d->store, &msg); /* issue 3: a bench job's rows */
     px_rpc_call_reply(call, &msg.base);
     px_benchstore_msg_free(&msg);
     px_job_msg_free(&msg);
@@ -609,7 +609,7 @@ static void h_memory(px_rpc_call_t *call, const ProtobufCMessage *request, void 
 
     if (!job)
         return;
-    status = px_memstore_get(d->cfg.state_dir, job->id, &resp);
+    status = px_memstore_get(d->store, job->id, &resp);
     if (status != PX_OK) {
         px_rpc_call_fail(call, px_rpc_code_from_status(status), "memory of %s: %s", job->id,
                          px_status_str(status));

@@ -997,10 +997,10 @@ int px_job_progress(px_daemon_t *d, const Parallax__V1__ReportProgressRequest *r
         watchers_notify(job, m);
     }
     if (req->memory) /* issue 4: every rank's memory, the last step's always kept */
-        px_memstore_put(job->d->cfg.state_dir, job->id, req->memory,
+        px_memstore_put(job->d->store, job->id, req->memory,
                         job->spec && req->memory->step >= job->spec->steps);
     if (req->rank == 0 && req->n_bench_rows) { /* issue 3: a bench job's rows */
-        px_benchstore_add(job->d->cfg.state_dir, job->id, req->bench_rows, req->n_bench_rows);
+        px_benchstore_add(job->d->store, job->id, req->bench_rows, req->n_bench_rows);
         watchers_notify(job, NULL);
     }
     return 0;

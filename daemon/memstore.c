@@ -3,8 +3,8 @@
  * Table rank_memory (job_id, rank, step, data) with (job_id, rank) unique;
  * `data` is the packed RankMemory. A small in-process cache of the last
  * written peaks per (job, rank) decides which reports are worth a write.
- * Own SQLite connection (WAL file shared with the store), opened on first
- * use, busy timeout 2 s, closed at exit. Loop thread only. */
+ * The table lives in the store's database and is used through the store's
+ * own connection (px_store_table). Loop thread only. */
 #include "memstore.h"
 
 #include <errno.h>
@@ -64,6 +64,7 @@ px_status_t px_zero_spec_validate(const Parallax__V1__JobSpec *s, char *errbuf, 
 
 /* ------------------------------------------------------------- storage */
 
+/* The store's connection (px_store_table), set by the first db_open. */
 static sqlite3 *db;
 
 typedef struct cached {
@@ -74,40 +75,15 @@ typedef struct cached {
 static cached_t cache[256];
 static int cache_next;
 
-static void db_close(void)
+static px_status_t db_open(px_store_t *store)
 {
-    sqlite3_close(db);
-    db = NULL;
-}
-
-static px_status_t db_open(const char *state_dir)
-{
-    char path[4200];
-    char *msg = NULL;
-
     if (db)
         return PX_OK;
-    snprintf(path, sizeof(path), "%s/parallax.db", state_dir);
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
-        SQLITE_OK) {
-        px_error("memory reports: cannot open %s: %s", path, db ? sqlite3_errmsg(db) : "no memory");
-        sqlite3_close(db);
-        db = NULL;
-        return PX_ERR_IO;
-    }
-    sqlite3_busy_timeout(db, 2000);
-    if (sqlite3_exec(db,
-                     "CREATE TABLE IF NOT EXISTS rank_memory (job_id TEXT NOT NULL, "
-                     "rank INTEGER NOT NULL, step INTEGER, data BLOB, "
-                     "PRIMARY KEY (job_id, rank));",
-                     NULL, NULL, &msg) != SQLITE_OK) {
-        px_error("memory reports: cannot create the table in %s: %s", path, msg ? msg : "");
-        sqlite3_free(msg);
-        db_close();
-        return PX_ERR_IO;
-    }
-    atexit(db_close);
-    return PX_OK;
+    return px_store_table(store,
+                          "CREATE TABLE IF NOT EXISTS rank_memory (job_id TEXT NOT NULL, "
+                          "rank INTEGER NOT NULL, step INTEGER, data BLOB, "
+                          "PRIMARY KEY (job_id, rank));",
+                          "memory reports", &db);
 }
 
 static cached_t *cache_find(const char *job_id, uint32_t rank)
@@ -118,7 +94,7 @@ static cached_t *cache_find(const char *job_id, uint32_t rank)
     return NULL;
 }
 
-px_status_t px_memstore_put(const char *state_dir, const char *job_id,
+px_status_t px_memstore_put(px_store_t *store, const char *job_id,
                             const Parallax__V1__RankMemory *mem, int force)
 {
     uint64_t sum = 0;
@@ -136,7 +112,7 @@ px_status_t px_memstore_put(const char *state_dir, const char *job_id,
     if (!buf)
         return PX_ERR_NO_MEMORY;
     parallax__v1__rank_memory__pack(mem, buf);
-    if (db_open(state_dir) != PX_OK) {
+    if (db_open(store) != PX_OK) {
         free(buf);
         return PX_ERR_IO;
     }
@@ -170,7 +146,7 @@ px_status_t px_memstore_put(const char *state_dir, const char *job_id,
     return status;
 }
 
-px_status_t px_memstore_get(const char *state_dir, const char *job_id,
+px_status_t px_memstore_get(px_store_t *store, const char *job_id,
                             Parallax__V1__GetMemoryResponse *resp)
 {
     sqlite3_stmt *st = NULL;
@@ -180,7 +156,7 @@ px_status_t px_memstore_get(const char *state_dir, const char *job_id,
 
     resp->ranks = NULL;
     resp->n_ranks = 0;
-    if (db_open(state_dir) != PX_OK)
+    if (db_open(store) != PX_OK)
         return PX_ERR_IO;
     if (sqlite3_prepare_v2(db, "SELECT data FROM rank_memory WHERE job_id = ? ORDER BY rank",
                            -1, &st, NULL) != SQLITE_OK) {

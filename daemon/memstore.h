@@ -4,7 +4,7 @@
  * Every rank attaches a RankMemory (bytes per category, current and peak,
  * and the plan's prediction) to its ReportProgress; the coordinator keeps the
  * latest of each rank of each job in table rank_memory of
- * <state_dir>/parallax.db (its own connection, like benchstore.c) and answers
+ * the store's database (through the store's connection) and answers
  * Control.GetMemory from it. Loop thread only. */
 #ifndef PX_MEMSTORE_H
 #define PX_MEMSTORE_H
@@ -13,6 +13,7 @@
 
 #include "parallax.pb-c.h"
 #include "px_status.h"
+#include "store.h"
 
 /* Checks the issue-4 fields of a training spec: zero 0..3, batch divisible
  * by dp x grad_accum, checkpoint_every needs an absolute checkpoint_dir,
@@ -26,12 +27,12 @@ px_status_t px_zero_spec_validate(const Parallax__V1__JobSpec *spec, char *errbu
  * when a peak changed since the last write (a step's report is otherwise
  * skipped: the figures are the same). PX_ERR_IO (logged) on a database
  * error. */
-px_status_t px_memstore_put(const char *state_dir, const char *job_id,
+px_status_t px_memstore_put(px_store_t *store, const char *job_id,
                             const Parallax__V1__RankMemory *mem, int force);
 
 /* Fills resp->ranks (ordered by rank) with the stored reports of job_id;
  * release with px_memstore_free. None stored: empty, PX_OK. */
-px_status_t px_memstore_get(const char *state_dir, const char *job_id,
+px_status_t px_memstore_get(px_store_t *store, const char *job_id,
                             Parallax__V1__GetMemoryResponse *resp);
 void px_memstore_free(Parallax__V1__GetMemoryResponse *resp);
 

@@ -69,6 +69,19 @@ static px_status_t db_fail(px_store_t *s, const char *what)
     return PX_ERR_IO;
 }
 
+px_status_t px_store_table(px_store_t *store, const char *schema, const char *what,
+                           sqlite3 **db_p)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(store->db, schema, NULL, NULL, &msg) != SQLITE_OK) {
+        px_error("%s: cannot create the table: %s", what, msg ? msg : "");
+        sqlite3_free(msg);
+        return PX_ERR_IO;
+    }
+    *db_p = store->db;
+    return PX_OK;
+}
+
 px_status_t px_store_open(const char *path, px_store_t **store_p)
 {
     px_store_t *s = calloc(1, sizeof(*s));

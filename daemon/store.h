@@ -14,6 +14,15 @@
 px_status_t px_store_open(const char *path, px_store_t **store_p);
 void px_store_close(px_store_t *store); /* NULL no-op */
 
+/* Runs `schema` (CREATE ... IF NOT EXISTS statements) on the store's
+ * connection and returns that connection in *db_p, for modules that keep
+ * their own tables in the same database (memstore.c, benchstore.c): one
+ * connection, one WAL writer. Borrowed for the store's life; loop thread
+ * only. PX_ERR_IO (logged with `what`) if the schema fails. */
+struct sqlite3;
+px_status_t px_store_table(px_store_t *store, const char *schema, const char *what,
+                           struct sqlite3 **db_p);
+
 /* Inserts or replaces the job row and its rank rows. */
 px_status_t px_store_job_save(px_store_t *store, const px_job_t *job);
 
