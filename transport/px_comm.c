@@ -337,6 +337,42 @@ static void drop_unexpected(px_comm_t *comm)
         px_debug("comm %u: dropped %d unreceived message(s)", comm->id, dropped);
 }
 
+/* Last exchange of a healthy world communicator: a small message to and from
+ * every other rank, so that no rank tears its endpoints down (or exits)
+ * while a peer may still be completing an operation with it. Without it, a
+ * rank that finished the last collective first and exited could make a
+ * slower peer's wait fail: over a peer-mode (tcp) endpoint the close is
+ * reported as "Endpoint timeout" while that peer still has the last send to
+ * it in flight. A failure here (a peer already gone) only makes the close
+ * forced. */
+static void goodbye(px_comm_t *comm)
+{
+    int64_t deadline = px__deadline(comm, -1);
+    uint32_t mine = comm->rank, *theirs = calloc((size_t)comm->size, sizeof(*theirs));
+    px__op_t *op;
+    px_status_t status = PX_OK;
+
+    if (!theirs)
+        return;
+    for (int r = 0; r < comm->size && status == PX_OK; r++) {
+        if (r == comm->rank)
+            continue;
+        status = px__recv_post(comm, r, px__tag(comm->id, PX__TAG_KIND_WIREUP, r, 1),
+                               &theirs[r], sizeof(theirs[r]), &op);
+        if (status == PX_OK)
+            status = px__send_post(comm, r, px__tag(comm->id, PX__TAG_KIND_WIREUP, comm->rank, 1),
+                                   &mine, sizeof(mine), &op);
+    }
+    if (status == PX_OK)
+        status = px__wait_all_ops(comm, deadline);
+    else if (comm->active)
+        px__cancel_all(comm);
+    if (status != PX_OK)
+        px_debug("comm %u: goodbye exchange: %s (%s); closing by force", comm->id,
+                 px_status_str(status), comm->last_error);
+    free(theirs);
+}
+
 void px_comm_destroy(px_comm_t *comm)
 {
     int leak_orphans = 0;
@@ -344,6 +380,8 @@ void px_comm_destroy(px_comm_t *comm)
     if (!comm)
         return;
     px__comm_drop_requests(comm);
+    if (comm->peers && comm->size > 1 && !comm->active && !comm->failed)
+        goodbye(comm);
     if (comm->active)
         px__cancel_all(comm);
     /* only sub-communicators: their id is used by no other live
