@@ -337,6 +337,29 @@ static void drop_unexpected(px_comm_t *comm)
         px_debug("comm %u: dropped %d unreceived message(s)", comm->id, dropped);
 }
 
+px_status_t px_comm_create_self(px_transport_t *transport, const char *node, px_comm_t **comm_p)
+{
+    px_addr_table_t table;
+    const void *addr;
+    size_t len;
+    px_status_t status;
+
+    PX_CHECK(px_transport_address(transport, &addr, &len));
+    PX_CHECK(px_addr_table_init(&table, 1));
+    table.addrs[0] = malloc(len);
+    table.nodes[0] = node ? strdup(node) : NULL;
+    if (!table.addrs[0] || (node && !table.nodes[0])) {
+        status = PX_ERR_NO_MEMORY;
+        goto out;
+    }
+    memcpy(table.addrs[0], addr, len);
+    table.addr_lens[0] = len;
+    status = px_comm_create_world(transport, &table, 0, -1, comm_p);
+out:
+    px_addr_table_free(&table);
+    return status;
+}
+
 /* Last exchange of a healthy world communicator: a small message to and from
  * every other rank, so that no rank tears its endpoints down (or exits)
  * while a peer may still be completing an operation with it. Without it, a

@@ -95,6 +95,10 @@ px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_
 #define PX_WATCH_DIED     1u /* `rank` died: waits return PX_ERR_PEER_FAILURE naming it */
 #define PX_WATCH_HUP_RANK 2u /* a later hang-up of this fd means `rank` died */
 #define PX_WATCH_ABORT    3u /* stop: waits return PX_ERR_ABORTED */
+/* A world of one rank (this process) on `transport`, named `node` (NULL:
+ * none): what px_comm_create_world makes from a one-entry table of this
+ * worker's own address, for runs without a bootstrap. */
+px_status_t px_comm_create_self(px_transport_t *transport, const char *node, px_comm_t **comm_p);
 /* NULL is a no-op. Closes endpoints (flush if healthy, force if failed). */
 void px_comm_destroy(px_comm_t *comm);
 

@@ -209,15 +209,7 @@ static int run_rank(main_args_t *a)
         PX_CHECK_GOTO(px_comm_create_world(tr, &table, a->rank, px_bootstrap_watch_fd(bs), &comm),
                       status, out);
     } else {
-        PX_CHECK_GOTO(px_addr_table_init(&table, 1), status, out);
-        table.addrs[0] = malloc(len);
-        if (!table.addrs[0]) {
-            status = PX_ERR_NO_MEMORY;
-            goto out;
-        }
-        memcpy(table.addrs[0], addr, len);
-        table.addr_lens[0] = len;
-        PX_CHECK_GOTO(px_comm_create_world(tr, &table, 0, -1, &comm), status, out);
+        PX_CHECK_GOTO(px_comm_create_self(tr, NULL, &comm), status, out);
     }
     if (a->rank == 0) {
         if (a->json)

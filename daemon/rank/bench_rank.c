@@ -262,15 +262,7 @@ int px_rank_bench_main(int argc, char **argv)
         PX_CHECK_GOTO(px_comm_create_world(tr, &table, a.rank, px_bootstrap_watch_fd(bs), &comm),
                       status, out);
     } else {
-        PX_CHECK_GOTO(px_addr_table_init(&table, 1), status, out);
-        table.addrs[0] = malloc(len);
-        if (!table.addrs[0]) {
-            status = PX_ERR_NO_MEMORY;
-            goto out;
-        }
-        memcpy(table.addrs[0], addr, len);
-        table.addr_lens[0] = len;
-        PX_CHECK_GOTO(px_comm_create_world(tr, &table, 0, -1, &comm), status, out);
+        PX_CHECK_GOTO(px_comm_create_self(tr, NULL, &comm), status, out);
     }
     if (px_comm_size(comm) != a.world) {
         px_error("bench: world communicator has %d ranks, expected %d", px_comm_size(comm),

@@ -415,10 +415,7 @@ static void *abort_thread(void *arg)
 static int run_local(void)
 {
     px_transport_t *tr;
-    px_addr_table_t table;
     px_comm_t *comm;
-    const void *addr;
-    size_t len;
     float v[5] = {1, 2, 3, 4, 5}, out[5];
     int x = 42, y = 0;
     px_status_t status;
@@ -472,20 +469,14 @@ static int run_local(void)
         }
         printf("local: bootstrap without its peer timed out after %.3f s\n", dt);
     }
-    if (px_transport_create(&tr) != PX_OK || px_transport_address(tr, &addr, &len) != PX_OK ||
-        px_addr_table_init(&table, 1) != PX_OK) {
+    if (px_transport_create(&tr) != PX_OK) {
         fprintf(stderr, "FAIL: transport setup\n");
         return 1;
     }
-    table.addrs[0] = malloc(len);
-    memcpy(table.addrs[0], addr, len);
-    table.addr_lens[0] = len;
-    table.nodes[0] = strdup("local");
-    if (px_comm_create_world(tr, &table, 0, -1, &comm) != PX_OK) {
+    if (px_comm_create_self(tr, "local", &comm) != PX_OK) {
         fprintf(stderr, "FAIL: comm create\n");
         return 1;
     }
-    px_addr_table_free(&table);
     if (px_comm_rank(comm) != 0 || px_comm_size(comm) != 1) {
         fprintf(stderr, "FAIL: rank/size\n");
         return 1;
@@ -525,16 +516,10 @@ static int run_local(void)
     px_comm_destroy(comm);
 
     /* abort from another thread wakes a blocked wait */
-    px_addr_table_init(&table, 1);
-    table.addrs[0] = malloc(len);
-    memcpy(table.addrs[0], addr, len);
-    table.addr_lens[0] = len;
-    table.nodes[0] = strdup("local");
-    if (px_comm_create_world(tr, &table, 0, -1, &comm) != PX_OK) {
+    if (px_comm_create_self(tr, "local", &comm) != PX_OK) {
         fprintf(stderr, "FAIL: comm create 2\n");
         return 1;
     }
-    px_addr_table_free(&table);
     aa.comm = comm;
     pthread_create(&th, NULL, abort_thread, &aa);
     t0 = px_time_mono_s();
@@ -554,16 +539,10 @@ static int run_local(void)
     px_comm_destroy(comm);
 
     /* abort while idle: the next call fails, even one that needs no message */
-    px_addr_table_init(&table, 1);
-    table.addrs[0] = malloc(len);
-    memcpy(table.addrs[0], addr, len);
-    table.addr_lens[0] = len;
-    table.nodes[0] = strdup("local");
-    if (px_comm_create_world(tr, &table, 0, -1, &comm) != PX_OK) {
+    if (px_comm_create_self(tr, "local", &comm) != PX_OK) {
         fprintf(stderr, "FAIL: comm create 3\n");
         return 1;
     }
-    px_addr_table_free(&table);
     px_comm_abort(comm, "idle abort");
     if (px_barrier(comm, -1) != PX_ERR_ABORTED ||
         px_allreduce(comm, v, out, 5, PX_FLOAT32, PX_SUM, -1) != PX_ERR_ABORTED) {
