@@ -570,54 +570,66 @@ int px_supervisor_count(px_daemon_t *d)
     return n;
 }
 
-/* 1 if /proc/<pid> is a parallax-rank started for node `name` (its argv has
- * "--node name") whose parent is not a live process of ours. */
-static int is_orphan_rank(const char *pid, const char *name)
+/* Reads /proc/<pid>/<file> into buf (NUL-terminated); the bytes read, 0 if
+ * the process or file is gone or empty. */
+static size_t proc_read(long pid, const char *file, char *buf, size_t len)
 {
-    char path[64], buf[8192], stat[512];
+    char path[64];
     ssize_t n;
-    int fd, node_match = 0, is_rank;
-    char *p, *end, *rp;
-    long ppid;
+    int fd;
 
-    snprintf(path, sizeof(path), "/proc/%s/cmdline", pid);
+    snprintf(path, sizeof(path), "/proc/%ld/%s", pid, file);
+    buf[0] = '\0';
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
-    n = read(fd, buf, sizeof(buf) - 1);
+    n = read(fd, buf, len - 1);
     close(fd);
     if (n <= 0)
         return 0;
     buf[n] = '\0';
-    end = buf + n;
-    is_rank = strlen(buf) >= 13 && !strcmp(buf + strlen(buf) - 13, "parallax-rank");
-    if (!is_rank)
+    return (size_t)n;
+}
+
+/* Reads /proc/<pid>/cmdline into buf; its length if the program is
+ * parallax-rank, else 0. */
+static size_t rank_cmdline(long pid, char *buf, size_t len)
+{
+    size_t n = proc_read(pid, "cmdline", buf, len), argv0 = strlen(buf);
+    return n && argv0 >= 13 && !strcmp(buf + argv0 - 13, "parallax-rank") ? n : 0;
+}
+
+/* 1 if some `flag` in the cmdline buf[0..n) is followed by `value`. */
+static int cmdline_has(const char *buf, size_t n, const char *flag, const char *value)
+{
+    const char *end = buf + n;
+    for (const char *p = buf; p < end; p += strlen(p) + 1) {
+        const char *v = p + strlen(p) + 1;
+        if (v >= end)
+            break;
+        if (!strcmp(p, flag) && !strcmp(v, value))
+            return 1;
+    }
+    return 0;
+}
+
+/* 1 if /proc/<pid> is a parallax-rank started for node `name` (its argv has
+ * "--node name") whose parent is not a live process of ours. */
+static int is_orphan_rank(const char *pid, const char *name)
+{
+    char buf[8192], stat[512], *rp;
+    size_t n = rank_cmdline(atol(pid), buf, sizeof(buf));
+    long ppid;
+
+    if (!n || !cmdline_has(buf, n, "--node", name))
         return 0;
-    for (p = buf; p < end; p += strlen(p) + 1)
-        if (!strcmp(p, "--node") && p + strlen(p) + 1 < end && !strcmp(p + strlen(p) + 1, name))
-            node_match = 1;
-    if (!node_match)
+    if (!proc_read(atol(pid), "stat", stat, sizeof(stat)))
         return 0;
-    snprintf(path, sizeof(path), "/proc/%s/stat", pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    n = read(fd, stat, sizeof(stat) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    stat[n] = '\0';
     rp = strrchr(stat, ')');
     if (!rp || sscanf(rp + 2, "%*c %ld", &ppid) != 1)
         return 0;
     /* ranks are spawned by parallaxd; one whose parent is gone was reparented */
-    snprintf(path, sizeof(path), "/proc/%ld/cmdline", ppid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 1;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    buf[n > 0 ? n : 0] = '\0';
+    proc_read(ppid, "cmdline", buf, sizeof(buf));
     return strstr(buf, "parallaxd") == NULL;
 }
 
@@ -648,35 +660,14 @@ void px_supervisor_kill_orphans(px_daemon_t *d)
 
 int px_supervisor_is_rank(int pid, const char *job_id, int rank, const char *node)
 {
-    char path[64], buf[8192], want_rank[16];
-    char *p, *end;
-    ssize_t n;
-    int fd, job_ok = 0, rank_ok = 0, node_ok = 0;
+    char buf[8192], want_rank[16];
+    size_t n;
 
-    if (pid <= 0)
-        return 0;
-    snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    end = buf + n;
-    if (strlen(buf) < 13 || strcmp(buf + strlen(buf) - 13, "parallax-rank"))
+    if (pid <= 0 || !(n = rank_cmdline(pid, buf, sizeof(buf))))
         return 0;
     snprintf(want_rank, sizeof(want_rank), "%d", rank);
-    for (p = buf; p < end; p += strlen(p) + 1) {
-        char *v = p + strlen(p) + 1;
-        if (v >= end)
-            break;
-        job_ok |= !strcmp(p, "--job") && !strcmp(v, job_id);
-        rank_ok |= !strcmp(p, "--rank") && !strcmp(v, want_rank);
-        node_ok |= !strcmp(p, "--node") && !strcmp(v, node);
-    }
-    return job_ok && rank_ok && node_ok;
+    return cmdline_has(buf, n, "--job", job_id) && cmdline_has(buf, n, "--rank", want_rank) &&
+           cmdline_has(buf, n, "--node", node);
 }
 
 px_status_t px_supervisor_adopt(px_daemon_t *d, px_job_t *job, int rank)
