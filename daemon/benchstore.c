@@ -1,6 +1,6 @@
 /* benchstore.c: bench jobs in parallaxd (see benchstore.h).
  *
- * The op / dtype / redop names are those of daemon/rank/bench.c (nccl-tests
+ * The op / dtype / redop names are those of transport/tools/bench.c (nccl-tests
  * spelling plus short aliases); the daemon checks them here so a bad value
  * is INVALID_ARGUMENT at submit time, not a rank failure later.
  *

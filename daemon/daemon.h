@@ -295,7 +295,7 @@ int px_supervisor_is_rank(int pid, const char *job_id, int rank, const char *nod
  * px_supervisor_kill_orphans() spares adopted ranks. */
 px_status_t px_supervisor_adopt(px_daemon_t *d, px_job_t *job, int rank);
 /* The parallax-rank binary ranks are spawned from (PX_RANK_BIN, else
- * <dir of parallaxd>/../daemon/rank/parallax-rank in a build tree, else
+ * <dir of parallaxd>/../rank/parallax-rank in a build tree, else
  * <libexecdir>/parallax-rank); NULL with errbuf set if not executable. */
 const char *px_supervisor_rank_bin(px_daemon_t *d, char *errbuf, size_t errlen);
 /* Path of a local rank log (state-dir/jobs/<id>/rank-R.log). */

@@ -281,7 +281,7 @@ static px_status_t find_rank_bin(px_daemon_t *d, char *errbuf, size_t errlen)
             if (slash)
                 *slash = '\0';
             char real[PATH_MAX];
-            snprintf(cand, sizeof(cand), "%s/../daemon/rank/parallax-rank", exe);
+            snprintf(cand, sizeof(cand), "%s/../rank/parallax-rank", exe);
             if (access(cand, X_OK) == 0)
                 snprintf(d->rank_bin, sizeof(d->rank_bin), "%s",
                          realpath(cand, real) ? real : cand);

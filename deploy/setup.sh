@@ -49,4 +49,4 @@ else
   meson setup "$build" "$root"
 fi
 ninja -C "$build"
-echo "setup: done; binaries: $build/daemon/parallaxd $build/client/pctl $build/daemon/rank/parallax-rank"
+echo "setup: done; binaries: $build/daemon/parallaxd $build/client/pctl $build/rank/parallax-rank"

@@ -4,7 +4,7 @@
 # the same model and batch, and the ratio ours/torch. Not a test: a benchmark.
 #
 # usage: tests/bench/bench_tokens.sh [BUILD_DIR] [STEPS]
-#   BUILD_DIR  meson build dir holding daemon/rank/parallax-rank (default build)
+#   BUILD_DIR  meson build dir holding rank/parallax-rank (default build)
 #   STEPS      timed steps per run (default 20; the first 3 steps are warm-up)
 # Env: TORCH_BENCH (peer script path), PYTHON (default /usr/bin/python3).
 # Both sides run one thread (OPENBLAS_NUM_THREADS=1, torch --threads 1).
@@ -12,7 +12,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
 steps=${2:-20}
-rank_bin=$build/daemon/rank/parallax-rank
+rank_bin=$build/rank/parallax-rank
 torch_bench=${TORCH_BENCH:-$here/../../../shared/peers/torch_gpt_bench.py}
 python=${PYTHON:-/usr/bin/python3}
 [ -x "$rank_bin" ] || { echo "no $rank_bin (build first)" >&2; exit 1; }

@@ -5,7 +5,7 @@ ranks, same sizes, one after the other, on this machine.
     tests/bench/compare_mpi.py [--build build] [-n 2,4] [--ops all_reduce,...]
                                [-b 4K] [-e 64M] [--gloo] [--json OUT]
 
-For each world size and op it runs build/daemon/rank/px-coll-bench (forks
+For each world size and op it runs build/transport/tools/px-coll-bench (forks
 its own ranks, standalone bootstrap) and then ../shared/peers/mpi_coll_bench.c
 (built here with mpicc into BUILD/tests/bench/, run with
 `mpirun --allow-run-as-root --oversubscribe -np N`), both fp32 SUM, sizes x4,

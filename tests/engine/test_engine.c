@@ -1,4 +1,4 @@
-/* test_engine.c: unit tests of the engine's pieces (daemon/rank): the token
+/* test_engine.c: unit tests of the engine's pieces (engine/, planner/): the token
  * file loader and its errors, the layout-independent batch, the GPT's
  * counter-based initialisation and batch independence, the learning-rate
  * schedule and px_train_config_check's messages.

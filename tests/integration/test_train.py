@@ -6,7 +6,7 @@ survive a stop and restart of both daemons.
 
 Run by meson (suite integration) with the built binaries' paths:
   test_train.py --parallaxd build/daemon/parallaxd --proto proto/parallax.proto
-                [--pctl build/client/pctl] [--rank build/daemon/rank/parallax-rank]
+                [--pctl build/client/pctl] [--rank build/rank/parallax-rank]
 Exit 77 (skipped) when parallax-rank was not built."""
 import os
 import sys

@@ -31,16 +31,10 @@
 #include "px_env.h"
 #include "px_log.h"
 #include "px_train.h"
-#if PX_HAVE_TRANSPORT
 #include "px_bootstrap.h"
 #include "px_transport.h"
-#endif
-#if PX_HAVE_RANK_LINK
 #include "px_rank_link.h"
-#endif
-#if PX_HAVE_BENCH
 #include "bench.h" /* --bench-* flags: collectives benchmark mode (bench_rank.c) */
-#endif
 
 typedef struct rank_args {
     px_train_config_t cfg;
@@ -53,9 +47,7 @@ typedef struct rank_args {
 typedef struct step_ctx {
     FILE *metrics;
     int rank;
-#if PX_HAVE_RANK_LINK
     px_rank_link_t *link;
-#endif
 } step_ctx_t;
 
 static void usage(FILE *out)
@@ -245,10 +237,8 @@ static int on_step(void *arg, const px_step_report_t *r)
             json_decref(o);
         }
     }
-#if PX_HAVE_RANK_LINK
     if (ctx->link && px_rank_link_report(ctx->link, r, &stop) == PX_OK && stop)
         px_info("coordinator says the job is ending; stopping after step %d", r->step);
-#endif
     return stop;
 }
 
@@ -260,30 +250,21 @@ int main(int argc, char **argv)
     int rank = 0, world = 1, ret = 1;
     px_comm_t *comm = NULL;
     step_ctx_t ctx = {0};
-#if PX_HAVE_TRANSPORT
     px_transport_t *transport = NULL;
     px_bootstrap_t *bootstrap = NULL;
     px_addr_table_t table = {0};
-#endif
 
-#if PX_HAVE_BENCH
     if (px_rank_bench_requested(argc, argv))
         return px_rank_bench_main(argc, argv);
-#endif
     if (parse_args(argc, argv, &a))
         return 2;
     if (a.coord) {
         rank = a.rank;
         world = a.world;
     } else if (getenv("PX_WORLD_SIZE") && atoi(getenv("PX_WORLD_SIZE")) > 1) {
-#if PX_HAVE_TRANSPORT
         status = px_bootstrap_from_env(&rank, &world);
         if (status != PX_OK)
             return 2;
-#else
-        fprintf(stderr, "parallax-rank: PX_WORLD_SIZE > 1 but built without the transport\n");
-        return 2;
-#endif
     }
     snprintf(tag, sizeof(tag), "rank %d", rank);
     px_log_set_tag(tag);
@@ -308,24 +289,17 @@ int main(int argc, char **argv)
     ctx.rank = rank;
 
     if (a.coord || world > 1) {
-#if PX_HAVE_TRANSPORT
         const void *addr;
         size_t len;
         PX_CHECK_GOTO(px_transport_create(&transport), status, out);
         PX_CHECK_GOTO(px_transport_address(transport, &addr, &len), status, out);
         if (a.coord) {
-#if PX_HAVE_RANK_LINK
             PX_CHECK_GOTO(px_rank_link_open(a.coord, a.job, a.rank, a.node, &ctx.link), status,
                           out);
             PX_CHECK_GOTO(px_rank_link_rendezvous(ctx.link, addr, len,
                                                   (int)px_env_int("PX_CONNECT_TIMEOUT_MS"),
                                                   &table), status, out);
             PX_CHECK_GOTO(px_comm_create_world(transport, &table, rank, -1, &comm), status, out);
-#else
-            px_error("built without the daemon link (px_rank_link.c); --coord unavailable");
-            status = PX_ERR_INVALID_ARGUMENT;
-            goto out;
-#endif
         } else {
             PX_CHECK_GOTO(px_bootstrap_create(rank, world, addr, len, &bootstrap, &table), status,
                           out);
@@ -338,11 +312,6 @@ int main(int argc, char **argv)
             status = PX_ERR_MISMATCH;
             goto out;
         }
-#else
-        px_error("built without the transport; cannot run %d ranks", world);
-        status = PX_ERR_INVALID_ARGUMENT;
-        goto out;
-#endif
     }
 
     px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps};
@@ -351,7 +320,6 @@ int main(int argc, char **argv)
         ret = 0;
     else
         px_error("training failed: %s", px_status_str(status));
-#if PX_HAVE_TRANSPORT
     /* finish together: no rank tears its endpoints down while a peer may
      * still be completing the last all-reduce */
     if (status == PX_OK && comm && px_comm_size(comm) > 1) {
@@ -359,13 +327,11 @@ int main(int argc, char **argv)
         if (bst != PX_OK)
             px_warn("final barrier: %s (%s)", px_status_str(bst), px_comm_last_error(comm));
     }
-#endif
 
     goto out_ok;
 out:
     px_error("rank %d: setup failed: %s", rank, px_status_str(status));
 out_ok:
-#if PX_HAVE_TRANSPORT
     px_comm_destroy(comm);
     /* the worker goes first: rank 0 waits in px_bootstrap_destroy for every
      * goodbye, and a worker kept alive there without progress stalls the
@@ -376,12 +342,7 @@ out_ok:
     if (ret == 0)
         px_bootstrap_destroy(bootstrap);
     px_addr_table_free(&table);
-#else
-    (void)comm;
-#endif
-#if PX_HAVE_RANK_LINK
     px_rank_link_close(ctx.link);
-#endif
     if (ctx.metrics && fclose(ctx.metrics)) {
         px_error("metrics file %s: %s", a.metrics_out, strerror(errno));
         ret = 1;

@@ -24,11 +24,9 @@
 #include "px_env.h"
 #include "px_log.h"
 
-#if PX_HAVE_RANK_LINK
 #include "parallax.pb-c.h"
 #include "px_rank_link.h"
 #include "px_rpc.h"
-#endif
 
 #define BENCH_REPORT_TIMEOUT_MS 10000
 
@@ -36,9 +34,7 @@ typedef struct {
     px_bench_cfg_t cfg;
     const char *coord, *job, *node;
     int rank, world;
-#if PX_HAVE_RANK_LINK
     px_rpc_channel_t *report;
-#endif
 } bench_args_t;
 
 int px_rank_bench_requested(int argc, char **argv)
@@ -151,7 +147,6 @@ static int parse_args(int argc, char **argv, bench_args_t *a)
     return 0;
 }
 
-#if PX_HAVE_RANK_LINK
 /* Peer.ReportProgress with one bench row; *stop_p = the coordinator's stop. */
 static px_status_t report_row(bench_args_t *a, const px_bench_row_t *row, int *stop_p)
 {
@@ -187,7 +182,6 @@ static px_status_t report_row(bench_args_t *a, const px_bench_row_t *row, int *s
     free(result.message);
     return status;
 }
-#endif
 
 static int on_row(void *arg, const px_bench_row_t *row)
 {
@@ -196,14 +190,12 @@ static int on_row(void *arg, const px_bench_row_t *row)
 
     if (a->rank != 0)
         return 0;
-#if PX_HAVE_RANK_LINK
     if (a->coord) {
         /* a lost report loses a row of the table: stop rather than finish
          * a benchmark whose results nobody sees */
         if (report_row(a, row, &stop) != PX_OK)
             return 1;
     }
-#endif
     px_bench_print_row(stdout, row);
     fflush(stdout);
     return stop;
@@ -221,9 +213,7 @@ int px_rank_bench_main(int argc, char **argv)
     size_t len;
     char err[200], tag[32];
     int ret = 1;
-#if PX_HAVE_RANK_LINK
     px_rank_link_t *link = NULL;
-#endif
 
     if (parse_args(argc, argv, &a))
         return 2;
@@ -244,7 +234,6 @@ int px_rank_bench_main(int argc, char **argv)
     PX_CHECK_GOTO(px_transport_create(&tr), status, out);
     PX_CHECK_GOTO(px_transport_address(tr, &addr, &len), status, out);
     if (a.coord) {
-#if PX_HAVE_RANK_LINK
         PX_CHECK_GOTO(px_rank_link_open(a.coord, a.job, a.rank, a.node, &link), status, out);
         PX_CHECK_GOTO(px_rank_link_rendezvous(link, addr, len,
                                               (int)px_env_int("PX_CONNECT_TIMEOUT_MS"), &table),
@@ -252,11 +241,6 @@ int px_rank_bench_main(int argc, char **argv)
         PX_CHECK_GOTO(px_comm_create_world(tr, &table, a.rank, -1, &comm), status, out);
         if (a.rank == 0)
             PX_CHECK_GOTO(px_rank_link_channel_create(a.coord, &a.report), status, out);
-#else
-        px_error("built without the daemon link (px_rank_link.c); --coord unavailable");
-        status = PX_ERR_INVALID_ARGUMENT;
-        goto out;
-#endif
     } else if (a.world > 1) {
         PX_CHECK_GOTO(px_bootstrap_create(a.rank, a.world, addr, len, &bs, &table), status, out);
         PX_CHECK_GOTO(px_comm_create_world(tr, &table, a.rank, px_bootstrap_watch_fd(bs), &comm),
@@ -298,9 +282,7 @@ out:
     if (ret == 0)
         px_bootstrap_destroy(bs);
     px_addr_table_free(&table);
-#if PX_HAVE_RANK_LINK
     px_rpc_channel_destroy(a.report);
     px_rank_link_close(link);
-#endif
     return ret;
 }

@@ -12,8 +12,7 @@
  * Memory is laid out by plan.h and tagged (memacct.h); the step report
  * carries this rank's figures and the plan's.
  *
- * Runs on the rank's one training thread. Built with PX_HAVE_TRANSPORT 0
- * (transport library not there yet) it trains single-rank only. */
+ * Runs on the rank's one training thread. */
 #include "px_train.h"
 
 #include <cblas.h>
@@ -35,9 +34,6 @@
 #include "px_log.h"
 #include "px_time.h"
 
-#ifndef PX_HAVE_TRANSPORT
-#define PX_HAVE_TRANSPORT 1
-#endif
 
 void px_train_config_defaults(px_train_config_t *cfg)
 {
@@ -262,17 +258,10 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
     int dump_steps = opts ? opts->dump_steps : 0;
     int start_step = 0;
 
-#if PX_HAVE_TRANSPORT
     if (comm) {
         dp = px_comm_size(comm);
         rank = px_comm_rank(comm);
     }
-#else
-    if (comm) {
-        px_error("train: built without the transport; cannot train data-parallel");
-        return PX_ERR_INVALID_ARGUMENT;
-    }
-#endif
     status = px_train_config_check(cfg, dp, err, sizeof(err));
     if (status != PX_OK) {
         px_error("train: %s", err);
