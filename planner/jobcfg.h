@@ -1,0 +1,78 @@
+/* jobcfg.h: a training job's configuration, its ONE set of defaults and its
+ * ONE validator, shared by pctl, parallaxd and parallax-rank.
+ *
+ * pctl fills a px_job_config_t from its flags and sends it as a JobSpec
+ * (jobspec.h converts); the daemon converts the JobSpec back, validates it
+ * here at submit and hands the same JobSpec to the ranks; parallax-rank
+ * converts and validates again (standalone ranks fill the struct from their
+ * own flags). So a default or a rule is written once, here.
+ *
+ * Strings are borrowed: the struct never owns them. Pure code (the data
+ * check reads the token file, nothing else). Any thread. */
+#ifndef PX_JOBCFG_H
+#define PX_JOBCFG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout.h"
+#include "px_status.h"
+
+/* Byte-level data (pctl data prepare) has 256 token ids. */
+#define PX_DEFAULT_VOCAB 256
+/* The model pads its vocab rows to a multiple of this (llm.c: 50257 ->
+ * 50304); the padded logits are masked out of the loss. */
+#define PX_VOCAB_PAD 64
+
+typedef struct px_job_config {
+    /* model: GPT dims; seq = T, tokens per sequence; vocab = token ids */
+    int layers, heads, dim, seq, vocab;
+    /* parallel layout (layout.h); world = dp x tp x pp x cp */
+    px_layout_t layout;
+    /* batch: global batch in sequences, cut into grad_accum micro-batches */
+    int batch, steps, grad_accum;
+    /* optimizer: AdamW with linear warm-up then cosine to lr * min_lr_ratio */
+    float lr, min_lr_ratio;
+    int warmup_steps;      /* -1: steps / 20 */
+    float weight_decay;    /* on matrices only */
+    float beta1, beta2, eps;
+    float grad_clip;       /* global-norm clip; 0 = off */
+    uint64_t seed;
+    const char *data_path; /* llm.c-layout token file */
+    int zero;              /* ZeRO stage 0..3 */
+    int prefetch;          /* ZeRO-3 gather prefetch (1) */
+    int checkpoint_every;  /* steps; 0 = never */
+    const char *checkpoint_dir, *resume_dir, *export_safetensors;
+} px_job_config_t;
+
+/* The defaults: vocab 256, layout all 1, grad_accum 1, lr 2e-3,
+ * min_lr_ratio 0.1, warmup -1 (steps/20), weight_decay 0.1, betas 0.9/0.95,
+ * eps 1e-8, grad_clip 1.0, seed 1337, zero 0, prefetch 1. Sizes, steps and
+ * paths are left 0 / NULL. */
+void px_job_config_defaults(px_job_config_t *cfg);
+
+/* What px_job_config_check looks at beyond the config itself. */
+enum {
+    PX_JOBCFG_CHECK_DATA = 1,     /* open the token file: header, size, seq + 1
+                                     tokens, every token < vocab (names the
+                                     largest token and the vocab) */
+    PX_JOBCFG_ABSOLUTE_PATHS = 2, /* paths must be absolute (the daemon's
+                                     ranks run in other directories) */
+    PX_JOBCFG_LAYOUT_ONLY = 4,    /* accept layouts the engine cannot run yet
+                                     (pctl plan) */
+};
+
+/* Validates the config: every size positive and in range, dim % heads, the
+ * layout (px_layout_check) against the model and batch (heads % tp, layers
+ * >= pp, batch % (dp x grad_accum), ...), the optimizer's values, the
+ * checkpoint options, and with `flags` the data file. The first problem is
+ * written into errbuf naming the value ("batch=10 is not divisible by dp=4 x
+ * grad_accum=1"). Returns PX_OK, PX_ERR_INVALID_ARGUMENT, or
+ * PX_ERR_NOT_FOUND for a data file that does not exist. */
+px_status_t px_job_config_check(const px_job_config_t *cfg, unsigned flags, char *errbuf,
+                                size_t errlen);
+
+/* Vocab rows the model allocates: vocab rounded up to PX_VOCAB_PAD. */
+int px_job_config_padded_vocab(int vocab);
+
+#endif
