@@ -1,16 +1,38 @@
 /* memacct.c: tagged allocations and their counters (memacct.h).
  *
- * Each block carries a 64-byte header (category and size) in front of the
- * pointer handed out, so px_mem_free knows what to subtract and the payload
- * stays 64-byte aligned for the vector kernels. Single training thread. */
+ * Blocks come from the kernel backend's mem_alloc (host memory on the CPU
+ * backend, device memory on CUDA), so nothing may be written in front of the
+ * payload: each live block has a host-side record (pointer, category,
+ * bytes) in a list, newest first (the engine frees mostly what it allocated
+ * last: ZeRO-3's gathered units). Live blocks number in the tens, so the
+ * linear search on free costs nothing next to the free itself. Single
+ * training thread. */
 #include "memacct.h"
 
 #include <stdlib.h>
-#include <string.h>
 
-#define HDR 64
+typedef struct block {
+    struct block *next;
+    void *ptr;
+    px_mem_cat_t cat;
+    uint64_t bytes;
+} block_t;
 
 static px_mem_stats_t g;
+static block_t *live;
+static const px_kernel_ops_t *backend;
+
+static const px_kernel_ops_t *ops(void)
+{
+    if (!backend)
+        backend = px_kernels_cpu();
+    return backend;
+}
+
+void px_mem_set_backend(const px_kernel_ops_t *k)
+{
+    backend = k;
+}
 
 static void note_peaks(void)
 {
@@ -24,28 +46,41 @@ static void note_peaks(void)
 
 void *px_mem_calloc(px_mem_cat_t cat, size_t n, size_t size)
 {
-    if (cat < 0 || cat >= PX_MEM_NCAT || (size && n > (SIZE_MAX - HDR) / size))
+    if (cat < 0 || cat >= PX_MEM_NCAT || (size && n > SIZE_MAX / size))
         return NULL;
     size_t bytes = n * size;
-    char *b = NULL;
-    if (posix_memalign((void **)&b, HDR, HDR + bytes))
+    block_t *b = malloc(sizeof(*b));
+    if (!b)
         return NULL;
-    memset(b + HDR, 0, bytes);
-    ((uint64_t *)b)[0] = (uint64_t)cat;
-    ((uint64_t *)b)[1] = bytes;
+    b->ptr = ops()->mem_alloc(bytes ? bytes : 1); /* a distinct pointer even for 0 */
+    if (!b->ptr) {
+        free(b);
+        return NULL;
+    }
+    b->cat = cat;
+    b->bytes = bytes;
+    b->next = live;
+    live = b;
     g.current[cat] += bytes;
     note_peaks();
-    return b + HDR;
+    return b->ptr;
 }
 
 void px_mem_free(void *ptr)
 {
     if (!ptr)
         return;
-    char *b = (char *)ptr - HDR;
-    uint64_t cat = ((uint64_t *)b)[0], bytes = ((uint64_t *)b)[1];
-    g.current[cat] -= bytes;
-    free(b);
+    for (block_t **pp = &live; *pp; pp = &(*pp)->next) {
+        block_t *b = *pp;
+        if (b->ptr != ptr)
+            continue;
+        *pp = b->next;
+        g.current[b->cat] -= b->bytes;
+        ops()->mem_free(b->ptr);
+        free(b);
+        return;
+    }
+    abort(); /* not a px_mem_calloc block: a double free or a foreign pointer */
 }
 
 void px_mem_stats(px_mem_stats_t *out) { *out = g; }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "plan.h"
+#include "px_kernels.h"
 
 typedef struct px_mem_stats {
     uint64_t current[PX_MEM_NCAT];
@@ -19,10 +20,17 @@ typedef struct px_mem_stats {
     uint64_t state_peak; /* peak of params + grads + optimizer at one time */
 } px_mem_stats_t;
 
-/* calloc(n, size) tagged `cat`; NULL when out of memory (or n*size == 0
- * overflow). Free with px_mem_free. */
+/* The backend whose memory ops (px_kernels.h mem_alloc / mem_free) serve
+ * every tagged block; px_kernels_cpu() until set. Set it once, before the
+ * first allocation; `k` is borrowed for the process's life. */
+void px_mem_set_backend(const px_kernel_ops_t *k);
+
+/* A zero-filled block of n * size bytes of the backend's memory, tagged
+ * `cat`; NULL when out of memory or n * size overflows.
+ * Free with px_mem_free. */
 void *px_mem_calloc(px_mem_cat_t cat, size_t n, size_t size);
-/* Frees a px_mem_calloc block and subtracts it; NULL no-op. */
+/* Frees a px_mem_calloc block and subtracts it; NULL no-op. Any other
+ * pointer aborts (a double free must not corrupt the counters). */
 void px_mem_free(void *ptr);
 /* Snapshot of the counters. */
 void px_mem_stats(px_mem_stats_t *out);

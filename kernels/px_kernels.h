@@ -12,7 +12,8 @@
  *
  * The engine calls ops only through a px_kernel_ops_t, chosen once
  * (px_kernels_cpu() today; a CUDA table with the same signatures later).
- * Whether a pointer is host or device memory is the backend's business.
+ * Whether a pointer is host or device memory is the backend's business:
+ * tensors are allocated, set and copied through the table's memory ops.
  * All CPU ops are reentrant and keep no state. */
 #ifndef PX_KERNELS_H
 #define PX_KERNELS_H
@@ -94,6 +95,27 @@ typedef struct px_kernel_ops {
     double (*sumsq)(const float *x, size_t n);
     /* x *= s (n elements). */
     void (*scale)(float *x, float s, size_t n);
+
+    /* ---- memory: the engine never touches tensor memory with libc ----
+     * Tensors live in this backend's memory (host memory for "cpu", device
+     * memory for "cuda"); sizes are BYTES. Every op is ordered on the
+     * backend's one compute stream (CUDA: the stream the kernels run on; CPU:
+     * program order), so a kernel issued after a copy sees its result;
+     * `synchronize` waits for everything issued so far (a no-op on CPU),
+     * which host code must call before reading results it copied to host. */
+    /* A zero-filled block of `bytes` (> 0); NULL when out of memory. Free
+     * with mem_free (NULL no-op). */
+    void *(*mem_alloc)(size_t bytes);
+    void (*mem_free)(void *ptr);
+    /* dst[0, bytes) = byte (memset semantics). */
+    void (*mem_set)(void *dst, int byte, size_t bytes);
+    /* Copies within this backend's memory; src and dst do not overlap. */
+    void (*mem_copy)(void *dst, const void *src, size_t bytes);
+    /* Copies between this backend's memory and host memory. */
+    void (*mem_copy_to_host)(void *host_dst, const void *src, size_t bytes);
+    void (*mem_copy_from_host)(void *dst, const void *host_src, size_t bytes);
+    /* Waits until every op issued on the compute stream has finished. */
+    void (*synchronize)(void);
 } px_kernel_ops_t;
 
 /* The CPU op table (OpenBLAS). Static; never NULL. */

@@ -1,5 +1,39 @@
-/* px_kernels_cpu.c: the CPU op table. Static and immutable; any thread. */
+/* px_kernels_cpu.c: the CPU op table. Static and immutable; any thread.
+ * Memory ops on the CPU backend are the C library's on host memory; the one
+ * "stream" is program order, so synchronize has nothing to wait for. */
 #include "px_kernels_cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* 64-byte aligned, so the vector kernels get whole cache lines */
+static void *cpu_mem_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (!bytes || posix_memalign(&p, 64, bytes))
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_mem_free(void *ptr)
+{
+    free(ptr);
+}
+
+static void cpu_mem_set(void *dst, int byte, size_t bytes)
+{
+    memset(dst, byte, bytes);
+}
+
+static void cpu_mem_copy(void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+}
+
+static void cpu_synchronize(void)
+{
+}
 
 static const px_kernel_ops_t cpu_ops = {
     .name = "cpu",
@@ -20,6 +54,13 @@ static const px_kernel_ops_t cpu_ops = {
     .adamw_update = px__cpu_adamw_update,
     .sumsq = px__cpu_sumsq,
     .scale = px__cpu_scale,
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
+    .mem_set = cpu_mem_set,
+    .mem_copy = cpu_mem_copy,
+    .mem_copy_to_host = cpu_mem_copy,
+    .mem_copy_from_host = cpu_mem_copy,
+    .synchronize = cpu_synchronize,
 };
 
 const px_kernel_ops_t *px_kernels_cpu(void)

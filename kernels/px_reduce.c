@@ -43,11 +43,11 @@ DEF_LOOPS(u8, uint8_t, unsigned)
 
 #define DISPATCH(name, T)                                                                 \
     switch (op) {                                                                         \
-    case PX_ROP_SUM:                                                                      \
-    case PX_ROP_AVG: name##_sum((T *)dst, (const T *)a, (const T *)b, count); return 0;   \
-    case PX_ROP_PROD: name##_prod((T *)dst, (const T *)a, (const T *)b, count); return 0; \
-    case PX_ROP_MIN: name##_min((T *)dst, (const T *)a, (const T *)b, count); return 0;   \
-    case PX_ROP_MAX: name##_max((T *)dst, (const T *)a, (const T *)b, count); return 0;   \
+    case PX_SUM:                                                                      \
+    case PX_AVG: name##_sum((T *)dst, (const T *)a, (const T *)b, count); return 0;   \
+    case PX_PROD: name##_prod((T *)dst, (const T *)a, (const T *)b, count); return 0; \
+    case PX_MIN: name##_min((T *)dst, (const T *)a, (const T *)b, count); return 0;   \
+    case PX_MAX: name##_max((T *)dst, (const T *)a, (const T *)b, count); return 0;   \
     }                                                                                     \
     return -1
 
@@ -151,11 +151,11 @@ static int reduce_half(int bf, int op, uint16_t *d, const uint16_t *a, const uin
         float y = bf ? bf16_to_f32(b[i]) : f16_to_f32(b[i]);
         float z;
         switch (op) {
-        case PX_ROP_SUM:
-        case PX_ROP_AVG: z = x + y; break;
-        case PX_ROP_PROD: z = x * y; break;
-        case PX_ROP_MIN: z = RMIN(x, y); break;
-        case PX_ROP_MAX: z = RMAX(x, y); break;
+        case PX_SUM:
+        case PX_AVG: z = x + y; break;
+        case PX_PROD: z = x * y; break;
+        case PX_MIN: z = RMIN(x, y); break;
+        case PX_MAX: z = RMAX(x, y); break;
         default: return -1;
         }
         d[i] = bf ? f32_to_bf16(z) : f32_to_f16(z);
@@ -163,59 +163,59 @@ static int reduce_half(int bf, int op, uint16_t *d, const uint16_t *a, const uin
     return 0;
 }
 
-int px_reduce_apply(int dtype, int op, void *dst, const void *a, const void *b, size_t count)
+int px_reduce_apply(px_dtype_t dtype, px_redop_t op, void *dst, const void *a, const void *b, size_t count)
 {
     switch (dtype) {
-    case PX_RDT_F32: DISPATCH(f32, float);
-    case PX_RDT_F64: DISPATCH(f64, double);
-    case PX_RDT_I32: DISPATCH(i32, int32_t);
-    case PX_RDT_I64: DISPATCH(i64, int64_t);
-    case PX_RDT_U8: DISPATCH(u8, uint8_t);
-    case PX_RDT_F16: return reduce_half(0, op, dst, a, b, count);
-    case PX_RDT_BF16: return reduce_half(1, op, dst, a, b, count);
+    case PX_FLOAT32: DISPATCH(f32, float);
+    case PX_FLOAT64: DISPATCH(f64, double);
+    case PX_INT32: DISPATCH(i32, int32_t);
+    case PX_INT64: DISPATCH(i64, int64_t);
+    case PX_UINT8: DISPATCH(u8, uint8_t);
+    case PX_FLOAT16: return reduce_half(0, op, dst, a, b, count);
+    case PX_BFLOAT16: return reduce_half(1, op, dst, a, b, count);
     }
     return -1;
 }
 
-void px_reduce_avg_finish(int dtype, void *dst, size_t count, int n)
+void px_reduce_avg_finish(px_dtype_t dtype, void *dst, size_t count, int n)
 {
     if (n <= 1)
         return;
     switch (dtype) {
-    case PX_RDT_F32: {
+    case PX_FLOAT32: {
         float *d = dst, fn = (float)n;
         for (size_t i = 0; i < count; i++)
             d[i] = d[i] / fn;
         return;
     }
-    case PX_RDT_F64: {
+    case PX_FLOAT64: {
         double *d = dst, dn = (double)n;
         for (size_t i = 0; i < count; i++)
             d[i] = d[i] / dn;
         return;
     }
-    case PX_RDT_I32: {
+    case PX_INT32: {
         int32_t *d = dst;
         for (size_t i = 0; i < count; i++)
             d[i] = d[i] / n;
         return;
     }
-    case PX_RDT_I64: {
+    case PX_INT64: {
         int64_t *d = dst;
         for (size_t i = 0; i < count; i++)
             d[i] = d[i] / (int64_t)n;
         return;
     }
-    case PX_RDT_U8: {
+    case PX_UINT8: {
         uint8_t *d = dst;
         for (size_t i = 0; i < count; i++)
             d[i] = (uint8_t)(d[i] / (unsigned)n);
         return;
     }
-    case PX_RDT_F16:
-    case PX_RDT_BF16: {
+    case PX_FLOAT16:
+    case PX_BFLOAT16: {
         uint16_t *d = dst;
-        int bf = dtype == PX_RDT_BF16;
+        int bf = dtype == PX_BFLOAT16;
         for (size_t i = 0; i < count; i++) {
             float x = (bf ? bf16_to_f32(d[i]) : f16_to_f32(d[i])) / (float)n;
             d[i] = bf ? f32_to_bf16(x) : f32_to_f16(x);

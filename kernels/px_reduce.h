@@ -1,9 +1,8 @@
 /* px_reduce.h: the reduction kernels the collectives use (CPU).
  *
  * Element-wise, in the buffer's dtype, deterministic (the same inputs give
- * bitwise the same output). Data types and ops are numbered as the
- * transport's px_dtype_t / px_redop_t (transport/px_transport.h checks it at
- * compile time): kernels do not depend on the transport. The CUDA backend
+ * bitwise the same output). Data types and ops are common/px_dtype.h's,
+ * the same numbering the transport puts on the wire. The CUDA backend
  * will provide the same signatures. */
 #ifndef PX_REDUCE_H
 #define PX_REDUCE_H
@@ -11,8 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { PX_RDT_F32 = 0, PX_RDT_F64, PX_RDT_F16, PX_RDT_BF16, PX_RDT_I32, PX_RDT_I64, PX_RDT_U8 };
-enum { PX_ROP_SUM = 0, PX_ROP_PROD, PX_ROP_MIN, PX_ROP_MAX, PX_ROP_AVG };
+#include "px_dtype.h"
 
 /* dst[i] = a[i] OP b[i] for i < count. `dst` may be `a` or `b` (in place);
  * other overlaps are not allowed. AVG reduces as SUM (the division is
@@ -21,12 +19,12 @@ enum { PX_ROP_SUM = 0, PX_ROP_PROD, PX_ROP_MIN, PX_ROP_MAX, PX_ROP_AVG };
  * once to nearest even (the collectives reduce halves in fp32 buffers
  * instead, so a multi-rank result is rounded only once). Returns 0, or -1
  * for an unknown dtype/op. */
-int px_reduce_apply(int dtype, int op, void *dst, const void *a, const void *b, size_t count);
+int px_reduce_apply(px_dtype_t dtype, px_redop_t op, void *dst, const void *a, const void *b, size_t count);
 
 /* dst[i] = dst[i] / n: AVG's last step. Floats divide exactly (x / n, not
  * x * (1/n)); integers truncate toward zero (C division); fp16/bf16 divide
  * in fp32 and round once. n >= 1. */
-void px_reduce_avg_finish(int dtype, void *dst, size_t count, int n);
+void px_reduce_avg_finish(px_dtype_t dtype, void *dst, size_t count, int n);
 
 /* fp16 (IEEE binary16) and bf16 to fp32 (exact) and back (round to nearest
  * even; NaN stays NaN, overflow gives inf). `count` elements; no overlap. */

@@ -34,15 +34,6 @@
 #include "px_log.h"
 #include "px_reduce.h"
 
-_Static_assert((int)PX_FLOAT32 == PX_RDT_F32 && (int)PX_FLOAT64 == PX_RDT_F64 &&
-               (int)PX_FLOAT16 == PX_RDT_F16 && (int)PX_BFLOAT16 == PX_RDT_BF16 &&
-               (int)PX_INT32 == PX_RDT_I32 && (int)PX_INT64 == PX_RDT_I64 &&
-               (int)PX_UINT8 == PX_RDT_U8,
-               "px_reduce dtype numbering");
-_Static_assert((int)PX_SUM == PX_ROP_SUM && (int)PX_PROD == PX_ROP_PROD &&
-               (int)PX_MIN == PX_ROP_MIN && (int)PX_MAX == PX_ROP_MAX &&
-               (int)PX_AVG == PX_ROP_AVG, "px_reduce op numbering");
-
 #define BCAST_TREE_MAX_BYTES (512u * 1024u)
 /* All-reduce: Rabenseifner between PX__RD_MAX_BYTES and this, ring above.
  * Two ranks use the ring from PX__RD_MAX_BYTES up: the same two halves

@@ -29,28 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "px_dtype.h" /* px_dtype_t, px_redop_t, px_dtype_size */
 #include "px_status.h"
-
-typedef enum px_dtype {
-    PX_FLOAT32 = 0,
-    PX_FLOAT64,
-    PX_FLOAT16,
-    PX_BFLOAT16,
-    PX_INT32,
-    PX_INT64,
-    PX_UINT8,
-} px_dtype_t;
-
-typedef enum px_redop {
-    PX_SUM = 0,
-    PX_PROD,
-    PX_MIN,
-    PX_MAX,
-    PX_AVG,
-} px_redop_t;
-
-/* Size of one element of `dtype` in bytes. */
-size_t px_dtype_size(px_dtype_t dtype);
 
 typedef struct px_transport px_transport_t;
 typedef struct px_comm px_comm_t;

@@ -464,13 +464,46 @@ static void test_norm(void)
     EXPECT(x[0] == 1.5f && x[2] == 6.0f, "scale");
 }
 
+/* The memory ops: alloc gives zeroed, 64-byte aligned, distinct blocks;
+ * set / copy / host copies move exactly the bytes asked for. */
+static void test_memory(void)
+{
+    enum { N = 1000 };
+    unsigned char *a = K->mem_alloc(N), *b = K->mem_alloc(N), host[N];
+    EXPECT(a && b && a != b, "two blocks");
+    if (!a || !b)
+        return;
+    EXPECT(((uintptr_t)a & 63) == 0 && ((uintptr_t)b & 63) == 0, "64-byte aligned");
+    int nonzero = 0;
+    K->mem_copy_to_host(host, a, N);
+    K->synchronize();
+    for (int i = 0; i < N; i++)
+        nonzero += host[i] != 0;
+    EXPECT(nonzero == 0, "mem_alloc zero-fills (%d non-zero bytes)", nonzero);
+    K->mem_set(a, 0x5a, N - 1);
+    for (int i = 0; i < N; i++)
+        host[i] = (unsigned char)i;
+    K->mem_copy_from_host(b, host, N);
+    K->mem_copy(b + 10, a + 10, 100);
+    K->mem_copy_to_host(host, b, N);
+    K->synchronize();
+    EXPECT(host[9] == 9 && host[10] == 0x5a && host[109] == 0x5a && host[110] == 110,
+           "copy moves exactly bytes [10, 110)");
+    K->mem_copy_to_host(host, a, N);
+    K->synchronize();
+    EXPECT(host[N - 2] == 0x5a && host[N - 1] == 0, "set writes exactly N-1 bytes");
+    K->mem_free(a);
+    K->mem_free(b);
+    K->mem_free(NULL);
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
         {"encoder", test_encoder}, {"layernorm", test_layernorm}, {"matmul", test_matmul},
         {"attention", test_attention}, {"gelu", test_gelu}, {"residual", test_residual},
         {"crossentropy", test_crossentropy}, {"adamw", test_adamw}, {"norm", test_norm},
-        {"fd_sensitivity", test_fd_sensitivity},
+        {"fd_sensitivity", test_fd_sensitivity}, {"memory", test_memory},
     };
     const char *which = argc > 1 ? argv[1] : "all";
     int ran = 0;

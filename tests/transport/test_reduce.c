@@ -80,13 +80,13 @@ int main(void)
     /* px_reduce_apply: every op on floats, in place and with swapped operands */
     {
         float a[4] = {1, -2, 3.5f, 0}, c[4] = {4, 5, -1, 0}, d[4];
-        px_reduce_apply(PX_RDT_F32, PX_ROP_SUM, d, a, c, 4);
+        px_reduce_apply(PX_FLOAT32, PX_SUM, d, a, c, 4);
         CHECK(d[0] == 5 && d[1] == 3 && d[2] == 2.5f, "f32 sum");
-        px_reduce_apply(PX_RDT_F32, PX_ROP_PROD, d, a, c, 4);
+        px_reduce_apply(PX_FLOAT32, PX_PROD, d, a, c, 4);
         CHECK(d[0] == 4 && d[1] == -10 && d[2] == -3.5f, "f32 prod");
-        px_reduce_apply(PX_RDT_F32, PX_ROP_MIN, d, a, c, 4);
+        px_reduce_apply(PX_FLOAT32, PX_MIN, d, a, c, 4);
         CHECK(d[0] == 1 && d[1] == -2 && d[2] == -1, "f32 min");
-        px_reduce_apply(PX_RDT_F32, PX_ROP_MAX, a, a, c, 4); /* in place */
+        px_reduce_apply(PX_FLOAT32, PX_MAX, a, a, c, 4); /* in place */
         CHECK(a[0] == 4 && a[1] == 5 && a[2] == 3.5f, "f32 max in place");
     }
     /* integers wrap; AVG truncates toward zero */
@@ -94,13 +94,13 @@ int main(void)
         int32_t x[3] = {INT32_MAX, -7, 7}, y[3] = {1, 0, 0};
         uint8_t u[2] = {200, 3}, v[2] = {100, 250};
         int64_t l[2] = {-9, 9};
-        px_reduce_apply(PX_RDT_I32, PX_ROP_SUM, x, x, y, 3);
+        px_reduce_apply(PX_INT32, PX_SUM, x, x, y, 3);
         CHECK(x[0] == INT32_MIN, "int32 sum wraps");
-        px_reduce_avg_finish(PX_RDT_I32, x + 1, 2, 2);
+        px_reduce_avg_finish(PX_INT32, x + 1, 2, 2);
         CHECK(x[1] == -3 && x[2] == 3, "int32 avg truncates toward zero: %d %d", x[1], x[2]);
-        px_reduce_apply(PX_RDT_U8, PX_ROP_SUM, u, u, v, 2);
+        px_reduce_apply(PX_UINT8, PX_SUM, u, u, v, 2);
         CHECK(u[0] == 44 && u[1] == 253, "uint8 sum wraps");
-        px_reduce_avg_finish(PX_RDT_I64, l, 2, 4);
+        px_reduce_avg_finish(PX_INT64, l, 2, 4);
         CHECK(l[0] == -2 && l[1] == 2, "int64 avg");
     }
     /* float AVG divides exactly: 10 / 3 rounds as IEEE division does,
@@ -109,17 +109,17 @@ int main(void)
         float f[2] = {10.0f, 6.0f};
         double g[1] = {10.0};
         uint16_t hb[1] = {b(7.0f)};
-        px_reduce_avg_finish(PX_RDT_F32, f, 2, 3);
+        px_reduce_avg_finish(PX_FLOAT32, f, 2, 3);
         CHECK(f[0] == 10.0f / 3.0f && f[1] == 2.0f, "f32 avg: %.9g", f[0]);
-        px_reduce_avg_finish(PX_RDT_F64, g, 1, 3);
+        px_reduce_avg_finish(PX_FLOAT64, g, 1, 3);
         CHECK(g[0] == 10.0 / 3.0, "f64 avg");
-        px_reduce_avg_finish(PX_RDT_BF16, hb, 1, 2);
+        px_reduce_avg_finish(PX_BFLOAT16, hb, 1, 2);
         CHECK(hb[0] == b(3.5f), "bf16 avg");
     }
     /* halves reduce in fp32, rounded once per call */
     {
         uint16_t p[1] = {h(1.0f)}, q[1] = {h(0x1p-11f)};
-        px_reduce_apply(PX_RDT_F16, PX_ROP_SUM, p, p, q, 1);
+        px_reduce_apply(PX_FLOAT16, PX_SUM, p, p, q, 1);
         CHECK(p[0] == h(1.0f + 0x1p-11f), "fp16 sum rounds once");
     }
     if (fails)
