@@ -1,7 +1,7 @@
 /* pctl_plan.c: `pctl plan`, the per-device memory plan of a job (local, no
  * daemon).
  *
- * Uses the engine's planning code (daemon/rank/plan.c), the same arithmetic
+ * Uses the planner library (planner/plan.c), the same arithmetic
  * that lays out a rank's buffers, so the prediction and the engine agree by
  * construction. With --params N the model is one unit and only the ZeRO
  * paper's terms are counted; with GPT dims the working buffers of stages
