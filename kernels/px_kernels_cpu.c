@@ -1,5 +1,16 @@
-/* px_kernels_cpu.c: the CPU op table. Static and immutable; any thread. */
+/* px_kernels_cpu.c: the CPU op table and its memory operations (host
+ * memory: memset / memcpy / calloc / free). Static and immutable; any
+ * thread. */
 #include "px_kernels_cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void px__cpu_mem_set(void *dst, int byte, size_t bytes) { memset(dst, byte, bytes); }
+void px__cpu_mem_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+void px__cpu_synchronize(void) {}
+void *px__cpu_mem_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+void px__cpu_mem_free(void *ptr) { free(ptr); }
 
 static const px_kernel_ops_t cpu_ops = {
     .name = "cpu",
@@ -20,6 +31,13 @@ static const px_kernel_ops_t cpu_ops = {
     .adamw_update = px__cpu_adamw_update,
     .sumsq = px__cpu_sumsq,
     .scale = px__cpu_scale,
+    .mem_set = px__cpu_mem_set,
+    .mem_copy = px__cpu_mem_copy,
+    .mem_copy_to_host = px__cpu_mem_copy, /* host memory is the backend's */
+    .mem_copy_from_host = px__cpu_mem_copy,
+    .synchronize = px__cpu_synchronize,
+    .mem_alloc = px__cpu_mem_alloc,
+    .mem_free = px__cpu_mem_free,
 };
 
 const px_kernel_ops_t *px_kernels_cpu(void)

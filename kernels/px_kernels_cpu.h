@@ -28,13 +28,18 @@ void px__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, siz
 void px__cpu_residual_forward(float *out, const float *inp1, const float *inp2, size_t N);
 void px__cpu_residual_backward(float *dinp1, float *dinp2, const float *dout, size_t N);
 void px__cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
-                                  const int32_t *targets, int N, int V);
+                                  const int32_t *targets, int N, int V, int Vp);
 void px__cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
-                                   float dloss, int N, int V);
+                                   float dloss, int N, int V, int Vp);
 void px__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
                           float lr, float beta1, float beta2, float eps, float weight_decay,
                           int t);
 double px__cpu_sumsq(const float *x, size_t n);
 void px__cpu_scale(float *x, float s, size_t n);
+void px__cpu_mem_set(void *dst, int byte, size_t bytes);
+void px__cpu_mem_copy(void *dst, const void *src, size_t bytes);
+void px__cpu_synchronize(void);
+void *px__cpu_mem_alloc(size_t bytes);
+void px__cpu_mem_free(void *ptr);
 
 #endif
