@@ -9,8 +9,10 @@
  *      the parameters are all-gathered in place.
  *   2: gradients sharded too: each unit's gradient buffer is reduce-scattered
  *      (nonblocking) as soon as backward has finished it and is freed when
- *      its slice has been added to the gradient shard; at most one layer
- *      buffer is in flight while the next one is computed.
+ *      its slice has been added to the gradient shard; at most one buffer
+ *      (the head's or a layer's) is in flight while the next layer is
+ *      computed; the embedding's is held from the head's backward (tied
+ *      wte) to the end of backward.
  *   3: parameters sharded too (FSDP): a unit is all-gathered into a fresh
  *      buffer right before its forward and again before its backward and
  *      freed after; the next unit's gather is started (prefetch) before
