@@ -126,7 +126,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
             fprintf(stderr, "pctl: plan: out of memory\n");
             return PCTL_EXIT_FAIL;
         }
-        nunits = (int)layers + 1;
+        nunits = (int)layers + 2; /* embedding, layers, head (plan.h) */
         known = 1;
     }
     json_t *jstages = json_array();

@@ -19,6 +19,11 @@
 
 #include "px_log.h"
 
+/* The unit layout of the tensor table (model.h: embedding, layers, head,
+ * wte with padded rows); "parallax-zero-1" files had a root unit and are
+ * refused rather than mis-cut. */
+#define CKPT_FORMAT "parallax-zero-2"
+
 static px_status_t mkdirs(const char *path)
 {
     char buf[4096];
@@ -109,10 +114,11 @@ px_status_t px_checkpoint_save(const char *dir, int step, px_zero_t *z,
         json_t *units = json_array();
         for (int u = 0; u < plan->nunits; u++)
             json_array_append_new(units, json_integer((json_int_t)plan->unit_size[u]));
-        json_t *m = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:o}",
-                              "format", "parallax-zero-1", "step", step, "zero", plan->zero,
+        json_t *m = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:o}",
+                              "format", CKPT_FORMAT, "step", step, "zero", plan->zero,
                               "dp", plan->dp, "nshards", nsh, "layers", gc->layers, "heads",
-                              heads, "dim", gc->dim, "vocab", gc->vocab, "max_seq", gc->max_seq,
+                              heads, "dim", gc->dim, "vocab", gc->vocab, "padded_vocab",
+                              px_model_padded_vocab(gc), "max_seq", gc->max_seq,
                               "num_params", (json_int_t)plan->params, "unit_sizes", units);
         char *txt = m ? json_dumps(m, JSON_INDENT(1)) : NULL;
         json_decref(m);
@@ -149,7 +155,7 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
     json_error_t jerr;
     px_status_t status = PX_OK;
     int *fds = NULL;
-    long long step, zero, dp, nsh, layers, dim, vocab, maxseq, hd;
+    long long step, zero, dp, nsh, layers, dim, vocab, maxseq, hd, vp;
 
     snprintf(mpath, sizeof(mpath), "%s/meta.json", path);
     json_t *m = json_load_file(mpath, 0, &jerr);
@@ -161,15 +167,23 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
     if (jint(m, "step", &step) || jint(m, "zero", &zero) || jint(m, "dp", &dp) ||
         jint(m, "nshards", &nsh) || jint(m, "layers", &layers) || jint(m, "dim", &dim) ||
         jint(m, "vocab", &vocab) || jint(m, "max_seq", &maxseq) || jint(m, "heads", &hd) ||
-        step < 0 || dp < 1 || nsh < 1 || dp % nsh ||
-        strcmp(json_string_value(json_object_get(m, "format")) ?: "", "parallax-zero-1")) {
-        px_error("checkpoint: %s is not a parallax-zero-1 checkpoint description", mpath);
+        jint(m, "padded_vocab", &vp) || step < 0 || dp < 1 || nsh < 1 || dp % nsh ||
+        strcmp(json_string_value(json_object_get(m, "format")) ?: "", CKPT_FORMAT)) {
+        px_error("checkpoint: %s is not a %s checkpoint description", mpath, CKPT_FORMAT);
         json_decref(m);
         return PX_ERR_INVALID_ARGUMENT;
+    }
+    /* the unit sizes must be this model's, unit by unit */
+    json_t *us = json_object_get(m, "unit_sizes");
+    int units_ok = json_is_array(us) && json_array_size(us) == (size_t)plan->nunits;
+    for (int u = 0; units_ok && u < plan->nunits; u++) {
+        json_t *e = json_array_get(us, (size_t)u);
+        units_ok = json_is_integer(e) && (uint64_t)json_integer_value(e) == plan->unit_size[u];
     }
     json_decref(m);
     const struct { const char *name; long long have; int want; } dims[] = {
         {"layers", layers, gc->layers}, {"dim", dim, gc->dim}, {"vocab", vocab, gc->vocab},
+        {"padded vocab", vp, px_model_padded_vocab(gc)},
         {"seq (wpe rows)", maxseq, gc->max_seq}, {"heads", hd, heads}};
     for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) {
         if (dims[i].have != dims[i].want) {
@@ -177,6 +191,11 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
                      dims[i].name, dims[i].have, dims[i].want);
             return PX_ERR_INVALID_ARGUMENT;
         }
+    }
+    if (!units_ok) { /* same dims, other units: a layout this code does not cut */
+        px_error("checkpoint: %s: its unit_sizes are not this model's %d units", mpath,
+                 plan->nunits);
+        return PX_ERR_INVALID_ARGUMENT;
     }
     /* old layout: unit u padded to a multiple of dp, K slices */
     int nu = plan->nunits;

@@ -3,9 +3,10 @@
  * A checkpoint is a directory DIR/step_<N>/:
  *   meta.json      written last by rank 0 after every shard is on disk: a
  *                  checkpoint without it is incomplete and never loaded.
- *                  {"format": "parallax-zero-1", "step": N, "zero": Z,
+ *                  {"format": "parallax-zero-2", "step": N, "zero": Z,
  *                   "dp": D, "nshards": K, "layers", "heads", "dim", "vocab",
- *                   "max_seq", "num_params", "unit_sizes": [...]}
+ *                   "padded_vocab", "max_seq", "num_params", "unit_sizes":
+ *                   [...]} (units as model.h: embedding, layers, head)
  *   shard_<k>.bin  k < K (K = D for stage >= 1, 1 for stage 0): for each
  *                  unit u in order, three float32 arrays of S_u =
  *                  ceil(size_u / D) * D / K elements: parameters, AdamW m,
@@ -36,8 +37,9 @@ px_status_t px_checkpoint_save(const char *dir, int step, px_zero_t *z,
 px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_config_t *gc,
                                const px_plan_t *plan, int heads, int *step_p);
 
-/* Writes the canonical parameters `params` (px_gpt_tensor_info layout) as a
- * safetensors file (8-byte little-endian header length, JSON header with
+/* Writes the canonical parameters `params` (px_gpt_tensor_info layout, host
+ * memory; wte with all padded_vocab rows, as llm.c's checkpoints: rows from
+ * vocab on are the zero padding) as a safetensors file (8-byte little-endian header length, JSON header with
  * dtype F32, shape and data_offsets per tensor, then the data), loadable by
  * safetensors.torch.load_file. Names as px_gpt_tensor_info ("wte", "qkvw"
  * (L, 3C, C) ...). PX_ERR_IO on a file error. */

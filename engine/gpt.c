@@ -1,4 +1,5 @@
-/* gpt.c: GPT-2 style model, forward and backward through the op table.
+/* gpt.c: GPT-2 style model, forward and backward by blocks through the op
+ * table.
  *
  * Follows llm.c's train_gpt2.c (Karpathy, MIT) for the parameter layout and
  * the order of ops. Differences: the attention and MLP projection outputs
@@ -8,12 +9,16 @@
  * of the network down (a residual add is the identity in backward, so it
  * needs no op).
  *
- * Layout: parameters are units (gpt.h): the root unit (wte, wpe, lnfw, lnfb)
- * and one unit per layer, so ZeRO-3 can gather one layer at a time. A model
- * either owns one flat buffer of units (params/grads/m/v, num_params each,
- * grads one more: a spare slot for the trainer) or asks its hooks for each
- * unit (px_gpt_create_external). Every pointer in `acts` points into one
- * buffer sized at create time for (B, T). One thread per model. */
+ * Layout: the tensor table of planner/model.h says everything (names,
+ * shapes, units, init); this file only reads it. Parameters are units:
+ * the embedding (wte, wpe), one unit per layer, the head (lnfw, lnfb), so
+ * ZeRO-3 can gather one unit at a time. A model either owns one flat buffer
+ * of units (params/grads/m/v, num_params each, grads one more: a spare slot
+ * for the trainer) or asks its hooks for each unit (px_gpt_create_external).
+ * Every pointer in `acts` points into one buffer sized at create time for
+ * (B, T); layer l's activations are at l times the create-time stride.
+ * Tensor memory is the backend's: cleared and copied only through the op
+ * table's mem_set / mem_copy. One thread per model. */
 #include "gpt.h"
 
 #include <math.h>
@@ -21,7 +26,6 @@
 #include <string.h>
 
 #include "memacct.h"
-#include "plan.h"
 #include "px_log.h"
 
 typedef struct gpt_acts {
@@ -42,8 +46,8 @@ typedef struct gpt_acts {
     float *lnf;       /* (B,T,C) */
     float *lnf_mean;  /* (B,T) */
     float *lnf_rstd;  /* (B,T) */
-    float *logits;    /* (B,T,V) */
-    float *probs;     /* (B,T,V) */
+    float *logits;    /* (B,T,Vp) */
+    float *probs;     /* (B,T,Vp), 0 in the padding columns */
     float *losses;    /* (B,T) */
     float *tmp;       /* (B,T,C): projection outputs before the residual add */
     /* backward work space */
@@ -51,7 +55,7 @@ typedef struct gpt_acts {
     float *dbtc;      /* (B,T,C) */
     float *d4a;       /* (B,T,4C) also dqkv (B,T,3C) */
     float *d4b;       /* (B,T,4C) */
-    float *dlogits;   /* (B,T,V) */
+    float *dlogits;   /* (B,T,Vp) */
     float *scratch;   /* (T,T) attention backward */
 } gpt_acts_t;
 #define GPT_NUM_ACTS (sizeof(gpt_acts_t) / sizeof(float *))
@@ -59,133 +63,74 @@ typedef struct gpt_acts {
 struct px_gpt {
     px_gpt_config_t cfg;
     const px_kernel_ops_t *ops;
-    int B, T;
-    size_t sizes[PX_GPT_NUM_TENSORS];
+    int B, T, Vp;
     size_t num_params;
+    size_t *unit_off;              /* [nunits]: unit u's start in the owned buffers */
+    px_gpt_unit_tensor_t embed_t[2], layer_t[12], head_t[2];
     float *params, *grads, *m, *v; /* owned mode only */
     px_gpt_hooks_t hooks;          /* external mode (has_hooks) */
     int has_hooks;
     gpt_acts_t a;
     float *acts_mem;
     size_t acts_count;
+    float *losses_host;            /* (B,T) host copy of a->losses for the sum */
+    /* between the block calls of one pass */
+    float *embed_p;                /* the embedding's parameters (tied wte), from
+                                      embed_forward to head_backward */
+    float *embed_g;                /* its gradients, head_backward to embed_backward */
     const int32_t *inputs, *targets; /* of the last forward, borrowed */
 };
 
-static const char *tensor_names[PX_GPT_NUM_TENSORS] = {
-    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
-/* 1: 2-D matrix per layer (weight decay); 0: vector */
-static const int tensor_decay[PX_GPT_NUM_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0,
-                                                     0, 0, 1, 0, 1, 0, 0, 0};
-
-static void tensor_shape(const px_gpt_config_t *c, int i, int *ndim, int shape[3])
-{
-    int L = c->layers, C = c->dim, V = c->vocab, T = c->max_seq;
-    int tab[PX_GPT_NUM_TENSORS][4] = {
-        {2, V, C, 0}, {2, T, C, 0}, {2, L, C, 0}, {2, L, C, 0},
-        {3, L, 3 * C, C}, {2, L, 3 * C, 0}, {3, L, C, C}, {2, L, C, 0},
-        {2, L, C, 0}, {2, L, C, 0}, {3, L, 4 * C, C}, {2, L, 4 * C, 0},
-        {3, L, C, 4 * C}, {2, L, C, 0}, {1, C, 0, 0}, {1, C, 0, 0}};
-    *ndim = tab[i][0];
-    for (int d = 0; d < 3; d++)
-        shape[d] = tab[i][1 + d];
-}
-
-/* unit tensors: root {wte, wpe, lnfw, lnfb}; layer {ln1w .. fcprojb} */
-static const int root_tensors[4] = {0, 1, 14, 15};
-
-int px_gpt_num_units(const px_gpt_config_t *cfg) { return cfg->layers + 1; }
-
-static size_t tensor_numel(const px_gpt_config_t *c, int i)
-{
-    int nd, sh[3];
-    size_t n = 1;
-    tensor_shape(c, i, &nd, sh);
-    for (int d = 0; d < nd; d++)
-        n *= (size_t)sh[d];
-    return n;
-}
+int px_gpt_num_units(const px_gpt_config_t *cfg) { return px_model_num_units(cfg); }
 
 void px_gpt_tensor_info_of(const px_gpt_config_t *cfg, int i, px_gpt_tensor_info_t *info)
 {
-    size_t off = 0;
-    for (int j = 0; j < i; j++)
-        off += tensor_numel(cfg, j);
-    info->name = tensor_names[i];
-    tensor_shape(cfg, i, &info->ndim, info->shape);
-    info->offset = off;
-    info->size = tensor_numel(cfg, i);
-    info->decay = tensor_decay[i];
+    px_model_tensor(cfg, i, info);
 }
 
 int px_gpt_unit_tensors(const px_gpt_config_t *cfg, int u, px_gpt_unit_tensor_t out[12])
 {
-    int n = 0;
-    size_t uoff = 0;
-    for (int k = 0; k < (u == 0 ? 4 : 12); k++) {
-        int i = u == 0 ? root_tensors[k] : 2 + k;
-        px_gpt_tensor_info_t ti;
-        px_gpt_tensor_info_of(cfg, i, &ti);
-        size_t per = u == 0 ? ti.size : ti.size / (size_t)cfg->layers;
-        out[n].tensor = i;
-        out[n].unit_offset = uoff;
-        out[n].size = per;
-        out[n].canon_offset = ti.offset + (u == 0 ? 0 : (size_t)(u - 1) * per);
-        out[n].decay = ti.decay;
-        uoff += per;
-        n++;
-    }
-    return n;
+    return px_model_unit_tensors(cfg, u, out);
 }
 
 size_t px_gpt_unit_size(const px_gpt_config_t *cfg, int u)
 {
-    px_gpt_unit_tensor_t t[12];
-    int n = px_gpt_unit_tensors(cfg, u, t);
-    return t[n - 1].unit_offset + t[n - 1].size;
+    return (size_t)px_model_unit_size(cfg, u);
 }
 
-void px_gpt_units_to_canonical(const px_gpt_config_t *cfg, const float *units,
-                               const uint64_t *unit_offset, float *dst)
+void px_gpt_units_to_canonical(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
+                               const float *units, const uint64_t *unit_offset, float *dst)
 {
     size_t off = 0;
     for (int u = 0; u < px_gpt_num_units(cfg); u++) {
-        px_gpt_unit_tensor_t t[12];
+        px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
         int n = px_gpt_unit_tensors(cfg, u, t);
         const float *base = units + (unit_offset ? unit_offset[u] : off);
         for (int k = 0; k < n; k++)
-            memcpy(dst + t[k].canon_offset, base + t[k].unit_offset, t[k].size * sizeof(float));
+            ops->mem_copy_to_host(dst + t[k].canon_offset, base + t[k].unit_offset,
+                                  t[k].size * sizeof(float));
         off += t[n - 1].unit_offset + t[n - 1].size;
     }
 }
 
-/* Per-layer parameter (or gradient) pointers into one layer unit. */
+/* Parameter (or gradient) pointers into one unit, set by walking the
+ * unit's tensor list (model.h), in its canonical order. */
 typedef struct layer_view {
     float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
         *fcprojb;
 } layer_view_t;
-typedef struct root_view {
-    float *wte, *wpe, *lnfw, *lnfb;
-} root_view_t;
+typedef struct embed_view {
+    float *wte, *wpe;
+} embed_view_t;
+typedef struct head_view {
+    float *lnfw, *lnfb;
+} head_view_t;
 
-static void layer_view(const px_gpt_config_t *c, float *base, layer_view_t *v)
+static void view(const px_gpt_unit_tensor_t *t, int n, float *base, void *v)
 {
-    size_t C = (size_t)c->dim;
-    float **f = (float **)v;
-    size_t sz[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
-    for (int k = 0; k < 12; k++) {
-        f[k] = base;
-        base += sz[k];
-    }
-}
-
-static void root_view(const px_gpt_config_t *c, float *base, root_view_t *v)
-{
-    size_t C = (size_t)c->dim;
-    v->wte = base;
-    v->wpe = v->wte + (size_t)c->vocab * C;
-    v->lnfw = v->wpe + (size_t)c->max_seq * C;
-    v->lnfb = v->lnfw + C;
+    float **f = v;
+    for (int k = 0; k < n; k++)
+        f[k] = base + t[k].unit_offset;
 }
 
 static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops, int B,
@@ -207,6 +152,10 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
         px_error("gpt: sequence %d longer than max_seq %d", T, cfg->max_seq);
         return PX_ERR_INVALID_ARGUMENT;
     }
+    if (cfg->padded_vocab && cfg->padded_vocab < V) {
+        px_error("gpt: padded vocab %d smaller than vocab %d", cfg->padded_vocab, V);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
     gpt = calloc(1, sizeof(*gpt));
     if (!gpt)
         return PX_ERR_NO_MEMORY;
@@ -214,14 +163,18 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
     gpt->ops = ops;
     gpt->B = B;
     gpt->T = T;
-    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
-        int nd, sh[3];
-        tensor_shape(cfg, i, &nd, sh);
-        gpt->sizes[i] = 1;
-        for (int d = 0; d < nd; d++)
-            gpt->sizes[i] *= (size_t)sh[d];
-        gpt->num_params += gpt->sizes[i];
-    }
+    gpt->Vp = px_model_padded_vocab(cfg);
+    gpt->num_params = (size_t)px_model_num_params(cfg);
+    int nu = px_gpt_num_units(cfg);
+    gpt->unit_off = calloc((size_t)nu, sizeof(size_t));
+    gpt->losses_host = calloc((size_t)B * T, sizeof(float));
+    if (!gpt->unit_off || !gpt->losses_host)
+        goto err_free;
+    for (int u = 1; u < nu; u++)
+        gpt->unit_off[u] = gpt->unit_off[u - 1] + px_gpt_unit_size(cfg, u - 1);
+    px_model_unit_tensors(cfg, PX_MODEL_UNIT_EMBED, gpt->embed_t);
+    px_model_unit_tensors(cfg, px_model_unit_layer(cfg, 0), gpt->layer_t);
+    px_model_unit_tensors(cfg, px_model_unit_head(cfg), gpt->head_t);
     if (hooks) {
         gpt->hooks = *hooks;
         gpt->has_hooks = 1;
@@ -234,12 +187,12 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
             goto err_free;
     }
 
-    size_t BT = (size_t)B * T;
+    size_t BT = (size_t)B * T, Vp = (size_t)gpt->Vp;
     size_t act_sizes[GPT_NUM_ACTS] = {
         BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C,
         (size_t)L * B * NH * T * T, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C,
-        L * BT * 4 * C, L * BT * C, BT * C, BT, BT, BT * V, BT * V, BT, BT * C,
-        BT * C, BT * C, BT * 4 * C, BT * 4 * C, BT * V, (size_t)T * T};
+        L * BT * 4 * C, L * BT * C, BT * C, BT, BT, BT * Vp, BT * Vp, BT, BT * C,
+        BT * C, BT * C, BT * 4 * C, BT * 4 * C, BT * Vp, (size_t)T * T};
     gpt->acts_count = 0;
     for (size_t i = 0; i < GPT_NUM_ACTS; i++)
         gpt->acts_count += act_sizes[i];
@@ -286,6 +239,8 @@ void px_gpt_destroy(px_gpt_t *gpt)
     px_mem_free(gpt->m);
     px_mem_free(gpt->v);
     px_mem_free(gpt->acts_mem);
+    free(gpt->unit_off);
+    free(gpt->losses_host);
     free(gpt);
 }
 
@@ -330,55 +285,56 @@ void px_gpt_init_unit_range(const px_gpt_config_t *cfg, uint64_t seed, int u, si
 {
     const float base_std = 0.02f;
     const float proj_std = 0.02f / sqrtf(2.0f * cfg->layers);
-    px_gpt_unit_tensor_t t[12];
+    px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
     int nt = px_gpt_unit_tensors(cfg, u, t);
-    memset(dst, 0, (end - begin) * sizeof(float));
+    memset(dst, 0, (end - begin) * sizeof(float)); /* host memory */
     for (int k = 0; k < nt; k++) {
         size_t lo = t[k].unit_offset > begin ? t[k].unit_offset : begin;
         size_t hi = t[k].unit_offset + t[k].size < end ? t[k].unit_offset + t[k].size : end;
         if (lo >= hi)
             continue;
         int i = t[k].tensor;
-        const char *n = tensor_names[i];
         float *p = dst + (lo - begin);
         size_t cnt = hi - lo;
         /* element index within the canonical tensor (stacked over layers) */
-        px_gpt_tensor_info_t ti;
-        px_gpt_tensor_info_of(cfg, i, &ti);
+        px_model_tensor_t ti;
+        px_model_tensor(cfg, i, &ti);
         size_t e0 = t[k].canon_offset - ti.offset + (lo - t[k].unit_offset);
-        if (!strcmp(n, "ln1w") || !strcmp(n, "ln2w") || !strcmp(n, "lnfw")) {
+        /* padding rows of wte (elements from ti.valid on) stay 0 */
+        if (e0 >= ti.valid)
+            continue;
+        if (e0 + cnt > ti.valid)
+            cnt = ti.valid - e0;
+        if (ti.init == PX_MODEL_INIT_ONES) {
             for (size_t e = 0; e < cnt; e++)
                 p[e] = 1.0f;
-        } else if (tensor_decay[i]) {
-            float std = (!strcmp(n, "attprojw") || !strcmp(n, "fcprojw")) ? proj_std : base_std;
+        } else if (ti.init == PX_MODEL_INIT_NORMAL || ti.init == PX_MODEL_INIT_RESIDUAL) {
+            float std = ti.init == PX_MODEL_INIT_RESIDUAL ? proj_std : base_std;
             uint64_t key = splitmix64(splitmix64(seed) ^ (0xD1B54A32D192ED03ull * (i + 1)));
             for (size_t e = 0; e < cnt; e++)
                 p[e] = (float)(normal_at(key, e0 + e) * std);
-        } /* biases / LN bias: 0 */
+        } /* PX_MODEL_INIT_ZEROS: already 0 */
     }
 }
 
 void px_gpt_init_params(px_gpt_t *gpt, uint64_t seed)
 {
-    size_t off = 0;
+    const px_kernel_ops_t *k = gpt->ops;
+    float host[4096]; /* host staging: generated here, copied to the backend */
     for (int u = 0; u < px_gpt_num_units(&gpt->cfg); u++) {
         size_t n = px_gpt_unit_size(&gpt->cfg, u);
-        px_gpt_init_unit_range(&gpt->cfg, seed, u, 0, n, gpt->params + off);
-        off += n;
+        for (size_t b = 0; b < n; b += 4096) {
+            size_t e = n - b < 4096 ? n : b + 4096;
+            px_gpt_init_unit_range(&gpt->cfg, seed, u, b, e, host);
+            k->mem_copy_from_host(gpt->params + gpt->unit_off[u] + b, host,
+                                  (e - b) * sizeof(float));
+        }
     }
-    memset(gpt->m, 0, gpt->num_params * sizeof(float));
-    memset(gpt->v, 0, gpt->num_params * sizeof(float));
+    k->mem_set(gpt->m, 0, gpt->num_params * sizeof(float));
+    k->mem_set(gpt->v, 0, gpt->num_params * sizeof(float));
 }
 
 /* unit pointers: own buffer, or the hooks */
-static size_t unit_base(const px_gpt_t *gpt, int u)
-{
-    size_t off = 0;
-    for (int j = 0; j < u; j++)
-        off += px_gpt_unit_size(&gpt->cfg, j);
-    return off;
-}
-
 static void poke(px_gpt_t *gpt)
 {
     if (gpt->has_hooks && gpt->hooks.progress)
@@ -389,7 +345,7 @@ static px_status_t p_acquire(px_gpt_t *gpt, int u, int phase, float **p)
 {
     if (gpt->has_hooks)
         return gpt->hooks.params_acquire(gpt->hooks.arg, u, phase, p);
-    *p = gpt->params + unit_base(gpt, u);
+    *p = gpt->params + gpt->unit_off[u];
     return PX_OK;
 }
 
@@ -402,7 +358,7 @@ static px_status_t g_acquire(px_gpt_t *gpt, int u, float **g)
 {
     if (gpt->has_hooks)
         return gpt->hooks.grads_acquire(gpt->hooks.arg, u, g);
-    *g = gpt->grads + unit_base(gpt, u);
+    *g = gpt->grads + gpt->unit_off[u];
     return PX_OK;
 }
 
@@ -411,157 +367,260 @@ static px_status_t g_release(px_gpt_t *gpt, int u)
     return gpt->has_hooks ? gpt->hooks.grads_release(gpt->hooks.arg, u) : PX_OK;
 }
 
-/* ---- forward / backward ---- */
+/* ---- blocks: forward ---- */
 
-px_status_t px_gpt_forward(px_gpt_t *gpt, const int32_t *inputs, const int32_t *targets,
-                           float *loss_p)
+px_gpt_ctx_t px_gpt_ctx_default(const px_gpt_t *gpt)
+{
+    return (px_gpt_ctx_t){.groups = NULL, .micro = 0, .seq_offset = 0, .B = gpt->B, .T = gpt->T};
+}
+
+static px_status_t ctx_check(const px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
+{
+    if (ctx->B <= 0 || ctx->T <= 0 || ctx->B > gpt->B || ctx->T > gpt->T || ctx->micro != 0 ||
+        ctx->seq_offset < 0 || ctx->seq_offset + ctx->T > gpt->cfg.max_seq || l < 0 ||
+        l >= gpt->cfg.layers) {
+        px_error("gpt: cannot run B %d T %d micro %d seq_offset %d layer %d (model: B %d T %d, "
+                 "one micro-batch slot, max_seq %d, %d layers)", ctx->B, ctx->T, ctx->micro,
+                 ctx->seq_offset, l, gpt->B, gpt->T, gpt->cfg.max_seq, gpt->cfg.layers);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    return PX_OK;
+}
+
+/* The residual stream entering layer l (l = L: leaving the last layer). */
+static float *residual_in(px_gpt_t *gpt, int l)
+{
+    size_t btc = (size_t)gpt->B * gpt->T * gpt->cfg.dim; /* create-time stride */
+    return l == 0 ? gpt->a.encoded : gpt->a.residual3 + (size_t)(l - 1) * btc;
+}
+
+px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *inputs)
+{
+    embed_view_t e;
+    float *ub;
+    PX_CHECK(ctx_check(gpt, ctx, 0));
+    PX_CHECK(p_acquire(gpt, PX_MODEL_UNIT_EMBED, 0, &ub));
+    gpt->embed_p = ub;
+    view(gpt->embed_t, 2, ub, &e);
+    gpt->ops->encoder_forward(gpt->a.encoded, inputs, e.wte,
+                              e.wpe + (size_t)ctx->seq_offset * gpt->cfg.dim, ctx->B, ctx->T,
+                              gpt->cfg.dim);
+    gpt->inputs = inputs;
+    return PX_OK;
+}
+
+px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
     const px_kernel_ops_t *k = gpt->ops;
-    const px_gpt_config_t *cfg = &gpt->cfg;
     gpt_acts_t *a = &gpt->a;
-    int B = gpt->B, T = gpt->T, C = cfg->dim, NH = cfg->heads, V = cfg->vocab;
-    int L = cfg->layers, BT = B * T;
-    float *ub;
-    root_view_t r;
+    PX_CHECK(ctx_check(gpt, ctx, l));
+    int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, NH = gpt->cfg.heads, BT = B * T;
+    size_t sbt = (size_t)gpt->B * gpt->T; /* per-layer strides: create-time sizes */
+    size_t sbtc = sbt * C;
+    const float *res = residual_in(gpt, l);
+    float *ln1 = a->ln1 + l * sbtc, *qkv = a->qkv + l * sbtc * 3, *atty = a->atty + l * sbtc;
+    float *att = a->att + (size_t)l * gpt->B * NH * gpt->T * gpt->T;
+    float *res2 = a->residual2 + l * sbtc, *ln2 = a->ln2 + l * sbtc;
+    float *fch = a->fch + l * sbtc * 4, *fchg = a->fch_gelu + l * sbtc * 4;
+    float *res3 = a->residual3 + l * sbtc;
+    float *lb;
+    layer_view_t p;
 
-    PX_CHECK(p_acquire(gpt, 0, 0, &ub));
-    root_view(cfg, ub, &r);
-    k->encoder_forward(a->encoded, inputs, r.wte, r.wpe, B, T, C);
-    for (int l = 0; l < L; l++) {
-        const float *res = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
-        float *ln1 = a->ln1 + (size_t)l * BT * C, *qkv = a->qkv + (size_t)l * BT * 3 * C;
-        float *atty = a->atty + (size_t)l * BT * C;
-        float *att = a->att + (size_t)l * B * NH * T * T;
-        float *res2 = a->residual2 + (size_t)l * BT * C, *ln2 = a->ln2 + (size_t)l * BT * C;
-        float *fch = a->fch + (size_t)l * BT * 4 * C, *fchg = a->fch_gelu + (size_t)l * BT * 4 * C;
-        float *res3 = a->residual3 + (size_t)l * BT * C;
-        float *lb;
-        layer_view_t p;
-
-        PX_CHECK(p_acquire(gpt, 1 + l, 0, &lb));
-        layer_view(cfg, lb, &p);
-        k->layernorm_forward(ln1, a->ln1_mean + (size_t)l * BT, a->ln1_rstd + (size_t)l * BT, res,
-                             p.ln1w, p.ln1b, BT, C);
-        k->matmul_forward(qkv, ln1, p.qkvw, p.qkvb, BT, C, 3 * C);
-        poke(gpt);
-        k->attention_forward(atty, att, qkv, B, T, C, NH);
-        poke(gpt);
-        k->matmul_forward(a->tmp, atty, p.attprojw, p.attprojb, BT, C, C);
-        poke(gpt);
-        k->residual_forward(res2, res, a->tmp, (size_t)BT * C);
-        k->layernorm_forward(ln2, a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT, res2,
-                             p.ln2w, p.ln2b, BT, C);
-        k->matmul_forward(fch, ln2, p.fcw, p.fcb, BT, C, 4 * C);
-        poke(gpt);
-        k->gelu_forward(fchg, fch, (size_t)BT * 4 * C);
-        k->matmul_forward(a->tmp, fchg, p.fcprojw, p.fcprojb, BT, 4 * C, C);
-        poke(gpt);
-        k->residual_forward(res3, res2, a->tmp, (size_t)BT * C);
-        PX_CHECK(p_release(gpt, 1 + l, 0));
-    }
-    const float *last = a->residual3 + (size_t)(L - 1) * BT * C;
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, r.lnfw, r.lnfb, BT, C);
-    k->matmul_forward(a->logits, a->lnf, r.wte, NULL, BT, C, V);
+    PX_CHECK(p_acquire(gpt, px_model_unit_layer(&gpt->cfg, l), 0, &lb));
+    view(gpt->layer_t, 12, lb, &p);
+    k->layernorm_forward(ln1, a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, res, p.ln1w, p.ln1b,
+                         BT, C);
+    k->matmul_forward(qkv, ln1, p.qkvw, p.qkvb, BT, C, 3 * C);
     poke(gpt);
-    gpt->inputs = inputs;
+    k->attention_forward(atty, att, qkv, B, T, C, NH);
+    poke(gpt);
+    k->matmul_forward(a->tmp, atty, p.attprojw, p.attprojb, BT, C, C);
+    poke(gpt);
+    k->residual_forward(res2, res, a->tmp, (size_t)BT * C);
+    k->layernorm_forward(ln2, a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, res2, p.ln2w, p.ln2b,
+                         BT, C);
+    k->matmul_forward(fch, ln2, p.fcw, p.fcb, BT, C, 4 * C);
+    poke(gpt);
+    k->gelu_forward(fchg, fch, (size_t)BT * 4 * C);
+    k->matmul_forward(a->tmp, fchg, p.fcprojw, p.fcprojb, BT, 4 * C, C);
+    poke(gpt);
+    k->residual_forward(res3, res2, a->tmp, (size_t)BT * C);
+    return p_release(gpt, px_model_unit_layer(&gpt->cfg, l), 0);
+}
+
+px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *targets,
+                                float *loss_p)
+{
+    const px_kernel_ops_t *k = gpt->ops;
+    gpt_acts_t *a = &gpt->a;
+    PX_CHECK(ctx_check(gpt, ctx, 0));
+    int BT = ctx->B * ctx->T, C = gpt->cfg.dim, V = gpt->cfg.vocab, Vp = gpt->Vp;
+    embed_view_t e;
+    head_view_t h;
+    float *hb;
+
+    if (!gpt->embed_p) {
+        px_error("gpt: head_forward needs the embedding's wte (tied): run embed_forward first");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    PX_CHECK(p_acquire(gpt, px_model_unit_head(&gpt->cfg), 0, &hb));
+    view(gpt->head_t, 2, hb, &h);
+    view(gpt->embed_t, 2, gpt->embed_p, &e);
+    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual_in(gpt, gpt->cfg.layers),
+                         h.lnfw, h.lnfb, BT, C);
+    k->matmul_forward(a->logits, a->lnf, e.wte, NULL, BT, C, Vp);
+    poke(gpt);
     gpt->targets = targets;
     if (targets) {
-        k->crossentropy_forward(a->losses, a->probs, a->logits, targets, BT, V);
+        k->crossentropy_forward(a->losses, a->probs, a->logits, targets, BT, V, Vp);
+        k->mem_copy_to_host(gpt->losses_host, a->losses, (size_t)BT * sizeof(float));
         double s = 0.0;
         for (int i = 0; i < BT; i++)
-            s += a->losses[i];
+            s += gpt->losses_host[i];
         *loss_p = (float)(s / BT);
     }
     return PX_OK;
 }
 
+px_status_t px_gpt_forward(px_gpt_t *gpt, const int32_t *inputs, const int32_t *targets,
+                           float *loss_p)
+{
+    px_gpt_ctx_t ctx = px_gpt_ctx_default(gpt);
+    PX_CHECK(px_gpt_embed_forward(gpt, &ctx, inputs));
+    for (int l = 0; l < gpt->cfg.layers; l++)
+        PX_CHECK(px_gpt_block_forward(gpt, &ctx, l));
+    return px_gpt_head_forward(gpt, &ctx, targets, loss_p);
+}
+
 void px_gpt_zero_grad(px_gpt_t *gpt)
 {
-    memset(gpt->grads, 0, (gpt->num_params + 1) * sizeof(float));
+    gpt->ops->mem_set(gpt->grads, 0, (gpt->num_params + 1) * sizeof(float));
+}
+
+/* ---- blocks: backward ---- */
+
+px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
+{
+    const px_kernel_ops_t *k = gpt->ops;
+    gpt_acts_t *a = &gpt->a;
+    PX_CHECK(ctx_check(gpt, ctx, 0));
+    int BT = ctx->B * ctx->T, C = gpt->cfg.dim, V = gpt->cfg.vocab, Vp = gpt->Vp;
+    int E = PX_MODEL_UNIT_EMBED, H = px_model_unit_head(&gpt->cfg);
+    size_t btc = (size_t)BT * C;
+    float *hb, *eb, *hgb, *egb;
+    embed_view_t e, eg;
+    head_view_t h, hg;
+
+    if (!gpt->targets) {
+        px_error("gpt: backward needs a forward with targets");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    PX_CHECK(p_acquire(gpt, H, 1, &hb));
+    PX_CHECK(p_acquire(gpt, E, 1, &eb));
+    PX_CHECK(g_acquire(gpt, H, &hgb));
+    PX_CHECK(g_acquire(gpt, E, &egb));
+    gpt->embed_g = egb;
+    view(gpt->head_t, 2, hb, &h);
+    view(gpt->head_t, 2, hgb, &hg);
+    view(gpt->embed_t, 2, eb, &e);
+    view(gpt->embed_t, 2, egb, &eg);
+    /* loss = mean over BT tokens; padded columns get no gradient */
+    k->mem_set(a->dlogits, 0, (size_t)BT * Vp * sizeof(float));
+    k->crossentropy_backward(a->dlogits, a->probs, gpt->targets, 1.0f / BT, BT, V, Vp);
+    k->mem_set(a->dbtc, 0, btc * sizeof(float));
+    k->matmul_backward(a->dbtc, eg.wte, NULL, a->dlogits, a->lnf, e.wte, BT, C, Vp);
+    poke(gpt);
+    k->mem_set(a->dres, 0, btc * sizeof(float));
+    k->layernorm_backward(a->dres, hg.lnfw, hg.lnfb, a->dbtc, residual_in(gpt, gpt->cfg.layers),
+                          h.lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
+    gpt->embed_p = NULL; /* released below: the next forward acquires it again */
+    PX_CHECK(p_release(gpt, H, 1));
+    PX_CHECK(p_release(gpt, E, 1));
+    return g_release(gpt, H);
+}
+
+px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
+{
+    const px_kernel_ops_t *k = gpt->ops;
+    gpt_acts_t *a = &gpt->a;
+    PX_CHECK(ctx_check(gpt, ctx, l));
+    int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, NH = gpt->cfg.heads, BT = B * T;
+    int u = px_model_unit_layer(&gpt->cfg, l);
+    size_t btc = (size_t)BT * C, sbt = (size_t)gpt->B * gpt->T, sbtc = sbt * C;
+    const float *res = residual_in(gpt, l);
+    const float *ln1 = a->ln1 + l * sbtc, *qkv = a->qkv + l * sbtc * 3, *atty = a->atty + l * sbtc;
+    const float *att = a->att + (size_t)l * gpt->B * NH * gpt->T * gpt->T;
+    const float *res2 = a->residual2 + l * sbtc, *ln2 = a->ln2 + l * sbtc;
+    const float *fch = a->fch + l * sbtc * 4, *fchg = a->fch_gelu + l * sbtc * 4;
+    float *lb, *lgb;
+    layer_view_t p, g;
+
+    PX_CHECK(p_acquire(gpt, u, 1, &lb));
+    PX_CHECK(g_acquire(gpt, u, &lgb));
+    view(gpt->layer_t, 12, lb, &p);
+    view(gpt->layer_t, 12, lgb, &g);
+    /* dres is d(residual3): MLP branch */
+    k->mem_set(a->d4a, 0, btc * 4 * sizeof(float));
+    k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, a->dres, fchg, p.fcprojw, BT, 4 * C, C);
+    poke(gpt);
+    k->mem_set(a->d4b, 0, btc * 4 * sizeof(float));
+    k->gelu_backward(a->d4b, fch, a->d4a, btc * 4);
+    k->mem_set(a->dbtc, 0, btc * sizeof(float));
+    k->matmul_backward(a->dbtc, g.fcw, g.fcb, a->d4b, ln2, p.fcw, BT, C, 4 * C);
+    poke(gpt);
+    k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w, a->ln2_mean + l * sbt,
+                          a->ln2_rstd + l * sbt, BT, C);
+    /* dres is d(residual2): attention branch */
+    k->mem_set(a->dbtc, 0, btc * sizeof(float));
+    k->matmul_backward(a->dbtc, g.attprojw, g.attprojb, a->dres, atty, p.attprojw, BT, C, C);
+    poke(gpt);
+    k->mem_set(a->d4a, 0, btc * 3 * sizeof(float));
+    k->attention_backward(a->d4a, a->scratch, a->dbtc, qkv, att, B, T, C, NH);
+    poke(gpt);
+    k->mem_set(a->dbtc, 0, btc * sizeof(float));
+    k->matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->d4a, ln1, p.qkvw, BT, C, 3 * C);
+    poke(gpt);
+    k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w, a->ln1_mean + l * sbt,
+                          a->ln1_rstd + l * sbt, BT, C);
+    /* dres is now d(input of layer l) */
+    PX_CHECK(p_release(gpt, u, 1));
+    return g_release(gpt, u);
+}
+
+px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
+{
+    embed_view_t eg;
+    PX_CHECK(ctx_check(gpt, ctx, 0));
+    if (!gpt->embed_g) {
+        px_error("gpt: embed_backward needs head_backward first (the tied wte gradient)");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    view(gpt->embed_t, 2, gpt->embed_g, &eg);
+    gpt->ops->encoder_backward(eg.wte, eg.wpe + (size_t)ctx->seq_offset * gpt->cfg.dim, gpt->a.dres,
+                               gpt->inputs, ctx->B, ctx->T, gpt->cfg.dim);
+    gpt->embed_g = NULL;
+    return g_release(gpt, PX_MODEL_UNIT_EMBED);
 }
 
 px_status_t px_gpt_backward(px_gpt_t *gpt)
 {
-    const px_kernel_ops_t *k = gpt->ops;
-    const px_gpt_config_t *cfg = &gpt->cfg;
-    gpt_acts_t *a = &gpt->a;
-    int B = gpt->B, T = gpt->T, C = cfg->dim, NH = cfg->heads, V = cfg->vocab;
-    int L = cfg->layers, BT = B * T;
-    size_t btc = (size_t)BT * C;
-    float *rb, *rgb;
-    root_view_t r, rg;
-
-    PX_CHECK(g_acquire(gpt, 0, &rgb));
-    root_view(cfg, rgb, &rg);
-    PX_CHECK(p_acquire(gpt, 0, 1, &rb));
-    root_view(cfg, rb, &r);
-    /* loss = mean over BT tokens */
-    memset(a->dlogits, 0, (size_t)BT * V * sizeof(float));
-    k->crossentropy_backward(a->dlogits, a->probs, gpt->targets, 1.0f / BT, BT, V);
-    memset(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, rg.wte, NULL, a->dlogits, a->lnf, r.wte, BT, C, V);
-    poke(gpt);
-    memset(a->dres, 0, btc * sizeof(float));
-    k->layernorm_backward(a->dres, rg.lnfw, rg.lnfb, a->dbtc, a->residual3 + (L - 1) * btc,
-                          r.lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
-    PX_CHECK(p_release(gpt, 0, 1));
-
-    for (int l = L - 1; l >= 0; l--) {
-        const float *res = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
-        const float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
-        const float *att = a->att + (size_t)l * B * NH * T * T;
-        const float *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
-        const float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
-        float *lb, *lgb;
-        layer_view_t p, g;
-
-        PX_CHECK(p_acquire(gpt, 1 + l, 1, &lb));
-        PX_CHECK(g_acquire(gpt, 1 + l, &lgb));
-        layer_view(cfg, lb, &p);
-        layer_view(cfg, lgb, &g);
-        /* dres is d(residual3): MLP branch */
-        memset(a->d4a, 0, btc * 4 * sizeof(float));
-        k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, a->dres, fchg, p.fcprojw, BT, 4 * C, C);
-        poke(gpt);
-        memset(a->d4b, 0, btc * 4 * sizeof(float));
-        k->gelu_backward(a->d4b, fch, a->d4a, btc * 4);
-        memset(a->dbtc, 0, btc * sizeof(float));
-        k->matmul_backward(a->dbtc, g.fcw, g.fcb, a->d4b, ln2, p.fcw, BT, C, 4 * C);
-        poke(gpt);
-        k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w,
-                              a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT, BT, C);
-        /* dres is d(residual2): attention branch */
-        memset(a->dbtc, 0, btc * sizeof(float));
-        k->matmul_backward(a->dbtc, g.attprojw, g.attprojb, a->dres, atty, p.attprojw, BT, C, C);
-        poke(gpt);
-        memset(a->d4a, 0, btc * 3 * sizeof(float));
-        k->attention_backward(a->d4a, a->scratch, a->dbtc, qkv, att, B, T, C, NH);
-        poke(gpt);
-        memset(a->dbtc, 0, btc * sizeof(float));
-        k->matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->d4a, ln1, p.qkvw, BT, C, 3 * C);
-        poke(gpt);
-        k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w,
-                              a->ln1_mean + (size_t)l * BT, a->ln1_rstd + (size_t)l * BT, BT, C);
-        /* dres is now d(input of layer l) */
-        PX_CHECK(p_release(gpt, 1 + l, 1));
-        PX_CHECK(g_release(gpt, 1 + l));
-    }
-    k->encoder_backward(rg.wte, rg.wpe, a->dres, gpt->inputs, B, T, C);
-    return g_release(gpt, 0);
+    px_gpt_ctx_t ctx = px_gpt_ctx_default(gpt);
+    PX_CHECK(px_gpt_head_backward(gpt, &ctx));
+    for (int l = gpt->cfg.layers - 1; l >= 0; l--)
+        PX_CHECK(px_gpt_block_backward(gpt, &ctx, l));
+    return px_gpt_embed_backward(gpt, &ctx);
 }
 
 void px_gpt_update(px_gpt_t *gpt, float lr, float beta1, float beta2, float eps, float wd,
                    int t)
 {
-    size_t off = 0;
     for (int u = 0; u < px_gpt_num_units(&gpt->cfg); u++) {
-        px_gpt_unit_tensor_t ut[12];
+        px_gpt_unit_tensor_t ut[PX_MODEL_MAX_UNIT_TENSORS];
         int n = px_gpt_unit_tensors(&gpt->cfg, u, ut);
         for (int j = 0; j < n; j++) {
-            size_t o = off + ut[j].unit_offset;
+            size_t o = gpt->unit_off[u] + ut[j].unit_offset;
             gpt->ops->adamw_update(gpt->params + o, gpt->grads + o, gpt->m + o, gpt->v + o,
                                    ut[j].size, lr, beta1, beta2, eps, ut[j].decay ? wd : 0.0f, t);
         }
-        off += ut[n - 1].unit_offset + ut[n - 1].size;
     }
 }

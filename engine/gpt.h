@@ -1,14 +1,31 @@
-/* gpt.h: the GPT-2 style model of the training engine (CPU / op table).
+/* gpt.h: the GPT-2 style model of the training engine (op table), computed
+ * by blocks.
  *
  * Pre-LN blocks: x += proj(attn(qkv(ln1(x)))); x += fc2(gelu(fc(ln2(x))));
- * learned positions; final LayerNorm; LM head tied to the token embedding.
+ * learned positions; final LayerNorm; LM head tied to the token embedding;
+ * the vocab padded to Vp rows (model.h), the padded logits masked out of
+ * the loss.
  *
- * Memory: parameters live in ONE flat buffer of units (the root unit, then
- * one unit per layer; see px_gpt_unit_tensors), or, for ZeRO, wherever the
- * hooks say. Gradients and both AdamW moments mirror it element for element.
- * Dumps and exports use the canonical stacked layout (px_gpt_tensor_info).
- * Activations for a fixed local batch (B, T) live in a second flat buffer
- * (memacct category activations).
+ * The model is described once, by the tensor table of planner/model.h;
+ * this header re-exports it under px_gpt_ names. A pass is a sequence of
+ * block calls, each taking a px_gpt_ctx_t:
+ *   forward:  px_gpt_embed_forward, px_gpt_block_forward(l) for l = 0..L-1,
+ *             px_gpt_head_forward;
+ *   backward: px_gpt_head_backward, px_gpt_block_backward(l) for l =
+ *             L-1..0, px_gpt_embed_backward.
+ * px_gpt_forward / px_gpt_backward run the whole sequence on one rank; a
+ * pipeline stage calls the embedding only on the first stage and the head
+ * only on the last, and tensor / sequence / context parallelism add their
+ * collectives inside the block functions, at the context's groups.
+ *
+ * Memory: parameters live in ONE flat buffer of units (the embedding unit,
+ * one unit per layer, the head unit; see px_gpt_unit_tensors), or, for
+ * ZeRO, wherever the hooks say. Gradients and both AdamW moments mirror it
+ * element for element. Dumps and exports use the canonical stacked layout
+ * (px_gpt_tensor_info). Activations for a fixed local batch (B, T) live in
+ * a second flat buffer (memacct category activations). Every buffer is
+ * memory of the op table's backend: the model clears and copies tensors
+ * only through ops->mem_set / mem_copy.
  *
  * Threading: one model is used by one thread. */
 #ifndef PX_GPT_H
@@ -17,78 +34,72 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model.h"
 #include "px_kernels.h"
 #include "px_status.h"
 
-#define PX_GPT_NUM_TENSORS 16
+#define PX_GPT_NUM_TENSORS PX_MODEL_NUM_TENSORS
 
-typedef struct px_gpt_config {
-    int layers, heads, dim;
-    int max_seq;  /* rows of wpe: the longest sequence the model takes */
-    int vocab;
-} px_gpt_config_t;
+/* The model's dims (model.h): layers, heads, dim, max_seq, vocab and
+ * padded_vocab (0: vocab rounded up to 64). */
+typedef px_model_config_t px_gpt_config_t;
 
-/* Shape of one tensor in the CANONICAL (stacked) layout, for dumps,
- * safetensors export and the reference test: tensors in the order of the list
- * below, per-layer tensors stacked over layers, e.g. qkvw is (L, 3C, C). With
- * L layers, C dim, V vocab, maxT max_seq:
- *   wte (V,C) wpe (maxT,C) ln1w ln1b (L,C) qkvw (L,3C,C) qkvb (L,3C)
+/* One tensor of the CANONICAL (stacked) layout, for dumps, safetensors
+ * export and the reference test (model.h lists them):
+ *   wte (Vp,C) wpe (maxT,C) ln1w ln1b (L,C) qkvw (L,3C,C) qkvb (L,3C)
  *   attprojw (L,C,C) attprojb (L,C) ln2w ln2b (L,C) fcw (L,4C,C) fcb (L,4C)
- *   fcprojw (L,C,4C) fcprojb (L,C) lnfw lnfb (C) */
-typedef struct px_gpt_tensor_info {
-    const char *name;  /* "wte", "qkvw", ... */
-    int ndim;          /* 1..3 */
-    int shape[3];
-    size_t offset;     /* elements from the start of the canonical buffer */
-    size_t size;       /* elements */
-    int decay;         /* 1: a matrix (weight decay applies); 0: bias / LN */
-} px_gpt_tensor_info_t;
+ *   fcprojw (L,C,4C) fcprojb (L,C) lnfw lnfb (C)
+ * Fields used here: name, ndim, shape, offset, size (elements), decay. */
+typedef px_model_tensor_t px_gpt_tensor_info_t;
 
 /* Tensor i (0 <= i < PX_GPT_NUM_TENSORS) of the canonical layout. */
 void px_gpt_tensor_info_of(const px_gpt_config_t *cfg, int i, px_gpt_tensor_info_t *info);
 
-/* The UNIT layout the engine computes on (plan.h): unit 0 = wte, wpe, lnfw,
- * lnfb; unit 1+l = layer l's ln1w, ln1b, qkvw, qkvb, attprojw, attprojb,
- * ln2w, ln2b, fcw, fcb, fcprojw, fcprojb, each one slice of the canonical
- * tensor. A unit is contiguous; the flat buffer is the units back to back
- * (each unit padded to a multiple of dp under ZeRO, see plan.h). */
-typedef struct px_gpt_unit_tensor {
-    int tensor;           /* canonical tensor index */
-    size_t unit_offset;   /* elements from the unit's start */
-    size_t size;          /* elements */
-    size_t canon_offset;  /* elements from the start of the canonical buffer */
-    int decay;
-} px_gpt_unit_tensor_t;
+/* The UNIT layout the engine computes on (model.h, plan.h): unit 0 = the
+ * embedding (wte, wpe); unit 1+l = layer l's ln1w, ln1b, qkvw, qkvb,
+ * attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb, each one slice
+ * of the canonical tensor; unit L+1 = the head (lnfw, lnfb). A unit is
+ * contiguous; the flat buffer is the units back to back (each unit padded
+ * to a multiple of dp under ZeRO, see plan.h). */
+typedef px_model_unit_tensor_t px_gpt_unit_tensor_t;
 
-int px_gpt_num_units(const px_gpt_config_t *cfg); /* layers + 1 */
-/* Tensors of unit u into out[12]; returns their count (4 or 12). */
+int px_gpt_num_units(const px_gpt_config_t *cfg); /* layers + 2 */
+/* Tensors of unit u into out[12]; returns their count (2 or 12). */
 int px_gpt_unit_tensors(const px_gpt_config_t *cfg, int u, px_gpt_unit_tensor_t out[12]);
 /* Elements of unit u (as px_plan_gpt_units). */
 size_t px_gpt_unit_size(const px_gpt_config_t *cfg, int u);
 
-/* Initial values of elements [begin, end) of unit u into dst[end - begin]
- * (elements past the unit's size, i.e. padding, are 0). Element e of
- * canonical tensor i gets a normal from a counter-based generator of
- * (seed, i, e) (splitmix64 hashing + Box-Muller), so any sharding of any
- * layout initialises identically. Matrices N(0, 0.02); residual projections
- * (attprojw, fcprojw) N(0, 0.02/sqrt(2L)); biases 0; LayerNorm weight 1,
- * bias 0. */
+/* Initial values of elements [begin, end) of unit u into HOST memory
+ * dst[end - begin] (elements past the unit's size, i.e. padding, are 0).
+ * Element e of canonical tensor i gets a normal from a counter-based
+ * generator of (seed, i, e) (splitmix64 hashing + Box-Muller), so any
+ * sharding of any layout initialises identically; the kind comes from the
+ * tensor table: matrices N(0, 0.02); residual projections (attprojw,
+ * fcprojw) N(0, 0.02/sqrt(2L)); biases 0; LayerNorm weight 1, bias 0. The
+ * padding rows of wte (vocab..Vp-1) are 0. */
 void px_gpt_init_unit_range(const px_gpt_config_t *cfg, uint64_t seed, int u, size_t begin,
                             size_t end, float *dst);
 
 /* Where a model without its own storage (px_gpt_create_external) finds its
- * parameters and gradients, unit by unit. The model calls, in order:
- *   forward:  params_acquire(u, 0) before it first reads unit u (root first,
- *             then layers 0..L-1; the root stays in use to the end of
- *             forward); params_release(u, 0) after layer unit u's forward
- *             (never for the root in forward);
- *   backward: grads_acquire(0) then params_acquire(0, 1) (LM head, final
- *             LN), params_release(0, 1); for l = L-1..0: params_acquire(1+l,
- *             1), grads_acquire(1+l), compute, params_release(1+l, 1),
- *             grads_release(1+l); at the end (encoder) grads_release(0).
+ * parameters and gradients, unit by unit (E = unit 0, the embedding; H =
+ * unit L+1, the head). The block functions call, in order:
+ *   embed_forward:    params_acquire(E, 0); E is not released in forward
+ *                     (the tied LM head reads wte at the end);
+ *   block_forward(l): params_acquire(1+l, 0) ... params_release(1+l, 0);
+ *   head_forward:     params_acquire(H, 0); H is not released in forward
+ *                     (the head's backward comes next);
+ *   head_backward:    params_acquire(H, 1), params_acquire(E, 1),
+ *                     grads_acquire(H), grads_acquire(E), compute,
+ *                     params_release(H, 1), params_release(E, 1),
+ *                     grads_release(H); E's gradients stay acquired (the
+ *                     encoder adds into them last);
+ *   block_backward(l): params_acquire(1+l, 1), grads_acquire(1+l),
+ *                     compute, params_release(1+l, 1), grads_release(1+l);
+ *   embed_backward:   compute, grads_release(E).
  * acquire returns a pointer to the unit's elements (grads: the model ADDS
- * into them), valid until the matching release. A non-OK status stops the
- * pass and is returned by it. */
+ * into them), valid until the matching release; a unit is never acquired
+ * twice without a release in between. A non-OK status stops the pass and
+ * is returned by it. */
 typedef struct px_gpt_hooks {
     void *arg;
     px_status_t (*params_acquire)(void *arg, int unit, int phase, float **params_p);
@@ -99,6 +110,20 @@ typedef struct px_gpt_hooks {
      * collectives progress while the model computes */
     void (*progress)(void *arg);
 } px_gpt_hooks_t;
+
+/* What a block computes on, beyond its parameters: the seams where tensor,
+ * sequence, context and pipeline parallelism plug in. */
+typedef struct px_gpt_ctx {
+    void *groups;   /* the rank's process groups (tp, cp, pp communicators);
+                       opaque, borrowed; NULL: this rank computes alone */
+    int micro;      /* micro-batch slot whose activations are used (a
+                       pipeline schedule keeps several in flight); only 0
+                       exists today */
+    int seq_offset; /* position of token 0 of this rank's (B,T) slice in the
+                       sequence: rows [seq_offset, seq_offset + T) of wpe */
+    int B, T;       /* local batch and sequence length, at most the B, T
+                       the model was created for */
+} px_gpt_ctx_t;
 
 typedef struct px_gpt px_gpt_t;
 
@@ -126,28 +151,63 @@ float *px_gpt_grads(px_gpt_t *gpt);
 /* Tensor i (0 <= i < PX_GPT_NUM_TENSORS) of the canonical layout. */
 void px_gpt_tensor_info(const px_gpt_t *gpt, int i, px_gpt_tensor_info_t *info);
 const px_gpt_config_t *px_gpt_config(const px_gpt_t *gpt);
-/* Copies a unit-major buffer (units back to back, unit u starting at
- * unit_offset[u]; NULL offsets = unpadded) into canonical order dst[n]. */
-void px_gpt_units_to_canonical(const px_gpt_config_t *cfg, const float *units,
-                               const uint64_t *unit_offset, float *dst);
+/* Copies a unit-major buffer in `ops`' backend memory (units back to back,
+ * unit u starting at unit_offset[u]; NULL offsets = unpadded) into
+ * canonical order in HOST memory dst[num_params] (ops->mem_copy_to_host). */
+void px_gpt_units_to_canonical(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
+                               const float *units, const uint64_t *unit_offset, float *dst);
 
 /* Initialises the parameters from `seed` (px_gpt_init_unit_range on every
  * unit) and zeroes the moments. */
 void px_gpt_init_params(px_gpt_t *gpt, uint64_t seed);
 
+/* The context of a whole (B, T) batch on one rank: no groups, slot 0,
+ * offset 0, the model's B and T. */
+px_gpt_ctx_t px_gpt_ctx_default(const px_gpt_t *gpt);
+
 /* Forward pass over inputs (B,T) token ids (borrowed until the next
- * backward); with targets (B,T) also computes
- * the loss, *loss_p = mean cross-entropy over the B*T tokens (summed in
- * double). targets may be NULL (then no loss; *loss_p untouched). Token ids
- * must be < vocab (the data loader checks). */
+ * backward): px_gpt_embed_forward, every px_gpt_block_forward, then
+ * px_gpt_head_forward with the default context. With targets (B,T) also
+ * computes the loss, *loss_p = mean cross-entropy over the B*T tokens
+ * (summed in double). targets may be NULL (then no loss; *loss_p
+ * untouched). Token ids must be < vocab (the data loader checks). */
 px_status_t px_gpt_forward(px_gpt_t *gpt, const int32_t *inputs, const int32_t *targets,
                            float *loss_p);
 
-/* Zeroes the gradient buffer (one memset). */
+/* The blocks. Each returns PX_OK, a hook's error, or
+ * PX_ERR_INVALID_ARGUMENT (logged) for a context the model cannot run
+ * (B, T larger than created, seq_offset + T > max_seq, micro != 0, l out of
+ * range, head before embed).
+ *
+ * embed_forward: x0 (B,T,C) = wte[inputs] + wpe[seq_offset + t]; inputs
+ * (B,T) token ids < vocab, borrowed until embed_backward. */
+px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *inputs);
+/* block_forward(l): x_{l+1} (B,T,C) = block l (x_l), keeping the block's
+ * activations for its backward. */
+px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l);
+/* head_forward: logits (B,T,Vp) = lnf(x_L) @ wte^T (wte of the embedding
+ * unit: tied); with targets (B,T, borrowed until head_backward) the
+ * probabilities over the first vocab columns (padding 0) and *loss_p =
+ * mean cross-entropy over the B*T tokens (summed in double); targets NULL:
+ * no loss, *loss_p untouched. */
+px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *targets,
+                                float *loss_p);
+/* head_backward: d(mean loss) into the head's and wte's gradients and into
+ * dx_L (the model's residual-stream gradient); needs a head_forward with
+ * targets. */
+px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
+/* block_backward(l): dx_l from dx_{l+1}; adds block l's gradients. */
+px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l);
+/* embed_backward: scatters dx_0 into wte's and wpe's gradients and releases
+ * the embedding's gradients. */
+px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
+
+/* Zeroes the gradient buffer (one ops->mem_set). */
 void px_gpt_zero_grad(px_gpt_t *gpt);
 
 /* Backward pass of the last forward (which must have had targets): adds
- * d(mean loss)/d(param) into the gradient buffer. */
+ * d(mean loss)/d(param) into the gradient buffer (head_backward, every
+ * block_backward from the top, embed_backward). */
 px_status_t px_gpt_backward(px_gpt_t *gpt);
 
 /* AdamW step t (1-based) over every tensor: weight decay `wd` on matrices

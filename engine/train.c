@@ -27,6 +27,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "gpt.h"
+#include "jobcfg.h"
 #include "memacct.h"
 #include "plan.h"
 #include "zero.h"
@@ -175,11 +176,13 @@ static px_status_t dump_layout(const char *dir, const px_train_config_t *cfg,
     }
     fprintf(f,
             "{\"layers\": %d, \"heads\": %d, \"dim\": %d, \"seq\": %d, \"vocab\": %d, "
+            "\"padded_vocab\": %d, "
             "\"batch\": %d, \"steps\": %d, \"lr\": %.9g, \"min_lr_ratio\": %.9g, "
             "\"warmup\": %d, \"weight_decay\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, "
             "\"eps\": %.9g, \"grad_clip\": %.9g, \"seed\": %llu, \"num_params\": %zu,\n"
             " \"tensors\": [\n",
-            cfg->layers, cfg->heads, cfg->dim, cfg->seq, cfg->vocab, cfg->batch, cfg->steps,
+            cfg->layers, cfg->heads, cfg->dim, cfg->seq, cfg->vocab, px_model_padded_vocab(gc),
+            cfg->batch, cfg->steps,
             cfg->lr, cfg->min_lr_ratio, warmup_of(cfg), cfg->weight_decay, cfg->beta1,
             cfg->beta2, cfg->eps, cfg->grad_clip, (unsigned long long)cfg->seed, nparams);
     for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
@@ -188,8 +191,12 @@ static px_status_t dump_layout(const char *dir, const px_train_config_t *cfg,
         fprintf(f, "  {\"name\": \"%s\", \"shape\": [", ti.name);
         for (int d = 0; d < ti.ndim; d++)
             fprintf(f, "%s%d", d ? ", " : "", ti.shape[d]);
-        fprintf(f, "], \"offset\": %zu, \"size\": %zu, \"decay\": %d}%s\n", ti.offset, ti.size,
-                ti.decay, i + 1 < PX_GPT_NUM_TENSORS ? "," : "");
+        fprintf(f,
+                "], \"offset\": %zu, \"size\": %zu, \"valid\": %zu, \"decay\": %d, "
+                "\"owner\": \"%s\", \"init\": \"%s\", \"split\": \"%s\"}%s\n",
+                ti.offset, ti.size, ti.valid, ti.decay, px_model_owner_name(ti.owner),
+                px_model_init_name(ti.init), px_model_split_name(ti.split),
+                i + 1 < PX_GPT_NUM_TENSORS ? "," : "");
     }
     fprintf(f, " ]}\n");
     if (fclose(f)) {
@@ -257,6 +264,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
     const char *dump_dir = opts && opts->dump_dir && *opts->dump_dir ? opts->dump_dir : NULL;
     int dump_steps = opts ? opts->dump_steps : 0;
     int start_step = 0;
+    const px_kernel_ops_t *ops = px_kernels_cpu();
 
     if (comm) {
         dp = px_comm_size(comm);
@@ -279,7 +287,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
         return status;
     }
     px_gpt_config_t gc = {.layers = cfg->layers, .heads = cfg->heads, .dim = cfg->dim,
-                          .max_seq = cfg->seq, .vocab = cfg->vocab};
+                          .max_seq = cfg->seq, .vocab = cfg->vocab,
+                          .padded_vocab = px_job_config_padded_vocab(cfg->vocab)};
     /* the plan lays the memory out (plan.h), the same code as `pctl plan` */
     uint64_t total = px_plan_gpt_units(gc.layers, gc.dim, gc.vocab, gc.max_seq, &usizes);
     if (!total) {
@@ -288,11 +297,11 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
     }
     px_plan_precision_t prec;
     px_plan_precision_fp32(&prec);
-    PX_CHECK_GOTO(px_plan_create(usizes, gc.layers + 1, 1, dp, cfg->zero, &prec, &plan), status,
-                  out);
-    PX_CHECK_GOTO(px_zero_create(&gc, plan, comm, A, cfg->prefetch, &zero), status, out);
-    PX_CHECK_GOTO(px_gpt_create_external(&gc, px_kernels_cpu(), Bm, T, px_zero_hooks(zero), &gpt),
+    PX_CHECK_GOTO(px_plan_create(usizes, px_gpt_num_units(&gc), 1, dp, cfg->zero, &prec, &plan),
                   status, out);
+    PX_CHECK_GOTO(px_zero_create(&gc, plan, comm, ops, A, cfg->prefetch, &zero), status, out);
+    PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, T, px_zero_hooks(zero), &gpt), status,
+                  out);
     px_zero_init_params(zero, cfg->seed);
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
@@ -370,7 +379,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
             goto out;
         }
         if (dump_dir && rank == 0 && s < dump_steps) {
-            px_gpt_units_to_canonical(&gc, px_zero_full_grads(zero), plan->unit_offset, canon);
+            px_gpt_units_to_canonical(&gc, ops, px_zero_full_grads(zero), plan->unit_offset,
+                                      canon);
             PX_CHECK_GOTO(dump_raw(dump_dir, "grads", s + 1, canon, n * sizeof(float)), status,
                           out);
             if (s > 0)

@@ -13,6 +13,11 @@
  * Invariant: padding elements of every buffer stay 0 (the model never
  * writes them; reduce-scatters of zeros give zeros), so norms and updates
  * may run over whole slices.
+ * Units (model.h): 0 the embedding, 1+l layer l, L+1 the head; the
+ * embedding's gradient buffer lives from the head's backward (tied wte) to
+ * the end of backward, every other unit's only through its own backward.
+ * Tensor bytes are cleared and copied through the op table (mem_set,
+ * mem_copy, mem_copy_from_host / to_host), never with memset/memcpy.
  *
  * Nonblocking requests are recorded in gather_req[u] and the reduce-scatter
  * FIFO; a request is progressed with px_test from the model's progress hook
@@ -26,6 +31,7 @@
 
 #include "memacct.h"
 #include "px_coll.h"
+#include "model.h"
 #include "px_kernels.h"
 #include "px_log.h"
 #include "px_time.h"
@@ -101,8 +107,8 @@ static px_status_t gather_start(px_zero_t *z, int u)
     float *b = px_mem_calloc(PX_MEM_PARAMS, z->plan->unit_padded[u], sizeof(float));
     if (!b)
         return PX_ERR_NO_MEMORY;
-    memcpy(b + (uint64_t)z->rank * sl(z, u), z->shard_params + z->plan->shard_offset[u],
-           sl(z, u) * sizeof(float));
+    z->k->mem_copy(b + (uint64_t)z->rank * sl(z, u), z->shard_params + z->plan->shard_offset[u],
+                   sl(z, u) * sizeof(float));
     status = ag_start(z, b, u, &z->gather_req[u]);
     if (status != PX_OK) {
         px_mem_free(b);
@@ -128,12 +134,19 @@ static px_status_t gather_wait(px_zero_t *z, int u)
     return status == PX_OK ? PX_OK : coll_fail(z, "all-gather", u, status);
 }
 
+/* The unit the model asks for after u (gpt.h's hook protocol), to
+ * prefetch: forward embedding -> layer 0 -> ... -> layer L-1 -> head;
+ * backward head -> layer L-1 -> ... -> layer 0 (the embedding's parameters
+ * are acquired by the head's backward while still gathered from the
+ * forward, and the encoder's backward does not read them). */
 static int next_unit(const px_zero_t *z, int u, int phase)
 {
-    int L = z->gc.layers;
+    int head = px_model_unit_head(&z->gc);
     if (phase == 0)
-        return u < L ? u + 1 : -1;      /* root -> layer 0 -> ... */
-    return u == 0 ? L : (u > 1 ? u - 1 : -1); /* root -> layer L-1 -> ... -> layer 0 */
+        return u < head ? u + 1 : -1;
+    if (u == head)
+        return px_model_unit_layer(&z->gc, z->gc.layers - 1);
+    return u > px_model_unit_layer(&z->gc, 0) ? u - 1 : -1;
 }
 
 /* ---- stages 2-3: gradient buffers ---- */
@@ -153,25 +166,23 @@ static px_status_t rs_complete_oldest(px_zero_t *z)
     if (status != PX_OK)
         return coll_fail(z, "reduce-scatter", u, status);
     float *dst = z->shard_grads + z->plan->shard_offset[u];
-    const float *src = z->gbuf[u] + (uint64_t)z->rank * sl(z, u);
-    float s = 1.0f / (float)z->accum;
+    float *src_w = z->gbuf[u] + (uint64_t)z->rank * sl(z, u);
     uint64_t n = sl(z, u);
-    if (z->accum == 1)
-        for (uint64_t i = 0; i < n; i++)
-            dst[i] += src[i];
-    else
-        for (uint64_t i = 0; i < n; i++)
-            dst[i] += s * src[i];
+    if (z->accum > 1) /* the buffer is freed below: scale it in place */
+        z->k->scale(src_w, 1.0f / (float)z->accum, n);
+    z->k->residual_forward(dst, dst, src_w, n); /* dst += slice */
     px_mem_free(z->gbuf[u]);
     z->gbuf[u] = NULL;
     return PX_OK;
 }
 
+/* Units other than the embedding whose reduce-scatter is in flight (the
+ * head's and the layers'; the embedding's buffer is held to the end). */
 static int layers_in_flight(const px_zero_t *z)
 {
     int n = 0;
     for (int i = 0; i < z->rs_count; i++)
-        n += z->rs[(z->rs_head + i) % z->nunits].unit != 0;
+        n += z->rs[(z->rs_head + i) % z->nunits].unit != PX_MODEL_UNIT_EMBED;
     return n;
 }
 
@@ -211,11 +222,11 @@ static px_status_t h_grads_acquire(void *arg, int u, float **g)
         *g = z->full_grads + z->plan->unit_offset[u];
         return PX_OK;
     }
-    /* stage 2: one layer's reduce-scatter runs while the next layer's
-     * backward computes; stage 3 waits for it first (its wait overlaps the
-     * next gather), which keeps 3 layer buffers at the peak instead of 4
-     * (plan.h counts exactly these) */
-    while (u != 0 && layers_in_flight(z) > (z->stage == 2 ? 1 : 0))
+    /* stage 2: one unit's reduce-scatter (the head's or a layer's) runs
+     * while the next layer's backward computes; stage 3 waits for it first
+     * (its wait overlaps the next gather), which keeps one buffer less at
+     * the peak (plan.h counts exactly these) */
+    while (u != PX_MODEL_UNIT_EMBED && layers_in_flight(z) > (z->stage == 2 ? 1 : 0))
         PX_CHECK(rs_complete_oldest(z));
     z->gbuf[u] = px_mem_calloc(PX_MEM_GRADS, z->plan->unit_padded[u], sizeof(float));
     if (!z->gbuf[u])
@@ -274,7 +285,7 @@ static void h_progress(void *arg)
 /* ---- life ---- */
 
 px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_comm_t *comm,
-                           int accum, int prefetch, px_zero_t **z_p)
+                           const px_kernel_ops_t *ops, int accum, int prefetch, px_zero_t **z_p)
 {
     px_zero_t *z = calloc(1, sizeof(*z));
     if (!z)
@@ -290,7 +301,7 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
     z->nunits = plan->nunits;
     z->nsh = z->stage >= 1 ? z->dp : 1;
     z->me = z->stage >= 1 ? z->rank : 0;
-    z->k = px_kernels_cpu();
+    z->k = ops;
     if (z->dp > 1 && (!comm || px_comm_size(comm) != z->dp)) {
         px_error("zero: plan for dp %d but communicator of %d ranks", z->dp,
                  comm ? px_comm_size(comm) : 1);
@@ -400,27 +411,36 @@ static float *grad_slice(px_zero_t *z, int u)
     return z->full_grads + p->unit_offset[u] + (uint64_t)z->me * sl(z, u);
 }
 
+/* Initial values of elements [b, b + n) of unit u into backend memory dst,
+ * generated on the host in chunks (px_gpt_init_unit_range writes host
+ * memory). */
+static void init_range(px_zero_t *z, uint64_t seed, int u, uint64_t b, uint64_t n, float *dst)
+{
+    float host[4096];
+    for (uint64_t o = 0; o < n; o += 4096) {
+        uint64_t c = n - o < 4096 ? n - o : 4096;
+        px_gpt_init_unit_range(&z->gc, seed, u, b + o, b + o + c, host);
+        z->k->mem_copy_from_host(dst + o, host, c * sizeof(float));
+    }
+}
+
 void px_zero_init_params(px_zero_t *z, uint64_t seed)
 {
     for (int u = 0; u < z->nunits; u++) {
-        uint64_t n = sl(z, u), b = (uint64_t)z->me * n;
-        if (z->stage < 3) { /* every rank holds the whole unit */
-            n = z->plan->unit_padded[u];
-            b = 0;
-            px_gpt_init_unit_range(&z->gc, seed, u, b, b + n,
-                                   z->full_params + z->plan->unit_offset[u]);
-        } else {
-            px_gpt_init_unit_range(&z->gc, seed, u, b, b + n, px_zero_slice(z, 0, u));
-        }
+        if (z->stage < 3) /* every rank holds the whole unit */
+            init_range(z, seed, u, 0, z->plan->unit_padded[u],
+                       z->full_params + z->plan->unit_offset[u]);
+        else
+            init_range(z, seed, u, (uint64_t)z->me * sl(z, u), sl(z, u), px_zero_slice(z, 0, u));
     }
 }
 
 void px_zero_begin_step(px_zero_t *z)
 {
     if (z->full_grads)
-        memset(z->full_grads, 0, (z->plan->padded + 1) * sizeof(float));
+        z->k->mem_set(z->full_grads, 0, (z->plan->padded + 1) * sizeof(float));
     if (z->shard_grads)
-        memset(z->shard_grads, 0, z->plan->shard * sizeof(float));
+        z->k->mem_set(z->shard_grads, 0, z->plan->shard * sizeof(float));
 }
 
 px_status_t px_zero_end_micro(px_zero_t *z)
@@ -440,14 +460,14 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
     float loss = local_loss;
 
     if (z->stage == 0) {
-        z->full_grads[p->padded] = local_loss;
+        z->k->mem_copy_from_host(z->full_grads + p->padded, &local_loss, sizeof(float));
         if (z->dp > 1) {
             status = px_allreduce(z->comm, z->full_grads, z->full_grads, p->padded + 1,
                                   PX_FLOAT32, PX_AVG, -1);
             if (status != PX_OK)
                 return coll_fail(z, "all-reduce", -1, status);
         }
-        loss = z->full_grads[p->padded];
+        z->k->mem_copy_to_host(&loss, z->full_grads + p->padded, sizeof(float));
         if (z->accum > 1)
             z->k->scale(z->full_grads, 1.0f / (float)z->accum, p->padded);
         *norm_p = (float)sqrt(z->k->sumsq(z->full_grads, p->padded));
@@ -531,7 +551,7 @@ px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_a
                 z->k->scale(grad_slice(z, u), coef, sl(z, u));
     }
     for (int u = 0; u < z->nunits; u++) {
-        px_gpt_unit_tensor_t t[12];
+        px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
         int nt = px_gpt_unit_tensors(&z->gc, u, t);
         uint64_t b = (uint64_t)z->me * sl(z, u), e = b + sl(z, u);
         float *P = px_zero_slice(z, 0, u), *G = grad_slice(z, u);
@@ -552,7 +572,7 @@ px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_a
 px_status_t px_zero_gather_canonical(px_zero_t *z, float *dst)
 {
     if (z->stage < 3) {
-        px_gpt_units_to_canonical(&z->gc, z->full_params, z->plan->unit_offset, dst);
+        px_gpt_units_to_canonical(&z->gc, z->k, z->full_params, z->plan->unit_offset, dst);
         return PX_OK;
     }
     float *full = px_mem_calloc(PX_MEM_WORK, z->plan->padded, sizeof(float));
@@ -562,13 +582,14 @@ px_status_t px_zero_gather_canonical(px_zero_t *z, float *dst)
     for (int u = 0; u < z->nunits && status == PX_OK; u++) {
         float *b = full + z->plan->unit_offset[u];
         px_request_t *req;
-        memcpy(b + (uint64_t)z->rank * sl(z, u), px_zero_slice(z, 0, u), sl(z, u) * sizeof(float));
+        z->k->mem_copy(b + (uint64_t)z->rank * sl(z, u), px_zero_slice(z, 0, u),
+                       sl(z, u) * sizeof(float));
         status = ag_start(z, b, u, &req);
         if (status == PX_OK)
             status = req_wait(req);
     }
     if (status == PX_OK)
-        px_gpt_units_to_canonical(&z->gc, full, z->plan->unit_offset, dst);
+        px_gpt_units_to_canonical(&z->gc, z->k, full, z->plan->unit_offset, dst);
     else
         coll_fail(z, "export all-gather", -1, status);
     px_mem_free(full);

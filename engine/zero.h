@@ -9,8 +9,10 @@
  *      the parameters are all-gathered in place.
  *   2: gradients sharded too: each unit's gradient buffer is reduce-scattered
  *      (nonblocking) as soon as backward has finished it and is freed when
- *      its slice has been added to the gradient shard; at most one layer
- *      buffer is in flight while the next one is computed.
+ *      its slice has been added to the gradient shard; at most one buffer
+ *      (the head's or a layer's) is in flight while the next layer is
+ *      computed; the embedding's is held from the head's backward (tied
+ *      wte) to the end of backward.
  *   3: parameters sharded too (FSDP): a unit is all-gathered into a fresh
  *      buffer right before its forward and again before its backward and
  *      freed after; the next unit's gather is started (prefetch) before
@@ -29,6 +31,7 @@
 #include <stdint.h>
 
 #include "gpt.h"
+#include "px_kernels.h"
 #include "plan.h"
 #include "px_status.h"
 #include "px_transport.h"
@@ -50,11 +53,13 @@ typedef struct px_zero_times {
 } px_zero_times_t;
 
 /* `plan` (borrowed for z's life) must be px_plan_create'd for this model's
- * units, comm's size and the stage; comm may be NULL when dp == 1.
+ * units, comm's size and the stage; comm may be NULL when dp == 1. `ops`
+ * (borrowed) is the op table of the model's backend: its memory operations
+ * clear and copy the state, its sumsq / scale / adamw_update compute on it.
  * `prefetch` 0 disables stage 3's prefetch (for measuring the overlap).
  * Allocates all state (memacct tagged) and zeroes it. */
 px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_comm_t *comm,
-                           int accum, int prefetch, px_zero_t **z_p);
+                           const px_kernel_ops_t *ops, int accum, int prefetch, px_zero_t **z_p);
 void px_zero_destroy(px_zero_t *z); /* NULL no-op; waits nothing: only after a failure-free
                                        step or a comm abort */
 

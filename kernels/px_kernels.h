@@ -71,16 +71,20 @@ typedef struct px_kernel_ops {
     void (*residual_forward)(float *out, const float *inp1, const float *inp2, size_t N);
     void (*residual_backward)(float *dinp1, float *dinp2, const float *dout, size_t N);
 
-    /* Fused softmax + cross-entropy over the vocab: probs (N,V) = softmax
-     * of logits (N,V); losses (N) = -log probs[n, targets[n]] (computed as
-     * logsumexp - logit, for accuracy). targets (N) in [0,V). */
+    /* Fused softmax + cross-entropy over a PADDED vocab (llm.c: V = 50257
+     * real tokens in rows of Vp = 50304): logits and probs are (N,Vp); the
+     * softmax runs over the first V columns of each row only, probs of the
+     * padding columns [V, Vp) are written as exactly 0 (masked out of the
+     * loss); losses (N) = -log probs[n, targets[n]] (computed as logsumexp -
+     * logit, for accuracy). targets (N) in [0,V); 1 <= V <= Vp. */
     void (*crossentropy_forward)(float *losses, float *probs, const float *logits,
-                                 const int32_t *targets, int N, int V);
-    /* dlogits (N,V) += (probs - onehot(targets)) * dloss, where dloss is the
-     * gradient of the total loss w.r.t. each token's loss (1/N_total for a
-     * mean). */
+                                 const int32_t *targets, int N, int V, int Vp);
+    /* dlogits (N,Vp) += (probs - onehot(targets)) * dloss over the first V
+     * columns, where dloss is the gradient of the total loss w.r.t. each
+     * token's loss (1/N_total for a mean); the padding columns [V, Vp) get
+     * nothing (their gradient is 0, so a zeroed dlogits stays 0 there). */
     void (*crossentropy_backward)(float *dlogits, const float *probs, const int32_t *targets,
-                                  float dloss, int N, int V);
+                                  float dloss, int N, int V, int Vp);
 
     /* One AdamW step on n elements, as torch.optim.AdamW (decoupled decay):
      *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;

@@ -28,9 +28,9 @@ void px__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, siz
 void px__cpu_residual_forward(float *out, const float *inp1, const float *inp2, size_t N);
 void px__cpu_residual_backward(float *dinp1, float *dinp2, const float *dout, size_t N);
 void px__cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
-                                  const int32_t *targets, int N, int V);
+                                  const int32_t *targets, int N, int V, int Vp);
 void px__cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
-                                   float dloss, int N, int V);
+                                   float dloss, int N, int V, int Vp);
 void px__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
                           float lr, float beta1, float beta2, float eps, float weight_decay,
                           int t);

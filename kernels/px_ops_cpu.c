@@ -108,11 +108,11 @@ void px__cpu_residual_backward(float *dinp1, float *dinp2, const float *dout, si
 }
 
 void px__cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
-                                  const int32_t *targets, int N, int V)
+                                  const int32_t *targets, int N, int V, int Vp)
 {
     for (int n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * V;
-        float *p = probs + (size_t)n * V;
+        const float *l = logits + (size_t)n * Vp;
+        float *p = probs + (size_t)n * Vp;
         float mx = l[0];
         for (int v = 1; v < V; v++)
             mx = l[v] > mx ? l[v] : mx;
@@ -124,16 +124,18 @@ void px__cpu_crossentropy_forward(float *losses, float *probs, const float *logi
         float inv = (float)(1.0 / sum);
         for (int v = 0; v < V; v++)
             p[v] *= inv;
+        for (int v = V; v < Vp; v++) /* padding: masked out */
+            p[v] = 0.0f;
         losses[n] = (float)(log(sum) + mx - l[targets[n]]);
     }
 }
 
 void px__cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
-                                   float dloss, int N, int V)
+                                   float dloss, int N, int V, int Vp)
 {
     for (int n = 0; n < N; n++) {
-        const float *p = probs + (size_t)n * V;
-        float *d = dlogits + (size_t)n * V;
+        const float *p = probs + (size_t)n * Vp;
+        float *d = dlogits + (size_t)n * Vp;
         for (int v = 0; v < V; v++)
             d[v] += p[v] * dloss;
         d[targets[n]] -= dloss;

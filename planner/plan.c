@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 
+#include "model.h"
 #include "px_log.h"
 
 static const char *cat_names[PX_MEM_NCAT] = {"params", "grads", "optimizer",
@@ -35,17 +36,15 @@ uint64_t px_plan_gpt_units(int layers, int dim, int vocab, int max_seq, uint64_t
 {
     if (layers <= 0 || dim <= 0 || vocab <= 0 || max_seq <= 0)
         return 0;
-    uint64_t C = (uint64_t)dim, *s = malloc(((size_t)layers + 1) * sizeof(*s));
+    px_model_config_t cfg = {.layers = layers, .dim = dim, .heads = 1, .max_seq = max_seq,
+                             .vocab = vocab};
+    int nu = px_model_num_units(&cfg);
+    uint64_t total = 0, *s = malloc((size_t)nu * sizeof(*s));
     if (!s)
         return 0;
-    /* root: wte (V,C), wpe (maxT,C), lnfw (C), lnfb (C) */
-    s[0] = (uint64_t)vocab * C + (uint64_t)max_seq * C + 2 * C;
-    /* layer: ln1 w,b (C), qkv (3C,C)+(3C), attproj (C,C)+(C), ln2 w,b (C),
-     * fc (4C,C)+(4C), fcproj (C,4C)+(C) = 12C^2 + 13C */
-    uint64_t total = s[0];
-    for (int l = 0; l < layers; l++) {
-        s[1 + l] = 12 * C * C + 13 * C;
-        total += s[1 + l];
+    for (int u = 0; u < nu; u++) {
+        s[u] = px_model_unit_size(&cfg, u);
+        total += s[u];
     }
     *sizes_p = s;
     return total;
@@ -84,7 +83,7 @@ px_status_t px_plan_create(const uint64_t *unit_size, int nunits, int units_know
         p->params += n;
         p->padded += p->unit_padded[u];
         p->shard += p->unit_padded[u] / (uint64_t)dp;
-        if (units_known && u > 0 && p->unit_padded[u] > p->max_layer)
+        if (units_known && u > 0 && u < nunits - 1 && p->unit_padded[u] > p->max_layer)
             p->max_layer = p->unit_padded[u];
     }
     if (!p->params) {
@@ -92,15 +91,20 @@ px_status_t px_plan_create(const uint64_t *unit_size, int nunits, int units_know
         px_plan_destroy(p);
         return PX_ERR_INVALID_ARGUMENT;
     }
+    /* E, H, M, L as plan.h; W = E + M + (L >= 2 ? max(M, H) : H) */
+    uint64_t E = 0, H = 0, M = p->max_layer, L = 0, W = 0, Wg3 = 0;
     if (units_known) {
-        uint64_t nl = (uint64_t)(nunits - 1), R = p->unit_padded[0], M = p->max_layer;
-        uint64_t two = nl < 2 ? nl : 2, one = nl < 1 ? nl : 1;
+        E = p->unit_padded[0];
+        H = nunits >= 2 ? p->unit_padded[nunits - 1] : 0;
+        L = nunits >= 2 ? (uint64_t)nunits - 2 : 0;
+        W = E + M + (L >= 2 ? (M > H ? M : H) : H);
+        Wg3 = E + (H > M ? H : M);
         if (zero == 3)
-            p->work_params = R + two * M;
+            p->work_params = W;
         if (zero == 2)
-            p->work_grads = R + two * M;
+            p->work_grads = W;
         if (zero == 3)
-            p->work_grads = R + one * M;
+            p->work_grads = Wg3;
     }
     double P = (double)p->padded, S = (double)p->shard;
     double Wp = (double)p->work_params, Wg = (double)p->work_grads;
@@ -110,11 +114,15 @@ px_status_t px_plan_create(const uint64_t *unit_size, int nunits, int units_know
     p->bytes[PX_MEM_OPTIM] = (zero >= 1 ? S : P) * oe;
     p->state_peak = p->bytes[PX_MEM_PARAMS] + p->bytes[PX_MEM_GRADS] + p->bytes[PX_MEM_OPTIM];
     if (zero == 3 && units_known) {
-        /* forward: params S+Wp, grads S; backward (the root's gathered copy
-         * freed after the LM head): params S+Wp-R, grads S+Wg */
-        double fwd = (S + Wp) * pe + S * ge + S * oe;
-        double bwd = (S + Wp - (double)p->unit_padded[0]) * pe + (S + Wg) * ge + S * oe;
-        p->state_peak = fwd > bwd ? fwd : bwd;
+        /* forward: params S+W, grads S; the head's backward: params S+E+H+M
+         * (layer L-1 prefetched), grads S+E+H; a layer's backward: params
+         * S+M (+M prefetched below the top layer), grads S+E+max(H,M) */
+        double fwd = (S + Wp) * pe + S * ge;
+        double head = (S + (double)(E + H + (L >= 1 ? M : 0))) * pe + (S + (double)(E + H)) * ge;
+        double layer = L >= 1 ? (S + (double)(M + (L >= 2 ? M : 0))) * pe + (S + (double)Wg3) * ge
+                              : 0.0;
+        double peak = fwd > head ? fwd : head;
+        p->state_peak = (peak > layer ? peak : layer) + S * oe;
     }
     *plan_p = p;
     return PX_OK;

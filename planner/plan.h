@@ -5,28 +5,38 @@
  * prediction users see is the same arithmetic. Pure arithmetic: no BLAS, no
  * transport, so pctl links it alone.
  *
- * Model = units. A GPT has L+1 units: unit 0 (the "root": wte, wpe, lnfw,
- * lnfb, used at both ends of the network) and unit 1+l (layer l's twelve
- * tensors). Each unit is one contiguous range of the flat buffers, padded to
- * a multiple of dp; rank r's ZeRO shard of a unit is its r-th slice of
- * padded/dp elements, and a rank's shard buffer is its slices of every unit
- * back to back. When only a parameter count is known (`--params N`) the
- * model is one unit and the working buffers of stages 2/3 are not counted
- * (as in the ZeRO paper's figures).
+ * Model = units (model.h). A GPT has L+2 units: unit 0 the EMBEDDING (wte,
+ * wpe), unit 1+l layer l's twelve tensors, unit L+1 the HEAD (lnfw, lnfb;
+ * the LM head is tied to wte, so it reads the embedding unit). Each unit
+ * is one contiguous range of the flat buffers, padded to a multiple of dp;
+ * rank r's ZeRO shard of a unit is its r-th slice of padded/dp elements,
+ * and a rank's shard buffer is its slices of every unit back to back. When
+ * only a parameter count is known (`--params N`) the model is one unit and
+ * the working buffers of stages 2/3 are not counted (as in the ZeRO
+ * paper's figures).
  *
- * Bytes per rank by stage (Psi' = padded elements, S = Psi'/dp, R = root
- * unit, M = largest layer unit; p, g, o = bytes per element of parameters,
- * gradients, optimizer state):
- *   0: params Psi'p,        grads Psi'g,        optimizer Psi'o
- *   1: params Psi'p,        grads Psi'g,        optimizer S o
- *   2: params Psi'p,        grads (S+R+2M)g,    optimizer S o
- *   3: params (S+R+2M)p,    grads (S+R+M)g,     optimizer S o
- * The working buffers: stage 2 keeps the root's gradients through backward,
- * the layer being computed and one being reduce-scattered; stage 3 gathers
- * the root (forward + LM head), the layer computing and the prefetched next
- * one, and keeps the root's and the current layer's gradients (the previous
- * layer's reduce-scatter is waited for first). With fewer than 2 layers, M
- * counts as often as there are layers.
+ * Bytes per rank by stage (Psi' = padded elements, S = Psi'/dp, E = the
+ * embedding unit, H = the head unit, M = the largest layer unit, all
+ * padded; p, g, o = bytes per element of parameters, gradients, optimizer
+ * state):
+ *   0: params Psi'p,      grads Psi'g,      optimizer Psi'o
+ *   1: params Psi'p,      grads Psi'g,      optimizer S o
+ *   2: params Psi'p,      grads (S+W)g,     optimizer S o
+ *   3: params (S+W)p,     grads (S+E+max(H,M))g, optimizer S o
+ * with W = E + M + (L >= 2 ? max(M, H) : H)  (L = layers; M = 0 if none).
+ * Derivation from the engine's hook protocol (gpt.h) and zero.c:
+ *   stage 3 parameters: the embedding is gathered for the whole forward
+ *     (the tied head reads wte at the end); each layer is gathered with the
+ *     next unit prefetched: E + M + M while a layer computes and the next
+ *     layer is gathered, E + M + H at the last layer (the head prefetched).
+ *     The head's backward holds E + H and prefetches layer L-1 (E + H + M
+ *     <= W); the layers' backward hold M + M.
+ *   stage 2 gradients: the head's backward holds the embedding's and the
+ *     head's gradients (E + H); the embedding's stay to the end (the
+ *     encoder's backward); one unit's reduce-scatter may be in flight while
+ *     the next layer computes: E + H + M at layer L-1, E + M + M below.
+ *   stage 3 gradients: the same, but the previous unit's reduce-scatter is
+ *     waited for before the next layer's buffer is taken: E + max(H, M).
  * (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
  * Parameter Models", SC'20, Figure 1: 2+2+K bytes per parameter with K = 12
  * for mixed-precision Adam.) */
@@ -63,9 +73,12 @@ void px_plan_precision_fp32(px_plan_precision_t *p);
  * optimizer K bytes per parameter (12: fp32 master, momentum, variance). */
 void px_plan_precision_mixed(px_plan_precision_t *p, double k);
 
-/* Unit sizes (elements) of a GPT (px_gpt layout): unit 0 the root, unit 1+l
- * layer l. `sizes_p` gets layers + 1 entries (caller frees). Returns the
- * total parameter count, 0 on bad dims or no memory. max_seq = rows of wpe. */
+/* Unit sizes (elements) of a GPT, from the tensor table (model.h): unit 0
+ * the embedding, unit 1+l layer l, unit layers+1 the head. `vocab` is the
+ * number of token ids; wte counts its rows padded to PX_VOCAB_PAD
+ * (px_job_config_padded_vocab). `sizes_p` gets layers + 2 entries (caller
+ * frees). Returns the total parameter count, 0 on bad dims or no memory.
+ * max_seq = rows of wpe. */
 uint64_t px_plan_gpt_units(int layers, int dim, int vocab, int max_seq, uint64_t **sizes_p);
 
 typedef struct px_plan {
@@ -80,19 +93,19 @@ typedef struct px_plan {
     uint64_t *shard_offset;   /* [nunits] in a rank's shard buffer */
     uint64_t work_params;     /* working buffers beyond the shard, elements */
     uint64_t work_grads;      /* (0 when !units_known or not sharded) */
-    uint64_t max_layer;       /* largest padded layer unit (0 if none) */
+    uint64_t max_layer;       /* M: largest padded layer unit (0 if none) */
     px_plan_precision_t prec;
     double bytes[PX_MEM_NCAT]; /* predicted peak per rank; only the three
                                   state categories are filled */
     double state_peak;         /* peak of their sum at one time: stage 3's
-                                  parameter peak (forward: root + 2 layers
-                                  gathered) and gradient peak (backward) do
-                                  not coincide; the root's gathered copy is
-                                  freed after the LM head's backward */
+                                  parameter peak (forward) and gradient peak
+                                  (backward) do not coincide: the largest of
+                                  the forward, the head's backward and a
+                                  layer's backward */
 } px_plan_t;
 
-/* Builds the plan for units `unit_size[nunits]` (unit 0 = root when
- * units_known), `dp` >= 1, stage 0..3. Copies the sizes. Errors:
+/* Builds the plan for units `unit_size[nunits]` (when units_known: unit 0
+ * the embedding, unit nunits-1 the head, the layers between), `dp` >= 1, stage 0..3. Copies the sizes. Errors:
  * PX_ERR_INVALID_ARGUMENT (logged) for a bad stage / dp / empty model;
  * PX_ERR_NO_MEMORY. Free with px_plan_destroy. */
 px_status_t px_plan_create(const uint64_t *unit_size, int nunits, int units_known, int dp,

@@ -118,7 +118,7 @@ static void test_data(void)
 static float *canonical(px_gpt_t *g)
 {
     float *c = malloc(px_gpt_num_params(g) * sizeof(float));
-    px_gpt_units_to_canonical(px_gpt_config(g), px_gpt_params(g), NULL, c);
+    px_gpt_units_to_canonical(px_gpt_config(g), px_kernels_cpu(), px_gpt_params(g), NULL, c);
     return c;
 }
 
@@ -137,14 +137,18 @@ static void test_gpt(void)
     EXPECT(px_gpt_create(&c, px_kernels_cpu(), 2, 8, &b) == PX_OK, "create");
     EXPECT(px_gpt_create(&c, px_kernels_cpu(), 1, 8, &one) == PX_OK, "create");
     size_t n = px_gpt_num_params(a);
-    /* V*C + T*C + L*(2C + 3C*C + 3C + C*C + C + 2C + 4C*C + 4C + 4C*C + C) + 2C */
+    /* Vp*C + T*C + L*(2C + 3C*C + 3C + C*C + C + 2C + 4C*C + 4C + 4C*C + C) + 2C,
+     * Vp = vocab 32 padded to 64 */
     size_t C = 16, L = 2;
-    size_t want = 32 * C + 8 * C + L * (12 * C * C + 13 * C) + 2 * C;
+    size_t want = 64 * C + 8 * C + L * (12 * C * C + 13 * C) + 2 * C;
     EXPECT(n == want, "num params %zu, expected %zu", n, want);
     px_gpt_tensor_info_t ti;
     px_gpt_tensor_info(a, 4, &ti);
     EXPECT(!strcmp(ti.name, "qkvw") && ti.ndim == 3 && ti.shape[1] == 48 && ti.decay == 1 &&
-           ti.offset == 32 * C + 8 * C + 4 * C, "qkvw layout");
+           ti.offset == 64 * C + 8 * C + 4 * C, "qkvw layout");
+    px_gpt_tensor_info(a, 0, &ti);
+    EXPECT(!strcmp(ti.name, "wte") && ti.shape[0] == 64 && ti.valid == 32 * C &&
+           ti.owner == PX_MODEL_OWNER_EMBED && ti.split == PX_MODEL_SPLIT_VOCAB, "wte (Vp, C)");
     px_gpt_tensor_info(a, 15, &ti);
     EXPECT(ti.offset + ti.size == n && ti.decay == 0, "lnfb is last");
 
@@ -178,9 +182,15 @@ static void test_gpt(void)
         s2 += (double)wte[i] * wte[i];
     double sd = sqrt(s2 / (32 * C));
     EXPECT(fabs(sd - 0.02) < 0.002, "wte std %.4f ~ 0.02", sd);
-    /* unit layout: unit 0 starts with wte, unit 1 (layer 0) with ln1w */
-    EXPECT(px_gpt_num_units(&c) == 3 && px_gpt_unit_size(&c, 1) == 12 * C * C + 13 * C &&
-           px_gpt_unit_size(&c, 0) == 32 * C + 8 * C + 2 * C, "unit sizes");
+    int pad_nonzero = 0;
+    for (size_t i = 32 * C; i < 64 * C; i++)
+        pad_nonzero += wte[i] != 0.0f;
+    EXPECT(!pad_nonzero, "padded wte rows start at 0 (%d nonzero)", pad_nonzero);
+    /* unit layout: unit 0 (embedding) starts with wte, unit 1 (layer 0)
+     * with ln1w, unit 3 (head) is lnfw, lnfb */
+    EXPECT(px_gpt_num_units(&c) == 4 && px_gpt_unit_size(&c, 1) == 12 * C * C + 13 * C &&
+           px_gpt_unit_size(&c, 0) == 64 * C + 8 * C && px_gpt_unit_size(&c, 3) == 2 * C,
+           "unit sizes");
     EXPECT(!memcmp(px_gpt_params(a), wte, 32 * C * sizeof(float)) &&
            px_gpt_params(a)[px_gpt_unit_size(&c, 0)] == 1.0f, "unit-major storage");
     /* an init of any range of a unit equals the same range of the whole */
@@ -210,6 +220,37 @@ static void test_gpt(void)
     EXPECT(px_gpt_backward(a) == PX_OK, "backward");
     double g2 = px_kernels_cpu()->sumsq(px_gpt_grads(a), n);
     EXPECT(g2 > 0 && isfinite(g2), "gradient norm^2 %g", g2);
+    /* the padded rows of wte get no gradient (their logits are masked) */
+    double gpad = px_kernels_cpu()->sumsq(px_gpt_grads(a) + 32 * C, 32 * C);
+    EXPECT(gpad == 0.0, "padded wte rows: gradient norm^2 %g", gpad);
+    /* the blocks one by one give the same loss and gradients as the whole
+     * pass; a context the model cannot run is refused */
+    {
+        float lw = 0, lk = 0;
+        float *g_whole = malloc(n * sizeof(float));
+        memcpy(g_whole, px_gpt_grads(a), n * sizeof(float));
+        px_gpt_ctx_t ctx = px_gpt_ctx_default(a);
+        EXPECT(px_gpt_forward(a, in, tg, &lw) == PX_OK, "forward");
+        EXPECT(px_gpt_embed_forward(a, &ctx, in) == PX_OK &&
+               px_gpt_block_forward(a, &ctx, 0) == PX_OK &&
+               px_gpt_block_forward(a, &ctx, 1) == PX_OK &&
+               px_gpt_head_forward(a, &ctx, tg, &lk) == PX_OK && lk == lw,
+               "blocks forward loss %.7f = %.7f", lk, lw);
+        px_gpt_zero_grad(a);
+        EXPECT(px_gpt_head_backward(a, &ctx) == PX_OK &&
+               px_gpt_block_backward(a, &ctx, 1) == PX_OK &&
+               px_gpt_block_backward(a, &ctx, 0) == PX_OK &&
+               px_gpt_embed_backward(a, &ctx) == PX_OK &&
+               !memcmp(g_whole, px_gpt_grads(a), n * sizeof(float)), "blocks backward");
+        free(g_whole);
+        px_gpt_ctx_t bad = ctx;
+        bad.micro = 1;
+        EXPECT(px_gpt_block_forward(a, &bad, 0) == PX_ERR_INVALID_ARGUMENT, "micro slot 1");
+        bad = ctx;
+        bad.seq_offset = 1; /* T 8 from position 1 passes max_seq 8 */
+        EXPECT(px_gpt_embed_forward(a, &bad, in) == PX_ERR_INVALID_ARGUMENT, "seq offset");
+        EXPECT(px_gpt_block_forward(a, &ctx, 2) == PX_ERR_INVALID_ARGUMENT, "layer 2 of 2");
+    }
     float before = px_gpt_params(a)[0];
     px_gpt_update(a, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
     EXPECT(px_gpt_params(a)[0] != before, "update moves parameters");
@@ -292,16 +333,19 @@ static void test_plan(void)
     /* units 10, 7, 5 on dp 4: padded 12, 8, 8; shard 3, 2, 2 */
     uint64_t u[3] = {10, 7, 5};
     px_plan_t *p;
+    /* as a GPT: embedding 10, one layer 7, head 5 (E 12, M 8, H 8, L 1) */
     EXPECT(px_plan_create(u, 3, 1, 4, 3, &fp32, &p) == PX_OK, "plan units");
     EXPECT(p->padded == 28 && p->shard == 7 && p->unit_offset[2] == 20 &&
            p->shard_offset[2] == 5 && p->max_layer == 8 && p->work_params == 12 + 2 * 8 &&
            p->work_grads == 12 + 8, "padding and offsets");
-    /* stage 3: params (S + R + 2M) * 4, grads (S + R + M) * 4, optimizer S * 8 */
+    /* stage 3 (plan.h): params (S + W) * 4 with W = E + M + H (one layer),
+     * grads (S + E + max(H, M)) * 4, optimizer S * 8 */
     EXPECT(p->bytes[PX_MEM_PARAMS] == (7 + 28) * 4.0 && p->bytes[PX_MEM_GRADS] == (7 + 20) * 4.0 &&
            p->bytes[PX_MEM_OPTIM] == 7 * 8.0, "stage 3 bytes");
-    /* at once: backward (S+2M)p + (S+R+M)g + S o = 92 + 108 + 56 beats
-     * forward (S+R+2M)p + S g + S o = 140 + 28 + 56 */
-    EXPECT(p->state_peak == 92 + 108 + 56.0, "stage 3 state peak %g", p->state_peak);
+    /* at once: the head's backward (S+E+H+M)p + (S+E+H)g + S o = 140 + 108
+     * + 56 beats the forward (S+W)p + S g + S o = 140 + 28 + 56 and the
+     * layer's backward (S+M)p + (S+E+max(H,M))g + S o = 60 + 108 + 56 */
+    EXPECT(p->state_peak == 140 + 108 + 56.0, "stage 3 state peak %g", p->state_peak);
     px_plan_destroy(p);
     EXPECT(px_plan_create(u, 3, 1, 0, 1, &fp32, &p) == PX_ERR_INVALID_ARGUMENT, "dp 0");
     EXPECT(px_plan_create(u, 3, 1, 2, 4, &fp32, &p) == PX_ERR_INVALID_ARGUMENT, "zero 4");
@@ -313,7 +357,7 @@ static void test_plan(void)
     EXPECT(px_gpt_create(&c, px_kernels_cpu(), 1, 4, &g) == PX_OK, "create");
     EXPECT(total == px_gpt_num_params(g) && total == 50061, "GPT params %llu",
            (unsigned long long)total);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         EXPECT(gs[i] == px_gpt_unit_size(&c, i), "unit %d", i);
     free(gs);
     /* memacct: the model's state is tagged */

@@ -36,17 +36,19 @@ def main():
     ok = j['stages'][0]['total_bytes'] == 16000 and j['optimizer_bytes'] == 8
     print('fp32: %s %s' % (j['stages'][0]['total_bytes'], 'ok' if ok else 'FAIL'))
     failures += not ok
-    # GPT dims: 2 layers dim 8 vocab 16 seq 4, dp 2, stage 3 (fp32):
-    # root 16*8+4*8+16 = 176, layer 12*64+13*8 = 872; shard 88+436+436 = 960;
-    # params (960 + 176 + 2*872) * 4, grads (960 + 176 + 872) * 4, optimizer 960*8
+    # GPT dims: 2 layers dim 8 vocab 16 seq 4, dp 2, stage 3 (fp32); wte has
+    # vocab 16 padded to 64 rows: embedding E = 64*8+4*8 = 544, layer M =
+    # 12*64+13*8 = 872, head H = 2*8 = 16; shard 272+436+436+8 = 1152;
+    # params (S + E + M + max(M, H)) * 4, grads (S + E + max(H, M)) * 4,
+    # optimizer S*8 (plan.h)
     j = json.loads(subprocess.run([pctl, 'plan', '--layers', '2', '--dim', '8', '--heads', '2',
                                    '--vocab', '16', '--seq', '4', '--dp', '2', '--zero', '3',
                                    '--precision', 'fp32', '--json'],
                                   capture_output=True, text=True, check=True).stdout)
     s = j['stages'][0]
-    want = ((960 + 176 + 2 * 872) * 4, (960 + 176 + 872) * 4, 960 * 8)
+    want = ((1152 + 544 + 2 * 872) * 4, (1152 + 544 + 872) * 4, 1152 * 8)
     got = (s['params_bytes'], s['grads_bytes'], s['optimizer_bytes'])
-    ok = got == want and s['params_count'] == 1920
+    ok = got == want and s['params_count'] == 544 + 2 * 872 + 16
     print('GPT dims stage 3: %s %s' % (got, 'ok' if ok else 'FAIL want %s' % (want,)))
     failures += not ok
     p = subprocess.run([pctl, 'plan', '--params', '100', '--zero', '5'], capture_output=True,

@@ -360,11 +360,11 @@ static void test_residual(void)
 }
 
 /* ---- softmax + cross-entropy ---- */
-struct ce_ctx { float *losses, *probs, *logits; int32_t *tg; int N, V; };
+struct ce_ctx { float *losses, *probs, *logits; int32_t *tg; int N, V, Vp; };
 static double ce_loss(void *p)
 {
     struct ce_ctx *c = p;
-    K->crossentropy_forward(c->losses, c->probs, c->logits, c->tg, c->N, c->V);
+    K->crossentropy_forward(c->losses, c->probs, c->logits, c->tg, c->N, c->V, c->Vp);
     double s = 0;
     for (int i = 0; i < c->N; i++)
         s += c->losses[i];
@@ -372,7 +372,7 @@ static double ce_loss(void *p)
 }
 static void test_crossentropy(void)
 {
-    struct ce_ctx c = {.N = 6, .V = 11};
+    struct ce_ctx c = {.N = 6, .V = 11, .Vp = 11};
     size_t n = (size_t)c.N * c.V;
     c.losses = zeros(c.N); c.probs = zeros(n); c.logits = rand_buf(n, 4);
     c.tg = malloc(sizeof(int32_t) * c.N);
@@ -390,12 +390,54 @@ static void test_crossentropy(void)
     EXPECT(maxe < 1e-5, "cross-entropy forward vs naive: %g", maxe);
     /* uniform logits: loss = log V */
     float *u = zeros(n);
-    K->crossentropy_forward(c.losses, c.probs, u, c.tg, c.N, c.V);
+    K->crossentropy_forward(c.losses, c.probs, u, c.tg, c.N, c.V, c.Vp);
     EXPECT(fabsf(c.losses[0] - logf((float)c.V)) < 1e-6f, "uniform logits give log V");
     float *dl = zeros(n);
     ce_loss(&c);
-    K->crossentropy_backward(dl, c.probs, c.tg, 1.0f / c.N, c.N, c.V);
+    K->crossentropy_backward(dl, c.probs, c.tg, 1.0f / c.N, c.N, c.V, c.Vp);
     fd_check("crossentropy dlogits", c.logits, dl, n, ce_loss, &c, 1000);
+
+    /* padded vocab: the same rows in (N, Vp = 16) with large junk in the
+     * padding columns give the same losses, probs 0 and gradient 0 there */
+    struct ce_ctx q = {.N = c.N, .V = c.V, .Vp = 16};
+    size_t np = (size_t)q.N * q.Vp;
+    q.losses = zeros(q.N); q.probs = rand_buf(np, 1); q.logits = rand_buf(np, 1);
+    q.tg = c.tg;
+    for (int i = 0; i < q.N; i++) {
+        memcpy(q.logits + (size_t)i * q.Vp, c.logits + (size_t)i * c.V, c.V * sizeof(float));
+        for (int v = q.V; v < q.Vp; v++)
+            q.logits[(size_t)i * q.Vp + v] = 30.0f + v; /* would dominate an unmasked softmax */
+    }
+    ce_loss(&c);
+    ce_loss(&q);
+    double pad_p = 0, real_e = 0;
+    for (int i = 0; i < q.N; i++) {
+        real_e = fmax(real_e, fabs(q.losses[i] - c.losses[i]));
+        for (int v = 0; v < q.Vp; v++) {
+            float pv = q.probs[(size_t)i * q.Vp + v];
+            if (v >= q.V)
+                pad_p = fmax(pad_p, fabs(pv));
+            else
+                real_e = fmax(real_e, fabs(pv - c.probs[(size_t)i * c.V + v]));
+        }
+    }
+    EXPECT(real_e == 0.0, "padded rows: losses and real probs equal the unpadded ones: %g",
+           real_e);
+    EXPECT(pad_p == 0.0, "padded probs are exactly 0: %g", pad_p);
+    float *dq = zeros(np);
+    K->crossentropy_backward(dq, q.probs, q.tg, 1.0f / q.N, q.N, q.V, q.Vp);
+    double pad_g = 0, real_g = 0;
+    for (int i = 0; i < q.N; i++)
+        for (int v = 0; v < q.Vp; v++) {
+            float g = dq[(size_t)i * q.Vp + v];
+            if (v >= q.V)
+                pad_g = fmax(pad_g, fabs(g));
+            else
+                real_g = fmax(real_g, fabs(g - dl[(size_t)i * c.V + v]));
+        }
+    EXPECT(pad_g == 0.0 && real_g == 0.0, "padded dlogits 0 (%g), real ones as unpadded (%g)",
+           pad_g, real_g);
+    free(q.losses); free(q.probs); free(q.logits); free(dq);
     free(c.losses); free(c.probs); free(c.logits); free(c.tg); free(u); free(dl);
 }
 
