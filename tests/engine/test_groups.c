@@ -7,7 +7,7 @@
  * (1 << world rank) as int64 and (world rank + 1) as double. The sums must
  * be exactly those of the members px_layout_group lists, AND of the members
  * an independent decomposition of the rank names (layout.h's definitions
- * written again here), so a bug in px_layout_group cannot hide; the
+ * written again in tests/planner/layout_ref.h), so a bug in px_layout_group cannot hide; the
  * communicator's rank must be the member's index along the group's axis;
  * the pipeline neighbours must be the ranks one stage away. Exit 0 when
  * every rank passed. */
@@ -18,61 +18,12 @@
 
 #include "groups.h"
 #include "layout.h"
+#include "layout_ref.h"
 #include "px_launch.h"
 #include "px_log.h"
 
 #define FAIL(...) do { fprintf(stderr, "FAIL rank %d: ", ctx->rank); \
     fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); failures++; } while (0)
-
-/* The rank's position from the rank order (tp, cp, dp, pp outermost) and
- * Megatron's expert grid, independently of layout.c. */
-typedef struct { int tp, cp, dp, pp, ep, edp; } coord_t;
-
-static coord_t coord_of(const px_layout_t *l, int r)
-{
-    coord_t c;
-    int i;
-    c.tp = r % l->tp;
-    c.cp = (r / l->tp) % l->cp;
-    c.dp = (r / (l->tp * l->cp)) % l->dp;
-    c.pp = r / (l->tp * l->cp * l->dp);
-    i = c.cp + l->cp * c.dp;
-    c.ep = i % l->ep;
-    c.edp = i / l->ep;
-    return c;
-}
-
-static int same_group(const px_layout_t *l, px_group_kind_t k, int a, int b)
-{
-    coord_t x = coord_of(l, a), y = coord_of(l, b);
-    switch (k) {
-    case PX_GROUP_DP: return x.tp == y.tp && x.pp == y.pp && x.cp == y.cp;
-    case PX_GROUP_TP: return x.dp == y.dp && x.pp == y.pp && x.cp == y.cp;
-    case PX_GROUP_PP: return x.dp == y.dp && x.tp == y.tp && x.cp == y.cp;
-    case PX_GROUP_CP: return x.dp == y.dp && x.tp == y.tp && x.pp == y.pp;
-    case PX_GROUP_EP: return x.tp == y.tp && x.pp == y.pp && x.edp == y.edp;
-    case PX_GROUP_EDP: return x.tp == y.tp && x.pp == y.pp && x.ep == y.ep;
-    case PX_GROUP_DPCP: return x.tp == y.tp && x.pp == y.pp;
-    case PX_GROUP_MP: return x.dp == y.dp && x.cp == y.cp;
-    default: return 0;
-    }
-}
-
-static int axis_index(const px_layout_t *l, px_group_kind_t k, int r)
-{
-    coord_t c = coord_of(l, r);
-    switch (k) {
-    case PX_GROUP_DP: return c.dp;
-    case PX_GROUP_TP: return c.tp;
-    case PX_GROUP_PP: return c.pp;
-    case PX_GROUP_CP: return c.cp;
-    case PX_GROUP_EP: return c.ep;
-    case PX_GROUP_EDP: return c.edp;
-    case PX_GROUP_DPCP: return c.cp + l->cp * c.dp;
-    case PX_GROUP_MP: return c.tp + l->tp * c.pp;
-    default: return -1;
-    }
-}
 
 static int rank_fn(px_launch_rank_t *ctx)
 {
@@ -101,7 +52,7 @@ static int rank_fn(px_launch_rank_t *ctx)
             want_sum += members[j] + 1;
         }
         for (int q = 0; q < world; q++)
-            if (same_group(l, k, ctx->rank, q)) {
+            if (ref_same_group(l, k, ctx->rank, q)) {
                 ref_mask |= (int64_t)1 << q;
                 ref_n++;
             }
@@ -114,10 +65,10 @@ static int rank_fn(px_launch_rank_t *ctx)
             continue;
         }
         if (px_comm_size(c) != n || px_comm_rank(c) != index ||
-            index != axis_index(l, k, ctx->rank))
+            index != ref_index(l, k, ctx->rank))
             FAIL("%s: communicator rank %d of %d, the layout says %d of %d (axis index %d)",
                  px_group_name(k), px_comm_rank(c), px_comm_size(c), index, n,
-                 axis_index(l, k, ctx->rank));
+                 ref_index(l, k, ctx->rank));
         st = px_allreduce(c, &mask, &mask, 1, PX_INT64, PX_SUM, -1);
         if (st == PX_OK)
             st = px_allreduce(c, &val, &val, 1, PX_FLOAT64, PX_SUM, -1);
@@ -132,14 +83,14 @@ static int rank_fn(px_launch_rank_t *ctx)
     }
     /* pipeline neighbours: one stage (tp * cp * dp ranks) away */
     {
-        int stride = l->tp * l->cp * l->dp, pp = coord_of(l, ctx->rank).pp;
+        int stride = l->tp * l->cp * l->dp, pp = ref_coord(l, ctx->rank).pp;
         int prev = pp > 0 ? ctx->rank - stride : -1;
         int next = pp + 1 < l->pp ? ctx->rank + stride : -1;
         if (px_groups_pp_prev(g) != prev || px_groups_pp_next(g) != next)
             FAIL("pipeline neighbours %d/%d, want %d/%d", px_groups_pp_prev(g),
                  px_groups_pp_next(g), prev, next);
         const px_coord_t *co = px_groups_coord(g);
-        coord_t rc = coord_of(l, ctx->rank);
+        ref_coord_t rc = ref_coord(l, ctx->rank);
         if (co->dp != rc.dp || co->tp != rc.tp || co->pp != rc.pp || co->cp != rc.cp ||
             co->ep != rc.ep || co->edp != rc.edp || px_groups_rank(g) != ctx->rank ||
             px_groups_size(g) != world)
