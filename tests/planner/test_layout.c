@@ -35,7 +35,6 @@ static void check_layout(const px_layout_t *l)
     int world = px_layout_world(l);
     int *members = malloc(sizeof(int) * (size_t)world);
     int *other = malloc(sizeof(int) * (size_t)world);
-    int *color_of = malloc(sizeof(int) * (size_t)world);
     int *owner = malloc(sizeof(int) * (size_t)world); /* colour -> first rank seen with it */
     char err[200];
 
@@ -63,7 +62,6 @@ static void check_layout(const px_layout_t *l)
                    n, size);
             EXPECT(color >= 0 && color < world, "%s %s rank %d: colour %d", lstr(l),
                    px_group_name(k), r, color);
-            color_of[r] = color;
             EXPECT(index == ref_index(l, k, r) && members[index] == r,
                    "%s %s rank %d: index %d, want %d", lstr(l), px_group_name(k), r, index,
                    ref_index(l, k, r));
@@ -101,7 +99,6 @@ static void check_layout(const px_layout_t *l)
     }
     free(members);
     free(other);
-    free(color_of);
     free(owner);
 }
 
