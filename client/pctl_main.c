@@ -101,24 +101,35 @@ static const pctl_command_t commands[] = {
      "accounting last reported them, and the plan's prediction (`pctl plan`) of the\n"
      "peak of parameters + gradients + optimizer held at once.\n",
      pctl_cmd_mem},
-    {"plan", "memory per device by ZeRO stage (local, no daemon)",
+    {"plan", "memory per device by ZeRO stage and the parallel layout (local, no daemon)",
      "usage: pctl plan [--params N | --layers N --dim N [--heads N] [--vocab N] [--seq N]]\n"
-     "                 [--dp N] [--zero 0|1|2|3|all] [--precision mixed|fp32]\n"
+     "                 [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]\n"
+     "                 [--nodes N] [--devices-per-node K]\n"
+     "                 [--zero 0|1|2|3|all] [--precision mixed|fp32]\n"
      "                 [--optimizer-bytes-per-param K] [--json]\n"
      "\n"
      "Prints the bytes each data-parallel rank holds for parameters, gradients and\n"
      "optimizer state under ZeRO stage 0-3 (GB = 10^9 bytes), computed by the engine's\n"
-     "own planning code. Shards are padded per unit to a multiple of dp.\n"
+     "own planning code. Shards are padded per unit to a multiple of dp. Then the\n"
+     "layout: world = dp x tp x pp x cp, every rank's coordinates (ranks ordered tp\n"
+     "innermost, then cp, dp, pp outermost; ep within the dp x cp grid), the rank that\n"
+     "reports the step's figures, and the node each rank would be placed on (tensor\n"
+     "groups whole on one node). The memory of tp/pp/cp/ep > 1 is not planned yet.\n"
      "  --params N         parameter count (e.g. 7.5e9); the model is one unit\n"
      "  --layers/--dim/--heads/--vocab/--seq  GPT dims (defaults 4/128/4/256/128);\n"
      "                     stages 2/3 then also count the gathered / in-flight layers\n"
      "  --dp N             data-parallel degree (default 1)\n"
+     "  --tp/--pp/--cp N   tensor, pipeline, context-parallel degrees (default 1)\n"
+     "  --ep N             expert-parallel degree, dividing dp x cp (default 1)\n"
+     "  --nodes N          nodes to place the ranks on (default 1)\n"
+     "  --devices-per-node K  free devices per node (default: world / nodes, rounded\n"
+     "                     up); a layout that does not fit is an error (exit 2)\n"
      "  --zero Z           one stage (default: all four)\n"
      "  --precision P      mixed (default: 2-byte params and grads) or fp32 (4 + 4, and\n"
      "                     8 bytes of AdamW moments: what parallax-rank trains with)\n"
      "  --optimizer-bytes-per-param K  optimizer bytes per parameter (default 12 for\n"
      "                     mixed: fp32 master weights, momentum, variance; 8 for fp32)\n"
-     "  --json             one JSON object with every stage's bytes\n",
+     "  --json             one JSON object with every stage's bytes and the layout\n",
      pctl_cmd_plan},
     {"data", "prepare token files (local, no daemon)",
      "usage: pctl data prepare --text IN.txt --out OUT.bin [--val-fraction F]\n"

@@ -1,18 +1,24 @@
-/* pctl_plan.c: `pctl plan`, the per-device memory plan of a job (local, no
- * daemon).
+/* pctl_plan.c: `pctl plan`, the per-device memory plan and the parallel
+ * layout of a job (local, no daemon).
  *
- * Uses the planner library (planner/plan.c), the same arithmetic
- * that lays out a rank's buffers, so the prediction and the engine agree by
+ * Uses the planner's code (planner/plan.c, planner/layout.c), the same
+ * arithmetic that lays out a rank's buffers and that the daemon places and
+ * the ranks split their groups by, so the prediction and the job agree by
  * construction. With --params N the model is one unit and only the ZeRO
  * paper's terms are counted; with GPT dims the working buffers of stages
  * 2/3 (gathered / in-flight layer units) are counted too. GB = 10^9 bytes.
- * Single-threaded; no I/O but stdout. */
+ * The memory plan covers data parallelism (dp, ZeRO); for tp, pp, cp or
+ * ep > 1 it says it is not planned yet instead of printing dp's figures.
+ * The layout table: every rank's coordinates and the node px_layout_place
+ * puts it on (--nodes x --devices-per-node). Single-threaded; no I/O but
+ * stdout and stderr. */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout.h"
 #include "pctl.h"
 #include "plan.h"
 
@@ -38,19 +44,69 @@ static const char *opt_flag(const struct option *opts, int val, char *buf, size_
     return "option";
 }
 
+/* The layout table: the layout, the reporting rank, the placement, then a
+ * row per rank (rank, dp, tp, pp, cp, ep, node). */
+static void print_layout(const px_layout_t *l, int nodes, int per_node, const int *node_of_rank)
+{
+    char buf[96];
+    int world = px_layout_world(l);
+
+    printf("layout: %s; reporting rank %d\n", px_layout_str(l, buf, sizeof(buf)),
+           px_layout_reporting_rank(l));
+    printf("placement: %d node%s x %d devices (tensor groups whole on one node)\n", nodes,
+           nodes == 1 ? "" : "s", per_node);
+    printf("%5s  %4s  %4s  %4s  %4s  %4s  %4s\n", "rank", "dp", "tp", "pp", "cp", "ep", "node");
+    for (int r = 0; r < world; r++) {
+        px_coord_t c;
+        px_layout_coord(l, r, &c);
+        printf("%5d  %4d  %4d  %4d  %4d  %4d  %4d\n", r, c.dp, c.tp, c.pp, c.cp, c.ep,
+               node_of_rank[r]);
+    }
+}
+
+/* The same as a JSON object (new reference; NULL when out of memory). */
+static json_t *layout_json(const px_layout_t *l, int nodes, int per_node, const int *node_of_rank)
+{
+    int world = px_layout_world(l);
+    json_t *ranks = json_array();
+    json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "dp", l->dp, "tp",
+                          l->tp, "pp", l->pp, "cp", l->cp, "ep", l->ep, "world", world,
+                          "reporting_rank", px_layout_reporting_rank(l), "nodes", nodes,
+                          "devices_per_node", per_node);
+
+    if (!o || !ranks) {
+        json_decref(o);
+        json_decref(ranks);
+        return NULL;
+    }
+    for (int r = 0; r < world; r++) {
+        px_coord_t c;
+        px_layout_coord(l, r, &c);
+        json_array_append_new(ranks, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}",
+                                               "rank", r, "dp", c.dp, "tp", c.tp, "pp", c.pp,
+                                               "cp", c.cp, "ep", c.ep, "edp", c.edp, "node",
+                                               node_of_rank[r]));
+    }
+    json_object_set_new(o, "ranks", ranks);
+    return o;
+}
+
 int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
 {
     char flag[48];
-    enum { O_PARAMS = 256, O_LAYERS, O_DIM, O_VOCAB, O_SEQ, O_HEADS, O_DP, O_ZERO, O_PREC, O_K,
-           O_JSON, O_HELP };
+    enum { O_PARAMS = 256, O_LAYERS, O_DIM, O_VOCAB, O_SEQ, O_HEADS, O_DP, O_TP, O_PP, O_CP,
+           O_EP, O_NODES, O_PER_NODE, O_ZERO, O_PREC, O_K, O_JSON, O_HELP };
     static const struct option opts[] = {
         {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"dim", 1, 0, O_DIM},
         {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"heads", 1, 0, O_HEADS},
-        {"dp", 1, 0, O_DP}, {"zero", 1, 0, O_ZERO}, {"precision", 1, 0, O_PREC},
+        {"dp", 1, 0, O_DP}, {"tp", 1, 0, O_TP}, {"pp", 1, 0, O_PP}, {"cp", 1, 0, O_CP},
+        {"ep", 1, 0, O_EP}, {"nodes", 1, 0, O_NODES}, {"devices-per-node", 1, 0, O_PER_NODE},
+        {"zero", 1, 0, O_ZERO}, {"precision", 1, 0, O_PREC},
         {"optimizer-bytes-per-param", 1, 0, O_K}, {"json", 0, 0, O_JSON},
         {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
     double params = 0, k = -1;
     uint64_t layers = 4, dim = 128, vocab = 256, seq = 128, heads = 4, dp = 1, v;
+    uint64_t tp = 1, pp = 1, cp = 1, ep = 1, nodes = 1, per_node = 0;
     int zero = -1, json = 0, fp32 = 0, have_dims = 0, opt;
     (void)ctx;
 
@@ -74,6 +130,13 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                 *(opt == O_LAYERS ? &layers : opt == O_DIM ? &dim : opt == O_VOCAB ? &vocab
                   : opt == O_SEQ ? &seq : &heads) = v;
             }
+            break;
+        case O_TP: case O_PP: case O_CP: case O_EP: case O_NODES: case O_PER_NODE:
+            if (pctl_parse_u64("plan", opt_flag(opts, opt, flag, sizeof(flag)), optarg, 1,
+                               PX_LAYOUT_MAX_WORLD, &v))
+                return PCTL_EXIT_USAGE;
+            *(opt == O_TP ? &tp : opt == O_PP ? &pp : opt == O_CP ? &cp : opt == O_EP ? &ep
+              : opt == O_NODES ? &nodes : &per_node) = v;
             break;
         case O_ZERO:
             if (!strcmp(optarg, "all"))
@@ -107,6 +170,49 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         return pctl_usage_error("plan", "dim %llu is not divisible by heads %llu",
                                 (unsigned long long)dim, (unsigned long long)heads);
 
+    /* the layout: checked, and placed, before anything is printed */
+    char err[256];
+    px_layout_t layout = {.dp = dp > PX_LAYOUT_MAX_WORLD ? 0 : (int)dp, .tp = (int)tp,
+                          .pp = (int)pp, .cp = (int)cp, .ep = (int)ep};
+    if (dp > PX_LAYOUT_MAX_WORLD)
+        return pctl_usage_error("plan", "dp=%llu is out of range (1..%d)",
+                                (unsigned long long)dp, PX_LAYOUT_MAX_WORLD);
+    if (px_layout_check(&layout, err, sizeof(err)) != PX_OK)
+        return pctl_usage_error("plan", "%s", err);
+    if (!params && heads % tp)
+        return pctl_usage_error("plan", "heads %llu is not divisible by tp %llu",
+                                (unsigned long long)heads, (unsigned long long)tp);
+    if (!params && layers < pp)
+        return pctl_usage_error("plan", "layers %llu are fewer than pp %llu pipeline stages",
+                                (unsigned long long)layers, (unsigned long long)pp);
+    const int world = px_layout_world(&layout);
+    if (!per_node)
+        per_node = ((uint64_t)world + nodes - 1) / nodes;
+    int *node_free = malloc(sizeof(int) * nodes), *node_of_rank = malloc(sizeof(int) * world);
+    if (!node_free || !node_of_rank) {
+        free(node_free);
+        free(node_of_rank);
+        fprintf(stderr, "pctl: plan: out of memory\n");
+        return PCTL_EXIT_FAIL;
+    }
+    for (uint64_t n = 0; n < nodes; n++)
+        node_free[n] = (int)per_node;
+    px_status_t placed = px_layout_place(&layout, node_free, (int)nodes, node_of_rank, err,
+                                         sizeof(err));
+    free(node_free);
+    if (placed != PX_OK) {
+        fprintf(stderr, "pctl: plan: %s (%llu node%s x %llu devices)\n", err,
+                (unsigned long long)nodes, nodes == 1 ? "" : "s", (unsigned long long)per_node);
+        free(node_of_rank);
+        return PCTL_EXIT_USAGE;
+    }
+    /* the memory plan is dp's; the other strategies' split is not modelled yet */
+    const int memory_planned = tp == 1 && pp == 1 && cp == 1 && ep == 1;
+    static const char memory_note[] =
+        "memory per device is planned for data parallelism (dp, ZeRO) only: the split of "
+        "parameters, activations and buffers by tp, pp, cp and ep is future work, so no "
+        "figures are printed for this layout";
+
     px_plan_precision_t prec;
     if (fp32)
         px_plan_precision_fp32(&prec);
@@ -124,6 +230,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         total = px_plan_gpt_units((int)layers, (int)dim, (int)vocab, (int)seq, &units);
         if (!total) {
             fprintf(stderr, "pctl: plan: out of memory\n");
+            free(node_of_rank);
             return PCTL_EXIT_FAIL;
         }
         nunits = (int)layers + 2; /* embedding, layers, head (plan.h) */
@@ -135,14 +242,18 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
             printf("model: GPT %llu layers, dim %llu, vocab %llu, seq %llu: %.4g parameters\n",
                    (unsigned long long)layers, (unsigned long long)dim,
                    (unsigned long long)vocab, (unsigned long long)seq, (double)total);
-        printf("dp %llu; bytes per parameter: params %g, grads %g, optimizer %g (%s)\n",
-               (unsigned long long)dp, prec.param_bytes, prec.grad_bytes, prec.optim_bytes,
-               fp32 ? "fp32 AdamW" : "mixed precision, as the ZeRO paper counts");
-        printf("%-5s  %12s  %12s  %12s  %12s  %12s\n", "zero", "params", "grads", "optimizer",
-               "total", "at once");
+        if (memory_planned) {
+            printf("dp %llu; bytes per parameter: params %g, grads %g, optimizer %g (%s)\n",
+                   (unsigned long long)dp, prec.param_bytes, prec.grad_bytes, prec.optim_bytes,
+                   fp32 ? "fp32 AdamW" : "mixed precision, as the ZeRO paper counts");
+            printf("%-5s  %12s  %12s  %12s  %12s  %12s\n", "zero", "params", "grads",
+                   "optimizer", "total", "at once");
+        } else {
+            printf("(%s)\n", memory_note);
+        }
     }
     int rc = PCTL_EXIT_OK;
-    for (int z = 0; z <= 3; z++) {
+    for (int z = 0; z <= 3 && memory_planned; z++) {
         if (zero >= 0 && z != zero)
             continue;
         px_plan_t *p;
@@ -172,21 +283,30 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         px_plan_destroy(p);
     }
     if (json && rc == PCTL_EXIT_OK) {
-        json_t *o = json_pack("{s:I, s:i, s:f, s:f, s:f, s:b, s:o}", "dp", (json_int_t)dp,
+        json_t *o = json_pack("{s:I, s:i, s:f, s:f, s:f, s:b, s:o, s:b}", "dp", (json_int_t)dp,
                               "units", nunits, "param_bytes", prec.param_bytes, "grad_bytes",
                               prec.grad_bytes, "optimizer_bytes", prec.optim_bytes,
-                              "working_buffers_counted", known, "stages", jstages);
+                              "working_buffers_counted", known, "stages", jstages,
+                              "memory_planned", memory_planned);
+        if (o && !memory_planned)
+            json_object_set_new(o, "memory_note", json_string(memory_note));
+        if (o)
+            json_object_set_new(o, "layout", layout_json(&layout, (int)nodes, (int)per_node,
+                                                         node_of_rank));
         rc = pctl_json_print(o) ? PCTL_EXIT_FAIL : PCTL_EXIT_OK;
     } else {
         json_decref(jstages);
-        if (!json && !known)
+        if (!json && !known && memory_planned)
             printf("(one unit from --params: the gathered / in-flight layer buffers of stages "
                    "2 and 3 are not counted; give the GPT dims to count them)\n");
-        if (!json && known && rc == PCTL_EXIT_OK)
+        if (!json && known && memory_planned && rc == PCTL_EXIT_OK)
             printf("(stages 2/3 count the root unit and 2 layers gathered or in flight; \"at "
                    "once\" is the peak of the sum, what a rank measures)\n");
+        if (!json && rc == PCTL_EXIT_OK)
+            print_layout(&layout, (int)nodes, (int)per_node, node_of_rank);
     }
     if (known)
         free(units);
+    free(node_of_rank);
     return rc;
 }

@@ -1,16 +1,20 @@
 /* px_train.h: the training engine's entry point, as the rank process calls it.
  *
- * One call trains a GPT for cfg->steps steps. With `comm` NULL (or of size 1)
- * it trains alone; otherwise comm is the data-parallel communicator: rank r
+ * One call trains a GPT for cfg->steps steps on the WORLD communicator,
+ * cut into process groups by cfg->layout (groups.h). With `world` NULL (or
+ * of size 1) it trains alone. Today the engine runs data parallelism and
+ * ZeRO: the layout's dp group is the data-parallel communicator: dp rank r
  * takes sequences [r*B/dp, (r+1)*B/dp) of each global batch of B sequences,
- * gradients are averaged with px_allreduce, the loss reported is the mean over
- * the global batch, and the grad norm is the global one, so every layout
+ * gradients are averaged over the dp group, the loss reported is the mean
+ * over the global batch, and the grad norm is the global one (summed over
+ * the dp shards, then over the model-parallel group), so every layout
  * reports the same figures as one rank (ARCHITECTURE.md §4). */
 #ifndef PX_TRAIN_H
 #define PX_TRAIN_H
 
 #include <stdint.h>
 
+#include "layout.h"
 #include "px_status.h"
 #include "px_transport.h"
 
@@ -33,6 +37,8 @@ typedef struct px_train_config {
     const char *resume_dir;              /* a step_<N>/ checkpoint to start from */
     const char *export_safetensors;      /* write final weights here (rank 0) */
     int prefetch;                        /* stage 3 gather prefetch (default 1) */
+    px_layout_t layout;                  /* parallel layout (layout.h); all zeros:
+                                            dp = the world's size, the rest 1 */
 } px_train_config_t;
 
 /* Defaults: lr 2e-3 (the quickstart's: a 4-layer dim-128 byte-level GPT,
@@ -40,15 +46,24 @@ typedef struct px_train_config {
  * text), min_lr_ratio 0.1, warmup steps/20 (warmup_steps -1),
  * weight_decay 0.1, betas 0.9/0.95, eps 1e-8, grad_clip 1.0, seed 1337,
  * vocab 256, zero 0, grad_accum 1, prefetch 1. Sizes, steps and paths are
- * left 0 / NULL. */
+ * left 0 / NULL; the layout all zeros (dp = the world's size). */
 void px_train_config_defaults(px_train_config_t *cfg);
 
-/* Checks the config against itself and the data file; on error writes a
- * message naming the bad value into errbuf and returns
- * PX_ERR_INVALID_ARGUMENT (or PX_ERR_NOT_FOUND for a missing file). `dp` is
- * the data-parallel degree the job will use. */
-px_status_t px_train_config_check(const px_train_config_t *cfg, int dp, char *errbuf,
+/* Checks the config against itself, a world of `world` ranks and the data
+ * file; on error writes a message naming the bad value into errbuf and
+ * returns PX_ERR_INVALID_ARGUMENT (or PX_ERR_NOT_FOUND for a missing file).
+ * The layout (px_train_layout) must fit the world and be one the engine
+ * runs; the batch is checked against its dp. */
+px_status_t px_train_config_check(const px_train_config_t *cfg, int world, char *errbuf,
                                   size_t errlen);
+
+/* The layout cfg runs with on `world` ranks into *layout_p: cfg->layout, or
+ * dp = world when it is all zeros. PX_ERR_INVALID_ARGUMENT with a message
+ * naming the values when it fails px_layout_check, needs another number of
+ * ranks than `world`, or asks for tp, pp, cp or ep > 1 (the engine runs
+ * data parallelism and ZeRO only, so far). */
+px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t *layout_p,
+                            char *errbuf, size_t errlen);
 
 #include "plan.h"
 
@@ -73,7 +88,12 @@ typedef struct px_step_report {
  * (the run then returns PX_ERR_ABORTED). */
 typedef int (*px_step_cb_t)(void *arg, const px_step_report_t *report);
 
-px_status_t px_train_run(const px_train_config_t *cfg, px_comm_t *comm, px_step_cb_t cb,
+/* Trains (collective over `world`, which may be NULL: alone). The groups of
+ * cfg->layout are split from `world` inside and destroyed before return;
+ * `world` is borrowed. Errors: the config's (px_train_config_check), the
+ * collectives' (timeout, peer failure, abort), PX_ERR_ABORTED when cb asked
+ * to stop, PX_ERR_IO / PX_ERR_NO_MEMORY. */
+px_status_t px_train_run(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,
                          void *arg);
 
 /* Learning rate of 0-based step `step`: linear warm-up lr*(step+1)/warmup
@@ -101,7 +121,7 @@ typedef struct px_train_options {
     int export_only;
 } px_train_options_t;
 
-px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_step_cb_t cb,
+px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,
                             void *arg, const px_train_options_t *opts);
 
 #endif

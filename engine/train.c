@@ -1,9 +1,13 @@
 /* train.c: the training loop (px_train.h): data-parallel GPT training under
  * ZeRO stage 0-3 (zero.h), with gradient accumulation and checkpoints.
  *
+ * The world is cut into the layout's process groups (groups.h); data
+ * parallelism and ZeRO run on the dp group, the global grad norm is
+ * completed over the mp group (a no-op until tensor / pipeline parallelism
+ * give it more than one rank).
  * Per step: for each of grad_accum micro-batches, cut this rank's share of
  * the micro-batch (micro m of the global batch is sequences [m*B/A,
- * (m+1)*B/A); rank r takes its r-th part), forward, backward (ZeRO 2/3
+ * (m+1)*B/A); dp rank r takes its r-th part), forward, backward (ZeRO 2/3
  * reduce-scatter during backward); then px_zero_reduce (stage 0: one
  * all-reduce with the local mean loss in the spare slot; equal token counts
  * per rank, so the average of local means is the global mean), global grad
@@ -27,6 +31,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "gpt.h"
+#include "groups.h"
 #include "jobcfg.h"
 #include "memacct.h"
 #include "plan.h"
@@ -64,15 +69,42 @@ static px_status_t bad(char *errbuf, size_t errlen, const char *fmt, ...)
     return PX_ERR_INVALID_ARGUMENT;
 }
 
-px_status_t px_train_config_check(const px_train_config_t *cfg, int dp, char *errbuf,
+px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t *layout_p,
+                            char *errbuf, size_t errlen)
+{
+    const px_layout_t *l = &cfg->layout;
+    px_layout_t out = *l;
+    char lbuf[96];
+
+    if (!l->dp && !l->tp && !l->pp && !l->cp && !l->ep) {
+        px_layout_init(&out);
+        out.dp = world;
+    }
+    if (px_layout_check(&out, errbuf, errlen) != PX_OK)
+        return PX_ERR_INVALID_ARGUMENT;
+    if (px_layout_world(&out) != world)
+        return bad(errbuf, errlen, "layout %s needs %d ranks, the world has %d",
+                   px_layout_str(&out, lbuf, sizeof(lbuf)), px_layout_world(&out), world);
+    if (out.tp > 1 || out.pp > 1 || out.cp > 1 || out.ep > 1)
+        return bad(errbuf, errlen, "layout %s: the engine runs data parallelism and ZeRO only "
+                   "so far (tp, pp, cp and ep must be 1)", px_layout_str(&out, lbuf, sizeof(lbuf)));
+    *layout_p = out;
+    return PX_OK;
+}
+
+px_status_t px_train_config_check(const px_train_config_t *cfg, int world, char *errbuf,
                                   size_t errlen)
 {
     const struct { const char *name; int v; } pos[] = {
         {"layers", cfg->layers}, {"heads", cfg->heads}, {"dim", cfg->dim}, {"seq", cfg->seq},
-        {"vocab", cfg->vocab}, {"batch", cfg->batch}, {"steps", cfg->steps}, {"dp", dp}};
+        {"vocab", cfg->vocab}, {"batch", cfg->batch}, {"steps", cfg->steps}, {"world", world}};
+    px_layout_t layout;
     for (size_t i = 0; i < sizeof(pos) / sizeof(pos[0]); i++)
         if (pos[i].v <= 0)
             return bad(errbuf, errlen, "%s %d must be positive", pos[i].name, pos[i].v);
+    if (px_train_layout(cfg, world, &layout, errbuf, errlen) != PX_OK)
+        return PX_ERR_INVALID_ARGUMENT;
+    const int dp = layout.dp;
     if (cfg->dim % cfg->heads)
         return bad(errbuf, errlen, "dim %d is not divisible by heads %d", cfg->dim, cfg->heads);
     if (cfg->vocab > 65536)
@@ -229,10 +261,10 @@ static void set_blas_threads(void)
         openblas_set_num_threads(1); /* several ranks share the cores */
 }
 
-px_status_t px_train_run(const px_train_config_t *cfg, px_comm_t *comm, px_step_cb_t cb,
+px_status_t px_train_run(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,
                          void *arg)
 {
-    return px_train_run_ex(cfg, comm, cb, arg, NULL);
+    return px_train_run_ex(cfg, world, cb, arg, NULL);
 }
 
 static void fill_mem(px_step_report_t *rep, const px_plan_t *plan)
@@ -248,12 +280,15 @@ static void fill_mem(px_step_report_t *rep, const px_plan_t *plan)
     rep->mem_plan_state_peak = px_plan_state_bytes(plan);
 }
 
-px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_step_cb_t cb,
+px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,
                             void *arg, const px_train_options_t *opts)
 {
     px_status_t status;
-    int dp = 1, rank = 0;
+    int dp, rank = 0, dp_rank = 0, wsize = world ? px_comm_size(world) : 1;
     char err[512];
+    px_layout_t layout;
+    px_groups_t *groups = NULL;
+    px_comm_t *dp_comm;
     px_data_t *data = NULL;
     px_gpt_t *gpt = NULL;
     px_plan_t *plan = NULL;
@@ -265,12 +300,17 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
     int dump_steps = opts ? opts->dump_steps : 0;
     int start_step = 0;
     const px_kernel_ops_t *ops = px_kernels_cpu();
+    px_train_config_t alone;
 
-    if (comm) {
-        dp = px_comm_size(comm);
-        rank = px_comm_rank(comm);
+    if (opts && opts->export_only && !world) {
+        /* an export is rank-local: one rank's view of the model and batch */
+        alone = *cfg;
+        memset(&alone.layout, 0, sizeof(alone.layout));
+        cfg = &alone;
     }
-    status = px_train_config_check(cfg, dp, err, sizeof(err));
+    status = px_train_config_check(cfg, wsize, err, sizeof(err));
+    if (status == PX_OK)
+        status = px_train_layout(cfg, wsize, &layout, err, sizeof(err));
     if (status != PX_OK) {
         px_error("train: %s", err);
         return status;
@@ -279,12 +319,21 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
         px_error("train: dumps need zero 0 (full gradients), not zero %d", cfg->zero);
         return PX_ERR_INVALID_ARGUMENT;
     }
+    /* the layout's groups, split from the world; the dp group carries data
+     * parallelism and ZeRO, the mp group completes the global grad norm */
+    status = px_groups_create(world, &layout, &groups);
+    if (status != PX_OK)
+        return status;
+    dp_comm = px_groups_comm(groups, PX_GROUP_DP);
+    dp = layout.dp;
+    rank = px_groups_rank(groups);
+    dp_rank = px_groups_coord(groups)->dp;
     set_blas_threads();
     const int T = cfg->seq, A = cfg->grad_accum, Bm = cfg->batch / (dp * A);
     status = px_data_open(cfg->data_path, cfg->vocab, err, sizeof(err), &data);
     if (status != PX_OK) {
         px_error("train: %s", err);
-        return status;
+        goto out;
     }
     px_gpt_config_t gc = {.layers = cfg->layers, .heads = cfg->heads, .dim = cfg->dim,
                           .max_seq = cfg->seq, .vocab = cfg->vocab,
@@ -299,7 +348,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
     px_plan_precision_fp32(&prec);
     PX_CHECK_GOTO(px_plan_create(usizes, px_gpt_num_units(&gc), 1, dp, cfg->zero, &prec, &plan),
                   status, out);
-    PX_CHECK_GOTO(px_zero_create(&gc, plan, comm, ops, A, cfg->prefetch, &zero), status, out);
+    PX_CHECK_GOTO(px_zero_create(&gc, plan, dp_comm, ops, A, cfg->prefetch, &zero), status, out);
+    px_zero_set_model_group(zero, px_groups_comm(groups, PX_GROUP_MP));
     PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, T, px_zero_hooks(zero), &gpt), status,
                   out);
     px_zero_init_params(zero, cfg->seed);
@@ -359,7 +409,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
         px_zero_begin_step(zero);
         for (int mb = 0; mb < A; mb++) {
             float l = 0.0f;
-            int first = mb * (cfg->batch / A) + rank * Bm;
+            int first = mb * (cfg->batch / A) + dp_rank * Bm;
             px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
             PX_CHECK_GOTO(px_gpt_forward(gpt, inputs, targets, &l), status, out);
             PX_CHECK_GOTO(px_gpt_backward(gpt), status, out);
@@ -410,10 +460,11 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *comm, px_st
                 }
             }
         }
+        /* over the dp group: its rank is the ZeRO shard a rank writes */
         if (cfg->checkpoint_every > 0 &&
             ((s + 1) % cfg->checkpoint_every == 0 || s + 1 == cfg->steps))
             PX_CHECK_GOTO(px_checkpoint_save(cfg->checkpoint_dir, s + 1, zero, &gc, plan,
-                                             cfg->heads, comm), status, out);
+                                             cfg->heads, dp_comm), status, out);
         px_step_report_t rep = {.step = s + 1, .loss = loss, .grad_norm = norm, .lr = lr,
                                 .tokens_per_second = (double)cfg->batch * T / (t1 - t0),
                                 .elapsed_s = t1 - t_start, .rank = rank};
@@ -451,6 +502,7 @@ out:
     px_mem_free(targets);
     px_gpt_destroy(gpt);
     px_zero_destroy(zero);
+    px_groups_destroy(groups); /* after zero: its requests ride the dp group */
     px_plan_destroy(plan);
     free(usizes);
     px_data_close(data);

@@ -45,7 +45,8 @@ typedef struct rs_entry {
 struct px_zero {
     px_gpt_config_t gc;
     const px_plan_t *plan;
-    px_comm_t *comm;
+    px_comm_t *comm;     /* the dp group */
+    px_comm_t *mp;       /* the model-parallel group (NULL: none) */
     int stage, dp, rank, accum, prefetch, nunits;
     int nsh, me;                                      /* slices: count, mine */
     const px_kernel_ops_t *k;
@@ -97,6 +98,50 @@ static px_status_t ag_start(px_zero_t *z, float *buf, int u, px_request_t **req_
 static px_status_t req_wait(px_request_t *req)
 {
     return req ? px_wait(req, -1) : PX_OK;
+}
+
+/* Starts `start` on every unit of the flat buffer `flat` (unit u at
+ * plan->unit_offset[u]), all in flight at once, then waits for each; after a
+ * failed start the started ones are cancelled. PX_ERR_NO_MEMORY or the first
+ * collective error. */
+static px_status_t all_units(px_zero_t *z,
+                             px_status_t (*start)(px_zero_t *, float *, int, px_request_t **),
+                             float *flat)
+{
+    px_status_t status = PX_OK;
+    px_request_t **reqs = calloc((size_t)z->nunits, sizeof(*reqs));
+    int started = 0;
+
+    if (!reqs)
+        return PX_ERR_NO_MEMORY;
+    for (int u = 0; u < z->nunits && status == PX_OK; u++, started++)
+        status = start(z, flat + z->plan->unit_offset[u], u, &reqs[u]);
+    for (int u = 0; u < started; u++) {
+        if (status != PX_OK) {
+            if (reqs[u])
+                px_request_cancel(reqs[u]);
+            continue;
+        }
+        status = req_wait(reqs[u]);
+    }
+    free(reqs);
+    return status;
+}
+
+/* Completes a squared gradient norm over the model-parallel group: the other
+ * ranks of it hold other parameters of the same model copy. A no-op for a
+ * group of one (pure data parallelism / ZeRO). */
+static px_status_t model_sumsq(px_zero_t *z, double *ss)
+{
+    px_status_t status;
+
+    if (!z->mp || px_comm_size(z->mp) < 2)
+        return PX_OK;
+    status = px_allreduce(z->mp, ss, ss, 1, PX_FLOAT64, PX_SUM, -1);
+    if (status != PX_OK)
+        px_error("zero: model-parallel norm all-reduce failed: %s (%s)", px_status_str(status),
+                 px_comm_last_error(z->mp));
+    return status;
 }
 
 /* ---- stage 3: gathered units ---- */
@@ -470,28 +515,17 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
         z->k->mem_copy_to_host(&loss, z->full_grads + p->padded, sizeof(float));
         if (z->accum > 1)
             z->k->scale(z->full_grads, 1.0f / (float)z->accum, p->padded);
-        *norm_p = (float)sqrt(z->k->sumsq(z->full_grads, p->padded));
+        double ss = z->k->sumsq(z->full_grads, p->padded);
+        status = model_sumsq(z, &ss);
+        if (status != PX_OK)
+            return status;
+        *norm_p = (float)sqrt(ss);
         *loss_p = loss;
         z->times.comm_other_s += px_time_mono_s() - t0;
         return PX_OK;
     }
     if (z->stage == 1) {
-        px_request_t **reqs = calloc((size_t)z->nunits, sizeof(*reqs));
-        if (!reqs)
-            return PX_ERR_NO_MEMORY;
-        status = PX_OK;
-        int started = 0;
-        for (int u = 0; u < z->nunits && status == PX_OK; u++, started++)
-            status = rs_start(z, z->full_grads + p->unit_offset[u], u, &reqs[u]);
-        for (int u = 0; u < started; u++) {
-            if (status != PX_OK) {
-                if (reqs[u])
-                    px_request_cancel(reqs[u]);
-                continue;
-            }
-            status = req_wait(reqs[u]);
-        }
-        free(reqs);
+        status = all_units(z, rs_start, z->full_grads);
         z->times.rs_wait_s += px_time_mono_s() - t0;
         if (status != PX_OK)
             return coll_fail(z, "reduce-scatter", -1, status);
@@ -509,11 +543,17 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
         if (status != PX_OK)
             return coll_fail(z, "norm all-reduce", -1, status);
     }
+    ss = pair[0];
+    status = model_sumsq(z, &ss);
     z->times.comm_other_s += px_time_mono_s() - t0;
-    *norm_p = sqrtf(pair[0]);
+    if (status != PX_OK)
+        return status;
+    *norm_p = sqrtf((float)ss);
     *loss_p = pair[1] / (float)z->dp;
     return PX_OK;
 }
+
+void px_zero_set_model_group(px_zero_t *z, px_comm_t *mp) { z->mp = mp; }
 
 const float *px_zero_full_grads(px_zero_t *z) { return z->stage == 0 ? z->full_grads : NULL; }
 
@@ -521,23 +561,8 @@ px_status_t px_zero_sync_params(px_zero_t *z)
 {
     if (z->stage == 0 || z->stage == 3 || z->dp == 1)
         return PX_OK;
-    px_status_t status = PX_OK;
     double t0 = px_time_mono_s();
-    px_request_t **reqs = calloc((size_t)z->nunits, sizeof(*reqs));
-    if (!reqs)
-        return PX_ERR_NO_MEMORY;
-    int started = 0;
-    for (int u = 0; u < z->nunits && status == PX_OK; u++, started++)
-        status = ag_start(z, z->full_params + z->plan->unit_offset[u], u, &reqs[u]);
-    for (int u = 0; u < started; u++) {
-        if (status != PX_OK) {
-            if (reqs[u])
-                px_request_cancel(reqs[u]);
-            continue;
-        }
-        status = req_wait(reqs[u]);
-    }
-    free(reqs);
+    px_status_t status = all_units(z, ag_start, z->full_params);
     z->times.comm_other_s += px_time_mono_s() - t0;
     return status == PX_OK ? PX_OK : coll_fail(z, "parameter all-gather", -1, status);
 }

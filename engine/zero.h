@@ -20,7 +20,8 @@
  *      so the gather overlaps compute.
  * Gradient accumulation: micro-batch gradients are averaged (1/accum).
  * Clipping: by the global norm over all shards (one all-reduce of sumsq and
- * loss per step); every rank sees the same norm.
+ * loss per step over the dp group, then of sumsq over the model-parallel
+ * group when it has more than one rank); every rank sees the same norm.
  *
  * Collectives: px_reduce_scatter_start / px_allgather_start (in place, as
  * NCCL), px_test / px_wait / px_request_cancel (px_coll.h); the loss and the
@@ -62,6 +63,15 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
                            const px_kernel_ops_t *ops, int accum, int prefetch, px_zero_t **z_p);
 void px_zero_destroy(px_zero_t *z); /* NULL no-op; waits nothing: only after a failure-free
                                        step or a comm abort */
+
+/* The model-parallel group (layout.h PX_GROUP_MP: the ranks that together
+ * hold one copy of the model; borrowed for z's life; NULL or a group of one:
+ * none). px_zero_reduce sums the squared gradient norm over it after the
+ * dp reduction, so the norm is global. The strategies that split the model
+ * (tensor, pipeline) must see that each parameter is counted once there:
+ * a parameter replicated over the tp group adds its squares on one tp rank
+ * only. */
+void px_zero_set_model_group(px_zero_t *z, px_comm_t *mp);
 
 /* The hooks for px_gpt_create_external (arg = z). */
 const px_gpt_hooks_t *px_zero_hooks(px_zero_t *z);

@@ -45,7 +45,9 @@ px_status_t px_layout_check(const px_layout_t *l, char *errbuf, size_t errlen)
 {
     const struct { const char *name; int v; } deg[] = {
         {"dp", l->dp}, {"tp", l->tp}, {"pp", l->pp}, {"cp", l->cp}, {"ep", l->ep}};
-    long long world = 1;
+    /* in double: four degrees of 65536 make 2^64, which wraps a long long
+     * (to 0, an accepted world); exact wherever the world is accepted */
+    double world = 1;
     for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++) {
         if (deg[i].v < 1 || deg[i].v > PX_LAYOUT_MAX_WORLD)
             return fail(errbuf, errlen, "%s=%d is out of range (1..%d)", deg[i].name, deg[i].v,
@@ -54,7 +56,7 @@ px_status_t px_layout_check(const px_layout_t *l, char *errbuf, size_t errlen)
             world *= deg[i].v;
     }
     if (world > PX_LAYOUT_MAX_WORLD)
-        return fail(errbuf, errlen, "world=%lld (dp=%d x tp=%d x pp=%d x cp=%d) exceeds %d ranks",
+        return fail(errbuf, errlen, "world=%.0f (dp=%d x tp=%d x pp=%d x cp=%d) exceeds %d ranks",
                     world, l->dp, l->tp, l->pp, l->cp, PX_LAYOUT_MAX_WORLD);
     if ((l->dp * l->cp) % l->ep)
         return fail(errbuf, errlen, "ep=%d does not divide dp x cp = %d (dp=%d, cp=%d)", l->ep,

@@ -20,9 +20,8 @@
 #include <string.h>
 
 #include "bench.h"
-#include "px_bootstrap.h"
-#include "px_env.h"
 #include "px_log.h"
+#include "px_world.h"
 
 #include "parallax.pb-c.h"
 #include "px_rank_link.h"
@@ -204,26 +203,17 @@ static int on_row(void *arg, const px_bench_row_t *row)
 int px_rank_bench_main(int argc, char **argv)
 {
     bench_args_t a = {0};
-    px_transport_t *tr = NULL;
-    px_bootstrap_t *bs = NULL;
-    px_addr_table_t table = {0};
-    px_comm_t *comm = NULL;
+    px_world_t *pw = NULL;
+    px_comm_t *comm;
     px_status_t status;
-    const void *addr;
-    size_t len;
     char err[200], tag[32];
     int ret = 1;
     px_rank_link_t *link = NULL;
 
     if (parse_args(argc, argv, &a))
         return 2;
-    if (!a.coord) {
-        a.rank = 0;
-        a.world = 1;
-        if (getenv("PX_WORLD_SIZE") && atoi(getenv("PX_WORLD_SIZE")) > 1 &&
-            px_bootstrap_from_env(&a.rank, &a.world) != PX_OK)
-            return 2;
-    }
+    if (!a.coord && px_world_env(&a.rank, &a.world) != PX_OK)
+        return 2;
     snprintf(tag, sizeof tag, "rank %d", a.rank);
     px_log_set_tag(tag);
     if (px_bench_cfg_validate(&a.cfg, a.world, err, sizeof err) != PX_OK) {
@@ -231,29 +221,16 @@ int px_rank_bench_main(int argc, char **argv)
         return 2;
     }
 
-    PX_CHECK_GOTO(px_transport_create(&tr), status, out);
-    PX_CHECK_GOTO(px_transport_address(tr, &addr, &len), status, out);
+    px_world_opts_t wo = {.rank = a.rank, .size = a.world, .self_when_alone = 1};
     if (a.coord) {
         PX_CHECK_GOTO(px_rank_link_open(a.coord, a.job, a.rank, a.node, &link), status, out);
-        PX_CHECK_GOTO(px_rank_link_rendezvous(link, addr, len,
-                                              (int)px_env_int("PX_CONNECT_TIMEOUT_MS"), &table),
-                      status, out);
-        PX_CHECK_GOTO(px_comm_create_world(tr, &table, a.rank, -1, &comm), status, out);
-        if (a.rank == 0)
-            PX_CHECK_GOTO(px_rank_link_channel_create(a.coord, &a.report), status, out);
-    } else if (a.world > 1) {
-        PX_CHECK_GOTO(px_bootstrap_create(a.rank, a.world, addr, len, &bs, &table), status, out);
-        PX_CHECK_GOTO(px_comm_create_world(tr, &table, a.rank, px_bootstrap_watch_fd(bs), &comm),
-                      status, out);
-    } else {
-        PX_CHECK_GOTO(px_comm_create_self(tr, NULL, &comm), status, out);
+        wo.rendezvous = px_rank_link_world_rendezvous;
+        wo.rendezvous_arg = link;
     }
-    if (px_comm_size(comm) != a.world) {
-        px_error("bench: world communicator has %d ranks, expected %d", px_comm_size(comm),
-                 a.world);
-        status = PX_ERR_MISMATCH;
-        goto out;
-    }
+    PX_CHECK_GOTO(px_world_open(&wo, &pw), status, out);
+    comm = px_world_comm(pw);
+    if (a.coord && a.rank == 0)
+        PX_CHECK_GOTO(px_rank_link_channel_create(a.coord, &a.report), status, out);
     if (a.rank == 0) {
         px_bench_print_header(stdout, &a.cfg, a.world);
         fflush(stdout);
@@ -268,20 +245,12 @@ int px_rank_bench_main(int argc, char **argv)
         px_error("bench: %s (%s)", px_status_str(status), px_comm_last_error(comm));
         goto out;
     }
-    /* finish together: no rank closes its endpoints while a peer may still
-     * be completing the last collective */
-    if (a.world > 1 && px_barrier(comm, -1) != PX_OK)
-        px_warn("bench: final barrier: %s", px_comm_last_error(comm));
+    px_world_finish(pw);
     ret = 0;
 out:
     if (ret && status != PX_OK && status != PX_ERR_ABORTED)
         px_error("bench: rank %d failed: %s", a.rank, px_status_str(status));
-    px_comm_destroy(comm);
-    /* the worker goes before the bootstrap's clean close (px_bootstrap.h) */
-    px_transport_destroy(tr);
-    if (ret == 0)
-        px_bootstrap_destroy(bs);
-    px_addr_table_free(&table);
+    px_world_close(pw, ret == 0);
     px_rpc_channel_destroy(a.report);
     px_rank_link_close(link);
     return ret;

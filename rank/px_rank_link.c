@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "parallax.pb-c.h"
+#include "px_env.h"
 #include "px_log.h"
 #include "px_rpc.h"
 #include "px_time.h"
@@ -161,6 +162,13 @@ out:
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     free(result.message);
     return status;
+}
+
+px_status_t px_rank_link_world_rendezvous(void *link, const void *addr, size_t len,
+                                          px_addr_table_t *table)
+{
+    return px_rank_link_rendezvous(link, addr, len, (int)px_env_int("PX_CONNECT_TIMEOUT_MS"),
+                                   table);
 }
 
 px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *report,

@@ -26,6 +26,11 @@ px_status_t px_rank_link_open(const char *coord_addr, const char *job_id, int ra
 px_status_t px_rank_link_rendezvous(px_rank_link_t *link, const void *addr, size_t len,
                                     int timeout_ms, px_addr_table_t *table);
 
+/* The same as a px_world_rendezvous_fn_t (px_world.h) for px_world_open:
+ * `link` is the px_rank_link_t; deadline PX_CONNECT_TIMEOUT_MS. */
+px_status_t px_rank_link_world_rendezvous(void *link, const void *addr, size_t len,
+                                          px_addr_table_t *table);
+
 /* Peer.ReportProgress with this step's figures. *stop_p (optional) is set to
  * 1 when the coordinator says the job is ending. A failed report is logged
  * and returned but training may go on. */

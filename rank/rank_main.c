@@ -28,12 +28,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "px_env.h"
 #include "px_log.h"
 #include "px_train.h"
-#include "px_bootstrap.h"
-#include "px_transport.h"
 #include "px_rank_link.h"
+#include "px_world.h"
 #include "bench.h" /* --bench-* flags: collectives benchmark mode (bench_rank.c) */
 
 typedef struct rank_args {
@@ -248,11 +246,8 @@ int main(int argc, char **argv)
     px_status_t status;
     char err[512], tag[64];
     int rank = 0, world = 1, ret = 1;
-    px_comm_t *comm = NULL;
     step_ctx_t ctx = {0};
-    px_transport_t *transport = NULL;
-    px_bootstrap_t *bootstrap = NULL;
-    px_addr_table_t table = {0};
+    px_world_t *pw = NULL;
 
     if (px_rank_bench_requested(argc, argv))
         return px_rank_bench_main(argc, argv);
@@ -261,10 +256,8 @@ int main(int argc, char **argv)
     if (a.coord) {
         rank = a.rank;
         world = a.world;
-    } else if (getenv("PX_WORLD_SIZE") && atoi(getenv("PX_WORLD_SIZE")) > 1) {
-        status = px_bootstrap_from_env(&rank, &world);
-        if (status != PX_OK)
-            return 2;
+    } else if (px_world_env(&rank, &world) != PX_OK) {
+        return 2;
     }
     snprintf(tag, sizeof(tag), "rank %d", rank);
     px_log_set_tag(tag);
@@ -288,60 +281,30 @@ int main(int argc, char **argv)
     }
     ctx.rank = rank;
 
-    if (a.coord || world > 1) {
-        const void *addr;
-        size_t len;
-        PX_CHECK_GOTO(px_transport_create(&transport), status, out);
-        PX_CHECK_GOTO(px_transport_address(transport, &addr, &len), status, out);
-        if (a.coord) {
-            PX_CHECK_GOTO(px_rank_link_open(a.coord, a.job, a.rank, a.node, &ctx.link), status,
-                          out);
-            PX_CHECK_GOTO(px_rank_link_rendezvous(ctx.link, addr, len,
-                                                  (int)px_env_int("PX_CONNECT_TIMEOUT_MS"),
-                                                  &table), status, out);
-            PX_CHECK_GOTO(px_comm_create_world(transport, &table, rank, -1, &comm), status, out);
-        } else {
-            PX_CHECK_GOTO(px_bootstrap_create(rank, world, addr, len, &bootstrap, &table), status,
-                          out);
-            PX_CHECK_GOTO(px_comm_create_world(transport, &table, rank,
-                                               px_bootstrap_watch_fd(bootstrap), &comm),
-                          status, out);
-        }
-        if (px_comm_size(comm) != world) {
-            px_error("world communicator has %d ranks, expected %d", px_comm_size(comm), world);
-            status = PX_ERR_MISMATCH;
-            goto out;
-        }
+    /* daemon mode: the coordinator's rendezvous; otherwise the standalone
+     * bootstrap, or alone without a transport */
+    px_world_opts_t wo = {.rank = rank, .size = world};
+    if (a.coord) {
+        PX_CHECK_GOTO(px_rank_link_open(a.coord, a.job, a.rank, a.node, &ctx.link), status, out);
+        wo.rendezvous = px_rank_link_world_rendezvous;
+        wo.rendezvous_arg = ctx.link;
     }
+    PX_CHECK_GOTO(px_world_open(&wo, &pw), status, out);
 
     px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps};
-    status = px_train_run_ex(&a.cfg, comm, on_step, &ctx, &o);
+    status = px_train_run_ex(&a.cfg, px_world_comm(pw), on_step, &ctx, &o);
     if (status == PX_OK || status == PX_ERR_ABORTED)
         ret = 0;
     else
         px_error("training failed: %s", px_status_str(status));
-    /* finish together: no rank tears its endpoints down while a peer may
-     * still be completing the last all-reduce */
-    if (status == PX_OK && comm && px_comm_size(comm) > 1) {
-        px_status_t bst = px_barrier(comm, -1);
-        if (bst != PX_OK)
-            px_warn("final barrier: %s (%s)", px_status_str(bst), px_comm_last_error(comm));
-    }
+    if (status == PX_OK)
+        px_world_finish(pw);
 
     goto out_ok;
 out:
     px_error("rank %d: setup failed: %s", rank, px_status_str(status));
 out_ok:
-    px_comm_destroy(comm);
-    /* the worker goes first: rank 0 waits in px_bootstrap_destroy for every
-     * goodbye, and a worker kept alive there without progress stalls the
-     * other ranks' endpoint flush (px_bootstrap.h) */
-    px_transport_destroy(transport);
-    /* a clean bootstrap close only when this rank finished; otherwise the
-     * process exit tells rank 0 (and so every peer) that this rank died */
-    if (ret == 0)
-        px_bootstrap_destroy(bootstrap);
-    px_addr_table_free(&table);
+    px_world_close(pw, ret == 0);
     px_rank_link_close(ctx.link);
     if (ctx.metrics && fclose(ctx.metrics)) {
         px_error("metrics file %s: %s", a.metrics_out, strerror(errno));

@@ -308,6 +308,32 @@ static void test_config(void)
         EXPECT(st == cases[i].st && strstr(err, cases[i].want), "case %zu: '%s' wants '%s'", i,
                err, cases[i].want);
     }
+    /* the layout: all zeros is dp = world; it must fit the world, and the
+     * engine runs data parallelism only so far */
+    const struct { px_layout_t l; int world; const char *want; } lc[] = {
+        {{2, 1, 1, 1, 1}, 4, "layout dp=2 tp=1 pp=1 cp=1 ep=1 (world 2) needs 2 ranks, the "
+                             "world has 4"},
+        {{2, 2, 1, 1, 1}, 4, "the engine runs data parallelism and ZeRO only"},
+        {{4, 1, 1, 1, 3}, 4, "ep=3 does not divide dp x cp = 4"},
+        {{8, 1, 1, 1, 1}, 8, "batch 8 is not divisible by dp 8 x grad_accum 2"},
+    };
+    for (size_t i = 0; i < sizeof(lc) / sizeof(lc[0]); i++) {
+        px_train_config_t c = cfg;
+        c.layout = lc[i].l;
+        c.grad_accum = 2;
+        err[0] = 0;
+        px_status_t st = px_train_config_check(&c, lc[i].world, err, sizeof(err));
+        EXPECT(st == PX_ERR_INVALID_ARGUMENT && strstr(err, lc[i].want),
+               "layout case %zu: '%s' wants '%s'", i, err, lc[i].want);
+    }
+    {
+        px_train_config_t c = cfg;
+        px_layout_t got;
+        c.layout = (px_layout_t){4, 1, 1, 1, 1};
+        EXPECT(px_train_config_check(&c, 4, err, sizeof(err)) == PX_OK, "dp 4: %s", err);
+        EXPECT(px_train_layout(&cfg, 4, &got, err, sizeof(err)) == PX_OK && got.dp == 4 &&
+               got.tp == 1 && got.pp == 1 && got.cp == 1 && got.ep == 1, "zeros: dp = world");
+    }
     px_train_config_t c = cfg;
     c.data_path = "/nonexistent/tokens.bin";
     EXPECT(px_train_config_check(&c, 1, err, sizeof(err)) == PX_ERR_NOT_FOUND &&

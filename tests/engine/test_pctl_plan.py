@@ -4,7 +4,11 @@
 pctl plan --params 7.5e9 --dp 64 --zero Z prints 120.0, 31.4, 16.6 and 1.9 GB
 totals (Psi = 7.5B, N_d = 64, K = 12; Rajbhandari et al. 2020, Figure 1);
 --json gives the exact bytes; GPT dims count the working buffers; bad input is
-a usage error (exit 2) naming the value.
+a usage error (exit 2) naming the value. The layout table: --dp 2 --tp 2
+--pp 2 lists every rank's coordinates (tp innermost, then cp, dp, pp), the
+reporting rank and the node of each rank; --nodes/--devices-per-node that
+cannot hold whole tensor groups exit 2 naming the values; tp/pp/cp/ep > 1
+print no memory figures (not planned yet).
 
 usage: test_pctl_plan.py PCTL"""
 import json
@@ -65,8 +69,82 @@ def main():
         print('%s: exit %d %s' % (' '.join(argv), p.returncode,
                                   'ok' if ok else 'FAIL: ' + p.stderr.strip()))
         failures += not ok
+    failures += test_layout(pctl)
     print('FAIL (%d)' % failures if failures else 'PASS')
     return 1 if failures else 0
+
+
+def check(name, ok, detail=''):
+    print('%s: %s%s' % (name, 'ok' if ok else 'FAIL', '' if ok else ' ' + str(detail)))
+    return 0 if ok else 1
+
+
+def test_layout(pctl):
+    failures = 0
+    # text: dp 2 x tp 2 x pp 2 on one node of 8
+    p = subprocess.run([pctl, 'plan', '--dp', '2', '--tp', '2', '--pp', '2'],
+                       capture_output=True, text=True)
+    out = p.stdout.splitlines()
+    rows = []
+    for ln in out[out.index(' rank    dp    tp    pp    cp    ep  node') + 1:] if \
+            ' rank    dp    tp    pp    cp    ep  node' in out else []:
+        rows.append(tuple(int(x) for x in ln.split()))
+    # (rank, dp, tp, pp, cp, ep, node), worked out by hand
+    want = [(0, 0, 0, 0, 0, 0, 0), (1, 0, 1, 0, 0, 0, 0), (2, 1, 0, 0, 0, 0, 0),
+            (3, 1, 1, 0, 0, 0, 0), (4, 0, 0, 1, 0, 0, 0), (5, 0, 1, 1, 0, 0, 0),
+            (6, 1, 0, 1, 0, 0, 0), (7, 1, 1, 1, 0, 0, 0)]
+    failures += check('dp2 tp2 pp2 table', p.returncode == 0 and rows == want, rows)
+    failures += check('dp2 tp2 pp2 header',
+                      'layout: dp=2 tp=2 pp=2 cp=1 ep=1 (world 8); reporting rank 4' in out and
+                      'placement: 1 node x 8 devices (tensor groups whole on one node)' in out,
+                      out[:4])
+    failures += check('tp/pp: no memory figures',
+                      not any(ln.startswith('zero ') for ln in out) and
+                      any('future work' in ln for ln in out), out[:3])
+    # two nodes of 4: tensor groups {0,1} {2,3} on node 0, {4,5} {6,7} on node 1
+    j = json.loads(subprocess.run([pctl, 'plan', '--dp', '2', '--tp', '2', '--pp', '2',
+                                   '--nodes', '2', '--devices-per-node', '4', '--json'],
+                                  capture_output=True, text=True, check=True).stdout)
+    lay = j['layout']
+    failures += check('json dp2 tp2 pp2 on 2 x 4',
+                      [r['node'] for r in lay['ranks']] == [0, 0, 0, 0, 1, 1, 1, 1] and
+                      [(r['dp'], r['tp'], r['pp']) for r in lay['ranks']] ==
+                      [w[1:4] for w in want] and lay['world'] == 8 and
+                      lay['reporting_rank'] == 4 and j['stages'] == [] and
+                      j['memory_planned'] is False, lay)
+    # dp 4 x cp 2, ep 4 in the dp x cp grid: rank = cp + 2 dp, ep = rank % 4,
+    # edp = rank / 4; 2 nodes (default 4 devices each)
+    j = json.loads(subprocess.run([pctl, 'plan', '--dp', '4', '--cp', '2', '--ep', '4',
+                                   '--nodes', '2', '--json'],
+                                  capture_output=True, text=True, check=True).stdout)
+    lay = j['layout']
+    got = [(r['rank'], r['dp'], r['cp'], r['ep'], r['edp'], r['node']) for r in lay['ranks']]
+    want = [(r, r // 2, r % 2, r % 4, r // 4, r // 4) for r in range(8)]
+    failures += check('json dp4 cp2 ep4', got == want and lay['devices_per_node'] == 4 and
+                      lay['reporting_rank'] == 0, got)
+    # dp only: the memory plan as before, plus the table
+    j = json.loads(subprocess.run([pctl, 'plan', '--params', '1000', '--dp', '2', '--zero', '0',
+                                   '--precision', 'fp32', '--json'],
+                                  capture_output=True, text=True, check=True).stdout)
+    failures += check('dp only keeps the memory plan',
+                      j['memory_planned'] is True and j['stages'][0]['total_bytes'] == 16000 and
+                      [r['dp'] for r in j['layout']['ranks']] == [0, 1], j)
+    # layouts that cannot run or cannot be placed: exit 2, naming the values
+    for argv, want_err in (
+            (['--tp', '4', '--nodes', '2', '--devices-per-node', '2'],
+             'tp=4 needs 4 devices on one node (a tensor group stays on one node); the '
+             'largest node has 2 free'),
+            (['--dp', '2', '--tp', '2', '--pp', '2', '--nodes', '2', '--devices-per-node', '3'],
+             'world=8 (dp=2 x tp=2 x pp=2 x cp=1) needs 8 devices; the cluster has 6 free'),
+            (['--dp', '3', '--tp', '2', '--nodes', '2', '--devices-per-node', '3'],
+             'only 2 whole tensor groups of 3 fit'),
+            (['--dp', '2', '--cp', '2', '--ep', '3'], 'ep=3 does not divide dp x cp = 4'),
+            (['--heads', '4', '--tp', '3'], 'heads 4 is not divisible by tp 3'),
+            (['--layers', '2', '--pp', '4'], 'layers 2 are fewer than pp 4 pipeline stages')):
+        p = subprocess.run([pctl, 'plan'] + argv, capture_output=True, text=True)
+        failures += check(' '.join(argv), p.returncode == 2 and want_err in p.stderr and
+                          not p.stdout, (p.returncode, p.stderr.strip()))
+    return failures
 
 
 if __name__ == '__main__':

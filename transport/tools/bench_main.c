@@ -27,8 +27,8 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "px_bootstrap.h"
 #include "px_log.h"
+#include "px_world.h"
 
 typedef struct {
     px_bench_cfg_t cfg;
@@ -176,24 +176,17 @@ static int on_row(void *arg, const px_bench_row_t *row)
     return 0;
 }
 
-/* One rank: transport, bootstrap, world communicator, the loop. Returns the
- * process exit status. */
+/* One rank: the world (px_world.h), the loop. Returns the process exit
+ * status. */
 static int run_rank(main_args_t *a)
 {
-    px_transport_t *tr = NULL;
-    px_bootstrap_t *bs = NULL;
-    px_addr_table_t table = {0};
-    px_comm_t *comm = NULL;
+    px_world_t *pw = NULL;
+    px_comm_t *comm;
     px_status_t status;
-    const void *addr;
-    size_t len;
     char err[200], tag[32];
     int ret = 1;
 
-    a->rank = 0;
-    a->world = 1;
-    if (getenv("PX_WORLD_SIZE") && atoi(getenv("PX_WORLD_SIZE")) > 1 &&
-        px_bootstrap_from_env(&a->rank, &a->world) != PX_OK)
+    if (px_world_env(&a->rank, &a->world) != PX_OK)
         return 2;
     snprintf(tag, sizeof tag, "rank %d", a->rank);
     px_log_set_tag(tag);
@@ -202,15 +195,9 @@ static int run_rank(main_args_t *a)
             fprintf(stderr, "px-coll-bench: %s\n", err);
         return 2;
     }
-    PX_CHECK_GOTO(px_transport_create(&tr), status, out);
-    PX_CHECK_GOTO(px_transport_address(tr, &addr, &len), status, out);
-    if (a->world > 1) {
-        PX_CHECK_GOTO(px_bootstrap_create(a->rank, a->world, addr, len, &bs, &table), status, out);
-        PX_CHECK_GOTO(px_comm_create_world(tr, &table, a->rank, px_bootstrap_watch_fd(bs), &comm),
-                      status, out);
-    } else {
-        PX_CHECK_GOTO(px_comm_create_self(tr, NULL, &comm), status, out);
-    }
+    px_world_opts_t wo = {.rank = a->rank, .size = a->world, .self_when_alone = 1};
+    PX_CHECK_GOTO(px_world_open(&wo, &pw), status, out);
+    comm = px_world_comm(pw);
     if (a->rank == 0) {
         if (a->json)
             printf("{\"op\":\"%s\",\"ranks\":%d,\"rows\":[", px_bench_op_name(a->cfg.op), a->world);
@@ -224,8 +211,7 @@ static int run_rank(main_args_t *a)
         px_error("benchmark failed: %s (%s)", px_status_str(status), px_comm_last_error(comm));
         goto out;
     }
-    if (a->world > 1 && px_barrier(comm, -1) != PX_OK)
-        px_warn("final barrier failed: %s", px_comm_last_error(comm));
+    px_world_finish(pw);
     if (a->rank == 0) {
         if (a->json)
             printf("],\"avg_busbw\":%.4f,\"wrong\":%lld}\n", a->rows ? a->busbw_sum / a->rows : 0.0,
@@ -238,12 +224,8 @@ static int run_rank(main_args_t *a)
     }
     ret = a->wrong ? 3 : 0;
 out:
-    px_comm_destroy(comm);
-    /* the worker goes before the bootstrap's clean close (px_bootstrap.h) */
-    px_transport_destroy(tr);
-    if (ret == 0)
-        px_bootstrap_destroy(bs); /* a clean close; otherwise our exit reports the failure */
-    px_addr_table_free(&table);
+    /* a clean close only for a finished rank; otherwise our exit reports the failure */
+    px_world_close(pw, ret == 0);
     return ret;
 }
 
