@@ -210,8 +210,8 @@ static px_status_t check_files(const px_job_config_t *cfg, char *errbuf, size_t 
         char meta[4200];
         snprintf(meta, sizeof(meta), "%s/meta.json", cfg->resume_dir);
         if (access(meta, R_OK))
-            return fail(errbuf, errlen, "resume_dir='%s' holds no complete checkpoint (cannot "
-                        "read meta.json: %s)", cfg->resume_dir, strerror(errno));
+            return fail(errbuf, errlen, "resume_dir='%s' is an incomplete or missing checkpoint "
+                        "(cannot read meta.json: %s)", cfg->resume_dir, strerror(errno));
     }
     return PX_OK;
 }
