@@ -7,13 +7,10 @@
  * own connection (px_store_table). Loop thread only. */
 #include "memstore.h"
 
-#include <errno.h>
 #include <sqlite3.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "px_log.h"
 
