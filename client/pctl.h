@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "layout.h"
 #include "parallax.pb-c.h"
 #include "px_rpc.h"
 
@@ -75,6 +76,14 @@ int pctl_state_is_final(Parallax__V1__JobState state);
 const char *pctl_fmt_duration(double seconds, char *buf, size_t len);
 const char *pctl_fmt_rate(double per_second, char *buf, size_t len);
 
+/* The parallel layout of a job's spec (JobSpec.parallel, or dp alone for
+ * specs of old clients and bench jobs) into *l. Returns 1 if the job has a
+ * spec and the layout is valid (px_layout_check), else 0 (l undefined). */
+int pctl_job_layout(const Parallax__V1__Job *job, px_layout_t *l);
+/* The job as JSON: its fields, spec (with "parallel": {dp, tp, pp, cp, ep,
+ * world}), ranks (each with "coord": {dp, tp, pp, cp, ep} and "reporting":
+ * true for the rank whose step figures the job records) and
+ * "reporting_rank". Caller owns the result. */
 json_t *pctl_json_job(const Parallax__V1__Job *job);
 json_t *pctl_json_metrics(const Parallax__V1__StepMetrics *m);
 json_t *pctl_json_node(const Parallax__V1__NodeInfo *node);

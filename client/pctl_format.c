@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobcfg.h"
+#include "jobspec.h"
 #include "pctl.h"
 
 const char *pctl_code_name(grpc_status_code code)
@@ -112,10 +114,21 @@ static json_t *json_float(float f)
     return json_real(strtod(buf, NULL));
 }
 
+int pctl_job_layout(const Parallax__V1__Job *job, px_layout_t *l)
+{
+    if (!job->spec)
+        return 0;
+    px_jobspec_layout(job->spec, l);
+    return px_layout_check(l, NULL, 0) == PX_OK;
+}
+
 json_t *pctl_json_job(const Parallax__V1__Job *job)
 {
     json_t *o = json_object(), *ranks = json_array(), *spec = json_object();
     const Parallax__V1__JobSpec *sp = job->spec;
+    px_layout_t l;
+    int has_layout = pctl_job_layout(job, &l);
+    int reporting = has_layout ? px_layout_reporting_rank(&l) : -1;
 
     json_object_set_new(o, "id", json_str(job->id));
     json_object_set_new(o, "name", json_str(sp ? sp->name : ""));
@@ -137,9 +150,14 @@ json_t *pctl_json_job(const Parallax__V1__Job *job)
         json_object_set_new(spec, "heads", json_integer(m ? m->heads : 0));
         json_object_set_new(spec, "dim", json_integer(m ? m->dim : 0));
         json_object_set_new(spec, "seq", json_integer(m ? m->seq : 0));
-        json_object_set_new(spec, "vocab", json_integer(m && m->vocab ? m->vocab : 256));
+        json_object_set_new(spec, "vocab", json_integer(m && m->vocab ? m->vocab : PX_DEFAULT_VOCAB));
         json_object_set_new(spec, "data_path", json_str(sp->data_path));
         json_object_set_new(spec, "dp", json_integer(sp->dp));
+        if (has_layout)
+            json_object_set_new(spec, "parallel",
+                                json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "dp", l.dp, "tp", l.tp,
+                                          "pp", l.pp, "cp", l.cp, "ep", l.ep, "world",
+                                          px_layout_world(&l)));
         json_object_set_new(spec, "batch", json_integer(sp->batch));
         json_object_set_new(spec, "steps", json_integer(sp->steps));
         json_object_set_new(spec, "lr", json_float(sp->lr));
@@ -158,9 +176,19 @@ json_t *pctl_json_job(const Parallax__V1__Job *job)
         json_object_set_new(jr, "pid", json_integer(r->pid));
         json_object_set_new(jr, "state", json_str(r->state));
         json_object_set_new(jr, "exit_code", json_integer(r->exit_code));
+        if (has_layout && (int)r->rank < px_layout_world(&l)) {
+            px_coord_t c;
+            px_layout_coord(&l, (int)r->rank, &c);
+            json_object_set_new(jr, "coord",
+                                json_pack("{s:i, s:i, s:i, s:i, s:i}", "dp", c.dp, "tp", c.tp,
+                                          "pp", c.pp, "cp", c.cp, "ep", c.ep));
+            json_object_set_new(jr, "reporting", json_boolean((int)r->rank == reporting));
+        }
         json_array_append_new(ranks, jr);
     }
     json_object_set_new(o, "ranks", ranks);
+    if (has_layout)
+        json_object_set_new(o, "reporting_rank", json_integer(reporting));
     return o;
 }
 

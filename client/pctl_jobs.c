@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "jobspec.h"
+#include "layout.h"
 #include "pctl.h"
 #include "px_time.h"
 
@@ -365,7 +367,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
 {
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP,
-           O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS };
+           O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -373,6 +375,10 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"seq", required_argument, NULL, O_SEQ},
         {"data", required_argument, NULL, O_DATA},
         {"dp", required_argument, NULL, O_DP},
+        {"tp", required_argument, NULL, O_TP},
+        {"pp", required_argument, NULL, O_PP},
+        {"cp", required_argument, NULL, O_CP},
+        {"ep", required_argument, NULL, O_EP},
         {"batch", required_argument, NULL, O_BATCH},
         {"steps", required_argument, NULL, O_STEPS},
         {"lr", required_argument, NULL, O_LR},
@@ -396,81 +402,86 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     Parallax__V1__SubmitJobRequest req = PARALLAX__V1__SUBMIT_JOB_REQUEST__INIT;
-    Parallax__V1__JobSpec spec = PARALLAX__V1__JOB_SPEC__INIT;
-    Parallax__V1__ModelSpec model = PARALLAX__V1__MODEL_SPEC__INIT;
     Parallax__V1__SubmitJobResponse *resp = NULL;
+    px_job_config_t cfg;
+    px_jobspec_msg_t msg; /* the JobSpec, written from cfg (jobspec.h) */
     const char *data = NULL, *name = NULL;
     char *data_abs = NULL;
     char *abs_paths[3] = {NULL, NULL, NULL}; /* issue 4: checkpoint, resume, export */
     int follow = 0, json = 0, opt, rc = PCTL_EXIT_FAIL;
+    uint32_t max_restarts = 0;
     uint64_t v;
     double d;
 
-    model.layers = 4;
-    model.heads = 4;
-    model.dim = 128;
-    model.seq = 128;
-    model.vocab = 256;
-    spec.dp = 1;
-    spec.batch = 16;
-    spec.steps = 300;
-    spec.lr = 2e-3f;
-    spec.seed = 1337;
-    spec.warmup_steps = 0;
-    spec.weight_decay = 0.1f;
-    spec.min_lr_ratio = 0.1f;
+    /* the job's defaults are the planner's (jobcfg.h); pctl's own are the
+     * quickstart model's size and run length */
+    px_job_config_defaults(&cfg);
+    cfg.layers = 4;
+    cfg.heads = 4;
+    cfg.dim = 128;
+    cfg.seq = 128;
+    cfg.batch = 16;
+    cfg.steps = 300;
 
-#define U32_OPT(flag, field, lo)                                                   \
+#define INT_OPT(flag, field, lo)                                                   \
     do {                                                                           \
-        if (pctl_parse_u64("submit", flag, optarg, lo, UINT32_MAX, &v))            \
+        if (pctl_parse_u64("submit", flag, optarg, lo, INT32_MAX, &v))             \
             return PCTL_EXIT_USAGE;                                                \
-        field = (uint32_t)v;                                                       \
+        field = (int)v;                                                            \
     } while (0)
 
     opterr = 0;
     while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (opt) {
-        case O_LAYERS: U32_OPT("--layers", model.layers, 1); break;
-        case O_HEADS: U32_OPT("--heads", model.heads, 1); break;
-        case O_DIM: U32_OPT("--dim", model.dim, 1); break;
-        case O_SEQ: U32_OPT("--seq", model.seq, 1); break;
-        case O_VOCAB: U32_OPT("--vocab", model.vocab, 1); break;
-        case O_DP: U32_OPT("--dp", spec.dp, 1); break;
-        case O_BATCH: U32_OPT("--batch", spec.batch, 1); break;
-        case O_STEPS: U32_OPT("--steps", spec.steps, 1); break;
-        case O_WARMUP: U32_OPT("--warmup", spec.warmup_steps, 0); break;
+        case O_LAYERS: INT_OPT("--layers", cfg.layers, 1); break;
+        case O_HEADS: INT_OPT("--heads", cfg.heads, 1); break;
+        case O_DIM: INT_OPT("--dim", cfg.dim, 1); break;
+        case O_SEQ: INT_OPT("--seq", cfg.seq, 1); break;
+        case O_VOCAB: INT_OPT("--vocab", cfg.vocab, 1); break;
+        case O_DP: INT_OPT("--dp", cfg.layout.dp, 1); break;
+        case O_TP: INT_OPT("--tp", cfg.layout.tp, 1); break;
+        case O_PP: INT_OPT("--pp", cfg.layout.pp, 1); break;
+        case O_CP: INT_OPT("--cp", cfg.layout.cp, 1); break;
+        case O_EP: INT_OPT("--ep", cfg.layout.ep, 1); break;
+        case O_BATCH: INT_OPT("--batch", cfg.batch, 1); break;
+        case O_STEPS: INT_OPT("--steps", cfg.steps, 1); break;
+        case O_WARMUP:
+            INT_OPT("--warmup", cfg.warmup_steps, 0);
+            if (cfg.warmup_steps == 0)
+                cfg.warmup_steps = -1; /* 0 on the wire: steps/20 */
+            break;
         case O_SEED:
             if (pctl_parse_u64("submit", "--seed", optarg, 0, UINT64_MAX, &v))
                 return PCTL_EXIT_USAGE;
-            spec.seed = v;
+            cfg.seed = v;
             break;
         case O_LR:
             if (pctl_parse_float("submit", "--lr", optarg, 1e-12, 10.0, &d))
                 return PCTL_EXIT_USAGE;
-            spec.lr = (float)d;
+            cfg.lr = (float)d;
             break;
         case O_WD:
             if (pctl_parse_float("submit", "--weight-decay", optarg, 0.0, 10.0, &d))
                 return PCTL_EXIT_USAGE;
-            spec.weight_decay = (float)d;
+            cfg.weight_decay = (float)d;
             break;
         case O_MINLR:
             if (pctl_parse_float("submit", "--min-lr-ratio", optarg, 0.0, 1.0, &d))
                 return PCTL_EXIT_USAGE;
-            spec.min_lr_ratio = (float)d;
+            cfg.min_lr_ratio = (float)d;
             break;
-        case O_ZERO: U32_OPT("--zero", spec.zero, 0); break;
-        case O_ACCUM: U32_OPT("--grad-accum", spec.grad_accum, 1); break;
-        case O_CKPT_EVERY: U32_OPT("--checkpoint-every", spec.checkpoint_every, 0); break;
+        case O_ZERO: INT_OPT("--zero", cfg.zero, 0); break;
+        case O_ACCUM: INT_OPT("--grad-accum", cfg.grad_accum, 1); break;
+        case O_CKPT_EVERY: INT_OPT("--checkpoint-every", cfg.checkpoint_every, 0); break;
         case O_MAX_RESTARTS:
             if (pctl_parse_u64("submit", "--max-restarts", optarg, 0, 100, &v))
                 return PCTL_EXIT_USAGE;
-            spec.max_restarts = (uint32_t)v;
+            max_restarts = (uint32_t)v;
             break;
         case O_CLIP:
             if (pctl_parse_float("submit", "--clip", optarg, 0.0, 1e6, &d))
                 return PCTL_EXIT_USAGE;
-            spec.grad_clip = d > 0 ? (float)d : -1.0f; /* 0 = off on the wire is < 0 */
+            cfg.grad_clip = (float)d; /* 0 = off (written as < 0 on the wire) */
             break;
         case O_CKPT_DIR: case O_RESUME: case O_SAFET: {
             /* sent as absolute paths: the ranks may run elsewhere */
@@ -494,34 +505,35 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         default: return pctl_usage_error("submit", "unknown option '%s'", argv[optind - 1]);
         }
     }
-#undef U32_OPT
+#undef INT_OPT
     if (optind < argc)
         return pctl_usage_error("submit", "unexpected argument '%s'", argv[optind]);
     if (!data)
         return pctl_usage_error("submit", "missing --data FILE");
-    if (spec.batch % spec.dp != 0)
-        return pctl_usage_error("submit", "--batch %u is not divisible by --dp %u", spec.batch,
-                                spec.dp);
+    /* the flags among themselves (a usage error, exit 2); the job's other
+     * rules are the daemon's to check, with the same validator */
+    if (cfg.batch % ((long long)cfg.layout.dp * cfg.grad_accum) != 0)
+        return pctl_usage_error("submit", "--batch %d is not divisible by --dp %d x --grad-accum "
+                                "%d", cfg.batch, cfg.layout.dp, cfg.grad_accum);
     data_abs = realpath(data, NULL);
     if (!data_abs)
         return pctl_usage_error("submit", "invalid value '%s' for --data: %s", data,
                                 strerror(errno));
-    /* Without --name the daemon names the job after its id: a default
-     * must never collide with an active job's name (ALREADY_EXISTS is for
-     * names the user chose). */
-    if (!name)
-        name = "";
-    spec.name = (char *)name;
-    spec.data_path = data_abs;
-    spec.checkpoint_dir = abs_paths[0] ? abs_paths[0] : (char *)"";
-    spec.resume_dir = abs_paths[1] ? abs_paths[1] : (char *)"";
-    spec.export_safetensors = abs_paths[2] ? abs_paths[2] : (char *)"";
-    if (spec.checkpoint_every && !abs_paths[0]) {
+    cfg.data_path = data_abs;
+    cfg.checkpoint_dir = abs_paths[0];
+    cfg.resume_dir = abs_paths[1];
+    cfg.export_safetensors = abs_paths[2];
+    if (cfg.checkpoint_every && !abs_paths[0]) {
         rc = pctl_usage_error("submit", "--checkpoint-every needs --checkpoint-dir");
         goto out;
     }
-    spec.model = &model;
-    req.spec = &spec;
+    px_jobspec_from_config(&cfg, &msg);
+    /* Without --name the daemon names the job after its id: a default
+     * must never collide with an active job's name (ALREADY_EXISTS is for
+     * names the user chose). */
+    msg.spec.name = (char *)(name ? name : "");
+    msg.spec.max_restarts = max_restarts;
+    req.spec = &msg.spec;
 
     if (pctl_call(ctx, "submit", M_SUBMIT, &req.base,
                   &parallax__v1__submit_job_response__descriptor, (ProtobufCMessage **)&resp))
@@ -602,7 +614,10 @@ static void print_job(const Parallax__V1__Job *j)
 {
     const Parallax__V1__JobSpec *s = j->spec;
     const Parallax__V1__ModelSpec *m = s ? s->model : NULL;
-    char b1[64], b2[64], b3[32];
+    char b1[128], b2[64], b3[32];
+    px_layout_t l;
+    int has_layout = pctl_job_layout(j, &l);
+    int reporting = has_layout ? px_layout_reporting_rank(&l) : -1;
 
     printf("job          %s\n", j->id);
     printf("name         %s\n", s && s->name ? s->name : "");
@@ -630,7 +645,7 @@ static void print_job(const Parallax__V1__Job *j)
         printf("coordinator  %s\n", j->coordinator);
     if (m)
         printf("model        layers %u, heads %u, dim %u, seq %u, vocab %u\n", m->layers,
-               m->heads, m->dim, m->seq, m->vocab ? m->vocab : 256);
+               m->heads, m->dim, m->seq, m->vocab ? m->vocab : PX_DEFAULT_VOCAB);
     if (s) {
         printf("training     dp %u, batch %u, steps %u, lr %g, seed %llu, warmup %u, "
                "weight decay %g, min lr ratio %g\n",
@@ -638,18 +653,39 @@ static void print_job(const Parallax__V1__Job *j)
                s->weight_decay, s->min_lr_ratio);
         printf("data         %s\n", s->data_path ? s->data_path : "");
     }
+    if (has_layout) {
+        printf("layout       %s; rank = tp + tp x (cp + cp x (dp + dp x pp)); "
+               "* reports the step figures\n", px_layout_str(&l, b1, sizeof(b1)));
+    }
     if (j->n_ranks > 0) {
-        printf("ranks:\n  %-5s %-16s %-8s %-8s %-10s %s\n", "RANK", "NODE", "DEVICE", "PID",
-               "STATE", "EXIT");
+        /* per rank its coordinates in the layout (layout.h), where it runs,
+         * and how it is doing */
+        printf("ranks:\n  %-6s %-3s %-3s %-3s %-3s %-3s %-16s %-8s %-8s %-10s %s\n", "RANK",
+               "DP", "TP", "PP", "CP", "EP", "NODE", "DEVICE", "PID", "STATE", "EXIT");
         for (size_t i = 0; i < j->n_ranks; i++) {
             const Parallax__V1__RankInfo *r = j->ranks[i];
-            char ex[16];
+            char ex[16], rk[16], co[5][12];
+            px_coord_t c;
             if (r->state && !strcmp(r->state, "exited"))
                 snprintf(ex, sizeof(ex), "%d", r->exit_code);
             else
                 snprintf(ex, sizeof(ex), "-");
-            printf("  %-5u %-16s %-8s %-8d %-10s %s\n", r->rank, r->node ? r->node : "",
-                   r->device ? r->device : "", r->pid, r->state ? r->state : "", ex);
+            snprintf(rk, sizeof(rk), "%u%s", r->rank,
+                     has_layout && (int)r->rank == reporting ? "*" : "");
+            if (has_layout && (int)r->rank < px_layout_world(&l)) {
+                px_layout_coord(&l, (int)r->rank, &c);
+                snprintf(co[0], sizeof(co[0]), "%d", c.dp);
+                snprintf(co[1], sizeof(co[1]), "%d", c.tp);
+                snprintf(co[2], sizeof(co[2]), "%d", c.pp);
+                snprintf(co[3], sizeof(co[3]), "%d", c.cp);
+                snprintf(co[4], sizeof(co[4]), "%d", c.ep);
+            } else {
+                for (int k = 0; k < 5; k++)
+                    snprintf(co[k], sizeof(co[k]), "-");
+            }
+            printf("  %-6s %-3s %-3s %-3s %-3s %-3s %-16s %-8s %-8d %-10s %s\n", rk, co[0], co[1],
+                   co[2], co[3], co[4], r->node ? r->node : "", r->device ? r->device : "",
+                   r->pid, r->state ? r->state : "", ex);
         }
     }
 }

@@ -13,15 +13,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobcfg.h"
 #include "pctl.h"
 
 #define PCTL_DEFAULT_SERVER "127.0.0.1:7070"
+#define PCTL_STR_(x) #x
+#define PCTL_STR(x) PCTL_STR_(x) /* a number macro as a string literal */
 #define PCTL_DEFAULT_TIMEOUT_MS 5000
 
 static const pctl_command_t commands[] = {
     {"submit", "submit a training job (Control.SubmitJob)",
      "usage: pctl submit --data FILE [--name S] [--layers N] [--heads N] [--dim N] [--seq N]\n"
-     "                   [--dp N] [--batch N] [--steps N] [--lr F] [--seed N] [--warmup N]\n"
+     "                   [--vocab N] [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]\n"
+     "                   [--batch N] [--steps N] [--lr F] [--seed N] [--warmup N]\n"
      "                   [--weight-decay F] [--min-lr-ratio F] [--zero 0-3] [--grad-accum N]\n"
      "                   [--clip F] [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
      "                   [--export-safetensors FILE] [--max-restarts N] [--follow] [--json]\n"
@@ -34,8 +38,14 @@ static const pctl_command_t commands[] = {
      "  --heads N          attention heads (default 4)\n"
      "  --dim N            model width (default 128)\n"
      "  --seq N            sequence length in tokens (default 128)\n"
-     "  --dp N             data-parallel ranks (default 1)\n"
-     "  --batch N          GLOBAL batch in sequences, divisible by dp (default 16)\n"
+     "  --vocab N          token ids (default " PCTL_STR(PX_DEFAULT_VOCAB) ", bytes); every token\n"
+     "                     of the data file must be below it\n"
+     "  --dp N             data-parallel degree (default 1)\n"
+     "  --tp N --pp N --cp N --ep N  tensor, pipeline, context and expert parallel\n"
+     "                     degrees (default 1); the job runs dp x tp x pp x cp ranks,\n"
+     "                     each tensor group on one node (`pctl status` shows the layout)\n"
+     "  --batch N          GLOBAL batch in sequences, divisible by dp x grad-accum\n"
+     "                     (default 16)\n"
      "  --steps N          optimizer steps (default 300)\n"
      "  --lr F             peak learning rate (default 2e-3)\n"
      "  --seed N           initialisation and data seed (default 1337)\n"
@@ -65,7 +75,9 @@ static const pctl_command_t commands[] = {
     {"status", "show one job",
      "usage: pctl status JOB [--json]\n"
      "\n"
-     "Shows a job: state, reason, progress, loss, rates, spec and its ranks.\n",
+     "Shows a job: state, reason, progress, loss, rates, spec, its layout and its ranks:\n"
+     "per rank its coordinates (dp, tp, pp, cp, ep), node and device; the rank marked *\n"
+     "reports the job's step figures (the last pipeline stage's first tensor rank).\n",
      pctl_cmd_status},
     {"watch", "follow a job until it ends",
      "usage: pctl watch JOB [--json]\n"
@@ -116,7 +128,8 @@ static const pctl_command_t commands[] = {
      "reports the step's figures, and the node each rank would be placed on (tensor\n"
      "groups whole on one node). The memory of tp/pp/cp/ep > 1 is not planned yet.\n"
      "  --params N         parameter count (e.g. 7.5e9); the model is one unit\n"
-     "  --layers/--dim/--heads/--vocab/--seq  GPT dims (defaults 4/128/4/256/128);\n"
+     "  --layers/--dim/--heads/--vocab/--seq  GPT dims (defaults 4/128/4/"
+     PCTL_STR(PX_DEFAULT_VOCAB) "/128);\n"
      "                     stages 2/3 then also count the gathered / in-flight layers\n"
      "  --dp N             data-parallel degree (default 1)\n"
      "  --tp/--pp/--cp N   tensor, pipeline, context-parallel degrees (default 1)\n"
@@ -134,7 +147,7 @@ static const pctl_command_t commands[] = {
     {"data", "prepare token files (local, no daemon)",
      "usage: pctl data prepare --text IN.txt --out OUT.bin [--val-fraction F]\n"
      "\n"
-     "Tokenizes text byte by byte (vocab 256) into the llm.c token layout: a 256 x int32\n"
+     "Tokenizes text byte by byte (vocab " PCTL_STR(PX_DEFAULT_VOCAB) ") into the llm.c token layout: a 256 x int32\n"
      "header (magic 20240520, version 1, token count) then uint16 tokens.\n"
      "  --val-fraction F   put the last fraction F (0 <= F < 1) of the text into a\n"
      "                     validation file next to OUT, named with \"_val\" before the\n"

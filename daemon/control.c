@@ -107,12 +107,19 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
         px_rpc_call_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: missing");
         return;
     }
-    if (px_bench_spec_is(req->spec)) /* issue 3: a collectives benchmark job */
+    if (px_bench_spec_is(req->spec)) { /* issue 3: a collectives benchmark job */
         status = px_bench_spec_validate(req->spec, px_nodes_cluster_devices(d), err, sizeof(err));
-    else
-        status = px_validate_spec(req->spec, px_nodes_cluster_devices(d), err, sizeof(err));
-    if (status == PX_OK && !px_bench_spec_is(req->spec)) /* issue 4: ZeRO, checkpoints */
-        status = px_zero_spec_validate(req->spec, err, sizeof(err));
+    } else { /* this node's devices first, then the alive peers' */
+        int *counts = malloc(sizeof(*counts) * (size_t)(d->n_peers + 1));
+        if (!counts) {
+            px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
+        status = px_validate_spec(req->spec, counts,
+                                  px_nodes_device_counts(d, counts, d->n_peers + 1), err,
+                                  sizeof(err));
+        free(counts);
+    }
     if (status != PX_OK) {
         px_info("SubmitJob rejected: %s", err);
         px_rpc_call_fail(call, px_rpc_code_from_status(status), "%s", err);

@@ -199,11 +199,17 @@ const char *px_auth_ca_file(const px_daemon_t *d);
 
 /* ------------------------------------------------------------ validate.c */
 
-/* Checks `spec` (defaults applied first: vocab 0 -> 256, name "" stays) against
- * itself, the data file and `cluster_devices`. On error writes a message
- * naming the value into errbuf and returns PX_ERR_INVALID_ARGUMENT. */
-px_status_t px_validate_spec(const Parallax__V1__JobSpec *spec, int cluster_devices,
-                             char *errbuf, size_t errlen);
+/* Checks a training `spec` at submit: the planner's one validator
+ * (px_job_config_check on the spec as jobspec.h reads it, wire zeros as
+ * defaults: the token file read, paths absolute), the name (at most 200
+ * characters), max_restarts (0..100, needs checkpoint_dir), and that its
+ * layout can be placed on the cluster when idle: node_devices[n] devices
+ * on each of nnodes nodes (this node first, then the alive peers), the
+ * world in all and every tensor group whole on one node; then layouts the
+ * engine cannot run yet. On error writes a message naming the values into
+ * errbuf and returns PX_ERR_INVALID_ARGUMENT. */
+px_status_t px_validate_spec(const Parallax__V1__JobSpec *spec, const int *node_devices,
+                             int nnodes, char *errbuf, size_t errlen);
 
 /* --------------------------------------------------------------- nodes.c */
 
@@ -213,6 +219,9 @@ void px_nodes_fini(px_daemon_t *d);
 void px_nodes_start(px_daemon_t *d);
 /* Devices in the cluster: this node's plus every alive peer's. */
 int px_nodes_cluster_devices(px_daemon_t *d);
+/* Devices of each node, free or not: this node's into counts[0], then each
+ * alive peer's, at most `max` nodes. Returns the number of nodes written. */
+int px_nodes_device_counts(px_daemon_t *d, int *counts, int max);
 /* Peer by node name (alive or not), NULL if unknown. */
 px_peer_t *px_nodes_peer_by_name(px_daemon_t *d, const char *name);
 /* Fills `info` (caller frees with px_nodes_info_free) with this node. */

@@ -1,7 +1,8 @@
 /* job.c: the coordinator's job state machine.
  *
- * PENDING -> (placement on free devices, nodes in order: this node, then
- * peers as listed) STARTING -> (LaunchRanks to each node; every rank
+ * PENDING -> (placement of the layout's world on free devices with
+ * px_layout_place: nodes in order, this node first, then the alive peers as
+ * listed; a tensor group never spans nodes) STARTING -> (LaunchRanks to each node; every rank
  * registers; the held RegisterRank calls are answered with the full table)
  * RUNNING -> COMPLETED (every rank exited 0) | FAILED (a rank exited non-zero
  * or died, a node stopped heartbeating, the rendezvous deadline passed) |
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "benchstore.h"
+#include "jobspec.h"
 #include "memstore.h"
 #include "daemon.h"
 #include "px_env.h"
@@ -407,9 +409,30 @@ px_status_t px_job_submit(px_daemon_t *d, const Parallax__V1__JobSpec *spec, px_
         copy->name = strdup(job->id);
     }
     if (copy->model && copy->model->vocab == 0)
-        copy->model->vocab = 256;
+        copy->model->vocab = PX_DEFAULT_VOCAB;
     if (copy->warmup_steps == 0)
         copy->warmup_steps = copy->steps / 20;
+    if (!px_bench_spec_is(copy)) {
+        /* the layout spelled out, also for old clients that sent dp alone
+         * (no `parallel`): what GetJob shows is what the ranks run */
+        px_layout_t l;
+        px_jobspec_layout(copy, &l);
+        if (!copy->parallel) {
+            copy->parallel = malloc(sizeof(*copy->parallel)); /* freed with the message */
+            if (!copy->parallel) {
+                protobuf_c_message_free_unpacked(&copy->base, NULL);
+                uv_close((uv_handle_t *)&job->rdv_timer, on_job_closed);
+                return PX_ERR_NO_MEMORY;
+            }
+            parallax__v1__parallel_spec__init(copy->parallel);
+        }
+        copy->parallel->dp = (uint32_t)l.dp;
+        copy->parallel->tp = (uint32_t)l.tp;
+        copy->parallel->pp = (uint32_t)l.pp;
+        copy->parallel->cp = (uint32_t)l.cp;
+        copy->parallel->ep = (uint32_t)l.ep;
+        copy->dp = (uint32_t)l.dp;
+    }
     job->state = PARALLAX__V1__JOB_STATE__JOB_PENDING;
     job->created_ms = px_time_wall_ms();
     snprintf(job->coordinator, sizeof(job->coordinator), "%s", d->cfg.name);
@@ -420,10 +443,15 @@ px_status_t px_job_submit(px_daemon_t *d, const Parallax__V1__JobSpec *spec, px_
         job_event(job, "submitted: name %s, bench %s on %u ranks, %llu..%llu bytes", copy->name,
                   copy->bench->op, copy->dp, (unsigned long long)copy->bench->min_bytes,
                   (unsigned long long)copy->bench->max_bytes);
-    else
-        job_event(job, "submitted: name %s, dp %u, %u layers, %u heads, dim %u, seq %u, batch %u, "
-                  "%u steps", copy->name, copy->dp, copy->model->layers, copy->model->heads,
-                  copy->model->dim, copy->model->seq, copy->batch, copy->steps);
+    else {
+        px_layout_t l;
+        char lbuf[128];
+        px_jobspec_layout(copy, &l);
+        job_event(job, "submitted: name %s, layout %s, %u layers, %u heads, dim %u, seq %u, "
+                  "batch %u, %u steps", copy->name, px_layout_str(&l, lbuf, sizeof(lbuf)),
+                  copy->model->layers, copy->model->heads, copy->model->dim, copy->model->seq,
+                  copy->batch, copy->steps);
+    }
     *job_p = job;
     return PX_OK;
 }
@@ -812,42 +840,67 @@ static void launch(px_job_t *job)
         job_save(job);
 }
 
-/* Tries to place one PENDING job; 1 if placed. */
+/* One node's free devices, as place() sees them. */
+typedef struct {
+    const char *name;
+    const px_device_t *devices;
+    int n_devices;
+    int n_free, next; /* free devices; next device index to hand out */
+} place_node_t;
+
+/* 1 if device i of node n is free for a new job. */
+static int device_free(px_daemon_t *d, const place_node_t *n, int i)
+{
+    return !n->devices[i].job_id[0] && !reserved(d, n->name, n->devices[i].name);
+}
+
+/* Tries to place one PENDING job; 1 if placed. The job's layout decides
+ * (px_layout_place): its world of ranks in rank order, tensor groups whole
+ * on one node, this node first, then the alive peers. */
 static int place(px_job_t *job)
 {
     px_daemon_t *d = job->d;
-    int need = (int)job->spec->dp, got = 0;
-    px_job_rank_t *ranks = calloc((size_t)need, sizeof(*ranks));
+    px_layout_t l;
+    int need, nn = 0, placed = 0;
+    place_node_t *nodes = calloc((size_t)d->n_peers + 1, sizeof(*nodes));
+    int *node_free = calloc((size_t)d->n_peers + 1, sizeof(*node_free));
+    int *node_of_rank = NULL;
+    px_job_rank_t *ranks = NULL;
+    char why[512];
 
-    if (!ranks)
-        return 0;
-    for (int i = 0; i < d->n_devices && got < need; i++) {
-        if (d->devices[i].job_id[0] || reserved(d, d->cfg.name, d->devices[i].name))
-            continue;
-        snprintf(ranks[got].node, sizeof(ranks[got].node), "%s", d->cfg.name);
-        snprintf(ranks[got].device, sizeof(ranks[got].device), "%s", d->devices[i].name);
-        got++;
+    px_jobspec_layout(job->spec, &l);
+    need = px_layout_world(&l);
+    if (!nodes || !node_free || need < 1)
+        goto out;
+    nodes[nn++] = (place_node_t){d->cfg.name, d->devices, d->n_devices, 0, 0};
+    for (int p = 0; p < d->n_peers; p++)
+        if (d->peers[p].alive && d->peers[p].name[0])
+            nodes[nn++] = (place_node_t){d->peers[p].name, d->peers[p].devices,
+                                         d->peers[p].n_devices, 0, 0};
+    for (int n = 0; n < nn; n++) {
+        for (int i = 0; i < nodes[n].n_devices; i++)
+            nodes[n].n_free += device_free(d, &nodes[n], i);
+        node_free[n] = nodes[n].n_free;
     }
-    for (int p = 0; p < d->n_peers && got < need; p++) {
-        px_peer_t *peer = &d->peers[p];
-        if (!peer->alive || !peer->name[0])
-            continue;
-        for (int i = 0; i < peer->n_devices && got < need; i++) {
-            if (peer->devices[i].job_id[0] || reserved(d, peer->name, peer->devices[i].name))
-                continue;
-            snprintf(ranks[got].node, sizeof(ranks[got].node), "%s", peer->name);
-            snprintf(ranks[got].device, sizeof(ranks[got].device), "%s",
-                     peer->devices[i].name);
-            got++;
-        }
+    node_of_rank = calloc((size_t)need, sizeof(*node_of_rank));
+    ranks = calloc((size_t)need, sizeof(*ranks));
+    if (!node_of_rank || !ranks)
+        goto out;
+    if (px_layout_place(&l, node_free, nn, node_of_rank, why, sizeof(why)) != PX_OK) {
+        px_debug("job %s waits: %s", job->id, why); /* devices busy: stays PENDING */
+        goto out;
     }
-    if (got < need) {
-        free(ranks);
-        return 0;
-    }
-    for (int r = 0; r < need; r++)
+    for (int r = 0; r < need; r++) {
+        place_node_t *n = &nodes[node_of_rank[r]];
+        while (!device_free(d, n, n->next))
+            n->next++; /* px_layout_place counted them: one is left */
+        snprintf(ranks[r].node, sizeof(ranks[r].node), "%s", n->name);
+        snprintf(ranks[r].device, sizeof(ranks[r].device), "%s", n->devices[n->next].name);
         snprintf(ranks[r].state, sizeof(ranks[r].state), "pending");
+        n->next++;
+    }
     job->ranks = ranks;
+    ranks = NULL;
     job->world = need;
     job->n_registered = 0;
     job->n_exited_ok = 0;
@@ -858,7 +911,7 @@ static int place(px_job_t *job)
         size_t off = 0;
         for (int r = 0; r < need && off < sizeof(where) - 64; r++)
             off += (size_t)snprintf(where + off, sizeof(where) - off, "%s%d=%s/%s",
-                                    r ? " " : "", r, ranks[r].node, ranks[r].device);
+                                    r ? " " : "", r, job->ranks[r].node, job->ranks[r].device);
         job_event(job, "STARTING: placed %s", where);
     }
     uv_timer_start(&job->rdv_timer, on_rdv_timeout, (uint64_t)px_env_int("PX_CONNECT_TIMEOUT_MS"),
@@ -866,7 +919,13 @@ static int place(px_job_t *job)
     job->rdv_timer_active = 1;
     watchers_notify(job, NULL);
     launch(job);
-    return 1;
+    placed = 1;
+out:
+    free(ranks);
+    free(node_of_rank);
+    free(node_free);
+    free(nodes);
+    return placed;
 }
 
 void px_job_schedule(px_daemon_t *d)
@@ -977,6 +1036,15 @@ void px_job_register_rank(px_daemon_t *d, px_rpc_call_t *call,
 
 /* ------------------------------------------------------------- progress */
 
+/* The rank whose step figures the job records: px_layout_reporting_rank of
+ * a training job's layout; rank 0 of a bench job (dp ranks, one stage). */
+static int reporting_rank(const px_job_t *job)
+{
+    px_layout_t l;
+    px_jobspec_layout(job->spec, &l);
+    return px_layout_check(&l, NULL, 0) == PX_OK ? px_layout_reporting_rank(&l) : 0;
+}
+
 int px_job_progress(px_daemon_t *d, const Parallax__V1__ReportProgressRequest *req)
 {
     px_job_t *job = px_job_find(d, req->job_id);
@@ -985,7 +1053,10 @@ int px_job_progress(px_daemon_t *d, const Parallax__V1__ReportProgressRequest *r
         return 1;
     if (!is_placed_active(job))
         return 1;
-    if (req->rank == 0 && req->metrics) {
+    /* a step's figures come from the rank that has them after the step
+     * (the last pipeline stage's first tensor rank); the others' are the
+     * same or partial */
+    if (req->metrics && (int)req->rank == reporting_rank(job)) {
         const Parallax__V1__StepMetrics *m = req->metrics;
         job->step = m->step;
         job->loss = m->loss;

@@ -7,60 +7,12 @@
  * own connection (px_store_table). Loop thread only. */
 #include "memstore.h"
 
-#include <errno.h>
 #include <sqlite3.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "px_log.h"
-
-static px_status_t bad(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
-    return PX_ERR_INVALID_ARGUMENT;
-}
-
-px_status_t px_zero_spec_validate(const Parallax__V1__JobSpec *s, char *errbuf, size_t errlen)
-{
-    uint32_t accum = s->grad_accum ? s->grad_accum : 1, dp = s->dp ? s->dp : 1;
-    const struct { const char *name; const char *v; } paths[] = {
-        {"checkpoint_dir", s->checkpoint_dir}, {"resume_dir", s->resume_dir},
-        {"export_safetensors", s->export_safetensors}};
-
-    if (s->zero > 3)
-        return bad(errbuf, errlen, "zero=%u must be 0, 1, 2 or 3", s->zero);
-    if (s->grad_accum > 1024)
-        return bad(errbuf, errlen, "grad_accum=%u must be in [1, 1024]", s->grad_accum);
-    if (s->batch % (dp * accum))
-        return bad(errbuf, errlen, "batch=%u is not divisible by dp=%u x grad_accum=%u",
-                   s->batch, dp, accum);
-    if (!(s->grad_clip == s->grad_clip) || s->grad_clip > 1e6f)
-        return bad(errbuf, errlen, "grad_clip=%g must be a number <= 1e6 (0 default, < 0 off)",
-                   (double)s->grad_clip);
-    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
-        if (paths[i].v && *paths[i].v && paths[i].v[0] != '/')
-            return bad(errbuf, errlen, "%s='%s' must be an absolute path", paths[i].name,
-                       paths[i].v);
-    if (s->resume_dir && *s->resume_dir) {
-        /* caught here, not minutes later in a rank: a resume needs a complete
-         * checkpoint, whose meta.json is written last (checkpoint.h) */
-        char meta[4200];
-        snprintf(meta, sizeof(meta), "%s/meta.json", s->resume_dir);
-        if (access(meta, R_OK))
-            return bad(errbuf, errlen, "resume_dir='%s' holds no complete checkpoint "
-                       "(cannot read meta.json: %s)", s->resume_dir, strerror(errno));
-    }
-    if (s->checkpoint_every && !(s->checkpoint_dir && *s->checkpoint_dir))
-        return bad(errbuf, errlen, "checkpoint_every=%u needs checkpoint_dir",
-                   s->checkpoint_every);
-    return PX_OK;
-}
 
 /* ------------------------------------------------------------- storage */
 

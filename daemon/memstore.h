@@ -1,5 +1,6 @@
 /* memstore.h: memory reports of training ranks in parallaxd (issue 4, `pctl
- * mem`), and the checks of a JobSpec's ZeRO fields.
+ * mem`). (A JobSpec's ZeRO and checkpoint fields are checked by the
+ * planner's one validator, px_job_config_check.)
  *
  * Every rank attaches a RankMemory (bytes per category, current and peak,
  * and the plan's prediction) to its ReportProgress; the coordinator keeps the
@@ -14,13 +15,6 @@
 #include "parallax.pb-c.h"
 #include "px_status.h"
 #include "store.h"
-
-/* Checks the issue-4 fields of a training spec: zero 0..3, batch divisible
- * by dp x grad_accum, checkpoint_every needs an absolute checkpoint_dir,
- * resume_dir / checkpoint_dir / export_safetensors absolute paths.
- * PX_ERR_INVALID_ARGUMENT with a message naming the field in errbuf. */
-px_status_t px_zero_spec_validate(const Parallax__V1__JobSpec *spec, char *errbuf,
-                                  size_t errlen);
 
 /* Records `mem` as rank mem->rank's latest report for job_id. Written to
  * the database when `force`, on the first two steps, every 10th step, or

@@ -71,6 +71,17 @@ int px_nodes_cluster_devices(px_daemon_t *d)
     return n;
 }
 
+int px_nodes_device_counts(px_daemon_t *d, int *counts, int max)
+{
+    int n = 0;
+    if (n < max)
+        counts[n++] = d->n_devices;
+    for (int i = 0; i < d->n_peers && n < max; i++)
+        if (d->peers[i].alive)
+            counts[n++] = d->peers[i].n_devices;
+    return n;
+}
+
 px_peer_t *px_nodes_peer_by_name(px_daemon_t *d, const char *name)
 {
     for (int i = 0; i < d->n_peers; i++)

@@ -1,7 +1,11 @@
 /* supervisor.c: the rank processes this node runs.
  *
- * LaunchRanks spawns one `parallax-rank` per assigned rank with uv_spawn
- * (stdout+stderr appended to state-dir/jobs/<id>/rank-<R>.log, env
+ * LaunchRanks spawns one `parallax-rank` per assigned rank with uv_spawn:
+ * `--spec-file state-dir/jobs/<id>/spec.pb` (the job's packed JobSpec, mode
+ * 0600, the rank converts it with planner/jobspec.h) and `--coord --job
+ * --rank --world --node` (what adoption recognises a rank by in
+ * /proc/PID/cmdline); stdout+stderr appended to
+ * state-dir/jobs/<id>/rank-<R>.log, env
  * PX_DEVICE=cpu:K and OPENBLAS_NUM_THREADS=1, own process group). The exit
  * callback (libuv's SIGCHLD handling) frees the device and tells the job's
  * coordinator (Peer.RankExited, or a direct call when it is this node) with
@@ -303,14 +307,50 @@ const char *px_supervisor_rank_bin(px_daemon_t *d, char *errbuf, size_t errlen)
     return find_rank_bin(d, errbuf, errlen) == PX_OK ? d->rank_bin : NULL;
 }
 
+/* Writes the job's packed JobSpec to <dir>/spec.pb (mode 0600: it names
+ * the job's files; written to a temporary name and renamed, so a rank
+ * never reads half a spec) and its path into path. The ranks of one job on
+ * this node share it; every LaunchRanks rewrites it with the same bytes. */
+static px_status_t write_spec_file(const Parallax__V1__LaunchRanksRequest *req, const char *dir,
+                                   char *path, size_t len, char *errbuf, size_t errlen)
+{
+    size_t n = protobuf_c_message_get_packed_size(&req->spec->base);
+    uint8_t *buf = malloc(n ? n : 1);
+    char tmp[1200];
+    int fd;
+    ssize_t w = -1;
+
+    if (!buf) {
+        snprintf(errbuf, errlen, "out of memory packing the job's spec (%zu bytes)", n);
+        return PX_ERR_NO_MEMORY;
+    }
+    protobuf_c_message_pack(&req->spec->base, buf);
+    snprintf(path, len, "%s/spec.pb", dir);
+    snprintf(tmp, sizeof(tmp), "%s/.spec.pb.%d", dir, (int)getpid());
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        w = write(fd, buf, n);
+        if (close(fd) != 0)
+            w = -1;
+    }
+    free(buf);
+    if (fd < 0 || w != (ssize_t)n || rename(tmp, path) != 0) {
+        snprintf(errbuf, errlen, "cannot write the job's spec to %s: %s", path,
+                 fd < 0 || w < 0 ? strerror(errno) : "short write");
+        unlink(tmp);
+        return PX_ERR_IO;
+    }
+    return PX_OK;
+}
+
 /* Spawns one rank; on success lr is linked into d->local_ranks. */
 static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequest *req,
                              const Parallax__V1__RankAssignment *a, px_local_rank_t **lr_p,
                              char *errbuf, size_t errlen)
 {
     const Parallax__V1__JobSpec *s = req->spec;
-    const Parallax__V1__ModelSpec *m = s->model;
-    char num[32][32], bnum[8][32], dir[1024], env_dev[64], *env_token = NULL, *env_ca = NULL;
+    char num[32][32], bnum[8][32], dir[1024], spec_path[1100], env_dev[64];
+    char *env_token = NULL, *env_ca = NULL;
     char *args[64], *env[256];
     extern char **environ;
     uv_process_options_t opt;
@@ -350,34 +390,12 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
         n = px_bench_spec_args(s, args, n, bnum, 8);
         goto common_args;
     }
-    ARG("--layers", "%u", m->layers);
-    ARG("--heads", "%u", m->heads);
-    ARG("--dim", "%u", m->dim);
-    ARG("--seq", "%u", m->seq);
-    ARG("--vocab", "%u", m->vocab ? m->vocab : 256);
-    ARG("--batch", "%u", s->batch);
-    ARG("--steps", "%u", s->steps);
-    ARG("--lr", "%.9g", (double)s->lr);
-    ARG("--seed", "%llu", (unsigned long long)s->seed);
-    SARG("--data", s->data_path);
-    ARG("--warmup", "%u", s->warmup_steps);
-    ARG("--weight-decay", "%.9g", (double)s->weight_decay);
-    ARG("--min-lr-ratio", "%.9g", (double)s->min_lr_ratio);
-    /* issue 4: ZeRO, accumulation, clipping, checkpoints (defaults omitted) */
-    if (s->zero)
-        ARG("--zero", "%u", s->zero);
-    if (s->grad_accum > 1)
-        ARG("--grad-accum", "%u", s->grad_accum);
-    if (s->grad_clip != 0.0f)
-        ARG("--grad-clip", "%.9g", s->grad_clip < 0.0f ? 0.0 : (double)s->grad_clip);
-    if (s->checkpoint_every && s->checkpoint_dir && *s->checkpoint_dir) {
-        ARG("--checkpoint-every", "%u", s->checkpoint_every);
-        SARG("--checkpoint-dir", s->checkpoint_dir);
+    if (write_spec_file(req, dir, spec_path, sizeof(spec_path), errbuf, errlen) != PX_OK) {
+        close(fd);
+        free(lr);
+        return PX_ERR_IO;
     }
-    if (s->resume_dir && *s->resume_dir)
-        SARG("--resume", s->resume_dir);
-    if (s->export_safetensors && *s->export_safetensors) /* all ranks: collective */
-        SARG("--export-safetensors", s->export_safetensors);
+    SARG("--spec-file", spec_path); /* the job as the coordinator validated it */
 common_args:
     SARG("--coord", req->coordinator_peer_addr);
     SARG("--job", req->job_id);

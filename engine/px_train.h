@@ -14,48 +14,14 @@
 
 #include <stdint.h>
 
-#include "layout.h"
+#include "jobcfg.h"
 #include "px_status.h"
 #include "px_transport.h"
 
-typedef struct px_train_config {
-    int layers, heads, dim, seq, vocab;  /* GPT dims; vocab 256 (bytes) */
-    int batch;                           /* global batch, sequences */
-    int steps;
-    float lr;                            /* peak learning rate */
-    float min_lr_ratio;                  /* cosine floor = lr * ratio */
-    int warmup_steps;                    /* linear warm-up steps; -1: steps/20 */
-    float weight_decay;                  /* AdamW, on matrices only */
-    float beta1, beta2, eps;             /* AdamW */
-    float grad_clip;                     /* global-norm clip; 0 = off */
-    uint64_t seed;
-    const char *data_path;               /* llm.c-layout token file */
-    int zero;                            /* ZeRO stage 0..3 (zero.h) */
-    int grad_accum;                      /* micro-batches per step (>= 1) */
-    int checkpoint_every;                /* steps; 0 = never */
-    const char *checkpoint_dir;          /* where step_<N>/ directories go */
-    const char *resume_dir;              /* a step_<N>/ checkpoint to start from */
-    const char *export_safetensors;      /* write final weights here (rank 0) */
-    int prefetch;                        /* stage 3 gather prefetch (default 1) */
-    px_layout_t layout;                  /* parallel layout (layout.h); all zeros:
-                                            dp = the world's size, the rest 1 */
-} px_train_config_t;
-
-/* Defaults: lr 2e-3 (the quickstart's: a 4-layer dim-128 byte-level GPT,
- * global batch 16 x 128, gets below loss 2.5 within ~100 steps on English
- * text), min_lr_ratio 0.1, warmup steps/20 (warmup_steps -1),
- * weight_decay 0.1, betas 0.9/0.95, eps 1e-8, grad_clip 1.0, seed 1337,
- * vocab 256, zero 0, grad_accum 1, prefetch 1. Sizes, steps and paths are
- * left 0 / NULL; the layout all zeros (dp = the world's size). */
-void px_train_config_defaults(px_train_config_t *cfg);
-
-/* Checks the config against itself, a world of `world` ranks and the data
- * file; on error writes a message naming the bad value into errbuf and
- * returns PX_ERR_INVALID_ARGUMENT (or PX_ERR_NOT_FOUND for a missing file).
- * The layout (px_train_layout) must fit the world and be one the engine
- * runs; the batch is checked against its dp. */
-px_status_t px_train_config_check(const px_train_config_t *cfg, int world, char *errbuf,
-                                  size_t errlen);
+/* The engine trains the job's configuration as the planner defines it
+ * (jobcfg.h: one set of defaults, px_job_config_defaults, and one
+ * validator, px_job_config_check, shared with pctl and parallaxd). */
+typedef px_job_config_t px_train_config_t;
 
 /* The layout cfg runs with on `world` ranks into *layout_p: cfg->layout, or
  * dp = world when it is all zeros. PX_ERR_INVALID_ARGUMENT with a message

@@ -41,23 +41,6 @@
 #include "px_time.h"
 
 
-void px_train_config_defaults(px_train_config_t *cfg)
-{
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->vocab = 256;
-    cfg->lr = 2e-3f;
-    cfg->min_lr_ratio = 0.1f;
-    cfg->warmup_steps = -1;
-    cfg->weight_decay = 0.1f;
-    cfg->beta1 = 0.9f;
-    cfg->beta2 = 0.95f;
-    cfg->eps = 1e-8f;
-    cfg->grad_clip = 1.0f;
-    cfg->seed = 1337;
-    cfg->grad_accum = 1;
-    cfg->prefetch = 1;
-}
-
 static px_status_t bad(char *errbuf, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -89,66 +72,6 @@ px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t
         return bad(errbuf, errlen, "layout %s: the engine runs data parallelism and ZeRO only "
                    "so far (tp, pp, cp and ep must be 1)", px_layout_str(&out, lbuf, sizeof(lbuf)));
     *layout_p = out;
-    return PX_OK;
-}
-
-px_status_t px_train_config_check(const px_train_config_t *cfg, int world, char *errbuf,
-                                  size_t errlen)
-{
-    const struct { const char *name; int v; } pos[] = {
-        {"layers", cfg->layers}, {"heads", cfg->heads}, {"dim", cfg->dim}, {"seq", cfg->seq},
-        {"vocab", cfg->vocab}, {"batch", cfg->batch}, {"steps", cfg->steps}, {"world", world}};
-    px_layout_t layout;
-    for (size_t i = 0; i < sizeof(pos) / sizeof(pos[0]); i++)
-        if (pos[i].v <= 0)
-            return bad(errbuf, errlen, "%s %d must be positive", pos[i].name, pos[i].v);
-    if (px_train_layout(cfg, world, &layout, errbuf, errlen) != PX_OK)
-        return PX_ERR_INVALID_ARGUMENT;
-    const int dp = layout.dp;
-    if (cfg->dim % cfg->heads)
-        return bad(errbuf, errlen, "dim %d is not divisible by heads %d", cfg->dim, cfg->heads);
-    if (cfg->vocab > 65536)
-        return bad(errbuf, errlen, "vocab %d exceeds 65536 (tokens are uint16)", cfg->vocab);
-    if (cfg->zero < 0 || cfg->zero > 3)
-        return bad(errbuf, errlen, "zero %d must be 0, 1, 2 or 3", cfg->zero);
-    if (cfg->grad_accum < 1)
-        return bad(errbuf, errlen, "grad_accum %d must be >= 1", cfg->grad_accum);
-    if (cfg->batch % dp)
-        return bad(errbuf, errlen, "batch %d is not divisible by dp %d", cfg->batch, dp);
-    if (cfg->batch % (dp * cfg->grad_accum))
-        return bad(errbuf, errlen, "batch %d is not divisible by dp %d x grad_accum %d",
-                   cfg->batch, dp, cfg->grad_accum);
-    if (cfg->checkpoint_every < 0)
-        return bad(errbuf, errlen, "checkpoint_every %d must be >= 0", cfg->checkpoint_every);
-    if (cfg->checkpoint_every > 0 && (!cfg->checkpoint_dir || !*cfg->checkpoint_dir))
-        return bad(errbuf, errlen, "checkpoint_every %d needs a checkpoint directory",
-                   cfg->checkpoint_every);
-    if (!(cfg->lr > 0.0f) || !isfinite(cfg->lr))
-        return bad(errbuf, errlen, "lr %g must be positive", cfg->lr);
-    if (!(cfg->min_lr_ratio >= 0.0f && cfg->min_lr_ratio <= 1.0f))
-        return bad(errbuf, errlen, "min_lr_ratio %g must be in [0, 1]", cfg->min_lr_ratio);
-    if (cfg->warmup_steps < -1)
-        return bad(errbuf, errlen, "warmup %d must be >= 0", cfg->warmup_steps);
-    if (!(cfg->weight_decay >= 0.0f))
-        return bad(errbuf, errlen, "weight_decay %g must be >= 0", cfg->weight_decay);
-    if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f) || !(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f))
-        return bad(errbuf, errlen, "betas %g/%g must be in [0, 1)", cfg->beta1, cfg->beta2);
-    if (!(cfg->eps > 0.0f))
-        return bad(errbuf, errlen, "eps %g must be positive", cfg->eps);
-    if (!(cfg->grad_clip >= 0.0f))
-        return bad(errbuf, errlen, "grad_clip %g must be >= 0 (0 = off)", cfg->grad_clip);
-    if (!cfg->data_path || !*cfg->data_path)
-        return bad(errbuf, errlen, "data path is missing");
-
-    px_data_t *data;
-    px_status_t status = px_data_open(cfg->data_path, cfg->vocab, errbuf, errlen, &data);
-    if (status != PX_OK)
-        return status == PX_ERR_NOT_FOUND ? PX_ERR_NOT_FOUND : PX_ERR_INVALID_ARGUMENT;
-    size_t ntok = px_data_num_tokens(data);
-    px_data_close(data);
-    if ((size_t)cfg->seq + 1 > ntok)
-        return bad(errbuf, errlen, "seq %d needs %d tokens but data file %s has %zu", cfg->seq,
-                   cfg->seq + 1, cfg->data_path, ntok);
     return PX_OK;
 }
 
@@ -308,9 +231,13 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         memset(&alone.layout, 0, sizeof(alone.layout));
         cfg = &alone;
     }
-    status = px_train_config_check(cfg, wsize, err, sizeof(err));
-    if (status == PX_OK)
-        status = px_train_layout(cfg, wsize, &layout, err, sizeof(err));
+    status = px_train_layout(cfg, wsize, &layout, err, sizeof(err));
+    if (status == PX_OK) {
+        /* the one validator (jobcfg.h), on the layout this world runs */
+        px_job_config_t checked = *cfg;
+        checked.layout = layout;
+        status = px_job_config_check(&checked, PX_JOBCFG_CHECK_DATA, err, sizeof(err));
+    }
     if (status != PX_OK) {
         px_error("train: %s", err);
         return status;

@@ -54,8 +54,9 @@ static const ProtobufCMessageDescriptor *const descs[] = {
 static void validate(const Parallax__V1__JobSpec *spec)
 {
     char err[1024];
+    int counts[2] = {1 + (int)(spec ? spec->seed % 64 : 0), (int)(spec ? spec->seed % 5 : 0)};
     if (spec)
-        (void)px_validate_spec(spec, 1 + (int)(spec->seed % 64), err, sizeof(err));
+        (void)px_validate_spec(spec, counts, 2, err, sizeof(err));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -92,13 +92,19 @@ px_status_t px_data_open(const char *path, int vocab, char *errbuf, size_t errle
         goto out_unmap;
     }
     const uint16_t *tok = (const uint16_t *)((const char *)map + 1024);
-    for (size_t i = 0; i < ntok; i++) {
-        if (tok[i] >= vocab) {
-            set_err(errbuf, errlen, "data file %s: token %u at index %zu is >= vocab %d", path,
-                    tok[i], i, vocab);
-            status = PX_ERR_INVALID_ARGUMENT;
-            goto out_unmap;
-        }
+    unsigned largest = 0;
+    for (size_t i = 0; i < ntok; i++)
+        largest = tok[i] > largest ? tok[i] : largest;
+    if ((int)largest >= vocab) {
+        /* the largest token tells the user which vocab the file needs */
+        size_t first = 0;
+        while (tok[first] < vocab)
+            first++;
+        set_err(errbuf, errlen,
+                "data file %s: token %u >= vocab %d (largest token %u; the first token >= vocab "
+                "is at index %zu)", path, tok[first], vocab, largest, first);
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto out_unmap;
     }
     data = calloc(1, sizeof(*data));
     if (!data) {

@@ -23,9 +23,10 @@
 typedef struct px_data px_data_t;
 
 /* Maps `path` read-only and validates it: header magic and version, file
- * size = 1024 + 2*count bytes, count >= 1, every token < vocab. On failure
- * writes a message naming the file and the bad value into errbuf (may be
- * NULL) and returns PX_ERR_NOT_FOUND (cannot open), PX_ERR_IO (read/map
+ * size = 1024 + 2*count bytes, count >= 1, every token < vocab (a token >=
+ * vocab is named with the largest token: "data file F: token 300 >= vocab
+ * 256 (largest token 300; ...)"). On failure writes a message naming the
+ * file and the bad value into errbuf (may be NULL) and returns PX_ERR_NOT_FOUND (cannot open), PX_ERR_IO (read/map
  * error) or PX_ERR_INVALID_ARGUMENT (bad content). */
 px_status_t px_data_open(const char *path, int vocab, char *errbuf, size_t errlen,
                          px_data_t **data_p);

@@ -55,7 +55,8 @@ void px_job_config_defaults(px_job_config_t *cfg);
 enum {
     PX_JOBCFG_CHECK_DATA = 1,     /* open the token file: header, size, seq + 1
                                      tokens, every token < vocab (names the
-                                     largest token and the vocab) */
+                                     largest token and the vocab); and a
+                                     resume_dir must hold meta.json */
     PX_JOBCFG_ABSOLUTE_PATHS = 2, /* paths must be absolute (the daemon's
                                      ranks run in other directories) */
     PX_JOBCFG_LAYOUT_ONLY = 4,    /* accept layouts the engine cannot run yet

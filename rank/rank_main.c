@@ -1,19 +1,32 @@
 /* rank_main.c: parallax-rank, one rank process of a training job.
  *
- *   parallax-rank --layers N --heads N --dim N --seq N [--vocab 256] --batch N
+ * Spawned by its daemon:
+ *   parallax-rank --spec-file PATH --coord HOST:PORT --job ID --rank R
+ *                 --world N --node NAME
+ * the job's JobSpec, packed (protobuf-c) by the supervisor into the job's
+ * run directory, converted with jobspec.h: the rank trains exactly the spec
+ * the daemon validated, with the same defaults.
+ *
+ * Standalone (tests, Slurm / mpirun launches):
+ *   parallax-rank --layers N --heads N --dim N --seq N [--vocab N] --batch N
  *                 --steps N [--lr F] [--seed N] --data PATH [--warmup N]
  *                 [--weight-decay F] [--min-lr-ratio F] [--grad-clip F]
  *                 [--metrics-out FILE] [--export-init DIR] [--dump-dir DIR]
  *                 [--dump-steps N] [--zero 0-3] [--grad-accum N]
  *                 [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]
  *                 [--export-safetensors FILE] [--no-prefetch]
- *                 [--coord HOST:PORT --job ID --rank R --world N --node NAME]
+ *                 [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]
+ * (or --spec-file PATH instead of the job flags). The layout's world must be
+ * PX_WORLD_SIZE (1 when unset); --dp defaults to PX_WORLD_SIZE / (tp x pp x
+ * cp), so the data-parallel invocations of old keep working.
  *
- * Modes: with --coord (daemon mode) the rank registers with its coordinator
- * (px_rank_link.h) and reports every step; otherwise with PX_WORLD_SIZE > 1
- * the standalone bootstrap (px_bootstrap.h) builds the world; otherwise it
- * trains alone (comm NULL). --export-init DIR writes the initial parameters,
- * the layout and the first global batch (px_train_options_t) and exits.
+ * Either way the config is checked by px_job_config_check (jobcfg.h), the
+ * validator pctl and parallaxd use. Modes: with --coord (daemon mode) the
+ * rank registers with its coordinator (px_rank_link.h) and reports every
+ * step; otherwise with PX_WORLD_SIZE > 1 the standalone bootstrap
+ * (px_bootstrap.h) builds the world; otherwise it trains alone (comm NULL).
+ * --export-init DIR writes the initial parameters, the layout and the first
+ * global batch (px_train_options_t) and exits.
  *
  * Output: one line per step on stdout; with --metrics-out one JSON object
  * per line. Exit status: 0 success, 1 runtime error (logged), 2 bad
@@ -28,6 +41,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "jobspec.h"
+#include "px_env.h"
 #include "px_log.h"
 #include "px_train.h"
 #include "px_rank_link.h"
@@ -40,6 +55,10 @@ typedef struct rank_args {
     int dump_steps;
     const char *coord, *job, *node;
     int rank, world;
+    const char *spec_file;
+    Parallax__V1__JobSpec *spec; /* unpacked --spec-file; cfg's strings point into it */
+    const char *job_flag;        /* first job flag given (not allowed with --spec-file) */
+    int dp_set;                  /* --dp given */
 } rank_args_t;
 
 typedef struct step_ctx {
@@ -51,18 +70,22 @@ typedef struct step_ctx {
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: parallax-rank --layers N --heads N --dim N --seq N [--vocab 256]\n"
+            "usage: parallax-rank --layers N --heads N --dim N --seq N [--vocab N]\n"
             "         --batch N --steps N [--lr F] [--seed N] --data PATH [--warmup N]\n"
             "         [--weight-decay F] [--min-lr-ratio F] [--grad-clip F]\n"
             "         [--metrics-out FILE] [--export-init DIR] [--dump-dir DIR]\n"
             "         [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch]\n"
+            "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]\n"
             "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
-            "Defaults: --lr 2e-3 --seed 1337 --warmup steps/20 --weight-decay 0.1\n"
-            "--min-lr-ratio 0.1 --grad-clip 1.0 --dump-steps 5.\n"
+            "   or: parallax-rank --spec-file PATH [--coord ... --job ... --rank ... --world ...\n"
+            "         --node ...] (the job's packed JobSpec instead of the job flags)\n"
+            "Defaults: --vocab %d --lr 2e-3 --seed 1337 --warmup steps/20 --weight-decay 0.1\n"
+            "--min-lr-ratio 0.1 --grad-clip 1.0 --dump-steps 5, --dp PX_WORLD_SIZE / (tp x pp x cp),\n"
+            "--tp/--pp/--cp/--ep 1.\n"
             "Without --coord, PX_RANK/PX_WORLD_SIZE/PX_MASTER_ADDR/PX_MASTER_PORT select\n"
-            "the standalone bootstrap (PX_WORLD_SIZE > 1).\n");
+            "the standalone bootstrap (PX_WORLD_SIZE > 1).\n", PX_DEFAULT_VOCAB);
 }
 
 static int parse_int(const char *opt, const char *s, int min, int *out)
@@ -92,13 +115,57 @@ static int parse_float(const char *opt, const char *s, float *out)
     return 0;
 }
 
+/* Reads and unpacks the packed JobSpec at `path` into a->spec and converts
+ * it into a->cfg (its strings borrowed from a->spec). Returns 0, or -1
+ * after printing why. */
+static int read_spec_file(const char *path, rank_args_t *a)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *buf = NULL;
+    long len;
+    int ret = -1;
+
+    if (!f) {
+        fprintf(stderr, "parallax-rank: --spec-file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
+        fprintf(stderr, "parallax-rank: --spec-file %s: %s\n", path, strerror(errno));
+        goto out;
+    }
+    if (len > (16l << 20)) {
+        fprintf(stderr, "parallax-rank: --spec-file %s: %ld bytes, more than a JobSpec (16 MiB)\n",
+                path, len);
+        goto out;
+    }
+    buf = malloc(len ? (size_t)len : 1);
+    if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        fprintf(stderr, "parallax-rank: --spec-file %s: cannot read %ld bytes\n", path, len);
+        goto out;
+    }
+    a->spec = parallax__v1__job_spec__unpack(NULL, (size_t)len, buf);
+    if (!a->spec) {
+        fprintf(stderr, "parallax-rank: --spec-file %s: not a packed parallax.v1.JobSpec "
+                "(%ld bytes)\n", path, len);
+        goto out;
+    }
+    px_jobspec_to_config(a->spec, &a->cfg);
+    ret = 0;
+out:
+    free(buf);
+    fclose(f);
+    return ret;
+}
+
 /* Returns 0, or -1 after printing why (exit 2). */
 static int parse_args(int argc, char **argv, rank_args_t *a)
 {
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_VOCAB, O_BATCH, O_STEPS, O_LR, O_SEED,
-           O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS,
-           O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE, O_HELP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
-           O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH };
+           O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
+           O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
+           O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
+           O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
+           O_HELP, O_SPEC_FILE };
     static const struct option opts[] = {
         {"layers", 1, 0, O_LAYERS}, {"heads", 1, 0, O_HEADS}, {"dim", 1, 0, O_DIM},
         {"seq", 1, 0, O_SEQ}, {"vocab", 1, 0, O_VOCAB}, {"batch", 1, 0, O_BATCH},
@@ -112,12 +179,14 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"zero", 1, 0, O_ZERO}, {"grad-accum", 1, 0, O_ACCUM},
         {"checkpoint-every", 1, 0, O_CKPT_EVERY}, {"checkpoint-dir", 1, 0, O_CKPT_DIR},
         {"resume", 1, 0, O_RESUME}, {"export-safetensors", 1, 0, O_SAFETENSORS},
-        {"no-prefetch", 0, 0, O_NOPREFETCH}, {0, 0, 0, 0}};
+        {"no-prefetch", 0, 0, O_NOPREFETCH}, {"dp", 1, 0, O_DP}, {"tp", 1, 0, O_TP},
+        {"pp", 1, 0, O_PP}, {"cp", 1, 0, O_CP}, {"ep", 1, 0, O_EP},
+        {"spec-file", 1, 0, O_SPEC_FILE}, {0, 0, 0, 0}};
     int c, idx, r = 0;
     char *end;
 
     memset(a, 0, sizeof(*a));
-    px_train_config_defaults(&a->cfg);
+    px_job_config_defaults(&a->cfg);
     a->rank = -1;
     a->world = 0;
     a->dump_steps = 5;
@@ -127,6 +196,8 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         for (int i = 0; opts[i].name; i++)
             if (opts[i].val == c)
                 name = opts[i].name;
+        if (c < O_JOB_FLAGS_END && !a->job_flag)
+            a->job_flag = name;
         switch (c) {
         case O_LAYERS: r = parse_int(name, optarg, 1, &a->cfg.layers); break;
         case O_HEADS: r = parse_int(name, optarg, 1, &a->cfg.heads); break;
@@ -165,6 +236,12 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_RESUME: a->cfg.resume_dir = optarg; break;
         case O_SAFETENSORS: a->cfg.export_safetensors = optarg; break;
         case O_NOPREFETCH: a->cfg.prefetch = 0; break;
+        case O_DP: r = parse_int(name, optarg, 1, &a->cfg.layout.dp); a->dp_set = 1; break;
+        case O_TP: r = parse_int(name, optarg, 1, &a->cfg.layout.tp); break;
+        case O_PP: r = parse_int(name, optarg, 1, &a->cfg.layout.pp); break;
+        case O_CP: r = parse_int(name, optarg, 1, &a->cfg.layout.cp); break;
+        case O_EP: r = parse_int(name, optarg, 1, &a->cfg.layout.ep); break;
+        case O_SPEC_FILE: a->spec_file = optarg; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "parallax-rank: unknown or incomplete option '%s'\n",
@@ -179,18 +256,14 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         fprintf(stderr, "parallax-rank: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    const struct { const char *name; int v; } req[] = {
-        {"layers", a->cfg.layers}, {"heads", a->cfg.heads}, {"dim", a->cfg.dim},
-        {"seq", a->cfg.seq}, {"batch", a->cfg.batch}, {"steps", a->cfg.steps}};
-    for (size_t i = 0; i < sizeof(req) / sizeof(req[0]); i++) {
-        if (!req[i].v) {
-            fprintf(stderr, "parallax-rank: --%s is required\n", req[i].name);
+    if (a->spec_file) {
+        if (a->job_flag) {
+            fprintf(stderr, "parallax-rank: --%s cannot be given with --spec-file (the spec "
+                    "file carries the whole job)\n", a->job_flag);
             return -1;
         }
-    }
-    if (!a->cfg.data_path) {
-        fprintf(stderr, "parallax-rank: --data is required\n");
-        return -1;
+        if (read_spec_file(a->spec_file, a))
+            return -1;
     }
     if (a->coord && (!a->job || a->rank < 0 || a->world < 1 || !a->node)) {
         fprintf(stderr, "parallax-rank: --coord needs --job, --rank, --world and --node\n");
@@ -201,6 +274,31 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         return -1;
     }
     return 0;
+}
+
+/* The layout's dp when not given (standalone): the ranks of the world
+ * (PX_WORLD_SIZE) left after tp x pp x cp. */
+static void default_dp(rank_args_t *a, int world)
+{
+    px_layout_t *l = &a->cfg.layout;
+    long inner = (long)l->tp * l->pp * l->cp;
+
+    if (!a->spec && !a->dp_set)
+        l->dp = inner > 0 && world % inner == 0 ? (int)(world / inner) : world;
+}
+
+/* Returns 0 if the (checked) layout fills the world this rank belongs to
+ * (--world, or PX_WORLD_SIZE standalone), else -1 after printing why. */
+static int check_world(const rank_args_t *a, int world)
+{
+    char lbuf[128];
+
+    if (px_layout_world(&a->cfg.layout) == world)
+        return 0;
+    fprintf(stderr, "parallax-rank: layout %s does not match the world of %d ranks (%s)\n",
+            px_layout_str(&a->cfg.layout, lbuf, sizeof(lbuf)), world,
+            a->coord ? "--world" : "PX_WORLD_SIZE, 1 when unset");
+    return -1;
 }
 
 static int on_step(void *arg, const px_step_report_t *r)
@@ -252,31 +350,36 @@ int main(int argc, char **argv)
     if (px_rank_bench_requested(argc, argv))
         return px_rank_bench_main(argc, argv);
     if (parse_args(argc, argv, &a))
-        return 2;
+        goto out_args;
     if (a.coord) {
         rank = a.rank;
         world = a.world;
     } else if (px_world_env(&rank, &world) != PX_OK) {
-        return 2;
+        goto out_args;
     }
     snprintf(tag, sizeof(tag), "rank %d", rank);
     px_log_set_tag(tag);
 
-    status = px_train_config_check(&a.cfg, world, err, sizeof(err));
+    /* the one validator (jobcfg.h), as pctl and parallaxd ran it */
+    default_dp(&a, world);
+    status = px_job_config_check(&a.cfg, PX_JOBCFG_CHECK_DATA, err, sizeof(err));
     if (status != PX_OK) {
         fprintf(stderr, "parallax-rank: %s\n", err);
-        return 2;
+        goto out_args;
     }
+    if (check_world(&a, world))
+        goto out_args;
     if (a.export_dir) {
         px_train_options_t o = {.dump_dir = a.export_dir, .export_only = 1};
         status = px_train_run_ex(&a.cfg, NULL, NULL, NULL, &o);
-        return status == PX_OK ? 0 : 1;
+        ret = status == PX_OK ? 0 : 1;
+        goto out_spec;
     }
     if (a.metrics_out) {
         ctx.metrics = fopen(a.metrics_out, "w");
         if (!ctx.metrics) {
             px_error("cannot open metrics file %s: %s", a.metrics_out, strerror(errno));
-            return 1;
+            goto out_spec;
         }
     }
     ctx.rank = rank;
@@ -310,5 +413,11 @@ out_ok:
         px_error("metrics file %s: %s", a.metrics_out, strerror(errno));
         ret = 1;
     }
+out_spec:
+    if (a.spec)
+        parallax__v1__job_spec__free_unpacked(a.spec, NULL);
     return ret;
+out_args:
+    ret = 2;
+    goto out_spec;
 }

@@ -1,5 +1,6 @@
 /* test_daemon_unit.c: unit tests of parallaxd's pure parts: job spec
- * validation (validate.c), the SQLite store (store.c: save, reload, ranks,
+ * validation (validate.c: the planner's validator at submit, placement on
+ * the nodes' devices, old specs without `parallel`), the SQLite store (store.c: save, reload, ranks,
  * metrics, events) and the command line / config file (config.c).
  * Single-threaded; writes only under a mkdtemp directory. */
 #include <math.h>
@@ -56,11 +57,19 @@ static void spec_init(Parallax__V1__JobSpec *s, Parallax__V1__ModelSpec *m, cons
     s->min_lr_ratio = 0.1f;
 }
 
+/* px_validate_spec on a cluster of two nodes sharing `devices` (the
+ * integration tests' shape: 2 + 2). */
+static px_status_t validate(const Parallax__V1__JobSpec *s, int devices, char *err, size_t len)
+{
+    int counts[2] = {devices - devices / 2, devices / 2};
+    return px_validate_spec(s, counts, 2, err, len);
+}
+
 /* Expects rejection with a message containing `needle`. */
 static void expect_reject(const Parallax__V1__JobSpec *s, int devices, const char *needle)
 {
     char err[1024] = "";
-    px_status_t status = px_validate_spec(s, devices, err, sizeof(err));
+    px_status_t status = validate(s, devices, err, sizeof(err));
     EXPECT(status == PX_ERR_INVALID_ARGUMENT, "status %d for '%s'", status, needle);
     EXPECT(strstr(err, needle) != NULL, "message '%s' lacks '%s'", err, needle);
 }
@@ -81,25 +90,25 @@ static void test_validate(void)
     write_tokens(short_file, 20240520, 1, 1000, 10);
 
     spec_init(&s, &m, good);
-    EXPECT(px_validate_spec(&s, 4, err, sizeof(err)) == PX_OK, "good spec rejected: %s", err);
+    EXPECT(validate(&s, 4, err, sizeof(err)) == PX_OK, "good spec rejected: %s", err);
 
     spec_init(&s, &m, missing);
     expect_reject(&s, 4, missing);
     spec_init(&s, &m, bad_magic);
     expect_reject(&s, 4, "bad magic 12345");
     spec_init(&s, &m, short_file);
-    expect_reject(&s, 4, "1000 tokens");
+    expect_reject(&s, 4, "does not match header token count 1000");
     spec_init(&s, &m, "relative.bin");
     expect_reject(&s, 4, "absolute");
 
     spec_init(&s, &m, good);
     s.dp = 8;
-    expect_reject(&s, 4, "dp=8 but the cluster has 4 devices");
+    expect_reject(&s, 4, "world=8 (dp=8 x tp=1 x pp=1 x cp=1) but the cluster has 4 devices");
     spec_init(&s, &m, good);
     s.max_restarts = 2;
     expect_reject(&s, 4, "max_restarts=2 needs checkpoint_dir");
     s.checkpoint_dir = (char *)"/tmp/ck";
-    EXPECT(px_validate_spec(&s, 4, err, sizeof(err)) == PX_OK, "restarts with a dir: %s", err);
+    EXPECT(validate(&s, 4, err, sizeof(err)) == PX_OK, "restarts with a dir: %s", err);
     s.max_restarts = 101;
     expect_reject(&s, 4, "max_restarts=101 is out of range");
     spec_init(&s, &m, good);
@@ -114,7 +123,7 @@ static void test_validate(void)
     expect_reject(&s, 4, "seq=1000");
     spec_init(&s, &m, good);
     m.seq = 999; /* seq+1 == tokens: exactly enough */
-    EXPECT(px_validate_spec(&s, 4, err, sizeof(err)) == PX_OK, "seq 999 of 1000: %s", err);
+    EXPECT(validate(&s, 4, err, sizeof(err)) == PX_OK, "seq 999 of 1000: %s", err);
     spec_init(&s, &m, good);
     m.layers = 0;
     expect_reject(&s, 4, "layers=0");
@@ -133,6 +142,54 @@ static void test_validate(void)
     spec_init(&s, &m, good);
     s.model = NULL;
     expect_reject(&s, 4, "model");
+
+    /* the layout: JobSpec.parallel, or dp alone for old clients */
+    Parallax__V1__ParallelSpec par;
+    parallax__v1__parallel_spec__init(&par);
+    spec_init(&s, &m, good);
+    s.dp = 1;
+    s.batch = 4;
+    s.parallel = &par;
+    par.tp = 4;
+    m.heads = 4;
+    expect_reject(&s, 4, "layout dp=1 tp=4 pp=1 cp=1 ep=1 (world 4) cannot be placed on the 2 "
+                  "nodes: tp=4 needs 4 devices on one node (a tensor group stays on one node); "
+                  "the largest node has 2 free");
+    par.tp = 2;
+    m.heads = 3;
+    m.dim = 33;
+    expect_reject(&s, 4, "heads=3 is not divisible by tp=2");
+    m.heads = 2;
+    m.dim = 32;
+    expect_reject(&s, 4, "tp=2: tensor parallelism is not implemented yet");
+    par.tp = 0; /* 0: 1 */
+    par.dp = 4; /* parallel.dp wins over JobSpec.dp */
+    s.batch = 6;
+    expect_reject(&s, 4, "batch=6 is not divisible by dp=4 x grad_accum=1");
+    s.batch = 8;
+    s.grad_accum = 4;
+    expect_reject(&s, 4, "batch=8 is not divisible by dp=4 x grad_accum=4");
+    s.grad_accum = 2;
+    EXPECT(validate(&s, 4, err, sizeof(err)) == PX_OK, "dp 4 x accum 2 of 8: %s", err);
+    par.pp = 3;
+    expect_reject(&s, 12, "layers=2 is fewer than pp=3 pipeline stages");
+    par.pp = 1;
+    par.ep = 3;
+    expect_reject(&s, 4, "ep=3 does not divide dp x cp = 4");
+
+    /* the token file against the vocab: every token is read */
+    spec_init(&s, &m, good);
+    m.vocab = 128; /* good.bin holds 0..255 */
+    expect_reject(&s, 4, "token 128 >= vocab 128 (largest token 255;");
+    spec_init(&s, &m, missing);
+    EXPECT(validate(&s, 4, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT,
+           "a missing data file is INVALID_ARGUMENT: %s", err);
+    spec_init(&s, &m, good);
+    s.zero = 4;
+    expect_reject(&s, 4, "zero=4 must be 0, 1, 2 or 3");
+    spec_init(&s, &m, good);
+    s.checkpoint_dir = (char *)"ck";
+    expect_reject(&s, 4, "checkpoint_dir='ck' must be an absolute path");
 }
 
 static void on_load(void *arg, px_job_t *t, Parallax__V1__JobSpec *spec)

@@ -1,7 +1,8 @@
 /* test_engine.c: unit tests of the engine's pieces (engine/, planner/): the token
  * file loader and its errors, the layout-independent batch, the GPT's
  * counter-based initialisation and batch independence, the learning-rate
- * schedule and px_train_config_check's messages.
+ * schedule and the job config check's messages as the engine meets them
+ * (px_job_config_check, jobcfg.h; tests/planner covers it in full).
  *
  * Usage: test_engine CASE | all. Writes scratch files under $TMPDIR (or
  * /tmp). Single-threaded. */
@@ -91,7 +92,8 @@ static void test_data(void)
         {20240520, 1, 200, 100, 0, -1, "does not match header token count 200"},
         {20240520, 1, 100, 100, 3, -1, "does not match header token count 100"},
         {20240520, 1, 0, 0, 0, -1, "token count 0"},
-        {20240520, 1, 100, 100, 0, 42, "token 300 at index 42 is >= vocab 256"},
+        {20240520, 1, 100, 100, 0, 42, "token 300 >= vocab 256 (largest token 300; the first token "
+         ">= vocab is at index 42)"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(path, sizeof(path), "%s/bad%zu.bin", tmpdir, i);
@@ -266,7 +268,7 @@ static void test_gpt(void)
 static void test_schedule(void)
 {
     px_train_config_t cfg;
-    px_train_config_defaults(&cfg);
+    px_job_config_defaults(&cfg);
     cfg.steps = 100;
     cfg.lr = 1e-3f;
     cfg.warmup_steps = 10;
@@ -281,21 +283,36 @@ static void test_schedule(void)
     EXPECT(fabsf(px_train_lr(&cfg, 0) - 2e-4f) < 1e-9f, "default warm-up steps/20");
 }
 
+/* What a rank checks before training: the layout it runs on `world` ranks
+ * (px_train_layout), then the one validator (jobcfg.h) on that layout. */
+static px_status_t check_on_world(const px_train_config_t *c, int world, char *err, size_t len)
+{
+    px_layout_t l;
+    px_status_t st = px_train_layout(c, world, &l, err, len);
+    if (st != PX_OK)
+        return st;
+    px_train_config_t checked = *c;
+    checked.layout = l;
+    return px_job_config_check(&checked, PX_JOBCFG_CHECK_DATA, err, len);
+}
+
 static void test_config(void)
 {
     char path[600], err[512];
     px_train_config_t cfg;
     snprintf(path, sizeof(path), "%s/cfg.bin", tmpdir);
     write_tokens(path, 20240520, 1, 100, 100, 0, -1);
-    px_train_config_defaults(&cfg);
+    px_job_config_defaults(&cfg);
     cfg.layers = 2; cfg.heads = 4; cfg.dim = 64; cfg.seq = 32; cfg.batch = 8; cfg.steps = 5;
+    cfg.layout.dp = 4;
     cfg.data_path = path;
-    EXPECT(px_train_config_check(&cfg, 4, err, sizeof(err)) == PX_OK, "good config: %s", err);
+    EXPECT(px_job_config_check(&cfg, PX_JOBCFG_CHECK_DATA, err, sizeof(err)) == PX_OK,
+           "good config: %s", err);
     const struct { int field, value, dp; const char *want; px_status_t st; } cases[] = {
-        {0, 130, 1, "dim 130 is not divisible by heads 4", PX_ERR_INVALID_ARGUMENT},
-        {1, 10, 4, "batch 10 is not divisible by dp 4", PX_ERR_INVALID_ARGUMENT},
-        {2, 100, 1, "seq 100 needs 101 tokens but data file", PX_ERR_INVALID_ARGUMENT},
-        {3, 0, 1, "layers 0 must be positive", PX_ERR_INVALID_ARGUMENT},
+        {0, 130, 1, "dim=130 is not divisible by heads=4", PX_ERR_INVALID_ARGUMENT},
+        {1, 10, 4, "batch=10 is not divisible by dp=4 x grad_accum=1", PX_ERR_INVALID_ARGUMENT},
+        {2, 100, 1, "seq=100 needs 101 tokens but data file", PX_ERR_INVALID_ARGUMENT},
+        {3, 0, 1, "layers=0 is out of range (1..1024)", PX_ERR_INVALID_ARGUMENT},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         px_train_config_t c = cfg;
@@ -303,8 +320,9 @@ static void test_config(void)
         if (cases[i].field == 1) c.batch = cases[i].value;
         if (cases[i].field == 2) c.seq = cases[i].value;
         if (cases[i].field == 3) c.layers = cases[i].value;
+        c.layout.dp = cases[i].dp;
         err[0] = 0;
-        px_status_t st = px_train_config_check(&c, cases[i].dp, err, sizeof(err));
+        px_status_t st = px_job_config_check(&c, PX_JOBCFG_CHECK_DATA, err, sizeof(err));
         EXPECT(st == cases[i].st && strstr(err, cases[i].want), "case %zu: '%s' wants '%s'", i,
                err, cases[i].want);
     }
@@ -315,14 +333,14 @@ static void test_config(void)
                              "world has 4"},
         {{2, 2, 1, 1, 1}, 4, "the engine runs data parallelism and ZeRO only"},
         {{4, 1, 1, 1, 3}, 4, "ep=3 does not divide dp x cp = 4"},
-        {{8, 1, 1, 1, 1}, 8, "batch 8 is not divisible by dp 8 x grad_accum 2"},
+        {{8, 1, 1, 1, 1}, 8, "batch=8 is not divisible by dp=8 x grad_accum=2"},
     };
     for (size_t i = 0; i < sizeof(lc) / sizeof(lc[0]); i++) {
         px_train_config_t c = cfg;
         c.layout = lc[i].l;
         c.grad_accum = 2;
         err[0] = 0;
-        px_status_t st = px_train_config_check(&c, lc[i].world, err, sizeof(err));
+        px_status_t st = check_on_world(&c, lc[i].world, err, sizeof(err));
         EXPECT(st == PX_ERR_INVALID_ARGUMENT && strstr(err, lc[i].want),
                "layout case %zu: '%s' wants '%s'", i, err, lc[i].want);
     }
@@ -330,13 +348,14 @@ static void test_config(void)
         px_train_config_t c = cfg;
         px_layout_t got;
         c.layout = (px_layout_t){4, 1, 1, 1, 1};
-        EXPECT(px_train_config_check(&c, 4, err, sizeof(err)) == PX_OK, "dp 4: %s", err);
-        EXPECT(px_train_layout(&cfg, 4, &got, err, sizeof(err)) == PX_OK && got.dp == 4 &&
+        EXPECT(check_on_world(&c, 4, err, sizeof(err)) == PX_OK, "dp 4: %s", err);
+        c.layout = (px_layout_t){0, 0, 0, 0, 0};
+        EXPECT(px_train_layout(&c, 4, &got, err, sizeof(err)) == PX_OK && got.dp == 4 &&
                got.tp == 1 && got.pp == 1 && got.cp == 1 && got.ep == 1, "zeros: dp = world");
     }
     px_train_config_t c = cfg;
     c.data_path = "/nonexistent/tokens.bin";
-    EXPECT(px_train_config_check(&c, 1, err, sizeof(err)) == PX_ERR_NOT_FOUND &&
+    EXPECT(px_job_config_check(&c, PX_JOBCFG_CHECK_DATA, err, sizeof(err)) == PX_ERR_NOT_FOUND &&
            strstr(err, "/nonexistent/tokens.bin"), "missing file: %s", err);
 }
 

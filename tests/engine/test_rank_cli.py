@@ -3,7 +3,10 @@
 
 Checks exit status 2 with a message naming the bad value for bad arguments
 (dim not divisible by heads, missing --data, bad number, unknown flag, bad
-token file, missing file), and, for a good 3-step run, exit 0, one stdout
+token file, missing file, a token >= vocab, heads % tp, a layout the engine
+cannot run yet, a layout that does not fill PX_WORLD_SIZE, job flags given
+with --spec-file, an unreadable spec file), all through the one validator
+(planner/jobcfg.h), and, for a good 3-step run, exit 0, one stdout
 line per step, and one JSON object per step in --metrics-out with the
 documented keys and a finite, decreasing-overall loss; --export-init writes
 layout.json, params_init.bin (num_params floats) and batch_1.bin.
@@ -44,8 +47,25 @@ def main():
     b = base[:]
     b[b.index('--dim') + 1] = '130'
     b[b.index('--heads') + 1] = '4'
-    expect(b + ['--data', data], 2, 'dim 130 is not divisible by heads 4')
-    expect(base, 2, '--data is required')
+    expect(b + ['--data', data], 2, 'dim=130 is not divisible by heads=4')
+    expect(base, 2, 'data file: no path given (--data)')
+    # bytes >= 64 are common in English text: vocab 64 is too small, and the
+    # message names the largest token (the file's largest byte)
+    with open(data, 'rb') as f:
+        largest = max(struct.unpack('<%dH' % ((os.path.getsize(data) - 1024) // 2),
+                                    f.read()[1024:]))
+    expect(base + ['--data', data, '--vocab', '64'], 2,
+           '>= vocab 64 (largest token %d;' % largest)
+    expect(base + ['--data', data, '--tp', '4'], 2, 'heads=2 is not divisible by tp=4')
+    expect(base + ['--data', data, '--tp', '2'], 2,
+           'tp=2: tensor parallelism is not implemented yet')
+    expect(base + ['--data', data, '--dp', '2'], 2,
+           'layout dp=2 tp=1 pp=1 cp=1 ep=1 (world 2) does not match the world of 1 ranks')
+    expect(base + ['--data', data, '--batch', '3', '--dp', '1', '--grad-accum', '2'], 2,
+           'batch=3 is not divisible by dp=1 x grad_accum=2')
+    expect(['--spec-file', os.path.join(work, 'm.jsonl'), '--layers', '2'], 2,
+           '--layers cannot be given with --spec-file')
+    expect(['--spec-file', os.path.join(work, 'no-spec.pb')], 2, 'no-spec.pb')
     expect(base + ['--data', data, '--lr', 'abc'], 2, "--lr: bad value 'abc'")
     expect(base + ['--data', data, '--bogus', '1'], 2, "unknown or incomplete option '--bogus'")
     expect(base + ['--data', bad], 2, 'bad magic 7')

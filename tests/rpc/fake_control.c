@@ -37,6 +37,7 @@ typedef struct fake_job {
     Parallax__V1__Job job;
     Parallax__V1__JobSpec spec;
     Parallax__V1__ModelSpec model;
+    Parallax__V1__ParallelSpec parallel; /* copied: the request's is freed */
     Parallax__V1__RankInfo *ranks;
     Parallax__V1__RankInfo **rank_ptrs;
     Parallax__V1__StepMetrics *metrics; /* steps entries, [0 .. job.step) valid */
@@ -212,6 +213,10 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
     j->spec.name = dup_or_empty(sp->name);
     j->spec.data_path = dup_or_empty(sp->data_path);
     j->spec.model = &j->model;
+    if (sp->parallel) {
+        j->parallel = *sp->parallel;
+        j->spec.parallel = &j->parallel;
+    }
     snprintf(id, sizeof(id), "job-%d", n_jobs + 1);
     j->job.id = strdup(id);
     j->job.spec = &j->spec;

@@ -1,0 +1,236 @@
+/* jobcfg.c: a training job's one set of defaults and one validator
+ * (jobcfg.h), shared by pctl, parallaxd (at submit) and parallax-rank (at
+ * start, and the engine before it trains).
+ *
+ * The checks run in a fixed order, so the first problem reported is the
+ * same wherever the check runs: sizes and ranges, the layout alone, the
+ * model against the layout (dim % heads, heads % tp, layers >= pp, seq and
+ * cp), the batch against dp x grad_accum, the optimizer, ZeRO, checkpoints,
+ * paths, then what the engine cannot run yet (unless LAYOUT_ONLY), then the
+ * files (with CHECK_DATA). Every message names the value as name=value.
+ *
+ * Pure code; the files are only read with PX_JOBCFG_CHECK_DATA. Any thread. */
+#include "jobcfg.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data.h"
+
+/* Upper bounds of the sizes (the daemon's historical limits). */
+#define MAX_LAYERS 1024
+#define MAX_HEADS 1024
+#define MAX_DIM 65536
+#define MAX_SEQ (1 << 20)
+#define MAX_VOCAB 65536 /* tokens are uint16 */
+#define MAX_BATCH (1 << 20)
+#define MAX_STEPS 1000000000
+#define MAX_GRAD_ACCUM 1024
+#define MAX_LR 10.0f
+#define MAX_WEIGHT_DECAY 10.0f
+#define MAX_GRAD_CLIP 1e6f
+
+void px_job_config_defaults(px_job_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->vocab = PX_DEFAULT_VOCAB;
+    px_layout_init(&cfg->layout);
+    cfg->grad_accum = 1;
+    cfg->lr = 2e-3f;
+    cfg->min_lr_ratio = 0.1f;
+    cfg->warmup_steps = -1;
+    cfg->weight_decay = 0.1f;
+    cfg->beta1 = 0.9f;
+    cfg->beta2 = 0.95f;
+    cfg->eps = 1e-8f;
+    cfg->grad_clip = 1.0f;
+    cfg->seed = 1337;
+    cfg->zero = 0;
+    cfg->prefetch = 1;
+}
+
+static px_status_t fail(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static px_status_t fail(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (errbuf && errlen) {
+        va_start(ap, fmt);
+        vsnprintf(errbuf, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return PX_ERR_INVALID_ARGUMENT;
+}
+
+static int has(const char *s)
+{
+    return s && *s;
+}
+
+/* Sizes and ranges of the plain integers. */
+static px_status_t check_sizes(const px_job_config_t *cfg, char *errbuf, size_t errlen)
+{
+    const struct { const char *name; int v, lo, hi; } r[] = {
+        {"layers", cfg->layers, 1, MAX_LAYERS},
+        {"heads", cfg->heads, 1, MAX_HEADS},
+        {"dim", cfg->dim, 1, MAX_DIM},
+        {"seq", cfg->seq, 1, MAX_SEQ},
+        {"vocab", cfg->vocab, 2, MAX_VOCAB},
+        {"batch", cfg->batch, 1, MAX_BATCH},
+        {"steps", cfg->steps, 1, MAX_STEPS},
+        {"grad_accum", cfg->grad_accum, 1, MAX_GRAD_ACCUM},
+    };
+    for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++)
+        if (r[i].v < r[i].lo || r[i].v > r[i].hi)
+            return fail(errbuf, errlen, "%s=%d is out of range (%d..%d)", r[i].name, r[i].v,
+                        r[i].lo, r[i].hi);
+    return PX_OK;
+}
+
+/* The model and the batch against the layout. */
+static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t errlen)
+{
+    const px_layout_t *l = &cfg->layout;
+    px_status_t status = px_layout_check(l, errbuf, errlen);
+
+    if (status != PX_OK)
+        return status;
+    if (cfg->dim % cfg->heads)
+        return fail(errbuf, errlen, "dim=%d is not divisible by heads=%d", cfg->dim, cfg->heads);
+    if (cfg->heads % l->tp)
+        return fail(errbuf, errlen, "heads=%d is not divisible by tp=%d", cfg->heads, l->tp);
+    if (cfg->layers < l->pp)
+        return fail(errbuf, errlen, "layers=%d is fewer than pp=%d pipeline stages (each stage "
+                    "holds at least one layer)", cfg->layers, l->pp);
+    /* context parallelism cuts each sequence into 2 x cp chunks, rank i
+     * holding chunks i and 2cp-1-i (Megatron-LM's load-balanced causal
+     * split) */
+    if (l->cp > 1 && cfg->seq % (2 * l->cp))
+        return fail(errbuf, errlen, "seq=%d is not divisible by 2 x cp=%d (each context rank "
+                    "holds two of the 2 x cp chunks of a sequence)", cfg->seq, l->cp);
+    if ((long long)cfg->batch % ((long long)l->dp * cfg->grad_accum))
+        return fail(errbuf, errlen, "batch=%d is not divisible by dp=%d x grad_accum=%d",
+                    cfg->batch, l->dp, cfg->grad_accum);
+    return PX_OK;
+}
+
+static px_status_t check_optimizer(const px_job_config_t *cfg, char *errbuf, size_t errlen)
+{
+    if (!isfinite(cfg->lr) || !(cfg->lr > 0.0f) || cfg->lr > MAX_LR)
+        return fail(errbuf, errlen, "lr=%g must be in (0, %g]", (double)cfg->lr, (double)MAX_LR);
+    if (!(cfg->min_lr_ratio >= 0.0f && cfg->min_lr_ratio <= 1.0f))
+        return fail(errbuf, errlen, "min_lr_ratio=%g must be in [0, 1]",
+                    (double)cfg->min_lr_ratio);
+    if (cfg->warmup_steps < -1)
+        return fail(errbuf, errlen, "warmup_steps=%d must be >= 0 (-1: steps/20)",
+                    cfg->warmup_steps);
+    if (cfg->warmup_steps > cfg->steps)
+        return fail(errbuf, errlen, "warmup_steps=%d exceeds steps=%d", cfg->warmup_steps,
+                    cfg->steps);
+    if (!(cfg->weight_decay >= 0.0f && cfg->weight_decay <= MAX_WEIGHT_DECAY))
+        return fail(errbuf, errlen, "weight_decay=%g must be in [0, %g]",
+                    (double)cfg->weight_decay, (double)MAX_WEIGHT_DECAY);
+    if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f))
+        return fail(errbuf, errlen, "beta1=%g must be in [0, 1)", (double)cfg->beta1);
+    if (!(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f))
+        return fail(errbuf, errlen, "beta2=%g must be in [0, 1)", (double)cfg->beta2);
+    if (!(cfg->eps > 0.0f) || !isfinite(cfg->eps))
+        return fail(errbuf, errlen, "eps=%g must be positive", (double)cfg->eps);
+    if (!(cfg->grad_clip >= 0.0f && cfg->grad_clip <= MAX_GRAD_CLIP))
+        return fail(errbuf, errlen, "grad_clip=%g must be in [0, %g] (0 = off)",
+                    (double)cfg->grad_clip, (double)MAX_GRAD_CLIP);
+    return PX_OK;
+}
+
+static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char *errbuf,
+                               size_t errlen)
+{
+    const struct { const char *name; const char *v; } paths[] = {
+        {"data", cfg->data_path}, {"checkpoint_dir", cfg->checkpoint_dir},
+        {"resume_dir", cfg->resume_dir}, {"export_safetensors", cfg->export_safetensors}};
+
+    if (cfg->zero < 0 || cfg->zero > 3)
+        return fail(errbuf, errlen, "zero=%d must be 0, 1, 2 or 3", cfg->zero);
+    if (cfg->prefetch != 0 && cfg->prefetch != 1)
+        return fail(errbuf, errlen, "prefetch=%d must be 0 or 1", cfg->prefetch);
+    if (cfg->checkpoint_every < 0)
+        return fail(errbuf, errlen, "checkpoint_every=%d must be >= 0 (0 = never)",
+                    cfg->checkpoint_every);
+    if (cfg->checkpoint_every > 0 && !has(cfg->checkpoint_dir))
+        return fail(errbuf, errlen, "checkpoint_every=%d needs checkpoint_dir",
+                    cfg->checkpoint_every);
+    if (!has(cfg->data_path))
+        return fail(errbuf, errlen, "data file: no path given (--data)");
+    if (flags & PX_JOBCFG_ABSOLUTE_PATHS)
+        for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+            if (has(paths[i].v) && paths[i].v[0] != '/')
+                return fail(errbuf, errlen, "%s='%s' must be an absolute path (the ranks run "
+                            "in other directories)", paths[i].name, paths[i].v);
+    return PX_OK;
+}
+
+/* Layouts the engine cannot run yet: it trains data parallel (+ ZeRO). */
+static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t errlen)
+{
+    const px_layout_t *l = &cfg->layout;
+    const struct { const char *name, *what; int v; } deg[] = {
+        {"tp", "tensor", l->tp}, {"pp", "pipeline", l->pp}, {"cp", "context", l->cp},
+        {"ep", "expert", l->ep}};
+    for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++)
+        if (deg[i].v > 1)
+            return fail(errbuf, errlen, "%s=%d: %s parallelism is not implemented yet (the "
+                        "engine trains data parallel with ZeRO; use dp)", deg[i].name,
+                        deg[i].v, deg[i].what);
+    return PX_OK;
+}
+
+/* The token file (header, size, every token < vocab, seq + 1 tokens) and a
+ * resume directory's completeness. */
+static px_status_t check_files(const px_job_config_t *cfg, char *errbuf, size_t errlen)
+{
+    px_data_t *data = NULL;
+    px_status_t status = px_data_open(cfg->data_path, cfg->vocab, errbuf, errlen, &data);
+    size_t ntok;
+
+    if (status != PX_OK)
+        return status == PX_ERR_NOT_FOUND ? PX_ERR_NOT_FOUND : PX_ERR_INVALID_ARGUMENT;
+    ntok = px_data_num_tokens(data);
+    px_data_close(data);
+    if ((size_t)cfg->seq + 1 > ntok)
+        return fail(errbuf, errlen, "seq=%d needs %d tokens but data file %s has %zu", cfg->seq,
+                    cfg->seq + 1, cfg->data_path, ntok);
+    if (has(cfg->resume_dir)) {
+        /* a resume needs a complete checkpoint, whose meta.json is written
+         * last (engine/checkpoint.h): caught here, not minutes later */
+        char meta[4200];
+        snprintf(meta, sizeof(meta), "%s/meta.json", cfg->resume_dir);
+        if (access(meta, R_OK))
+            return fail(errbuf, errlen, "resume_dir='%s' is an incomplete or missing checkpoint "
+                        "(cannot read meta.json: %s)", cfg->resume_dir, strerror(errno));
+    }
+    return PX_OK;
+}
+
+px_status_t px_job_config_check(const px_job_config_t *cfg, unsigned flags, char *errbuf,
+                                size_t errlen)
+{
+    px_status_t status;
+
+    if (errbuf && errlen)
+        errbuf[0] = '\0';
+    if ((status = check_sizes(cfg, errbuf, errlen)) != PX_OK ||
+        (status = check_layout(cfg, errbuf, errlen)) != PX_OK ||
+        (status = check_optimizer(cfg, errbuf, errlen)) != PX_OK ||
+        (status = check_state(cfg, flags, errbuf, errlen)) != PX_OK)
+        return status;
+    if (!(flags & PX_JOBCFG_LAYOUT_ONLY) && (status = check_engine(cfg, errbuf, errlen)) != PX_OK)
+        return status;
+    if (flags & PX_JOBCFG_CHECK_DATA)
+        return check_files(cfg, errbuf, errlen);
+    return PX_OK;
+}

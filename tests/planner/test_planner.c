@@ -1,0 +1,408 @@
+/* test_planner.c: unit tests of the job configuration (planner/jobcfg.h:
+ * the defaults, px_job_config_check's every rule and its message, the
+ * flags) and of the JobSpec conversion (planner/jobspec.h: wire zeros as
+ * defaults, old specs without `parallel`, and the round trip config ->
+ * JobSpec -> packed bytes -> JobSpec -> config).
+ *
+ * Usage: test_planner CASE | all (CASE: defaults, check, flags, data,
+ * jobspec). Writes scratch files under $TMPDIR (or /tmp). Single-threaded. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "jobcfg.h"
+#include "jobspec.h"
+
+static int failures;
+#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
+    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
+    fprintf(stderr, "\n"); } } while (0)
+
+static char tmpdir[512], good[600];
+
+/* A token file of `ntok` tokens i % modulo, plus `bad` at index bad_at
+ * (bad_at < 0: none). */
+static void write_tokens(const char *path, int ntok, int modulo, int bad_at, int bad)
+{
+    int32_t header[256] = {20240520, 1, ntok};
+    FILE *f = fopen(path, "wb");
+    fwrite(header, sizeof(header), 1, f);
+    for (int i = 0; i < ntok; i++) {
+        uint16_t t = (uint16_t)(i == bad_at ? bad : i % modulo);
+        fwrite(&t, 2, 1, f);
+    }
+    fclose(f);
+}
+
+/* A valid dp=4 config on `good` (1000 tokens < 200). */
+static void base(px_job_config_t *c)
+{
+    px_job_config_defaults(c);
+    c->layers = 2;
+    c->heads = 4;
+    c->dim = 64;
+    c->seq = 32;
+    c->batch = 8;
+    c->steps = 10;
+    c->layout.dp = 4;
+    c->data_path = good;
+}
+
+static void expect_check(const px_job_config_t *c, unsigned flags, px_status_t want,
+                         const char *needle, int line)
+{
+    char err[512] = "";
+    px_status_t st = px_job_config_check(c, flags, err, sizeof(err));
+    if (st != want || (needle && !strstr(err, needle))) {
+        failures++;
+        fprintf(stderr, "FAIL %s:%d: status %d (want %d), message '%s' (want '%s')\n", __FILE__,
+                line, st, want, err, needle ? needle : "");
+    }
+}
+#define REJECT(c, flags, needle) expect_check(c, flags, PX_ERR_INVALID_ARGUMENT, needle, __LINE__)
+#define ACCEPT(c, flags) expect_check(c, flags, PX_OK, NULL, __LINE__)
+
+static void test_defaults(void)
+{
+    px_job_config_t c;
+    memset(&c, 0x5a, sizeof(c));
+    px_job_config_defaults(&c);
+    EXPECT(c.vocab == PX_DEFAULT_VOCAB && PX_DEFAULT_VOCAB == 256, "vocab %d", c.vocab);
+    EXPECT(c.layout.dp == 1 && c.layout.tp == 1 && c.layout.pp == 1 && c.layout.cp == 1 &&
+           c.layout.ep == 1, "layout all 1");
+    EXPECT(c.grad_accum == 1 && c.lr == 2e-3f && c.min_lr_ratio == 0.1f && c.warmup_steps == -1 &&
+           c.weight_decay == 0.1f && c.beta1 == 0.9f && c.beta2 == 0.95f && c.eps == 1e-8f &&
+           c.grad_clip == 1.0f && c.seed == 1337 && c.zero == 0 && c.prefetch == 1,
+           "optimizer and state defaults");
+    EXPECT(c.layers == 0 && c.heads == 0 && c.dim == 0 && c.seq == 0 && c.batch == 0 &&
+           c.steps == 0 && c.checkpoint_every == 0 && !c.data_path && !c.checkpoint_dir &&
+           !c.resume_dir && !c.export_safetensors, "sizes, steps and paths 0 / NULL");
+    EXPECT(px_job_config_padded_vocab(256) == 256 && px_job_config_padded_vocab(50257) == 50304 &&
+           px_job_config_padded_vocab(1) == 64, "padded vocab");
+}
+
+static void test_check(void)
+{
+    px_job_config_t c;
+    const unsigned D = PX_JOBCFG_CHECK_DATA;
+
+    base(&c);
+    ACCEPT(&c, D);
+    /* sizes and ranges */
+    const struct { int *field; int v; const char *want; } sizes[] = {
+        {&c.layers, 0, "layers=0 is out of range (1..1024)"},
+        {&c.heads, 2000, "heads=2000 is out of range (1..1024)"},
+        {&c.dim, -1, "dim=-1 is out of range (1..65536)"},
+        {&c.seq, 0, "seq=0 is out of range (1..1048576)"},
+        {&c.vocab, 1, "vocab=1 is out of range (2..65536)"},
+        {&c.vocab, 70000, "vocab=70000 is out of range (2..65536)"},
+        {&c.batch, 0, "batch=0 is out of range (1..1048576)"},
+        {&c.steps, 0, "steps=0 is out of range (1..1000000000)"},
+        {&c.grad_accum, 0, "grad_accum=0 is out of range (1..1024)"},
+    };
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        base(&c);
+        *sizes[i].field = sizes[i].v;
+        REJECT(&c, 0, sizes[i].want);
+    }
+    /* the layout alone, then against the model and batch */
+    base(&c);
+    c.layout.dp = 0;
+    REJECT(&c, 0, "dp=0 is out of range (1..65536)");
+    base(&c);
+    c.layout.ep = 3;
+    REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "ep=3 does not divide dp x cp = 4");
+    base(&c);
+    c.dim = 130;
+    REJECT(&c, 0, "dim=130 is not divisible by heads=4");
+    base(&c);
+    c.heads = 6;
+    c.dim = 96;
+    c.layout.dp = 1;
+    c.layout.tp = 4;
+    REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "heads=6 is not divisible by tp=4");
+    base(&c);
+    c.layout.pp = 3;
+    REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "layers=2 is fewer than pp=3 pipeline stages");
+    base(&c);
+    c.layout.cp = 3;
+    c.layout.dp = 1;
+    c.seq = 32;
+    REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "seq=32 is not divisible by 2 x cp=3");
+    c.seq = 30; /* 30 = 2 x 3 x 5 */
+    ACCEPT(&c, PX_JOBCFG_LAYOUT_ONLY);
+    base(&c);
+    c.batch = 10;
+    REJECT(&c, 0, "batch=10 is not divisible by dp=4 x grad_accum=1");
+    c.batch = 8;
+    c.grad_accum = 4;
+    REJECT(&c, 0, "batch=8 is not divisible by dp=4 x grad_accum=4");
+    c.batch = 16;
+    ACCEPT(&c, D);
+    /* the optimizer */
+    base(&c);
+    c.lr = 0.0f;
+    REJECT(&c, 0, "lr=0 must be in (0, 10]");
+    c.lr = NAN;
+    REJECT(&c, 0, "lr=nan");
+    base(&c);
+    c.min_lr_ratio = 1.5f;
+    REJECT(&c, 0, "min_lr_ratio=1.5 must be in [0, 1]");
+    base(&c);
+    c.warmup_steps = -2;
+    REJECT(&c, 0, "warmup_steps=-2 must be >= 0");
+    c.warmup_steps = 11;
+    REJECT(&c, 0, "warmup_steps=11 exceeds steps=10");
+    c.warmup_steps = 10;
+    ACCEPT(&c, 0);
+    base(&c);
+    c.weight_decay = -0.1f;
+    REJECT(&c, 0, "weight_decay=-0.1 must be in [0, 10]");
+    base(&c);
+    c.beta1 = 1.0f;
+    REJECT(&c, 0, "beta1=1 must be in [0, 1)");
+    base(&c);
+    c.beta2 = -0.5f;
+    REJECT(&c, 0, "beta2=-0.5 must be in [0, 1)");
+    base(&c);
+    c.eps = 0.0f;
+    REJECT(&c, 0, "eps=0 must be positive");
+    base(&c);
+    c.grad_clip = -1.0f;
+    REJECT(&c, 0, "grad_clip=-1 must be in [0, 1e+06] (0 = off)");
+    c.grad_clip = 0.0f;
+    ACCEPT(&c, 0);
+    /* ZeRO and checkpoints */
+    base(&c);
+    c.zero = 4;
+    REJECT(&c, 0, "zero=4 must be 0, 1, 2 or 3");
+    base(&c);
+    c.prefetch = 2;
+    REJECT(&c, 0, "prefetch=2 must be 0 or 1");
+    base(&c);
+    c.checkpoint_every = -1;
+    REJECT(&c, 0, "checkpoint_every=-1 must be >= 0");
+    c.checkpoint_every = 5;
+    REJECT(&c, 0, "checkpoint_every=5 needs checkpoint_dir");
+    c.checkpoint_dir = "/tmp/ck";
+    ACCEPT(&c, 0);
+    base(&c);
+    c.data_path = NULL;
+    REJECT(&c, 0, "data file: no path given (--data)");
+    c.data_path = "";
+    REJECT(&c, 0, "data file: no path given (--data)");
+}
+
+static void test_flags(void)
+{
+    px_job_config_t c;
+    /* what the engine cannot run yet: rejected unless LAYOUT_ONLY */
+    const struct { int tp, pp, cp, ep, dp; const char *want; } deg[] = {
+        {2, 1, 1, 1, 1, "tp=2: tensor parallelism is not implemented yet"},
+        {1, 2, 1, 1, 1, "pp=2: pipeline parallelism is not implemented yet"},
+        {1, 1, 2, 1, 1, "cp=2: context parallelism is not implemented yet"},
+        {1, 1, 1, 2, 2, "ep=2: expert parallelism is not implemented yet"},
+    };
+    for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++) {
+        base(&c);
+        c.layout = (px_layout_t){deg[i].dp, deg[i].tp, deg[i].pp, deg[i].cp, deg[i].ep};
+        c.batch = 8;
+        ACCEPT(&c, PX_JOBCFG_LAYOUT_ONLY);
+        REJECT(&c, 0, deg[i].want);
+    }
+    /* absolute paths, each named */
+    const char *rel = "ck";
+    const char **fields[] = {&c.data_path, &c.checkpoint_dir, &c.resume_dir,
+                             &c.export_safetensors};
+    const char *names[] = {"data='ck'", "checkpoint_dir='ck'", "resume_dir='ck'",
+                           "export_safetensors='ck'"};
+    for (int i = 0; i < 4; i++) {
+        base(&c);
+        *fields[i] = rel;
+        REJECT(&c, PX_JOBCFG_ABSOLUTE_PATHS, names[i]);
+        if (i > 0)
+            ACCEPT(&c, 0); /* standalone ranks may use relative paths */
+    }
+}
+
+static void test_data(void)
+{
+    char path[800], dir[700];
+    px_job_config_t c;
+
+    base(&c);
+    snprintf(path, sizeof(path), "%s/big.bin", tmpdir);
+    write_tokens(path, 500, 200, 42, 300);
+    c.data_path = path;
+    ACCEPT(&c, 0); /* not read without CHECK_DATA */
+    REJECT(&c, PX_JOBCFG_CHECK_DATA,
+           "token 300 >= vocab 256 (largest token 300; the first token >= vocab is at index 42)");
+    c.vocab = 301;
+    ACCEPT(&c, PX_JOBCFG_CHECK_DATA);
+    base(&c);
+    c.vocab = 100; /* good.bin: tokens 0..199, the first >= 100 at index 100 */
+    REJECT(&c, PX_JOBCFG_CHECK_DATA, "token 100 >= vocab 100 (largest token 199;");
+    base(&c);
+    c.seq = 1000;
+    REJECT(&c, PX_JOBCFG_CHECK_DATA, "seq=1000 needs 1001 tokens but data file");
+    c.seq = 999;
+    ACCEPT(&c, PX_JOBCFG_CHECK_DATA);
+    base(&c);
+    c.data_path = "/nonexistent/tokens.bin";
+    expect_check(&c, PX_JOBCFG_CHECK_DATA, PX_ERR_NOT_FOUND, "/nonexistent/tokens.bin",
+                 __LINE__);
+    /* a resume needs meta.json */
+    base(&c);
+    snprintf(dir, sizeof(dir), "%s/step_5", tmpdir);
+    mkdir(dir, 0700);
+    c.resume_dir = dir;
+    REJECT(&c, PX_JOBCFG_CHECK_DATA, "is an incomplete or missing checkpoint (cannot read "
+           "meta.json");
+    snprintf(path, sizeof(path), "%s/meta.json", dir);
+    fclose(fopen(path, "w"));
+    ACCEPT(&c, PX_JOBCFG_CHECK_DATA);
+}
+
+/* Packs and unpacks a spec (what crosses the wire and the spec file). */
+static Parallax__V1__JobSpec *wire(const Parallax__V1__JobSpec *s)
+{
+    size_t n = parallax__v1__job_spec__get_packed_size(s);
+    uint8_t *buf = malloc(n ? n : 1);
+    parallax__v1__job_spec__pack(s, buf);
+    Parallax__V1__JobSpec *out = parallax__v1__job_spec__unpack(NULL, n, buf);
+    free(buf);
+    return out;
+}
+
+static void test_jobspec(void)
+{
+    px_job_config_t c, back;
+    px_jobspec_msg_t msg;
+    Parallax__V1__JobSpec *u;
+
+    /* the round trip of every field the wire carries */
+    base(&c);
+    c.vocab = 300;
+    c.layout = (px_layout_t){2, 2, 3, 2, 4};
+    c.batch = 24;
+    c.grad_accum = 3;
+    c.steps = 77;
+    c.lr = 3e-4f;
+    c.min_lr_ratio = 0.0f; /* 0 is a value here, not "default" */
+    c.warmup_steps = 7;
+    c.weight_decay = 0.0f;
+    c.grad_clip = 0.5f;
+    c.seed = 0;
+    c.zero = 3;
+    c.checkpoint_every = 5;
+    c.checkpoint_dir = "/ck";
+    c.resume_dir = "/ck/step_5";
+    c.export_safetensors = "/out.safetensors";
+    px_jobspec_from_config(&c, &msg);
+    EXPECT(msg.spec.dp == 2 && msg.spec.parallel == &msg.parallel && msg.parallel.tp == 2 &&
+           msg.parallel.pp == 3 && msg.parallel.cp == 2 && msg.parallel.ep == 4,
+           "JobSpec.dp is the data-parallel degree, parallel the layout");
+    u = wire(&msg.spec);
+    EXPECT(u != NULL, "unpack");
+    px_jobspec_to_config(u, &back);
+    EXPECT(back.layers == c.layers && back.heads == c.heads && back.dim == c.dim &&
+           back.seq == c.seq && back.vocab == 300, "model round trip");
+    EXPECT(!memcmp(&back.layout, &c.layout, sizeof(c.layout)), "layout round trip: %d %d %d %d %d",
+           back.layout.dp, back.layout.tp, back.layout.pp, back.layout.cp, back.layout.ep);
+    EXPECT(back.batch == 24 && back.grad_accum == 3 && back.steps == 77 && back.lr == 3e-4f &&
+           back.min_lr_ratio == 0.0f && back.warmup_steps == 7 && back.weight_decay == 0.0f &&
+           back.grad_clip == 0.5f && back.seed == 0 && back.zero == 3 &&
+           back.checkpoint_every == 5, "training round trip");
+    EXPECT(!strcmp(back.data_path, good) && !strcmp(back.checkpoint_dir, "/ck") &&
+           !strcmp(back.resume_dir, "/ck/step_5") &&
+           !strcmp(back.export_safetensors, "/out.safetensors"), "paths round trip");
+    EXPECT(back.beta1 == 0.9f && back.beta2 == 0.95f && back.eps == 1e-8f && back.prefetch == 1,
+           "not on the wire: defaults");
+    parallax__v1__job_spec__free_unpacked(u, NULL);
+
+    /* defaults survive the trip: clip off, warmup steps/20, no paths */
+    base(&c);
+    c.grad_clip = 0.0f;
+    px_jobspec_from_config(&c, &msg);
+    EXPECT(msg.spec.grad_clip < 0.0f && msg.spec.warmup_steps == 0 &&
+           !strcmp(msg.spec.checkpoint_dir, ""), "clip off is < 0, warmup -1 is 0");
+    u = wire(&msg.spec);
+    px_jobspec_to_config(u, &back);
+    EXPECT(back.grad_clip == 0.0f && back.warmup_steps == -1 && !back.checkpoint_dir &&
+           !back.resume_dir && !back.export_safetensors, "defaults round trip");
+    parallax__v1__job_spec__free_unpacked(u, NULL);
+
+    /* proto3 zeros mean "default"; an old client's spec has dp alone */
+    Parallax__V1__JobSpec s = PARALLAX__V1__JOB_SPEC__INIT;
+    Parallax__V1__ModelSpec m = PARALLAX__V1__MODEL_SPEC__INIT;
+    m.layers = 2;
+    m.heads = 2;
+    m.dim = 32;
+    m.seq = 16;
+    s.model = &m;
+    s.dp = 4;
+    s.batch = 8;
+    s.steps = 10;
+    px_jobspec_to_config(&s, &c);
+    EXPECT(c.vocab == PX_DEFAULT_VOCAB && c.grad_accum == 1 && c.warmup_steps == -1 &&
+           c.grad_clip == 1.0f && c.lr == 2e-3f, "wire zeros: vocab %d accum %d warmup %d "
+           "clip %g lr %g", c.vocab, c.grad_accum, c.warmup_steps, c.grad_clip, c.lr);
+    EXPECT(c.layout.dp == 4 && c.layout.tp == 1 && c.layout.pp == 1 && c.layout.cp == 1 &&
+           c.layout.ep == 1, "no `parallel`: dp = JobSpec.dp");
+    Parallax__V1__ParallelSpec p = PARALLAX__V1__PARALLEL_SPEC__INIT;
+    s.parallel = &p;
+    p.tp = 2;
+    px_jobspec_to_config(&s, &c);
+    EXPECT(c.layout.dp == 4 && c.layout.tp == 2 && c.layout.pp == 1,
+           "parallel.dp 0: JobSpec.dp; other zeros: 1");
+    p.dp = 2;
+    s.grad_clip = -3.0f;
+    px_jobspec_to_config(&s, &c);
+    EXPECT(c.layout.dp == 2 && c.grad_clip == 0.0f, "parallel.dp wins; clip < 0 is off");
+    s.dp = 0;
+    s.parallel = NULL;
+    px_jobspec_to_config(&s, &c);
+    c.data_path = good;
+    REJECT(&c, 0, "dp=0 is out of range");
+    s.model = NULL;
+    px_jobspec_to_config(&s, &c);
+    c.data_path = good;
+    REJECT(&c, 0, "layers=0 is out of range");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct { const char *name; void (*fn)(void); } cases[] = {
+        {"defaults", test_defaults}, {"check", test_check}, {"flags", test_flags},
+        {"data", test_data}, {"jobspec", test_jobspec}};
+    const char *which = argc > 1 ? argv[1] : "all";
+    const char *t = getenv("TMPDIR");
+    int ran = 0;
+    char cmd[700];
+
+    snprintf(tmpdir, sizeof(tmpdir), "%s/px_test_planner_XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(good, sizeof(good), "%s/good.bin", tmpdir);
+    write_tokens(good, 1000, 200, -1, 0);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (strcmp(which, "all") && strcmp(which, cases[i].name))
+            continue;
+        printf("%s\n", cases[i].name);
+        cases[i].fn();
+        ran++;
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    if (!ran)
+        return 2;
+    printf(failures ? "FAILED (%d)\n" : "OK\n", failures);
+    return failures ? 1 : 0;
+}
