@@ -300,8 +300,8 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
             printf("(one unit from --params: the gathered / in-flight layer buffers of stages "
                    "2 and 3 are not counted; give the GPT dims to count them)\n");
         if (!json && known && memory_planned && rc == PCTL_EXIT_OK)
-            printf("(stages 2/3 count the root unit and 2 layers gathered or in flight; \"at "
-                   "once\" is the peak of the sum, what a rank measures)\n");
+            printf("(stages 2/3 count the embedding and head units and 2 layers gathered or in "
+                   "flight; \"at once\" is the peak of the sum, what a rank measures)\n");
         if (!json && rc == PCTL_EXIT_OK)
             print_layout(&layout, (int)nodes, (int)per_node, node_of_rank);
     }

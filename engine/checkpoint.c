@@ -61,6 +61,24 @@ static px_status_t write_all(int fd, const void *buf, size_t n, const char *path
     return PX_OK;
 }
 
+/* Tensor bytes move between files and the backend's memory (host or
+ * device: px_kernels.h) through a host bounce buffer of this many floats. */
+#define BOUNCE_FLOATS ((size_t)1 << 18)
+
+/* Writes n floats of backend memory `src` to fd, staged through `bounce`. */
+static px_status_t write_tensor(int fd, const px_kernel_ops_t *k, const float *src, size_t n,
+                                float *bounce, const char *path)
+{
+    px_status_t status = PX_OK;
+    for (size_t i = 0; i < n && status == PX_OK; i += BOUNCE_FLOATS) {
+        size_t c = n - i < BOUNCE_FLOATS ? n - i : BOUNCE_FLOATS;
+        k->mem_copy_to_host(bounce, src + i, c * sizeof(float));
+        k->synchronize();
+        status = write_all(fd, bounce, c * sizeof(float), path);
+    }
+    return status;
+}
+
 /* Opens path.tmp for writing; commit_file fsyncs, closes, renames. */
 static int open_tmp(const char *path, char *tmp, size_t tmplen)
 {
@@ -94,14 +112,19 @@ px_status_t px_checkpoint_save(const char *dir, int step, px_zero_t *z,
         PX_CHECK(px_barrier(comm, -1)); /* the directory exists for everyone */
     if (rank < nsh) {
         snprintf(path, sizeof(path), "%s/shard_%d.bin", sdir, rank);
-        int fd = open_tmp(path, tmp, sizeof(tmp));
-        if (fd < 0)
-            return PX_ERR_IO;
+        float *bounce = malloc(BOUNCE_FLOATS * sizeof(float));
+        int fd = bounce ? open_tmp(path, tmp, sizeof(tmp)) : -1;
+        if (fd < 0) {
+            free(bounce);
+            return bounce ? PX_ERR_IO : PX_ERR_NO_MEMORY;
+        }
         for (int u = 0; u < plan->nunits && status == PX_OK; u++) {
             size_t n = plan->unit_padded[u] / (uint64_t)nsh;
             for (int w = 0; w < 3 && status == PX_OK; w++)
-                status = write_all(fd, px_zero_slice(z, w, u), n * sizeof(float), path);
+                status = write_tensor(fd, px_zero_ops(z), px_zero_slice(z, w, u), n, bounce,
+                                      path);
         }
+        free(bounce);
         if (status != PX_OK) {
             close(fd);
             return status;
@@ -155,6 +178,7 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
     json_error_t jerr;
     px_status_t status = PX_OK;
     int *fds = NULL;
+    float *bounce = NULL;
     long long step, zero, dp, nsh, layers, dim, vocab, maxseq, hd, vp;
 
     snprintf(mpath, sizeof(mpath), "%s/meta.json", path);
@@ -233,7 +257,14 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
         }
     }
     /* everything checked: read what this rank holds, piece by piece from
-     * the old shards; elements past the unit's size are padding (0) */
+     * the old shards, through a host bounce buffer into the backend's
+     * memory; elements past the unit's size are padding (0) */
+    const px_kernel_ops_t *kops = px_zero_ops(z);
+    bounce = malloc(BOUNCE_FLOATS * sizeof(float));
+    if (!bounce) {
+        status = PX_ERR_NO_MEMORY;
+        goto out;
+    }
     for (int u = 0; u < nu && status == PX_OK; u++) {
         for (int w = 0; w < 3 && status == PX_OK; w++) {
             uint64_t b, cnt;
@@ -241,7 +272,7 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
             uint64_t idx = b, end = b + cnt;
             while (idx < end) {
                 if (idx >= plan->unit_size[u]) {
-                    memset(dst + (idx - b), 0, (end - idx) * sizeof(float));
+                    kops->mem_set(dst + (idx - b), 0, (end - idx) * sizeof(float));
                     break;
                 }
                 uint64_t k = idx / osl[u], within = idx % osl[u];
@@ -250,14 +281,18 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
                     n = end - idx;
                 if (n > plan->unit_size[u] - idx)
                     n = plan->unit_size[u] - idx;
+                if (n > BOUNCE_FLOATS)
+                    n = BOUNCE_FLOATS;
                 off_t off = (off_t)((ooff[u] + (uint64_t)w * osl[u] + within) * sizeof(float));
-                ssize_t r = pread(fds[k], dst + (idx - b), n * sizeof(float), off);
+                ssize_t r = pread(fds[k], bounce, n * sizeof(float), off);
                 if (r != (ssize_t)(n * sizeof(float))) {
                     px_error("checkpoint: read %s/shard_%llu.bin: %s", path,
                              (unsigned long long)k, r < 0 ? strerror(errno) : "short read");
                     status = PX_ERR_IO;
                     break;
                 }
+                kops->mem_copy_from_host(dst + (idx - b), bounce, n * sizeof(float));
+                kops->synchronize(); /* the bounce buffer is reused next */
                 idx += n;
             }
         }
@@ -270,6 +305,7 @@ out:
         if (fds[k] >= 0)
             close(fds[k]);
     free(fds);
+    free(bounce);
     free(osl);
     free(ooff);
     if (status == PX_OK)

@@ -111,6 +111,7 @@ void px_gpt_units_to_canonical(const px_gpt_config_t *cfg, const px_kernel_ops_t
                                   t[k].size * sizeof(float));
         off += t[n - 1].unit_offset + t[n - 1].size;
     }
+    ops->synchronize(); /* dst is read by host code next */
 }
 
 /* Parameter (or gradient) pointers into one unit, set by walking the

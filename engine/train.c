@@ -305,8 +305,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
 
     int need_canon = (dump_dir != NULL) || (cfg->export_safetensors && *cfg->export_safetensors);
-    if (need_canon) {
-        canon = px_mem_calloc(PX_MEM_WORK, n, sizeof(float));
+    if (need_canon) { /* host memory: files are written from it */
+        canon = calloc(n, sizeof(float));
         if (!canon) {
             status = PX_ERR_NO_MEMORY;
             goto out;
@@ -424,7 +424,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     status = PX_OK;
 
 out:
-    px_mem_free(canon);
+    free(canon);
     px_mem_free(inputs);
     px_mem_free(targets);
     px_gpt_destroy(gpt);

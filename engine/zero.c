@@ -622,3 +622,5 @@ px_status_t px_zero_gather_canonical(px_zero_t *z, float *dst)
 }
 
 void px_zero_times(const px_zero_t *z, px_zero_times_t *out) { *out = z->times; }
+
+const px_kernel_ops_t *px_zero_ops(const px_zero_t *z) { return z->k; }

@@ -73,6 +73,10 @@ void px_zero_destroy(px_zero_t *z); /* NULL no-op; waits nothing: only after a f
  * only. */
 void px_zero_set_model_group(px_zero_t *z, px_comm_t *mp);
 
+/* The kernel table z was created with (borrowed): its memory ops move the
+ * state's bytes, wherever the backend keeps them. */
+const px_kernel_ops_t *px_zero_ops(const px_zero_t *z);
+
 /* The hooks for px_gpt_create_external (arg = z). */
 const px_gpt_hooks_t *px_zero_hooks(px_zero_t *z);
 
@@ -94,8 +98,9 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
  * matrices only); stages 1/2 all-gather the parameters. */
 px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_adamw_t *hp);
 
-/* Full parameters in canonical layout into dst[num_params] (collective for
- * stage 3: every rank must call it; the result is on every rank). */
+/* Full parameters in canonical layout into HOST memory dst[num_params]
+ * (collective for stage 3: every rank must call it; the result is on every
+ * rank). */
 px_status_t px_zero_gather_canonical(px_zero_t *z, float *dst);
 /* Full averaged gradients of the last reduce (stage 0 only; else NULL). */
 const float *px_zero_full_grads(px_zero_t *z);
