@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobcfg.h" /* PX_DEFAULT_VOCAB */
 #include "layout.h"
 #include "pctl.h"
 #include "plan.h"
@@ -105,7 +106,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         {"optimizer-bytes-per-param", 1, 0, O_K}, {"json", 0, 0, O_JSON},
         {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
     double params = 0, k = -1;
-    uint64_t layers = 4, dim = 128, vocab = 256, seq = 128, heads = 4, dp = 1, v;
+    uint64_t layers = 4, dim = 128, vocab = PX_DEFAULT_VOCAB, seq = 128, heads = 4, dp = 1, v;
     uint64_t tp = 1, pp = 1, cp = 1, ep = 1, nodes = 1, per_node = 0;
     int zero = -1, json = 0, fp32 = 0, have_dims = 0, opt;
     (void)ctx;
