@@ -407,7 +407,10 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     px_jobspec_msg_t msg; /* the JobSpec, written from cfg (jobspec.h) */
     const char *data = NULL, *name = NULL;
     char *data_abs = NULL;
-    char *abs_paths[3] = {NULL, NULL, NULL}; /* issue 4: checkpoint, resume, export */
+    /* checkpoint, resume and export paths made absolute: in stack buffers,
+     * so the usage-error returns of the option loop leak nothing */
+    char abs_buf[3][PATH_MAX + 1];
+    char *abs_paths[3] = {NULL, NULL, NULL};
     int follow = 0, json = 0, opt, rc = PCTL_EXIT_FAIL;
     uint32_t max_restarts = 0;
     uint64_t v;
@@ -486,14 +489,15 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         case O_CKPT_DIR: case O_RESUME: case O_SAFET: {
             /* sent as absolute paths: the ranks may run elsewhere */
             int k = opt == O_CKPT_DIR ? 0 : opt == O_RESUME ? 1 : 2;
-            char cwd[4096];
-            free(abs_paths[k]);
+            char cwd[PATH_MAX];
+            int n;
             if (optarg[0] == '/' || !getcwd(cwd, sizeof(cwd)))
-                abs_paths[k] = strdup(optarg);
-            else if (asprintf(&abs_paths[k], "%s/%s", cwd, optarg) < 0)
-                abs_paths[k] = NULL;
-            if (!abs_paths[k])
-                return PCTL_EXIT_FAIL;
+                n = snprintf(abs_buf[k], sizeof(abs_buf[k]), "%s", optarg);
+            else
+                n = snprintf(abs_buf[k], sizeof(abs_buf[k]), "%s/%s", cwd, optarg);
+            if (n < 0 || (size_t)n >= sizeof(abs_buf[k]))
+                return pctl_usage_error("submit", "path too long: '%s'", optarg);
+            abs_paths[k] = abs_buf[k];
             break;
         }
         case O_DATA: data = optarg; break;
@@ -556,8 +560,6 @@ out:
     if (resp)
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     free(data_abs);
-    for (int k = 0; k < 3; k++)
-        free(abs_paths[k]);
     return rc;
 }
 
@@ -582,7 +584,8 @@ int pctl_cmd_list(pctl_ctx_t *ctx, int argc, char **argv)
     if (pctl_call(ctx, "list", M_LIST, &req.base, &parallax__v1__list_jobs_response__descriptor,
                   (ProtobufCMessage **)&resp))
         return PCTL_EXIT_FAIL;
-    qsort(resp->jobs, resp->n_jobs, sizeof(resp->jobs[0]), cmp_created);
+    if (resp->n_jobs > 1) /* an empty list has jobs == NULL: not a qsort argument */
+        qsort(resp->jobs, resp->n_jobs, sizeof(resp->jobs[0]), cmp_created);
     if (json) {
         json_t *a = json_array();
         for (size_t i = 0; i < resp->n_jobs; i++)
