@@ -1,5 +1,8 @@
-/* px_status.c: names of px_status_t values. Thread-safe (static strings). */
+/* px_status.c: names of px_status_t values, and px_invalid. Thread-safe. */
 #include "px_status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
 
 const char *px_status_str(px_status_t status)
 {
@@ -19,4 +22,15 @@ const char *px_status_str(px_status_t status)
     case PX_ERR_ALREADY_EXISTS: return "already exists";
     }
     return "unknown status";
+}
+
+px_status_t px_invalid(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (errbuf && errlen) {
+        va_start(ap, fmt);
+        vsnprintf(errbuf, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return PX_ERR_INVALID_ARGUMENT;
 }

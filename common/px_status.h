@@ -6,6 +6,8 @@
 #ifndef PX_STATUS_H
 #define PX_STATUS_H
 
+#include <stddef.h>
+
 typedef enum px_status {
     PX_OK = 0,
     PX_INPROGRESS = 1,              /* nonblocking operation not finished yet */
@@ -25,5 +27,11 @@ typedef enum px_status {
 
 /* Static string naming a status ("invalid argument", ...). Never NULL. */
 const char *px_status_str(px_status_t status);
+
+/* Writes the printf-formatted message (which names the bad value) into
+ * errbuf[errlen] (NULL or 0: nothing written) and returns
+ * PX_ERR_INVALID_ARGUMENT: the validators' one way to reject. */
+px_status_t px_invalid(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -41,56 +41,45 @@ int px_bench_spec_is(const Parallax__V1__JobSpec *spec)
     return spec && spec->kind && !strcmp(spec->kind, "bench");
 }
 
-static px_status_t fail(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static px_status_t fail(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
-    return PX_ERR_INVALID_ARGUMENT;
-}
-
 px_status_t px_bench_spec_validate(const Parallax__V1__JobSpec *spec, int cluster_devices,
                                    char *errbuf, size_t errlen)
 {
     const Parallax__V1__BenchSpec *b = spec->bench;
 
     if (!b)
-        return fail(errbuf, errlen, "bench: missing (kind is \"bench\")");
+        return px_invalid(errbuf, errlen, "bench: missing (kind is \"bench\")");
     if (!b->op || !*b->op)
-        return fail(errbuf, errlen, "bench.op: missing");
+        return px_invalid(errbuf, errlen, "bench.op: missing");
     if (!known(ops, b->op))
-        return fail(errbuf, errlen, "bench.op: unknown op '%s' (all_reduce, all_gather, "
+        return px_invalid(errbuf, errlen, "bench.op: unknown op '%s' (all_reduce, all_gather, "
                     "reduce_scatter, all_to_all, broadcast, reduce)", b->op);
     if (b->dtype && *b->dtype && !known(dtypes, b->dtype))
-        return fail(errbuf, errlen, "bench.dtype: unknown type '%s' (float, double, half, "
+        return px_invalid(errbuf, errlen, "bench.dtype: unknown type '%s' (float, double, half, "
                     "bfloat16, int32, int64, uint8)", b->dtype);
     if (b->redop && *b->redop && !known(redops, b->redop))
-        return fail(errbuf, errlen, "bench.redop: unknown op '%s' (sum, prod, min, max, avg)",
+        return px_invalid(errbuf, errlen, "bench.redop: unknown op '%s' (sum, prod, min, max, avg)",
                     b->redop);
     if (b->min_bytes < 1)
-        return fail(errbuf, errlen, "bench.min_bytes: must be >= 1");
+        return px_invalid(errbuf, errlen, "bench.min_bytes: must be >= 1");
     if (b->max_bytes < b->min_bytes)
-        return fail(errbuf, errlen, "bench.max_bytes: %llu is below min_bytes %llu",
+        return px_invalid(errbuf, errlen, "bench.max_bytes: %llu is below min_bytes %llu",
                     (unsigned long long)b->max_bytes, (unsigned long long)b->min_bytes);
     if (b->max_bytes > (1ull << 32))
-        return fail(errbuf, errlen, "bench.max_bytes: %llu is above 4 GiB",
+        return px_invalid(errbuf, errlen, "bench.max_bytes: %llu is above 4 GiB",
                     (unsigned long long)b->max_bytes);
     if (b->step_factor && b->step_factor != 2 && b->step_factor != 4)
-        return fail(errbuf, errlen, "bench.step_factor: must be 2 or 4, not %u", b->step_factor);
+        return px_invalid(errbuf, errlen, "bench.step_factor: must be 2 or 4, not %u", b->step_factor);
     if (b->iters > 1000000)
-        return fail(errbuf, errlen, "bench.iters: %u is above 1000000", b->iters);
+        return px_invalid(errbuf, errlen, "bench.iters: %u is above 1000000", b->iters);
     if (b->warmup > 100000)
-        return fail(errbuf, errlen, "bench.warmup: %u is above 100000", b->warmup);
+        return px_invalid(errbuf, errlen, "bench.warmup: %u is above 100000", b->warmup);
     if (spec->dp < 1)
-        return fail(errbuf, errlen, "ranks: must be >= 1 (dp)");
+        return px_invalid(errbuf, errlen, "ranks: must be >= 1 (dp)");
     if ((int64_t)spec->dp > cluster_devices)
-        return fail(errbuf, errlen, "ranks=%u but the cluster has %d devices", spec->dp,
+        return px_invalid(errbuf, errlen, "ranks=%u but the cluster has %d devices", spec->dp,
                     cluster_devices);
     if (spec->name && strlen(spec->name) > 200)
-        return fail(errbuf, errlen, "name: %zu characters (at most 200)", strlen(spec->name));
+        return px_invalid(errbuf, errlen, "name: %zu characters (at most 200)", strlen(spec->name));
     return PX_OK;
 }
 

@@ -17,18 +17,6 @@
 #include "daemon.h"
 #include "jobspec.h"
 
-static px_status_t fail(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static px_status_t fail(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
-    return PX_ERR_INVALID_ARGUMENT;
-}
-
 /* Whether the layout fits the cluster's devices when every one of them is
  * free: the world in all, and each tensor group whole on one node. A
  * layout that fits only later (devices busy now) waits PENDING. */
@@ -42,15 +30,15 @@ static px_status_t check_placement(const px_layout_t *l, const int *node_devices
     for (int n = 0; n < nnodes; n++)
         total += node_devices[n] > 0 ? node_devices[n] : 0;
     if (world > total)
-        return fail(errbuf, errlen, "world=%d (dp=%d x tp=%d x pp=%d x cp=%d) but the cluster "
+        return px_invalid(errbuf, errlen, "world=%d (dp=%d x tp=%d x pp=%d x cp=%d) but the cluster "
                     "has %d devices", world, l->dp, l->tp, l->pp, l->cp, total);
     node_of_rank = malloc((size_t)world * sizeof(*node_of_rank));
     if (!node_of_rank)
-        return fail(errbuf, errlen, "out of memory checking the placement of %d ranks", world);
+        return px_invalid(errbuf, errlen, "out of memory checking the placement of %d ranks", world);
     status = px_layout_place(l, node_devices, nnodes, node_of_rank, why, sizeof(why));
     free(node_of_rank);
     if (status != PX_OK)
-        return fail(errbuf, errlen, "layout %s cannot be placed on the %d nodes: %s",
+        return px_invalid(errbuf, errlen, "layout %s cannot be placed on the %d nodes: %s",
                     px_layout_str(l, lbuf, sizeof(lbuf)), nnodes, why);
     return PX_OK;
 }
@@ -62,7 +50,7 @@ px_status_t px_validate_spec(const Parallax__V1__JobSpec *spec, const int *node_
     px_status_t status;
 
     if (!spec->model)
-        return fail(errbuf, errlen, "model: missing (layers, heads, dim, seq)");
+        return px_invalid(errbuf, errlen, "model: missing (layers, heads, dim, seq)");
     px_jobspec_to_config(spec, &cfg);
     /* the job's own rules, layouts the engine cannot run yet included: a
      * layout that cannot be placed is named as such first */
@@ -73,12 +61,12 @@ px_status_t px_validate_spec(const Parallax__V1__JobSpec *spec, const int *node_
     if (status != PX_OK)
         return PX_ERR_INVALID_ARGUMENT;
     if (spec->name && strlen(spec->name) > 200)
-        return fail(errbuf, errlen, "name: %zu characters (at most 200)", strlen(spec->name));
+        return px_invalid(errbuf, errlen, "name: %zu characters (at most 200)", strlen(spec->name));
     if (spec->max_restarts > 100)
-        return fail(errbuf, errlen, "max_restarts=%u is out of range (0..100)",
+        return px_invalid(errbuf, errlen, "max_restarts=%u is out of range (0..100)",
                     spec->max_restarts);
     if (spec->max_restarts && !cfg.checkpoint_dir)
-        return fail(errbuf, errlen, "max_restarts=%u needs checkpoint_dir (a restart resumes "
+        return px_invalid(errbuf, errlen, "max_restarts=%u needs checkpoint_dir (a restart resumes "
                     "from its newest checkpoint)", spec->max_restarts);
     if ((status = check_placement(&cfg.layout, node_devices, nnodes, errbuf, errlen)) != PX_OK)
         return status;

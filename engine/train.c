@@ -41,17 +41,6 @@
 #include "px_time.h"
 
 
-static px_status_t bad(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (errbuf && errlen) {
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return PX_ERR_INVALID_ARGUMENT;
-}
-
 px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t *layout_p,
                             char *errbuf, size_t errlen)
 {
@@ -66,10 +55,10 @@ px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t
     if (px_layout_check(&out, errbuf, errlen) != PX_OK)
         return PX_ERR_INVALID_ARGUMENT;
     if (px_layout_world(&out) != world)
-        return bad(errbuf, errlen, "layout %s needs %d ranks, the world has %d",
+        return px_invalid(errbuf, errlen, "layout %s needs %d ranks, the world has %d",
                    px_layout_str(&out, lbuf, sizeof(lbuf)), px_layout_world(&out), world);
     if (out.tp > 1 || out.pp > 1 || out.cp > 1 || out.ep > 1)
-        return bad(errbuf, errlen, "layout %s: the engine runs data parallelism and ZeRO only "
+        return px_invalid(errbuf, errlen, "layout %s: the engine runs data parallelism and ZeRO only "
                    "so far (tp, pp, cp and ep must be 1)", px_layout_str(&out, lbuf, sizeof(lbuf)));
     *layout_p = out;
     return PX_OK;

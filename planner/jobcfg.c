@@ -53,20 +53,6 @@ void px_job_config_defaults(px_job_config_t *cfg)
     cfg->prefetch = 1;
 }
 
-static px_status_t fail(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static px_status_t fail(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (errbuf && errlen) {
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return PX_ERR_INVALID_ARGUMENT;
-}
-
 static int has(const char *s)
 {
     return s && *s;
@@ -87,7 +73,7 @@ static px_status_t check_sizes(const px_job_config_t *cfg, char *errbuf, size_t 
     };
     for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++)
         if (r[i].v < r[i].lo || r[i].v > r[i].hi)
-            return fail(errbuf, errlen, "%s=%d is out of range (%d..%d)", r[i].name, r[i].v,
+            return px_invalid(errbuf, errlen, "%s=%d is out of range (%d..%d)", r[i].name, r[i].v,
                         r[i].lo, r[i].hi);
     return PX_OK;
 }
@@ -101,20 +87,20 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
     if (status != PX_OK)
         return status;
     if (cfg->dim % cfg->heads)
-        return fail(errbuf, errlen, "dim=%d is not divisible by heads=%d", cfg->dim, cfg->heads);
+        return px_invalid(errbuf, errlen, "dim=%d is not divisible by heads=%d", cfg->dim, cfg->heads);
     if (cfg->heads % l->tp)
-        return fail(errbuf, errlen, "heads=%d is not divisible by tp=%d", cfg->heads, l->tp);
+        return px_invalid(errbuf, errlen, "heads=%d is not divisible by tp=%d", cfg->heads, l->tp);
     if (cfg->layers < l->pp)
-        return fail(errbuf, errlen, "layers=%d is fewer than pp=%d pipeline stages (each stage "
+        return px_invalid(errbuf, errlen, "layers=%d is fewer than pp=%d pipeline stages (each stage "
                     "holds at least one layer)", cfg->layers, l->pp);
     /* context parallelism cuts each sequence into 2 x cp chunks, rank i
      * holding chunks i and 2cp-1-i (Megatron-LM's load-balanced causal
      * split) */
     if (l->cp > 1 && cfg->seq % (2 * l->cp))
-        return fail(errbuf, errlen, "seq=%d is not divisible by 2 x cp=%d (each context rank "
+        return px_invalid(errbuf, errlen, "seq=%d is not divisible by 2 x cp=%d (each context rank "
                     "holds two of the 2 x cp chunks of a sequence)", cfg->seq, l->cp);
     if ((long long)cfg->batch % ((long long)l->dp * cfg->grad_accum))
-        return fail(errbuf, errlen, "batch=%d is not divisible by dp=%d x grad_accum=%d",
+        return px_invalid(errbuf, errlen, "batch=%d is not divisible by dp=%d x grad_accum=%d",
                     cfg->batch, l->dp, cfg->grad_accum);
     return PX_OK;
 }
@@ -122,27 +108,27 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
 static px_status_t check_optimizer(const px_job_config_t *cfg, char *errbuf, size_t errlen)
 {
     if (!isfinite(cfg->lr) || !(cfg->lr > 0.0f) || cfg->lr > MAX_LR)
-        return fail(errbuf, errlen, "lr=%g must be in (0, %g]", (double)cfg->lr, (double)MAX_LR);
+        return px_invalid(errbuf, errlen, "lr=%g must be in (0, %g]", (double)cfg->lr, (double)MAX_LR);
     if (!(cfg->min_lr_ratio >= 0.0f && cfg->min_lr_ratio <= 1.0f))
-        return fail(errbuf, errlen, "min_lr_ratio=%g must be in [0, 1]",
+        return px_invalid(errbuf, errlen, "min_lr_ratio=%g must be in [0, 1]",
                     (double)cfg->min_lr_ratio);
     if (cfg->warmup_steps < -1)
-        return fail(errbuf, errlen, "warmup_steps=%d must be >= 0 (-1: steps/20)",
+        return px_invalid(errbuf, errlen, "warmup_steps=%d must be >= 0 (-1: steps/20)",
                     cfg->warmup_steps);
     if (cfg->warmup_steps > cfg->steps)
-        return fail(errbuf, errlen, "warmup_steps=%d exceeds steps=%d", cfg->warmup_steps,
+        return px_invalid(errbuf, errlen, "warmup_steps=%d exceeds steps=%d", cfg->warmup_steps,
                     cfg->steps);
     if (!(cfg->weight_decay >= 0.0f && cfg->weight_decay <= MAX_WEIGHT_DECAY))
-        return fail(errbuf, errlen, "weight_decay=%g must be in [0, %g]",
+        return px_invalid(errbuf, errlen, "weight_decay=%g must be in [0, %g]",
                     (double)cfg->weight_decay, (double)MAX_WEIGHT_DECAY);
     if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f))
-        return fail(errbuf, errlen, "beta1=%g must be in [0, 1)", (double)cfg->beta1);
+        return px_invalid(errbuf, errlen, "beta1=%g must be in [0, 1)", (double)cfg->beta1);
     if (!(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f))
-        return fail(errbuf, errlen, "beta2=%g must be in [0, 1)", (double)cfg->beta2);
+        return px_invalid(errbuf, errlen, "beta2=%g must be in [0, 1)", (double)cfg->beta2);
     if (!(cfg->eps > 0.0f) || !isfinite(cfg->eps))
-        return fail(errbuf, errlen, "eps=%g must be positive", (double)cfg->eps);
+        return px_invalid(errbuf, errlen, "eps=%g must be positive", (double)cfg->eps);
     if (!(cfg->grad_clip >= 0.0f && cfg->grad_clip <= MAX_GRAD_CLIP))
-        return fail(errbuf, errlen, "grad_clip=%g must be in [0, %g] (0 = off)",
+        return px_invalid(errbuf, errlen, "grad_clip=%g must be in [0, %g] (0 = off)",
                     (double)cfg->grad_clip, (double)MAX_GRAD_CLIP);
     return PX_OK;
 }
@@ -155,21 +141,21 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
         {"resume_dir", cfg->resume_dir}, {"export_safetensors", cfg->export_safetensors}};
 
     if (cfg->zero < 0 || cfg->zero > 3)
-        return fail(errbuf, errlen, "zero=%d must be 0, 1, 2 or 3", cfg->zero);
+        return px_invalid(errbuf, errlen, "zero=%d must be 0, 1, 2 or 3", cfg->zero);
     if (cfg->prefetch != 0 && cfg->prefetch != 1)
-        return fail(errbuf, errlen, "prefetch=%d must be 0 or 1", cfg->prefetch);
+        return px_invalid(errbuf, errlen, "prefetch=%d must be 0 or 1", cfg->prefetch);
     if (cfg->checkpoint_every < 0)
-        return fail(errbuf, errlen, "checkpoint_every=%d must be >= 0 (0 = never)",
+        return px_invalid(errbuf, errlen, "checkpoint_every=%d must be >= 0 (0 = never)",
                     cfg->checkpoint_every);
     if (cfg->checkpoint_every > 0 && !has(cfg->checkpoint_dir))
-        return fail(errbuf, errlen, "checkpoint_every=%d needs checkpoint_dir",
+        return px_invalid(errbuf, errlen, "checkpoint_every=%d needs checkpoint_dir",
                     cfg->checkpoint_every);
     if (!has(cfg->data_path))
-        return fail(errbuf, errlen, "data file: no path given (--data)");
+        return px_invalid(errbuf, errlen, "data file: no path given (--data)");
     if (flags & PX_JOBCFG_ABSOLUTE_PATHS)
         for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
             if (has(paths[i].v) && paths[i].v[0] != '/')
-                return fail(errbuf, errlen, "%s='%s' must be an absolute path (the ranks run "
+                return px_invalid(errbuf, errlen, "%s='%s' must be an absolute path (the ranks run "
                             "in other directories)", paths[i].name, paths[i].v);
     return PX_OK;
 }
@@ -183,7 +169,7 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
         {"ep", "expert", l->ep}};
     for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++)
         if (deg[i].v > 1)
-            return fail(errbuf, errlen, "%s=%d: %s parallelism is not implemented yet (the "
+            return px_invalid(errbuf, errlen, "%s=%d: %s parallelism is not implemented yet (the "
                         "engine trains data parallel with ZeRO; use dp)", deg[i].name,
                         deg[i].v, deg[i].what);
     return PX_OK;
@@ -202,7 +188,7 @@ static px_status_t check_files(const px_job_config_t *cfg, char *errbuf, size_t 
     ntok = px_data_num_tokens(data);
     px_data_close(data);
     if ((size_t)cfg->seq + 1 > ntok)
-        return fail(errbuf, errlen, "seq=%d needs %d tokens but data file %s has %zu", cfg->seq,
+        return px_invalid(errbuf, errlen, "seq=%d needs %d tokens but data file %s has %zu", cfg->seq,
                     cfg->seq + 1, cfg->data_path, ntok);
     if (has(cfg->resume_dir)) {
         /* a resume needs a complete checkpoint, whose meta.json is written
@@ -210,7 +196,7 @@ static px_status_t check_files(const px_job_config_t *cfg, char *errbuf, size_t 
         char meta[4200];
         snprintf(meta, sizeof(meta), "%s/meta.json", cfg->resume_dir);
         if (access(meta, R_OK))
-            return fail(errbuf, errlen, "resume_dir='%s' is an incomplete or missing checkpoint "
+            return px_invalid(errbuf, errlen, "resume_dir='%s' is an incomplete or missing checkpoint "
                         "(cannot read meta.json: %s)", cfg->resume_dir, strerror(errno));
     }
     return PX_OK;

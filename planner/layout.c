@@ -27,20 +27,6 @@ int px_layout_world(const px_layout_t *l)
     return l->dp * l->tp * l->pp * l->cp;
 }
 
-static px_status_t fail(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static px_status_t fail(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (errbuf && errlen) {
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return PX_ERR_INVALID_ARGUMENT;
-}
-
 px_status_t px_layout_check(const px_layout_t *l, char *errbuf, size_t errlen)
 {
     const struct { const char *name; int v; } deg[] = {
@@ -50,16 +36,16 @@ px_status_t px_layout_check(const px_layout_t *l, char *errbuf, size_t errlen)
     double world = 1;
     for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++) {
         if (deg[i].v < 1 || deg[i].v > PX_LAYOUT_MAX_WORLD)
-            return fail(errbuf, errlen, "%s=%d is out of range (1..%d)", deg[i].name, deg[i].v,
+            return px_invalid(errbuf, errlen, "%s=%d is out of range (1..%d)", deg[i].name, deg[i].v,
                         PX_LAYOUT_MAX_WORLD);
         if (i < 4)
             world *= deg[i].v;
     }
     if (world > PX_LAYOUT_MAX_WORLD)
-        return fail(errbuf, errlen, "world=%.0f (dp=%d x tp=%d x pp=%d x cp=%d) exceeds %d ranks",
+        return px_invalid(errbuf, errlen, "world=%.0f (dp=%d x tp=%d x pp=%d x cp=%d) exceeds %d ranks",
                     world, l->dp, l->tp, l->pp, l->cp, PX_LAYOUT_MAX_WORLD);
     if ((l->dp * l->cp) % l->ep)
-        return fail(errbuf, errlen, "ep=%d does not divide dp x cp = %d (dp=%d, cp=%d)", l->ep,
+        return px_invalid(errbuf, errlen, "ep=%d does not divide dp x cp = %d (dp=%d, cp=%d)", l->ep,
                     l->dp * l->cp, l->dp, l->cp);
     return PX_OK;
 }
@@ -173,11 +159,11 @@ px_status_t px_layout_place(const px_layout_t *l, const int *node_free, int nnod
             largest = node_free[n];
     }
     if (l->tp > largest)
-        return fail(errbuf, errlen,
+        return px_invalid(errbuf, errlen,
                     "tp=%d needs %d devices on one node (a tensor group stays on one node); the "
                     "largest node has %d free", l->tp, l->tp, largest);
     if (world > total)
-        return fail(errbuf, errlen,
+        return px_invalid(errbuf, errlen,
                     "world=%d (dp=%d x tp=%d x pp=%d x cp=%d) needs %d devices; the cluster has "
                     "%d free", world, l->dp, l->tp, l->pp, l->cp, world, total);
     for (int g = 0; g < world / l->tp; g++) {
@@ -185,7 +171,7 @@ px_status_t px_layout_place(const px_layout_t *l, const int *node_free, int nnod
         while (n < nnodes && node_free[n] - used[n] < l->tp)
             n++;
         if (n == nnodes)
-            return fail(errbuf, errlen,
+            return px_invalid(errbuf, errlen,
                         "world=%d with tp=%d: only %d whole tensor groups of %d fit on the free "
                         "devices of the %d nodes", world, l->tp, g, world / l->tp, nnodes);
         for (int t = 0; t < l->tp; t++)
