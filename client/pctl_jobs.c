@@ -391,6 +391,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"zero", required_argument, NULL, O_ZERO},             /* issue 4 */
         {"grad-accum", required_argument, NULL, O_ACCUM},
         {"clip", required_argument, NULL, O_CLIP},
+        {"grad-clip", required_argument, NULL, O_CLIP}, /* parallax-rank's name for it */
         {"checkpoint-every", required_argument, NULL, O_CKPT_EVERY},
         {"checkpoint-dir", required_argument, NULL, O_CKPT_DIR},
         {"resume", required_argument, NULL, O_RESUME},

@@ -93,6 +93,8 @@ def test_usage(data):
         (["submit", "--layers", "2"], ["--data"]),
         (["submit", "--data", "/nonexistent/x.bin"], ["--data", "/nonexistent/x.bin"]),
         (["submit", "--data", data, "--bogus"], ["--bogus"]),
+        # --grad-clip is an alias of --clip (parallax-rank's name), not unknown
+        (["submit", "--data", data, "--grad-clip", "x"], ["--clip", "'x'"]),
         (["status"], ["missing JOB", "usage: pctl status"]),
         (["logs", "j", "--tail", "x"], ["--tail"]),
         (["frobnicate"], ["unknown command", "frobnicate"]),
