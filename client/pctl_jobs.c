@@ -367,7 +367,8 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
 {
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP,
-           O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP };
+           O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
+           O_SEQPAR };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -379,6 +380,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"pp", required_argument, NULL, O_PP},
         {"cp", required_argument, NULL, O_CP},
         {"ep", required_argument, NULL, O_EP},
+        {"sequence-parallel", no_argument, NULL, O_SEQPAR},
         {"batch", required_argument, NULL, O_BATCH},
         {"steps", required_argument, NULL, O_STEPS},
         {"lr", required_argument, NULL, O_LR},
@@ -447,6 +449,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         case O_PP: INT_OPT("--pp", cfg.layout.pp, 1); break;
         case O_CP: INT_OPT("--cp", cfg.layout.cp, 1); break;
         case O_EP: INT_OPT("--ep", cfg.layout.ep, 1); break;
+        case O_SEQPAR: cfg.sequence_parallel = 1; break;
         case O_BATCH: INT_OPT("--batch", cfg.batch, 1); break;
         case O_STEPS: INT_OPT("--steps", cfg.steps, 1); break;
         case O_WARMUP:
@@ -658,8 +661,9 @@ static void print_job(const Parallax__V1__Job *j)
         printf("data         %s\n", s->data_path ? s->data_path : "");
     }
     if (has_layout) {
-        printf("layout       %s; rank = tp + tp x (cp + cp x (dp + dp x pp)); "
-               "* reports the step figures\n", px_layout_str(&l, b1, sizeof(b1)));
+        printf("layout       %s%s; rank = tp + tp x (cp + cp x (dp + dp x pp)); "
+               "* reports the step figures\n", px_layout_str(&l, b1, sizeof(b1)),
+               s && s->parallel && s->parallel->sequence_parallel ? ", sequence parallel" : "");
     }
     if (j->n_ranks > 0) {
         /* per rank its coordinates in the layout (layout.h), where it runs,

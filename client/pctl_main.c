@@ -25,6 +25,7 @@ static const pctl_command_t commands[] = {
     {"submit", "submit a training job (Control.SubmitJob)",
      "usage: pctl submit --data FILE [--name S] [--layers N] [--heads N] [--dim N] [--seq N]\n"
      "                   [--vocab N] [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]\n"
+     "                   [--sequence-parallel]\n"
      "                   [--batch N] [--steps N] [--lr F] [--seed N] [--warmup N]\n"
      "                   [--weight-decay F] [--min-lr-ratio F] [--zero 0-3] [--grad-accum N]\n"
      "                   [--clip F] [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
@@ -44,6 +45,8 @@ static const pctl_command_t commands[] = {
      "  --tp N --pp N --cp N --ep N  tensor, pipeline, context and expert parallel\n"
      "                     degrees (default 1); the job runs dp x tp x pp x cp ranks,\n"
      "                     each tensor group on one node (`pctl status` shows the layout)\n"
+     "  --sequence-parallel  split the activations between the tensor-parallel matrices\n"
+     "                     along the sequence (Megatron-LM); seq divisible by tp\n"
      "  --batch N          GLOBAL batch in sequences, divisible by dp x grad-accum\n"
      "                     (default 16)\n"
      "  --steps N          optimizer steps (default 300)\n"

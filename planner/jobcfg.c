@@ -90,6 +90,14 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
         return px_invalid(errbuf, errlen, "dim=%d is not divisible by heads=%d", cfg->dim, cfg->heads);
     if (cfg->heads % l->tp)
         return px_invalid(errbuf, errlen, "heads=%d is not divisible by tp=%d", cfg->heads, l->tp);
+    int vp = px_job_config_padded_vocab(cfg->vocab);
+    if (vp % l->tp)
+        return px_invalid(errbuf, errlen, "padded vocab %d (vocab=%d rounded up to %d) is not "
+                          "divisible by tp=%d (each tensor rank holds vocab rows)", vp,
+                          cfg->vocab, PX_VOCAB_PAD, l->tp);
+    if (cfg->sequence_parallel && cfg->seq % l->tp)
+        return px_invalid(errbuf, errlen, "seq=%d is not divisible by tp=%d (sequence parallelism "
+                          "splits each sequence over the tensor group)", cfg->seq, l->tp);
     if (cfg->layers < l->pp)
         return px_invalid(errbuf, errlen, "layers=%d is fewer than pp=%d pipeline stages (each stage "
                     "holds at least one layer)", cfg->layers, l->pp);

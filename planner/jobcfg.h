@@ -29,6 +29,8 @@ typedef struct px_job_config {
     int layers, heads, dim, seq, vocab;
     /* parallel layout (layout.h); world = dp x tp x pp x cp */
     px_layout_t layout;
+    int sequence_parallel; /* Megatron's sequence parallelism in the tensor
+                              group (1/0); a no-op with tp = 1 */
     /* batch: global batch in sequences, cut into grad_accum micro-batches */
     int batch, steps, grad_accum;
     /* optimizer: AdamW with linear warm-up then cosine to lr * min_lr_ratio */

@@ -64,6 +64,7 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
             cfg->vocab = to_int(m->vocab);
     }
     px_jobspec_layout(spec, &cfg->layout);
+    cfg->sequence_parallel = spec->parallel && spec->parallel->sequence_parallel;
     cfg->batch = to_int(spec->batch);
     cfg->steps = to_int(spec->steps);
     if (spec->grad_accum)
@@ -106,6 +107,7 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     p->pp = u32(cfg->layout.pp);
     p->cp = u32(cfg->layout.cp);
     p->ep = u32(cfg->layout.ep);
+    p->sequence_parallel = cfg->sequence_parallel != 0;
     s->model = m;
     s->parallel = p;
     s->dp = p->dp; /* old readers: the data-parallel degree */

@@ -77,7 +77,7 @@ static void usage(FILE *out)
             "         [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch]\n"
-            "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]\n"
+            "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
             "   or: parallax-rank --spec-file PATH [--coord ... --job ... --rank ... --world ...\n"
             "         --node ...] (the job's packed JobSpec instead of the job flags)\n"
@@ -163,7 +163,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_VOCAB, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
            O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
-           O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
+           O_SEQPAR, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
            O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
            O_HELP, O_SPEC_FILE };
     static const struct option opts[] = {
@@ -181,6 +181,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"resume", 1, 0, O_RESUME}, {"export-safetensors", 1, 0, O_SAFETENSORS},
         {"no-prefetch", 0, 0, O_NOPREFETCH}, {"dp", 1, 0, O_DP}, {"tp", 1, 0, O_TP},
         {"pp", 1, 0, O_PP}, {"cp", 1, 0, O_CP}, {"ep", 1, 0, O_EP},
+        {"sequence-parallel", 0, 0, O_SEQPAR},
         {"spec-file", 1, 0, O_SPEC_FILE}, {0, 0, 0, 0}};
     int c, idx, r = 0;
     char *end;
@@ -241,6 +242,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_PP: r = parse_int(name, optarg, 1, &a->cfg.layout.pp); break;
         case O_CP: r = parse_int(name, optarg, 1, &a->cfg.layout.cp); break;
         case O_EP: r = parse_int(name, optarg, 1, &a->cfg.layout.ep); break;
+        case O_SEQPAR: a->cfg.sequence_parallel = 1; break;
         case O_SPEC_FILE: a->spec_file = optarg; break;
         case O_HELP: usage(stdout); exit(0);
         default:

@@ -125,6 +125,24 @@ static void test_check(void)
     c.layout.dp = 1;
     c.layout.tp = 4;
     REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "heads=6 is not divisible by tp=4");
+    /* the vocab rows (padded to 64) are split over the tensor group */
+    base(&c);
+    c.heads = 5;
+    c.dim = 80;
+    c.layout.dp = 1;
+    c.layout.tp = 5;
+    c.vocab = 50257;
+    REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "padded vocab 50304 (vocab=50257 rounded up to 64) is not "
+           "divisible by tp=5");
+    /* sequence parallelism splits each sequence over the tensor group */
+    base(&c);
+    c.layout.dp = 1;
+    c.layout.tp = 4;
+    c.seq = 30;
+    c.sequence_parallel = 1;
+    REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "seq=30 is not divisible by tp=4 (sequence parallelism");
+    c.sequence_parallel = 0;
+    ACCEPT(&c, PX_JOBCFG_LAYOUT_ONLY);
     base(&c);
     c.layout.pp = 3;
     REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "layers=2 is fewer than pp=3 pipeline stages");
@@ -302,6 +320,7 @@ static void test_jobspec(void)
     c.checkpoint_dir = "/ck";
     c.resume_dir = "/ck/step_5";
     c.export_safetensors = "/out.safetensors";
+    c.sequence_parallel = 1;
     px_jobspec_from_config(&c, &msg);
     EXPECT(msg.spec.dp == 2 && msg.spec.parallel == &msg.parallel && msg.parallel.tp == 2 &&
            msg.parallel.pp == 3 && msg.parallel.cp == 2 && msg.parallel.ep == 4,
@@ -313,6 +332,8 @@ static void test_jobspec(void)
            back.seq == c.seq && back.vocab == 300, "model round trip");
     EXPECT(!memcmp(&back.layout, &c.layout, sizeof(c.layout)), "layout round trip: %d %d %d %d %d",
            back.layout.dp, back.layout.tp, back.layout.pp, back.layout.cp, back.layout.ep);
+    EXPECT(msg.parallel.sequence_parallel && back.sequence_parallel == 1,
+           "sequence parallelism round trip");
     EXPECT(back.batch == 24 && back.grad_accum == 3 && back.steps == 77 && back.lr == 3e-4f &&
            back.min_lr_ratio == 0.0f && back.warmup_steps == 7 && back.weight_decay == 0.0f &&
            back.grad_clip == 0.5f && back.seed == 0 && back.zero == 3 &&
