@@ -100,6 +100,45 @@ typedef struct px_kernel_ops {
     /* x *= s (n elements). */
     void (*scale)(float *x, float s, size_t n);
 
+    /* ---- tensor parallelism (Megatron-LM, Shoeybi et al. 2019) ----
+     * A rank of a tensor group holds vocab rows [v0, v0 + Vl) of wte (Vl =
+     * Vp / tp) and so the logit columns [v0, v0 + Vl); of the padded vocab
+     * Vp only the first V columns are real. With v0 = 0, Vl = Vp these
+     * compute what the whole-vocab ops above compute. */
+    /* out (B,T,C) = (v0 <= id < v0 + Vl ? wte[id - v0] : 0) + wpe[t];
+     * wte (Vl,C) the local rows; wpe (>=T,C) or NULL (then no position
+     * term: the caller all-reduces the partial lookups over the tensor
+     * group and adds wpe once, so the sum is exact). */
+    void (*encoder_vp_forward)(float *out, const int32_t *inp, const float *wte,
+                               const float *wpe, int B, int T, int C, int v0, int Vl);
+    /* dwte (Vl,C) += dout of the tokens whose id is in [v0, v0 + Vl);
+     * dwpe (T,C) += dout (may be NULL). Same accumulation order as
+     * encoder_backward. */
+    void (*encoder_vp_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                                int B, int T, int C, int v0, int Vl);
+    /* Vocab-parallel cross-entropy in three steps around two all-reduces
+     * over the tensor group (logits, probs (N,Vl) the local columns):
+     *   vp_max:    rowmax (N) = max of the local real columns (-FLT_MAX when
+     *              none); the caller all-reduces MAX;
+     *   vp_exp:    probs = exp(logits - rowmax) on the real columns, stats
+     *              (N,2) doubles = (sum of those, the target's logit if
+     *              local else 0); the caller all-reduces SUM;
+     *   vp_finish: probs /= sum (padding columns 0), losses (N) =
+     *              log(sum) + rowmax - target logit. */
+    void (*crossentropy_vp_max)(float *rowmax, const float *logits, int N, int Vl, int v0, int V);
+    void (*crossentropy_vp_exp)(double *stats, float *probs, const float *logits,
+                                const float *rowmax, const int32_t *targets, int N, int Vl,
+                                int v0, int V);
+    void (*crossentropy_vp_finish)(float *losses, float *probs, const double *stats,
+                                   const float *rowmax, int N, int Vl, int v0, int V);
+    /* dlogits (N,Vl) += (probs - onehot(targets - v0)) * dloss over the
+     * local real columns (targets outside the range add no one-hot). */
+    void (*crossentropy_vp_backward)(float *dlogits, const float *probs, const int32_t *targets,
+                                     float dloss, int N, int Vl, int v0, int V);
+    /* out (N,OC) += bias (OC) on every row: a row-parallel matmul's bias,
+     * added once after its all-reduce. */
+    void (*bias_forward)(float *out, const float *bias, int N, int OC);
+
     /* ---- memory: the engine never touches tensor memory with libc ----
      * Tensors live in this backend's memory (host memory for "cpu", device
      * memory for "cuda"); sizes are BYTES. Every op is ordered on the

@@ -36,5 +36,20 @@ void px__cpu_adamw_update(float *params, const float *grads, float *m, float *v,
                           int t);
 double px__cpu_sumsq(const float *x, size_t n);
 void px__cpu_scale(float *x, float s, size_t n);
+/* px_tp_cpu.c */
+void px__cpu_encoder_vp_forward(float *out, const int32_t *inp, const float *wte,
+                                const float *wpe, int B, int T, int C, int v0, int Vl);
+void px__cpu_encoder_vp_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                                 int B, int T, int C, int v0, int Vl);
+void px__cpu_crossentropy_vp_max(float *rowmax, const float *logits, int N, int Vl, int v0,
+                                 int V);
+void px__cpu_crossentropy_vp_exp(double *stats, float *probs, const float *logits,
+                                 const float *rowmax, const int32_t *targets, int N, int Vl,
+                                 int v0, int V);
+void px__cpu_crossentropy_vp_finish(float *losses, float *probs, const double *stats,
+                                    const float *rowmax, int N, int Vl, int v0, int V);
+void px__cpu_crossentropy_vp_backward(float *dlogits, const float *probs, const int32_t *targets,
+                                      float dloss, int N, int Vl, int v0, int V);
+void px__cpu_bias_forward(float *out, const float *bias, int N, int OC);
 
 #endif

@@ -13,29 +13,30 @@ enum { D_NONE = 0, D_C, D_3C, D_4C, D_VP, D_MAXT };
 static const struct {
     const char *name;
     int rows, cols; /* one layer's slice: (rows, cols) or (rows) when cols = D_NONE */
+    int parts;      /* row blocks a column split cuts separately (q | k | v) */
     int decay;
     px_model_owner_t owner;
     px_model_init_t init;
     px_model_split_t split;
 } table[PX_MODEL_NUM_TENSORS] = {
-    {"wte", D_VP, D_C, 1, PX_MODEL_OWNER_EMBED, PX_MODEL_INIT_NORMAL, PX_MODEL_SPLIT_VOCAB},
-    {"wpe", D_MAXT, D_C, 1, PX_MODEL_OWNER_EMBED, PX_MODEL_INIT_NORMAL, PX_MODEL_SPLIT_REPLICATED},
-    {"ln1w", D_C, D_NONE, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ONES, PX_MODEL_SPLIT_REPLICATED},
-    {"ln1b", D_C, D_NONE, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ZEROS, PX_MODEL_SPLIT_REPLICATED},
-    {"qkvw", D_3C, D_C, 1, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_NORMAL, PX_MODEL_SPLIT_COLUMN},
-    {"qkvb", D_3C, D_NONE, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ZEROS, PX_MODEL_SPLIT_COLUMN},
-    {"attprojw", D_C, D_C, 1, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_RESIDUAL, PX_MODEL_SPLIT_ROW},
-    {"attprojb", D_C, D_NONE, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ZEROS,
+    {"wte", D_VP, D_C, 1, 1, PX_MODEL_OWNER_EMBED, PX_MODEL_INIT_NORMAL, PX_MODEL_SPLIT_VOCAB},
+    {"wpe", D_MAXT, D_C, 1, 1, PX_MODEL_OWNER_EMBED, PX_MODEL_INIT_NORMAL, PX_MODEL_SPLIT_REPLICATED},
+    {"ln1w", D_C, D_NONE, 1, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ONES, PX_MODEL_SPLIT_REPLICATED},
+    {"ln1b", D_C, D_NONE, 1, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ZEROS, PX_MODEL_SPLIT_REPLICATED},
+    {"qkvw", D_3C, D_C, 3, 1, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_NORMAL, PX_MODEL_SPLIT_COLUMN},
+    {"qkvb", D_3C, D_NONE, 3, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ZEROS, PX_MODEL_SPLIT_COLUMN},
+    {"attprojw", D_C, D_C, 1, 1, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_RESIDUAL, PX_MODEL_SPLIT_ROW},
+    {"attprojb", D_C, D_NONE, 1, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ZEROS,
      PX_MODEL_SPLIT_REPLICATED},
-    {"ln2w", D_C, D_NONE, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ONES, PX_MODEL_SPLIT_REPLICATED},
-    {"ln2b", D_C, D_NONE, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ZEROS, PX_MODEL_SPLIT_REPLICATED},
-    {"fcw", D_4C, D_C, 1, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_NORMAL, PX_MODEL_SPLIT_COLUMN},
-    {"fcb", D_4C, D_NONE, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ZEROS, PX_MODEL_SPLIT_COLUMN},
-    {"fcprojw", D_C, D_4C, 1, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_RESIDUAL, PX_MODEL_SPLIT_ROW},
-    {"fcprojb", D_C, D_NONE, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ZEROS,
+    {"ln2w", D_C, D_NONE, 1, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ONES, PX_MODEL_SPLIT_REPLICATED},
+    {"ln2b", D_C, D_NONE, 1, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ZEROS, PX_MODEL_SPLIT_REPLICATED},
+    {"fcw", D_4C, D_C, 1, 1, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_NORMAL, PX_MODEL_SPLIT_COLUMN},
+    {"fcb", D_4C, D_NONE, 1, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ZEROS, PX_MODEL_SPLIT_COLUMN},
+    {"fcprojw", D_C, D_4C, 1, 1, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_RESIDUAL, PX_MODEL_SPLIT_ROW},
+    {"fcprojb", D_C, D_NONE, 1, 0, PX_MODEL_OWNER_BLOCK, PX_MODEL_INIT_ZEROS,
      PX_MODEL_SPLIT_REPLICATED},
-    {"lnfw", D_C, D_NONE, 0, PX_MODEL_OWNER_HEAD, PX_MODEL_INIT_ONES, PX_MODEL_SPLIT_REPLICATED},
-    {"lnfb", D_C, D_NONE, 0, PX_MODEL_OWNER_HEAD, PX_MODEL_INIT_ZEROS, PX_MODEL_SPLIT_REPLICATED},
+    {"lnfw", D_C, D_NONE, 1, 0, PX_MODEL_OWNER_HEAD, PX_MODEL_INIT_ONES, PX_MODEL_SPLIT_REPLICATED},
+    {"lnfb", D_C, D_NONE, 1, 0, PX_MODEL_OWNER_HEAD, PX_MODEL_INIT_ZEROS, PX_MODEL_SPLIT_REPLICATED},
 };
 
 const char *px_model_owner_name(px_model_owner_t o)
@@ -129,9 +130,11 @@ px_model_owner_t px_model_unit_owner(const px_model_config_t *cfg, int u, int *l
     return u == px_model_unit_head(cfg) ? PX_MODEL_OWNER_HEAD : PX_MODEL_OWNER_BLOCK;
 }
 
+static int tp_of(const px_model_config_t *cfg) { return cfg->tp > 1 ? cfg->tp : 1; }
+
 int px_model_unit_tensors(const px_model_config_t *cfg, int u, px_model_unit_tensor_t *out)
 {
-    int layer, n = 0;
+    int layer, n = 0, tp = tp_of(cfg);
     px_model_owner_t owner = px_model_unit_owner(cfg, u, &layer);
     size_t uoff = 0;
     for (int i = 0; i < PX_MODEL_NUM_TENSORS; i++) {
@@ -140,12 +143,19 @@ int px_model_unit_tensors(const px_model_config_t *cfg, int u, px_model_unit_ten
         px_model_tensor_t t;
         px_model_tensor(cfg, i, &t);
         size_t per = owner == PX_MODEL_OWNER_BLOCK ? t.size / (size_t)cfg->layers : t.size;
+        px_model_split_t split = tp > 1 ? table[i].split : PX_MODEL_SPLIT_REPLICATED;
         out[n].tensor = i;
         out[n].unit_offset = uoff;
-        out[n].size = per;
+        out[n].size = split == PX_MODEL_SPLIT_REPLICATED ? per : per / (size_t)tp;
         out[n].canon_offset = t.offset + (owner == PX_MODEL_OWNER_BLOCK ? (size_t)layer * per : 0);
         out[n].decay = t.decay;
-        uoff += per;
+        out[n].split = split;
+        out[n].rows = dim_of(cfg, table[i].rows);
+        out[n].cols = table[i].cols == D_NONE ? 1 : dim_of(cfg, table[i].cols);
+        out[n].parts = table[i].parts;
+        out[n].tp = tp;
+        out[n].tp_rank = tp > 1 ? cfg->tp_rank : 0;
+        uoff += out[n].size;
         n++;
     }
     return n;
@@ -156,4 +166,54 @@ uint64_t px_model_unit_size(const px_model_config_t *cfg, int u)
     px_model_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
     int n = px_model_unit_tensors(cfg, u, t);
     return n ? t[n - 1].unit_offset + t[n - 1].size : 0;
+}
+
+uint64_t px_model_unit_size_tp(const px_model_config_t *cfg, int u, int tp)
+{
+    px_model_config_t c = *cfg;
+    c.tp = tp;
+    c.tp_rank = 0;
+    return px_model_unit_size(&c, u);
+}
+
+int px_model_shard_nruns(const px_model_unit_tensor_t *t)
+{
+    switch (t->split) {
+    case PX_MODEL_SPLIT_COLUMN: return t->parts;
+    case PX_MODEL_SPLIT_ROW: return t->rows;
+    default: return 1;
+    }
+}
+
+void px_model_shard_run(const px_model_unit_tensor_t *t, int j, size_t *local_p, size_t *canon_p,
+                        size_t *len_p)
+{
+    size_t rows = (size_t)t->rows, cols = (size_t)t->cols, tp = (size_t)t->tp,
+           r = (size_t)t->tp_rank;
+    switch (t->split) {
+    case PX_MODEL_SPLIT_COLUMN: { /* block j: its rows [r rp, (r+1) rp) */
+        size_t block = rows / (size_t)t->parts, rp = block / tp;
+        *local_p = (size_t)j * rp * cols;
+        *canon_p = ((size_t)j * block + r * rp) * cols;
+        *len_p = rp * cols;
+        return;
+    }
+    case PX_MODEL_SPLIT_ROW: { /* row j: its columns [r cp, (r+1) cp) */
+        size_t cp = cols / tp;
+        *local_p = (size_t)j * cp;
+        *canon_p = (size_t)j * cols + r * cp;
+        *len_p = cp;
+        return;
+    }
+    case PX_MODEL_SPLIT_VOCAB:
+        *local_p = 0;
+        *canon_p = r * (rows / tp) * cols;
+        *len_p = rows / tp * cols;
+        return;
+    default:
+        *local_p = 0;
+        *canon_p = 0;
+        *len_p = rows * cols;
+        return;
+    }
 }

@@ -45,6 +45,10 @@ typedef struct px_model_config {
     int padded_vocab; /* rows of wte and columns of the logits, >= vocab;
                          0: px_job_config_padded_vocab(vocab), i.e. vocab
                          rounded up to PX_VOCAB_PAD (64) */
+    int tp;           /* tensor-parallel degree the units are cut for
+                         (0 or 1: whole tensors); heads, dim and the padded
+                         vocab must be divisible by it (jobcfg.h checks) */
+    int tp_rank;      /* this rank's index in its tensor group, 0..tp-1 */
 } px_model_config_t;
 
 /* How a tensor's values start (seeded by the canonical element index, see
@@ -87,13 +91,30 @@ typedef struct px_model_tensor {
     px_model_split_t split;
 } px_model_tensor_t;
 
-/* One tensor's piece inside a unit. */
+/* One tensor's piece inside a unit: with tp > 1 this tp rank's shard of
+ * the layer's slice (Megatron-LM, Shoeybi et al. 2019, section 3):
+ *   REPLICATED  the whole (rows, cols) slice;
+ *   COLUMN      rows/tp of the rows of each of `parts` equal row blocks:
+ *               qkvw (3C, C) is q | k | v, and rank r holds rows
+ *               [r C/tp, (r+1) C/tp) of each, i.e. q, k and v of heads
+ *               [r NH/tp, (r+1) NH/tp) (its local qkv is (3C/tp, C), the
+ *               fused layout the attention kernel reads with C/tp channels
+ *               and NH/tp heads); fcw (4C, C) one block; biases alike;
+ *   ROW         cols/tp columns [r cols/tp, (r+1) cols/tp) of every row;
+ *   VOCAB       rows [r Vp/tp, (r+1) Vp/tp) of wte.
+ * The local shard is row-major; px_model_shard_run maps it to the slice. */
 typedef struct px_model_unit_tensor {
     int tensor;          /* canonical tensor index */
-    size_t unit_offset;  /* elements from the unit's start */
-    size_t size;         /* elements */
-    size_t canon_offset; /* elements from the start of the canonical buffer */
+    size_t unit_offset;  /* elements from the unit's start (tp-local) */
+    size_t size;         /* elements this rank holds (tp-local) */
+    size_t canon_offset; /* elements from the start of the canonical buffer
+                            to the start of the layer's whole slice */
     int decay;
+    px_model_split_t split;
+    int rows, cols;      /* the canonical slice: (rows, cols), cols = 1 for
+                            a vector */
+    int parts;           /* row blocks split separately (3 for qkv, else 1) */
+    int tp, tp_rank;     /* the cut (tp 1: whole) */
 } px_model_unit_tensor_t;
 
 /* Rows of wte: cfg->padded_vocab, or vocab rounded up to PX_VOCAB_PAD. */
@@ -122,9 +143,23 @@ const char *px_model_init_name(px_model_init_t init);
 const char *px_model_split_name(px_model_split_t split);
 
 /* Tensors of unit u into out[PX_MODEL_MAX_UNIT_TENSORS] in canonical order;
- * returns their count (2 for the embedding and the head, 12 for a block). */
+ * returns their count (2 for the embedding and the head, 12 for a block).
+ * With cfg->tp > 1 the list is tp rank cfg->tp_rank's: each tensor its
+ * shard, back to back (the tp-local unit the engine lays out). */
 int px_model_unit_tensors(const px_model_config_t *cfg, int u, px_model_unit_tensor_t *out);
-/* Elements of unit u (unpadded). */
+/* Elements of unit u (unpadded; tp-local with cfg->tp > 1). */
 uint64_t px_model_unit_size(const px_model_config_t *cfg, int u);
+/* Elements of unit u on every rank of a tensor group of `tp` (the shards
+ * are equal), whatever cfg->tp says. */
+uint64_t px_model_unit_size_tp(const px_model_config_t *cfg, int u, int tp);
+
+/* The shard of unit tensor t (tp-local) as contiguous runs: run j (0 <= j
+ * < px_model_shard_nruns(t)) is `*len_p` elements from element *local_p of
+ * the shard, which are elements from *canon_p of the canonical slice (add
+ * t->canon_offset for the canonical buffer). REPLICATED, VOCAB: one run;
+ * COLUMN: `parts` runs; ROW: `rows` runs. */
+int px_model_shard_nruns(const px_model_unit_tensor_t *t);
+void px_model_shard_run(const px_model_unit_tensor_t *t, int j, size_t *local_p, size_t *canon_p,
+                        size_t *len_p);
 
 #endif

@@ -34,7 +34,13 @@ void px_plan_precision_mixed(px_plan_precision_t *p, double k)
 
 uint64_t px_plan_gpt_units(int layers, int dim, int vocab, int max_seq, uint64_t **sizes_p)
 {
-    if (layers <= 0 || dim <= 0 || vocab <= 0 || max_seq <= 0)
+    return px_plan_gpt_units_tp(layers, dim, vocab, max_seq, 1, sizes_p);
+}
+
+uint64_t px_plan_gpt_units_tp(int layers, int dim, int vocab, int max_seq, int tp,
+                              uint64_t **sizes_p)
+{
+    if (layers <= 0 || dim <= 0 || vocab <= 0 || max_seq <= 0 || tp <= 0)
         return 0;
     px_model_config_t cfg = {.layers = layers, .dim = dim, .heads = 1, .max_seq = max_seq,
                              .vocab = vocab};
@@ -43,7 +49,7 @@ uint64_t px_plan_gpt_units(int layers, int dim, int vocab, int max_seq, uint64_t
     if (!s)
         return 0;
     for (int u = 0; u < nu; u++) {
-        s[u] = px_model_unit_size(&cfg, u);
+        s[u] = px_model_unit_size_tp(&cfg, u, tp);
         total += s[u];
     }
     *sizes_p = s;

@@ -80,6 +80,12 @@ void px_plan_precision_mixed(px_plan_precision_t *p, double k);
  * frees). Returns the total parameter count, 0 on bad dims or no memory.
  * max_seq = rows of wpe. */
 uint64_t px_plan_gpt_units(int layers, int dim, int vocab, int max_seq, uint64_t **sizes_p);
+/* The same for one rank of a tensor group of `tp` (Megatron-LM splits,
+ * model.h): its tp-local unit sizes (every tp rank's are equal) and their
+ * total, the parameters one rank holds. dim and the padded vocab must be
+ * divisible by tp (the caller checks: jobcfg.h). */
+uint64_t px_plan_gpt_units_tp(int layers, int dim, int vocab, int max_seq, int tp,
+                              uint64_t **sizes_p);
 
 typedef struct px_plan {
     int zero, dp, nunits;
