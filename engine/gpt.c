@@ -25,8 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "groups.h"
 #include "memacct.h"
 #include "px_log.h"
+#include "tp.h"
 
 typedef struct gpt_acts {
     float *encoded;   /* (B,T,C) */
@@ -57,6 +59,7 @@ typedef struct gpt_acts {
     float *d4b;       /* (B,T,4C) */
     float *dlogits;   /* (B,T,Vp) */
     float *scratch;   /* (T,T) attention backward */
+    float *rowmax;    /* (B,T) vocab-parallel cross-entropy's row max */
 } gpt_acts_t;
 #define GPT_NUM_ACTS (sizeof(gpt_acts_t) / sizeof(float *))
 
@@ -64,6 +67,12 @@ struct px_gpt {
     px_gpt_config_t cfg;
     const px_kernel_ops_t *ops;
     int B, T, Vp;
+    /* tensor parallelism (tp.h): tp ranks; this rank's channels Cl = C/tp,
+     * heads NHl = NH/tp, vocab rows [v0, v0 + Vl) with Vl = Vp/tp. tp 1:
+     * the whole model, Cl = C, NHl = NH, v0 = 0, Vl = Vp. */
+    int tp, Cl, NHl, v0, Vl;
+    double *ce_stats;              /* (B,T,2) vocab-parallel CE sums (tp > 1) */
+    px_tp_times_t tp_times;
     size_t num_params;
     size_t *unit_off;              /* [nunits]: unit u's start in the owned buffers */
     px_gpt_unit_tensor_t embed_t[2], layer_t[12], head_t[2];
@@ -102,13 +111,22 @@ void px_gpt_units_to_canonical(const px_gpt_config_t *cfg, const px_kernel_ops_t
                                const float *units, const uint64_t *unit_offset, float *dst)
 {
     size_t off = 0;
+    if (cfg->tp > 1) /* host memory: only this rank's pieces are written */
+        memset(dst, 0, (size_t)px_model_num_params(cfg) * sizeof(float));
     for (int u = 0; u < px_gpt_num_units(cfg); u++) {
         px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
         int n = px_gpt_unit_tensors(cfg, u, t);
         const float *base = units + (unit_offset ? unit_offset[u] : off);
-        for (int k = 0; k < n; k++)
-            ops->mem_copy_to_host(dst + t[k].canon_offset, base + t[k].unit_offset,
-                                  t[k].size * sizeof(float));
+        for (int k = 0; k < n; k++) {
+            if (t[k].split == PX_MODEL_SPLIT_REPLICATED && t[k].tp_rank != 0)
+                continue; /* tp rank 0 writes the replicated tensors */
+            for (int j = 0; j < px_model_shard_nruns(&t[k]); j++) {
+                size_t lo, co, len;
+                px_model_shard_run(&t[k], j, &lo, &co, &len);
+                ops->mem_copy_to_host(dst + t[k].canon_offset + co,
+                                      base + t[k].unit_offset + lo, len * sizeof(float));
+            }
+        }
         off += t[n - 1].unit_offset + t[n - 1].size;
     }
     ops->synchronize(); /* dst is read by host code next */
@@ -157,6 +175,13 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
         px_error("gpt: padded vocab %d smaller than vocab %d", cfg->padded_vocab, V);
         return PX_ERR_INVALID_ARGUMENT;
     }
+    int tp = cfg->tp > 1 ? cfg->tp : 1;
+    if (NH % tp || px_model_padded_vocab(cfg) % tp || cfg->tp_rank < 0 ||
+        (tp > 1 && cfg->tp_rank >= tp)) {
+        px_error("gpt: tp=%d (rank %d) must divide heads=%d and the padded vocab %d", tp,
+                 cfg->tp_rank, NH, px_model_padded_vocab(cfg));
+        return PX_ERR_INVALID_ARGUMENT;
+    }
     gpt = calloc(1, sizeof(*gpt));
     if (!gpt)
         return PX_ERR_NO_MEMORY;
@@ -165,7 +190,11 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
     gpt->B = B;
     gpt->T = T;
     gpt->Vp = px_model_padded_vocab(cfg);
-    gpt->num_params = (size_t)px_model_num_params(cfg);
+    gpt->tp = tp;
+    gpt->Cl = C / tp;
+    gpt->NHl = NH / tp;
+    gpt->Vl = gpt->Vp / tp;
+    gpt->v0 = (tp > 1 ? cfg->tp_rank : 0) * gpt->Vl;
     int nu = px_gpt_num_units(cfg);
     gpt->unit_off = calloc((size_t)nu, sizeof(size_t));
     gpt->losses_host = calloc((size_t)B * T, sizeof(float));
@@ -173,6 +202,8 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
         goto err_free;
     for (int u = 1; u < nu; u++)
         gpt->unit_off[u] = gpt->unit_off[u - 1] + px_gpt_unit_size(cfg, u - 1);
+    /* this rank's parameters: the tp-local units (all of them when tp 1) */
+    gpt->num_params = gpt->unit_off[nu - 1] + px_gpt_unit_size(cfg, nu - 1);
     px_model_unit_tensors(cfg, PX_MODEL_UNIT_EMBED, gpt->embed_t);
     px_model_unit_tensors(cfg, px_model_unit_layer(cfg, 0), gpt->layer_t);
     px_model_unit_tensors(cfg, px_model_unit_head(cfg), gpt->head_t);
@@ -188,18 +219,25 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
             goto err_free;
     }
 
-    size_t BT = (size_t)B * T, Vp = (size_t)gpt->Vp;
+    /* per tp rank: split activations hold Cl channels, NHl heads, Vl
+     * vocab columns; the residual stream and LayerNorms are whole */
+    size_t BT = (size_t)B * T, Vl = (size_t)gpt->Vl, Cl = (size_t)gpt->Cl, NHl = gpt->NHl;
     size_t act_sizes[GPT_NUM_ACTS] = {
-        BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C,
-        (size_t)L * B * NH * T * T, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C,
-        L * BT * 4 * C, L * BT * C, BT * C, BT, BT, BT * Vp, BT * Vp, BT, BT * C,
-        BT * C, BT * C, BT * 4 * C, BT * 4 * C, BT * Vp, (size_t)T * T};
+        BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * Cl, L * BT * Cl,
+        (size_t)L * B * NHl * T * T, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * Cl,
+        L * BT * 4 * Cl, L * BT * C, BT * C, BT, BT, BT * Vl, BT * Vl, BT, BT * C,
+        BT * C, BT * C, BT * 4 * Cl, BT * 4 * Cl, BT * Vl, (size_t)T * T, tp > 1 ? BT : 0};
     gpt->acts_count = 0;
     for (size_t i = 0; i < GPT_NUM_ACTS; i++)
         gpt->acts_count += act_sizes[i];
     gpt->acts_mem = px_mem_calloc(PX_MEM_ACTS, gpt->acts_count, sizeof(float));
     if (!gpt->acts_mem)
         goto err_free;
+    if (tp > 1) {
+        gpt->ce_stats = px_mem_calloc(PX_MEM_ACTS, 2 * BT, sizeof(double));
+        if (!gpt->ce_stats)
+            goto err_free;
+    }
     float **aptr = (float **)&gpt->a, *base = gpt->acts_mem;
     for (size_t i = 0; i < GPT_NUM_ACTS; i++) {
         aptr[i] = base;
@@ -240,6 +278,7 @@ void px_gpt_destroy(px_gpt_t *gpt)
     px_mem_free(gpt->m);
     px_mem_free(gpt->v);
     px_mem_free(gpt->acts_mem);
+    px_mem_free(gpt->ce_stats);
     free(gpt->unit_off);
     free(gpt->losses_host);
     free(gpt);
@@ -255,7 +294,13 @@ void px_gpt_tensor_info(const px_gpt_t *gpt, int i, px_gpt_tensor_info_t *info)
     px_gpt_tensor_info_of(&gpt->cfg, i, info);
 }
 
-size_t px_gpt_activation_bytes(const px_gpt_t *gpt) { return gpt->acts_count * sizeof(float); }
+size_t px_gpt_activation_bytes(const px_gpt_t *gpt)
+{
+    size_t ce = gpt->tp > 1 ? 2 * (size_t)gpt->B * gpt->T * sizeof(double) : 0;
+    return gpt->acts_count * sizeof(float) + ce;
+}
+
+void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out) { *out = gpt->tp_times; }
 size_t px_gpt_state_bytes(const px_gpt_t *gpt)
 {
     return (4 * gpt->num_params + 1) * sizeof(float);
@@ -290,31 +335,36 @@ void px_gpt_init_unit_range(const px_gpt_config_t *cfg, uint64_t seed, int u, si
     int nt = px_gpt_unit_tensors(cfg, u, t);
     memset(dst, 0, (end - begin) * sizeof(float)); /* host memory */
     for (int k = 0; k < nt; k++) {
-        size_t lo = t[k].unit_offset > begin ? t[k].unit_offset : begin;
-        size_t hi = t[k].unit_offset + t[k].size < end ? t[k].unit_offset + t[k].size : end;
-        if (lo >= hi)
-            continue;
         int i = t[k].tensor;
-        float *p = dst + (lo - begin);
-        size_t cnt = hi - lo;
-        /* element index within the canonical tensor (stacked over layers) */
         px_model_tensor_t ti;
         px_model_tensor(cfg, i, &ti);
-        size_t e0 = t[k].canon_offset - ti.offset + (lo - t[k].unit_offset);
-        /* padding rows of wte (elements from ti.valid on) stay 0 */
-        if (e0 >= ti.valid)
-            continue;
-        if (e0 + cnt > ti.valid)
-            cnt = ti.valid - e0;
-        if (ti.init == PX_MODEL_INIT_ONES) {
-            for (size_t e = 0; e < cnt; e++)
-                p[e] = 1.0f;
-        } else if (ti.init == PX_MODEL_INIT_NORMAL || ti.init == PX_MODEL_INIT_RESIDUAL) {
-            float std = ti.init == PX_MODEL_INIT_RESIDUAL ? proj_std : base_std;
-            uint64_t key = splitmix64(splitmix64(seed) ^ (0xD1B54A32D192ED03ull * (i + 1)));
-            for (size_t e = 0; e < cnt; e++)
-                p[e] = (float)(normal_at(key, e0 + e) * std);
-        } /* PX_MODEL_INIT_ZEROS: already 0 */
+        float std = ti.init == PX_MODEL_INIT_RESIDUAL ? proj_std : base_std;
+        uint64_t key = splitmix64(splitmix64(seed) ^ (0xD1B54A32D192ED03ull * (i + 1)));
+        /* the shard's runs (one unless tp splits the tensor): the element
+         * index within the canonical tensor (stacked over layers) seeds */
+        for (int j = 0; j < px_model_shard_nruns(&t[k]); j++) {
+            size_t rl, rc, len;
+            px_model_shard_run(&t[k], j, &rl, &rc, &len);
+            size_t a = t[k].unit_offset + rl;
+            size_t lo = a > begin ? a : begin, hi = a + len < end ? a + len : end;
+            if (lo >= hi)
+                continue;
+            float *p = dst + (lo - begin);
+            size_t cnt = hi - lo;
+            size_t e0 = t[k].canon_offset - ti.offset + rc + (lo - a);
+            /* padding rows of wte (elements from ti.valid on) stay 0 */
+            if (e0 >= ti.valid)
+                continue;
+            if (e0 + cnt > ti.valid)
+                cnt = ti.valid - e0;
+            if (ti.init == PX_MODEL_INIT_ONES) {
+                for (size_t e = 0; e < cnt; e++)
+                    p[e] = 1.0f;
+            } else if (ti.init == PX_MODEL_INIT_NORMAL || ti.init == PX_MODEL_INIT_RESIDUAL) {
+                for (size_t e = 0; e < cnt; e++)
+                    p[e] = (float)(normal_at(key, e0 + e) * std);
+            } /* PX_MODEL_INIT_ZEROS: already 0 */
+        }
     }
 }
 
@@ -388,6 +438,25 @@ static px_status_t ctx_check(const px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l
     return PX_OK;
 }
 
+/* The tensor group of a model cut for tp > 1 (NULL when tp is 1): the
+ * context's groups must carry one of tp ranks. */
+static px_status_t tp_comm(const px_gpt_t *gpt, const px_gpt_ctx_t *ctx, px_comm_t **comm_p)
+{
+    px_comm_t *comm = NULL;
+    *comm_p = NULL;
+    if (gpt->tp == 1)
+        return PX_OK;
+    if (ctx->groups)
+        comm = px_groups_comm(ctx->groups, PX_GROUP_TP);
+    if (!comm || px_comm_size(comm) != gpt->tp) {
+        px_error("gpt: the model is cut for tp=%d but the context's tensor group has %d ranks",
+                 gpt->tp, comm ? px_comm_size(comm) : 1);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    *comm_p = comm;
+    return PX_OK;
+}
+
 /* The residual stream entering layer l (l = L: leaving the last layer). */
 static float *residual_in(px_gpt_t *gpt, int l)
 {
@@ -399,14 +468,18 @@ px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const i
 {
     embed_view_t e;
     float *ub;
+    px_comm_t *tpc;
     PX_CHECK(ctx_check(gpt, ctx, 0));
+    PX_CHECK(tp_comm(gpt, ctx, &tpc));
     PX_CHECK(p_acquire(gpt, PX_MODEL_UNIT_EMBED, 0, &ub));
     gpt->embed_p = ub;
     view(gpt->embed_t, 2, ub, &e);
-    gpt->ops->encoder_forward(gpt->a.encoded, inputs, e.wte,
-                              e.wpe + (size_t)ctx->seq_offset * gpt->cfg.dim, ctx->B, ctx->T,
-                              gpt->cfg.dim);
+    const float *wpe = e.wpe + (size_t)ctx->seq_offset * gpt->cfg.dim;
     gpt->inputs = inputs;
+    if (gpt->tp > 1) /* vocab-parallel: this rank's rows, summed over tp */
+        return px_tp_embed_forward(gpt->ops, tpc, gpt->a.encoded, inputs, e.wte, wpe, ctx->B,
+                                   ctx->T, gpt->cfg.dim, gpt->v0, gpt->Vl, &gpt->tp_times);
+    gpt->ops->encoder_forward(gpt->a.encoded, inputs, e.wte, wpe, ctx->B, ctx->T, gpt->cfg.dim);
     return PX_OK;
 }
 
@@ -414,15 +487,20 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
+    px_comm_t *tpc;
     PX_CHECK(ctx_check(gpt, ctx, l));
-    int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, NH = gpt->cfg.heads, BT = B * T;
+    PX_CHECK(tp_comm(gpt, ctx, &tpc));
+    /* C: the residual stream; Cl = C/tp, NHl = NH/tp: this rank's channels
+     * and heads of the split matrices (tp.h) */
+    int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, Cl = gpt->Cl, NHl = gpt->NHl, BT = B * T;
+    int split = gpt->tp > 1;
     size_t sbt = (size_t)gpt->B * gpt->T; /* per-layer strides: create-time sizes */
-    size_t sbtc = sbt * C;
+    size_t sbtc = sbt * C, sbtcl = sbt * Cl;
     const float *res = residual_in(gpt, l);
-    float *ln1 = a->ln1 + l * sbtc, *qkv = a->qkv + l * sbtc * 3, *atty = a->atty + l * sbtc;
-    float *att = a->att + (size_t)l * gpt->B * NH * gpt->T * gpt->T;
+    float *ln1 = a->ln1 + l * sbtc, *qkv = a->qkv + l * sbtcl * 3, *atty = a->atty + l * sbtcl;
+    float *att = a->att + (size_t)l * gpt->B * NHl * gpt->T * gpt->T;
     float *res2 = a->residual2 + l * sbtc, *ln2 = a->ln2 + l * sbtc;
-    float *fch = a->fch + l * sbtc * 4, *fchg = a->fch_gelu + l * sbtc * 4;
+    float *fch = a->fch + l * sbtcl * 4, *fchg = a->fch_gelu + l * sbtcl * 4;
     float *res3 = a->residual3 + l * sbtc;
     float *lb;
     layer_view_t p;
@@ -431,20 +509,33 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     view(gpt->layer_t, 12, lb, &p);
     k->layernorm_forward(ln1, a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, res, p.ln1w, p.ln1b,
                          BT, C);
-    k->matmul_forward(qkv, ln1, p.qkvw, p.qkvb, BT, C, 3 * C);
+    /* qkv (B,T,3Cl): column-parallel, q | k | v of this rank's heads */
+    k->matmul_forward(qkv, ln1, p.qkvw, p.qkvb, BT, C, 3 * Cl);
     poke(gpt);
-    k->attention_forward(atty, att, qkv, B, T, C, NH);
+    k->attention_forward(atty, att, qkv, B, T, Cl, NHl);
     poke(gpt);
-    k->matmul_forward(a->tmp, atty, p.attprojw, p.attprojb, BT, C, C);
+    /* attproj: row-parallel; partial sums (B,T,C), g = all-reduce, then
+     * the replicated bias once */
+    k->matmul_forward(a->tmp, atty, p.attprojw, split ? NULL : p.attprojb, BT, Cl, C);
     poke(gpt);
+    if (split) {
+        PX_CHECK(px_tp_allreduce(tpc, a->tmp, (size_t)BT * C, "attproj", &gpt->tp_times));
+        k->bias_forward(a->tmp, p.attprojb, BT, C);
+    }
     k->residual_forward(res2, res, a->tmp, (size_t)BT * C);
     k->layernorm_forward(ln2, a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, res2, p.ln2w, p.ln2b,
                          BT, C);
-    k->matmul_forward(fch, ln2, p.fcw, p.fcb, BT, C, 4 * C);
+    /* fc (B,T,4Cl): column-parallel */
+    k->matmul_forward(fch, ln2, p.fcw, p.fcb, BT, C, 4 * Cl);
     poke(gpt);
-    k->gelu_forward(fchg, fch, (size_t)BT * 4 * C);
-    k->matmul_forward(a->tmp, fchg, p.fcprojw, p.fcprojb, BT, 4 * C, C);
+    k->gelu_forward(fchg, fch, (size_t)BT * 4 * Cl);
+    /* fcproj: row-parallel, as attproj */
+    k->matmul_forward(a->tmp, fchg, p.fcprojw, split ? NULL : p.fcprojb, BT, 4 * Cl, C);
     poke(gpt);
+    if (split) {
+        PX_CHECK(px_tp_allreduce(tpc, a->tmp, (size_t)BT * C, "fcproj", &gpt->tp_times));
+        k->bias_forward(a->tmp, p.fcprojb, BT, C);
+    }
     k->residual_forward(res3, res2, a->tmp, (size_t)BT * C);
     return p_release(gpt, px_model_unit_layer(&gpt->cfg, l), 0);
 }
@@ -454,8 +545,12 @@ px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const in
 {
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
+    px_comm_t *tpc;
     PX_CHECK(ctx_check(gpt, ctx, 0));
-    int BT = ctx->B * ctx->T, C = gpt->cfg.dim, V = gpt->cfg.vocab, Vp = gpt->Vp;
+    PX_CHECK(tp_comm(gpt, ctx, &tpc));
+    /* Vl: this rank's logit columns (vocab-parallel head, tied to its wte
+     * rows); Vp when tp is 1 */
+    int BT = ctx->B * ctx->T, C = gpt->cfg.dim, V = gpt->cfg.vocab, Vl = gpt->Vl;
     embed_view_t e;
     head_view_t h;
     float *hb;
@@ -469,11 +564,16 @@ px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const in
     view(gpt->embed_t, 2, gpt->embed_p, &e);
     k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual_in(gpt, gpt->cfg.layers),
                          h.lnfw, h.lnfb, BT, C);
-    k->matmul_forward(a->logits, a->lnf, e.wte, NULL, BT, C, Vp);
+    k->matmul_forward(a->logits, a->lnf, e.wte, NULL, BT, C, Vl);
     poke(gpt);
     gpt->targets = targets;
     if (targets) {
-        k->crossentropy_forward(a->losses, a->probs, a->logits, targets, BT, V, Vp);
+        if (gpt->tp > 1)
+            PX_CHECK(px_tp_crossentropy_forward(k, tpc, a->losses, a->probs, a->logits, targets,
+                                                a->rowmax, gpt->ce_stats, BT, V, gpt->v0, Vl,
+                                                &gpt->tp_times));
+        else
+            k->crossentropy_forward(a->losses, a->probs, a->logits, targets, BT, V, Vl);
         k->mem_copy_to_host(gpt->losses_host, a->losses, (size_t)BT * sizeof(float));
         double s = 0.0;
         for (int i = 0; i < BT; i++)
@@ -483,14 +583,20 @@ px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const in
     return PX_OK;
 }
 
+px_status_t px_gpt_forward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *inputs,
+                               const int32_t *targets, float *loss_p)
+{
+    PX_CHECK(px_gpt_embed_forward(gpt, ctx, inputs));
+    for (int l = 0; l < gpt->cfg.layers; l++)
+        PX_CHECK(px_gpt_block_forward(gpt, ctx, l));
+    return px_gpt_head_forward(gpt, ctx, targets, loss_p);
+}
+
 px_status_t px_gpt_forward(px_gpt_t *gpt, const int32_t *inputs, const int32_t *targets,
                            float *loss_p)
 {
     px_gpt_ctx_t ctx = px_gpt_ctx_default(gpt);
-    PX_CHECK(px_gpt_embed_forward(gpt, &ctx, inputs));
-    for (int l = 0; l < gpt->cfg.layers; l++)
-        PX_CHECK(px_gpt_block_forward(gpt, &ctx, l));
-    return px_gpt_head_forward(gpt, &ctx, targets, loss_p);
+    return px_gpt_forward_ctx(gpt, &ctx, inputs, targets, loss_p);
 }
 
 void px_gpt_zero_grad(px_gpt_t *gpt)
@@ -504,8 +610,10 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
 {
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
+    px_comm_t *tpc;
     PX_CHECK(ctx_check(gpt, ctx, 0));
-    int BT = ctx->B * ctx->T, C = gpt->cfg.dim, V = gpt->cfg.vocab, Vp = gpt->Vp;
+    PX_CHECK(tp_comm(gpt, ctx, &tpc));
+    int BT = ctx->B * ctx->T, C = gpt->cfg.dim, V = gpt->cfg.vocab, Vl = gpt->Vl;
     int E = PX_MODEL_UNIT_EMBED, H = px_model_unit_head(&gpt->cfg);
     size_t btc = (size_t)BT * C;
     float *hb, *eb, *hgb, *egb;
@@ -526,11 +634,18 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
     view(gpt->embed_t, 2, eb, &e);
     view(gpt->embed_t, 2, egb, &eg);
     /* loss = mean over BT tokens; padded columns get no gradient */
-    k->mem_set(a->dlogits, 0, (size_t)BT * Vp * sizeof(float));
-    k->crossentropy_backward(a->dlogits, a->probs, gpt->targets, 1.0f / BT, BT, V, Vp);
+    k->mem_set(a->dlogits, 0, (size_t)BT * Vl * sizeof(float));
+    if (gpt->tp > 1)
+        k->crossentropy_vp_backward(a->dlogits, a->probs, gpt->targets, 1.0f / BT, BT, Vl,
+                                    gpt->v0, V);
+    else
+        k->crossentropy_backward(a->dlogits, a->probs, gpt->targets, 1.0f / BT, BT, V, Vl);
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, eg.wte, NULL, a->dlogits, a->lnf, e.wte, BT, C, Vp);
+    k->matmul_backward(a->dbtc, eg.wte, NULL, a->dlogits, a->lnf, e.wte, BT, C, Vl);
     poke(gpt);
+    /* the head is column-parallel over the vocab: f sums its input grad */
+    PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "the LM head's input gradient",
+                             &gpt->tp_times));
     k->mem_set(a->dres, 0, btc * sizeof(float));
     k->layernorm_backward(a->dres, hg.lnfw, hg.lnfb, a->dbtc, residual_in(gpt, gpt->cfg.layers),
                           h.lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
@@ -544,15 +659,19 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
+    px_comm_t *tpc;
     PX_CHECK(ctx_check(gpt, ctx, l));
-    int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, NH = gpt->cfg.heads, BT = B * T;
+    PX_CHECK(tp_comm(gpt, ctx, &tpc));
+    int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, Cl = gpt->Cl, NHl = gpt->NHl, BT = B * T;
     int u = px_model_unit_layer(&gpt->cfg, l);
-    size_t btc = (size_t)BT * C, sbt = (size_t)gpt->B * gpt->T, sbtc = sbt * C;
+    size_t btc = (size_t)BT * C, btcl = (size_t)BT * Cl, sbt = (size_t)gpt->B * gpt->T;
+    size_t sbtc = sbt * C, sbtcl = sbt * Cl;
     const float *res = residual_in(gpt, l);
-    const float *ln1 = a->ln1 + l * sbtc, *qkv = a->qkv + l * sbtc * 3, *atty = a->atty + l * sbtc;
-    const float *att = a->att + (size_t)l * gpt->B * NH * gpt->T * gpt->T;
+    const float *ln1 = a->ln1 + l * sbtc, *qkv = a->qkv + l * sbtcl * 3;
+    const float *atty = a->atty + l * sbtcl;
+    const float *att = a->att + (size_t)l * gpt->B * NHl * gpt->T * gpt->T;
     const float *res2 = a->residual2 + l * sbtc, *ln2 = a->ln2 + l * sbtc;
-    const float *fch = a->fch + l * sbtc * 4, *fchg = a->fch_gelu + l * sbtc * 4;
+    const float *fch = a->fch + l * sbtcl * 4, *fchg = a->fch_gelu + l * sbtcl * 4;
     float *lb, *lgb;
     layer_view_t p, g;
 
@@ -560,27 +679,33 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     PX_CHECK(g_acquire(gpt, u, &lgb));
     view(gpt->layer_t, 12, lb, &p);
     view(gpt->layer_t, 12, lgb, &g);
-    /* dres is d(residual3): MLP branch */
-    k->mem_set(a->d4a, 0, btc * 4 * sizeof(float));
-    k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, a->dres, fchg, p.fcprojw, BT, 4 * C, C);
+    /* dres is d(residual3): MLP branch. fcproj is row-parallel: its
+     * output gradient dres is replicated, so the replicated fcprojb's
+     * gradient is the same on every tp rank */
+    k->mem_set(a->d4a, 0, btcl * 4 * sizeof(float));
+    k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, a->dres, fchg, p.fcprojw, BT, 4 * Cl, C);
     poke(gpt);
-    k->mem_set(a->d4b, 0, btc * 4 * sizeof(float));
-    k->gelu_backward(a->d4b, fch, a->d4a, btc * 4);
+    k->mem_set(a->d4b, 0, btcl * 4 * sizeof(float));
+    k->gelu_backward(a->d4b, fch, a->d4a, btcl * 4);
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, g.fcw, g.fcb, a->d4b, ln2, p.fcw, BT, C, 4 * C);
+    k->matmul_backward(a->dbtc, g.fcw, g.fcb, a->d4b, ln2, p.fcw, BT, C, 4 * Cl);
     poke(gpt);
+    /* fc is column-parallel: f sums its input gradient over tp */
+    PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "fc's input gradient", &gpt->tp_times));
     k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w, a->ln2_mean + l * sbt,
                           a->ln2_rstd + l * sbt, BT, C);
     /* dres is d(residual2): attention branch */
+    k->mem_set(a->dbtc, 0, btcl * sizeof(float));
+    k->matmul_backward(a->dbtc, g.attprojw, g.attprojb, a->dres, atty, p.attprojw, BT, Cl, C);
+    poke(gpt);
+    k->mem_set(a->d4a, 0, btcl * 3 * sizeof(float));
+    k->attention_backward(a->d4a, a->scratch, a->dbtc, qkv, att, B, T, Cl, NHl);
+    poke(gpt);
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, g.attprojw, g.attprojb, a->dres, atty, p.attprojw, BT, C, C);
+    k->matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->d4a, ln1, p.qkvw, BT, C, 3 * Cl);
     poke(gpt);
-    k->mem_set(a->d4a, 0, btc * 3 * sizeof(float));
-    k->attention_backward(a->d4a, a->scratch, a->dbtc, qkv, att, B, T, C, NH);
-    poke(gpt);
-    k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->d4a, ln1, p.qkvw, BT, C, 3 * C);
-    poke(gpt);
+    /* qkv is column-parallel: f */
+    PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "qkv's input gradient", &gpt->tp_times));
     k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w, a->ln1_mean + l * sbt,
                           a->ln1_rstd + l * sbt, BT, C);
     /* dres is now d(input of layer l) */
@@ -597,19 +722,29 @@ px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
         return PX_ERR_INVALID_ARGUMENT;
     }
     view(gpt->embed_t, 2, gpt->embed_g, &eg);
-    gpt->ops->encoder_backward(eg.wte, eg.wpe + (size_t)ctx->seq_offset * gpt->cfg.dim, gpt->a.dres,
-                               gpt->inputs, ctx->B, ctx->T, gpt->cfg.dim);
+    float *dwpe = eg.wpe + (size_t)ctx->seq_offset * gpt->cfg.dim;
+    if (gpt->tp > 1) /* this rank's vocab rows; wpe's gradient is replicated */
+        gpt->ops->encoder_vp_backward(eg.wte, dwpe, gpt->a.dres, gpt->inputs, ctx->B, ctx->T,
+                                      gpt->cfg.dim, gpt->v0, gpt->Vl);
+    else
+        gpt->ops->encoder_backward(eg.wte, dwpe, gpt->a.dres, gpt->inputs, ctx->B, ctx->T,
+                                   gpt->cfg.dim);
     gpt->embed_g = NULL;
     return g_release(gpt, PX_MODEL_UNIT_EMBED);
+}
+
+px_status_t px_gpt_backward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
+{
+    PX_CHECK(px_gpt_head_backward(gpt, ctx));
+    for (int l = gpt->cfg.layers - 1; l >= 0; l--)
+        PX_CHECK(px_gpt_block_backward(gpt, ctx, l));
+    return px_gpt_embed_backward(gpt, ctx);
 }
 
 px_status_t px_gpt_backward(px_gpt_t *gpt)
 {
     px_gpt_ctx_t ctx = px_gpt_ctx_default(gpt);
-    PX_CHECK(px_gpt_head_backward(gpt, &ctx));
-    for (int l = gpt->cfg.layers - 1; l >= 0; l--)
-        PX_CHECK(px_gpt_block_backward(gpt, &ctx, l));
-    return px_gpt_embed_backward(gpt, &ctx);
+    return px_gpt_backward_ctx(gpt, &ctx);
 }
 
 void px_gpt_update(px_gpt_t *gpt, float lr, float beta1, float beta2, float eps, float wd,

@@ -27,6 +27,12 @@
  * memory of the op table's backend: the model clears and copies tensors
  * only through ops->mem_set / mem_copy.
  *
+ * Tensor parallelism (tp.h): a config with tp > 1 makes a model of tp
+ * rank tp_rank: its units hold that rank's shards (model.h), its split
+ * activations Cl = C/tp channels, NH/tp heads, Vp/tp vocab columns, and
+ * its blocks all-reduce over the context's tensor group (Megatron-LM's f
+ * and g), so the passes need a context whose groups hold it.
+ *
  * Threading: one model is used by one thread. */
 #ifndef PX_GPT_H
 #define PX_GPT_H
@@ -37,6 +43,7 @@
 #include "model.h"
 #include "px_kernels.h"
 #include "px_status.h"
+#include "tp.h"
 
 #define PX_GPT_NUM_TENSORS PX_MODEL_NUM_TENSORS
 
@@ -141,7 +148,8 @@ px_status_t px_gpt_create_external(const px_gpt_config_t *cfg, const px_kernel_o
                                    int B, int T, const px_gpt_hooks_t *hooks, px_gpt_t **gpt_p);
 void px_gpt_destroy(px_gpt_t *gpt); /* NULL no-op */
 
-/* Number of parameter elements (the length of the flat buffers). */
+/* Number of parameter elements this rank holds (the length of the flat
+ * buffers: the tp-local units; the canonical count when tp is 1). */
 size_t px_gpt_num_params(const px_gpt_t *gpt);
 /* The flat buffers (borrowed for the model's life). The gradient buffer has
  * ONE spare float after the last gradient (index num_params) that the
@@ -173,6 +181,15 @@ px_gpt_ctx_t px_gpt_ctx_default(const px_gpt_t *gpt);
  * untouched). Token ids must be < vocab (the data loader checks). */
 px_status_t px_gpt_forward(px_gpt_t *gpt, const int32_t *inputs, const int32_t *targets,
                            float *loss_p);
+
+/* The same with a context (its groups carry the tensor group a model cut
+ * for tp > 1 needs; PX_ERR_INVALID_ARGUMENT without one) and its errors. */
+px_status_t px_gpt_forward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *inputs,
+                               const int32_t *targets, float *loss_p);
+px_status_t px_gpt_backward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
+
+/* Time this model spent in tensor-parallel collectives (tp.h). */
+void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out);
 
 /* The blocks. Each returns PX_OK, a hook's error, or
  * PX_ERR_INVALID_ARGUMENT (logged) for a context the model cannot run

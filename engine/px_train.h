@@ -2,8 +2,11 @@
  *
  * One call trains a GPT for cfg->steps steps on the WORLD communicator,
  * cut into process groups by cfg->layout (groups.h). With `world` NULL (or
- * of size 1) it trains alone. Today the engine runs data parallelism and
- * ZeRO: the layout's dp group is the data-parallel communicator: dp rank r
+ * of size 1) it trains alone. Today the engine runs data parallelism,
+ * ZeRO and tensor parallelism (tp.h: the tp ranks of one dp index see the
+ * same batch and each holds its shards of the model, ZeRO cuts each tp
+ * rank's own units over the dp group): the layout's dp group is the
+ * data-parallel communicator: dp rank r
  * takes sequences [r*B/dp, (r+1)*B/dp) of each global batch of B sequences,
  * gradients are averaged over the dp group, the loss reported is the mean
  * over the global batch, and the grad norm is the global one (summed over
@@ -26,8 +29,8 @@ typedef px_job_config_t px_train_config_t;
 /* The layout cfg runs with on `world` ranks into *layout_p: cfg->layout, or
  * dp = world when it is all zeros. PX_ERR_INVALID_ARGUMENT with a message
  * naming the values when it fails px_layout_check, needs another number of
- * ranks than `world`, or asks for tp, pp, cp or ep > 1 (the engine runs
- * data parallelism and ZeRO only, so far). */
+ * ranks than `world`, or asks for pp, cp or ep > 1 (the engine runs data
+ * and tensor parallelism with ZeRO, so far). */
 px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t *layout_p,
                             char *errbuf, size_t errlen);
 
@@ -48,6 +51,12 @@ typedef struct px_step_report {
     uint64_t mem_state_peak;           /* params + grads + optimizer at once */
     double mem_plan[PX_MEM_NCAT];      /* plan.h prediction (state categories) */
     double mem_plan_state_peak;        /* plan.h prediction of mem_state_peak */
+    uint64_t replicated_digest;        /* px_zero_replicated_digest after the
+                                          update: equal on the tensor ranks
+                                          of one dp index */
+    double tp_comm_s;                  /* this rank's time in tensor-parallel
+                                          collectives since the start, s */
+    double step_s;                     /* this step's wall time, s */
 } px_step_report_t;
 
 /* Called after every step on every rank. Return non-zero to stop training
@@ -78,13 +87,18 @@ float px_train_lr(const px_train_config_t *cfg, int step);
  *                          before clipping
  *   params_<s>.bin         float32 (num_params) after step s's update
  *   loss_<s>.txt           "loss grad_norm lr" of step s (%.9g)
- * for s = 1..dump_steps (grads only with zero 0). export_only: write
+ * for s = 1..dump_steps (every ZeRO stage and tp: gathered to the canonical
+ * layout, collective over the world). export_only: write
  * layout.json, params_init.bin and batch_1.bin, then return PX_OK without
  * training. */
 typedef struct px_train_options {
     const char *dump_dir;
     int dump_steps;
     int export_only;
+    int test_norm_ones; /* test hook: set every parameter and gradient to
+                           1.0, compute the global grad norm once, print
+                           "norm-ones <norm %.9g> params <n>" on rank 0 and
+                           return PX_OK without training (zero.h) */
 } px_train_options_t;
 
 px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,

@@ -35,6 +35,7 @@
 #include "jobcfg.h"
 #include "memacct.h"
 #include "plan.h"
+#include "tp.h"
 #include "zero.h"
 #include "px_kernels.h"
 #include "px_log.h"
@@ -57,9 +58,10 @@ px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t
     if (px_layout_world(&out) != world)
         return px_invalid(errbuf, errlen, "layout %s needs %d ranks, the world has %d",
                    px_layout_str(&out, lbuf, sizeof(lbuf)), px_layout_world(&out), world);
-    if (out.tp > 1 || out.pp > 1 || out.cp > 1 || out.ep > 1)
-        return px_invalid(errbuf, errlen, "layout %s: the engine runs data parallelism and ZeRO only "
-                   "so far (tp, pp, cp and ep must be 1)", px_layout_str(&out, lbuf, sizeof(lbuf)));
+    if (out.pp > 1 || out.cp > 1 || out.ep > 1)
+        return px_invalid(errbuf, errlen, "layout %s: the engine runs data and tensor parallelism "
+                   "with ZeRO only so far (pp, cp and ep must be 1)",
+                   px_layout_str(&out, lbuf, sizeof(lbuf)));
     *layout_p = out;
     return PX_OK;
 }
@@ -231,16 +233,13 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         px_error("train: %s", err);
         return status;
     }
-    if (dump_dir && cfg->zero != 0 && !(opts && opts->export_only)) {
-        px_error("train: dumps need zero 0 (full gradients), not zero %d", cfg->zero);
-        return PX_ERR_INVALID_ARGUMENT;
-    }
     /* the layout's groups, split from the world; the dp group carries data
      * parallelism and ZeRO, the mp group completes the global grad norm */
     status = px_groups_create(world, &layout, &groups);
     if (status != PX_OK)
         return status;
     dp_comm = px_groups_comm(groups, PX_GROUP_DP);
+    px_comm_t *tp_comm = px_groups_comm(groups, PX_GROUP_TP);
     dp = layout.dp;
     rank = px_groups_rank(groups);
     dp_rank = px_groups_coord(groups)->dp;
@@ -253,9 +252,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     px_gpt_config_t gc = {.layers = cfg->layers, .heads = cfg->heads, .dim = cfg->dim,
                           .max_seq = cfg->seq, .vocab = cfg->vocab,
-                          .padded_vocab = px_job_config_padded_vocab(cfg->vocab)};
-    /* the plan lays the memory out (plan.h), the same code as `pctl plan` */
-    uint64_t total = px_plan_gpt_units(gc.layers, gc.dim, gc.vocab, gc.max_seq, &usizes);
+                          .padded_vocab = px_job_config_padded_vocab(cfg->vocab),
+                          .tp = layout.tp, .tp_rank = px_groups_coord(groups)->tp};
+    /* the plan lays the memory out (plan.h), the same code as `pctl plan`:
+     * this tp rank's units */
+    uint64_t total = px_plan_gpt_units_tp(gc.layers, gc.dim, gc.vocab, gc.max_seq, layout.tp,
+                                          &usizes);
     if (!total) {
         status = PX_ERR_NO_MEMORY;
         goto out;
@@ -275,11 +277,17 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         status = PX_ERR_NO_MEMORY;
         goto out;
     }
-    const size_t n = plan->params;
+    /* n: the canonical model (dumps, exports); plan->params: this tp
+     * rank's share of it */
+    const size_t n = (size_t)px_model_num_params(&gc);
+    px_gpt_ctx_t ctx = px_gpt_ctx_default(gpt);
+    ctx.groups = groups; /* the tensor group, for the blocks' collectives */
     if (rank == 0)
-        px_info("train: %zu parameters, zero %d, dp %d, grad_accum %d, micro-batch %d x %d; plan "
-                "per rank: params %.2f MB, grads %.2f MB, optimizer %.2f MB, activations %.2f MB",
-                n, cfg->zero, dp, A, Bm, T, plan->bytes[PX_MEM_PARAMS] / 1e6,
+        px_info("train: %zu parameters (%llu per tensor rank), zero %d, dp %d, tp %d, grad_accum "
+                "%d, micro-batch %d x %d; plan per rank: params %.2f MB, grads %.2f MB, "
+                "optimizer %.2f MB, activations %.2f MB",
+                n, (unsigned long long)plan->params, cfg->zero, dp, layout.tp, A, Bm, T,
+                plan->bytes[PX_MEM_PARAMS] / 1e6,
                 plan->bytes[PX_MEM_GRADS] / 1e6, plan->bytes[PX_MEM_OPTIM] / 1e6,
                 px_gpt_activation_bytes(gpt) / 1e6);
     if (cfg->resume_dir && *cfg->resume_dir) {
@@ -301,8 +309,18 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             goto out;
         }
     }
+    if (opts && opts->test_norm_ones) {
+        float norm1 = 0.0f;
+        PX_CHECK_GOTO(px_zero_test_norm_ones(zero, &norm1), status, out);
+        if (rank == 0) {
+            printf("norm-ones %.9g params %zu\n", (double)norm1, n);
+            fflush(stdout);
+        }
+        goto out;
+    }
     if (dump_dir) {
         PX_CHECK_GOTO(px_zero_gather_canonical(zero, canon), status, out);
+        PX_CHECK_GOTO(px_tp_combine_canonical(tp_comm, canon, n), status, out);
         if (rank == 0) {
             if (mkdir(dump_dir, 0755) < 0 && errno != EEXIST) {
                 px_error("train: cannot create dump dir %s: %s", dump_dir, strerror(errno));
@@ -327,8 +345,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             float l = 0.0f;
             int first = mb * (cfg->batch / A) + dp_rank * Bm;
             px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
-            PX_CHECK_GOTO(px_gpt_forward(gpt, inputs, targets, &l), status, out);
-            PX_CHECK_GOTO(px_gpt_backward(gpt), status, out);
+            PX_CHECK_GOTO(px_gpt_forward_ctx(gpt, &ctx, inputs, targets, &l), status, out);
+            PX_CHECK_GOTO(px_gpt_backward_ctx(gpt, &ctx), status, out);
             PX_CHECK_GOTO(px_zero_end_micro(zero), status, out);
             loss_local += l;
         }
@@ -344,13 +362,15 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             status = PX_ERR_INTERNAL;
             goto out;
         }
-        if (dump_dir && rank == 0 && s < dump_steps) {
-            px_gpt_units_to_canonical(&gc, ops, px_zero_full_grads(zero), plan->unit_offset,
-                                      canon);
-            PX_CHECK_GOTO(dump_raw(dump_dir, "grads", s + 1, canon, n * sizeof(float)), status,
-                          out);
-            if (s > 0)
-                PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, s + 1), status, out);
+        if (dump_dir && s < dump_steps) { /* collective: every rank gathers */
+            PX_CHECK_GOTO(px_zero_gather_grads_canonical(zero, canon), status, out);
+            PX_CHECK_GOTO(px_tp_combine_canonical(tp_comm, canon, n), status, out);
+            if (rank == 0) {
+                PX_CHECK_GOTO(dump_raw(dump_dir, "grads", s + 1, canon, n * sizeof(float)),
+                              status, out);
+                if (s > 0)
+                    PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, s + 1), status, out);
+            }
         }
         float lr = px_train_lr(cfg, s);
         px_zero_adamw_t hp = {.lr = lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2,
@@ -365,6 +385,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             char path[4096];
             FILE *f;
             PX_CHECK_GOTO(px_zero_gather_canonical(zero, canon), status, out);
+            PX_CHECK_GOTO(px_tp_combine_canonical(tp_comm, canon, n), status, out);
             if (rank == 0) {
                 PX_CHECK_GOTO(dump_raw(dump_dir, "params", s + 1, canon, n * sizeof(float)),
                               status, out);
@@ -381,9 +402,13 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             ((s + 1) % cfg->checkpoint_every == 0 || s + 1 == cfg->steps))
             PX_CHECK_GOTO(px_checkpoint_save(cfg->checkpoint_dir, s + 1, zero, &gc, plan,
                                              cfg->heads, dp_comm), status, out);
+        px_tp_times_t tt;
+        px_gpt_tp_times(gpt, &tt);
         px_step_report_t rep = {.step = s + 1, .loss = loss, .grad_norm = norm, .lr = lr,
                                 .tokens_per_second = (double)cfg->batch * T / (t1 - t0),
-                                .elapsed_s = t1 - t_start, .rank = rank};
+                                .elapsed_s = t1 - t_start, .rank = rank,
+                                .replicated_digest = px_zero_replicated_digest(zero),
+                                .tp_comm_s = tt.comm_s, .step_s = t1 - t0};
         fill_mem(&rep, plan);
         if (cb && cb(arg, &rep)) {
             px_info("train: stopped by the step callback after step %d", s + 1);
@@ -393,6 +418,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     if (cfg->export_safetensors && *cfg->export_safetensors) {
         PX_CHECK_GOTO(px_zero_gather_canonical(zero, canon), status, out);
+        PX_CHECK_GOTO(px_tp_combine_canonical(tp_comm, canon, n), status, out);
         if (rank == 0) {
             PX_CHECK_GOTO(px_safetensors_write(cfg->export_safetensors, &gc, canon), status, out);
             px_info("train: weights exported to %s", cfg->export_safetensors);
@@ -409,6 +435,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 cfg->zero, 1e3 * zt.gather_wait_s / steps_run, zt.gathers,
                 1e3 * zt.rs_wait_s / steps_run, 1e3 * zt.comm_other_s / steps_run,
                 ms.state_peak / 1e6, px_plan_state_bytes(plan) / 1e6);
+        if (layout.tp > 1) {
+            px_tp_times_t tt;
+            px_gpt_tp_times(gpt, &tt);
+            px_info("train: tp %d: per step %.2f ms in tensor-parallel collectives (%d per step)",
+                    layout.tp, 1e3 * tt.comm_s / steps_run, tt.colls / steps_run);
+        }
     }
     status = PX_OK;
 

@@ -144,6 +144,27 @@ static px_status_t model_sumsq(px_zero_t *z, double *ss)
     return status;
 }
 
+/* Sum of squares of elements [b, e) of unit u, held at g (g points at
+ * element b). With tp > 1 a tensor replicated over the tensor group counts
+ * on tp rank 0 only (its copies are bitwise equal, tp.h), so after the
+ * model-parallel sum every parameter is counted once; a split tensor's
+ * shards count on their own ranks. */
+static double unit_sumsq(const px_zero_t *z, const float *g, int u, uint64_t b, uint64_t e)
+{
+    if (z->gc.tp <= 1 || z->gc.tp_rank == 0)
+        return z->k->sumsq(g, e - b);
+    px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
+    int nt = px_gpt_unit_tensors(&z->gc, u, t);
+    double ss = 0.0;
+    for (int j = 0; j < nt; j++) {
+        uint64_t lo = t[j].unit_offset > b ? t[j].unit_offset : b;
+        uint64_t hi = t[j].unit_offset + t[j].size < e ? t[j].unit_offset + t[j].size : e;
+        if (lo < hi && t[j].split != PX_MODEL_SPLIT_REPLICATED)
+            ss += z->k->sumsq(g + (lo - b), hi - lo);
+    }
+    return ss;
+}
+
 /* ---- stage 3: gathered units ---- */
 
 static px_status_t gather_start(px_zero_t *z, int u)
@@ -515,7 +536,12 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
         z->k->mem_copy_to_host(&loss, z->full_grads + p->padded, sizeof(float));
         if (z->accum > 1)
             z->k->scale(z->full_grads, 1.0f / (float)z->accum, p->padded);
-        double ss = z->k->sumsq(z->full_grads, p->padded);
+        double ss = 0.0;
+        if (z->gc.tp > 1)
+            for (int u = 0; u < z->nunits; u++)
+                ss += unit_sumsq(z, z->full_grads + p->unit_offset[u], u, 0, p->unit_padded[u]);
+        else
+            ss = z->k->sumsq(z->full_grads, p->padded);
         status = model_sumsq(z, &ss);
         if (status != PX_OK)
             return status;
@@ -535,7 +561,8 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
     }
     double ss = 0.0;
     for (int u = 0; u < z->nunits; u++)
-        ss += z->k->sumsq(grad_slice(z, u), sl(z, u));
+        ss += unit_sumsq(z, grad_slice(z, u), u, (uint64_t)z->me * sl(z, u),
+                         (uint64_t)(z->me + 1) * sl(z, u));
     float pair[2] = {(float)ss, local_loss};
     t0 = px_time_mono_s();
     if (z->dp > 1) {
@@ -594,10 +621,18 @@ px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_a
     return px_zero_sync_params(z);
 }
 
-px_status_t px_zero_gather_canonical(px_zero_t *z, float *dst)
+/* The whole units of parameters (grads 0) or gradients (grads 1) in
+ * canonical layout into host dst: straight from the full buffer where this
+ * rank holds one, else every dp rank's slices all-gathered into a
+ * temporary full buffer first (collective over the dp group). */
+static px_status_t gather_canonical(px_zero_t *z, int grads, float *dst)
 {
-    if (z->stage < 3) {
+    if (!grads && z->stage < 3) {
         px_gpt_units_to_canonical(&z->gc, z->k, z->full_params, z->plan->unit_offset, dst);
+        return PX_OK;
+    }
+    if (grads && z->stage == 0) {
+        px_gpt_units_to_canonical(&z->gc, z->k, z->full_grads, z->plan->unit_offset, dst);
         return PX_OK;
     }
     float *full = px_mem_calloc(PX_MEM_WORK, z->plan->padded, sizeof(float));
@@ -607,7 +642,8 @@ px_status_t px_zero_gather_canonical(px_zero_t *z, float *dst)
     for (int u = 0; u < z->nunits && status == PX_OK; u++) {
         float *b = full + z->plan->unit_offset[u];
         px_request_t *req;
-        z->k->mem_copy(b + (uint64_t)z->rank * sl(z, u), px_zero_slice(z, 0, u),
+        z->k->mem_copy(b + (uint64_t)z->rank * sl(z, u),
+                       grads ? grad_slice(z, u) : px_zero_slice(z, 0, u),
                        sl(z, u) * sizeof(float));
         status = ag_start(z, b, u, &req);
         if (status == PX_OK)
@@ -616,9 +652,83 @@ px_status_t px_zero_gather_canonical(px_zero_t *z, float *dst)
     if (status == PX_OK)
         px_gpt_units_to_canonical(&z->gc, z->k, full, z->plan->unit_offset, dst);
     else
-        coll_fail(z, "export all-gather", -1, status);
+        coll_fail(z, grads ? "gradient all-gather" : "export all-gather", -1, status);
     px_mem_free(full);
     return status;
+}
+
+px_status_t px_zero_gather_canonical(px_zero_t *z, float *dst)
+{
+    return gather_canonical(z, 0, dst);
+}
+
+px_status_t px_zero_gather_grads_canonical(px_zero_t *z, float *dst)
+{
+    return gather_canonical(z, 1, dst);
+}
+
+/* dst[0, n) = 1.0f (backend memory), through a host staging block */
+static void fill_ones(px_zero_t *z, float *dst, uint64_t n)
+{
+    float host[1024];
+    for (int i = 0; i < 1024; i++)
+        host[i] = 1.0f;
+    for (uint64_t o = 0; o < n; o += 1024)
+        z->k->mem_copy_from_host(dst + o, host, (n - o < 1024 ? n - o : 1024) * sizeof(float));
+}
+
+/* Elements [b, b + n) of unit u that are real (not padding to a multiple
+ * of dp) set to 1 at dst (which holds element b). */
+static void ones_in_range(px_zero_t *z, float *dst, int u, uint64_t b, uint64_t n)
+{
+    uint64_t size = z->plan->unit_size[u];
+    if (b < size)
+        fill_ones(z, dst, size - b < n ? size - b : n);
+}
+
+px_status_t px_zero_test_norm_ones(px_zero_t *z, float *norm_p)
+{
+    float loss;
+    px_zero_begin_step(z);
+    for (int u = 0; u < z->nunits; u++) {
+        uint64_t b, n;
+        float *p = px_zero_held(z, 0, u, &b, &n);
+        ones_in_range(z, p, u, b, n);
+        if (z->stage < 2)
+            ones_in_range(z, z->full_grads + z->plan->unit_offset[u], u, 0,
+                          z->plan->unit_padded[u]);
+        else
+            ones_in_range(z, grad_slice(z, u), u, (uint64_t)z->me * sl(z, u), sl(z, u));
+    }
+    return px_zero_reduce(z, 0.0f, &loss, norm_p);
+}
+
+uint64_t px_zero_replicated_digest(px_zero_t *z)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, 64 bit */
+    float host[1024];
+    for (int u = 0; u < z->nunits; u++) {
+        px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
+        int nt = px_gpt_unit_tensors(&z->gc, u, t);
+        uint64_t b, n;
+        const float *p = px_zero_held(z, 0, u, &b, &n);
+        for (int j = 0; j < nt; j++) {
+            uint64_t lo = t[j].unit_offset > b ? t[j].unit_offset : b;
+            uint64_t hi = t[j].unit_offset + t[j].size < b + n ? t[j].unit_offset + t[j].size
+                                                                : b + n;
+            if (t[j].split != PX_MODEL_SPLIT_REPLICATED)
+                continue;
+            for (uint64_t o = lo; o < hi; o += 1024) {
+                uint64_t c = hi - o < 1024 ? hi - o : 1024;
+                z->k->mem_copy_to_host(host, p + (o - b), c * sizeof(float));
+                z->k->synchronize();
+                const unsigned char *by = (const unsigned char *)host;
+                for (uint64_t i = 0; i < c * sizeof(float); i++)
+                    h = (h ^ by[i]) * 0x100000001b3ull;
+            }
+        }
+    }
+    return h;
 }
 
 void px_zero_times(const px_zero_t *z, px_zero_times_t *out) { *out = z->times; }

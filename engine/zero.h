@@ -67,10 +67,10 @@ void px_zero_destroy(px_zero_t *z); /* NULL no-op; waits nothing: only after a f
 /* The model-parallel group (layout.h PX_GROUP_MP: the ranks that together
  * hold one copy of the model; borrowed for z's life; NULL or a group of one:
  * none). px_zero_reduce sums the squared gradient norm over it after the
- * dp reduction, so the norm is global. The strategies that split the model
- * (tensor, pipeline) must see that each parameter is counted once there:
- * a parameter replicated over the tp group adds its squares on one tp rank
- * only. */
+ * dp reduction, so the norm is global. Each parameter is counted once
+ * there: a tensor split by tensor parallelism (the model config's tp > 1,
+ * model.h) adds its shard's squares on each tp rank, a tensor replicated
+ * over the tp group adds its squares on tp rank 0 only. */
 void px_zero_set_model_group(px_zero_t *z, px_comm_t *mp);
 
 /* The kernel table z was created with (borrowed): its memory ops move the
@@ -102,6 +102,28 @@ px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_a
  * (collective for stage 3: every rank must call it; the result is on every
  * rank). */
 px_status_t px_zero_gather_canonical(px_zero_t *z, float *dst);
+/* Full averaged gradients of the last reduce (before clipping) in
+ * canonical layout into HOST memory dst[num_params]: the full buffer at
+ * stage 0, every dp rank's slices all-gathered at stages 1-3 (collective
+ * over the dp group then: every rank must call it, after px_zero_reduce
+ * and before px_zero_update). With tp > 1 dst holds this tp rank's pieces
+ * only (px_gpt_units_to_canonical; tp.h's px_tp_combine_canonical
+ * completes it). */
+px_status_t px_zero_gather_grads_canonical(px_zero_t *z, float *dst);
+
+/* Test hook for the norm's accounting: sets every real parameter and
+ * gradient element this rank holds to 1.0 (ZeRO padding stays 0) and runs
+ * px_zero_reduce's norm (collective as it is). With every parameter
+ * counted once the global norm is exactly sqrt(number of parameters of
+ * the canonical model). Destroys the state: train nothing after it. */
+px_status_t px_zero_test_norm_ones(px_zero_t *z, float *norm_p);
+
+/* FNV-1a digest of the bytes of this rank's parameters of the tensors
+ * replicated over the tensor group (LayerNorms, wpe, row-parallel biases;
+ * the elements of them this rank holds under ZeRO). Tensor ranks with the
+ * same dp index must agree after every step (tp.h). */
+uint64_t px_zero_replicated_digest(px_zero_t *z);
+
 /* Full averaged gradients of the last reduce (stage 0 only; else NULL). */
 const float *px_zero_full_grads(px_zero_t *z);
 

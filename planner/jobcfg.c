@@ -168,18 +168,25 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
     return PX_OK;
 }
 
-/* Layouts the engine cannot run yet: it trains data parallel (+ ZeRO). */
+/* Layouts the engine cannot run yet: it trains data and tensor parallel
+ * (+ ZeRO). */
 static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t errlen)
 {
     const px_layout_t *l = &cfg->layout;
     const struct { const char *name, *what; int v; } deg[] = {
-        {"tp", "tensor", l->tp}, {"pp", "pipeline", l->pp}, {"cp", "context", l->cp},
-        {"ep", "expert", l->ep}};
+        {"pp", "pipeline", l->pp}, {"cp", "context", l->cp}, {"ep", "expert", l->ep}};
     for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++)
         if (deg[i].v > 1)
             return px_invalid(errbuf, errlen, "%s=%d: %s parallelism is not implemented yet (the "
-                        "engine trains data parallel with ZeRO; use dp)", deg[i].name,
-                        deg[i].v, deg[i].what);
+                        "engine trains data and tensor parallel with ZeRO; use dp and tp)",
+                        deg[i].name, deg[i].v, deg[i].what);
+    if (l->tp > 1 && cfg->sequence_parallel)
+        return px_invalid(errbuf, errlen, "sequence_parallel with tp=%d: sequence parallelism is "
+                          "not implemented yet (drop --sequence-parallel)", l->tp);
+    if (l->tp > 1 && (cfg->checkpoint_every > 0 || has(cfg->resume_dir)))
+        return px_invalid(errbuf, errlen, "tp=%d with checkpoints (checkpoint_every=%d%s): "
+                          "tensor-parallel checkpoints are not implemented yet", l->tp,
+                          cfg->checkpoint_every, has(cfg->resume_dir) ? ", resume_dir" : "");
     return PX_OK;
 }
 

@@ -53,6 +53,7 @@ typedef struct rank_args {
     px_train_config_t cfg;
     const char *metrics_out, *export_dir, *dump_dir;
     int dump_steps;
+    int test_norm_ones;          /* --test-norm-ones (px_train_options_t) */
     const char *coord, *job, *node;
     int rank, world;
     const char *spec_file;
@@ -76,7 +77,7 @@ static void usage(FILE *out)
             "         [--metrics-out FILE] [--export-init DIR] [--dump-dir DIR]\n"
             "         [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
-            "         [--export-safetensors FILE] [--no-prefetch]\n"
+            "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
             "   or: parallax-rank --spec-file PATH [--coord ... --job ... --rank ... --world ...\n"
@@ -165,7 +166,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
            O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
            O_SEQPAR, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
            O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
-           O_HELP, O_SPEC_FILE };
+           O_HELP, O_SPEC_FILE, O_NORM_ONES };
     static const struct option opts[] = {
         {"layers", 1, 0, O_LAYERS}, {"heads", 1, 0, O_HEADS}, {"dim", 1, 0, O_DIM},
         {"seq", 1, 0, O_SEQ}, {"vocab", 1, 0, O_VOCAB}, {"batch", 1, 0, O_BATCH},
@@ -182,7 +183,8 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"no-prefetch", 0, 0, O_NOPREFETCH}, {"dp", 1, 0, O_DP}, {"tp", 1, 0, O_TP},
         {"pp", 1, 0, O_PP}, {"cp", 1, 0, O_CP}, {"ep", 1, 0, O_EP},
         {"sequence-parallel", 0, 0, O_SEQPAR},
-        {"spec-file", 1, 0, O_SPEC_FILE}, {0, 0, 0, 0}};
+        {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
+        {0, 0, 0, 0}};
     int c, idx, r = 0;
     char *end;
 
@@ -244,6 +246,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_EP: r = parse_int(name, optarg, 1, &a->cfg.layout.ep); break;
         case O_SEQPAR: a->cfg.sequence_parallel = 1; break;
         case O_SPEC_FILE: a->spec_file = optarg; break;
+        case O_NORM_ONES: a->test_norm_ones = 1; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "parallax-rank: unknown or incomplete option '%s'\n",
@@ -327,6 +330,11 @@ static int on_step(void *arg, const px_step_report_t *r)
             json_object_set_new(mem, "state_peak", json_integer((json_int_t)r->mem_state_peak));
             json_object_set_new(mem, "plan_state_peak", json_real(r->mem_plan_state_peak));
             json_object_set_new(o, "memory", mem);
+            char dig[20];
+            snprintf(dig, sizeof(dig), "%016llx", (unsigned long long)r->replicated_digest);
+            json_object_set_new(o, "replicated_digest", json_string(dig));
+            json_object_set_new(o, "tp_comm_s", json_real(r->tp_comm_s));
+            json_object_set_new(o, "step_s", json_real(r->step_s));
         }
         if (o) {
             json_dumpf(o, ctx->metrics, JSON_COMPACT | JSON_REAL_PRECISION(9));
@@ -396,7 +404,8 @@ int main(int argc, char **argv)
     }
     PX_CHECK_GOTO(px_world_open(&wo, &pw), status, out);
 
-    px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps};
+    px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps,
+                            .test_norm_ones = a.test_norm_ones};
     status = px_train_run_ex(&a.cfg, px_world_comm(pw), on_step, &ctx, &o);
     if (status == PX_OK || status == PX_ERR_ABORTED)
         ret = 0;

@@ -161,7 +161,10 @@ static void test_validate(void)
     expect_reject(&s, 4, "heads=3 is not divisible by tp=2");
     m.heads = 2;
     m.dim = 32;
-    expect_reject(&s, 4, "tp=2: tensor parallelism is not implemented yet");
+    /* tp runs; sequence parallelism with it not yet (rejected naming both) */
+    par.sequence_parallel = 1;
+    expect_reject(&s, 4, "sequence_parallel with tp=2: sequence parallelism is not implemented");
+    par.sequence_parallel = 0;
     par.tp = 0; /* 0: 1 */
     par.dp = 4; /* parallel.dp wins over JobSpec.dp */
     s.batch = 6;

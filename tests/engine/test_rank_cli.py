@@ -57,8 +57,8 @@ def main():
     expect(base + ['--data', data, '--vocab', '64'], 2,
            '>= vocab 64 (largest token %d;' % largest)
     expect(base + ['--data', data, '--tp', '4'], 2, 'heads=2 is not divisible by tp=4')
-    expect(base + ['--data', data, '--tp', '2'], 2,
-           'tp=2: tensor parallelism is not implemented yet')
+    expect(base + ['--data', data, '--cp', '2'], 2,
+           'cp=2: context parallelism is not implemented yet')
     expect(base + ['--data', data, '--dp', '2'], 2,
            'layout dp=2 tp=1 pp=1 cp=1 ep=1 (world 2) does not match the world of 1 ranks')
     expect(base + ['--data', data, '--batch', '3', '--dp', '1', '--grad-accum', '2'], 2,

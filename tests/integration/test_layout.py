@@ -8,7 +8,7 @@ At submit (pctl exits non-zero, the daemon's message names the values):
   * --heads 6 --tp 4: heads % tp;
   * --batch 12 --dp 2 --grad-accum 4: batch % (dp x grad_accum) (the daemon's
     message, sent over gRPC: pctl refuses this one itself, exit 2);
-  * --tp 2: a placeable layout the engine cannot run yet;
+  * --pp 2: a placeable layout the engine cannot run yet;
   * a token file holding token 300 with the default vocab (256): the
     message names the largest token and the vocab.
 A dp=4 job over both daemons: `pctl status` prints 4 rank rows with their
@@ -96,9 +96,9 @@ def main():
             print("rejected %-28s %s" % ("daemon: batch % (dp x accum):", e))
         # an old client's spec: dp alone, no `parallel` (runs after the checks)
         old_id = g.submit(data, dp=2, batch=4, steps=4, seq=16, name="old-client")
-        pctl_fail(c, "tp not implemented", ["submit", "--data", data, "--dp", 1, "--tp", 2,
+        pctl_fail(c, "pp not implemented", ["submit", "--data", data, "--dp", 1, "--pp", 2,
                                             "--batch", 4],
-                  ["tp=2: tensor parallelism is not implemented yet"])
+                  ["pp=2: pipeline parallelism is not implemented yet"])
         pctl_fail(c, "token >= vocab", ["submit", "--data", big, "--batch", 4] + small,
                   ["INVALID_ARGUMENT", "token 300 >= vocab 256", "largest token 300"])
         # nothing was stored but the old client's job; let it finish first

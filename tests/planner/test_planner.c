@@ -220,7 +220,6 @@ static void test_flags(void)
     px_job_config_t c;
     /* what the engine cannot run yet: rejected unless LAYOUT_ONLY */
     const struct { int tp, pp, cp, ep, dp; const char *want; } deg[] = {
-        {2, 1, 1, 1, 1, "tp=2: tensor parallelism is not implemented yet"},
         {1, 2, 1, 1, 1, "pp=2: pipeline parallelism is not implemented yet"},
         {1, 1, 2, 1, 1, "cp=2: context parallelism is not implemented yet"},
         {1, 1, 1, 2, 2, "ep=2: expert parallelism is not implemented yet"},
@@ -232,6 +231,20 @@ static void test_flags(void)
         ACCEPT(&c, PX_JOBCFG_LAYOUT_ONLY);
         REJECT(&c, 0, deg[i].want);
     }
+    /* tensor parallelism runs (with dp and ZeRO); what it cannot run yet
+     * is rejected naming the combination */
+    base(&c);
+    c.layout = (px_layout_t){2, 2, 1, 1, 1};
+    c.batch = 8;
+    c.zero = 3;
+    ACCEPT(&c, 0);
+    c.sequence_parallel = 1;
+    ACCEPT(&c, PX_JOBCFG_LAYOUT_ONLY);
+    REJECT(&c, 0, "sequence_parallel with tp=2: sequence parallelism is not implemented yet");
+    c.sequence_parallel = 0;
+    c.checkpoint_every = 5;
+    c.checkpoint_dir = "/tmp/ck";
+    REJECT(&c, 0, "tp=2 with checkpoints (checkpoint_every=5): tensor-parallel checkpoints");
     /* absolute paths, each named */
     const char *rel = "ck";
     const char **fields[] = {&c.data_path, &c.checkpoint_dir, &c.resume_dir,

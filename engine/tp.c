@@ -1,0 +1,70 @@
+/* tp.c: tensor-parallel collectives and the vocab-parallel embedding and
+ * cross-entropy (tp.h). The math is in the op table (kernels/px_tp_cpu.c);
+ * this file orders it around the tensor group's all-reduces and times
+ * them. Runs on the training thread. */
+#include "tp.h"
+
+#include "px_coll.h"
+#include "px_log.h"
+#include "px_time.h"
+
+static int alone(px_comm_t *comm) { return !comm || px_comm_size(comm) < 2; }
+
+static px_status_t allreduce(px_comm_t *comm, void *buf, size_t n, px_dtype_t dtype,
+                             px_redop_t op, const char *what, px_tp_times_t *times)
+{
+    double t0 = px_time_mono_s();
+    px_status_t status = px_allreduce(comm, buf, buf, n, dtype, op, -1);
+    if (times) {
+        times->comm_s += px_time_mono_s() - t0;
+        times->colls++;
+    }
+    if (status != PX_OK)
+        px_error("tp: all-reduce of %s (%zu elements) failed: %s (%s)", what, n,
+                 px_status_str(status), px_comm_last_error(comm));
+    return status;
+}
+
+px_status_t px_tp_allreduce(px_comm_t *comm, float *buf, size_t n, const char *what,
+                            px_tp_times_t *times)
+{
+    if (alone(comm))
+        return PX_OK;
+    return allreduce(comm, buf, n, PX_FLOAT32, PX_SUM, what, times);
+}
+
+px_status_t px_tp_embed_forward(const px_kernel_ops_t *ops, px_comm_t *comm, float *out,
+                                const int32_t *inp, const float *wte, const float *wpe, int B,
+                                int T, int C, int v0, int Vl, px_tp_times_t *times)
+{
+    size_t tc = (size_t)T * C;
+    ops->encoder_vp_forward(out, inp, wte, NULL, B, T, C, v0, Vl);
+    PX_CHECK(px_tp_allreduce(comm, out, (size_t)B * tc, "the embedding lookup", times));
+    for (int b = 0; b < B; b++) /* + wpe[t], once, after the sum */
+        ops->residual_forward(out + b * tc, out + b * tc, wpe, tc);
+    return PX_OK;
+}
+
+px_status_t px_tp_crossentropy_forward(const px_kernel_ops_t *ops, px_comm_t *comm,
+                                       float *losses, float *probs, const float *logits,
+                                       const int32_t *targets, float *rowmax, double *stats,
+                                       int N, int V, int v0, int Vl, px_tp_times_t *times)
+{
+    ops->crossentropy_vp_max(rowmax, logits, N, Vl, v0, V);
+    if (!alone(comm))
+        PX_CHECK(allreduce(comm, rowmax, (size_t)N, PX_FLOAT32, PX_MAX, "the logits' row max",
+                           times));
+    ops->crossentropy_vp_exp(stats, probs, logits, rowmax, targets, N, Vl, v0, V);
+    if (!alone(comm))
+        PX_CHECK(allreduce(comm, stats, 2 * (size_t)N, PX_FLOAT64, PX_SUM,
+                           "the softmax sums and target logits", times));
+    ops->crossentropy_vp_finish(losses, probs, stats, rowmax, N, Vl, v0, V);
+    return PX_OK;
+}
+
+px_status_t px_tp_combine_canonical(px_comm_t *comm, float *dst, size_t n)
+{
+    if (alone(comm))
+        return PX_OK;
+    return allreduce(comm, dst, n, PX_FLOAT32, PX_SUM, "the canonical gather", NULL);
+}
