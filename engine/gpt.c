@@ -60,6 +60,10 @@ typedef struct gpt_acts {
     float *dlogits;   /* (B,T,Vp) */
     float *scratch;   /* (T,T) attention backward */
     float *rowmax;    /* (B,T) vocab-parallel cross-entropy's row max */
+    float *spbuf;     /* (B,T,C) sequence parallelism: a gathered gradient, or
+                         a reduce-scattered output (its first BT/tp rows) */
+    float *dln;       /* (4,C) sequence parallelism: one pass's LayerNorm
+                         gradients, summed over tp before they are added */
 } gpt_acts_t;
 #define GPT_NUM_ACTS (sizeof(gpt_acts_t) / sizeof(float *))
 
@@ -71,6 +75,11 @@ struct px_gpt {
      * heads NHl = NH/tp, vocab rows [v0, v0 + Vl) with Vl = Vp/tp. tp 1:
      * the whole model, Cl = C, NHl = NH, v0 = 0, Vl = Vp. */
     int tp, Cl, NHl, v0, Vl;
+    int sp;                        /* sequence parallelism (tp.h): the residual
+                                      stream (encoded, residual2/3, LayerNorm
+                                      stats, dres) holds this rank's BT/tp
+                                      token rows; ln1, ln2, lnf hold the
+                                      gathered (B,T,C) LayerNorm outputs */
     double *ce_stats;              /* (B,T,2) vocab-parallel CE sums (tp > 1) */
     px_tp_times_t tp_times;
     size_t num_params;
@@ -195,6 +204,14 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
     gpt->NHl = NH / tp;
     gpt->Vl = gpt->Vp / tp;
     gpt->v0 = (tp > 1 ? cfg->tp_rank : 0) * gpt->Vl;
+    gpt->sp = tp > 1 && cfg->sequence_parallel;
+    if (gpt->sp && ((size_t)B * T) % tp) {
+        px_error("gpt: sequence parallelism needs B*T = %d x %d divisible by tp=%d", B, T, tp);
+        free(gpt->unit_off);
+        free(gpt->losses_host);
+        free(gpt);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
     int nu = px_gpt_num_units(cfg);
     gpt->unit_off = calloc((size_t)nu, sizeof(size_t));
     gpt->losses_host = calloc((size_t)B * T, sizeof(float));
@@ -226,7 +243,8 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
         BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * Cl, L * BT * Cl,
         (size_t)L * B * NHl * T * T, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * Cl,
         L * BT * 4 * Cl, L * BT * C, BT * C, BT, BT, BT * Vl, BT * Vl, BT, BT * C,
-        BT * C, BT * C, BT * 4 * Cl, BT * 4 * Cl, BT * Vl, (size_t)T * T, tp > 1 ? BT : 0};
+        BT * C, BT * C, BT * 4 * Cl, BT * 4 * Cl, BT * Vl, (size_t)T * T, tp > 1 ? BT : 0,
+        gpt->sp ? BT * C : 0, gpt->sp ? 4 * (size_t)C : 0};
     gpt->acts_count = 0;
     for (size_t i = 0; i < GPT_NUM_ACTS; i++)
         gpt->acts_count += act_sizes[i];
@@ -435,6 +453,41 @@ static px_status_t ctx_check(const px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l
                  ctx->seq_offset, l, gpt->B, gpt->T, gpt->cfg.max_seq, gpt->cfg.layers);
         return PX_ERR_INVALID_ARGUMENT;
     }
+    if (gpt->sp && (ctx->B * ctx->T) % gpt->tp) {
+        px_error("gpt: sequence parallelism needs B*T = %d x %d divisible by tp=%d", ctx->B,
+                 ctx->T, gpt->tp);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    return PX_OK;
+}
+
+/* Sequence parallelism: x (rows local token rows from global row row0 of
+ * the (B,T) micro-batch) += wpe[t] of each row's position t. */
+static void add_positions(const px_kernel_ops_t *k, float *x, const float *wpe, size_t row0,
+                          size_t rows, int T, int C)
+{
+    for (size_t r = row0; r < row0 + rows;) {
+        size_t t = r % (size_t)T, n = (size_t)T - t;
+        if (n > row0 + rows - r)
+            n = row0 + rows - r;
+        k->residual_forward(x + (r - row0) * C, x + (r - row0) * C, wpe + t * C, n * C);
+        r += n;
+    }
+}
+
+/* Sequence parallelism: adds one pass's LayerNorm gradients dln[0, n*C)
+ * (this rank's tokens' share), summed over the tensor group, into the n
+ * gradient vectors dst[i] (C each): the same sum on every tensor rank,
+ * so the replicated LayerNorms stay bitwise equal (Korthikanti et al.
+ * 2022). Summed per pass, not on the accumulated gradients, so earlier
+ * micro-batches are not counted twice. */
+static px_status_t sp_ln_grads(px_gpt_t *gpt, px_comm_t *tpc, float *const *dst, int n)
+{
+    int C = gpt->cfg.dim;
+    PX_CHECK(px_tp_allreduce(tpc, gpt->a.dln, (size_t)n * C, "LayerNorm gradients",
+                             &gpt->tp_times));
+    for (int i = 0; i < n; i++)
+        gpt->ops->residual_forward(dst[i], dst[i], gpt->a.dln + (size_t)i * C, C);
     return PX_OK;
 }
 
@@ -476,6 +529,16 @@ px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const i
     view(gpt->embed_t, 2, ub, &e);
     const float *wpe = e.wpe + (size_t)ctx->seq_offset * gpt->cfg.dim;
     gpt->inputs = inputs;
+    if (gpt->sp) { /* vocab-parallel lookup, reduce-scattered to this rank's tokens */
+        size_t BT = (size_t)ctx->B * ctx->T, rows = BT / gpt->tp, C = gpt->cfg.dim;
+        gpt->ops->encoder_vp_forward(gpt->a.tmp, inputs, e.wte, NULL, ctx->B, ctx->T, (int)C,
+                                     gpt->v0, gpt->Vl);
+        PX_CHECK(px_tp_reduce_scatter(tpc, gpt->a.tmp, gpt->a.encoded, rows * C,
+                                      "the embedding lookup", &gpt->tp_times));
+        add_positions(gpt->ops, gpt->a.encoded, wpe, (size_t)gpt->cfg.tp_rank * rows, rows,
+                      ctx->T, (int)C);
+        return PX_OK;
+    }
     if (gpt->tp > 1) /* vocab-parallel: this rank's rows, summed over tp */
         return px_tp_embed_forward(gpt->ops, tpc, gpt->a.encoded, inputs, e.wte, wpe, ctx->B,
                                    ctx->T, gpt->cfg.dim, gpt->v0, gpt->Vl, &gpt->tp_times);
@@ -505,26 +568,49 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     float *lb;
     layer_view_t p;
 
+    /* R: rows of the residual stream here (BT/tp with sequence
+     * parallelism: this rank's tokens, tp.h) */
+    int R = gpt->sp ? BT / gpt->tp : BT;
+    size_t rc = (size_t)R * C;
+
     PX_CHECK(p_acquire(gpt, px_model_unit_layer(&gpt->cfg, l), 0, &lb));
     view(gpt->layer_t, 12, lb, &p);
-    k->layernorm_forward(ln1, a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, res, p.ln1w, p.ln1b,
-                         BT, C);
+    if (gpt->sp) { /* ln1 of this rank's tokens, all-gathered to (B,T,C) */
+        k->layernorm_forward(a->tmp, a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, res, p.ln1w,
+                             p.ln1b, R, C);
+        PX_CHECK(px_tp_allgather(tpc, a->tmp, ln1, rc, "ln1", &gpt->tp_times));
+    } else {
+        k->layernorm_forward(ln1, a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, res, p.ln1w,
+                             p.ln1b, BT, C);
+    }
     /* qkv (B,T,3Cl): column-parallel, q | k | v of this rank's heads */
     k->matmul_forward(qkv, ln1, p.qkvw, p.qkvb, BT, C, 3 * Cl);
     poke(gpt);
     k->attention_forward(atty, att, qkv, B, T, Cl, NHl);
     poke(gpt);
-    /* attproj: row-parallel; partial sums (B,T,C), g = all-reduce, then
+    /* attproj: row-parallel; partial sums (B,T,C), g = all-reduce (with
+     * sequence parallelism: reduce-scatter to this rank's tokens), then
      * the replicated bias once */
     k->matmul_forward(a->tmp, atty, p.attprojw, split ? NULL : p.attprojb, BT, Cl, C);
     poke(gpt);
-    if (split) {
+    float *proj = a->tmp;
+    if (gpt->sp) {
+        PX_CHECK(px_tp_reduce_scatter(tpc, a->tmp, a->spbuf, rc, "attproj", &gpt->tp_times));
+        proj = a->spbuf;
+    } else if (split) {
         PX_CHECK(px_tp_allreduce(tpc, a->tmp, (size_t)BT * C, "attproj", &gpt->tp_times));
-        k->bias_forward(a->tmp, p.attprojb, BT, C);
     }
-    k->residual_forward(res2, res, a->tmp, (size_t)BT * C);
-    k->layernorm_forward(ln2, a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, res2, p.ln2w, p.ln2b,
-                         BT, C);
+    if (split)
+        k->bias_forward(proj, p.attprojb, R, C);
+    k->residual_forward(res2, res, proj, rc);
+    if (gpt->sp) {
+        k->layernorm_forward(a->tmp, a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, res2, p.ln2w,
+                             p.ln2b, R, C);
+        PX_CHECK(px_tp_allgather(tpc, a->tmp, ln2, rc, "ln2", &gpt->tp_times));
+    } else {
+        k->layernorm_forward(ln2, a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, res2, p.ln2w,
+                             p.ln2b, BT, C);
+    }
     /* fc (B,T,4Cl): column-parallel */
     k->matmul_forward(fch, ln2, p.fcw, p.fcb, BT, C, 4 * Cl);
     poke(gpt);
@@ -532,11 +618,16 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     /* fcproj: row-parallel, as attproj */
     k->matmul_forward(a->tmp, fchg, p.fcprojw, split ? NULL : p.fcprojb, BT, 4 * Cl, C);
     poke(gpt);
-    if (split) {
+    proj = a->tmp;
+    if (gpt->sp) {
+        PX_CHECK(px_tp_reduce_scatter(tpc, a->tmp, a->spbuf, rc, "fcproj", &gpt->tp_times));
+        proj = a->spbuf;
+    } else if (split) {
         PX_CHECK(px_tp_allreduce(tpc, a->tmp, (size_t)BT * C, "fcproj", &gpt->tp_times));
-        k->bias_forward(a->tmp, p.fcprojb, BT, C);
     }
-    k->residual_forward(res3, res2, a->tmp, (size_t)BT * C);
+    if (split)
+        k->bias_forward(proj, p.fcprojb, R, C);
+    k->residual_forward(res3, res2, proj, rc);
     return p_release(gpt, px_model_unit_layer(&gpt->cfg, l), 0);
 }
 
@@ -562,8 +653,15 @@ px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const in
     PX_CHECK(p_acquire(gpt, px_model_unit_head(&gpt->cfg), 0, &hb));
     view(gpt->head_t, 2, hb, &h);
     view(gpt->embed_t, 2, gpt->embed_p, &e);
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual_in(gpt, gpt->cfg.layers),
-                         h.lnfw, h.lnfb, BT, C);
+    if (gpt->sp) { /* lnf of this rank's tokens, all-gathered */
+        int R = BT / gpt->tp;
+        k->layernorm_forward(a->tmp, a->lnf_mean, a->lnf_rstd, residual_in(gpt, gpt->cfg.layers),
+                             h.lnfw, h.lnfb, R, C);
+        PX_CHECK(px_tp_allgather(tpc, a->tmp, a->lnf, (size_t)R * C, "lnf", &gpt->tp_times));
+    } else {
+        k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual_in(gpt, gpt->cfg.layers),
+                             h.lnfw, h.lnfb, BT, C);
+    }
     k->matmul_forward(a->logits, a->lnf, e.wte, NULL, BT, C, Vl);
     poke(gpt);
     gpt->targets = targets;
@@ -643,12 +741,28 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
     k->matmul_backward(a->dbtc, eg.wte, NULL, a->dlogits, a->lnf, e.wte, BT, C, Vl);
     poke(gpt);
-    /* the head is column-parallel over the vocab: f sums its input grad */
-    PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "the LM head's input gradient",
-                             &gpt->tp_times));
-    k->mem_set(a->dres, 0, btc * sizeof(float));
-    k->layernorm_backward(a->dres, hg.lnfw, hg.lnfb, a->dbtc, residual_in(gpt, gpt->cfg.layers),
-                          h.lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
+    /* the head is column-parallel over the vocab: f sums its input grad
+     * (sequence parallelism: reduce-scatters it to this rank's tokens) */
+    if (gpt->sp) {
+        int R = BT / gpt->tp;
+        size_t rc = (size_t)R * C;
+        float *dst[2] = {hg.lnfw, hg.lnfb};
+        PX_CHECK(px_tp_reduce_scatter(tpc, a->dbtc, a->spbuf, rc,
+                                      "the LM head's input gradient", &gpt->tp_times));
+        k->mem_set(a->dres, 0, rc * sizeof(float));
+        k->mem_set(a->dln, 0, 2 * (size_t)C * sizeof(float));
+        k->layernorm_backward(a->dres, a->dln, a->dln + C, a->spbuf,
+                              residual_in(gpt, gpt->cfg.layers), h.lnfw, a->lnf_mean,
+                              a->lnf_rstd, R, C);
+        PX_CHECK(sp_ln_grads(gpt, tpc, dst, 2));
+    } else {
+        PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "the LM head's input gradient",
+                                 &gpt->tp_times));
+        k->mem_set(a->dres, 0, btc * sizeof(float));
+        k->layernorm_backward(a->dres, hg.lnfw, hg.lnfb, a->dbtc,
+                              residual_in(gpt, gpt->cfg.layers), h.lnfw, a->lnf_mean,
+                              a->lnf_rstd, BT, C);
+    }
     gpt->embed_p = NULL; /* released below: the next forward acquires it again */
     PX_CHECK(p_release(gpt, H, 1));
     PX_CHECK(p_release(gpt, E, 1));
@@ -682,21 +796,42 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     /* dres is d(residual3): MLP branch. fcproj is row-parallel: its
      * output gradient dres is replicated, so the replicated fcprojb's
      * gradient is the same on every tp rank */
+    /* sequence parallelism: dres holds this rank's R tokens; the row-
+     * parallel matmuls need the whole (B,T,C) output gradient: all-gather
+     * it (the backward of the forward's reduce-scatter) */
+    int R = gpt->sp ? BT / gpt->tp : BT;
+    size_t rc = (size_t)R * C;
+    const float *dout = a->dres;
+    if (gpt->sp) {
+        PX_CHECK(px_tp_allgather(tpc, a->dres, a->spbuf, rc, "d(residual3)", &gpt->tp_times));
+        dout = a->spbuf;
+        k->mem_set(a->dln, 0, 4 * (size_t)C * sizeof(float));
+    }
     k->mem_set(a->d4a, 0, btcl * 4 * sizeof(float));
-    k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, a->dres, fchg, p.fcprojw, BT, 4 * Cl, C);
+    k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, dout, fchg, p.fcprojw, BT, 4 * Cl, C);
     poke(gpt);
     k->mem_set(a->d4b, 0, btcl * 4 * sizeof(float));
     k->gelu_backward(a->d4b, fch, a->d4a, btcl * 4);
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
     k->matmul_backward(a->dbtc, g.fcw, g.fcb, a->d4b, ln2, p.fcw, BT, C, 4 * Cl);
     poke(gpt);
-    /* fc is column-parallel: f sums its input gradient over tp */
-    PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "fc's input gradient", &gpt->tp_times));
-    k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w, a->ln2_mean + l * sbt,
-                          a->ln2_rstd + l * sbt, BT, C);
+    /* fc is column-parallel: f sums its input gradient over tp (sequence
+     * parallelism: reduce-scatters it to this rank's tokens; the LayerNorm
+     * gradients of this rank's tokens go to dln, summed over tp below) */
+    if (gpt->sp) {
+        PX_CHECK(px_tp_reduce_scatter(tpc, a->dbtc, a->spbuf, rc, "fc's input gradient",
+                                      &gpt->tp_times));
+        k->layernorm_backward(a->dres, a->dln + 2 * C, a->dln + 3 * C, a->spbuf, res2, p.ln2w,
+                              a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, R, C);
+        PX_CHECK(px_tp_allgather(tpc, a->dres, a->spbuf, rc, "d(residual2)", &gpt->tp_times));
+    } else {
+        PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "fc's input gradient", &gpt->tp_times));
+        k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w,
+                              a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, BT, C);
+    }
     /* dres is d(residual2): attention branch */
     k->mem_set(a->dbtc, 0, btcl * sizeof(float));
-    k->matmul_backward(a->dbtc, g.attprojw, g.attprojb, a->dres, atty, p.attprojw, BT, Cl, C);
+    k->matmul_backward(a->dbtc, g.attprojw, g.attprojb, dout, atty, p.attprojw, BT, Cl, C);
     poke(gpt);
     k->mem_set(a->d4a, 0, btcl * 3 * sizeof(float));
     k->attention_backward(a->d4a, a->scratch, a->dbtc, qkv, att, B, T, Cl, NHl);
@@ -705,9 +840,18 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     k->matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->d4a, ln1, p.qkvw, BT, C, 3 * Cl);
     poke(gpt);
     /* qkv is column-parallel: f */
-    PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "qkv's input gradient", &gpt->tp_times));
-    k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w, a->ln1_mean + l * sbt,
-                          a->ln1_rstd + l * sbt, BT, C);
+    if (gpt->sp) {
+        float *dst[4] = {g.ln1w, g.ln1b, g.ln2w, g.ln2b};
+        PX_CHECK(px_tp_reduce_scatter(tpc, a->dbtc, a->spbuf, rc, "qkv's input gradient",
+                                      &gpt->tp_times));
+        k->layernorm_backward(a->dres, a->dln, a->dln + C, a->spbuf, res, p.ln1w,
+                              a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, R, C);
+        PX_CHECK(sp_ln_grads(gpt, tpc, dst, 4));
+    } else {
+        PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "qkv's input gradient", &gpt->tp_times));
+        k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w,
+                              a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, BT, C);
+    }
     /* dres is now d(input of layer l) */
     PX_CHECK(p_release(gpt, u, 1));
     return g_release(gpt, u);
@@ -723,7 +867,15 @@ px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
     }
     view(gpt->embed_t, 2, gpt->embed_g, &eg);
     float *dwpe = eg.wpe + (size_t)ctx->seq_offset * gpt->cfg.dim;
-    if (gpt->tp > 1) /* this rank's vocab rows; wpe's gradient is replicated */
+    if (gpt->sp) { /* the lookup saw every token: gather their gradients */
+        px_comm_t *tpc;
+        size_t rows = (size_t)ctx->B * ctx->T / gpt->tp;
+        PX_CHECK(tp_comm(gpt, ctx, &tpc));
+        PX_CHECK(px_tp_allgather(tpc, gpt->a.dres, gpt->a.spbuf, rows * gpt->cfg.dim,
+                                 "d(embedding)", &gpt->tp_times));
+        gpt->ops->encoder_vp_backward(eg.wte, dwpe, gpt->a.spbuf, gpt->inputs, ctx->B, ctx->T,
+                                      gpt->cfg.dim, gpt->v0, gpt->Vl);
+    } else if (gpt->tp > 1) /* this rank's vocab rows; wpe's gradient is replicated */
         gpt->ops->encoder_vp_backward(eg.wte, dwpe, gpt->a.dres, gpt->inputs, ctx->B, ctx->T,
                                       gpt->cfg.dim, gpt->v0, gpt->Vl);
     else

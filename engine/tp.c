@@ -33,6 +33,36 @@ px_status_t px_tp_allreduce(px_comm_t *comm, float *buf, size_t n, const char *w
     return allreduce(comm, buf, n, PX_FLOAT32, PX_SUM, what, times);
 }
 
+px_status_t px_tp_allgather(px_comm_t *comm, const float *local, float *full, size_t n,
+                            const char *what, px_tp_times_t *times)
+{
+    double t0 = px_time_mono_s();
+    px_status_t status = px_allgather(comm, local, full, n, PX_FLOAT32, NULL);
+    if (times) {
+        times->comm_s += px_time_mono_s() - t0;
+        times->colls++;
+    }
+    if (status != PX_OK)
+        px_error("tp: all-gather of %s (%zu elements per rank) failed: %s (%s)", what, n,
+                 px_status_str(status), px_comm_last_error(comm));
+    return status;
+}
+
+px_status_t px_tp_reduce_scatter(px_comm_t *comm, const float *full, float *local, size_t n,
+                                 const char *what, px_tp_times_t *times)
+{
+    double t0 = px_time_mono_s();
+    px_status_t status = px_reduce_scatter(comm, full, local, n, PX_FLOAT32, PX_SUM, NULL);
+    if (times) {
+        times->comm_s += px_time_mono_s() - t0;
+        times->colls++;
+    }
+    if (status != PX_OK)
+        px_error("tp: reduce-scatter of %s (%zu elements per rank) failed: %s (%s)", what, n,
+                 px_status_str(status), px_comm_last_error(comm));
+    return status;
+}
+
 px_status_t px_tp_embed_forward(const px_kernel_ops_t *ops, px_comm_t *comm, float *out,
                                 const int32_t *inp, const float *wte, const float *wpe, int B,
                                 int T, int C, int v0, int Vl, px_tp_times_t *times)

@@ -66,6 +66,24 @@ px_status_t px_tp_crossentropy_forward(const px_kernel_ops_t *ops, px_comm_t *co
                                        const int32_t *targets, float *rowmax, double *stats,
                                        int N, int V, int v0, int Vl, px_tp_times_t *times);
 
+/* Sequence parallelism (Korthikanti et al., "Reducing Activation
+ * Recomputation in Large Transformer Models", 2022, section 4.2.2): the
+ * all-reduce g becomes reduce-scatter + (next region) all-gather, f the
+ * reverse pair. The split: the micro-batch's B*T tokens in (B,T) order
+ * are cut into tp contiguous ranges of B*T/tp tokens, tp rank r holding
+ * range r (rows [r BT/tp, (r+1) BT/tp) of every (B*T, C) tensor of the
+ * residual stream). With B = 1 that is Megatron's cut of the sequence
+ * dimension; with B > 1 a range may hold whole sequences or parts of
+ * them, which the token-wise LayerNorm, residual and position add do not
+ * mind.
+ *
+ * full (tp*n floats) = every rank's local (n floats) in rank order. */
+px_status_t px_tp_allgather(px_comm_t *comm, const float *local, float *full, size_t n,
+                            const char *what, px_tp_times_t *times);
+/* local (n floats) = block r of the SUM over the group of full (tp*n). */
+px_status_t px_tp_reduce_scatter(px_comm_t *comm, const float *full, float *local, size_t n,
+                                 const char *what, px_tp_times_t *times);
+
 /* A canonical-layout host buffer dst (n floats) in which each tp rank
  * wrote only its own shards and the replicated tensors were written by tp
  * rank 0 only (zeros elsewhere: px_gpt_units_to_canonical): their SUM over

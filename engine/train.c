@@ -253,7 +253,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     px_gpt_config_t gc = {.layers = cfg->layers, .heads = cfg->heads, .dim = cfg->dim,
                           .max_seq = cfg->seq, .vocab = cfg->vocab,
                           .padded_vocab = px_job_config_padded_vocab(cfg->vocab),
-                          .tp = layout.tp, .tp_rank = px_groups_coord(groups)->tp};
+                          .tp = layout.tp, .tp_rank = px_groups_coord(groups)->tp,
+                          .sequence_parallel = cfg->sequence_parallel};
     /* the plan lays the memory out (plan.h), the same code as `pctl plan`:
      * this tp rank's units */
     uint64_t total = px_plan_gpt_units_tp(gc.layers, gc.dim, gc.vocab, gc.max_seq, layout.tp,

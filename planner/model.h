@@ -49,6 +49,10 @@ typedef struct px_model_config {
                          (0 or 1: whole tensors); heads, dim and the padded
                          vocab must be divisible by it (jobcfg.h checks) */
     int tp_rank;      /* this rank's index in its tensor group, 0..tp-1 */
+    int sequence_parallel; /* with tp > 1: the residual stream between the
+                              tensor-parallel matrices is split over the
+                              tensor group's tokens (engine/tp.h); it does
+                              not change the tensor table */
 } px_model_config_t;
 
 /* How a tensor's values start (seeded by the canonical element index, see

@@ -161,9 +161,10 @@ static void test_validate(void)
     expect_reject(&s, 4, "heads=3 is not divisible by tp=2");
     m.heads = 2;
     m.dim = 32;
-    /* tp runs; sequence parallelism with it not yet (rejected naming both) */
+    /* tp runs, with sequence parallelism too */
+    EXPECT(validate(&s, 4, err, sizeof(err)) == PX_OK, "tp 2: %s", err);
     par.sequence_parallel = 1;
-    expect_reject(&s, 4, "sequence_parallel with tp=2: sequence parallelism is not implemented");
+    EXPECT(validate(&s, 4, err, sizeof(err)) == PX_OK, "tp 2 with sequence parallelism: %s", err);
     par.sequence_parallel = 0;
     par.tp = 0; /* 0: 1 */
     par.dp = 4; /* parallel.dp wins over JobSpec.dp */

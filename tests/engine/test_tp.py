@@ -19,8 +19,11 @@ layout:
   * the norm check: with every parameter and gradient 1.0
     (--test-norm-ones) the global norm is exactly sqrt(number of
     parameters), so no parameter is counted twice or missed.
+  * sequence parallelism (Korthikanti et al. 2022) on and off (tp2sp and
+    tp2, when both run) give the same loss and grad norm within 1e-6.
 usage: test_tp.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]
-LAYOUT: tp2, tp4, dp2tp2, dp2tp2z1, dp2tp2z3 (all by default)."""
+LAYOUT: tp2, tp4, dp2tp2, dp2tp2z1, dp2tp2z3, tp2sp, tp4sp, dp2tp2spz3a2 (all by
+default; the last is ZeRO-3 with sequence parallelism and 2 micro-batches)."""
 import array
 import json
 import math
@@ -44,7 +47,12 @@ LAYOUTS = {  # name: (world, dp, tp, extra args)
     'dp2tp2': (4, 2, 2, ['--dp', '2', '--tp', '2']),
     'dp2tp2z1': (4, 2, 2, ['--dp', '2', '--tp', '2', '--zero', '1']),
     'dp2tp2z3': (4, 2, 2, ['--dp', '2', '--tp', '2', '--zero', '3']),
+    'tp2sp': (2, 1, 2, ['--tp', '2', '--sequence-parallel']),
+    'tp4sp': (4, 1, 4, ['--tp', '4', '--sequence-parallel']),
+    'dp2tp2spz3a2': (4, 2, 2, ['--dp', '2', '--tp', '2', '--zero', '3', '--sequence-parallel',
+                               '--grad-accum', '2']),
 }
+TOL_SP = 1e-6  # sequence parallelism on vs off (tp2sp vs tp2)
 
 
 def read_f32(path):
@@ -99,6 +107,7 @@ def main():
                    stdout=subprocess.DEVNULL)
     args = ARGS + ['--data', data, '--dump-steps', '1']
     failures = 0
+    results = {}
     base_dump = os.path.join(work, 'dump_base')
     base = run_world(rank_bin, args + ['--dump-dir', base_dump], work, 'base', 1)
     if base is None:
@@ -128,6 +137,7 @@ def main():
             print('FAIL %s: a rank failed' % name)
             failures += 1
             continue
+        results[name] = runs[0]
         bad = []
         for rk, rr in enumerate(runs):
             if [(m['loss'], m['grad_norm']) for m in rr] != \
@@ -160,6 +170,12 @@ def main():
                                    r and '%.9g' % r[0], 'ok' if not bad else
                                    'FAIL: ' + '; '.join(bad)))
         failures += len(bad)
+    if 'tp2' in results and 'tp2sp' in results:
+        w = max(max(rel(a['loss'], b['loss']), rel(a['grad_norm'], b['grad_norm']))
+                for a, b in zip(results['tp2sp'], results['tp2']))
+        print('sequence parallelism on vs off (tp 2): worst rel %.1e %s' % (
+            w, 'ok' if w <= TOL_SP else 'FAIL > %g' % TOL_SP))
+        failures += not w <= TOL_SP
     print('FAIL (%d)' % failures if failures else 'PASS')
     return 1 if failures else 0
 

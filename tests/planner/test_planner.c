@@ -239,8 +239,10 @@ static void test_flags(void)
     c.zero = 3;
     ACCEPT(&c, 0);
     c.sequence_parallel = 1;
-    ACCEPT(&c, PX_JOBCFG_LAYOUT_ONLY);
-    REJECT(&c, 0, "sequence_parallel with tp=2: sequence parallelism is not implemented yet");
+    ACCEPT(&c, 0);
+    c.seq = 15;
+    REJECT(&c, 0, "seq=15 is not divisible by tp=2 (sequence parallelism");
+    c.seq = 16;
     c.sequence_parallel = 0;
     c.checkpoint_every = 5;
     c.checkpoint_dir = "/tmp/ck";
