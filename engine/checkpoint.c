@@ -1,11 +1,14 @@
 /* checkpoint.c: sharded checkpoints (save, re-cutting load) and the
  * safetensors export (checkpoint.h).
  *
- * Save: each shard owner writes shard_<k>.bin.tmp, fsyncs and renames it;
- * a barrier; rank 0 writes meta.json the same way. Load: parse meta.json
- * (jansson), check dims and every shard's size, then read this rank's
- * slices with pread, piece by piece from whichever old shards hold them.
- * Runs on the training thread. */
+ * Save: each shard owner (dp index < nshards, every tp index) writes
+ * shard_tp<t>_<k>.bin.tmp, fsyncs and renames it; a barrier over the
+ * world; world rank 0 writes meta.json the same way. Load: parse meta.json
+ * (jansson), check dims and every shard's size, then fill this rank's
+ * slices run by run: a run of its tp-local unit is a run of the canonical
+ * slice (px_model_shard_run), which old_locate maps back to the saving tp
+ * rank's unit and from there to a shard file and offset; pread moves the
+ * pieces. Runs on the training thread. */
 #include "checkpoint.h"
 
 #include <errno.h>
@@ -20,9 +23,22 @@
 #include "px_log.h"
 
 /* The unit layout of the tensor table (model.h: embedding, layers, head,
- * wte with padded rows); "parallax-zero-1" files had a root unit and are
- * refused rather than mis-cut. */
-#define CKPT_FORMAT "parallax-zero-2"
+ * wte with padded rows), each tp rank's units in files of their own;
+ * "parallax-zero-2" (tp 1, files shard_<k>.bin) is read as tp 1;
+ * "parallax-zero-1" files had a root unit and are refused rather than
+ * mis-cut. */
+#define CKPT_FORMAT "parallax-zero-3"
+#define CKPT_FORMAT_TP1 "parallax-zero-2"
+
+/* The shard file of tp rank t, dp shard k ("parallax-zero-2": shard_<k>). */
+static void shard_path(char *buf, size_t len, const char *sdir, int legacy, long long t,
+                       long long k)
+{
+    if (legacy)
+        snprintf(buf, len, "%s/shard_%lld.bin", sdir, k);
+    else
+        snprintf(buf, len, "%s/shard_tp%lld_%lld.bin", sdir, t, k);
+}
 
 static px_status_t mkdirs(const char *path)
 {
@@ -100,18 +116,21 @@ static px_status_t commit_file(int fd, const char *tmp, const char *path)
 
 px_status_t px_checkpoint_save(const char *dir, int step, px_zero_t *z,
                                const px_gpt_config_t *gc, const px_plan_t *plan, int heads,
-                               px_comm_t *comm)
+                               px_comm_t *dp_comm, px_comm_t *world)
 {
     char sdir[4096], path[4200], tmp[4300];
     px_status_t status = PX_OK;
-    int rank = comm ? px_comm_rank(comm) : 0, nsh = px_zero_nshards(z);
+    int rank = world ? px_comm_rank(world) : 0, nsh = px_zero_nshards(z);
+    int dp_rank = dp_comm ? px_comm_rank(dp_comm) : 0;
+    int tp = gc->tp > 1 ? gc->tp : 1, tp_rank = tp > 1 ? gc->tp_rank : 0;
+    int many = world && px_comm_size(world) > 1;
     snprintf(sdir, sizeof(sdir), "%s/step_%d", dir, step);
-    if (rank == 0 || rank < nsh)
+    if (rank == 0 || dp_rank < nsh)
         PX_CHECK(mkdirs(sdir));
-    if (comm && px_comm_size(comm) > 1)
-        PX_CHECK(px_barrier(comm, -1)); /* the directory exists for everyone */
-    if (rank < nsh) {
-        snprintf(path, sizeof(path), "%s/shard_%d.bin", sdir, rank);
+    if (many)
+        PX_CHECK(px_barrier(world, -1)); /* the directory exists for everyone */
+    if (dp_rank < nsh) {
+        shard_path(path, sizeof(path), sdir, 0, tp_rank, dp_rank);
         float *bounce = malloc(BOUNCE_FLOATS * sizeof(float));
         int fd = bounce ? open_tmp(path, tmp, sizeof(tmp)) : -1;
         if (fd < 0) {
@@ -131,18 +150,20 @@ px_status_t px_checkpoint_save(const char *dir, int step, px_zero_t *z,
         }
         PX_CHECK(commit_file(fd, tmp, path));
     }
-    if (comm && px_comm_size(comm) > 1)
-        PX_CHECK(px_barrier(comm, -1));
+    if (many)
+        PX_CHECK(px_barrier(world, -1)); /* every tp rank's shards are on disk */
     if (rank == 0) {
         json_t *units = json_array();
         for (int u = 0; u < plan->nunits; u++)
             json_array_append_new(units, json_integer((json_int_t)plan->unit_size[u]));
-        json_t *m = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:o}",
+        json_t *m = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, "
+                              "s:o}",
                               "format", CKPT_FORMAT, "step", step, "zero", plan->zero,
-                              "dp", plan->dp, "nshards", nsh, "layers", gc->layers, "heads",
-                              heads, "dim", gc->dim, "vocab", gc->vocab, "padded_vocab",
+                              "dp", plan->dp, "tp", tp, "nshards", nsh, "layers", gc->layers,
+                              "heads", heads, "dim", gc->dim, "vocab", gc->vocab, "padded_vocab",
                               px_model_padded_vocab(gc), "max_seq", gc->max_seq,
-                              "num_params", (json_int_t)plan->params, "unit_sizes", units);
+                              "num_params", (json_int_t)px_model_num_params(gc), "unit_sizes",
+                              units);
         char *txt = m ? json_dumps(m, JSON_INDENT(1)) : NULL;
         json_decref(m);
         if (!txt)
@@ -156,11 +177,64 @@ px_status_t px_checkpoint_save(const char *dir, int step, px_zero_t *z,
         else if (fd >= 0)
             close(fd);
         if (status == PX_OK)
-            px_info("checkpoint: step %d written to %s (%d shard%s)", step, sdir, nsh,
-                    nsh > 1 ? "s" : "");
+            px_info("checkpoint: step %d written to %s (%d shard%s x tp %d)", step, sdir, nsh,
+                    nsh > 1 ? "s" : "", tp);
     }
     return status;
 }
+
+/* Where canonical element c of the slice of unit tensor t (cut for t->tp
+ * ranks; t->tp_rank ignored) was held: by tp rank *rank_p at element
+ * *local_p of its shard, and the elements up to c + *left_p - 1 follow it
+ * there contiguously. The inverse of px_model_shard_run; a replicated
+ * tensor is read from tp rank 0. */
+static void old_locate(const px_model_unit_tensor_t *t, size_t c, int *rank_p, size_t *local_p,
+                       size_t *left_p)
+{
+    size_t rows = (size_t)t->rows, cols = (size_t)t->cols, tp = (size_t)t->tp;
+    size_t row = c / cols, col = c % cols, r;
+    switch (t->split) {
+    case PX_MODEL_SPLIT_COLUMN: { /* block j, its rows [r rp, (r+1) rp) on rank r */
+        size_t block = rows / (size_t)t->parts, rp = block / tp, j = row / block;
+        size_t rin = row % block;
+        r = rin / rp;
+        *local_p = (j * rp + rin - r * rp) * cols + col;
+        *left_p = (j * block + (r + 1) * rp) * cols - c;
+        break;
+    }
+    case PX_MODEL_SPLIT_ROW: { /* columns [r cp, (r+1) cp) of every row on rank r */
+        size_t cp = cols / tp;
+        r = col / cp;
+        *local_p = row * cp + col - r * cp;
+        *left_p = (r + 1) * cp - col;
+        break;
+    }
+    case PX_MODEL_SPLIT_VOCAB: { /* rows [r rv, (r+1) rv) on rank r */
+        size_t rv = rows / tp;
+        r = row / rv;
+        *local_p = c - r * rv * cols;
+        *left_p = (r + 1) * rv * cols - c;
+        break;
+    }
+    default:
+        r = 0;
+        *local_p = c;
+        *left_p = rows * cols - c;
+        break;
+    }
+    *rank_p = (int)r;
+}
+
+/* The checkpoint's layout, from its meta.json and the model. */
+typedef struct ckpt_layout {
+    long long step, zero, dp, tp, nsh;
+    int legacy; /* "parallax-zero-2": files shard_<k>.bin, tp 1 */
+    int nunits;
+    uint64_t *osl;  /* [nunits] elements of unit u per shard file (per array) */
+    uint64_t *ooff; /* [nunits] elements before unit u in a shard file */
+    uint64_t per_shard; /* elements of one shard file */
+    int *fds;       /* [tp * nsh] the shard files, tp rank major; -1: not open */
+} ckpt_layout_t;
 
 static int jint(json_t *m, const char *key, long long *out)
 {
@@ -171,15 +245,16 @@ static int jint(json_t *m, const char *key, long long *out)
     return 0;
 }
 
-px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_config_t *gc,
-                               const px_plan_t *plan, int heads, int *step_p)
+/* Parses path/meta.json into *cl (step, zero, dp, tp, nshards) and checks
+ * it describes this model (gc, heads): its unit sizes are the model's cut
+ * for the checkpoint's tp. Errors as px_checkpoint_load. */
+static px_status_t read_meta(const char *path, const px_gpt_config_t *gc, int heads,
+                             ckpt_layout_t *cl)
 {
     char mpath[4200];
     json_error_t jerr;
+    long long layers, dim, vocab, maxseq, hd, vp;
     px_status_t status = PX_OK;
-    int *fds = NULL;
-    float *bounce = NULL;
-    long long step, zero, dp, nsh, layers, dim, vocab, maxseq, hd, vp;
 
     snprintf(mpath, sizeof(mpath), "%s/meta.json", path);
     json_t *m = json_load_file(mpath, 0, &jerr);
@@ -188,23 +263,20 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
                  jerr.text);
         return access(mpath, F_OK) ? PX_ERR_NOT_FOUND : PX_ERR_INVALID_ARGUMENT;
     }
-    if (jint(m, "step", &step) || jint(m, "zero", &zero) || jint(m, "dp", &dp) ||
-        jint(m, "nshards", &nsh) || jint(m, "layers", &layers) || jint(m, "dim", &dim) ||
+    const char *fmt = json_string_value(json_object_get(m, "format")) ?: "";
+    cl->legacy = !strcmp(fmt, CKPT_FORMAT_TP1);
+    cl->tp = 1;
+    if (jint(m, "step", &cl->step) || jint(m, "zero", &cl->zero) || jint(m, "dp", &cl->dp) ||
+        jint(m, "nshards", &cl->nsh) || jint(m, "layers", &layers) || jint(m, "dim", &dim) ||
         jint(m, "vocab", &vocab) || jint(m, "max_seq", &maxseq) || jint(m, "heads", &hd) ||
-        jint(m, "padded_vocab", &vp) || step < 0 || dp < 1 || nsh < 1 || dp % nsh ||
-        strcmp(json_string_value(json_object_get(m, "format")) ?: "", CKPT_FORMAT)) {
-        px_error("checkpoint: %s is not a %s checkpoint description", mpath, CKPT_FORMAT);
-        json_decref(m);
-        return PX_ERR_INVALID_ARGUMENT;
+        jint(m, "padded_vocab", &vp) || (!cl->legacy && jint(m, "tp", &cl->tp)) ||
+        cl->step < 0 || cl->dp < 1 || cl->nsh < 1 || cl->dp % cl->nsh || cl->tp < 1 ||
+        (!cl->legacy && strcmp(fmt, CKPT_FORMAT))) {
+        px_error("checkpoint: %s is not a %s (or %s) checkpoint description", mpath, CKPT_FORMAT,
+                 CKPT_FORMAT_TP1);
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto out;
     }
-    /* the unit sizes must be this model's, unit by unit */
-    json_t *us = json_object_get(m, "unit_sizes");
-    int units_ok = json_is_array(us) && json_array_size(us) == (size_t)plan->nunits;
-    for (int u = 0; units_ok && u < plan->nunits; u++) {
-        json_t *e = json_array_get(us, (size_t)u);
-        units_ok = json_is_integer(e) && (uint64_t)json_integer_value(e) == plan->unit_size[u];
-    }
-    json_decref(m);
     const struct { const char *name; long long have; int want; } dims[] = {
         {"layers", layers, gc->layers}, {"dim", dim, gc->dim}, {"vocab", vocab, gc->vocab},
         {"padded vocab", vp, px_model_padded_vocab(gc)},
@@ -213,103 +285,183 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
         if (dims[i].have != dims[i].want) {
             px_error("checkpoint: cannot re-cut %s: it has %s %lld, this job %d", path,
                      dims[i].name, dims[i].have, dims[i].want);
-            return PX_ERR_INVALID_ARGUMENT;
-        }
-    }
-    if (!units_ok) { /* same dims, other units: a layout this code does not cut */
-        px_error("checkpoint: %s: its unit_sizes are not this model's %d units", mpath,
-                 plan->nunits);
-        return PX_ERR_INVALID_ARGUMENT;
-    }
-    /* old layout: unit u padded to a multiple of dp, K slices */
-    int nu = plan->nunits;
-    uint64_t *osl = calloc((size_t)nu, sizeof(uint64_t)), *ooff = calloc((size_t)nu,
-                                                                          sizeof(uint64_t));
-    fds = malloc((size_t)nsh * sizeof(int));
-    if (!osl || !ooff || !fds) {
-        status = PX_ERR_NO_MEMORY;
-        goto out;
-    }
-    uint64_t per_shard = 0;
-    for (int u = 0; u < nu; u++) {
-        uint64_t pad = (plan->unit_size[u] + (uint64_t)dp - 1) / (uint64_t)dp * (uint64_t)dp;
-        osl[u] = pad / (uint64_t)nsh;
-        ooff[u] = per_shard;
-        per_shard += 3 * osl[u];
-    }
-    for (long long k = 0; k < nsh; k++)
-        fds[k] = -1;
-    for (long long k = 0; k < nsh; k++) {
-        char sp[4300];
-        struct stat st;
-        snprintf(sp, sizeof(sp), "%s/shard_%lld.bin", path, k);
-        fds[k] = open(sp, O_RDONLY | O_CLOEXEC);
-        if (fds[k] < 0) {
-            px_error("checkpoint: open %s: %s", sp, strerror(errno));
-            status = errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO;
-            goto out;
-        }
-        if (fstat(fds[k], &st) < 0 || (uint64_t)st.st_size != per_shard * sizeof(float)) {
-            px_error("checkpoint: %s has %lld bytes, expected %llu", sp, (long long)st.st_size,
-                     (unsigned long long)(per_shard * sizeof(float)));
             status = PX_ERR_INVALID_ARGUMENT;
             goto out;
         }
     }
-    /* everything checked: read what this rank holds, piece by piece from
-     * the old shards, through a host bounce buffer into the backend's
-     * memory; elements past the unit's size are padding (0) */
-    const px_kernel_ops_t *kops = px_zero_ops(z);
+    if (heads % cl->tp || vp % cl->tp) {
+        px_error("checkpoint: %s: tp %lld does not divide its heads %d and padded vocab %lld",
+                 mpath, cl->tp, heads, vp);
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto out;
+    }
+    /* the unit sizes must be this model's cut for the checkpoint's tp */
+    json_t *us = json_object_get(m, "unit_sizes");
+    int units_ok = json_is_array(us) && json_array_size(us) == (size_t)cl->nunits;
+    for (int u = 0; units_ok && u < cl->nunits; u++) {
+        json_t *e = json_array_get(us, (size_t)u);
+        units_ok = json_is_integer(e) && (uint64_t)json_integer_value(e) ==
+                                             px_model_unit_size_tp(gc, u, (int)cl->tp);
+    }
+    if (!units_ok) { /* same dims, other units: a layout this code does not cut */
+        px_error("checkpoint: %s: its unit_sizes are not this model's %d units at tp %lld",
+                 mpath, cl->nunits, cl->tp);
+        status = PX_ERR_INVALID_ARGUMENT;
+    }
+out:
+    json_decref(m);
+    return status;
+}
+
+/* Opens every shard file of the checkpoint into cl->fds and checks its
+ * size against the layout (cl->osl, cl->ooff, cl->per_shard, computed
+ * here). */
+static px_status_t open_shards(const char *path, const px_gpt_config_t *gc, ckpt_layout_t *cl)
+{
+    long long nfiles = cl->tp * cl->nsh;
+    cl->per_shard = 0;
+    for (int u = 0; u < cl->nunits; u++) {
+        uint64_t size = px_model_unit_size_tp(gc, u, (int)cl->tp), dp = (uint64_t)cl->dp;
+        uint64_t pad = (size + dp - 1) / dp * dp;
+        cl->osl[u] = pad / (uint64_t)cl->nsh;
+        cl->ooff[u] = cl->per_shard;
+        cl->per_shard += 3 * cl->osl[u];
+    }
+    for (long long f = 0; f < nfiles; f++) {
+        char sp[4300];
+        struct stat st;
+        shard_path(sp, sizeof(sp), path, cl->legacy, f / cl->nsh, f % cl->nsh);
+        cl->fds[f] = open(sp, O_RDONLY | O_CLOEXEC);
+        if (cl->fds[f] < 0) {
+            px_error("checkpoint: open %s: %s", sp, strerror(errno));
+            return errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO;
+        }
+        if (fstat(cl->fds[f], &st) < 0 ||
+            (uint64_t)st.st_size != cl->per_shard * sizeof(float)) {
+            px_error("checkpoint: %s has %lld bytes, expected %llu", sp, (long long)st.st_size,
+                     (unsigned long long)(cl->per_shard * sizeof(float)));
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+    }
+    return PX_OK;
+}
+
+/* Copies n canonical elements from c on of unit tensor ot's slice (the
+ * checkpoint's cut: ot->tp = cl->tp), array w (0 params, 1 m, 2 v) of unit
+ * u, into backend memory dst, through the host buffer bounce. */
+static px_status_t read_canonical(const char *path, const ckpt_layout_t *cl,
+                                  const px_kernel_ops_t *kops, int u, int w,
+                                  const px_model_unit_tensor_t *ot, size_t c, size_t n,
+                                  float *dst, float *bounce)
+{
+    while (n) {
+        int r;
+        size_t local, left;
+        old_locate(ot, c, &r, &local, &left);
+        uint64_t oi = ot->unit_offset + local; /* element of tp rank r's unit u */
+        uint64_t k = oi / cl->osl[u], within = oi % cl->osl[u];
+        uint64_t take = n;
+        if (take > left)
+            take = left;
+        if (take > cl->osl[u] - within)
+            take = cl->osl[u] - within;
+        if (take > BOUNCE_FLOATS)
+            take = BOUNCE_FLOATS;
+        off_t off = (off_t)((cl->ooff[u] + (uint64_t)w * cl->osl[u] + within) * sizeof(float));
+        ssize_t got = pread(cl->fds[(long long)r * cl->nsh + (long long)k], bounce,
+                            take * sizeof(float), off);
+        if (got != (ssize_t)(take * sizeof(float))) {
+            char sp[4300];
+            shard_path(sp, sizeof(sp), path, cl->legacy, r, (long long)k);
+            px_error("checkpoint: read %s: %s", sp, got < 0 ? strerror(errno) : "short read");
+            return PX_ERR_IO;
+        }
+        kops->mem_copy_from_host(dst, bounce, take * sizeof(float));
+        kops->synchronize(); /* the bounce buffer is reused next */
+        dst += take;
+        c += take;
+        n -= take;
+    }
+    return PX_OK;
+}
+
+/* Fills the elements [b, b + cnt) of this rank's unit u, array w, at dst:
+ * padding 0, each tensor run from the checkpoint. */
+static px_status_t load_held(const char *path, const ckpt_layout_t *cl,
+                             const px_gpt_config_t *gc, const px_kernel_ops_t *kops, int u,
+                             int w, float *dst, uint64_t b, uint64_t cnt, float *bounce)
+{
+    px_model_unit_tensor_t nt[PX_MODEL_MAX_UNIT_TENSORS], ot[PX_MODEL_MAX_UNIT_TENSORS];
+    px_model_config_t ocfg = *gc;
+    ocfg.tp = (int)cl->tp;
+    ocfg.tp_rank = 0;
+    int nn = px_model_unit_tensors(gc, u, nt);
+    px_model_unit_tensors(&ocfg, u, ot); /* the same tensors, in the same order */
+    kops->mem_set(dst, 0, cnt * sizeof(float));
+    for (int i = 0; i < nn; i++) {
+        for (int j = 0; j < px_model_shard_nruns(&nt[i]); j++) {
+            size_t local, canon, len;
+            px_model_shard_run(&nt[i], j, &local, &canon, &len);
+            uint64_t lo = nt[i].unit_offset + local, s = lo > b ? lo : b;
+            uint64_t e = lo + len < b + cnt ? lo + len : b + cnt;
+            if (s >= e)
+                continue;
+            PX_CHECK(read_canonical(path, cl, kops, u, w, &ot[i], canon + (s - lo), e - s,
+                                    dst + (s - b), bounce));
+        }
+    }
+    return PX_OK;
+}
+
+px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_config_t *gc,
+                               const px_plan_t *plan, int heads, int *step_p)
+{
+    px_status_t status;
+    float *bounce = NULL;
+    ckpt_layout_t cl = {.nunits = plan->nunits};
+
+    status = read_meta(path, gc, heads, &cl);
+    if (status != PX_OK)
+        return status;
+    cl.osl = calloc((size_t)cl.nunits, sizeof(uint64_t));
+    cl.ooff = calloc((size_t)cl.nunits, sizeof(uint64_t));
+    cl.fds = malloc((size_t)(cl.tp * cl.nsh) * sizeof(int));
+    if (!cl.osl || !cl.ooff || !cl.fds) {
+        status = PX_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (long long f = 0; f < cl.tp * cl.nsh; f++)
+        cl.fds[f] = -1;
+    status = open_shards(path, gc, &cl);
+    if (status != PX_OK)
+        goto out;
+    /* everything checked: fill what this rank holds */
     bounce = malloc(BOUNCE_FLOATS * sizeof(float));
     if (!bounce) {
         status = PX_ERR_NO_MEMORY;
         goto out;
     }
-    for (int u = 0; u < nu && status == PX_OK; u++) {
+    for (int u = 0; u < cl.nunits && status == PX_OK; u++) {
         for (int w = 0; w < 3 && status == PX_OK; w++) {
             uint64_t b, cnt;
             float *dst = px_zero_held(z, w, u, &b, &cnt);
-            uint64_t idx = b, end = b + cnt;
-            while (idx < end) {
-                if (idx >= plan->unit_size[u]) {
-                    kops->mem_set(dst + (idx - b), 0, (end - idx) * sizeof(float));
-                    break;
-                }
-                uint64_t k = idx / osl[u], within = idx % osl[u];
-                uint64_t n = osl[u] - within;
-                if (n > end - idx)
-                    n = end - idx;
-                if (n > plan->unit_size[u] - idx)
-                    n = plan->unit_size[u] - idx;
-                if (n > BOUNCE_FLOATS)
-                    n = BOUNCE_FLOATS;
-                off_t off = (off_t)((ooff[u] + (uint64_t)w * osl[u] + within) * sizeof(float));
-                ssize_t r = pread(fds[k], bounce, n * sizeof(float), off);
-                if (r != (ssize_t)(n * sizeof(float))) {
-                    px_error("checkpoint: read %s/shard_%llu.bin: %s", path,
-                             (unsigned long long)k, r < 0 ? strerror(errno) : "short read");
-                    status = PX_ERR_IO;
-                    break;
-                }
-                kops->mem_copy_from_host(dst + (idx - b), bounce, n * sizeof(float));
-                kops->synchronize(); /* the bounce buffer is reused next */
-                idx += n;
-            }
+            status = load_held(path, &cl, gc, px_zero_ops(z), u, w, dst, b, cnt, bounce);
         }
     }
     if (status == PX_OK)
-        px_info("checkpoint: loaded step %lld from %s (saved with zero %lld, dp %lld; now "
-                "zero %d, dp %d)", step, path, zero, dp, plan->zero, plan->dp);
+        px_info("checkpoint: loaded step %lld from %s (saved with zero %lld, dp %lld, tp %lld; "
+                "now zero %d, dp %d, tp %d)", cl.step, path, cl.zero, cl.dp, cl.tp, plan->zero,
+                plan->dp, gc->tp > 1 ? gc->tp : 1);
 out:
-    for (long long k = 0; fds && k < nsh; k++)
-        if (fds[k] >= 0)
-            close(fds[k]);
-    free(fds);
+    for (long long f = 0; cl.fds && f < cl.tp * cl.nsh; f++)
+        if (cl.fds[f] >= 0)
+            close(cl.fds[f]);
+    free(cl.fds);
     free(bounce);
-    free(osl);
-    free(ooff);
+    free(cl.osl);
+    free(cl.ooff);
     if (status == PX_OK)
-        *step_p = (int)step;
+        *step_p = (int)cl.step;
     return status;
 }
 

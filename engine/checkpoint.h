@@ -1,20 +1,31 @@
 /* checkpoint.h: sharded training checkpoints and safetensors export.
  *
  * A checkpoint is a directory DIR/step_<N>/:
- *   meta.json      written last by rank 0 after every shard is on disk: a
- *                  checkpoint without it is incomplete and never loaded.
- *                  {"format": "parallax-zero-2", "step": N, "zero": Z,
- *                   "dp": D, "nshards": K, "layers", "heads", "dim", "vocab",
- *                   "padded_vocab", "max_seq", "num_params", "unit_sizes":
- *                   [...]} (units as model.h: embedding, layers, head)
- *   shard_<k>.bin  k < K (K = D for stage >= 1, 1 for stage 0): for each
- *                  unit u in order, three float32 arrays of S_u =
+ *   meta.json      written last by world rank 0 after every shard is on
+ *                  disk: a checkpoint without it is incomplete and never
+ *                  loaded. {"format": "parallax-zero-3", "step": N,
+ *                  "zero": Z, "dp": D, "tp": P, "nshards": K, "layers",
+ *                  "heads", "dim", "vocab", "padded_vocab", "max_seq",
+ *                  "num_params" (the canonical model's), "unit_sizes":
+ *                  [...]} (each tp rank's units as model.h: embedding,
+ *                  layers, head; elements, tp-local for P > 1)
+ *   shard_tp<t>_<k>.bin  t < P, k < K (K = D for stage >= 1, 1 for stage
+ *                  0): written by the rank at tp index t and dp index k;
+ *                  for each unit u in order, three float32 arrays of S_u =
  *                  ceil(size_u / D) * D / K elements: parameters, AdamW m,
- *                  AdamW v of slice k of unit u (padding zeros).
- * Loading re-cuts: any dp and stage may load any checkpoint of the same
- * model dims; every file is checked (meta, sizes) before any state is
- * touched, and a model mismatch is PX_ERR_INVALID_ARGUMENT naming both
- * values (no partial load). */
+ *                  AdamW v of slice k of tp rank t's unit u (model.h's
+ *                  tp-local layout; padding zeros). The tensors replicated
+ *                  over the tensor group are in every tp rank's file
+ *                  (equal bitwise); loads read tp rank 0's.
+ * "parallax-zero-2" checkpoints (before tensor parallelism: no "tp", files
+ * shard_<k>.bin) load as tp 1.
+ * Loading re-cuts (as Megatron-LM's distributed checkpoints): any dp, tp
+ * and stage may load any checkpoint of the same model dims. Every element
+ * a rank holds is mapped to its canonical position (px_model_shard_run)
+ * and from there to the tp rank, file and offset that saved it; AdamW is
+ * elementwise, so the state moves exactly. Every file is checked (meta,
+ * sizes) before any state is touched, and a model mismatch is
+ * PX_ERR_INVALID_ARGUMENT naming both values (no partial load). */
 #ifndef PX_CHECKPOINT_H
 #define PX_CHECKPOINT_H
 
@@ -23,14 +34,18 @@
 #include "px_transport.h"
 #include "zero.h"
 
-/* Collective over comm (NULL: alone): writes DIR/step_<step>/ (mkdir -p).
- * PX_ERR_IO (logged, with the path) on any file error. */
+/* Collective over `world` (NULL: alone; every rank calls it): writes
+ * DIR/step_<step>/ (mkdir -p). z holds this rank's state for gc (gc->tp,
+ * gc->tp_rank: its tensor-group coordinate) laid out by plan; the rank's
+ * index in dp_comm (NULL: 0) is its ZeRO shard. PX_ERR_IO (logged, with
+ * the path) on any file error; PX_ERR_NO_MEMORY. */
 px_status_t px_checkpoint_save(const char *dir, int step, px_zero_t *z,
                                const px_gpt_config_t *gc, const px_plan_t *plan, int heads,
-                               px_comm_t *comm);
+                               px_comm_t *dp_comm, px_comm_t *world);
 
 /* Loads the checkpoint directory `path` (a step_<N>/ directory) into z
- * (this rank's slices, whatever the checkpoint's dp / stage); *step_p = N.
+ * (this rank's slices of tp rank gc->tp_rank's units, whatever the
+ * checkpoint's dp, tp and stage); *step_p = N.
  * Errors: PX_ERR_NOT_FOUND (no meta.json / shard), PX_ERR_INVALID_ARGUMENT
  * (other model, bad meta, short shard), PX_ERR_IO. Every rank reads for
  * itself; no communication. */

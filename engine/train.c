@@ -398,11 +398,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 }
             }
         }
-        /* over the dp group: its rank is the ZeRO shard a rank writes */
+        /* over the world; the dp rank is the ZeRO shard a rank writes, the
+         * tp rank (gc) the tensor shard */
         if (cfg->checkpoint_every > 0 &&
             ((s + 1) % cfg->checkpoint_every == 0 || s + 1 == cfg->steps))
             PX_CHECK_GOTO(px_checkpoint_save(cfg->checkpoint_dir, s + 1, zero, &gc, plan,
-                                             cfg->heads, dp_comm), status, out);
+                                             cfg->heads, dp_comm, world), status, out);
         px_tp_times_t tt;
         px_gpt_tp_times(gpt, &tt);
         px_step_report_t rep = {.step = s + 1, .loss = loss, .grad_norm = norm, .lr = lr,

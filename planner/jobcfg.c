@@ -180,10 +180,6 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
             return px_invalid(errbuf, errlen, "%s=%d: %s parallelism is not implemented yet (the "
                         "engine trains data and tensor parallel with ZeRO; use dp and tp)",
                         deg[i].name, deg[i].v, deg[i].what);
-    if (l->tp > 1 && (cfg->checkpoint_every > 0 || has(cfg->resume_dir)))
-        return px_invalid(errbuf, errlen, "tp=%d with checkpoints (checkpoint_every=%d%s): "
-                          "tensor-parallel checkpoints are not implemented yet", l->tp,
-                          cfg->checkpoint_every, has(cfg->resume_dir) ? ", resume_dir" : "");
     return PX_OK;
 }
 

@@ -68,7 +68,7 @@ def main():
         print(table.rstrip())
         for s in (3, 6):
             names = sorted(os.listdir(os.path.join(ck, "step_%d" % s)))
-            assert names == ["meta.json"] + ["shard_%d.bin" % k for k in range(4)], names
+            assert names == ["meta.json"] + ["shard_tp0_%d.bin" % k for k in range(4)], names
         assert os.path.getsize(st) > 4 * 30000, st
         base = {m["step"]: m["loss"] for m in c.metrics(a)}
 
