@@ -112,10 +112,12 @@ static const pctl_command_t commands[] = {
     {"mem", "memory per rank of a job, by category, next to the plan",
      "usage: pctl mem JOB [--json]\n"
      "\n"
-     "One row per rank: bytes of parameters, gradients, optimizer state, activations,\n"
-     "communication buffers and workspace, current and peak, as the rank's memory\n"
-     "accounting last reported them, and the plan's prediction (`pctl plan`) of the\n"
-     "peak of parameters + gradients + optimizer held at once.\n",
+     "One row per rank, with its dp and tp coordinates in the job's layout (a tensor\n"
+     "rank holds its shard of the split tensors): bytes of parameters, gradients,\n"
+     "optimizer state, activations, communication buffers and workspace, current\n"
+     "and peak, as the rank's memory accounting last reported them, and the plan's\n"
+     "prediction (`pctl plan`) of the peak of parameters + gradients + optimizer\n"
+     "held at once.\n",
      pctl_cmd_mem},
     {"plan", "memory per device by ZeRO stage and the parallel layout (local, no daemon)",
      "usage: pctl plan [--params N | --layers N --dim N [--heads N] [--vocab N] [--seq N]]\n"

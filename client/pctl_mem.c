@@ -2,9 +2,12 @@
  * (Control.GetMemory, answered by the job's coordinator from the ranks'
  * latest reports; issue 4).
  *
- * Table: one row per rank, for each category "current/peak" in MB (10^6
- * bytes), then the peak of params + grads + optimizer held at once next to
- * the plan's prediction of it. Single-threaded; one unary RPC. */
+ * Table: one row per rank with its dp and tp coordinates (a tensor rank
+ * holds its shard of the split tensors, so its plan is its own), for each
+ * category "current/peak" in MB (10^6 bytes), then the peak of params +
+ * grads + optimizer held at once next to the plan's prediction of it.
+ * A daemon from before tensor parallelism sends no tp / world: tp 1, world
+ * the ranks listed. Single-threaded; one unary RPC. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +52,8 @@ int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
     if (pctl_call(ctx, "mem", M_GET_MEMORY, &req.base,
                   &parallax__v1__get_memory_response__descriptor, (ProtobufCMessage **)&resp))
         return PCTL_EXIT_FAIL;
+    unsigned tp = resp->tp ? resp->tp : 1;
+    unsigned world = resp->world ? resp->world : (unsigned)resp->n_ranks;
     if (json) {
         json_t *ranks = json_array();
         for (size_t i = 0; i < resp->n_ranks; i++) {
@@ -62,35 +67,37 @@ int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
                                               (json_int_t)mc->peak_bytes, "plan",
                                               mc->plan_bytes));
             }
-            json_array_append_new(ranks, json_pack("{s:i, s:i, s:o, s:I, s:f}", "rank",
-                                                   (int)m->rank, "step", (int)m->step,
+            json_array_append_new(ranks, json_pack("{s:i, s:i, s:i, s:i, s:o, s:I, s:f}",
+                                                   "rank", (int)m->rank, "dp", (int)m->dp_rank,
+                                                   "tp", (int)m->tp_rank, "step", (int)m->step,
                                                    "categories", c, "state_peak",
                                                    (json_int_t)m->state_peak_bytes,
                                                    "plan_state_peak",
                                                    m->plan_state_peak_bytes));
         }
-        rc = pctl_json_print(json_pack("{s:s, s:i, s:i, s:o}", "job_id",
+        rc = pctl_json_print(json_pack("{s:s, s:i, s:i, s:i, s:i, s:o}", "job_id",
                                        resp->job_id ? resp->job_id : "", "zero", (int)resp->zero,
-                                       "dp", (int)resp->dp, "ranks", ranks))
+                                       "dp", (int)resp->dp, "tp", (int)tp, "world", (int)world,
+                                       "ranks", ranks))
                  ? PCTL_EXIT_FAIL
                  : PCTL_EXIT_OK;
         goto out;
     }
-    printf("job %s: zero %u, dp %u; MB (10^6 bytes), current/peak\n",
-           resp->job_id ? resp->job_id : "", resp->zero, resp->dp);
+    printf("job %s: zero %u, dp %u, tp %u (%u ranks); MB (10^6 bytes), current/peak\n",
+           resp->job_id ? resp->job_id : "", resp->zero, resp->dp, tp, world);
     if (!resp->n_ranks) {
         printf("(no memory report yet)\n");
         rc = PCTL_EXIT_OK;
         goto out;
     }
-    printf("%-4s %5s", "rank", "step");
+    printf("%-4s %3s %3s %5s", "rank", "dp", "tp", "step");
     for (size_t k = 0; k < N_CATS; k++)
         printf(" %15s", cats[k]);
     printf(" %10s %10s %7s\n", "state-pk", "plan", "ratio");
     for (size_t i = 0; i < resp->n_ranks; i++) {
         const Parallax__V1__RankMemory *m = resp->ranks[i];
         char buf[32];
-        printf("%-4u %5u", m->rank, m->step);
+        printf("%-4u %3u %3u %5u", m->rank, m->dp_rank, m->tp_rank, m->step);
         for (size_t k = 0; k < N_CATS; k++) {
             const Parallax__V1__MemoryCategory *mc = cat(m, cats[k]);
             if (mc)

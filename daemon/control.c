@@ -11,6 +11,8 @@
 #include "benchstore.h"
 #include "memstore.h"
 #include "daemon.h"
+#include "jobspec.h"
+#include "layout.h"
 #include "px_log.h"
 #include "store.h"
 
@@ -604,7 +606,7 @@ static void h_metrics(px_rpc_call_t *call, const ProtobufCMessage *request, void
 }
 
 /* issue 4: the latest memory report of every rank (memstore.h), from the
- * coordinator */
+ * coordinator, each with its dp and tp coordinates in the job's layout */
 static void h_memory(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
 {
     px_daemon_t *d = arg;
@@ -624,7 +626,21 @@ static void h_memory(px_rpc_call_t *call, const ProtobufCMessage *request, void 
     }
     resp.job_id = job->id;
     resp.zero = job->spec ? job->spec->zero : 0;
-    resp.dp = job->spec ? job->spec->dp : 0;
+    if (job->spec) {
+        px_layout_t l;
+        px_jobspec_layout(job->spec, &l);
+        resp.dp = (uint32_t)l.dp;
+        resp.tp = (uint32_t)l.tp;
+        resp.world = (uint32_t)px_layout_world(&l);
+        for (size_t i = 0; i < resp.n_ranks; i++) {
+            px_coord_t c;
+            if (resp.ranks[i]->rank >= resp.world)
+                continue; /* not this layout's rank: no coordinates */
+            px_layout_coord(&l, (int)resp.ranks[i]->rank, &c);
+            resp.ranks[i]->dp_rank = (uint32_t)c.dp;
+            resp.ranks[i]->tp_rank = (uint32_t)c.tp;
+        }
+    }
     px_rpc_call_reply(call, &resp.base);
     px_memstore_free(&resp);
 }

@@ -9,9 +9,14 @@ it completes; `pctl mem A --json` has 4 ranks at step 6 whose peak of params +
 grads + optimizer equals the plan's prediction (within 5%; in fact equal) and
 whose categories' peaks equal the plan's; the plain table has 4 rows; the
 checkpoints step_3/ and step_6/ hold meta.json and 4 shards; the export
-exists. Job B resumes A's step_3 with dp=2 and ZeRO-1: its steps 4-6 report
-A's losses within 1e-5. A spec with zero=4 is refused with a message naming
-it.
+exists; A's ranks are dp 0-3 at tp 0. Job B resumes A's step_3 with dp=2
+and ZeRO-1: its steps 4-6 report A's losses within 1e-5. A spec with zero=4
+is refused with a message naming it. Tensor parallelism: job T1 (one rank)
+and job T2 (dp=1 x tp=2, 2 steps each, ZeRO-0): `pctl mem T2` reports tp 2,
+world 2 and lists 2 ranks at dp 0 with tp 0 and 1 (the table too), each
+holding the same parameter bytes, which equal its plan and are half of T1's
+(within 5%: the LayerNorms, wpe and row-parallel biases are whole on every
+tensor rank).
 
 usage: test_pctl_mem.py --parallaxd PATH --proto PATH --pctl PATH --rank PATH
 (run with /usr/bin/python3, as tests/integration)."""
@@ -25,6 +30,41 @@ from pxpctl import Pctl  # noqa: E402
 
 MODEL = ["--layers", "2", "--heads", "2", "--dim", "32", "--seq", "32", "--batch", "8",
          "--lr", "1e-3", "--seed", "7"]
+
+
+def run_job(c, cl, data, name, *extra):
+    """submits a 2-step job, waits for it to complete; returns `pctl mem --json`"""
+    j = c.json("submit", "--data", data, "--steps", 2, "--name", name, *extra,
+               *MODEL)["job_id"]
+    job = pc.wait_state(c, j, ("COMPLETED", "FAILED", "CANCELLED"), 240)
+    assert pc.job_state(job) == "COMPLETED", "job %s ended %s: %s\n%s" % (
+        name, pc.job_state(job), job.get("reason"), cl.logs())
+    return j, c.json("mem", j)
+
+
+def tp_mem(c, cl, data):
+    """a dp=1 x tp=2 job's ranks with their coordinates, each holding half
+    the parameters of the same model on one rank"""
+    _, one = run_job(c, cl, data, "zmem-t1", "--dp", 1)
+    t2, two = run_job(c, cl, data, "zmem-t2", "--dp", 1, "--tp", 2)
+    assert (one["tp"], one["world"], len(one["ranks"])) == (1, 1, 1), one
+    assert (two["dp"], two["tp"], two["world"]) == (1, 2, 2), two
+    ranks = two["ranks"]
+    assert [(r["rank"], r["dp"], r["tp"]) for r in ranks] == [(0, 0, 0), (1, 0, 1)], ranks
+    full = one["ranks"][0]["categories"]["params"]["peak"]
+    half = [r["categories"]["params"]["peak"] for r in ranks]
+    for r in ranks:
+        m = r["categories"]["params"]
+        assert r["step"] == 2 and m["peak"] == m["plan"], r
+    assert half[0] == half[1], half
+    assert abs(half[0] / full - 0.5) <= 0.05 * 0.5, (half, full)
+    table = c.run("mem", t2)
+    rows = [ln.split() for ln in table.splitlines() if ln.split() and ln.split()[0].isdigit()]
+    assert [r[:3] for r in rows] == [["0", "0", "0"], ["1", "0", "1"]], table
+    assert "dp 1, tp 2 (2 ranks)" in table, table
+    print(table.rstrip())
+    print("dp=1 x tp=2: params %d + %d B per tensor rank, %d B on one rank (ratio %.3f)" % (
+        half[0], half[1], full, half[0] / full))
 
 
 def main():
@@ -48,9 +88,11 @@ def main():
         assert pc.job_state(job) == "COMPLETED", "job A ended %s: %s\n%s" % (
             pc.job_state(job), job.get("reason"), cl.logs())
         mem = c.json("mem", a)
-        assert mem["zero"] == 3 and mem["dp"] == 4, mem
+        assert mem["zero"] == 3 and mem["dp"] == 4 and mem["tp"] == 1, mem
+        assert mem["world"] == 4, mem
         ranks = mem["ranks"]
         assert [r["rank"] for r in ranks] == [0, 1, 2, 3], ranks
+        assert [(r["dp"], r["tp"]) for r in ranks] == [(0, 0), (1, 0), (2, 0), (3, 0)], ranks
         for r in ranks:
             assert r["step"] == 6, r
             got, want = r["state_peak"], r["plan_state_peak"]
@@ -90,6 +132,7 @@ def main():
         except pc.ClientError as e:
             assert "zero=4" in str(e), str(e)
             print("zero=4 refused: %s" % str(e).strip().splitlines()[0])
+        tp_mem(c, cl, data)
         ok = True
     finally:
         cl.stop()
