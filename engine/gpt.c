@@ -82,6 +82,8 @@ struct px_gpt {
                                       gathered (B,T,C) LayerNorm outputs */
     double *ce_stats;              /* (B,T,2) vocab-parallel CE sums (tp > 1) */
     px_tp_times_t tp_times;
+    px_tp_pending_t pend;          /* the overlapped collective in flight
+                                      (col_backward), poked between ops */
     size_t num_params;
     size_t *unit_off;              /* [nunits]: unit u's start in the owned buffers */
     px_gpt_unit_tensor_t embed_t[2], layer_t[12], head_t[2];
@@ -406,6 +408,7 @@ void px_gpt_init_params(px_gpt_t *gpt, uint64_t seed)
 /* unit pointers: own buffer, or the hooks */
 static void poke(px_gpt_t *gpt)
 {
+    px_tp_poke(&gpt->pend, &gpt->tp_times);
     if (gpt->has_hooks && gpt->hooks.progress)
         gpt->hooks.progress(gpt->hooks.arg);
 }
@@ -508,6 +511,49 @@ static px_status_t tp_comm(const px_gpt_t *gpt, const px_gpt_ctx_t *ctx, px_comm
     }
     *comm_p = comm;
     return PX_OK;
+}
+
+/* Row blocks the weight-gradient GEMM of a column-parallel matmul is cut
+ * into, with a progress poke after each, so the input gradient's
+ * collective started before it moves while it computes (the transport
+ * progresses only while the caller is inside it). */
+#define WGRAD_CHUNKS 8
+
+/* Backward of a column-parallel matmul (Megatron-LM's f; Shoeybi et al.
+ * 2019, section 3) with its collective overlapped: dinp (N,C) = dout
+ * (N,OC) @ weight (OC,C) (dinp zeroed here), then the collective on dinp
+ * starts (all-reduce in place; with sequence parallelism a reduce-scatter
+ * of this rank's N/tp rows into `local`, Korthikanti et al. 2022), then
+ * dweight (OC,C) and dbias (OC) accumulate over WGRAD_CHUNKS row blocks,
+ * poking between them, then the collective is waited for. tp 1: one
+ * matmul_backward, no collective. */
+static px_status_t col_backward(px_gpt_t *gpt, px_comm_t *tpc, float *dinp, float *local,
+                                float *dweight, float *dbias, const float *dout,
+                                const float *inp, const float *weight, int N, int C, int OC,
+                                const char *what)
+{
+    const px_kernel_ops_t *k = gpt->ops;
+    k->mem_set(dinp, 0, (size_t)N * C * sizeof(float));
+    if (gpt->tp == 1) {
+        k->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        poke(gpt);
+        return PX_OK;
+    }
+    k->matmul_backward(dinp, NULL, NULL, dout, inp, weight, N, C, OC);
+    if (gpt->sp)
+        PX_CHECK(px_tp_reduce_scatter_start(tpc, dinp, local, (size_t)N / gpt->tp * C, what,
+                                            &gpt->tp_times, &gpt->pend));
+    else
+        PX_CHECK(px_tp_allreduce_start(tpc, dinp, (size_t)N * C, what, &gpt->tp_times,
+                                       &gpt->pend));
+    for (int c = 0; c < WGRAD_CHUNKS; c++) {
+        int n0 = (int)((long)N * c / WGRAD_CHUNKS), n1 = (int)((long)N * (c + 1) / WGRAD_CHUNKS);
+        if (n1 > n0)
+            k->matmul_backward(NULL, dweight, dbias, dout + (size_t)n0 * OC, inp + (size_t)n0 * C,
+                               weight, n1 - n0, C, OC);
+        poke(gpt);
+    }
+    return px_tp_finish(&gpt->pend, &gpt->tp_times);
 }
 
 /* The residual stream entering layer l (l = L: leaving the last layer). */
@@ -738,17 +784,15 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
                                     gpt->v0, V);
     else
         k->crossentropy_backward(a->dlogits, a->probs, gpt->targets, 1.0f / BT, BT, V, Vl);
-    k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, eg.wte, NULL, a->dlogits, a->lnf, e.wte, BT, C, Vl);
-    poke(gpt);
     /* the head is column-parallel over the vocab: f sums its input grad
-     * (sequence parallelism: reduce-scatters it to this rank's tokens) */
+     * (sequence parallelism: reduce-scatters it to this rank's tokens),
+     * overlapped with wte's gradient GEMM */
+    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, eg.wte, NULL, a->dlogits, a->lnf, e.wte,
+                          BT, C, Vl, "the LM head's input gradient"));
     if (gpt->sp) {
         int R = BT / gpt->tp;
         size_t rc = (size_t)R * C;
         float *dst[2] = {hg.lnfw, hg.lnfb};
-        PX_CHECK(px_tp_reduce_scatter(tpc, a->dbtc, a->spbuf, rc,
-                                      "the LM head's input gradient", &gpt->tp_times));
         k->mem_set(a->dres, 0, rc * sizeof(float));
         k->mem_set(a->dln, 0, 2 * (size_t)C * sizeof(float));
         k->layernorm_backward(a->dres, a->dln, a->dln + C, a->spbuf,
@@ -756,8 +800,6 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
                               a->lnf_rstd, R, C);
         PX_CHECK(sp_ln_grads(gpt, tpc, dst, 2));
     } else {
-        PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "the LM head's input gradient",
-                                 &gpt->tp_times));
         k->mem_set(a->dres, 0, btc * sizeof(float));
         k->layernorm_backward(a->dres, hg.lnfw, hg.lnfb, a->dbtc,
                               residual_in(gpt, gpt->cfg.layers), h.lnfw, a->lnf_mean,
@@ -778,7 +820,7 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     PX_CHECK(tp_comm(gpt, ctx, &tpc));
     int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, Cl = gpt->Cl, NHl = gpt->NHl, BT = B * T;
     int u = px_model_unit_layer(&gpt->cfg, l);
-    size_t btc = (size_t)BT * C, btcl = (size_t)BT * Cl, sbt = (size_t)gpt->B * gpt->T;
+    size_t btcl = (size_t)BT * Cl, sbt = (size_t)gpt->B * gpt->T;
     size_t sbtc = sbt * C, sbtcl = sbt * Cl;
     const float *res = residual_in(gpt, l);
     const float *ln1 = a->ln1 + l * sbtc, *qkv = a->qkv + l * sbtcl * 3;
@@ -812,20 +854,17 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     poke(gpt);
     k->mem_set(a->d4b, 0, btcl * 4 * sizeof(float));
     k->gelu_backward(a->d4b, fch, a->d4a, btcl * 4);
-    k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, g.fcw, g.fcb, a->d4b, ln2, p.fcw, BT, C, 4 * Cl);
-    poke(gpt);
     /* fc is column-parallel: f sums its input gradient over tp (sequence
      * parallelism: reduce-scatters it to this rank's tokens; the LayerNorm
-     * gradients of this rank's tokens go to dln, summed over tp below) */
+     * gradients of this rank's tokens go to dln, summed over tp below),
+     * overlapped with fcw's gradient GEMM */
+    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, g.fcw, g.fcb, a->d4b, ln2, p.fcw, BT, C,
+                          4 * Cl, "fc's input gradient"));
     if (gpt->sp) {
-        PX_CHECK(px_tp_reduce_scatter(tpc, a->dbtc, a->spbuf, rc, "fc's input gradient",
-                                      &gpt->tp_times));
         k->layernorm_backward(a->dres, a->dln + 2 * C, a->dln + 3 * C, a->spbuf, res2, p.ln2w,
                               a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, R, C);
         PX_CHECK(px_tp_allgather(tpc, a->dres, a->spbuf, rc, "d(residual2)", &gpt->tp_times));
     } else {
-        PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "fc's input gradient", &gpt->tp_times));
         k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w,
                               a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, BT, C);
     }
@@ -836,19 +875,15 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     k->mem_set(a->d4a, 0, btcl * 3 * sizeof(float));
     k->attention_backward(a->d4a, a->scratch, a->dbtc, qkv, att, B, T, Cl, NHl);
     poke(gpt);
-    k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->d4a, ln1, p.qkvw, BT, C, 3 * Cl);
-    poke(gpt);
-    /* qkv is column-parallel: f */
+    /* qkv is column-parallel: f, overlapped with qkvw's gradient GEMM */
+    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, g.qkvw, g.qkvb, a->d4a, ln1, p.qkvw, BT, C,
+                          3 * Cl, "qkv's input gradient"));
     if (gpt->sp) {
         float *dst[4] = {g.ln1w, g.ln1b, g.ln2w, g.ln2b};
-        PX_CHECK(px_tp_reduce_scatter(tpc, a->dbtc, a->spbuf, rc, "qkv's input gradient",
-                                      &gpt->tp_times));
         k->layernorm_backward(a->dres, a->dln, a->dln + C, a->spbuf, res, p.ln1w,
                               a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, R, C);
         PX_CHECK(sp_ln_grads(gpt, tpc, dst, 4));
     } else {
-        PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "qkv's input gradient", &gpt->tp_times));
         k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w,
                               a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, BT, C);
     }
