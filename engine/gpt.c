@@ -27,6 +27,7 @@
 
 #include "groups.h"
 #include "memacct.h"
+#include "plan.h"
 #include "px_log.h"
 #include "tp.h"
 
@@ -73,6 +74,8 @@ typedef struct gpt_acts {
                          gradients, summed over tp before they are added */
 } gpt_acts_t;
 #define GPT_NUM_ACTS (sizeof(gpt_acts_t) / sizeof(float *))
+_Static_assert(GPT_NUM_ACTS == PX_PLAN_GPT_NUM_ACTS,
+               "gpt_acts_t and the plan's activation table (plan.h) list the same buffers");
 
 struct px_gpt {
     px_gpt_config_t cfg;
@@ -101,6 +104,7 @@ struct px_gpt {
     gpt_acts_t a;
     float *acts_mem;
     size_t acts_count;
+    size_t acts_bytes;             /* the plan's activation bytes (plan.h) */
     float *losses_host;            /* (B,T) host copy of a->losses for the sum */
     /* between the block calls of one pass */
     float *embed_p;                /* the embedding's parameters (tied wte), from
@@ -246,25 +250,26 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
             goto err_free;
     }
 
-    /* per tp rank: split activations hold Cl channels, NHl heads, Vl
-     * vocab columns; the residual stream and LayerNorms R rows */
-    size_t BT = (size_t)B * T, Vl = (size_t)gpt->Vl, Cl = (size_t)gpt->Cl, NHl = gpt->NHl;
-    size_t R = gpt->sp ? BT / tp : BT;
-    gpt->rows = R;
-    size_t act_sizes[GPT_NUM_ACTS] = {
-        R * C, L * R * C, L * R, L * R, L * BT * 3 * Cl, L * BT * Cl,
-        (size_t)L * B * NHl * T * T, L * R * C, L * R * C, L * R, L * R, L * BT * 4 * Cl,
-        L * BT * 4 * Cl, L * R * C, R * C, R, R, BT * Vl, BT * Vl, BT, BT * C,
-        R * C, BT * C, BT * 4 * Cl, BT * 4 * Cl, BT * Vl, (size_t)T * T, tp > 1 ? BT : 0,
-        gpt->sp ? BT * C : 0, gpt->sp ? 4 * (size_t)C : 0};
+    /* the plan's table (plan.h, the arithmetic `pctl plan` prints): per tp
+     * rank, split activations hold Cl channels, NHl heads, Vl vocab
+     * columns; the residual stream and LayerNorms R rows */
+    size_t BT = (size_t)B * T;
+    gpt->rows = gpt->sp ? BT / tp : BT;
+    px_plan_gpt_acts_t pa;
+    if (px_plan_gpt_activations(L, NH, C, gpt->Vp, B, T, tp, gpt->sp, &pa) != PX_OK) {
+        px_gpt_destroy(gpt); /* logged by the plan; the checks above make it unreachable */
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    uint64_t *act_sizes = pa.count;
     gpt->acts_count = 0;
     for (size_t i = 0; i < GPT_NUM_ACTS; i++)
         gpt->acts_count += act_sizes[i];
+    gpt->acts_bytes = pa.bytes;
     gpt->acts_mem = px_mem_calloc(PX_MEM_ACTS, gpt->acts_count, sizeof(float));
     if (!gpt->acts_mem)
         goto err_free;
     if (tp > 1) {
-        gpt->ce_stats = px_mem_calloc(PX_MEM_ACTS, 2 * BT, sizeof(double));
+        gpt->ce_stats = px_mem_calloc(PX_MEM_ACTS, pa.doubles, sizeof(double));
         if (!gpt->ce_stats)
             goto err_free;
     }
@@ -326,8 +331,7 @@ void px_gpt_tensor_info(const px_gpt_t *gpt, int i, px_gpt_tensor_info_t *info)
 
 size_t px_gpt_activation_bytes(const px_gpt_t *gpt)
 {
-    size_t ce = gpt->tp > 1 ? 2 * (size_t)gpt->B * gpt->T * sizeof(double) : 0;
-    return gpt->acts_count * sizeof(float) + ce;
+    return gpt->acts_bytes;
 }
 
 void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out) { *out = gpt->tp_times; }
