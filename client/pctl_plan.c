@@ -7,8 +7,13 @@
  * construction. With --params N the model is one unit and only the ZeRO
  * paper's terms are counted; with GPT dims the working buffers of stages
  * 2/3 (gathered / in-flight layer units) are counted too. GB = 10^9 bytes.
- * The memory plan covers data parallelism (dp, ZeRO); for tp, pp, cp or
- * ep > 1 it says it is not planned yet instead of printing dp's figures.
+ * The memory plan covers data and tensor parallelism (dp x tp, ZeRO within
+ * each tensor rank's units: px_plan_gpt_units_tp) and the activations of
+ * the local micro-batch (px_plan_gpt_activations: --batch / (dp x
+ * --grad-accum) sequences of --seq tokens, tp, --sequence-parallel; the
+ * engine's fp32 buffers, whatever --precision says of the state); for pp,
+ * cp or ep > 1, or tp > 1 with --params only, it says it is not planned
+ * yet instead of printing figures.
  * The layout table: every rank's coordinates and the node px_layout_place
  * puts it on (--nodes x --devices-per-node). Single-threaded; no I/O but
  * stdout and stderr. */
@@ -96,7 +101,8 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
 {
     char flag[48];
     enum { O_PARAMS = 256, O_LAYERS, O_DIM, O_VOCAB, O_SEQ, O_HEADS, O_DP, O_TP, O_PP, O_CP,
-           O_EP, O_NODES, O_PER_NODE, O_ZERO, O_PREC, O_K, O_JSON, O_HELP };
+           O_EP, O_NODES, O_PER_NODE, O_ZERO, O_PREC, O_K, O_JSON, O_HELP, O_BATCH, O_ACCUM,
+           O_SP };
     static const struct option opts[] = {
         {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"dim", 1, 0, O_DIM},
         {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"heads", 1, 0, O_HEADS},
@@ -104,11 +110,14 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         {"ep", 1, 0, O_EP}, {"nodes", 1, 0, O_NODES}, {"devices-per-node", 1, 0, O_PER_NODE},
         {"zero", 1, 0, O_ZERO}, {"precision", 1, 0, O_PREC},
         {"optimizer-bytes-per-param", 1, 0, O_K}, {"json", 0, 0, O_JSON},
+        {"batch", 1, 0, O_BATCH}, {"grad-accum", 1, 0, O_ACCUM},
+        {"sequence-parallel", 0, 0, O_SP},
         {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
     double params = 0, k = -1;
     uint64_t layers = 4, dim = 128, vocab = PX_DEFAULT_VOCAB, seq = 128, heads = 4, dp = 1, v;
     uint64_t tp = 1, pp = 1, cp = 1, ep = 1, nodes = 1, per_node = 0;
-    int zero = -1, json = 0, fp32 = 0, have_dims = 0, opt;
+    uint64_t batch = 0, accum = 1; /* batch 0: dp x grad_accum (micro-batch 1) */
+    int zero = -1, json = 0, fp32 = 0, have_dims = 0, sp = 0, opt;
     (void)ctx;
 
     opterr = 0;
@@ -156,6 +165,13 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
             if (pctl_parse_float("plan", "--optimizer-bytes-per-param", optarg, 0, 1024, &k))
                 return PCTL_EXIT_USAGE;
             break;
+        case O_BATCH: case O_ACCUM:
+            if (pctl_parse_u64("plan", opt_flag(opts, opt, flag, sizeof(flag)), optarg, 1,
+                               1u << 30, &v))
+                return PCTL_EXIT_USAGE;
+            *(opt == O_BATCH ? &batch : &accum) = v;
+            break;
+        case O_SP: sp = 1; break;
         case O_JSON: json = 1; break;
         case O_HELP: return pctl_help("plan");
         default:
@@ -186,6 +202,23 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     if (!params && layers < pp)
         return pctl_usage_error("plan", "layers %llu are fewer than pp %llu pipeline stages",
                                 (unsigned long long)layers, (unsigned long long)pp);
+    if (!batch)
+        batch = dp * accum;
+    if (batch % (dp * accum))
+        return pctl_usage_error("plan", "batch=%llu is not divisible by dp=%llu x grad_accum=%llu",
+                                (unsigned long long)batch, (unsigned long long)dp,
+                                (unsigned long long)accum);
+    const uint64_t micro = batch / (dp * accum);
+    if (sp && tp == 1)
+        return pctl_usage_error("plan", "--sequence-parallel needs --tp > 1");
+    if (!params && tp > 1 &&
+        ((uint64_t)px_job_config_padded_vocab((int)vocab) % tp || (sp && (micro * seq) % tp)))
+        return pctl_usage_error("plan", "tp=%llu must divide the padded vocab %d%s (batch "
+                                "%llu x seq %llu per micro-batch)", (unsigned long long)tp,
+                                px_job_config_padded_vocab((int)vocab),
+                                sp ? " and, with sequence parallelism, the micro-batch's tokens"
+                                   : "",
+                                (unsigned long long)micro, (unsigned long long)seq);
     const int world = px_layout_world(&layout);
     if (!per_node)
         per_node = ((uint64_t)world + nodes - 1) / nodes;
@@ -207,12 +240,13 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         free(node_of_rank);
         return PCTL_EXIT_USAGE;
     }
-    /* the memory plan is dp's; the other strategies' split is not modelled yet */
-    const int memory_planned = tp == 1 && pp == 1 && cp == 1 && ep == 1;
+    /* the memory plan is dp x tp's; the other strategies' split is not
+     * modelled yet */
+    const int memory_planned = (tp == 1 || !params) && pp == 1 && cp == 1 && ep == 1;
     static const char memory_note[] =
-        "memory per device is planned for data parallelism (dp, ZeRO) only: the split of "
-        "parameters, activations and buffers by tp, pp, cp and ep is future work, so no "
-        "figures are printed for this layout";
+        "memory per device is planned for data and tensor parallelism (dp, tp with GPT dims, "
+        "ZeRO) only: the split of parameters, activations and buffers by pp, cp and ep is "
+        "future work, so no figures are printed for this layout";
 
     px_plan_precision_t prec;
     if (fp32)
@@ -229,6 +263,12 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         units = &one;
     } else {
         total = px_plan_gpt_units((int)layers, (int)dim, (int)vocab, (int)seq, &units);
+        if (total && tp > 1) { /* one tensor rank's units (model.h) */
+            free(units);
+            units = NULL;
+            total = px_plan_gpt_units_tp((int)layers, (int)dim, (int)vocab, (int)seq, (int)tp,
+                                         &units);
+        }
         if (!total) {
             fprintf(stderr, "pctl: plan: out of memory\n");
             free(node_of_rank);
@@ -237,16 +277,37 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         nunits = (int)layers + 2; /* embedding, layers, head (plan.h) */
         known = 1;
     }
+    /* activations of one rank's micro-batch (GPT dims only) */
+    px_plan_gpt_acts_t acts = {0};
+    if (known && memory_planned &&
+        px_plan_gpt_activations((int)layers, (int)heads, (int)dim,
+                                px_job_config_padded_vocab((int)vocab), (int)micro, (int)seq,
+                                (int)tp, sp, &acts) != PX_OK) {
+        free(units);
+        free(node_of_rank);
+        return PCTL_EXIT_USAGE; /* the planner named the values */
+    }
     json_t *jstages = json_array();
     if (!json) {
         if (known)
-            printf("model: GPT %llu layers, dim %llu, vocab %llu, seq %llu: %.4g parameters\n",
+            printf("model: GPT %llu layers, dim %llu, vocab %llu, seq %llu: %.4g parameters%s\n",
                    (unsigned long long)layers, (unsigned long long)dim,
-                   (unsigned long long)vocab, (unsigned long long)seq, (double)total);
+                   (unsigned long long)vocab, (unsigned long long)seq, (double)total,
+                   tp > 1 ? " per tensor rank" : "");
         if (memory_planned) {
-            printf("dp %llu; bytes per parameter: params %g, grads %g, optimizer %g (%s)\n",
-                   (unsigned long long)dp, prec.param_bytes, prec.grad_bytes, prec.optim_bytes,
+            printf("dp %llu, tp %llu; bytes per parameter: params %g, grads %g, optimizer %g "
+                   "(%s)\n",
+                   (unsigned long long)dp, (unsigned long long)tp, prec.param_bytes,
+                   prec.grad_bytes, prec.optim_bytes,
                    fp32 ? "fp32 AdamW" : "mixed precision, as the ZeRO paper counts");
+            if (known) {
+                char b[32];
+                fmt_gb((double)acts.bytes, b, sizeof(b));
+                printf("activations per rank: %s (micro-batch %llu x seq %llu, tp %llu, "
+                       "sequence parallelism %s; the engine's fp32 buffers, every ZeRO stage)\n",
+                       b, (unsigned long long)micro, (unsigned long long)seq,
+                       (unsigned long long)tp, sp ? "on" : "off");
+            }
             printf("%-5s  %12s  %12s  %12s  %12s  %12s\n", "zero", "params", "grads",
                    "optimizer", "total", "at once");
         } else {
@@ -284,7 +345,10 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         px_plan_destroy(p);
     }
     if (json && rc == PCTL_EXIT_OK) {
-        json_t *o = json_pack("{s:I, s:i, s:f, s:f, s:f, s:b, s:o, s:b}", "dp", (json_int_t)dp,
+        json_t *o = json_pack("{s:I, s:I, s:b, s:I, s:I, s:I, s:i, s:f, s:f, s:f, s:b, s:o, s:b}",
+                              "dp", (json_int_t)dp, "tp", (json_int_t)tp, "sequence_parallel",
+                              sp, "batch", (json_int_t)batch, "micro_batch", (json_int_t)micro,
+                              "activations_bytes", (json_int_t)acts.bytes,
                               "units", nunits, "param_bytes", prec.param_bytes, "grad_bytes",
                               prec.grad_bytes, "optimizer_bytes", prec.optim_bytes,
                               "working_buffers_counted", known, "stages", jstages,

@@ -27,45 +27,55 @@
 
 #include "groups.h"
 #include "memacct.h"
+#include "plan.h"
 #include "px_log.h"
 #include "tp.h"
 
+/* R: the residual stream's rows on this rank, B*T, or B*T/tp with
+ * sequence parallelism (this rank's tokens, tp.h); with it the LayerNorm
+ * outputs are kept for this rank's R rows only and all-gathered again
+ * where a matmul needs all B*T (Korthikanti et al. 2022, section 4.2.2). */
 typedef struct gpt_acts {
-    float *encoded;   /* (B,T,C) */
-    float *ln1;       /* (L,B,T,C) */
-    float *ln1_mean;  /* (L,B,T) */
-    float *ln1_rstd;  /* (L,B,T) */
+    float *encoded;   /* (R,C) */
+    float *ln1;       /* (L,R,C) */
+    float *ln1_mean;  /* (L,R) */
+    float *ln1_rstd;  /* (L,R) */
     float *qkv;       /* (L,B,T,3C) */
     float *atty;      /* (L,B,T,C) */
     float *att;       /* (L,B,NH,T,T) */
-    float *residual2; /* (L,B,T,C) */
-    float *ln2;       /* (L,B,T,C) */
-    float *ln2_mean;  /* (L,B,T) */
-    float *ln2_rstd;  /* (L,B,T) */
+    float *residual2; /* (L,R,C) */
+    float *ln2;       /* (L,R,C) */
+    float *ln2_mean;  /* (L,R) */
+    float *ln2_rstd;  /* (L,R) */
     float *fch;       /* (L,B,T,4C) */
     float *fch_gelu;  /* (L,B,T,4C) */
-    float *residual3; /* (L,B,T,C) */
-    float *lnf;       /* (B,T,C) */
-    float *lnf_mean;  /* (B,T) */
-    float *lnf_rstd;  /* (B,T) */
+    float *residual3; /* (L,R,C) */
+    float *lnf;       /* (R,C) */
+    float *lnf_mean;  /* (R) */
+    float *lnf_rstd;  /* (R) */
     float *logits;    /* (B,T,Vp) */
     float *probs;     /* (B,T,Vp), 0 in the padding columns */
     float *losses;    /* (B,T) */
-    float *tmp;       /* (B,T,C): projection outputs before the residual add */
+    float *tmp;       /* (B,T,C): projection outputs before the residual add;
+                         in backward, sequence parallelism's re-gathered
+                         LayerNorm output */
     /* backward work space */
-    float *dres;      /* (B,T,C) residual-stream gradient */
+    float *dres;      /* (R,C) residual-stream gradient */
     float *dbtc;      /* (B,T,C) */
     float *d4a;       /* (B,T,4C) also dqkv (B,T,3C) */
     float *d4b;       /* (B,T,4C) */
     float *dlogits;   /* (B,T,Vp) */
     float *scratch;   /* (T,T) attention backward */
     float *rowmax;    /* (B,T) vocab-parallel cross-entropy's row max */
-    float *spbuf;     /* (B,T,C) sequence parallelism: a gathered gradient, or
-                         a reduce-scattered output (its first BT/tp rows) */
+    float *spbuf;     /* (B,T,C) sequence parallelism: a gathered LayerNorm
+                         output (forward) or gradient (backward), or a
+                         reduce-scattered output (its first R rows) */
     float *dln;       /* (4,C) sequence parallelism: one pass's LayerNorm
                          gradients, summed over tp before they are added */
 } gpt_acts_t;
 #define GPT_NUM_ACTS (sizeof(gpt_acts_t) / sizeof(float *))
+_Static_assert(GPT_NUM_ACTS == PX_PLAN_GPT_NUM_ACTS,
+               "gpt_acts_t and the plan's activation table (plan.h) list the same buffers");
 
 struct px_gpt {
     px_gpt_config_t cfg;
@@ -77,11 +87,14 @@ struct px_gpt {
     int tp, Cl, NHl, v0, Vl;
     int sp;                        /* sequence parallelism (tp.h): the residual
                                       stream (encoded, residual2/3, LayerNorm
-                                      stats, dres) holds this rank's BT/tp
-                                      token rows; ln1, ln2, lnf hold the
-                                      gathered (B,T,C) LayerNorm outputs */
+                                      outputs and stats, dres) holds this
+                                      rank's BT/tp token rows */
+    size_t rows;                   /* R of gpt_acts_t at create time: B*T, or
+                                      B*T/tp with sp; the per-layer stride */
     double *ce_stats;              /* (B,T,2) vocab-parallel CE sums (tp > 1) */
     px_tp_times_t tp_times;
+    px_tp_pending_t pend;          /* the overlapped collective in flight
+                                      (col_backward), poked between ops */
     size_t num_params;
     size_t *unit_off;              /* [nunits]: unit u's start in the owned buffers */
     px_gpt_unit_tensor_t embed_t[2], layer_t[12], head_t[2];
@@ -91,6 +104,7 @@ struct px_gpt {
     gpt_acts_t a;
     float *acts_mem;
     size_t acts_count;
+    size_t acts_bytes;             /* the plan's activation bytes (plan.h) */
     float *losses_host;            /* (B,T) host copy of a->losses for the sum */
     /* between the block calls of one pass */
     float *embed_p;                /* the embedding's parameters (tied wte), from
@@ -236,23 +250,26 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
             goto err_free;
     }
 
-    /* per tp rank: split activations hold Cl channels, NHl heads, Vl
-     * vocab columns; the residual stream and LayerNorms are whole */
-    size_t BT = (size_t)B * T, Vl = (size_t)gpt->Vl, Cl = (size_t)gpt->Cl, NHl = gpt->NHl;
-    size_t act_sizes[GPT_NUM_ACTS] = {
-        BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * Cl, L * BT * Cl,
-        (size_t)L * B * NHl * T * T, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * Cl,
-        L * BT * 4 * Cl, L * BT * C, BT * C, BT, BT, BT * Vl, BT * Vl, BT, BT * C,
-        BT * C, BT * C, BT * 4 * Cl, BT * 4 * Cl, BT * Vl, (size_t)T * T, tp > 1 ? BT : 0,
-        gpt->sp ? BT * C : 0, gpt->sp ? 4 * (size_t)C : 0};
+    /* the plan's table (plan.h, the arithmetic `pctl plan` prints): per tp
+     * rank, split activations hold Cl channels, NHl heads, Vl vocab
+     * columns; the residual stream and LayerNorms R rows */
+    size_t BT = (size_t)B * T;
+    gpt->rows = gpt->sp ? BT / tp : BT;
+    px_plan_gpt_acts_t pa;
+    if (px_plan_gpt_activations(L, NH, C, gpt->Vp, B, T, tp, gpt->sp, &pa) != PX_OK) {
+        px_gpt_destroy(gpt); /* logged by the plan; the checks above make it unreachable */
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    uint64_t *act_sizes = pa.count;
     gpt->acts_count = 0;
     for (size_t i = 0; i < GPT_NUM_ACTS; i++)
         gpt->acts_count += act_sizes[i];
+    gpt->acts_bytes = pa.bytes;
     gpt->acts_mem = px_mem_calloc(PX_MEM_ACTS, gpt->acts_count, sizeof(float));
     if (!gpt->acts_mem)
         goto err_free;
     if (tp > 1) {
-        gpt->ce_stats = px_mem_calloc(PX_MEM_ACTS, 2 * BT, sizeof(double));
+        gpt->ce_stats = px_mem_calloc(PX_MEM_ACTS, pa.doubles, sizeof(double));
         if (!gpt->ce_stats)
             goto err_free;
     }
@@ -314,8 +331,7 @@ void px_gpt_tensor_info(const px_gpt_t *gpt, int i, px_gpt_tensor_info_t *info)
 
 size_t px_gpt_activation_bytes(const px_gpt_t *gpt)
 {
-    size_t ce = gpt->tp > 1 ? 2 * (size_t)gpt->B * gpt->T * sizeof(double) : 0;
-    return gpt->acts_count * sizeof(float) + ce;
+    return gpt->acts_bytes;
 }
 
 void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out) { *out = gpt->tp_times; }
@@ -406,6 +422,7 @@ void px_gpt_init_params(px_gpt_t *gpt, uint64_t seed)
 /* unit pointers: own buffer, or the hooks */
 static void poke(px_gpt_t *gpt)
 {
+    px_tp_poke(&gpt->pend, &gpt->tp_times);
     if (gpt->has_hooks && gpt->hooks.progress)
         gpt->hooks.progress(gpt->hooks.arg);
 }
@@ -510,11 +527,72 @@ static px_status_t tp_comm(const px_gpt_t *gpt, const px_gpt_ctx_t *ctx, px_comm
     return PX_OK;
 }
 
+/* Row blocks the weight-gradient GEMM of a column-parallel matmul is cut
+ * into, with a progress poke after each, so the input gradient's
+ * collective started before it moves while it computes (the transport
+ * progresses only while the caller is inside it). */
+#define WGRAD_CHUNKS 8
+
+/* Backward of a column-parallel matmul (Megatron-LM's f; Shoeybi et al.
+ * 2019, section 3) with its collectives overlapped: dinp (N,C) = dout
+ * (N,OC) @ weight (OC,C) (dinp zeroed here), then the collective on dinp
+ * starts (all-reduce in place; with sequence parallelism a reduce-scatter
+ * of this rank's N/tp rows into `local`, Korthikanti et al. 2022), then
+ * dweight (OC,C) and dbias (OC) accumulate over WGRAD_CHUNKS row blocks,
+ * poking between them, then the collective is waited for. inp (N,C) is
+ * the forward input; with sequence parallelism it is first all-gathered
+ * into `gathered` (N,C) from this rank's rows inp (N/tp,C), overlapped
+ * with the dinp GEMM (Korthikanti et al. 2022, section 4.2.2). tp 1: one
+ * matmul_backward, no collective. */
+static px_status_t col_backward(px_gpt_t *gpt, px_comm_t *tpc, float *dinp, float *local,
+                                float *dweight, float *dbias, const float *dout,
+                                const float *inp, float *gathered, const float *weight, int N,
+                                int C, int OC, const char *what, const char *inp_what)
+{
+    const px_kernel_ops_t *k = gpt->ops;
+    k->mem_set(dinp, 0, (size_t)N * C * sizeof(float));
+    if (gpt->tp == 1) {
+        k->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        poke(gpt);
+        return PX_OK;
+    }
+    if (gpt->sp) {
+        PX_CHECK(px_tp_allgather_start(tpc, inp, gathered, (size_t)N / gpt->tp * C, inp_what,
+                                       &gpt->tp_times, &gpt->pend));
+        for (int c = 0; c < WGRAD_CHUNKS; c++) {
+            int n0 = (int)((long)N * c / WGRAD_CHUNKS);
+            int n1 = (int)((long)N * (c + 1) / WGRAD_CHUNKS);
+            if (n1 > n0)
+                k->matmul_backward(dinp + (size_t)n0 * C, NULL, NULL, dout + (size_t)n0 * OC,
+                                   gathered, weight, n1 - n0, C, OC);
+            poke(gpt);
+        }
+        PX_CHECK(px_tp_finish(&gpt->pend, &gpt->tp_times));
+        inp = gathered;
+    } else {
+        k->matmul_backward(dinp, NULL, NULL, dout, inp, weight, N, C, OC);
+    }
+    if (gpt->sp)
+        PX_CHECK(px_tp_reduce_scatter_start(tpc, dinp, local, (size_t)N / gpt->tp * C, what,
+                                            &gpt->tp_times, &gpt->pend));
+    else
+        PX_CHECK(px_tp_allreduce_start(tpc, dinp, (size_t)N * C, what, &gpt->tp_times,
+                                       &gpt->pend));
+    for (int c = 0; c < WGRAD_CHUNKS; c++) {
+        int n0 = (int)((long)N * c / WGRAD_CHUNKS), n1 = (int)((long)N * (c + 1) / WGRAD_CHUNKS);
+        if (n1 > n0)
+            k->matmul_backward(NULL, dweight, dbias, dout + (size_t)n0 * OC, inp + (size_t)n0 * C,
+                               weight, n1 - n0, C, OC);
+        poke(gpt);
+    }
+    return px_tp_finish(&gpt->pend, &gpt->tp_times);
+}
+
 /* The residual stream entering layer l (l = L: leaving the last layer). */
 static float *residual_in(px_gpt_t *gpt, int l)
 {
-    size_t btc = (size_t)gpt->B * gpt->T * gpt->cfg.dim; /* create-time stride */
-    return l == 0 ? gpt->a.encoded : gpt->a.residual3 + (size_t)(l - 1) * btc;
+    size_t rc = gpt->rows * gpt->cfg.dim; /* create-time stride */
+    return l == 0 ? gpt->a.encoded : gpt->a.residual3 + (size_t)(l - 1) * rc;
 }
 
 px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *inputs)
@@ -557,14 +635,16 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
      * and heads of the split matrices (tp.h) */
     int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, Cl = gpt->Cl, NHl = gpt->NHl, BT = B * T;
     int split = gpt->tp > 1;
-    size_t sbt = (size_t)gpt->B * gpt->T; /* per-layer strides: create-time sizes */
-    size_t sbtc = sbt * C, sbtcl = sbt * Cl;
+    /* per-layer strides: create-time sizes; sr the residual stream's rows */
+    size_t sbt = (size_t)gpt->B * gpt->T, sr = gpt->rows;
+    size_t src = sr * C, sbtcl = sbt * Cl;
     const float *res = residual_in(gpt, l);
-    float *ln1 = a->ln1 + l * sbtc, *qkv = a->qkv + l * sbtcl * 3, *atty = a->atty + l * sbtcl;
+    float *ln1 = a->ln1 + l * src, *qkv = a->qkv + l * sbtcl * 3, *atty = a->atty + l * sbtcl;
     float *att = a->att + (size_t)l * gpt->B * NHl * gpt->T * gpt->T;
-    float *res2 = a->residual2 + l * sbtc, *ln2 = a->ln2 + l * sbtc;
+    float *res2 = a->residual2 + l * src, *ln2 = a->ln2 + l * src;
     float *fch = a->fch + l * sbtcl * 4, *fchg = a->fch_gelu + l * sbtcl * 4;
-    float *res3 = a->residual3 + l * sbtc;
+    float *res3 = a->residual3 + l * src;
+    const float *ln1_in = ln1, *ln2_in = ln2; /* what the column-parallel matmuls read */
     float *lb;
     layer_view_t p;
 
@@ -575,16 +655,17 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 
     PX_CHECK(p_acquire(gpt, px_model_unit_layer(&gpt->cfg, l), 0, &lb));
     view(gpt->layer_t, 12, lb, &p);
-    if (gpt->sp) { /* ln1 of this rank's tokens, all-gathered to (B,T,C) */
-        k->layernorm_forward(a->tmp, a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, res, p.ln1w,
-                             p.ln1b, R, C);
-        PX_CHECK(px_tp_allgather(tpc, a->tmp, ln1, rc, "ln1", &gpt->tp_times));
-    } else {
-        k->layernorm_forward(ln1, a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, res, p.ln1w,
-                             p.ln1b, BT, C);
+    /* ln1 of this rank's R tokens (all of them without sequence
+     * parallelism; with it, kept for R rows and all-gathered to (B,T,C)
+     * for the matmul, and gathered again in backward) */
+    k->layernorm_forward(ln1, a->ln1_mean + l * sr, a->ln1_rstd + l * sr, res, p.ln1w, p.ln1b, R,
+                         C);
+    if (gpt->sp) {
+        PX_CHECK(px_tp_allgather(tpc, ln1, a->spbuf, rc, "ln1", &gpt->tp_times));
+        ln1_in = a->spbuf;
     }
     /* qkv (B,T,3Cl): column-parallel, q | k | v of this rank's heads */
-    k->matmul_forward(qkv, ln1, p.qkvw, p.qkvb, BT, C, 3 * Cl);
+    k->matmul_forward(qkv, ln1_in, p.qkvw, p.qkvb, BT, C, 3 * Cl);
     poke(gpt);
     k->attention_forward(atty, att, qkv, B, T, Cl, NHl);
     poke(gpt);
@@ -603,16 +684,14 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     if (split)
         k->bias_forward(proj, p.attprojb, R, C);
     k->residual_forward(res2, res, proj, rc);
+    k->layernorm_forward(ln2, a->ln2_mean + l * sr, a->ln2_rstd + l * sr, res2, p.ln2w, p.ln2b, R,
+                         C);
     if (gpt->sp) {
-        k->layernorm_forward(a->tmp, a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, res2, p.ln2w,
-                             p.ln2b, R, C);
-        PX_CHECK(px_tp_allgather(tpc, a->tmp, ln2, rc, "ln2", &gpt->tp_times));
-    } else {
-        k->layernorm_forward(ln2, a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, res2, p.ln2w,
-                             p.ln2b, BT, C);
+        PX_CHECK(px_tp_allgather(tpc, ln2, a->spbuf, rc, "ln2", &gpt->tp_times));
+        ln2_in = a->spbuf;
     }
     /* fc (B,T,4Cl): column-parallel */
-    k->matmul_forward(fch, ln2, p.fcw, p.fcb, BT, C, 4 * Cl);
+    k->matmul_forward(fch, ln2_in, p.fcw, p.fcb, BT, C, 4 * Cl);
     poke(gpt);
     k->gelu_forward(fchg, fch, (size_t)BT * 4 * Cl);
     /* fcproj: row-parallel, as attproj */
@@ -653,16 +732,16 @@ px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const in
     PX_CHECK(p_acquire(gpt, px_model_unit_head(&gpt->cfg), 0, &hb));
     view(gpt->head_t, 2, hb, &h);
     view(gpt->embed_t, 2, gpt->embed_p, &e);
-    if (gpt->sp) { /* lnf of this rank's tokens, all-gathered */
-        int R = BT / gpt->tp;
-        k->layernorm_forward(a->tmp, a->lnf_mean, a->lnf_rstd, residual_in(gpt, gpt->cfg.layers),
-                             h.lnfw, h.lnfb, R, C);
-        PX_CHECK(px_tp_allgather(tpc, a->tmp, a->lnf, (size_t)R * C, "lnf", &gpt->tp_times));
-    } else {
-        k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual_in(gpt, gpt->cfg.layers),
-                             h.lnfw, h.lnfb, BT, C);
+    /* lnf of this rank's tokens (all-gathered with sequence parallelism) */
+    int R = gpt->sp ? BT / gpt->tp : BT;
+    const float *lnf_in = a->lnf;
+    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual_in(gpt, gpt->cfg.layers),
+                         h.lnfw, h.lnfb, R, C);
+    if (gpt->sp) {
+        PX_CHECK(px_tp_allgather(tpc, a->lnf, a->spbuf, (size_t)R * C, "lnf", &gpt->tp_times));
+        lnf_in = a->spbuf;
     }
-    k->matmul_forward(a->logits, a->lnf, e.wte, NULL, BT, C, Vl);
+    k->matmul_forward(a->logits, lnf_in, e.wte, NULL, BT, C, Vl);
     poke(gpt);
     gpt->targets = targets;
     if (targets) {
@@ -738,17 +817,15 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
                                     gpt->v0, V);
     else
         k->crossentropy_backward(a->dlogits, a->probs, gpt->targets, 1.0f / BT, BT, V, Vl);
-    k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, eg.wte, NULL, a->dlogits, a->lnf, e.wte, BT, C, Vl);
-    poke(gpt);
     /* the head is column-parallel over the vocab: f sums its input grad
-     * (sequence parallelism: reduce-scatters it to this rank's tokens) */
+     * (sequence parallelism: reduce-scatters it to this rank's tokens),
+     * overlapped with wte's gradient GEMM */
+    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, eg.wte, NULL, a->dlogits, a->lnf, a->tmp,
+                          e.wte, BT, C, Vl, "the LM head's input gradient", "lnf"));
     if (gpt->sp) {
         int R = BT / gpt->tp;
         size_t rc = (size_t)R * C;
         float *dst[2] = {hg.lnfw, hg.lnfb};
-        PX_CHECK(px_tp_reduce_scatter(tpc, a->dbtc, a->spbuf, rc,
-                                      "the LM head's input gradient", &gpt->tp_times));
         k->mem_set(a->dres, 0, rc * sizeof(float));
         k->mem_set(a->dln, 0, 2 * (size_t)C * sizeof(float));
         k->layernorm_backward(a->dres, a->dln, a->dln + C, a->spbuf,
@@ -756,8 +833,6 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
                               a->lnf_rstd, R, C);
         PX_CHECK(sp_ln_grads(gpt, tpc, dst, 2));
     } else {
-        PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "the LM head's input gradient",
-                                 &gpt->tp_times));
         k->mem_set(a->dres, 0, btc * sizeof(float));
         k->layernorm_backward(a->dres, hg.lnfw, hg.lnfb, a->dbtc,
                               residual_in(gpt, gpt->cfg.layers), h.lnfw, a->lnf_mean,
@@ -778,13 +853,13 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     PX_CHECK(tp_comm(gpt, ctx, &tpc));
     int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, Cl = gpt->Cl, NHl = gpt->NHl, BT = B * T;
     int u = px_model_unit_layer(&gpt->cfg, l);
-    size_t btc = (size_t)BT * C, btcl = (size_t)BT * Cl, sbt = (size_t)gpt->B * gpt->T;
-    size_t sbtc = sbt * C, sbtcl = sbt * Cl;
+    size_t btcl = (size_t)BT * Cl, sbt = (size_t)gpt->B * gpt->T, sr = gpt->rows;
+    size_t src = sr * C, sbtcl = sbt * Cl;
     const float *res = residual_in(gpt, l);
-    const float *ln1 = a->ln1 + l * sbtc, *qkv = a->qkv + l * sbtcl * 3;
+    const float *ln1 = a->ln1 + l * src, *qkv = a->qkv + l * sbtcl * 3;
     const float *atty = a->atty + l * sbtcl;
     const float *att = a->att + (size_t)l * gpt->B * NHl * gpt->T * gpt->T;
-    const float *res2 = a->residual2 + l * sbtc, *ln2 = a->ln2 + l * sbtc;
+    const float *res2 = a->residual2 + l * src, *ln2 = a->ln2 + l * src;
     const float *fch = a->fch + l * sbtcl * 4, *fchg = a->fch_gelu + l * sbtcl * 4;
     float *lb, *lgb;
     layer_view_t p, g;
@@ -812,22 +887,19 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     poke(gpt);
     k->mem_set(a->d4b, 0, btcl * 4 * sizeof(float));
     k->gelu_backward(a->d4b, fch, a->d4a, btcl * 4);
-    k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, g.fcw, g.fcb, a->d4b, ln2, p.fcw, BT, C, 4 * Cl);
-    poke(gpt);
     /* fc is column-parallel: f sums its input gradient over tp (sequence
      * parallelism: reduce-scatters it to this rank's tokens; the LayerNorm
-     * gradients of this rank's tokens go to dln, summed over tp below) */
+     * gradients of this rank's tokens go to dln, summed over tp below),
+     * overlapped with fcw's gradient GEMM */
+    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, g.fcw, g.fcb, a->d4b, ln2, a->tmp, p.fcw,
+                          BT, C, 4 * Cl, "fc's input gradient", "ln2"));
     if (gpt->sp) {
-        PX_CHECK(px_tp_reduce_scatter(tpc, a->dbtc, a->spbuf, rc, "fc's input gradient",
-                                      &gpt->tp_times));
         k->layernorm_backward(a->dres, a->dln + 2 * C, a->dln + 3 * C, a->spbuf, res2, p.ln2w,
-                              a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, R, C);
+                              a->ln2_mean + l * sr, a->ln2_rstd + l * sr, R, C);
         PX_CHECK(px_tp_allgather(tpc, a->dres, a->spbuf, rc, "d(residual2)", &gpt->tp_times));
     } else {
-        PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "fc's input gradient", &gpt->tp_times));
         k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w,
-                              a->ln2_mean + l * sbt, a->ln2_rstd + l * sbt, BT, C);
+                              a->ln2_mean + l * sr, a->ln2_rstd + l * sr, BT, C);
     }
     /* dres is d(residual2): attention branch */
     k->mem_set(a->dbtc, 0, btcl * sizeof(float));
@@ -836,21 +908,17 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     k->mem_set(a->d4a, 0, btcl * 3 * sizeof(float));
     k->attention_backward(a->d4a, a->scratch, a->dbtc, qkv, att, B, T, Cl, NHl);
     poke(gpt);
-    k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->d4a, ln1, p.qkvw, BT, C, 3 * Cl);
-    poke(gpt);
-    /* qkv is column-parallel: f */
+    /* qkv is column-parallel: f, overlapped with qkvw's gradient GEMM */
+    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, g.qkvw, g.qkvb, a->d4a, ln1, a->tmp,
+                          p.qkvw, BT, C, 3 * Cl, "qkv's input gradient", "ln1"));
     if (gpt->sp) {
         float *dst[4] = {g.ln1w, g.ln1b, g.ln2w, g.ln2b};
-        PX_CHECK(px_tp_reduce_scatter(tpc, a->dbtc, a->spbuf, rc, "qkv's input gradient",
-                                      &gpt->tp_times));
         k->layernorm_backward(a->dres, a->dln, a->dln + C, a->spbuf, res, p.ln1w,
-                              a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, R, C);
+                              a->ln1_mean + l * sr, a->ln1_rstd + l * sr, R, C);
         PX_CHECK(sp_ln_grads(gpt, tpc, dst, 4));
     } else {
-        PX_CHECK(px_tp_allreduce(tpc, a->dbtc, btc, "qkv's input gradient", &gpt->tp_times));
         k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w,
-                              a->ln1_mean + l * sbt, a->ln1_rstd + l * sbt, BT, C);
+                              a->ln1_mean + l * sr, a->ln1_rstd + l * sr, BT, C);
     }
     /* dres is now d(input of layer l) */
     PX_CHECK(p_release(gpt, u, 1));

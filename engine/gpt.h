@@ -232,7 +232,10 @@ px_status_t px_gpt_backward(px_gpt_t *gpt);
 void px_gpt_update(px_gpt_t *gpt, float lr, float beta1, float beta2, float eps, float wd,
                    int t);
 
-/* Bytes of activations and of parameter state (params + grads + 2 moments). */
+/* Bytes of activations (exactly px_plan_gpt_activations' bytes for the
+ * model's dims, local B, T, tp and sequence parallelism: the buffers are
+ * cut from that table) and of parameter state (params + grads + 2
+ * moments). */
 size_t px_gpt_activation_bytes(const px_gpt_t *gpt);
 size_t px_gpt_state_bytes(const px_gpt_t *gpt);
 

@@ -56,6 +56,12 @@ typedef struct px_step_report {
                                           of one dp index */
     double tp_comm_s;                  /* this rank's time in tensor-parallel
                                           collectives since the start, s */
+    double tp_wait_s;                  /* of tp_comm_s: waiting for overlapped
+                                          collectives (tp.h), s */
+    double tp_hidden_s;                /* overlapped collectives in flight while
+                                          the rank computed, since the start,
+                                          s: tp communication time is
+                                          tp_comm_s + tp_hidden_s */
     double step_s;                     /* this step's wall time, s */
 } px_step_report_t;
 

@@ -14,7 +14,10 @@
  *   backward: the row-parallel matmuls need their replicated output
  *             gradient only; f: the input gradient of each column-parallel
  *             matmul (qkv, fc, and the tied LM head over the vocab) is
- *             all-reduced before the LayerNorm's backward.
+ *             all-reduced before the LayerNorm's backward; it runs
+ *             nonblocking while the matmul's weight gradient computes
+ *             (gpt.c col_backward: dinp first, start, dweight in row
+ *             blocks with a progress poke after each, wait).
  * Every all-reduce leaves bitwise-identical results on every member
  * (px_coll.h), so the replicated activations, and with them the gradients
  * of the replicated parameters, are bitwise equal on every tp rank without
@@ -31,14 +34,40 @@
 #include "model.h"
 #include "px_kernels.h"
 #include "px_status.h"
+#include "px_coll.h"
 #include "px_transport.h"
 
 /* Time one rank spent in tensor-parallel collectives, since the model's
- * creation. */
+ * creation. The communication time of the collectives is comm_s + hidden_s:
+ * comm_s the rank could not compute (blocking calls, and inside the
+ * transport for the overlapped ones: start, the px_test of every progress
+ * poke, px_wait), hidden_s what an overlapped collective was in flight
+ * while the rank computed (from its start to the poke that saw it done, or
+ * to its wait; an upper bound by at most one poke interval). */
 typedef struct px_tp_times {
-    double comm_s; /* blocked in tp collectives, seconds */
-    int colls;     /* collectives issued */
+    double comm_s;   /* blocked in tp collectives (wait_s included), seconds */
+    double wait_s;   /* of comm_s: in px_wait on overlapped collectives, s */
+    double hidden_s; /* overlapped collectives in flight during compute, s */
+    int colls;       /* collectives issued */
+    int overlapped;  /* of colls: started nonblocking */
 } px_tp_times_t;
+
+/* One nonblocking tensor-parallel collective in flight (at most one per
+ * model at a time): started by px_tp_*_start, progressed by px_tp_poke
+ * between compute ops, finished by px_tp_finish. Zero-initialise; a
+ * pending with req NULL and status PX_OK is idle. Buffers are borrowed
+ * until px_tp_finish returns. */
+typedef struct px_tp_pending {
+    px_request_t *req;  /* NULL: idle, or completed (seen by a poke) */
+    px_comm_t *comm;
+    const char *what;   /* for the error message; static string */
+    size_t n;           /* elements, for the error message */
+    double t_start;     /* when start returned, px_time_mono_s */
+    double t_done;      /* when a poke saw it complete; 0: not yet */
+    double test_s;      /* time inside px_test since start */
+    px_status_t status; /* first error seen by a poke (reported by finish) */
+    int active;         /* started and not finished */
+} px_tp_pending_t;
 
 /* buf (n floats, the backend's memory) = its SUM over the tensor group,
  * in place, blocking: Megatron's g in forward and f in backward. comm NULL
@@ -83,6 +112,30 @@ px_status_t px_tp_allgather(px_comm_t *comm, const float *local, float *full, si
 /* local (n floats) = block r of the SUM over the group of full (tp*n). */
 px_status_t px_tp_reduce_scatter(px_comm_t *comm, const float *full, float *local, size_t n,
                                  const char *what, px_tp_times_t *times);
+
+/* Nonblocking forms of px_tp_allreduce / px_tp_reduce_scatter /
+ * px_tp_allgather, for the overlap of Megatron's f with the weight-
+ * gradient GEMM (Shoeybi et al. 2019, section 3; Korthikanti et al. 2022,
+ * section 4.2.2 for the sequence-parallel pair): the collective is queued
+ * and returns at once, `p` (idle) becomes active. comm NULL or of one rank:
+ * nothing is queued, p still becomes active (finish returns PX_OK). The
+ * transport progresses the request only while the caller is inside it:
+ * call px_tp_poke between compute ops, then px_tp_finish before the
+ * result is read. Errors: the start's (logged; p stays idle). */
+px_status_t px_tp_allreduce_start(px_comm_t *comm, float *buf, size_t n, const char *what,
+                                  px_tp_times_t *times, px_tp_pending_t *p);
+px_status_t px_tp_reduce_scatter_start(px_comm_t *comm, const float *full, float *local,
+                                       size_t n, const char *what, px_tp_times_t *times,
+                                       px_tp_pending_t *p);
+px_status_t px_tp_allgather_start(px_comm_t *comm, const float *local, float *full, size_t n,
+                                  const char *what, px_tp_times_t *times, px_tp_pending_t *p);
+/* Progresses p's request once without blocking (px_test); an error is kept
+ * in p->status for px_tp_finish. Idle or completed p: nothing. */
+void px_tp_poke(px_tp_pending_t *p, px_tp_times_t *times);
+/* Blocks until p's collective completed (px_wait with the communicator's
+ * deadline), adds its times to `times`, and makes p idle. Returns the
+ * collective's status (logged with p->what). Idle p: PX_OK. */
+px_status_t px_tp_finish(px_tp_pending_t *p, px_tp_times_t *times);
 
 /* A canonical-layout host buffer dst (n floats) in which each tp rank
  * wrote only its own shards and the replicated tensors were written by tp

@@ -410,7 +410,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                                 .tokens_per_second = (double)cfg->batch * T / (t1 - t0),
                                 .elapsed_s = t1 - t_start, .rank = rank,
                                 .replicated_digest = px_zero_replicated_digest(zero),
-                                .tp_comm_s = tt.comm_s, .step_s = t1 - t0};
+                                .tp_comm_s = tt.comm_s, .tp_wait_s = tt.wait_s,
+                                .tp_hidden_s = tt.hidden_s, .step_s = t1 - t0};
         fill_mem(&rep, plan);
         if (cb && cb(arg, &rep)) {
             px_info("train: stopped by the step callback after step %d", s + 1);
@@ -440,8 +441,14 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         if (layout.tp > 1) {
             px_tp_times_t tt;
             px_gpt_tp_times(gpt, &tt);
-            px_info("train: tp %d: per step %.2f ms in tensor-parallel collectives (%d per step)",
-                    layout.tp, 1e3 * tt.comm_s / steps_run, tt.colls / steps_run);
+            double all = tt.comm_s + tt.hidden_s;
+            px_info("train: tp %d: per step %.2f ms blocked in tensor-parallel collectives (%d "
+                    "per step, %d overlapped; %.2f ms of it waiting for them) and %.2f ms hidden "
+                    "behind compute: %.0f%% of %.2f ms of tp communication hidden",
+                    layout.tp, 1e3 * tt.comm_s / steps_run, tt.colls / steps_run,
+                    tt.overlapped / steps_run, 1e3 * tt.wait_s / steps_run,
+                    1e3 * tt.hidden_s / steps_run, all > 0 ? 100.0 * tt.hidden_s / all : 0.0,
+                    1e3 * all / steps_run);
         }
     }
     status = PX_OK;

@@ -47,7 +47,11 @@ typedef struct px_kernel_ops {
     void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
                            int N, int C, int OC);
     /* dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp;
-     * dbias (OC) += column sums of dout. dinp and dbias may be NULL. */
+     * dbias (OC) += column sums of dout. Any of dinp, dweight, dbias may
+     * be NULL (not computed): tensor parallelism computes dinp alone,
+     * starts its all-reduce, then dweight and dbias (tp.h). Row blocks of
+     * dout and inp may be passed separately (N split): dweight and dbias
+     * accumulate. */
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
 

@@ -28,8 +28,9 @@ void px__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const fl
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
                     C, 1.0f, dinp, C);
     /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dweight, C);
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+                    1.0f, dweight, C);
     if (dbias) {
         for (int n = 0; n < N; n++) {
             const float *d = dout + (size_t)n * OC;

@@ -146,3 +146,60 @@ void px_plan_destroy(px_plan_t *p)
 }
 
 double px_plan_state_bytes(const px_plan_t *p) { return p->state_peak; }
+
+px_status_t px_plan_gpt_activations(int layers, int heads, int dim, int padded_vocab, int B,
+                                    int T, int tp, int sequence_parallel,
+                                    px_plan_gpt_acts_t *acts)
+{
+    if (layers <= 0 || heads <= 0 || dim <= 0 || padded_vocab <= 0 || B <= 0 || T <= 0 ||
+        tp <= 0 || dim % heads || heads % tp || dim % tp || padded_vocab % tp) {
+        px_error("plan: activations of layers %d heads %d dim %d padded vocab %d B %d T %d "
+                 "tp %d: sizes must be positive, dim divisible by heads, heads, dim and the "
+                 "padded vocab by tp", layers, heads, dim, padded_vocab, B, T, tp);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    uint64_t L = (uint64_t)layers, C = (uint64_t)dim, N = (uint64_t)B * T, t = (uint64_t)T;
+    int sp = tp > 1 && sequence_parallel;
+    if (sp && N % (uint64_t)tp) {
+        px_error("plan: sequence parallelism needs B*T = %d x %d divisible by tp=%d", B, T, tp);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    uint64_t R = sp ? N / (uint64_t)tp : N, Cl = C / (uint64_t)tp;
+    uint64_t NHl = (uint64_t)(heads / tp), Vl = (uint64_t)(padded_vocab / tp);
+    const uint64_t c[PX_PLAN_GPT_NUM_ACTS] = {
+        R * C,                /* encoded */
+        L * R * C,            /* ln1 */
+        L * R, L * R,         /* ln1 mean, rstd */
+        L * N * 3 * Cl,       /* qkv */
+        L * N * Cl,           /* atty */
+        L * B * NHl * t * t,  /* att */
+        L * R * C,            /* residual2 */
+        L * R * C,            /* ln2 */
+        L * R, L * R,         /* ln2 mean, rstd */
+        L * N * 4 * Cl,       /* fch */
+        L * N * 4 * Cl,       /* fch_gelu */
+        L * R * C,            /* residual3 */
+        R * C,                /* lnf */
+        R, R,                 /* lnf mean, rstd */
+        N * Vl, N * Vl,       /* logits, probs */
+        N,                    /* losses */
+        N * C,                /* tmp */
+        R * C,                /* dres */
+        N * C,                /* dbtc */
+        N * 4 * Cl,           /* d4a */
+        N * 4 * Cl,           /* d4b */
+        N * Vl,               /* dlogits */
+        t * t,                /* attention scratch */
+        tp > 1 ? N : 0,       /* cross-entropy row max */
+        sp ? N * C : 0,       /* spbuf */
+        sp ? 4 * C : 0,       /* dln */
+    };
+    acts->floats = 0;
+    for (int i = 0; i < PX_PLAN_GPT_NUM_ACTS; i++) {
+        acts->count[i] = c[i];
+        acts->floats += c[i];
+    }
+    acts->doubles = tp > 1 ? 2 * N : 0;
+    acts->bytes = 4 * acts->floats + 8 * acts->doubles;
+    return PX_OK;
+}

@@ -87,6 +87,45 @@ uint64_t px_plan_gpt_units(int layers, int dim, int vocab, int max_seq, uint64_t
 uint64_t px_plan_gpt_units_tp(int layers, int dim, int vocab, int max_seq, int tp,
                               uint64_t **sizes_p);
 
+/* The activation buffers the GPT engine allocates (engine/gpt.c, one flat
+ * buffer of floats plus the vocab-parallel cross-entropy's doubles), in
+ * the order of gpt.c's gpt_acts_t. With the shapes (L layers, NH heads,
+ * C dim, Vp padded vocab, B local micro-batch, T sequence, N = B*T tokens;
+ * per tensor rank Cl = C/tp, NHl = NH/tp, Vl = Vp/tp; R = N, or N/tp with
+ * sequence parallelism):
+ *   residual stream and LayerNorms, R rows: encoded (R,C), ln1 (L,R,C),
+ *     ln1 mean/rstd (L,R) x2, residual2 (L,R,C), ln2 (L,R,C), ln2
+ *     mean/rstd (L,R) x2, residual3 (L,R,C), lnf (R,C), lnf mean/rstd (R)
+ *     x2, dres (R,C);
+ *   split by tp: qkv (L,N,3Cl), atty (L,N,Cl), att (L,B,NHl,T,T), fch and
+ *     its gelu (L,N,4Cl) x2, logits and probs (N,Vl) x2, backward d4a and
+ *     d4b (N,4Cl) x2, dlogits (N,Vl);
+ *   whole: losses (N), tmp (N,C), dbtc (N,C), attention scratch (T,T);
+ *   tp > 1: the cross-entropy's row max (N) and sums (N,2) doubles;
+ *   sequence parallelism: spbuf (N,C), the LayerNorm gradients (4,C).
+ * The table is exact for this engine (gpt.c allocates from it). Sequence
+ * parallelism takes the 5 per-layer R-row tensors from N to N/tp rows
+ * (Korthikanti et al., "Reducing Activation Recomputation in Large
+ * Transformer Models", 2022, section 4.2.2 and Table 2: the LayerNorm and
+ * dropout-free residual activations divided by t). */
+#define PX_PLAN_GPT_NUM_ACTS 30
+typedef struct px_plan_gpt_acts {
+    uint64_t count[PX_PLAN_GPT_NUM_ACTS]; /* floats of each buffer */
+    uint64_t floats;                      /* their sum */
+    uint64_t doubles;                     /* the cross-entropy's sums (tp > 1) */
+    uint64_t bytes;                       /* 4 floats + 8 doubles: memacct's
+                                             activations category */
+} px_plan_gpt_acts_t;
+
+/* Fills *acts for one rank (tp_rank does not matter: every tensor rank's
+ * are equal). B, T: the local micro-batch the model is created for.
+ * Errors (PX_ERR_INVALID_ARGUMENT, logged): a size not positive, heads or
+ * padded_vocab or dim not divisible by tp, B*T not divisible by tp with
+ * sequence parallelism. */
+px_status_t px_plan_gpt_activations(int layers, int heads, int dim, int padded_vocab, int B,
+                                    int T, int tp, int sequence_parallel,
+                                    px_plan_gpt_acts_t *acts);
+
 typedef struct px_plan {
     int zero, dp, nunits;
     int units_known;          /* 0: one unit from --params; W not counted */

@@ -334,6 +334,8 @@ static int on_step(void *arg, const px_step_report_t *r)
             snprintf(dig, sizeof(dig), "%016llx", (unsigned long long)r->replicated_digest);
             json_object_set_new(o, "replicated_digest", json_string(dig));
             json_object_set_new(o, "tp_comm_s", json_real(r->tp_comm_s));
+            json_object_set_new(o, "tp_wait_s", json_real(r->tp_wait_s));
+            json_object_set_new(o, "tp_hidden_s", json_real(r->tp_hidden_s));
             json_object_set_new(o, "step_s", json_real(r->step_s));
         }
         if (o) {

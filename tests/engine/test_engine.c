@@ -414,6 +414,33 @@ static void test_plan(void)
     px_mem_stats(&ms);
     EXPECT(ms.current[PX_MEM_PARAMS] == 0 && ms.current[PX_MEM_ACTS] == 0 &&
            ms.peak[PX_MEM_OPTIM] >= total * 8, "memacct frees, keeps peaks");
+    /* activations (plan.h), by hand: L 1, NH 2, C 4, Vp 64, B 1, T 4 (N 4).
+     * tp 1: R 4: residual stream and LayerNorms 16*8 + 4*6 = 152, split
+     * qkv 48 atty 16 att 32 fch, gelu 64*2 d4a, d4b 64*2 logits, probs,
+     * dlogits 256*3, whole losses 4 tmp 16 dbtc 16 scratch 16: 1308
+     * floats. tp 2 + SP: R 2, Cl 2, NHl 1, Vl 32: 76 + 24+8+16+32*4+128*3
+     * + 4+16+16+16 + rowmax 4 + spbuf 16 + dln 16 = 716 floats and 8
+     * doubles; tp 2 without SP: R 4: 752 floats, 8 doubles */
+    px_plan_gpt_acts_t pa;
+    EXPECT(px_plan_gpt_activations(1, 2, 4, 64, 1, 4, 1, 0, &pa) == PX_OK && pa.floats == 1308 &&
+           pa.doubles == 0 && pa.bytes == 5232, "activations tp 1: %llu floats",
+           (unsigned long long)pa.floats);
+    EXPECT(px_plan_gpt_activations(1, 2, 4, 64, 1, 4, 2, 1, &pa) == PX_OK && pa.floats == 716 &&
+           pa.doubles == 8 && pa.bytes == 716 * 4 + 64, "activations tp 2 SP: %llu floats",
+           (unsigned long long)pa.floats);
+    EXPECT(px_plan_gpt_activations(1, 2, 4, 64, 1, 4, 2, 0, &pa) == PX_OK && pa.floats == 752 &&
+           pa.bytes == 752 * 4 + 64, "activations tp 2: %llu floats",
+           (unsigned long long)pa.floats);
+    EXPECT(px_plan_gpt_activations(1, 2, 4, 64, 1, 3, 2, 1, &pa) == PX_ERR_INVALID_ARGUMENT,
+           "B*T = 3 with SP on tp 2");
+    /* the model allocates exactly the plan's bytes (memacct) */
+    px_gpt_config_t c2 = {.layers = 1, .heads = 2, .dim = 4, .max_seq = 4, .vocab = 50,
+                          .padded_vocab = 64, .tp = 2, .tp_rank = 1, .sequence_parallel = 1};
+    EXPECT(px_gpt_create(&c2, px_kernels_cpu(), 1, 4, &g) == PX_OK, "create tp 2 SP");
+    px_mem_stats(&ms);
+    EXPECT(ms.current[PX_MEM_ACTS] == 716 * 4 + 64 && px_gpt_activation_bytes(g) == 716 * 4 + 64,
+           "tp 2 SP model's activations %llu bytes", (unsigned long long)ms.current[PX_MEM_ACTS]);
+    px_gpt_destroy(g);
 }
 
 int main(int argc, char **argv)

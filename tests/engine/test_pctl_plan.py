@@ -7,8 +7,12 @@ totals (Psi = 7.5B, N_d = 64, K = 12; Rajbhandari et al. 2020, Figure 1);
 a usage error (exit 2) naming the value. The layout table: --dp 2 --tp 2
 --pp 2 lists every rank's coordinates (tp innermost, then cp, dp, pp), the
 reporting rank and the node of each rank; --nodes/--devices-per-node that
-cannot hold whole tensor groups exit 2 naming the values; tp/pp/cp/ep > 1
-print no memory figures (not planned yet).
+cannot hold whole tensor groups exit 2 naming the values; pp/cp/ep > 1
+print no memory figures (not planned yet). Tensor parallelism (issue 9):
+--tp 2 prints one tensor rank's parameter bytes and the activations of the
+local micro-batch (--batch, --seq), fewer still with --sequence-parallel,
+values worked out by hand from the tensor table and plan.h's activation
+table.
 
 usage: test_pctl_plan.py PCTL"""
 import json
@@ -70,8 +74,65 @@ def main():
                                   'ok' if ok else 'FAIL: ' + p.stderr.strip()))
         failures += not ok
     failures += test_layout(pctl)
+    failures += test_tp(pctl)
     print('FAIL (%d)' % failures if failures else 'PASS')
     return 1 if failures else 0
+
+
+def test_tp(pctl):
+    """2 layers, dim 8, heads 2, vocab 16 (wte padded to 64 rows), seq 4,
+    batch 2 (micro-batch 2, N = 8 tokens), fp32, ZeRO 0.
+    Parameters: tp 1 2304 (test above). tp 2, per rank: embedding 32*8 + 4*8
+    = 288, layer 16 (ln1) + 12*8 (qkvw) + 12 + 4*8 (attprojw) + 8 + 16 (ln2)
+    + 16*8 (fcw) + 16 + 8*16 (fcprojw) + 8 = 460, head 16: 1224.
+    Activations (floats; plan.h): tp 1: residual stream and LayerNorms (R = 8
+    rows) 784, split buffers 3712, whole 152: 4648 = 18592 bytes. tp 2:
+    split halves to 1856, + row max 8: 2800 floats + 16 doubles = 11328
+    bytes. tp 2 + SP: R = 4 rows halves the 784 to 392, + spbuf 64 + dln 32:
+    2504 floats + 16 doubles = 10144 bytes."""
+    failures = 0
+    base = [pctl, 'plan', '--layers', '2', '--dim', '8', '--heads', '2', '--vocab', '16',
+            '--seq', '4', '--batch', '2', '--zero', '0', '--precision', 'fp32', '--json']
+    got = {}
+    for name, extra in (('tp1', []), ('tp2', ['--tp', '2']),
+                        ('tp2sp', ['--tp', '2', '--sequence-parallel'])):
+        j = json.loads(subprocess.run(base + extra, capture_output=True, text=True,
+                                      check=True).stdout)
+        st = j['stages'][0]
+        got[name] = (st['params_count'], st['params_bytes'], st['grads_bytes'],
+                     st['optimizer_bytes'], j['activations_bytes'], j['memory_planned'])
+    want = {'tp1': (2304, 2304 * 4.0, 2304 * 4.0, 2304 * 8.0, 18592, True),
+            'tp2': (1224, 1224 * 4.0, 1224 * 4.0, 1224 * 8.0, 11328, True),
+            'tp2sp': (1224, 1224 * 4.0, 1224 * 4.0, 1224 * 8.0, 10144, True)}
+    for name in want:
+        failures += check('plan %s (params, bytes p/g/o, activations)' % name,
+                          got[name] == want[name], '%s want %s' % (got[name], want[name]))
+    failures += check('bytes fall with tp, activations further with SP',
+                      got['tp2'][1] < got['tp1'][1] and
+                      got['tp2sp'][4] < got['tp2'][4] < got['tp1'][4])
+    # ZeRO-3 on dp 2 x tp 2: shards of the tp-local units (plan.h): units
+    # 288, 460, 460, 16 padded to even: shard 612; E 288, M 460, H 16:
+    # params (S + E + M + max(M, H)) * 4, grads (S + E + max(H, M)) * 4
+    j = json.loads(subprocess.run(base[:-7] + ['--zero', '3', '--precision', 'fp32', '--json',
+                                               '--dp', '2', '--batch', '4', '--tp', '2'],
+                                  capture_output=True, text=True, check=True).stdout)
+    st = j['stages'][0]
+    w = ((612 + 288 + 460 + 460) * 4.0, (612 + 288 + 460) * 4.0, 612 * 8.0)
+    g = (st['params_bytes'], st['grads_bytes'], st['optimizer_bytes'])
+    failures += check('plan dp2 x tp2 ZeRO-3', g == w and j['micro_batch'] == 2 and
+                      j['activations_bytes'] == 11328, '%s want %s' % (g, w))
+    # text: the activation line, and the errors
+    out = subprocess.run(base[:-1] + ['--tp', '2', '--sequence-parallel'], capture_output=True,
+                         text=True, check=True).stdout
+    failures += check('text names the activations',
+                      'activations per rank: 10.1 kB (micro-batch 2 x seq 4, tp 2, sequence '
+                      'parallelism on' in out, out)
+    for argv, msg in ((['--sequence-parallel'], '--sequence-parallel needs --tp > 1'),
+                      (['--tp', '2', '--dp', '2', '--batch', '3'],
+                       'batch=3 is not divisible by dp=2 x grad_accum=1')):
+        p = subprocess.run(base[:-1] + argv, capture_output=True, text=True)
+        failures += check(' '.join(argv), p.returncode == 2 and msg in p.stderr, p.stderr)
+    return failures
 
 
 def check(name, ok, detail=''):

@@ -16,6 +16,8 @@ layout:
   * the replicated parameters (LayerNorms, wpe, row-parallel biases) are
     bitwise equal on the tensor ranks of one dp index after every step (the
     ranks' replicated_digest);
+  * the backward overlap: tp_hidden_s > 0 (collectives in flight while the
+    weight gradients computed) and tp_wait_s <= tp_comm_s;
   * the norm check: with every parameter and gradient 1.0
     (--test-norm-ones) the global norm is exactly sqrt(number of
     parameters), so no parameter is counted twice or missed.
@@ -159,6 +161,14 @@ def main():
                     bad.append('dp %d step %d: replicated parameters differ across tp ranks %s'
                                % (d, step + 1, sorted(digests)))
                     break
+        # the overlap (tp.h): column-parallel input gradients' collectives
+        # were in flight while the weight gradients computed, and the
+        # time waiting for them is part of the blocked time
+        for rk, rr in enumerate(runs):
+            m = rr[-1]
+            if not (m['tp_hidden_s'] > 0 and 0 <= m['tp_wait_s'] <= m['tp_comm_s']):
+                bad.append('rank %d: tp times hidden %s wait %s blocked %s' % (
+                    rk, m['tp_hidden_s'], m['tp_wait_s'], m['tp_comm_s']))
         gerr, gname = grad_errors(dump, base_dump)
         if not gerr <= TOL_GRAD:
             bad.append('step-1 gradient of %s rel %.1e > %g' % (gname, gerr, TOL_GRAD))

@@ -202,6 +202,24 @@ static void test_matmul(void)
     fd_check("matmul dinp", c.inp, dinp, (size_t)c.N * c.C, mm_loss, &c, 1000);
     fd_check("matmul dweight", c.wt, dw, (size_t)c.OC * c.C, mm_loss, &c, 1000);
     fd_check("matmul dbias", c.bs, db, c.OC, mm_loss, &c, 1000);
+    /* split calls (tensor parallelism's overlap): dinp alone, then dweight
+     * and dbias over two row blocks of (dout, inp), give the same sums */
+    float *dinp2 = zeros((size_t)c.N * c.C), *dw2 = zeros((size_t)c.OC * c.C), *db2 = zeros(c.OC);
+    K->matmul_backward(dinp2, NULL, NULL, c.w, c.inp, c.wt, c.N, c.C, c.OC);
+    K->matmul_backward(NULL, dw2, db2, c.w, c.inp, c.wt, 3, c.C, c.OC);
+    K->matmul_backward(NULL, dw2, db2, c.w + 3 * c.OC, c.inp + 3 * c.C, c.wt, c.N - 3, c.C, c.OC);
+    double e_in = 0, e_w = 0, e_b = 0;
+    for (int i = 0; i < c.N * c.C; i++)
+        e_in = fmax(e_in, fabs(dinp2[i] - dinp[i]));
+    for (int i = 0; i < c.OC * c.C; i++)
+        e_w = fmax(e_w, fabs(dw2[i] - dw[i]));
+    for (int i = 0; i < c.OC; i++)
+        e_b = fmax(e_b, fabs(db2[i] - db[i]));
+    printf("  matmul backward split (dinp alone; dweight, dbias in 2 row blocks): max err %.2e "
+           "%.2e %.2e\n", e_in, e_w, e_b);
+    EXPECT(e_in == 0 && e_w < 1e-5 && e_b < 1e-5,
+           "split matmul backward differs: dinp %g dweight %g dbias %g", e_in, e_w, e_b);
+    free(dinp2); free(dw2); free(db2);
     free(c.out); free(c.inp); free(c.wt); free(c.bs); free(c.w); free(dinp); free(dw); free(db);
 }
 
