@@ -24,7 +24,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'engine'))
-from zero_util import run_world  # noqa: E402
+from zero_util import license_tokens, run_world  # noqa: E402
 
 DIMS = ['--layers', '4', '--heads', '8', '--dim', '256', '--seq', '128']
 BATCH = ['--batch', '8']
@@ -43,11 +43,7 @@ def main():
     rank_bin, pctl, make_tokens, work = sys.argv[1:5]
     steps = int(sys.argv[5]) if len(sys.argv) == 6 else 8
     os.makedirs(work, exist_ok=True)
-    lic = sorted(os.path.join('/usr/share/common-licenses', f)
-                 for f in os.listdir('/usr/share/common-licenses'))
-    data = os.path.join(work, 'tokens.bin')
-    subprocess.run([sys.executable, make_tokens, data] + lic, check=True,
-                   stdout=subprocess.DEVNULL)
+    data = license_tokens(make_tokens, work)
     base = DIMS + BATCH + ['--data', data]
     print('model: 4 layers, 8 heads, dim 256, seq 128, global batch 8, vocab 256, fp32')
     print()

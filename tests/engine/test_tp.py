@@ -37,7 +37,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zero_util import log_text, rel, run_world  # noqa: E402
+from zero_util import license_tokens, log_text, rel, run_world  # noqa: E402
 
 ARGS = ['--layers', '2', '--heads', '4', '--dim', '32', '--seq', '16', '--batch', '8',
         '--steps', '10', '--lr', '1e-3', '--seed', '1337', '--grad-clip', '1.0']
@@ -102,11 +102,7 @@ def main():
     rank_bin, make_tokens, work = sys.argv[1:4]
     names = sys.argv[4:] or list(LAYOUTS)
     os.makedirs(work, exist_ok=True)
-    lic = sorted(os.path.join('/usr/share/common-licenses', f)
-                 for f in os.listdir('/usr/share/common-licenses'))
-    data = os.path.join(work, 'tokens.bin')
-    subprocess.run([sys.executable, make_tokens, data] + lic, check=True,
-                   stdout=subprocess.DEVNULL)
+    data = license_tokens(make_tokens, work)
     args = ARGS + ['--data', data, '--dump-steps', '1']
     failures = 0
     results = {}

@@ -5,7 +5,19 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
+
+
+def license_tokens(make_tokens, work):
+    """Byte-level tokens of Debian's license texts (every machine has them)
+    in work/tokens.bin, made by make_tokens.py; returns the path."""
+    lic = sorted(os.path.join('/usr/share/common-licenses', f)
+                 for f in os.listdir('/usr/share/common-licenses'))
+    data = os.path.join(work, 'tokens.bin')
+    subprocess.run([sys.executable, make_tokens, data] + lic, check=True,
+                   stdout=subprocess.DEVNULL)
+    return data
 
 
 def free_port():
