@@ -26,6 +26,8 @@ static px_knob_t knobs[] = {
     {"PX_PEER_DEAD_MS", "10000", "a peer daemon silent this long is dead; its jobs fail (ms)", NULL},
     {"PX_RANK_BIN", "", "path of the parallax-rank binary the daemon spawns (default: next to parallaxd)", NULL},
     {"PX_KILL_GRACE_MS", "3000", "SIGTERM to SIGKILL grace when stopping ranks (ms)", NULL},
+    {"PX_BLAS_CORETYPE", "", "OpenBLAS core ranks run (e.g. Haswell, SkylakeX; openblas: OpenBLAS's own "
+     "choice); unset: the CPU's best (cpuid) unless OPENBLAS_CORETYPE is set", NULL},
 };
 
 static px_knob_t *find(const char *name)

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "jobspec.h"
+#include "px_blas_core.h"
 #include "px_env.h"
 #include "px_log.h"
 #include "px_train.h"
@@ -358,7 +359,12 @@ int main(int argc, char **argv)
     int rank = 0, world = 1, ret = 1;
     step_ctx_t ctx = {0};
     px_world_t *pw = NULL;
+    px_blas_core_info_t blas;
 
+    /* issue 15: OpenBLAS's best kernels for this CPU, before anything else
+     * runs (may re-execute this process once or twice) */
+    px_blas_core_ensure(argv, &blas);
+    px_blas_core_log(&blas);
     if (px_rank_bench_requested(argc, argv))
         return px_rank_bench_main(argc, argv);
     if (parse_args(argc, argv, &a))

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "px_blas_core.h"
 #include "px_kernels.h"
 
 static const px_kernel_ops_t *K;
@@ -567,6 +568,10 @@ int main(int argc, char **argv)
     };
     const char *which = argc > 1 ? argv[1] : "all";
     int ran = 0;
+    px_blas_core_info_t blas;
+    /* the kernels run on the core the ranks choose (issue 15) */
+    px_blas_core_ensure(argv, &blas);
+    px_blas_core_log(&blas);
     K = px_kernels_cpu();
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(which, "all") && strcmp(which, cases[i].name))
