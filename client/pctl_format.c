@@ -223,6 +223,8 @@ json_t *pctl_json_node(const Parallax__V1__NodeInfo *n)
     json_object_set_new(o, "alive", json_boolean(n->alive));
     json_object_set_new(o, "last_seen_ms", json_integer(n->last_seen_ms));
     json_object_set_new(o, "version", json_str(n->version));
+    json_object_set_new(o, "blas_core", json_str(n->blas_core));
+    json_object_set_new(o, "blas_core_source", json_str(n->blas_core_source));
     json_object_set_new(o, "devices_free", json_integer((json_int_t)free_devs));
     json_object_set_new(o, "devices_total", json_integer((json_int_t)n->n_devices));
     json_object_set_new(o, "devices", devs);

@@ -874,8 +874,8 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
             json_array_append_new(a, pctl_json_node(resp->nodes[i]));
         rc = pctl_json_print(a);
     } else {
-        printf("%-16s %-22s %-22s %-6s %-8s %s\n", "NAME", "CONTROL", "PEER", "ALIVE", "FREE/ALL",
-               "LAST SEEN");
+        printf("%-16s %-22s %-22s %-6s %-8s %-12s %s\n", "NAME", "CONTROL", "PEER", "ALIVE",
+               "FREE/ALL", "BLAS", "LAST SEEN");
         for (size_t i = 0; i < resp->n_nodes; i++) {
             const Parallax__V1__NodeInfo *n = resp->nodes[i];
             size_t free_devs = 0;
@@ -885,9 +885,11 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
                     free_devs++;
             snprintf(devs, sizeof(devs), "%zu/%zu", free_devs, n->n_devices);
             fmt_age(n->last_seen_ms, seen, sizeof(seen));
-            printf("%-16s %-22s %-22s %-6s %-8s %s%s\n", n->name ? n->name : "",
+            printf("%-16s %-22s %-22s %-6s %-8s %-12s %s%s\n", n->name ? n->name : "",
                    n->control_addr ? n->control_addr : "", n->peer_addr ? n->peer_addr : "",
-                   n->alive ? "yes" : "no", devs, seen, n->last_seen_ms > 0 ? " ago" : "");
+                   n->alive ? "yes" : "no", devs,
+                   n->blas_core && *n->blas_core ? n->blas_core : "-", seen,
+                   n->last_seen_ms > 0 ? " ago" : "");
         }
         rc = PCTL_EXIT_OK;
     }

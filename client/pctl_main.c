@@ -107,7 +107,8 @@ static const pctl_command_t commands[] = {
     {"nodes", "list the cluster's nodes",
      "usage: pctl nodes [--json]\n"
      "\n"
-     "Lists nodes: name, control and peer addresses, alive, devices free/total.\n",
+     "Lists nodes: name, control and peer addresses, alive, devices free/total,\n"
+     "the OpenBLAS core its ranks run (BLAS; --json: blas_core, blas_core_source).\n",
      pctl_cmd_nodes},
     {"mem", "memory per rank of a job, by category, next to the plan",
      "usage: pctl mem JOB [--json]\n"

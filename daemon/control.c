@@ -561,6 +561,8 @@ static void h_list_nodes(px_rpc_call_t *call, const ProtobufCMessage *request, v
         ni->alive = p->alive;
         ni->last_seen_ms = p->last_seen_ms;
         ni->version = p->version;
+        ni->blas_core = p->blas_core;
+        ni->blas_core_source = p->blas_core_source;
         ni->devices = devs + k;
         for (int j = 0; j < p->n_devices; j++) {
             Parallax__V1__Device *dv = malloc(sizeof(*dv));

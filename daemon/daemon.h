@@ -53,6 +53,8 @@ typedef struct px_peer {
     char name[PXD_NAME_MAX];        /* "" until known */
     char control_addr[PXD_ADDR_MAX];
     char version[32];
+    char blas_core[32];             /* NodeInfo.blas_core, "" from an older daemon */
+    char blas_core_source[24];
     int alive;
     int64_t last_seen_ms;           /* wall clock, 0 = never */
     int64_t last_seen_mono_ms;

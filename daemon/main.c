@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "px_blas_core.h"
 #include "px_config.h"
 #include "px_env.h"
 #include "px_log.h"
@@ -326,6 +327,11 @@ int main(int argc, char **argv)
         px_daemon_config_print(&d->cfg, stdout);
         bin = px_supervisor_rank_bin(d, err, sizeof(err));
         printf("rank-bin = %s\n", bin ? bin : err);
+        {
+            const char *src, *core = px_blas_core_node(&src);
+            printf("blas-core = %s (%s; CPU best %s)\n", core, src,
+                   px_blas_cpu_tier() ? px_blas_tier_core(px_blas_cpu_tier()) : "below Haswell");
+        }
         px_env_print(stdout);
         px_daemon_config_free(&d->cfg);
         return 0;

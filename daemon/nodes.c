@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "px_blas_core.h"
 #include "px_config.h"
 #include "px_env.h"
 #include "px_log.h"
@@ -102,6 +103,8 @@ px_rpc_channel_t *px_nodes_control_channel(px_daemon_t *d, const char *name)
 
 void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info)
 {
+    const char *src;
+
     parallax__v1__node_info__init(info);
     info->name = d->cfg.name;
     info->control_addr = d->control_addr;
@@ -109,6 +112,8 @@ void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info)
     info->alive = 1;
     info->last_seen_ms = px_time_wall_ms();
     info->version = (char *)PX_VERSION;
+    info->blas_core = (char *)px_blas_core_node(&src);
+    info->blas_core_source = (char *)src;
     info->n_devices = (size_t)d->n_devices;
     info->devices = calloc((size_t)d->n_devices, sizeof(*info->devices));
     for (int i = 0; info->devices && i < d->n_devices; i++) {
@@ -153,6 +158,10 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
     }
     if (info->version)
         snprintf(p->version, sizeof(p->version), "%s", info->version);
+    if (info->blas_core)
+        snprintf(p->blas_core, sizeof(p->blas_core), "%s", info->blas_core);
+    if (info->blas_core_source)
+        snprintf(p->blas_core_source, sizeof(p->blas_core_source), "%s", info->blas_core_source);
     devs = calloc(info->n_devices ? info->n_devices : 1, sizeof(*devs));
     if (devs) {
         for (size_t i = 0; i < info->n_devices; i++) {

@@ -30,6 +30,7 @@
 
 #include "benchstore.h"
 #include "daemon.h"
+#include "px_blas_core.h"
 #include "px_config.h"
 #include "px_env.h"
 #include "px_log.h"
@@ -352,6 +353,8 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
     char num[32][32], bnum[8][32], dir[1024], spec_path[1100], env_dev[64];
     char *env_token = NULL, *env_ca = NULL;
     char *args[64], *env[256];
+    const char *blas_env[2];
+    int n_blas;
     extern char **environ;
     uv_process_options_t opt;
     uv_stdio_container_t stdio[3];
@@ -406,11 +409,19 @@ common_args:
 #undef ARG
 #undef SARG
 
-    for (char **e = environ; *e && ne < 248; e++)
+    /* issue 15: the rank runs the node's BLAS core (px_blas_core.h); a
+     * choice of ours replaces an inherited OPENBLAS_CORETYPE only where
+     * px_blas_core_decide says so (PX_BLAS_CORETYPE; a preset is kept) */
+    n_blas = px_blas_core_child_env(blas_env);
+    for (char **e = environ; *e && ne < 246; e++)
         if (strncmp(*e, "PX_DEVICE=", 10) && strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) &&
             strncmp(*e, PX_AUTH_RANK_ENV "=", sizeof(PX_AUTH_RANK_ENV)) &&
-            strncmp(*e, "PX_TLS_CA_FILE=", 15))
+            strncmp(*e, "PX_TLS_CA_FILE=", 15) && strncmp(*e, "PX_BLAS_CORE_REJECTED=", 22) &&
+            !(n_blas && (!strncmp(*e, "OPENBLAS_CORETYPE=", 18) ||
+                         !strncmp(*e, "PX_BLAS_CORE_SET=", 17))))
             env[ne++] = *e;
+    for (int i = 0; i < n_blas; i++)
+        env[ne++] = (char *)blas_env[i];
     snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=%s", a->device);
     env[ne++] = env_dev;
     /* auth.c: the token reaches the rank in its environment only (readable

@@ -139,6 +139,14 @@ void px_blas_core_decide(const char **core_p, const char **source_p)
         *source_p = source;
 }
 
+const char *px_blas_core_node(const char **source_p)
+{
+    const char *core;
+
+    px_blas_core_decide(&core, source_p);
+    return core ? core : own_core();
+}
+
 int px_blas_core_child_env(const char **env)
 {
     static char coretype[64], set[64];

@@ -70,6 +70,12 @@ int px_blas_core_tier(const char *core);
  * Never fails. */
 void px_blas_core_decide(const char **core_p, const char **source_p);
 
+/* The core the ranks this process starts will run: px_blas_core_decide's
+ * choice, else the one OpenBLAS runs here (a preset, or its own choice).
+ * *source_p gets PX_BLAS_SRC_*. Both static (or OpenBLAS's own string):
+ * borrowed for the process's life. Never fails. */
+const char *px_blas_core_node(const char **source_p);
+
 /* Fills `env` (at least 2 slots) with the "NAME=value" strings a child
  * should get so that it runs px_blas_core_decide's core and knows that
  * parallax chose it (so its own check may fall back): OPENBLAS_CORETYPE and

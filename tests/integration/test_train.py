@@ -2,7 +2,8 @@
 """Integration: a dp=4 job across two daemons (2 CPU devices each) trains to
 COMPLETED with a finite, falling loss and 20 metric rows; a second job
 needing all devices waits until the first ends; the job and its final loss
-survive a stop and restart of both daemons.
+survive a stop and restart of both daemons; a rank logs the BLAS core its
+node reports in ListNodes (issue 15).
 
 Run by meson (suite integration) with the built binaries' paths:
   test_train.py --parallaxd build/daemon/parallaxd --proto proto/parallax.proto
@@ -75,6 +76,13 @@ def main():
         # rank 3 ran on the second node: its log comes through the coordinator
         log3 = c.logs(job_id, 3)
         assert "step 20" in log3, log3[-500:]
+        # issue 15: the rank runs the BLAS core its node reports (pctl nodes)
+        blas = {n["name"]: n.get("blas_core", "") for n in c.nodes()}
+        line = [l for l in log3.splitlines() if "BLAS core " in l]
+        assert len(line) == 1 and blas.get(cl.daemons[1].name) and \
+            ("BLAS core %s (" % blas[cl.daemons[1].name]) in line[0], (blas, line)
+        print("rank 3 runs BLAS core %s, as node %s reports" % (blas[cl.daemons[1].name],
+                                                                 cl.daemons[1].name))
         assert pc.rank_pids(job_id) == []
 
         codes = cl.stop()
