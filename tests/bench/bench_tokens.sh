@@ -7,35 +7,60 @@
 #   BUILD_DIR  meson build dir holding rank/parallax-rank (default build)
 #   STEPS      timed steps per run (default 20; the first 3 steps are warm-up)
 # Env: TORCH_BENCH (peer script path), PYTHON (default /usr/bin/python3).
-# Both sides run one thread (OPENBLAS_NUM_THREADS=1, torch --threads 1).
+# Both sides run one thread (OPENBLAS_NUM_THREADS=1, torch --threads 1) and
+# the same OpenBLAS core (issue 15): the one parallax-rank logs ("BLAS core
+# X"), given to the peer as OPENBLAS_CORETYPE (Debian's torch calls the
+# system OpenBLAS). Per model it also prints the single-thread sgemm GFLOP/s
+# at the model's linear-layer shapes (px-sgemm-bench, same core) and our
+# achieved FLOP rate as a share of it: tokens/s x (6N + 12 L T C) FLOP per
+# token (N parameters; 12 L T C the attention score and value matmuls,
+# forward and backward, Kaplan et al. 2020 / PaLM appendix B).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
 steps=${2:-20}
 rank_bin=$build/rank/parallax-rank
+sgemm_bin=$build/tests/bench/px-sgemm-bench
 torch_bench=${TORCH_BENCH:-$here/../../../shared/peers/torch_gpt_bench.py}
 python=${PYTHON:-/usr/bin/python3}
 [ -x "$rank_bin" ] || { echo "no $rank_bin (build first)" >&2; exit 1; }
+[ -x "$sgemm_bin" ] || { echo "no $sgemm_bin (build first)" >&2; exit 1; }
 [ -f "$torch_bench" ] || { echo "no PyTorch peer at $torch_bench (set TORCH_BENCH)" >&2; exit 1; }
 work=$(mktemp -d /tmp/px_bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 python3 "$here/../engine/make_tokens.py" "$work/tokens.bin" /usr/share/common-licenses/* >/dev/null
 export OPENBLAS_NUM_THREADS=1
+V=256
 
-printf '%-34s %12s %12s %8s\n' "model (L/H/C/T/B)" "ours tok/s" "torch tok/s" "ratio"
+printf '%-16s %-10s %10s %10s %6s %9s %9s %6s\n' "model L/H/C/T/B" "BLAS core" "ours tok/s" \
+    "torch tok/s" "ratio" "ours GF/s" "sgemm GF/s" "share"
 while read -r L H C T B; do
     # ours: median tok/s over steps 4..STEPS+3 (steps 1-3 warm up)
     "$rank_bin" --layers "$L" --heads "$H" --dim "$C" --seq "$T" --batch "$B" \
         --steps $((steps + 3)) --lr 1e-3 --data "$work/tokens.bin" \
-        --metrics-out "$work/m.jsonl" >/dev/null 2>&1
+        --metrics-out "$work/m.jsonl" >/dev/null 2>"$work/rank.err"
+    core=$(sed -n 's/.*BLAS core \([A-Za-z0-9_]*\) .*/\1/p' "$work/rank.err" | head -n 1)
+    [ -n "$core" ] || { echo "parallax-rank logged no BLAS core" >&2; exit 1; }
     ours=$(python3 -c '
 import json, statistics, sys
 r = [json.loads(l)["tokens_per_second"] for l in open(sys.argv[1]) if l.strip()][3:]
 print("%.0f" % statistics.median(r))' "$work/m.jsonl")
-    theirs=$("$python" "$torch_bench" --layers "$L" --heads "$H" --dim "$C" --seq "$T" \
-        --batch "$B" --steps "$steps" --threads 1 | sed -n 's/.*, \([0-9]*\) tokens\/s.*/\1/p')
-    ratio=$(python3 -c "print('%.2f' % ($ours / $theirs))")
-    printf '%-34s %12s %12s %8s\n' "$L/$H/$C/$T/$B" "$ours" "$theirs" "$ratio"
+    theirs=$(OPENBLAS_CORETYPE=$core "$python" "$torch_bench" --layers "$L" --heads "$H" \
+        --dim "$C" --seq "$T" --batch "$B" --steps "$steps" --threads 1 |
+        sed -n 's/.*, \([0-9]*\) tokens\/s.*/\1/p')
+    peak=$(OPENBLAS_CORETYPE=$core "$sgemm_bin" "$L" "$C" "$T" "$B" "$V" |
+        sed -n 's/^sgemm_gflops=\([0-9.]*\) .*/\1/p')
+    python3 - "$L" "$H" "$C" "$T" "$B" "$V" "$core" "$ours" "$theirs" "$peak" <<'EOF_PY'
+import sys
+L, H, C, T, B, V = map(int, sys.argv[1:7])
+core, ours, theirs, peak = sys.argv[7], float(sys.argv[8]), float(sys.argv[9]), float(sys.argv[10])
+n = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C   # GPT-2 layout, tied LM head
+flop_tok = 6 * n + 12 * L * T * C
+gf = ours * flop_tok / 1e9
+print('%-16s %-10s %10.0f %10.0f %6.2f %9.1f %9.1f %5.0f%%' % (
+    '%d/%d/%d/%d/%d' % (L, H, C, T, B), core, ours, theirs, ours / theirs, gf, peak,
+    100 * gf / peak))
+EOF_PY
 done <<EOF_MODELS
 4 4 128 128 8
 6 6 384 256 4
