@@ -12,6 +12,8 @@ OpenBLAS runs the Haswell kernels on Zen). Checks, on 3-step training runs:
     itself with it (core Haswell, source PX_BLAS_CORETYPE, one log line) and
     its losses match the default run's within 1e-5 relative;
   * PX_BLAS_CORETYPE above the CPU's tier: ignored with a warning;
+  * PX_BLAS_CORE_REJECTED (what a failed sgemm check re-executes with): the
+    rank keeps OpenBLAS's own core and warns;
   * test_kernels logs the same core as the rank (the kernel tests run on it).
 
 usage: test_blas_core.py RANK_BIN TEST_KERNELS_BIN MAKE_TOKENS_PY WORKDIR"""
@@ -104,6 +106,13 @@ def main():
         check(ok and TIERS.get(lines[0].group(1).lower(), -1) <= best and
               'PX_BLAS_CORETYPE=%s ignored' % above in p.stderr,
               'PX_BLAS_CORETYPE=%s above the CPU: ignored with a warning' % above)
+
+    # the process a failed check re-executes: OpenBLAS's own core, a warning
+    p, lines, _ = run('fallback', {'PX_BLAS_CORE_REJECTED': 'Haswell'})
+    ok = p.returncode == 0 and len(lines) == 1 and lines[0] is not None
+    check(ok and lines[0].group(2).startswith('fallback: Haswell failed the sgemm check') and
+          'WARN' in [l for l in p.stderr.splitlines() if 'BLAS core' in l][0],
+          'after a failed check: OpenBLAS\'s own core, with a warning')
 
     k = subprocess.run([kern_bin, 'matmul'], env=base, capture_output=True, text=True)
     kl = [LINE.search(l) for l in k.stderr.splitlines() if 'BLAS core ' in l]
