@@ -133,13 +133,24 @@ size_t px_gpt_unit_size(const px_gpt_config_t *cfg, int u)
 void px_gpt_units_to_canonical(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
                                const float *units, const uint64_t *unit_offset, float *dst)
 {
+    px_gpt_units_to_canonical_ex(cfg, ops, units, unit_offset, NULL, dst);
+}
+
+void px_gpt_units_to_canonical_ex(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
+                                  const float *units, const uint64_t *unit_offset,
+                                  const unsigned char *skip, float *dst)
+{
     size_t off = 0;
-    if (cfg->tp > 1) /* host memory: only this rank's pieces are written */
+    if (cfg->tp > 1 || skip) /* host memory: only this rank's pieces are written */
         memset(dst, 0, (size_t)px_model_num_params(cfg) * sizeof(float));
     for (int u = 0; u < px_gpt_num_units(cfg); u++) {
         px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
         int n = px_gpt_unit_tensors(cfg, u, t);
         const float *base = units + (unit_offset ? unit_offset[u] : off);
+        if (skip && skip[u]) {
+            off += t[n - 1].unit_offset + t[n - 1].size;
+            continue;
+        }
         for (int k = 0; k < n; k++) {
             if (t[k].split == PX_MODEL_SPLIT_REPLICATED && t[k].tp_rank != 0)
                 continue; /* tp rank 0 writes the replicated tensors */
@@ -595,6 +606,13 @@ static float *residual_in(px_gpt_t *gpt, int l)
     return l == 0 ? gpt->a.encoded : gpt->a.residual3 + (size_t)(l - 1) * rc;
 }
 
+void px_gpt_stage_io(px_gpt_t *gpt, int l, float **x_p, float **dx_p, size_t *n_p)
+{
+    *x_p = residual_in(gpt, l);
+    *dx_p = gpt->a.dres;
+    *n_p = gpt->rows * (size_t)gpt->cfg.dim;
+}
+
 px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *inputs)
 {
     embed_view_t e;
@@ -725,10 +743,8 @@ px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const in
     head_view_t h;
     float *hb;
 
-    if (!gpt->embed_p) {
-        px_error("gpt: head_forward needs the embedding's wte (tied): run embed_forward first");
-        return PX_ERR_INVALID_ARGUMENT;
-    }
+    if (!gpt->embed_p) /* a last pipeline stage: the tied wte without the lookup */
+        PX_CHECK(p_acquire(gpt, PX_MODEL_UNIT_EMBED, 0, &gpt->embed_p));
     PX_CHECK(p_acquire(gpt, px_model_unit_head(&gpt->cfg), 0, &hb));
     view(gpt->head_t, 2, hb, &h);
     view(gpt->embed_t, 2, gpt->embed_p, &e);
@@ -929,10 +945,12 @@ px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
 {
     embed_view_t eg;
     PX_CHECK(ctx_check(gpt, ctx, 0));
-    if (!gpt->embed_g) {
-        px_error("gpt: embed_backward needs head_backward first (the tied wte gradient)");
+    if (!gpt->inputs) {
+        px_error("gpt: embed_backward needs embed_forward first");
         return PX_ERR_INVALID_ARGUMENT;
     }
+    if (!gpt->embed_g) /* a first pipeline stage: no head here */
+        PX_CHECK(g_acquire(gpt, PX_MODEL_UNIT_EMBED, &gpt->embed_g));
     view(gpt->embed_t, 2, gpt->embed_g, &eg);
     float *dwpe = eg.wpe + (size_t)ctx->seq_offset * gpt->cfg.dim;
     if (gpt->sp) { /* the lookup saw every token: gather their gradients */

@@ -165,6 +165,24 @@ const px_gpt_config_t *px_gpt_config(const px_gpt_t *gpt);
 void px_gpt_units_to_canonical(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
                                const float *units, const uint64_t *unit_offset, float *dst);
 
+/* The same, leaving out the units with skip[u] != 0 (skip NULL: none):
+ * their canonical elements are 0 in dst (a pipeline stage's gather:
+ * units held by other stages, the tied copy of wte; zero.h). */
+void px_gpt_units_to_canonical_ex(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
+                                  const float *units, const uint64_t *unit_offset,
+                                  const unsigned char *skip, float *dst);
+
+/* A pipeline stage's boundary (pipeline.h): *x_p the residual stream
+ * entering layer l (l = layers: entering the head), (R,C) = *n_p floats
+ * (R = B*T, or B*T/tp with sequence parallelism): a stage starting at
+ * layer l receives its input there before block_forward(l), a stage
+ * ending before layer l sends it from there after block_forward(l-1);
+ * *dx_p the residual-stream gradient (R,C): a stage ending before layer l
+ * receives d x_l there before block_backward(l-1), a stage starting at
+ * layer l sends it from there after block_backward(l). Borrowed for the
+ * model's life. */
+void px_gpt_stage_io(px_gpt_t *gpt, int l, float **x_p, float **dx_p, size_t *n_p);
+
 /* Initialises the parameters from `seed` (px_gpt_init_unit_range on every
  * unit) and zeroes the moments. */
 void px_gpt_init_params(px_gpt_t *gpt, uint64_t seed);
@@ -216,7 +234,9 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
 /* block_backward(l): dx_l from dx_{l+1}; adds block l's gradients. */
 px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l);
 /* embed_backward: scatters dx_0 into wte's and wpe's gradients and releases
- * the embedding's gradients. */
+ * the embedding's gradients (acquiring them first where no head_backward
+ * did: a first pipeline stage). head_forward acquires the embedding's
+ * parameters itself where no embed_forward ran (a last pipeline stage). */
 px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
 
 /* Zeroes the gradient buffer (one ops->mem_set). */
