@@ -96,9 +96,9 @@ def main():
             print("rejected %-28s %s" % ("daemon: batch % (dp x accum):", e))
         # an old client's spec: dp alone, no `parallel` (runs after the checks)
         old_id = g.submit(data, dp=2, batch=4, steps=4, seq=16, name="old-client")
-        pctl_fail(c, "pp not implemented", ["submit", "--data", data, "--dp", 1, "--pp", 2,
-                                            "--batch", 4],
-                  ["pp=2: pipeline parallelism is not implemented yet"])
+        pctl_fail(c, "pp with zero 2", ["submit", "--data", data, "--dp", 1, "--pp", 2,
+                                        "--zero", 2, "--batch", 4],
+                  ["zero=2 with pp=2: pipeline parallelism runs with ZeRO 0 and 1 so far"])
         pctl_fail(c, "token >= vocab", ["submit", "--data", big, "--batch", 4] + small,
                   ["INVALID_ARGUMENT", "token 300 >= vocab 256", "largest token 300"])
         # nothing was stored but the old client's job; let it finish first
