@@ -67,6 +67,10 @@ typedef struct px_step_report {
     double pp_busy_s, pp_idle_s;       /* this step on this stage (pp > 1):
                                           computing, and waiting for a
                                           neighbour stage (the bubble), s */
+    uint64_t tied_digest;              /* px_zero_unit_digest of the embedding
+                                          (wte, wpe) after the update, on the
+                                          first and last stage (pp > 1; else
+                                          0): the two copies must agree */
 } px_step_report_t;
 
 /* Called after every step on every rank. Return non-zero to stop training

@@ -503,7 +503,11 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                                 .tp_comm_s = tt.comm_s, .tp_wait_s = tt.wait_s,
                                 .tp_hidden_s = tt.hidden_s, .step_s = t1 - t0,
                                 .pp = pp, .pp_stage = stage, .pp_busy_s = pp_busy,
-                                .pp_idle_s = pp_idle};
+                                .pp_idle_s = pp_idle,
+                                .tied_digest = pipe && (stage == 0 || last_stage)
+                                                   ? px_zero_unit_digest(zero,
+                                                                         PX_MODEL_UNIT_EMBED)
+                                                   : 0};
         fill_mem(&rep, plan);
         if (cb && cb(arg, &rep)) {
             px_info("train: stopped by the step callback after step %d", s + 1);

@@ -755,6 +755,22 @@ uint64_t px_zero_replicated_digest(px_zero_t *z)
     return h;
 }
 
+uint64_t px_zero_unit_digest(px_zero_t *z, int u)
+{
+    uint64_t h = 0xcbf29ce484222325ull, b, n;
+    float host[1024];
+    const float *p = px_zero_held(z, 0, u, &b, &n);
+    for (uint64_t o = 0; o < n; o += 1024) {
+        uint64_t c = n - o < 1024 ? n - o : 1024;
+        z->k->mem_copy_to_host(host, p + o, c * sizeof(float));
+        z->k->synchronize();
+        const unsigned char *by = (const unsigned char *)host;
+        for (uint64_t i = 0; i < c * sizeof(float); i++)
+            h = (h ^ by[i]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
 void px_zero_times(const px_zero_t *z, px_zero_times_t *out) { *out = z->times; }
 
 const px_kernel_ops_t *px_zero_ops(const px_zero_t *z) { return z->k; }

@@ -140,6 +140,11 @@ px_status_t px_zero_test_norm_ones(px_zero_t *z, float *norm_p);
  * same dp index must agree after every step (tp.h). */
 uint64_t px_zero_replicated_digest(px_zero_t *z);
 
+/* FNV-1a digest of the bytes of the parameters of unit u this rank holds
+ * (the whole unit at stages 0-2, the slice at stage 3): the pipeline's two
+ * copies of the tied embedding must agree after every step. */
+uint64_t px_zero_unit_digest(px_zero_t *z, int u);
+
 /* Full averaged gradients of the last reduce (stage 0 only; else NULL). */
 const float *px_zero_full_grads(px_zero_t *z);
 

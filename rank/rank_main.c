@@ -366,6 +366,13 @@ static int on_step(void *arg, const px_step_report_t *r)
             json_object_set_new(o, "tp_wait_s", json_real(r->tp_wait_s));
             json_object_set_new(o, "tp_hidden_s", json_real(r->tp_hidden_s));
             json_object_set_new(o, "step_s", json_real(r->step_s));
+            if (r->pp > 1) { /* pipeline.h: this stage's step, and its tied wte copy */
+                json_object_set_new(o, "pp_stage", json_integer(r->pp_stage));
+                json_object_set_new(o, "pp_busy_s", json_real(r->pp_busy_s));
+                json_object_set_new(o, "pp_idle_s", json_real(r->pp_idle_s));
+                snprintf(dig, sizeof(dig), "%016llx", (unsigned long long)r->tied_digest);
+                json_object_set_new(o, "tied_digest", json_string(dig));
+            }
         }
         if (o) {
             json_dumpf(o, ctx->metrics, JSON_COMPACT | JSON_REAL_PRECISION(9));
