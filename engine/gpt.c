@@ -85,6 +85,10 @@ struct px_gpt {
      * heads NHl = NH/tp, vocab rows [v0, v0 + Vl) with Vl = Vp/tp. tp 1:
      * the whole model, Cl = C, NHl = NH, v0 = 0, Vl = Vp. */
     int tp, Cl, NHl, v0, Vl;
+    int layer0, nlayers;           /* the layers whose activations this
+                                      model holds: [layer0, layer0 +
+                                      nlayers) (a pipeline stage's; all
+                                      of them otherwise) */
     int sp;                        /* sequence parallelism (tp.h): the residual
                                       stream (encoded, residual2/3, LayerNorm
                                       outputs and stats, dres) holds this
@@ -187,10 +191,19 @@ static void view(const px_gpt_unit_tensor_t *t, int n, float *base, void *v)
 }
 
 static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops, int B,
-                              int T, const px_gpt_hooks_t *hooks, px_gpt_t **gpt_p)
+                              int T, const px_gpt_hooks_t *hooks, int layer0, int nlayers,
+                              px_gpt_t **gpt_p)
 {
     px_gpt_t *gpt;
     int L = cfg->layers, C = cfg->dim, NH = cfg->heads, V = cfg->vocab;
+
+    if (nlayers <= 0 && L > 0)
+        nlayers = L - layer0;
+    if (layer0 < 0 || nlayers < 1 || layer0 + nlayers > L) {
+        px_error("gpt: layers [%d, %d) are not within the model's %d", layer0, layer0 + nlayers,
+                 L);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
 
     if (L <= 0 || C <= 0 || NH <= 0 || V <= 0 || B <= 0 || T <= 0 || cfg->max_seq <= 0) {
         px_error("gpt: sizes must be positive (layers %d dim %d heads %d vocab %d B %d T %d)", L,
@@ -221,6 +234,8 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
         return PX_ERR_NO_MEMORY;
     gpt->cfg = *cfg;
     gpt->ops = ops;
+    gpt->layer0 = layer0;
+    gpt->nlayers = nlayers;
     gpt->B = B;
     gpt->T = T;
     gpt->Vp = px_model_padded_vocab(cfg);
@@ -267,7 +282,7 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
     size_t BT = (size_t)B * T;
     gpt->rows = gpt->sp ? BT / tp : BT;
     px_plan_gpt_acts_t pa;
-    if (px_plan_gpt_activations(L, NH, C, gpt->Vp, B, T, tp, gpt->sp, &pa) != PX_OK) {
+    if (px_plan_gpt_activations(nlayers, NH, C, gpt->Vp, B, T, tp, gpt->sp, &pa) != PX_OK) {
         px_gpt_destroy(gpt); /* logged by the plan; the checks above make it unreachable */
         return PX_ERR_INVALID_ARGUMENT;
     }
@@ -301,7 +316,14 @@ err_free:
 px_status_t px_gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops, int B, int T,
                           px_gpt_t **gpt_p)
 {
-    return gpt_create(cfg, ops, B, T, NULL, gpt_p);
+    return gpt_create(cfg, ops, B, T, NULL, 0, 0, gpt_p);
+}
+
+px_status_t px_gpt_create_stage(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops, int B,
+                                int T, const px_gpt_hooks_t *hooks, int layer0, int nlayers,
+                                px_gpt_t **gpt_p)
+{
+    return gpt_create(cfg, ops, B, T, hooks, layer0, nlayers, gpt_p);
 }
 
 px_status_t px_gpt_create_external(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
@@ -312,7 +334,7 @@ px_status_t px_gpt_create_external(const px_gpt_config_t *cfg, const px_kernel_o
         px_error("gpt: external model needs all four hooks");
         return PX_ERR_INVALID_ARGUMENT;
     }
-    return gpt_create(cfg, ops, B, T, hooks, gpt_p);
+    return gpt_create(cfg, ops, B, T, hooks, 0, 0, gpt_p);
 }
 
 void px_gpt_destroy(px_gpt_t *gpt)
@@ -474,8 +496,9 @@ px_gpt_ctx_t px_gpt_ctx_default(const px_gpt_t *gpt)
 static px_status_t ctx_check(const px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
     if (ctx->B <= 0 || ctx->T <= 0 || ctx->B > gpt->B || ctx->T > gpt->T || ctx->micro != 0 ||
-        ctx->seq_offset < 0 || ctx->seq_offset + ctx->T > gpt->cfg.max_seq || l < 0 ||
-        l >= gpt->cfg.layers) {
+        ctx->seq_offset < 0 || ctx->seq_offset + ctx->T > gpt->cfg.max_seq ||
+        l < -1 || l >= gpt->cfg.layers ||
+        (l >= 0 && (l < gpt->layer0 || l >= gpt->layer0 + gpt->nlayers))) {
         px_error("gpt: cannot run B %d T %d micro %d seq_offset %d layer %d (model: B %d T %d, "
                  "one micro-batch slot, max_seq %d, %d layers)", ctx->B, ctx->T, ctx->micro,
                  ctx->seq_offset, l, gpt->B, gpt->T, gpt->cfg.max_seq, gpt->cfg.layers);
@@ -603,7 +626,9 @@ static px_status_t col_backward(px_gpt_t *gpt, px_comm_t *tpc, float *dinp, floa
 static float *residual_in(px_gpt_t *gpt, int l)
 {
     size_t rc = gpt->rows * gpt->cfg.dim; /* create-time stride */
-    return l == 0 ? gpt->a.encoded : gpt->a.residual3 + (size_t)(l - 1) * rc;
+    /* a stage's input (layer0) lives where the embedding's output does */
+    return l == gpt->layer0 ? gpt->a.encoded
+                            : gpt->a.residual3 + (size_t)(l - 1 - gpt->layer0) * rc;
 }
 
 void px_gpt_stage_io(px_gpt_t *gpt, int l, float **x_p, float **dx_p, size_t *n_p)
@@ -618,7 +643,7 @@ px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const i
     embed_view_t e;
     float *ub;
     px_comm_t *tpc;
-    PX_CHECK(ctx_check(gpt, ctx, 0));
+    PX_CHECK(ctx_check(gpt, ctx, -1));
     PX_CHECK(tp_comm(gpt, ctx, &tpc));
     PX_CHECK(p_acquire(gpt, PX_MODEL_UNIT_EMBED, 0, &ub));
     gpt->embed_p = ub;
@@ -644,6 +669,7 @@ px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const i
 
 px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
+    const int li = l - gpt->layer0; /* this model's activation slot of layer l */
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
     px_comm_t *tpc;
@@ -657,11 +683,11 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     size_t sbt = (size_t)gpt->B * gpt->T, sr = gpt->rows;
     size_t src = sr * C, sbtcl = sbt * Cl;
     const float *res = residual_in(gpt, l);
-    float *ln1 = a->ln1 + l * src, *qkv = a->qkv + l * sbtcl * 3, *atty = a->atty + l * sbtcl;
-    float *att = a->att + (size_t)l * gpt->B * NHl * gpt->T * gpt->T;
-    float *res2 = a->residual2 + l * src, *ln2 = a->ln2 + l * src;
-    float *fch = a->fch + l * sbtcl * 4, *fchg = a->fch_gelu + l * sbtcl * 4;
-    float *res3 = a->residual3 + l * src;
+    float *ln1 = a->ln1 + li * src, *qkv = a->qkv + li * sbtcl * 3, *atty = a->atty + li * sbtcl;
+    float *att = a->att + (size_t)li * gpt->B * NHl * gpt->T * gpt->T;
+    float *res2 = a->residual2 + li * src, *ln2 = a->ln2 + li * src;
+    float *fch = a->fch + li * sbtcl * 4, *fchg = a->fch_gelu + li * sbtcl * 4;
+    float *res3 = a->residual3 + li * src;
     const float *ln1_in = ln1, *ln2_in = ln2; /* what the column-parallel matmuls read */
     float *lb;
     layer_view_t p;
@@ -676,7 +702,7 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     /* ln1 of this rank's R tokens (all of them without sequence
      * parallelism; with it, kept for R rows and all-gathered to (B,T,C)
      * for the matmul, and gathered again in backward) */
-    k->layernorm_forward(ln1, a->ln1_mean + l * sr, a->ln1_rstd + l * sr, res, p.ln1w, p.ln1b, R,
+    k->layernorm_forward(ln1, a->ln1_mean + li * sr, a->ln1_rstd + li * sr, res, p.ln1w, p.ln1b, R,
                          C);
     if (gpt->sp) {
         PX_CHECK(px_tp_allgather(tpc, ln1, a->spbuf, rc, "ln1", &gpt->tp_times));
@@ -702,7 +728,7 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     if (split)
         k->bias_forward(proj, p.attprojb, R, C);
     k->residual_forward(res2, res, proj, rc);
-    k->layernorm_forward(ln2, a->ln2_mean + l * sr, a->ln2_rstd + l * sr, res2, p.ln2w, p.ln2b, R,
+    k->layernorm_forward(ln2, a->ln2_mean + li * sr, a->ln2_rstd + li * sr, res2, p.ln2w, p.ln2b, R,
                          C);
     if (gpt->sp) {
         PX_CHECK(px_tp_allgather(tpc, ln2, a->spbuf, rc, "ln2", &gpt->tp_times));
@@ -734,7 +760,7 @@ px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const in
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
     px_comm_t *tpc;
-    PX_CHECK(ctx_check(gpt, ctx, 0));
+    PX_CHECK(ctx_check(gpt, ctx, -1));
     PX_CHECK(tp_comm(gpt, ctx, &tpc));
     /* Vl: this rank's logit columns (vocab-parallel head, tied to its wte
      * rows); Vp when tp is 1 */
@@ -804,7 +830,7 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
     px_comm_t *tpc;
-    PX_CHECK(ctx_check(gpt, ctx, 0));
+    PX_CHECK(ctx_check(gpt, ctx, -1));
     PX_CHECK(tp_comm(gpt, ctx, &tpc));
     int BT = ctx->B * ctx->T, C = gpt->cfg.dim, V = gpt->cfg.vocab, Vl = gpt->Vl;
     int E = PX_MODEL_UNIT_EMBED, H = px_model_unit_head(&gpt->cfg);
@@ -862,6 +888,7 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
 
 px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
+    const int li = l - gpt->layer0; /* this model's activation slot of layer l */
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
     px_comm_t *tpc;
@@ -872,11 +899,11 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     size_t btcl = (size_t)BT * Cl, sbt = (size_t)gpt->B * gpt->T, sr = gpt->rows;
     size_t src = sr * C, sbtcl = sbt * Cl;
     const float *res = residual_in(gpt, l);
-    const float *ln1 = a->ln1 + l * src, *qkv = a->qkv + l * sbtcl * 3;
-    const float *atty = a->atty + l * sbtcl;
-    const float *att = a->att + (size_t)l * gpt->B * NHl * gpt->T * gpt->T;
-    const float *res2 = a->residual2 + l * src, *ln2 = a->ln2 + l * src;
-    const float *fch = a->fch + l * sbtcl * 4, *fchg = a->fch_gelu + l * sbtcl * 4;
+    const float *ln1 = a->ln1 + li * src, *qkv = a->qkv + li * sbtcl * 3;
+    const float *atty = a->atty + li * sbtcl;
+    const float *att = a->att + (size_t)li * gpt->B * NHl * gpt->T * gpt->T;
+    const float *res2 = a->residual2 + li * src, *ln2 = a->ln2 + li * src;
+    const float *fch = a->fch + li * sbtcl * 4, *fchg = a->fch_gelu + li * sbtcl * 4;
     float *lb, *lgb;
     layer_view_t p, g;
 
@@ -911,11 +938,11 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
                           BT, C, 4 * Cl, "fc's input gradient", "ln2"));
     if (gpt->sp) {
         k->layernorm_backward(a->dres, a->dln + 2 * C, a->dln + 3 * C, a->spbuf, res2, p.ln2w,
-                              a->ln2_mean + l * sr, a->ln2_rstd + l * sr, R, C);
+                              a->ln2_mean + li * sr, a->ln2_rstd + li * sr, R, C);
         PX_CHECK(px_tp_allgather(tpc, a->dres, a->spbuf, rc, "d(residual2)", &gpt->tp_times));
     } else {
         k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w,
-                              a->ln2_mean + l * sr, a->ln2_rstd + l * sr, BT, C);
+                              a->ln2_mean + li * sr, a->ln2_rstd + li * sr, BT, C);
     }
     /* dres is d(residual2): attention branch */
     k->mem_set(a->dbtc, 0, btcl * sizeof(float));
@@ -930,11 +957,11 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     if (gpt->sp) {
         float *dst[4] = {g.ln1w, g.ln1b, g.ln2w, g.ln2b};
         k->layernorm_backward(a->dres, a->dln, a->dln + C, a->spbuf, res, p.ln1w,
-                              a->ln1_mean + l * sr, a->ln1_rstd + l * sr, R, C);
+                              a->ln1_mean + li * sr, a->ln1_rstd + li * sr, R, C);
         PX_CHECK(sp_ln_grads(gpt, tpc, dst, 4));
     } else {
         k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w,
-                              a->ln1_mean + l * sr, a->ln1_rstd + l * sr, BT, C);
+                              a->ln1_mean + li * sr, a->ln1_rstd + li * sr, BT, C);
     }
     /* dres is now d(input of layer l) */
     PX_CHECK(p_release(gpt, u, 1));
@@ -944,7 +971,7 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
 {
     embed_view_t eg;
-    PX_CHECK(ctx_check(gpt, ctx, 0));
+    PX_CHECK(ctx_check(gpt, ctx, -1));
     if (!gpt->inputs) {
         px_error("gpt: embed_backward needs embed_forward first");
         return PX_ERR_INVALID_ARGUMENT;

@@ -146,6 +146,16 @@ px_status_t px_gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops
  * init_params/zero_grad/update must not be called. */
 px_status_t px_gpt_create_external(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
                                    int B, int T, const px_gpt_hooks_t *hooks, px_gpt_t **gpt_p);
+/* A pipeline stage's model (pipeline.h): as px_gpt_create_external, with
+ * activations for layers [layer0, layer0 + nlayers) only (the plan's
+ * table for nlayers layers: px_plan_gpt_activations), so a stage's
+ * activation memory falls with pp. block_forward / block_backward take
+ * the global layer index l within that range; the stage's input x_layer0
+ * lives in the embedding's output buffer (px_gpt_stage_io).
+ * PX_ERR_INVALID_ARGUMENT (logged) for a range outside the model. */
+px_status_t px_gpt_create_stage(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops, int B,
+                                int T, const px_gpt_hooks_t *hooks, int layer0, int nlayers,
+                                px_gpt_t **gpt_p);
 void px_gpt_destroy(px_gpt_t *gpt); /* NULL no-op */
 
 /* Number of parameter elements this rank holds (the length of the flat

@@ -175,8 +175,8 @@ px_status_t px_pipe_create(const px_gpt_config_t *gc, const px_kernel_ops_t *ops
         goto err;
     for (int k = 0; k < pp->nslots; k++) {
         pp->occupant[k] = -1;
-        PX_CHECK_GOTO(px_gpt_create_external(gc, ops, Bm, T, &pp->hooks, &pp->slot[k]), status,
-                      err);
+        PX_CHECK_GOTO(px_gpt_create_stage(gc, ops, Bm, T, &pp->hooks, pp->l0, pp->l1 - pp->l0,
+                                          &pp->slot[k]), status, err);
         pp->inputs[k] = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
         pp->targets[k] = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
         if (!pp->inputs[k] || !pp->targets[k]) {

@@ -18,6 +18,8 @@ ranks run through the standalone bootstrap. Checks, per layout:
   * the parameters the stages hold add up to the single-rank model's plus
     the one copy of the embedding unit on the last stage (pp4, dp 1,
     ZeRO 0), so each stage holds only its units;
+  * stage 0 of 1F1B holds half GPipe's activation bytes at pp 2 with 4
+    micro-batches (2 slots vs 4), stage 1 a quarter (1 vs 4);
   * mb4x8 and mb16x2 (global batch 32 as 4 micro-batches of 8 and as 16 of
     2) give the same loss and grad norm within 1e-5 of each other.
 usage: test_pp.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]"""
@@ -78,6 +80,7 @@ def main():
     failures = 0
     bases = {}
     results = {}
+    acts = {}
     for name in names:
         world, dp, tp, pp, layers, batch, extra = LAYOUTS[name]
         args = args_of(data, layers, batch)
@@ -98,6 +101,7 @@ def main():
             failures += 1
             continue
         results[name] = runs[0]
+        acts[name] = [rr[-1]['memory']['activations']['peak'] for rr in runs]
         bad = []
         for rk, rr in enumerate(runs):
             if [(m['loss'], m['grad_norm']) for m in rr] != \
@@ -158,6 +162,14 @@ def main():
                            for s in range(pp)), held,
                   'ok' if not bad else 'FAIL: ' + '; '.join(bad)))
         failures += len(bad)
+    # 1F1B holds min(p - s, M) micro-batches' activations per stage, GPipe M:
+    # stage 0 of pp 2 with 4 micro-batches holds 2 slots vs 4 (of equal size)
+    if 'pp2gpipe' in acts and 'pp2_1f1b' in acts:
+        g, o = acts['pp2gpipe'], acts['pp2_1f1b']
+        ok = o[0] * 2 == g[0] and o[1] * 4 == g[1]
+        print('activation peak per stage, pp 2, 4 micro-batches: gpipe %s, 1f1b %s bytes %s' % (
+            g, o, 'ok' if ok else 'FAIL (want 1f1b = gpipe / 2 on stage 0, / 4 on stage 1)'))
+        failures += not ok
     if 'mb4x8' in results and 'mb16x2' in results:
         w = max(max(rel(a['loss'], b['loss']), rel(a['grad_norm'], b['grad_norm']))
                 for a, b in zip(results['mb4x8'], results['mb16x2']))
