@@ -85,6 +85,11 @@ struct px_gpt {
      * heads NHl = NH/tp, vocab rows [v0, v0 + Vl) with Vl = Vp/tp. tp 1:
      * the whole model, Cl = C, NHl = NH, v0 = 0, Vl = Vp. */
     int tp, Cl, NHl, v0, Vl;
+    float *wstash;                 /* split backward (zero bubble): per layer
+                                      the output gradients the weight pass
+                                      needs, (nlayers, B*T, 9C): d(fcproj
+                                      out) C, d(fc out) 4C, d(attproj out)
+                                      C, d(qkv out) 3C; NULL: not split */
     int layer0, nlayers;           /* the layers whose activations this
                                       model holds: [layer0, layer0 +
                                       nlayers) (a pipeline stage's; all
@@ -347,6 +352,7 @@ void px_gpt_destroy(px_gpt_t *gpt)
     px_mem_free(gpt->v);
     px_mem_free(gpt->acts_mem);
     px_mem_free(gpt->ce_stats);
+    px_mem_free(gpt->wstash);
     free(gpt->unit_off);
     free(gpt->losses_host);
     free(gpt);
@@ -862,8 +868,9 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
     /* the head is column-parallel over the vocab: f sums its input grad
      * (sequence parallelism: reduce-scatters it to this rank's tokens),
      * overlapped with wte's gradient GEMM */
-    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, eg.wte, NULL, a->dlogits, a->lnf, a->tmp,
-                          e.wte, BT, C, Vl, "the LM head's input gradient", "lnf"));
+    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, gpt->wstash ? NULL : eg.wte, NULL,
+                          a->dlogits, a->lnf, a->tmp, e.wte, BT, C, Vl,
+                          "the LM head's input gradient", "lnf"));
     if (gpt->sp) {
         int R = BT / gpt->tp;
         size_t rc = (size_t)R * C;
@@ -966,6 +973,128 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     /* dres is now d(input of layer l) */
     PX_CHECK(p_release(gpt, u, 1));
     return g_release(gpt, u);
+}
+
+/* ---- split backward (zero bubble: Qi et al. 2024) ---- */
+
+px_status_t px_gpt_set_split_backward(px_gpt_t *gpt)
+{
+    if (gpt->tp > 1) {
+        px_error("gpt: the split backward (zero-bubble schedules) runs with tp 1 only (tp %d)",
+                 gpt->tp);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (gpt->wstash)
+        return PX_OK;
+    gpt->wstash = px_mem_calloc(PX_MEM_ACTS, (size_t)gpt->nlayers * gpt->B * gpt->T * 9 *
+                                                 gpt->cfg.dim, sizeof(float));
+    return gpt->wstash ? PX_OK : PX_ERR_NO_MEMORY;
+}
+
+px_status_t px_gpt_block_backward_input(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
+{
+    const int li = l - gpt->layer0;
+    const px_kernel_ops_t *k = gpt->ops;
+    gpt_acts_t *a = &gpt->a;
+    if (!gpt->wstash) {
+        px_error("gpt: block_backward_input needs px_gpt_set_split_backward");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    PX_CHECK(ctx_check(gpt, ctx, l));
+    int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, NH = gpt->NHl, BT = B * T;
+    int u = px_model_unit_layer(&gpt->cfg, l);
+    size_t btc = (size_t)BT * C, sbt = (size_t)gpt->B * gpt->T, src = sbt * C;
+    const float *res = residual_in(gpt, l);
+    const float *qkv = a->qkv + li * src * 3;
+    const float *att = a->att + (size_t)li * gpt->B * NH * gpt->T * gpt->T;
+    const float *res2 = a->residual2 + li * src;
+    const float *fch = a->fch + li * src * 4;
+    float *st = gpt->wstash + (size_t)li * sbt * 9 * C;
+    float *d_fcproj = st, *d_fc = st + sbt * C, *d_attproj = st + sbt * 5 * C,
+          *d_qkv = st + sbt * 6 * C;
+    float *lb, *lgb;
+    layer_view_t p, g;
+
+    PX_CHECK(p_acquire(gpt, u, 1, &lb));
+    PX_CHECK(g_acquire(gpt, u, &lgb));
+    view(gpt->layer_t, 12, lb, &p);
+    view(gpt->layer_t, 12, lgb, &g);
+    /* MLP branch: dres is d(residual3) = d(fcproj out) */
+    k->mem_copy(d_fcproj, a->dres, btc * sizeof(float));
+    k->mem_set(a->d4a, 0, btc * 4 * sizeof(float));
+    k->matmul_backward(a->d4a, NULL, NULL, d_fcproj, NULL, p.fcprojw, BT, 4 * C, C);
+    k->mem_set(d_fc, 0, btc * 4 * sizeof(float));
+    k->gelu_backward(d_fc, fch, a->d4a, btc * 4);
+    poke(gpt);
+    k->mem_set(a->dbtc, 0, btc * sizeof(float));
+    k->matmul_backward(a->dbtc, NULL, NULL, d_fc, NULL, p.fcw, BT, C, 4 * C);
+    poke(gpt);
+    k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w,
+                          a->ln2_mean + li * sbt, a->ln2_rstd + li * sbt, BT, C);
+    /* attention branch: dres is d(residual2) = d(attproj out) */
+    k->mem_copy(d_attproj, a->dres, btc * sizeof(float));
+    k->mem_set(a->dbtc, 0, btc * sizeof(float));
+    k->matmul_backward(a->dbtc, NULL, NULL, d_attproj, NULL, p.attprojw, BT, C, C);
+    k->mem_set(d_qkv, 0, btc * 3 * sizeof(float));
+    k->attention_backward(d_qkv, a->scratch, a->dbtc, qkv, att, B, T, C, NH);
+    poke(gpt);
+    k->mem_set(a->dbtc, 0, btc * sizeof(float));
+    k->matmul_backward(a->dbtc, NULL, NULL, d_qkv, NULL, p.qkvw, BT, C, 3 * C);
+    poke(gpt);
+    k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w,
+                          a->ln1_mean + li * sbt, a->ln1_rstd + li * sbt, BT, C);
+    PX_CHECK(p_release(gpt, u, 1));
+    return g_release(gpt, u);
+}
+
+px_status_t px_gpt_block_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
+{
+    const int li = l - gpt->layer0;
+    const px_kernel_ops_t *k = gpt->ops;
+    gpt_acts_t *a = &gpt->a;
+    if (!gpt->wstash) {
+        px_error("gpt: block_backward_weight needs px_gpt_set_split_backward");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    PX_CHECK(ctx_check(gpt, ctx, l));
+    int BT = ctx->B * ctx->T, C = gpt->cfg.dim;
+    int u = px_model_unit_layer(&gpt->cfg, l);
+    size_t sbt = (size_t)gpt->B * gpt->T, src = sbt * C;
+    const float *ln1 = a->ln1 + li * src, *atty = a->atty + li * src;
+    const float *ln2 = a->ln2 + li * src, *fchg = a->fch_gelu + li * src * 4;
+    float *st = gpt->wstash + (size_t)li * sbt * 9 * C;
+    float *lgb;
+    layer_view_t g;
+
+    PX_CHECK(g_acquire(gpt, u, &lgb));
+    view(gpt->layer_t, 12, lgb, &g);
+    k->matmul_backward(NULL, g.fcprojw, g.fcprojb, st, fchg, NULL, BT, 4 * C, C);
+    poke(gpt);
+    k->matmul_backward(NULL, g.fcw, g.fcb, st + sbt * C, ln2, NULL, BT, C, 4 * C);
+    poke(gpt);
+    k->matmul_backward(NULL, g.attprojw, g.attprojb, st + sbt * 5 * C, atty, NULL, BT, C, C);
+    poke(gpt);
+    k->matmul_backward(NULL, g.qkvw, g.qkvb, st + sbt * 6 * C, ln1, NULL, BT, C, 3 * C);
+    poke(gpt);
+    return g_release(gpt, u);
+}
+
+px_status_t px_gpt_head_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
+{
+    float *egb;
+    embed_view_t eg;
+    if (!gpt->wstash) {
+        px_error("gpt: head_backward_weight needs px_gpt_set_split_backward");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    PX_CHECK(ctx_check(gpt, ctx, -1));
+    PX_CHECK(g_acquire(gpt, PX_MODEL_UNIT_EMBED, &egb));
+    view(gpt->embed_t, 2, egb, &eg);
+    /* d wte (Vp,C) += dlogits^T (Vp,BT) @ lnf (BT,C): the tied head */
+    gpt->ops->matmul_backward(NULL, eg.wte, NULL, gpt->a.dlogits, gpt->a.lnf, NULL,
+                              ctx->B * ctx->T, gpt->cfg.dim, gpt->Vl);
+    poke(gpt);
+    return g_release(gpt, PX_MODEL_UNIT_EMBED);
 }
 
 px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)

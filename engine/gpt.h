@@ -249,6 +249,26 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
  * parameters itself where no embed_forward ran (a last pipeline stage). */
 px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
 
+/* The split backward of the zero-bubble schedules (Qi et al., "Zero
+ * Bubble Pipeline Parallelism", 2024): backward = B (input gradients,
+ * which the previous stage waits for) + W (weight gradients, which no one
+ * waits for, so a schedule may run them later, in the bubble). tp 1 only.
+ * px_gpt_set_split_backward allocates the per-layer stash of output
+ * gradients the W pass reads ((nlayers, B*T, 9C) floats, activations
+ * category) and makes head_backward leave wte's head gradient to
+ * px_gpt_head_backward_weight. block_backward_input(l) is block_backward
+ * without the four matmul weight/bias gradients (the LayerNorms' are
+ * computed here: they need no stash); block_backward_weight(l) adds them
+ * from the stash and the layer's forward activations, so B then W adds
+ * exactly what block_backward adds (other summation order of nothing:
+ * the same GEMMs). W of a micro-batch must run before the model's next
+ * forward overwrites its activations. Errors: PX_ERR_INVALID_ARGUMENT
+ * (tp > 1, not split), PX_ERR_NO_MEMORY, the hooks'. */
+px_status_t px_gpt_set_split_backward(px_gpt_t *gpt);
+px_status_t px_gpt_block_backward_input(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l);
+px_status_t px_gpt_block_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l);
+px_status_t px_gpt_head_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
+
 /* Zeroes the gradient buffer (one ops->mem_set). */
 void px_gpt_zero_grad(px_gpt_t *gpt);
 

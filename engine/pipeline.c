@@ -177,6 +177,8 @@ px_status_t px_pipe_create(const px_gpt_config_t *gc, const px_kernel_ops_t *ops
         pp->occupant[k] = -1;
         PX_CHECK_GOTO(px_gpt_create_stage(gc, ops, Bm, T, &pp->hooks, pp->l0, pp->l1 - pp->l0,
                                           &pp->slot[k]), status, err);
+        if (px_pipe_schedule_split(pp->sched))
+            PX_CHECK_GOTO(px_gpt_set_split_backward(pp->slot[k]), status, err);
         pp->inputs[k] = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
         pp->targets[k] = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
         if (!pp->inputs[k] || !pp->targets[k]) {
@@ -318,6 +320,7 @@ static px_status_t forward(px_pipe_t *pp, int m, px_pipe_load_fn load, void *arg
 static px_status_t backward(px_pipe_t *pp, int m)
 {
     const int first = pp->s == 0, last = pp->s == pp->p - 1;
+    const int split = px_pipe_schedule_split(pp->sched);
     int k = pp->slot_of[m];
     px_gpt_t *g = pp->slot[k];
     px_gpt_ctx_t ctx = px_gpt_ctx_default(g);
@@ -327,9 +330,27 @@ static px_status_t backward(px_pipe_t *pp, int m)
     else
         PX_CHECK(px_gpt_head_backward(g, &ctx));
     for (int l = pp->l1 - 1; l >= pp->l0; l--)
-        PX_CHECK(px_gpt_block_backward(g, &ctx, l));
+        PX_CHECK(split ? px_gpt_block_backward_input(g, &ctx, l)
+                       : px_gpt_block_backward(g, &ctx, l));
     if (first)
         PX_CHECK(px_gpt_embed_backward(g, &ctx));
+    if (!split) /* split: the slot's activations wait for the weight pass */
+        pp->busy[k] = 0;
+    return PX_OK;
+}
+
+/* The weight pass of micro-batch m (split schedules): the layers' matmul
+ * weight gradients and, on the last stage, the tied head's wte gradient. */
+static px_status_t weight_pass(px_pipe_t *pp, int m)
+{
+    int k = pp->slot_of[m];
+    px_gpt_t *g = pp->slot[k];
+    px_gpt_ctx_t ctx = px_gpt_ctx_default(g);
+    ctx.groups = pp->groups;
+    if (pp->s == pp->p - 1)
+        PX_CHECK(px_gpt_head_backward_weight(g, &ctx));
+    for (int l = pp->l1 - 1; l >= pp->l0; l--)
+        PX_CHECK(px_gpt_block_backward_weight(g, &ctx, l));
     pp->busy[k] = 0;
     return PX_OK;
 }
@@ -358,6 +379,8 @@ static px_status_t run_action(px_pipe_t *pp, const px_pipe_action_t *a, px_pipe_
     case PX_PIPE_SEND_GRAD:
         px_gpt_stage_io(pp->slot[pp->slot_of[m]], pp->l0, &x, &dx, &n);
         return start(pp, REQ_GRAD_SEND, m, dx, n);
+    case PX_PIPE_WGT:
+        return weight_pass(pp, m);
     default:
         px_error("pipeline: stage %d: unknown action %d", pp->s, a->op);
         return PX_ERR_INTERNAL;

@@ -119,7 +119,7 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
                           "micro_batches=%d", cfg->batch, l->dp, cfg->grad_accum,
                           cfg->micro_batches);
     if (cfg->schedule < 0 || cfg->schedule >= PX_PIPE_NKINDS)
-        return px_invalid(errbuf, errlen, "schedule=%d is not a pipeline schedule (gpipe, 1f1b)",
+        return px_invalid(errbuf, errlen, "schedule=%d is not a pipeline schedule (gpipe, 1f1b, zb1)",
                           cfg->schedule);
     if (l->pp >= 1 && cfg->layers >= l->pp) { /* layers checked above: a small array */
         int sl[l->pp];
@@ -193,6 +193,9 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
     const px_layout_t *l = &cfg->layout;
     const struct { const char *name, *what; int v; } deg[] = {
         {"cp", "context", l->cp}, {"ep", "expert", l->ep}};
+    if (l->pp > 1 && cfg->schedule == PX_PIPE_ZB1 && l->tp > 1)
+        return px_invalid(errbuf, errlen, "schedule zb1 with tp=%d: the split backward runs with "
+                          "tp 1 only so far", l->tp);
     if (l->pp > 1 && cfg->zero > 1)
         return px_invalid(errbuf, errlen, "zero=%d with pp=%d: pipeline parallelism runs with "
                           "ZeRO 0 and 1 so far", cfg->zero, l->pp);

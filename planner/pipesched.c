@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *kind_names[PX_PIPE_NKINDS] = {"gpipe", "1f1b"};
-static const char *op_names[PX_PIPE_NOPS] = {"F", "B", ">a", "<a", ">g", "<g"};
+static const char *kind_names[PX_PIPE_NKINDS] = {"gpipe", "1f1b", "zb1"};
+static const char *op_names[PX_PIPE_NOPS] = {"F", "B", ">a", "<a", ">g", "<g", "W"};
 
 int px_pipe_schedule_parse(const char *name)
 {
@@ -80,6 +80,32 @@ static void build_1f1b(px_pipe_list_t *l, int s, int p, int M)
         bwd(l, s, p, m);
 }
 
+/* ZB-H1 (Qi et al. 2024): 1F1B's order; W of micro-batch i deferred
+ * while fewer than p-1-s are pending, one W before each cool-down B,
+ * the rest at the end. */
+static void build_zb1(px_pipe_list_t *l, int s, int p, int M)
+{
+    int warm = p - s - 1 < M ? p - s - 1 : M, defer = p - 1 - s;
+    int head = 0, tail = 0; /* pending W: micro-batches [head, tail) */
+    for (int m = 0; m < warm; m++)
+        fwd(l, s, p, m);
+    for (int i = 0; i < M - warm; i++) {
+        fwd(l, s, p, warm + i);
+        bwd(l, s, p, i);
+        tail++;
+        if (tail - head > defer)
+            put(l, PX_PIPE_WGT, head++);
+    }
+    for (int m = M - warm; m < M; m++) {
+        if (tail > head)
+            put(l, PX_PIPE_WGT, head++);
+        bwd(l, s, p, m);
+        tail++;
+    }
+    while (head < tail)
+        put(l, PX_PIPE_WGT, head++);
+}
+
 px_status_t px_pipe_schedule_create(int kind, int p, int m, px_pipe_schedule_t **sched_p)
 {
     if (kind < 0 || kind >= PX_PIPE_NKINDS || p < 1 || m < 1)
@@ -94,13 +120,15 @@ px_status_t px_pipe_schedule_create(int kind, int p, int m, px_pipe_schedule_t *
     if (!sc->stage)
         goto err;
     for (int s = 0; s < p; s++) {
-        sc->stage[s].a = calloc((size_t)6 * m, sizeof(px_pipe_action_t));
+        sc->stage[s].a = calloc((size_t)PX_PIPE_NOPS * m, sizeof(px_pipe_action_t));
         if (!sc->stage[s].a)
             goto err;
         if (kind == PX_PIPE_GPIPE)
             build_gpipe(&sc->stage[s], s, p, m);
-        else
+        else if (kind == PX_PIPE_1F1B)
             build_1f1b(&sc->stage[s], s, p, m);
+        else
+            build_zb1(&sc->stage[s], s, p, m);
     }
     *sched_p = sc;
     return PX_OK;
@@ -126,14 +154,25 @@ static int takes_slot(const px_pipe_action_t *a, int s)
     return a->op == PX_PIPE_RECV_ACT || (s == 0 && a->op == PX_PIPE_FWD);
 }
 
+int px_pipe_schedule_split(const px_pipe_schedule_t *sched)
+{
+    return sched->kind == PX_PIPE_ZB1;
+}
+
+/* The action that frees a micro-batch's slot. */
+static int frees_op(const px_pipe_schedule_t *sched)
+{
+    return px_pipe_schedule_split(sched) ? PX_PIPE_WGT : PX_PIPE_BWD;
+}
+
 int px_pipe_schedule_slots(const px_pipe_schedule_t *sched, int s)
 {
     const px_pipe_list_t *l = &sched->stage[s];
-    int cur = 0, max = 0;
+    int cur = 0, max = 0, fr = frees_op(sched);
     for (int i = 0; i < l->n; i++) {
         if (takes_slot(&l->a[i], s) && ++cur > max)
             max = cur;
-        if (l->a[i].op == PX_PIPE_BWD)
+        if (l->a[i].op == fr)
             cur--;
     }
     return max;
@@ -164,7 +203,7 @@ typedef struct sim {
 
 px_status_t px_pipe_schedule_check(const px_pipe_schedule_t *sched, char *errbuf, size_t errlen)
 {
-    const int p = sched->p, M = sched->m;
+    const int p = sched->p, M = sched->m, split = px_pipe_schedule_split(sched);
     sim_t *st = calloc((size_t)p, sizeof(*st));
     px_status_t status = PX_OK;
     if (!st)
@@ -250,6 +289,15 @@ px_status_t px_pipe_schedule_check(const px_pipe_schedule_t *sched, char *errbuf
                 }
                 if (s < p - 1 && !DONE(&st[s + 1], PX_PIPE_SEND_GRAD, m))
                     continue; /* waits for the gradient */
+                if (!split)
+                    me->busy[me->slot_of[m]] = 0;
+                break;
+            case PX_PIPE_WGT:
+                if (!split || !DONE(me, PX_PIPE_BWD, m)) {
+                    status = fail(errbuf, errlen, "stage %d: W%d %s", s, m,
+                                  split ? "before B" : "in a schedule without split backward");
+                    goto out;
+                }
                 me->busy[me->slot_of[m]] = 0;
                 break;
             case PX_PIPE_SEND_ACT:
@@ -300,6 +348,10 @@ px_status_t px_pipe_schedule_check(const px_pipe_schedule_t *sched, char *errbuf
     /* every micro-batch once each way, every message received */
     for (int s = 0; s < p; s++)
         for (int m = 0; m < M; m++) {
+            if (split && !DONE(&st[s], PX_PIPE_WGT, m)) {
+                status = fail(errbuf, errlen, "stage %d: micro-batch %d lacks its W", s, m);
+                goto out;
+            }
             if (!DONE(&st[s], PX_PIPE_FWD, m) || !DONE(&st[s], PX_PIPE_BWD, m)) {
                 status = fail(errbuf, errlen, "stage %d: micro-batch %d lacks its %s", s, m,
                               DONE(&st[s], PX_PIPE_FWD, m) ? "backward" : "forward");

@@ -25,7 +25,13 @@
  * Training on GPU Clusters Using Megatron-LM", 2021, section 2.2; PipeDream-
  * Flush): stage s runs min(p-s-1, M) warm-up forwards, then alternates one
  * forward and one backward, then drains the remaining backwards; at most
- * p - s micro-batches are in flight on stage s.
+ * p - s micro-batches are in flight on stage s. ZB-H1 (Qi et al., "Zero
+ * Bubble Pipeline Parallelism", 2024): 1F1B with each backward split into
+ * B (input gradient, sent on at once) and W (weight gradient); stage s
+ * defers up to p-1-s W passes and runs one before each cool-down B, so
+ * the previous stage waits for B only and the W passes fill the cool-down
+ * bubble. A micro-batch holds its slot until its W (split schedules),
+ * else until its BWD.
  *
  * Pure code, no allocation besides the lists; any thread. */
 #ifndef PX_PIPESCHED_H
@@ -39,6 +45,7 @@
 typedef enum px_pipe_schedule_kind {
     PX_PIPE_GPIPE = 0,
     PX_PIPE_1F1B,
+    PX_PIPE_ZB1,
     PX_PIPE_NKINDS
 } px_pipe_schedule_kind_t;
 
@@ -49,6 +56,8 @@ typedef enum px_pipe_op {
     PX_PIPE_RECV_ACT,  /* m's input activation from stage s-1 */
     PX_PIPE_SEND_GRAD, /* m's input gradient to stage s-1 */
     PX_PIPE_RECV_GRAD, /* m's output gradient from stage s+1 */
+    PX_PIPE_WGT,       /* split backward (ZB1): m's weight gradients; BWD is
+                          then the input-gradient pass only */
     PX_PIPE_NOPS
 } px_pipe_op_t;
 
@@ -69,7 +78,7 @@ typedef struct px_pipe_schedule {
     px_pipe_list_t *stage; /* [p] */
 } px_pipe_schedule_t;
 
-/* "gpipe" / "1f1b" -> kind; -1 for an unknown name. */
+/* "gpipe" / "1f1b" / "zb1" -> kind; -1 for an unknown name. */
 int px_pipe_schedule_parse(const char *name);
 const char *px_pipe_schedule_name(int kind);
 const char *px_pipe_op_name(int op);
@@ -79,6 +88,10 @@ const char *px_pipe_op_name(int op);
  * PX_ERR_INVALID_ARGUMENT (unknown kind, p or m < 1), PX_ERR_NO_MEMORY. */
 px_status_t px_pipe_schedule_create(int kind, int p, int m, px_pipe_schedule_t **sched_p);
 void px_pipe_schedule_destroy(px_pipe_schedule_t *sched); /* NULL no-op */
+
+/* 1 when the schedule splits the backward (BWD = input pass, WGT =
+ * weight pass: ZB1), else 0. */
+int px_pipe_schedule_split(const px_pipe_schedule_t *sched);
 
 /* The largest number of micro-batches stage s holds activations for at
  * once (FWD done, BWD not yet): the activation slots the runner needs.
@@ -94,7 +107,8 @@ int px_pipe_schedule_slots(const px_pipe_schedule_t *sched, int s);
 px_status_t px_pipe_schedule_check(const px_pipe_schedule_t *sched, char *errbuf, size_t errlen);
 
 /* Prints every stage's list, one line per stage ("stage 0: F0 >a0 F1 ...":
- * F forward, B backward, >a / <a send / receive activation, >g / <g
+ * F forward, B backward (its input pass in split schedules), W weight
+ * pass, >a / <a send / receive activation, >g / <g
  * send / receive gradient, then the micro-batch), and the slots per stage. */
 void px_pipe_schedule_print(const px_pipe_schedule_t *sched, FILE *out);
 

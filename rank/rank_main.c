@@ -80,7 +80,7 @@ static void usage(FILE *out)
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
-            "         [--micro-batches M] [--schedule gpipe|1f1b] [--stage-layers 2,2,1,1]\n"
+            "         [--micro-batches M] [--schedule gpipe|1f1b|zb1] [--stage-layers 2,2,1,1]\n"
             "         [--print-schedule] (prints the pp x micro-batches schedule and exits)\n"
             "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
             "   or: parallax-rank --spec-file PATH [--coord ... --job ... --rank ... --world ...\n"
@@ -254,7 +254,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_SCHED:
             a->cfg.schedule = px_pipe_schedule_parse(optarg);
             if (a->cfg.schedule < 0) {
-                fprintf(stderr, "parallax-rank: --schedule: '%s' is not gpipe or 1f1b\n", optarg);
+                fprintf(stderr, "parallax-rank: --schedule: '%s' is not gpipe, 1f1b or zb1\n", optarg);
                 r = -1;
             }
             break;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_pp.py: pipeline parallelism (GPipe, 1F1B) equals the single-rank run
+"""test_pp.py: pipeline parallelism (GPipe, 1F1B, ZB-H1) equals the single-rank run
 (integration; issue 10).
 
 Model: 2 layers (6 for pp 4), 4 heads, dim 32, seq 16, global batch 8 (32
@@ -40,6 +40,8 @@ TOL_GRAD = 1e-4
 LAYOUTS = {
     'pp2gpipe': (2, 1, 1, 2, 2, 8, ['--pp', '2', '--micro-batches', '4', '--schedule', 'gpipe']),
     'pp2_1f1b': (2, 1, 1, 2, 2, 8, ['--pp', '2', '--micro-batches', '4', '--schedule', '1f1b']),
+    'pp2zb1': (2, 1, 1, 2, 2, 8, ['--pp', '2', '--micro-batches', '4', '--schedule', 'zb1']),
+    'pp4zb1': (4, 1, 1, 4, 6, 8, ['--pp', '4', '--micro-batches', '8', '--schedule', 'zb1']),
     'pp4': (4, 1, 1, 4, 6, 8, ['--pp', '4', '--micro-batches', '4', '--schedule', '1f1b']),
     'pp4split': (4, 1, 1, 4, 6, 8, ['--pp', '4', '--micro-batches', '2', '--schedule', 'gpipe',
                                     '--stage-layers', '1,1,2,2']),

@@ -1,8 +1,9 @@
 /* test_pipesched.c: the pipeline schedules' checker over p = 1..8 stages and
  * m = 1..16 micro-batches (pipesched.h): every schedule's lists are
- * deadlock-free under the runner's semantics, forward precedes backward,
- * every message is matched; 1F1B holds at most min(p - s, m) micro-batches
- * per stage, GPipe m; the stage split is even; broken lists are caught. */
+ * deadlock-free under the runner's semantics, forward precedes backward
+ * (and the weight pass its input pass), every message is matched; 1F1B
+ * holds min(p - s, m) micro-batches per stage, GPipe m, ZB1
+ * min(2(p - s) - 1, m); the stage split is even; broken lists are caught. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,16 +36,21 @@ int main(void)
                 px_status_t st = px_pipe_schedule_check(sc, err, sizeof(err));
                 EXPECT(st == PX_OK, "%s p=%d m=%d: %s", px_pipe_schedule_name(k), p, m, err);
                 for (int s = 0; s < p; s++) {
-                    int want = k == PX_PIPE_GPIPE ? m : (p - s < m ? p - s : m);
+                    /* ZB1: a micro-batch holds its slot until its W, and
+                     * up to p-1-s W passes wait: 2(p-s)-1 slots */
+                    int cap = k == PX_PIPE_GPIPE ? m : k == PX_PIPE_1F1B ? p - s : 2 * (p - s) - 1;
+                    int want = cap < m ? cap : m;
                     EXPECT(px_pipe_schedule_slots(sc, s) == want, "%s p=%d m=%d stage %d: %d slots, "
                            "want %d", px_pipe_schedule_name(k), p, m, s,
                            px_pipe_schedule_slots(sc, s), want);
-                    int fwd = 0, bwd = 0;
+                    int fwd = 0, bwd = 0, wgt = 0;
                     for (int i = 0; i < sc->stage[s].n; i++) {
                         fwd += sc->stage[s].a[i].op == PX_PIPE_FWD;
                         bwd += sc->stage[s].a[i].op == PX_PIPE_BWD;
+                        wgt += sc->stage[s].a[i].op == PX_PIPE_WGT;
                     }
-                    EXPECT(fwd == m && bwd == m, "stage %d: %d forwards %d backwards", s, fwd, bwd);
+                    EXPECT(fwd == m && bwd == m && wgt == (k == PX_PIPE_ZB1 ? m : 0),
+                           "stage %d: %d forwards %d backwards %d weight passes", s, fwd, bwd, wgt);
                 }
                 px_pipe_schedule_destroy(sc);
                 checked++;
