@@ -80,27 +80,30 @@ static void build_1f1b(px_pipe_list_t *l, int s, int p, int M)
         bwd(l, s, p, m);
 }
 
-/* ZB-H1 (Qi et al. 2024): 1F1B's order; W of micro-batch i deferred
- * while fewer than p-1-s are pending, one W before each cool-down B,
- * the rest at the end. */
+/* ZB-H1 (Qi et al. 2024): 1F1B's order of F and B (the input pass, whose
+ * gradient goes on at once); stage s keeps up to s weight passes pending,
+ * running the oldest whenever more are, and the rest at the end: the last
+ * stages' B passes come sooner, so the chain of B passes back to stage 0
+ * no longer waits for W passes, and the deferred W passes fill the
+ * cool-down bubble. In flight per stage: at most p micro-batches (1F1B's
+ * stage 0). With F = B = W the bubble is (p-1)(F+B-W) = (p-1) F, a third
+ * of 1F1B's (p-1)(F+B+W) (the paper's ZB-H1). */
 static void build_zb1(px_pipe_list_t *l, int s, int p, int M)
 {
-    int warm = p - s - 1 < M ? p - s - 1 : M, defer = p - 1 - s;
+    int warm = p - s - 1 < M ? p - s - 1 : M, defer = s;
     int head = 0, tail = 0; /* pending W: micro-batches [head, tail) */
     for (int m = 0; m < warm; m++)
         fwd(l, s, p, m);
     for (int i = 0; i < M - warm; i++) {
         fwd(l, s, p, warm + i);
         bwd(l, s, p, i);
-        tail++;
-        if (tail - head > defer)
+        if (++tail - head > defer)
             put(l, PX_PIPE_WGT, head++);
     }
     for (int m = M - warm; m < M; m++) {
-        if (tail > head)
-            put(l, PX_PIPE_WGT, head++);
         bwd(l, s, p, m);
-        tail++;
+        if (++tail - head > defer)
+            put(l, PX_PIPE_WGT, head++);
     }
     while (head < tail)
         put(l, PX_PIPE_WGT, head++);

@@ -28,10 +28,11 @@
  * p - s micro-batches are in flight on stage s. ZB-H1 (Qi et al., "Zero
  * Bubble Pipeline Parallelism", 2024): 1F1B with each backward split into
  * B (input gradient, sent on at once) and W (weight gradient); stage s
- * defers up to p-1-s W passes and runs one before each cool-down B, so
- * the previous stage waits for B only and the W passes fill the cool-down
- * bubble. A micro-batch holds its slot until its W (split schedules),
- * else until its BWD.
+ * keeps up to s W passes pending (the oldest runs when more are), the rest
+ * run at the end, so the previous stage waits for B only and the W passes
+ * fill the cool-down bubble: bubble (p-1)(F+B-W), at most p micro-batches
+ * in flight per stage. A micro-batch holds its slot until its W (split
+ * schedules), else until its BWD.
  *
  * Pure code, no allocation besides the lists; any thread. */
 #ifndef PX_PIPESCHED_H

@@ -8,10 +8,11 @@ pp = 4 stages (one layer each: 4 layers, 4 heads, dim 256, seq 64, vocab
 schedule and M: the measured idle fraction of each stage (pp_idle_s /
 (pp_busy_s + pp_idle_s), the step metrics of pipeline.h), median over steps
 2.., next to GPipe's and 1F1B's bubble (p-1)/(M+p-1) (Narayanan et al.
-2021, section 2.2), and the idle fraction the schedule checker's
-simulation gives with a backward twice a forward and free messages
-(`parallax-rank --print-schedule` shows the lists). Then the peak
-activation bytes per stage (memacct) of GPipe and 1F1B at M = 16.
+2021, section 2.2; ZB-H1's goal: at most half 1F1B's), and the idle
+fraction of the engine's own action lists (`parallax-rank
+--print-schedule`) timed with a backward twice a forward (ZB1: input and
+weight pass one forward each) and free messages. Then the peak activation
+bytes per stage (memacct) of GPipe, 1F1B and ZB1 at M = 16.
 
 The measured figures need a core per rank: with fewer cores than the 4
 ranks the stages share cores and a waiting stage lends its core to the
@@ -19,7 +20,9 @@ others, so the measured idle fraction is not the schedule's bubble.
 
 usage: bench_pp.py RANK_BIN MAKE_TOKENS_PY WORKDIR [STEPS]"""
 import os
+import re
 import statistics
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,29 +34,24 @@ DIMS = ['--layers', '4', '--heads', '4', '--dim', '256', '--seq', '64']
 MB = 4  # sequences per micro-batch
 
 
-def simulate(schedule, p, m, tf=1.0, tb=2.0):
-    """Idle fraction per stage of the action lists (same lists as the
-    engine: pipesched.c) run with forward tf, backward tb, messages free."""
+def simulate(rank_bin, schedule, p, m):
+    """Idle fraction per stage of the engine's own action lists
+    (`parallax-rank --print-schedule`) with forward 1, backward 2 (split
+    schedules: input pass 1, weight pass 1) and free messages."""
+    out = subprocess.run([rank_bin, '--pp', str(p), '--micro-batches', str(m), '--schedule',
+                          schedule, '--print-schedule'], check=True, capture_output=True,
+                         text=True).stdout
     lists = []
-    for s in range(p):
-        acts = []
-        fw = lambda k: acts.append(('F', k))  # noqa: E731
-        bw = lambda k: acts.append(('B', k))  # noqa: E731
-        if schedule == 'gpipe':
-            for k in range(m):
-                fw(k)
-            for k in range(m):
-                bw(k)
-        else:
-            warm = min(p - s - 1, m)
-            for k in range(warm):
-                fw(k)
-            for i in range(m - warm):
-                fw(warm + i)
-                bw(i)
-            for k in range(m - warm, m):
-                bw(k)
-        lists.append(acts)
+    for line in out.splitlines():
+        if line.startswith('stage '):
+            acts = []
+            for tok in line.split(':', 1)[1].split():
+                op = re.match(r'([A-Za-z<>]+)(\d+)', tok)
+                if op and op.group(1) in ('F', 'B', 'W'):
+                    acts.append((op.group(1), int(op.group(2))))
+            lists.append(acts)
+    split = any(op == 'W' for acts in lists for op, _ in acts)
+    cost = {'F': 1.0, 'B': 1.0 if split else 2.0, 'W': 1.0}
     done = [dict() for _ in range(p)]  # (op, k) -> finish time
     clock = [0.0] * p
     pcs = [0] * p
@@ -63,21 +61,20 @@ def simulate(schedule, p, m, tf=1.0, tb=2.0):
             if pcs[s] == len(lists[s]):
                 continue
             op, k = lists[s][pcs[s]]
-            if op == 'F':
-                dep = done[s - 1].get(('F', k)) if s > 0 else 0.0
-            else:
-                dep = done[s + 1].get(('B', k)) if s < p - 1 else done[s].get(('F', k))
+            dep = 0.0
+            if op == 'F' and s > 0:
+                dep = done[s - 1].get(('F', k))
+            elif op == 'B' and s < p - 1:
+                dep = done[s + 1].get(('B', k))
             if dep is None:
                 continue
-            start = max(clock[s], dep)
-            clock[s] = start + (tf if op == 'F' else tb)
+            clock[s] = max(clock[s], dep) + cost[op]
             done[s][(op, k)] = clock[s]
             pcs[s] += 1
             moved = True
         assert moved, 'deadlock'
     end = max(clock)
-    busy = m * (tf + tb)
-    return [(end - busy) / end for _ in range(p)]
+    return (end - m * 3.0) / end
 
 
 def main():
@@ -91,9 +88,9 @@ def main():
     print('pp=%d, %s, micro-batch %d sequences, %d steps, %d cores' % (
         P, ' '.join(DIMS), MB, steps, os.cpu_count()))
     print('%-6s %3s  %-32s %6s  %6s  %s' % ('sched', 'M', 'measured idle per stage', 'mean',
-                                            '(p-1)/(M+p-1)', 'simulated (B = 2F)'))
+                                            '(p-1)/(M+p-1)', 'simulated (B = 2F; zb1 B = W = F)'))
     peaks = {}
-    for sched in ('gpipe', '1f1b'):
+    for sched in ('gpipe', '1f1b', 'zb1'):
         for m in (4, 8, 16):
             tag = '%s_m%d' % (sched, m)
             args = DIMS + ['--batch', str(MB * m), '--steps', str(steps), '--data', data,
@@ -109,12 +106,12 @@ def main():
                 idle.append(statistics.median(fr))
             peaks[(sched, m)] = [rr[-1]['memory']['activations']['peak'] for rr in runs]
             theory = (P - 1) / (m + P - 1)
-            sim = simulate(sched, P, m)
+            sim = simulate(rank_bin, sched, P, m)
             print('%-6s %3d  %-32s %5.1f%%  %6.1f%%        %5.1f%%' % (
                 sched, m, ' '.join('%5.1f%%' % (100 * f) for f in idle),
-                100 * statistics.mean(idle), 100 * theory, 100 * statistics.mean(sim)))
+                100 * statistics.mean(idle), 100 * theory, 100 * sim))
     print('peak activation bytes per stage at M=16:')
-    for sched in ('gpipe', '1f1b'):
+    for sched in ('gpipe', '1f1b', 'zb1'):
         print('  %-6s %s' % (sched, ' '.join('%10d' % b for b in peaks[(sched, 16)])))
     return 0
 
