@@ -22,9 +22,14 @@ ranks run through the standalone bootstrap. Checks, per layout:
     micro-batches (2 slots vs 4), stage 1 a quarter (1 vs 4);
   * mb4x8 and mb16x2 (global batch 32 as 4 micro-batches of 8 and as 16 of
     2) give the same loss and grad norm within 1e-5 of each other.
-usage: test_pp.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]"""
+  * with --pctl PCTL: every stage's measured activation peak equals
+    `pctl plan --json`'s pipeline figure for its schedule (GPipe, 1F1B,
+    ZB1 at pp 4, 8 micro-batches of 2, 6 layers, dim 64).
+usage: test_pp.py RANK_BIN MAKE_TOKENS_PY WORKDIR [--pctl PCTL] [LAYOUT ...]"""
+import json
 import os
 import re
+import subprocess
 import struct
 import sys
 import time
@@ -71,12 +76,36 @@ def norm_ones(rank_bin, args, work, tag, world):
     return struct.unpack('f', struct.pack('f', float(m.group(1))))[0], int(m.group(2))
 
 
+def plan_check(rank_bin, pctl, data, work):
+    dims = ['--layers', '6', '--heads', '4', '--dim', '64', '--seq', '32']
+    plan = json.loads(subprocess.run(
+        [pctl, 'plan'] + dims + ['--pp', '4', '--micro-batches', '8', '--batch', '16',
+                                 '--json'], check=True, capture_output=True,
+        text=True).stdout)['pipeline']
+    bad = 0
+    for sched in ('gpipe', '1f1b', 'zb1'):
+        runs = run_world(rank_bin, dims + ['--batch', '16', '--steps', '2', '--data', data,
+                                           '--pp', '4', '--micro-batches', '8', '--schedule',
+                                           sched], work, 'plan_' + sched, 4)
+        want = [int(st['activation_bytes']) for st in plan[sched]]
+        got = runs and [rr[-1]['memory']['activations']['peak'] for rr in runs]
+        ok = got == want
+        print('activation peak per stage, %-5s measured %s, pctl plan %s %s' % (
+            sched, got, want, 'ok' if ok else 'FAIL'))
+        bad += not ok
+    return bad
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__)
         return 2
     rank_bin, make_tokens, work = sys.argv[1:4]
-    names = sys.argv[4:] or list(LAYOUTS)
+    rest = sys.argv[4:]
+    pctl = None
+    if rest[:1] == ['--pctl']:
+        pctl, rest = rest[1], rest[2:]
+    names = rest or list(LAYOUTS)
     os.makedirs(work, exist_ok=True)
     data = license_tokens(make_tokens, work)
     failures = 0
@@ -178,6 +207,8 @@ def main():
         print('batch 32 as 4 x 8 vs 16 x 2: worst rel %.1e %s' % (
             w, 'ok' if w <= TOL_LOSS else 'FAIL > %g' % TOL_LOSS))
         failures += not w <= TOL_LOSS
+    if pctl:
+        failures += plan_check(rank_bin, pctl, data, work)
     print('FAIL (%d)' % failures if failures else 'PASS')
     return 1 if failures else 0
 
