@@ -25,7 +25,8 @@ static const pctl_command_t commands[] = {
     {"submit", "submit a training job (Control.SubmitJob)",
      "usage: pctl submit --data FILE [--name S] [--layers N] [--heads N] [--dim N] [--seq N]\n"
      "                   [--vocab N] [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]\n"
-     "                   [--sequence-parallel]\n"
+     "                   [--sequence-parallel] [--micro-batches M]\n"
+     "                   [--schedule gpipe|1f1b|zb1] [--stage-layers 2,2,1,1]\n"
      "                   [--batch N] [--steps N] [--lr F] [--seed N] [--warmup N]\n"
      "                   [--weight-decay F] [--min-lr-ratio F] [--zero 0-3] [--grad-accum N]\n"
      "                   [--clip F] [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
