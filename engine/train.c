@@ -321,8 +321,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     px_zero_set_model_group(zero, px_groups_comm(groups, PX_GROUP_MP));
     const int stage = px_groups_coord(groups)->pp, last_stage = stage == pp - 1;
     if (pp > 1) {
-        if (last_stage) /* the tied wte's copy: counted on the first stage */
-            px_zero_set_tied_copy(zero, PX_MODEL_UNIT_EMBED);
+        if (stage == 0 || last_stage) /* the tied wte; the copy counts on the first stage */
+            px_zero_set_tied(zero, PX_MODEL_UNIT_EMBED, last_stage);
         PX_CHECK_GOTO(px_pipe_create(&gc, ops, zero, groups, cfg->schedule, M, stage_layers, Bm,
                                      T, &pipe), status, out);
     } else

@@ -50,6 +50,8 @@ struct px_zero {
     int stage, dp, rank, accum, prefetch, nunits;
     int tied_copy;       /* unit held as a copy of another rank's (-1 none):
                             outside the norm and the canonical dumps */
+    int tied_unit;       /* unit with a copy on another rank (-1 none):
+                            stage 0 all-reduces it on its own */
     int nsh, me;                                      /* slices: count, mine */
     const px_kernel_ops_t *k;
     float *full_params, *shard_params, *full_grads, *shard_grads, *m, *v;
@@ -368,6 +370,7 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
     z->rank = comm ? px_comm_rank(comm) : 0;
     z->accum = accum > 0 ? accum : 1;
     z->tied_copy = -1;
+    z->tied_unit = -1;
     z->prefetch = prefetch;
     z->nunits = plan->nunits;
     z->nsh = z->stage >= 1 ? z->dp : 1;
@@ -532,9 +535,19 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
 
     if (z->stage == 0) {
         z->k->mem_copy_from_host(z->full_grads + p->padded, &local_loss, sizeof(float));
+        /* a tied unit (unit 0) on its own: its copies on other ranks go
+         * through the same all-reduce (count, algorithm, data), so they
+         * stay bitwise equal whatever the rest of each buffer holds */
+        uint64_t skip = z->tied_unit == 0 ? p->unit_padded[0] : 0;
+        if (z->dp > 1 && skip) {
+            status = px_allreduce(z->comm, z->full_grads, z->full_grads, skip, PX_FLOAT32,
+                                  PX_AVG, -1);
+            if (status != PX_OK)
+                return coll_fail(z, "all-reduce", 0, status);
+        }
         if (z->dp > 1) {
-            status = px_allreduce(z->comm, z->full_grads, z->full_grads, p->padded + 1,
-                                  PX_FLOAT32, PX_AVG, -1);
+            status = px_allreduce(z->comm, z->full_grads + skip, z->full_grads + skip,
+                                  p->padded + 1 - skip, PX_FLOAT32, PX_AVG, -1);
             if (status != PX_OK)
                 return coll_fail(z, "all-reduce", -1, status);
         }
@@ -587,7 +600,11 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
 
 void px_zero_set_model_group(px_zero_t *z, px_comm_t *mp) { z->mp = mp; }
 
-void px_zero_set_tied_copy(px_zero_t *z, int u) { z->tied_copy = u; }
+void px_zero_set_tied(px_zero_t *z, int u, int is_copy)
+{
+    z->tied_unit = u;
+    z->tied_copy = is_copy ? u : -1;
+}
 
 float *px_zero_unit_grads(px_zero_t *z, int u, uint64_t *count_p)
 {

@@ -73,15 +73,17 @@ void px_zero_destroy(px_zero_t *z); /* NULL no-op; waits nothing: only after a f
  * over the tp group adds its squares on tp rank 0 only. */
 void px_zero_set_model_group(px_zero_t *z, px_comm_t *mp);
 
-/* Pipeline parallelism (pipeline.h): unit u of this rank is a copy of the
- * same unit on another rank of the model-parallel group (the tied
- * embedding on the last stage, whose gradients the pipeline sums with the
- * first stage's before px_zero_reduce): it is left out of the grad norm
- * (counted once, on the first stage) and written as zeros into canonical
- * gathers (px_tp_combine_canonical over the group then counts it once).
- * u = -1: none (the default). Units of size 0 in the plan (held by other
- * stages) are always left out of canonical gathers. */
-void px_zero_set_tied_copy(px_zero_t *z, int u);
+/* Pipeline parallelism (pipeline.h): unit u (the embedding, 0) has a copy
+ * on another rank of the model-parallel group (the first and the last
+ * stage, whose gradients the pipeline sums before px_zero_reduce). Both
+ * reduce it over dp by the same collective of its own (stage 0: its own
+ * all-reduce; stages 1-3 reduce every unit on its own anyway), so the
+ * copies take bitwise-equal updates. is_copy (the last stage): it is left
+ * out of the grad norm (counted once, on the first stage) and written as
+ * zeros into canonical gathers (px_tp_combine_canonical over the group
+ * then counts it once). u = -1: none (the default). Units of size 0 in the
+ * plan (held by other stages) are always left out of canonical gathers. */
+void px_zero_set_tied(px_zero_t *z, int u, int is_copy);
 
 /* The accumulated (not yet reduced or averaged) gradients of unit u,
  * stages 0 and 1 only (else NULL): backend memory of *count_p elements

@@ -51,6 +51,7 @@ LAYOUTS = {
     'pp4split': (4, 1, 1, 4, 6, 8, ['--pp', '4', '--micro-batches', '2', '--schedule', 'gpipe',
                                     '--stage-layers', '1,1,2,2']),
     'dp2pp2': (4, 2, 1, 2, 2, 8, ['--dp', '2', '--pp', '2', '--micro-batches', '2']),
+    'dp4pp2': (8, 4, 1, 2, 2, 8, ['--dp', '4', '--pp', '2', '--micro-batches', '2']),
     'dp2pp2z1': (4, 2, 1, 2, 2, 8, ['--dp', '2', '--pp', '2', '--micro-batches', '2',
                                     '--zero', '1']),
     'pp2tp2': (4, 1, 2, 2, 2, 8, ['--pp', '2', '--tp', '2', '--micro-batches', '2']),
