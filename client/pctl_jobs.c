@@ -20,6 +20,7 @@
 #include "jobspec.h"
 #include "layout.h"
 #include "pctl.h"
+#include "pipesched.h"
 #include "px_time.h"
 
 #define M_SUBMIT "/parallax.v1.Control/SubmitJob"
@@ -30,6 +31,7 @@
 #define M_NODES "/parallax.v1.Control/ListNodes"
 #define M_METRICS "/parallax.v1.Control/GetMetrics"
 #define M_LOGS "/parallax.v1.Control/GetLogs"
+#define M_GET_MEMORY "/parallax.v1.Control/GetMemory"
 
 #define POLL_INTERVAL_MS 1000
 #define POLL_MAX_FAILURES 10
@@ -368,7 +370,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP,
            O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR };
+           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -381,6 +383,9 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"cp", required_argument, NULL, O_CP},
         {"ep", required_argument, NULL, O_EP},
         {"sequence-parallel", no_argument, NULL, O_SEQPAR},
+        {"micro-batches", required_argument, NULL, O_MICRO},     /* issue 10 */
+        {"schedule", required_argument, NULL, O_SCHED},
+        {"stage-layers", required_argument, NULL, O_STAGE_LAYERS},
         {"batch", required_argument, NULL, O_BATCH},
         {"steps", required_argument, NULL, O_STEPS},
         {"lr", required_argument, NULL, O_LR},
@@ -450,6 +455,13 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         case O_CP: INT_OPT("--cp", cfg.layout.cp, 1); break;
         case O_EP: INT_OPT("--ep", cfg.layout.ep, 1); break;
         case O_SEQPAR: cfg.sequence_parallel = 1; break;
+        case O_MICRO: INT_OPT("--micro-batches", cfg.micro_batches, 1); break;
+        case O_SCHED:
+            cfg.schedule = px_pipe_schedule_parse(optarg);
+            if (cfg.schedule < 0)
+                return pctl_usage_error("submit", "--schedule '%s': gpipe, 1f1b or zb1", optarg);
+            break;
+        case O_STAGE_LAYERS: cfg.stage_layers = optarg; break;
         case O_BATCH: INT_OPT("--batch", cfg.batch, 1); break;
         case O_STEPS: INT_OPT("--steps", cfg.steps, 1); break;
         case O_WARMUP:
@@ -523,6 +535,10 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     if (cfg.batch % ((long long)cfg.layout.dp * cfg.grad_accum) != 0)
         return pctl_usage_error("submit", "--batch %d is not divisible by --dp %d x --grad-accum "
                                 "%d", cfg.batch, cfg.layout.dp, cfg.grad_accum);
+    if (cfg.batch % ((long long)cfg.layout.dp * cfg.grad_accum * cfg.micro_batches) != 0)
+        return pctl_usage_error("submit", "--batch %d is not divisible by --dp %d x --grad-accum "
+                                "%d x --micro-batches %d", cfg.batch, cfg.layout.dp,
+                                cfg.grad_accum, cfg.micro_batches);
     data_abs = realpath(data, NULL);
     if (!data_abs)
         return pctl_usage_error("submit", "invalid value '%s' for --data: %s", data,
@@ -698,6 +714,65 @@ static void print_job(const Parallax__V1__Job *j)
     }
 }
 
+/* A pipeline job's measured bubble: per stage, the idle fraction (idle /
+ * (busy + idle)) of the last step each of its ranks reported with its
+ * memory (Control.GetMemory; pipeline.h's busy/idle times), averaged over
+ * the stage's ranks, next to GPipe / 1F1B's (p-1)/(M+p-1). Prints nothing
+ * when no rank reported pipeline times yet. */
+static void print_bubble(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo)
+{
+    Parallax__V1__GetMemoryRequest req = PARALLAX__V1__GET_MEMORY_REQUEST__INIT;
+    Parallax__V1__GetMemoryResponse *resp = NULL;
+    px_layout_t l;
+    if (!pctl_job_layout(j, &l) || l.pp < 2)
+        return;
+    px_rpc_result_t res = {GRPC_STATUS_OK, NULL};
+    req.job_id = j->id;
+    px_status_t status = px_rpc_call_unary(pctl_channel(ctx), M_GET_MEMORY, &req.base,
+                                           &parallax__v1__get_memory_response__descriptor,
+                                           ctx->timeout_ms, (ProtobufCMessage **)&resp, &res);
+    free(res.message);
+    if (status != PX_OK || !resp)
+        return;
+    double idle[l.pp], all[l.pp];
+    int n[l.pp], any = 0;
+    for (int s = 0; s < l.pp; s++)
+        idle[s] = all[s] = n[s] = 0;
+    for (size_t i = 0; i < resp->n_ranks; i++) {
+        const Parallax__V1__RankMemory *m = resp->ranks[i];
+        double t = m->pp_busy_s + m->pp_idle_s;
+        if (m->pp < 2 || (int)m->pp_stage >= l.pp || t <= 0)
+            continue;
+        idle[m->pp_stage] += m->pp_idle_s / t;
+        all[m->pp_stage] += t;
+        n[m->pp_stage]++;
+        any = 1;
+    }
+    const Parallax__V1__JobSpec *s = j->spec;
+    int M = s && s->parallel && s->parallel->micro_batches ? (int)s->parallel->micro_batches : 1;
+    const char *sched = s && s->parallel && s->parallel->schedule && *s->parallel->schedule
+                            ? s->parallel->schedule : "1f1b";
+    json_t *ja = jo ? json_array() : NULL;
+    if (any && !jo)
+        printf("pipeline     %s, %d micro-batches; measured bubble (idle fraction of the last "
+               "reported step) per stage:", sched, M);
+    for (int st = 0; any && st < l.pp; st++) {
+        double f = n[st] ? idle[st] / n[st] : -1.0;
+        if (jo)
+            json_array_append_new(ja, json_pack("{s:i, s:f, s:f}", "stage", st, "idle_fraction",
+                                                f, "step_s", n[st] ? all[st] / n[st] : 0.0));
+        else if (f >= 0)
+            printf(" %d: %.1f%%", st, 100.0 * f);
+        else
+            printf(" %d: -", st);
+    }
+    if (any && !jo)
+        printf("; (p-1)/(M+p-1) = %.1f%%\n", 100.0 * (l.pp - 1) / (M + l.pp - 1));
+    if (jo)
+        json_object_set_new(jo, "pipeline_bubble", ja);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
 int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv)
 {
     Parallax__V1__GetJobRequest req = PARALLAX__V1__GET_JOB_REQUEST__INIT;
@@ -712,9 +787,13 @@ int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv)
                   (ProtobufCMessage **)&job))
         return PCTL_EXIT_FAIL;
     if (json) {
-        rc = pctl_json_print(pctl_json_job(job));
+        json_t *o = pctl_json_job(job);
+        if (o)
+            print_bubble(ctx, job, o);
+        rc = pctl_json_print(o);
     } else {
         print_job(job);
+        print_bubble(ctx, job, NULL);
         rc = PCTL_EXIT_OK;
     }
     protobuf_c_message_free_unpacked(&job->base, NULL);

@@ -25,6 +25,7 @@
 
 #include "jobcfg.h" /* PX_DEFAULT_VOCAB */
 #include "layout.h"
+#include "pipesched.h"
 #include "pctl.h"
 #include "plan.h"
 
@@ -97,12 +98,87 @@ static json_t *layout_json(const px_layout_t *l, int nodes, int per_node, const 
     return o;
 }
 
+/* Pipeline stages (pp > 1, GPT dims): per schedule, each stage's layers,
+ * the micro-batches it holds at once (pipesched.h: GPipe M, 1F1B
+ * min(p-s, M), ZB1 min(p, M)) and their activation bytes, the engine's
+ * fp32 buffers (px_plan_gpt_activations for the stage's layers, plus the
+ * split backward's stash of 9C floats per token and layer for ZB1).
+ * Returns PCTL_EXIT_OK or PCTL_EXIT_USAGE (message printed). */
+static int print_pipeline(int layers, int heads, int dim, int vocab, int seq, int tp, int sp,
+                          int pp, int M, int micro, int sched_sel, const char *spec,
+                          int print_sched, json_t *jpipe)
+{
+    char err[256];
+    int *sl = calloc((size_t)pp, sizeof(int));
+    if (!sl)
+        return PCTL_EXIT_FAIL;
+    if (px_pipe_stage_layers(layers, pp, spec, sl, err, sizeof(err)) != PX_OK) {
+        free(sl);
+        return pctl_usage_error("plan", "%s", err);
+    }
+    if (!jpipe)
+        printf("pipeline: pp %d, %d micro-batches of %d sequences; activation bytes per stage "
+               "(fp32, the engine's buffers):\n%-6s  %-6s", pp, M, micro, "sched", "");
+    if (!jpipe)
+        for (int st = 0; st < pp; st++)
+            printf("  stage %-2d (%d layer%s)  ", st, sl[st], sl[st] == 1 ? "" : "s");
+    if (!jpipe)
+        printf("\n");
+    for (int k = 0; k < PX_PIPE_NKINDS; k++) {
+        if (sched_sel >= 0 && k != sched_sel)
+            continue;
+        px_pipe_schedule_t *sc = NULL;
+        if (px_pipe_schedule_create(k, pp, M, &sc) != PX_OK) {
+            free(sl);
+            return PCTL_EXIT_FAIL;
+        }
+        json_t *jst = json_array();
+        if (!jpipe)
+            printf("%-6s  %-6s", px_pipe_schedule_name(k), "");
+        for (int st = 0; st < pp; st++) {
+            px_plan_gpt_acts_t a;
+            if (px_plan_gpt_activations(sl[st], heads, dim, px_job_config_padded_vocab(vocab),
+                                        micro, seq, tp, sp, &a) != PX_OK) {
+                px_pipe_schedule_destroy(sc);
+                json_decref(jst);
+                free(sl);
+                return PCTL_EXIT_USAGE;
+            }
+            double per = (double)a.bytes;
+            if (px_pipe_schedule_split(sc))
+                per += 4.0 * 9 * dim * (double)micro * seq * sl[st];
+            int slots = px_pipe_schedule_slots(sc, st);
+            char b[32];
+            fmt_gb(per * slots, b, sizeof(b));
+            if (jpipe)
+                json_array_append_new(jst, json_pack("{s:i, s:i, s:i, s:f}", "stage", st,
+                                                     "layers", sl[st], "micro_batches_held",
+                                                     slots, "activation_bytes", per * slots));
+            else
+                printf("  %10s x%-3d      ", b, slots);
+        }
+        if (jpipe)
+            json_object_set_new(jpipe, px_pipe_schedule_name(k), jst);
+        else {
+            json_decref(jst);
+            printf("\n");
+        }
+        if (print_sched && !jpipe)
+            px_pipe_schedule_print(sc, stdout);
+        px_pipe_schedule_destroy(sc);
+    }
+    if (!jpipe)
+        printf("(xN: the micro-batches a stage holds activations for at once)\n");
+    free(sl);
+    return PCTL_EXIT_OK;
+}
+
 int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
 {
     char flag[48];
     enum { O_PARAMS = 256, O_LAYERS, O_DIM, O_VOCAB, O_SEQ, O_HEADS, O_DP, O_TP, O_PP, O_CP,
            O_EP, O_NODES, O_PER_NODE, O_ZERO, O_PREC, O_K, O_JSON, O_HELP, O_BATCH, O_ACCUM,
-           O_SP };
+           O_SP, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_PRINT_SCHED };
     static const struct option opts[] = {
         {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"dim", 1, 0, O_DIM},
         {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"heads", 1, 0, O_HEADS},
@@ -111,13 +187,18 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         {"zero", 1, 0, O_ZERO}, {"precision", 1, 0, O_PREC},
         {"optimizer-bytes-per-param", 1, 0, O_K}, {"json", 0, 0, O_JSON},
         {"batch", 1, 0, O_BATCH}, {"grad-accum", 1, 0, O_ACCUM},
-        {"sequence-parallel", 0, 0, O_SP},
+        {"sequence-parallel", 0, 0, O_SP}, {"micro-batches", 1, 0, O_MICRO},
+        {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
+        {"print-schedule", 0, 0, O_PRINT_SCHED},
         {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
     double params = 0, k = -1;
     uint64_t layers = 4, dim = 128, vocab = PX_DEFAULT_VOCAB, seq = 128, heads = 4, dp = 1, v;
     uint64_t tp = 1, pp = 1, cp = 1, ep = 1, nodes = 1, per_node = 0;
     uint64_t batch = 0, accum = 1; /* batch 0: dp x grad_accum (micro-batch 1) */
     int zero = -1, json = 0, fp32 = 0, have_dims = 0, sp = 0, opt;
+    uint64_t mbs = 1;
+    int sched_sel = -1, print_sched = 0;
+    const char *stage_spec = NULL;
     (void)ctx;
 
     opterr = 0;
@@ -172,6 +253,18 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
             *(opt == O_BATCH ? &batch : &accum) = v;
             break;
         case O_SP: sp = 1; break;
+        case O_MICRO:
+            if (pctl_parse_u64("plan", "--micro-batches", optarg, 1, 1u << 20, &mbs))
+                return PCTL_EXIT_USAGE;
+            break;
+        case O_SCHED:
+            sched_sel = strcmp(optarg, "all") ? px_pipe_schedule_parse(optarg) : -1;
+            if (strcmp(optarg, "all") && sched_sel < 0)
+                return pctl_usage_error("plan", "--schedule '%s': gpipe, 1f1b, zb1 or all",
+                                        optarg);
+            break;
+        case O_STAGE_LAYERS: stage_spec = optarg; break;
+        case O_PRINT_SCHED: print_sched = 1; break;
         case O_JSON: json = 1; break;
         case O_HELP: return pctl_help("plan");
         default:
@@ -203,7 +296,12 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         return pctl_usage_error("plan", "layers %llu are fewer than pp %llu pipeline stages",
                                 (unsigned long long)layers, (unsigned long long)pp);
     if (!batch)
-        batch = dp * accum;
+        batch = dp * accum * mbs;
+    if (pp > 1 && batch % (dp * accum * mbs))
+        return pctl_usage_error("plan", "batch=%llu is not divisible by dp=%llu x grad_accum=%llu "
+                                "x micro_batches=%llu", (unsigned long long)batch,
+                                (unsigned long long)dp, (unsigned long long)accum,
+                                (unsigned long long)mbs);
     if (batch % (dp * accum))
         return pctl_usage_error("plan", "batch=%llu is not divisible by dp=%llu x grad_accum=%llu",
                                 (unsigned long long)batch, (unsigned long long)dp,
@@ -355,6 +453,15 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                               "memory_planned", memory_planned);
         if (o && !memory_planned)
             json_object_set_new(o, "memory_note", json_string(memory_note));
+        if (o && known && pp > 1) {
+            json_t *jp = json_object();
+            if (print_pipeline((int)layers, (int)heads, (int)dim, (int)vocab, (int)seq, (int)tp,
+                               sp, (int)pp, (int)mbs, (int)(micro / mbs), sched_sel, stage_spec,
+                               0, jp) == PCTL_EXIT_OK)
+                json_object_set_new(o, "pipeline", jp);
+            else
+                json_decref(jp);
+        }
         if (o)
             json_object_set_new(o, "layout", layout_json(&layout, (int)nodes, (int)per_node,
                                                          node_of_rank));
@@ -367,6 +474,10 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         if (!json && known && memory_planned && rc == PCTL_EXIT_OK)
             printf("(stages 2/3 count the embedding and head units and 2 layers gathered or in "
                    "flight; \"at once\" is the peak of the sum, what a rank measures)\n");
+        if (!json && rc == PCTL_EXIT_OK && known && pp > 1)
+            rc = print_pipeline((int)layers, (int)heads, (int)dim, (int)vocab, (int)seq, (int)tp,
+                                sp, (int)pp, (int)mbs, (int)(micro / mbs), sched_sel, stage_spec,
+                                print_sched, NULL);
         if (!json && rc == PCTL_EXIT_OK)
             print_layout(&layout, (int)nodes, (int)per_node, node_of_rank);
     }

@@ -85,6 +85,15 @@ struct px_gpt {
      * heads NHl = NH/tp, vocab rows [v0, v0 + Vl) with Vl = Vp/tp. tp 1:
      * the whole model, Cl = C, NHl = NH, v0 = 0, Vl = Vp. */
     int tp, Cl, NHl, v0, Vl;
+    float *wstash;                 /* split backward (zero bubble): per layer
+                                      the output gradients the weight pass
+                                      needs, (nlayers, B*T, 9C): d(fcproj
+                                      out) C, d(fc out) 4C, d(attproj out)
+                                      C, d(qkv out) 3C; NULL: not split */
+    int layer0, nlayers;           /* the layers whose activations this
+                                      model holds: [layer0, layer0 +
+                                      nlayers) (a pipeline stage's; all
+                                      of them otherwise) */
     int sp;                        /* sequence parallelism (tp.h): the residual
                                       stream (encoded, residual2/3, LayerNorm
                                       outputs and stats, dres) holds this
@@ -133,13 +142,24 @@ size_t px_gpt_unit_size(const px_gpt_config_t *cfg, int u)
 void px_gpt_units_to_canonical(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
                                const float *units, const uint64_t *unit_offset, float *dst)
 {
+    px_gpt_units_to_canonical_ex(cfg, ops, units, unit_offset, NULL, dst);
+}
+
+void px_gpt_units_to_canonical_ex(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
+                                  const float *units, const uint64_t *unit_offset,
+                                  const unsigned char *skip, float *dst)
+{
     size_t off = 0;
-    if (cfg->tp > 1) /* host memory: only this rank's pieces are written */
+    if (cfg->tp > 1 || skip) /* host memory: only this rank's pieces are written */
         memset(dst, 0, (size_t)px_model_num_params(cfg) * sizeof(float));
     for (int u = 0; u < px_gpt_num_units(cfg); u++) {
         px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
         int n = px_gpt_unit_tensors(cfg, u, t);
         const float *base = units + (unit_offset ? unit_offset[u] : off);
+        if (skip && skip[u]) {
+            off += t[n - 1].unit_offset + t[n - 1].size;
+            continue;
+        }
         for (int k = 0; k < n; k++) {
             if (t[k].split == PX_MODEL_SPLIT_REPLICATED && t[k].tp_rank != 0)
                 continue; /* tp rank 0 writes the replicated tensors */
@@ -176,10 +196,19 @@ static void view(const px_gpt_unit_tensor_t *t, int n, float *base, void *v)
 }
 
 static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops, int B,
-                              int T, const px_gpt_hooks_t *hooks, px_gpt_t **gpt_p)
+                              int T, const px_gpt_hooks_t *hooks, int layer0, int nlayers,
+                              px_gpt_t **gpt_p)
 {
     px_gpt_t *gpt;
     int L = cfg->layers, C = cfg->dim, NH = cfg->heads, V = cfg->vocab;
+
+    if (nlayers <= 0 && L > 0)
+        nlayers = L - layer0;
+    if (layer0 < 0 || nlayers < 1 || layer0 + nlayers > L) {
+        px_error("gpt: layers [%d, %d) are not within the model's %d", layer0, layer0 + nlayers,
+                 L);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
 
     if (L <= 0 || C <= 0 || NH <= 0 || V <= 0 || B <= 0 || T <= 0 || cfg->max_seq <= 0) {
         px_error("gpt: sizes must be positive (layers %d dim %d heads %d vocab %d B %d T %d)", L,
@@ -210,6 +239,8 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
         return PX_ERR_NO_MEMORY;
     gpt->cfg = *cfg;
     gpt->ops = ops;
+    gpt->layer0 = layer0;
+    gpt->nlayers = nlayers;
     gpt->B = B;
     gpt->T = T;
     gpt->Vp = px_model_padded_vocab(cfg);
@@ -256,7 +287,7 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
     size_t BT = (size_t)B * T;
     gpt->rows = gpt->sp ? BT / tp : BT;
     px_plan_gpt_acts_t pa;
-    if (px_plan_gpt_activations(L, NH, C, gpt->Vp, B, T, tp, gpt->sp, &pa) != PX_OK) {
+    if (px_plan_gpt_activations(nlayers, NH, C, gpt->Vp, B, T, tp, gpt->sp, &pa) != PX_OK) {
         px_gpt_destroy(gpt); /* logged by the plan; the checks above make it unreachable */
         return PX_ERR_INVALID_ARGUMENT;
     }
@@ -290,7 +321,14 @@ err_free:
 px_status_t px_gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops, int B, int T,
                           px_gpt_t **gpt_p)
 {
-    return gpt_create(cfg, ops, B, T, NULL, gpt_p);
+    return gpt_create(cfg, ops, B, T, NULL, 0, 0, gpt_p);
+}
+
+px_status_t px_gpt_create_stage(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops, int B,
+                                int T, const px_gpt_hooks_t *hooks, int layer0, int nlayers,
+                                px_gpt_t **gpt_p)
+{
+    return gpt_create(cfg, ops, B, T, hooks, layer0, nlayers, gpt_p);
 }
 
 px_status_t px_gpt_create_external(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
@@ -301,7 +339,7 @@ px_status_t px_gpt_create_external(const px_gpt_config_t *cfg, const px_kernel_o
         px_error("gpt: external model needs all four hooks");
         return PX_ERR_INVALID_ARGUMENT;
     }
-    return gpt_create(cfg, ops, B, T, hooks, gpt_p);
+    return gpt_create(cfg, ops, B, T, hooks, 0, 0, gpt_p);
 }
 
 void px_gpt_destroy(px_gpt_t *gpt)
@@ -314,6 +352,7 @@ void px_gpt_destroy(px_gpt_t *gpt)
     px_mem_free(gpt->v);
     px_mem_free(gpt->acts_mem);
     px_mem_free(gpt->ce_stats);
+    px_mem_free(gpt->wstash);
     free(gpt->unit_off);
     free(gpt->losses_host);
     free(gpt);
@@ -463,8 +502,9 @@ px_gpt_ctx_t px_gpt_ctx_default(const px_gpt_t *gpt)
 static px_status_t ctx_check(const px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
     if (ctx->B <= 0 || ctx->T <= 0 || ctx->B > gpt->B || ctx->T > gpt->T || ctx->micro != 0 ||
-        ctx->seq_offset < 0 || ctx->seq_offset + ctx->T > gpt->cfg.max_seq || l < 0 ||
-        l >= gpt->cfg.layers) {
+        ctx->seq_offset < 0 || ctx->seq_offset + ctx->T > gpt->cfg.max_seq ||
+        l < -1 || l >= gpt->cfg.layers ||
+        (l >= 0 && (l < gpt->layer0 || l >= gpt->layer0 + gpt->nlayers))) {
         px_error("gpt: cannot run B %d T %d micro %d seq_offset %d layer %d (model: B %d T %d, "
                  "one micro-batch slot, max_seq %d, %d layers)", ctx->B, ctx->T, ctx->micro,
                  ctx->seq_offset, l, gpt->B, gpt->T, gpt->cfg.max_seq, gpt->cfg.layers);
@@ -592,7 +632,16 @@ static px_status_t col_backward(px_gpt_t *gpt, px_comm_t *tpc, float *dinp, floa
 static float *residual_in(px_gpt_t *gpt, int l)
 {
     size_t rc = gpt->rows * gpt->cfg.dim; /* create-time stride */
-    return l == 0 ? gpt->a.encoded : gpt->a.residual3 + (size_t)(l - 1) * rc;
+    /* a stage's input (layer0) lives where the embedding's output does */
+    return l == gpt->layer0 ? gpt->a.encoded
+                            : gpt->a.residual3 + (size_t)(l - 1 - gpt->layer0) * rc;
+}
+
+void px_gpt_stage_io(px_gpt_t *gpt, int l, float **x_p, float **dx_p, size_t *n_p)
+{
+    *x_p = residual_in(gpt, l);
+    *dx_p = gpt->a.dres;
+    *n_p = gpt->rows * (size_t)gpt->cfg.dim;
 }
 
 px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *inputs)
@@ -600,7 +649,7 @@ px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const i
     embed_view_t e;
     float *ub;
     px_comm_t *tpc;
-    PX_CHECK(ctx_check(gpt, ctx, 0));
+    PX_CHECK(ctx_check(gpt, ctx, -1));
     PX_CHECK(tp_comm(gpt, ctx, &tpc));
     PX_CHECK(p_acquire(gpt, PX_MODEL_UNIT_EMBED, 0, &ub));
     gpt->embed_p = ub;
@@ -626,6 +675,7 @@ px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const i
 
 px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
+    const int li = l - gpt->layer0; /* this model's activation slot of layer l */
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
     px_comm_t *tpc;
@@ -639,11 +689,11 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     size_t sbt = (size_t)gpt->B * gpt->T, sr = gpt->rows;
     size_t src = sr * C, sbtcl = sbt * Cl;
     const float *res = residual_in(gpt, l);
-    float *ln1 = a->ln1 + l * src, *qkv = a->qkv + l * sbtcl * 3, *atty = a->atty + l * sbtcl;
-    float *att = a->att + (size_t)l * gpt->B * NHl * gpt->T * gpt->T;
-    float *res2 = a->residual2 + l * src, *ln2 = a->ln2 + l * src;
-    float *fch = a->fch + l * sbtcl * 4, *fchg = a->fch_gelu + l * sbtcl * 4;
-    float *res3 = a->residual3 + l * src;
+    float *ln1 = a->ln1 + li * src, *qkv = a->qkv + li * sbtcl * 3, *atty = a->atty + li * sbtcl;
+    float *att = a->att + (size_t)li * gpt->B * NHl * gpt->T * gpt->T;
+    float *res2 = a->residual2 + li * src, *ln2 = a->ln2 + li * src;
+    float *fch = a->fch + li * sbtcl * 4, *fchg = a->fch_gelu + li * sbtcl * 4;
+    float *res3 = a->residual3 + li * src;
     const float *ln1_in = ln1, *ln2_in = ln2; /* what the column-parallel matmuls read */
     float *lb;
     layer_view_t p;
@@ -658,7 +708,7 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     /* ln1 of this rank's R tokens (all of them without sequence
      * parallelism; with it, kept for R rows and all-gathered to (B,T,C)
      * for the matmul, and gathered again in backward) */
-    k->layernorm_forward(ln1, a->ln1_mean + l * sr, a->ln1_rstd + l * sr, res, p.ln1w, p.ln1b, R,
+    k->layernorm_forward(ln1, a->ln1_mean + li * sr, a->ln1_rstd + li * sr, res, p.ln1w, p.ln1b, R,
                          C);
     if (gpt->sp) {
         PX_CHECK(px_tp_allgather(tpc, ln1, a->spbuf, rc, "ln1", &gpt->tp_times));
@@ -684,7 +734,7 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     if (split)
         k->bias_forward(proj, p.attprojb, R, C);
     k->residual_forward(res2, res, proj, rc);
-    k->layernorm_forward(ln2, a->ln2_mean + l * sr, a->ln2_rstd + l * sr, res2, p.ln2w, p.ln2b, R,
+    k->layernorm_forward(ln2, a->ln2_mean + li * sr, a->ln2_rstd + li * sr, res2, p.ln2w, p.ln2b, R,
                          C);
     if (gpt->sp) {
         PX_CHECK(px_tp_allgather(tpc, ln2, a->spbuf, rc, "ln2", &gpt->tp_times));
@@ -716,7 +766,7 @@ px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const in
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
     px_comm_t *tpc;
-    PX_CHECK(ctx_check(gpt, ctx, 0));
+    PX_CHECK(ctx_check(gpt, ctx, -1));
     PX_CHECK(tp_comm(gpt, ctx, &tpc));
     /* Vl: this rank's logit columns (vocab-parallel head, tied to its wte
      * rows); Vp when tp is 1 */
@@ -725,10 +775,8 @@ px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const in
     head_view_t h;
     float *hb;
 
-    if (!gpt->embed_p) {
-        px_error("gpt: head_forward needs the embedding's wte (tied): run embed_forward first");
-        return PX_ERR_INVALID_ARGUMENT;
-    }
+    if (!gpt->embed_p) /* a last pipeline stage: the tied wte without the lookup */
+        PX_CHECK(p_acquire(gpt, PX_MODEL_UNIT_EMBED, 0, &gpt->embed_p));
     PX_CHECK(p_acquire(gpt, px_model_unit_head(&gpt->cfg), 0, &hb));
     view(gpt->head_t, 2, hb, &h);
     view(gpt->embed_t, 2, gpt->embed_p, &e);
@@ -788,7 +836,7 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
     px_comm_t *tpc;
-    PX_CHECK(ctx_check(gpt, ctx, 0));
+    PX_CHECK(ctx_check(gpt, ctx, -1));
     PX_CHECK(tp_comm(gpt, ctx, &tpc));
     int BT = ctx->B * ctx->T, C = gpt->cfg.dim, V = gpt->cfg.vocab, Vl = gpt->Vl;
     int E = PX_MODEL_UNIT_EMBED, H = px_model_unit_head(&gpt->cfg);
@@ -820,8 +868,9 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
     /* the head is column-parallel over the vocab: f sums its input grad
      * (sequence parallelism: reduce-scatters it to this rank's tokens),
      * overlapped with wte's gradient GEMM */
-    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, eg.wte, NULL, a->dlogits, a->lnf, a->tmp,
-                          e.wte, BT, C, Vl, "the LM head's input gradient", "lnf"));
+    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, gpt->wstash ? NULL : eg.wte, NULL,
+                          a->dlogits, a->lnf, a->tmp, e.wte, BT, C, Vl,
+                          "the LM head's input gradient", "lnf"));
     if (gpt->sp) {
         int R = BT / gpt->tp;
         size_t rc = (size_t)R * C;
@@ -846,6 +895,7 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
 
 px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
+    const int li = l - gpt->layer0; /* this model's activation slot of layer l */
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
     px_comm_t *tpc;
@@ -856,11 +906,11 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     size_t btcl = (size_t)BT * Cl, sbt = (size_t)gpt->B * gpt->T, sr = gpt->rows;
     size_t src = sr * C, sbtcl = sbt * Cl;
     const float *res = residual_in(gpt, l);
-    const float *ln1 = a->ln1 + l * src, *qkv = a->qkv + l * sbtcl * 3;
-    const float *atty = a->atty + l * sbtcl;
-    const float *att = a->att + (size_t)l * gpt->B * NHl * gpt->T * gpt->T;
-    const float *res2 = a->residual2 + l * src, *ln2 = a->ln2 + l * src;
-    const float *fch = a->fch + l * sbtcl * 4, *fchg = a->fch_gelu + l * sbtcl * 4;
+    const float *ln1 = a->ln1 + li * src, *qkv = a->qkv + li * sbtcl * 3;
+    const float *atty = a->atty + li * sbtcl;
+    const float *att = a->att + (size_t)li * gpt->B * NHl * gpt->T * gpt->T;
+    const float *res2 = a->residual2 + li * src, *ln2 = a->ln2 + li * src;
+    const float *fch = a->fch + li * sbtcl * 4, *fchg = a->fch_gelu + li * sbtcl * 4;
     float *lb, *lgb;
     layer_view_t p, g;
 
@@ -895,11 +945,11 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
                           BT, C, 4 * Cl, "fc's input gradient", "ln2"));
     if (gpt->sp) {
         k->layernorm_backward(a->dres, a->dln + 2 * C, a->dln + 3 * C, a->spbuf, res2, p.ln2w,
-                              a->ln2_mean + l * sr, a->ln2_rstd + l * sr, R, C);
+                              a->ln2_mean + li * sr, a->ln2_rstd + li * sr, R, C);
         PX_CHECK(px_tp_allgather(tpc, a->dres, a->spbuf, rc, "d(residual2)", &gpt->tp_times));
     } else {
         k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w,
-                              a->ln2_mean + l * sr, a->ln2_rstd + l * sr, BT, C);
+                              a->ln2_mean + li * sr, a->ln2_rstd + li * sr, BT, C);
     }
     /* dres is d(residual2): attention branch */
     k->mem_set(a->dbtc, 0, btcl * sizeof(float));
@@ -914,25 +964,149 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     if (gpt->sp) {
         float *dst[4] = {g.ln1w, g.ln1b, g.ln2w, g.ln2b};
         k->layernorm_backward(a->dres, a->dln, a->dln + C, a->spbuf, res, p.ln1w,
-                              a->ln1_mean + l * sr, a->ln1_rstd + l * sr, R, C);
+                              a->ln1_mean + li * sr, a->ln1_rstd + li * sr, R, C);
         PX_CHECK(sp_ln_grads(gpt, tpc, dst, 4));
     } else {
         k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w,
-                              a->ln1_mean + l * sr, a->ln1_rstd + l * sr, BT, C);
+                              a->ln1_mean + li * sr, a->ln1_rstd + li * sr, BT, C);
     }
     /* dres is now d(input of layer l) */
     PX_CHECK(p_release(gpt, u, 1));
     return g_release(gpt, u);
 }
 
+/* ---- split backward (zero bubble: Qi et al. 2024) ---- */
+
+px_status_t px_gpt_set_split_backward(px_gpt_t *gpt)
+{
+    if (gpt->tp > 1) {
+        px_error("gpt: the split backward (zero-bubble schedules) runs with tp 1 only (tp %d)",
+                 gpt->tp);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (gpt->wstash)
+        return PX_OK;
+    gpt->wstash = px_mem_calloc(PX_MEM_ACTS, (size_t)gpt->nlayers * gpt->B * gpt->T * 9 *
+                                                 gpt->cfg.dim, sizeof(float));
+    return gpt->wstash ? PX_OK : PX_ERR_NO_MEMORY;
+}
+
+px_status_t px_gpt_block_backward_input(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
+{
+    const int li = l - gpt->layer0;
+    const px_kernel_ops_t *k = gpt->ops;
+    gpt_acts_t *a = &gpt->a;
+    if (!gpt->wstash) {
+        px_error("gpt: block_backward_input needs px_gpt_set_split_backward");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    PX_CHECK(ctx_check(gpt, ctx, l));
+    int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, NH = gpt->NHl, BT = B * T;
+    int u = px_model_unit_layer(&gpt->cfg, l);
+    size_t btc = (size_t)BT * C, sbt = (size_t)gpt->B * gpt->T, src = sbt * C;
+    const float *res = residual_in(gpt, l);
+    const float *qkv = a->qkv + li * src * 3;
+    const float *att = a->att + (size_t)li * gpt->B * NH * gpt->T * gpt->T;
+    const float *res2 = a->residual2 + li * src;
+    const float *fch = a->fch + li * src * 4;
+    float *st = gpt->wstash + (size_t)li * sbt * 9 * C;
+    float *d_fcproj = st, *d_fc = st + sbt * C, *d_attproj = st + sbt * 5 * C,
+          *d_qkv = st + sbt * 6 * C;
+    float *lb, *lgb;
+    layer_view_t p, g;
+
+    PX_CHECK(p_acquire(gpt, u, 1, &lb));
+    PX_CHECK(g_acquire(gpt, u, &lgb));
+    view(gpt->layer_t, 12, lb, &p);
+    view(gpt->layer_t, 12, lgb, &g);
+    /* MLP branch: dres is d(residual3) = d(fcproj out) */
+    k->mem_copy(d_fcproj, a->dres, btc * sizeof(float));
+    k->mem_set(a->d4a, 0, btc * 4 * sizeof(float));
+    k->matmul_backward(a->d4a, NULL, NULL, d_fcproj, NULL, p.fcprojw, BT, 4 * C, C);
+    k->mem_set(d_fc, 0, btc * 4 * sizeof(float));
+    k->gelu_backward(d_fc, fch, a->d4a, btc * 4);
+    poke(gpt);
+    k->mem_set(a->dbtc, 0, btc * sizeof(float));
+    k->matmul_backward(a->dbtc, NULL, NULL, d_fc, NULL, p.fcw, BT, C, 4 * C);
+    poke(gpt);
+    k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w,
+                          a->ln2_mean + li * sbt, a->ln2_rstd + li * sbt, BT, C);
+    /* attention branch: dres is d(residual2) = d(attproj out) */
+    k->mem_copy(d_attproj, a->dres, btc * sizeof(float));
+    k->mem_set(a->dbtc, 0, btc * sizeof(float));
+    k->matmul_backward(a->dbtc, NULL, NULL, d_attproj, NULL, p.attprojw, BT, C, C);
+    k->mem_set(d_qkv, 0, btc * 3 * sizeof(float));
+    k->attention_backward(d_qkv, a->scratch, a->dbtc, qkv, att, B, T, C, NH);
+    poke(gpt);
+    k->mem_set(a->dbtc, 0, btc * sizeof(float));
+    k->matmul_backward(a->dbtc, NULL, NULL, d_qkv, NULL, p.qkvw, BT, C, 3 * C);
+    poke(gpt);
+    k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w,
+                          a->ln1_mean + li * sbt, a->ln1_rstd + li * sbt, BT, C);
+    PX_CHECK(p_release(gpt, u, 1));
+    return g_release(gpt, u);
+}
+
+px_status_t px_gpt_block_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
+{
+    const int li = l - gpt->layer0;
+    const px_kernel_ops_t *k = gpt->ops;
+    gpt_acts_t *a = &gpt->a;
+    if (!gpt->wstash) {
+        px_error("gpt: block_backward_weight needs px_gpt_set_split_backward");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    PX_CHECK(ctx_check(gpt, ctx, l));
+    int BT = ctx->B * ctx->T, C = gpt->cfg.dim;
+    int u = px_model_unit_layer(&gpt->cfg, l);
+    size_t sbt = (size_t)gpt->B * gpt->T, src = sbt * C;
+    const float *ln1 = a->ln1 + li * src, *atty = a->atty + li * src;
+    const float *ln2 = a->ln2 + li * src, *fchg = a->fch_gelu + li * src * 4;
+    float *st = gpt->wstash + (size_t)li * sbt * 9 * C;
+    float *lgb;
+    layer_view_t g;
+
+    PX_CHECK(g_acquire(gpt, u, &lgb));
+    view(gpt->layer_t, 12, lgb, &g);
+    k->matmul_backward(NULL, g.fcprojw, g.fcprojb, st, fchg, NULL, BT, 4 * C, C);
+    poke(gpt);
+    k->matmul_backward(NULL, g.fcw, g.fcb, st + sbt * C, ln2, NULL, BT, C, 4 * C);
+    poke(gpt);
+    k->matmul_backward(NULL, g.attprojw, g.attprojb, st + sbt * 5 * C, atty, NULL, BT, C, C);
+    poke(gpt);
+    k->matmul_backward(NULL, g.qkvw, g.qkvb, st + sbt * 6 * C, ln1, NULL, BT, C, 3 * C);
+    poke(gpt);
+    return g_release(gpt, u);
+}
+
+px_status_t px_gpt_head_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
+{
+    float *egb;
+    embed_view_t eg;
+    if (!gpt->wstash) {
+        px_error("gpt: head_backward_weight needs px_gpt_set_split_backward");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    PX_CHECK(ctx_check(gpt, ctx, -1));
+    PX_CHECK(g_acquire(gpt, PX_MODEL_UNIT_EMBED, &egb));
+    view(gpt->embed_t, 2, egb, &eg);
+    /* d wte (Vp,C) += dlogits^T (Vp,BT) @ lnf (BT,C): the tied head */
+    gpt->ops->matmul_backward(NULL, eg.wte, NULL, gpt->a.dlogits, gpt->a.lnf, NULL,
+                              ctx->B * ctx->T, gpt->cfg.dim, gpt->Vl);
+    poke(gpt);
+    return g_release(gpt, PX_MODEL_UNIT_EMBED);
+}
+
 px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
 {
     embed_view_t eg;
-    PX_CHECK(ctx_check(gpt, ctx, 0));
-    if (!gpt->embed_g) {
-        px_error("gpt: embed_backward needs head_backward first (the tied wte gradient)");
+    PX_CHECK(ctx_check(gpt, ctx, -1));
+    if (!gpt->inputs) {
+        px_error("gpt: embed_backward needs embed_forward first");
         return PX_ERR_INVALID_ARGUMENT;
     }
+    if (!gpt->embed_g) /* a first pipeline stage: no head here */
+        PX_CHECK(g_acquire(gpt, PX_MODEL_UNIT_EMBED, &gpt->embed_g));
     view(gpt->embed_t, 2, gpt->embed_g, &eg);
     float *dwpe = eg.wpe + (size_t)ctx->seq_offset * gpt->cfg.dim;
     if (gpt->sp) { /* the lookup saw every token: gather their gradients */

@@ -146,6 +146,16 @@ px_status_t px_gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops
  * init_params/zero_grad/update must not be called. */
 px_status_t px_gpt_create_external(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
                                    int B, int T, const px_gpt_hooks_t *hooks, px_gpt_t **gpt_p);
+/* A pipeline stage's model (pipeline.h): as px_gpt_create_external, with
+ * activations for layers [layer0, layer0 + nlayers) only (the plan's
+ * table for nlayers layers: px_plan_gpt_activations), so a stage's
+ * activation memory falls with pp. block_forward / block_backward take
+ * the global layer index l within that range; the stage's input x_layer0
+ * lives in the embedding's output buffer (px_gpt_stage_io).
+ * PX_ERR_INVALID_ARGUMENT (logged) for a range outside the model. */
+px_status_t px_gpt_create_stage(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops, int B,
+                                int T, const px_gpt_hooks_t *hooks, int layer0, int nlayers,
+                                px_gpt_t **gpt_p);
 void px_gpt_destroy(px_gpt_t *gpt); /* NULL no-op */
 
 /* Number of parameter elements this rank holds (the length of the flat
@@ -164,6 +174,24 @@ const px_gpt_config_t *px_gpt_config(const px_gpt_t *gpt);
  * canonical order in HOST memory dst[num_params] (ops->mem_copy_to_host). */
 void px_gpt_units_to_canonical(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
                                const float *units, const uint64_t *unit_offset, float *dst);
+
+/* The same, leaving out the units with skip[u] != 0 (skip NULL: none):
+ * their canonical elements are 0 in dst (a pipeline stage's gather:
+ * units held by other stages, the tied copy of wte; zero.h). */
+void px_gpt_units_to_canonical_ex(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
+                                  const float *units, const uint64_t *unit_offset,
+                                  const unsigned char *skip, float *dst);
+
+/* A pipeline stage's boundary (pipeline.h): *x_p the residual stream
+ * entering layer l (l = layers: entering the head), (R,C) = *n_p floats
+ * (R = B*T, or B*T/tp with sequence parallelism): a stage starting at
+ * layer l receives its input there before block_forward(l), a stage
+ * ending before layer l sends it from there after block_forward(l-1);
+ * *dx_p the residual-stream gradient (R,C): a stage ending before layer l
+ * receives d x_l there before block_backward(l-1), a stage starting at
+ * layer l sends it from there after block_backward(l). Borrowed for the
+ * model's life. */
+void px_gpt_stage_io(px_gpt_t *gpt, int l, float **x_p, float **dx_p, size_t *n_p);
 
 /* Initialises the parameters from `seed` (px_gpt_init_unit_range on every
  * unit) and zeroes the moments. */
@@ -216,8 +244,30 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
 /* block_backward(l): dx_l from dx_{l+1}; adds block l's gradients. */
 px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l);
 /* embed_backward: scatters dx_0 into wte's and wpe's gradients and releases
- * the embedding's gradients. */
+ * the embedding's gradients (acquiring them first where no head_backward
+ * did: a first pipeline stage). head_forward acquires the embedding's
+ * parameters itself where no embed_forward ran (a last pipeline stage). */
 px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
+
+/* The split backward of the zero-bubble schedules (Qi et al., "Zero
+ * Bubble Pipeline Parallelism", 2024): backward = B (input gradients,
+ * which the previous stage waits for) + W (weight gradients, which no one
+ * waits for, so a schedule may run them later, in the bubble). tp 1 only.
+ * px_gpt_set_split_backward allocates the per-layer stash of output
+ * gradients the W pass reads ((nlayers, B*T, 9C) floats, activations
+ * category) and makes head_backward leave wte's head gradient to
+ * px_gpt_head_backward_weight. block_backward_input(l) is block_backward
+ * without the four matmul weight/bias gradients (the LayerNorms' are
+ * computed here: they need no stash); block_backward_weight(l) adds them
+ * from the stash and the layer's forward activations, so B then W adds
+ * exactly what block_backward adds (other summation order of nothing:
+ * the same GEMMs). W of a micro-batch must run before the model's next
+ * forward overwrites its activations. Errors: PX_ERR_INVALID_ARGUMENT
+ * (tp > 1, not split), PX_ERR_NO_MEMORY, the hooks'. */
+px_status_t px_gpt_set_split_backward(px_gpt_t *gpt);
+px_status_t px_gpt_block_backward_input(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l);
+px_status_t px_gpt_block_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l);
+px_status_t px_gpt_head_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
 
 /* Zeroes the gradient buffer (one ops->mem_set). */
 void px_gpt_zero_grad(px_gpt_t *gpt);

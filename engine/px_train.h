@@ -29,8 +29,8 @@ typedef px_job_config_t px_train_config_t;
 /* The layout cfg runs with on `world` ranks into *layout_p: cfg->layout, or
  * dp = world when it is all zeros. PX_ERR_INVALID_ARGUMENT with a message
  * naming the values when it fails px_layout_check, needs another number of
- * ranks than `world`, or asks for pp, cp or ep > 1 (the engine runs data
- * and tensor parallelism with ZeRO, so far). */
+ * ranks than `world`, or asks for cp or ep > 1 (the engine runs data,
+ * tensor and pipeline parallelism with ZeRO, so far). */
 px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t *layout_p,
                             char *errbuf, size_t errlen);
 
@@ -63,6 +63,14 @@ typedef struct px_step_report {
                                           s: tp communication time is
                                           tp_comm_s + tp_hidden_s */
     double step_s;                     /* this step's wall time, s */
+    int pp, pp_stage;                  /* pipeline stages, this rank's stage */
+    double pp_busy_s, pp_idle_s;       /* this step on this stage (pp > 1):
+                                          computing, and waiting for a
+                                          neighbour stage (the bubble), s */
+    uint64_t tied_digest;              /* px_zero_unit_digest of the embedding
+                                          (wte, wpe) after the update, on the
+                                          first and last stage (pp > 1; else
+                                          0): the two copies must agree */
 } px_step_report_t;
 
 /* Called after every step on every rank. Return non-zero to stop training

@@ -34,6 +34,7 @@
 #include "groups.h"
 #include "jobcfg.h"
 #include "memacct.h"
+#include "pipeline.h"
 #include "plan.h"
 #include "tp.h"
 #include "zero.h"
@@ -58,9 +59,9 @@ px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t
     if (px_layout_world(&out) != world)
         return px_invalid(errbuf, errlen, "layout %s needs %d ranks, the world has %d",
                    px_layout_str(&out, lbuf, sizeof(lbuf)), px_layout_world(&out), world);
-    if (out.pp > 1 || out.cp > 1 || out.ep > 1)
-        return px_invalid(errbuf, errlen, "layout %s: the engine runs data and tensor parallelism "
-                   "with ZeRO only so far (pp, cp and ep must be 1)",
+    if (out.cp > 1 || out.ep > 1)
+        return px_invalid(errbuf, errlen, "layout %s: the engine runs data, tensor and pipeline "
+                   "parallelism with ZeRO only so far (cp and ep must be 1)",
                    px_layout_str(&out, lbuf, sizeof(lbuf)));
     *layout_p = out;
     return PX_OK;
@@ -168,6 +169,34 @@ static px_status_t dump_batch(const char *dir, const px_data_t *data, const px_t
 
 /* ---- the loop ---- */
 
+/* A pipeline round's micro-batches: round r of step `step`, micro m is
+ * micro-batch j = r*M + m of the A*M of the step; dp rank d takes its
+ * d-th part of it (the same cut as grad_accum alone with A*M). */
+typedef struct pipe_load {
+    const px_data_t *data;
+    uint64_t seed;
+    int step, round, M, per_micro, dp_rank, Bm, T;
+} pipe_load_t;
+
+static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
+{
+    pipe_load_t *ld = arg;
+    int first = (ld->round * ld->M + m) * ld->per_micro + ld->dp_rank * ld->Bm;
+    size_t n = (size_t)ld->Bm * ld->T;
+    int32_t *tmp_in = inputs, *tmp_tg = targets, *spare = NULL;
+    if (!inputs || !targets) { /* px_data_batch writes both */
+        spare = malloc(n * sizeof(int32_t));
+        if (!spare)
+            return; /* the stage then computes on stale tokens; never on small n */
+        if (!tmp_in)
+            tmp_in = spare;
+        else
+            tmp_tg = spare;
+    }
+    px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, tmp_in, tmp_tg);
+    free(spare);
+}
+
 static void set_blas_threads(void)
 {
     const char *e = getenv("OPENBLAS_NUM_THREADS");
@@ -208,6 +237,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     px_plan_t *plan = NULL;
     px_zero_t *zero = NULL;
     uint64_t *usizes = NULL;
+    px_pipe_t *pipe = NULL;
+    int *stage_layers = NULL;
     int32_t *inputs = NULL, *targets = NULL;
     float *canon = NULL;
     const char *dump_dir = opts && opts->dump_dir && *opts->dump_dir ? opts->dump_dir : NULL;
@@ -239,12 +270,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     if (status != PX_OK)
         return status;
     dp_comm = px_groups_comm(groups, PX_GROUP_DP);
-    px_comm_t *tp_comm = px_groups_comm(groups, PX_GROUP_TP);
     dp = layout.dp;
     rank = px_groups_rank(groups);
     dp_rank = px_groups_coord(groups)->dp;
     set_blas_threads();
-    const int T = cfg->seq, A = cfg->grad_accum, Bm = cfg->batch / (dp * A);
+    const int pp = layout.pp, M = pp > 1 ? cfg->micro_batches : 1;
+    const int T = cfg->seq, A = cfg->grad_accum, Bm = cfg->batch / (dp * A * M);
     status = px_data_open(cfg->data_path, cfg->vocab, err, sizeof(err), &data);
     if (status != PX_OK) {
         px_error("train: %s", err);
@@ -263,14 +294,40 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         status = PX_ERR_NO_MEMORY;
         goto out;
     }
+    if (pp > 1) { /* this stage's units only (pipeline.h); the others are empty */
+        unsigned char held[gc.layers + 2];
+        stage_layers = calloc((size_t)pp, sizeof(int));
+        if (!stage_layers) {
+            status = PX_ERR_NO_MEMORY;
+            goto out;
+        }
+        status = px_pipe_stage_layers(gc.layers, pp, cfg->stage_layers, stage_layers, err,
+                                      sizeof(err));
+        if (status != PX_OK) {
+            px_error("train: %s", err);
+            goto out;
+        }
+        px_pipe_stage_units(gc.layers, pp, stage_layers, px_groups_coord(groups)->pp, held);
+        for (int u = 0; u < gc.layers + 2; u++)
+            if (!held[u])
+                usizes[u] = 0;
+    }
     px_plan_precision_t prec;
     px_plan_precision_fp32(&prec);
     PX_CHECK_GOTO(px_plan_create(usizes, px_gpt_num_units(&gc), 1, dp, cfg->zero, &prec, &plan),
                   status, out);
-    PX_CHECK_GOTO(px_zero_create(&gc, plan, dp_comm, ops, A, cfg->prefetch, &zero), status, out);
-    px_zero_set_model_group(zero, px_groups_comm(groups, PX_GROUP_MP));
-    PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, T, px_zero_hooks(zero), &gpt), status,
+    PX_CHECK_GOTO(px_zero_create(&gc, plan, dp_comm, ops, A * M, cfg->prefetch, &zero), status,
                   out);
+    px_zero_set_model_group(zero, px_groups_comm(groups, PX_GROUP_MP));
+    const int stage = px_groups_coord(groups)->pp, last_stage = stage == pp - 1;
+    if (pp > 1) {
+        if (stage == 0 || last_stage) /* the tied wte; the copy counts on the first stage */
+            px_zero_set_tied(zero, PX_MODEL_UNIT_EMBED, last_stage);
+        PX_CHECK_GOTO(px_pipe_create(&gc, ops, zero, groups, cfg->schedule, M, stage_layers, Bm,
+                                     T, &pipe), status, out);
+    } else
+        PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, T, px_zero_hooks(zero), &gpt), status,
+                      out);
     px_zero_init_params(zero, cfg->seed);
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
@@ -281,16 +338,23 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     /* n: the canonical model (dumps, exports); plan->params: this tp
      * rank's share of it */
     const size_t n = (size_t)px_model_num_params(&gc);
-    px_gpt_ctx_t ctx = px_gpt_ctx_default(gpt);
-    ctx.groups = groups; /* the tensor group, for the blocks' collectives */
+    px_gpt_ctx_t ctx = {0};
+    if (gpt) {
+        ctx = px_gpt_ctx_default(gpt);
+        ctx.groups = groups; /* the tensor group, for the blocks' collectives */
+    }
+    /* canonical gathers are completed over the model-parallel group (tp x
+     * pp): each rank wrote its shards and stage's units, zeros elsewhere */
+    px_comm_t *canon_comm = px_groups_comm(groups, PX_GROUP_MP);
+    size_t act_bytes = gpt ? px_gpt_activation_bytes(gpt) : px_pipe_activation_bytes(pipe);
     if (rank == 0)
         px_info("train: %zu parameters (%llu per tensor rank), zero %d, dp %d, tp %d, grad_accum "
-                "%d, micro-batch %d x %d; plan per rank: params %.2f MB, grads %.2f MB, "
-                "optimizer %.2f MB, activations %.2f MB",
-                n, (unsigned long long)plan->params, cfg->zero, dp, layout.tp, A, Bm, T,
-                plan->bytes[PX_MEM_PARAMS] / 1e6,
+                "%d, pp %d (%s, %d micro-batches), micro-batch %d x %d; plan per rank: params "
+                "%.2f MB, grads %.2f MB, optimizer %.2f MB, activations %.2f MB",
+                n, (unsigned long long)plan->params, cfg->zero, dp, layout.tp, A, pp,
+                px_pipe_schedule_name(cfg->schedule), M, Bm, T, plan->bytes[PX_MEM_PARAMS] / 1e6,
                 plan->bytes[PX_MEM_GRADS] / 1e6, plan->bytes[PX_MEM_OPTIM] / 1e6,
-                px_gpt_activation_bytes(gpt) / 1e6);
+                act_bytes / 1e6);
     if (cfg->resume_dir && *cfg->resume_dir) {
         PX_CHECK_GOTO(px_checkpoint_load(cfg->resume_dir, zero, &gc, plan, cfg->heads,
                                          &start_step), status, out);
@@ -321,7 +385,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     if (dump_dir) {
         PX_CHECK_GOTO(px_zero_gather_canonical(zero, canon), status, out);
-        PX_CHECK_GOTO(px_tp_combine_canonical(tp_comm, canon, n), status, out);
+        PX_CHECK_GOTO(px_tp_combine_canonical(canon_comm, canon, n), status, out);
         if (rank == 0) {
             if (mkdir(dump_dir, 0755) < 0 && errno != EEXIST) {
                 px_error("train: cannot create dump dir %s: %s", dump_dir, strerror(errno));
@@ -342,7 +406,22 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         double t0 = px_time_mono_s();
         float loss_local = 0.0f, loss = 0.0f, norm = 0.0f;
         px_zero_begin_step(zero);
-        for (int mb = 0; mb < A; mb++) {
+        double pp_busy = 0.0, pp_idle = 0.0;
+        if (pipe) {
+            pipe_load_t ld = {.data = data, .seed = cfg->seed, .step = s, .M = M,
+                              .per_micro = cfg->batch / (A * M), .dp_rank = dp_rank, .Bm = Bm,
+                              .T = T};
+            for (ld.round = 0; ld.round < A; ld.round++) {
+                float lsum = 0.0f;
+                PX_CHECK_GOTO(px_pipe_round(pipe, pipe_load, &ld, &lsum), status, out);
+                loss_local += lsum;
+            }
+            PX_CHECK_GOTO(px_zero_end_micro(zero), status, out);
+            PX_CHECK_GOTO(px_pipe_tied_sum(pipe), status, out);
+            px_pipe_take_times(pipe, &pp_busy, &pp_idle);
+            loss_local = last_stage ? loss_local / (float)(A * M) : 0.0f;
+        }
+        for (int mb = 0; !pipe && mb < A; mb++) {
             float l = 0.0f;
             int first = mb * (cfg->batch / A) + dp_rank * Bm;
             px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
@@ -351,12 +430,22 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             PX_CHECK_GOTO(px_zero_end_micro(zero), status, out);
             loss_local += l;
         }
-        loss_local /= (float)A;
+        if (!pipe)
+            loss_local /= (float)A;
         status = px_zero_reduce(zero, loss_local, &loss, &norm);
         if (status != PX_OK) {
             px_error("train: step %d: gradient reduction failed: %s", s + 1,
                      px_status_str(status));
             goto out;
+        }
+        if (pipe) { /* the loss is the last stage's; the others add 0 exactly */
+            status = px_allreduce(px_groups_comm(groups, PX_GROUP_PP), &loss, &loss, 1,
+                                  PX_FLOAT32, PX_SUM, -1);
+            if (status != PX_OK) {
+                px_error("train: step %d: the pipeline's loss all-reduce failed: %s", s + 1,
+                         px_status_str(status));
+                goto out;
+            }
         }
         if (!isfinite(loss)) {
             px_error("train: step %d: loss is %f", s + 1, loss);
@@ -365,7 +454,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         }
         if (dump_dir && s < dump_steps) { /* collective: every rank gathers */
             PX_CHECK_GOTO(px_zero_gather_grads_canonical(zero, canon), status, out);
-            PX_CHECK_GOTO(px_tp_combine_canonical(tp_comm, canon, n), status, out);
+            PX_CHECK_GOTO(px_tp_combine_canonical(canon_comm, canon, n), status, out);
             if (rank == 0) {
                 PX_CHECK_GOTO(dump_raw(dump_dir, "grads", s + 1, canon, n * sizeof(float)),
                               status, out);
@@ -386,7 +475,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             char path[4096];
             FILE *f;
             PX_CHECK_GOTO(px_zero_gather_canonical(zero, canon), status, out);
-            PX_CHECK_GOTO(px_tp_combine_canonical(tp_comm, canon, n), status, out);
+            PX_CHECK_GOTO(px_tp_combine_canonical(canon_comm, canon, n), status, out);
             if (rank == 0) {
                 PX_CHECK_GOTO(dump_raw(dump_dir, "params", s + 1, canon, n * sizeof(float)),
                               status, out);
@@ -404,14 +493,21 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             ((s + 1) % cfg->checkpoint_every == 0 || s + 1 == cfg->steps))
             PX_CHECK_GOTO(px_checkpoint_save(cfg->checkpoint_dir, s + 1, zero, &gc, plan,
                                              cfg->heads, dp_comm, world), status, out);
-        px_tp_times_t tt;
-        px_gpt_tp_times(gpt, &tt);
+        px_tp_times_t tt = {0};
+        if (gpt)
+            px_gpt_tp_times(gpt, &tt);
         px_step_report_t rep = {.step = s + 1, .loss = loss, .grad_norm = norm, .lr = lr,
                                 .tokens_per_second = (double)cfg->batch * T / (t1 - t0),
                                 .elapsed_s = t1 - t_start, .rank = rank,
                                 .replicated_digest = px_zero_replicated_digest(zero),
                                 .tp_comm_s = tt.comm_s, .tp_wait_s = tt.wait_s,
-                                .tp_hidden_s = tt.hidden_s, .step_s = t1 - t0};
+                                .tp_hidden_s = tt.hidden_s, .step_s = t1 - t0,
+                                .pp = pp, .pp_stage = stage, .pp_busy_s = pp_busy,
+                                .pp_idle_s = pp_idle,
+                                .tied_digest = pipe && (stage == 0 || last_stage)
+                                                   ? px_zero_unit_digest(zero,
+                                                                         PX_MODEL_UNIT_EMBED)
+                                                   : 0};
         fill_mem(&rep, plan);
         if (cb && cb(arg, &rep)) {
             px_info("train: stopped by the step callback after step %d", s + 1);
@@ -421,7 +517,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     if (cfg->export_safetensors && *cfg->export_safetensors) {
         PX_CHECK_GOTO(px_zero_gather_canonical(zero, canon), status, out);
-        PX_CHECK_GOTO(px_tp_combine_canonical(tp_comm, canon, n), status, out);
+        PX_CHECK_GOTO(px_tp_combine_canonical(canon_comm, canon, n), status, out);
         if (rank == 0) {
             PX_CHECK_GOTO(px_safetensors_write(cfg->export_safetensors, &gc, canon), status, out);
             px_info("train: weights exported to %s", cfg->export_safetensors);
@@ -438,7 +534,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 cfg->zero, 1e3 * zt.gather_wait_s / steps_run, zt.gathers,
                 1e3 * zt.rs_wait_s / steps_run, 1e3 * zt.comm_other_s / steps_run,
                 ms.state_peak / 1e6, px_plan_state_bytes(plan) / 1e6);
-        if (layout.tp > 1) {
+        if (layout.tp > 1 && gpt) {
             px_tp_times_t tt;
             px_gpt_tp_times(gpt, &tt);
             double all = tt.comm_s + tt.hidden_s;
@@ -458,6 +554,8 @@ out:
     px_mem_free(inputs);
     px_mem_free(targets);
     px_gpt_destroy(gpt);
+    px_pipe_destroy(pipe);
+    free(stage_layers);
     px_zero_destroy(zero);
     px_groups_destroy(groups); /* after zero: its requests ride the dp group */
     px_plan_destroy(plan);

@@ -48,6 +48,10 @@ struct px_zero {
     px_comm_t *comm;     /* the dp group */
     px_comm_t *mp;       /* the model-parallel group (NULL: none) */
     int stage, dp, rank, accum, prefetch, nunits;
+    int tied_copy;       /* unit held as a copy of another rank's (-1 none):
+                            outside the norm and the canonical dumps */
+    int tied_unit;       /* unit with a copy on another rank (-1 none):
+                            stage 0 all-reduces it on its own */
     int nsh, me;                                      /* slices: count, mine */
     const px_kernel_ops_t *k;
     float *full_params, *shard_params, *full_grads, *shard_grads, *m, *v;
@@ -78,7 +82,7 @@ static px_status_t rs_start(px_zero_t *z, float *buf, int u, px_request_t **req_
 {
     uint64_t cnt = z->plan->unit_padded[u] / (uint64_t)z->dp;
     *req_p = NULL;
-    if (z->dp == 1)
+    if (z->dp == 1 || !cnt) /* a unit another pipeline stage holds: nothing */
         return PX_OK;
     return px_reduce_scatter_start(z->comm, buf, buf + (uint64_t)z->rank * cnt, cnt, PX_FLOAT32,
                                    PX_AVG, NULL, req_p);
@@ -89,7 +93,7 @@ static px_status_t ag_start(px_zero_t *z, float *buf, int u, px_request_t **req_
 {
     uint64_t cnt = z->plan->unit_padded[u] / (uint64_t)z->dp;
     *req_p = NULL;
-    if (z->dp == 1)
+    if (z->dp == 1 || !cnt)
         return PX_OK;
     return px_allgather_start(z->comm, buf + (uint64_t)z->rank * cnt, buf, cnt, PX_FLOAT32, NULL,
                               req_p);
@@ -151,6 +155,8 @@ static px_status_t model_sumsq(px_zero_t *z, double *ss)
  * shards count on their own ranks. */
 static double unit_sumsq(const px_zero_t *z, const float *g, int u, uint64_t b, uint64_t e)
 {
+    if (u == z->tied_copy)
+        return 0.0;
     if (z->gc.tp <= 1 || z->gc.tp_rank == 0)
         return z->k->sumsq(g, e - b);
     px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
@@ -363,6 +369,8 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
     z->dp = plan->dp;
     z->rank = comm ? px_comm_rank(comm) : 0;
     z->accum = accum > 0 ? accum : 1;
+    z->tied_copy = -1;
+    z->tied_unit = -1;
     z->prefetch = prefetch;
     z->nunits = plan->nunits;
     z->nsh = z->stage >= 1 ? z->dp : 1;
@@ -527,9 +535,19 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
 
     if (z->stage == 0) {
         z->k->mem_copy_from_host(z->full_grads + p->padded, &local_loss, sizeof(float));
+        /* a tied unit (unit 0) on its own: its copies on other ranks go
+         * through the same all-reduce (count, algorithm, data), so they
+         * stay bitwise equal whatever the rest of each buffer holds */
+        uint64_t skip = z->tied_unit == 0 ? p->unit_padded[0] : 0;
+        if (z->dp > 1 && skip) {
+            status = px_allreduce(z->comm, z->full_grads, z->full_grads, skip, PX_FLOAT32,
+                                  PX_AVG, -1);
+            if (status != PX_OK)
+                return coll_fail(z, "all-reduce", 0, status);
+        }
         if (z->dp > 1) {
-            status = px_allreduce(z->comm, z->full_grads, z->full_grads, p->padded + 1,
-                                  PX_FLOAT32, PX_AVG, -1);
+            status = px_allreduce(z->comm, z->full_grads + skip, z->full_grads + skip,
+                                  p->padded + 1 - skip, PX_FLOAT32, PX_AVG, -1);
             if (status != PX_OK)
                 return coll_fail(z, "all-reduce", -1, status);
         }
@@ -537,7 +555,7 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
         if (z->accum > 1)
             z->k->scale(z->full_grads, 1.0f / (float)z->accum, p->padded);
         double ss = 0.0;
-        if (z->gc.tp > 1)
+        if (z->gc.tp > 1 || z->tied_copy >= 0)
             for (int u = 0; u < z->nunits; u++)
                 ss += unit_sumsq(z, z->full_grads + p->unit_offset[u], u, 0, p->unit_padded[u]);
         else
@@ -582,6 +600,20 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
 
 void px_zero_set_model_group(px_zero_t *z, px_comm_t *mp) { z->mp = mp; }
 
+void px_zero_set_tied(px_zero_t *z, int u, int is_copy)
+{
+    z->tied_unit = u;
+    z->tied_copy = is_copy ? u : -1;
+}
+
+float *px_zero_unit_grads(px_zero_t *z, int u, uint64_t *count_p)
+{
+    if (z->stage >= 2 || u < 0 || u >= z->nunits)
+        return NULL;
+    *count_p = z->plan->unit_padded[u];
+    return z->full_grads + z->plan->unit_offset[u];
+}
+
 const float *px_zero_full_grads(px_zero_t *z) { return z->stage == 0 ? z->full_grads : NULL; }
 
 px_status_t px_zero_sync_params(px_zero_t *z)
@@ -625,14 +657,23 @@ px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_a
  * canonical layout into host dst: straight from the full buffer where this
  * rank holds one, else every dp rank's slices all-gathered into a
  * temporary full buffer first (collective over the dp group). */
+static void to_canonical(px_zero_t *z, const float *units, float *dst)
+{
+    unsigned char skip[z->nunits]; /* nunits = layers + 2, bounded by jobcfg */
+    for (int u = 0; u < z->nunits; u++)
+        skip[u] = u == z->tied_copy ||
+                  (z->plan->unit_size[u] == 0 && px_gpt_unit_size(&z->gc, u) > 0);
+    px_gpt_units_to_canonical_ex(&z->gc, z->k, units, z->plan->unit_offset, skip, dst);
+}
+
 static px_status_t gather_canonical(px_zero_t *z, int grads, float *dst)
 {
     if (!grads && z->stage < 3) {
-        px_gpt_units_to_canonical(&z->gc, z->k, z->full_params, z->plan->unit_offset, dst);
+        to_canonical(z, z->full_params, dst);
         return PX_OK;
     }
     if (grads && z->stage == 0) {
-        px_gpt_units_to_canonical(&z->gc, z->k, z->full_grads, z->plan->unit_offset, dst);
+        to_canonical(z, z->full_grads, dst);
         return PX_OK;
     }
     float *full = px_mem_calloc(PX_MEM_WORK, z->plan->padded, sizeof(float));
@@ -650,7 +691,7 @@ static px_status_t gather_canonical(px_zero_t *z, int grads, float *dst)
             status = req_wait(req);
     }
     if (status == PX_OK)
-        px_gpt_units_to_canonical(&z->gc, z->k, full, z->plan->unit_offset, dst);
+        to_canonical(z, full, dst);
     else
         coll_fail(z, grads ? "gradient all-gather" : "export all-gather", -1, status);
     px_mem_free(full);
@@ -727,6 +768,22 @@ uint64_t px_zero_replicated_digest(px_zero_t *z)
                     h = (h ^ by[i]) * 0x100000001b3ull;
             }
         }
+    }
+    return h;
+}
+
+uint64_t px_zero_unit_digest(px_zero_t *z, int u)
+{
+    uint64_t h = 0xcbf29ce484222325ull, b, n;
+    float host[1024];
+    const float *p = px_zero_held(z, 0, u, &b, &n);
+    for (uint64_t o = 0; o < n; o += 1024) {
+        uint64_t c = n - o < 1024 ? n - o : 1024;
+        z->k->mem_copy_to_host(host, p + o, c * sizeof(float));
+        z->k->synchronize();
+        const unsigned char *by = (const unsigned char *)host;
+        for (uint64_t i = 0; i < c * sizeof(float); i++)
+            h = (h ^ by[i]) * 0x100000001b3ull;
     }
     return h;
 }

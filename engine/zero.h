@@ -73,6 +73,24 @@ void px_zero_destroy(px_zero_t *z); /* NULL no-op; waits nothing: only after a f
  * over the tp group adds its squares on tp rank 0 only. */
 void px_zero_set_model_group(px_zero_t *z, px_comm_t *mp);
 
+/* Pipeline parallelism (pipeline.h): unit u (the embedding, 0) has a copy
+ * on another rank of the model-parallel group (the first and the last
+ * stage, whose gradients the pipeline sums before px_zero_reduce). Both
+ * reduce it over dp by the same collective of its own (stage 0: its own
+ * all-reduce; stages 1-3 reduce every unit on its own anyway), so the
+ * copies take bitwise-equal updates. is_copy (the last stage): it is left
+ * out of the grad norm (counted once, on the first stage) and written as
+ * zeros into canonical gathers (px_tp_combine_canonical over the group
+ * then counts it once). u = -1: none (the default). Units of size 0 in the
+ * plan (held by other stages) are always left out of canonical gathers. */
+void px_zero_set_tied(px_zero_t *z, int u, int is_copy);
+
+/* The accumulated (not yet reduced or averaged) gradients of unit u,
+ * stages 0 and 1 only (else NULL): backend memory of *count_p elements
+ * (the padded unit), borrowed; for the pipeline's tied-embedding sum
+ * between px_zero_end_micro and px_zero_reduce. */
+float *px_zero_unit_grads(px_zero_t *z, int u, uint64_t *count_p);
+
 /* The kernel table z was created with (borrowed): its memory ops move the
  * state's bytes, wherever the backend keeps them. */
 const px_kernel_ops_t *px_zero_ops(const px_zero_t *z);
@@ -123,6 +141,11 @@ px_status_t px_zero_test_norm_ones(px_zero_t *z, float *norm_p);
  * the elements of them this rank holds under ZeRO). Tensor ranks with the
  * same dp index must agree after every step (tp.h). */
 uint64_t px_zero_replicated_digest(px_zero_t *z);
+
+/* FNV-1a digest of the bytes of the parameters of unit u this rank holds
+ * (the whole unit at stages 0-2, the slice at stage 3): the pipeline's two
+ * copies of the tied embedding must agree after every step. */
+uint64_t px_zero_unit_digest(px_zero_t *z, int u);
 
 /* Full averaged gradients of the last reduce (stage 0 only; else NULL). */
 const float *px_zero_full_grads(px_zero_t *z);

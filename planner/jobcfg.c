@@ -11,6 +11,7 @@
  *
  * Pure code; the files are only read with PX_JOBCFG_CHECK_DATA. Any thread. */
 #include "jobcfg.h"
+#include "pipesched.h"
 
 #include <errno.h>
 #include <math.h>
@@ -40,6 +41,8 @@ void px_job_config_defaults(px_job_config_t *cfg)
     cfg->vocab = PX_DEFAULT_VOCAB;
     px_layout_init(&cfg->layout);
     cfg->grad_accum = 1;
+    cfg->micro_batches = 1;
+    cfg->schedule = PX_PIPE_1F1B;
     cfg->lr = 2e-3f;
     cfg->min_lr_ratio = 0.1f;
     cfg->warmup_steps = -1;
@@ -70,6 +73,7 @@ static px_status_t check_sizes(const px_job_config_t *cfg, char *errbuf, size_t 
         {"batch", cfg->batch, 1, MAX_BATCH},
         {"steps", cfg->steps, 1, MAX_STEPS},
         {"grad_accum", cfg->grad_accum, 1, MAX_GRAD_ACCUM},
+        {"micro_batches", cfg->micro_batches, 1, MAX_BATCH},
     };
     for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++)
         if (r[i].v < r[i].lo || r[i].v > r[i].hi)
@@ -110,6 +114,20 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
     if ((long long)cfg->batch % ((long long)l->dp * cfg->grad_accum))
         return px_invalid(errbuf, errlen, "batch=%d is not divisible by dp=%d x grad_accum=%d",
                     cfg->batch, l->dp, cfg->grad_accum);
+    if ((long long)cfg->batch % ((long long)l->dp * cfg->grad_accum * cfg->micro_batches))
+        return px_invalid(errbuf, errlen, "batch=%d is not divisible by dp=%d x grad_accum=%d x "
+                          "micro_batches=%d", cfg->batch, l->dp, cfg->grad_accum,
+                          cfg->micro_batches);
+    if (cfg->schedule < 0 || cfg->schedule >= PX_PIPE_NKINDS)
+        return px_invalid(errbuf, errlen, "schedule=%d is not a pipeline schedule (gpipe, 1f1b, zb1)",
+                          cfg->schedule);
+    if (l->pp >= 1 && cfg->layers >= l->pp) { /* layers checked above: a small array */
+        int sl[l->pp];
+        px_status_t st = px_pipe_stage_layers(cfg->layers, l->pp, cfg->stage_layers, sl, errbuf,
+                                              errlen);
+        if (st != PX_OK)
+            return st;
+    }
     return PX_OK;
 }
 
@@ -174,11 +192,22 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
 {
     const px_layout_t *l = &cfg->layout;
     const struct { const char *name, *what; int v; } deg[] = {
-        {"pp", "pipeline", l->pp}, {"cp", "context", l->cp}, {"ep", "expert", l->ep}};
+        {"cp", "context", l->cp}, {"ep", "expert", l->ep}};
+    if (l->pp > 1 && cfg->schedule == PX_PIPE_ZB1 && l->tp > 1)
+        return px_invalid(errbuf, errlen, "schedule zb1 with tp=%d: the split backward runs with "
+                          "tp 1 only so far", l->tp);
+    if (l->pp > 1 && cfg->zero > 1)
+        return px_invalid(errbuf, errlen, "zero=%d with pp=%d: pipeline parallelism runs with "
+                          "ZeRO 0 and 1 so far", cfg->zero, l->pp);
+    if (l->pp > 1 && (cfg->checkpoint_every > 0 || has(cfg->resume_dir)))
+        return px_invalid(errbuf, errlen, "pp=%d: checkpoints of pipeline stages are not "
+                          "implemented yet (checkpoint_every=%d, resume_dir '%s')", l->pp,
+                          cfg->checkpoint_every, has(cfg->resume_dir) ? cfg->resume_dir : "");
     for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++)
         if (deg[i].v > 1)
             return px_invalid(errbuf, errlen, "%s=%d: %s parallelism is not implemented yet (the "
-                        "engine trains data and tensor parallel with ZeRO; use dp and tp)",
+                        "engine trains data, tensor and pipeline parallel with ZeRO; use dp, tp "
+                        "and pp)",
                         deg[i].name, deg[i].v, deg[i].what);
     return PX_OK;
 }

@@ -5,6 +5,7 @@
  * wire) and warmup_steps 0 (read back as -1, steps/20: the wire cannot say
  * "no warm-up"). Pure code, any thread. */
 #include "jobspec.h"
+#include "pipesched.h"
 
 #include <limits.h>
 #include <string.h>
@@ -65,6 +66,12 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
     }
     px_jobspec_layout(spec, &cfg->layout);
     cfg->sequence_parallel = spec->parallel && spec->parallel->sequence_parallel;
+    if (spec->parallel && spec->parallel->micro_batches)
+        cfg->micro_batches = to_int(spec->parallel->micro_batches);
+    if (spec->parallel && spec->parallel->schedule && *spec->parallel->schedule)
+        cfg->schedule = px_pipe_schedule_parse(spec->parallel->schedule); /* -1: the check names it */
+    if (spec->parallel)
+        cfg->stage_layers = str_or_null(spec->parallel->stage_layers);
     cfg->batch = to_int(spec->batch);
     cfg->steps = to_int(spec->steps);
     if (spec->grad_accum)
@@ -108,6 +115,9 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     p->cp = u32(cfg->layout.cp);
     p->ep = u32(cfg->layout.ep);
     p->sequence_parallel = cfg->sequence_parallel != 0;
+    p->micro_batches = u32(cfg->micro_batches);
+    p->schedule = (char *)px_pipe_schedule_name(cfg->schedule);
+    p->stage_layers = (char *)(cfg->stage_layers ? cfg->stage_layers : "");
     s->model = m;
     s->parallel = p;
     s->dp = p->dp; /* old readers: the data-parallel degree */

@@ -207,6 +207,10 @@ px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *re
     mem.n_categories = PX_MEM_NCAT;
     mem.state_peak_bytes = report->mem_state_peak;
     mem.plan_state_peak_bytes = report->mem_plan_state_peak;
+    mem.pp = (uint32_t)(report->pp > 0 ? report->pp : 1);
+    mem.pp_stage = (uint32_t)report->pp_stage;
+    mem.pp_busy_s = report->pp_busy_s;
+    mem.pp_idle_s = report->pp_idle_s;
     req.memory = &mem;
 
     status = px_rpc_call_unary(link->channel, "/parallax.v1.Peer/ReportProgress", &req.base,

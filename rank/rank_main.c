@@ -45,6 +45,7 @@
 #include "px_blas_core.h"
 #include "px_env.h"
 #include "px_log.h"
+#include "pipesched.h"
 #include "px_train.h"
 #include "px_rank_link.h"
 #include "px_world.h"
@@ -80,6 +81,8 @@ static void usage(FILE *out)
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
+            "         [--micro-batches M] [--schedule gpipe|1f1b|zb1] [--stage-layers 2,2,1,1]\n"
+            "         [--print-schedule] (prints the pp x micro-batches schedule and exits)\n"
             "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
             "   or: parallax-rank --spec-file PATH [--coord ... --job ... --rank ... --world ...\n"
             "         --node ...] (the job's packed JobSpec instead of the job flags)\n"
@@ -165,9 +168,9 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_VOCAB, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
            O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
+           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
            O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
-           O_HELP, O_SPEC_FILE, O_NORM_ONES };
+           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED };
     static const struct option opts[] = {
         {"layers", 1, 0, O_LAYERS}, {"heads", 1, 0, O_HEADS}, {"dim", 1, 0, O_DIM},
         {"seq", 1, 0, O_SEQ}, {"vocab", 1, 0, O_VOCAB}, {"batch", 1, 0, O_BATCH},
@@ -183,10 +186,12 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"resume", 1, 0, O_RESUME}, {"export-safetensors", 1, 0, O_SAFETENSORS},
         {"no-prefetch", 0, 0, O_NOPREFETCH}, {"dp", 1, 0, O_DP}, {"tp", 1, 0, O_TP},
         {"pp", 1, 0, O_PP}, {"cp", 1, 0, O_CP}, {"ep", 1, 0, O_EP},
-        {"sequence-parallel", 0, 0, O_SEQPAR},
+        {"sequence-parallel", 0, 0, O_SEQPAR}, {"micro-batches", 1, 0, O_MICRO},
+        {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
+        {"print-schedule", 0, 0, O_PRINT_SCHED},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
         {0, 0, 0, 0}};
-    int c, idx, r = 0;
+    int c, idx, r = 0, print_sched = 0;
     char *end;
 
     memset(a, 0, sizeof(*a));
@@ -246,6 +251,16 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_CP: r = parse_int(name, optarg, 1, &a->cfg.layout.cp); break;
         case O_EP: r = parse_int(name, optarg, 1, &a->cfg.layout.ep); break;
         case O_SEQPAR: a->cfg.sequence_parallel = 1; break;
+        case O_MICRO: r = parse_int(name, optarg, 1, &a->cfg.micro_batches); break;
+        case O_SCHED:
+            a->cfg.schedule = px_pipe_schedule_parse(optarg);
+            if (a->cfg.schedule < 0) {
+                fprintf(stderr, "parallax-rank: --schedule: '%s' is not gpipe, 1f1b or zb1\n", optarg);
+                r = -1;
+            }
+            break;
+        case O_STAGE_LAYERS: a->cfg.stage_layers = optarg; break;
+        case O_PRINT_SCHED: print_sched = 1; break;
         case O_SPEC_FILE: a->spec_file = optarg; break;
         case O_NORM_ONES: a->test_norm_ones = 1; break;
         case O_HELP: usage(stdout); exit(0);
@@ -270,6 +285,20 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         }
         if (read_spec_file(a->spec_file, a))
             return -1;
+    }
+    if (print_sched) { /* the schedule as data, without running it */
+        px_pipe_schedule_t *sc = NULL;
+        char err[256];
+        int pp = a->cfg.layout.pp > 0 ? a->cfg.layout.pp : 1;
+        if (px_pipe_schedule_create(a->cfg.schedule, pp, a->cfg.micro_batches, &sc) != PX_OK) {
+            fprintf(stderr, "parallax-rank: --print-schedule: cannot build it\n");
+            return -1;
+        }
+        px_pipe_schedule_print(sc, stdout);
+        px_status_t st = px_pipe_schedule_check(sc, err, sizeof(err));
+        printf("check: %s\n", st == PX_OK ? "ok (deadlock-free, forward before backward)" : err);
+        px_pipe_schedule_destroy(sc);
+        exit(st == PX_OK ? 0 : 1);
     }
     if (a->coord && (!a->job || a->rank < 0 || a->world < 1 || !a->node)) {
         fprintf(stderr, "parallax-rank: --coord needs --job, --rank, --world and --node\n");
@@ -338,6 +367,13 @@ static int on_step(void *arg, const px_step_report_t *r)
             json_object_set_new(o, "tp_wait_s", json_real(r->tp_wait_s));
             json_object_set_new(o, "tp_hidden_s", json_real(r->tp_hidden_s));
             json_object_set_new(o, "step_s", json_real(r->step_s));
+            if (r->pp > 1) { /* pipeline.h: this stage's step, and its tied wte copy */
+                json_object_set_new(o, "pp_stage", json_integer(r->pp_stage));
+                json_object_set_new(o, "pp_busy_s", json_real(r->pp_busy_s));
+                json_object_set_new(o, "pp_idle_s", json_real(r->pp_idle_s));
+                snprintf(dig, sizeof(dig), "%016llx", (unsigned long long)r->tied_digest);
+                json_object_set_new(o, "tied_digest", json_string(dig));
+            }
         }
         if (o) {
             json_dumpf(o, ctx->metrics, JSON_COMPACT | JSON_REAL_PRECISION(9));

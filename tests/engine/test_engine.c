@@ -327,11 +327,14 @@ static void test_config(void)
                err, cases[i].want);
     }
     /* the layout: all zeros is dp = world; it must fit the world, and the
-     * engine runs data and tensor parallelism only so far */
+     * engine runs data, tensor and pipeline parallelism only so far */
     const struct { px_layout_t l; int world; const char *want; } lc[] = {
         {{2, 1, 1, 1, 1}, 4, "layout dp=2 tp=1 pp=1 cp=1 ep=1 (world 2) needs 2 ranks, the "
                              "world has 4"},
-        {{2, 1, 2, 1, 1}, 4, "the engine runs data and tensor parallelism with ZeRO only"},
+        {{2, 1, 1, 2, 1}, 4, "the engine runs data, tensor and pipeline parallelism with ZeRO "
+                             "only"},
+        {{2, 1, 2, 1, 1}, 4, "batch=8 is not divisible by dp=2 x grad_accum=2 x "
+                             "micro_batches=3"},
         {{4, 1, 1, 1, 3}, 4, "ep=3 does not divide dp x cp = 4"},
         {{8, 1, 1, 1, 1}, 8, "batch=8 is not divisible by dp=8 x grad_accum=2"},
     };
@@ -339,6 +342,7 @@ static void test_config(void)
         px_train_config_t c = cfg;
         c.layout = lc[i].l;
         c.grad_accum = 2;
+        c.micro_batches = lc[i].l.pp > 1 ? 3 : 1;
         err[0] = 0;
         px_status_t st = check_on_world(&c, lc[i].world, err, sizeof(err));
         EXPECT(st == PX_ERR_INVALID_ARGUMENT && strstr(err, lc[i].want),

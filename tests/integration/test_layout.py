@@ -11,6 +11,8 @@ At submit (pctl exits non-zero, the daemon's message names the values):
   * --pp 2: a placeable layout the engine cannot run yet;
   * a token file holding token 300 with the default vocab (256): the
     message names the largest token and the vocab.
+A dp 2 x pp 2 job (GPipe, 4 micro-batches) over both daemons: `pctl status`
+prints each stage's measured bubble (idle fraction) next to (p-1)/(M+p-1).
 A dp=4 job over both daemons: `pctl status` prints 4 rank rows with their
 coordinates (dp 0..3, tp/pp/cp/ep 0), nodes (2 on each daemon) and devices,
 the reporting rank 0 marked; `--json` carries the same coordinates; each
@@ -96,9 +98,9 @@ def main():
             print("rejected %-28s %s" % ("daemon: batch % (dp x accum):", e))
         # an old client's spec: dp alone, no `parallel` (runs after the checks)
         old_id = g.submit(data, dp=2, batch=4, steps=4, seq=16, name="old-client")
-        pctl_fail(c, "pp not implemented", ["submit", "--data", data, "--dp", 1, "--pp", 2,
-                                            "--batch", 4],
-                  ["pp=2: pipeline parallelism is not implemented yet"])
+        pctl_fail(c, "pp with zero 2", ["submit", "--data", data, "--dp", 1, "--pp", 2,
+                                        "--zero", 2, "--batch", 4],
+                  ["zero=2 with pp=2: pipeline parallelism runs with ZeRO 0 and 1 so far"])
         pctl_fail(c, "token >= vocab", ["submit", "--data", big, "--batch", 4] + small,
                   ["INVALID_ARGUMENT", "token 300 >= vocab 256", "largest token 300"])
         # nothing was stored but the old client's job; let it finish first
@@ -155,6 +157,23 @@ def main():
         assert [r["node"] for r in j["ranks"]] == [d0.name, d0.name, d1.name, d1.name]
         assert j["step"] == 4 and len(c.metrics(job_id)) == 4, j
         print("status --json: coordinates %s" % json.dumps([r["coord"]["dp"] for r in j["ranks"]]))
+
+        # a pipeline (issue 10): dp 2 x pp 2 over both daemons, GPipe with 4
+        # micro-batches; pctl status shows each stage's measured bubble
+        pp_id = c.json("submit", "--data", data, "--dp", 2, "--pp", 2, "--batch", 8,
+                       "--micro-batches", 4, "--schedule", "gpipe", "--name", "pipe",
+                       *small)["job_id"]
+        job = pc.wait_state(c, pp_id, ("COMPLETED", "FAILED", "CANCELLED"), 180)
+        assert pc.job_state(job) == "COMPLETED", (job, cl.logs())
+        text = c.run("status", pp_id)
+        line = [ln for ln in text.splitlines() if ln.startswith("pipeline ")]
+        assert line and "gpipe, 4 micro-batches; measured bubble" in line[0] and \
+            " 0: " in line[0] and " 1: " in line[0] and "(p-1)/(M+p-1) = 20.0%" in line[0], text
+        j = c.json("status", pp_id)
+        bub = j.get("pipeline_bubble")
+        assert bub and [b["stage"] for b in bub] == [0, 1] and \
+            all(0.0 <= b["idle_fraction"] <= 1.0 and b["step_s"] > 0 for b in bub), j
+        print("pipeline status: " + line[0])
 
         codes = cl.stop()
         assert codes == [0, 0], codes

@@ -220,7 +220,6 @@ static void test_flags(void)
     px_job_config_t c;
     /* what the engine cannot run yet: rejected unless LAYOUT_ONLY */
     const struct { int tp, pp, cp, ep, dp; const char *want; } deg[] = {
-        {1, 2, 1, 1, 1, "pp=2: pipeline parallelism is not implemented yet"},
         {1, 1, 2, 1, 1, "cp=2: context parallelism is not implemented yet"},
         {1, 1, 1, 2, 2, "ep=2: expert parallelism is not implemented yet"},
     };
@@ -231,6 +230,27 @@ static void test_flags(void)
         ACCEPT(&c, PX_JOBCFG_LAYOUT_ONLY);
         REJECT(&c, 0, deg[i].want);
     }
+    /* pipeline parallelism: with dp, tp, ZeRO 0/1 and micro-batches */
+    base(&c);
+    c.layout = (px_layout_t){2, 1, 2, 1, 1};
+    c.layers = 4;
+    c.batch = 16;
+    c.micro_batches = 4;
+    c.zero = 1;
+    ACCEPT(&c, 0);
+    c.micro_batches = 3;
+    REJECT(&c, 0, "batch=16 is not divisible by dp=2 x grad_accum=1 x micro_batches=3");
+    c.micro_batches = 4;
+    c.stage_layers = "3,2";
+    REJECT(&c, 0, "stage_layers='3,2' sums to 5, layers=4");
+    c.stage_layers = "3,1";
+    ACCEPT(&c, 0);
+    c.zero = 2;
+    REJECT(&c, 0, "zero=2 with pp=2: pipeline parallelism runs with ZeRO 0 and 1 so far");
+    c.zero = 0;
+    c.layers = 1;
+    c.stage_layers = NULL;
+    REJECT(&c, 0, "layers=1 is fewer than pp=2 pipeline stages");
     /* tensor parallelism runs with dp, ZeRO, sequence parallelism and
      * checkpoints */
     base(&c);

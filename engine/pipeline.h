@@ -1,0 +1,84 @@
+/* pipeline.h: pipeline parallelism of the GPT engine: one stage's runner.
+ *
+ * The layers are split over the pp stages (pipesched.h,
+ * px_pipe_stage_layers: 6 on 4 is 2/2/1/1); stage s holds units 1+l for
+ * its layers l in [l0, l1), the first stage also the embedding (unit 0),
+ * the last the final LayerNorm (the head unit) and a copy of unit 0 for
+ * the tied LM head. The runner executes this stage's action list of a
+ * schedule (pipesched.h) for one round of M micro-batches: the forward
+ * and backward of a micro-batch through the stage's units (gpt.h blocks),
+ * the activation (R,C) sent to the next stage and its gradient sent back
+ * with nonblocking tagged send/receive on the pp communicator (tags carry
+ * a round counter, the direction and the micro-batch), so a send runs
+ * while the next micro-batch computes; every wait has the communicator's
+ * deadline (a misconfigured or dead peer surfaces as an error, never a
+ * hang). Each micro-batch in flight has an activation slot: a model
+ * without parameter storage (px_gpt_create_external) over the same ZeRO
+ * hooks, so the slots share the stage's parameters and gradients.
+ *
+ * Gradients accumulate over the micro-batches (the ZeRO state averages by
+ * its accum); px_pipe_tied_sum then sums the two copies of the tied
+ * embedding's gradients, first stage + last stage, so both copies take the
+ * same update and stay bitwise equal (IEEE addition commutes).
+ *
+ * Sources: Huang et al. 2019 (GPipe); Narayanan et al. 2021 (1F1B,
+ * Megatron-LM's tied embedding across the first and last stage).
+ * One training thread. */
+#ifndef PX_PIPELINE_H
+#define PX_PIPELINE_H
+
+#include <stdint.h>
+
+#include "gpt.h"
+#include "groups.h"
+#include "pipesched.h"
+#include "px_status.h"
+#include "zero.h"
+
+typedef struct px_pipe px_pipe_t;
+
+/* Which units stage s of p holds, with layer counts sl[p]: held[u] = 1
+ * for u in 0..layers+1 (held[layers + 2]). */
+void px_pipe_stage_units(int layers, int p, const int *sl, int s, unsigned char *held);
+
+/* Fills one micro-batch: inputs and targets (Bm,T) of micro-batch `micro`
+ * of the current round (either may be NULL: not needed on this stage). */
+typedef void (*px_pipe_load_fn)(void *arg, int micro, int32_t *inputs, int32_t *targets);
+
+/* Builds the runner of this rank's stage (the pp group's rank in
+ * `groups`, borrowed) for schedule `kind` over M micro-batches of (Bm,T)
+ * sequences, layers per stage sl[pp] (copied). `zero` (borrowed) holds
+ * the stage's units and gives their hooks; `gc`, `ops` as for
+ * px_gpt_create_external. Allocates the schedule's slots for this stage
+ * (px_pipe_schedule_slots: GPipe M, 1F1B at most pp - s). Errors:
+ * PX_ERR_INVALID_ARGUMENT (logged), PX_ERR_NO_MEMORY. */
+px_status_t px_pipe_create(const px_gpt_config_t *gc, const px_kernel_ops_t *ops, px_zero_t *zero,
+                           px_groups_t *groups, int kind, int M, const int *sl, int Bm, int T,
+                           px_pipe_t **pipe_p);
+void px_pipe_destroy(px_pipe_t *pipe); /* NULL no-op; cancels requests in flight */
+
+/* Runs one round (M micro-batches) of the schedule: `load` is called for
+ * each micro-batch on the stages that read data (inputs on the first,
+ * targets on the last). *loss_sum_p = the sum of the micro-batches' mean
+ * losses on the last stage, 0 elsewhere. Gradients are ADDED into the
+ * ZeRO state. Errors: the transport's (timeout, peer failure, mismatch:
+ * logged naming the peer and the micro-batch), the model's. */
+px_status_t px_pipe_round(px_pipe_t *pipe, px_pipe_load_fn load, void *arg, float *loss_sum_p);
+
+/* After the last round of a step, before px_zero_reduce: the first and
+ * the last stage exchange the accumulated gradients of the embedding unit
+ * and each sets them to their sum (pp > 1; a no-op on the other stages).
+ * Errors: the transport's. */
+px_status_t px_pipe_tied_sum(px_pipe_t *pipe);
+
+/* Busy (computing) and idle (waiting for a neighbour) seconds of this
+ * stage since the last call; resets them. */
+void px_pipe_take_times(px_pipe_t *pipe, double *busy_s_p, double *idle_s_p);
+
+/* Activation bytes this stage holds (slots x one model's activations). */
+size_t px_pipe_activation_bytes(const px_pipe_t *pipe);
+
+int px_pipe_stage(const px_pipe_t *pipe);
+int px_pipe_slots(const px_pipe_t *pipe);
+
+#endif

@@ -1,0 +1,100 @@
+/* test_pipesched.c: the pipeline schedules' checker over p = 1..8 stages and
+ * m = 1..16 micro-batches (pipesched.h): every schedule's lists are
+ * deadlock-free under the runner's semantics, forward precedes backward
+ * (and the weight pass its input pass), every message is matched; 1F1B
+ * holds min(p - s, m) micro-batches per stage, GPipe m, ZB1 min(p, m); the stage split is even; broken lists are caught. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipesched.h"
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                         \
+    do {                                                                                          \
+        if (!(cond)) {                                                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                  \
+            fprintf(stderr, __VA_ARGS__);                                                         \
+            fputc('\n', stderr);                                                                  \
+            failures++;                                                                           \
+        }                                                                                         \
+    } while (0)
+
+int main(void)
+{
+    char err[512];
+    int checked = 0;
+    for (int k = 0; k < PX_PIPE_NKINDS; k++)
+        for (int p = 1; p <= 8; p++)
+            for (int m = 1; m <= 16; m++) {
+                px_pipe_schedule_t *sc = NULL;
+                EXPECT(px_pipe_schedule_create(k, p, m, &sc) == PX_OK, "create %d %d %d", k, p, m);
+                if (!sc)
+                    continue;
+                px_status_t st = px_pipe_schedule_check(sc, err, sizeof(err));
+                EXPECT(st == PX_OK, "%s p=%d m=%d: %s", px_pipe_schedule_name(k), p, m, err);
+                for (int s = 0; s < p; s++) {
+                    /* ZB1: a micro-batch holds its slot until its W;
+                     * p-s-1 warm-up forwards + 1 + s pending W = p */
+                    int cap = k == PX_PIPE_GPIPE ? m : k == PX_PIPE_1F1B ? p - s : p;
+                    int want = cap < m ? cap : m;
+                    EXPECT(px_pipe_schedule_slots(sc, s) == want, "%s p=%d m=%d stage %d: %d slots, "
+                           "want %d", px_pipe_schedule_name(k), p, m, s,
+                           px_pipe_schedule_slots(sc, s), want);
+                    int fwd = 0, bwd = 0, wgt = 0;
+                    for (int i = 0; i < sc->stage[s].n; i++) {
+                        fwd += sc->stage[s].a[i].op == PX_PIPE_FWD;
+                        bwd += sc->stage[s].a[i].op == PX_PIPE_BWD;
+                        wgt += sc->stage[s].a[i].op == PX_PIPE_WGT;
+                    }
+                    EXPECT(fwd == m && bwd == m && wgt == (k == PX_PIPE_ZB1 ? m : 0),
+                           "stage %d: %d forwards %d backwards %d weight passes", s, fwd, bwd, wgt);
+                }
+                px_pipe_schedule_destroy(sc);
+                checked++;
+            }
+    EXPECT(checked == PX_PIPE_NKINDS * 8 * 16, "checked %d", checked);
+
+    /* broken lists are caught: a backward moved before its forward, and a
+     * deadlock (stage 1 waits for a gradient before sending its activation) */
+    px_pipe_schedule_t *sc = NULL;
+    EXPECT(px_pipe_schedule_create(PX_PIPE_GPIPE, 2, 2, &sc) == PX_OK, "create");
+    px_pipe_action_t save = sc->stage[0].a[0];
+    sc->stage[0].a[0] = sc->stage[0].a[sc->stage[0].n - 1];
+    sc->stage[0].a[sc->stage[0].n - 1] = save;
+    EXPECT(px_pipe_schedule_check(sc, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+           strstr(err, "before"), "swapped: %s", err);
+    px_pipe_schedule_destroy(sc);
+    EXPECT(px_pipe_schedule_create(PX_PIPE_1F1B, 2, 2, &sc) == PX_OK, "create");
+    /* stage 0: <g0 first (before F0): a receive for a micro-batch without a slot */
+    sc->stage[0].a[0] = (px_pipe_action_t){PX_PIPE_RECV_GRAD, 0};
+    EXPECT(px_pipe_schedule_check(sc, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT, "early recv");
+    px_pipe_schedule_destroy(sc);
+    /* a real deadlock: stage 0 of GPipe p=2 m=1 is F0 >a0 <g0 B0; as
+     * F0 <g0 B0 >a0 its B0 waits for a gradient stage 1 cannot make before
+     * the activation stage 0 sends only after B0 */
+    EXPECT(px_pipe_schedule_create(PX_PIPE_GPIPE, 2, 1, &sc) == PX_OK, "create");
+    sc->stage[0].a[1] = (px_pipe_action_t){PX_PIPE_RECV_GRAD, 0};
+    sc->stage[0].a[2] = (px_pipe_action_t){PX_PIPE_BWD, 0};
+    sc->stage[0].a[3] = (px_pipe_action_t){PX_PIPE_SEND_ACT, 0};
+    EXPECT(px_pipe_schedule_check(sc, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+           strstr(err, "deadlock"), "deadlock: %s", err);
+    px_pipe_schedule_destroy(sc);
+
+    int sl[4];
+    EXPECT(px_pipe_stage_layers(6, 4, NULL, sl, err, sizeof(err)) == PX_OK && sl[0] == 2 &&
+           sl[1] == 2 && sl[2] == 1 && sl[3] == 1, "6 on 4");
+    EXPECT(px_pipe_stage_layers(6, 4, "1,1,2,2", sl, err, sizeof(err)) == PX_OK && sl[3] == 2,
+           "spec");
+    EXPECT(px_pipe_stage_layers(6, 4, "1,1,2", sl, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+           strstr(err, "3 entries"), "short spec: %s", err);
+    EXPECT(px_pipe_stage_layers(6, 4, "2,2,2,2", sl, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+           strstr(err, "sums to 8"), "sum: %s", err);
+    EXPECT(px_pipe_stage_layers(3, 4, NULL, sl, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT,
+           "too few layers");
+    if (failures)
+        return 1;
+    printf("pipesched: %d schedules checked\n", checked);
+    return 0;
+}
