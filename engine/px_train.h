@@ -113,6 +113,10 @@ typedef struct px_train_options {
                            1.0, compute the global grad norm once, print
                            "norm-ones <norm %.9g> params <n>" on rank 0 and
                            return PX_OK without training (zero.h) */
+    int replica_digests; /* test hook: fill the step report's replicated_digest
+                            and tied_digest (a hash of every replicated
+                            parameter, a full pass over them each step, so
+                            off unless asked for) */
 } px_train_options_t;
 
 px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,

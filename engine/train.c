@@ -243,6 +243,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     float *canon = NULL;
     const char *dump_dir = opts && opts->dump_dir && *opts->dump_dir ? opts->dump_dir : NULL;
     int dump_steps = opts ? opts->dump_steps : 0;
+    const int digests = opts && opts->replica_digests;
     int start_step = 0;
     const px_kernel_ops_t *ops = px_kernels_cpu();
     px_train_config_t alone;
@@ -499,12 +500,13 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         px_step_report_t rep = {.step = s + 1, .loss = loss, .grad_norm = norm, .lr = lr,
                                 .tokens_per_second = (double)cfg->batch * T / (t1 - t0),
                                 .elapsed_s = t1 - t_start, .rank = rank,
-                                .replicated_digest = px_zero_replicated_digest(zero),
+                                .replicated_digest =
+                                    digests ? px_zero_replicated_digest(zero) : 0,
                                 .tp_comm_s = tt.comm_s, .tp_wait_s = tt.wait_s,
                                 .tp_hidden_s = tt.hidden_s, .step_s = t1 - t0,
                                 .pp = pp, .pp_stage = stage, .pp_busy_s = pp_busy,
                                 .pp_idle_s = pp_idle,
-                                .tied_digest = pipe && (stage == 0 || last_stage)
+                                .tied_digest = digests && pipe && (stage == 0 || last_stage)
                                                    ? px_zero_unit_digest(zero,
                                                                          PX_MODEL_UNIT_EMBED)
                                                    : 0};

@@ -64,7 +64,7 @@ LAYOUTS = {
 def args_of(data, layers, batch):
     return ['--layers', str(layers), '--heads', '4', '--dim', '32', '--seq', '16', '--batch',
             str(batch), '--steps', '10', '--lr', '1e-3', '--seed', '1337', '--grad-clip', '1.0',
-            '--data', data, '--dump-steps', '1']
+            '--data', data, '--dump-steps', '1', '--replica-digests']
 
 
 def norm_ones(rank_bin, args, work, tag, world):
@@ -157,6 +157,9 @@ def main():
                                                     last[0].get('pp_stage')))
                 break
             for step in range(len(first)):
+                if first[step]['tied_digest'] == '0' * 16:  # --replica-digests computes it
+                    bad.append('step %d: no tied digest' % (step + 1))
+                    break
                 if first[step]['tied_digest'] != last[step]['tied_digest']:
                     bad.append('step %d: the tied wte copies differ (%s vs %s)' % (
                         step + 1, first[step]['tied_digest'], last[step]['tied_digest']))

@@ -40,7 +40,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from zero_util import license_tokens, log_text, rel, run_world  # noqa: E402
 
 ARGS = ['--layers', '2', '--heads', '4', '--dim', '32', '--seq', '16', '--batch', '8',
-        '--steps', '10', '--lr', '1e-3', '--seed', '1337', '--grad-clip', '1.0']
+        '--steps', '10', '--lr', '1e-3', '--seed', '1337', '--grad-clip', '1.0',
+        '--replica-digests']
 TOL_LOSS = TOL_NORM = 1e-5
 TOL_GRAD = 1e-4
 LAYOUTS = {  # name: (world, dp, tp, extra args)
@@ -153,6 +154,9 @@ def main():
             group = runs[d * tp:(d + 1) * tp]
             for step in range(len(group[0])):
                 digests = set(rr[step]['replicated_digest'] for rr in group)
+                if '0' * 16 in digests:  # --replica-digests must have computed them
+                    bad.append('dp %d step %d: no replicated digest' % (d, step + 1))
+                    break
                 if len(digests) != 1:
                     bad.append('dp %d step %d: replicated parameters differ across tp ranks %s'
                                % (d, step + 1, sorted(digests)))
