@@ -210,11 +210,21 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
     parallax__v1__model_spec__init(&j->model);
     j->model = *sp->model;
     j->spec = *sp;
+    /* every string and sub-message points into the request, which is freed
+     * after this call: copy them (a job lives to the process's end) */
     j->spec.name = dup_or_empty(sp->name);
     j->spec.data_path = dup_or_empty(sp->data_path);
+    j->spec.kind = dup_or_empty(sp->kind);
+    j->spec.checkpoint_dir = dup_or_empty(sp->checkpoint_dir);
+    j->spec.resume_dir = dup_or_empty(sp->resume_dir);
+    j->spec.export_safetensors = dup_or_empty(sp->export_safetensors);
+    j->spec.restarted_from = dup_or_empty(sp->restarted_from);
+    j->spec.bench = NULL;
     j->spec.model = &j->model;
     if (sp->parallel) {
         j->parallel = *sp->parallel;
+        j->parallel.schedule = dup_or_empty(sp->parallel->schedule);
+        j->parallel.stage_layers = dup_or_empty(sp->parallel->stage_layers);
         j->spec.parallel = &j->parallel;
     }
     snprintf(id, sizeof(id), "job-%d", n_jobs + 1);
@@ -422,6 +432,15 @@ static void free_job(fake_job_t *j)
     free(j->job.coordinator);
     free(j->spec.name);
     free(j->spec.data_path);
+    free(j->spec.kind);
+    free(j->spec.checkpoint_dir);
+    free(j->spec.resume_dir);
+    free(j->spec.export_safetensors);
+    free(j->spec.restarted_from);
+    if (j->spec.parallel) {
+        free(j->parallel.schedule);
+        free(j->parallel.stage_layers);
+    }
     free(j);
 }
 
