@@ -637,6 +637,40 @@ static float *residual_in(px_gpt_t *gpt, int l)
                             : gpt->a.residual3 + (size_t)(l - 1 - gpt->layer0) * rc;
 }
 
+/* Layer l's slices of the per-layer activation buffers, at the create-time
+ * strides: rows = the residual stream's rows (B*T, or B*T/tp with sequence
+ * parallelism), B*T*Cl for the outputs of the split matrices. The one place
+ * that knows those strides, for the forward and every backward. */
+typedef struct layer_acts {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (R,C), (R), (R) */
+    float *qkv, *atty, *att;          /* (B,T,3Cl), (B,T,Cl), (B,NHl,T,T) */
+    float *res2;                      /* (R,C) */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (R,C), (R), (R) */
+    float *fch, *fchg;                /* (B,T,4Cl) each */
+    float *res3;                      /* (R,C) */
+} layer_acts_t;
+
+static void layer_acts(px_gpt_t *gpt, int l, layer_acts_t *v)
+{
+    gpt_acts_t *a = &gpt->a;
+    size_t li = (size_t)(l - gpt->layer0); /* this model's slot of layer l */
+    size_t sr = gpt->rows, src = sr * gpt->cfg.dim;
+    size_t sbtcl = (size_t)gpt->B * gpt->T * gpt->Cl;
+    v->ln1 = a->ln1 + li * src;
+    v->ln1_mean = a->ln1_mean + li * sr;
+    v->ln1_rstd = a->ln1_rstd + li * sr;
+    v->qkv = a->qkv + li * sbtcl * 3;
+    v->atty = a->atty + li * sbtcl;
+    v->att = a->att + li * gpt->B * gpt->NHl * gpt->T * gpt->T;
+    v->res2 = a->residual2 + li * src;
+    v->ln2 = a->ln2 + li * src;
+    v->ln2_mean = a->ln2_mean + li * sr;
+    v->ln2_rstd = a->ln2_rstd + li * sr;
+    v->fch = a->fch + li * sbtcl * 4;
+    v->fchg = a->fch_gelu + li * sbtcl * 4;
+    v->res3 = a->residual3 + li * src;
+}
+
 void px_gpt_stage_io(px_gpt_t *gpt, int l, float **x_p, float **dx_p, size_t *n_p)
 {
     *x_p = residual_in(gpt, l);
@@ -675,7 +709,6 @@ px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const i
 
 px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
-    const int li = l - gpt->layer0; /* this model's activation slot of layer l */
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
     px_comm_t *tpc;
@@ -685,15 +718,11 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
      * and heads of the split matrices (tp.h) */
     int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, Cl = gpt->Cl, NHl = gpt->NHl, BT = B * T;
     int split = gpt->tp > 1;
-    /* per-layer strides: create-time sizes; sr the residual stream's rows */
-    size_t sbt = (size_t)gpt->B * gpt->T, sr = gpt->rows;
-    size_t src = sr * C, sbtcl = sbt * Cl;
+    layer_acts_t la;
+    layer_acts(gpt, l, &la);
     const float *res = residual_in(gpt, l);
-    float *ln1 = a->ln1 + li * src, *qkv = a->qkv + li * sbtcl * 3, *atty = a->atty + li * sbtcl;
-    float *att = a->att + (size_t)li * gpt->B * NHl * gpt->T * gpt->T;
-    float *res2 = a->residual2 + li * src, *ln2 = a->ln2 + li * src;
-    float *fch = a->fch + li * sbtcl * 4, *fchg = a->fch_gelu + li * sbtcl * 4;
-    float *res3 = a->residual3 + li * src;
+    float *ln1 = la.ln1, *qkv = la.qkv, *atty = la.atty, *att = la.att, *res2 = la.res2;
+    float *ln2 = la.ln2, *fch = la.fch, *fchg = la.fchg, *res3 = la.res3;
     const float *ln1_in = ln1, *ln2_in = ln2; /* what the column-parallel matmuls read */
     float *lb;
     layer_view_t p;
@@ -708,8 +737,7 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     /* ln1 of this rank's R tokens (all of them without sequence
      * parallelism; with it, kept for R rows and all-gathered to (B,T,C)
      * for the matmul, and gathered again in backward) */
-    k->layernorm_forward(ln1, a->ln1_mean + li * sr, a->ln1_rstd + li * sr, res, p.ln1w, p.ln1b, R,
-                         C);
+    k->layernorm_forward(ln1, la.ln1_mean, la.ln1_rstd, res, p.ln1w, p.ln1b, R, C);
     if (gpt->sp) {
         PX_CHECK(px_tp_allgather(tpc, ln1, a->spbuf, rc, "ln1", &gpt->tp_times));
         ln1_in = a->spbuf;
@@ -734,8 +762,7 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     if (split)
         k->bias_forward(proj, p.attprojb, R, C);
     k->residual_forward(res2, res, proj, rc);
-    k->layernorm_forward(ln2, a->ln2_mean + li * sr, a->ln2_rstd + li * sr, res2, p.ln2w, p.ln2b, R,
-                         C);
+    k->layernorm_forward(ln2, la.ln2_mean, la.ln2_rstd, res2, p.ln2w, p.ln2b, R, C);
     if (gpt->sp) {
         PX_CHECK(px_tp_allgather(tpc, ln2, a->spbuf, rc, "ln2", &gpt->tp_times));
         ln2_in = a->spbuf;
@@ -895,7 +922,6 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
 
 px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
-    const int li = l - gpt->layer0; /* this model's activation slot of layer l */
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
     px_comm_t *tpc;
@@ -903,14 +929,12 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     PX_CHECK(tp_comm(gpt, ctx, &tpc));
     int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, Cl = gpt->Cl, NHl = gpt->NHl, BT = B * T;
     int u = px_model_unit_layer(&gpt->cfg, l);
-    size_t btcl = (size_t)BT * Cl, sbt = (size_t)gpt->B * gpt->T, sr = gpt->rows;
-    size_t src = sr * C, sbtcl = sbt * Cl;
+    size_t btcl = (size_t)BT * Cl;
+    layer_acts_t la;
+    layer_acts(gpt, l, &la);
     const float *res = residual_in(gpt, l);
-    const float *ln1 = a->ln1 + li * src, *qkv = a->qkv + li * sbtcl * 3;
-    const float *atty = a->atty + li * sbtcl;
-    const float *att = a->att + (size_t)li * gpt->B * NHl * gpt->T * gpt->T;
-    const float *res2 = a->residual2 + li * src, *ln2 = a->ln2 + li * src;
-    const float *fch = a->fch + li * sbtcl * 4, *fchg = a->fch_gelu + li * sbtcl * 4;
+    const float *ln1 = la.ln1, *qkv = la.qkv, *atty = la.atty, *att = la.att;
+    const float *res2 = la.res2, *ln2 = la.ln2, *fch = la.fch, *fchg = la.fchg;
     float *lb, *lgb;
     layer_view_t p, g;
 
@@ -945,11 +969,11 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
                           BT, C, 4 * Cl, "fc's input gradient", "ln2"));
     if (gpt->sp) {
         k->layernorm_backward(a->dres, a->dln + 2 * C, a->dln + 3 * C, a->spbuf, res2, p.ln2w,
-                              a->ln2_mean + li * sr, a->ln2_rstd + li * sr, R, C);
+                              la.ln2_mean, la.ln2_rstd, R, C);
         PX_CHECK(px_tp_allgather(tpc, a->dres, a->spbuf, rc, "d(residual2)", &gpt->tp_times));
     } else {
         k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w,
-                              a->ln2_mean + li * sr, a->ln2_rstd + li * sr, BT, C);
+                              la.ln2_mean, la.ln2_rstd, BT, C);
     }
     /* dres is d(residual2): attention branch */
     k->mem_set(a->dbtc, 0, btcl * sizeof(float));
@@ -964,11 +988,11 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     if (gpt->sp) {
         float *dst[4] = {g.ln1w, g.ln1b, g.ln2w, g.ln2b};
         k->layernorm_backward(a->dres, a->dln, a->dln + C, a->spbuf, res, p.ln1w,
-                              a->ln1_mean + li * sr, a->ln1_rstd + li * sr, R, C);
+                              la.ln1_mean, la.ln1_rstd, R, C);
         PX_CHECK(sp_ln_grads(gpt, tpc, dst, 4));
     } else {
         k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w,
-                              a->ln1_mean + li * sr, a->ln1_rstd + li * sr, BT, C);
+                              la.ln1_mean, la.ln1_rstd, BT, C);
     }
     /* dres is now d(input of layer l) */
     PX_CHECK(p_release(gpt, u, 1));
@@ -1003,12 +1027,10 @@ px_status_t px_gpt_block_backward_input(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, 
     PX_CHECK(ctx_check(gpt, ctx, l));
     int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, NH = gpt->NHl, BT = B * T;
     int u = px_model_unit_layer(&gpt->cfg, l);
-    size_t btc = (size_t)BT * C, sbt = (size_t)gpt->B * gpt->T, src = sbt * C;
+    size_t btc = (size_t)BT * C, sbt = (size_t)gpt->B * gpt->T;
+    layer_acts_t la; /* tp 1 here (px_gpt_set_split_backward): rows = B*T, Cl = C */
+    layer_acts(gpt, l, &la);
     const float *res = residual_in(gpt, l);
-    const float *qkv = a->qkv + li * src * 3;
-    const float *att = a->att + (size_t)li * gpt->B * NH * gpt->T * gpt->T;
-    const float *res2 = a->residual2 + li * src;
-    const float *fch = a->fch + li * src * 4;
     float *st = gpt->wstash + (size_t)li * sbt * 9 * C;
     float *d_fcproj = st, *d_fc = st + sbt * C, *d_attproj = st + sbt * 5 * C,
           *d_qkv = st + sbt * 6 * C;
@@ -1024,25 +1046,25 @@ px_status_t px_gpt_block_backward_input(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, 
     k->mem_set(a->d4a, 0, btc * 4 * sizeof(float));
     k->matmul_backward(a->d4a, NULL, NULL, d_fcproj, NULL, p.fcprojw, BT, 4 * C, C);
     k->mem_set(d_fc, 0, btc * 4 * sizeof(float));
-    k->gelu_backward(d_fc, fch, a->d4a, btc * 4);
+    k->gelu_backward(d_fc, la.fch, a->d4a, btc * 4);
     poke(gpt);
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
     k->matmul_backward(a->dbtc, NULL, NULL, d_fc, NULL, p.fcw, BT, C, 4 * C);
     poke(gpt);
-    k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w,
-                          a->ln2_mean + li * sbt, a->ln2_rstd + li * sbt, BT, C);
+    k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, la.res2, p.ln2w,
+                          la.ln2_mean, la.ln2_rstd, BT, C);
     /* attention branch: dres is d(residual2) = d(attproj out) */
     k->mem_copy(d_attproj, a->dres, btc * sizeof(float));
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
     k->matmul_backward(a->dbtc, NULL, NULL, d_attproj, NULL, p.attprojw, BT, C, C);
     k->mem_set(d_qkv, 0, btc * 3 * sizeof(float));
-    k->attention_backward(d_qkv, a->scratch, a->dbtc, qkv, att, B, T, C, NH);
+    k->attention_backward(d_qkv, a->scratch, a->dbtc, la.qkv, la.att, B, T, C, NH);
     poke(gpt);
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
     k->matmul_backward(a->dbtc, NULL, NULL, d_qkv, NULL, p.qkvw, BT, C, 3 * C);
     poke(gpt);
     k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w,
-                          a->ln1_mean + li * sbt, a->ln1_rstd + li * sbt, BT, C);
+                          la.ln1_mean, la.ln1_rstd, BT, C);
     PX_CHECK(p_release(gpt, u, 1));
     return g_release(gpt, u);
 }
@@ -1051,7 +1073,6 @@ px_status_t px_gpt_block_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx,
 {
     const int li = l - gpt->layer0;
     const px_kernel_ops_t *k = gpt->ops;
-    gpt_acts_t *a = &gpt->a;
     if (!gpt->wstash) {
         px_error("gpt: block_backward_weight needs px_gpt_set_split_backward");
         return PX_ERR_INVALID_ARGUMENT;
@@ -1059,9 +1080,10 @@ px_status_t px_gpt_block_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx,
     PX_CHECK(ctx_check(gpt, ctx, l));
     int BT = ctx->B * ctx->T, C = gpt->cfg.dim;
     int u = px_model_unit_layer(&gpt->cfg, l);
-    size_t sbt = (size_t)gpt->B * gpt->T, src = sbt * C;
-    const float *ln1 = a->ln1 + li * src, *atty = a->atty + li * src;
-    const float *ln2 = a->ln2 + li * src, *fchg = a->fch_gelu + li * src * 4;
+    size_t sbt = (size_t)gpt->B * gpt->T;
+    layer_acts_t la; /* tp 1 here (px_gpt_set_split_backward): rows = B*T, Cl = C */
+    layer_acts(gpt, l, &la);
+    const float *ln1 = la.ln1, *atty = la.atty, *ln2 = la.ln2, *fchg = la.fchg;
     float *st = gpt->wstash + (size_t)li * sbt * 9 * C;
     float *lgb;
     layer_view_t g;
