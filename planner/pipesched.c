@@ -9,7 +9,6 @@
  * Pure code; any thread. */
 #include "pipesched.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,17 +180,6 @@ int px_pipe_schedule_slots(const px_pipe_schedule_t *sched, int s)
     return max;
 }
 
-static px_status_t fail(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (errbuf && errlen) {
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return PX_ERR_INVALID_ARGUMENT;
-}
-
 /* Per-stage simulation state; flags[op][m] = executed. */
 typedef struct sim {
     int pc;
@@ -237,21 +225,21 @@ px_status_t px_pipe_schedule_check(const px_pipe_schedule_t *sched, char *errbuf
             const px_pipe_action_t *a = &sched->stage[s].a[me->pc];
             int m = a->micro, op = a->op;
             if (m < 0 || m >= M || op < 0 || op >= PX_PIPE_NOPS) {
-                status = fail(errbuf, errlen, "stage %d action %d: op %d micro-batch %d out of "
+                status = px_invalid(errbuf, errlen, "stage %d action %d: op %d micro-batch %d out of "
                               "range (0..%d)", s, me->pc, op, m, M - 1);
                 goto out;
             }
             if (DONE(me, op, m)) {
-                status = fail(errbuf, errlen, "stage %d: %s%d twice", s, px_pipe_op_name(op), m);
+                status = px_invalid(errbuf, errlen, "stage %d: %s%d twice", s, px_pipe_op_name(op), m);
                 goto out;
             }
             if ((op == PX_PIPE_RECV_ACT || op == PX_PIPE_SEND_GRAD) && s == 0) {
-                status = fail(errbuf, errlen, "stage 0: %s%d has no previous stage",
+                status = px_invalid(errbuf, errlen, "stage 0: %s%d has no previous stage",
                               px_pipe_op_name(op), m);
                 goto out;
             }
             if ((op == PX_PIPE_SEND_ACT || op == PX_PIPE_RECV_GRAD) && s == p - 1) {
-                status = fail(errbuf, errlen, "stage %d (last): %s%d has no next stage", s,
+                status = px_invalid(errbuf, errlen, "stage %d (last): %s%d has no next stage", s,
                               px_pipe_op_name(op), m);
                 goto out;
             }
@@ -261,7 +249,7 @@ px_status_t px_pipe_schedule_check(const px_pipe_schedule_t *sched, char *errbuf
                 while (k < me->slots && me->busy[k])
                     k++;
                 if (k == me->slots) {
-                    status = fail(errbuf, errlen, "stage %d: no free slot for micro-batch %d", s, m);
+                    status = px_invalid(errbuf, errlen, "stage %d: no free slot for micro-batch %d", s, m);
                     goto out;
                 }
                 int q = me->occupant[k];
@@ -275,7 +263,7 @@ px_status_t px_pipe_schedule_check(const px_pipe_schedule_t *sched, char *errbuf
             switch (op) {
             case PX_PIPE_FWD:
                 if (s > 0 && !DONE(me, PX_PIPE_RECV_ACT, m)) {
-                    status = fail(errbuf, errlen, "stage %d: F%d before its receive", s, m);
+                    status = px_invalid(errbuf, errlen, "stage %d: F%d before its receive", s, m);
                     goto out;
                 }
                 if (s > 0 && !DONE(&st[s - 1], PX_PIPE_SEND_ACT, m))
@@ -283,11 +271,11 @@ px_status_t px_pipe_schedule_check(const px_pipe_schedule_t *sched, char *errbuf
                 break;
             case PX_PIPE_BWD:
                 if (!DONE(me, PX_PIPE_FWD, m)) {
-                    status = fail(errbuf, errlen, "stage %d: B%d before F%d", s, m, m);
+                    status = px_invalid(errbuf, errlen, "stage %d: B%d before F%d", s, m, m);
                     goto out;
                 }
                 if (s < p - 1 && !DONE(me, PX_PIPE_RECV_GRAD, m)) {
-                    status = fail(errbuf, errlen, "stage %d: B%d before its receive", s, m);
+                    status = px_invalid(errbuf, errlen, "stage %d: B%d before its receive", s, m);
                     goto out;
                 }
                 if (s < p - 1 && !DONE(&st[s + 1], PX_PIPE_SEND_GRAD, m))
@@ -297,7 +285,7 @@ px_status_t px_pipe_schedule_check(const px_pipe_schedule_t *sched, char *errbuf
                 break;
             case PX_PIPE_WGT:
                 if (!split || !DONE(me, PX_PIPE_BWD, m)) {
-                    status = fail(errbuf, errlen, "stage %d: W%d %s", s, m,
+                    status = px_invalid(errbuf, errlen, "stage %d: W%d %s", s, m,
                                   split ? "before B" : "in a schedule without split backward");
                     goto out;
                 }
@@ -305,19 +293,19 @@ px_status_t px_pipe_schedule_check(const px_pipe_schedule_t *sched, char *errbuf
                 break;
             case PX_PIPE_SEND_ACT:
                 if (!DONE(me, PX_PIPE_FWD, m)) {
-                    status = fail(errbuf, errlen, "stage %d: >a%d before F%d", s, m, m);
+                    status = px_invalid(errbuf, errlen, "stage %d: >a%d before F%d", s, m, m);
                     goto out;
                 }
                 break;
             case PX_PIPE_SEND_GRAD:
                 if (!DONE(me, PX_PIPE_BWD, m)) {
-                    status = fail(errbuf, errlen, "stage %d: >g%d before B%d", s, m, m);
+                    status = px_invalid(errbuf, errlen, "stage %d: >g%d before B%d", s, m, m);
                     goto out;
                 }
                 break;
             case PX_PIPE_RECV_GRAD:
                 if (me->slot_of[m] < 0 || !DONE(me, PX_PIPE_FWD, m)) {
-                    status = fail(errbuf, errlen, "stage %d: <g%d before F%d", s, m, m);
+                    status = px_invalid(errbuf, errlen, "stage %d: <g%d before F%d", s, m, m);
                     goto out;
                 }
                 break;
@@ -352,22 +340,22 @@ px_status_t px_pipe_schedule_check(const px_pipe_schedule_t *sched, char *errbuf
     for (int s = 0; s < p; s++)
         for (int m = 0; m < M; m++) {
             if (split && !DONE(&st[s], PX_PIPE_WGT, m)) {
-                status = fail(errbuf, errlen, "stage %d: micro-batch %d lacks its W", s, m);
+                status = px_invalid(errbuf, errlen, "stage %d: micro-batch %d lacks its W", s, m);
                 goto out;
             }
             if (!DONE(&st[s], PX_PIPE_FWD, m) || !DONE(&st[s], PX_PIPE_BWD, m)) {
-                status = fail(errbuf, errlen, "stage %d: micro-batch %d lacks its %s", s, m,
+                status = px_invalid(errbuf, errlen, "stage %d: micro-batch %d lacks its %s", s, m,
                               DONE(&st[s], PX_PIPE_FWD, m) ? "backward" : "forward");
                 goto out;
             }
             if (s < p - 1 && (DONE(&st[s], PX_PIPE_SEND_ACT, m) != DONE(&st[s + 1], PX_PIPE_RECV_ACT, m) ||
                               !DONE(&st[s], PX_PIPE_SEND_ACT, m))) {
-                status = fail(errbuf, errlen, "stages %d->%d: activation %d unmatched", s, s + 1, m);
+                status = px_invalid(errbuf, errlen, "stages %d->%d: activation %d unmatched", s, s + 1, m);
                 goto out;
             }
             if (s < p - 1 && (DONE(&st[s + 1], PX_PIPE_SEND_GRAD, m) != DONE(&st[s], PX_PIPE_RECV_GRAD, m) ||
                               !DONE(&st[s], PX_PIPE_RECV_GRAD, m))) {
-                status = fail(errbuf, errlen, "stages %d->%d: gradient %d unmatched", s + 1, s, m);
+                status = px_invalid(errbuf, errlen, "stages %d->%d: gradient %d unmatched", s + 1, s, m);
                 goto out;
             }
         }
@@ -399,7 +387,7 @@ px_status_t px_pipe_stage_layers(int layers, int p, const char *spec, int *out, 
                                  size_t errlen)
 {
     if (p < 1 || layers < p)
-        return fail(errbuf, errlen, "layers=%d is fewer than pp=%d pipeline stages", layers, p);
+        return px_invalid(errbuf, errlen, "layers=%d is fewer than pp=%d pipeline stages", layers, p);
     if (!spec || !*spec) {
         for (int s = 0; s < p; s++)
             out[s] = layers / p + (s < layers % p);
@@ -411,21 +399,21 @@ px_status_t px_pipe_stage_layers(int layers, int p, const char *spec, int *out, 
         char *end;
         long v = strtol(c, &end, 10);
         if (end == c || v < 1 || v > layers)
-            return fail(errbuf, errlen, "stage_layers='%s': each entry must be a count 1..%d",
+            return px_invalid(errbuf, errlen, "stage_layers='%s': each entry must be a count 1..%d",
                         spec, layers);
         if (n == p)
-            return fail(errbuf, errlen, "stage_layers='%s' has more than pp=%d entries", spec, p);
+            return px_invalid(errbuf, errlen, "stage_layers='%s' has more than pp=%d entries", spec, p);
         out[n++] = (int)v;
         sum += (int)v;
         c = end;
         if (*c == ',')
             c++;
         else if (*c)
-            return fail(errbuf, errlen, "stage_layers='%s': expected a comma list", spec);
+            return px_invalid(errbuf, errlen, "stage_layers='%s': expected a comma list", spec);
     }
     if (n != p)
-        return fail(errbuf, errlen, "stage_layers='%s' has %d entries, pp=%d", spec, n, p);
+        return px_invalid(errbuf, errlen, "stage_layers='%s' has %d entries, pp=%d", spec, n, p);
     if (sum != layers)
-        return fail(errbuf, errlen, "stage_layers='%s' sums to %d, layers=%d", spec, sum, layers);
+        return px_invalid(errbuf, errlen, "stage_layers='%s' sums to %d, layers=%d", spec, sum, layers);
     return PX_OK;
 }
