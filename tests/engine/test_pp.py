@@ -36,7 +36,7 @@ import time
 import math
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zero_util import license_tokens, log_text, rel, run_world  # noqa: E402
+from zero_util import equivalence_problems, license_tokens, log_text, rel, run_world  # noqa: E402
 from test_tp import grad_errors  # noqa: E402
 
 TOL_LOSS = TOL_NORM = 1e-5
@@ -134,17 +134,7 @@ def main():
             continue
         results[name] = runs[0]
         acts[name] = [rr[-1]['memory']['activations']['peak'] for rr in runs]
-        bad = []
-        for rk, rr in enumerate(runs):
-            if [(m['loss'], m['grad_norm']) for m in rr] != \
-                    [(m['loss'], m['grad_norm']) for m in runs[0]]:
-                bad.append('rank %d differs from rank 0' % rk)
-        if len(runs[0]) != 10:
-            bad.append('%d steps reported' % len(runs[0]))
-        worst_l = max(rel(a['loss'], b['loss']) for a, b in zip(runs[0], base))
-        worst_n = max(rel(a['grad_norm'], b['grad_norm']) for a, b in zip(runs[0], base))
-        if worst_l > TOL_LOSS or worst_n > TOL_NORM:
-            bad.append('loss rel %.1e, norm rel %.1e > %g' % (worst_l, worst_n, TOL_LOSS))
+        bad, worst_l, worst_n = equivalence_problems(runs, base, 10, TOL_LOSS, TOL_NORM)
         gerr, gname = grad_errors(dump, base_dump)
         if not gerr <= TOL_GRAD:
             bad.append('step-1 gradient of %s rel %.1e > %g' % (gname, gerr, TOL_GRAD))

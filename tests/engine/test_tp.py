@@ -37,7 +37,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zero_util import license_tokens, log_text, rel, run_world  # noqa: E402
+from zero_util import equivalence_problems, license_tokens, log_text, rel, run_world  # noqa: E402
 
 ARGS = ['--layers', '2', '--heads', '4', '--dim', '32', '--seq', '16', '--batch', '8',
         '--steps', '10', '--lr', '1e-3', '--seed', '1337', '--grad-clip', '1.0',
@@ -137,17 +137,7 @@ def main():
             failures += 1
             continue
         results[name] = runs[0]
-        bad = []
-        for rk, rr in enumerate(runs):
-            if [(m['loss'], m['grad_norm']) for m in rr] != \
-                    [(m['loss'], m['grad_norm']) for m in runs[0]]:
-                bad.append('rank %d differs from rank 0' % rk)
-        if len(runs[0]) != 10:
-            bad.append('%d steps reported' % len(runs[0]))
-        worst_l = max(rel(a['loss'], b['loss']) for a, b in zip(runs[0], base))
-        worst_n = max(rel(a['grad_norm'], b['grad_norm']) for a, b in zip(runs[0], base))
-        if worst_l > TOL_LOSS or worst_n > TOL_NORM:
-            bad.append('loss rel %.1e, norm rel %.1e > %g' % (worst_l, worst_n, TOL_LOSS))
+        bad, worst_l, worst_n = equivalence_problems(runs, base, 10, TOL_LOSS, TOL_NORM)
         # rank order: tp innermost (layout.h), so ranks d*tp .. d*tp+tp-1 are
         # the tensor group of dp index d
         for d in range(dp):

@@ -86,3 +86,23 @@ def log_text(work, tag, rank=0):
 
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
+
+
+def equivalence_problems(runs, base, steps, tol_loss, tol_norm):
+    """The checks every layout's run gets against one rank's per-step
+    metrics `base`: all ranks report the same loss and grad norm, `steps`
+    steps of them, within tol_loss / tol_norm relative of base. Returns the
+    problems found (an empty list: none) and the worst loss and grad-norm
+    relative errors."""
+    bad = []
+    for rk, rr in enumerate(runs):
+        if [(m['loss'], m['grad_norm']) for m in rr] != \
+                [(m['loss'], m['grad_norm']) for m in runs[0]]:
+            bad.append('rank %d differs from rank 0' % rk)
+    if len(runs[0]) != steps:
+        bad.append('%d steps reported' % len(runs[0]))
+    worst_l = max(rel(a['loss'], b['loss']) for a, b in zip(runs[0], base))
+    worst_n = max(rel(a['grad_norm'], b['grad_norm']) for a, b in zip(runs[0], base))
+    if worst_l > tol_loss or worst_n > tol_norm:
+        bad.append('loss rel %.1e, norm rel %.1e > %g' % (worst_l, worst_n, tol_loss))
+    return bad, worst_l, worst_n
