@@ -368,7 +368,7 @@ out:
 int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
 {
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
-           O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP,
+           O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP, O_BUCKET,
            O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
            O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS };
     static const struct option opts[] = {
@@ -398,6 +398,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"zero", required_argument, NULL, O_ZERO},             /* issue 4 */
         {"grad-accum", required_argument, NULL, O_ACCUM},
         {"clip", required_argument, NULL, O_CLIP},
+        {"bucket-mb", required_argument, NULL, O_BUCKET},
         {"grad-clip", required_argument, NULL, O_CLIP}, /* parallax-rank's name for it */
         {"checkpoint-every", required_argument, NULL, O_CKPT_EVERY},
         {"checkpoint-dir", required_argument, NULL, O_CKPT_DIR},
@@ -496,6 +497,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
             if (pctl_parse_u64("submit", "--max-restarts", optarg, 0, 100, &v))
                 return PCTL_EXIT_USAGE;
             max_restarts = (uint32_t)v;
+            break;
+        case O_BUCKET:
+            if (pctl_parse_float("submit", "--bucket-mb", optarg, 0.0, 4096.0, &d))
+                return PCTL_EXIT_USAGE;
+            cfg.bucket_mb = (float)d;
             break;
         case O_CLIP:
             if (pctl_parse_float("submit", "--clip", optarg, 0.0, 1e6, &d))

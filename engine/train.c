@@ -326,9 +326,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             px_zero_set_tied(zero, PX_MODEL_UNIT_EMBED, last_stage);
         PX_CHECK_GOTO(px_pipe_create(&gc, ops, zero, groups, cfg->schedule, M, stage_layers, Bm,
                                      T, &pipe), status, out);
-    } else
+    } else {
         PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, T, px_zero_hooks(zero), &gpt), status,
                       out);
+        /* whole-model backward: gradient buckets reduced during it */
+        PX_CHECK_GOTO(px_zero_set_buckets(zero, cfg->bucket_mb), status, out);
+    }
     px_zero_init_params(zero, cfg->seed);
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
@@ -536,6 +539,13 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 cfg->zero, 1e3 * zt.gather_wait_s / steps_run, zt.gathers,
                 1e3 * zt.rs_wait_s / steps_run, 1e3 * zt.comm_other_s / steps_run,
                 ms.state_peak / 1e6, px_plan_state_bytes(plan) / 1e6);
+        if (px_zero_nbuckets(zero))
+            px_info("train: dp gradient buckets: %d (bucket %.3f MiB), %.2f per step started "
+                    "during backward; the embedding's and the loss's all-reduce after it",
+                    px_zero_nbuckets(zero),
+                    px_zero_bucket_bytes(cfg->bucket_mb, plan->padded * sizeof(float)) /
+                        1048576.0,
+                    (double)px_zero_buckets_early(zero) / steps_run);
         if (layout.tp > 1 && gpt) {
             px_tp_times_t tt;
             px_gpt_tp_times(gpt, &tt);

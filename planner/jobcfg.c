@@ -54,6 +54,7 @@ void px_job_config_defaults(px_job_config_t *cfg)
     cfg->seed = 1337;
     cfg->zero = 0;
     cfg->prefetch = 1;
+    cfg->bucket_mb = 0.0f;
 }
 
 static int has(const char *s)
@@ -170,6 +171,9 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
         return px_invalid(errbuf, errlen, "zero=%d must be 0, 1, 2 or 3", cfg->zero);
     if (cfg->prefetch != 0 && cfg->prefetch != 1)
         return px_invalid(errbuf, errlen, "prefetch=%d must be 0 or 1", cfg->prefetch);
+    if (!(cfg->bucket_mb >= 0.0f && cfg->bucket_mb <= 4096.0f))
+        return px_invalid(errbuf, errlen, "bucket_mb=%g must be in [0, 4096] (0 = auto)",
+                          (double)cfg->bucket_mb);
     if (cfg->checkpoint_every < 0)
         return px_invalid(errbuf, errlen, "checkpoint_every=%d must be >= 0 (0 = never)",
                     cfg->checkpoint_every);

@@ -49,6 +49,8 @@ typedef struct px_job_config {
     const char *data_path; /* llm.c-layout token file */
     int zero;              /* ZeRO stage 0..3 */
     int prefetch;          /* ZeRO-3 gather prefetch (1) */
+    float bucket_mb;       /* data-parallel gradient bucket, MiB; 0 = by the model's size
+                            * (engine/zero.h px_zero_bucket_bytes); issue 13 */
     int checkpoint_every;  /* steps; 0 = never */
     const char *checkpoint_dir, *resume_dir, *export_safetensors;
 } px_job_config_t;
@@ -56,7 +58,7 @@ typedef struct px_job_config {
 /* The defaults: vocab 256, layout all 1, grad_accum 1, micro_batches 1,
  * schedule 1F1B, lr 2e-3,
  * min_lr_ratio 0.1, warmup -1 (steps/20), weight_decay 0.1, betas 0.9/0.95,
- * eps 1e-8, grad_clip 1.0, seed 1337, zero 0, prefetch 1. Sizes, steps and
+ * eps 1e-8, grad_clip 1.0, seed 1337, zero 0, prefetch 1, bucket_mb 0 (auto). Sizes, steps and
  * paths are left 0 / NULL. */
 void px_job_config_defaults(px_job_config_t *cfg);
 

@@ -89,6 +89,7 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
     cfg->seed = spec->seed;
     cfg->data_path = str_or_null(spec->data_path);
     cfg->zero = to_int(spec->zero);
+    cfg->bucket_mb = spec->bucket_mb; /* NaN passes through: the check names it */
     cfg->checkpoint_every = to_int(spec->checkpoint_every);
     cfg->checkpoint_dir = str_or_null(spec->checkpoint_dir);
     cfg->resume_dir = str_or_null(spec->resume_dir);
@@ -132,6 +133,7 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     s->seed = cfg->seed;
     s->data_path = (char *)(cfg->data_path ? cfg->data_path : "");
     s->zero = u32(cfg->zero);
+    s->bucket_mb = cfg->bucket_mb;
     s->checkpoint_every = u32(cfg->checkpoint_every);
     s->checkpoint_dir = (char *)(cfg->checkpoint_dir ? cfg->checkpoint_dir : "");
     s->resume_dir = (char *)(cfg->resume_dir ? cfg->resume_dir : "");

@@ -14,7 +14,7 @@
  *                 [--metrics-out FILE] [--export-init DIR] [--dump-dir DIR]
  *                 [--dump-steps N] [--zero 0-3] [--grad-accum N]
  *                 [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]
- *                 [--export-safetensors FILE] [--no-prefetch]
+ *                 [--export-safetensors FILE] [--no-prefetch] [--bucket-mb F]
  *                 [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]
  * (or --spec-file PATH instead of the job flags). The layout's world must be
  * PX_WORLD_SIZE (1 when unset); --dp defaults to PX_WORLD_SIZE / (tp x pp x
@@ -81,6 +81,7 @@ static void usage(FILE *out)
             "         [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
+            "         [--bucket-mb F (data-parallel gradient bucket, MiB; 0 = auto)]\n"
             "         [--replica-digests]\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--micro-batches M] [--schedule gpipe|1f1b|zb1] [--stage-layers 2,2,1,1]\n"
@@ -170,7 +171,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_VOCAB, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
            O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
+           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_BUCKET, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
            O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
            O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS };
     static const struct option opts[] = {
@@ -190,7 +191,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"pp", 1, 0, O_PP}, {"cp", 1, 0, O_CP}, {"ep", 1, 0, O_EP},
         {"sequence-parallel", 0, 0, O_SEQPAR}, {"micro-batches", 1, 0, O_MICRO},
         {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
-        {"print-schedule", 0, 0, O_PRINT_SCHED},
+        {"print-schedule", 0, 0, O_PRINT_SCHED}, {"bucket-mb", 1, 0, O_BUCKET},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
         {"replica-digests", 0, 0, O_DIGESTS},
         {0, 0, 0, 0}};
@@ -248,6 +249,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_RESUME: a->cfg.resume_dir = optarg; break;
         case O_SAFETENSORS: a->cfg.export_safetensors = optarg; break;
         case O_NOPREFETCH: a->cfg.prefetch = 0; break;
+        case O_BUCKET: r = parse_float(name, optarg, &a->cfg.bucket_mb); break;
         case O_DP: r = parse_int(name, optarg, 1, &a->cfg.layout.dp); a->dp_set = 1; break;
         case O_TP: r = parse_int(name, optarg, 1, &a->cfg.layout.tp); break;
         case O_PP: r = parse_int(name, optarg, 1, &a->cfg.layout.pp); break;

@@ -202,6 +202,13 @@ static void test_check(void)
     c.prefetch = 2;
     REJECT(&c, 0, "prefetch=2 must be 0 or 1");
     base(&c);
+    c.bucket_mb = -1.0f;
+    REJECT(&c, 0, "bucket_mb=-1 must be in [0, 4096] (0 = auto)");
+    c.bucket_mb = NAN;
+    REJECT(&c, 0, "bucket_mb=nan must be in [0, 4096]");
+    c.bucket_mb = 0.5f;
+    ACCEPT(&c, 0);
+    base(&c);
     c.checkpoint_every = -1;
     REJECT(&c, 0, "checkpoint_every=-1 must be >= 0");
     c.checkpoint_every = 5;
@@ -358,6 +365,7 @@ static void test_jobspec(void)
     c.resume_dir = "/ck/step_5";
     c.export_safetensors = "/out.safetensors";
     c.sequence_parallel = 1;
+    c.bucket_mb = 0.25f;
     px_jobspec_from_config(&c, &msg);
     EXPECT(msg.spec.dp == 2 && msg.spec.parallel == &msg.parallel && msg.parallel.tp == 2 &&
            msg.parallel.pp == 3 && msg.parallel.cp == 2 && msg.parallel.ep == 4,
@@ -374,7 +382,7 @@ static void test_jobspec(void)
     EXPECT(back.batch == 24 && back.grad_accum == 3 && back.steps == 77 && back.lr == 3e-4f &&
            back.min_lr_ratio == 0.0f && back.warmup_steps == 7 && back.weight_decay == 0.0f &&
            back.grad_clip == 0.5f && back.seed == 0 && back.zero == 3 &&
-           back.checkpoint_every == 5, "training round trip");
+           back.checkpoint_every == 5 && back.bucket_mb == 0.25f, "training round trip");
     EXPECT(!strcmp(back.data_path, good) && !strcmp(back.checkpoint_dir, "/ck") &&
            !strcmp(back.resume_dir, "/ck/step_5") &&
            !strcmp(back.export_safetensors, "/out.safetensors"), "paths round trip");
