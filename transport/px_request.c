@@ -23,6 +23,25 @@
  * started earlier may be what the peers wait for), until nothing moves;
  * px_wait then sleeps on the worker's event fd (px__sleep). Nothing spins.
  *
+ * Asynchronous progress (issue 13) is by progress calls between kernels:
+ * the engine calls px_progress after every op of its forward and backward
+ * (gpt.c's poke, through zero.c's progress hook), so requests started
+ * before a layer's compute (gradient buckets, ZeRO gathers and
+ * reduce-scatters, tensor-parallel collectives) advance while it runs. Why
+ * not a progress thread sleeping on the worker's event fd: (1) on the
+ * machines we test on, 4 ranks share 2 cores, and a second runnable thread
+ * per rank that wakes on every message costs two context switches per
+ * wake-up and takes cores from the compute it is meant to hide behind;
+ * (2) the worker would have to be made thread-safe (UCS_THREAD_MODE_MULTI:
+ * a lock in every UCX call) and every request, op list and communicator
+ * structure here guarded, on every call of the training thread; (3) the
+ * engine's kernels are a few milliseconds each on CPU, so a poke between
+ * them bounds the delay of a ring step to one kernel, and a poke with
+ * nothing pending costs a walk of an empty list. What it does not do:
+ * advance during one long kernel (a GPU stream or a very large GEMM); a
+ * thread (or a helper core) is the lever there. Single-threaded: the
+ * caller's thread runs all of it.
+ *
  * Failure: a request fails on its own deadline (PX_ERR_TIMEOUT, sticky on
  * the communicator), on a mismatch (only this request; the communicator
  * stays usable), or when the communicator fails (peer death, abort, watch
@@ -30,7 +49,8 @@
  * receives are cancelled and its sends drained (bounded) before it reports,
  * so no buffer is touched after completion.
  *
- * Runs on the thread using the communicator. */
+ * Runs on the thread using the communicators of the transport (one thread
+ * per transport). */
 #include "px_transport_int.h"
 
 #include <stdlib.h>
