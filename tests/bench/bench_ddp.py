@@ -15,8 +15,10 @@ Every process runs one thread (OPENBLAS_NUM_THREADS=1; the peer gets the
 BLAS core parallax-rank logs as OPENBLAS_CORETYPE, as bench_tokens.sh does).
 Ours: the median of the per-step global tokens/s over the steps after 3
 warm-up steps; each figure is the best of the rounds (the least disturbed
-on a shared machine). Prints each figure and the ratios ours/ddp and
-ours/limit.
+on a shared machine). Prints each figure, the ratios ours/ddp and
+ours/limit, and the ms per step rank 0 stayed blocked in the gradient
+reduction after backward with buckets and with one bucket (the part of the
+communication not hidden behind backward, plus waiting for a slower peer).
 
 Models (global batch B): quick = the quickstart's (4 layers, 4 heads, dim
 128, seq 128, B 16); big = 6 layers, 6 heads, dim 384, seq 256, B 8.
@@ -80,9 +82,12 @@ def finish(procs):
 
 
 def ours(rank_bin, m, steps, data, work, extra, world):
+    """(tokens/s, ms per step rank 0 was blocked in the gradient reduction
+    after backward)"""
     args = model_args(m) + ['--steps', str(steps + 3), '--data', data] + extra
     outs = finish(start_ranks(rank_bin, args, work, 'dp', world, {}))
-    return median_tok(outs[0])
+    w = re.search(r'other collectives ([\d.]+) ms', open(os.path.join(work, 'dp_0.log')).read())
+    return median_tok(outs[0]), float(w.group(1)) if w else float('nan')
 
 
 def limit(rank_bin, m, steps, data, work, world):
@@ -136,26 +141,28 @@ def main():
     subprocess.run([sys.executable, os.path.join(HERE, '..', 'engine', 'make_tokens.py'), data]
                    + lic, check=True, stdout=subprocess.DEVNULL)
     print('dp=%d; load average at start: %s' % (world, open('/proc/loadavg').read().split()[:3]))
-    print('%-6s %-5s %10s %10s %10s %10s %9s %9s %9s' % (
+    print('%-6s %-5s %10s %10s %10s %10s %9s %9s %9s %14s' % (
         'model', 'round', 'ours', 'ours-1b', 'ddp', 'limit', 'ours/ddp', 'ours/lim',
-        'buckets'))
+        'buckets', 'wait ms/1b'))
     for name in models:
         m = MODELS[name]
         best = {'ours': 0.0, 'ours-1b': 0.0, 'ddp': 0.0, 'limit': 0.0}
         for rnd in range(reps):
-            got = {'ours': ours(rank_bin, m, steps, data, work, [], world)}
+            got, wait = {}, {}
+            got['ours'], wait['ours'] = ours(rank_bin, m, steps, data, work, [], world)
             log = open(os.path.join(work, 'dp_0.log')).read()
             core = (re.search(r'BLAS core (\w+)', log) or [None, None])[1]
             bk = re.search(r'dp gradient buckets: (\d+)', log)
-            got['ours-1b'] = ours(rank_bin, m, steps, data, work, ['--bucket-mb', '4096'], world)
+            got['ours-1b'], wait['ours-1b'] = ours(rank_bin, m, steps, data, work,
+                                                   ['--bucket-mb', '4096'], world)
             got['ddp'] = ddp(python, peer, m, steps, core, world)
             got['limit'] = limit(rank_bin, m, steps, data, work, world)
             for k in best:
                 best[k] = max(best[k], got[k])
-            print('%-6s %-5d %10.0f %10.0f %10.0f %10.0f %9.2f %9.2f %9s' % (
+            print('%-6s %-5d %10.0f %10.0f %10.0f %10.0f %9.2f %9.2f %9s %6.1f/%6.1f' % (
                 name, rnd + 1, got['ours'], got['ours-1b'], got['ddp'], got['limit'],
                 got['ours'] / got['ddp'], got['ours'] / got['limit'],
-                bk.group(1) if bk else '-'), flush=True)
+                bk.group(1) if bk else '-', wait['ours'], wait['ours-1b']), flush=True)
         print('%-6s %-5s %10.0f %10.0f %10.0f %10.0f %9.2f %9.2f' % (
             name, 'best', best['ours'], best['ours-1b'], best['ddp'], best['limit'],
             best['ours'] / best['ddp'], best['ours'] / best['limit']), flush=True)
