@@ -541,11 +541,11 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 ms.state_peak / 1e6, px_plan_state_bytes(plan) / 1e6);
         if (px_zero_nbuckets(zero))
             px_info("train: dp gradient buckets: %d (bucket %.3f MiB), %.2f per step started "
-                    "during backward; the embedding's and the loss's all-reduce after it",
+                    "during backward (zero %d); the rest after it",
                     px_zero_nbuckets(zero),
                     px_zero_bucket_bytes(cfg->bucket_mb, plan->padded * sizeof(float)) /
                         1048576.0,
-                    (double)px_zero_buckets_early(zero) / steps_run);
+                    (double)px_zero_buckets_early(zero) / steps_run, cfg->zero);
         if (layout.tp > 1 && gpt) {
             px_tp_times_t tt;
             px_gpt_tp_times(gpt, &tt);

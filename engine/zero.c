@@ -273,10 +273,17 @@ static int layers_in_flight(const px_zero_t *z)
 
 /* ---- stage 0: gradient buckets ---- */
 
-/* Starts bucket b's all-reduce (AVG, in place over its units' range of
- * full_grads). */
+/* Starts bucket b's collective: stage 0 an all-reduce (AVG, in place over
+ * its units' range of full_grads), stage 1 its unit's in-place
+ * reduce-scatter (one unit per bucket there). */
 static px_status_t bucket_start(px_zero_t *z, int b)
 {
+    if (z->stage == 1) {
+        int u = z->bucket_lo[b];
+        px_status_t st = rs_start(z, z->full_grads + z->plan->unit_offset[u], u,
+                                  &z->bucket_req[b]);
+        return st == PX_OK ? PX_OK : coll_fail(z, "reduce-scatter", u, st);
+    }
     uint64_t off = z->plan->unit_offset[z->bucket_lo[b]];
     uint64_t end = z->plan->unit_offset[z->bucket_hi[b]] + z->plan->unit_padded[z->bucket_hi[b]];
     px_status_t status = px_allreduce_start(z->comm, z->full_grads + off, z->full_grads + off,
@@ -362,7 +369,7 @@ px_status_t px_zero_set_buckets(px_zero_t *z, double bucket_mb)
 {
     int nu = z->nunits;
     buckets_free(z);
-    if (z->stage != 0 || z->dp == 1 || z->tied_unit >= 0 || nu < 2)
+    if (z->stage > 1 || z->dp == 1 || z->tied_unit >= 0 || nu < 2)
         return PX_OK;
     uint64_t cap = px_zero_bucket_bytes(bucket_mb, z->plan->padded * sizeof(float));
     z->bucket_lo = calloc((size_t)nu, sizeof(int));
@@ -374,17 +381,21 @@ px_status_t px_zero_set_buckets(px_zero_t *z, double bucket_mb)
         buckets_free(z);
         return PX_ERR_NO_MEMORY;
     }
-    /* from the head (last unit) down to layer 0 (unit 1); unit 0 apart */
+    /* from the head (last unit) down to layer 0 (unit 1); unit 0 apart at
+     * stage 0 (with the loss, in px_zero_reduce); stage 1: one unit per
+     * bucket, the embedding's last */
     uint64_t bytes = 0;
     int n = 0;
     z->unit_bucket[0] = -1;
-    for (int u = nu - 1; u >= 1; u--) {
+    if (z->stage == 1)
+        cap = 0;
+    for (int u = nu - 1; u >= (z->stage == 1 ? 0 : 1); u--) {
         if (bytes == 0)
             z->bucket_hi[n] = u;
         z->bucket_lo[n] = u;
         z->unit_bucket[u] = n;
         bytes += z->plan->unit_padded[u] * sizeof(float);
-        if (bytes >= cap || u == 1) {
+        if (bytes >= cap || u <= 1) {
             n++;
             bytes = 0;
         }
@@ -718,7 +729,7 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
         return PX_OK;
     }
     if (z->stage == 1) {
-        status = all_units(z, rs_start, z->full_grads);
+        status = z->nbuckets ? buckets_wait(z) : all_units(z, rs_start, z->full_grads);
         z->times.rs_wait_s += px_time_mono_s() - t0;
         if (status != PX_OK)
             return coll_fail(z, "reduce-scatter", -1, status);

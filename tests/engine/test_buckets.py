@@ -14,7 +14,10 @@ all-reduced in buckets started during backward:
              after the last micro-batch's backward)
   dp2_auto   the default size (a quarter of the gradients, >= 256 KiB)
   dp2_one    --bucket-mb 100: one bucket of every layer and the head
-Each must: report the same loss and grad norm on every rank, within 1e-5
+  dp2_z1     ZeRO-1: each unit's reduce-scatter (5 units, the embedding's
+             too) started as soon as backward has finished the unit
+  dp4_z1_accum  the same at dp 4 with --grad-accum 2
+(ZeRO-0 and ZeRO-1 worlds.) Each must: report the same loss and grad norm on every rank, within 1e-5
 relative of the single rank at every step (zero_util.equivalence_problems),
 step 1's gradient of every tensor within 1e-4 (test_tp.grad_errors), and
 log the number of buckets it says, every one of them started during
@@ -40,7 +43,9 @@ TOL_LOSS, TOL_NORM, TOL_GRAD = 1e-5, 1e-5, 1e-4
 CASES = [('dp2_unit', 2, ['--bucket-mb', '0.01'], 3),
          ('dp4_accum', 4, ['--bucket-mb', '0.01', '--grad-accum', '2'], 3),
          ('dp2_auto', 2, [], 2),
-         ('dp2_one', 2, ['--bucket-mb', '100'], 1)]
+         ('dp2_one', 2, ['--bucket-mb', '100'], 1),
+         ('dp2_z1', 2, ['--zero', '1'], 5),
+         ('dp4_z1_accum', 4, ['--zero', '1', '--grad-accum', '2'], 5)]
 
 
 def main():
