@@ -19,10 +19,11 @@
  * Tensor bytes are cleared and copied through the op table (mem_set,
  * mem_copy, mem_copy_from_host / to_host), never with memset/memcpy.
  *
- * Nonblocking requests are recorded in gather_req[u] and the reduce-scatter
- * FIFO; a request is progressed with px_test from the model's progress hook
- * and completed with px_wait; on destroy, pending ones are cancelled before
- * their buffers are freed. One training thread. */
+ * Nonblocking requests are recorded in gather_req[u], the reduce-scatter
+ * FIFO and bucket_req[b]; every pending request of the worker is advanced
+ * by px_progress from the model's progress hook (between kernels) and each
+ * is completed, and its error taken, with px_wait; on destroy, pending ones
+ * are cancelled before their buffers are freed. One training thread. */
 #include "zero.h"
 
 #include <math.h>
@@ -62,14 +63,13 @@ struct px_zero {
     int rs_head, rs_count;
     px_gpt_hooks_t hooks;
     px_zero_times_t times;
-    px_status_t deferred; /* first error seen inside the progress hook */
 
-    /* stage 0 gradient buckets (px_zero_set_buckets; nbuckets 0: off).
+    /* stage 0-1 gradient buckets (px_zero_set_buckets; nbuckets 0: off).
      * Bucket b holds units [bucket_lo[b], bucket_hi[b]], contiguous in
      * full_grads, formed from the head down (reverse layer order, the order
      * backward finishes them); unit 0 (the embedding, finished last and
      * written by the head's backward too) and the loss are reduced in
-     * px_zero_reduce. */
+     * px_zero_reduce; stage 1: one unit per bucket, unit 0 included. */
     int nbuckets, bstarted;
     long buckets_early;  /* buckets started from the grads_release hook (during
                           * backward), over all steps */
@@ -211,8 +211,6 @@ static px_status_t gather_wait(px_zero_t *z, int u)
         return PX_OK;
     double t0 = px_time_mono_s();
     px_status_t status = req_wait(z->gather_req[u]);
-    if (status == PX_OK && z->deferred != PX_OK)
-        status = z->deferred;
     z->times.gather_wait_s += px_time_mono_s() - t0;
     z->gather_req[u] = NULL;
     z->gathering[u] = 0;
@@ -242,8 +240,6 @@ static px_status_t rs_complete_oldest(px_zero_t *z)
     int u = e->unit;
     double t0 = px_time_mono_s();
     px_status_t status = req_wait(e->req);
-    if (status == PX_OK && z->deferred != PX_OK)
-        status = z->deferred;
     z->times.rs_wait_s += px_time_mono_s() - t0;
     e->req = NULL;
     z->rs_head = (z->rs_head + 1) % z->nunits;
@@ -271,7 +267,7 @@ static int layers_in_flight(const px_zero_t *z)
     return n;
 }
 
-/* ---- stage 0: gradient buckets ---- */
+/* ---- stages 0-1: gradient buckets ---- */
 
 /* Starts bucket b's collective: stage 0 an all-reduce (AVG, in place over
  * its units' range of full_grads), stage 1 its unit's in-place
@@ -337,7 +333,8 @@ static px_status_t buckets_wait(px_zero_t *z)
         st = px_wait(z->bucket_req[b], -1);
         z->bucket_req[b] = NULL;
         if (st != PX_OK && status == PX_OK)
-            status = coll_fail(z, "bucket all-reduce", z->bucket_hi[b], st);
+            status = coll_fail(z, z->stage == 1 ? "reduce-scatter" : "bucket all-reduce",
+                               z->bucket_hi[b], st);
     }
     return status;
 }
@@ -653,8 +650,6 @@ px_status_t px_zero_end_micro(px_zero_t *z)
 {
     while (z->rs_count)
         PX_CHECK(rs_complete_oldest(z));
-    if (z->deferred != PX_OK)
-        return z->deferred;
     return PX_OK;
 }
 
