@@ -27,6 +27,7 @@
 
 #include "groups.h"
 #include "memacct.h"
+#include "moe.h"
 #include "plan.h"
 #include "px_log.h"
 #include "tp.h"
@@ -120,6 +121,8 @@ struct px_gpt {
                                       embed_forward to head_backward */
     float *embed_g;                /* its gradients, head_backward to embed_backward */
     const int32_t *inputs, *targets; /* of the last forward, borrowed */
+    px_moe_t *moe;                 /* the MoE MLP of the MoE layers (moe.h),
+                                      borrowed; NULL: every MLP dense */
 };
 
 int px_gpt_num_units(const px_gpt_config_t *cfg) { return px_model_num_units(cfg); }
@@ -374,6 +377,17 @@ size_t px_gpt_activation_bytes(const px_gpt_t *gpt)
 }
 
 void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out) { *out = gpt->tp_times; }
+
+px_status_t px_gpt_set_moe(px_gpt_t *gpt, px_moe_t *moe)
+{
+    if (moe && (gpt->tp > 1 || gpt->wstash)) {
+        px_error("gpt: the mixture of experts runs with tp 1 and the plain backward only "
+                 "(tp %d)", gpt->tp);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    gpt->moe = moe;
+    return PX_OK;
+}
 size_t px_gpt_state_bytes(const px_gpt_t *gpt)
 {
     return (4 * gpt->num_params + 1) * sizeof(float);
@@ -767,6 +781,12 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
         PX_CHECK(px_tp_allgather(tpc, ln2, a->spbuf, rc, "ln2", &gpt->tp_times));
         ln2_in = a->spbuf;
     }
+    if (gpt->moe && px_moe_is_layer(px_moe_config(gpt->moe), l)) {
+        /* the mixture of experts instead of the dense MLP (tp 1) */
+        PX_CHECK(px_moe_forward(gpt->moe, l, ln2_in, a->tmp, BT));
+        k->residual_forward(res3, res2, a->tmp, rc);
+        return p_release(gpt, px_model_unit_layer(&gpt->cfg, l), 0);
+    }
     /* fc (B,T,4Cl): column-parallel */
     k->matmul_forward(fch, ln2_in, p.fcw, p.fcb, BT, C, 4 * Cl);
     poke(gpt);
@@ -956,17 +976,22 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
         dout = a->spbuf;
         k->mem_set(a->dln, 0, 4 * (size_t)C * sizeof(float));
     }
-    k->mem_set(a->d4a, 0, btcl * 4 * sizeof(float));
-    k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, dout, fchg, p.fcprojw, BT, 4 * Cl, C);
-    poke(gpt);
-    k->mem_set(a->d4b, 0, btcl * 4 * sizeof(float));
-    k->gelu_backward(a->d4b, fch, a->d4a, btcl * 4);
-    /* fc is column-parallel: f sums its input gradient over tp (sequence
-     * parallelism: reduce-scatters it to this rank's tokens; the LayerNorm
-     * gradients of this rank's tokens go to dln, summed over tp below),
-     * overlapped with fcw's gradient GEMM */
-    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, g.fcw, g.fcb, a->d4b, ln2, a->tmp, p.fcw,
-                          BT, C, 4 * Cl, "fc's input gradient", "ln2"));
+    if (gpt->moe && px_moe_is_layer(px_moe_config(gpt->moe), l)) {
+        /* the mixture of experts (tp 1): d ln2 into dbtc */
+        PX_CHECK(px_moe_backward(gpt->moe, l, ln2, dout, a->dbtc, BT));
+    } else {
+        k->mem_set(a->d4a, 0, btcl * 4 * sizeof(float));
+        k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, dout, fchg, p.fcprojw, BT, 4 * Cl, C);
+        poke(gpt);
+        k->mem_set(a->d4b, 0, btcl * 4 * sizeof(float));
+        k->gelu_backward(a->d4b, fch, a->d4a, btcl * 4);
+        /* fc is column-parallel: f sums its input gradient over tp (sequence
+         * parallelism: reduce-scatters it to this rank's tokens; the LayerNorm
+         * gradients of this rank's tokens go to dln, summed over tp below),
+         * overlapped with fcw's gradient GEMM */
+        PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, g.fcw, g.fcb, a->d4b, ln2, a->tmp,
+                              p.fcw, BT, C, 4 * Cl, "fc's input gradient", "ln2"));
+    }
     if (gpt->sp) {
         k->layernorm_backward(a->dres, a->dln + 2 * C, a->dln + 3 * C, a->spbuf, res2, p.ln2w,
                               la.ln2_mean, la.ln2_rstd, R, C);

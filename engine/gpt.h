@@ -216,6 +216,14 @@ px_status_t px_gpt_forward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int
                                const int32_t *targets, float *loss_p);
 px_status_t px_gpt_backward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
 
+/* The mixture of experts (moe.h; borrowed, NULL: none) whose layers
+ * (px_moe_is_layer) replace the dense MLP: block_forward / block_backward
+ * call px_moe_forward / px_moe_backward on ln2's output there, collective
+ * over the moe's ep group. tp 1 and the unsplit backward only
+ * (PX_ERR_INVALID_ARGUMENT, logged). */
+struct px_moe;
+px_status_t px_gpt_set_moe(px_gpt_t *gpt, struct px_moe *moe);
+
 /* Time this model spent in tensor-parallel collectives (tp.h). */
 void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out);
 

@@ -34,6 +34,7 @@
 #include "groups.h"
 #include "jobcfg.h"
 #include "memacct.h"
+#include "moe.h"
 #include "pipeline.h"
 #include "plan.h"
 #include "tp.h"
@@ -59,9 +60,9 @@ px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t
     if (px_layout_world(&out) != world)
         return px_invalid(errbuf, errlen, "layout %s needs %d ranks, the world has %d",
                    px_layout_str(&out, lbuf, sizeof(lbuf)), px_layout_world(&out), world);
-    if (out.cp > 1 || out.ep > 1)
-        return px_invalid(errbuf, errlen, "layout %s: the engine runs data, tensor and pipeline "
-                   "parallelism with ZeRO only so far (cp and ep must be 1)",
+    if (out.cp > 1)
+        return px_invalid(errbuf, errlen, "layout %s: the engine runs data, tensor, pipeline "
+                   "and expert parallelism with ZeRO only so far (cp must be 1)",
                    px_layout_str(&out, lbuf, sizeof(lbuf)));
     *layout_p = out;
     return PX_OK;
@@ -197,6 +198,40 @@ static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
     free(spare);
 }
 
+/* moe_layout.json: the canonical MoE buffer's tensors (moe.h), per MoE
+ * layer: {"layers": [l...], "tensors": [{name, layer, offset, shape}]}. */
+static px_status_t dump_moe_layout(const char *dir, const px_moe_config_t *mc)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/moe_layout.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        px_error("train: cannot write %s: %s", path, strerror(errno));
+        return PX_ERR_IO;
+    }
+    int E = mc->experts, C = mc->dim;
+    const int shapes[PX_MOE_NUM_TENSORS][3] = {{E, C, 0}, {E, 4 * C, C}, {E, 4 * C, 0},
+                                               {E, C, 4 * C}, {E, C, 0}};
+    uint64_t off = 0;
+    fprintf(f, "{\"experts\": %d, \"top_k\": %d, \"tensors\": [", E, mc->top_k);
+    for (int l = 0, first = 1; l < mc->layers; l++) {
+        if (!px_moe_is_layer(mc, l))
+            continue;
+        for (int i = 0; i < PX_MOE_NUM_TENSORS; i++) {
+            fprintf(f, "%s{\"name\": \"%s\", \"layer\": %d, \"offset\": %llu, "
+                    "\"shape\": [%d, %d%s", first ? "" : ", ", px_moe_tensor_name(i), l,
+                    (unsigned long long)off, shapes[i][0], shapes[i][1], shapes[i][2] ? ", " : "");
+            if (shapes[i][2])
+                fprintf(f, "%d", shapes[i][2]);
+            fprintf(f, "]}");
+            off += px_moe_tensor_size(mc, i);
+            first = 0;
+        }
+    }
+    fprintf(f, "]}\n");
+    return fclose(f) == 0 ? PX_OK : PX_ERR_IO;
+}
+
 static void set_blas_threads(void)
 {
     const char *e = getenv("OPENBLAS_NUM_THREADS");
@@ -236,6 +271,9 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     px_gpt_t *gpt = NULL;
     px_plan_t *plan = NULL;
     px_zero_t *zero = NULL;
+    px_moe_t *moe = NULL;
+    float *moe_canon = NULL;
+    size_t moe_n = 0;
     uint64_t *usizes = NULL;
     px_pipe_t *pipe = NULL;
     int *stage_layers = NULL;
@@ -330,6 +368,23 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, T, px_zero_hooks(zero), &gpt), status,
                       out);
     px_zero_init_params(zero, cfg->seed);
+    if (cfg->experts) { /* the MoE layers' router and this rank's experts (moe.h) */
+        px_moe_config_t mc = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
+                              .top_k = cfg->top_k, .moe_every = cfg->moe_every,
+                              .dropless = cfg->dropless,
+                              .capacity_factor = cfg->capacity_factor,
+                              .aux_loss_coef = cfg->aux_loss_coef};
+        if (!gpt) {
+            px_error("train: experts=%d run without pipeline stages only", cfg->experts);
+            status = PX_ERR_INVALID_ARGUMENT;
+            goto out;
+        }
+        PX_CHECK_GOTO(px_moe_create(&mc, ops, Bm * T, px_groups_comm(groups, PX_GROUP_EP),
+                                    dp_comm, px_groups_comm(groups, PX_GROUP_EDP), dp, A, &moe),
+                      status, out);
+        px_moe_init_params(moe, cfg->seed);
+        PX_CHECK_GOTO(px_gpt_set_moe(gpt, moe), status, out);
+    }
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     if (!inputs || !targets) {
@@ -398,6 +453,20 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                           out);
             PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, 1), status, out);
         }
+        if (moe) {
+            moe_n = (size_t)px_moe_num_params(px_moe_config(moe));
+            moe_canon = calloc(moe_n ? moe_n : 1, sizeof(float));
+            if (!moe_canon) {
+                status = PX_ERR_NO_MEMORY;
+                goto out;
+            }
+            PX_CHECK_GOTO(px_moe_gather_canonical(moe, 0, moe_canon), status, out);
+            if (rank == 0) {
+                PX_CHECK_GOTO(dump_moe_layout(dump_dir, px_moe_config(moe)), status, out);
+                PX_CHECK_GOTO(dump_raw(dump_dir, "moe_params_init", 0, moe_canon,
+                                       moe_n * sizeof(float)), status, out);
+            }
+        }
     }
     if (opts && opts->export_only)
         goto out;
@@ -407,6 +476,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         double t0 = px_time_mono_s();
         float loss_local = 0.0f, loss = 0.0f, norm = 0.0f;
         px_zero_begin_step(zero);
+        if (moe)
+            px_moe_begin_step(moe);
         double pp_busy = 0.0, pp_idle = 0.0;
         if (pipe) {
             pipe_load_t ld = {.data = data, .seed = cfg->seed, .step = s, .M = M,
@@ -427,6 +498,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             int first = mb * (cfg->batch / A) + dp_rank * Bm;
             px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
             PX_CHECK_GOTO(px_gpt_forward_ctx(gpt, &ctx, inputs, targets, &l), status, out);
+            if (moe) /* the load-balancing losses join the objective */
+                l += px_moe_aux_loss(moe);
             PX_CHECK_GOTO(px_gpt_backward_ctx(gpt, &ctx), status, out);
             PX_CHECK_GOTO(px_zero_end_micro(zero), status, out);
             loss_local += l;
@@ -438,6 +511,11 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             px_error("train: step %d: gradient reduction failed: %s", s + 1,
                      px_status_str(status));
             goto out;
+        }
+        if (moe) { /* the global norm counts the router and every expert once */
+            double sx = 0.0;
+            PX_CHECK_GOTO(px_moe_reduce(moe, &sx), status, out);
+            norm = (float)sqrt((double)norm * norm + sx);
         }
         if (pipe) { /* the loss is the last stage's; the others add 0 exactly */
             status = px_allreduce(px_groups_comm(groups, PX_GROUP_PP), &loss, &loss, 1,
@@ -462,10 +540,19 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 if (s > 0)
                     PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, s + 1), status, out);
             }
+            if (moe) {
+                PX_CHECK_GOTO(px_moe_gather_canonical(moe, 1, moe_canon), status, out);
+                if (rank == 0)
+                    PX_CHECK_GOTO(dump_raw(dump_dir, "moe_grads", s + 1, moe_canon,
+                                           moe_n * sizeof(float)), status, out);
+            }
         }
         float lr = px_train_lr(cfg, s);
         px_zero_adamw_t hp = {.lr = lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2,
                               .eps = cfg->eps, .weight_decay = cfg->weight_decay, .t = s + 1};
+        if (moe)
+            px_moe_update(moe, cfg->grad_clip, norm, lr, cfg->beta1, cfg->beta2, cfg->eps,
+                          cfg->weight_decay, s + 1);
         status = px_zero_update(zero, cfg->grad_clip, norm, &hp);
         if (status != PX_OK) {
             px_error("train: step %d: update failed: %s", s + 1, px_status_str(status));
@@ -553,6 +640,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
 
 out:
     free(canon);
+    free(moe_canon);
+    px_moe_destroy(moe);
     px_mem_free(inputs);
     px_mem_free(targets);
     px_gpt_destroy(gpt);

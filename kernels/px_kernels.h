@@ -143,6 +143,24 @@ typedef struct px_kernel_ops {
      * added once after its all-reduce. */
     void (*bias_forward)(float *out, const float *bias, int N, int OC);
 
+    /* ---- mixture of experts (engine/moe.h) ----
+     * Router: probs (N,E) = softmax over the E experts of logits (N,E);
+     * idx (N,K) the K (1 or 2) largest probabilities of each row, in
+     * decreasing order, ties to the lower expert index (so every layout
+     * routes identically); weights (N,K) the gate of each choice: with
+     * K = 2 renormalised over the two (p_j / (p_0 + p_1)), with K = 1 the
+     * probability itself (Switch Transformer, Fedus et al. 2021). */
+    void (*moe_router_forward)(float *probs, int32_t *idx, float *weights, const float *logits,
+                               int N, int E, int K);
+    /* Router backward: dlogits (N,E) = (overwritten) the softmax backward of
+     * dprobs, where dprobs (N,E) = the gates' backward of dweights (N,K)
+     * (through the renormalisation with K = 2) plus daux (E) on every row
+     * (the load-balancing loss's d/dprob, the same for every token; NULL:
+     * none). probs, idx, weights as the forward wrote them. */
+    void (*moe_router_backward)(float *dlogits, const float *probs, const int32_t *idx,
+                                const float *weights, const float *dweights, const float *daux,
+                                int N, int E, int K);
+
     /* ---- memory: the engine never touches tensor memory with libc ----
      * Tensors live in this backend's memory (host memory for "cpu", device
      * memory for "cuda"); sizes are BYTES. Every op is ordered on the

@@ -51,5 +51,10 @@ void px__cpu_crossentropy_vp_finish(float *losses, float *probs, const double *s
 void px__cpu_crossentropy_vp_backward(float *dlogits, const float *probs, const int32_t *targets,
                                       float dloss, int N, int Vl, int v0, int V);
 void px__cpu_bias_forward(float *out, const float *bias, int N, int OC);
+void px__cpu_moe_router_forward(float *probs, int32_t *idx, float *weights, const float *logits,
+                                int N, int E, int K);
+void px__cpu_moe_router_backward(float *dlogits, const float *probs, const int32_t *idx,
+                                 const float *weights, const float *dweights, const float *daux,
+                                 int N, int E, int K);
 
 #endif

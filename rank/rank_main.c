@@ -85,6 +85,8 @@ static void usage(FILE *out)
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--micro-batches M] [--schedule gpipe|1f1b|zb1] [--stage-layers 2,2,1,1]\n"
             "         [--print-schedule] (prints the pp x micro-batches schedule and exits)\n"
+            "         [--experts E [--top-k 1|2] [--capacity-factor F | --dropless]\n"
+            "          [--moe-every N] [--aux-loss-coef C]] (mixture of experts, over --ep)\n"
             "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
             "   or: parallax-rank --spec-file PATH [--coord ... --job ... --rank ... --world ...\n"
             "         --node ...] (the job's packed JobSpec instead of the job flags)\n"
@@ -170,7 +172,8 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_VOCAB, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
            O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
+           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_EXPERTS, O_TOPK, O_CAPF, O_DROPLESS,
+           O_MOE_EVERY, O_AUXC, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
            O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
            O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS };
     static const struct option opts[] = {
@@ -190,7 +193,9 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"pp", 1, 0, O_PP}, {"cp", 1, 0, O_CP}, {"ep", 1, 0, O_EP},
         {"sequence-parallel", 0, 0, O_SEQPAR}, {"micro-batches", 1, 0, O_MICRO},
         {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
-        {"print-schedule", 0, 0, O_PRINT_SCHED},
+        {"print-schedule", 0, 0, O_PRINT_SCHED}, {"experts", 1, 0, O_EXPERTS},
+        {"top-k", 1, 0, O_TOPK}, {"capacity-factor", 1, 0, O_CAPF}, {"dropless", 0, 0, O_DROPLESS},
+        {"moe-every", 1, 0, O_MOE_EVERY}, {"aux-loss-coef", 1, 0, O_AUXC},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
         {"replica-digests", 0, 0, O_DIGESTS},
         {0, 0, 0, 0}};
@@ -255,6 +260,12 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_EP: r = parse_int(name, optarg, 1, &a->cfg.layout.ep); break;
         case O_SEQPAR: a->cfg.sequence_parallel = 1; break;
         case O_MICRO: r = parse_int(name, optarg, 1, &a->cfg.micro_batches); break;
+        case O_EXPERTS: r = parse_int(name, optarg, 0, &a->cfg.experts); break;
+        case O_TOPK: r = parse_int(name, optarg, 1, &a->cfg.top_k); break;
+        case O_CAPF: r = parse_float(name, optarg, &a->cfg.capacity_factor); break;
+        case O_DROPLESS: a->cfg.dropless = 1; break;
+        case O_MOE_EVERY: r = parse_int(name, optarg, 1, &a->cfg.moe_every); break;
+        case O_AUXC: r = parse_float(name, optarg, &a->cfg.aux_loss_coef); break;
         case O_SCHED:
             a->cfg.schedule = px_pipe_schedule_parse(optarg);
             if (a->cfg.schedule < 0) {
