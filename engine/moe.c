@@ -69,6 +69,7 @@ struct px_moe {
     uint64_t *scnt, *sdis, *rcnt, *rdis;
     uint64_t *received, *dropped; /* (E) this step */
     double a2a_s;
+    float skew;           /* test hook: router logit bias of experts 0 (1/2) */
 };
 
 static const char *tensor_names[PX_MOE_NUM_TENSORS] = {"moe_router", "moe_fcw", "moe_fcb",
@@ -458,6 +459,12 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
     a->N = N;
     /* 1. router */
     k->matmul_forward(moe->logits, x, router_of(moe, moe->params, mi), NULL, N, C, E);
+    if (moe->skew != 0.0f)
+        for (int t = 0; t < N; t++) {
+            moe->logits[(size_t)t * E] += moe->skew;
+            if (E > 1)
+                moe->logits[(size_t)t * E + 1] += 0.5f * moe->skew;
+        }
     k->moe_router_forward(a->probs, a->idx, a->w, moe->logits, N, E, K);
     /* 2. counts over the group, probability sums for the aux loss */
     int64_t mine[K * E];
@@ -743,3 +750,7 @@ void px_moe_token_stats(const px_moe_t *moe, uint64_t *received, uint64_t *dropp
 }
 
 double px_moe_alltoall_s(const px_moe_t *moe) { return moe->a2a_s; }
+
+void px_moe_set_router_skew(px_moe_t *moe, float skew) { moe->skew = skew; }
+float *px_moe_params(px_moe_t *moe) { return moe->params; }
+float *px_moe_grads(px_moe_t *moe) { return moe->grads; }

@@ -140,6 +140,18 @@ px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst);
  * of it has them). */
 void px_moe_token_stats(const px_moe_t *moe, uint64_t *received, uint64_t *dropped);
 
+/* This rank's flat parameter and gradient buffers (px_moe_rank_params
+ * elements each, borrowed): the routers of every MoE layer (E,C) each,
+ * then this rank's experts of every MoE layer, each fcw (4C,C) fcb (4C)
+ * fcprojw (C,4C) fcprojb (C). For tests. */
+float *px_moe_params(px_moe_t *moe);
+float *px_moe_grads(px_moe_t *moe);
+
+/* Test hook: from now on `skew` is added to expert 0's router logit and
+ * skew/2 to expert 1's (a constant: no gradient), so most tokens route to
+ * them (the skewed-routing test). */
+void px_moe_set_router_skew(px_moe_t *moe, float skew);
+
 /* Seconds this rank spent in the dispatch / combine all-to-alls since
  * create. */
 double px_moe_alltoall_s(const px_moe_t *moe);

@@ -117,6 +117,10 @@ typedef struct px_train_options {
                             and tied_digest (a hash of every replicated
                             parameter, a full pass over them each step, so
                             off unless asked for) */
+    float router_skew;   /* test hook (moe.h px_moe_set_router_skew): added to
+                            expert 0's router logit (half of it to expert
+                            1's) in every MoE layer, so most tokens pick
+                            them; 0: off */
 } px_train_options_t;
 
 px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,

@@ -383,6 +383,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                                     dp_comm, px_groups_comm(groups, PX_GROUP_EDP), dp, A, &moe),
                       status, out);
         px_moe_init_params(moe, cfg->seed);
+        if (opts && opts->router_skew != 0.0f)
+            px_moe_set_router_skew(moe, opts->router_skew);
         PX_CHECK_GOTO(px_gpt_set_moe(gpt, moe), status, out);
     }
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));

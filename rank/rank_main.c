@@ -57,6 +57,7 @@ typedef struct rank_args {
     int dump_steps;
     int test_norm_ones;          /* --test-norm-ones (px_train_options_t) */
     int replica_digests;         /* --replica-digests (px_train_options_t) */
+    float router_skew;           /* --test-router-skew B (px_train_options_t) */
     const char *coord, *job, *node;
     int rank, world;
     const char *spec_file;
@@ -81,7 +82,7 @@ static void usage(FILE *out)
             "         [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
-            "         [--replica-digests]\n"
+            "         [--replica-digests] [--test-router-skew B]\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--micro-batches M] [--schedule gpipe|1f1b|zb1] [--stage-layers 2,2,1,1]\n"
             "         [--print-schedule] (prints the pp x micro-batches schedule and exits)\n"
@@ -175,7 +176,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
            O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_EXPERTS, O_TOPK, O_CAPF, O_DROPLESS,
            O_MOE_EVERY, O_AUXC, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
            O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
-           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS };
+           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS, O_SKEW };
     static const struct option opts[] = {
         {"layers", 1, 0, O_LAYERS}, {"heads", 1, 0, O_HEADS}, {"dim", 1, 0, O_DIM},
         {"seq", 1, 0, O_SEQ}, {"vocab", 1, 0, O_VOCAB}, {"batch", 1, 0, O_BATCH},
@@ -197,7 +198,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"top-k", 1, 0, O_TOPK}, {"capacity-factor", 1, 0, O_CAPF}, {"dropless", 0, 0, O_DROPLESS},
         {"moe-every", 1, 0, O_MOE_EVERY}, {"aux-loss-coef", 1, 0, O_AUXC},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
-        {"replica-digests", 0, 0, O_DIGESTS},
+        {"replica-digests", 0, 0, O_DIGESTS}, {"test-router-skew", 1, 0, O_SKEW},
         {0, 0, 0, 0}};
     int c, idx, r = 0, print_sched = 0;
     char *end;
@@ -278,6 +279,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_SPEC_FILE: a->spec_file = optarg; break;
         case O_NORM_ONES: a->test_norm_ones = 1; break;
         case O_DIGESTS: a->replica_digests = 1; break;
+        case O_SKEW: r = parse_float(name, optarg, &a->router_skew); break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "parallax-rank: unknown or incomplete option '%s'\n",
@@ -465,7 +467,8 @@ int main(int argc, char **argv)
 
     px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps,
                             .test_norm_ones = a.test_norm_ones,
-                            .replica_digests = a.replica_digests};
+                            .replica_digests = a.replica_digests,
+                            .router_skew = a.router_skew};
     status = px_train_run_ex(&a.cfg, px_world_comm(pw), on_step, &ctx, &o);
     if (status == PX_OK || status == PX_ERR_ABORTED)
         ret = 0;
