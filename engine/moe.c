@@ -477,30 +477,36 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
         for (int e = 0; e < E; e++)
             psum[e] += a->probs[(size_t)t * E + e];
     }
-    if (moe->ep && P > 1) {
+    /* the load-balancing loss's statistics over the whole global batch
+     * (the dp group): [prob sums (E) | choice counts (E)] */
+    double stat[2 * E];
+    for (int e = 0; e < E; e++) {
+        stat[e] = psum[e];
+        stat[E + e] = 0.0;
+        for (int j = 0; j < K; j++)
+            stat[E + e] += (double)mine[j * E + e];
+    }
+    status = PX_OK;
+    if (moe->ep && P > 1)
         status = px_allgather(moe->ep, mine, a->cnt, (uint64_t)K * E, PX_INT64, NULL);
-        if (status == PX_OK)
-            status = px_allreduce(moe->ep, psum, psum, (uint64_t)E, PX_FLOAT64, PX_SUM, -1);
-        if (status != PX_OK) {
-            px_error("moe: layer %d: the routing counts over the ep group failed: %s", l,
-                     px_status_str(status));
-            return status;
-        }
-    } else {
+    else
         memcpy(a->cnt, mine, sizeof(mine));
+    if (status == PX_OK && moe->dp && px_comm_size(moe->dp) > 1)
+        status = px_allreduce(moe->dp, stat, stat, 2 * (uint64_t)E, PX_FLOAT64, PX_SUM, -1);
+    if (status != PX_OK) {
+        px_error("moe: layer %d: the routing counts over the ep / dp group failed: %s", l,
+                 px_status_str(status));
+        return status;
     }
     const int64_t Ng = (int64_t)N * P, cap = capacity(moe, Ng);
+    const double Nall = (double)N * moe->dp_size; /* the global batch's tokens */
     double aux = 0.0;
     for (int e = 0; e < E; e++) {
-        int64_t chosen = 0;
-        for (int p = 0; p < P; p++)
-            for (int j = 0; j < K; j++)
-                chosen += a->cnt[((size_t)p * K + j) * E + e];
-        double f = (double)chosen / ((double)Ng * K), pe = psum[e] / (double)Ng;
+        double f = stat[E + e] / (Nall * K), pe = stat[e] / Nall;
         aux += f * pe;
-        /* d aux / d prob_te for each of the group's tokens, times P: this
-         * rank's gradient is averaged over dp (P ranks per group) */
-        a->daux[e] = (float)((double)moe->cfg.aux_loss_coef * E * f / (double)Ng * P);
+        /* d aux / d prob_te = coef E f_e / Nall for each token, times dp:
+         * this rank's gradient is averaged over the dp ranks */
+        a->daux[e] = (float)((double)moe->cfg.aux_loss_coef * E * f / (double)N);
         /* kept counts: the capacity filled in the order j, p, token */
         int64_t pos = 0;
         for (int j = 0; j < K; j++)

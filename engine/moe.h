@@ -16,9 +16,9 @@
  *   with every choice dropped leaves the block as its residual input);
  *   dropless: no capacity;
  *   Switch's load-balancing loss aux = coef x E x sum_e f_e P_e over the
- *   group's tokens, f_e the share of the Ng x K choices that picked e
- *   (before dropping), P_e the mean router probability of e; it is added
- *   to the training loss.
+ *   global batch's tokens (the dp group's: the same value as one rank),
+ *   f_e the share of the choices that picked e (before dropping), P_e the
+ *   mean router probability of e; it is added to the training loss.
  * The dense fcw..fcprojb of a MoE layer stay in the layer's unit (the
  * tensor table is shared by every layer) but are not used: their
  * gradients are 0.

@@ -71,6 +71,16 @@ typedef struct px_step_report {
                                           (wte, wpe) after the update, on the
                                           first and last stage (pp > 1; else
                                           0): the two copies must agree */
+    int experts;                       /* the MoE's experts (0: dense) */
+    const uint64_t *moe_received;      /* (experts) choices each expert took
+                                          in this step, summed over the MoE
+                                          layers and micro-batches: this
+                                          rank's ep group's figures; borrowed
+                                          for the callback; NULL when dense */
+    const uint64_t *moe_dropped;       /* (experts) choices dropped at each
+                                          expert's capacity, likewise */
+    double moe_alltoall_s;             /* this step's time in the dispatch /
+                                          combine all-to-alls, s */
 } px_step_report_t;
 
 /* Called after every step on every rank. Return non-zero to stop training

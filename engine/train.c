@@ -473,7 +473,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     if (opts && opts->export_only)
         goto out;
 
-    double t_start = px_time_mono_s();
+    double t_start = px_time_mono_s(), moe_a2a_prev = 0.0;
     for (int s = start_step; s < cfg->steps; s++) {
         double t0 = px_time_mono_s();
         float loss_local = 0.0f, loss = 0.0f, norm = 0.0f;
@@ -600,7 +600,25 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                                                                          PX_MODEL_UNIT_EMBED)
                                                    : 0};
         fill_mem(&rep, plan);
-        if (cb && cb(arg, &rep)) {
+        uint64_t *mrec = NULL, *mdrop = NULL;
+        if (moe) {
+            mrec = calloc(2 * (size_t)cfg->experts, sizeof(uint64_t));
+            if (!mrec) {
+                status = PX_ERR_NO_MEMORY;
+                goto out;
+            }
+            mdrop = mrec + cfg->experts;
+            px_moe_token_stats(moe, mrec, mdrop);
+            rep.experts = cfg->experts;
+            rep.moe_received = mrec;
+            rep.moe_dropped = mdrop;
+            double a2a = px_moe_alltoall_s(moe);
+            rep.moe_alltoall_s = a2a - moe_a2a_prev;
+            moe_a2a_prev = a2a;
+        }
+        int stop = cb && cb(arg, &rep);
+        free(mrec);
+        if (stop) {
             px_info("train: stopped by the step callback after step %d", s + 1);
             status = PX_ERR_ABORTED;
             goto out;

@@ -384,6 +384,16 @@ static int on_step(void *arg, const px_step_report_t *r)
             json_object_set_new(o, "tp_wait_s", json_real(r->tp_wait_s));
             json_object_set_new(o, "tp_hidden_s", json_real(r->tp_hidden_s));
             json_object_set_new(o, "step_s", json_real(r->step_s));
+            if (r->experts && r->moe_received) { /* moe.h: this step's tokens per expert */
+                json_t *rec = json_array(), *drop = json_array();
+                for (int e = 0; e < r->experts; e++) {
+                    json_array_append_new(rec, json_integer((json_int_t)r->moe_received[e]));
+                    json_array_append_new(drop, json_integer((json_int_t)r->moe_dropped[e]));
+                }
+                json_object_set_new(o, "moe_received", rec);
+                json_object_set_new(o, "moe_dropped", drop);
+                json_object_set_new(o, "moe_alltoall_s", json_real(r->moe_alltoall_s));
+            }
             if (r->pp > 1) { /* pipeline.h: this stage's step, and its tied wte copy */
                 json_object_set_new(o, "pp_stage", json_integer(r->pp_stage));
                 json_object_set_new(o, "pp_busy_s", json_real(r->pp_busy_s));
