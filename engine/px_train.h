@@ -111,6 +111,10 @@ float px_train_lr(const px_train_config_t *cfg, int step);
  *                          before clipping
  *   params_<s>.bin         float32 (num_params) after step s's update
  *   loss_<s>.txt           "loss grad_norm lr" of step s (%.9g)
+ * with experts (moe.h; the canonical MoE buffer, gathered over the ep
+ * group):
+ *   moe_layout.json        every MoE tensor's name, layer, offset, shape
+ *   moe_params_init.bin, moe_grads_<s>.bin, moe_params_<s>.bin
  * for s = 1..dump_steps (every ZeRO stage and tp: gathered to the canonical
  * layout, collective over the world). export_only: write
  * layout.json, params_init.bin and batch_1.bin, then return PX_OK without

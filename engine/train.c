@@ -569,6 +569,14 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             if (rank == 0) {
                 PX_CHECK_GOTO(dump_raw(dump_dir, "params", s + 1, canon, n * sizeof(float)),
                               status, out);
+            }
+            if (moe) {
+                PX_CHECK_GOTO(px_moe_gather_canonical(moe, 0, moe_canon), status, out);
+                if (rank == 0)
+                    PX_CHECK_GOTO(dump_raw(dump_dir, "moe_params", s + 1, moe_canon,
+                                           moe_n * sizeof(float)), status, out);
+            }
+            if (rank == 0) {
                 snprintf(path, sizeof(path), "%s/loss_%d.txt", dump_dir, s + 1);
                 f = fopen(path, "w");
                 if (f) {
