@@ -370,7 +370,8 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP,
            O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS };
+           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_EXPERTS, O_TOPK, O_CAPF, O_DROPLESS,
+           O_MOE_EVERY, O_AUXC };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -386,6 +387,12 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"micro-batches", required_argument, NULL, O_MICRO},     /* issue 10 */
         {"schedule", required_argument, NULL, O_SCHED},
         {"stage-layers", required_argument, NULL, O_STAGE_LAYERS},
+        {"experts", required_argument, NULL, O_EXPERTS},         /* issue 11 */
+        {"top-k", required_argument, NULL, O_TOPK},
+        {"capacity-factor", required_argument, NULL, O_CAPF},
+        {"dropless", no_argument, NULL, O_DROPLESS},
+        {"moe-every", required_argument, NULL, O_MOE_EVERY},
+        {"aux-loss-coef", required_argument, NULL, O_AUXC},
         {"batch", required_argument, NULL, O_BATCH},
         {"steps", required_argument, NULL, O_STEPS},
         {"lr", required_argument, NULL, O_LR},
@@ -462,6 +469,20 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
                 return pctl_usage_error("submit", "--schedule '%s': gpipe, 1f1b or zb1", optarg);
             break;
         case O_STAGE_LAYERS: cfg.stage_layers = optarg; break;
+        case O_EXPERTS: INT_OPT("--experts", cfg.experts, 0); break;
+        case O_TOPK: INT_OPT("--top-k", cfg.top_k, 1); break;
+        case O_DROPLESS: cfg.dropless = 1; break;
+        case O_MOE_EVERY: INT_OPT("--moe-every", cfg.moe_every, 1); break;
+        case O_CAPF:
+            if (pctl_parse_float("submit", "--capacity-factor", optarg, 1e-6, 1e6, &d))
+                return PCTL_EXIT_USAGE;
+            cfg.capacity_factor = (float)d;
+            break;
+        case O_AUXC:
+            if (pctl_parse_float("submit", "--aux-loss-coef", optarg, 0.0, 1e6, &d))
+                return PCTL_EXIT_USAGE;
+            cfg.aux_loss_coef = (float)d; /* 0 = off (written as < 0 on the wire) */
+            break;
         case O_BATCH: INT_OPT("--batch", cfg.batch, 1); break;
         case O_STEPS: INT_OPT("--steps", cfg.steps, 1); break;
         case O_WARMUP:
@@ -681,6 +702,16 @@ static void print_job(const Parallax__V1__Job *j)
                "* reports the step figures\n", px_layout_str(&l, b1, sizeof(b1)),
                s && s->parallel && s->parallel->sequence_parallel ? ", sequence parallel" : "");
     }
+    if (s && s->moe && s->moe->experts) {
+        const Parallax__V1__MoeSpec *e = s->moe;
+        printf("moe          %u experts, top-%u, every %u layer(s), %s, aux loss coef %g\n",
+               e->experts, e->top_k ? e->top_k : 2, e->moe_every ? e->moe_every : 1,
+               e->dropless ? "dropless" : "capacity", e->aux_loss_coef < 0 ? 0.0 :
+               (e->aux_loss_coef == 0 ? 0.01 : (double)e->aux_loss_coef));
+        if (!e->dropless)
+            printf("             capacity factor %g\n",
+                   e->capacity_factor != 0 ? (double)e->capacity_factor : 1.25);
+    }
     if (j->n_ranks > 0) {
         /* per rank its coordinates in the layout (layout.h), where it runs,
          * and how it is doing */
@@ -773,6 +804,68 @@ static void print_bubble(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo
     protobuf_c_message_free_unpacked(&resp->base, NULL);
 }
 
+/* A MoE job's routing in the last reported step (moe.h): per expert, the
+ * choices it received and dropped, summed over the job's ep groups (each
+ * group's figures from its first rank: dp index % ep == 0, tp 0), from the
+ * ranks' memory reports (Control.GetMemory). Prints nothing for a dense
+ * job or before the first report. */
+static void print_moe(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo)
+{
+    Parallax__V1__GetMemoryRequest req = PARALLAX__V1__GET_MEMORY_REQUEST__INIT;
+    Parallax__V1__GetMemoryResponse *resp = NULL;
+    px_layout_t l;
+    const Parallax__V1__JobSpec *s = j->spec;
+    if (!s || !s->moe || !s->moe->experts || !pctl_job_layout(j, &l))
+        return;
+    px_rpc_result_t res = {GRPC_STATUS_OK, NULL};
+    req.job_id = j->id;
+    px_status_t status = px_rpc_call_unary(pctl_channel(ctx), M_GET_MEMORY, &req.base,
+                                           &parallax__v1__get_memory_response__descriptor,
+                                           ctx->timeout_ms, (ProtobufCMessage **)&resp, &res);
+    free(res.message);
+    if (status != PX_OK || !resp)
+        return;
+    size_t E = s->moe->experts;
+    uint64_t rec[E], drop[E];
+    uint32_t step = 0;
+    double a2a = 0.0;
+    int groups = 0;
+    memset(rec, 0, sizeof(rec));
+    memset(drop, 0, sizeof(drop));
+    for (size_t i = 0; i < resp->n_ranks; i++) {
+        const Parallax__V1__RankMemory *m = resp->ranks[i];
+        if (m->n_moe_received != E || m->n_moe_dropped != E)
+            continue;
+        a2a = m->moe_alltoall_s > a2a ? m->moe_alltoall_s : a2a;
+        if (m->tp_rank != 0 || m->dp_rank % (uint32_t)l.ep)
+            continue;
+        for (size_t e = 0; e < E; e++) {
+            rec[e] += m->moe_received[e];
+            drop[e] += m->moe_dropped[e];
+        }
+        step = m->step;
+        groups++;
+    }
+    if (groups && jo) {
+        json_t *r = json_array(), *d = json_array();
+        for (size_t e = 0; e < E; e++) {
+            json_array_append_new(r, json_integer((json_int_t)rec[e]));
+            json_array_append_new(d, json_integer((json_int_t)drop[e]));
+        }
+        json_object_set_new(jo, "experts", json_pack("{s:i, s:i, s:o, s:o, s:f}", "step",
+                                                     (int)step, "ep", l.ep, "received", r,
+                                                     "dropped", d, "alltoall_s", a2a));
+    } else if (groups) {
+        printf("experts      %zu over ep %d, top-%u; step %u, choices received/dropped per "
+               "expert:", E, l.ep, s->moe->top_k ? s->moe->top_k : 2, step);
+        for (size_t e = 0; e < E; e++)
+            printf(" %zu: %llu/%llu", e, (unsigned long long)rec[e],
+                   (unsigned long long)drop[e]);
+        printf("; all-to-all %.2f ms\n", 1e3 * a2a);
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
 int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv)
 {
     Parallax__V1__GetJobRequest req = PARALLAX__V1__GET_JOB_REQUEST__INIT;
@@ -788,12 +881,15 @@ int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv)
         return PCTL_EXIT_FAIL;
     if (json) {
         json_t *o = pctl_json_job(job);
-        if (o)
+        if (o) {
             print_bubble(ctx, job, o);
+            print_moe(ctx, job, o);
+        }
         rc = pctl_json_print(o);
     } else {
         print_job(job);
         print_bubble(ctx, job, NULL);
+        print_moe(ctx, job, NULL);
         rc = PCTL_EXIT_OK;
     }
     protobuf_c_message_free_unpacked(&job->base, NULL);
