@@ -132,6 +132,8 @@ static const pctl_command_t commands[] = {
     {"plan", "memory per device by ZeRO stage and the parallel layout (local, no daemon)",
      "usage: pctl plan [--params N | --layers N --dim N [--heads N] [--vocab N] [--seq N]]\n"
      "                 [--dp N] [--tp N [--sequence-parallel]] [--pp N] [--cp N] [--ep N]\n"
+     "                 [--experts E [--top-k K] [--moe-every N] [--capacity-factor F]\n"
+     "                  [--dropless]]\n"
      "                 [--batch N] [--grad-accum N] [--micro-batches M]\n"
      "                 [--schedule gpipe|1f1b|zb1|all] [--stage-layers 2,2,1,1]\n"
      "                 [--print-schedule]\n"

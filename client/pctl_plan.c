@@ -25,6 +25,7 @@
 
 #include "jobcfg.h" /* PX_DEFAULT_VOCAB */
 #include "layout.h"
+#include "model.h"
 #include "pipesched.h"
 #include "pctl.h"
 #include "plan.h"
@@ -178,7 +179,8 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     char flag[48];
     enum { O_PARAMS = 256, O_LAYERS, O_DIM, O_VOCAB, O_SEQ, O_HEADS, O_DP, O_TP, O_PP, O_CP,
            O_EP, O_NODES, O_PER_NODE, O_ZERO, O_PREC, O_K, O_JSON, O_HELP, O_BATCH, O_ACCUM,
-           O_SP, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_PRINT_SCHED };
+           O_SP, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_PRINT_SCHED, O_EXPERTS, O_TOPK,
+           O_MOE_EVERY, O_CAPF, O_DROPLESS };
     static const struct option opts[] = {
         {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"dim", 1, 0, O_DIM},
         {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"heads", 1, 0, O_HEADS},
@@ -189,7 +191,9 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         {"batch", 1, 0, O_BATCH}, {"grad-accum", 1, 0, O_ACCUM},
         {"sequence-parallel", 0, 0, O_SP}, {"micro-batches", 1, 0, O_MICRO},
         {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
-        {"print-schedule", 0, 0, O_PRINT_SCHED},
+        {"print-schedule", 0, 0, O_PRINT_SCHED}, {"experts", 1, 0, O_EXPERTS},
+        {"top-k", 1, 0, O_TOPK}, {"moe-every", 1, 0, O_MOE_EVERY},
+        {"capacity-factor", 1, 0, O_CAPF}, {"dropless", 0, 0, O_DROPLESS},
         {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
     double params = 0, k = -1;
     uint64_t layers = 4, dim = 128, vocab = PX_DEFAULT_VOCAB, seq = 128, heads = 4, dp = 1, v;
@@ -198,6 +202,9 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     int zero = -1, json = 0, fp32 = 0, have_dims = 0, sp = 0, opt;
     uint64_t mbs = 1;
     int sched_sel = -1, print_sched = 0;
+    uint64_t experts = 0, top_k = 2, moe_every = 1; /* the mixture of experts (moe.h) */
+    double capf = 1.25;
+    int dropless = 0;
     const char *stage_spec = NULL;
     (void)ctx;
 
@@ -252,6 +259,17 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                 return PCTL_EXIT_USAGE;
             *(opt == O_BATCH ? &batch : &accum) = v;
             break;
+        case O_EXPERTS: case O_TOPK: case O_MOE_EVERY:
+            if (pctl_parse_u64("plan", opt_flag(opts, opt, flag, sizeof(flag)), optarg,
+                               opt == O_EXPERTS ? 0 : 1, 4096, &v))
+                return PCTL_EXIT_USAGE;
+            *(opt == O_EXPERTS ? &experts : opt == O_TOPK ? &top_k : &moe_every) = v;
+            break;
+        case O_CAPF:
+            if (pctl_parse_float("plan", "--capacity-factor", optarg, 1e-6, 1e6, &capf))
+                return PCTL_EXIT_USAGE;
+            break;
+        case O_DROPLESS: dropless = 1; break;
         case O_SP: sp = 1; break;
         case O_MICRO:
             if (pctl_parse_u64("plan", "--micro-batches", optarg, 1, 1u << 20, &mbs))
@@ -317,6 +335,16 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                                 sp ? " and, with sequence parallelism, the micro-batch's tokens"
                                    : "",
                                 (unsigned long long)micro, (unsigned long long)seq);
+    if (experts && params > 0)
+        return pctl_usage_error("plan", "--experts needs the GPT dims, not --params");
+    if (experts && (top_k > 2 || top_k > experts))
+        return pctl_usage_error("plan", "top_k=%llu must be 1 or 2 and at most experts=%llu",
+                                (unsigned long long)top_k, (unsigned long long)experts);
+    if (experts % ep)
+        return pctl_usage_error("plan", "experts=%llu is not divisible by ep=%llu",
+                                (unsigned long long)experts, (unsigned long long)ep);
+    if (!experts && ep > 1)
+        return pctl_usage_error("plan", "ep=%llu needs --experts", (unsigned long long)ep);
     const int world = px_layout_world(&layout);
     if (!per_node)
         per_node = ((uint64_t)world + nodes - 1) / nodes;
@@ -340,7 +368,8 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     }
     /* the memory plan is dp x tp's; the other strategies' split is not
      * modelled yet */
-    const int memory_planned = (tp == 1 || !params) && pp == 1 && cp == 1 && ep == 1;
+    const int memory_planned = (tp == 1 || !params) && pp == 1 && cp == 1 &&
+                               (ep == 1 || (experts && tp == 1));
     static const char memory_note[] =
         "memory per device is planned for data and tensor parallelism (dp, tp with GPT dims, "
         "ZeRO) only: the split of parameters, activations and buffers by pp, cp and ep is "
@@ -385,6 +414,17 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         free(node_of_rank);
         return PCTL_EXIT_USAGE; /* the planner named the values */
     }
+    /* the mixture of experts: routers and E/ep experts per MoE layer on
+     * each rank, outside ZeRO; its activations (plan.h, as moe.c) */
+    px_model_moe_t mm = {.layers = (int)layers, .dim = (int)dim, .experts = (int)experts,
+                         .moe_every = (int)moe_every};
+    uint64_t moe_rank = experts ? px_model_moe_rank_params(&mm, (int)ep) : 0;
+    uint64_t moe_acts = experts && tp == 1
+                            ? px_plan_moe_activation_bytes(px_model_moe_num_layers(&mm),
+                                                           (int)(micro * seq), (int)ep,
+                                                           (int)experts, (int)top_k, (int)dim,
+                                                           dropless, capf)
+                            : 0;
     json_t *jstages = json_array();
     if (!json) {
         if (known)
@@ -392,6 +432,14 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                    (unsigned long long)layers, (unsigned long long)dim,
                    (unsigned long long)vocab, (unsigned long long)seq, (double)total,
                    tp > 1 ? " per tensor rank" : "");
+        if (experts && known)
+            printf("experts: %llu per MoE layer, %d MoE layer(s) (every %llu), top-%llu, %s; "
+                   "%.4g expert parameters in all, %.4g per rank (routers + %llu experts per "
+                   "layer, not sharded by ZeRO); MoE activations per rank %.3g MB\n",
+                   (unsigned long long)experts, px_model_moe_num_layers(&mm),
+                   (unsigned long long)moe_every, (unsigned long long)top_k,
+                   dropless ? "dropless" : "capacity", (double)px_model_moe_num_params(&mm),
+                   (double)moe_rank, (unsigned long long)(experts / ep), moe_acts / 1e6);
         if (memory_planned) {
             printf("dp %llu, tp %llu; bytes per parameter: params %g, grads %g, optimizer %g "
                    "(%s)\n",
@@ -400,7 +448,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                    fp32 ? "fp32 AdamW" : "mixed precision, as the ZeRO paper counts");
             if (known) {
                 char b[32];
-                fmt_gb((double)acts.bytes, b, sizeof(b));
+                fmt_gb((double)(acts.bytes + moe_acts), b, sizeof(b));
                 printf("activations per rank: %s (micro-batch %llu x seq %llu, tp %llu, "
                        "sequence parallelism %s; the engine's fp32 buffers, every ZeRO stage)\n",
                        b, (unsigned long long)micro, (unsigned long long)seq,
@@ -421,6 +469,8 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
             rc = PCTL_EXIT_FAIL;
             break;
         }
+        if (moe_rank)
+            px_plan_add_unsharded(p, moe_rank);
         double tot = p->bytes[PX_MEM_PARAMS] + p->bytes[PX_MEM_GRADS] + p->bytes[PX_MEM_OPTIM];
         if (json) {
             json_array_append_new(
@@ -446,13 +496,22 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         json_t *o = json_pack("{s:I, s:I, s:b, s:I, s:I, s:I, s:i, s:f, s:f, s:f, s:b, s:o, s:b}",
                               "dp", (json_int_t)dp, "tp", (json_int_t)tp, "sequence_parallel",
                               sp, "batch", (json_int_t)batch, "micro_batch", (json_int_t)micro,
-                              "activations_bytes", (json_int_t)acts.bytes,
+                              "activations_bytes", (json_int_t)(acts.bytes + moe_acts),
                               "units", nunits, "param_bytes", prec.param_bytes, "grad_bytes",
                               prec.grad_bytes, "optimizer_bytes", prec.optim_bytes,
                               "working_buffers_counted", known, "stages", jstages,
                               "memory_planned", memory_planned);
         if (o && !memory_planned)
             json_object_set_new(o, "memory_note", json_string(memory_note));
+        if (o && experts)
+            json_object_set_new(o, "moe", json_pack("{s:I, s:i, s:I, s:I, s:I, s:I}", "experts",
+                                                    (json_int_t)experts, "moe_layers",
+                                                    px_model_moe_num_layers(&mm), "top_k",
+                                                    (json_int_t)top_k, "expert_params",
+                                                    (json_int_t)px_model_moe_num_params(&mm),
+                                                    "rank_params", (json_int_t)moe_rank,
+                                                    "activations_bytes",
+                                                    (json_int_t)moe_acts));
         if (o && known && pp > 1) {
             json_t *jp = json_object();
             if (print_pipeline((int)layers, (int)heads, (int)dim, (int)vocab, (int)seq, (int)tp,

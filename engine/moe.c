@@ -32,6 +32,8 @@
 #include <string.h>
 
 #include "memacct.h"
+#include "model.h"
+#include "plan.h"
 #include "px_coll.h"
 #include "px_log.h"
 #include "px_time.h"
@@ -72,60 +74,47 @@ struct px_moe {
     float skew;           /* test hook: router logit bias of experts 0 (1/2) */
 };
 
-static const char *tensor_names[PX_MOE_NUM_TENSORS] = {"moe_router", "moe_fcw", "moe_fcb",
-                                                       "moe_fcprojw", "moe_fcprojb"};
-
-const char *px_moe_tensor_name(int i)
+static px_model_moe_t model_of(const px_moe_config_t *cfg)
 {
-    return i >= 0 && i < PX_MOE_NUM_TENSORS ? tensor_names[i] : "?";
+    return (px_model_moe_t){.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
+                            .moe_every = cfg->moe_every};
 }
+
+const char *px_moe_tensor_name(int i) { return px_model_moe_tensor_name(i); }
 
 uint64_t px_moe_tensor_size(const px_moe_config_t *cfg, int i)
 {
-    uint64_t E = (uint64_t)cfg->experts, C = (uint64_t)cfg->dim;
-    switch (i) {
-    case 0: return E * C;
-    case 1: return E * 4 * C * C;
-    case 2: return E * 4 * C;
-    case 3: return E * C * 4 * C;
-    case 4: return E * C;
-    default: return 0;
-    }
+    px_model_moe_t m = model_of(cfg);
+    return px_model_moe_tensor(&m, i, NULL);
 }
 
 int px_moe_is_layer(const px_moe_config_t *cfg, int l)
 {
-    return cfg->experts > 0 && cfg->moe_every > 0 && (l + 1) % cfg->moe_every == 0;
+    px_model_moe_t m = model_of(cfg);
+    return px_model_moe_is_layer(&m, l);
 }
 
 int px_moe_num_layers(const px_moe_config_t *cfg)
 {
-    int n = 0;
-    for (int l = 0; l < cfg->layers; l++)
-        n += px_moe_is_layer(cfg, l);
-    return n;
+    px_model_moe_t m = model_of(cfg);
+    return px_model_moe_num_layers(&m);
 }
 
 static uint64_t expert_size(const px_moe_config_t *cfg)
 {
-    uint64_t C = (uint64_t)cfg->dim;
-    return 8 * C * C + 5 * C;
+    return px_model_moe_expert_size(cfg->dim);
 }
 
 uint64_t px_moe_num_params(const px_moe_config_t *cfg)
 {
-    uint64_t per = 0;
-    for (int i = 0; i < PX_MOE_NUM_TENSORS; i++)
-        per += px_moe_tensor_size(cfg, i);
-    return per * (uint64_t)px_moe_num_layers(cfg);
+    px_model_moe_t m = model_of(cfg);
+    return px_model_moe_num_params(&m);
 }
 
 uint64_t px_moe_rank_params(const px_moe_config_t *cfg, int ep)
 {
-    uint64_t E = (uint64_t)cfg->experts, C = (uint64_t)cfg->dim;
-    if (ep < 1 || !cfg->experts)
-        return 0;
-    return (uint64_t)px_moe_num_layers(cfg) * (E * C + E / (uint64_t)ep * expert_size(cfg));
+    px_model_moe_t m = model_of(cfg);
+    return px_model_moe_rank_params(&m, ep);
 }
 
 const px_moe_config_t *px_moe_config(const px_moe_t *moe) { return &moe->cfg; }
@@ -211,9 +200,8 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
     moe->nrouter = (size_t)moe->nm * E * C;
     moe->nexp = (size_t)moe->nm * moe->El * moe->se;
     moe->n = moe->nrouter + moe->nexp;
-    int64_t worst = (int64_t)N * P * K, cap = capacity(moe, (int64_t)N * P);
-    int64_t rmax = cap < INT64_MAX / E ? (int64_t)moe->El * cap : worst;
-    moe->Rmax = (int)(rmax < worst ? rmax : worst);
+    /* the plan's arithmetic (plan.h), which `pctl plan` prints */
+    moe->Rmax = (int)px_plan_moe_rows(N, P, E, K, cfg->dropless, cfg->capacity_factor);
     size_t NK = (size_t)N * K, big = NK > (size_t)moe->Rmax ? NK : (size_t)moe->Rmax;
     moe->layer_of = calloc((size_t)cfg->layers, sizeof(int));
     moe->L = calloc((size_t)(moe->nm ? moe->nm : 1), sizeof(moe_layer_t));

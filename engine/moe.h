@@ -59,7 +59,8 @@ typedef struct px_moe_config {
     float aux_loss_coef;   /* Switch's alpha */
 } px_moe_config_t;
 
-/* Canonical tensors of one MoE layer, in this order (elements):
+/* The tensor table's MoE part (planner/model.h px_model_moe_*), for a
+ * px_moe_config_t. Canonical tensors of one MoE layer, in this order:
  * router (E,C), fcw (E,4C,C), fcb (E,4C), fcprojw (E,C,4C), fcprojb (E,C);
  * the canonical MoE buffer is the MoE layers' tensors back to back. */
 #define PX_MOE_NUM_TENSORS 5

@@ -355,6 +355,11 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     px_plan_precision_fp32(&prec);
     PX_CHECK_GOTO(px_plan_create(usizes, px_gpt_num_units(&gc), 1, dp, cfg->zero, &prec, &plan),
                   status, out);
+    if (cfg->experts) { /* the routers and this rank's experts, outside ZeRO (moe.h) */
+        px_model_moe_t mm = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
+                             .moe_every = cfg->moe_every};
+        px_plan_add_unsharded(plan, px_model_moe_rank_params(&mm, layout.ep));
+    }
     PX_CHECK_GOTO(px_zero_create(&gc, plan, dp_comm, ops, A * M, cfg->prefetch, &zero), status,
                   out);
     px_zero_set_model_group(zero, px_groups_comm(groups, PX_GROUP_MP));

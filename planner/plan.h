@@ -161,4 +161,27 @@ void px_plan_destroy(px_plan_t *plan); /* NULL no-op */
  * (plan->state_peak). */
 double px_plan_state_bytes(const px_plan_t *plan);
 
+/* State ZeRO does not shard (the mixture of experts' routers and this
+ * rank's experts: engine/moe.h keeps them whole on every rank that holds
+ * them, at every stage): adds `elements` x (p, g, o) bytes to the three
+ * state categories and to the state peak (held for the whole step). */
+void px_plan_add_unsharded(px_plan_t *plan, uint64_t elements);
+
+/* The mixture of experts' receive rows per MoE layer on one rank (engine/
+ * moe.c): N local tokens, an ep group of `ep` ranks, E experts, top_k K:
+ * at most N ep K (every choice of the group here), and with a capacity at
+ * most (E/ep) x ceil(N ep K / E x F). */
+uint64_t px_plan_moe_rows(int N, int ep, int experts, int top_k, int dropless,
+                          double capacity_factor);
+/* Bytes of the activations and work buffers engine/moe.c allocates for
+ * `moe_layers` MoE layers of width C (memacct's activations category): per
+ * layer probs (N,E), gates and choices (N,K) x2, the ep group's counts and
+ * kept counts (ep,K,E) int64 x2, the slots' tokens and choices (N K) x2,
+ * their outputs (N K, C), the received rows (R, C) and the experts' hidden
+ * (R, 4C) x2 (+1 float each), d(aux) (E); shared: the send and receive
+ * buffers (max(N K, R), C) x2, logits (N,E), d gates (N K), the experts'
+ * hidden gradients (R, 4C) x2 (+1 each). R = px_plan_moe_rows. */
+uint64_t px_plan_moe_activation_bytes(int moe_layers, int N, int ep, int experts, int top_k,
+                                      int dim, int dropless, double capacity_factor);
+
 #endif

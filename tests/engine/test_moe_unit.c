@@ -6,6 +6,9 @@
  *             token whose choices were all dropped gets an output of exactly
  *             0.0 in every channel (the block adds it to the residual, so
  *             the block's output is its residual input); the token counts;
+ *   plan      the bytes px_moe_create allocates per memacct category equal
+ *             the plan's (plan.h px_plan_moe_activation_bytes, model.h
+ *             px_model_moe_rank_params), dropless and with a capacity;
  *   gradcheck dropless, no skew: the backward (input, router, expert
  *             gradients, the load-balancing loss's included) against
  *             central finite differences of sum(out * R) + aux.
@@ -16,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "memacct.h"
 #include "moe.h"
+#include "plan.h"
 #include "px_kernels.h"
 
 static int failures;
@@ -156,12 +161,45 @@ static void test_gradcheck(void)
     }
 }
 
+static void test_plan(void)
+{
+    for (int dl = 0; dl <= 1; dl++) {
+        px_moe_config_t mc = {.layers = 3, .dim = 24, .experts = 6, .top_k = 2, .moe_every = 2,
+                              .dropless = dl, .capacity_factor = dl ? 1.5f : 0.5f};
+        px_mem_stats_t a, b;
+        px_moe_t *moe = NULL;
+        px_mem_stats(&a);
+        if (px_moe_create(&mc, px_kernels_cpu(), 40, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
+            EXPECT(0, "create");
+            return;
+        }
+        px_mem_stats(&b);
+        uint64_t acts = b.current[PX_MEM_ACTS] - a.current[PX_MEM_ACTS];
+        uint64_t want = px_plan_moe_activation_bytes(px_moe_num_layers(&mc), 40, 1, 6, 2, 24, dl,
+                                                     mc.capacity_factor);
+        uint64_t np = px_moe_rank_params(&mc, 1);
+        EXPECT(acts == want, "dropless %d: activations %llu bytes, plan %llu", dl,
+               (unsigned long long)acts, (unsigned long long)want);
+        EXPECT(b.current[PX_MEM_PARAMS] - a.current[PX_MEM_PARAMS] == 4 * np &&
+               b.current[PX_MEM_GRADS] - a.current[PX_MEM_GRADS] == 4 * np &&
+               b.current[PX_MEM_OPTIM] - a.current[PX_MEM_OPTIM] == 8 * np,
+               "state bytes differ from 4/4/8 x %llu", (unsigned long long)np);
+        EXPECT(np == (uint64_t)px_moe_num_layers(&mc) * (6 * 24 + 6 * (8 * 24 * 24 + 5 * 24)),
+               "rank params %llu", (unsigned long long)np);
+        printf("plan dropless %d: activations %llu bytes (plan %llu), state 16 x %llu\n", dl,
+               (unsigned long long)acts, (unsigned long long)want, (unsigned long long)np);
+        px_moe_destroy(moe);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "all";
     int all = !strcmp(c, "all");
     if (all || !strcmp(c, "skew"))
         test_skew();
+    if (all || !strcmp(c, "plan"))
+        test_plan();
     if (all || !strcmp(c, "gradcheck"))
         test_gradcheck();
     printf(failures ? "FAIL (%d)\n" : "PASS\n", failures);
