@@ -340,11 +340,9 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     if (experts && (top_k > 2 || top_k > experts))
         return pctl_usage_error("plan", "top_k=%llu must be 1 or 2 and at most experts=%llu",
                                 (unsigned long long)top_k, (unsigned long long)experts);
-    if (experts % ep)
+    if (experts && experts % ep)
         return pctl_usage_error("plan", "experts=%llu is not divisible by ep=%llu",
                                 (unsigned long long)experts, (unsigned long long)ep);
-    if (!experts && ep > 1)
-        return pctl_usage_error("plan", "ep=%llu needs --experts", (unsigned long long)ep);
     const int world = px_layout_world(&layout);
     if (!per_node)
         per_node = ((uint64_t)world + nodes - 1) / nodes;

@@ -190,6 +190,22 @@ def test_layout(pctl):
     failures += check('dp only keeps the memory plan',
                       j['memory_planned'] is True and j['stages'][0]['total_bytes'] == 16000 and
                       [r['dp'] for r in j['layout']['ranks']] == [0, 1], j)
+    # the mixture of experts (issue 11): the routers and E/ep experts per MoE
+    # layer on each rank, outside ZeRO: 2 MoE layers of 8 experts, dim 16
+    moe = ['--layers', '4', '--dim', '16', '--heads', '2', '--experts', '8', '--moe-every', '2',
+           '--precision', 'fp32', '--zero', '0', '--json', '--batch', '4']
+    per = 8 * 16 + 8 * (8 * 16 * 16 + 5 * 16)  # one MoE layer: router + 8 experts
+    j1 = json.loads(subprocess.run([pctl, 'plan', '--dp', '4'] + moe, capture_output=True,
+                                   text=True, check=True).stdout)
+    j4 = json.loads(subprocess.run([pctl, 'plan', '--dp', '4', '--ep', '4'] + moe,
+                                   capture_output=True, text=True, check=True).stdout)
+    rank4 = 2 * (8 * 16 + 2 * (8 * 16 * 16 + 5 * 16))
+    failures += check('moe plan: expert parameters per rank',
+                      j1['moe']['expert_params'] == 2 * per and
+                      j1['moe']['rank_params'] == 2 * per and
+                      j4['moe']['rank_params'] == rank4 and j4['memory_planned'] is True and
+                      j1['stages'][0]['total_bytes'] - j4['stages'][0]['total_bytes'] ==
+                      16 * (2 * per - rank4), (j1.get('moe'), j4.get('moe')))
     # layouts that cannot run or cannot be placed: exit 2, naming the values
     for argv, want_err in (
             (['--tp', '4', '--nodes', '2', '--devices-per-node', '2'],
@@ -200,6 +216,7 @@ def test_layout(pctl):
             (['--dp', '3', '--tp', '2', '--nodes', '2', '--devices-per-node', '3'],
              'only 2 whole tensor groups of 3 fit'),
             (['--dp', '2', '--cp', '2', '--ep', '3'], 'ep=3 does not divide dp x cp = 4'),
+            (['--dp', '4', '--ep', '4', '--experts', '6'], 'experts=6 is not divisible by ep=4'),
             (['--heads', '4', '--tp', '3'], 'heads 4 is not divisible by tp 3'),
             (['--layers', '2', '--pp', '4'], 'layers 2 are fewer than pp 4 pipeline stages')):
         p = subprocess.run([pctl, 'plan'] + argv, capture_output=True, text=True)
