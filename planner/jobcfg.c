@@ -198,12 +198,8 @@ static px_status_t check_moe(const px_job_config_t *cfg, char *errbuf, size_t er
     if (cfg->experts < 0 || cfg->experts > 4096)
         return px_invalid(errbuf, errlen, "experts=%d is out of range (0..4096; 0: dense MLP)",
                           cfg->experts);
-    if (!cfg->experts) {
-        if (l->ep > 1)
-            return px_invalid(errbuf, errlen, "ep=%d needs experts (--experts E, a multiple of "
-                              "ep); the model has experts=0", l->ep);
-        return PX_OK;
-    }
+    if (!cfg->experts)
+        return PX_OK; /* ep > 1 without experts: check_engine */
     if (cfg->top_k < 1 || cfg->top_k > 2)
         return px_invalid(errbuf, errlen, "top_k=%d must be 1 or 2", cfg->top_k);
     if (cfg->top_k > cfg->experts)
@@ -231,6 +227,9 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
     const px_layout_t *l = &cfg->layout;
     const struct { const char *name, *what; int v; } deg[] = {
         {"cp", "context", l->cp}};
+    if (l->ep > 1 && !cfg->experts)
+        return px_invalid(errbuf, errlen, "ep=%d needs experts (--experts E, a multiple of ep); "
+                          "the model has experts=0", l->ep);
     if (cfg->experts && (cfg->checkpoint_every > 0 || has(cfg->resume_dir) ||
                          has(cfg->export_safetensors)))
         return px_invalid(errbuf, errlen, "experts=%d: checkpoints and exports of the experts "

@@ -221,7 +221,7 @@ static void test_flags(void)
     /* what the engine cannot run yet: rejected unless LAYOUT_ONLY */
     const struct { int tp, pp, cp, ep, dp; const char *want; } deg[] = {
         {1, 1, 2, 1, 1, "cp=2: context parallelism is not implemented yet"},
-        {1, 1, 1, 2, 2, "ep=2: expert parallelism is not implemented yet"},
+        {1, 1, 1, 2, 2, "ep=2 needs experts (--experts E, a multiple of ep)"},
     };
     for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++) {
         base(&c);
@@ -230,6 +230,39 @@ static void test_flags(void)
         ACCEPT(&c, PX_JOBCFG_LAYOUT_ONLY);
         REJECT(&c, 0, deg[i].want);
     }
+    /* the mixture of experts (issue 11): experts divided over ep, top-k
+     * within the experts, a positive capacity unless dropless; dp and ep
+     * only */
+    base(&c);
+    c.layout = (px_layout_t){4, 1, 1, 1, 4};
+    c.batch = 8;
+    c.experts = 8;
+    ACCEPT(&c, 0);
+    c.experts = 6;
+    REJECT(&c, 0, "experts=6 is not divisible by ep=4");
+    REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "experts=6 is not divisible by ep=4");
+    c.experts = 1;
+    c.layout.ep = 1;
+    REJECT(&c, 0, "top_k=2 is larger than experts=1");
+    c.top_k = 3;
+    c.experts = 8;
+    REJECT(&c, 0, "top_k=3 must be 1 or 2");
+    c.top_k = 1;
+    c.capacity_factor = 0.0f;
+    REJECT(&c, 0, "capacity_factor=0 must be positive (or dropless)");
+    c.dropless = 1;
+    ACCEPT(&c, 0);
+    c.moe_every = 0;
+    REJECT(&c, 0, "moe_every=0 is out of range (1..layers=");
+    c.moe_every = 1;
+    c.layout = (px_layout_t){2, 1, 1, 1, 4};
+    REJECT(&c, 0, "ep=4 does not divide dp x cp = 2");
+    c.layout = (px_layout_t){2, 2, 1, 1, 2};
+    REJECT(&c, 0, "experts=8 with tp=2 pp=1 cp=1: the mixture of experts runs with dp and ep");
+    c.layout = (px_layout_t){2, 1, 1, 1, 2};
+    c.checkpoint_every = 5;
+    c.checkpoint_dir = "/tmp/ck";
+    REJECT(&c, 0, "experts=8: checkpoints and exports of the experts are not implemented yet");
     /* pipeline parallelism: with dp, tp, ZeRO 0/1 and micro-batches */
     base(&c);
     c.layout = (px_layout_t){2, 1, 2, 1, 1};
