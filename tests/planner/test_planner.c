@@ -427,6 +427,37 @@ static void test_jobspec(void)
            !back.resume_dir && !back.export_safetensors, "defaults round trip");
     parallax__v1__job_spec__free_unpacked(u, NULL);
 
+    /* the mixture of experts (JobSpec.moe, issue 11): absent when dense; every
+     * field round trips, aux loss coef 0 as < 0, zero fields the defaults */
+    base(&c);
+    px_jobspec_from_config(&c, &msg);
+    EXPECT(msg.spec.moe == NULL, "a dense job sends no MoeSpec");
+    c.experts = 16;
+    c.top_k = 1;
+    c.capacity_factor = 2.5f;
+    c.dropless = 1;
+    c.moe_every = 2;
+    c.aux_loss_coef = 0.0f;
+    px_jobspec_from_config(&c, &msg);
+    u = wire(&msg.spec);
+    px_jobspec_to_config(u, &back);
+    EXPECT(back.experts == 16 && back.top_k == 1 && back.capacity_factor == 2.5f &&
+           back.dropless == 1 && back.moe_every == 2 && back.aux_loss_coef == 0.0f,
+           "moe round trip: %d %d %g %d %d %g", back.experts, back.top_k,
+           (double)back.capacity_factor, back.dropless, back.moe_every,
+           (double)back.aux_loss_coef);
+    parallax__v1__job_spec__free_unpacked(u, NULL);
+    {
+        Parallax__V1__JobSpec s0 = PARALLAX__V1__JOB_SPEC__INIT;
+        Parallax__V1__MoeSpec e0 = PARALLAX__V1__MOE_SPEC__INIT;
+        e0.experts = 4;
+        s0.moe = &e0;
+        px_jobspec_to_config(&s0, &back);
+        EXPECT(back.experts == 4 && back.top_k == 2 && back.capacity_factor == 1.25f &&
+               !back.dropless && back.moe_every == 1 && back.aux_loss_coef == 0.01f,
+               "MoeSpec zeros: the defaults");
+    }
+
     /* proto3 zeros mean "default"; an old client's spec has dp alone */
     Parallax__V1__JobSpec s = PARALLAX__V1__JOB_SPEC__INIT;
     Parallax__V1__ModelSpec m = PARALLAX__V1__MODEL_SPEC__INIT;
