@@ -3,7 +3,7 @@
 (benchmark, not a test; issue 11).
 
 Model: 4 layers (2 MoE: --moe-every 2), 4 heads, dim 128, seq 64, vocab
-256, 8 experts top-2, capacity factor 1.25, global batch 16, fp32, on 4
+256, 8 experts top-2, capacity factor 1.25, global batch 16, lr 3e-4 after 4 warm-up steps, fp32, on 4
 ranks through the standalone bootstrap (dp 4 with ep 1, 2, 4: the same
 world, the same batch per rank). For each ep, over steps 3..STEPS (default
 10): the median step time and the tokens/s it gives, the share of the step
@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.join(HERE, '..', 'engine'))
 from zero_util import license_tokens, run_world  # noqa: E402
 
 DIMS = ['--layers', '4', '--heads', '4', '--dim', '128', '--seq', '64']
-MOE = ['--experts', '8', '--top-k', '2', '--moe-every', '2', '--capacity-factor', '1.25']
+MOE = ['--experts', '8', '--top-k', '2', '--moe-every', '2', '--capacity-factor', '1.25',
+       '--lr', '3e-4', '--warmup', '4']
 BATCH, WORLD = 16, 4
 
 

@@ -15,7 +15,8 @@ bootstrap and is checked against one rank with the same MoE flags:
     dropping.
 Layouts: ep2 (dp 2 = ep 2) and ep4 (dp 4 = ep 4) at capacity factor 1.0:
 the ep group holds the whole global batch, so capacity and the fill order
-are the single rank's; dp2ep2 (world 4, experts replicated twice, their
+are the single rank's; ep2a2 the same with 2 micro-batches per step (each
+routed on its own, as one rank's); dp2ep2 (world 4, experts replicated twice, their
 gradients summed over the edp pairs) and the same with ZeRO 1 and 3, dropless:
 two ep groups fill their capacities from half the batch each, which one
 rank cannot reproduce, so dropless is their oracle. Skewed routing
@@ -43,10 +44,12 @@ ARGS = ['--layers', '2', '--heads', '4', '--dim', '32', '--seq', '16', '--batch'
 TOL_LOSS = TOL_NORM = 1e-5
 TOL_GRAD = 1e-4
 BASES = {'cap': [], 'dropless': ['--dropless'], 'skew': ['--test-router-skew', '30'],
-         'skewdl': ['--test-router-skew', '30', '--dropless']}
+         'skewdl': ['--test-router-skew', '30', '--dropless'],
+         'cap_a2': ['--grad-accum', '2']}
 LAYOUTS = {  # name: (world, base, extra args)
     'ep2': (2, 'cap', ['--ep', '2']),
     'ep4': (4, 'cap', ['--ep', '4']),
+    'ep2a2': (2, 'cap_a2', ['--ep', '2']),
     'dp2ep2': (4, 'dropless', ['--ep', '2']),
     'dp2ep2z1': (4, 'dropless', ['--ep', '2', '--zero', '1']),
     'dp2ep2z3': (4, 'dropless', ['--ep', '2', '--zero', '3']),
