@@ -22,9 +22,13 @@
  *
  * Invariants: every rank of the ep group runs the same layers with the
  * same N; the slot order of a token's choices is the expert order, so the
- * sums are the single-rank run's. Host memory (the CPU backend); the
- * activations of every MoE layer are sized at create for worst-case
- * routing. One training thread. */
+ * sums are the single-rank run's. The tensor math goes through the op
+ * table (router, dispatch, experts' matmuls and GELU, combine); the
+ * routing bookkeeping (counts, capacity, slot lists) reads the choices idx
+ * and builds the slot lists in host code, so a device backend must keep
+ * those small (N,K) arrays host-visible. The activations of every MoE
+ * layer are sized at create for worst-case routing (plan.h). One training
+ * thread. */
 #include "moe.h"
 
 #include <math.h>
@@ -45,7 +49,7 @@ typedef struct moe_layer {
     int64_t *cnt;     /* (P,K,E) every ep rank's choice counts */
     int64_t *kept;    /* (P,K,E) of them kept */
     int32_t *slot_tok;/* (N*K) token of each slot, send order */
-    int32_t *slot_j;  /* (N*K) its choice index */
+    int32_t *slot_g;  /* (N*K) its gate: index t*K + j into w */
     int nslots;
     float *y;         /* (N*K, C) expert outputs of the slots */
     float *xe;        /* (Rmax, C) received rows, expert-major */
@@ -131,7 +135,7 @@ void px_moe_destroy(px_moe_t *moe)
         px_mem_free(a->cnt);
         px_mem_free(a->kept);
         px_mem_free(a->slot_tok);
-        px_mem_free(a->slot_j);
+        px_mem_free(a->slot_g);
         px_mem_free(a->y);
         px_mem_free(a->xe);
         px_mem_free(a->h);
@@ -235,14 +239,14 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
         a->cnt = px_mem_calloc(PX_MEM_ACTS, (size_t)P * K * E, sizeof(int64_t));
         a->kept = px_mem_calloc(PX_MEM_ACTS, (size_t)P * K * E, sizeof(int64_t));
         a->slot_tok = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(int32_t));
-        a->slot_j = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(int32_t));
+        a->slot_g = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(int32_t));
         a->y = px_mem_calloc(PX_MEM_ACTS, NK * C, sizeof(float));
         a->xe = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * C + 1, sizeof(float));
         a->h = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * 4 * C + 1, sizeof(float));
         a->hg = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * 4 * C + 1, sizeof(float));
         a->daux = px_mem_calloc(PX_MEM_ACTS, (size_t)E, sizeof(float));
         if (!a->probs || !a->idx || !a->w || !a->cnt || !a->kept || !a->slot_tok ||
-            !a->slot_j || !a->y || !a->xe || !a->h || !a->hg || !a->daux)
+            !a->slot_g || !a->y || !a->xe || !a->h || !a->hg || !a->daux)
             goto err_nomem;
     }
     *moe_p = moe;
@@ -341,13 +345,11 @@ void px_moe_init_params(px_moe_t *moe, uint64_t seed)
 
 static px_status_t a2a(px_moe_t *moe, const float *send, float *recv, const char *what)
 {
-    size_t C = (size_t)moe->cfg.dim;
     if (!moe->ep || moe->P == 1) {
         moe->k->mem_copy(recv, send, moe->scnt[0] * sizeof(float));
         return PX_OK;
     }
     double t0 = px_time_mono_s();
-    (void)C;
     px_status_t status = px_alltoallv(moe->ep, send, moe->scnt, moe->sdis, recv, moe->rcnt,
                                       moe->rdis, PX_FLOAT32, NULL);
     moe->a2a_s += px_time_mono_s() - t0;
@@ -517,14 +519,12 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
             for (int t = 0; t < N && left > 0; t++)
                 if (a->idx[(size_t)t * K + j] == e) {
                     a->slot_tok[a->nslots] = t;
-                    a->slot_j[a->nslots] = j;
+                    a->slot_g[a->nslots] = t * K + j;
                     a->nslots++;
                     left--;
                 }
         }
-    for (int s = 0; s < a->nslots; s++)
-        k->mem_copy(moe->sendbuf + (size_t)s * C, x + (size_t)a->slot_tok[s] * C,
-                    (size_t)C * sizeof(float));
+    k->moe_dispatch(moe->sendbuf, x, a->slot_tok, a->nslots, C);
     set_counts(moe, a, (size_t)C);
     PX_CHECK(a2a(moe, moe->sendbuf, moe->recvbuf, "dispatch"));
     a->nrecv = 0;
@@ -554,14 +554,7 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
     PX_CHECK(a2a(moe, moe->recvbuf, a->y, "combine"));
     /* combine in slot (= expert) order */
     k->mem_set(out, 0, (size_t)N * C * sizeof(float));
-    for (int s = 0; s < a->nslots; s++) {
-        int t = a->slot_tok[s];
-        float g = a->w[(size_t)t * K + a->slot_j[s]];
-        float *o = out + (size_t)t * C;
-        const float *y = a->y + (size_t)s * C;
-        for (int c = 0; c < C; c++)
-            o[c] += g * y[c];
-    }
+    k->moe_combine(out, a->y, a->slot_tok, a->w, a->slot_g, a->nslots, C);
     return PX_OK;
 }
 
@@ -589,17 +582,8 @@ px_status_t px_moe_backward(px_moe_t *moe, int l, const float *x, const float *d
     moe_layer_t *a = &moe->L[mi];
     /* gated output gradients of the slots, and the gates' gradients */
     k->mem_set(moe->dw, 0, (size_t)N * K * sizeof(float));
-    for (int s = 0; s < a->nslots; s++) {
-        int t = a->slot_tok[s], j = a->slot_j[s];
-        float g = a->w[(size_t)t * K + j], dot = 0.0f;
-        const float *d = dout + (size_t)t * C, *y = a->y + (size_t)s * C;
-        float *o = moe->sendbuf + (size_t)s * C;
-        for (int c = 0; c < C; c++) {
-            o[c] = g * d[c];
-            dot += d[c] * y[c];
-        }
-        moe->dw[(size_t)t * K + j] = dot;
-    }
+    k->moe_combine_backward(moe->sendbuf, moe->dw, dout, a->y, a->slot_tok, a->w, a->slot_g,
+                            a->nslots, C);
     set_counts(moe, a, (size_t)C);
     PX_CHECK(a2a(moe, moe->sendbuf, moe->recvbuf, "gradient dispatch"));
     float *dy = a->y; /* reused: the forward's outputs are read above for the last time */
@@ -630,12 +614,7 @@ px_status_t px_moe_backward(px_moe_t *moe, int l, const float *x, const float *d
     }
     PX_CHECK(a2a(moe, moe->sendbuf, dy, "gradient combine"));
     k->mem_set(dx, 0, (size_t)N * C * sizeof(float));
-    for (int s = 0; s < a->nslots; s++) {
-        float *o = dx + (size_t)a->slot_tok[s] * C;
-        const float *d = dy + (size_t)s * C;
-        for (int c = 0; c < C; c++)
-            o[c] += d[c];
-    }
+    k->moe_combine(dx, dy, a->slot_tok, NULL, NULL, a->nslots, C);
     /* the router: through the gates and the load-balancing loss */
     k->moe_router_backward(moe->logits, a->probs, a->idx, a->w, moe->dw, a->daux, N, E, K);
     k->matmul_backward(dx, router_of(moe, moe->grads, mi), NULL, moe->logits, x,

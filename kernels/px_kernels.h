@@ -160,6 +160,20 @@ typedef struct px_kernel_ops {
     void (*moe_router_backward)(float *dlogits, const float *probs, const int32_t *idx,
                                 const float *weights, const float *dweights, const float *daux,
                                 int N, int E, int K);
+    /* Dispatch: dst (n,C) row s = src row rows[s] (n slots, rows < the
+     * tokens of src). */
+    void (*moe_dispatch)(float *dst, const float *src, const int32_t *rows, int n, int C);
+    /* Combine: out row rows[s] += gate_s * y row s, for s = 0..n-1 in order
+     * (so a token's choices add in slot order); gate_s = w[widx[s]], or 1
+     * when w is NULL (the input gradients' scatter-add). */
+    void (*moe_combine)(float *out, const float *y, const int32_t *rows, const float *w,
+                        const int32_t *widx, int n, int C);
+    /* Combine backward: dy (n,C) row s = gate_s * dout row rows[s]; dw[widx[s]]
+     * = dot(dout row rows[s], y row s) (the gate's gradient; dw's other
+     * entries untouched). */
+    void (*moe_combine_backward)(float *dy, float *dw, const float *dout, const float *y,
+                                 const int32_t *rows, const float *w, const int32_t *widx,
+                                 int n, int C);
 
     /* ---- memory: the engine never touches tensor memory with libc ----
      * Tensors live in this backend's memory (host memory for "cpu", device

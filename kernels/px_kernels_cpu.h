@@ -56,5 +56,11 @@ void px__cpu_moe_router_forward(float *probs, int32_t *idx, float *weights, cons
 void px__cpu_moe_router_backward(float *dlogits, const float *probs, const int32_t *idx,
                                  const float *weights, const float *dweights, const float *daux,
                                  int N, int E, int K);
+void px__cpu_moe_dispatch(float *dst, const float *src, const int32_t *rows, int n, int C);
+void px__cpu_moe_combine(float *out, const float *y, const int32_t *rows, const float *w,
+                         const int32_t *widx, int n, int C);
+void px__cpu_moe_combine_backward(float *dy, float *dw, const float *dout, const float *y,
+                                  const int32_t *rows, const float *w, const int32_t *widx,
+                                  int n, int C);
 
 #endif

@@ -5,6 +5,7 @@
  * the top-k scan is strict (>), so equal probabilities go to the lower
  * expert index on every layout. Pure loops; any thread. */
 #include <math.h>
+#include <string.h>
 
 #include "px_kernels_cpu.h"
 
@@ -76,5 +77,37 @@ void px__cpu_moe_router_backward(float *dlogits, const float *probs, const int32
             dot += dl[e] * p[e];
         for (int e = 0; e < E; e++)
             dl[e] = p[e] * (dl[e] - dot);
+    }
+}
+
+void px__cpu_moe_dispatch(float *dst, const float *src, const int32_t *rows, int n, int C)
+{
+    for (int s = 0; s < n; s++)
+        memcpy(dst + (size_t)s * C, src + (size_t)rows[s] * C, (size_t)C * sizeof(float));
+}
+
+void px__cpu_moe_combine(float *out, const float *y, const int32_t *rows, const float *w,
+                         const int32_t *widx, int n, int C)
+{
+    for (int s = 0; s < n; s++) {
+        float g = w ? w[widx[s]] : 1.0f, *o = out + (size_t)rows[s] * C;
+        const float *ys = y + (size_t)s * C;
+        for (int c = 0; c < C; c++)
+            o[c] += g * ys[c];
+    }
+}
+
+void px__cpu_moe_combine_backward(float *dy, float *dw, const float *dout, const float *y,
+                                  const int32_t *rows, const float *w, const int32_t *widx,
+                                  int n, int C)
+{
+    for (int s = 0; s < n; s++) {
+        const float *d = dout + (size_t)rows[s] * C, *ys = y + (size_t)s * C;
+        float g = w[widx[s]], dot = 0.0f, *o = dy + (size_t)s * C;
+        for (int c = 0; c < C; c++) {
+            o[c] = g * d[c];
+            dot += d[c] * ys[c];
+        }
+        dw[widx[s]] = dot;
     }
 }

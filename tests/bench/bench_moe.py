@@ -23,8 +23,8 @@ sys.path.insert(0, os.path.join(HERE, '..', 'engine'))
 from zero_util import license_tokens, run_world  # noqa: E402
 
 DIMS = ['--layers', '4', '--heads', '4', '--dim', '128', '--seq', '64']
-MOE = ['--experts', '8', '--top-k', '2', '--moe-every', '2', '--capacity-factor', '1.25',
-       '--lr', '3e-4', '--warmup', '4']
+MOE = ['--experts', '8', '--top-k', '2', '--moe-every', '2', '--capacity-factor', '1.25']
+TRAIN = ['--lr', '3e-4', '--warmup', '4']
 BATCH, WORLD = 16, 4
 
 
@@ -47,7 +47,7 @@ def main():
                                          ['--batch', str(BATCH), '--zero', '0', '--precision',
                                           'fp32', '--json'], check=True, capture_output=True,
                                          text=True).stdout)
-        runs = run_world(rank_bin, DIMS + MOE + par + ['--batch', str(BATCH), '--steps',
+        runs = run_world(rank_bin, DIMS + MOE + TRAIN + par + ['--batch', str(BATCH), '--steps',
                                                        str(steps), '--data', data],
                          work, 'ep%d' % ep, WORLD, deadline_s=600)
         if runs is None:

@@ -6,6 +6,8 @@
  *             token whose choices were all dropped gets an output of exactly
  *             0.0 in every channel (the block adds it to the residual, so
  *             the block's output is its residual input); the token counts;
+ *   router    the op table's router: ties go to the lower expert index,
+ *             top-2 gates sum to 1, the top-1 gate is the probability;
  *   plan      the bytes px_moe_create allocates per memacct category equal
  *             the plan's (plan.h px_plan_moe_activation_bytes, model.h
  *             px_model_moe_rank_params), dropless and with a capacity;
@@ -161,6 +163,23 @@ static void test_gradcheck(void)
     }
 }
 
+static void test_router(void)
+{
+    const px_kernel_ops_t *k = px_kernels_cpu();
+    /* row 0: experts 1 and 3 tie for first, 0 and 2 for third; row 1: all equal */
+    float logits[2 * 4] = {0.5f, 2.0f, 0.5f, 2.0f, 1.0f, 1.0f, 1.0f, 1.0f}, probs[8], w[4];
+    int32_t idx[4];
+    k->moe_router_forward(probs, idx, w, logits, 2, 4, 2);
+    EXPECT(idx[0] == 1 && idx[1] == 3 && idx[2] == 0 && idx[3] == 1,
+           "ties: choices %d %d / %d %d, want 1 3 / 0 1", idx[0], idx[1], idx[2], idx[3]);
+    EXPECT(fabsf(w[0] + w[1] - 1.0f) < 1e-6f && w[0] == w[1] && w[2] == 0.5f,
+           "top-2 gates %g %g %g", w[0], w[1], w[2]);
+    k->moe_router_forward(probs, idx, w, logits, 2, 4, 1);
+    EXPECT(idx[0] == 1 && idx[1] == 0 && w[0] == probs[1] && w[1] == 0.25f,
+           "top-1: choice %d gate %g (prob %g)", idx[0], w[0], probs[1]);
+    printf("router: ties to the lower index, gates ok\n");
+}
+
 static void test_plan(void)
 {
     for (int dl = 0; dl <= 1; dl++) {
@@ -198,6 +217,8 @@ int main(int argc, char **argv)
     int all = !strcmp(c, "all");
     if (all || !strcmp(c, "skew"))
         test_skew();
+    if (all || !strcmp(c, "router"))
+        test_router();
     if (all || !strcmp(c, "plan"))
         test_plan();
     if (all || !strcmp(c, "gradcheck"))
