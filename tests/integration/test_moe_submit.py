@@ -11,7 +11,9 @@ daemons (the flags travel pctl -> JobSpec.moe -> the ranks' spec file)
 completes, and `pctl status` shows the MoE settings and the choices each
 expert received and dropped in the last step: per layer and step the kept
 and dropped choices add up to tokens x top-k (2 MoE layers x 64 tokens x
-2), and `--json` carries the same numbers.
+2), and `--json` carries the same numbers; `pctl mem` shows each rank's
+parameter and optimizer bytes equal to the plan's, experts included, and
+to `pctl plan --experts 4 --ep 2`'s.
 Exit 77 when parallax-rank or pctl was not built."""
 import os
 import re
@@ -77,6 +79,20 @@ def main():
         assert js["experts"]["received"] == nums[0::2] and \
             js["experts"]["dropped"] == nums[1::2], js.get("experts")
         print("moe job: received %s dropped %s" % (nums[0::2], nums[1::2]))
+        # pctl mem: each rank's parameters and optimizer state are the plan's,
+        # dense units plus the routers and its 2 of the 4 experts (pctl plan)
+        plan = c.json("plan", "--dp", 2, "--ep", 2, "--experts", 4, "--batch", 8, "--zero", 0,
+                      "--precision", "fp32", "--layers", 2, "--heads", 2, "--dim", 32,
+                      "--seq", 16)
+        want = plan["stages"][0]
+        mem = c.json("mem", job)
+        for r in mem["ranks"]:
+            cats = r["categories"]
+            assert cats["params"]["peak"] == cats["params"]["plan"] == want["params_bytes"] and \
+                cats["optimizer"]["peak"] == want["optimizer_bytes"], (r, want)
+        print("pctl mem: params %d B per rank (pctl plan %d B, %d of them the experts')" % (
+            mem["ranks"][0]["categories"]["params"]["peak"], want["params_bytes"],
+            4 * plan["moe"]["rank_params"]))
     except BaseException:
         print(cl.logs())
         raise
