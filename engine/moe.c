@@ -205,7 +205,14 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
     moe->nexp = (size_t)moe->nm * moe->El * moe->se;
     moe->n = moe->nrouter + moe->nexp;
     /* the plan's arithmetic (plan.h), which `pctl plan` prints */
-    moe->Rmax = (int)px_plan_moe_rows(N, P, E, K, cfg->dropless, cfg->capacity_factor);
+    uint64_t rows = px_plan_moe_rows(N, P, E, K, cfg->dropless, cfg->capacity_factor);
+    if (rows > INT32_MAX / 4 / (uint64_t)C) {
+        px_error("moe: %llu receive rows of dim %d per MoE layer are too many (N %d, ep %d, "
+                 "top_k %d)", (unsigned long long)rows, C, N, P, K);
+        px_moe_destroy(moe);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    moe->Rmax = (int)rows;
     size_t NK = (size_t)N * K, big = NK > (size_t)moe->Rmax ? NK : (size_t)moe->Rmax;
     moe->layer_of = calloc((size_t)cfg->layers, sizeof(int));
     moe->L = calloc((size_t)(moe->nm ? moe->nm : 1), sizeof(moe_layer_t));
