@@ -43,6 +43,7 @@
 #include "model.h"
 #include "px_kernels.h"
 #include "px_status.h"
+#include "ring_attn.h"
 #include "tp.h"
 
 #define PX_GPT_NUM_TENSORS PX_MODEL_NUM_TENSORS
@@ -218,6 +219,8 @@ px_status_t px_gpt_backward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
 
 /* Time this model spent in tensor-parallel collectives (tp.h). */
 void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out);
+/* Its ring attention's transfer times (ring_attn.h; zeros when cp is 1). */
+void px_gpt_ring_times(const px_gpt_t *gpt, px_ring_times_t *out);
 
 /* The blocks. Each returns PX_OK, a hook's error, or
  * PX_ERR_INVALID_ARGUMENT (logged) for a context the model cannot run

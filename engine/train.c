@@ -36,6 +36,7 @@
 #include "memacct.h"
 #include "pipeline.h"
 #include "plan.h"
+#include "ring_attn.h"
 #include "tp.h"
 #include "zero.h"
 #include "px_kernels.h"
@@ -59,9 +60,9 @@ px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t
     if (px_layout_world(&out) != world)
         return px_invalid(errbuf, errlen, "layout %s needs %d ranks, the world has %d",
                    px_layout_str(&out, lbuf, sizeof(lbuf)), px_layout_world(&out), world);
-    if (out.cp > 1 || out.ep > 1)
-        return px_invalid(errbuf, errlen, "layout %s: the engine runs data, tensor and pipeline "
-                   "parallelism with ZeRO only so far (cp and ep must be 1)",
+    if (out.ep > 1)
+        return px_invalid(errbuf, errlen, "layout %s: the engine runs data, tensor, pipeline and "
+                   "context parallelism with ZeRO only so far (ep must be 1)",
                    px_layout_str(&out, lbuf, sizeof(lbuf)));
     *layout_p = out;
     return PX_OK;
@@ -197,6 +198,18 @@ static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
     free(spare);
 }
 
+/* Context parallelism: dst (B, T/cp) = the tokens of cp rank i in src (B,
+ * T): chunk i then chunk 2cp-1-i of each sequence (ring_attn.h). */
+static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i)
+{
+    int Tl = T / cp, c = Tl / 2;
+    for (int b = 0; b < B; b++)
+        for (int half = 0; half < 2; half++)
+            memcpy(dst + (size_t)b * Tl + half * c,
+                   src + (size_t)b * T + px_ring_position(i, cp, Tl, half * c),
+                   (size_t)c * sizeof(int32_t));
+}
+
 static void set_blas_threads(void)
 {
     const char *e = getenv("OPENBLAS_NUM_THREADS");
@@ -239,7 +252,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     uint64_t *usizes = NULL;
     px_pipe_t *pipe = NULL;
     int *stage_layers = NULL;
-    int32_t *inputs = NULL, *targets = NULL;
+    int32_t *inputs = NULL, *targets = NULL, *seq_in = NULL, *seq_tg = NULL;
     float *canon = NULL;
     const char *dump_dir = opts && opts->dump_dir && *opts->dump_dir ? opts->dump_dir : NULL;
     int dump_steps = opts ? opts->dump_steps : 0;
@@ -270,13 +283,19 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     status = px_groups_create(world, &layout, &groups);
     if (status != PX_OK)
         return status;
-    dp_comm = px_groups_comm(groups, PX_GROUP_DP);
+    /* context parallelism: the cp ranks of a dp index see the same
+     * sequences (their own chunks), so the replicated parameters' gradients
+     * are averaged, and ZeRO shards, over dp x cp (the DPCP group) */
+    const int cp = layout.cp > 1 ? layout.cp : 1;
+    dp_comm = px_groups_comm(groups, cp > 1 ? PX_GROUP_DPCP : PX_GROUP_DP);
     dp = layout.dp;
     rank = px_groups_rank(groups);
     dp_rank = px_groups_coord(groups)->dp;
     set_blas_threads();
     const int pp = layout.pp, M = pp > 1 ? cfg->micro_batches : 1;
-    const int T = cfg->seq, A = cfg->grad_accum, Bm = cfg->batch / (dp * A * M);
+    /* T: the sequence; Tl: this rank's tokens of it (two chunks with cp) */
+    const int T = cfg->seq, Tl = T / cp, A = cfg->grad_accum, Bm = cfg->batch / (dp * A * M);
+    const int cp_rank = px_groups_coord(groups)->cp;
     status = px_data_open(cfg->data_path, cfg->vocab, err, sizeof(err), &data);
     if (status != PX_OK) {
         px_error("train: %s", err);
@@ -286,7 +305,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                           .max_seq = cfg->seq, .vocab = cfg->vocab,
                           .padded_vocab = px_job_config_padded_vocab(cfg->vocab),
                           .tp = layout.tp, .tp_rank = px_groups_coord(groups)->tp,
-                          .sequence_parallel = cfg->sequence_parallel};
+                          .sequence_parallel = cfg->sequence_parallel, .cp = cp};
     /* the plan lays the memory out (plan.h), the same code as `pctl plan`:
      * this tp rank's units */
     uint64_t total = px_plan_gpt_units_tp(gc.layers, gc.dim, gc.vocab, gc.max_seq, layout.tp,
@@ -315,8 +334,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     px_plan_precision_t prec;
     px_plan_precision_fp32(&prec);
-    PX_CHECK_GOTO(px_plan_create(usizes, px_gpt_num_units(&gc), 1, dp, cfg->zero, &prec, &plan),
-                  status, out);
+    PX_CHECK_GOTO(px_plan_create(usizes, px_gpt_num_units(&gc), 1, dp * cp, cfg->zero, &prec,
+                                 &plan), status, out);
     PX_CHECK_GOTO(px_zero_create(&gc, plan, dp_comm, ops, A * M, cfg->prefetch, &zero), status,
                   out);
     px_zero_set_model_group(zero, px_groups_comm(groups, PX_GROUP_MP));
@@ -327,11 +346,19 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         PX_CHECK_GOTO(px_pipe_create(&gc, ops, zero, groups, cfg->schedule, M, stage_layers, Bm,
                                      T, &pipe), status, out);
     } else
-        PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, T, px_zero_hooks(zero), &gpt), status,
-                      out);
+        PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, Tl, px_zero_hooks(zero), &gpt),
+                      status, out);
     px_zero_init_params(zero, cfg->seed);
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
+    if (cp > 1) { /* whole sequences, cut into this rank's chunks */
+        seq_in = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
+        seq_tg = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
+        if (!seq_in || !seq_tg) {
+            status = PX_ERR_NO_MEMORY;
+            goto out;
+        }
+    }
     if (!inputs || !targets) {
         status = PX_ERR_NO_MEMORY;
         goto out;
@@ -425,7 +452,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         for (int mb = 0; !pipe && mb < A; mb++) {
             float l = 0.0f;
             int first = mb * (cfg->batch / A) + dp_rank * Bm;
-            px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
+            if (cp > 1) {
+                px_data_batch(data, cfg->seed, s, first, Bm, T, seq_in, seq_tg);
+                cp_cut(seq_in, inputs, Bm, T, cp, cp_rank);
+                cp_cut(seq_tg, targets, Bm, T, cp, cp_rank);
+            } else
+                px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
             PX_CHECK_GOTO(px_gpt_forward_ctx(gpt, &ctx, inputs, targets, &l), status, out);
             PX_CHECK_GOTO(px_gpt_backward_ctx(gpt, &ctx), status, out);
             PX_CHECK_GOTO(px_zero_end_micro(zero), status, out);
@@ -536,6 +568,16 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 cfg->zero, 1e3 * zt.gather_wait_s / steps_run, zt.gathers,
                 1e3 * zt.rs_wait_s / steps_run, 1e3 * zt.comm_other_s / steps_run,
                 ms.state_peak / 1e6, px_plan_state_bytes(plan) / 1e6);
+        if (cp > 1 && gpt) {
+            px_ring_times_t rt;
+            px_gpt_ring_times(gpt, &rt);
+            px_info("train: cp %d: ring attention %d tokens of %d per sequence; per step %.2f ms "
+                    "of ring transfers (%.2f MB sent), %.2f ms of it blocked: %.0f%% of ring "
+                    "communication hidden behind compute", cp, Tl, T,
+                    1e3 * rt.total_s / steps_run, rt.bytes / 1e6 / steps_run,
+                    1e3 * rt.wait_s / steps_run,
+                    rt.total_s > 0 ? 100.0 * (rt.total_s - rt.wait_s) / rt.total_s : 0.0);
+        }
         if (layout.tp > 1 && gpt) {
             px_tp_times_t tt;
             px_gpt_tp_times(gpt, &tt);
@@ -555,6 +597,8 @@ out:
     free(canon);
     px_mem_free(inputs);
     px_mem_free(targets);
+    px_mem_free(seq_in);
+    px_mem_free(seq_tg);
     px_gpt_destroy(gpt);
     px_pipe_destroy(pipe);
     free(stage_layers);

@@ -191,8 +191,7 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
 static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t errlen)
 {
     const px_layout_t *l = &cfg->layout;
-    const struct { const char *name, *what; int v; } deg[] = {
-        {"cp", "context", l->cp}, {"ep", "expert", l->ep}};
+    const struct { const char *name, *what; int v; } deg[] = {{"ep", "expert", l->ep}};
     if (l->pp > 1 && cfg->schedule == PX_PIPE_ZB1 && l->tp > 1)
         return px_invalid(errbuf, errlen, "schedule zb1 with tp=%d: the split backward runs with "
                           "tp 1 only so far", l->tp);
@@ -202,6 +201,17 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
     if (l->pp > 1 && (cfg->checkpoint_every > 0 || has(cfg->resume_dir)))
         return px_invalid(errbuf, errlen, "pp=%d: checkpoints of pipeline stages are not "
                           "implemented yet (checkpoint_every=%d, resume_dir '%s')", l->pp,
+                          cfg->checkpoint_every, has(cfg->resume_dir) ? cfg->resume_dir : "");
+    /* context parallelism (engine/ring_attn.h) runs with dp, tp and ZeRO */
+    if (l->cp > 1 && l->pp > 1)
+        return px_invalid(errbuf, errlen, "cp=%d with pp=%d: context parallelism does not run "
+                          "with pipeline stages yet", l->cp, l->pp);
+    if (l->cp > 1 && cfg->sequence_parallel)
+        return px_invalid(errbuf, errlen, "cp=%d with sequence parallelism: not implemented yet "
+                          "(use one of them)", l->cp);
+    if (l->cp > 1 && (cfg->checkpoint_every > 0 || has(cfg->resume_dir)))
+        return px_invalid(errbuf, errlen, "cp=%d: checkpoints of context-parallel runs are not "
+                          "implemented yet (checkpoint_every=%d, resume_dir '%s')", l->cp,
                           cfg->checkpoint_every, has(cfg->resume_dir) ? cfg->resume_dir : "");
     for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++)
         if (deg[i].v > 1)
