@@ -186,8 +186,8 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
     return PX_OK;
 }
 
-/* Layouts the engine cannot run yet: it trains data and tensor parallel
- * (+ ZeRO). */
+/* Layouts the engine cannot run yet: it trains data, tensor, pipeline and
+ * context parallel (+ ZeRO), not every combination. */
 static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t errlen)
 {
     const px_layout_t *l = &cfg->layout;
@@ -202,13 +202,11 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
         return px_invalid(errbuf, errlen, "pp=%d: checkpoints of pipeline stages are not "
                           "implemented yet (checkpoint_every=%d, resume_dir '%s')", l->pp,
                           cfg->checkpoint_every, has(cfg->resume_dir) ? cfg->resume_dir : "");
-    /* context parallelism (engine/ring_attn.h) runs with dp, tp and ZeRO */
+    /* context parallelism (engine/ring_attn.h) runs with dp, tp (and sequence
+     * parallelism), ZeRO 0-3 and gradient accumulation */
     if (l->cp > 1 && l->pp > 1)
         return px_invalid(errbuf, errlen, "cp=%d with pp=%d: context parallelism does not run "
                           "with pipeline stages yet", l->cp, l->pp);
-    if (l->cp > 1 && cfg->sequence_parallel)
-        return px_invalid(errbuf, errlen, "cp=%d with sequence parallelism: not implemented yet "
-                          "(use one of them)", l->cp);
     if (l->cp > 1 && (cfg->checkpoint_every > 0 || has(cfg->resume_dir)))
         return px_invalid(errbuf, errlen, "cp=%d: checkpoints of context-parallel runs are not "
                           "implemented yet (checkpoint_every=%d, resume_dir '%s')", l->cp,

@@ -327,12 +327,12 @@ static void test_config(void)
                err, cases[i].want);
     }
     /* the layout: all zeros is dp = world; it must fit the world, and the
-     * engine runs data, tensor and pipeline parallelism only so far */
+     * engine runs data, tensor, pipeline and context parallelism only so far */
     const struct { px_layout_t l; int world; const char *want; } lc[] = {
         {{2, 1, 1, 1, 1}, 4, "layout dp=2 tp=1 pp=1 cp=1 ep=1 (world 2) needs 2 ranks, the "
                              "world has 4"},
-        {{2, 1, 1, 2, 1}, 4, "the engine runs data, tensor and pipeline parallelism with ZeRO "
-                             "only"},
+        {{2, 1, 1, 1, 2}, 2, "the engine runs data, tensor, pipeline and context parallelism "
+                             "with ZeRO only so far (ep must be 1)"},
         {{2, 1, 2, 1, 1}, 4, "batch=8 is not divisible by dp=2 x grad_accum=2 x "
                              "micro_batches=3"},
         {{4, 1, 1, 1, 3}, 4, "ep=3 does not divide dp x cp = 4"},
