@@ -21,7 +21,11 @@ parallelism over 2 ranks (tp=2, 3 steps; launched through the standalone
 bootstrap, the dumps gathered to the canonical layout by the ranks, so the
 gradients compared are the tp run's gathered shards); and GPT-2's vocab 50257
 (the same text spread over ids up to 50256 by make_tokens.py --vocab; 3
-short steps). The model pads wte to Vp = 50304 rows (a multiple of 64, as
+short steps); and context parallelism over 2 ranks (cp=2, ring attention:
+each rank holds chunks i and 3-i of every sequence; its gradients, gathered
+to the canonical layout, against torch's unsplit masked-softmax attention,
+so a broken blockwise kernel cannot pass by agreeing with our own unsplit
+path). The model pads wte to Vp = 50304 rows (a multiple of 64, as
 llm.c); the dumps carry all Vp rows. The reference computes the logits over
 all Vp rows and takes the cross-entropy over the first V columns only, so
 the padded rows get exactly zero gradient there too; every gradient tensor,
@@ -47,9 +51,9 @@ except ImportError as e:  # pragma: no cover
     sys.exit(77)
 
 LAYERS, HEADS, DIM = 2, 4, 64
-# (name, vocab, seq, batch, steps, tp)
-CASES = [('vocab256', 256, 32, 4, 5, 1), ('vocab50257', 50257, 16, 4, 3, 1),
-         ('vocab256-tp2', 256, 32, 4, 3, 2)]
+# (name, vocab, seq, batch, steps, tp, cp)
+CASES = [('vocab256', 256, 32, 4, 5, 1, 1), ('vocab50257', 50257, 16, 4, 3, 1, 1),
+         ('vocab256-tp2', 256, 32, 4, 3, 2, 1), ('vocab256-cp2', 256, 32, 4, 3, 1, 2)]
 LR, WARMUP, MIN_LR_RATIO, WD, CLIP, SEED = 3e-3, 2, 0.1, 0.1, 1.0, 4242
 
 TOL_LOSS, TOL_GNORM, TOL_GRAD, TOL_PARAM, TOL_LR = 1e-5, 1e-4, 1e-4, 2e-5, 1e-6
@@ -92,9 +96,10 @@ def rel(a, b):
     return float(torch.linalg.vector_norm(a - b) / max(float(torch.linalg.vector_norm(b)), 1e-30))
 
 
-def launch(cmd, tp):
-    """Runs cmd on tp ranks (the standalone bootstrap when tp > 1)."""
-    if tp == 1:
+def launch(cmd, tp, cp=1):
+    """Runs cmd on tp x cp ranks (the standalone bootstrap when more than 1)."""
+    world = tp * cp
+    if world == 1:
         subprocess.run(cmd, check=True, env=dict(os.environ, PX_WORLD_SIZE='1'),
                        stdout=subprocess.DEVNULL)
         return
@@ -102,16 +107,17 @@ def launch(cmd, tp):
     s.bind(('127.0.0.1', 0))
     port = s.getsockname()[1]
     s.close()
-    procs = [subprocess.Popen(cmd + ['--tp', str(tp)], stdout=subprocess.DEVNULL,
-                              env=dict(os.environ, PX_RANK=str(r), PX_WORLD_SIZE=str(tp),
+    procs = [subprocess.Popen(cmd + ['--tp', str(tp), '--cp', str(cp)],
+                              stdout=subprocess.DEVNULL,
+                              env=dict(os.environ, PX_RANK=str(r), PX_WORLD_SIZE=str(world),
                                        PX_MASTER_ADDR='127.0.0.1', PX_MASTER_PORT=str(port)))
-             for r in range(tp)]
+             for r in range(world)]
     rcs = [p.wait(timeout=240) for p in procs]
     if any(rcs):
-        raise RuntimeError('tp=%d ranks exited %s' % (tp, rcs))
+        raise RuntimeError('tp=%d cp=%d ranks exited %s' % (tp, cp, rcs))
 
 
-def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, check):
+def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, cp, check):
     """Trains `steps` steps with parallax-rank and checks them against torch."""
     work = os.path.join(work, name)
     os.makedirs(work, exist_ok=True)
@@ -125,13 +131,13 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
            '--warmup', str(WARMUP), '--min-lr-ratio', repr(MIN_LR_RATIO),
            '--weight-decay', repr(WD), '--grad-clip', repr(CLIP), '--seed', str(SEED),
            '--vocab', str(vocab), '--data', data, '--dump-dir', dump, '--dump-steps', str(steps)]
-    launch(cmd, tp)
+    launch(cmd, tp, cp)
 
     layout = json.load(open(os.path.join(dump, 'layout.json')))
     n = layout['num_params']
     vp = layout['padded_vocab']
-    print('-- %s: vocab %d, wte rows %d, seq %d, batch %d, %d steps, tp %d' % (
-        name, vocab, vp, seq, batch, steps, tp))
+    print('-- %s: vocab %d, wte rows %d, seq %d, batch %d, %d steps, tp %d, cp %d' % (
+        name, vocab, vp, seq, batch, steps, tp, cp))
     check('%s padded vocab %d is vocab rounded up to 64' % (name, vp),
           0.0 if vp == (vocab + 63) // 64 * 64 else 1.0, 0.5)
 
@@ -234,8 +240,8 @@ def main():
         checks.append(ok)
         print('%-44s %.3e  (tol %.0e) %s' % (what, value, tol, 'ok' if ok else 'FAIL'))
 
-    for name, vocab, seq, batch, steps, tp in CASES:
-        run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, check)
+    for name, vocab, seq, batch, steps, tp, cp in CASES:
+        run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, cp, check)
     ok = all(checks)
     print('PASS' if ok else 'FAIL', '(%d checks, workdir %s)' % (len(checks), work))
     return 0 if ok else 1
