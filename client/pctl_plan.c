@@ -9,11 +9,13 @@
  * 2/3 (gathered / in-flight layer units) are counted too. GB = 10^9 bytes.
  * The memory plan covers data and tensor parallelism (dp x tp, ZeRO within
  * each tensor rank's units: px_plan_gpt_units_tp) and the activations of
- * the local micro-batch (px_plan_gpt_activations: --batch / (dp x
- * --grad-accum) sequences of --seq tokens, tp, --sequence-parallel; the
- * engine's fp32 buffers, whatever --precision says of the state); for pp,
- * cp or ep > 1, or tp > 1 with --params only, it says it is not planned
- * yet instead of printing figures.
+ * the local micro-batch (px_plan_gpt_activations_cp: --batch / (dp x
+ * --grad-accum) sequences of --seq / cp tokens, tp, --sequence-parallel,
+ * the ring attention's buffers with cp; the engine's fp32 buffers,
+ * whatever --precision says of the state; ZeRO shards over dp x cp); for
+ * pp or ep > 1, or tp > 1 with --params only, it says it is not planned
+ * yet instead of printing figures. With cp > 1 it prints each context
+ * rank's slice of the sequence (chunks i and 2cp-1-i).
  * The layout table: every rank's coordinates and the node px_layout_place
  * puts it on (--nodes x --devices-per-node). Single-threaded; no I/O but
  * stdout and stderr. */
@@ -96,6 +98,23 @@ static json_t *layout_json(const px_layout_t *l, int nodes, int per_node, const 
     }
     json_object_set_new(o, "ranks", ranks);
     return o;
+}
+
+/* Context parallelism: each context rank's slice of a sequence of seq
+ * tokens (2 x cp chunks of c; rank i holds chunks i and 2cp-1-i, ring_attn.h)
+ * and the ring's buffer bytes (counted in the activations). */
+static void print_context(int cp, int seq, double ring_bytes)
+{
+    int c = seq / (2 * cp);
+    char b[32];
+    fmt_gb(ring_bytes, b, sizeof(b));
+    printf("context: cp %d, %d tokens of each %d-token sequence per rank, 2 chunks of %d "
+           "(ring attention buffers %s, included above):\n", cp, seq / cp, seq, c, b);
+    for (int i = 0; i < cp && i < 8; i++)
+        printf("  cp rank %d: tokens [%d, %d) and [%d, %d)\n", i, i * c, (i + 1) * c,
+               (2 * cp - 1 - i) * c, (2 * cp - i) * c);
+    if (cp > 8)
+        printf("  ... (cp rank i: chunks i and %d-i)\n", 2 * cp - 1);
 }
 
 /* Pipeline stages (pp > 1, GPT dims): per schedule, each stage's layers,
@@ -307,6 +326,11 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                                 (unsigned long long)batch, (unsigned long long)dp,
                                 (unsigned long long)accum);
     const uint64_t micro = batch / (dp * accum);
+    if (!params && cp > 1 && seq % (2 * cp))
+        return pctl_usage_error("plan", "seq=%llu is not divisible by 2 x cp=%llu (each context "
+                                "rank holds two of the 2 x cp chunks of a sequence)",
+                                (unsigned long long)seq, (unsigned long long)cp);
+    const uint64_t seq_local = seq / cp; /* a context rank's tokens of each sequence */
     if (sp && tp == 1)
         return pctl_usage_error("plan", "--sequence-parallel needs --tp > 1");
     if (!params && tp > 1 &&
@@ -340,11 +364,11 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     }
     /* the memory plan is dp x tp's; the other strategies' split is not
      * modelled yet */
-    const int memory_planned = (tp == 1 || !params) && pp == 1 && cp == 1 && ep == 1;
+    const int memory_planned = (tp == 1 || !params) && pp == 1 && ep == 1;
     static const char memory_note[] =
-        "memory per device is planned for data and tensor parallelism (dp, tp with GPT dims, "
-        "ZeRO) only: the split of parameters, activations and buffers by pp, cp and ep is "
-        "future work, so no figures are printed for this layout";
+        "memory per device is planned for data, tensor and context parallelism (dp, tp with "
+        "GPT dims, cp, ZeRO) only: the split of parameters, activations and buffers by pp "
+        "and ep is future work, so no figures are printed for this layout";
 
     px_plan_precision_t prec;
     if (fp32)
@@ -378,9 +402,9 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     /* activations of one rank's micro-batch (GPT dims only) */
     px_plan_gpt_acts_t acts = {0};
     if (known && memory_planned &&
-        px_plan_gpt_activations((int)layers, (int)heads, (int)dim,
-                                px_job_config_padded_vocab((int)vocab), (int)micro, (int)seq,
-                                (int)tp, sp, &acts) != PX_OK) {
+        px_plan_gpt_activations_cp((int)layers, (int)heads, (int)dim,
+                                   px_job_config_padded_vocab((int)vocab), (int)micro,
+                                   (int)seq_local, (int)tp, sp, (int)cp, &acts) != PX_OK) {
         free(units);
         free(node_of_rank);
         return PCTL_EXIT_USAGE; /* the planner named the values */
@@ -403,8 +427,10 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                 fmt_gb((double)acts.bytes, b, sizeof(b));
                 printf("activations per rank: %s (micro-batch %llu x seq %llu, tp %llu, "
                        "sequence parallelism %s; the engine's fp32 buffers, every ZeRO stage)\n",
-                       b, (unsigned long long)micro, (unsigned long long)seq,
+                       b, (unsigned long long)micro, (unsigned long long)seq_local,
                        (unsigned long long)tp, sp ? "on" : "off");
+                if (cp > 1)
+                    print_context((int)cp, (int)seq, (double)acts.ring * 4);
             }
             printf("%-5s  %12s  %12s  %12s  %12s  %12s\n", "zero", "params", "grads",
                    "optimizer", "total", "at once");
@@ -417,7 +443,8 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         if (zero >= 0 && z != zero)
             continue;
         px_plan_t *p;
-        if (px_plan_create(units, nunits, known, (int)dp, z, &prec, &p) != PX_OK) {
+        /* the cp ranks of a dp index replicate the model: ZeRO shards over dp x cp */
+        if (px_plan_create(units, nunits, known, (int)(dp * cp), z, &prec, &p) != PX_OK) {
             rc = PCTL_EXIT_FAIL;
             break;
         }
@@ -443,8 +470,11 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         px_plan_destroy(p);
     }
     if (json && rc == PCTL_EXIT_OK) {
-        json_t *o = json_pack("{s:I, s:I, s:b, s:I, s:I, s:I, s:i, s:f, s:f, s:f, s:b, s:o, s:b}",
-                              "dp", (json_int_t)dp, "tp", (json_int_t)tp, "sequence_parallel",
+        json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:f, s:b, s:I, s:I, s:I, s:i, s:f, s:f, s:f, "
+                              "s:b, s:o, s:b}",
+                              "dp", (json_int_t)dp, "tp", (json_int_t)tp, "cp", (json_int_t)cp,
+                              "seq_per_rank", (json_int_t)seq_local, "ring_bytes",
+                              (double)acts.ring * 4, "sequence_parallel",
                               sp, "batch", (json_int_t)batch, "micro_batch", (json_int_t)micro,
                               "activations_bytes", (json_int_t)acts.bytes,
                               "units", nunits, "param_bytes", prec.param_bytes, "grad_bytes",
