@@ -5,9 +5,10 @@
  * o = i-s (mod cp). The causal mask then falls on whole chunks, so each
  * step is at most three dense or diagonal sub-blocks:
  *   o == i: (rows A, keys A) causal, (B, A) full, (B, B) causal;
- *   o <  i: (A and B, keys A) full (both of o's chunks precede ... only A
- *           does; o's B is later than both of ours);
- *   o >  i: (rows B, keys A and B) full (our A precedes all of o's).
+ *   o <  i: (rows A and B, keys A) full: o's chunk A precedes both of
+ *           ours, its chunk B follows both;
+ *   o >  i: (rows B, keys A and B) full: both of o's chunks precede our
+ *           B and follow our A.
  * Every step costs the same 2c^2 scores per head: the load balance.
  * Tags: pass counter << 12 | step << 4 | kind, so messages of different
  * layers, passes and steps never meet; one thread, the model's. */
