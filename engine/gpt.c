@@ -18,7 +18,10 @@
  * Every pointer in `acts` points into one buffer sized at create time for
  * (B, T); layer l's activations are at l times the create-time stride.
  * Tensor memory is the backend's: cleared and copied only through the op
- * table's mem_set / mem_copy. One thread per model. */
+ * table's mem_set / mem_copy. Context parallelism (cfg.cp > 1) changes only
+ * the attention seam (ring_attn.h: att then holds each layer's log-sum-exp)
+ * and the positions (wpe rows of this rank's two chunks). One thread per
+ * model. */
 #include "gpt.h"
 
 #include <math.h>

@@ -128,7 +128,9 @@ typedef struct px_gpt_ctx {
                        pipeline schedule keeps several in flight); only 0
                        exists today */
     int seq_offset; /* position of token 0 of this rank's (B,T) slice in the
-                       sequence: rows [seq_offset, seq_offset + T) of wpe */
+                       sequence: rows [seq_offset, seq_offset + T) of wpe
+                       (a model cut for cp > 1 holds two chunks instead,
+                       placed by its cp rank: ring_attn.h) */
     int B, T;       /* local batch and sequence length, at most the B, T
                        the model was created for */
 } px_gpt_ctx_t;
