@@ -95,6 +95,7 @@ typedef struct xfer {
     px_request_t *req[3];
     int n;
     double t0, t_done;
+    px_status_t status; /* the first error a poke saw (its request is freed) */
 } xfer_t;
 
 static void xfer_poke(xfer_t *x)
@@ -104,10 +105,12 @@ static void xfer_poke(xfer_t *x)
         int done = 0;
         if (!x->req[i])
             continue;
-        /* an error is seen again (and reported) by the wait: keep the request */
-        if (px_test(x->req[i], &done) != PX_OK || done)
+        px_status_t s = px_test(x->req[i], &done);
+        if (s != PX_OK || done) { /* finished, or failed: freed either way */
             x->req[i] = NULL;
-        else
+            if (s != PX_OK && x->status == PX_OK)
+                x->status = s; /* reported by the wait */
+        } else
             all = 0;
     }
     if (all && x->n && !x->t_done)
@@ -118,7 +121,7 @@ static void xfer_poke(xfer_t *x)
  * of it this rank was blocked. */
 static px_status_t xfer_wait(px_ring_attn_t *ra, xfer_t *x, const char *what, int step)
 {
-    px_status_t status = PX_OK;
+    px_status_t status = x->status;
     double t = px_time_mono_s();
     for (int i = 0; i < x->n; i++) {
         if (!x->req[i])
@@ -138,13 +141,14 @@ static px_status_t xfer_wait(px_ring_attn_t *ra, xfer_t *x, const char *what, in
         px_error("ring attention: %s of step %d failed: %s", what, step, px_status_str(status));
     x->n = 0;
     x->t_done = 0.0;
+    x->status = PX_OK;
     return status;
 }
 
 static void xfer_cancel(xfer_t *x)
 {
     for (int i = 0; i < x->n; i++)
-        px_request_cancel(x->req[i]);
+        px_request_cancel(x->req[i]); /* NULL (done or failed): no-op */
     x->n = 0;
 }
 
@@ -154,7 +158,9 @@ static px_status_t xfer_send(px_ring_attn_t *ra, xfer_t *x, px_comm_t *comm, int
     if (!x->n)
         x->t0 = px_time_mono_s();
     ra->times.bytes += (double)n * sizeof(float);
-    return px_send_start(comm, peer, tag, buf, n * sizeof(float), NULL, &x->req[x->n++]);
+    PX_CHECK(px_send_start(comm, peer, tag, buf, n * sizeof(float), NULL, &x->req[x->n]));
+    x->n++;
+    return PX_OK;
 }
 
 static px_status_t xfer_recv(xfer_t *x, px_comm_t *comm, int peer, uint32_t tag, float *buf,
@@ -162,7 +168,9 @@ static px_status_t xfer_recv(xfer_t *x, px_comm_t *comm, int peer, uint32_t tag,
 {
     if (!x->n)
         x->t0 = px_time_mono_s();
-    return px_recv_start(comm, peer, tag, buf, n * sizeof(float), NULL, &x->req[x->n++]);
+    PX_CHECK(px_recv_start(comm, peer, tag, buf, n * sizeof(float), NULL, &x->req[x->n]));
+    x->n++;
+    return PX_OK;
 }
 
 /* One sub-block: query rows [q0, q0+nq) against key rows [k0, k0+nk) of
