@@ -8,8 +8,8 @@
   2. A running cp 2 job whose rank 1 is killed (SIGKILL) after its first
      step: rank 0 is left waiting for a k|v or dk|dv block that never comes.
 With PX_COMM_TIMEOUT_MS = 3000 the surviving ranks must exit non-zero within
-the deadline plus a margin, and (case 1) a log must name the ring
-attention's failed exchange.
+the deadline plus a margin, and (case 1) every rank's log must name the
+ring's first exchange failing with a mismatch (not a later timeout).
 usage: test_cp_fail.py RANK_BIN MAKE_TOKENS_PY WORKDIR"""
 import os
 import signal
@@ -68,10 +68,14 @@ def main():
     rcs = wait_all(procs, TIMEOUT_MS / 1000.0 + MARGIN_S)
     took = time.time() - t0
     logs = [open(os.path.join(work, 'mismatch_rank%d.log' % r)).read() for r in range(2)]
-    named = ['ring attention' in lg for lg in logs]
-    ok = all(rc not in (0, 'hung') for rc in rcs) and any(named)
-    print('mismatched batches: exit %s after %.1f s (deadline %.1f s), ring attention named in '
-          'logs %s %s' % (rcs, took, TIMEOUT_MS / 1000.0, named, 'ok' if ok else 'FAIL'))
+    # each rank sees the other's block of the wrong size: both name the
+    # mismatch (not a later timeout: a failed request seen by a progress
+    # poke must be reported, not dropped)
+    named = ['ring attention: the k|v exchange of step 0 failed: mismatch' in lg for lg in logs]
+    ok = all(rc not in (0, 'hung') for rc in rcs) and all(named)
+    print('mismatched batches: exit %s after %.1f s (deadline %.1f s), the ring\'s mismatch '
+          'named in logs %s %s' % (rcs, took, TIMEOUT_MS / 1000.0, named,
+                                  'ok' if ok else 'FAIL'))
     if not ok:
         for r, lg in enumerate(logs):
             print('--- rank %d:\n%s' % (r, lg[-2000:]))
