@@ -223,7 +223,7 @@ px_status_t px_train_run(const px_train_config_t *cfg, px_comm_t *world, px_step
     return px_train_run_ex(cfg, world, cb, arg, NULL);
 }
 
-static void fill_mem(px_step_report_t *rep, const px_plan_t *plan)
+static void fill_mem(px_step_report_t *rep, const px_plan_t *plan, size_t act_bytes)
 {
     px_mem_stats_t ms;
     px_mem_stats(&ms);
@@ -232,6 +232,8 @@ static void fill_mem(px_step_report_t *rep, const px_plan_t *plan)
         rep->mem_peak[c] = ms.peak[c];
         rep->mem_plan[c] = plan->bytes[c];
     }
+    /* the activation buffers are laid out by the plan's table (plan.h) */
+    rep->mem_plan[PX_MEM_ACTS] = (double)act_bytes;
     rep->mem_state_peak = ms.state_peak;
     rep->mem_plan_state_peak = px_plan_state_bytes(plan);
 }
@@ -542,7 +544,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                                                    ? px_zero_unit_digest(zero,
                                                                          PX_MODEL_UNIT_EMBED)
                                                    : 0};
-        fill_mem(&rep, plan);
+        fill_mem(&rep, plan, act_bytes);
         if (cb && cb(arg, &rep)) {
             px_info("train: stopped by the step callback after step %d", s + 1);
             status = PX_ERR_ABORTED;
