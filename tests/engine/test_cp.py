@@ -14,9 +14,13 @@ through the standalone bootstrap. Checks, per layout:
   * the norm of ones (--test-norm-ones) is exactly sqrt(parameters): the
     replicated parameters' gradients are reduced over dp x cp once;
   * the ring moved data and the log reports the share of it hidden.
+Layout `resume`: a cp 2 x ZeRO-1 run of 6 steps checkpoints at step 3
+(ZeRO shards over dp x cp); resumed on one rank, on cp 2 and on dp 2 x cp 2
+ZeRO-1, steps 4-6 give the uninterrupted run's losses within 1e-5.
 usage: test_cp.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]
-LAYOUT: cp2, cp4, cp2tp2, dp2cp2, dp2cp2z1, cp2tp2sp, cp2z2, dp2cp2z3a2 (all by
-default; sp: with sequence parallelism; the last is ZeRO-3 with 2 micro-batches)."""
+LAYOUT: cp2, cp4, cp2tp2, dp2cp2, dp2cp2z1, cp2tp2sp, cp2z2, dp2cp2z3a2, resume
+(all by default; sp: with sequence parallelism; z3a2 is ZeRO-3 with 2
+micro-batches)."""
 import math
 import os
 import re
@@ -25,7 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zero_util import equivalence_problems, license_tokens, log_text, run_world  # noqa: E402
+from zero_util import equivalence_problems, license_tokens, log_text, rel, run_world  # noqa: E402
 from test_tp import grad_errors, norm_ones  # noqa: E402
 
 ARGS = ['--layers', '2', '--heads', '4', '--dim', '32', '--seq', '32', '--batch', '8',
@@ -44,12 +48,38 @@ LAYOUTS = {  # name: (world, extra args)
 }
 
 
+def resume_check(rank_bin, data, work):
+    """cp checkpoints: a cp 2 run's step-3 checkpoint resumed on other
+    layouts; returns the problems found"""
+    args = ARGS[:ARGS.index('--steps')] + ['--steps', '6'] + \
+        ARGS[ARGS.index('--steps') + 2:] + ['--data', data]
+    ck = os.path.join(work, 'ck')
+    full = run_world(rank_bin, args + ['--cp', '2', '--zero', '1', '--checkpoint-every', '3',
+                                       '--checkpoint-dir', ck], work, 'ck_full', 2)
+    if full is None:
+        return ['the checkpointing cp 2 run failed']
+    bad = []
+    for tag, world, extra in (('ck_r1', 1, []), ('ck_cp2', 2, ['--cp', '2']),
+                              ('ck_dp2cp2', 4, ['--dp', '2', '--cp', '2', '--zero', '1'])):
+        runs = run_world(rank_bin, args + extra + ['--resume', os.path.join(ck, 'step_3')],
+                         work, tag, world)
+        if runs is None:
+            bad.append('%s: a rank failed' % tag)
+            continue
+        steps = [m['step'] for m in runs[0]]
+        worst = max(rel(m['loss'], full[0][m['step'] - 1]['loss']) for m in runs[0])
+        print('resume %-10s steps %s, worst loss rel %.1e' % (tag, steps, worst))
+        if steps != [4, 5, 6] or not worst <= TOL_LOSS:
+            bad.append('%s: steps %s, loss rel %.1e' % (tag, steps, worst))
+    return bad
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__)
         return 2
     rank_bin, make_tokens, work = sys.argv[1:4]
-    names = sys.argv[4:] or list(LAYOUTS)
+    names = sys.argv[4:] or list(LAYOUTS) + ['resume']
     os.makedirs(work, exist_ok=True)
     data = license_tokens(make_tokens, work)
     args = ARGS + ['--data', data, '--dump-steps', '1']
@@ -66,6 +96,11 @@ def main():
     r = norm_ones(rank_bin, args, work, 'ones_base', 1)
     want = None if r is None else struct.unpack('f', struct.pack('f', math.sqrt(r[1])))[0]
     for name in names:
+        if name == 'resume':
+            bad = resume_check(rank_bin, data, work)
+            print('resume    %s' % ('ok' if not bad else 'FAIL: ' + '; '.join(bad)))
+            failures += len(bad)
+            continue
         world, extra = LAYOUTS[name]
         t0 = time.time()
         dump = os.path.join(work, 'dump_' + name)
