@@ -1085,9 +1085,9 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 
 px_status_t px_gpt_set_split_backward(px_gpt_t *gpt)
 {
-    if (gpt->tp > 1) {
-        px_error("gpt: the split backward (zero-bubble schedules) runs with tp 1 only (tp %d)",
-                 gpt->tp);
+    if (gpt->tp > 1 || gpt->cp > 1) {
+        px_error("gpt: the split backward (zero-bubble schedules) runs with tp 1 and cp 1 only "
+                 "(tp %d, cp %d)", gpt->tp, gpt->cp);
         return PX_ERR_INVALID_ARGUMENT;
     }
     if (gpt->wstash)

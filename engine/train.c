@@ -177,13 +177,27 @@ typedef struct pipe_load {
     const px_data_t *data;
     uint64_t seed;
     int step, round, M, per_micro, dp_rank, Bm, T;
+    int cp, cp_rank;          /* context parallelism: the stage computes this
+                                 rank's chunks of each sequence (cp_cut) */
+    int32_t *seq_in, *seq_tg; /* cp > 1: (Bm, T) whole sequences */
 } pipe_load_t;
+
+static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i);
 
 static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
 {
     pipe_load_t *ld = arg;
     int first = (ld->round * ld->M + m) * ld->per_micro + ld->dp_rank * ld->Bm;
     size_t n = (size_t)ld->Bm * ld->T;
+    if (ld->cp > 1) {
+        px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, ld->seq_in,
+                      ld->seq_tg);
+        if (inputs)
+            cp_cut(ld->seq_in, inputs, ld->Bm, ld->T, ld->cp, ld->cp_rank);
+        if (targets)
+            cp_cut(ld->seq_tg, targets, ld->Bm, ld->T, ld->cp, ld->cp_rank);
+        return;
+    }
     int32_t *tmp_in = inputs, *tmp_tg = targets, *spare = NULL;
     if (!inputs || !targets) { /* px_data_batch writes both */
         spare = malloc(n * sizeof(int32_t));
@@ -346,7 +360,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         if (stage == 0 || last_stage) /* the tied wte; the copy counts on the first stage */
             px_zero_set_tied(zero, PX_MODEL_UNIT_EMBED, last_stage);
         PX_CHECK_GOTO(px_pipe_create(&gc, ops, zero, groups, cfg->schedule, M, stage_layers, Bm,
-                                     T, &pipe), status, out);
+                                     Tl, &pipe), status, out);
     } else
         PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, Tl, px_zero_hooks(zero), &gpt),
                       status, out);
@@ -440,7 +454,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         if (pipe) {
             pipe_load_t ld = {.data = data, .seed = cfg->seed, .step = s, .M = M,
                               .per_micro = cfg->batch / (A * M), .dp_rank = dp_rank, .Bm = Bm,
-                              .T = T};
+                              .T = T, .cp = cp, .cp_rank = cp_rank, .seq_in = seq_in,
+                              .seq_tg = seq_tg};
             for (ld.round = 0; ld.round < A; ld.round++) {
                 float lsum = 0.0f;
                 PX_CHECK_GOTO(px_pipe_round(pipe, pipe_load, &ld, &lsum), status, out);
@@ -570,9 +585,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 cfg->zero, 1e3 * zt.gather_wait_s / steps_run, zt.gathers,
                 1e3 * zt.rs_wait_s / steps_run, 1e3 * zt.comm_other_s / steps_run,
                 ms.state_peak / 1e6, px_plan_state_bytes(plan) / 1e6);
-        if (cp > 1 && gpt) {
+        if (cp > 1) {
             px_ring_times_t rt;
-            px_gpt_ring_times(gpt, &rt);
+            if (gpt)
+                px_gpt_ring_times(gpt, &rt);
+            else
+                px_pipe_ring_times(pipe, &rt);
             px_info("train: cp %d: ring attention %d tokens of %d per sequence; per step %.2f ms "
                     "of ring transfers (%.2f MB sent), %.2f ms of it blocked: %.0f%% of ring "
                     "communication hidden behind compute", cp, Tl, T,

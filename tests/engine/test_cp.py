@@ -18,9 +18,10 @@ Layout `resume`: a cp 2 x ZeRO-1 run of 6 steps checkpoints at step 3
 (ZeRO shards over dp x cp); resumed on one rank, on cp 2 and on dp 2 x cp 2
 ZeRO-1, steps 4-6 give the uninterrupted run's losses within 1e-5.
 usage: test_cp.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]
-LAYOUT: cp2, cp4, cp2tp2, dp2cp2, dp2cp2z1, cp2tp2sp, cp2z2, dp2cp2z3a2, resume
-(all by default; sp: with sequence parallelism; z3a2 is ZeRO-3 with 2
-micro-batches)."""
+LAYOUT: cp2, cp4, cp2tp2, dp2cp2, dp2cp2z1, cp2tp2sp, cp2z2, dp2cp2z3a2, cp2pp2,
+dp2cp2pp2z1, resume (all by default; sp: with sequence parallelism; z3a2 is
+ZeRO-3 with 2 micro-batches; pp2: 2 pipeline stages, 1f1b with 4
+micro-batches, gpipe with 2)."""
 import math
 import os
 import re
@@ -44,6 +45,9 @@ LAYOUTS = {  # name: (world, extra args)
     'dp2cp2z1': (4, ['--dp', '2', '--cp', '2', '--zero', '1']),
     'cp2tp2sp': (4, ['--cp', '2', '--tp', '2', '--sequence-parallel']),
     'cp2z2': (2, ['--cp', '2', '--zero', '2']),
+    'cp2pp2': (4, ['--cp', '2', '--pp', '2', '--micro-batches', '4', '--schedule', '1f1b']),
+    'dp2cp2pp2z1': (8, ['--dp', '2', '--cp', '2', '--pp', '2', '--micro-batches', '2',
+                        '--schedule', 'gpipe', '--zero', '1']),
     'dp2cp2z3a2': (4, ['--dp', '2', '--cp', '2', '--zero', '3', '--grad-accum', '2']),
 }
 
@@ -117,7 +121,11 @@ def main():
                       log_text(work, name, 0))
         if not m or not float(m.group(1)) > 0:
             bad.append('no ring attention report in rank 0\'s log')
-        r = norm_ones(rank_bin, args + extra, work, 'ones_' + name, world)
+        # one micro-batch: the state averages the accumulation (1/(A x M)),
+        # which would scale the ones (as test_pp.py)
+        one = [('1' if i > 0 and extra[i - 1] in ('--micro-batches', '--grad-accum') else a)
+               for i, a in enumerate(extra)]
+        r = norm_ones(rank_bin, args + one, work, 'ones_' + name, world)
         if r is None or want is None or r[0] != want:
             bad.append('norm-ones %s, want sqrt(params) = %s' % (r, want))
         print('%-9s %.1f s  worst loss rel %.1e  norm rel %.1e  step-1 grad rel %.1e (%s)  '
