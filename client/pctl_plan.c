@@ -144,8 +144,8 @@ static int print_pipeline(int layers, int heads, int dim, int vocab, int seq, in
     if (!jpipe)
         printf("\n");
     for (int k = 0; k < PX_PIPE_NKINDS; k++) {
-        if ((sched_sel >= 0 && k != sched_sel) || (cp > 1 && k == PX_PIPE_ZB1))
-            continue; /* zb1's split backward does not run with cp yet (jobcfg.c) */
+        if (sched_sel >= 0 && k != sched_sel)
+            continue;
         px_pipe_schedule_t *sc = NULL;
         if (px_pipe_schedule_create(k, pp, M, &sc) != PX_OK) {
             free(sl);

@@ -1085,9 +1085,9 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 
 px_status_t px_gpt_set_split_backward(px_gpt_t *gpt)
 {
-    if (gpt->tp > 1 || gpt->cp > 1) {
-        px_error("gpt: the split backward (zero-bubble schedules) runs with tp 1 and cp 1 only "
-                 "(tp %d, cp %d)", gpt->tp, gpt->cp);
+    if (gpt->tp > 1) {
+        px_error("gpt: the split backward (zero-bubble schedules) runs with tp 1 only (tp %d)",
+                 gpt->tp);
         return PX_ERR_INVALID_ARGUMENT;
     }
     if (gpt->wstash)
@@ -1140,7 +1140,13 @@ px_status_t px_gpt_block_backward_input(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, 
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
     k->matmul_backward(a->dbtc, NULL, NULL, d_attproj, NULL, p.attprojw, BT, C, C);
     k->mem_set(d_qkv, 0, btc * 3 * sizeof(float));
-    k->attention_backward(d_qkv, a->scratch, a->dbtc, la.qkv, la.att, B, T, C, NH);
+    if (gpt->cp > 1) { /* the ring's backward is an input gradient: B, not W */
+        px_comm_t *cpc;
+        PX_CHECK(cp_comm(gpt, ctx, &cpc));
+        PX_CHECK(px_ring_attn_backward(gpt->ring, cpc, d_qkv, a->dbtc, la.qkv, la.atty, la.att,
+                                       a->scratch, ring_poke, gpt));
+    } else
+        k->attention_backward(d_qkv, a->scratch, a->dbtc, la.qkv, la.att, B, T, C, NH);
     poke(gpt);
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
     k->matmul_backward(a->dbtc, NULL, NULL, d_qkv, NULL, p.qkvw, BT, C, 3 * C);

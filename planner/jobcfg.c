@@ -203,11 +203,8 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
                           "implemented yet (checkpoint_every=%d, resume_dir '%s')", l->pp,
                           cfg->checkpoint_every, has(cfg->resume_dir) ? cfg->resume_dir : "");
     /* context parallelism (engine/ring_attn.h) runs with dp, tp (and sequence
-     * parallelism), ZeRO 0-3, gradient accumulation, checkpoints and the
-     * gpipe / 1f1b pipelines */
-    if (l->cp > 1 && l->pp > 1 && cfg->schedule == PX_PIPE_ZB1)
-        return px_invalid(errbuf, errlen, "schedule zb1 with cp=%d: the split backward runs "
-                          "without context parallelism only so far", l->cp);
+     * parallelism), ZeRO 0-3, gradient accumulation, checkpoints and every
+     * pipeline schedule: no rule of its own beyond the sequence's split */
     for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++)
         if (deg[i].v > 1)
             return px_invalid(errbuf, errlen, "%s=%d: %s parallelism is not implemented yet (the "

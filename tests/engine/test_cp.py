@@ -19,9 +19,9 @@ Layout `resume`: a cp 2 x ZeRO-1 run of 6 steps checkpoints at step 3
 ZeRO-1, steps 4-6 give the uninterrupted run's losses within 1e-5.
 usage: test_cp.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]
 LAYOUT: cp2, cp4, cp2tp2, dp2cp2, dp2cp2z1, cp2tp2sp, cp2z2, dp2cp2z3a2, cp2pp2,
-dp2cp2pp2z1, resume (all by default; sp: with sequence parallelism; z3a2 is
-ZeRO-3 with 2 micro-batches; pp2: 2 pipeline stages, 1f1b with 4
-micro-batches, gpipe with 2)."""
+cp2pp2zb1, dp2cp2pp2z1, resume (all by default; sp: with sequence
+parallelism; z3a2 is ZeRO-3 with 2 micro-batches; pp2: 2 pipeline stages,
+1f1b (zb1) with 4 micro-batches, gpipe with 2)."""
 import math
 import os
 import re
@@ -46,6 +46,7 @@ LAYOUTS = {  # name: (world, extra args)
     'cp2tp2sp': (4, ['--cp', '2', '--tp', '2', '--sequence-parallel']),
     'cp2z2': (2, ['--cp', '2', '--zero', '2']),
     'cp2pp2': (4, ['--cp', '2', '--pp', '2', '--micro-batches', '4', '--schedule', '1f1b']),
+    'cp2pp2zb1': (4, ['--cp', '2', '--pp', '2', '--micro-batches', '4', '--schedule', 'zb1']),
     'dp2cp2pp2z1': (8, ['--dp', '2', '--cp', '2', '--pp', '2', '--micro-batches', '2',
                         '--schedule', 'gpipe', '--zero', '1']),
     'dp2cp2z3a2': (4, ['--dp', '2', '--cp', '2', '--zero', '3', '--grad-accum', '2']),
