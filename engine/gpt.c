@@ -545,6 +545,12 @@ static px_status_t ctx_check(const px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l
                  ctx->T, gpt->tp);
         return PX_ERR_INVALID_ARGUMENT;
     }
+    if (gpt->cp > 1 && (ctx->B != gpt->B || ctx->T != gpt->T)) {
+        px_error("gpt: with cp=%d the context must be the model's whole B %d x T %d (the ring's "
+                 "blocks are sized for it), not %d x %d", gpt->cp, gpt->B, gpt->T, ctx->B,
+                 ctx->T);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
     return PX_OK;
 }
 

@@ -4,7 +4,11 @@
  * The world is cut into the layout's process groups (groups.h); data
  * parallelism and ZeRO run on the dp group, the global grad norm is
  * completed over the mp group (a no-op until tensor / pipeline parallelism
- * give it more than one rank).
+ * give it more than one rank). With context parallelism (cp > 1) the cp
+ * ranks of a dp index take the same sequences, each its two chunks
+ * (cp_cut, ring_attn.h), and data parallelism and ZeRO run on the dp x cp
+ * group instead: every rank holds T/cp tokens of each sequence, so the
+ * average of the local means is still the global mean.
  * Per step: for each of grad_accum micro-batches, cut this rank's share of
  * the micro-batch (micro m of the global batch is sequences [m*B/A,
  * (m+1)*B/A); dp rank r takes its r-th part), forward, backward (ZeRO 2/3
@@ -392,11 +396,11 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     px_comm_t *canon_comm = px_groups_comm(groups, PX_GROUP_MP);
     size_t act_bytes = gpt ? px_gpt_activation_bytes(gpt) : px_pipe_activation_bytes(pipe);
     if (rank == 0)
-        px_info("train: %zu parameters (%llu per tensor rank), zero %d, dp %d, tp %d, grad_accum "
-                "%d, pp %d (%s, %d micro-batches), micro-batch %d x %d; plan per rank: params "
-                "%.2f MB, grads %.2f MB, optimizer %.2f MB, activations %.2f MB",
-                n, (unsigned long long)plan->params, cfg->zero, dp, layout.tp, A, pp,
-                px_pipe_schedule_name(cfg->schedule), M, Bm, T, plan->bytes[PX_MEM_PARAMS] / 1e6,
+        px_info("train: %zu parameters (%llu per tensor rank), zero %d, dp %d, tp %d, cp %d, "
+                "grad_accum %d, pp %d (%s, %d micro-batches), micro-batch %d x %d; plan per "
+                "rank: params %.2f MB, grads %.2f MB, optimizer %.2f MB, activations %.2f MB",
+                n, (unsigned long long)plan->params, cfg->zero, dp, layout.tp, cp, A, pp,
+                px_pipe_schedule_name(cfg->schedule), M, Bm, Tl, plan->bytes[PX_MEM_PARAMS] / 1e6,
                 plan->bytes[PX_MEM_GRADS] / 1e6, plan->bytes[PX_MEM_OPTIM] / 1e6,
                 act_bytes / 1e6);
     if (cfg->resume_dir && *cfg->resume_dir) {
