@@ -32,6 +32,8 @@ def launch(rank_bin, work, tag, per_rank):
                    PX_MASTER_ADDR='127.0.0.1', PX_MASTER_PORT=str(port),
                    PX_COMM_TIMEOUT_MS=str(TIMEOUT_MS))
         metrics = os.path.join(work, '%s_rank%d.jsonl' % (tag, r))
+        if os.path.exists(metrics):  # a previous run's: not this run's first step
+            os.remove(metrics)
         log = open(os.path.join(work, '%s_rank%d.log' % (tag, r)), 'w')
         procs.append((subprocess.Popen([rank_bin] + args + ['--metrics-out', metrics], env=env,
                                        stdout=log, stderr=subprocess.STDOUT), log, metrics))
