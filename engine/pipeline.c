@@ -1,15 +1,20 @@
 /* pipeline.c: one pipeline stage's runner (pipeline.h).
  *
- * State per round: for each micro-batch m its slot (slot_of[m]) and up to
- * four requests: the receive of its activation (stages > 0), the send of
- * its output activation (stages < p-1), the receive of its output gradient
- * (stages < p-1) and the send of its input gradient (stages > 0). A slot
- * is one external model (its own activations, the stage's parameters
- * through the ZeRO hooks) plus the micro-batch's token buffers. A slot is
- * reused only after both sends of its previous occupant completed (they
- * read the slot's buffers). Requests are progressed between the model's
- * big ops (the hooks' progress) and by every wait; all are complete or
- * cancelled when a round returns.
+ * The stage's state is per model chunk (chunk_t; one chunk unless the
+ * schedule is interleaved): its layers, slots and requests. Per chunk and
+ * round: for each micro-batch m its slot (slot_of[m]) and up to four
+ * requests: the receive of its activation (virtual stages > 0), the send
+ * of its output activation (virtual stages < pV-1), the receive of its
+ * output gradient (virtual stages < pV-1) and the send of its input
+ * gradient (virtual stages > 0). A slot is one external model (its own
+ * activations, the chunk's parameters through the ZeRO hooks) plus the
+ * micro-batch's token buffers. A slot is reused only after both sends of
+ * its previous occupant completed (they read the slot's buffers); the
+ * gradient receive lands in the slot's own residual-gradient buffer, so
+ * the interleaved schedule may post it right after the activation send.
+ * Requests are progressed between the model's big ops (the hooks'
+ * progress) and by every wait; all are complete or cancelled when a round
+ * returns.
  *
  * Times: idle = inside a wait for a neighbour (receives, slot reuse, the
  * end-of-round sends); busy = the rest of the round. One training thread. */

@@ -17,7 +17,9 @@
  *   gradient (stages < p-1). A micro-batch occupies a slot from FWD to BWD;
  *   a slot is reused only once the gradient send of its previous occupant
  *   completed (the send buffer is the slot's), and a send completes once
- *   the peer posted the matching receive.
+ *   the peer posted the matching receive. With chunks (interleaved) all
+ *   of this holds per (stage, chunk) = virtual stage: its own slots, its
+ *   messages to and from the neighbouring virtual stages.
  *
  * Sources: GPipe (Huang et al., "GPipe: Efficient Training of Giant Neural
  * Networks using Pipeline Parallelism", 2019): all forwards, then all
