@@ -26,8 +26,8 @@ ranks run through the standalone bootstrap. Checks, per layout:
     `pctl plan --json`'s pipeline figure for its schedule (GPipe, 1F1B,
     ZB1 at pp 4, 8 micro-batches of 2, 6 layers, dim 64; interleaved
     V 2 at pp 2, the pp2int2 run).
-  * interleaved 1F1B (pp2int2, dp2pp2int2): pp 2 with 2 chunks per stage
-    of one layer each, every check above.
+  * interleaved 1F1B (pp2int2, dp2pp2int2, with ZeRO 1, with tp 2): pp 2
+    with 2 chunks per stage of one layer each, every check above.
 usage: test_pp.py RANK_BIN MAKE_TOKENS_PY WORKDIR [--pctl PCTL] [LAYOUT ...]"""
 import json
 import os
@@ -66,6 +66,17 @@ LAYOUTS = {
     'pp2int2': (2, 1, 1, 2, 4, 8, ['--pp', '2', '--micro-batches', '4', '--schedule',
                                    'interleaved', '--virtual-stages', '2']),
     'dp2pp2int2': (4, 2, 1, 2, 4, 8, ['--dp', '2', '--pp', '2', '--micro-batches', '2',
+                                      '--schedule', 'interleaved', '--virtual-stages', '2']),
+    'dp2pp2int2z1': (4, 2, 1, 2, 4, 8, ['--dp', '2', '--pp', '2', '--micro-batches', '2',
+                                        '--schedule', 'interleaved', '--virtual-stages', '2',
+                                        '--zero', '1']),
+    # 8 layers on pp 4 x V 2 (the activations wrap from stage 3 to stage 0),
+    # 6 on pp 2 x V 3
+    'pp4int2': (4, 1, 1, 4, 8, 8, ['--pp', '4', '--micro-batches', '8', '--schedule',
+                                   'interleaved', '--virtual-stages', '2']),
+    'pp2int3': (2, 1, 1, 2, 6, 8, ['--pp', '2', '--micro-batches', '4', '--schedule',
+                                   'interleaved', '--virtual-stages', '3']),
+    'pp2tp2int2': (4, 1, 2, 2, 4, 8, ['--pp', '2', '--tp', '2', '--micro-batches', '2',
                                       '--schedule', 'interleaved', '--virtual-stages', '2']),
 }
 
