@@ -257,11 +257,12 @@ void px_pipe_destroy(px_pipe_t *pp)
     cancel_all(pp);
     for (int c = 0; pp->ch && c < pp->V; c++) {
         chunk_t *ch = &pp->ch[c];
-        for (int k = 0; ch->slot && k < ch->nslots; k++) {
+        for (int k = 0; ch->slot && k < ch->nslots; k++)
             px_gpt_destroy(ch->slot[k]);
+        for (int k = 0; ch->inputs && k < ch->nslots; k++)
             px_mem_free(ch->inputs[k]);
+        for (int k = 0; ch->targets && k < ch->nslots; k++)
             px_mem_free(ch->targets[k]);
-        }
         free(ch->slot);
         free(ch->inputs);
         free(ch->targets);
