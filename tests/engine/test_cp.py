@@ -2,7 +2,7 @@
 """test_cp.py: context parallelism (ring attention, --cp) equals the
 single-rank run (integration; issue 11).
 
-Model: 2 layers, 4 heads, dim 32, seq 32 (cp 4: 8 chunks of 4 tokens),
+Model: 4 layers, 4 heads, dim 32, seq 32 (cp 4: 8 chunks of 4 tokens),
 global batch 8, 10 steps, fp32, causal, clip 1.0, the same seed and data
 for every layout. One single-rank run is the reference; each layout runs
 through the standalone bootstrap. Checks, per layout:
@@ -19,9 +19,10 @@ Layout `resume`: a cp 2 x ZeRO-1 run of 6 steps checkpoints at step 3
 ZeRO-1, steps 4-6 give the uninterrupted run's losses within 1e-5.
 usage: test_cp.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]
 LAYOUT: cp2, cp4, cp2tp2, dp2cp2, dp2cp2z1, cp2tp2sp, cp2z2, dp2cp2z3a2, cp2pp2,
-cp2pp2zb1, dp2cp2pp2z1, resume (all by default; sp: with sequence
-parallelism; z3a2 is ZeRO-3 with 2 micro-batches; pp2: 2 pipeline stages,
-1f1b (zb1) with 4 micro-batches, gpipe with 2)."""
+cp2pp2zb1, cp2pp2int2, dp2cp2pp2z1, resume (all by default; sp: with
+sequence parallelism; z3a2 is ZeRO-3 with 2 micro-batches; pp2: 2 pipeline
+stages, 1f1b (zb1, interleaved with 2 chunks per stage) with 4
+micro-batches, gpipe with 2)."""
 import math
 import os
 import re
@@ -33,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from zero_util import equivalence_problems, license_tokens, log_text, rel, run_world  # noqa: E402
 from test_tp import grad_errors, norm_ones  # noqa: E402
 
-ARGS = ['--layers', '2', '--heads', '4', '--dim', '32', '--seq', '32', '--batch', '8',
+ARGS = ['--layers', '4', '--heads', '4', '--dim', '32', '--seq', '32', '--batch', '8',
         '--steps', '10', '--lr', '1e-3', '--seed', '1337', '--grad-clip', '1.0']
 TOL_LOSS = TOL_NORM = 1e-5
 TOL_GRAD = 1e-4
@@ -47,6 +48,8 @@ LAYOUTS = {  # name: (world, extra args)
     'cp2z2': (2, ['--cp', '2', '--zero', '2']),
     'cp2pp2': (4, ['--cp', '2', '--pp', '2', '--micro-batches', '4', '--schedule', '1f1b']),
     'cp2pp2zb1': (4, ['--cp', '2', '--pp', '2', '--micro-batches', '4', '--schedule', 'zb1']),
+    'cp2pp2int2': (4, ['--cp', '2', '--pp', '2', '--micro-batches', '4', '--schedule',
+                       'interleaved', '--virtual-stages', '2']),
     'dp2cp2pp2z1': (8, ['--dp', '2', '--cp', '2', '--pp', '2', '--micro-batches', '2',
                         '--schedule', 'gpipe', '--zero', '1']),
     'dp2cp2z3a2': (4, ['--dp', '2', '--cp', '2', '--zero', '3', '--grad-accum', '2']),
@@ -124,11 +127,16 @@ def main():
             bad.append('no ring attention report in rank 0\'s log')
         # one micro-batch: the state averages the accumulation (1/(A x M)),
         # which would scale the ones (as test_pp.py)
-        one = [('1' if i > 0 and extra[i - 1] in ('--micro-batches', '--grad-accum') else a)
+        # (interleaved needs micro-batches a multiple of pp: 2 of them, the
+        # ones then scaled by 1/2, exactly, as test_pp.py)
+        inter = 'interleaved' in extra
+        one = [(('2' if inter and extra[i - 1] == '--micro-batches' else '1')
+                if i > 0 and extra[i - 1] in ('--micro-batches', '--grad-accum') else a)
                for i, a in enumerate(extra)]
         r = norm_ones(rank_bin, args + one, work, 'ones_' + name, world)
-        if r is None or want is None or r[0] != want:
-            bad.append('norm-ones %s, want sqrt(params) = %s' % (r, want))
+        want_l = None if want is None else want / (2 if inter else 1)
+        if r is None or want_l is None or r[0] != want_l:
+            bad.append('norm-ones %s, want sqrt(params) = %s' % (r, want_l))
         print('%-9s %.1f s  worst loss rel %.1e  norm rel %.1e  step-1 grad rel %.1e (%s)  '
               'ring hidden %s%%  %s' % (name, time.time() - t0, worst_l, worst_n, gerr, gname,
                                          m.group(2) if m else '?',
