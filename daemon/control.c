@@ -633,6 +633,8 @@ static void h_memory(px_rpc_call_t *call, const ProtobufCMessage *request, void 
         px_jobspec_layout(job->spec, &l);
         resp.dp = (uint32_t)l.dp;
         resp.tp = (uint32_t)l.tp;
+        resp.cp = (uint32_t)l.cp;
+        resp.seq = job->spec->model ? job->spec->model->seq : 0;
         resp.world = (uint32_t)px_layout_world(&l);
         for (size_t i = 0; i < resp.n_ranks; i++) {
             px_coord_t c;
@@ -641,6 +643,7 @@ static void h_memory(px_rpc_call_t *call, const ProtobufCMessage *request, void 
             px_layout_coord(&l, (int)resp.ranks[i]->rank, &c);
             resp.ranks[i]->dp_rank = (uint32_t)c.dp;
             resp.ranks[i]->tp_rank = (uint32_t)c.tp;
+            resp.ranks[i]->cp_rank = (uint32_t)c.cp;
         }
     }
     px_rpc_call_reply(call, &resp.base);

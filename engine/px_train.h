@@ -29,8 +29,8 @@ typedef px_job_config_t px_train_config_t;
 /* The layout cfg runs with on `world` ranks into *layout_p: cfg->layout, or
  * dp = world when it is all zeros. PX_ERR_INVALID_ARGUMENT with a message
  * naming the values when it fails px_layout_check, needs another number of
- * ranks than `world`, or asks for cp or ep > 1 (the engine runs data,
- * tensor and pipeline parallelism with ZeRO, so far). */
+ * ranks than `world` (the combinations the engine cannot run yet are the
+ * validator's, jobcfg.h). */
 px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t *layout_p,
                             char *errbuf, size_t errlen);
 

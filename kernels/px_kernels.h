@@ -21,6 +21,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Geometry of one block of blockwise attention (the ops below): B
+ * sequences, NH heads of hs channels each; Tq query rows against Tk key
+ * rows. Head h of row t of sequence b is at  base + b*bs + t*ld + h*hs
+ * for q (q_*), k (kv_*; v at the same place + v_off) and out / dout / dq
+ * (o_*); lse and delta of (b, h, t) at lse[b*lse_bs + h*lse_hs + t].
+ * causal: query row i sees key rows j <= i only (a diagonal block, Tq ==
+ * Tk, rows aligned); 0: every key. init (forward): 1 writes out and lse
+ * (the rows' first block) instead of merging into them. Strides in floats. */
+typedef struct px_attn_block {
+    int B, NH, hs, Tq, Tk, causal, init;
+    size_t q_bs, q_ld, kv_bs, kv_ld, v_off, o_bs, o_ld, lse_bs, lse_hs;
+} px_attn_block_t;
+
 typedef struct px_kernel_ops {
     const char *name; /* "cpu", "cuda" */
 
@@ -66,6 +79,30 @@ typedef struct px_kernel_ops {
      * content); dout (B,T,C); inp, att as saved by forward. */
     void (*attention_backward)(float *dinp, float *scratch, const float *dout, const float *inp,
                                const float *att, int B, int T, int C, int NH);
+
+    /* ---- blockwise attention with an online softmax (context parallelism:
+     * ring attention, Liu et al. 2023; the merge is FlashAttention-2's,
+     * Dao 2023). A block is Tq query rows against Tk key/value rows of
+     * one or more heads; geometry and strides in px_attn_block_t. The
+     * forward MERGES the block into a running result: out (rows, normalised
+     * over every block merged so far) and lse (each row's log-sum-exp of
+     * the scaled scores so far; -INFINITY: nothing yet, then out's row is
+     * ignored and overwritten). Merging every key block of a row in any
+     * order gives softmax(q k^T * scale) v over their union.
+     * scratch: Tq*Tk floats. */
+    void (*attention_block_forward)(float *out, float *lse, const float *q, const float *kv,
+                                    const px_attn_block_t *g, float *scratch);
+    /* Its backward against the FINAL lse and delta (attention_block_delta):
+     * dq (q's layout) += dS k * scale, dkv (kv's layout, dk at dkv, dv at
+     * dkv + v_off) += dS^T q * scale and P^T dout, with P = exp(S - lse),
+     * dS = P (dout v^T - delta). scratch: 2*Tq*Tk floats. */
+    void (*attention_block_backward)(float *dq, float *dkv, const float *dout, const float *q,
+                                     const float *kv, const float *lse, const float *delta,
+                                     const px_attn_block_t *g, float *scratch);
+    /* delta (lse's layout, Tq rows) = per row and head sum over the head's
+     * channels of dout * out (out, dout in the o layout). */
+    void (*attention_block_delta)(float *delta, const float *out, const float *dout,
+                                  const px_attn_block_t *g);
 
     /* GELU, tanh approximation (torch approximate='tanh'); N elements. */
     void (*gelu_forward)(float *out, const float *inp, size_t N);

@@ -53,6 +53,9 @@ typedef struct px_model_config {
                               tensor-parallel matrices is split over the
                               tensor group's tokens (engine/tp.h); it does
                               not change the tensor table */
+    int cp;           /* context-parallel degree (0 or 1: none): the model
+                         holds seq/cp tokens of each sequence and runs ring
+                         attention (engine/ring_attn.h); not in the table */
 } px_model_config_t;
 
 /* How a tensor's values start (seeded by the canonical element index, see

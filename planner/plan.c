@@ -203,6 +203,31 @@ px_status_t px_plan_gpt_activations(int layers, int heads, int dim, int padded_v
     }
     acts->doubles = tp > 1 ? 2 * N : 0;
     acts->bytes = 4 * acts->floats + 8 * acts->doubles;
+    acts->ring = 0;
+    return PX_OK;
+}
+
+px_status_t px_plan_gpt_activations_cp(int layers, int heads, int dim, int padded_vocab, int B,
+                                       int T, int tp, int sequence_parallel, int cp,
+                                       px_plan_gpt_acts_t *acts)
+{
+    enum { ATT = 6 }; /* the att entry of the table above */
+    PX_CHECK(px_plan_gpt_activations(layers, heads, dim, padded_vocab, B, T, tp,
+                                     sequence_parallel, acts));
+    if (cp <= 1)
+        return PX_OK;
+    if (T % 2) {
+        px_error("plan: context parallelism needs an even local sequence (two chunks), not %d",
+                 T);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    uint64_t NHl = (uint64_t)(heads / tp), Cl = (uint64_t)(dim / tp), N = (uint64_t)B * T;
+    uint64_t lse = (uint64_t)layers * B * NHl * T;
+    acts->floats -= acts->count[ATT];
+    acts->count[ATT] = lse;
+    acts->ring = 5 * N * 2 * Cl + (uint64_t)B * NHl * T;
+    acts->floats += lse + acts->ring;
+    acts->bytes = 4 * acts->floats + 8 * acts->doubles;
     return PX_OK;
 }
 

@@ -115,6 +115,8 @@ typedef struct px_plan_gpt_acts {
     uint64_t doubles;                     /* the cross-entropy's sums (tp > 1) */
     uint64_t bytes;                       /* 4 floats + 8 doubles: memacct's
                                              activations category */
+    uint64_t ring;                        /* of floats: ring attention's work
+                                             buffers (cp > 1), outside count[] */
 } px_plan_gpt_acts_t;
 
 /* Fills *acts for one rank (tp_rank does not matter: every tensor rank's
@@ -125,6 +127,16 @@ typedef struct px_plan_gpt_acts {
 px_status_t px_plan_gpt_activations(int layers, int heads, int dim, int padded_vocab, int B,
                                     int T, int tp, int sequence_parallel,
                                     px_plan_gpt_acts_t *acts);
+
+/* The same with context parallelism (engine/ring_attn.h): B, T the LOCAL
+ * micro-batch (T = seq / cp tokens, two chunks); with cp > 1 the att entry
+ * holds each layer's log-sum-exp (L,B,NH/tp,T) instead of the (T,T)
+ * probabilities (ring attention recomputes them in backward), and `ring`
+ * the ring's buffers: five (B,T,2C/tp) k|v blocks and delta (B,NH/tp,T).
+ * cp <= 1: px_plan_gpt_activations. Errors as it, and for T odd. */
+px_status_t px_plan_gpt_activations_cp(int layers, int heads, int dim, int padded_vocab, int B,
+                                       int T, int tp, int sequence_parallel, int cp,
+                                       px_plan_gpt_acts_t *acts);
 
 typedef struct px_plan {
     int zero, dp, nunits;

@@ -21,7 +21,11 @@ parallelism over 2 ranks (tp=2, 3 steps; launched through the standalone
 bootstrap, the dumps gathered to the canonical layout by the ranks, so the
 gradients compared are the tp run's gathered shards); and GPT-2's vocab 50257
 (the same text spread over ids up to 50256 by make_tokens.py --vocab; 3
-short steps). The model pads wte to Vp = 50304 rows (a multiple of 64, as
+short steps); and context parallelism over 2 ranks (cp=2, ring attention:
+each rank holds chunks i and 3-i of every sequence; its gradients, gathered
+to the canonical layout, against torch's unsplit masked-softmax attention,
+so a broken blockwise kernel cannot pass by agreeing with our own unsplit
+path). The model pads wte to Vp = 50304 rows (a multiple of 64, as
 llm.c); the dumps carry all Vp rows. The reference computes the logits over
 all Vp rows and takes the cross-entropy over the first V columns only, so
 the padded rows get exactly zero gradient there too; every gradient tensor,
@@ -52,20 +56,20 @@ except ImportError as e:  # pragma: no cover
     sys.exit(77)
 
 LAYERS, HEADS, DIM = 2, 4, 64
-# (name, vocab, seq, batch, steps, tp, moe flags)
-CASES = [('vocab256', 256, 32, 4, 5, 1, None), ('vocab50257', 50257, 16, 4, 3, 1, None),
-         ('vocab256-tp2', 256, 32, 4, 3, 2, None)]
+# (name, vocab, seq, batch, steps, tp, cp, moe flags)
+CASES = [('vocab256', 256, 32, 4, 5, 1, 1, None), ('vocab50257', 50257, 16, 4, 3, 1, 1, None),
+         ('vocab256-tp2', 256, 32, 4, 3, 2, 1, None), ('vocab256-cp2', 256, 32, 4, 3, 1, 2, None)]
 # The mixture of experts (engine/moe.h; issue 11): layer 1 of 2 is MoE
 # (--moe-every 2), 4 experts, top-2 and top-1; dropless, and capacity
 # factor 1.0 (choices dropped), the latter also over ep 2 (world 2, dp 2:
 # one ep group holds the whole batch, so it is the same model).
 MOE = ['--experts', '4', '--moe-every', '2', '--aux-loss-coef', '0.05']
-CASES += [('moe-dropless-top2', 256, 32, 4, 4, 1, MOE + ['--top-k', '2', '--dropless']),
-          ('moe-cap1.0-top2', 256, 32, 4, 4, 1, MOE + ['--top-k', '2',
-                                                     '--capacity-factor', '1.0']),
-          ('moe-cap1.0-top1-ep2', 256, 32, 4, 4, 1, MOE + ['--top-k', '1',
-                                                         '--capacity-factor', '1.0',
-                                                         '--ep', '2'])]
+CASES += [('moe-dropless-top2', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '2', '--dropless']),
+          ('moe-cap1.0-top2', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '2',
+                                                        '--capacity-factor', '1.0']),
+          ('moe-cap1.0-top1-ep2', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '1',
+                                                            '--capacity-factor', '1.0',
+                                                            '--ep', '2'])]
 LR, WARMUP, MIN_LR_RATIO, WD, CLIP, SEED = 3e-3, 2, 0.1, 0.1, 1.0, 4242
 
 TOL_LOSS, TOL_GNORM, TOL_GRAD, TOL_PARAM, TOL_LR = 1e-5, 1e-4, 1e-4, 2e-5, 1e-6
@@ -149,14 +153,12 @@ def rel(a, b):
     return float(torch.linalg.vector_norm(a - b) / max(float(torch.linalg.vector_norm(b)), 1e-30))
 
 
-def launch(cmd, tp, world=None):
-    """Runs cmd on tp ranks (the standalone bootstrap when tp > 1); world:
-    that many data-parallel ranks instead (cmd carries the layout)."""
-    if world:
-        tp, flag = world, []
-    else:
-        flag = ['--tp', str(tp)]
-    if tp == 1:
+def launch(cmd, tp, cp=1, ep_world=0):
+    """Runs cmd on tp x cp ranks (the standalone bootstrap when more than 1);
+    ep_world: that many data-parallel ranks instead (cmd carries --ep)."""
+    world = ep_world or tp * cp
+    flag = [] if ep_world else ['--tp', str(tp), '--cp', str(cp)]
+    if world == 1:
         subprocess.run(cmd, check=True, env=dict(os.environ, PX_WORLD_SIZE='1'),
                        stdout=subprocess.DEVNULL)
         return
@@ -164,16 +166,17 @@ def launch(cmd, tp, world=None):
     s.bind(('127.0.0.1', 0))
     port = s.getsockname()[1]
     s.close()
-    procs = [subprocess.Popen(cmd + flag, stdout=subprocess.DEVNULL,
-                              env=dict(os.environ, PX_RANK=str(r), PX_WORLD_SIZE=str(tp),
+    procs = [subprocess.Popen(cmd + flag,
+                              stdout=subprocess.DEVNULL,
+                              env=dict(os.environ, PX_RANK=str(r), PX_WORLD_SIZE=str(world),
                                        PX_MASTER_ADDR='127.0.0.1', PX_MASTER_PORT=str(port)))
-             for r in range(tp)]
+             for r in range(world)]
     rcs = [p.wait(timeout=240) for p in procs]
     if any(rcs):
-        raise RuntimeError('tp=%d ranks exited %s' % (tp, rcs))
+        raise RuntimeError('tp=%d cp=%d ranks exited %s' % (tp, cp, rcs))
 
 
-def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, check,
+def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, cp, check,
              moe_flags=None):
     """Trains `steps` steps with parallax-rank and checks them against torch."""
     work = os.path.join(work, name)
@@ -189,13 +192,13 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
            '--weight-decay', repr(WD), '--grad-clip', repr(CLIP), '--seed', str(SEED),
            '--vocab', str(vocab), '--data', data, '--dump-dir', dump, '--dump-steps', str(steps)]
     ep = int(moe_flags[moe_flags.index('--ep') + 1]) if moe_flags and '--ep' in moe_flags else 0
-    launch(cmd + (moe_flags or []), tp, world=ep)
+    launch(cmd + (moe_flags or []), tp, cp, ep_world=ep)
 
     layout = json.load(open(os.path.join(dump, 'layout.json')))
     n = layout['num_params']
     vp = layout['padded_vocab']
-    print('-- %s: vocab %d, wte rows %d, seq %d, batch %d, %d steps, tp %d' % (
-        name, vocab, vp, seq, batch, steps, tp))
+    print('-- %s: vocab %d, wte rows %d, seq %d, batch %d, %d steps, tp %d, cp %d' % (
+        name, vocab, vp, seq, batch, steps, tp, cp))
     check('%s padded vocab %d is vocab rounded up to 64' % (name, vp),
           0.0 if vp == (vocab + 63) // 64 * 64 else 1.0, 0.5)
 
@@ -331,10 +334,10 @@ def main():
         print('%-44s %.3e  (tol %.0e) %s' % (what, value, tol, 'ok' if ok else 'FAIL'))
 
     only = sys.argv[4:]  # case names (all by default)
-    for name, vocab, seq, batch, steps, tp, moe_flags in CASES:
+    for name, vocab, seq, batch, steps, tp, cp, moe_flags in CASES:
         if only and name not in only:
             continue
-        run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, check,
+        run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, cp, check,
                  moe_flags)
     ok = all(checks)
     print('PASS' if ok else 'FAIL', '(%d checks, workdir %s)' % (len(checks), work))
