@@ -153,6 +153,7 @@ struct px_daemon {
     px_rpc_server_t *peer_srv;
     px_store_t *store;
     int lock_fd;
+    int sock_lock_fd;      /* runtime-dir/control.sock.lock, flocked; -1 before */
     char sock_path[1024];
     char control_addr[PXD_ADDR_MAX];   /* advertised host:port */
     char peer_addr[PXD_ADDR_MAX];      /* advertised host:port */
