@@ -12,6 +12,39 @@
 #include "jobspec.h"
 #include "pctl.h"
 
+#define ESC_SLOTS 16
+
+const char *pctl_esc(const char *s)
+{
+    static char *slot[ESC_SLOTS];
+    static unsigned next;
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    size_t n = strlen((const char *)p), o = 0;
+    char *out = malloc(4 * n + 1); /* every byte at most \xNN */
+
+    if (!out)
+        return "(out of memory)";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        if (c == 0xc2 && i + 1 < n && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f) {
+            o += (size_t)sprintf(out + o, "\\x%02x\\x%02x", c, p[i + 1]); /* UTF-8 C1 */
+            i++;
+        } else if (c == '\n' || c == '\t' || c == '\r') {
+            out[o++] = '\\';
+            out[o++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+        } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && c <= 0x9f)) {
+            o += (size_t)sprintf(out + o, "\\x%02x", c);
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    out[o] = '\0';
+    free(slot[next]);
+    slot[next] = out;
+    next = (next + 1) % ESC_SLOTS;
+    return out;
+}
+
 const char *pctl_code_name(grpc_status_code code)
 {
     switch (code) {

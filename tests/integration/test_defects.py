@@ -6,6 +6,12 @@ new user would, each a check that failed before its fix.
                 directory (different state directories): exactly one
                 serves, the other exits non-zero naming the socket (five
                 tries; before the fix both reported ready on one socket)
+  names         a name with a newline and terminal escapes (clear screen,
+                retitle) is INVALID_ARGUMENT at the daemon (gRPC) naming the
+                byte, and at pctl submit (non-zero exit, before any call);
+                a job whose data path holds escapes (a file name may) is
+                shown by pctl status / list / submit errors with every
+                control byte escaped (\x1b), none raw (needs parallax-rank)
 
 Needs no parallax-rank unless said."""
 import os
@@ -51,6 +57,60 @@ def check_socket_race(args, cl):
                 p.stdout.close()
 
 
+EVIL = "x\n\x1b]0;pwned\x07\x1b[2J\x1b[H\xc2\x9b31m"
+
+
+def raw_controls(text):
+    """The control characters (C0 but newline, DEL, C1) in pctl's output."""
+    return sorted({"%r" % ch for ch in text if (ord(ch) < 0x20 and ch != "\n") or
+                   0x7f <= ord(ch) <= 0x9f})
+
+
+def check_names(args, cl, data):
+    d0 = cl.daemons[0]
+    g = pc.Grpc(d0, args.proto)
+    try:
+        job_id = g.submit(data, dp=1, batch=2, steps=2, name=EVIL)
+        raise AssertionError("name %r accepted as %s" % (EVIL, job_id))
+    except pc.ClientError as e:
+        assert "INVALID_ARGUMENT" in str(e) and "name" in str(e) and "\\x0a" in str(e), str(e)
+        print("grpc submit, name with escapes: %s" % str(e))
+    for bad in ("a b", "../etc", "-rf", "n" * 65):
+        try:
+            g.submit(data, dp=1, batch=2, steps=2, name=bad)
+            raise AssertionError("name %r accepted" % bad)
+        except pc.ClientError as e:
+            assert "INVALID_ARGUMENT" in str(e) and "name" in str(e), str(e)
+    ok = g.submit(data, dp=1, batch=2, steps=2, name="ok_name-1.2")  # the safe set passes
+    pc.wait_state(g, ok, ("COMPLETED", "FAILED"), 120)
+    if not (args.pctl and os.access(args.pctl, os.X_OK)):
+        print("names: no pctl in this build, the pctl half skipped")
+        return
+    r = subprocess.run([args.pctl, "--server", d0.control, "submit", "--data", data, "--dp", "1",
+                        "--batch", "2", "--steps", "2", "--name", EVIL],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    err = r.stderr.decode("utf-8", errors="surrogateescape")
+    assert r.returncode != 0 and "--name" in err, (r.returncode, err)
+    assert not raw_controls(err), "pctl printed raw control bytes %s: %r" % (raw_controls(err), err)
+    print("pctl submit --name with escapes: exit %d: %s" % (r.returncode, err.splitlines()[0]))
+    # a file name may hold escapes: the daemon echoes it; pctl must not
+    evil_data = os.path.join(cl.workdir, "data\x1b[2J\x1b]0;t\x07.bin")
+    os.link(data, evil_data)
+    job_id = g.submit(evil_data, dp=1, batch=2, steps=2, name="evil-path")
+    pc.wait_state(g, job_id, ("COMPLETED", "FAILED"), 120)
+    for argv in (["status", job_id], ["list"],
+                 ["submit", "--data", evil_data + "\x1b[2Jmissing", "--dp", "1", "--batch", "2",
+                  "--steps", "2"]):
+        r = subprocess.run([args.pctl, "--server", d0.control] + argv, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=30)
+        out = (r.stdout + r.stderr).decode("utf-8", errors="surrogateescape")
+        assert not raw_controls(out), "pctl %s printed raw control bytes %s:\n%r" % (
+            argv[0], raw_controls(out), out)
+        if argv[0] == "status":
+            assert "data\\x1b[2J" in out, out
+    print("pctl status/list/submit: the data path's escapes shown as \\x1b, none raw")
+
+
 def main():
     args = pc.parse_args(sys.argv[1:])
     cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="dfx")
@@ -58,6 +118,9 @@ def main():
     try:
         cl.start(client)
         check_socket_race(args, cl)
+        data = os.path.join(cl.workdir, "licenses.bin")
+        pc.write_llmc_tokens(data, max_tokens=20000)
+        check_names(args, cl, data)
         codes = cl.stop()
         assert codes == [0, 0], codes
     except BaseException:
