@@ -117,9 +117,16 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
             px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             return;
         }
-        status = px_validate_spec(req->spec, counts,
-                                  px_nodes_device_counts(d, counts, d->n_peers + 1), err,
-                                  sizeof(err));
+        int nn = px_nodes_device_counts(d, counts, d->n_peers + 1);
+        status = px_validate_spec(req->spec, counts, nn, err, sizeof(err));
+        if (status == PX_OK) { /* issue 16: each placed device's memory (memfit.c) */
+            const char **names = calloc((size_t)nn + 1, sizeof(*names));
+            uint64_t *mem = calloc((size_t)nn + 1, sizeof(*mem));
+            if (names && mem && px_nodes_device_memory(d, names, mem, nn) == nn)
+                status = px_memfit_check(req->spec, counts, names, mem, nn, err, sizeof(err));
+            free(names);
+            free(mem);
+        }
         free(counts);
     }
     if (status != PX_OK) {

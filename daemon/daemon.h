@@ -44,6 +44,8 @@ typedef struct px_store px_store_t;
 typedef struct px_device {
     char name[PXD_DEV_MAX];         /* "cpu:0" */
     char job_id[PXD_JOB_ID_MAX];    /* "" when free */
+    uint64_t memory_bytes;          /* its memory; a cpu device's share of the
+                                       host RAM; 0 unknown (memfit.c) */
 } px_device_t;
 
 /* Another daemon. Created from --peers (name unknown until it answers) or by
@@ -225,6 +227,22 @@ int px_nodes_cluster_devices(px_daemon_t *d);
 /* Devices of each node, free or not: this node's into counts[0], then each
  * alive peer's, at most `max` nodes. Returns the number of nodes written. */
 int px_nodes_device_counts(px_daemon_t *d, int *counts, int max);
+/* The same nodes in the same order: each one's name (borrowed) and the
+ * smallest memory of its devices in bytes (0: not reported). Returns the
+ * count. */
+int px_nodes_device_memory(px_daemon_t *d, const char **names, uint64_t *mem, int max);
+
+/* memfit.c: the host's RAM in bytes (0 if unknown). */
+uint64_t px_memfit_host_ram(void);
+/* SubmitJob's memory check: the plan's bytes per rank (training state by
+ * ZeRO stage + one micro-batch's activations, planner/plan.h) against the
+ * device memory of every node the layout is placed on (node_devices,
+ * node_names, node_dev_mem: nnodes entries as px_nodes_device_counts /
+ * px_nodes_device_memory give them). PX_ERR_INVALID_ARGUMENT with both
+ * figures in errbuf when a rank cannot fit. */
+px_status_t px_memfit_check(const Parallax__V1__JobSpec *spec, const int *node_devices,
+                            const char *const *node_names, const uint64_t *node_dev_mem,
+                            int nnodes, char *errbuf, size_t errlen);
 /* Peer by node name (alive or not), NULL if unknown. */
 px_peer_t *px_nodes_peer_by_name(px_daemon_t *d, const char *name);
 /* Fills `info` (caller frees with px_nodes_info_free) with this node. */

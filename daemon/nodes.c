@@ -38,8 +38,11 @@ px_status_t px_nodes_init(px_daemon_t *d)
     d->devices = calloc((size_t)d->n_devices, sizeof(*d->devices));
     if (!d->devices)
         return PX_ERR_NO_MEMORY;
-    for (int i = 0; i < d->n_devices; i++)
+    for (int i = 0; i < d->n_devices; i++) {
         snprintf(d->devices[i].name, sizeof(d->devices[i].name), "cpu:%d", i);
+        /* cpu devices share the host's RAM (memfit.c) */
+        d->devices[i].memory_bytes = px_memfit_host_ram() / (uint64_t)d->n_devices;
+    }
     for (int i = 0; i < d->cfg.n_peers; i++) {
         if (!strcmp(d->cfg.peers[i], d->peer_addr))
             continue; /* ourselves in a shared peer list */
@@ -80,6 +83,32 @@ int px_nodes_device_counts(px_daemon_t *d, int *counts, int max)
     for (int i = 0; i < d->n_peers && n < max; i++)
         if (d->peers[i].alive)
             counts[n++] = d->peers[i].n_devices;
+    return n;
+}
+
+static uint64_t min_memory(const px_device_t *devs, int n)
+{
+    uint64_t m = 0;
+    for (int i = 0; i < n; i++)
+        if (!devs[i].memory_bytes)
+            return 0;
+        else if (!m || devs[i].memory_bytes < m)
+            m = devs[i].memory_bytes;
+    return m;
+}
+
+int px_nodes_device_memory(px_daemon_t *d, const char **names, uint64_t *mem, int max)
+{
+    int n = 0;
+    if (n < max) {
+        names[n] = d->cfg.name;
+        mem[n++] = min_memory(d->devices, d->n_devices);
+    }
+    for (int i = 0; i < d->n_peers && n < max; i++)
+        if (d->peers[i].alive) {
+            names[n] = d->peers[i].name;
+            mem[n++] = min_memory(d->peers[i].devices, d->peers[i].n_devices);
+        }
     return n;
 }
 
@@ -125,6 +154,7 @@ void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info)
         parallax__v1__device__init(dev);
         dev->name = d->devices[i].name;
         dev->job_id = d->devices[i].job_id;
+        dev->memory_bytes = d->devices[i].memory_bytes;
         info->devices[i] = dev;
     }
     if (!info->devices)
@@ -168,6 +198,7 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
             snprintf(devs[i].name, sizeof(devs[i].name), "%s", info->devices[i]->name);
             snprintf(devs[i].job_id, sizeof(devs[i].job_id), "%s",
                      info->devices[i]->job_id ? info->devices[i]->job_id : "");
+            devs[i].memory_bytes = info->devices[i]->memory_bytes;
         }
         free(p->devices);
         p->devices = devs;

@@ -12,6 +12,11 @@ new user would, each a check that failed before its fix.
                 a job whose data path holds escapes (a file name may) is
                 shown by pctl status / list / submit errors with every
                 control byte escaped (\x1b), none raw (needs parallax-rank)
+  memory        --seq 100000 on a 2-layer dim-64 model (40 GB of attention
+                activations per rank) is INVALID_ARGUMENT at submit with
+                the figures (bytes a rank needs, bytes a device has, the
+                node), not a rank's out-of-memory 1.5 s later; pctl exits
+                non-zero with the same message
 
 Needs no parallax-rank unless said."""
 import os
@@ -111,6 +116,26 @@ def check_names(args, cl, data):
     print("pctl status/list/submit: the data path's escapes shown as \\x1b, none raw")
 
 
+def check_memory(args, cl):
+    d0 = cl.daemons[0]
+    big = os.path.join(cl.workdir, "big.bin")
+    ntok = pc.write_llmc_tokens(big, max_tokens=150000)
+    assert ntok > 100001, ntok
+    clients = [("grpc", pc.Grpc(d0, args.proto))]
+    if args.pctl and os.access(args.pctl, os.X_OK):
+        clients.append(("pctl", make_client(args, d0)))
+    for cname, c in clients:
+        try:
+            job_id = c.submit(big, dp=1, batch=1, steps=1, layers=2, heads=2, dim=64, seq=100000)
+            raise AssertionError("%s: seq 100000 accepted as %s" % (cname, job_id))
+        except pc.ClientError as e:
+            msg = str(e)
+            assert "INVALID_ARGUMENT" in msg and "needs" in msg and "GiB" in msg and \
+                d0.name in msg and "seq=100000" in msg, msg
+            print("memory (%s): %s" % (cname, msg.strip().splitlines()[0]))
+    assert all(j["spec"]["model"]["seq"] != 100000 for j in clients[0][1].jobs())
+
+
 def main():
     args = pc.parse_args(sys.argv[1:])
     cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="dfx")
@@ -121,6 +146,7 @@ def main():
         data = os.path.join(cl.workdir, "licenses.bin")
         pc.write_llmc_tokens(data, max_tokens=20000)
         check_names(args, cl, data)
+        check_memory(args, cl)
         codes = cl.stop()
         assert codes == [0, 0], codes
     except BaseException:
