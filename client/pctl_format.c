@@ -261,6 +261,7 @@ json_t *pctl_json_node(const Parallax__V1__NodeInfo *n)
     json_object_set_new(o, "devices_free", json_integer((json_int_t)free_devs));
     json_object_set_new(o, "devices_total", json_integer((json_int_t)n->n_devices));
     json_object_set_new(o, "devices", devs);
+    json_object_set_new(o, "error", json_str(n->error));
     return o;
 }
 

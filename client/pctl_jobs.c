@@ -975,6 +975,8 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
                    n->alive ? "yes" : "no", devs,
                    n->blas_core && *n->blas_core ? pctl_esc(n->blas_core) : "-", seen,
                    n->last_seen_ms > 0 ? " ago" : "");
+            if (n->error && *n->error)
+                printf("  ERROR: %s\n", pctl_esc(n->error));
         }
         rc = PCTL_EXIT_OK;
     }

@@ -557,6 +557,7 @@ static void h_list_nodes(px_rpc_call_t *call, const ProtobufCMessage *request, v
         return;
     }
     px_nodes_self_info(d, &infos[0]);
+    infos[0].error = (char *)px_nodes_self_conflict(d);
     ptrs[0] = &infos[0];
     for (int i = 0; i < d->n_peers; i++) {
         px_peer_t *p = &d->peers[i];
@@ -570,6 +571,7 @@ static void h_list_nodes(px_rpc_call_t *call, const ProtobufCMessage *request, v
         ni->version = p->version;
         ni->blas_core = p->blas_core;
         ni->blas_core_source = p->blas_core_source;
+        ni->error = p->conflict;
         ni->devices = devs + k;
         for (int j = 0; j < p->n_devices; j++) {
             Parallax__V1__Device *dv = malloc(sizeof(*dv));

@@ -65,6 +65,7 @@ typedef struct px_peer {
     px_rpc_channel_t *channel;      /* to its Peer service */
     px_rpc_channel_t *control;      /* to its Control service, lazily */
     int hb_inflight;
+    char conflict[2 * PXD_ADDR_MAX + PXD_NAME_MAX + 160]; /* its name collides (nodes.c), "" if not */
 } px_peer_t;
 
 /* A rank of a job this node coordinates. */
@@ -231,6 +232,10 @@ int px_nodes_device_counts(px_daemon_t *d, int *counts, int max);
  * smallest memory of its devices in bytes (0: not reported). Returns the
  * count. */
 int px_nodes_device_memory(px_daemon_t *d, const char **names, uint64_t *mem, int max);
+
+/* A name conflict a peer has with this node's name ("" if none), for
+ * this node's NodeInfo.error. */
+const char *px_nodes_self_conflict(px_daemon_t *d);
 
 /* memfit.c: the host's RAM in bytes (0 if unknown). */
 uint64_t px_memfit_host_ram(void);

@@ -170,6 +170,47 @@ void px_nodes_info_free(Parallax__V1__NodeInfo *info)
     info->n_devices = 0;
 }
 
+/* Whether `p`'s name (just reported) collides with this node's or with
+ * another live peer's: two daemons started without --name on one host both
+ * take the host name, and the cluster would count them as one node. Such a
+ * peer is an error: logged once (its peer address, the name, whose it is),
+ * kept in p->conflict for ListNodes (pctl nodes), and not used. Both
+ * daemons see it through their own heartbeats, so both log it. */
+static int name_conflict(px_daemon_t *d, px_peer_t *p)
+{
+    char why[sizeof(p->conflict)];
+
+    why[0] = '\0';
+    if (!strcmp(p->name, d->cfg.name)) {
+        snprintf(why, sizeof(why), "peer at %s reports the name '%s', which is this node's "
+                 "name: every daemon needs its own --name", p->peer_addr, p->name);
+    } else {
+        for (int i = 0; i < d->n_peers; i++) {
+            const px_peer_t *q = &d->peers[i];
+            if (q != p && q->alive && !strcmp(q->name, p->name)) {
+                snprintf(why, sizeof(why), "peer at %s reports the name '%s', which live peer "
+                         "%s has: every daemon needs its own --name", p->peer_addr, p->name,
+                         q->peer_addr);
+                break;
+            }
+        }
+    }
+    if (why[0] && strcmp(why, p->conflict))
+        px_error("%s; the peer is not used", why);
+    else if (!why[0] && p->conflict[0])
+        px_info("peer at %s: name conflict resolved, now '%s'", p->peer_addr, p->name);
+    snprintf(p->conflict, sizeof(p->conflict), "%s", why);
+    return why[0] != '\0';
+}
+
+const char *px_nodes_self_conflict(px_daemon_t *d)
+{
+    for (int i = 0; i < d->n_peers; i++)
+        if (d->peers[i].conflict[0] && !strcmp(d->peers[i].name, d->cfg.name))
+            return d->peers[i].conflict;
+    return "";
+}
+
 /* Refreshes `p` from its NodeInfo. Only an answer to our own heartbeat
  * (`reachable`) makes a peer alive: an incoming heartbeat proves it can
  * reach us, not that our channel to it works. */
@@ -181,6 +222,13 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
 
     if (info->name && *info->name)
         snprintf(p->name, sizeof(p->name), "%s", info->name);
+    if (name_conflict(d, p)) {
+        if (p->alive) {
+            p->alive = 0; /* its devices leave the cluster's count */
+            px_job_schedule(d);
+        }
+        return;
+    }
     if (info->control_addr && strcmp(p->control_addr, info->control_addr)) {
         snprintf(p->control_addr, sizeof(p->control_addr), "%s", info->control_addr);
         px_rpc_channel_destroy(p->control);
@@ -221,10 +269,12 @@ void px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info)
 
     if (!info || !info->name || !*info->name || !strcmp(info->name, d->cfg.name))
         return;
-    p = px_nodes_peer_by_name(d, info->name);
+    /* by address first: a name may be in conflict (name_conflict) */
     for (int i = 0; !p && i < d->n_peers; i++)
         if (info->peer_addr && !strcmp(d->peers[i].peer_addr, info->peer_addr))
             p = &d->peers[i];
+    if (!p)
+        p = px_nodes_peer_by_name(d, info->name);
     if (!p) {
         if (!info->peer_addr || !*info->peer_addr)
             return;

@@ -17,6 +17,10 @@ new user would, each a check that failed before its fix.
                 the figures (bytes a rank needs, bytes a device has, the
                 node), not a rank's out-of-memory 1.5 s later; pctl exits
                 non-zero with the same message
+  peer names    two daemons started without --name (both take the host
+                name) peering with each other: both log the collision as an
+                error naming the peer's address, and `pctl nodes` (and
+                ListNodes) shows it on the peer's row and on the node's own
 
 Needs no parallax-rank unless said."""
 import os
@@ -136,6 +140,43 @@ def check_memory(args, cl):
     assert all(j["spec"]["model"]["seq"] != 100000 for j in clients[0][1].jobs())
 
 
+def check_peer_names(args, cl):
+    ds = [pc.Daemon(args.parallaxd, "%snoname%c" % (cl.daemons[0].name, c), cl.workdir, 1, cl.env)
+          for c in "ab"]
+    ds[0].peers, ds[1].peers = [ds[1].peer], [ds[0].peer]
+    procs = []
+    for d in ds:
+        a = d.argv()
+        i = a.index("--name")
+        del a[i:i + 2]  # as a user would start them: the host name for both
+        log = open(d.log_path, "ab")
+        procs.append(subprocess.Popen(a, stdout=log, stderr=subprocess.STDOUT, env=cl.env))
+        log.close()
+        d.proc = procs[-1]
+    try:
+        want = "which is this node's name"
+        pc.wait_for(lambda: all(want in d.log_tail(200) for d in ds), 20,
+                    "both daemons to log the name collision")
+        for d in ds:
+            line = [l for l in d.log_tail(200).splitlines() if want in l][0]
+            other = ds[1] if d is ds[0] else ds[0]
+            assert "ERROR" in line and other.peer in line, line
+        print("peer names: both log: %s" % line.split(": ", 1)[1])
+        nodes = pc.Grpc(ds[0], args.proto).nodes()
+        errs = [n.get("error", "") for n in nodes]
+        assert all(want in e for e in errs), nodes
+        assert not any(n["alive"] for n in nodes[1:]), nodes  # the peer is not used
+        if args.pctl and os.access(args.pctl, os.X_OK):
+            r = subprocess.run([args.pctl, "--server", ds[1].control, "nodes"],
+                               stdout=subprocess.PIPE, timeout=30)
+            out = r.stdout.decode()
+            assert r.returncode == 0 and out.count("ERROR: ") == 2 and want in out, out
+            print("pctl nodes:\n" + out.rstrip())
+    finally:
+        for d in ds:
+            d.stop()
+
+
 def main():
     args = pc.parse_args(sys.argv[1:])
     cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="dfx")
@@ -147,6 +188,7 @@ def main():
         pc.write_llmc_tokens(data, max_tokens=20000)
         check_names(args, cl, data)
         check_memory(args, cl)
+        check_peer_names(args, cl)
         codes = cl.stop()
         assert codes == [0, 0], codes
     except BaseException:
