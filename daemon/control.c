@@ -354,15 +354,10 @@ static void h_cancel(px_rpc_call_t *call, const ProtobufCMessage *request, void 
     const Parallax__V1__CancelJobRequest *req = (const void *)request;
     px_job_t *job = route(d, call, req->job_id, "CancelJob", request,
                           &parallax__v1__job__descriptor);
-    Parallax__V1__Job msg;
 
     if (!job)
         return;
-    if (px_job_is_active(job))
-        px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED, "cancelled by user");
-    px_job_to_msg(job, &msg);
-    px_rpc_call_reply(call, &msg.base);
-    px_job_msg_free(&msg);
+    px_job_cancel(job, call); /* answers once the ranks are gone (job.c) */
 }
 
 /* ----------------------------------------------------- remote WatchJob */

@@ -91,6 +91,8 @@ typedef struct px_watcher {
 
 /* A job this node coordinates (every state; finished ones loaded from the
  * store at start so GetJob/ListJobs/GetMetrics answer about them). */
+#define PXD_CANCEL_WAITERS 8
+
 typedef struct px_job {
     px_daemon_t *d;
     char id[PXD_JOB_ID_MAX];
@@ -118,10 +120,15 @@ typedef struct px_job {
     int n_exited_unknown;           /* adopted ranks gone with PXD_EXIT_UNKNOWN */
     int64_t reconcile_ms;           /* mono ms of the last StopRanks sent for a
                                      * node still running ranks of this ended job */
+    px_rpc_call_t *cancel_calls[PXD_CANCEL_WAITERS]; /* CancelJob answers held until
+                                     * the ranks are gone (px_job_cancel) */
+    int n_cancel_calls;
     struct px_job *next;
 } px_job_t;
 
 /* A rank process this node runs (for any coordinator). */
+#define PXD_CGROUP_PATH_MAX 1400
+
 typedef struct px_local_rank {
     px_daemon_t *d;
     char job_id[PXD_JOB_ID_MAX];
@@ -141,6 +148,7 @@ typedef struct px_local_rank {
                                      * through a pidfd (poll), proc unused */
     int pidfd;
     uv_poll_t poll;
+    char cgroup[PXD_CGROUP_PATH_MAX]; /* its cgroup v2 (cgroup.c), "" if none */
     struct px_local_rank *next;
 } px_local_rank_t;
 
@@ -156,7 +164,8 @@ struct px_daemon {
     px_rpc_server_t *peer_srv;
     px_store_t *store;
     int lock_fd;
-    int sock_lock_fd;      /* runtime-dir/control.sock.lock, flocked; -1 before */
+    int sock_lock_fd;
+    char cgroup_base[PXD_CGROUP_PATH_MAX - 200]; /* cgroup.c: parallax-<node>/, "" = none */      /* runtime-dir/control.sock.lock, flocked; -1 before */
     char sock_path[1024];
     char control_addr[PXD_ADDR_MAX];   /* advertised host:port */
     char peer_addr[PXD_ADDR_MAX];      /* advertised host:port */
@@ -233,9 +242,48 @@ int px_nodes_device_counts(px_daemon_t *d, int *counts, int max);
  * count. */
 int px_nodes_device_memory(px_daemon_t *d, const char **names, uint64_t *mem, int max);
 
+/* CancelJob: the job becomes CANCELLED (if active) and `call` is answered
+ * with the job once every launched rank has exited (their devices freed,
+ * nothing of theirs left: cgroup.c) on every node, or after
+ * PX_KILL_GRACE_MS + PX_PEER_DEAD_MS at the latest, so `pctl nodes` right
+ * after `pctl cancel` shows the devices free. */
+void px_job_cancel(px_job_t *job, px_rpc_call_t *call);
+/* A rank of `job_id` on peer `node` exited: its device (held by job_id) is
+ * free in this node's view of the peer before the next heartbeat says so. */
+void px_nodes_peer_device_release(px_daemon_t *d, const char *node, const char *device,
+                                  const char *job_id);
+
 /* A name conflict a peer has with this node's name ("" if none), for
  * this node's NodeInfo.error. */
 const char *px_nodes_self_conflict(px_daemon_t *d);
+
+/* cgroup.c: rank tracking by cgroup v2 (see the file comment).
+ * px_cgroup_init finds a writable cgroup2 hierarchy and creates this
+ * node's parallax-<name>/ in the daemon's own cgroup, or says at start
+ * that ranks are tracked by process group only (always PX_OK). */
+px_status_t px_cgroup_init(px_daemon_t *d);
+/* Removes parallax-<name>/ at exit when it is empty. */
+void px_cgroup_fini(px_daemon_t *d);
+/* Creates <base>/<job_id>.r<rank>; its path into path[len] ("" when
+ * cgroups are off or this failed: logged, the rank is then tracked by its
+ * process group). */
+px_status_t px_cgroup_rank_create(px_daemon_t *d, const char *job_id, int rank, char *path,
+                                  size_t len);
+/* Moves `pid` into the cgroup at `path` ("" no-op); on failure logs, and
+ * removes the cgroup and clears path. */
+void px_cgroup_rank_attach(const char *job_id, int rank, int pid, char *path);
+/* The rank's trampoline: `parallaxd --exec-in-cgroup PATH RANK_BIN ARGS...`
+ * (uv_spawn has no way to start a child inside a cgroup) moves itself
+ * into PATH, then execs RANK_BIN with ARGS: the rank is in its cgroup before
+ * its first instruction, so nothing it forks escapes. Returns (127) only
+ * when the exec failed. */
+#define PXD_EXEC_IN_CGROUP "--exec-in-cgroup"
+int px_cgroup_exec(const char *path, char **argv);
+/* Sends `sig` to every process of the cgroup at `path` ("" no-op). */
+void px_cgroup_signal(const char *path, int sig);
+/* Kills every process of the cgroup at `path` (cgroup.kill), waits until
+ * the kernel reports it empty (at most 2 s), removes it. "" no-op. */
+void px_cgroup_kill_remove(const char *path);
 
 /* memfit.c: the host's RAM in bytes (0 if unknown). */
 uint64_t px_memfit_host_ram(void);

@@ -361,6 +361,9 @@ void px_job_free_all(px_daemon_t *d)
                 job->ranks[r].held = NULL;
             }
         }
+        for (int i = 0; i < job->n_cancel_calls; i++)
+            px_rpc_call_fail(job->cancel_calls[i], GRPC_STATUS_UNAVAILABLE, "daemon stopping");
+        job->n_cancel_calls = 0;
         while (job->watchers) {
             px_watcher_t *w = job->watchers;
             job->watchers = w->next;
@@ -621,6 +624,66 @@ void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt,
         job_event(job, "%s", state_name(state));
     watchers_notify(job, NULL);
     px_job_schedule(job->d);
+}
+
+/* Whether a launched rank of `job` has not reported its exit yet. */
+static int ranks_alive(const px_job_t *job)
+{
+    for (int r = 0; job->ranks && r < job->world; r++)
+        if (!strcmp(job->ranks[r].state, "launching") || !strcmp(job->ranks[r].state, "running"))
+            return 1;
+    return 0;
+}
+
+/* Answers every held CancelJob call with the job as it is now. */
+static void cancel_reply_all(px_job_t *job)
+{
+    Parallax__V1__Job msg;
+
+    if (job->rdv_timer_active) {
+        uv_timer_stop(&job->rdv_timer);
+        job->rdv_timer_active = 0;
+    }
+    px_job_to_msg(job, &msg);
+    for (int i = 0; i < job->n_cancel_calls; i++)
+        px_rpc_call_reply(job->cancel_calls[i], &msg.base);
+    px_job_msg_free(&msg);
+    job->n_cancel_calls = 0;
+}
+
+static void on_cancel_deadline(uv_timer_t *t)
+{
+    px_job_t *job = t->data;
+    job->rdv_timer_active = 0;
+    px_warn("job %s: ranks still not reported gone %ld ms after cancel; answering", job->id,
+            px_env_int("PX_KILL_GRACE_MS") + px_env_int("PX_PEER_DEAD_MS"));
+    cancel_reply_all(job);
+}
+
+void px_job_cancel(px_job_t *job, px_rpc_call_t *call)
+{
+    if (px_job_is_active(job))
+        px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED, "cancelled by user");
+    if (job->n_cancel_calls < PXD_CANCEL_WAITERS && ranks_alive(job)) {
+        job->cancel_calls[job->n_cancel_calls++] = call;
+        /* the rendezvous timer is idle once the job is final: the deadline */
+        if (!job->rdv_timer_active) {
+            uv_timer_start(&job->rdv_timer, on_cancel_deadline,
+                           (uint64_t)(px_env_int("PX_KILL_GRACE_MS") +
+                                      px_env_int("PX_PEER_DEAD_MS")), 0);
+            job->rdv_timer_active = 1;
+        }
+        return;
+    }
+    if (job->n_cancel_calls) { /* ranks gone, or too many waiters: answer now */
+        cancel_reply_all(job);
+    }
+    {
+        Parallax__V1__Job msg;
+        px_job_to_msg(job, &msg);
+        px_rpc_call_reply(call, &msg.base);
+        px_job_msg_free(&msg);
+    }
 }
 
 void px_job_fail_all_active(px_daemon_t *d, const char *reason)
@@ -1091,6 +1154,9 @@ static int fail_rank_cause(int exit_code)
     return exit_code == -9 ? 2 : exit_code < 0 ? 1 : 0;
 }
 
+static int ranks_alive(const px_job_t *job);
+static void cancel_reply_all(px_job_t *job);
+
 void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char *node,
                         int exit_code, const char *detail)
 {
@@ -1105,8 +1171,12 @@ void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char
         return;
     snprintf(jr->state, sizeof(jr->state), "exited");
     jr->exit_code = exit_code;
+    if (strcmp(jr->node, d->cfg.name))
+        px_nodes_peer_device_release(d, jr->node, jr->device, job->id);
     if (!is_placed_active(job)) {
         job_save(job);
+        if (job->n_cancel_calls && !ranks_alive(job))
+            cancel_reply_all(job);
         return;
     }
     if (exit_code == PXD_EXIT_UNKNOWN) {

@@ -335,6 +335,8 @@ int main(int argc, char **argv)
     px_status_t status;
     int ret = 1;
 
+    if (argc > 3 && !strcmp(argv[1], PXD_EXEC_IN_CGROUP)) /* a rank's first step: cgroup.c */
+        return px_cgroup_exec(argv[2], argv + 3);
     px_log_set_tag("parallaxd");
     signal(SIGPIPE, SIG_IGN);
     d->lock_fd = -1;
@@ -462,6 +464,7 @@ int main(int argc, char **argv)
     if (socket_group(d) != PX_OK)
         goto out_servers;
 
+    px_cgroup_init(d); /* says at start when ranks are tracked by process group only */
     if (px_nodes_init(d) != PX_OK)
         goto out_servers;
     /* ranks a dead predecessor left running: those of RUNNING jobs this
@@ -506,6 +509,7 @@ out_jobs:
     px_job_free_all(d);
 out_loop:
     px_nodes_fini(d);
+    px_cgroup_fini(d);
     uv_walk(d->loop, close_walk, NULL);
     uv_run(d->loop, UV_RUN_DEFAULT);
     uv_loop_close(d->loop);

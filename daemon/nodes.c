@@ -112,6 +112,15 @@ int px_nodes_device_memory(px_daemon_t *d, const char **names, uint64_t *mem, in
     return n;
 }
 
+void px_nodes_peer_device_release(px_daemon_t *d, const char *node, const char *device,
+                                  const char *job_id)
+{
+    px_peer_t *p = px_nodes_peer_by_name(d, node);
+    for (int i = 0; p && i < p->n_devices; i++)
+        if (!strcmp(p->devices[i].name, device) && !strcmp(p->devices[i].job_id, job_id))
+            p->devices[i].job_id[0] = '\0';
+}
+
 px_peer_t *px_nodes_peer_by_name(px_daemon_t *d, const char *name)
 {
     for (int i = 0; i < d->n_peers; i++)
