@@ -21,6 +21,9 @@ new user would, each a check that failed before its fix.
                 name) peering with each other: both log the collision as an
                 error naming the peer's address, and `pctl nodes` (and
                 ListNodes) shows it on the peer's row and on the node's own
+  unique names  a name active on one daemon is refused by the other daemon
+                of the cluster (ALREADY_EXISTS naming the node and job);
+                once that job is cancelled the name is free on both
 
 Needs no parallax-rank unless said."""
 import os
@@ -177,6 +180,23 @@ def check_peer_names(args, cl):
             d.stop()
 
 
+def check_unique_names(args, cl, data):
+    g0, g1 = pc.Grpc(cl.daemons[0], args.proto), pc.Grpc(cl.daemons[1], args.proto)
+    first = g0.submit(data, dp=1, batch=2, steps=1000000, name="dup-name")
+    try:
+        other = g1.submit(data, dp=1, batch=2, steps=1000000, name="dup-name")
+        raise AssertionError("the same name accepted by a second daemon: %s and %s" % (first,
+                                                                                     other))
+    except pc.ClientError as e:
+        msg = str(e)
+        assert "ALREADY_EXISTS" in msg and cl.daemons[0].name in msg and first in msg, msg
+        print("unique names: second daemon: %s" % msg)
+    g0.cancel(first)
+    again = g1.submit(data, dp=1, batch=2, steps=1000000, name="dup-name")
+    g1.cancel(again)
+    print("unique names: free again once %s was cancelled (%s took it)" % (first, again))
+
+
 def main():
     args = pc.parse_args(sys.argv[1:])
     cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="dfx")
@@ -189,6 +209,7 @@ def main():
         check_names(args, cl, data)
         check_memory(args, cl)
         check_peer_names(args, cl)
+        check_unique_names(args, cl, data)
         codes = cl.stop()
         assert codes == [0, 0], codes
     except BaseException:
