@@ -174,6 +174,7 @@ json_t *pctl_json_job(const Parallax__V1__Job *job)
     json_object_set_new(o, "grad_norm", json_float(job->grad_norm));
     json_object_set_new(o, "lr", json_float(job->lr));
     json_object_set_new(o, "created_ms", json_integer(job->created_ms));
+    json_object_set_new(o, "now_ms", json_integer(job->now_ms)); /* the clock of its times */
     json_object_set_new(o, "started_ms", json_integer(job->started_ms));
     json_object_set_new(o, "finished_ms", json_integer(job->finished_ms));
     json_object_set_new(o, "coordinator", json_str(job->coordinator));
@@ -262,6 +263,7 @@ json_t *pctl_json_node(const Parallax__V1__NodeInfo *n)
     json_object_set_new(o, "devices_total", json_integer((json_int_t)n->n_devices));
     json_object_set_new(o, "devices", devs);
     json_object_set_new(o, "error", json_str(n->error));
+    json_object_set_new(o, "now_ms", json_integer(n->now_ms)); /* last_seen_ms's clock */
     return o;
 }
 

@@ -76,18 +76,24 @@ static int parse_common(const char *cmd, int argc, char **argv, int want_job, in
     return 0;
 }
 
-static const char *fmt_age(int64_t ms, char *buf, size_t len)
+/* Age of `ms` as the answering daemon saw it: now_ms is its clock when it
+ * answered (Job.now_ms, NodeInfo.now_ms; 0 from an older daemon: this
+ * machine's clock), so a daemon whose clock is off still shows true ages. */
+static const char *fmt_age(int64_t now_ms, int64_t ms, char *buf, size_t len)
 {
     if (ms <= 0) {
         snprintf(buf, len, "-");
         return buf;
     }
-    return pctl_fmt_duration((double)(px_time_wall_ms() - ms) / 1000.0, buf, len);
+    return pctl_fmt_duration((double)((now_ms > 0 ? now_ms : px_time_wall_ms()) - ms) / 1000.0,
+                             buf, len);
 }
 
-static const char *fmt_time(int64_t ms, char *buf, size_t len)
+/* A time of the answering daemon's clock (now_ms as above) as this
+ * machine's local time. */
+static const char *fmt_time(int64_t now_ms, int64_t ms, char *buf, size_t len)
 {
-    time_t t = (time_t)(ms / 1000);
+    time_t t = (time_t)((ms - (now_ms > 0 ? now_ms - px_time_wall_ms() : 0)) / 1000);
     struct tm tm;
     if (ms <= 0 || !localtime_r(&t, &tm)) {
         snprintf(buf, len, "-");
@@ -631,7 +637,7 @@ int pctl_cmd_list(pctl_ctx_t *ctx, int argc, char **argv)
             printf("%-20s %-16s %-10s %13s %8s %8s %7s\n", pctl_esc(j->id),
                    pctl_esc(j->spec ? j->spec->name : NULL), pctl_state_name(j->state), steps,
                    loss, pctl_fmt_rate(j->tokens_per_second, tps, sizeof(tps)),
-                   fmt_age(j->created_ms, age, sizeof(age)));
+                   fmt_age(j->now_ms, j->created_ms, age, sizeof(age)));
         }
         rc = PCTL_EXIT_OK;
     }
@@ -660,12 +666,12 @@ static void print_job(const Parallax__V1__Job *j)
         printf("lr           %.6g\n", j->lr);
         printf("tokens/s     %.0f\n", j->tokens_per_second);
     }
-    printf("created      %s (%s ago)\n", fmt_time(j->created_ms, b1, sizeof(b1)),
-           fmt_age(j->created_ms, b2, sizeof(b2)));
+    printf("created      %s (%s ago)\n", fmt_time(j->now_ms, j->created_ms, b1, sizeof(b1)),
+           fmt_age(j->now_ms, j->created_ms, b2, sizeof(b2)));
     if (j->started_ms > 0)
-        printf("started      %s\n", fmt_time(j->started_ms, b1, sizeof(b1)));
+        printf("started      %s\n", fmt_time(j->now_ms, j->started_ms, b1, sizeof(b1)));
     if (j->finished_ms > 0)
-        printf("finished     %s (ran %s)\n", fmt_time(j->finished_ms, b1, sizeof(b1)),
+        printf("finished     %s (ran %s)\n", fmt_time(j->now_ms, j->finished_ms, b1, sizeof(b1)),
                j->started_ms > 0
                    ? pctl_fmt_duration((double)(j->finished_ms - j->started_ms) / 1000.0, b3,
                                        sizeof(b3))
@@ -969,7 +975,7 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
                 if (!n->devices[k]->job_id || !*n->devices[k]->job_id)
                     free_devs++;
             snprintf(devs, sizeof(devs), "%zu/%zu", free_devs, n->n_devices);
-            fmt_age(n->last_seen_ms, seen, sizeof(seen));
+            fmt_age(n->now_ms, n->last_seen_ms, seen, sizeof(seen));
             printf("%-16s %-22s %-22s %-6s %-8s %-12s %s%s\n", pctl_esc(n->name),
                    pctl_esc(n->control_addr), pctl_esc(n->peer_addr),
                    n->alive ? "yes" : "no", devs,

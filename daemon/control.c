@@ -11,6 +11,7 @@
 #include "benchstore.h"
 #include "memstore.h"
 #include "daemon.h"
+#include "px_time.h"
 #include "jobspec.h"
 #include "layout.h"
 #include "px_log.h"
@@ -731,6 +732,8 @@ static void h_list_nodes(px_rpc_call_t *call, const ProtobufCMessage *request, v
         }
         ptrs[i + 1] = ni;
     }
+    for (int i = 0; i <= d->n_peers; i++) /* every last_seen_ms is in this clock */
+        infos[i].now_ms = px_time_wall_ms();
     resp.nodes = ptrs;
     resp.n_nodes = (size_t)d->n_peers + 1;
     px_rpc_call_reply(call, &resp.base);

@@ -110,6 +110,7 @@ void px_job_to_msg(const px_job_t *job, Parallax__V1__Job *out)
     out->lr = job->lr;
     out->tokens_per_second = job->tokens_per_second;
     out->created_ms = job->created_ms;
+    out->now_ms = px_time_wall_ms(); /* the clock of every time here (issue 16) */
     out->started_ms = job->started_ms;
     out->finished_ms = job->finished_ms;
     out->coordinator = (char *)job->coordinator;

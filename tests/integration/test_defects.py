@@ -24,6 +24,11 @@ new user would, each a check that failed before its fix.
   unique names  a name active on one daemon is refused by the other daemon
                 of the cluster (ALREADY_EXISTS naming the node and job);
                 once that job is cancelled the name is free on both
+  clock skew    a daemon whose clock is 120 s ahead (libfaketime) coordinates
+                a job: pctl list / status / nodes through the other daemon
+                show its age as seconds, not "-" (times are relative to the
+                answering daemon's clock, Job.now_ms / NodeInfo.now_ms);
+                skipped, saying so, where libfaketime is not installed
 
 Needs no parallax-rank unless said."""
 import os
@@ -197,6 +202,53 @@ def check_unique_names(args, cl, data):
     print("unique names: free again once %s was cancelled (%s took it)" % (first, again))
 
 
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+
+def check_clock_skew(args, data):
+    if not os.path.exists(FAKETIME_LIB):
+        print("clock skew: SKIPPED: libfaketime (Debian faketime) is not installed")
+        return
+    if not (args.pctl and os.access(args.pctl, os.X_OK)):
+        print("clock skew: SKIPPED: no pctl in this build")
+        return
+    cl = pc.Cluster(args.parallaxd, n=2, devices=1, tag="clk")
+    cl.daemons[1].env = dict(cl.env, LD_PRELOAD=FAKETIME_LIB, FAKETIME="+120s",
+                             FAKETIME_DONT_FAKE_MONOTONIC="1")
+    client = lambda d: make_client(args, d)  # noqa: E731
+    try:
+        cl.start(client)
+        a, b = cl.daemons
+        gb = pc.Grpc(b, args.proto)
+        job_id = gb.submit(data, dp=1, batch=2, steps=2)
+        pc.wait_state(gb, job_id, ("COMPLETED", "FAILED"), 120)
+        j = gb.job(job_id)
+        assert int(j["created_ms"]) > time.time() * 1000 + 60000, "faketime not in effect: %s" % j
+        pctl = [args.pctl, "--server", a.control]
+        out = subprocess.run(pctl + ["list"], stdout=subprocess.PIPE, timeout=30).stdout.decode()
+        row = [l for l in out.splitlines() if l.startswith(job_id + " ")]
+        assert row, out
+        age = row[0].split()[-1]
+        assert age != "-" and age.endswith("s") and int(age[:-1]) < 60, \
+            "age of %s (coordinated 120 s ahead) shown as %r:\n%s" % (job_id, age, out)
+        st = subprocess.run(pctl + ["status", job_id], stdout=subprocess.PIPE,
+                            timeout=30).stdout.decode()
+        created = [l for l in st.splitlines() if l.startswith("created")][0]
+        assert "(-" not in created and " ago)" in created, created
+        nodes = subprocess.run(pctl + ["nodes"], stdout=subprocess.PIPE, timeout=30).stdout.decode()
+        brow = [l for l in nodes.splitlines() if l.startswith(b.name)][0]
+        assert brow.rstrip().endswith(" ago"), nodes
+        print("clock skew: job of a node 120 s ahead: list age %s, status %r, nodes %r" % (
+            age, created.strip(), brow.split()[-2] + " ago"))
+        codes = cl.stop()
+        assert codes == [0, 0], codes
+    except BaseException:
+        print(cl.logs())
+        cl.stop()
+        raise
+    cl.cleanup()
+
+
 def main():
     args = pc.parse_args(sys.argv[1:])
     cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="dfx")
@@ -210,6 +262,7 @@ def main():
         check_memory(args, cl)
         check_peer_names(args, cl)
         check_unique_names(args, cl, data)
+        check_clock_skew(args, data)
         codes = cl.stop()
         assert codes == [0, 0], codes
     except BaseException:
