@@ -123,6 +123,8 @@ typedef struct px_job {
     px_rpc_call_t *cancel_calls[PXD_CANCEL_WAITERS]; /* CancelJob answers held until
                                      * the ranks are gone (px_job_cancel) */
     int n_cancel_calls;
+    int cancel_pending;             /* cancelled, ranks stopping: CANCELLED once
+                                     * every launched rank has exited */
     struct px_job *next;
 } px_job_t;
 
@@ -242,11 +244,12 @@ int px_nodes_device_counts(px_daemon_t *d, int *counts, int max);
  * count. */
 int px_nodes_device_memory(px_daemon_t *d, const char **names, uint64_t *mem, int max);
 
-/* CancelJob: the job becomes CANCELLED (if active) and `call` is answered
- * with the job once every launched rank has exited (their devices freed,
- * nothing of theirs left: cgroup.c) on every node, or after
- * PX_KILL_GRACE_MS + PX_PEER_DEAD_MS at the latest, so `pctl nodes` right
- * after `pctl cancel` shows the devices free. */
+/* CancelJob: the job's ranks are stopped on every node and the job
+ * becomes CANCELLED only once every launched rank has exited (devices
+ * freed, nothing of theirs left: cgroup.c), or after PX_KILL_GRACE_MS +
+ * PX_PEER_DEAD_MS at the latest; `call` is answered then, so `pctl nodes`
+ * right after `pctl cancel` shows the devices free. A job with no rank
+ * running is CANCELLED at once. */
 void px_job_cancel(px_job_t *job, px_rpc_call_t *call);
 /* A rank of `job_id` on peer `node` exited: its device (held by job_id) is
  * free in this node's view of the peer before the next heartbeat says so. */

@@ -54,6 +54,8 @@ static int is_placed_active(const px_job_t *job)
 }
 
 static void job_event(px_job_t *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int ranks_alive(const px_job_t *job);
+static void cancel_reply_all(px_job_t *job);
 static void job_event(px_job_t *job, const char *fmt, ...)
 {
     char text[PXD_REASON_MAX + 128];
@@ -595,6 +597,7 @@ void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt,
     if (!px_job_is_active(job))
         return;
     job->state = state;
+    job->cancel_pending = 0;
     va_start(ap, fmt);
     vsnprintf(job->reason, sizeof(job->reason), fmt, ap);
     va_end(ap);
@@ -625,6 +628,8 @@ void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt,
         job_event(job, "%s", state_name(state));
     watchers_notify(job, NULL);
     px_job_schedule(job->d);
+    if (job->n_cancel_calls) /* CancelJob calls held for this (px_job_cancel) */
+        cancel_reply_all(job);
 }
 
 /* Whether a launched rank of `job` has not reported its exit yet. */
@@ -641,10 +646,6 @@ static void cancel_reply_all(px_job_t *job)
 {
     Parallax__V1__Job msg;
 
-    if (job->rdv_timer_active) {
-        uv_timer_stop(&job->rdv_timer);
-        job->rdv_timer_active = 0;
-    }
     px_job_to_msg(job, &msg);
     for (int i = 0; i < job->n_cancel_calls; i++)
         px_rpc_call_reply(job->cancel_calls[i], &msg.base);
@@ -655,25 +656,38 @@ static void cancel_reply_all(px_job_t *job)
 static void on_cancel_deadline(uv_timer_t *t)
 {
     px_job_t *job = t->data;
+    long ms = px_env_int("PX_KILL_GRACE_MS") + px_env_int("PX_PEER_DEAD_MS");
+
     job->rdv_timer_active = 0;
-    px_warn("job %s: ranks still not reported gone %ld ms after cancel; answering", job->id,
-            px_env_int("PX_KILL_GRACE_MS") + px_env_int("PX_PEER_DEAD_MS"));
+    px_warn("job %s: ranks still not reported gone %ld ms after cancel", job->id, ms);
+    if (job->cancel_pending && px_job_is_active(job))
+        px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED,
+                      "cancelled by user (not every rank reported its exit within %ld ms)", ms);
     cancel_reply_all(job);
 }
 
 void px_job_cancel(px_job_t *job, px_rpc_call_t *call)
 {
-    if (px_job_is_active(job))
-        px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED, "cancelled by user");
-    if (job->n_cancel_calls < PXD_CANCEL_WAITERS && ranks_alive(job)) {
-        job->cancel_calls[job->n_cancel_calls++] = call;
-        /* the rendezvous timer is idle once the job is final: the deadline */
-        if (!job->rdv_timer_active) {
+    if (px_job_is_active(job) && !job->cancel_pending) {
+        if (!ranks_alive(job)) {
+            px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED, "cancelled by user");
+        } else {
+            /* stop the ranks now; CANCELLED once they are gone (rank_exited) */
+            job->cancel_pending = 1;
+            job->fail_pending = 0; /* a failure settling: the cancel takes over */
+            snprintf(job->reason, sizeof(job->reason), "cancelled by user");
+            job_event(job, "cancel requested: stopping %d ranks", job->world);
+            stop_ranks_everywhere(job);
+            if (job->rdv_timer_active) /* rendezvous or settling: moot now */
+                uv_timer_stop(&job->rdv_timer);
             uv_timer_start(&job->rdv_timer, on_cancel_deadline,
                            (uint64_t)(px_env_int("PX_KILL_GRACE_MS") +
                                       px_env_int("PX_PEER_DEAD_MS")), 0);
             job->rdv_timer_active = 1;
         }
+    }
+    if (job->n_cancel_calls < PXD_CANCEL_WAITERS && job->cancel_pending) {
+        job->cancel_calls[job->n_cancel_calls++] = call;
         return;
     }
     if (job->n_cancel_calls) { /* ranks gone, or too many waiters: answer now */
@@ -1155,9 +1169,6 @@ static int fail_rank_cause(int exit_code)
     return exit_code == -9 ? 2 : exit_code < 0 ? 1 : 0;
 }
 
-static int ranks_alive(const px_job_t *job);
-static void cancel_reply_all(px_job_t *job);
-
 void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char *node,
                         int exit_code, const char *detail)
 {
@@ -1174,6 +1185,12 @@ void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char
     jr->exit_code = exit_code;
     if (strcmp(jr->node, d->cfg.name))
         px_nodes_peer_device_release(d, jr->node, jr->device, job->id);
+    if (job->cancel_pending && px_job_is_active(job)) { /* px_job_cancel: not a failure */
+        job_save(job);
+        if (!ranks_alive(job))
+            px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED, "cancelled by user");
+        return;
+    }
     if (!is_placed_active(job)) {
         job_save(job);
         if (job->n_cancel_calls && !ranks_alive(job))
