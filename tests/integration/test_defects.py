@@ -213,8 +213,11 @@ def check_clock_skew(args, data):
         print("clock skew: SKIPPED: no pctl in this build")
         return
     cl = pc.Cluster(args.parallaxd, n=2, devices=1, tag="clk")
-    cl.daemons[1].env = dict(cl.env, LD_PRELOAD=FAKETIME_LIB, FAKETIME="+120s",
-                             FAKETIME_DONT_FAKE_MONOTONIC="1")
+    # a sanitizer build's runtime must come first in the preload list
+    ldd = subprocess.run(["ldd", args.parallaxd], stdout=subprocess.PIPE).stdout.decode()
+    asan = [l.split("=>")[1].split()[0] for l in ldd.splitlines() if "libasan" in l and "=>" in l]
+    cl.daemons[1].env = dict(cl.env, LD_PRELOAD=" ".join(asan + [FAKETIME_LIB]),
+                             FAKETIME="+120s", FAKETIME_DONT_FAKE_MONOTONIC="1")
     client = lambda d: make_client(args, d)  # noqa: E731
     try:
         cl.start(client)
