@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "jobname.h"
 #include "jobspec.h"
 #include "layout.h"
 #include "pctl.h"
@@ -75,18 +76,24 @@ static int parse_common(const char *cmd, int argc, char **argv, int want_job, in
     return 0;
 }
 
-static const char *fmt_age(int64_t ms, char *buf, size_t len)
+/* Age of `ms` as the answering daemon saw it: now_ms is its clock when it
+ * answered (Job.now_ms, NodeInfo.now_ms; 0 from an older daemon: this
+ * machine's clock), so a daemon whose clock is off still shows true ages. */
+static const char *fmt_age(int64_t now_ms, int64_t ms, char *buf, size_t len)
 {
     if (ms <= 0) {
         snprintf(buf, len, "-");
         return buf;
     }
-    return pctl_fmt_duration((double)(px_time_wall_ms() - ms) / 1000.0, buf, len);
+    return pctl_fmt_duration((double)((now_ms > 0 ? now_ms : px_time_wall_ms()) - ms) / 1000.0,
+                             buf, len);
 }
 
-static const char *fmt_time(int64_t ms, char *buf, size_t len)
+/* A time of the answering daemon's clock (now_ms as above) as this
+ * machine's local time. */
+static const char *fmt_time(int64_t now_ms, int64_t ms, char *buf, size_t len)
 {
-    time_t t = (time_t)(ms / 1000);
+    time_t t = (time_t)((ms - (now_ms > 0 ? now_ms - px_time_wall_ms() : 0)) / 1000);
     struct tm tm;
     if (ms <= 0 || !localtime_r(&t, &tm)) {
         snprintf(buf, len, "-");
@@ -327,7 +334,7 @@ static int follow_job_run(pctl_ctx_t *ctx, const char *cmd, const char *job_id, 
                 f.bar_shown = 0;
             }
             fprintf(stderr, "pctl: %s: watch stream broke (%s: %s); polling\n", cmd,
-                    pctl_code_name(res.code), res.message ? res.message : "");
+                    pctl_code_name(res.code), pctl_esc(res.message));
             need_poll = 1;
         }
     }
@@ -350,9 +357,9 @@ static int follow_job_run(pctl_ctx_t *ctx, const char *cmd, const char *job_id, 
                           ? (double)(job->finished_ms - job->started_ms) / 1000.0
                           : NAN,
                       dur_s, sizeof(dur_s));
-    printf("job %s %s: step %u/%u, loss %.4f, %s tok/s, %s%s%s\n", job->id,
+    printf("job %s %s: step %u/%u, loss %.4f, %s tok/s, %s%s%s\n", pctl_esc(job->id),
            pctl_state_name(job->state), job->step, job_steps(job), job->loss, tps_s, dur_s,
-           job->reason && *job->reason ? "; reason: " : "", job->reason ? job->reason : "");
+           job->reason && *job->reason ? "; reason: " : "", pctl_esc(job->reason));
     rc = job->state == PARALLAX__V1__JOB_STATE__JOB_COMPLETED ? PCTL_EXIT_OK : PCTL_EXIT_FAIL;
 out:
     free(res.message);
@@ -563,6 +570,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         return pctl_usage_error("submit", "--batch %d is not divisible by --dp %d x --grad-accum "
                                 "%d x --micro-batches %d", cfg.batch, cfg.layout.dp,
                                 cfg.grad_accum, cfg.micro_batches);
+    {   /* the daemon applies the same rule (planner/jobname.h) */
+        char why[160];
+        if (px_job_name_check(name, why, sizeof(why)) != PX_OK)
+            return pctl_usage_error("submit", "invalid value for --name: %s", why);
+    }
     data_abs = realpath(data, NULL);
     if (!data_abs)
         return pctl_usage_error("submit", "invalid value '%s' for --data: %s", data,
@@ -646,10 +658,10 @@ int pctl_cmd_list(pctl_ctx_t *ctx, int argc, char **argv)
                 snprintf(loss, sizeof(loss), "%.4f", j->loss);
             else
                 snprintf(loss, sizeof(loss), "-");
-            printf("%-20s %-16s %-10s %13s %8s %8s %7s\n", j->id,
-                   j->spec && j->spec->name ? j->spec->name : "", pctl_state_name(j->state), steps,
+            printf("%-20s %-16s %-10s %13s %8s %8s %7s\n", pctl_esc(j->id),
+                   pctl_esc(j->spec ? j->spec->name : NULL), pctl_state_name(j->state), steps,
                    loss, pctl_fmt_rate(j->tokens_per_second, tps, sizeof(tps)),
-                   fmt_age(j->created_ms, age, sizeof(age)));
+                   fmt_age(j->now_ms, j->created_ms, age, sizeof(age)));
         }
         rc = PCTL_EXIT_OK;
     }
@@ -666,11 +678,11 @@ static void print_job(const Parallax__V1__Job *j)
     int has_layout = pctl_job_layout(j, &l);
     int reporting = has_layout ? px_layout_reporting_rank(&l) : -1;
 
-    printf("job          %s\n", j->id);
-    printf("name         %s\n", s && s->name ? s->name : "");
+    printf("job          %s\n", pctl_esc(j->id));
+    printf("name         %s\n", pctl_esc(s ? s->name : NULL));
     printf("state        %s\n", pctl_state_name(j->state));
     if (j->reason && *j->reason)
-        printf("reason       %s\n", j->reason);
+        printf("reason       %s\n", pctl_esc(j->reason));
     printf("step         %u/%u\n", j->step, job_steps(j));
     if (j->step > 0) {
         printf("loss         %.4f\n", j->loss);
@@ -678,18 +690,18 @@ static void print_job(const Parallax__V1__Job *j)
         printf("lr           %.6g\n", j->lr);
         printf("tokens/s     %.0f\n", j->tokens_per_second);
     }
-    printf("created      %s (%s ago)\n", fmt_time(j->created_ms, b1, sizeof(b1)),
-           fmt_age(j->created_ms, b2, sizeof(b2)));
+    printf("created      %s (%s ago)\n", fmt_time(j->now_ms, j->created_ms, b1, sizeof(b1)),
+           fmt_age(j->now_ms, j->created_ms, b2, sizeof(b2)));
     if (j->started_ms > 0)
-        printf("started      %s\n", fmt_time(j->started_ms, b1, sizeof(b1)));
+        printf("started      %s\n", fmt_time(j->now_ms, j->started_ms, b1, sizeof(b1)));
     if (j->finished_ms > 0)
-        printf("finished     %s (ran %s)\n", fmt_time(j->finished_ms, b1, sizeof(b1)),
+        printf("finished     %s (ran %s)\n", fmt_time(j->now_ms, j->finished_ms, b1, sizeof(b1)),
                j->started_ms > 0
                    ? pctl_fmt_duration((double)(j->finished_ms - j->started_ms) / 1000.0, b3,
                                        sizeof(b3))
                    : "-");
     if (j->coordinator && *j->coordinator)
-        printf("coordinator  %s\n", j->coordinator);
+        printf("coordinator  %s\n", pctl_esc(j->coordinator));
     if (m)
         printf("model        layers %u, heads %u, dim %u, seq %u, vocab %u\n", m->layers,
                m->heads, m->dim, m->seq, m->vocab ? m->vocab : PX_DEFAULT_VOCAB);
@@ -698,7 +710,7 @@ static void print_job(const Parallax__V1__Job *j)
                "weight decay %g, min lr ratio %g\n",
                s->dp, s->batch, s->steps, s->lr, (unsigned long long)s->seed, s->warmup_steps,
                s->weight_decay, s->min_lr_ratio);
-        printf("data         %s\n", s->data_path ? s->data_path : "");
+        printf("data         %s\n", pctl_esc(s->data_path));
     }
     if (has_layout) {
         printf("layout       %s%s; rank = tp + tp x (cp + cp x (dp + dp x pp)); "
@@ -742,8 +754,8 @@ static void print_job(const Parallax__V1__Job *j)
                     snprintf(co[k], sizeof(co[k]), "-");
             }
             printf("  %-6s %-3s %-3s %-3s %-3s %-3s %-16s %-8s %-8d %-10s %s\n", rk, co[0], co[1],
-                   co[2], co[3], co[4], r->node ? r->node : "", r->device ? r->device : "",
-                   r->pid, r->state ? r->state : "", ex);
+                   co[2], co[3], co[4], pctl_esc(r->node), pctl_esc(r->device),
+                   r->pid, pctl_esc(r->state), ex);
         }
     }
 }
@@ -931,9 +943,9 @@ int pctl_cmd_cancel(pctl_ctx_t *ctx, int argc, char **argv)
     if (json) {
         rc = pctl_json_print(pctl_json_job(job));
     } else {
-        printf("job %s: %s", job->id, pctl_state_name(job->state));
+        printf("job %s: %s", pctl_esc(job->id), pctl_state_name(job->state));
         if (job->reason && *job->reason)
-            printf(" (%s)", job->reason);
+            printf(" (%s)", pctl_esc(job->reason));
         printf("\n");
         rc = PCTL_EXIT_OK;
     }
@@ -1069,12 +1081,14 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
                 if (!n->devices[k]->job_id || !*n->devices[k]->job_id)
                     free_devs++;
             snprintf(devs, sizeof(devs), "%zu/%zu", free_devs, n->n_devices);
-            fmt_age(n->last_seen_ms, seen, sizeof(seen));
-            printf("%-16s %-22s %-22s %-6s %-8s %-12s %s%s\n", n->name ? n->name : "",
-                   n->control_addr ? n->control_addr : "", n->peer_addr ? n->peer_addr : "",
+            fmt_age(n->now_ms, n->last_seen_ms, seen, sizeof(seen));
+            printf("%-16s %-22s %-22s %-6s %-8s %-12s %s%s\n", pctl_esc(n->name),
+                   pctl_esc(n->control_addr), pctl_esc(n->peer_addr),
                    n->alive ? "yes" : "no", devs,
-                   n->blas_core && *n->blas_core ? n->blas_core : "-", seen,
+                   n->blas_core && *n->blas_core ? pctl_esc(n->blas_core) : "-", seen,
                    n->last_seen_ms > 0 ? " ago" : "");
+            if (n->error && *n->error)
+                printf("  ERROR: %s\n", pctl_esc(n->error));
         }
         rc = PCTL_EXIT_OK;
     }

@@ -38,7 +38,8 @@ static const pctl_command_t commands[] = {
      "Submits a GPT training job and prints its id.\n"
      "  --data FILE        token file (llm.c layout, see `pctl data prepare`); sent as an\n"
      "                     absolute path, so it must exist where the ranks run\n"
-     "  --name S           job name, unique among active jobs (default: the job id)\n"
+     "  --name S           job name, unique among the cluster's active jobs: letters, digits,\n"
+     "                     '.', '_', '-', at most 64 (default: the job id)\n"
      "  --layers N         transformer blocks (default 4)\n"
      "  --heads N          attention heads (default 4)\n"
      "  --dim N            model width (default 128)\n"
@@ -258,13 +259,13 @@ int pctl_help(const char *cmd)
 int pctl_usage_error(const char *cmd, const char *fmt, ...)
 {
     const pctl_command_t *c = cmd ? find_command(cmd) : NULL;
+    char msg[2048];
     va_list ap;
 
-    fprintf(stderr, "pctl: %s%s", cmd ? cmd : "", cmd ? ": " : "");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap); /* it quotes the user's arguments: escaped */
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "pctl: %s%s%s\n", cmd ? cmd : "", cmd ? ": " : "", pctl_esc(msg));
     if (c) {
         /* The first line of the help is the usage line. */
         const char *nl = strchr(c->usage, '\n');
@@ -394,11 +395,11 @@ void pctl_print_rpc_error(pctl_ctx_t *ctx, const char *cmd, grpc_status_code cod
     if (is_unreachable(code, message) ||
         (code == GRPC_STATUS_DEADLINE_EXCEEDED && ctx->channel &&
          !px_rpc_channel_is_connected(ctx->channel))) {
-        fprintf(stderr, "pctl: %s: cannot reach parallaxd at %s (%s: %s)\n", cmd, ctx->server,
-                pctl_code_name(code), message ? message : "");
+        fprintf(stderr, "pctl: %s: cannot reach parallaxd at %s (%s: %s)\n", cmd,
+                pctl_esc(ctx->server), pctl_code_name(code), pctl_esc(message));
         return;
     }
-    fprintf(stderr, "pctl: %s: %s: %s%s\n", cmd, pctl_code_name(code), message ? message : "",
+    fprintf(stderr, "pctl: %s: %s: %s%s\n", cmd, pctl_code_name(code), pctl_esc(message),
             code == GRPC_STATUS_DEADLINE_EXCEEDED ? " (parallaxd did not answer in time)" : "");
 }
 
