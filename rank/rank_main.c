@@ -57,6 +57,7 @@ typedef struct rank_args {
     int dump_steps;
     int test_norm_ones;          /* --test-norm-ones (px_train_options_t) */
     int replica_digests;         /* --replica-digests (px_train_options_t) */
+    float router_skew;           /* --test-router-skew B (px_train_options_t) */
     const char *coord, *job, *node;
     int rank, world;
     const char *spec_file;
@@ -82,10 +83,13 @@ static void usage(FILE *out)
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
             "         [--bucket-mb F (data-parallel gradient bucket, MiB; 0 = auto)]\n"
-            "         [--replica-digests]\n"
+            "         [--replica-digests] [--test-router-skew B]\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
-            "         [--micro-batches M] [--schedule gpipe|1f1b|zb1] [--stage-layers 2,2,1,1]\n"
+            "         [--micro-batches M] [--schedule gpipe|1f1b|zb1|interleaved]\n"
+            "         [--virtual-stages V] (interleaved: model chunks per stage) [--stage-layers 2,2,1,1]\n"
             "         [--print-schedule] (prints the pp x micro-batches schedule and exits)\n"
+            "         [--experts E [--top-k 1|2] [--capacity-factor F | --dropless]\n"
+            "          [--moe-every N] [--aux-loss-coef C]] (mixture of experts, over --ep)\n"
             "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
             "   or: parallax-rank --spec-file PATH [--coord ... --job ... --rank ... --world ...\n"
             "         --node ...] (the job's packed JobSpec instead of the job flags)\n"
@@ -171,9 +175,10 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_VOCAB, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
            O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_BUCKET, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
+           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_EXPERTS, O_TOPK, O_CAPF,
+           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_BUCKET, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
            O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
-           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS };
+           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS, O_SKEW };
     static const struct option opts[] = {
         {"layers", 1, 0, O_LAYERS}, {"heads", 1, 0, O_HEADS}, {"dim", 1, 0, O_DIM},
         {"seq", 1, 0, O_SEQ}, {"vocab", 1, 0, O_VOCAB}, {"batch", 1, 0, O_BATCH},
@@ -191,9 +196,13 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"pp", 1, 0, O_PP}, {"cp", 1, 0, O_CP}, {"ep", 1, 0, O_EP},
         {"sequence-parallel", 0, 0, O_SEQPAR}, {"micro-batches", 1, 0, O_MICRO},
         {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
-        {"print-schedule", 0, 0, O_PRINT_SCHED}, {"bucket-mb", 1, 0, O_BUCKET},
+        {"print-schedule", 0, 0, O_PRINT_SCHED}, {"virtual-stages", 1, 0, O_VSTAGES},
+        {"experts", 1, 0, O_EXPERTS},
+        {"top-k", 1, 0, O_TOPK}, {"capacity-factor", 1, 0, O_CAPF}, {"dropless", 0, 0, O_DROPLESS},
+        {"moe-every", 1, 0, O_MOE_EVERY}, {"aux-loss-coef", 1, 0, O_AUXC},
+        {"bucket-mb", 1, 0, O_BUCKET},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
-        {"replica-digests", 0, 0, O_DIGESTS},
+        {"replica-digests", 0, 0, O_DIGESTS}, {"test-router-skew", 1, 0, O_SKEW},
         {0, 0, 0, 0}};
     int c, idx, r = 0, print_sched = 0;
     char *end;
@@ -257,18 +266,26 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_EP: r = parse_int(name, optarg, 1, &a->cfg.layout.ep); break;
         case O_SEQPAR: a->cfg.sequence_parallel = 1; break;
         case O_MICRO: r = parse_int(name, optarg, 1, &a->cfg.micro_batches); break;
+        case O_EXPERTS: r = parse_int(name, optarg, 0, &a->cfg.experts); break;
+        case O_TOPK: r = parse_int(name, optarg, 1, &a->cfg.top_k); break;
+        case O_CAPF: r = parse_float(name, optarg, &a->cfg.capacity_factor); break;
+        case O_DROPLESS: a->cfg.dropless = 1; break;
+        case O_MOE_EVERY: r = parse_int(name, optarg, 1, &a->cfg.moe_every); break;
+        case O_AUXC: r = parse_float(name, optarg, &a->cfg.aux_loss_coef); break;
         case O_SCHED:
             a->cfg.schedule = px_pipe_schedule_parse(optarg);
             if (a->cfg.schedule < 0) {
-                fprintf(stderr, "parallax-rank: --schedule: '%s' is not gpipe, 1f1b or zb1\n", optarg);
+                fprintf(stderr, "parallax-rank: --schedule: '%s' is not gpipe, 1f1b, zb1 or interleaved\n", optarg);
                 r = -1;
             }
             break;
         case O_STAGE_LAYERS: a->cfg.stage_layers = optarg; break;
+        case O_VSTAGES: r = parse_int(name, optarg, 1, &a->cfg.virtual_stages); break;
         case O_PRINT_SCHED: print_sched = 1; break;
         case O_SPEC_FILE: a->spec_file = optarg; break;
         case O_NORM_ONES: a->test_norm_ones = 1; break;
         case O_DIGESTS: a->replica_digests = 1; break;
+        case O_SKEW: r = parse_float(name, optarg, &a->router_skew); break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "parallax-rank: unknown or incomplete option '%s'\n",
@@ -296,8 +313,17 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         px_pipe_schedule_t *sc = NULL;
         char err[256];
         int pp = a->cfg.layout.pp > 0 ? a->cfg.layout.pp : 1;
-        if (px_pipe_schedule_create(a->cfg.schedule, pp, a->cfg.micro_batches, &sc) != PX_OK) {
-            fprintf(stderr, "parallax-rank: --print-schedule: cannot build it\n");
+        if (a->cfg.schedule == PX_PIPE_INTERLEAVED &&
+            px_pipe_interleaved_check(a->cfg.layers > 0 ? a->cfg.layers : pp * a->cfg.virtual_stages,
+                                      pp, a->cfg.virtual_stages, a->cfg.micro_batches, err,
+                                      sizeof(err)) != PX_OK) {
+            fprintf(stderr, "parallax-rank: --print-schedule: %s\n", err);
+            return -1;
+        }
+        if (px_pipe_schedule_create_v(a->cfg.schedule, pp, a->cfg.micro_batches,
+                                      a->cfg.virtual_stages, &sc) != PX_OK) {
+            fprintf(stderr, "parallax-rank: --print-schedule: cannot build it (virtual_stages=%d "
+                    "needs schedule interleaved)\n", a->cfg.virtual_stages);
             return -1;
         }
         px_pipe_schedule_print(sc, stdout);
@@ -373,6 +399,16 @@ static int on_step(void *arg, const px_step_report_t *r)
             json_object_set_new(o, "tp_wait_s", json_real(r->tp_wait_s));
             json_object_set_new(o, "tp_hidden_s", json_real(r->tp_hidden_s));
             json_object_set_new(o, "step_s", json_real(r->step_s));
+            if (r->experts && r->moe_received) { /* moe.h: this step's tokens per expert */
+                json_t *rec = json_array(), *drop = json_array();
+                for (int e = 0; e < r->experts; e++) {
+                    json_array_append_new(rec, json_integer((json_int_t)r->moe_received[e]));
+                    json_array_append_new(drop, json_integer((json_int_t)r->moe_dropped[e]));
+                }
+                json_object_set_new(o, "moe_received", rec);
+                json_object_set_new(o, "moe_dropped", drop);
+                json_object_set_new(o, "moe_alltoall_s", json_real(r->moe_alltoall_s));
+            }
             if (r->pp > 1) { /* pipeline.h: this stage's step, and its tied wte copy */
                 json_object_set_new(o, "pp_stage", json_integer(r->pp_stage));
                 json_object_set_new(o, "pp_busy_s", json_real(r->pp_busy_s));
@@ -456,7 +492,8 @@ int main(int argc, char **argv)
 
     px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps,
                             .test_norm_ones = a.test_norm_ones,
-                            .replica_digests = a.replica_digests};
+                            .replica_digests = a.replica_digests,
+                            .router_skew = a.router_skew};
     status = px_train_run_ex(&a.cfg, px_world_comm(pw), on_step, &ctx, &o);
     if (status == PX_OK || status == PX_ERR_ABORTED)
         ret = 0;
