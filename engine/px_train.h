@@ -71,6 +71,9 @@ typedef struct px_step_report {
                                           (wte, wpe) after the update, on the
                                           first and last stage (pp > 1; else
                                           0): the two copies must agree */
+    float val_loss;                    /* issue 14: the validation loss after
+                                          this step (eval.h), 0 when the step
+                                          was not followed by an evaluation */
 } px_step_report_t;
 
 /* Called after every step on every rank. Return non-zero to stop training
@@ -101,6 +104,9 @@ float px_train_lr(const px_train_config_t *cfg, int step);
  *                          before clipping
  *   params_<s>.bin         float32 (num_params) after step s's update
  *   loss_<s>.txt           "loss grad_norm lr" of step s (%.9g)
+ *   val_batch_<k>.bin      int32 inputs (B,T) then targets (B,T): validation
+ *                          batch k (0-based; with a validation file)
+ *   val_loss_<s>.txt       "val_loss" after step s (%.9g), when evaluated
  * for s = 1..dump_steps (every ZeRO stage and tp: gathered to the canonical
  * layout, collective over the world). export_only: write
  * layout.json, params_init.bin and batch_1.bin, then return PX_OK without

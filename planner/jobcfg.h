@@ -51,13 +51,20 @@ typedef struct px_job_config {
     int prefetch;          /* ZeRO-3 gather prefetch (1) */
     int checkpoint_every;  /* steps; 0 = never */
     const char *checkpoint_dir, *resume_dir, *export_safetensors;
+    /* validation (issue 14): val_path, a token file like data_path (NULL /
+     * "": no validation); every eval_every steps (-1: steps / 10, at least
+     * 1; 0: only at the end) and after the last step the ranks compute the
+     * mean loss over eval_batches fixed batches of `batch` sequences
+     * (engine/eval.h) */
+    const char *val_path;
+    int eval_every, eval_batches;
 } px_job_config_t;
 
 /* The defaults: vocab 256, layout all 1, grad_accum 1, micro_batches 1,
  * schedule 1F1B, lr 2e-3,
  * min_lr_ratio 0.1, warmup -1 (steps/20), weight_decay 0.1, betas 0.9/0.95,
- * eps 1e-8, grad_clip 1.0, seed 1337, zero 0, prefetch 1. Sizes, steps and
- * paths are left 0 / NULL. */
+ * eps 1e-8, grad_clip 1.0, seed 1337, zero 0, prefetch 1, eval_every -1
+ * (steps / 10), eval_batches 4. Sizes, steps and paths are left 0 / NULL. */
 void px_job_config_defaults(px_job_config_t *cfg);
 
 /* What px_job_config_check looks at beyond the config itself. */
@@ -81,6 +88,10 @@ enum {
  * PX_ERR_NOT_FOUND for a data file that does not exist. */
 px_status_t px_job_config_check(const px_job_config_t *cfg, unsigned flags, char *errbuf,
                                 size_t errlen);
+
+/* The steps between validations of cfg (eval_every, -1 resolved to
+ * max(1, steps / 10)); 0: at the end only. */
+int px_job_config_eval_every(const px_job_config_t *cfg);
 
 /* Vocab rows the model allocates: vocab rounded up to PX_VOCAB_PAD. */
 int px_job_config_padded_vocab(int vocab);

@@ -93,6 +93,10 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
     cfg->checkpoint_dir = str_or_null(spec->checkpoint_dir);
     cfg->resume_dir = str_or_null(spec->resume_dir);
     cfg->export_safetensors = str_or_null(spec->export_safetensors);
+    cfg->val_path = str_or_null(spec->val_data_path);
+    cfg->eval_every = spec->eval_every;
+    if (spec->eval_batches)
+        cfg->eval_batches = to_int(spec->eval_batches);
 }
 
 void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
@@ -136,4 +140,7 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     s->checkpoint_dir = (char *)(cfg->checkpoint_dir ? cfg->checkpoint_dir : "");
     s->resume_dir = (char *)(cfg->resume_dir ? cfg->resume_dir : "");
     s->export_safetensors = (char *)(cfg->export_safetensors ? cfg->export_safetensors : "");
+    s->val_data_path = (char *)(cfg->val_path ? cfg->val_path : "");
+    s->eval_every = cfg->eval_every;
+    s->eval_batches = u32(cfg->eval_batches);
 }
