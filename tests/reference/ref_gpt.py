@@ -52,6 +52,7 @@ CASES = [('vocab256', 256, 32, 4, 5, 1), ('vocab50257', 50257, 16, 4, 3, 1),
          ('vocab256-tp2', 256, 32, 4, 3, 2)]
 LR, WARMUP, MIN_LR_RATIO, WD, CLIP, SEED = 3e-3, 2, 0.1, 0.1, 1.0, 4242
 
+VAL_BATCHES = 2
 TOL_LOSS, TOL_GNORM, TOL_GRAD, TOL_PARAM, TOL_LR = 1e-5, 1e-4, 1e-4, 2e-5, 1e-6
 
 
@@ -119,8 +120,14 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
     spread = [] if vocab == 256 else ['--vocab', str(vocab)]
     subprocess.run([sys.executable, make_tokens, data] + lic + spread, check=True,
                    stdout=subprocess.DEVNULL)
+    # issue 14: a validation file (the same texts in another order); the
+    # validation loss after every 2nd step and the last is checked against
+    # torch's loss of our dumped parameters on the dumped validation batches
+    val = os.path.join(work, 'val.bin')
+    subprocess.run([sys.executable, make_tokens, val] + lic[::-1] + spread, check=True,
+                   stdout=subprocess.DEVNULL)
     dump = os.path.join(work, 'dump')
-    cmd = [rank_bin, '--layers', str(LAYERS), '--heads', str(HEADS), '--dim', str(DIM),
+    cmd = [rank_bin, '--val-data', val, '--eval-every', '2', '--eval-batches', str(VAL_BATCHES), '--layers', str(LAYERS), '--heads', str(HEADS), '--dim', str(DIM),
            '--seq', str(seq), '--batch', str(batch), '--steps', str(steps), '--lr', repr(LR),
            '--warmup', str(WARMUP), '--min-lr-ratio', repr(MIN_LR_RATIO),
            '--weight-decay', repr(WD), '--grad-clip', repr(CLIP), '--seed', str(SEED),
@@ -198,6 +205,20 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
             g['lr'] = lr
         opt.step()
         our_p = split(load_f32('params_%d.bin' % s))
+        vpath = os.path.join(dump, 'val_loss_%d.txt' % s)
+        check('step %d validation loss reported' % s,
+              0.0 if os.path.exists(vpath) == (s % 2 == 0 or s == steps) else 1.0, 0.5)
+        if os.path.exists(vpath):
+            our_val = float(open(vpath).read())
+            with torch.no_grad():
+                ref_val = 0.0
+                for k in range(VAL_BATCHES):
+                    vb = np.fromfile(os.path.join(dump, 'val_batch_%d.bin' % k), dtype='<i4')
+                    vi = torch.from_numpy(vb[:batch * seq].reshape(batch, seq).astype(np.int64))
+                    vt = torch.from_numpy(vb[batch * seq:].reshape(batch, seq).astype(np.int64))
+                    ref_val += gpt_loss(our_p, vi, vt, vocab).item() / VAL_BATCHES
+            check('step %d validation loss (ours %.6f, torch %.6f)' % (s, our_val, ref_val),
+                  abs(our_val - ref_val) / ref_val, TOL_LOSS)
         if vp > vocab:
             check('step %d padded wte rows stay 0' % s,
                   float(our_p['wte'][vocab:].abs().max()), 1e-30)
