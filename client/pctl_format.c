@@ -140,6 +140,8 @@ json_t *pctl_json_job(const Parallax__V1__Job *job)
     json_object_set_new(o, "tokens_per_second", json_real(job->tokens_per_second));
     json_object_set_new(o, "grad_norm", json_float(job->grad_norm));
     json_object_set_new(o, "lr", json_float(job->lr));
+    json_object_set_new(o, "val_loss", job->val_step ? json_float(job->val_loss) : json_null());
+    json_object_set_new(o, "val_step", json_integer(job->val_step));
     json_object_set_new(o, "created_ms", json_integer(job->created_ms));
     json_object_set_new(o, "started_ms", json_integer(job->started_ms));
     json_object_set_new(o, "finished_ms", json_integer(job->finished_ms));
@@ -202,6 +204,8 @@ json_t *pctl_json_metrics(const Parallax__V1__StepMetrics *m)
     json_object_set_new(o, "tokens_per_second", json_real(m->tokens_per_second));
     json_object_set_new(o, "elapsed_s", json_real(m->elapsed_s));
     json_object_set_new(o, "time_ms", json_integer(m->time_ms));
+    /* issue 14: null on the steps not followed by a validation */
+    json_object_set_new(o, "val_loss", m->val_loss > 0.0f ? json_float(m->val_loss) : json_null());
     return o;
 }
 

@@ -31,6 +31,7 @@ static const pctl_command_t commands[] = {
      "                   [--weight-decay F] [--min-lr-ratio F] [--zero 0-3] [--grad-accum N]\n"
      "                   [--clip F] [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
      "                   [--export-safetensors FILE] [--max-restarts N] [--follow] [--json]\n"
+     "                   [--val-data FILE | --no-val] [--eval-every N] [--eval-batches K]\n"
      "\n"
      "Submits a GPT training job and prints its id.\n"
      "  --data FILE        token file (llm.c layout, see `pctl data prepare`); sent as an\n"
@@ -69,6 +70,12 @@ static const pctl_command_t commands[] = {
      "  --max-restarts N   when the job fails (a rank or a node died), submit it again\n"
      "                     from the newest complete checkpoint in --checkpoint-dir, up\n"
      "                     to N times (0..100, default 0)\n"
+     "  --val-data FILE    validation token file (default: the FILE_val.bin beside\n"
+     "                     --data that `pctl data prepare --val-fraction` writes, when it\n"
+     "                     exists and pp is 1); --no-val: none\n"
+     "  --eval-every N     validation loss every N steps and after the last (default\n"
+     "                     steps/10; 0: after the last only)\n"
+     "  --eval-batches K   fixed validation batches of --batch sequences (default 4)\n"
      "  --follow           watch the job until it ends; exit 0 only if it completed\n"
      "  --json             print {\"job_id\": ...} (with --follow: the final job)\n",
      pctl_cmd_submit},
@@ -91,9 +98,17 @@ static const pctl_command_t commands[] = {
      "to polling if the stream breaks. Exit 0 only if the job completed.\n",
      pctl_cmd_watch},
     {"metrics", "per-step metrics of a job",
-     "usage: pctl metrics JOB [--json]\n"
+     "usage: pctl metrics JOB [JOB...] [--json | --csv | --plot [--log] [--width N]\n"
+     "                    [--height N]] [--from-json FILE]\n"
      "\n"
-     "Prints step, loss, grad norm, lr and tokens/s of every recorded step.\n",
+     "Prints step, loss, validation loss, grad norm, lr and tokens/s of every recorded\n"
+     "step (the validation loss after the steps that were followed by one).\n"
+     "  --csv         the same as comma-separated values, one row per job and step\n"
+     "  --plot        the training loss (a line) and validation loss (markers) over the\n"
+     "                steps in the terminal, every JOB overlaid; --log: log-scale loss;\n"
+     "                --width (default: the terminal's) and --height (16) in characters\n"
+     "  --json        an array of steps; several jobs: an object of arrays by job id\n"
+     "  --from-json FILE  read what --json printed instead of asking the daemon\n",
      pctl_cmd_metrics},
     {"logs", "output of a job's rank",
      "usage: pctl logs JOB [--rank R] [--tail N]\n"

@@ -36,6 +36,7 @@
 #include "px_log.h"
 #include "px_time.h"
 #include "store.h"
+#include "valstore.h"
 
 #if PX_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
@@ -389,6 +390,8 @@ int main(int argc, char **argv)
     check_boot_id(d);
     if (px_job_load_all(d) != PX_OK)
         goto out_loop;
+    for (px_job_t *j = d->jobs; j; j = j->next) /* issue 14: `pctl status` after a restart */
+        px_valstore_load_last(d->store, j);
     if (px_rpc_cq_create(cq_notify, d, &d->cq) != PX_OK)
         goto out_jobs;
 
