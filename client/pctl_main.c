@@ -1,7 +1,9 @@
 /* pctl_main.c: entry point of pctl, the parallax command-line client.
  *
  * `pctl [--server ADDR] [--timeout MS] <command> [args]`. The server
- * defaults to $PX_SERVER, else 127.0.0.1:7070; "unix:/path" works too.
+ * defaults to $PX_SERVER, else the local daemon's unix socket
+ * ($PX_RUNTIME_DIR/control.sock, /run/parallax by default) when it exists,
+ * else 127.0.0.1:7070; "unix:/path" works too.
  * This file holds the command table, the help texts, number parsing, and the
  * one place RPC failures are printed ("pctl: <command>: <STATUS>: <message>").
  * Single-threaded; every RPC is a blocking px_rpc call with a deadline. */
@@ -12,9 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/stat.h>
 
 #include "jobcfg.h"
 #include "pctl.h"
+#include "px_env.h"
 
 #define PCTL_DEFAULT_SERVER "127.0.0.1:7070"
 #define PCTL_STR_(x) #x
@@ -231,7 +236,9 @@ static void print_main_help(FILE *out)
             "\n"
             "parallax command-line client.\n"
             "  --server ADDR   parallaxd Control address, host:port or unix:/path\n"
-            "                  (default $PX_SERVER, else " PCTL_DEFAULT_SERVER ")\n"
+            "                  (default $PX_SERVER, else the local daemon's socket\n"
+            "                  $PX_RUNTIME_DIR/control.sock (PX_RUNTIME_DIR default\n"
+            "                  /run/parallax) when it exists, else " PCTL_DEFAULT_SERVER ")\n"
             "  --timeout MS    deadline of each request (default %d)\n"
             "  --token-file F  cluster token file, for a daemon reached over the network\n"
             "                  (default $PX_TOKEN_FILE)\n"
@@ -423,6 +430,20 @@ int pctl_call(pctl_ctx_t *ctx, const char *cmd, const char *method,
     return 0;
 }
 
+/* The server with neither --server nor PX_SERVER (as docker and systemctl
+ * find their daemons): the local parallaxd's control socket in the
+ * standard runtime directory when a socket is there, else TCP on
+ * loopback. `buf` holds the unix target. */
+static const char *local_server(char *buf, size_t len)
+{
+    struct stat st;
+    const char *dir = px_env_str("PX_RUNTIME_DIR");
+    int n = snprintf(buf, len, "unix:%s/control.sock", *dir ? dir : "/run/parallax");
+    if (n > 0 && (size_t)n < len && stat(buf + 5, &st) == 0 && S_ISSOCK(st.st_mode))
+        return buf;
+    return PCTL_DEFAULT_SERVER;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -438,7 +459,8 @@ int main(int argc, char **argv)
     uint64_t v;
     int opt, rc;
 
-    ctx.server = (env && *env) ? env : PCTL_DEFAULT_SERVER;
+    char local[PATH_MAX + 16];
+    ctx.server = (env && *env) ? env : local_server(local, sizeof(local));
     token_file = getenv("PX_TOKEN_FILE");
     /* "+": stop at the command name; its own options follow it. */
     opterr = 0;
