@@ -77,7 +77,7 @@ static void usage(FILE *out)
             "usage: parallax-rank --layers N --heads N --dim N --seq N [--vocab N]\n"
             "         --batch N --steps N [--lr F] [--seed N] --data PATH [--warmup N]\n"
             "         [--weight-decay F] [--min-lr-ratio F] [--grad-clip F]\n"
-            "         [--metrics-out FILE] [--export-init DIR] [--dump-dir DIR]\n"
+            "         [--metrics-out FILE (%%r: the rank)] [--export-init DIR] [--dump-dir DIR]\n"
             "         [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
@@ -93,7 +93,9 @@ static void usage(FILE *out)
             "--eval-batches 4, --dp PX_WORLD_SIZE / (tp x pp x cp),\n"
             "--tp/--pp/--cp/--ep 1.\n"
             "Without --coord, PX_RANK/PX_WORLD_SIZE/PX_MASTER_ADDR/PX_MASTER_PORT select\n"
-            "the standalone bootstrap (PX_WORLD_SIZE > 1).\n", PX_DEFAULT_VOCAB);
+            "the standalone bootstrap (PX_WORLD_SIZE > 1); without those, srun's\n"
+            "SLURM_PROCID/SLURM_NTASKS/SLURM_JOB_NODELIST or mpirun's\n"
+            "OMPI_COMM_WORLD_RANK/SIZE do (mpirun -np 4 parallax-rank ...).\n", PX_DEFAULT_VOCAB);
 }
 
 static int parse_int(const char *opt, const char *s, int min, int *out)
@@ -445,9 +447,17 @@ int main(int argc, char **argv)
         goto out_spec;
     }
     if (a.metrics_out) {
-        ctx.metrics = fopen(a.metrics_out, "w");
+        /* "%r" is the rank (one command line for every rank: mpirun, srun) */
+        char mpath[4096];
+        const char *pr = strstr(a.metrics_out, "%r");
+        if (pr)
+            snprintf(mpath, sizeof(mpath), "%.*s%d%s", (int)(pr - a.metrics_out), a.metrics_out,
+                     rank, pr + 2);
+        else
+            snprintf(mpath, sizeof(mpath), "%s", a.metrics_out);
+        ctx.metrics = fopen(mpath, "w");
         if (!ctx.metrics) {
-            px_error("cannot open metrics file %s: %s", a.metrics_out, strerror(errno));
+            px_error("cannot open metrics file %s: %s", mpath, strerror(errno));
             goto out_spec;
         }
     }
