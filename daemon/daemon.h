@@ -173,6 +173,7 @@ struct px_daemon {
     size_t token_len;
     int64_t stop_deadline_ms;
     int exit_code;
+    struct px_metrics *metrics;        /* --metrics-listen (metrics.h), or NULL */
 };
 
 /* ---------------------------------------------------------------- auth.c */

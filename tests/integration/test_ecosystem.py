@@ -18,12 +18,18 @@ control.sock as it looks in /run/parallax by default):
    ParallelSpec as parallax.proto declares them (the field list is read
    from the .proto here, not from pctl), with the submitted values.
 4. A missing --val-data file and --val-data with pp 2 are refused at submit,
-   naming the value."""
+   naming the value.
+5. The daemon runs with --metrics-listen: its /metrics page counts the
+   completed job and the RPCs pctl made (by method and code), and the daemon
+   still stops with status 0 (the endpoint's handles are closed cleanly;
+   test_prometheus.py scrapes it with a real Prometheus where one is
+   installed)."""
 import json
 import os
 import re
 import subprocess
 import sys
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pxcluster as pc  # noqa: E402
@@ -46,6 +52,8 @@ def main():
     cl.env["PX_RANK_BIN"] = os.path.abspath(args.rank)
     (d,) = cl.daemons
     d.env = cl.env
+    mport = pc.free_port()
+    d.extra = ["--metrics-listen", str(mport)]  # a bare port: loopback
     env = dict(cl.env, PX_RUNTIME_DIR=d.runtime_dir)
     env.pop("PX_SERVER", None)
 
@@ -130,6 +138,19 @@ def main():
         assert spec["model"]["layers"] == 2 and spec["parallel"]["dp"] == 2, spec
         print("status --json carries all %d JobSpec fields (+ %d model, %d parallel)" %
               (len(want[""]), len(want["model"]), len(want["parallel"])))
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as r:
+            page = r.read().decode()
+            ctype = r.headers["Content-Type"]
+        assert ctype.startswith("text/plain; version=0.0.4"), ctype
+        for want in ['parallax_jobs{state="completed"} 1',
+                     'parallax_rpc_requests_total{service="Control",method="SubmitJob",'
+                     'code="INVALID_ARGUMENT"} 1',
+                     'parallax_rpc_requests_total{service="Control",method="SubmitJob",'
+                     'code="OK"} 1', "# TYPE parallax_rpc_duration_seconds histogram"]:
+            assert want in page, "the metrics page lacks %r:\n%s" % (want, page)
+        codes = cl.stop()
+        assert codes == [0], "parallaxd exited %s after serving metrics" % codes
+        print("metrics page ok; the daemon stopped cleanly")
         ok = True
     finally:
         cl.stop()
