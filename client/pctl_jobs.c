@@ -179,7 +179,10 @@ static void follow_show(follow_t *f, const Parallax__V1__StepMetrics *m)
         memset(bar, '#', (size_t)fill);
         memset(bar + fill, '-', (size_t)(width - fill));
         bar[width] = '\0';
-        if (step > 0)
+        if (step > 0 && job->val_step > 0) /* issue 14: the last validation loss too */
+            printf("\r\033[K[%s] %u/%u  loss %.4f  val %.4f  %s tok/s  ETA %s  %s", bar, step,
+                   steps, loss, job->val_loss, tps_s, eta_s, pctl_state_name(job->state));
+        else if (step > 0)
             printf("\r\033[K[%s] %u/%u  loss %.4f  %s tok/s  ETA %s  %s", bar, step, steps, loss,
                    tps_s, eta_s, pctl_state_name(job->state));
         else
@@ -191,7 +194,10 @@ static void follow_show(follow_t *f, const Parallax__V1__StepMetrics *m)
     }
     if (state_changed || (step != f->last_printed_step &&
                           (step % PLAIN_PROGRESS_EVERY == 0 || step == steps))) {
-        if (step > 0)
+        if (step > 0 && job->val_step > 0)
+            printf("step %u/%u  loss %.4f  val %.4f  %s tok/s  ETA %s  %s\n", step, steps, loss,
+                   job->val_loss, tps_s, eta_s, pctl_state_name(job->state));
+        else if (step > 0)
             printf("step %u/%u  loss %.4f  %s tok/s  ETA %s  %s\n", step, steps, loss, tps_s,
                    eta_s, pctl_state_name(job->state));
         else

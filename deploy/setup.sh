@@ -16,11 +16,11 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PX_BUILD_DIR:-$root/build}
 
-tests=0 build=1
+tests=0 do_build=1
 for a in "$@"; do
   case "$a" in
     --tests) tests=1 ;;
-    --no-build) build=0 ;;
+    --no-build) do_build=0 ;;
     *) echo "setup: unknown option $a (--tests, --no-build)" >&2; exit 2 ;;
   esac
 done
@@ -63,7 +63,7 @@ else
   echo "setup: all ${#packages[@]} Debian packages present"
 fi
 
-((build)) || exit 0
+((do_build)) || exit 0
 
 if [ -f "$build/build.ninja" ]; then
   echo "setup: building in $build"
