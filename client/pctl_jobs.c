@@ -376,7 +376,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP,
            O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VAL, O_NO_VAL, O_EVAL_EVERY,
+           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_VAL, O_NO_VAL, O_EVAL_EVERY,
            O_EVAL_BATCHES };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
@@ -393,6 +393,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"micro-batches", required_argument, NULL, O_MICRO},     /* issue 10 */
         {"schedule", required_argument, NULL, O_SCHED},
         {"stage-layers", required_argument, NULL, O_STAGE_LAYERS},
+        {"virtual-stages", required_argument, NULL, O_VSTAGES},
         {"batch", required_argument, NULL, O_BATCH},
         {"steps", required_argument, NULL, O_STEPS},
         {"lr", required_argument, NULL, O_LR},
@@ -471,9 +472,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         case O_SCHED:
             cfg.schedule = px_pipe_schedule_parse(optarg);
             if (cfg.schedule < 0)
-                return pctl_usage_error("submit", "--schedule '%s': gpipe, 1f1b or zb1", optarg);
+                return pctl_usage_error("submit", "--schedule '%s': gpipe, 1f1b, zb1 or "
+                                        "interleaved", optarg);
             break;
         case O_STAGE_LAYERS: cfg.stage_layers = optarg; break;
+        case O_VSTAGES: INT_OPT("--virtual-stages", cfg.virtual_stages, 1); break;
         case O_BATCH: INT_OPT("--batch", cfg.batch, 1); break;
         case O_STEPS: INT_OPT("--steps", cfg.steps, 1); break;
         case O_WARMUP:
@@ -792,10 +795,14 @@ static void print_bubble(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo
     int M = s && s->parallel && s->parallel->micro_batches ? (int)s->parallel->micro_batches : 1;
     const char *sched = s && s->parallel && s->parallel->schedule && *s->parallel->schedule
                             ? s->parallel->schedule : "1f1b";
+    int V = s && s->parallel && s->parallel->virtual_stages ? (int)s->parallel->virtual_stages : 1;
     json_t *ja = jo ? json_array() : NULL;
     if (any && !jo)
-        printf("pipeline     %s, %d micro-batches; measured bubble (idle fraction of the last "
-               "reported step) per stage:", sched, M);
+        printf("pipeline     %s, %d micro-batches", sched, M);
+    if (any && !jo && V > 1)
+        printf(", %d chunks per stage", V);
+    if (any && !jo)
+        printf("; measured bubble (idle fraction of the last reported step) per stage:");
     for (int st = 0; any && st < l.pp; st++) {
         double f = n[st] ? idle[st] / n[st] : -1.0;
         if (jo)
@@ -806,7 +813,10 @@ static void print_bubble(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo
         else
             printf(" %d: -", st);
     }
-    if (any && !jo)
+    if (any && !jo && V > 1) /* Narayanan et al. 2021: the bubble shrinks by V */
+        printf("; (p-1)/(V*M+p-1) = %.1f%% (V=%d)\n", 100.0 * (l.pp - 1) / (V * M + l.pp - 1),
+               V);
+    else if (any && !jo)
         printf("; (p-1)/(M+p-1) = %.1f%%\n", 100.0 * (l.pp - 1) / (M + l.pp - 1));
     if (jo)
         json_object_set_new(jo, "pipeline_bubble", ja);

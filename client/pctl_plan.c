@@ -98,21 +98,43 @@ static json_t *layout_json(const px_layout_t *l, int nodes, int per_node, const 
     return o;
 }
 
+/* Interleaved 1F1B's activation bytes of stage st: each of its V chunks
+ * (layers / (pp V) layers: one chunk model's buffers, as the engine cuts
+ * them) times the micro-batches that chunk holds at once. *held_p = the
+ * chunk-sized buffers summed over the chunks. -1 on a bad table. */
+static double interleaved_stage_bytes(const px_pipe_schedule_t *sc, int st, int layers, int heads,
+                                      int dim, int vocab, int micro, int seq, int tp, int sp,
+                                      int *held_p)
+{
+    px_plan_gpt_acts_t a;
+    int per_chunk = layers / (sc->p * sc->v);
+    if (px_plan_gpt_activations(per_chunk, heads, dim, px_job_config_padded_vocab(vocab), micro,
+                                seq, tp, sp, &a) != PX_OK)
+        return -1.0;
+    *held_p = px_pipe_schedule_slots(sc, st);
+    return (double)a.bytes * *held_p;
+}
+
 /* Pipeline stages (pp > 1, GPT dims): per schedule, each stage's layers,
  * the micro-batches it holds at once (pipesched.h: GPipe M, 1F1B
- * min(p-s, M), ZB1 min(p, M)) and their activation bytes, the engine's
- * fp32 buffers (px_plan_gpt_activations for the stage's layers, plus the
- * split backward's stash of 9C floats per token and layer for ZB1).
+ * min(p-s, M), ZB1 min(p, M); interleaved: summed over its V chunks of
+ * layers / (pp V) layers each) and their activation bytes, the engine's
+ * fp32 buffers (px_plan_gpt_activations for the stage's (chunk's) layers,
+ * plus the split backward's stash of 9C floats per token and layer for
+ * ZB1). Interleaved is shown where its rules hold (with --schedule
+ * interleaved they must: else a usage error naming the values).
  * Returns PCTL_EXIT_OK or PCTL_EXIT_USAGE (message printed). */
 static int print_pipeline(int layers, int heads, int dim, int vocab, int seq, int tp, int sp,
-                          int pp, int M, int micro, int sched_sel, const char *spec,
+                          int pp, int M, int V, int micro, int sched_sel, const char *spec,
                           int print_sched, json_t *jpipe)
 {
     char err[256];
     int *sl = calloc((size_t)pp, sizeof(int));
     if (!sl)
         return PCTL_EXIT_FAIL;
-    if (px_pipe_stage_layers(layers, pp, spec, sl, err, sizeof(err)) != PX_OK) {
+    if (px_pipe_stage_layers(layers, pp, spec, sl, err, sizeof(err)) != PX_OK ||
+        (sched_sel == PX_PIPE_INTERLEAVED &&
+         px_pipe_interleaved_check(layers, pp, V, M, err, sizeof(err)) != PX_OK)) {
         free(sl);
         return pctl_usage_error("plan", "%s", err);
     }
@@ -128,6 +150,57 @@ static int print_pipeline(int layers, int heads, int dim, int vocab, int seq, in
         if (sched_sel >= 0 && k != sched_sel)
             continue;
         px_pipe_schedule_t *sc = NULL;
+        if (k == PX_PIPE_INTERLEAVED) {
+            if (px_pipe_interleaved_check(layers, pp, V, M, err, sizeof(err)) != PX_OK) {
+                if (sched_sel == k) {
+                    free(sl);
+                    return pctl_usage_error("plan", "%s", err);
+                }
+                if (!jpipe)
+                    printf("interleaved (V=%d): not possible: %s\n", V, err);
+                continue;
+            }
+            if (px_pipe_schedule_create_v(k, pp, M, V, &sc) != PX_OK) {
+                free(sl);
+                return PCTL_EXIT_FAIL;
+            }
+            json_t *jst = json_array();
+            if (!jpipe)
+                printf("%-6s  V=%-4d", "interl", V);
+            for (int st = 0; st < pp; st++) {
+                int held = 0;
+                double bytes = interleaved_stage_bytes(sc, st, layers, heads, dim, vocab, micro,
+                                                       seq, tp, sp, &held);
+                char b[32];
+                if (bytes < 0) {
+                    px_pipe_schedule_destroy(sc);
+                    json_decref(jst);
+                    free(sl);
+                    return PCTL_EXIT_USAGE;
+                }
+                fmt_gb(bytes, b, sizeof(b));
+                if (jpipe)
+                    json_array_append_new(jst, json_pack("{s:i, s:i, s:i, s:i, s:f}", "stage", st,
+                                                         "layers", layers / pp, "chunks", V,
+                                                         "micro_batches_held", held,
+                                                         "activation_bytes", bytes));
+                else {
+                    char h[24];
+                    snprintf(h, sizeof(h), "x%d/%d", held, V);
+                    printf("  %10s %-10s", b, h);
+                }
+            }
+            if (jpipe)
+                json_object_set_new(jpipe, px_pipe_schedule_name(k), jst);
+            else {
+                json_decref(jst);
+                printf("\n");
+            }
+            if (print_sched && !jpipe)
+                px_pipe_schedule_print(sc, stdout);
+            px_pipe_schedule_destroy(sc);
+            continue;
+        }
         if (px_pipe_schedule_create(k, pp, M, &sc) != PX_OK) {
             free(sl);
             return PCTL_EXIT_FAIL;
@@ -168,7 +241,8 @@ static int print_pipeline(int layers, int heads, int dim, int vocab, int seq, in
         px_pipe_schedule_destroy(sc);
     }
     if (!jpipe)
-        printf("(xN: the micro-batches a stage holds activations for at once)\n");
+        printf("(xN: the micro-batches a stage holds activations for at once; interleaved "
+               "xN/V: chunk activations (layers / (pp x V) each) summed over its V chunks)\n");
     free(sl);
     return PCTL_EXIT_OK;
 }
@@ -178,7 +252,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     char flag[48];
     enum { O_PARAMS = 256, O_LAYERS, O_DIM, O_VOCAB, O_SEQ, O_HEADS, O_DP, O_TP, O_PP, O_CP,
            O_EP, O_NODES, O_PER_NODE, O_ZERO, O_PREC, O_K, O_JSON, O_HELP, O_BATCH, O_ACCUM,
-           O_SP, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_PRINT_SCHED };
+           O_SP, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_PRINT_SCHED, O_VSTAGES };
     static const struct option opts[] = {
         {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"dim", 1, 0, O_DIM},
         {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"heads", 1, 0, O_HEADS},
@@ -189,6 +263,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         {"batch", 1, 0, O_BATCH}, {"grad-accum", 1, 0, O_ACCUM},
         {"sequence-parallel", 0, 0, O_SP}, {"micro-batches", 1, 0, O_MICRO},
         {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
+        {"virtual-stages", 1, 0, O_VSTAGES},
         {"print-schedule", 0, 0, O_PRINT_SCHED},
         {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
     double params = 0, k = -1;
@@ -197,6 +272,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     uint64_t batch = 0, accum = 1; /* batch 0: dp x grad_accum (micro-batch 1) */
     int zero = -1, json = 0, fp32 = 0, have_dims = 0, sp = 0, opt;
     uint64_t mbs = 1;
+    uint64_t vstages = 2; /* interleaved: model chunks per stage */
     int sched_sel = -1, print_sched = 0;
     const char *stage_spec = NULL;
     (void)ctx;
@@ -260,10 +336,14 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         case O_SCHED:
             sched_sel = strcmp(optarg, "all") ? px_pipe_schedule_parse(optarg) : -1;
             if (strcmp(optarg, "all") && sched_sel < 0)
-                return pctl_usage_error("plan", "--schedule '%s': gpipe, 1f1b, zb1 or all",
-                                        optarg);
+                return pctl_usage_error("plan", "--schedule '%s': gpipe, 1f1b, zb1, "
+                                        "interleaved or all", optarg);
             break;
         case O_STAGE_LAYERS: stage_spec = optarg; break;
+        case O_VSTAGES:
+            if (pctl_parse_u64("plan", "--virtual-stages", optarg, 2, 1024, &vstages))
+                return PCTL_EXIT_USAGE;
+            break;
         case O_PRINT_SCHED: print_sched = 1; break;
         case O_JSON: json = 1; break;
         case O_HELP: return pctl_help("plan");
@@ -456,7 +536,8 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         if (o && known && pp > 1) {
             json_t *jp = json_object();
             if (print_pipeline((int)layers, (int)heads, (int)dim, (int)vocab, (int)seq, (int)tp,
-                               sp, (int)pp, (int)mbs, (int)(micro / mbs), sched_sel, stage_spec,
+                               sp, (int)pp, (int)mbs, (int)vstages, (int)(micro / mbs), sched_sel,
+                               stage_spec,
                                0, jp) == PCTL_EXIT_OK)
                 json_object_set_new(o, "pipeline", jp);
             else
@@ -476,7 +557,8 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                    "flight; \"at once\" is the peak of the sum, what a rank measures)\n");
         if (!json && rc == PCTL_EXIT_OK && known && pp > 1)
             rc = print_pipeline((int)layers, (int)heads, (int)dim, (int)vocab, (int)seq, (int)tp,
-                                sp, (int)pp, (int)mbs, (int)(micro / mbs), sched_sel, stage_spec,
+                                sp, (int)pp, (int)mbs, (int)vstages, (int)(micro / mbs), sched_sel,
+                               stage_spec,
                                 print_sched, NULL);
         if (!json && rc == PCTL_EXIT_OK)
             print_layout(&layout, (int)nodes, (int)per_node, node_of_rank);

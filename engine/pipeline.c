@@ -1,15 +1,20 @@
 /* pipeline.c: one pipeline stage's runner (pipeline.h).
  *
- * State per round: for each micro-batch m its slot (slot_of[m]) and up to
- * four requests: the receive of its activation (stages > 0), the send of
- * its output activation (stages < p-1), the receive of its output gradient
- * (stages < p-1) and the send of its input gradient (stages > 0). A slot
- * is one external model (its own activations, the stage's parameters
- * through the ZeRO hooks) plus the micro-batch's token buffers. A slot is
- * reused only after both sends of its previous occupant completed (they
- * read the slot's buffers). Requests are progressed between the model's
- * big ops (the hooks' progress) and by every wait; all are complete or
- * cancelled when a round returns.
+ * The stage's state is per model chunk (chunk_t; one chunk unless the
+ * schedule is interleaved): its layers, slots and requests. Per chunk and
+ * round: for each micro-batch m its slot (slot_of[m]) and up to four
+ * requests: the receive of its activation (virtual stages > 0), the send
+ * of its output activation (virtual stages < pV-1), the receive of its
+ * output gradient (virtual stages < pV-1) and the send of its input
+ * gradient (virtual stages > 0). A slot is one external model (its own
+ * activations, the chunk's parameters through the ZeRO hooks) plus the
+ * micro-batch's token buffers. A slot is reused only after both sends of
+ * its previous occupant completed (they read the slot's buffers); the
+ * gradient receive lands in the slot's own residual-gradient buffer, so
+ * the interleaved schedule may post it right after the activation send.
+ * Requests are progressed between the model's big ops (the hooks'
+ * progress) and by every wait; all are complete or cancelled when a round
+ * returns.
  *
  * Times: idle = inside a wait for a neighbour (receives, slot reuse, the
  * end-of-round sends); busy = the rest of the round. One training thread. */
@@ -25,6 +30,22 @@
 
 enum { REQ_ACT_RECV, REQ_ACT_SEND, REQ_GRAD_RECV, REQ_GRAD_SEND, REQ_N };
 
+/* The tags carry (chunk * M + micro-batch) in 18 bits (tag_of). */
+#define TAG_MICRO_MAX (1 << 18)
+
+/* One model chunk of this stage (virtual stage j = c * p + s; V = 1: the
+ * stage itself): its layers, slots and requests. */
+typedef struct chunk {
+    int c, j, l0, l1, nslots;
+    int first, last;  /* virtual stage 0 (embedding) / p*V - 1 (head) */
+    px_gpt_t **slot;  /* [nslots] */
+    int32_t **inputs, **targets; /* [nslots] (Bm*T) */
+    int *slot_of;     /* [M] */
+    int *occupant;    /* [nslots] last micro-batch, -1 none */
+    int *busy;        /* [nslots] */
+    px_request_t **req; /* [M * REQ_N] */
+} chunk_t;
+
 struct px_pipe {
     px_gpt_config_t gc;
     const px_kernel_ops_t *ops;
@@ -34,29 +55,26 @@ struct px_pipe {
     px_groups_t *groups;
     px_comm_t *comm; /* the pp group: rank = stage */
     px_pipe_schedule_t *sched;
-    int p, s, M, l0, l1, nslots, Bm, T;
+    int p, s, M, V, Bm, T;
     uint32_t gen;    /* round counter, in the tags */
-    px_gpt_t **slot; /* [nslots] */
-    int32_t **inputs, **targets; /* [nslots] (Bm*T) */
-    int *slot_of;    /* [M] */
-    int *occupant;   /* [nslots] last micro-batch, -1 none */
-    int *busy;       /* [nslots] */
-    px_request_t **req; /* [M * REQ_N] */
+    chunk_t *ch;     /* [V] */
     px_status_t deferred; /* first error a progress poke saw; returned by
                              the next wait */
     double idle_s, busy_s;
 };
 
-void px_pipe_stage_units(int layers, int p, const int *sl, int s, unsigned char *held)
+void px_pipe_stage_units(int layers, int p, int v, const int *sl, int s, unsigned char *held)
 {
-    int l0 = 0;
-    for (int i = 0; i < s; i++)
-        l0 += sl[i];
     memset(held, 0, (size_t)layers + 2);
     held[0] = s == 0 || s == p - 1;
     held[layers + 1] = s == p - 1;
-    for (int l = l0; l < l0 + sl[s]; l++)
-        held[1 + l] = 1;
+    for (int c = 0; c < v; c++) {
+        int j = c * p + s, l0 = 0;
+        for (int i = 0; i < j; i++)
+            l0 += sl[i];
+        for (int l = l0; l < l0 + sl[j]; l++)
+            held[1 + l] = 1;
+    }
 }
 
 /* ---- hooks: the ZeRO state's, plus progress of the pipeline's requests ---- */
@@ -97,19 +115,22 @@ static const char *req_name(int kind)
  * error kept for the next wait. */
 static void poke_all(px_pipe_t *pp)
 {
-    for (int i = 0; i < pp->M * REQ_N; i++)
-        if (pp->req[i]) {
+    for (int c = 0; c < pp->V; c++)
+        for (int i = 0; i < pp->M * REQ_N; i++) {
+            px_request_t **r = &pp->ch[c].req[i];
+            if (!*r)
+                continue;
             int done = 0;
-            px_status_t st = px_test(pp->req[i], &done);
+            px_status_t st = px_test(*r, &done);
             if (done || st != PX_OK) {
                 if (st != PX_OK) {
-                    px_error("pipeline: stage %d of %d: %s of micro-batch %d failed: %s (%s)",
-                             pp->s, pp->p, req_name(i % REQ_N), i / REQ_N, px_status_str(st),
-                             px_comm_last_error(pp->comm));
+                    px_error("pipeline: stage %d of %d, chunk %d: %s of micro-batch %d failed: "
+                             "%s (%s)", pp->s, pp->p, c, req_name(i % REQ_N), i / REQ_N,
+                             px_status_str(st), px_comm_last_error(pp->comm));
                     if (pp->deferred == PX_OK)
                         pp->deferred = st;
                 }
-                pp->req[i] = NULL;
+                *r = NULL;
             }
         }
 }
@@ -124,9 +145,49 @@ static void h_progress(void *arg)
 
 /* ---- create / destroy ---- */
 
+/* Allocates chunk c's slots (as many as the schedule holds at once). */
+static px_status_t chunk_init(px_pipe_t *pp, chunk_t *ch, int c, const int *sl)
+{
+    px_status_t status;
+    ch->c = c;
+    ch->j = px_pipe_virtual_stage(pp->sched, pp->s, c);
+    for (int i = 0; i < ch->j; i++)
+        ch->l0 += sl[i];
+    ch->l1 = ch->l0 + sl[ch->j];
+    ch->first = ch->j == 0;
+    ch->last = ch->j == pp->p * pp->V - 1;
+    ch->nslots = px_pipe_schedule_chunk_slots(pp->sched, pp->s, c);
+    ch->slot = calloc((size_t)ch->nslots, sizeof(*ch->slot));
+    ch->inputs = calloc((size_t)ch->nslots, sizeof(*ch->inputs));
+    ch->targets = calloc((size_t)ch->nslots, sizeof(*ch->targets));
+    ch->occupant = malloc((size_t)ch->nslots * sizeof(int));
+    ch->busy = calloc((size_t)ch->nslots, sizeof(int));
+    ch->slot_of = malloc((size_t)pp->M * sizeof(int));
+    ch->req = calloc((size_t)pp->M * REQ_N, sizeof(*ch->req));
+    if (!ch->slot || !ch->inputs || !ch->targets || !ch->occupant || !ch->busy || !ch->slot_of ||
+        !ch->req)
+        return PX_ERR_NO_MEMORY;
+    for (int k = 0; k < ch->nslots; k++) {
+        ch->occupant[k] = -1;
+        PX_CHECK_GOTO(px_gpt_create_stage(&pp->gc, pp->ops, pp->Bm, pp->T, &pp->hooks, ch->l0,
+                                          ch->l1 - ch->l0, &ch->slot[k]), status, out);
+        if (px_pipe_schedule_split(pp->sched))
+            PX_CHECK_GOTO(px_gpt_set_split_backward(ch->slot[k]), status, out);
+        if (ch->first)
+            ch->inputs[k] = px_mem_calloc(PX_MEM_WORK, (size_t)pp->Bm * pp->T, sizeof(int32_t));
+        if (ch->last)
+            ch->targets[k] = px_mem_calloc(PX_MEM_WORK, (size_t)pp->Bm * pp->T, sizeof(int32_t));
+        if ((ch->first && !ch->inputs[k]) || (ch->last && !ch->targets[k]))
+            return PX_ERR_NO_MEMORY;
+    }
+    return PX_OK;
+out:
+    return status;
+}
+
 px_status_t px_pipe_create(const px_gpt_config_t *gc, const px_kernel_ops_t *ops, px_zero_t *zero,
-                           px_groups_t *groups, int kind, int M, const int *sl, int Bm, int T,
-                           px_pipe_t **pipe_p)
+                           px_groups_t *groups, int kind, int M, int V, const int *sl, int Bm,
+                           int T, px_pipe_t **pipe_p)
 {
     px_status_t status;
     px_pipe_t *pp = calloc(1, sizeof(*pp));
@@ -144,48 +205,34 @@ px_status_t px_pipe_create(const px_gpt_config_t *gc, const px_kernel_ops_t *ops
     pp->p = px_groups_layout(groups)->pp;
     pp->s = px_groups_coord(groups)->pp;
     pp->M = M;
+    pp->V = V;
     pp->Bm = Bm;
     pp->T = T;
-    for (int i = 0; i < pp->s; i++)
-        pp->l0 += sl[i];
-    pp->l1 = pp->l0 + sl[pp->s];
     if (!pp->comm || px_comm_size(pp->comm) != pp->p || px_comm_rank(pp->comm) != pp->s) {
         px_error("pipeline: the pp group does not match the layout (pp %d, stage %d)", pp->p,
                  pp->s);
         status = PX_ERR_INVALID_ARGUMENT;
         goto err;
     }
-    status = px_pipe_schedule_create(kind, pp->p, M, &pp->sched);
+    if ((long long)M * V > TAG_MICRO_MAX) {
+        px_error("pipeline: micro_batches=%d x virtual_stages=%d is more than the tags carry (%d)",
+                 M, V, TAG_MICRO_MAX);
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto err;
+    }
+    status = px_pipe_schedule_create_v(kind, pp->p, M, V, &pp->sched);
     if (status != PX_OK) {
-        px_error("pipeline: cannot build schedule %s for pp %d, %d micro-batches",
-                 px_pipe_schedule_name(kind), pp->p, M);
+        px_error("pipeline: cannot build schedule %s for pp %d, %d micro-batches, %d chunks per "
+                 "stage", px_pipe_schedule_name(kind), pp->p, M, V);
         goto err;
     }
-    pp->nslots = px_pipe_schedule_slots(pp->sched, pp->s);
-    pp->slot = calloc((size_t)pp->nslots, sizeof(*pp->slot));
-    pp->inputs = calloc((size_t)pp->nslots, sizeof(*pp->inputs));
-    pp->targets = calloc((size_t)pp->nslots, sizeof(*pp->targets));
-    pp->occupant = malloc((size_t)pp->nslots * sizeof(int));
-    pp->busy = calloc((size_t)pp->nslots, sizeof(int));
-    pp->slot_of = malloc((size_t)M * sizeof(int));
-    pp->req = calloc((size_t)M * REQ_N, sizeof(*pp->req));
-    status = PX_ERR_NO_MEMORY;
-    if (!pp->slot || !pp->inputs || !pp->targets || !pp->occupant || !pp->busy || !pp->slot_of ||
-        !pp->req)
+    pp->ch = calloc((size_t)V, sizeof(*pp->ch));
+    if (!pp->ch) {
+        status = PX_ERR_NO_MEMORY;
         goto err;
-    for (int k = 0; k < pp->nslots; k++) {
-        pp->occupant[k] = -1;
-        PX_CHECK_GOTO(px_gpt_create_stage(gc, ops, Bm, T, &pp->hooks, pp->l0, pp->l1 - pp->l0,
-                                          &pp->slot[k]), status, err);
-        if (px_pipe_schedule_split(pp->sched))
-            PX_CHECK_GOTO(px_gpt_set_split_backward(pp->slot[k]), status, err);
-        pp->inputs[k] = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
-        pp->targets[k] = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
-        if (!pp->inputs[k] || !pp->targets[k]) {
-            status = PX_ERR_NO_MEMORY;
-            goto err;
-        }
     }
+    for (int c = 0; c < V; c++)
+        PX_CHECK_GOTO(chunk_init(pp, &pp->ch[c], c, sl), status, err);
     *pipe_p = pp;
     return PX_OK;
 err:
@@ -195,11 +242,12 @@ err:
 
 static void cancel_all(px_pipe_t *pp)
 {
-    for (int i = 0; pp->req && i < pp->M * REQ_N; i++)
-        if (pp->req[i]) {
-            px_request_cancel(pp->req[i]);
-            pp->req[i] = NULL;
-        }
+    for (int c = 0; pp->ch && c < pp->V; c++)
+        for (int i = 0; pp->ch[c].req && i < pp->M * REQ_N; i++)
+            if (pp->ch[c].req[i]) {
+                px_request_cancel(pp->ch[c].req[i]);
+                pp->ch[c].req[i] = NULL;
+            }
 }
 
 void px_pipe_destroy(px_pipe_t *pp)
@@ -207,34 +255,53 @@ void px_pipe_destroy(px_pipe_t *pp)
     if (!pp)
         return;
     cancel_all(pp);
-    for (int k = 0; pp->slot && k < pp->nslots; k++) {
-        px_gpt_destroy(pp->slot[k]);
-        px_mem_free(pp->inputs[k]);
-        px_mem_free(pp->targets[k]);
+    for (int c = 0; pp->ch && c < pp->V; c++) {
+        chunk_t *ch = &pp->ch[c];
+        for (int k = 0; ch->slot && k < ch->nslots; k++)
+            px_gpt_destroy(ch->slot[k]);
+        for (int k = 0; ch->inputs && k < ch->nslots; k++)
+            px_mem_free(ch->inputs[k]);
+        for (int k = 0; ch->targets && k < ch->nslots; k++)
+            px_mem_free(ch->targets[k]);
+        free(ch->slot);
+        free(ch->inputs);
+        free(ch->targets);
+        free(ch->occupant);
+        free(ch->busy);
+        free(ch->slot_of);
+        free(ch->req);
     }
-    free(pp->slot);
-    free(pp->inputs);
-    free(pp->targets);
-    free(pp->occupant);
-    free(pp->busy);
-    free(pp->slot_of);
-    free(pp->req);
+    free(pp->ch);
     px_pipe_schedule_destroy(pp->sched);
     free(pp);
 }
 
 /* ---- the round ---- */
 
-static uint32_t tag_of(const px_pipe_t *pp, int kind, int m)
+/* The neighbour a request of kind `kind` goes to or comes from: the
+ * previous virtual stage's rank for activation receives and gradient
+ * sends, the next one's otherwise. */
+static int peer_of(const px_pipe_t *pp, int kind)
 {
-    return ((pp->gen & 0x3ffu) << 21) | ((uint32_t)kind << 18) | (uint32_t)m;
+    return kind == REQ_ACT_RECV || kind == REQ_GRAD_SEND ? (pp->s + pp->p - 1) % pp->p
+                                                         : (pp->s + 1) % pp->p;
 }
 
-/* Waits for request `kind` of micro-batch m (if in flight), counting the
- * time as idle. */
-static px_status_t wait_req(px_pipe_t *pp, int kind, int m)
+/* The tag of a message of micro-batch m crossing the boundary between
+ * virtual stages b and b+1 (b = c * p + stage): round counter, direction
+ * (tk 0 activation, 1 gradient, 2 the tied sum) and (chunk of b) * M + m.
+ * The receive names its peer, so the two directions never meet. */
+static uint32_t tag_of(const px_pipe_t *pp, int tk, int b, int m)
 {
-    px_request_t **r = &pp->req[(size_t)m * REQ_N + kind];
+    return ((pp->gen & 0x3ffu) << 21) | ((uint32_t)tk << 18) |
+           (uint32_t)((b / pp->p) * pp->M + m);
+}
+
+/* Waits for request `kind` of micro-batch m of chunk ch (if in flight),
+ * counting the time as idle. */
+static px_status_t wait_req(px_pipe_t *pp, chunk_t *ch, int kind, int m)
+{
+    px_request_t **r = &ch->req[(size_t)m * REQ_N + kind];
     if (pp->deferred != PX_OK)
         return pp->deferred;
     if (!*r)
@@ -244,114 +311,116 @@ static px_status_t wait_req(px_pipe_t *pp, int kind, int m)
     *r = NULL;
     pp->idle_s += px_time_mono_s() - t0;
     if (status != PX_OK)
-        px_error("pipeline: stage %d of %d: %s of micro-batch %d with stage %d failed: %s (%s)",
-                 pp->s, pp->p, req_name(kind), m,
-                 kind == REQ_ACT_RECV || kind == REQ_GRAD_SEND ? pp->s - 1 : pp->s + 1,
+        px_error("pipeline: stage %d of %d, chunk %d: %s of micro-batch %d with stage %d failed: "
+                 "%s (%s)", pp->s, pp->p, ch->c, req_name(kind), m, peer_of(pp, kind),
                  px_status_str(status), px_comm_last_error(pp->comm));
     return status;
 }
 
-/* A slot for micro-batch m, once its previous occupant's sends are done. */
-static px_status_t take_slot(px_pipe_t *pp, int m, int *slot_p)
+/* A slot of chunk ch for micro-batch m, once its previous occupant's sends
+ * are done. */
+static px_status_t take_slot(px_pipe_t *pp, chunk_t *ch, int m, int *slot_p)
 {
     int k = 0;
-    while (k < pp->nslots && pp->busy[k])
+    while (k < ch->nslots && ch->busy[k])
         k++;
-    if (k == pp->nslots) {
-        px_error("pipeline: stage %d: no free slot for micro-batch %d (%d slots)", pp->s, m,
-                 pp->nslots);
+    if (k == ch->nslots) {
+        px_error("pipeline: stage %d chunk %d: no free slot for micro-batch %d (%d slots)", pp->s,
+                 ch->c, m, ch->nslots);
         return PX_ERR_INTERNAL;
     }
-    int q = pp->occupant[k];
+    int q = ch->occupant[k];
     if (q >= 0) {
-        PX_CHECK(wait_req(pp, REQ_ACT_SEND, q));
-        PX_CHECK(wait_req(pp, REQ_GRAD_SEND, q));
+        PX_CHECK(wait_req(pp, ch, REQ_ACT_SEND, q));
+        PX_CHECK(wait_req(pp, ch, REQ_GRAD_SEND, q));
     }
-    pp->busy[k] = 1;
-    pp->occupant[k] = m;
-    pp->slot_of[m] = k;
+    ch->busy[k] = 1;
+    ch->occupant[k] = m;
+    ch->slot_of[m] = k;
     *slot_p = k;
     return PX_OK;
 }
 
-static px_status_t start(px_pipe_t *pp, int kind, int m, void *buf, size_t n)
+static px_status_t start(px_pipe_t *pp, chunk_t *ch, int kind, int m, void *buf, size_t n)
 {
-    int peer = kind == REQ_ACT_RECV || kind == REQ_GRAD_SEND ? pp->s - 1 : pp->s + 1;
+    int peer = peer_of(pp, kind);
     int tk = kind == REQ_ACT_RECV || kind == REQ_ACT_SEND ? 0 : 1;
-    px_request_t **r = &pp->req[(size_t)m * REQ_N + kind];
+    int b = kind == REQ_ACT_RECV || kind == REQ_GRAD_SEND ? ch->j - 1 : ch->j;
+    px_request_t **r = &ch->req[(size_t)m * REQ_N + kind];
     px_status_t status;
     if (kind == REQ_ACT_SEND || kind == REQ_GRAD_SEND)
-        status = px_send_start(pp->comm, peer, tag_of(pp, tk, m), buf, n * sizeof(float), NULL, r);
+        status = px_send_start(pp->comm, peer, tag_of(pp, tk, b, m), buf, n * sizeof(float),
+                               NULL, r);
     else
-        status = px_recv_start(pp->comm, peer, tag_of(pp, tk, m), buf, n * sizeof(float), NULL, r);
+        status = px_recv_start(pp->comm, peer, tag_of(pp, tk, b, m), buf, n * sizeof(float),
+                               NULL, r);
     if (status != PX_OK)
-        px_error("pipeline: stage %d: cannot start the %s of micro-batch %d: %s", pp->s,
-                 req_name(kind), m, px_status_str(status));
+        px_error("pipeline: stage %d chunk %d: cannot start the %s of micro-batch %d: %s", pp->s,
+                 ch->c, req_name(kind), m, px_status_str(status));
     return status;
 }
 
-static px_status_t forward(px_pipe_t *pp, int m, px_pipe_load_fn load, void *arg, float *loss_sum)
+static px_status_t forward(px_pipe_t *pp, chunk_t *ch, int m, px_pipe_load_fn load, void *arg,
+                           float *loss_sum)
 {
-    const int first = pp->s == 0, last = pp->s == pp->p - 1;
     int k;
-    if (first)
-        PX_CHECK(take_slot(pp, m, &k));
+    if (ch->first)
+        PX_CHECK(take_slot(pp, ch, m, &k));
     else {
-        k = pp->slot_of[m];
-        PX_CHECK(wait_req(pp, REQ_ACT_RECV, m));
+        k = ch->slot_of[m];
+        PX_CHECK(wait_req(pp, ch, REQ_ACT_RECV, m));
     }
-    px_gpt_t *g = pp->slot[k];
+    px_gpt_t *g = ch->slot[k];
     px_gpt_ctx_t ctx = px_gpt_ctx_default(g);
     ctx.groups = pp->groups;
-    if (first || last)
-        load(arg, m, first ? pp->inputs[k] : NULL, last ? pp->targets[k] : NULL);
-    if (first)
-        PX_CHECK(px_gpt_embed_forward(g, &ctx, pp->inputs[k]));
-    for (int l = pp->l0; l < pp->l1; l++)
+    if (ch->first || ch->last)
+        load(arg, m, ch->first ? ch->inputs[k] : NULL, ch->last ? ch->targets[k] : NULL);
+    if (ch->first)
+        PX_CHECK(px_gpt_embed_forward(g, &ctx, ch->inputs[k]));
+    for (int l = ch->l0; l < ch->l1; l++)
         PX_CHECK(px_gpt_block_forward(g, &ctx, l));
-    if (last) {
+    if (ch->last) {
         float loss = 0.0f;
-        PX_CHECK(px_gpt_head_forward(g, &ctx, pp->targets[k], &loss));
+        PX_CHECK(px_gpt_head_forward(g, &ctx, ch->targets[k], &loss));
         *loss_sum += loss;
     }
     return PX_OK;
 }
 
-static px_status_t backward(px_pipe_t *pp, int m)
+static px_status_t backward(px_pipe_t *pp, chunk_t *ch, int m)
 {
-    const int first = pp->s == 0, last = pp->s == pp->p - 1;
     const int split = px_pipe_schedule_split(pp->sched);
-    int k = pp->slot_of[m];
-    px_gpt_t *g = pp->slot[k];
+    int k = ch->slot_of[m];
+    px_gpt_t *g = ch->slot[k];
     px_gpt_ctx_t ctx = px_gpt_ctx_default(g);
     ctx.groups = pp->groups;
-    if (!last)
-        PX_CHECK(wait_req(pp, REQ_GRAD_RECV, m));
+    if (!ch->last)
+        PX_CHECK(wait_req(pp, ch, REQ_GRAD_RECV, m));
     else
         PX_CHECK(px_gpt_head_backward(g, &ctx));
-    for (int l = pp->l1 - 1; l >= pp->l0; l--)
+    for (int l = ch->l1 - 1; l >= ch->l0; l--)
         PX_CHECK(split ? px_gpt_block_backward_input(g, &ctx, l)
                        : px_gpt_block_backward(g, &ctx, l));
-    if (first)
+    if (ch->first)
         PX_CHECK(px_gpt_embed_backward(g, &ctx));
     if (!split) /* split: the slot's activations wait for the weight pass */
-        pp->busy[k] = 0;
+        ch->busy[k] = 0;
     return PX_OK;
 }
 
 /* The weight pass of micro-batch m (split schedules): the layers' matmul
  * weight gradients and, on the last stage, the tied head's wte gradient. */
-static px_status_t weight_pass(px_pipe_t *pp, int m)
+static px_status_t weight_pass(px_pipe_t *pp, chunk_t *ch, int m)
 {
-    int k = pp->slot_of[m];
-    px_gpt_t *g = pp->slot[k];
+    int k = ch->slot_of[m];
+    px_gpt_t *g = ch->slot[k];
     px_gpt_ctx_t ctx = px_gpt_ctx_default(g);
     ctx.groups = pp->groups;
-    if (pp->s == pp->p - 1)
+    if (ch->last)
         PX_CHECK(px_gpt_head_backward_weight(g, &ctx));
-    for (int l = pp->l1 - 1; l >= pp->l0; l--)
+    for (int l = ch->l1 - 1; l >= ch->l0; l--)
         PX_CHECK(px_gpt_block_backward_weight(g, &ctx, l));
-    pp->busy[k] = 0;
+    ch->busy[k] = 0;
     return PX_OK;
 }
 
@@ -361,26 +430,31 @@ static px_status_t run_action(px_pipe_t *pp, const px_pipe_action_t *a, px_pipe_
     int m = a->micro, k;
     float *x, *dx;
     size_t n;
+    if (a->chunk < 0 || a->chunk >= pp->V) {
+        px_error("pipeline: stage %d: action on chunk %d of %d", pp->s, a->chunk, pp->V);
+        return PX_ERR_INTERNAL;
+    }
+    chunk_t *ch = &pp->ch[a->chunk];
     switch (a->op) {
     case PX_PIPE_RECV_ACT:
-        PX_CHECK(take_slot(pp, m, &k));
-        px_gpt_stage_io(pp->slot[k], pp->l0, &x, &dx, &n);
-        return start(pp, REQ_ACT_RECV, m, x, n);
+        PX_CHECK(take_slot(pp, ch, m, &k));
+        px_gpt_stage_io(ch->slot[k], ch->l0, &x, &dx, &n);
+        return start(pp, ch, REQ_ACT_RECV, m, x, n);
     case PX_PIPE_FWD:
-        return forward(pp, m, load, arg, loss_sum);
+        return forward(pp, ch, m, load, arg, loss_sum);
     case PX_PIPE_SEND_ACT:
-        px_gpt_stage_io(pp->slot[pp->slot_of[m]], pp->l1, &x, &dx, &n);
-        return start(pp, REQ_ACT_SEND, m, x, n);
+        px_gpt_stage_io(ch->slot[ch->slot_of[m]], ch->l1, &x, &dx, &n);
+        return start(pp, ch, REQ_ACT_SEND, m, x, n);
     case PX_PIPE_RECV_GRAD:
-        px_gpt_stage_io(pp->slot[pp->slot_of[m]], pp->l1, &x, &dx, &n);
-        return start(pp, REQ_GRAD_RECV, m, dx, n);
+        px_gpt_stage_io(ch->slot[ch->slot_of[m]], ch->l1, &x, &dx, &n);
+        return start(pp, ch, REQ_GRAD_RECV, m, dx, n);
     case PX_PIPE_BWD:
-        return backward(pp, m);
+        return backward(pp, ch, m);
     case PX_PIPE_SEND_GRAD:
-        px_gpt_stage_io(pp->slot[pp->slot_of[m]], pp->l0, &x, &dx, &n);
-        return start(pp, REQ_GRAD_SEND, m, dx, n);
+        px_gpt_stage_io(ch->slot[ch->slot_of[m]], ch->l0, &x, &dx, &n);
+        return start(pp, ch, REQ_GRAD_SEND, m, dx, n);
     case PX_PIPE_WGT:
-        return weight_pass(pp, m);
+        return weight_pass(pp, ch, m);
     default:
         px_error("pipeline: stage %d: unknown action %d", pp->s, a->op);
         return PX_ERR_INTERNAL;
@@ -396,19 +470,23 @@ px_status_t px_pipe_round(px_pipe_t *pp, px_pipe_load_fn load, void *arg, float 
 
     pp->gen++;
     pp->deferred = PX_OK;
-    for (int k = 0; k < pp->nslots; k++) {
-        pp->occupant[k] = -1;
-        pp->busy[k] = 0;
+    for (int c = 0; c < pp->V; c++) {
+        chunk_t *ch = &pp->ch[c];
+        for (int k = 0; k < ch->nslots; k++) {
+            ch->occupant[k] = -1;
+            ch->busy[k] = 0;
+        }
+        for (int m = 0; m < pp->M; m++)
+            ch->slot_of[m] = -1;
     }
-    for (int m = 0; m < pp->M; m++)
-        pp->slot_of[m] = -1;
     for (int i = 0; i < list->n && status == PX_OK; i++) {
         status = run_action(pp, &list->a[i], load, arg, &loss_sum);
         poke_all(pp);
     }
-    for (int m = 0; m < pp->M && status == PX_OK; m++)
-        for (int kind = 0; kind < REQ_N && status == PX_OK; kind++)
-            status = wait_req(pp, kind, m);
+    for (int c = 0; c < pp->V && status == PX_OK; c++)
+        for (int m = 0; m < pp->M && status == PX_OK; m++)
+            for (int kind = 0; kind < REQ_N && status == PX_OK; kind++)
+                status = wait_req(pp, &pp->ch[c], kind, m);
     if (status != PX_OK)
         cancel_all(pp);
     pp->busy_s += (px_time_mono_s() - t0) - (pp->idle_s - idle0);
@@ -431,7 +509,7 @@ px_status_t px_pipe_tied_sum(px_pipe_t *pp)
     if (!other)
         return PX_ERR_NO_MEMORY;
     int peer = pp->s == 0 ? pp->p - 1 : 0;
-    uint32_t tag = ((pp->gen & 0x3ffu) << 21) | (2u << 18);
+    uint32_t tag = tag_of(pp, 2, 0, 0);
     px_request_t *rr = NULL, *sr = NULL;
     double t0 = px_time_mono_s();
     px_status_t status = px_recv_start(pp->comm, peer, tag, other, n * sizeof(float), NULL, &rr);
@@ -467,8 +545,19 @@ void px_pipe_take_times(px_pipe_t *pp, double *busy_s_p, double *idle_s_p)
 
 size_t px_pipe_activation_bytes(const px_pipe_t *pp)
 {
-    return pp->nslots ? (size_t)pp->nslots * px_gpt_activation_bytes(pp->slot[0]) : 0;
+    size_t sum = 0;
+    for (int c = 0; c < pp->V; c++)
+        if (pp->ch[c].nslots)
+            sum += (size_t)pp->ch[c].nslots * px_gpt_activation_bytes(pp->ch[c].slot[0]);
+    return sum;
 }
 
 int px_pipe_stage(const px_pipe_t *pp) { return pp->s; }
-int px_pipe_slots(const px_pipe_t *pp) { return pp->nslots; }
+
+int px_pipe_slots(const px_pipe_t *pp)
+{
+    int sum = 0;
+    for (int c = 0; c < pp->V; c++)
+        sum += pp->ch[c].nslots;
+    return sum;
+}

@@ -16,6 +16,14 @@
  * without parameter storage (px_gpt_create_external) over the same ZeRO
  * hooks, so the slots share the stage's parameters and gradients.
  *
+ * Interleaved 1F1B (pipesched.h): stage s holds V model chunks, chunk c
+ * being virtual stage j = c*p + s with the layers sl[j] of the pV-entry
+ * split (layers / pV each); the embedding is on chunk 0 of stage 0, the
+ * final LayerNorm and the tied head on chunk V-1 of stage p-1. Each chunk
+ * has its own slots (px_pipe_schedule_chunk_slots) and requests; chunk
+ * c's messages go to stage s+1 / come from stage s-1 (mod p), their tags
+ * carry the chunk. V = 1 is every other schedule: one chunk, the stage.
+ *
  * Gradients accumulate over the micro-batches (the ZeRO state averages by
  * its accum); px_pipe_tied_sum then sums the two copies of the tied
  * embedding's gradients, first stage + last stage, so both copies take the
@@ -37,9 +45,10 @@
 
 typedef struct px_pipe px_pipe_t;
 
-/* Which units stage s of p holds, with layer counts sl[p]: held[u] = 1
- * for u in 0..layers+1 (held[layers + 2]). */
-void px_pipe_stage_units(int layers, int p, const int *sl, int s, unsigned char *held);
+/* Which units stage s of p holds, with v chunks per stage and layer counts
+ * per virtual stage sl[p * v] (v = 1: per stage): held[u] = 1 for u in
+ * 0..layers+1 (held[layers + 2]). */
+void px_pipe_stage_units(int layers, int p, int v, const int *sl, int s, unsigned char *held);
 
 /* Fills one micro-batch: inputs and targets (Bm,T) of micro-batch `micro`
  * of the current round (either may be NULL: not needed on this stage). */
@@ -47,14 +56,16 @@ typedef void (*px_pipe_load_fn)(void *arg, int micro, int32_t *inputs, int32_t *
 
 /* Builds the runner of this rank's stage (the pp group's rank in
  * `groups`, borrowed) for schedule `kind` over M micro-batches of (Bm,T)
- * sequences, layers per stage sl[pp] (copied). `zero` (borrowed) holds
+ * sequences with V chunks per stage (1 unless interleaved), layers per
+ * virtual stage sl[pp * V] (read during the call). `zero` (borrowed) holds
  * the stage's units and gives their hooks; `gc`, `ops` as for
- * px_gpt_create_external. Allocates the schedule's slots for this stage
- * (px_pipe_schedule_slots: GPipe M, 1F1B at most pp - s). Errors:
- * PX_ERR_INVALID_ARGUMENT (logged), PX_ERR_NO_MEMORY. */
+ * px_gpt_create_external. Allocates the schedule's slots for each chunk
+ * (px_pipe_schedule_chunk_slots: GPipe M, 1F1B at most pp - s). Errors:
+ * PX_ERR_INVALID_ARGUMENT (logged: a schedule that cannot be built, M x V
+ * past the tags' 2^18), PX_ERR_NO_MEMORY. */
 px_status_t px_pipe_create(const px_gpt_config_t *gc, const px_kernel_ops_t *ops, px_zero_t *zero,
-                           px_groups_t *groups, int kind, int M, const int *sl, int Bm, int T,
-                           px_pipe_t **pipe_p);
+                           px_groups_t *groups, int kind, int M, int V, const int *sl, int Bm,
+                           int T, px_pipe_t **pipe_p);
 void px_pipe_destroy(px_pipe_t *pipe); /* NULL no-op; cancels requests in flight */
 
 /* Runs one round (M micro-batches) of the schedule: `load` is called for
@@ -75,10 +86,11 @@ px_status_t px_pipe_tied_sum(px_pipe_t *pipe);
  * stage since the last call; resets them. */
 void px_pipe_take_times(px_pipe_t *pipe, double *busy_s_p, double *idle_s_p);
 
-/* Activation bytes this stage holds (slots x one model's activations). */
+/* Activation bytes this stage holds (the sum over its chunks of slots x
+ * one chunk model's activations). */
 size_t px_pipe_activation_bytes(const px_pipe_t *pipe);
 
 int px_pipe_stage(const px_pipe_t *pipe);
-int px_pipe_slots(const px_pipe_t *pipe);
+int px_pipe_slots(const px_pipe_t *pipe); /* summed over the chunks */
 
 #endif

@@ -308,6 +308,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     dp_rank = px_groups_coord(groups)->dp;
     set_blas_threads();
     const int pp = layout.pp, M = pp > 1 ? cfg->micro_batches : 1;
+    const int V = pp > 1 && cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
     const int T = cfg->seq, A = cfg->grad_accum, Bm = cfg->batch / (dp * A * M);
     status = px_data_open(cfg->data_path, cfg->vocab, err, sizeof(err), &data);
     if (status != PX_OK) {
@@ -336,18 +337,19 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     if (pp > 1) { /* this stage's units only (pipeline.h); the others are empty */
         unsigned char held[gc.layers + 2];
-        stage_layers = calloc((size_t)pp, sizeof(int));
+        /* layers per virtual stage: pp x V of them (V = 1: the stages) */
+        stage_layers = calloc((size_t)pp * V, sizeof(int));
         if (!stage_layers) {
             status = PX_ERR_NO_MEMORY;
             goto out;
         }
-        status = px_pipe_stage_layers(gc.layers, pp, cfg->stage_layers, stage_layers, err,
-                                      sizeof(err));
+        status = px_pipe_stage_layers(gc.layers, pp * V, V > 1 ? NULL : cfg->stage_layers,
+                                      stage_layers, err, sizeof(err));
         if (status != PX_OK) {
             px_error("train: %s", err);
             goto out;
         }
-        px_pipe_stage_units(gc.layers, pp, stage_layers, px_groups_coord(groups)->pp, held);
+        px_pipe_stage_units(gc.layers, pp, V, stage_layers, px_groups_coord(groups)->pp, held);
         for (int u = 0; u < gc.layers + 2; u++)
             if (!held[u])
                 usizes[u] = 0;
@@ -363,8 +365,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     if (pp > 1) {
         if (stage == 0 || last_stage) /* the tied wte; the copy counts on the first stage */
             px_zero_set_tied(zero, PX_MODEL_UNIT_EMBED, last_stage);
-        PX_CHECK_GOTO(px_pipe_create(&gc, ops, zero, groups, cfg->schedule, M, stage_layers, Bm,
-                                     T, &pipe), status, out);
+        PX_CHECK_GOTO(px_pipe_create(&gc, ops, zero, groups, cfg->schedule, M, V, stage_layers,
+                                     Bm, T, &pipe), status, out);
     } else
         PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, T, px_zero_hooks(zero), &gpt), status,
                       out);
@@ -389,10 +391,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     size_t act_bytes = gpt ? px_gpt_activation_bytes(gpt) : px_pipe_activation_bytes(pipe);
     if (rank == 0)
         px_info("train: %zu parameters (%llu per tensor rank), zero %d, dp %d, tp %d, grad_accum "
-                "%d, pp %d (%s, %d micro-batches), micro-batch %d x %d; plan per rank: params "
+                "%d, pp %d (%s, %d micro-batches, %d chunks per stage), micro-batch %d x %d; plan "
+                "per rank: params "
                 "%.2f MB, grads %.2f MB, optimizer %.2f MB, activations %.2f MB",
                 n, (unsigned long long)plan->params, cfg->zero, dp, layout.tp, A, pp,
-                px_pipe_schedule_name(cfg->schedule), M, Bm, T, plan->bytes[PX_MEM_PARAMS] / 1e6,
+                px_pipe_schedule_name(cfg->schedule), M, V, Bm, T,
+                plan->bytes[PX_MEM_PARAMS] / 1e6,
                 plan->bytes[PX_MEM_GRADS] / 1e6, plan->bytes[PX_MEM_OPTIM] / 1e6,
                 act_bytes / 1e6);
     if (cfg->resume_dir && *cfg->resume_dir) {

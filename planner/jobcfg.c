@@ -43,6 +43,7 @@ void px_job_config_defaults(px_job_config_t *cfg)
     cfg->grad_accum = 1;
     cfg->micro_batches = 1;
     cfg->schedule = PX_PIPE_1F1B;
+    cfg->virtual_stages = 1;
     cfg->lr = 2e-3f;
     cfg->min_lr_ratio = 0.1f;
     cfg->warmup_steps = -1;
@@ -83,6 +84,7 @@ static px_status_t check_sizes(const px_job_config_t *cfg, char *errbuf, size_t 
         {"steps", cfg->steps, 1, MAX_STEPS},
         {"grad_accum", cfg->grad_accum, 1, MAX_GRAD_ACCUM},
         {"micro_batches", cfg->micro_batches, 1, MAX_BATCH},
+        {"virtual_stages", cfg->virtual_stages, 1, MAX_LAYERS},
     };
     for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++)
         if (r[i].v < r[i].lo || r[i].v > r[i].hi)
@@ -128,8 +130,22 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
                           "micro_batches=%d", cfg->batch, l->dp, cfg->grad_accum,
                           cfg->micro_batches);
     if (cfg->schedule < 0 || cfg->schedule >= PX_PIPE_NKINDS)
-        return px_invalid(errbuf, errlen, "schedule=%d is not a pipeline schedule (gpipe, 1f1b, zb1)",
-                          cfg->schedule);
+        return px_invalid(errbuf, errlen, "schedule=%d is not a pipeline schedule (gpipe, 1f1b, "
+                          "zb1, interleaved)", cfg->schedule);
+    if (cfg->schedule != PX_PIPE_INTERLEAVED && cfg->virtual_stages != 1)
+        return px_invalid(errbuf, errlen, "virtual_stages=%d with schedule %s: model chunks per "
+                          "stage need schedule interleaved", cfg->virtual_stages,
+                          px_pipe_schedule_name(cfg->schedule));
+    if (cfg->schedule == PX_PIPE_INTERLEAVED) {
+        px_status_t st = px_pipe_interleaved_check(cfg->layers, l->pp, cfg->virtual_stages,
+                                                   cfg->micro_batches, errbuf, errlen);
+        if (st != PX_OK)
+            return st;
+        if (has(cfg->stage_layers))
+            return px_invalid(errbuf, errlen, "stage_layers='%s' with schedule interleaved: its "
+                              "chunks split the layers evenly (layers / (pp x virtual_stages))",
+                              cfg->stage_layers);
+    }
     if (l->pp >= 1 && cfg->layers >= l->pp) { /* layers checked above: a small array */
         int sl[l->pp];
         px_status_t st = px_pipe_stage_layers(cfg->layers, l->pp, cfg->stage_layers, sl, errbuf,

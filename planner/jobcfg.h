@@ -36,8 +36,10 @@ typedef struct px_job_config {
     /* pipeline (pp > 1, pipesched.h): each of the grad_accum parts is cut
      * into micro_batches micro-batches that flow through the stages by
      * `schedule` (px_pipe_schedule_kind_t); stage_layers: "2,2,1,1" or
-     * NULL / "" for an even split */
-    int micro_batches, schedule;
+     * NULL / "" for an even split; virtual_stages: model chunks per stage
+     * (interleaved 1F1B: V >= 2, layers % (pp x V) == 0, micro_batches %
+     * pp == 0; 1 with every other schedule) */
+    int micro_batches, schedule, virtual_stages;
     const char *stage_layers;
     /* optimizer: AdamW with linear warm-up then cosine to lr * min_lr_ratio */
     float lr, min_lr_ratio;
@@ -61,7 +63,7 @@ typedef struct px_job_config {
 } px_job_config_t;
 
 /* The defaults: vocab 256, layout all 1, grad_accum 1, micro_batches 1,
- * schedule 1F1B, lr 2e-3,
+ * schedule 1F1B, virtual_stages 1, lr 2e-3,
  * min_lr_ratio 0.1, warmup -1 (steps/20), weight_decay 0.1, betas 0.9/0.95,
  * eps 1e-8, grad_clip 1.0, seed 1337, zero 0, prefetch 1, eval_every -1
  * (steps / 10), eval_batches 4. Sizes, steps and paths are left 0 / NULL. */

@@ -72,6 +72,8 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
         cfg->schedule = px_pipe_schedule_parse(spec->parallel->schedule); /* -1: the check names it */
     if (spec->parallel)
         cfg->stage_layers = str_or_null(spec->parallel->stage_layers);
+    if (spec->parallel && spec->parallel->virtual_stages)
+        cfg->virtual_stages = to_int(spec->parallel->virtual_stages);
     cfg->batch = to_int(spec->batch);
     cfg->steps = to_int(spec->steps);
     if (spec->grad_accum)
@@ -122,6 +124,7 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     p->micro_batches = u32(cfg->micro_batches);
     p->schedule = (char *)px_pipe_schedule_name(cfg->schedule);
     p->stage_layers = (char *)(cfg->stage_layers ? cfg->stage_layers : "");
+    p->virtual_stages = u32(cfg->virtual_stages);
     s->model = m;
     s->parallel = p;
     s->dp = p->dp; /* old readers: the data-parallel degree */

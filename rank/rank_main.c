@@ -83,7 +83,8 @@ static void usage(FILE *out)
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
             "         [--replica-digests] [--val-data PATH [--eval-every N] [--eval-batches K]]\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
-            "         [--micro-batches M] [--schedule gpipe|1f1b|zb1] [--stage-layers 2,2,1,1]\n"
+            "         [--micro-batches M] [--schedule gpipe|1f1b|zb1|interleaved]\n"
+            "         [--virtual-stages V] (interleaved: model chunks per stage) [--stage-layers 2,2,1,1]\n"
             "         [--print-schedule] (prints the pp x micro-batches schedule and exits)\n"
             "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
             "   or: parallax-rank --spec-file PATH [--coord ... --job ... --rank ... --world ...\n"
@@ -173,8 +174,8 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_VOCAB, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
            O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VAL, O_EVAL_EVERY, O_EVAL_BATCHES,
-           O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
+           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_VAL, O_EVAL_EVERY,
+           O_EVAL_BATCHES, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
            O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
            O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS };
     static const struct option opts[] = {
@@ -194,7 +195,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"pp", 1, 0, O_PP}, {"cp", 1, 0, O_CP}, {"ep", 1, 0, O_EP},
         {"sequence-parallel", 0, 0, O_SEQPAR}, {"micro-batches", 1, 0, O_MICRO},
         {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
-        {"print-schedule", 0, 0, O_PRINT_SCHED},
+        {"print-schedule", 0, 0, O_PRINT_SCHED}, {"virtual-stages", 1, 0, O_VSTAGES},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
         {"replica-digests", 0, 0, O_DIGESTS}, {"val-data", 1, 0, O_VAL},
         {"eval-every", 1, 0, O_EVAL_EVERY}, {"eval-batches", 1, 0, O_EVAL_BATCHES},
@@ -266,11 +267,12 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_SCHED:
             a->cfg.schedule = px_pipe_schedule_parse(optarg);
             if (a->cfg.schedule < 0) {
-                fprintf(stderr, "parallax-rank: --schedule: '%s' is not gpipe, 1f1b or zb1\n", optarg);
+                fprintf(stderr, "parallax-rank: --schedule: '%s' is not gpipe, 1f1b, zb1 or interleaved\n", optarg);
                 r = -1;
             }
             break;
         case O_STAGE_LAYERS: a->cfg.stage_layers = optarg; break;
+        case O_VSTAGES: r = parse_int(name, optarg, 1, &a->cfg.virtual_stages); break;
         case O_PRINT_SCHED: print_sched = 1; break;
         case O_SPEC_FILE: a->spec_file = optarg; break;
         case O_NORM_ONES: a->test_norm_ones = 1; break;
@@ -302,8 +304,17 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         px_pipe_schedule_t *sc = NULL;
         char err[256];
         int pp = a->cfg.layout.pp > 0 ? a->cfg.layout.pp : 1;
-        if (px_pipe_schedule_create(a->cfg.schedule, pp, a->cfg.micro_batches, &sc) != PX_OK) {
-            fprintf(stderr, "parallax-rank: --print-schedule: cannot build it\n");
+        if (a->cfg.schedule == PX_PIPE_INTERLEAVED &&
+            px_pipe_interleaved_check(a->cfg.layers > 0 ? a->cfg.layers : pp * a->cfg.virtual_stages,
+                                      pp, a->cfg.virtual_stages, a->cfg.micro_batches, err,
+                                      sizeof(err)) != PX_OK) {
+            fprintf(stderr, "parallax-rank: --print-schedule: %s\n", err);
+            return -1;
+        }
+        if (px_pipe_schedule_create_v(a->cfg.schedule, pp, a->cfg.micro_batches,
+                                      a->cfg.virtual_stages, &sc) != PX_OK) {
+            fprintf(stderr, "parallax-rank: --print-schedule: cannot build it (virtual_stages=%d "
+                    "needs schedule interleaved)\n", a->cfg.virtual_stages);
             return -1;
         }
         px_pipe_schedule_print(sc, stdout);

@@ -2,7 +2,7 @@
 """test_pp.py: pipeline parallelism (GPipe, 1F1B, ZB-H1) equals the single-rank run
 (integration; issue 10).
 
-Model: 2 layers (6 for pp 4), 4 heads, dim 32, seq 16, global batch 8 (32
+Model: 2 layers (6 for pp 4, 4 for interleaved), 4 heads, dim 32, seq 16, global batch 8 (32
 for the micro-batch pair), 10 steps, clip 1.0, same seed and data for every
 layout; one single-rank run per model and batch is the reference. The
 ranks run through the standalone bootstrap. Checks, per layout:
@@ -24,7 +24,10 @@ ranks run through the standalone bootstrap. Checks, per layout:
     2) give the same loss and grad norm within 1e-5 of each other.
   * with --pctl PCTL: every stage's measured activation peak equals
     `pctl plan --json`'s pipeline figure for its schedule (GPipe, 1F1B,
-    ZB1 at pp 4, 8 micro-batches of 2, 6 layers, dim 64).
+    ZB1 at pp 4, 8 micro-batches of 2, 6 layers, dim 64; interleaved
+    V 2 at pp 2, the pp2int2 run).
+  * interleaved 1F1B (pp2int2, dp2pp2int2, with ZeRO 1, with tp 2): pp 2
+    with 2 chunks per stage of one layer each, every check above.
 usage: test_pp.py RANK_BIN MAKE_TOKENS_PY WORKDIR [--pctl PCTL] [LAYOUT ...]"""
 import json
 import os
@@ -58,6 +61,23 @@ LAYOUTS = {
     'pp2a2': (2, 1, 1, 2, 2, 8, ['--pp', '2', '--micro-batches', '2', '--grad-accum', '2']),
     'mb4x8': (2, 1, 1, 2, 2, 32, ['--pp', '2', '--micro-batches', '4']),
     'mb16x2': (2, 1, 1, 2, 2, 32, ['--pp', '2', '--micro-batches', '16']),
+    # interleaved 1F1B: 4 layers as 4 chunks of 1, stage 0 holding layers 0
+    # and 2, stage 1 layers 1 and 3
+    'pp2int2': (2, 1, 1, 2, 4, 8, ['--pp', '2', '--micro-batches', '4', '--schedule',
+                                   'interleaved', '--virtual-stages', '2']),
+    'dp2pp2int2': (4, 2, 1, 2, 4, 8, ['--dp', '2', '--pp', '2', '--micro-batches', '2',
+                                      '--schedule', 'interleaved', '--virtual-stages', '2']),
+    'dp2pp2int2z1': (4, 2, 1, 2, 4, 8, ['--dp', '2', '--pp', '2', '--micro-batches', '2',
+                                        '--schedule', 'interleaved', '--virtual-stages', '2',
+                                        '--zero', '1']),
+    # 8 layers on pp 4 x V 2 (the activations wrap from stage 3 to stage 0),
+    # 6 on pp 2 x V 3
+    'pp4int2': (4, 1, 1, 4, 8, 8, ['--pp', '4', '--micro-batches', '8', '--schedule',
+                                   'interleaved', '--virtual-stages', '2']),
+    'pp2int3': (2, 1, 1, 2, 6, 8, ['--pp', '2', '--micro-batches', '4', '--schedule',
+                                   'interleaved', '--virtual-stages', '3']),
+    'pp2tp2int2': (4, 1, 2, 2, 4, 8, ['--pp', '2', '--tp', '2', '--micro-batches', '2',
+                                      '--schedule', 'interleaved', '--virtual-stages', '2']),
 }
 
 
@@ -161,14 +181,18 @@ def main():
         nparams = None
         # one micro-batch: the state averages the accumulation (1/(A x M)),
         # which would scale the ones
-        one = [('1' if i > 0 and extra[i - 1] in ('--micro-batches', '--grad-accum') else a)
+        # (interleaved needs micro-batches a multiple of pp: pp = 2 of them,
+        # the ones halved, exactly)
+        inter = 'interleaved' in extra
+        one = [(('%d' % pp if inter and extra[i - 1] == '--micro-batches' else '1')
+                if i > 0 and extra[i - 1] in ('--micro-batches', '--grad-accum') else a)
                for i, a in enumerate(extra)]
         r = norm_ones(rank_bin, args + one, work, 'ones_' + name, world)
         if r is None:
             bad.append('norm-ones run failed')
         else:
             nparams = r[1]
-            want = struct.unpack('f', struct.pack('f', math.sqrt(r[1])))[0]
+            want = struct.unpack('f', struct.pack('f', math.sqrt(r[1])))[0] / (pp if inter else 1)
             if r[0] != want:
                 bad.append('norm-ones %.9g, want sqrt(%d) = %.9g' % (r[0], r[1], want))
         held = ''
@@ -203,6 +227,21 @@ def main():
         failures += not w <= TOL_LOSS
     if pctl:
         failures += plan_check(rank_bin, pctl, data, work)
+    # interleaved: each stage holds V chunk models per micro-batch in flight
+    # (stage 0 of pp 2, M 4, V 2: 4 + 2 chunk buffers, stage 1: 3 + 1);
+    # `pctl plan` predicts exactly what each stage measured
+    if pctl and 'pp2int2' in acts:
+        plan = json.loads(subprocess.run(
+            [pctl, 'plan', '--layers', '4', '--heads', '4', '--dim', '32', '--seq', '16',
+             '--pp', '2', '--micro-batches', '4', '--batch', '8', '--schedule', 'interleaved',
+             '--virtual-stages', '2', '--json'], check=True, capture_output=True,
+            text=True).stdout)['pipeline']['interleaved']
+        want = [int(st['activation_bytes']) for st in plan]
+        held = [st['micro_batches_held'] for st in plan]
+        ok = acts['pp2int2'] == want and held == [6, 4]
+        print('activation peak per stage, interleaved pp 2 V 2 M 4: measured %s, pctl plan %s '
+              '(chunk buffers %s) %s' % (acts['pp2int2'], want, held, 'ok' if ok else 'FAIL'))
+        failures += not ok
     print('FAIL (%d)' % failures if failures else 'PASS')
     return 1 if failures else 0
 

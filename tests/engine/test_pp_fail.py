@@ -9,7 +9,9 @@ sends. With PX_COMM_TIMEOUT_MS = 3000 both ranks must exit non-zero within
 the deadline plus a margin (not hang), and their logs must name the
 pipeline's failed exchange. Then the submit-time errors of parallax-rank's
 validator: fewer layers than stages, a batch not divisible by dp x
-micro-batches, a bad --stage-layers, an unknown schedule.
+micro-batches, a bad --stage-layers, an unknown schedule, and interleaved
+1F1B's: layers not divisible by pp x V, micro-batches not a multiple of pp,
+V > 1 with another schedule, V < 2 with interleaved, --stage-layers with it.
 usage: test_pp_fail.py RANK_BIN MAKE_TOKENS_PY WORKDIR"""
 import os
 import subprocess
@@ -70,7 +72,24 @@ def main():
          "stage_layers='3,2' sums to 5, layers=4"),
         (['--layers', '2', '--pp', '2', '--zero', '3'],
          'zero=3 with pp=2: pipeline parallelism runs with ZeRO 0 and 1 so far'),
-        (['--layers', '2', '--pp', '2', '--schedule', 'zb2'], "'zb2' is not gpipe, 1f1b or zb1"),
+        (['--layers', '2', '--pp', '2', '--schedule', 'zb2'],
+         "'zb2' is not gpipe, 1f1b, zb1 or interleaved"),
+        # interleaved 1F1B (Megatron-LM's rules)
+        (['--layers', '6', '--pp', '2', '--micro-batches', '2', '--schedule', 'interleaved',
+          '--virtual-stages', '2'],
+         'layers=6 is not divisible by pp=2 x virtual_stages=2'),
+        (['--layers', '4', '--pp', '2', '--micro-batches', '1', '--schedule', 'interleaved',
+          '--virtual-stages', '2'],
+         'micro_batches=1 is not a multiple of pp=2'),
+        (['--layers', '4', '--pp', '2', '--micro-batches', '2', '--schedule', '1f1b',
+          '--virtual-stages', '2'],
+         'virtual_stages=2 with schedule 1f1b: model chunks per stage need schedule interleaved'),
+        (['--layers', '4', '--pp', '2', '--micro-batches', '2', '--schedule', 'interleaved',
+          '--virtual-stages', '1'],
+         'schedule interleaved with virtual_stages=1: it needs at least 2 model chunks'),
+        (['--layers', '4', '--pp', '2', '--micro-batches', '2', '--schedule', 'interleaved',
+          '--virtual-stages', '2', '--stage-layers', '3,1'],
+         "stage_layers='3,1' with schedule interleaved"),
     ]
     common = ['--heads', '4', '--dim', '32', '--seq', '16', '--batch', '8', '--steps', '1',
               '--data', data]

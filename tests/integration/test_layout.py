@@ -12,7 +12,9 @@ At submit (pctl exits non-zero, the daemon's message names the values):
   * a token file holding token 300 with the default vocab (256): the
     message names the largest token and the vocab.
 A dp 2 x pp 2 job (GPipe, 4 micro-batches) over both daemons: `pctl status`
-prints each stage's measured bubble (idle fraction) next to (p-1)/(M+p-1).
+prints each stage's measured bubble (idle fraction) next to (p-1)/(M+p-1);
+an interleaved pp 2 x V 2 job completes and its status shows the chunks and
+(p-1)/(V*M+p-1); interleaved's rules are rejected at submit, named.
 A dp=4 job over both daemons: `pctl status` prints 4 rank rows with their
 coordinates (dp 0..3, tp/pp/cp/ep 0), nodes (2 on each daemon) and devices,
 the reporting rank 0 marked; `--json` carries the same coordinates; each
@@ -101,6 +103,20 @@ def main():
         pctl_fail(c, "pp with zero 2", ["submit", "--data", data, "--dp", 1, "--pp", 2,
                                         "--zero", 2, "--batch", 4],
                   ["zero=2 with pp=2: pipeline parallelism runs with ZeRO 0 and 1 so far"])
+        # interleaved 1F1B (issue 10): the daemon's validator names the values
+        pctl_fail(c, "interleaved layers", ["submit", "--data", data, "--pp", 2, "--layers", 6,
+                                            "--micro-batches", 2, "--schedule", "interleaved",
+                                            "--virtual-stages", 2, "--batch", 4],
+                  ["INVALID_ARGUMENT", "layers=6 is not divisible by pp=2 x virtual_stages=2"])
+        pctl_fail(c, "interleaved micro-batches", ["submit", "--data", data, "--pp", 2,
+                                                   "--layers", 4, "--micro-batches", 1,
+                                                   "--schedule", "interleaved",
+                                                   "--virtual-stages", 2, "--batch", 4],
+                  ["INVALID_ARGUMENT", "micro_batches=1 is not a multiple of pp=2"])
+        pctl_fail(c, "chunks without interleaved", ["submit", "--data", data, "--pp", 2,
+                                                    "--layers", 4, "--micro-batches", 2,
+                                                    "--virtual-stages", 2, "--batch", 4],
+                  ["INVALID_ARGUMENT", "virtual_stages=2 with schedule 1f1b"])
         pctl_fail(c, "token >= vocab", ["submit", "--data", big, "--batch", 4] + small,
                   ["INVALID_ARGUMENT", "token 300 >= vocab 256", "largest token 300"])
         # nothing was stored but the old client's job; let it finish first
@@ -177,6 +193,19 @@ def main():
         assert bub and [b["stage"] for b in bub] == [0, 1] and \
             all(0.0 <= b["idle_fraction"] <= 1.0 and b["step_s"] > 0 for b in bub), j
         print("pipeline status: " + line[0])
+
+        # interleaved 1F1B through the daemons: the JobSpec carries the
+        # chunks to the ranks (spec file); pp 2 x V 2 on 4 layers
+        int_id = c.json("submit", "--data", data, "--pp", 2, "--batch", 8, "--micro-batches", 2,
+                        "--schedule", "interleaved", "--virtual-stages", 2, "--name", "inter",
+                        *(["--layers", 4] + small[2:]))["job_id"]
+        job = pc.wait_state(c, int_id, ("COMPLETED", "FAILED", "CANCELLED"), 180)
+        assert pc.job_state(job) == "COMPLETED", (job, cl.logs())
+        text = c.run("status", int_id)
+        line = [ln for ln in text.splitlines() if ln.startswith("pipeline ")]
+        assert line and "interleaved, 2 micro-batches, 2 chunks per stage" in line[0] and \
+            "(p-1)/(V*M+p-1) = 20.0% (V=2)" in line[0], text
+        print("interleaved status: " + line[0])
 
         codes = cl.stop()
         assert codes == [0, 0], codes

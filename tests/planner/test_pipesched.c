@@ -2,7 +2,12 @@
  * m = 1..16 micro-batches (pipesched.h): every schedule's lists are
  * deadlock-free under the runner's semantics, forward precedes backward
  * (and the weight pass its input pass), every message is matched; 1F1B
- * holds min(p - s, m) micro-batches per stage, GPipe m, ZB1 min(p, m); the stage split is even; broken lists are caught. */
+ * holds min(p - s, m) micro-batches per stage, GPipe m, ZB1 min(p, m); the stage split is even; broken lists are caught.
+ * Interleaved 1F1B for p = 1..8, m = 1..16, v = 2..4 chunks: the same
+ * checks per chunk (every (micro-batch, chunk) forwarded and backwarded
+ * once, forward first, messages between virtual stages matched, no
+ * deadlock) where m is a multiple of p (Megatron-LM's rule; other m are
+ * refused), each gradient receive posted right after its activation send. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +31,7 @@ int main(void)
     char err[512];
     int checked = 0;
     for (int k = 0; k < PX_PIPE_NKINDS; k++)
-        for (int p = 1; p <= 8; p++)
+        for (int p = 1; p <= 8 && k != PX_PIPE_INTERLEAVED; p++)
             for (int m = 1; m <= 16; m++) {
                 px_pipe_schedule_t *sc = NULL;
                 EXPECT(px_pipe_schedule_create(k, p, m, &sc) == PX_OK, "create %d %d %d", k, p, m);
@@ -54,7 +59,76 @@ int main(void)
                 px_pipe_schedule_destroy(sc);
                 checked++;
             }
-    EXPECT(checked == PX_PIPE_NKINDS * 8 * 16, "checked %d", checked);
+    EXPECT(checked == (PX_PIPE_NKINDS - 1) * 8 * 16, "checked %d", checked);
+
+    /* interleaved 1F1B */
+    int ichecked = 0;
+    for (int p = 1; p <= 8; p++)
+        for (int m = 1; m <= 16; m++)
+            for (int v = 2; v <= 4; v++) {
+                px_pipe_schedule_t *sc = NULL;
+                px_status_t cs = px_pipe_schedule_create_v(PX_PIPE_INTERLEAVED, p, m, v, &sc);
+                /* Megatron-LM's rule: micro-batches a multiple of the stages
+                 * (the groups-of-p order deadlocks otherwise, e.g. p=4 m=5) */
+                EXPECT(cs == (m % p ? PX_ERR_INVALID_ARGUMENT : PX_OK),
+                       "create interleaved %d %d %d: %d", p, m, v, cs);
+                if (!sc)
+                    continue;
+                px_status_t st = px_pipe_schedule_check(sc, err, sizeof(err));
+                EXPECT(st == PX_OK, "interleaved p=%d m=%d v=%d: %s", p, m, v, err);
+                for (int s = 0; s < p; s++) {
+                    int per[4][PX_PIPE_NOPS] = {{0}};
+                    for (int i = 0; i < sc->stage[s].n; i++)
+                        per[sc->stage[s].a[i].chunk][sc->stage[s].a[i].op]++;
+                    for (int c = 0; c < v; c++) {
+                        int j = c * p + s;
+                        EXPECT(per[c][PX_PIPE_FWD] == m && per[c][PX_PIPE_BWD] == m &&
+                               per[c][PX_PIPE_WGT] == 0 &&
+                               per[c][PX_PIPE_RECV_ACT] == (j > 0 ? m : 0) &&
+                               per[c][PX_PIPE_SEND_ACT] == (j < p * v - 1 ? m : 0),
+                               "interleaved p=%d m=%d v=%d stage %d chunk %d: %d F %d B", p, m,
+                               v, s, c, per[c][PX_PIPE_FWD], per[c][PX_PIPE_BWD]);
+                        int ns = px_pipe_schedule_chunk_slots(sc, s, c);
+                        EXPECT(ns >= 1 && ns <= m, "interleaved p=%d m=%d v=%d stage %d chunk "
+                               "%d: %d slots", p, m, v, s, c, ns);
+                    }
+                }
+                /* the gradient receive right after the activation send */
+                for (int s = 0; s < p; s++)
+                    for (int i = 0; i < sc->stage[s].n; i++)
+                        if (sc->stage[s].a[i].op == PX_PIPE_RECV_GRAD)
+                            EXPECT(i > 0 && sc->stage[s].a[i - 1].op == PX_PIPE_SEND_ACT &&
+                                   sc->stage[s].a[i - 1].micro == sc->stage[s].a[i].micro &&
+                                   sc->stage[s].a[i - 1].chunk == sc->stage[s].a[i].chunk,
+                                   "interleaved p=%d m=%d v=%d stage %d: <g at %d not after its "
+                                   ">a", p, m, v, s, i);
+                px_pipe_schedule_destroy(sc);
+                ichecked++;
+            }
+    EXPECT(ichecked == (16 + 8 + 5 + 4 + 3 + 2 + 2 + 2) * 3, "checked %d interleaved", ichecked);
+    /* p=4 m=8 v=2 (the bench's shape): stage 0 holds all 8 micro-batches of
+     * chunk 0 (its 10 warm-up forwards reach B0.0 only after the 8th) and 4
+     * of chunk 1; the last stage 5 and 1 */
+    px_pipe_schedule_t *is = NULL;
+    EXPECT(px_pipe_schedule_create_v(PX_PIPE_INTERLEAVED, 4, 8, 2, &is) == PX_OK, "create");
+    EXPECT(is && px_pipe_schedule_chunk_slots(is, 0, 0) == 8 &&
+           px_pipe_schedule_chunk_slots(is, 0, 1) == 4 && px_pipe_schedule_slots(is, 3) == 6,
+           "p=4 m=8 v=2 slots");
+    px_pipe_schedule_destroy(is);
+    /* a chunk index V or more is caught; so is V with the other schedules */
+    px_pipe_schedule_t *bad = NULL;
+    EXPECT(px_pipe_schedule_create_v(PX_PIPE_1F1B, 2, 4, 2, &bad) == PX_ERR_INVALID_ARGUMENT,
+           "1f1b with v 2");
+    EXPECT(px_pipe_schedule_create_v(PX_PIPE_INTERLEAVED, 2, 4, 1, &bad) ==
+           PX_ERR_INVALID_ARGUMENT, "interleaved with v 1");
+    EXPECT(px_pipe_interleaved_check(6, 2, 2, 4, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+           strstr(err, "layers=6") && strstr(err, "pp=2") && strstr(err, "virtual_stages=2"),
+           "layers not divisible: %s", err);
+    EXPECT(px_pipe_interleaved_check(8, 2, 2, 4, err, sizeof(err)) == PX_OK, "8 on 2x2");
+    EXPECT(px_pipe_interleaved_check(8, 2, 2, 3, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+           strstr(err, "micro_batches=3") && strstr(err, "pp=2"), "m 3: %s", err);
+    EXPECT(px_pipe_interleaved_check(8, 2, 1, 4, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+           strstr(err, "virtual_stages=1"), "v 1: %s", err);
 
     /* broken lists are caught: a backward moved before its forward, and a
      * deadlock (stage 1 waits for a gradient before sending its activation) */
@@ -95,6 +169,6 @@ int main(void)
            "too few layers");
     if (failures)
         return 1;
-    printf("pipesched: %d schedules checked\n", checked);
+    printf("pipesched: %d schedules and %d interleaved checked\n", checked, ichecked);
     return 0;
 }

@@ -16,6 +16,7 @@
 
 #include "jobcfg.h"
 #include "jobspec.h"
+#include "pipesched.h"
 
 static int failures;
 #define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
@@ -251,6 +252,27 @@ static void test_flags(void)
     c.layers = 1;
     c.stage_layers = NULL;
     REJECT(&c, 0, "layers=1 is fewer than pp=2 pipeline stages");
+    /* interleaved 1F1B: Megatron-LM's rules, named */
+    c.layers = 8;
+    c.schedule = PX_PIPE_INTERLEAVED;
+    c.virtual_stages = 2;
+    ACCEPT(&c, 0);
+    c.layers = 6;
+    REJECT(&c, 0, "layers=6 is not divisible by pp=2 x virtual_stages=2");
+    c.layers = 8;
+    c.micro_batches = 1;
+    REJECT(&c, 0, "micro_batches=1 is not a multiple of pp=2");
+    c.micro_batches = 4;
+    c.virtual_stages = 1;
+    REJECT(&c, 0, "schedule interleaved with virtual_stages=1");
+    c.virtual_stages = 2;
+    c.stage_layers = "4,4";
+    REJECT(&c, 0, "stage_layers='4,4' with schedule interleaved");
+    c.stage_layers = NULL;
+    c.schedule = PX_PIPE_GPIPE;
+    REJECT(&c, 0, "virtual_stages=2 with schedule gpipe");
+    c.schedule = PX_PIPE_1F1B;
+    c.virtual_stages = 1;
     /* tensor parallelism runs with dp, ZeRO, sequence parallelism and
      * checkpoints */
     base(&c);
@@ -358,6 +380,9 @@ static void test_jobspec(void)
     c.resume_dir = "/ck/step_5";
     c.export_safetensors = "/out.safetensors";
     c.sequence_parallel = 1;
+    c.schedule = PX_PIPE_INTERLEAVED;
+    c.virtual_stages = 3;
+    c.micro_batches = 6;
     px_jobspec_from_config(&c, &msg);
     EXPECT(msg.spec.dp == 2 && msg.spec.parallel == &msg.parallel && msg.parallel.tp == 2 &&
            msg.parallel.pp == 3 && msg.parallel.cp == 2 && msg.parallel.ep == 4,
@@ -371,6 +396,9 @@ static void test_jobspec(void)
            back.layout.dp, back.layout.tp, back.layout.pp, back.layout.cp, back.layout.ep);
     EXPECT(msg.parallel.sequence_parallel && back.sequence_parallel == 1,
            "sequence parallelism round trip");
+    EXPECT(back.schedule == PX_PIPE_INTERLEAVED && back.virtual_stages == 3 &&
+           back.micro_batches == 6, "interleaved round trip: %d %d %d", back.schedule,
+           back.virtual_stages, back.micro_batches);
     EXPECT(back.batch == 24 && back.grad_accum == 3 && back.steps == 77 && back.lr == 3e-4f &&
            back.min_lr_ratio == 0.0f && back.warmup_steps == 7 && back.weight_decay == 0.0f &&
            back.grad_clip == 0.5f && back.seed == 0 && back.zero == 3 &&
@@ -407,7 +435,7 @@ static void test_jobspec(void)
     s.steps = 10;
     px_jobspec_to_config(&s, &c);
     EXPECT(c.vocab == PX_DEFAULT_VOCAB && c.grad_accum == 1 && c.warmup_steps == -1 &&
-           c.grad_clip == 1.0f && c.lr == 2e-3f, "wire zeros: vocab %d accum %d warmup %d "
+           c.grad_clip == 1.0f && c.lr == 2e-3f && c.virtual_stages == 1, "wire zeros: vocab %d accum %d warmup %d "
            "clip %g lr %g", c.vocab, c.grad_accum, c.warmup_steps, c.grad_clip, c.lr);
     EXPECT(c.layout.dp == 4 && c.layout.tp == 1 && c.layout.pp == 1 && c.layout.cp == 1 &&
            c.layout.ep == 1, "no `parallel`: dp = JobSpec.dp");
