@@ -2,7 +2,8 @@
 """Integration (issue 14): parallaxd's Prometheus endpoint, scraped for real.
 
 One daemon (2 CPU devices) with --metrics-listen on a free loopback port
-runs a dp=2 job with a validation file. Debian's `prometheus` server,
+runs a dp=2 job with a validation file (100,000 steps: cancelled once
+Prometheus holds its series, so no machine is too fast for the scrapes). Debian's `prometheus` server,
 started here with a scrape config pointing at the daemon (1 s interval,
 honor_labels so the metrics' own `job` label, the parallax job id, is kept),
 scrapes it while the job runs. Checks:
@@ -74,7 +75,7 @@ def main():
     ok = False
     try:
         r = subprocess.run([args.pctl, "--server", d.control, "submit", "--data", data,
-                            "--val-data", val, "--dp", "2", "--batch", "8", "--steps", "300",
+                            "--val-data", val, "--dp", "2", "--batch", "8", "--steps", "100000",
                             "--eval-every", "30", "--eval-batches", "2", "--layers", "2",
                             "--heads", "2", "--dim", "64", "--seq", "64", "--name", "prom",
                             "--json"], capture_output=True, text=True, timeout=30, check=True)
@@ -125,7 +126,10 @@ def main():
                            "Prometheus to hold 3 samples of the job's loss")
         vloss = pc.wait_for(lambda: prom_series('parallax_job_val_loss{job="%s"}' % jid), 60,
                             "Prometheus to hold the job's validation loss")
-        pc.wait_state(g, jid, ["COMPLETED"], 300)
+        # long enough for any machine's speed: cancelled once scraped
+        subprocess.run([args.pctl, "--server", d.control, "cancel", jid], capture_output=True,
+                       check=True, timeout=30)
+        pc.wait_state(g, jid, ["CANCELLED"], 60)
         steps = json.loads(subprocess.run([args.pctl, "--server", d.control, "metrics", jid,
                                            "--json"], capture_output=True, text=True,
                                           check=True).stdout)
