@@ -3,8 +3,8 @@
 
 One daemon (2 CPU devices) with --metrics-listen on a free loopback port
 runs a dp=2 job with a validation file (100,000 steps: cancelled once
-Prometheus holds its series, so no machine is too fast for the scrapes). Debian's `prometheus` server,
-started here with a scrape config pointing at the daemon (1 s interval,
+Prometheus holds its series, so no machine is too fast for the scrapes).
+Debian's `prometheus` server, started here with a scrape config pointing at the daemon (1 s interval,
 honor_labels so the metrics' own `job` label, the parallax job id, is kept),
 scrapes it while the job runs. Checks:
   * the page passes `promtool check metrics` (format and naming lint);
