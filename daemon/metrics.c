@@ -261,8 +261,8 @@ static void render_nodes(px_daemon_t *d, FILE *f)
 static void render_memory(px_daemon_t *d, FILE *f)
 {
     family(f, "parallax_rank_memory_bytes", "gauge",
-           "Bytes a rank of a running job holds by category (its last report; kind current or "
-           "peak).");
+           "Bytes a rank of a running job holds on its device by category (its last report; "
+           "kind current or peak).");
     for (const px_job_t *j = d->jobs; j; j = j->next) {
         Parallax__V1__GetMemoryResponse resp = PARALLAX__V1__GET_MEMORY_RESPONSE__INIT;
         if (!running(j) || px_memstore_get(d->store, j->id, &resp) != PX_OK)
@@ -270,10 +270,16 @@ static void render_memory(px_daemon_t *d, FILE *f)
         for (size_t r = 0; r < resp.n_ranks; r++)
             for (size_t c = 0; c < resp.ranks[r]->n_categories; c++) {
                 const Parallax__V1__MemoryCategory *mc = resp.ranks[r]->categories[c];
+                unsigned rk = resp.ranks[r]->rank;
+                const px_job_rank_t *jr = j->ranks && (int)rk < j->world ? &j->ranks[rk] : NULL;
                 for (int kind = 0; kind < 2; kind++) {
                     fputs("parallax_rank_memory_bytes{job=\"", f);
                     esc(f, j->id);
-                    fprintf(f, "\",rank=\"%u\",category=\"", resp.ranks[r]->rank);
+                    fprintf(f, "\",rank=\"%u\",node=\"", rk);
+                    esc(f, jr ? jr->node : "");
+                    fputs("\",device=\"", f);
+                    esc(f, jr ? jr->device : "");
+                    fputs("\",category=\"", f);
                     esc(f, mc->name);
                     fprintf(f, "\",kind=\"%s\"} %llu\n", kind ? "peak" : "current",
                             (unsigned long long)(kind ? mc->peak_bytes : mc->current_bytes));

@@ -16,7 +16,7 @@
  *   job_restarts_total                  counter jobs this node started as
  *                                               restarts of failed ones
  *   device_busy{node,device,job}        gauge   1 held by `job`, 0 free
- *   rank_memory_bytes{job,rank,category,kind="current"|"peak"}
+ *   rank_memory_bytes{job,rank,node,device,category,kind="current"|"peak"}
  *                                       gauge   running jobs' last reports
  *   rpc_requests_total{service,method,code}     counter
  *   rpc_duration_seconds{service,method,code}   histogram (server side)

@@ -97,7 +97,9 @@ def main():
                     'parallax_rpc_requests_total{service="Control",method="SubmitJob",code="OK"} 1',
                     'parallax_rpc_duration_seconds_bucket{service="Control",method="SubmitJob",'
                     'code="OK",le="+Inf"} 1', "# TYPE parallax_rpc_duration_seconds histogram",
-                    "parallax_job_restarts_total 0", "parallax_rank_memory_bytes{job=",
+                    "parallax_job_restarts_total 0",
+                    'parallax_rank_memory_bytes{job="%s",rank="0",node="%s",device="cpu:0",'
+                    'category="params",kind="peak"}' % (jid, d.name),
                     "parallax_build_info{node="]:
             assert fam in page, "the page lacks %r:\n%s" % (fam, page)
         try:
