@@ -12,6 +12,39 @@
 #include "jobspec.h"
 #include "pctl.h"
 
+#define ESC_SLOTS 16
+
+const char *pctl_esc(const char *s)
+{
+    static char *slot[ESC_SLOTS];
+    static unsigned next;
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    size_t n = strlen((const char *)p), o = 0;
+    char *out = malloc(4 * n + 1); /* every byte at most \xNN */
+
+    if (!out)
+        return "(out of memory)";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        if (c == 0xc2 && i + 1 < n && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f) {
+            o += (size_t)sprintf(out + o, "\\x%02x\\x%02x", c, p[i + 1]); /* UTF-8 C1 */
+            i++;
+        } else if (c == '\n' || c == '\t' || c == '\r') {
+            out[o++] = '\\';
+            out[o++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+        } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && c <= 0x9f)) {
+            o += (size_t)sprintf(out + o, "\\x%02x", c);
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    out[o] = '\0';
+    free(slot[next]);
+    slot[next] = out;
+    next = (next + 1) % ESC_SLOTS;
+    return out;
+}
+
 const char *pctl_code_name(grpc_status_code code)
 {
     switch (code) {
@@ -143,6 +176,7 @@ json_t *pctl_json_job(const Parallax__V1__Job *job)
     json_object_set_new(o, "val_loss", job->val_step ? pctl_json_float(job->val_loss) : json_null());
     json_object_set_new(o, "val_step", json_integer(job->val_step));
     json_object_set_new(o, "created_ms", json_integer(job->created_ms));
+    json_object_set_new(o, "now_ms", json_integer(job->now_ms)); /* the clock of its times */
     json_object_set_new(o, "started_ms", json_integer(job->started_ms));
     json_object_set_new(o, "finished_ms", json_integer(job->finished_ms));
     json_object_set_new(o, "coordinator", json_str(job->coordinator));
@@ -235,6 +269,8 @@ json_t *pctl_json_node(const Parallax__V1__NodeInfo *n)
     json_object_set_new(o, "devices_free", json_integer((json_int_t)free_devs));
     json_object_set_new(o, "devices_total", json_integer((json_int_t)n->n_devices));
     json_object_set_new(o, "devices", devs);
+    json_object_set_new(o, "error", json_str(n->error));
+    json_object_set_new(o, "now_ms", json_integer(n->now_ms)); /* last_seen_ms's clock */
     return o;
 }
 

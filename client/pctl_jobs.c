@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "jobname.h"
 #include "jobspec.h"
 #include "layout.h"
 #include "pctl.h"
@@ -75,18 +76,24 @@ static int parse_common(const char *cmd, int argc, char **argv, int want_job, in
     return 0;
 }
 
-static const char *fmt_age(int64_t ms, char *buf, size_t len)
+/* Age of `ms` as the answering daemon saw it: now_ms is its clock when it
+ * answered (Job.now_ms, NodeInfo.now_ms; 0 from an older daemon: this
+ * machine's clock), so a daemon whose clock is off still shows true ages. */
+static const char *fmt_age(int64_t now_ms, int64_t ms, char *buf, size_t len)
 {
     if (ms <= 0) {
         snprintf(buf, len, "-");
         return buf;
     }
-    return pctl_fmt_duration((double)(px_time_wall_ms() - ms) / 1000.0, buf, len);
+    return pctl_fmt_duration((double)((now_ms > 0 ? now_ms : px_time_wall_ms()) - ms) / 1000.0,
+                             buf, len);
 }
 
-static const char *fmt_time(int64_t ms, char *buf, size_t len)
+/* A time of the answering daemon's clock (now_ms as above) as this
+ * machine's local time. */
+static const char *fmt_time(int64_t now_ms, int64_t ms, char *buf, size_t len)
 {
-    time_t t = (time_t)(ms / 1000);
+    time_t t = (time_t)((ms - (now_ms > 0 ? now_ms - px_time_wall_ms() : 0)) / 1000);
     struct tm tm;
     if (ms <= 0 || !localtime_r(&t, &tm)) {
         snprintf(buf, len, "-");
@@ -333,7 +340,7 @@ static int follow_job_run(pctl_ctx_t *ctx, const char *cmd, const char *job_id, 
                 f.bar_shown = 0;
             }
             fprintf(stderr, "pctl: %s: watch stream broke (%s: %s); polling\n", cmd,
-                    pctl_code_name(res.code), res.message ? res.message : "");
+                    pctl_code_name(res.code), pctl_esc(res.message));
             need_poll = 1;
         }
     }
@@ -356,9 +363,9 @@ static int follow_job_run(pctl_ctx_t *ctx, const char *cmd, const char *job_id, 
                           ? (double)(job->finished_ms - job->started_ms) / 1000.0
                           : NAN,
                       dur_s, sizeof(dur_s));
-    printf("job %s %s: step %u/%u, loss %.4f, %s tok/s, %s%s%s\n", job->id,
+    printf("job %s %s: step %u/%u, loss %.4f, %s tok/s, %s%s%s\n", pctl_esc(job->id),
            pctl_state_name(job->state), job->step, job_steps(job), job->loss, tps_s, dur_s,
-           job->reason && *job->reason ? "; reason: " : "", job->reason ? job->reason : "");
+           job->reason && *job->reason ? "; reason: " : "", pctl_esc(job->reason));
     rc = job->state == PARALLAX__V1__JOB_STATE__JOB_COMPLETED ? PCTL_EXIT_OK : PCTL_EXIT_FAIL;
 out:
     free(res.message);
@@ -376,8 +383,8 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP,
            O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_VAL, O_NO_VAL, O_EVAL_EVERY,
-           O_EVAL_BATCHES };
+           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_EXPERTS, O_TOPK, O_CAPF,
+           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_NO_VAL, O_EVAL_EVERY, O_EVAL_BATCHES };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -394,6 +401,12 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"schedule", required_argument, NULL, O_SCHED},
         {"stage-layers", required_argument, NULL, O_STAGE_LAYERS},
         {"virtual-stages", required_argument, NULL, O_VSTAGES},
+        {"experts", required_argument, NULL, O_EXPERTS},         /* issue 11 */
+        {"top-k", required_argument, NULL, O_TOPK},
+        {"capacity-factor", required_argument, NULL, O_CAPF},
+        {"dropless", no_argument, NULL, O_DROPLESS},
+        {"moe-every", required_argument, NULL, O_MOE_EVERY},
+        {"aux-loss-coef", required_argument, NULL, O_AUXC},
         {"batch", required_argument, NULL, O_BATCH},
         {"steps", required_argument, NULL, O_STEPS},
         {"lr", required_argument, NULL, O_LR},
@@ -477,6 +490,20 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
             break;
         case O_STAGE_LAYERS: cfg.stage_layers = optarg; break;
         case O_VSTAGES: INT_OPT("--virtual-stages", cfg.virtual_stages, 1); break;
+        case O_EXPERTS: INT_OPT("--experts", cfg.experts, 0); break;
+        case O_TOPK: INT_OPT("--top-k", cfg.top_k, 1); break;
+        case O_DROPLESS: cfg.dropless = 1; break;
+        case O_MOE_EVERY: INT_OPT("--moe-every", cfg.moe_every, 1); break;
+        case O_CAPF:
+            if (pctl_parse_float("submit", "--capacity-factor", optarg, 1e-6, 1e6, &d))
+                return PCTL_EXIT_USAGE;
+            cfg.capacity_factor = (float)d;
+            break;
+        case O_AUXC:
+            if (pctl_parse_float("submit", "--aux-loss-coef", optarg, 0.0, 1e6, &d))
+                return PCTL_EXIT_USAGE;
+            cfg.aux_loss_coef = (float)d; /* 0 = off (written as < 0 on the wire) */
+            break;
         case O_BATCH: INT_OPT("--batch", cfg.batch, 1); break;
         case O_STEPS: INT_OPT("--steps", cfg.steps, 1); break;
         case O_WARMUP:
@@ -558,6 +585,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         return pctl_usage_error("submit", "--batch %d is not divisible by --dp %d x --grad-accum "
                                 "%d x --micro-batches %d", cfg.batch, cfg.layout.dp,
                                 cfg.grad_accum, cfg.micro_batches);
+    {   /* the daemon applies the same rule (planner/jobname.h) */
+        char why[160];
+        if (px_job_name_check(name, why, sizeof(why)) != PX_OK)
+            return pctl_usage_error("submit", "invalid value for --name: %s", why);
+    }
     data_abs = realpath(data, NULL);
     if (!data_abs)
         return pctl_usage_error("submit", "invalid value '%s' for --data: %s", data,
@@ -574,9 +606,10 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
                                   strerror(errno));
             goto out;
         }
-    } else if (!no_val && cfg.layout.pp <= 1) {
+    } else if (!no_val && cfg.layout.pp <= 1 && cfg.layout.cp <= 1 && cfg.experts == 0) {
         /* the validation file `pctl data prepare` writes beside --data
-         * (validation runs without pipeline parallelism only, jobcfg.c) */
+         * (validation runs without pipeline or context parallelism and
+         * experts only, jobcfg.c) */
         char *guess = pctl_val_path(data_abs);
         if (guess && access(guess, R_OK) == 0)
             val_abs = guess;
@@ -663,10 +696,10 @@ int pctl_cmd_list(pctl_ctx_t *ctx, int argc, char **argv)
                 snprintf(loss, sizeof(loss), "%.4f", j->loss);
             else
                 snprintf(loss, sizeof(loss), "-");
-            printf("%-20s %-16s %-10s %13s %8s %8s %7s\n", j->id,
-                   j->spec && j->spec->name ? j->spec->name : "", pctl_state_name(j->state), steps,
+            printf("%-20s %-16s %-10s %13s %8s %8s %7s\n", pctl_esc(j->id),
+                   pctl_esc(j->spec ? j->spec->name : NULL), pctl_state_name(j->state), steps,
                    loss, pctl_fmt_rate(j->tokens_per_second, tps, sizeof(tps)),
-                   fmt_age(j->created_ms, age, sizeof(age)));
+                   fmt_age(j->now_ms, j->created_ms, age, sizeof(age)));
         }
         rc = PCTL_EXIT_OK;
     }
@@ -683,11 +716,11 @@ static void print_job(const Parallax__V1__Job *j)
     int has_layout = pctl_job_layout(j, &l);
     int reporting = has_layout ? px_layout_reporting_rank(&l) : -1;
 
-    printf("job          %s\n", j->id);
-    printf("name         %s\n", s && s->name ? s->name : "");
+    printf("job          %s\n", pctl_esc(j->id));
+    printf("name         %s\n", pctl_esc(s ? s->name : NULL));
     printf("state        %s\n", pctl_state_name(j->state));
     if (j->reason && *j->reason)
-        printf("reason       %s\n", j->reason);
+        printf("reason       %s\n", pctl_esc(j->reason));
     printf("step         %u/%u\n", j->step, job_steps(j));
     if (j->step > 0) {
         printf("loss         %.4f\n", j->loss);
@@ -697,18 +730,18 @@ static void print_job(const Parallax__V1__Job *j)
     }
     if (j->val_step > 0) /* issue 14 */
         printf("val loss     %.4f (after step %u)\n", j->val_loss, j->val_step);
-    printf("created      %s (%s ago)\n", fmt_time(j->created_ms, b1, sizeof(b1)),
-           fmt_age(j->created_ms, b2, sizeof(b2)));
+    printf("created      %s (%s ago)\n", fmt_time(j->now_ms, j->created_ms, b1, sizeof(b1)),
+           fmt_age(j->now_ms, j->created_ms, b2, sizeof(b2)));
     if (j->started_ms > 0)
-        printf("started      %s\n", fmt_time(j->started_ms, b1, sizeof(b1)));
+        printf("started      %s\n", fmt_time(j->now_ms, j->started_ms, b1, sizeof(b1)));
     if (j->finished_ms > 0)
-        printf("finished     %s (ran %s)\n", fmt_time(j->finished_ms, b1, sizeof(b1)),
+        printf("finished     %s (ran %s)\n", fmt_time(j->now_ms, j->finished_ms, b1, sizeof(b1)),
                j->started_ms > 0
                    ? pctl_fmt_duration((double)(j->finished_ms - j->started_ms) / 1000.0, b3,
                                        sizeof(b3))
                    : "-");
     if (j->coordinator && *j->coordinator)
-        printf("coordinator  %s\n", j->coordinator);
+        printf("coordinator  %s\n", pctl_esc(j->coordinator));
     if (m)
         printf("model        layers %u, heads %u, dim %u, seq %u, vocab %u\n", m->layers,
                m->heads, m->dim, m->seq, m->vocab ? m->vocab : PX_DEFAULT_VOCAB);
@@ -717,12 +750,22 @@ static void print_job(const Parallax__V1__Job *j)
                "weight decay %g, min lr ratio %g\n",
                s->dp, s->batch, s->steps, s->lr, (unsigned long long)s->seed, s->warmup_steps,
                s->weight_decay, s->min_lr_ratio);
-        printf("data         %s\n", s->data_path ? s->data_path : "");
+        printf("data         %s\n", pctl_esc(s->data_path));
     }
     if (has_layout) {
         printf("layout       %s%s; rank = tp + tp x (cp + cp x (dp + dp x pp)); "
                "* reports the step figures\n", px_layout_str(&l, b1, sizeof(b1)),
                s && s->parallel && s->parallel->sequence_parallel ? ", sequence parallel" : "");
+    }
+    if (s && s->moe && s->moe->experts) {
+        const Parallax__V1__MoeSpec *e = s->moe;
+        printf("moe          %u experts, top-%u, every %u layer(s), %s, aux loss coef %g\n",
+               e->experts, e->top_k ? e->top_k : 2, e->moe_every ? e->moe_every : 1,
+               e->dropless ? "dropless" : "capacity", e->aux_loss_coef < 0 ? 0.0 :
+               (e->aux_loss_coef == 0 ? 0.01 : (double)e->aux_loss_coef));
+        if (!e->dropless)
+            printf("             capacity factor %g\n",
+                   e->capacity_factor != 0 ? (double)e->capacity_factor : 1.25);
     }
     if (j->n_ranks > 0) {
         /* per rank its coordinates in the layout (layout.h), where it runs,
@@ -751,8 +794,8 @@ static void print_job(const Parallax__V1__Job *j)
                     snprintf(co[k], sizeof(co[k]), "-");
             }
             printf("  %-6s %-3s %-3s %-3s %-3s %-3s %-16s %-8s %-8d %-10s %s\n", rk, co[0], co[1],
-                   co[2], co[3], co[4], r->node ? r->node : "", r->device ? r->device : "",
-                   r->pid, r->state ? r->state : "", ex);
+                   co[2], co[3], co[4], pctl_esc(r->node), pctl_esc(r->device),
+                   r->pid, pctl_esc(r->state), ex);
         }
     }
 }
@@ -823,6 +866,68 @@ static void print_bubble(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo
     protobuf_c_message_free_unpacked(&resp->base, NULL);
 }
 
+/* A MoE job's routing in the last reported step (moe.h): per expert, the
+ * choices it received and dropped, summed over the job's ep groups (each
+ * group's figures from its first rank: dp index % ep == 0, tp 0), from the
+ * ranks' memory reports (Control.GetMemory). Prints nothing for a dense
+ * job or before the first report. */
+static void print_moe(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo)
+{
+    Parallax__V1__GetMemoryRequest req = PARALLAX__V1__GET_MEMORY_REQUEST__INIT;
+    Parallax__V1__GetMemoryResponse *resp = NULL;
+    px_layout_t l;
+    const Parallax__V1__JobSpec *s = j->spec;
+    if (!s || !s->moe || !s->moe->experts || !pctl_job_layout(j, &l))
+        return;
+    px_rpc_result_t res = {GRPC_STATUS_OK, NULL};
+    req.job_id = j->id;
+    px_status_t status = px_rpc_call_unary(pctl_channel(ctx), M_GET_MEMORY, &req.base,
+                                           &parallax__v1__get_memory_response__descriptor,
+                                           ctx->timeout_ms, (ProtobufCMessage **)&resp, &res);
+    free(res.message);
+    if (status != PX_OK || !resp)
+        return;
+    size_t E = s->moe->experts;
+    uint64_t rec[E], drop[E];
+    uint32_t step = 0;
+    double a2a = 0.0;
+    int groups = 0;
+    memset(rec, 0, sizeof(rec));
+    memset(drop, 0, sizeof(drop));
+    for (size_t i = 0; i < resp->n_ranks; i++) {
+        const Parallax__V1__RankMemory *m = resp->ranks[i];
+        if (m->n_moe_received != E || m->n_moe_dropped != E)
+            continue;
+        a2a = m->moe_alltoall_s > a2a ? m->moe_alltoall_s : a2a;
+        if (m->tp_rank != 0 || m->dp_rank % (uint32_t)l.ep)
+            continue;
+        for (size_t e = 0; e < E; e++) {
+            rec[e] += m->moe_received[e];
+            drop[e] += m->moe_dropped[e];
+        }
+        step = m->step;
+        groups++;
+    }
+    if (groups && jo) {
+        json_t *r = json_array(), *d = json_array();
+        for (size_t e = 0; e < E; e++) {
+            json_array_append_new(r, json_integer((json_int_t)rec[e]));
+            json_array_append_new(d, json_integer((json_int_t)drop[e]));
+        }
+        json_object_set_new(jo, "experts", json_pack("{s:i, s:i, s:o, s:o, s:f}", "step",
+                                                     (int)step, "ep", l.ep, "received", r,
+                                                     "dropped", d, "alltoall_s", a2a));
+    } else if (groups) {
+        printf("experts      %zu over ep %d, top-%u; step %u, choices received/dropped per "
+               "expert:", E, l.ep, s->moe->top_k ? s->moe->top_k : 2, step);
+        for (size_t e = 0; e < E; e++)
+            printf(" %zu: %llu/%llu", e, (unsigned long long)rec[e],
+                   (unsigned long long)drop[e]);
+        printf("; all-to-all %.2f ms\n", 1e3 * a2a);
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
 int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv)
 {
     Parallax__V1__GetJobRequest req = PARALLAX__V1__GET_JOB_REQUEST__INIT;
@@ -838,12 +943,15 @@ int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv)
         return PCTL_EXIT_FAIL;
     if (json) {
         json_t *o = pctl_json_job(job);
-        if (o)
+        if (o) {
             print_bubble(ctx, job, o);
+            print_moe(ctx, job, o);
+        }
         rc = pctl_json_print(o);
     } else {
         print_job(job);
         print_bubble(ctx, job, NULL);
+        print_moe(ctx, job, NULL);
         rc = PCTL_EXIT_OK;
     }
     protobuf_c_message_free_unpacked(&job->base, NULL);
@@ -875,9 +983,9 @@ int pctl_cmd_cancel(pctl_ctx_t *ctx, int argc, char **argv)
     if (json) {
         rc = pctl_json_print(pctl_json_job(job));
     } else {
-        printf("job %s: %s", job->id, pctl_state_name(job->state));
+        printf("job %s: %s", pctl_esc(job->id), pctl_state_name(job->state));
         if (job->reason && *job->reason)
-            printf(" (%s)", job->reason);
+            printf(" (%s)", pctl_esc(job->reason));
         printf("\n");
         rc = PCTL_EXIT_OK;
     }
@@ -981,12 +1089,14 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
                 if (!n->devices[k]->job_id || !*n->devices[k]->job_id)
                     free_devs++;
             snprintf(devs, sizeof(devs), "%zu/%zu", free_devs, n->n_devices);
-            fmt_age(n->last_seen_ms, seen, sizeof(seen));
-            printf("%-16s %-22s %-22s %-6s %-8s %-12s %s%s\n", n->name ? n->name : "",
-                   n->control_addr ? n->control_addr : "", n->peer_addr ? n->peer_addr : "",
+            fmt_age(n->now_ms, n->last_seen_ms, seen, sizeof(seen));
+            printf("%-16s %-22s %-22s %-6s %-8s %-12s %s%s\n", pctl_esc(n->name),
+                   pctl_esc(n->control_addr), pctl_esc(n->peer_addr),
                    n->alive ? "yes" : "no", devs,
-                   n->blas_core && *n->blas_core ? n->blas_core : "-", seen,
+                   n->blas_core && *n->blas_core ? pctl_esc(n->blas_core) : "-", seen,
                    n->last_seen_ms > 0 ? " ago" : "");
+            if (n->error && *n->error)
+                printf("  ERROR: %s\n", pctl_esc(n->error));
         }
         rc = PCTL_EXIT_OK;
     }

@@ -33,6 +33,8 @@ static const pctl_command_t commands[] = {
      "                   [--sequence-parallel] [--micro-batches M]\n"
      "                   [--schedule gpipe|1f1b|zb1|interleaved] [--virtual-stages V]\n"
      "                   [--stage-layers 2,2,1,1]\n"
+     "                   [--experts E [--top-k 1|2] [--capacity-factor F | --dropless]\n"
+     "                    [--moe-every N] [--aux-loss-coef C]]\n"
      "                   [--batch N] [--steps N] [--lr F] [--seed N] [--warmup N]\n"
      "                   [--weight-decay F] [--min-lr-ratio F] [--zero 0-3] [--grad-accum N]\n"
      "                   [--clip F] [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
@@ -42,7 +44,8 @@ static const pctl_command_t commands[] = {
      "Submits a GPT training job and prints its id.\n"
      "  --data FILE        token file (llm.c layout, see `pctl data prepare`); sent as an\n"
      "                     absolute path, so it must exist where the ranks run\n"
-     "  --name S           job name, unique among active jobs (default: the job id)\n"
+     "  --name S           job name, unique among the cluster's active jobs: letters, digits,\n"
+     "                     '.', '_', '-', at most 64 (default: the job id)\n"
      "  --layers N         transformer blocks (default 4)\n"
      "  --heads N          attention heads (default 4)\n"
      "  --dim N            model width (default 128)\n"
@@ -59,6 +62,12 @@ static const pctl_command_t commands[] = {
      "                     part); --schedule gpipe|1f1b|zb1|interleaved (default 1f1b)\n"
      "  --virtual-stages V interleaved 1F1B: model chunks per stage (>= 2; layers\n"
      "                     divisible by pp x V, M a multiple of pp)\n"
+     "  --experts E        mixture of experts: every --moe-every-th block (default 1)\n"
+     "                     has E MLP experts, each token routed to --top-k (1|2, default\n"
+     "                     2) of them; E/ep experts per rank of the --ep group; expert\n"
+     "                     capacity ceil(tokens x k / E x F), --capacity-factor F\n"
+     "                     (default 1.25), overflow dropped unless --dropless; Switch's\n"
+     "                     load-balancing loss x --aux-loss-coef (default 0.01)\n"
      "  --batch N          GLOBAL batch in sequences, divisible by dp x grad-accum\n"
      "                     (default 16)\n"
      "  --steps N          optimizer steps (default 300)\n"
@@ -82,7 +91,7 @@ static const pctl_command_t commands[] = {
      "                     to N times (0..100, default 0)\n"
      "  --val-data FILE    validation token file (default: the FILE_val.bin beside\n"
      "                     --data that `pctl data prepare --val-fraction` writes, when it\n"
-     "                     exists and pp is 1); --no-val: none\n"
+     "                     exists and pp, cp are 1 without experts); --no-val: none\n"
      "  --eval-every N     validation loss every N steps and after the last (default\n"
      "                     steps/10; 0: after the last only)\n"
      "  --eval-batches K   fixed validation batches of --batch sequences (default 4)\n"
@@ -149,6 +158,8 @@ static const pctl_command_t commands[] = {
     {"plan", "memory per device by ZeRO stage and the parallel layout (local, no daemon)",
      "usage: pctl plan [--params N | --layers N --dim N [--heads N] [--vocab N] [--seq N]]\n"
      "                 [--dp N] [--tp N [--sequence-parallel]] [--pp N] [--cp N] [--ep N]\n"
+     "                 [--experts E [--top-k K] [--moe-every N] [--capacity-factor F]\n"
+     "                  [--dropless]]\n"
      "                 [--batch N] [--grad-accum N] [--micro-batches M]\n"
      "                 [--schedule gpipe|1f1b|zb1|interleaved|all] [--virtual-stages V]\n"
      "                 [--stage-layers 2,2,1,1]\n"
@@ -270,13 +281,13 @@ int pctl_help(const char *cmd)
 int pctl_usage_error(const char *cmd, const char *fmt, ...)
 {
     const pctl_command_t *c = cmd ? find_command(cmd) : NULL;
+    char msg[2048];
     va_list ap;
 
-    fprintf(stderr, "pctl: %s%s", cmd ? cmd : "", cmd ? ": " : "");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap); /* it quotes the user's arguments: escaped */
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "pctl: %s%s%s\n", cmd ? cmd : "", cmd ? ": " : "", pctl_esc(msg));
     if (c) {
         /* The first line of the help is the usage line. */
         const char *nl = strchr(c->usage, '\n');
@@ -406,11 +417,11 @@ void pctl_print_rpc_error(pctl_ctx_t *ctx, const char *cmd, grpc_status_code cod
     if (is_unreachable(code, message) ||
         (code == GRPC_STATUS_DEADLINE_EXCEEDED && ctx->channel &&
          !px_rpc_channel_is_connected(ctx->channel))) {
-        fprintf(stderr, "pctl: %s: cannot reach parallaxd at %s (%s: %s)\n", cmd, ctx->server,
-                pctl_code_name(code), message ? message : "");
+        fprintf(stderr, "pctl: %s: cannot reach parallaxd at %s (%s: %s)\n", cmd,
+                pctl_esc(ctx->server), pctl_code_name(code), pctl_esc(message));
         return;
     }
-    fprintf(stderr, "pctl: %s: %s: %s%s\n", cmd, pctl_code_name(code), message ? message : "",
+    fprintf(stderr, "pctl: %s: %s: %s%s\n", cmd, pctl_code_name(code), pctl_esc(message),
             code == GRPC_STATUS_DEADLINE_EXCEEDED ? " (parallaxd did not answer in time)" : "");
 }
 

@@ -6,8 +6,11 @@
  * holds its shard of the split tensors, so its plan is its own), for each
  * category "current/peak" in MB (10^6 bytes), then the peak of params +
  * grads + optimizer held at once next to the plan's prediction of it.
- * A daemon from before tensor parallelism sends no tp / world: tp 1, world
- * the ranks listed. Single-threaded; one unary RPC. */
+ * With context parallelism (cp > 1) a rank's row also gives its cp index
+ * and the tokens of each sequence it holds (chunks i and 2cp-1-i of the
+ * 2cp chunks, engine/ring_attn.h), so the activations column reads against
+ * the context slice. A daemon from before tensor parallelism sends no tp /
+ * world: tp 1, world the ranks listed. Single-threaded; one unary RPC. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +55,9 @@ int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
     if (pctl_call(ctx, "mem", M_GET_MEMORY, &req.base,
                   &parallax__v1__get_memory_response__descriptor, (ProtobufCMessage **)&resp))
         return PCTL_EXIT_FAIL;
-    unsigned tp = resp->tp ? resp->tp : 1;
+    unsigned tp = resp->tp ? resp->tp : 1, cp = resp->cp ? resp->cp : 1;
+    /* a context rank's chunks: c tokens each (0: no cp or no seq known) */
+    unsigned chunk = cp > 1 && resp->seq % (2 * cp) == 0 ? resp->seq / (2 * cp) : 0;
     unsigned world = resp->world ? resp->world : (unsigned)resp->n_ranks;
     if (json) {
         json_t *ranks = json_array();
@@ -67,17 +72,26 @@ int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
                                               (json_int_t)mc->peak_bytes, "plan",
                                               mc->plan_bytes));
             }
-            json_array_append_new(ranks, json_pack("{s:i, s:i, s:i, s:i, s:o, s:I, s:f}",
-                                                   "rank", (int)m->rank, "dp", (int)m->dp_rank,
-                                                   "tp", (int)m->tp_rank, "step", (int)m->step,
-                                                   "categories", c, "state_peak",
-                                                   (json_int_t)m->state_peak_bytes,
-                                                   "plan_state_peak",
-                                                   m->plan_state_peak_bytes));
+            json_t *jr = json_pack("{s:i, s:i, s:i, s:i, s:o, s:I, s:f}",
+                                   "rank", (int)m->rank, "dp", (int)m->dp_rank,
+                                   "tp", (int)m->tp_rank, "step", (int)m->step,
+                                   "categories", c, "state_peak",
+                                   (json_int_t)m->state_peak_bytes,
+                                   "plan_state_peak", m->plan_state_peak_bytes);
+            if (jr && cp > 1) {
+                unsigned i0 = m->cp_rank, i1 = 2 * cp - 1 - m->cp_rank;
+                json_object_set_new(jr, "cp", json_integer(m->cp_rank));
+                if (chunk)
+                    json_object_set_new(jr, "tokens",
+                                        json_pack("[[i,i],[i,i]]", i0 * chunk, (i0 + 1) * chunk,
+                                                  i1 * chunk, (i1 + 1) * chunk));
+            }
+            json_array_append_new(ranks, jr);
         }
-        rc = pctl_json_print(json_pack("{s:s, s:i, s:i, s:i, s:i, s:o}", "job_id",
+        rc = pctl_json_print(json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "job_id",
                                        resp->job_id ? resp->job_id : "", "zero", (int)resp->zero,
-                                       "dp", (int)resp->dp, "tp", (int)tp, "world", (int)world,
+                                       "dp", (int)resp->dp, "tp", (int)tp, "cp", (int)cp,
+                                       "seq", (int)resp->seq, "world", (int)world,
                                        "ranks", ranks))
                  ? PCTL_EXIT_FAIL
                  : PCTL_EXIT_OK;
@@ -85,6 +99,9 @@ int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
     }
     printf("job %s: zero %u, dp %u, tp %u (%u ranks); MB (10^6 bytes), current/peak\n",
            resp->job_id ? resp->job_id : "", resp->zero, resp->dp, tp, world);
+    if (cp > 1)
+        printf("context parallel: cp %u, seq %u: each rank holds %u tokens of every sequence "
+               "(2 of %u chunks)\n", cp, resp->seq, resp->seq / cp, 2 * cp);
     if (!resp->n_ranks) {
         printf("(no memory report yet)\n");
         rc = PCTL_EXIT_OK;
@@ -93,7 +110,10 @@ int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
     printf("%-4s %3s %3s %5s", "rank", "dp", "tp", "step");
     for (size_t k = 0; k < N_CATS; k++)
         printf(" %15s", cats[k]);
-    printf(" %10s %10s %7s\n", "state-pk", "plan", "ratio");
+    printf(" %10s %10s %7s", "state-pk", "plan", "ratio");
+    if (cp > 1)
+        printf(" %3s %s", "cp", "tokens");
+    printf("\n");
     for (size_t i = 0; i < resp->n_ranks; i++) {
         const Parallax__V1__RankMemory *m = resp->ranks[i];
         char buf[32];
@@ -107,10 +127,17 @@ int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
                 snprintf(buf, sizeof(buf), "-");
             printf(" %15s", buf);
         }
-        printf(" %10.2f %10.2f %7.3f\n", m->state_peak_bytes / 1e6,
+        printf(" %10.2f %10.2f %7.3f", m->state_peak_bytes / 1e6,
                m->plan_state_peak_bytes / 1e6,
                m->plan_state_peak_bytes > 0 ? m->state_peak_bytes / m->plan_state_peak_bytes
                                             : 0.0);
+        if (cp > 1 && chunk) {
+            unsigned i0 = m->cp_rank, i1 = 2 * cp - 1 - m->cp_rank;
+            printf(" %3u [%u,%u)+[%u,%u)", m->cp_rank, i0 * chunk, (i0 + 1) * chunk,
+                   i1 * chunk, (i1 + 1) * chunk);
+        } else if (cp > 1)
+            printf(" %3u", m->cp_rank);
+        printf("\n");
     }
     rc = PCTL_EXIT_OK;
 out:

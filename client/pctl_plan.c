@@ -9,11 +9,13 @@
  * 2/3 (gathered / in-flight layer units) are counted too. GB = 10^9 bytes.
  * The memory plan covers data and tensor parallelism (dp x tp, ZeRO within
  * each tensor rank's units: px_plan_gpt_units_tp) and the activations of
- * the local micro-batch (px_plan_gpt_activations: --batch / (dp x
- * --grad-accum) sequences of --seq tokens, tp, --sequence-parallel; the
- * engine's fp32 buffers, whatever --precision says of the state); for pp,
- * cp or ep > 1, or tp > 1 with --params only, it says it is not planned
- * yet instead of printing figures.
+ * the local micro-batch (px_plan_gpt_activations_cp: --batch / (dp x
+ * --grad-accum) sequences of --seq / cp tokens, tp, --sequence-parallel,
+ * the ring attention's buffers with cp; the engine's fp32 buffers,
+ * whatever --precision says of the state; ZeRO shards over dp x cp); for
+ * pp or ep > 1, or tp > 1 with --params only, it says it is not planned
+ * yet instead of printing figures. With cp > 1 it prints each context
+ * rank's slice of the sequence (chunks i and 2cp-1-i).
  * The layout table: every rank's coordinates and the node px_layout_place
  * puts it on (--nodes x --devices-per-node). Single-threaded; no I/O but
  * stdout and stderr. */
@@ -25,6 +27,7 @@
 
 #include "jobcfg.h" /* PX_DEFAULT_VOCAB */
 #include "layout.h"
+#include "model.h"
 #include "pipesched.h"
 #include "pctl.h"
 #include "plan.h"
@@ -98,18 +101,36 @@ static json_t *layout_json(const px_layout_t *l, int nodes, int per_node, const 
     return o;
 }
 
+/* Context parallelism: each context rank's slice of a sequence of seq
+ * tokens (2 x cp chunks of c; rank i holds chunks i and 2cp-1-i, ring_attn.h)
+ * and the ring's buffer bytes (counted in the activations). */
+static void print_context(int cp, int seq, double ring_bytes)
+{
+    int c = seq / (2 * cp);
+    char b[32];
+    fmt_gb(ring_bytes, b, sizeof(b));
+    printf("context: cp %d, %d tokens of each %d-token sequence per rank, 2 chunks of %d "
+           "(ring attention buffers %s, included above):\n", cp, seq / cp, seq, c, b);
+    for (int i = 0; i < cp && i < 8; i++)
+        printf("  cp rank %d: tokens [%d, %d) and [%d, %d)\n", i, i * c, (i + 1) * c,
+               (2 * cp - 1 - i) * c, (2 * cp - i) * c);
+    if (cp > 8)
+        printf("  ... (cp rank i: chunks i and %d-i)\n", 2 * cp - 1);
+}
+
 /* Interleaved 1F1B's activation bytes of stage st: each of its V chunks
  * (layers / (pp V) layers: one chunk model's buffers, as the engine cuts
  * them) times the micro-batches that chunk holds at once. *held_p = the
  * chunk-sized buffers summed over the chunks. -1 on a bad table. */
 static double interleaved_stage_bytes(const px_pipe_schedule_t *sc, int st, int layers, int heads,
                                       int dim, int vocab, int micro, int seq, int tp, int sp,
-                                      int *held_p)
+                                      int cp, int *held_p)
 {
     px_plan_gpt_acts_t a;
     int per_chunk = layers / (sc->p * sc->v);
-    if (px_plan_gpt_activations(per_chunk, heads, dim, px_job_config_padded_vocab(vocab), micro,
-                                seq, tp, sp, &a) != PX_OK)
+    /* seq: a context rank's seq/cp tokens (pctl_cmd_plan passes them) */
+    if (px_plan_gpt_activations_cp(per_chunk, heads, dim, px_job_config_padded_vocab(vocab),
+                                   micro, seq, tp, sp, cp, &a) != PX_OK)
         return -1.0;
     *held_p = px_pipe_schedule_slots(sc, st);
     return (double)a.bytes * *held_p;
@@ -125,8 +146,8 @@ static double interleaved_stage_bytes(const px_pipe_schedule_t *sc, int st, int 
  * interleaved they must: else a usage error naming the values).
  * Returns PCTL_EXIT_OK or PCTL_EXIT_USAGE (message printed). */
 static int print_pipeline(int layers, int heads, int dim, int vocab, int seq, int tp, int sp,
-                          int pp, int M, int V, int micro, int sched_sel, const char *spec,
-                          int print_sched, json_t *jpipe)
+                          int cp, int pp, int M, int V, int micro, int sched_sel,
+                          const char *spec, int print_sched, json_t *jpipe)
 {
     char err[256];
     int *sl = calloc((size_t)pp, sizeof(int));
@@ -170,7 +191,7 @@ static int print_pipeline(int layers, int heads, int dim, int vocab, int seq, in
             for (int st = 0; st < pp; st++) {
                 int held = 0;
                 double bytes = interleaved_stage_bytes(sc, st, layers, heads, dim, vocab, micro,
-                                                       seq, tp, sp, &held);
+                                                       seq, tp, sp, cp, &held);
                 char b[32];
                 if (bytes < 0) {
                     px_pipe_schedule_destroy(sc);
@@ -210,8 +231,9 @@ static int print_pipeline(int layers, int heads, int dim, int vocab, int seq, in
             printf("%-6s  %-6s", px_pipe_schedule_name(k), "");
         for (int st = 0; st < pp; st++) {
             px_plan_gpt_acts_t a;
-            if (px_plan_gpt_activations(sl[st], heads, dim, px_job_config_padded_vocab(vocab),
-                                        micro, seq, tp, sp, &a) != PX_OK) {
+            /* seq: a context rank's seq/cp tokens (pctl_cmd_plan passes them) */
+            if (px_plan_gpt_activations_cp(sl[st], heads, dim, px_job_config_padded_vocab(vocab),
+                                           micro, seq, tp, sp, cp, &a) != PX_OK) {
                 px_pipe_schedule_destroy(sc);
                 json_decref(jst);
                 free(sl);
@@ -252,7 +274,8 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     char flag[48];
     enum { O_PARAMS = 256, O_LAYERS, O_DIM, O_VOCAB, O_SEQ, O_HEADS, O_DP, O_TP, O_PP, O_CP,
            O_EP, O_NODES, O_PER_NODE, O_ZERO, O_PREC, O_K, O_JSON, O_HELP, O_BATCH, O_ACCUM,
-           O_SP, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_PRINT_SCHED, O_VSTAGES };
+           O_SP, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_PRINT_SCHED, O_VSTAGES, O_EXPERTS,
+           O_TOPK, O_MOE_EVERY, O_CAPF, O_DROPLESS };
     static const struct option opts[] = {
         {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"dim", 1, 0, O_DIM},
         {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"heads", 1, 0, O_HEADS},
@@ -265,6 +288,9 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
         {"virtual-stages", 1, 0, O_VSTAGES},
         {"print-schedule", 0, 0, O_PRINT_SCHED},
+        {"experts", 1, 0, O_EXPERTS},
+        {"top-k", 1, 0, O_TOPK}, {"moe-every", 1, 0, O_MOE_EVERY},
+        {"capacity-factor", 1, 0, O_CAPF}, {"dropless", 0, 0, O_DROPLESS},
         {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
     double params = 0, k = -1;
     uint64_t layers = 4, dim = 128, vocab = PX_DEFAULT_VOCAB, seq = 128, heads = 4, dp = 1, v;
@@ -274,6 +300,9 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     uint64_t mbs = 1;
     uint64_t vstages = 2; /* interleaved: model chunks per stage */
     int sched_sel = -1, print_sched = 0;
+    uint64_t experts = 0, top_k = 2, moe_every = 1; /* the mixture of experts (moe.h) */
+    double capf = 1.25;
+    int dropless = 0;
     const char *stage_spec = NULL;
     (void)ctx;
 
@@ -328,6 +357,17 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                 return PCTL_EXIT_USAGE;
             *(opt == O_BATCH ? &batch : &accum) = v;
             break;
+        case O_EXPERTS: case O_TOPK: case O_MOE_EVERY:
+            if (pctl_parse_u64("plan", opt_flag(opts, opt, flag, sizeof(flag)), optarg,
+                               opt == O_EXPERTS ? 0 : 1, 4096, &v))
+                return PCTL_EXIT_USAGE;
+            *(opt == O_EXPERTS ? &experts : opt == O_TOPK ? &top_k : &moe_every) = v;
+            break;
+        case O_CAPF:
+            if (pctl_parse_float("plan", "--capacity-factor", optarg, 1e-6, 1e6, &capf))
+                return PCTL_EXIT_USAGE;
+            break;
+        case O_DROPLESS: dropless = 1; break;
         case O_SP: sp = 1; break;
         case O_MICRO:
             if (pctl_parse_u64("plan", "--micro-batches", optarg, 1, 1u << 20, &mbs))
@@ -387,6 +427,11 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                                 (unsigned long long)batch, (unsigned long long)dp,
                                 (unsigned long long)accum);
     const uint64_t micro = batch / (dp * accum);
+    if (!params && cp > 1 && seq % (2 * cp))
+        return pctl_usage_error("plan", "seq=%llu is not divisible by 2 x cp=%llu (each context "
+                                "rank holds two of the 2 x cp chunks of a sequence)",
+                                (unsigned long long)seq, (unsigned long long)cp);
+    const uint64_t seq_local = seq / cp; /* a context rank's tokens of each sequence */
     if (sp && tp == 1)
         return pctl_usage_error("plan", "--sequence-parallel needs --tp > 1");
     if (!params && tp > 1 &&
@@ -397,6 +442,14 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                                 sp ? " and, with sequence parallelism, the micro-batch's tokens"
                                    : "",
                                 (unsigned long long)micro, (unsigned long long)seq);
+    if (experts && params > 0)
+        return pctl_usage_error("plan", "--experts needs the GPT dims, not --params");
+    if (experts && (top_k > 2 || top_k > experts))
+        return pctl_usage_error("plan", "top_k=%llu must be 1 or 2 and at most experts=%llu",
+                                (unsigned long long)top_k, (unsigned long long)experts);
+    if (experts && experts % ep)
+        return pctl_usage_error("plan", "experts=%llu is not divisible by ep=%llu",
+                                (unsigned long long)experts, (unsigned long long)ep);
     const int world = px_layout_world(&layout);
     if (!per_node)
         per_node = ((uint64_t)world + nodes - 1) / nodes;
@@ -420,11 +473,12 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     }
     /* the memory plan is dp x tp's; the other strategies' split is not
      * modelled yet */
-    const int memory_planned = (tp == 1 || !params) && pp == 1 && cp == 1 && ep == 1;
+    const int memory_planned = (tp == 1 || !params) && pp == 1 &&
+                               (ep == 1 || (experts && tp == 1 && cp == 1));
     static const char memory_note[] =
-        "memory per device is planned for data and tensor parallelism (dp, tp with GPT dims, "
-        "ZeRO) only: the split of parameters, activations and buffers by pp, cp and ep is "
-        "future work, so no figures are printed for this layout";
+        "memory per device is planned for data, tensor and context parallelism (dp, tp with "
+        "GPT dims, cp, ZeRO) only: the split of parameters, activations and buffers by pp "
+        "and ep is future work, so no figures are printed for this layout";
 
     px_plan_precision_t prec;
     if (fp32)
@@ -458,13 +512,24 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     /* activations of one rank's micro-batch (GPT dims only) */
     px_plan_gpt_acts_t acts = {0};
     if (known && memory_planned &&
-        px_plan_gpt_activations((int)layers, (int)heads, (int)dim,
-                                px_job_config_padded_vocab((int)vocab), (int)micro, (int)seq,
-                                (int)tp, sp, &acts) != PX_OK) {
+        px_plan_gpt_activations_cp((int)layers, (int)heads, (int)dim,
+                                   px_job_config_padded_vocab((int)vocab), (int)micro,
+                                   (int)seq_local, (int)tp, sp, (int)cp, &acts) != PX_OK) {
         free(units);
         free(node_of_rank);
         return PCTL_EXIT_USAGE; /* the planner named the values */
     }
+    /* the mixture of experts: routers and E/ep experts per MoE layer on
+     * each rank, outside ZeRO; its activations (plan.h, as moe.c) */
+    px_model_moe_t mm = {.layers = (int)layers, .dim = (int)dim, .experts = (int)experts,
+                         .moe_every = (int)moe_every};
+    uint64_t moe_rank = experts ? px_model_moe_rank_params(&mm, (int)ep) : 0;
+    uint64_t moe_acts = experts && tp == 1
+                            ? px_plan_moe_activation_bytes(px_model_moe_num_layers(&mm),
+                                                           (int)(micro * seq), (int)ep,
+                                                           (int)experts, (int)top_k, (int)dim,
+                                                           dropless, capf)
+                            : 0;
     json_t *jstages = json_array();
     if (!json) {
         if (known)
@@ -472,6 +537,14 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                    (unsigned long long)layers, (unsigned long long)dim,
                    (unsigned long long)vocab, (unsigned long long)seq, (double)total,
                    tp > 1 ? " per tensor rank" : "");
+        if (experts && known)
+            printf("experts: %llu per MoE layer, %d MoE layer(s) (every %llu), top-%llu, %s; "
+                   "%.4g expert parameters in all, %.4g per rank (routers + %llu experts per "
+                   "layer, not sharded by ZeRO); MoE activations per rank %.3g MB\n",
+                   (unsigned long long)experts, px_model_moe_num_layers(&mm),
+                   (unsigned long long)moe_every, (unsigned long long)top_k,
+                   dropless ? "dropless" : "capacity", (double)px_model_moe_num_params(&mm),
+                   (double)moe_rank, (unsigned long long)(experts / ep), moe_acts / 1e6);
         if (memory_planned) {
             printf("dp %llu, tp %llu; bytes per parameter: params %g, grads %g, optimizer %g "
                    "(%s)\n",
@@ -480,11 +553,13 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                    fp32 ? "fp32 AdamW" : "mixed precision, as the ZeRO paper counts");
             if (known) {
                 char b[32];
-                fmt_gb((double)acts.bytes, b, sizeof(b));
+                fmt_gb((double)(acts.bytes + moe_acts), b, sizeof(b));
                 printf("activations per rank: %s (micro-batch %llu x seq %llu, tp %llu, "
                        "sequence parallelism %s; the engine's fp32 buffers, every ZeRO stage)\n",
-                       b, (unsigned long long)micro, (unsigned long long)seq,
+                       b, (unsigned long long)micro, (unsigned long long)seq_local,
                        (unsigned long long)tp, sp ? "on" : "off");
+                if (cp > 1)
+                    print_context((int)cp, (int)seq, (double)acts.ring * 4);
             }
             printf("%-5s  %12s  %12s  %12s  %12s  %12s\n", "zero", "params", "grads",
                    "optimizer", "total", "at once");
@@ -497,10 +572,13 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         if (zero >= 0 && z != zero)
             continue;
         px_plan_t *p;
-        if (px_plan_create(units, nunits, known, (int)dp, z, &prec, &p) != PX_OK) {
+        /* the cp ranks of a dp index replicate the model: ZeRO shards over dp x cp */
+        if (px_plan_create(units, nunits, known, (int)(dp * cp), z, &prec, &p) != PX_OK) {
             rc = PCTL_EXIT_FAIL;
             break;
         }
+        if (moe_rank)
+            px_plan_add_unsharded(p, moe_rank);
         double tot = p->bytes[PX_MEM_PARAMS] + p->bytes[PX_MEM_GRADS] + p->bytes[PX_MEM_OPTIM];
         if (json) {
             json_array_append_new(
@@ -523,21 +601,33 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         px_plan_destroy(p);
     }
     if (json && rc == PCTL_EXIT_OK) {
-        json_t *o = json_pack("{s:I, s:I, s:b, s:I, s:I, s:I, s:i, s:f, s:f, s:f, s:b, s:o, s:b}",
-                              "dp", (json_int_t)dp, "tp", (json_int_t)tp, "sequence_parallel",
+        json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:f, s:b, s:I, s:I, s:I, s:i, s:f, s:f, s:f, "
+                              "s:b, s:o, s:b}",
+                              "dp", (json_int_t)dp, "tp", (json_int_t)tp, "cp", (json_int_t)cp,
+                              "seq_per_rank", (json_int_t)seq_local, "ring_bytes",
+                              (double)acts.ring * 4, "sequence_parallel",
                               sp, "batch", (json_int_t)batch, "micro_batch", (json_int_t)micro,
-                              "activations_bytes", (json_int_t)acts.bytes,
+                              "activations_bytes", (json_int_t)(acts.bytes + moe_acts),
                               "units", nunits, "param_bytes", prec.param_bytes, "grad_bytes",
                               prec.grad_bytes, "optimizer_bytes", prec.optim_bytes,
                               "working_buffers_counted", known, "stages", jstages,
                               "memory_planned", memory_planned);
         if (o && !memory_planned)
             json_object_set_new(o, "memory_note", json_string(memory_note));
+        if (o && experts)
+            json_object_set_new(o, "moe", json_pack("{s:I, s:i, s:I, s:I, s:I, s:I}", "experts",
+                                                    (json_int_t)experts, "moe_layers",
+                                                    px_model_moe_num_layers(&mm), "top_k",
+                                                    (json_int_t)top_k, "expert_params",
+                                                    (json_int_t)px_model_moe_num_params(&mm),
+                                                    "rank_params", (json_int_t)moe_rank,
+                                                    "activations_bytes",
+                                                    (json_int_t)moe_acts));
         if (o && known && pp > 1) {
             json_t *jp = json_object();
-            if (print_pipeline((int)layers, (int)heads, (int)dim, (int)vocab, (int)seq, (int)tp,
-                               sp, (int)pp, (int)mbs, (int)vstages, (int)(micro / mbs), sched_sel,
-                               stage_spec,
+            if (print_pipeline((int)layers, (int)heads, (int)dim, (int)vocab, (int)seq_local,
+                               (int)tp, sp, (int)cp, (int)pp, (int)mbs, (int)vstages,
+                               (int)(micro / mbs), sched_sel, stage_spec,
                                0, jp) == PCTL_EXIT_OK)
                 json_object_set_new(o, "pipeline", jp);
             else
@@ -556,9 +646,9 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
             printf("(stages 2/3 count the embedding and head units and 2 layers gathered or in "
                    "flight; \"at once\" is the peak of the sum, what a rank measures)\n");
         if (!json && rc == PCTL_EXIT_OK && known && pp > 1)
-            rc = print_pipeline((int)layers, (int)heads, (int)dim, (int)vocab, (int)seq, (int)tp,
-                                sp, (int)pp, (int)mbs, (int)vstages, (int)(micro / mbs), sched_sel,
-                               stage_spec,
+            rc = print_pipeline((int)layers, (int)heads, (int)dim, (int)vocab, (int)seq_local,
+                                (int)tp, sp, (int)cp, (int)pp, (int)mbs, (int)vstages,
+                                (int)(micro / mbs), sched_sel, stage_spec,
                                 print_sched, NULL);
         if (!json && rc == PCTL_EXIT_OK)
             print_layout(&layout, (int)nodes, (int)per_node, node_of_rank);

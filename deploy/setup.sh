@@ -46,6 +46,9 @@ if ((tests)); then
     # Python stubs of the integration tests (protoc), a Prometheus server and promtool
     # (the metrics tests)
     clang libclang-rt-14-dev systemd protobuf-compiler prometheus
+    # the namespace hosts of tests/integration/pxhosts.py: ip netns, unshare,
+    # packet loss with nft (these kernels have no netem qdisc)
+    iproute2 util-linux nftables
   )
 fi
 

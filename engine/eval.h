@@ -13,8 +13,8 @@
  * gathers each unit for the pass and frees it after). The result is the
  * mean over every token of the K batches, the same on every rank.
  *
- * Pipeline layouts (pp > 1) are rejected by the validator (jobcfg.c). One
- * training thread. */
+ * Pipeline and context parallel layouts (pp, cp > 1) and MoE models are
+ * rejected by the validator (jobcfg.c). One training thread. */
 #ifndef PX_EVAL_H
 #define PX_EVAL_H
 

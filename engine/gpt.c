@@ -18,7 +18,10 @@
  * Every pointer in `acts` points into one buffer sized at create time for
  * (B, T); layer l's activations are at l times the create-time stride.
  * Tensor memory is the backend's: cleared and copied only through the op
- * table's mem_set / mem_copy. One thread per model. */
+ * table's mem_set / mem_copy. Context parallelism (cfg.cp > 1) changes only
+ * the attention seam (ring_attn.h: att then holds each layer's log-sum-exp)
+ * and the positions (wpe rows of this rank's two chunks). One thread per
+ * model. */
 #include "gpt.h"
 
 #include <math.h>
@@ -27,8 +30,10 @@
 
 #include "groups.h"
 #include "memacct.h"
+#include "moe.h"
 #include "plan.h"
 #include "px_log.h"
+#include "ring_attn.h"
 #include "tp.h"
 
 /* R: the residual stream's rows on this rank, B*T, or B*T/tp with
@@ -98,6 +103,13 @@ struct px_gpt {
                                       stream (encoded, residual2/3, LayerNorm
                                       outputs and stats, dres) holds this
                                       rank's BT/tp token rows */
+    int cp;                        /* context parallelism (ring_attn.h): T is
+                                      this rank's two chunks of seq/cp tokens;
+                                      att holds the (L,B,NHl,T) log-sum-exp */
+    px_ring_attn_t *ring;          /* cp > 1: the ring's buffers */
+    float *wpe_loc;                /* cp > 1: (T,C) wpe rows of this rank's
+                                      positions (forward), their gradient
+                                      (backward) */
     size_t rows;                   /* R of gpt_acts_t at create time: B*T, or
                                       B*T/tp with sp; the per-layer stride */
     double *ce_stats;              /* (B,T,2) vocab-parallel CE sums (tp > 1) */
@@ -120,6 +132,8 @@ struct px_gpt {
                                       embed_forward to head_backward */
     float *embed_g;                /* its gradients, head_backward to embed_backward */
     const int32_t *inputs, *targets; /* of the last forward, borrowed */
+    px_moe_t *moe;                 /* the MoE MLP of the MoE layers (moe.h),
+                                      borrowed; NULL: every MLP dense */
 };
 
 int px_gpt_num_units(const px_gpt_config_t *cfg) { return px_model_num_units(cfg); }
@@ -287,7 +301,9 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
     size_t BT = (size_t)B * T;
     gpt->rows = gpt->sp ? BT / tp : BT;
     px_plan_gpt_acts_t pa;
-    if (px_plan_gpt_activations(nlayers, NH, C, gpt->Vp, B, T, tp, gpt->sp, &pa) != PX_OK) {
+    gpt->cp = cfg->cp > 1 ? cfg->cp : 1;
+    if (px_plan_gpt_activations_cp(nlayers, NH, C, gpt->Vp, B, T, tp, gpt->sp, gpt->cp,
+                                   &pa) != PX_OK) {
         px_gpt_destroy(gpt); /* logged by the plan; the checks above make it unreachable */
         return PX_ERR_INVALID_ARGUMENT;
     }
@@ -302,6 +318,13 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
     if (tp > 1) {
         gpt->ce_stats = px_mem_calloc(PX_MEM_ACTS, pa.doubles, sizeof(double));
         if (!gpt->ce_stats)
+            goto err_free;
+    }
+    if (gpt->cp > 1) {
+        if (px_ring_attn_create(ops, B, T, gpt->Cl, gpt->NHl, &gpt->ring) != PX_OK)
+            goto err_free;
+        gpt->wpe_loc = px_mem_calloc(PX_MEM_WORK, (size_t)T * C, sizeof(float));
+        if (!gpt->wpe_loc)
             goto err_free;
     }
     float **aptr = (float **)&gpt->a, *base = gpt->acts_mem;
@@ -353,6 +376,8 @@ void px_gpt_destroy(px_gpt_t *gpt)
     px_mem_free(gpt->acts_mem);
     px_mem_free(gpt->ce_stats);
     px_mem_free(gpt->wstash);
+    px_mem_free(gpt->wpe_loc);
+    px_ring_attn_destroy(gpt->ring);
     free(gpt->unit_off);
     free(gpt->losses_host);
     free(gpt);
@@ -374,6 +399,25 @@ size_t px_gpt_activation_bytes(const px_gpt_t *gpt)
 }
 
 void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out) { *out = gpt->tp_times; }
+
+px_status_t px_gpt_set_moe(px_gpt_t *gpt, px_moe_t *moe)
+{
+    if (moe && (gpt->tp > 1 || gpt->wstash)) {
+        px_error("gpt: the mixture of experts runs with tp 1 and the plain backward only "
+                 "(tp %d)", gpt->tp);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    gpt->moe = moe;
+    return PX_OK;
+}
+
+void px_gpt_ring_times(const px_gpt_t *gpt, px_ring_times_t *out)
+{
+    if (gpt->ring)
+        px_ring_attn_times(gpt->ring, out);
+    else
+        *out = (px_ring_times_t){0};
+}
 size_t px_gpt_state_bytes(const px_gpt_t *gpt)
 {
     return (4 * gpt->num_params + 1) * sizeof(float);
@@ -515,6 +559,12 @@ static px_status_t ctx_check(const px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l
                  ctx->T, gpt->tp);
         return PX_ERR_INVALID_ARGUMENT;
     }
+    if (gpt->cp > 1 && (ctx->B != gpt->B || ctx->T != gpt->T)) {
+        px_error("gpt: with cp=%d the context must be the model's whole B %d x T %d (the ring's "
+                 "blocks are sized for it), not %d x %d", gpt->cp, gpt->B, gpt->T, ctx->B,
+                 ctx->T);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
     return PX_OK;
 }
 
@@ -566,6 +616,39 @@ static px_status_t tp_comm(const px_gpt_t *gpt, const px_gpt_ctx_t *ctx, px_comm
     *comm_p = comm;
     return PX_OK;
 }
+
+/* The context group of a model cut for cp > 1: the context's groups must
+ * carry one of cp ranks. */
+static px_status_t cp_comm(const px_gpt_t *gpt, const px_gpt_ctx_t *ctx, px_comm_t **comm_p)
+{
+    px_comm_t *comm = ctx->groups ? px_groups_comm(ctx->groups, PX_GROUP_CP) : NULL;
+    if (!comm || px_comm_size(comm) != gpt->cp) {
+        px_error("gpt: the model is cut for cp=%d but the context's context group has %d ranks",
+                 gpt->cp, comm ? px_comm_size(comm) : 1);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    *comm_p = comm;
+    return PX_OK;
+}
+
+/* Context parallelism: copies wpe's rows of this rank's T positions (its
+ * two chunks, ring_attn.h) into wpe_loc (to_loc), or adds wpe_loc's rows
+ * (their gradients) back into the two ranges of dwpe. */
+static void cp_positions(px_gpt_t *gpt, int cp_rank, float *wpe, int to_loc)
+{
+    int T = gpt->T, c = T / 2, C = gpt->cfg.dim;
+    for (int half = 0; half < 2; half++) {
+        size_t p0 = (size_t)px_ring_position(cp_rank, gpt->cp, T, half * c) * C;
+        float *loc = gpt->wpe_loc + (size_t)half * c * C;
+        if (to_loc)
+            gpt->ops->mem_copy(loc, wpe + p0, (size_t)c * C * sizeof(float));
+        else
+            gpt->ops->residual_forward(wpe + p0, wpe + p0, loc, (size_t)c * C);
+    }
+}
+
+/* progress callback of the ring: the model's poke */
+static void ring_poke(void *arg) { poke(arg); }
 
 /* Row blocks the weight-gradient GEMM of a column-parallel matmul is cut
  * into, with a progress poke after each, so the input gradient's
@@ -661,7 +744,8 @@ static void layer_acts(px_gpt_t *gpt, int l, layer_acts_t *v)
     v->ln1_rstd = a->ln1_rstd + li * sr;
     v->qkv = a->qkv + li * sbtcl * 3;
     v->atty = a->atty + li * sbtcl;
-    v->att = a->att + li * gpt->B * gpt->NHl * gpt->T * gpt->T;
+    /* cp > 1: the ring's log-sum-exp, (B,NHl,T) per layer */
+    v->att = a->att + li * gpt->B * gpt->NHl * gpt->T * (gpt->cp > 1 ? 1 : gpt->T);
     v->res2 = a->residual2 + li * src;
     v->ln2 = a->ln2 + li * src;
     v->ln2_mean = a->ln2_mean + li * sr;
@@ -690,6 +774,12 @@ px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const i
     view(gpt->embed_t, 2, ub, &e);
     const float *wpe = e.wpe + (size_t)ctx->seq_offset * gpt->cfg.dim;
     gpt->inputs = inputs;
+    if (gpt->cp > 1) { /* this rank's positions: its two chunks */
+        px_comm_t *cpc;
+        PX_CHECK(cp_comm(gpt, ctx, &cpc));
+        cp_positions(gpt, px_comm_rank(cpc), e.wpe, 1);
+        wpe = gpt->wpe_loc;
+    }
     if (gpt->sp) { /* vocab-parallel lookup, reduce-scattered to this rank's tokens */
         size_t BT = (size_t)ctx->B * ctx->T, rows = BT / gpt->tp, C = gpt->cfg.dim;
         gpt->ops->encoder_vp_forward(gpt->a.tmp, inputs, e.wte, NULL, ctx->B, ctx->T, (int)C,
@@ -745,7 +835,13 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     /* qkv (B,T,3Cl): column-parallel, q | k | v of this rank's heads */
     k->matmul_forward(qkv, ln1_in, p.qkvw, p.qkvb, BT, C, 3 * Cl);
     poke(gpt);
-    k->attention_forward(atty, att, qkv, B, T, Cl, NHl);
+    if (gpt->cp > 1) { /* ring attention over the context group (att: the lse) */
+        px_comm_t *cpc;
+        PX_CHECK(cp_comm(gpt, ctx, &cpc));
+        PX_CHECK(px_ring_attn_forward(gpt->ring, cpc, atty, att, qkv, a->scratch, ring_poke,
+                                      gpt));
+    } else
+        k->attention_forward(atty, att, qkv, B, T, Cl, NHl);
     poke(gpt);
     /* attproj: row-parallel; partial sums (B,T,C), g = all-reduce (with
      * sequence parallelism: reduce-scatter to this rank's tokens), then
@@ -766,6 +862,12 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     if (gpt->sp) {
         PX_CHECK(px_tp_allgather(tpc, ln2, a->spbuf, rc, "ln2", &gpt->tp_times));
         ln2_in = a->spbuf;
+    }
+    if (gpt->moe && px_moe_is_layer(px_moe_config(gpt->moe), l)) {
+        /* the mixture of experts instead of the dense MLP (tp 1) */
+        PX_CHECK(px_moe_forward(gpt->moe, l, ln2_in, a->tmp, BT));
+        k->residual_forward(res3, res2, a->tmp, rc);
+        return p_release(gpt, px_model_unit_layer(&gpt->cfg, l), 0);
     }
     /* fc (B,T,4Cl): column-parallel */
     k->matmul_forward(fch, ln2_in, p.fcw, p.fcb, BT, C, 4 * Cl);
@@ -965,17 +1067,22 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
         dout = a->spbuf;
         k->mem_set(a->dln, 0, 4 * (size_t)C * sizeof(float));
     }
-    k->mem_set(a->d4a, 0, btcl * 4 * sizeof(float));
-    k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, dout, fchg, p.fcprojw, BT, 4 * Cl, C);
-    poke(gpt);
-    k->mem_set(a->d4b, 0, btcl * 4 * sizeof(float));
-    k->gelu_backward(a->d4b, fch, a->d4a, btcl * 4);
-    /* fc is column-parallel: f sums its input gradient over tp (sequence
-     * parallelism: reduce-scatters it to this rank's tokens; the LayerNorm
-     * gradients of this rank's tokens go to dln, summed over tp below),
-     * overlapped with fcw's gradient GEMM */
-    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, g.fcw, g.fcb, a->d4b, ln2, a->tmp, p.fcw,
-                          BT, C, 4 * Cl, "fc's input gradient", "ln2"));
+    if (gpt->moe && px_moe_is_layer(px_moe_config(gpt->moe), l)) {
+        /* the mixture of experts (tp 1): d ln2 into dbtc */
+        PX_CHECK(px_moe_backward(gpt->moe, l, ln2, dout, a->dbtc, BT));
+    } else {
+        k->mem_set(a->d4a, 0, btcl * 4 * sizeof(float));
+        k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, dout, fchg, p.fcprojw, BT, 4 * Cl, C);
+        poke(gpt);
+        k->mem_set(a->d4b, 0, btcl * 4 * sizeof(float));
+        k->gelu_backward(a->d4b, fch, a->d4a, btcl * 4);
+        /* fc is column-parallel: f sums its input gradient over tp (sequence
+         * parallelism: reduce-scatters it to this rank's tokens; the LayerNorm
+         * gradients of this rank's tokens go to dln, summed over tp below),
+         * overlapped with fcw's gradient GEMM */
+        PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, g.fcw, g.fcb, a->d4b, ln2, a->tmp,
+                              p.fcw, BT, C, 4 * Cl, "fc's input gradient", "ln2"));
+    }
     if (gpt->sp) {
         k->layernorm_backward(a->dres, a->dln + 2 * C, a->dln + 3 * C, a->spbuf, res2, p.ln2w,
                               la.ln2_mean, la.ln2_rstd, R, C);
@@ -989,7 +1096,13 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     k->matmul_backward(a->dbtc, g.attprojw, g.attprojb, dout, atty, p.attprojw, BT, Cl, C);
     poke(gpt);
     k->mem_set(a->d4a, 0, btcl * 3 * sizeof(float));
-    k->attention_backward(a->d4a, a->scratch, a->dbtc, qkv, att, B, T, Cl, NHl);
+    if (gpt->cp > 1) {
+        px_comm_t *cpc;
+        PX_CHECK(cp_comm(gpt, ctx, &cpc));
+        PX_CHECK(px_ring_attn_backward(gpt->ring, cpc, a->d4a, a->dbtc, qkv, atty, att,
+                                       a->scratch, ring_poke, gpt));
+    } else
+        k->attention_backward(a->d4a, a->scratch, a->dbtc, qkv, att, B, T, Cl, NHl);
     poke(gpt);
     /* qkv is column-parallel: f, overlapped with qkvw's gradient GEMM */
     PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, g.qkvw, g.qkvb, a->d4a, ln1, a->tmp,
@@ -1067,7 +1180,13 @@ px_status_t px_gpt_block_backward_input(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, 
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
     k->matmul_backward(a->dbtc, NULL, NULL, d_attproj, NULL, p.attprojw, BT, C, C);
     k->mem_set(d_qkv, 0, btc * 3 * sizeof(float));
-    k->attention_backward(d_qkv, a->scratch, a->dbtc, la.qkv, la.att, B, T, C, NH);
+    if (gpt->cp > 1) { /* the ring's backward is an input gradient: B, not W */
+        px_comm_t *cpc;
+        PX_CHECK(cp_comm(gpt, ctx, &cpc));
+        PX_CHECK(px_ring_attn_backward(gpt->ring, cpc, d_qkv, a->dbtc, la.qkv, la.atty, la.att,
+                                       a->scratch, ring_poke, gpt));
+    } else
+        k->attention_backward(d_qkv, a->scratch, a->dbtc, la.qkv, la.att, B, T, C, NH);
     poke(gpt);
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
     k->matmul_backward(a->dbtc, NULL, NULL, d_qkv, NULL, p.qkvw, BT, C, 3 * C);
@@ -1140,6 +1259,12 @@ px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
         PX_CHECK(g_acquire(gpt, PX_MODEL_UNIT_EMBED, &gpt->embed_g));
     view(gpt->embed_t, 2, gpt->embed_g, &eg);
     float *dwpe = eg.wpe + (size_t)ctx->seq_offset * gpt->cfg.dim;
+    px_comm_t *cpc = NULL;
+    if (gpt->cp > 1) { /* gathered in wpe_loc, added to the two chunks' rows below */
+        PX_CHECK(cp_comm(gpt, ctx, &cpc));
+        gpt->ops->mem_set(gpt->wpe_loc, 0, (size_t)ctx->T * gpt->cfg.dim * sizeof(float));
+        dwpe = gpt->wpe_loc;
+    }
     if (gpt->sp) { /* the lookup saw every token: gather their gradients */
         px_comm_t *tpc;
         size_t rows = (size_t)ctx->B * ctx->T / gpt->tp;
@@ -1154,6 +1279,8 @@ px_status_t px_gpt_embed_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
     else
         gpt->ops->encoder_backward(eg.wte, dwpe, gpt->a.dres, gpt->inputs, ctx->B, ctx->T,
                                    gpt->cfg.dim);
+    if (cpc)
+        cp_positions(gpt, px_comm_rank(cpc), eg.wpe, 0);
     gpt->embed_g = NULL;
     return g_release(gpt, PX_MODEL_UNIT_EMBED);
 }

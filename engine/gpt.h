@@ -43,6 +43,7 @@
 #include "model.h"
 #include "px_kernels.h"
 #include "px_status.h"
+#include "ring_attn.h"
 #include "tp.h"
 
 #define PX_GPT_NUM_TENSORS PX_MODEL_NUM_TENSORS
@@ -127,7 +128,9 @@ typedef struct px_gpt_ctx {
                        pipeline schedule keeps several in flight); only 0
                        exists today */
     int seq_offset; /* position of token 0 of this rank's (B,T) slice in the
-                       sequence: rows [seq_offset, seq_offset + T) of wpe */
+                       sequence: rows [seq_offset, seq_offset + T) of wpe
+                       (a model cut for cp > 1 holds two chunks instead,
+                       placed by its cp rank: ring_attn.h) */
     int B, T;       /* local batch and sequence length, at most the B, T
                        the model was created for */
 } px_gpt_ctx_t;
@@ -223,8 +226,18 @@ px_status_t px_gpt_forward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int
                                const int32_t *targets, float *loss_p);
 px_status_t px_gpt_backward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
 
+/* The mixture of experts (moe.h; borrowed, NULL: none) whose layers
+ * (px_moe_is_layer) replace the dense MLP: block_forward / block_backward
+ * call px_moe_forward / px_moe_backward on ln2's output there, collective
+ * over the moe's ep group. tp 1 and the unsplit backward only
+ * (PX_ERR_INVALID_ARGUMENT, logged). */
+struct px_moe;
+px_status_t px_gpt_set_moe(px_gpt_t *gpt, struct px_moe *moe);
+
 /* Time this model spent in tensor-parallel collectives (tp.h). */
 void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out);
+/* Its ring attention's transfer times (ring_attn.h; zeros when cp is 1). */
+void px_gpt_ring_times(const px_gpt_t *gpt, px_ring_times_t *out);
 
 /* The blocks. Each returns PX_OK, a hook's error, or
  * PX_ERR_INVALID_ARGUMENT (logged) for a context the model cannot run

@@ -552,6 +552,20 @@ size_t px_pipe_activation_bytes(const px_pipe_t *pp)
     return sum;
 }
 
+void px_pipe_ring_times(const px_pipe_t *pp, px_ring_times_t *out)
+{
+    *out = (px_ring_times_t){0};
+    for (int c = 0; c < pp->V; c++)
+        for (int k = 0; k < pp->ch[c].nslots; k++) {
+            px_ring_times_t t;
+            px_gpt_ring_times(pp->ch[c].slot[k], &t);
+            out->total_s += t.total_s;
+            out->wait_s += t.wait_s;
+            out->bytes += t.bytes;
+            out->steps += t.steps;
+        }
+}
+
 int px_pipe_stage(const px_pipe_t *pp) { return pp->s; }
 
 int px_pipe_slots(const px_pipe_t *pp)

@@ -86,6 +86,10 @@ px_status_t px_pipe_tied_sum(px_pipe_t *pipe);
  * stage since the last call; resets them. */
 void px_pipe_take_times(px_pipe_t *pipe, double *busy_s_p, double *idle_s_p);
 
+/* Ring attention's transfer times (cp > 1) summed over the stage's chunks
+ * and micro-batch slots (ring_attn.h; zeros when cp is 1). */
+void px_pipe_ring_times(const px_pipe_t *pipe, px_ring_times_t *out);
+
 /* Activation bytes this stage holds (the sum over its chunks of slots x
  * one chunk model's activations). */
 size_t px_pipe_activation_bytes(const px_pipe_t *pipe);

@@ -29,8 +29,8 @@ typedef px_job_config_t px_train_config_t;
 /* The layout cfg runs with on `world` ranks into *layout_p: cfg->layout, or
  * dp = world when it is all zeros. PX_ERR_INVALID_ARGUMENT with a message
  * naming the values when it fails px_layout_check, needs another number of
- * ranks than `world`, or asks for cp or ep > 1 (the engine runs data,
- * tensor and pipeline parallelism with ZeRO, so far). */
+ * ranks than `world` (the combinations the engine cannot run yet are the
+ * validator's, jobcfg.h). */
 px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t *layout_p,
                             char *errbuf, size_t errlen);
 
@@ -71,6 +71,16 @@ typedef struct px_step_report {
                                           (wte, wpe) after the update, on the
                                           first and last stage (pp > 1; else
                                           0): the two copies must agree */
+    int experts;                       /* the MoE's experts (0: dense) */
+    const uint64_t *moe_received;      /* (experts) choices each expert took
+                                          in this step, summed over the MoE
+                                          layers and micro-batches: this
+                                          rank's ep group's figures; borrowed
+                                          for the callback; NULL when dense */
+    const uint64_t *moe_dropped;       /* (experts) choices dropped at each
+                                          expert's capacity, likewise */
+    double moe_alltoall_s;             /* this step's time in the dispatch /
+                                          combine all-to-alls, s */
     float val_loss;                    /* issue 14: the validation loss after
                                           this step (eval.h), 0 when the step
                                           was not followed by an evaluation */
@@ -104,6 +114,10 @@ float px_train_lr(const px_train_config_t *cfg, int step);
  *                          before clipping
  *   params_<s>.bin         float32 (num_params) after step s's update
  *   loss_<s>.txt           "loss grad_norm lr" of step s (%.9g)
+ * with experts (moe.h; the canonical MoE buffer, gathered over the ep
+ * group):
+ *   moe_layout.json        every MoE tensor's name, layer, offset, shape
+ *   moe_params_init.bin, moe_grads_<s>.bin, moe_params_<s>.bin
  *   val_batch_<k>.bin      int32 inputs (B,T) then targets (B,T): validation
  *                          batch k (0-based; with a validation file)
  *   val_loss_<s>.txt       "val_loss" after step s (%.9g), when evaluated
@@ -123,6 +137,10 @@ typedef struct px_train_options {
                             and tied_digest (a hash of every replicated
                             parameter, a full pass over them each step, so
                             off unless asked for) */
+    float router_skew;   /* test hook (moe.h px_moe_set_router_skew): added to
+                            expert 0's router logit (half of it to expert
+                            1's) in every MoE layer, so most tokens pick
+                            them; 0: off */
 } px_train_options_t;
 
 px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,

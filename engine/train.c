@@ -4,7 +4,11 @@
  * The world is cut into the layout's process groups (groups.h); data
  * parallelism and ZeRO run on the dp group, the global grad norm is
  * completed over the mp group (a no-op until tensor / pipeline parallelism
- * give it more than one rank).
+ * give it more than one rank). With context parallelism (cp > 1) the cp
+ * ranks of a dp index take the same sequences, each its two chunks
+ * (cp_cut, ring_attn.h), and data parallelism and ZeRO run on the dp x cp
+ * group instead: every rank holds T/cp tokens of each sequence, so the
+ * average of the local means is still the global mean.
  * Per step: for each of grad_accum micro-batches, cut this rank's share of
  * the micro-batch (micro m of the global batch is sequences [m*B/A,
  * (m+1)*B/A); dp rank r takes its r-th part), forward, backward (ZeRO 2/3
@@ -35,8 +39,10 @@
 #include "groups.h"
 #include "jobcfg.h"
 #include "memacct.h"
+#include "moe.h"
 #include "pipeline.h"
 #include "plan.h"
+#include "ring_attn.h"
 #include "tp.h"
 #include "zero.h"
 #include "px_kernels.h"
@@ -60,10 +66,6 @@ px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t
     if (px_layout_world(&out) != world)
         return px_invalid(errbuf, errlen, "layout %s needs %d ranks, the world has %d",
                    px_layout_str(&out, lbuf, sizeof(lbuf)), px_layout_world(&out), world);
-    if (out.cp > 1 || out.ep > 1)
-        return px_invalid(errbuf, errlen, "layout %s: the engine runs data, tensor and pipeline "
-                   "parallelism with ZeRO only so far (cp and ep must be 1)",
-                   px_layout_str(&out, lbuf, sizeof(lbuf)));
     *layout_p = out;
     return PX_OK;
 }
@@ -208,13 +210,27 @@ typedef struct pipe_load {
     const px_data_t *data;
     uint64_t seed;
     int step, round, M, per_micro, dp_rank, Bm, T;
+    int cp, cp_rank;          /* context parallelism: the stage computes this
+                                 rank's chunks of each sequence (cp_cut) */
+    int32_t *seq_in, *seq_tg; /* cp > 1: (Bm, T) whole sequences */
 } pipe_load_t;
+
+static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i);
 
 static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
 {
     pipe_load_t *ld = arg;
     int first = (ld->round * ld->M + m) * ld->per_micro + ld->dp_rank * ld->Bm;
     size_t n = (size_t)ld->Bm * ld->T;
+    if (ld->cp > 1) {
+        px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, ld->seq_in,
+                      ld->seq_tg);
+        if (inputs)
+            cp_cut(ld->seq_in, inputs, ld->Bm, ld->T, ld->cp, ld->cp_rank);
+        if (targets)
+            cp_cut(ld->seq_tg, targets, ld->Bm, ld->T, ld->cp, ld->cp_rank);
+        return;
+    }
     int32_t *tmp_in = inputs, *tmp_tg = targets, *spare = NULL;
     if (!inputs || !targets) { /* px_data_batch writes both */
         spare = malloc(n * sizeof(int32_t));
@@ -227,6 +243,52 @@ static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
     }
     px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, tmp_in, tmp_tg);
     free(spare);
+}
+
+/* moe_layout.json: the canonical MoE buffer's tensors (moe.h), per MoE
+ * layer: {"layers": [l...], "tensors": [{name, layer, offset, shape}]}. */
+static px_status_t dump_moe_layout(const char *dir, const px_moe_config_t *mc)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/moe_layout.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        px_error("train: cannot write %s: %s", path, strerror(errno));
+        return PX_ERR_IO;
+    }
+    int E = mc->experts, C = mc->dim;
+    const int shapes[PX_MOE_NUM_TENSORS][3] = {{E, C, 0}, {E, 4 * C, C}, {E, 4 * C, 0},
+                                               {E, C, 4 * C}, {E, C, 0}};
+    uint64_t off = 0;
+    fprintf(f, "{\"experts\": %d, \"top_k\": %d, \"tensors\": [", E, mc->top_k);
+    for (int l = 0, first = 1; l < mc->layers; l++) {
+        if (!px_moe_is_layer(mc, l))
+            continue;
+        for (int i = 0; i < PX_MOE_NUM_TENSORS; i++) {
+            fprintf(f, "%s{\"name\": \"%s\", \"layer\": %d, \"offset\": %llu, "
+                    "\"shape\": [%d, %d%s", first ? "" : ", ", px_moe_tensor_name(i), l,
+                    (unsigned long long)off, shapes[i][0], shapes[i][1], shapes[i][2] ? ", " : "");
+            if (shapes[i][2])
+                fprintf(f, "%d", shapes[i][2]);
+            fprintf(f, "]}");
+            off += px_moe_tensor_size(mc, i);
+            first = 0;
+        }
+    }
+    fprintf(f, "]}\n");
+    return fclose(f) == 0 ? PX_OK : PX_ERR_IO;
+}
+
+/* Context parallelism: dst (B, T/cp) = the tokens of cp rank i in src (B,
+ * T): chunk i then chunk 2cp-1-i of each sequence (ring_attn.h). */
+static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i)
+{
+    int Tl = T / cp, c = Tl / 2;
+    for (int b = 0; b < B; b++)
+        for (int half = 0; half < 2; half++)
+            memcpy(dst + (size_t)b * Tl + half * c,
+                   src + (size_t)b * T + px_ring_position(i, cp, Tl, half * c),
+                   (size_t)c * sizeof(int32_t));
 }
 
 static void set_blas_threads(void)
@@ -242,7 +304,7 @@ px_status_t px_train_run(const px_train_config_t *cfg, px_comm_t *world, px_step
     return px_train_run_ex(cfg, world, cb, arg, NULL);
 }
 
-static void fill_mem(px_step_report_t *rep, const px_plan_t *plan)
+static void fill_mem(px_step_report_t *rep, const px_plan_t *plan, size_t act_bytes)
 {
     px_mem_stats_t ms;
     px_mem_stats(&ms);
@@ -251,6 +313,8 @@ static void fill_mem(px_step_report_t *rep, const px_plan_t *plan)
         rep->mem_peak[c] = ms.peak[c];
         rep->mem_plan[c] = plan->bytes[c];
     }
+    /* the activation buffers are laid out by the plan's table (plan.h) */
+    rep->mem_plan[PX_MEM_ACTS] = (double)act_bytes;
     rep->mem_state_peak = ms.state_peak;
     rep->mem_plan_state_peak = px_plan_state_bytes(plan);
 }
@@ -268,10 +332,13 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     px_gpt_t *gpt = NULL;
     px_plan_t *plan = NULL;
     px_zero_t *zero = NULL;
+    px_moe_t *moe = NULL;
+    float *moe_canon = NULL;
+    size_t moe_n = 0;
     uint64_t *usizes = NULL;
     px_pipe_t *pipe = NULL;
     int *stage_layers = NULL;
-    int32_t *inputs = NULL, *targets = NULL;
+    int32_t *inputs = NULL, *targets = NULL, *seq_in = NULL, *seq_tg = NULL;
     float *canon = NULL;
     const char *dump_dir = opts && opts->dump_dir && *opts->dump_dir ? opts->dump_dir : NULL;
     int dump_steps = opts ? opts->dump_steps : 0;
@@ -302,14 +369,20 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     status = px_groups_create(world, &layout, &groups);
     if (status != PX_OK)
         return status;
-    dp_comm = px_groups_comm(groups, PX_GROUP_DP);
+    /* context parallelism: the cp ranks of a dp index see the same
+     * sequences (their own chunks), so the replicated parameters' gradients
+     * are averaged, and ZeRO shards, over dp x cp (the DPCP group) */
+    const int cp = layout.cp > 1 ? layout.cp : 1;
+    dp_comm = px_groups_comm(groups, cp > 1 ? PX_GROUP_DPCP : PX_GROUP_DP);
     dp = layout.dp;
     rank = px_groups_rank(groups);
     dp_rank = px_groups_coord(groups)->dp;
     set_blas_threads();
     const int pp = layout.pp, M = pp > 1 ? cfg->micro_batches : 1;
     const int V = pp > 1 && cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
-    const int T = cfg->seq, A = cfg->grad_accum, Bm = cfg->batch / (dp * A * M);
+    /* T: the sequence; Tl: this rank's tokens of it (two chunks with cp) */
+    const int T = cfg->seq, Tl = T / cp, A = cfg->grad_accum, Bm = cfg->batch / (dp * A * M);
+    const int cp_rank = px_groups_coord(groups)->cp;
     status = px_data_open(cfg->data_path, cfg->vocab, err, sizeof(err), &data);
     if (status != PX_OK) {
         px_error("train: %s", err);
@@ -326,7 +399,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                           .max_seq = cfg->seq, .vocab = cfg->vocab,
                           .padded_vocab = px_job_config_padded_vocab(cfg->vocab),
                           .tp = layout.tp, .tp_rank = px_groups_coord(groups)->tp,
-                          .sequence_parallel = cfg->sequence_parallel};
+                          .sequence_parallel = cfg->sequence_parallel, .cp = cp};
     /* the plan lays the memory out (plan.h), the same code as `pctl plan`:
      * this tp rank's units */
     uint64_t total = px_plan_gpt_units_tp(gc.layers, gc.dim, gc.vocab, gc.max_seq, layout.tp,
@@ -356,8 +429,13 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     px_plan_precision_t prec;
     px_plan_precision_fp32(&prec);
-    PX_CHECK_GOTO(px_plan_create(usizes, px_gpt_num_units(&gc), 1, dp, cfg->zero, &prec, &plan),
-                  status, out);
+    PX_CHECK_GOTO(px_plan_create(usizes, px_gpt_num_units(&gc), 1, dp * cp, cfg->zero, &prec,
+                                 &plan), status, out);
+    if (cfg->experts) { /* the routers and this rank's experts, outside ZeRO (moe.h) */
+        px_model_moe_t mm = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
+                             .moe_every = cfg->moe_every};
+        px_plan_add_unsharded(plan, px_model_moe_rank_params(&mm, layout.ep));
+    }
     PX_CHECK_GOTO(px_zero_create(&gc, plan, dp_comm, ops, A * M, cfg->prefetch, &zero), status,
                   out);
     px_zero_set_model_group(zero, px_groups_comm(groups, PX_GROUP_MP));
@@ -366,13 +444,40 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         if (stage == 0 || last_stage) /* the tied wte; the copy counts on the first stage */
             px_zero_set_tied(zero, PX_MODEL_UNIT_EMBED, last_stage);
         PX_CHECK_GOTO(px_pipe_create(&gc, ops, zero, groups, cfg->schedule, M, V, stage_layers,
-                                     Bm, T, &pipe), status, out);
+                                     Bm, Tl, &pipe), status, out);
     } else
-        PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, T, px_zero_hooks(zero), &gpt), status,
-                      out);
+        PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, Tl, px_zero_hooks(zero), &gpt),
+                      status, out);
     px_zero_init_params(zero, cfg->seed);
+    if (cfg->experts) { /* the MoE layers' router and this rank's experts (moe.h) */
+        px_moe_config_t mc = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
+                              .top_k = cfg->top_k, .moe_every = cfg->moe_every,
+                              .dropless = cfg->dropless,
+                              .capacity_factor = cfg->capacity_factor,
+                              .aux_loss_coef = cfg->aux_loss_coef};
+        if (!gpt) {
+            px_error("train: experts=%d run without pipeline stages only", cfg->experts);
+            status = PX_ERR_INVALID_ARGUMENT;
+            goto out;
+        }
+        PX_CHECK_GOTO(px_moe_create(&mc, ops, Bm * T, px_groups_comm(groups, PX_GROUP_EP),
+                                    dp_comm, px_groups_comm(groups, PX_GROUP_EDP), dp, A, &moe),
+                      status, out);
+        px_moe_init_params(moe, cfg->seed);
+        if (opts && opts->router_skew != 0.0f)
+            px_moe_set_router_skew(moe, opts->router_skew);
+        PX_CHECK_GOTO(px_gpt_set_moe(gpt, moe), status, out);
+    }
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
+    if (cp > 1) { /* whole sequences, cut into this rank's chunks */
+        seq_in = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
+        seq_tg = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
+        if (!seq_in || !seq_tg) {
+            status = PX_ERR_NO_MEMORY;
+            goto out;
+        }
+    }
     if (!inputs || !targets) {
         status = PX_ERR_NO_MEMORY;
         goto out;
@@ -390,12 +495,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     px_comm_t *canon_comm = px_groups_comm(groups, PX_GROUP_MP);
     size_t act_bytes = gpt ? px_gpt_activation_bytes(gpt) : px_pipe_activation_bytes(pipe);
     if (rank == 0)
-        px_info("train: %zu parameters (%llu per tensor rank), zero %d, dp %d, tp %d, grad_accum "
-                "%d, pp %d (%s, %d micro-batches, %d chunks per stage), micro-batch %d x %d; plan "
-                "per rank: params "
-                "%.2f MB, grads %.2f MB, optimizer %.2f MB, activations %.2f MB",
-                n, (unsigned long long)plan->params, cfg->zero, dp, layout.tp, A, pp,
-                px_pipe_schedule_name(cfg->schedule), M, V, Bm, T,
+        px_info("train: %zu parameters (%llu per tensor rank), zero %d, dp %d, tp %d, cp %d, "
+                "grad_accum %d, pp %d (%s, %d micro-batches, %d chunks per stage), micro-batch "
+                "%d x %d; plan per rank: params %.2f MB, grads %.2f MB, optimizer %.2f MB, "
+                "activations %.2f MB",
+                n, (unsigned long long)plan->params, cfg->zero, dp, layout.tp, cp, A, pp,
+                px_pipe_schedule_name(cfg->schedule), M, V, Bm, Tl,
                 plan->bytes[PX_MEM_PARAMS] / 1e6,
                 plan->bytes[PX_MEM_GRADS] / 1e6, plan->bytes[PX_MEM_OPTIM] / 1e6,
                 act_bytes / 1e6);
@@ -441,6 +546,20 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                           out);
             PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, 1), status, out);
         }
+        if (moe) {
+            moe_n = (size_t)px_moe_num_params(px_moe_config(moe));
+            moe_canon = calloc(moe_n ? moe_n : 1, sizeof(float));
+            if (!moe_canon) {
+                status = PX_ERR_NO_MEMORY;
+                goto out;
+            }
+            PX_CHECK_GOTO(px_moe_gather_canonical(moe, 0, moe_canon), status, out);
+            if (rank == 0) {
+                PX_CHECK_GOTO(dump_moe_layout(dump_dir, px_moe_config(moe)), status, out);
+                PX_CHECK_GOTO(dump_raw(dump_dir, "moe_params_init", 0, moe_canon,
+                                       moe_n * sizeof(float)), status, out);
+            }
+        }
     }
     if (opts && opts->export_only)
         goto out;
@@ -458,16 +577,19 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         for (int k = 0; k < cfg->eval_batches; k++)
             PX_CHECK_GOTO(dump_val_batch(dump_dir, val, cfg, k), status, out);
 
-    double t_start = px_time_mono_s();
+    double t_start = px_time_mono_s(), moe_a2a_prev = 0.0;
     for (int s = start_step; s < cfg->steps; s++) {
         double t0 = px_time_mono_s();
         float loss_local = 0.0f, loss = 0.0f, norm = 0.0f;
         px_zero_begin_step(zero);
+        if (moe)
+            px_moe_begin_step(moe);
         double pp_busy = 0.0, pp_idle = 0.0;
         if (pipe) {
             pipe_load_t ld = {.data = data, .seed = cfg->seed, .step = s, .M = M,
                               .per_micro = cfg->batch / (A * M), .dp_rank = dp_rank, .Bm = Bm,
-                              .T = T};
+                              .T = T, .cp = cp, .cp_rank = cp_rank, .seq_in = seq_in,
+                              .seq_tg = seq_tg};
             for (ld.round = 0; ld.round < A; ld.round++) {
                 float lsum = 0.0f;
                 PX_CHECK_GOTO(px_pipe_round(pipe, pipe_load, &ld, &lsum), status, out);
@@ -481,8 +603,15 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         for (int mb = 0; !pipe && mb < A; mb++) {
             float l = 0.0f;
             int first = mb * (cfg->batch / A) + dp_rank * Bm;
-            px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
+            if (cp > 1) {
+                px_data_batch(data, cfg->seed, s, first, Bm, T, seq_in, seq_tg);
+                cp_cut(seq_in, inputs, Bm, T, cp, cp_rank);
+                cp_cut(seq_tg, targets, Bm, T, cp, cp_rank);
+            } else
+                px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
             PX_CHECK_GOTO(px_gpt_forward_ctx(gpt, &ctx, inputs, targets, &l), status, out);
+            if (moe) /* the load-balancing losses join the objective */
+                l += px_moe_aux_loss(moe);
             PX_CHECK_GOTO(px_gpt_backward_ctx(gpt, &ctx), status, out);
             PX_CHECK_GOTO(px_zero_end_micro(zero), status, out);
             loss_local += l;
@@ -494,6 +623,11 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             px_error("train: step %d: gradient reduction failed: %s", s + 1,
                      px_status_str(status));
             goto out;
+        }
+        if (moe) { /* the global norm counts the router and every expert once */
+            double sx = 0.0;
+            PX_CHECK_GOTO(px_moe_reduce(moe, &sx), status, out);
+            norm = (float)sqrt((double)norm * norm + sx);
         }
         if (pipe) { /* the loss is the last stage's; the others add 0 exactly */
             status = px_allreduce(px_groups_comm(groups, PX_GROUP_PP), &loss, &loss, 1,
@@ -518,10 +652,19 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 if (s > 0)
                     PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, s + 1), status, out);
             }
+            if (moe) {
+                PX_CHECK_GOTO(px_moe_gather_canonical(moe, 1, moe_canon), status, out);
+                if (rank == 0)
+                    PX_CHECK_GOTO(dump_raw(dump_dir, "moe_grads", s + 1, moe_canon,
+                                           moe_n * sizeof(float)), status, out);
+            }
         }
         float lr = px_train_lr(cfg, s);
         px_zero_adamw_t hp = {.lr = lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2,
                               .eps = cfg->eps, .weight_decay = cfg->weight_decay, .t = s + 1};
+        if (moe)
+            px_moe_update(moe, cfg->grad_clip, norm, lr, cfg->beta1, cfg->beta2, cfg->eps,
+                          cfg->weight_decay, s + 1);
         status = px_zero_update(zero, cfg->grad_clip, norm, &hp);
         if (status != PX_OK) {
             px_error("train: step %d: update failed: %s", s + 1, px_status_str(status));
@@ -536,6 +679,14 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             if (rank == 0) {
                 PX_CHECK_GOTO(dump_raw(dump_dir, "params", s + 1, canon, n * sizeof(float)),
                               status, out);
+            }
+            if (moe) {
+                PX_CHECK_GOTO(px_moe_gather_canonical(moe, 0, moe_canon), status, out);
+                if (rank == 0)
+                    PX_CHECK_GOTO(dump_raw(dump_dir, "moe_params", s + 1, moe_canon,
+                                           moe_n * sizeof(float)), status, out);
+            }
+            if (rank == 0) {
                 snprintf(path, sizeof(path), "%s/loss_%d.txt", dump_dir, s + 1);
                 f = fopen(path, "w");
                 if (f) {
@@ -574,8 +725,26 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 px_info("train: step %d: validation loss %.6f (%d batches)", s + 1,
                         (double)rep.val_loss, cfg->eval_batches);
         }
-        fill_mem(&rep, plan);
-        if (cb && cb(arg, &rep)) {
+        fill_mem(&rep, plan, act_bytes);
+        uint64_t *mrec = NULL, *mdrop = NULL;
+        if (moe) {
+            mrec = calloc(2 * (size_t)cfg->experts, sizeof(uint64_t));
+            if (!mrec) {
+                status = PX_ERR_NO_MEMORY;
+                goto out;
+            }
+            mdrop = mrec + cfg->experts;
+            px_moe_token_stats(moe, mrec, mdrop);
+            rep.experts = cfg->experts;
+            rep.moe_received = mrec;
+            rep.moe_dropped = mdrop;
+            double a2a = px_moe_alltoall_s(moe);
+            rep.moe_alltoall_s = a2a - moe_a2a_prev;
+            moe_a2a_prev = a2a;
+        }
+        int stop = cb && cb(arg, &rep);
+        free(mrec);
+        if (stop) {
             px_info("train: stopped by the step callback after step %d", s + 1);
             status = PX_ERR_ABORTED;
             goto out;
@@ -600,6 +769,19 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 cfg->zero, 1e3 * zt.gather_wait_s / steps_run, zt.gathers,
                 1e3 * zt.rs_wait_s / steps_run, 1e3 * zt.comm_other_s / steps_run,
                 ms.state_peak / 1e6, px_plan_state_bytes(plan) / 1e6);
+        if (cp > 1) {
+            px_ring_times_t rt;
+            if (gpt)
+                px_gpt_ring_times(gpt, &rt);
+            else
+                px_pipe_ring_times(pipe, &rt);
+            px_info("train: cp %d: ring attention %d tokens of %d per sequence; per step %.2f ms "
+                    "of ring transfers (%.2f MB sent), %.2f ms of it blocked: %.0f%% of ring "
+                    "communication hidden behind compute", cp, Tl, T,
+                    1e3 * rt.total_s / steps_run, rt.bytes / 1e6 / steps_run,
+                    1e3 * rt.wait_s / steps_run,
+                    rt.total_s > 0 ? 100.0 * (rt.total_s - rt.wait_s) / rt.total_s : 0.0);
+        }
         if (layout.tp > 1 && gpt) {
             px_tp_times_t tt;
             px_gpt_tp_times(gpt, &tt);
@@ -617,8 +799,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
 
 out:
     free(canon);
+    free(moe_canon);
+    px_moe_destroy(moe);
     px_mem_free(inputs);
     px_mem_free(targets);
+    px_mem_free(seq_in);
+    px_mem_free(seq_tg);
     px_gpt_destroy(gpt);
     px_pipe_destroy(pipe);
     free(stage_layers);

@@ -21,6 +21,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Geometry of one block of blockwise attention (the ops below): B
+ * sequences, NH heads of hs channels each; Tq query rows against Tk key
+ * rows. Head h of row t of sequence b is at  base + b*bs + t*ld + h*hs
+ * for q (q_*), k (kv_*; v at the same place + v_off) and out / dout / dq
+ * (o_*); lse and delta of (b, h, t) at lse[b*lse_bs + h*lse_hs + t].
+ * causal: query row i sees key rows j <= i only (a diagonal block, Tq ==
+ * Tk, rows aligned); 0: every key. init (forward): 1 writes out and lse
+ * (the rows' first block) instead of merging into them. Strides in floats. */
+typedef struct px_attn_block {
+    int B, NH, hs, Tq, Tk, causal, init;
+    size_t q_bs, q_ld, kv_bs, kv_ld, v_off, o_bs, o_ld, lse_bs, lse_hs;
+} px_attn_block_t;
+
 typedef struct px_kernel_ops {
     const char *name; /* "cpu", "cuda" */
 
@@ -66,6 +79,30 @@ typedef struct px_kernel_ops {
      * content); dout (B,T,C); inp, att as saved by forward. */
     void (*attention_backward)(float *dinp, float *scratch, const float *dout, const float *inp,
                                const float *att, int B, int T, int C, int NH);
+
+    /* ---- blockwise attention with an online softmax (context parallelism:
+     * ring attention, Liu et al. 2023; the merge is FlashAttention-2's,
+     * Dao 2023). A block is Tq query rows against Tk key/value rows of
+     * one or more heads; geometry and strides in px_attn_block_t. The
+     * forward MERGES the block into a running result: out (rows, normalised
+     * over every block merged so far) and lse (each row's log-sum-exp of
+     * the scaled scores so far; -INFINITY: nothing yet, then out's row is
+     * ignored and overwritten). Merging every key block of a row in any
+     * order gives softmax(q k^T * scale) v over their union.
+     * scratch: Tq*Tk floats. */
+    void (*attention_block_forward)(float *out, float *lse, const float *q, const float *kv,
+                                    const px_attn_block_t *g, float *scratch);
+    /* Its backward against the FINAL lse and delta (attention_block_delta):
+     * dq (q's layout) += dS k * scale, dkv (kv's layout, dk at dkv, dv at
+     * dkv + v_off) += dS^T q * scale and P^T dout, with P = exp(S - lse),
+     * dS = P (dout v^T - delta). scratch: 2*Tq*Tk floats. */
+    void (*attention_block_backward)(float *dq, float *dkv, const float *dout, const float *q,
+                                     const float *kv, const float *lse, const float *delta,
+                                     const px_attn_block_t *g, float *scratch);
+    /* delta (lse's layout, Tq rows) = per row and head sum over the head's
+     * channels of dout * out (out, dout in the o layout). */
+    void (*attention_block_delta)(float *delta, const float *out, const float *dout,
+                                  const px_attn_block_t *g);
 
     /* GELU, tanh approximation (torch approximate='tanh'); N elements. */
     void (*gelu_forward)(float *out, const float *inp, size_t N);
@@ -142,6 +179,38 @@ typedef struct px_kernel_ops {
     /* out (N,OC) += bias (OC) on every row: a row-parallel matmul's bias,
      * added once after its all-reduce. */
     void (*bias_forward)(float *out, const float *bias, int N, int OC);
+
+    /* ---- mixture of experts (engine/moe.h) ----
+     * Router: probs (N,E) = softmax over the E experts of logits (N,E);
+     * idx (N,K) the K (1 or 2) largest probabilities of each row, in
+     * decreasing order, ties to the lower expert index (so every layout
+     * routes identically); weights (N,K) the gate of each choice: with
+     * K = 2 renormalised over the two (p_j / (p_0 + p_1)), with K = 1 the
+     * probability itself (Switch Transformer, Fedus et al. 2021). */
+    void (*moe_router_forward)(float *probs, int32_t *idx, float *weights, const float *logits,
+                               int N, int E, int K);
+    /* Router backward: dlogits (N,E) = (overwritten) the softmax backward of
+     * dprobs, where dprobs (N,E) = the gates' backward of dweights (N,K)
+     * (through the renormalisation with K = 2) plus daux (E) on every row
+     * (the load-balancing loss's d/dprob, the same for every token; NULL:
+     * none). probs, idx, weights as the forward wrote them. */
+    void (*moe_router_backward)(float *dlogits, const float *probs, const int32_t *idx,
+                                const float *weights, const float *dweights, const float *daux,
+                                int N, int E, int K);
+    /* Dispatch: dst (n,C) row s = src row rows[s] (n slots, rows < the
+     * tokens of src). */
+    void (*moe_dispatch)(float *dst, const float *src, const int32_t *rows, int n, int C);
+    /* Combine: out row rows[s] += gate_s * y row s, for s = 0..n-1 in order
+     * (so a token's choices add in slot order); gate_s = w[widx[s]], or 1
+     * when w is NULL (the input gradients' scatter-add). */
+    void (*moe_combine)(float *out, const float *y, const int32_t *rows, const float *w,
+                        const int32_t *widx, int n, int C);
+    /* Combine backward: dy (n,C) row s = gate_s * dout row rows[s]; dw[widx[s]]
+     * = dot(dout row rows[s], y row s) (the gate's gradient; dw's other
+     * entries untouched). */
+    void (*moe_combine_backward)(float *dy, float *dw, const float *dout, const float *y,
+                                 const int32_t *rows, const float *w, const int32_t *widx,
+                                 int n, int C);
 
     /* ---- memory: the engine never touches tensor memory with libc ----
      * Tensors live in this backend's memory (host memory for "cpu", device

@@ -23,6 +23,14 @@ void px__cpu_attention_forward(float *out, float *att, const float *inp, int B, 
                                int NH);
 void px__cpu_attention_backward(float *dinp, float *scratch, const float *dout, const float *inp,
                                 const float *att, int B, int T, int C, int NH);
+/* blockwise attention (px_attention_block_cpu.c) */
+void px__cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kv,
+                                     const px_attn_block_t *g, float *scratch);
+void px__cpu_attention_block_backward(float *dq, float *dkv, const float *dout, const float *q,
+                                      const float *kv, const float *lse, const float *delta,
+                                      const px_attn_block_t *g, float *scratch);
+void px__cpu_attention_block_delta(float *delta, const float *out, const float *dout,
+                                   const px_attn_block_t *g);
 void px__cpu_gelu_forward(float *out, const float *inp, size_t N);
 void px__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N);
 void px__cpu_residual_forward(float *out, const float *inp1, const float *inp2, size_t N);
@@ -51,5 +59,16 @@ void px__cpu_crossentropy_vp_finish(float *losses, float *probs, const double *s
 void px__cpu_crossentropy_vp_backward(float *dlogits, const float *probs, const int32_t *targets,
                                       float dloss, int N, int Vl, int v0, int V);
 void px__cpu_bias_forward(float *out, const float *bias, int N, int OC);
+void px__cpu_moe_router_forward(float *probs, int32_t *idx, float *weights, const float *logits,
+                                int N, int E, int K);
+void px__cpu_moe_router_backward(float *dlogits, const float *probs, const int32_t *idx,
+                                 const float *weights, const float *dweights, const float *daux,
+                                 int N, int E, int K);
+void px__cpu_moe_dispatch(float *dst, const float *src, const int32_t *rows, int n, int C);
+void px__cpu_moe_combine(float *out, const float *y, const int32_t *rows, const float *w,
+                         const int32_t *widx, int n, int C);
+void px__cpu_moe_combine_backward(float *dy, float *dw, const float *dout, const float *y,
+                                  const int32_t *rows, const float *w, const int32_t *widx,
+                                  int n, int C);
 
 #endif

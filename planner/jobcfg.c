@@ -55,6 +55,10 @@ void px_job_config_defaults(px_job_config_t *cfg)
     cfg->seed = 1337;
     cfg->zero = 0;
     cfg->prefetch = 1;
+    cfg->top_k = 2;
+    cfg->moe_every = 1;
+    cfg->capacity_factor = 1.25f;
+    cfg->aux_loss_coef = 0.01f;
     cfg->eval_every = -1;
     cfg->eval_batches = 4;
 }
@@ -218,13 +222,53 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
     return PX_OK;
 }
 
-/* Layouts the engine cannot run yet: it trains data and tensor parallel
- * (+ ZeRO). */
+/* The mixture of experts against the layout: experts divided over ep,
+ * top-k within the experts, a capacity that admits tokens. */
+static px_status_t check_moe(const px_job_config_t *cfg, char *errbuf, size_t errlen)
+{
+    const px_layout_t *l = &cfg->layout;
+    if (cfg->experts < 0 || cfg->experts > 4096)
+        return px_invalid(errbuf, errlen, "experts=%d is out of range (0..4096; 0: dense MLP)",
+                          cfg->experts);
+    if (!cfg->experts)
+        return PX_OK; /* ep > 1 without experts: check_engine */
+    if (cfg->top_k < 1 || cfg->top_k > 2)
+        return px_invalid(errbuf, errlen, "top_k=%d must be 1 or 2", cfg->top_k);
+    if (cfg->top_k > cfg->experts)
+        return px_invalid(errbuf, errlen, "top_k=%d is larger than experts=%d", cfg->top_k,
+                          cfg->experts);
+    if (cfg->experts % l->ep)
+        return px_invalid(errbuf, errlen, "experts=%d is not divisible by ep=%d (each expert-"
+                          "parallel rank holds experts/ep of them)", cfg->experts, l->ep);
+    if (cfg->moe_every < 1 || cfg->moe_every > cfg->layers)
+        return px_invalid(errbuf, errlen, "moe_every=%d is out of range (1..layers=%d)",
+                          cfg->moe_every, cfg->layers);
+    if (!cfg->dropless && (!(cfg->capacity_factor > 0.0f) || !isfinite(cfg->capacity_factor)))
+        return px_invalid(errbuf, errlen, "capacity_factor=%g must be positive (or dropless)",
+                          (double)cfg->capacity_factor);
+    if (!(cfg->aux_loss_coef >= 0.0f) || !isfinite(cfg->aux_loss_coef))
+        return px_invalid(errbuf, errlen, "aux_loss_coef=%g must be >= 0",
+                          (double)cfg->aux_loss_coef);
+    return PX_OK;
+}
+
+/* Layouts the engine cannot run yet: it trains data, tensor, pipeline,
+ * context and expert parallel (+ ZeRO), not every combination. */
 static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t errlen)
 {
     const px_layout_t *l = &cfg->layout;
-    const struct { const char *name, *what; int v; } deg[] = {
-        {"cp", "context", l->cp}, {"ep", "expert", l->ep}};
+    if (l->ep > 1 && !cfg->experts)
+        return px_invalid(errbuf, errlen, "ep=%d needs experts (--experts E, a multiple of ep); "
+                          "the model has experts=0", l->ep);
+    if (cfg->experts && (cfg->checkpoint_every > 0 || has(cfg->resume_dir) ||
+                         has(cfg->export_safetensors)))
+        return px_invalid(errbuf, errlen, "experts=%d: checkpoints and exports of the experts "
+                          "are not implemented yet (checkpoint_every=%d)", cfg->experts,
+                          cfg->checkpoint_every);
+    if (cfg->experts && (l->tp > 1 || l->pp > 1 || l->cp > 1))
+        return px_invalid(errbuf, errlen, "experts=%d with tp=%d pp=%d cp=%d: the mixture of "
+                          "experts runs with dp and ep (and ZeRO) only so far", cfg->experts,
+                          l->tp, l->pp, l->cp);
     if (l->pp > 1 && cfg->schedule == PX_PIPE_ZB1 && l->tp > 1)
         return px_invalid(errbuf, errlen, "schedule zb1 with tp=%d: the split backward runs with "
                           "tp 1 only so far", l->tp);
@@ -235,16 +279,13 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
         return px_invalid(errbuf, errlen, "pp=%d: checkpoints of pipeline stages are not "
                           "implemented yet (checkpoint_every=%d, resume_dir '%s')", l->pp,
                           cfg->checkpoint_every, has(cfg->resume_dir) ? cfg->resume_dir : "");
-    if (l->pp > 1 && has(cfg->val_path))
-        return px_invalid(errbuf, errlen, "val_data='%s' with pp=%d: the validation loss is "
-                          "computed without pipeline parallelism only so far", cfg->val_path,
-                          l->pp);
-    for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++)
-        if (deg[i].v > 1)
-            return px_invalid(errbuf, errlen, "%s=%d: %s parallelism is not implemented yet (the "
-                        "engine trains data, tensor and pipeline parallel with ZeRO; use dp, tp "
-                        "and pp)",
-                        deg[i].name, deg[i].v, deg[i].what);
+    if (has(cfg->val_path) && (l->pp > 1 || l->cp > 1 || cfg->experts > 0))
+        return px_invalid(errbuf, errlen, "val_data='%s' with pp=%d, cp=%d, experts=%d: the "
+                          "validation loss is computed without pipeline or context parallelism "
+                          "and experts only so far", cfg->val_path, l->pp, l->cp, cfg->experts);
+    /* context parallelism (engine/ring_attn.h) runs with dp, tp (and sequence
+     * parallelism), ZeRO 0-3, gradient accumulation, checkpoints and every
+     * pipeline schedule: no rule of its own beyond the sequence's split */
     return PX_OK;
 }
 
@@ -294,6 +335,7 @@ px_status_t px_job_config_check(const px_job_config_t *cfg, unsigned flags, char
         errbuf[0] = '\0';
     if ((status = check_sizes(cfg, errbuf, errlen)) != PX_OK ||
         (status = check_layout(cfg, errbuf, errlen)) != PX_OK ||
+        (status = check_moe(cfg, errbuf, errlen)) != PX_OK ||
         (status = check_optimizer(cfg, errbuf, errlen)) != PX_OK ||
         (status = check_state(cfg, flags, errbuf, errlen)) != PX_OK)
         return status;

@@ -53,6 +53,15 @@ typedef struct px_job_config {
     int prefetch;          /* ZeRO-3 gather prefetch (1) */
     int checkpoint_every;  /* steps; 0 = never */
     const char *checkpoint_dir, *resume_dir, *export_safetensors;
+    /* mixture of experts (engine/moe.h): experts 0 = a dense model; else
+     * every moe_every-th layer (layers l with (l + 1) % moe_every == 0) has
+     * `experts` MLP experts, each token routed to top_k (1 or 2) of them by
+     * a softmax router; expert capacity ceil(tokens x top_k / experts x
+     * capacity_factor) over the expert-parallel group's tokens, overflow
+     * dropped, unless dropless; Switch's load-balancing loss times
+     * aux_loss_coef. The experts are divided over layout.ep. */
+    int experts, top_k, moe_every, dropless;
+    float capacity_factor, aux_loss_coef;
     /* validation (issue 14): val_path, a token file like data_path (NULL /
      * "": no validation); every eval_every steps (-1: steps / 10, at least
      * 1; 0: only at the end) and after the last step the ranks compute the
@@ -65,7 +74,8 @@ typedef struct px_job_config {
 /* The defaults: vocab 256, layout all 1, grad_accum 1, micro_batches 1,
  * schedule 1F1B, virtual_stages 1, lr 2e-3,
  * min_lr_ratio 0.1, warmup -1 (steps/20), weight_decay 0.1, betas 0.9/0.95,
- * eps 1e-8, grad_clip 1.0, seed 1337, zero 0, prefetch 1, eval_every -1
+ * eps 1e-8, grad_clip 1.0, seed 1337, zero 0, prefetch 1; experts 0 (dense),
+ * top_k 2, moe_every 1, capacity_factor 1.25, aux_loss_coef 0.01; eval_every -1
  * (steps / 10), eval_batches 4. Sizes, steps and paths are left 0 / NULL. */
 void px_job_config_defaults(px_job_config_t *cfg);
 

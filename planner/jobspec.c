@@ -95,6 +95,21 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
     cfg->checkpoint_dir = str_or_null(spec->checkpoint_dir);
     cfg->resume_dir = str_or_null(spec->resume_dir);
     cfg->export_safetensors = str_or_null(spec->export_safetensors);
+    if (spec->moe) { /* zero fields: the defaults (proto) */
+        const Parallax__V1__MoeSpec *e = spec->moe;
+        cfg->experts = to_int(e->experts);
+        if (e->top_k)
+            cfg->top_k = to_int(e->top_k);
+        if (e->capacity_factor != 0.0f)
+            cfg->capacity_factor = e->capacity_factor; /* NaN: the check names it */
+        cfg->dropless = e->dropless;
+        if (e->moe_every)
+            cfg->moe_every = to_int(e->moe_every);
+        if (e->aux_loss_coef < 0.0f)
+            cfg->aux_loss_coef = 0.0f;
+        else if (e->aux_loss_coef != 0.0f)
+            cfg->aux_loss_coef = e->aux_loss_coef;
+    }
     cfg->val_path = str_or_null(spec->val_data_path);
     cfg->eval_every = spec->eval_every;
     if (spec->eval_batches)
@@ -143,6 +158,17 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     s->checkpoint_dir = (char *)(cfg->checkpoint_dir ? cfg->checkpoint_dir : "");
     s->resume_dir = (char *)(cfg->resume_dir ? cfg->resume_dir : "");
     s->export_safetensors = (char *)(cfg->export_safetensors ? cfg->export_safetensors : "");
+    parallax__v1__moe_spec__init(&msg->moe);
+    if (cfg->experts > 0) {
+        Parallax__V1__MoeSpec *e = &msg->moe;
+        e->experts = u32(cfg->experts);
+        e->top_k = u32(cfg->top_k);
+        e->capacity_factor = cfg->capacity_factor;
+        e->dropless = cfg->dropless != 0;
+        e->moe_every = u32(cfg->moe_every);
+        e->aux_loss_coef = cfg->aux_loss_coef == 0.0f ? -1.0f : cfg->aux_loss_coef;
+        s->moe = e;
+    }
     s->val_data_path = (char *)(cfg->val_path ? cfg->val_path : "");
     s->eval_every = cfg->eval_every;
     s->eval_batches = u32(cfg->eval_batches);

@@ -40,6 +40,7 @@ typedef struct px_jobspec_msg {
     Parallax__V1__JobSpec spec;
     Parallax__V1__ModelSpec model;
     Parallax__V1__ParallelSpec parallel;
+    Parallax__V1__MoeSpec moe; /* set (spec.moe) only when experts > 0 */
 } px_jobspec_msg_t;
 
 /* Writes cfg as a JobSpec into msg->spec (model and parallel set, JobSpec.dp

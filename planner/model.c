@@ -217,3 +217,65 @@ void px_model_shard_run(const px_model_unit_tensor_t *t, int j, size_t *local_p,
         return;
     }
 }
+
+/* ---- the mixture of experts (model.h) ---- */
+
+int px_model_moe_is_layer(const px_model_moe_t *m, int l)
+{
+    return m->experts > 0 && m->moe_every > 0 && l >= 0 && l < m->layers &&
+           (l + 1) % m->moe_every == 0;
+}
+
+int px_model_moe_num_layers(const px_model_moe_t *m)
+{
+    int n = 0;
+    for (int l = 0; l < m->layers; l++)
+        n += px_model_moe_is_layer(m, l);
+    return n;
+}
+
+const char *px_model_moe_tensor_name(int i)
+{
+    static const char *n[PX_MODEL_MOE_NUM_TENSORS] = {"moe_router", "moe_fcw", "moe_fcb",
+                                                      "moe_fcprojw", "moe_fcprojb"};
+    return i >= 0 && i < PX_MODEL_MOE_NUM_TENSORS ? n[i] : "?";
+}
+
+uint64_t px_model_moe_tensor(const px_model_moe_t *m, int i, int *shape)
+{
+    int E = m->experts, C = m->dim;
+    int sh[PX_MODEL_MOE_NUM_TENSORS][3] = {{E, C, 0}, {E, 4 * C, C}, {E, 4 * C, 0},
+                                           {E, C, 4 * C}, {E, C, 0}};
+    if (i < 0 || i >= PX_MODEL_MOE_NUM_TENSORS)
+        return 0;
+    uint64_t n = 1;
+    for (int d = 0; d < 3; d++) {
+        if (shape)
+            shape[d] = sh[i][d];
+        if (sh[i][d])
+            n *= (uint64_t)sh[i][d];
+    }
+    return n;
+}
+
+uint64_t px_model_moe_expert_size(int dim)
+{
+    return 8 * (uint64_t)dim * dim + 5 * (uint64_t)dim;
+}
+
+uint64_t px_model_moe_num_params(const px_model_moe_t *m)
+{
+    uint64_t per = 0;
+    for (int i = 0; i < PX_MODEL_MOE_NUM_TENSORS; i++)
+        per += px_model_moe_tensor(m, i, NULL);
+    return m->experts > 0 ? per * (uint64_t)px_model_moe_num_layers(m) : 0;
+}
+
+uint64_t px_model_moe_rank_params(const px_model_moe_t *m, int ep)
+{
+    uint64_t E = (uint64_t)m->experts, C = (uint64_t)m->dim;
+    if (ep < 1 || m->experts <= 0)
+        return 0;
+    return (uint64_t)px_model_moe_num_layers(m) *
+           (E * C + E / (uint64_t)ep * px_model_moe_expert_size(m->dim));
+}

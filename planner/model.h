@@ -53,6 +53,9 @@ typedef struct px_model_config {
                               tensor-parallel matrices is split over the
                               tensor group's tokens (engine/tp.h); it does
                               not change the tensor table */
+    int cp;           /* context-parallel degree (0 or 1: none): the model
+                         holds seq/cp tokens of each sequence and runs ring
+                         attention (engine/ring_attn.h); not in the table */
 } px_model_config_t;
 
 /* How a tensor's values start (seeded by the canonical element index, see
@@ -165,5 +168,31 @@ uint64_t px_model_unit_size_tp(const px_model_config_t *cfg, int u, int tp);
 int px_model_shard_nruns(const px_model_unit_tensor_t *t);
 void px_model_shard_run(const px_model_unit_tensor_t *t, int j, size_t *local_p, size_t *canon_p,
                         size_t *len_p);
+
+/* The mixture of experts (engine/moe.h): in a model with experts > 0,
+ * layer l is a MoE layer when (l + 1) % moe_every == 0, and each MoE layer
+ * has, beyond its unit (whose dense MLP it does not use), the tensors
+ *   moe_router (E,C), moe_fcw (E,4C,C), moe_fcb (E,4C),
+ *   moe_fcprojw (E,C,4C), moe_fcprojb (E,C)
+ * in this order; the canonical MoE buffer is the MoE layers' tensors back
+ * to back. A rank of an ep group of `ep` holds every router and E/ep
+ * experts of each MoE layer (8C^2 + 5C elements an expert). */
+typedef struct px_model_moe {
+    int layers, dim, experts, moe_every;
+} px_model_moe_t;
+#define PX_MODEL_MOE_NUM_TENSORS 5
+int px_model_moe_is_layer(const px_model_moe_t *m, int l);
+int px_model_moe_num_layers(const px_model_moe_t *m);
+/* "moe_router", ...; "?" out of range */
+const char *px_model_moe_tensor_name(int i);
+/* Elements of MoE tensor i of ONE MoE layer (all experts); its shape into
+ * shape[3] (unused dims 0) when shape is not NULL. */
+uint64_t px_model_moe_tensor(const px_model_moe_t *m, int i, int *shape);
+/* Elements of one expert: 8C^2 + 5C. */
+uint64_t px_model_moe_expert_size(int dim);
+/* The canonical MoE buffer (all experts), and what one rank of an ep group
+ * of `ep` holds (routers + its experts); 0 without experts. */
+uint64_t px_model_moe_num_params(const px_model_moe_t *m);
+uint64_t px_model_moe_rank_params(const px_model_moe_t *m, int ep);
 
 #endif

@@ -5,6 +5,8 @@
  * except the error log; any thread. */
 #include "plan.h"
 
+#include <math.h>
+
 #include <stdlib.h>
 
 #include "model.h"
@@ -201,5 +203,62 @@ px_status_t px_plan_gpt_activations(int layers, int heads, int dim, int padded_v
     }
     acts->doubles = tp > 1 ? 2 * N : 0;
     acts->bytes = 4 * acts->floats + 8 * acts->doubles;
+    acts->ring = 0;
     return PX_OK;
+}
+
+px_status_t px_plan_gpt_activations_cp(int layers, int heads, int dim, int padded_vocab, int B,
+                                       int T, int tp, int sequence_parallel, int cp,
+                                       px_plan_gpt_acts_t *acts)
+{
+    enum { ATT = 6 }; /* the att entry of the table above */
+    PX_CHECK(px_plan_gpt_activations(layers, heads, dim, padded_vocab, B, T, tp,
+                                     sequence_parallel, acts));
+    if (cp <= 1)
+        return PX_OK;
+    if (T % 2) {
+        px_error("plan: context parallelism needs an even local sequence (two chunks), not %d",
+                 T);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    uint64_t NHl = (uint64_t)(heads / tp), Cl = (uint64_t)(dim / tp), N = (uint64_t)B * T;
+    uint64_t lse = (uint64_t)layers * B * NHl * T;
+    acts->floats -= acts->count[ATT];
+    acts->count[ATT] = lse;
+    acts->ring = 5 * N * 2 * Cl + (uint64_t)B * NHl * T;
+    acts->floats += lse + acts->ring;
+    acts->bytes = 4 * acts->floats + 8 * acts->doubles;
+    return PX_OK;
+}
+
+void px_plan_add_unsharded(px_plan_t *p, uint64_t elements)
+{
+    double n = (double)elements;
+    p->bytes[PX_MEM_PARAMS] += n * p->prec.param_bytes;
+    p->bytes[PX_MEM_GRADS] += n * p->prec.grad_bytes;
+    p->bytes[PX_MEM_OPTIM] += n * p->prec.optim_bytes;
+    p->state_peak += n * (p->prec.param_bytes + p->prec.grad_bytes + p->prec.optim_bytes);
+}
+
+uint64_t px_plan_moe_rows(int N, int ep, int experts, int top_k, int dropless,
+                          double capacity_factor)
+{
+    uint64_t worst = (uint64_t)N * (uint64_t)ep * (uint64_t)top_k;
+    if (dropless || experts <= 0 || ep <= 0)
+        return worst;
+    double cap = ceil((double)N * ep * top_k / experts * capacity_factor);
+    double rows = (double)(experts / ep) * cap;
+    return rows < (double)worst ? (uint64_t)rows : worst;
+}
+
+uint64_t px_plan_moe_activation_bytes(int moe_layers, int N, int ep, int experts, int top_k,
+                                      int dim, int dropless, double capacity_factor)
+{
+    uint64_t R = px_plan_moe_rows(N, ep, experts, top_k, dropless, capacity_factor);
+    uint64_t n = (uint64_t)N, E = (uint64_t)experts, K = (uint64_t)top_k, C = (uint64_t)dim,
+             P = (uint64_t)ep, NK = n * K, big = NK > R ? NK : R;
+    uint64_t per = 4 * (n * E + 2 * NK + 2 * NK + NK * C + R * C + 1 + 2 * (R * 4 * C + 1) + E) +
+                   8 * (2 * P * K * E);
+    uint64_t shared = 4 * (2 * big * C + n * E + NK + 2 * (R * 4 * C + 1));
+    return moe_layers > 0 ? (uint64_t)moe_layers * per + shared : 0;
 }

@@ -115,6 +115,8 @@ typedef struct px_plan_gpt_acts {
     uint64_t doubles;                     /* the cross-entropy's sums (tp > 1) */
     uint64_t bytes;                       /* 4 floats + 8 doubles: memacct's
                                              activations category */
+    uint64_t ring;                        /* of floats: ring attention's work
+                                             buffers (cp > 1), outside count[] */
 } px_plan_gpt_acts_t;
 
 /* Fills *acts for one rank (tp_rank does not matter: every tensor rank's
@@ -125,6 +127,16 @@ typedef struct px_plan_gpt_acts {
 px_status_t px_plan_gpt_activations(int layers, int heads, int dim, int padded_vocab, int B,
                                     int T, int tp, int sequence_parallel,
                                     px_plan_gpt_acts_t *acts);
+
+/* The same with context parallelism (engine/ring_attn.h): B, T the LOCAL
+ * micro-batch (T = seq / cp tokens, two chunks); with cp > 1 the att entry
+ * holds each layer's log-sum-exp (L,B,NH/tp,T) instead of the (T,T)
+ * probabilities (ring attention recomputes them in backward), and `ring`
+ * the ring's buffers: five (B,T,2C/tp) k|v blocks and delta (B,NH/tp,T).
+ * cp <= 1: px_plan_gpt_activations. Errors as it, and for T odd. */
+px_status_t px_plan_gpt_activations_cp(int layers, int heads, int dim, int padded_vocab, int B,
+                                       int T, int tp, int sequence_parallel, int cp,
+                                       px_plan_gpt_acts_t *acts);
 
 typedef struct px_plan {
     int zero, dp, nunits;
@@ -160,5 +172,28 @@ void px_plan_destroy(px_plan_t *plan); /* NULL no-op */
 /* Predicted peak of params + grads + optimizer held at once, bytes
  * (plan->state_peak). */
 double px_plan_state_bytes(const px_plan_t *plan);
+
+/* State ZeRO does not shard (the mixture of experts' routers and this
+ * rank's experts: engine/moe.h keeps them whole on every rank that holds
+ * them, at every stage): adds `elements` x (p, g, o) bytes to the three
+ * state categories and to the state peak (held for the whole step). */
+void px_plan_add_unsharded(px_plan_t *plan, uint64_t elements);
+
+/* The mixture of experts' receive rows per MoE layer on one rank (engine/
+ * moe.c): N local tokens, an ep group of `ep` ranks, E experts, top_k K:
+ * at most N ep K (every choice of the group here), and with a capacity at
+ * most (E/ep) x ceil(N ep K / E x F). */
+uint64_t px_plan_moe_rows(int N, int ep, int experts, int top_k, int dropless,
+                          double capacity_factor);
+/* Bytes of the activations and work buffers engine/moe.c allocates for
+ * `moe_layers` MoE layers of width C (memacct's activations category): per
+ * layer probs (N,E), gates and choices (N,K) x2, the ep group's counts and
+ * kept counts (ep,K,E) int64 x2, the slots' tokens and choices (N K) x2,
+ * their outputs (N K, C), the received rows (R, C) and the experts' hidden
+ * (R, 4C) x2 (+1 float each), d(aux) (E); shared: the send and receive
+ * buffers (max(N K, R), C) x2, logits (N,E), d gates (N K), the experts'
+ * hidden gradients (R, 4C) x2 (+1 each). R = px_plan_moe_rows. */
+uint64_t px_plan_moe_activation_bytes(int moe_layers, int N, int ep, int experts, int top_k,
+                                      int dim, int dropless, double capacity_factor);
 
 #endif

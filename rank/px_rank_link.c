@@ -212,6 +212,12 @@ px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *re
     mem.pp_stage = (uint32_t)report->pp_stage;
     mem.pp_busy_s = report->pp_busy_s;
     mem.pp_idle_s = report->pp_idle_s;
+    if (report->experts > 0 && report->moe_received) { /* moe.h: borrowed for the call */
+        mem.n_moe_received = mem.n_moe_dropped = (size_t)report->experts;
+        mem.moe_received = (uint64_t *)report->moe_received;
+        mem.moe_dropped = (uint64_t *)report->moe_dropped;
+        mem.moe_alltoall_s = report->moe_alltoall_s;
+    }
     req.memory = &mem;
 
     status = px_rpc_call_unary(link->channel, "/parallax.v1.Peer/ReportProgress", &req.base,

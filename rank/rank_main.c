@@ -57,6 +57,7 @@ typedef struct rank_args {
     int dump_steps;
     int test_norm_ones;          /* --test-norm-ones (px_train_options_t) */
     int replica_digests;         /* --replica-digests (px_train_options_t) */
+    float router_skew;           /* --test-router-skew B (px_train_options_t) */
     const char *coord, *job, *node;
     int rank, world;
     const char *spec_file;
@@ -81,11 +82,14 @@ static void usage(FILE *out)
             "         [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
-            "         [--replica-digests] [--val-data PATH [--eval-every N] [--eval-batches K]]\n"
+            "         [--replica-digests] [--test-router-skew B]\n"
+            "         [--val-data PATH [--eval-every N] [--eval-batches K]]\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--micro-batches M] [--schedule gpipe|1f1b|zb1|interleaved]\n"
             "         [--virtual-stages V] (interleaved: model chunks per stage) [--stage-layers 2,2,1,1]\n"
             "         [--print-schedule] (prints the pp x micro-batches schedule and exits)\n"
+            "         [--experts E [--top-k 1|2] [--capacity-factor F | --dropless]\n"
+            "          [--moe-every N] [--aux-loss-coef C]] (mixture of experts, over --ep)\n"
             "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
             "   or: parallax-rank --spec-file PATH [--coord ... --job ... --rank ... --world ...\n"
             "         --node ...] (the job's packed JobSpec instead of the job flags)\n"
@@ -174,10 +178,11 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_VOCAB, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
            O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_VAL, O_EVAL_EVERY,
-           O_EVAL_BATCHES, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
+           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_EXPERTS, O_TOPK, O_CAPF,
+           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_EVAL_EVERY, O_EVAL_BATCHES,
+           O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
            O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
-           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS };
+           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS, O_SKEW };
     static const struct option opts[] = {
         {"layers", 1, 0, O_LAYERS}, {"heads", 1, 0, O_HEADS}, {"dim", 1, 0, O_DIM},
         {"seq", 1, 0, O_SEQ}, {"vocab", 1, 0, O_VOCAB}, {"batch", 1, 0, O_BATCH},
@@ -196,9 +201,13 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"sequence-parallel", 0, 0, O_SEQPAR}, {"micro-batches", 1, 0, O_MICRO},
         {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
         {"print-schedule", 0, 0, O_PRINT_SCHED}, {"virtual-stages", 1, 0, O_VSTAGES},
+        {"experts", 1, 0, O_EXPERTS},
+        {"top-k", 1, 0, O_TOPK}, {"capacity-factor", 1, 0, O_CAPF}, {"dropless", 0, 0, O_DROPLESS},
+        {"moe-every", 1, 0, O_MOE_EVERY}, {"aux-loss-coef", 1, 0, O_AUXC},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
-        {"replica-digests", 0, 0, O_DIGESTS}, {"val-data", 1, 0, O_VAL},
-        {"eval-every", 1, 0, O_EVAL_EVERY}, {"eval-batches", 1, 0, O_EVAL_BATCHES},
+        {"replica-digests", 0, 0, O_DIGESTS}, {"test-router-skew", 1, 0, O_SKEW},
+        {"val-data", 1, 0, O_VAL}, {"eval-every", 1, 0, O_EVAL_EVERY},
+        {"eval-batches", 1, 0, O_EVAL_BATCHES},
         {0, 0, 0, 0}};
     int c, idx, r = 0, print_sched = 0;
     char *end;
@@ -264,6 +273,12 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_EP: r = parse_int(name, optarg, 1, &a->cfg.layout.ep); break;
         case O_SEQPAR: a->cfg.sequence_parallel = 1; break;
         case O_MICRO: r = parse_int(name, optarg, 1, &a->cfg.micro_batches); break;
+        case O_EXPERTS: r = parse_int(name, optarg, 0, &a->cfg.experts); break;
+        case O_TOPK: r = parse_int(name, optarg, 1, &a->cfg.top_k); break;
+        case O_CAPF: r = parse_float(name, optarg, &a->cfg.capacity_factor); break;
+        case O_DROPLESS: a->cfg.dropless = 1; break;
+        case O_MOE_EVERY: r = parse_int(name, optarg, 1, &a->cfg.moe_every); break;
+        case O_AUXC: r = parse_float(name, optarg, &a->cfg.aux_loss_coef); break;
         case O_SCHED:
             a->cfg.schedule = px_pipe_schedule_parse(optarg);
             if (a->cfg.schedule < 0) {
@@ -277,6 +292,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_SPEC_FILE: a->spec_file = optarg; break;
         case O_NORM_ONES: a->test_norm_ones = 1; break;
         case O_DIGESTS: a->replica_digests = 1; break;
+        case O_SKEW: r = parse_float(name, optarg, &a->router_skew); break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "parallax-rank: unknown or incomplete option '%s'\n",
@@ -395,6 +411,16 @@ static int on_step(void *arg, const px_step_report_t *r)
             json_object_set_new(o, "tp_wait_s", json_real(r->tp_wait_s));
             json_object_set_new(o, "tp_hidden_s", json_real(r->tp_hidden_s));
             json_object_set_new(o, "step_s", json_real(r->step_s));
+            if (r->experts && r->moe_received) { /* moe.h: this step's tokens per expert */
+                json_t *rec = json_array(), *drop = json_array();
+                for (int e = 0; e < r->experts; e++) {
+                    json_array_append_new(rec, json_integer((json_int_t)r->moe_received[e]));
+                    json_array_append_new(drop, json_integer((json_int_t)r->moe_dropped[e]));
+                }
+                json_object_set_new(o, "moe_received", rec);
+                json_object_set_new(o, "moe_dropped", drop);
+                json_object_set_new(o, "moe_alltoall_s", json_real(r->moe_alltoall_s));
+            }
             if (r->pp > 1) { /* pipeline.h: this stage's step, and its tied wte copy */
                 json_object_set_new(o, "pp_stage", json_integer(r->pp_stage));
                 json_object_set_new(o, "pp_busy_s", json_real(r->pp_busy_s));
@@ -486,7 +512,8 @@ int main(int argc, char **argv)
 
     px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps,
                             .test_norm_ones = a.test_norm_ones,
-                            .replica_digests = a.replica_digests};
+                            .replica_digests = a.replica_digests,
+                            .router_skew = a.router_skew};
     status = px_train_run_ex(&a.cfg, px_world_comm(pw), on_step, &ctx, &o);
     if (status == PX_OK || status == PX_ERR_ABORTED)
         ret = 0;

@@ -69,6 +69,16 @@
 
 #include "px_transport.h"
 
+/* The largest buffer one collective argument may describe, in bytes: 2^47
+ * (128 TiB), the user address space of x86-64 and AArch64 with 48-bit
+ * virtual addresses. A count (times the element size, times the world size
+ * for the buffers that hold a block per rank) beyond it cannot describe
+ * real memory (a count of -1 or 2^60 with a 1-byte type): every collective
+ * rejects it with PX_ERR_INVALID_ARGUMENT on the calling rank before it
+ * takes a sequence number, so the communicator stays usable. A root
+ * outside [0, size) is rejected the same way. */
+#define PX_COLL_MAX_BYTES (UINT64_C(1) << 47)
+
 typedef enum px_algo {
     PX_ALGO_AUTO = 0,
     PX_ALGO_RING,

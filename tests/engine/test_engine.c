@@ -327,15 +327,14 @@ static void test_config(void)
                err, cases[i].want);
     }
     /* the layout: all zeros is dp = world; it must fit the world, and the
-     * engine runs data, tensor and pipeline parallelism only so far */
+     * engine runs expert parallelism with experts only */
     const struct { px_layout_t l; int world; const char *want; } lc[] = {
         {{2, 1, 1, 1, 1}, 4, "layout dp=2 tp=1 pp=1 cp=1 ep=1 (world 2) needs 2 ranks, the "
                              "world has 4"},
-        {{2, 1, 1, 2, 1}, 4, "the engine runs data, tensor and pipeline parallelism with ZeRO "
-                             "only"},
         {{2, 1, 2, 1, 1}, 4, "batch=8 is not divisible by dp=2 x grad_accum=2 x "
                              "micro_batches=3"},
         {{4, 1, 1, 1, 3}, 4, "ep=3 does not divide dp x cp = 4"},
+        {{2, 1, 1, 1, 2}, 2, "ep=2 needs experts (--experts E, a multiple of ep)"},
         {{8, 1, 1, 1, 1}, 8, "batch=8 is not divisible by dp=8 x grad_accum=2"},
     };
     for (size_t i = 0; i < sizeof(lc) / sizeof(lc[0]); i++) {
@@ -437,6 +436,16 @@ static void test_plan(void)
            (unsigned long long)pa.floats);
     EXPECT(px_plan_gpt_activations(1, 2, 4, 64, 1, 3, 2, 1, &pa) == PX_ERR_INVALID_ARGUMENT,
            "B*T = 3 with SP on tp 2");
+    /* context parallelism (ring_attn.h), local T 4 of cp 2: att (T,T) per
+     * head, 32 floats, becomes the log-sum-exp, 8; the ring's five (B,T,2C)
+     * blocks and delta (B,NH,T): 5*4*8 + 8 = 168: 1308 - 32 + 8 + 168 */
+    EXPECT(px_plan_gpt_activations_cp(1, 2, 4, 64, 1, 4, 1, 0, 2, &pa) == PX_OK &&
+           pa.floats == 1452 && pa.ring == 168 && pa.count[6] == 8 && pa.bytes == 1452 * 4,
+           "activations cp 2: %llu floats", (unsigned long long)pa.floats);
+    EXPECT(px_plan_gpt_activations_cp(1, 2, 4, 64, 1, 4, 1, 0, 1, &pa) == PX_OK &&
+           pa.floats == 1308 && pa.ring == 0, "activations cp 1 = without cp");
+    EXPECT(px_plan_gpt_activations_cp(1, 2, 4, 64, 1, 3, 1, 0, 2, &pa) ==
+           PX_ERR_INVALID_ARGUMENT, "local T 3 (odd) with cp 2");
     /* the model allocates exactly the plan's bytes (memacct) */
     px_gpt_config_t c2 = {.layers = 1, .heads = 2, .dim = 4, .max_seq = 4, .vocab = 50,
                           .padded_vocab = 64, .tp = 2, .tp_rank = 1, .sequence_parallel = 1};

@@ -16,7 +16,9 @@ and job T2 (dp=1 x tp=2, 2 steps each, ZeRO-0): `pctl mem T2` reports tp 2,
 world 2 and lists 2 ranks at dp 0 with tp 0 and 1 (the table too), each
 holding the same parameter bytes, which equal its plan and are half of T1's
 (within 5%: the LayerNorms, wpe and row-parallel biases are whole on every
-tensor rank).
+tensor rank). Context parallelism: job C2 (cp=2) lists its ranks' cp index
+and slice of each sequence ([0,8)+[24,32) and [8,16)+[16,24) of 32 tokens),
+their activation peaks equal to the plan and below one rank's (job C1).
 
 usage: test_pctl_mem.py --parallaxd PATH --proto PATH --pctl PATH --rank PATH
 (run with /usr/bin/python3, as tests/integration)."""
@@ -65,6 +67,28 @@ def tp_mem(c, cl, data):
     print(table.rstrip())
     print("dp=1 x tp=2: params %d + %d B per tensor rank, %d B on one rank (ratio %.3f)" % (
         half[0], half[1], full, half[0] / full))
+
+
+def cp_mem(c, cl, data):
+    """a cp=2 job's ranks (issue 11): their cp index and context slice, and
+    activation peaks equal to the plan and below one rank's"""
+    _, one = run_job(c, cl, data, "zmem-c1", "--dp", 1)
+    c2, two = run_job(c, cl, data, "zmem-c2", "--dp", 1, "--cp", 2)
+    assert (two["cp"], two["seq"], two["world"]) == (2, 32, 2), two
+    ranks = two["ranks"]
+    assert [(r["rank"], r["cp"], r["tokens"]) for r in ranks] == [
+        (0, 0, [[0, 8], [24, 32]]), (1, 1, [[8, 16], [16, 24]])], ranks
+    full = one["ranks"][0]["categories"]["activations"]
+    for r in ranks:
+        m = r["categories"]["activations"]
+        assert m["peak"] == m["plan"] and m["peak"] < full["peak"], (m, full)
+    table = c.run("mem", c2)
+    assert "cp 2, seq 32: each rank holds 16 tokens of every sequence" in table, table
+    rows = [ln.split() for ln in table.splitlines() if ln.split() and ln.split()[0].isdigit()]
+    assert [r[-2:] for r in rows] == [["0", "[0,8)+[24,32)"], ["1", "[8,16)+[16,24)"]], table
+    print(table.rstrip())
+    print("cp=2: activations %s B per rank, %d B on one rank" % (
+        [r["categories"]["activations"]["peak"] for r in ranks], full["peak"]))
 
 
 def main():
@@ -133,6 +157,7 @@ def main():
             assert "zero=4" in str(e), str(e)
             print("zero=4 refused: %s" % str(e).strip().splitlines()[0])
         tp_mem(c, cl, data)
+        cp_mem(c, cl, data)
         ok = True
     finally:
         cl.stop()

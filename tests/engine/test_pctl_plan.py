@@ -7,8 +7,9 @@ totals (Psi = 7.5B, N_d = 64, K = 12; Rajbhandari et al. 2020, Figure 1);
 a usage error (exit 2) naming the value. The layout table: --dp 2 --tp 2
 --pp 2 lists every rank's coordinates (tp innermost, then cp, dp, pp), the
 reporting rank and the node of each rank; --nodes/--devices-per-node that
-cannot hold whole tensor groups exit 2 naming the values; pp/cp/ep > 1
-print no memory figures (not planned yet). Tensor parallelism (issue 9):
+cannot hold whole tensor groups exit 2 naming the values; pp/ep > 1
+print no memory figures (not planned yet); cp > 1 prints each context rank's
+slice and activations falling with cp. Tensor parallelism (issue 9):
 --tp 2 prints one tensor rank's parameter bytes and the activations of the
 local micro-batch (--batch, --seq), fewer still with --sequence-parallel,
 values worked out by hand from the tensor table and plan.h's activation
@@ -183,6 +184,22 @@ def test_layout(pctl):
     want = [(r, r // 2, r % 2, r % 4, r // 4, r // 4) for r in range(8)]
     failures += check('json dp4 cp2 ep4', got == want and lay['devices_per_node'] == 4 and
                       lay['reporting_rank'] == 0, got)
+    # context parallelism (issue 11): each rank's slice of the sequence and
+    # activations falling with cp
+    out = subprocess.run([pctl, 'plan', '--layers', '2', '--dim', '64', '--seq', '64', '--cp',
+                          '2', '--zero', '0'], capture_output=True, text=True,
+                         check=True).stdout
+    failures += check('cp2 context slices',
+                      'context: cp 2, 32 tokens of each 64-token sequence per rank' in out and
+                      'cp rank 0: tokens [0, 16) and [48, 64)' in out and
+                      'cp rank 1: tokens [16, 32) and [32, 48)' in out, out)
+    acts = [json.loads(subprocess.run([pctl, 'plan', '--layers', '2', '--dim', '64', '--seq',
+                                       '64', '--cp', str(c), '--json'], capture_output=True,
+                                      text=True, check=True).stdout) for c in (1, 2, 4)]
+    failures += check('cp activations fall', acts[0]['activations_bytes'] >
+                      acts[1]['activations_bytes'] > acts[2]['activations_bytes'] > 0 and
+                      [a['seq_per_rank'] for a in acts] == [64, 32, 16] and
+                      all(a['memory_planned'] for a in acts), acts)
     # dp only: the memory plan as before, plus the table
     j = json.loads(subprocess.run([pctl, 'plan', '--params', '1000', '--dp', '2', '--zero', '0',
                                    '--precision', 'fp32', '--json'],
@@ -190,6 +207,22 @@ def test_layout(pctl):
     failures += check('dp only keeps the memory plan',
                       j['memory_planned'] is True and j['stages'][0]['total_bytes'] == 16000 and
                       [r['dp'] for r in j['layout']['ranks']] == [0, 1], j)
+    # the mixture of experts (issue 11): the routers and E/ep experts per MoE
+    # layer on each rank, outside ZeRO: 2 MoE layers of 8 experts, dim 16
+    moe = ['--layers', '4', '--dim', '16', '--heads', '2', '--experts', '8', '--moe-every', '2',
+           '--precision', 'fp32', '--zero', '0', '--json', '--batch', '4']
+    per = 8 * 16 + 8 * (8 * 16 * 16 + 5 * 16)  # one MoE layer: router + 8 experts
+    j1 = json.loads(subprocess.run([pctl, 'plan', '--dp', '4'] + moe, capture_output=True,
+                                   text=True, check=True).stdout)
+    j4 = json.loads(subprocess.run([pctl, 'plan', '--dp', '4', '--ep', '4'] + moe,
+                                   capture_output=True, text=True, check=True).stdout)
+    rank4 = 2 * (8 * 16 + 2 * (8 * 16 * 16 + 5 * 16))
+    failures += check('moe plan: expert parameters per rank',
+                      j1['moe']['expert_params'] == 2 * per and
+                      j1['moe']['rank_params'] == 2 * per and
+                      j4['moe']['rank_params'] == rank4 and j4['memory_planned'] is True and
+                      j1['stages'][0]['total_bytes'] - j4['stages'][0]['total_bytes'] ==
+                      16 * (2 * per - rank4), (j1.get('moe'), j4.get('moe')))
     # layouts that cannot run or cannot be placed: exit 2, naming the values
     for argv, want_err in (
             (['--tp', '4', '--nodes', '2', '--devices-per-node', '2'],
@@ -200,6 +233,8 @@ def test_layout(pctl):
             (['--dp', '3', '--tp', '2', '--nodes', '2', '--devices-per-node', '3'],
              'only 2 whole tensor groups of 3 fit'),
             (['--dp', '2', '--cp', '2', '--ep', '3'], 'ep=3 does not divide dp x cp = 4'),
+            (['--cp', '2', '--seq', '18'], 'seq=18 is not divisible by 2 x cp=2'),
+            (['--dp', '4', '--ep', '4', '--experts', '6'], 'experts=6 is not divisible by ep=4'),
             (['--heads', '4', '--tp', '3'], 'heads 4 is not divisible by tp 3'),
             (['--layers', '2', '--pp', '4'], 'layers 2 are fewer than pp 4 pipeline stages')):
         p = subprocess.run([pctl, 'plan'] + argv, capture_output=True, text=True)

@@ -57,8 +57,11 @@ def main():
     expect(base + ['--data', data, '--vocab', '64'], 2,
            '>= vocab 64 (largest token %d;' % largest)
     expect(base + ['--data', data, '--tp', '4'], 2, 'heads=2 is not divisible by tp=4')
-    expect(base + ['--data', data, '--cp', '2'], 2,
-           'cp=2: context parallelism is not implemented yet')
+    seq18 = base[:]
+    seq18[seq18.index('--seq') + 1] = '18'
+    expect(seq18 + ['--data', data, '--cp', '2'], 2,
+           'seq=18 is not divisible by 2 x cp=2 (each context rank holds two of the 2 x cp '
+           'chunks')
     expect(base + ['--data', data, '--dp', '2'], 2,
            'layout dp=2 tp=1 pp=1 cp=1 ep=1 (world 2) does not match the world of 1 ranks')
     expect(base + ['--data', data, '--batch', '3', '--dp', '1', '--grad-accum', '2'], 2,

@@ -9,6 +9,7 @@ At submit (pctl exits non-zero, the daemon's message names the values):
   * --batch 12 --dp 2 --grad-accum 4: batch % (dp x grad_accum) (the daemon's
     message, sent over gRPC: pctl refuses this one itself, exit 2);
   * --pp 2: a placeable layout the engine cannot run yet;
+  * --cp 2 --seq 18: the sequence is not divisible by 2 x cp;
   * a token file holding token 300 with the default vocab (256): the
     message names the largest token and the vocab.
 A dp 2 x pp 2 job (GPipe, 4 micro-batches) over both daemons: `pctl status`
@@ -20,7 +21,8 @@ coordinates (dp 0..3, tp/pp/cp/ep 0), nodes (2 on each daemon) and devices,
 the reporting rank 0 marked; `--json` carries the same coordinates; each
 rank was started with --spec-file (a 0600 file in the job's run directory)
 and none of the old job flags; the job completes. An old client's JobSpec
-(dp alone, no `parallel`, over gRPC) is read as parallel.dp = dp.
+(dp alone, no `parallel`, over gRPC) is read as parallel.dp = dp. A cp=2
+job (ring attention) runs to completion with cp coordinates 0 and 1.
 Exit 77 when parallax-rank or pctl was not built."""
 import json
 import os
@@ -103,6 +105,10 @@ def main():
         pctl_fail(c, "pp with zero 2", ["submit", "--data", data, "--dp", 1, "--pp", 2,
                                         "--zero", 2, "--batch", 4],
                   ["zero=2 with pp=2: pipeline parallelism runs with ZeRO 0 and 1 so far"])
+        pctl_fail(c, "seq % (2 x cp)", ["submit", "--data", data, "--cp", 2, "--batch", 4,
+                                        "--layers", 2, "--heads", 2, "--dim", 32, "--seq", 18,
+                                        "--steps", 4],
+                  ["INVALID_ARGUMENT", "seq=18 is not divisible by 2 x cp=2"])
         # interleaved 1F1B (issue 10): the daemon's validator names the values
         pctl_fail(c, "interleaved layers", ["submit", "--data", data, "--pp", 2, "--layers", 6,
                                             "--micro-batches", 2, "--schedule", "interleaved",
@@ -176,6 +182,19 @@ def main():
         assert [r["node"] for r in j["ranks"]] == [d0.name, d0.name, d1.name, d1.name]
         assert j["step"] == 4 and len(c.metrics(job_id)) == 4, j
         print("status --json: coordinates %s" % json.dumps([r["coord"]["dp"] for r in j["ranks"]]))
+
+        # context parallelism (issue 11): cp 2 through pctl -> JobSpec ->
+        # daemon -> --spec-file -> the ranks' ring attention
+        cp_id = c.json("submit", "--data", data, "--cp", 2, "--batch", 4, "--name", "ring",
+                       *small)["job_id"]
+        job = pc.wait_state(c, cp_id, ("COMPLETED", "FAILED", "CANCELLED"), 180)
+        assert pc.job_state(job) == "COMPLETED", (job, cl.logs())
+        j = c.json("status", cp_id)
+        assert j["spec"]["parallel"]["cp"] == 2 and j["spec"]["parallel"]["world"] == 2, j
+        assert [r["coord"]["cp"] for r in j["ranks"]] == [0, 1], j["ranks"]
+        assert j["step"] == 4 and len(c.metrics(cp_id)) == 4, j
+        print("cp=2 job: coordinates cp %s, %s" % ([r["coord"]["cp"] for r in j["ranks"]],
+                                                   j["state"]))
 
         # a pipeline (issue 10): dp 2 x pp 2 over both daemons, GPipe with 4
         # micro-batches; pctl status shows each stage's measured bubble

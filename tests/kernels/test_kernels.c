@@ -323,6 +323,72 @@ static void test_attention(void)
     attention_case(1, 70, 8, 2); /* crosses the 64-row block boundary */
 }
 
+/* ---- blockwise attention (ring attention's kernels) ----
+ * The causal attention of B x T tokens computed block by block: query row
+ * blocks of `blk` rows against key blocks merged from the diagonal one
+ * (causal, init) down to the first (the reverse of the natural order, so
+ * the online-softmax merge rescales earlier results), on the fused qkv
+ * layout; out and the
+ * gradients must equal attention_forward / attention_backward's. */
+static void attention_block_case(int B, int T, int C, int NH, int blk)
+{
+    size_t nin = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    int hs = C / NH, nb = T / blk;
+    float *inp = rand_buf(nin, 1), *w = rand_buf(nout, 1);
+    float *out = zeros(nout), *att = zeros((size_t)B * NH * T * T);
+    float *bout = zeros(nout), *lse = zeros((size_t)B * NH * T), *delta = zeros((size_t)B * NH * T);
+    float *dref = zeros(nin), *dblk = zeros(nin), *scratch = zeros((size_t)2 * T * T);
+    K->attention_forward(out, att, inp, B, T, C, NH);
+    K->attention_backward(dref, scratch, w, inp, att, B, T, C, NH);
+    px_attn_block_t g = {.B = B, .NH = NH, .hs = hs, .Tq = blk, .Tk = blk,
+                         .q_bs = (size_t)T * 3 * C, .q_ld = 3 * (size_t)C,
+                         .kv_bs = (size_t)T * 3 * C, .kv_ld = 3 * (size_t)C, .v_off = (size_t)C,
+                         .o_bs = (size_t)T * C, .o_ld = (size_t)C,
+                         .lse_bs = (size_t)NH * T, .lse_hs = (size_t)T};
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            g.Tq = T;
+            K->attention_block_delta(delta, bout, w, &g);
+            g.Tq = blk;
+        }
+        for (int qb = 0; qb < nb; qb++)
+            for (int kb = qb; kb >= 0; kb--) {
+                g.causal = kb == qb;
+                g.init = kb == qb; /* the first block merged into these rows */
+                size_t qo = (size_t)qb * blk * 3 * C, ko = (size_t)kb * blk * 3 * C + C;
+                if (pass == 0)
+                    K->attention_block_forward(bout + (size_t)qb * blk * C, lse + qb * blk,
+                                               inp + qo, inp + ko, &g, scratch);
+                else
+                    K->attention_block_backward(dblk + qo, dblk + ko, w + (size_t)qb * blk * C,
+                                                inp + qo, inp + ko, lse + qb * blk,
+                                                delta + qb * blk, &g, scratch);
+            }
+    }
+    double eo = 0, no = 0, ed = 0, nd = 0;
+    for (size_t i = 0; i < nout; i++) {
+        eo += ((double)bout[i] - out[i]) * ((double)bout[i] - out[i]);
+        no += (double)out[i] * out[i];
+    }
+    for (size_t i = 0; i < nin; i++) {
+        ed += ((double)dblk[i] - dref[i]) * ((double)dblk[i] - dref[i]);
+        nd += (double)dref[i] * dref[i];
+    }
+    eo = sqrt(eo / no);
+    ed = sqrt(ed / nd);
+    printf("  blockwise B=%d T=%d C=%d NH=%d blocks of %d vs attention: out rel %.2e, "
+           "dqkv rel %.2e\n", B, T, C, NH, blk, eo, ed);
+    EXPECT(eo < 1e-6, "blockwise attention output rel err %g", eo);
+    EXPECT(ed < 1e-5, "blockwise attention gradient rel err %g", ed);
+    free(inp); free(w); free(out); free(att); free(bout); free(lse); free(delta); free(dref);
+    free(dblk); free(scratch);
+}
+static void test_attention_block(void)
+{
+    attention_block_case(2, 12, 8, 2, 4);
+    attention_block_case(1, 96, 16, 4, 32);
+}
+
 /* ---- gelu / residual ---- */
 struct gelu_ctx { float *out, *inp, *w; size_t n; };
 static double gelu_loss(void *p)
@@ -562,7 +628,8 @@ int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
         {"encoder", test_encoder}, {"layernorm", test_layernorm}, {"matmul", test_matmul},
-        {"attention", test_attention}, {"gelu", test_gelu}, {"residual", test_residual},
+        {"attention", test_attention}, {"attention_block", test_attention_block},
+        {"gelu", test_gelu}, {"residual", test_residual},
         {"crossentropy", test_crossentropy}, {"adamw", test_adamw}, {"norm", test_norm},
         {"fd_sensitivity", test_fd_sensitivity}, {"memory", test_memory},
     };

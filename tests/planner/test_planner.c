@@ -221,8 +221,7 @@ static void test_flags(void)
     px_job_config_t c;
     /* what the engine cannot run yet: rejected unless LAYOUT_ONLY */
     const struct { int tp, pp, cp, ep, dp; const char *want; } deg[] = {
-        {1, 1, 2, 1, 1, "cp=2: context parallelism is not implemented yet"},
-        {1, 1, 1, 2, 2, "ep=2: expert parallelism is not implemented yet"},
+        {1, 1, 1, 2, 2, "ep=2 needs experts (--experts E, a multiple of ep)"},
     };
     for (size_t i = 0; i < sizeof(deg) / sizeof(deg[0]); i++) {
         base(&c);
@@ -231,6 +230,61 @@ static void test_flags(void)
         ACCEPT(&c, PX_JOBCFG_LAYOUT_ONLY);
         REJECT(&c, 0, deg[i].want);
     }
+    /* the mixture of experts (issue 11): experts divided over ep, top-k
+     * within the experts, a positive capacity unless dropless; dp and ep
+     * only */
+    base(&c);
+    c.layout = (px_layout_t){4, 1, 1, 1, 4};
+    c.batch = 8;
+    c.experts = 8;
+    ACCEPT(&c, 0);
+    c.experts = 6;
+    REJECT(&c, 0, "experts=6 is not divisible by ep=4");
+    REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "experts=6 is not divisible by ep=4");
+    c.experts = 1;
+    c.layout.ep = 1;
+    REJECT(&c, 0, "top_k=2 is larger than experts=1");
+    c.top_k = 3;
+    c.experts = 8;
+    REJECT(&c, 0, "top_k=3 must be 1 or 2");
+    c.top_k = 1;
+    c.capacity_factor = 0.0f;
+    REJECT(&c, 0, "capacity_factor=0 must be positive (or dropless)");
+    c.dropless = 1;
+    ACCEPT(&c, 0);
+    c.moe_every = 0;
+    REJECT(&c, 0, "moe_every=0 is out of range (1..layers=");
+    c.moe_every = 1;
+    c.layout = (px_layout_t){2, 1, 1, 1, 4};
+    REJECT(&c, 0, "ep=4 does not divide dp x cp = 2");
+    c.layout = (px_layout_t){2, 2, 1, 1, 2};
+    REJECT(&c, 0, "experts=8 with tp=2 pp=1 cp=1: the mixture of experts runs with dp and ep");
+    c.layout = (px_layout_t){2, 1, 1, 1, 2};
+    c.checkpoint_every = 5;
+    c.checkpoint_dir = "/tmp/ck";
+    REJECT(&c, 0, "experts=8: checkpoints and exports of the experts are not implemented yet");
+    /* context parallelism (issue 11): with dp, tp, sequence parallelism
+     * ZeRO, checkpoints and every pipeline schedule */
+    base(&c);
+    c.layout = (px_layout_t){2, 2, 1, 2, 1};
+    c.zero = 3;
+    c.sequence_parallel = 1;
+    ACCEPT(&c, 0);
+    c.seq = 34;
+    REJECT(&c, 0, "seq=34 is not divisible by 2 x cp=2");
+    c.seq = 32;
+    c.layout = (px_layout_t){1, 1, 2, 2, 1};
+    c.zero = 0;
+    c.micro_batches = 4;
+    ACCEPT(&c, 0);
+    c.schedule = PX_PIPE_ZB1;
+    ACCEPT(&c, 0);
+    c.schedule = PX_PIPE_GPIPE;
+    c.micro_batches = 1;
+    c.layout = (px_layout_t){1, 1, 1, 2, 1};
+    c.checkpoint_every = 5;
+    c.checkpoint_dir = "/tmp/ck";
+    ACCEPT(&c, 0);
     /* pipeline parallelism: with dp, tp, ZeRO 0/1 and micro-batches */
     base(&c);
     c.layout = (px_layout_t){2, 1, 2, 1, 1};
@@ -421,6 +475,37 @@ static void test_jobspec(void)
     EXPECT(back.grad_clip == 0.0f && back.warmup_steps == -1 && !back.checkpoint_dir &&
            !back.resume_dir && !back.export_safetensors, "defaults round trip");
     parallax__v1__job_spec__free_unpacked(u, NULL);
+
+    /* the mixture of experts (JobSpec.moe, issue 11): absent when dense; every
+     * field round trips, aux loss coef 0 as < 0, zero fields the defaults */
+    base(&c);
+    px_jobspec_from_config(&c, &msg);
+    EXPECT(msg.spec.moe == NULL, "a dense job sends no MoeSpec");
+    c.experts = 16;
+    c.top_k = 1;
+    c.capacity_factor = 2.5f;
+    c.dropless = 1;
+    c.moe_every = 2;
+    c.aux_loss_coef = 0.0f;
+    px_jobspec_from_config(&c, &msg);
+    u = wire(&msg.spec);
+    px_jobspec_to_config(u, &back);
+    EXPECT(back.experts == 16 && back.top_k == 1 && back.capacity_factor == 2.5f &&
+           back.dropless == 1 && back.moe_every == 2 && back.aux_loss_coef == 0.0f,
+           "moe round trip: %d %d %g %d %d %g", back.experts, back.top_k,
+           (double)back.capacity_factor, back.dropless, back.moe_every,
+           (double)back.aux_loss_coef);
+    parallax__v1__job_spec__free_unpacked(u, NULL);
+    {
+        Parallax__V1__JobSpec s0 = PARALLAX__V1__JOB_SPEC__INIT;
+        Parallax__V1__MoeSpec e0 = PARALLAX__V1__MOE_SPEC__INIT;
+        e0.experts = 4;
+        s0.moe = &e0;
+        px_jobspec_to_config(&s0, &back);
+        EXPECT(back.experts == 4 && back.top_k == 2 && back.capacity_factor == 1.25f &&
+               !back.dropless && back.moe_every == 1 && back.aux_loss_coef == 0.01f,
+               "MoeSpec zeros: the defaults");
+    }
 
     /* proto3 zeros mean "default"; an old client's spec has dp alone */
     Parallax__V1__JobSpec s = PARALLAX__V1__JOB_SPEC__INIT;

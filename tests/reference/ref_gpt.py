@@ -21,14 +21,23 @@ parallelism over 2 ranks (tp=2, 3 steps; launched through the standalone
 bootstrap, the dumps gathered to the canonical layout by the ranks, so the
 gradients compared are the tp run's gathered shards); and GPT-2's vocab 50257
 (the same text spread over ids up to 50256 by make_tokens.py --vocab; 3
-short steps). The model pads wte to Vp = 50304 rows (a multiple of 64, as
+short steps); and context parallelism over 2 ranks (cp=2, ring attention:
+each rank holds chunks i and 3-i of every sequence; its gradients, gathered
+to the canonical layout, against torch's unsplit masked-softmax attention,
+so a broken blockwise kernel cannot pass by agreeing with our own unsplit
+path). The model pads wte to Vp = 50304 rows (a multiple of 64, as
 llm.c); the dumps carry all Vp rows. The reference computes the logits over
 all Vp rows and takes the cross-entropy over the first V columns only, so
 the padded rows get exactly zero gradient there too; every gradient tensor,
 wte with its padded rows included, is compared, and the padded rows must be
 exactly 0 in our gradients and parameters (initialised 0, never updated).
 
-usage: /usr/bin/python3 ref_gpt.py RANK_BIN MAKE_TOKENS_PY [WORKDIR]
+The mixture of experts (moe-* cases): the reference routes, drops and
+combines as engine/moe.h says (moe_mlp below), adds Switch's
+load-balancing loss, and every router and expert gradient and parameter
+is compared as the dense ones are.
+
+usage: /usr/bin/python3 ref_gpt.py RANK_BIN MAKE_TOKENS_PY [WORKDIR [CASE ...]]
 Exit 0 pass, 1 fail, 77 skip (no torch)."""
 import json
 import math
@@ -47,9 +56,20 @@ except ImportError as e:  # pragma: no cover
     sys.exit(77)
 
 LAYERS, HEADS, DIM = 2, 4, 64
-# (name, vocab, seq, batch, steps, tp)
-CASES = [('vocab256', 256, 32, 4, 5, 1), ('vocab50257', 50257, 16, 4, 3, 1),
-         ('vocab256-tp2', 256, 32, 4, 3, 2)]
+# (name, vocab, seq, batch, steps, tp, cp, moe flags)
+CASES = [('vocab256', 256, 32, 4, 5, 1, 1, None), ('vocab50257', 50257, 16, 4, 3, 1, 1, None),
+         ('vocab256-tp2', 256, 32, 4, 3, 2, 1, None), ('vocab256-cp2', 256, 32, 4, 3, 1, 2, None)]
+# The mixture of experts (engine/moe.h; issue 11): layer 1 of 2 is MoE
+# (--moe-every 2), 4 experts, top-2 and top-1; dropless, and capacity
+# factor 1.0 (choices dropped), the latter also over ep 2 (world 2, dp 2:
+# one ep group holds the whole batch, so it is the same model).
+MOE = ['--experts', '4', '--moe-every', '2', '--aux-loss-coef', '0.05']
+CASES += [('moe-dropless-top2', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '2', '--dropless']),
+          ('moe-cap1.0-top2', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '2',
+                                                        '--capacity-factor', '1.0']),
+          ('moe-cap1.0-top1-ep2', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '1',
+                                                            '--capacity-factor', '1.0',
+                                                            '--ep', '2'])]
 LR, WARMUP, MIN_LR_RATIO, WD, CLIP, SEED = 3e-3, 2, 0.1, 0.1, 1.0, 4242
 
 VAL_BATCHES = 2
@@ -64,14 +84,50 @@ def lr_at(step, steps):  # 0-based step, as px_train_lr
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (LR - min_lr)
 
 
-def gpt_loss(P, inputs, targets, vocab):
+def moe_mlp(P, l, h, moe):
+    """The MoE MLP of layer l (moe.h) on h (B,T,C): softmax router, top-k
+    (gates renormalised with top-2, the probability with top-1), experts'
+    capacity ceil(N K / E F) filled in the order (choice, token), dropped
+    choices adding 0; returns (out, Switch's aux loss)."""
+    B, T, C = h.shape
+    x = h.reshape(-1, C)
+    N, E, K = x.shape[0], moe['experts'], moe['top_k']
+    probs = (x @ P['moe_router'][l].T).softmax(-1)
+    top, idx = probs.topk(K, dim=-1)
+    w = top / top.sum(-1, keepdim=True) if K == 2 else top
+    cap = N * K if moe['dropless'] else math.ceil(N * K / E * moe['capacity_factor'])
+    kept = torch.zeros(N, K, dtype=torch.bool)
+    offset = torch.zeros(E, dtype=torch.long)
+    for j in range(K):
+        oh = F.one_hot(idx[:, j], E)
+        pos = ((oh.cumsum(0) - 1 + offset) * oh).sum(1)
+        kept[:, j] = pos < cap
+        offset += oh.sum(0)
+    out = torch.zeros_like(x)
+    for e in range(E):
+        for j in range(K):
+            sel = ((idx[:, j] == e) & kept[:, j]).nonzero().flatten()
+            if sel.numel() == 0:
+                continue
+            y = F.gelu(x[sel] @ P['moe_fcw'][l][e].T + P['moe_fcb'][l][e], approximate='tanh')
+            y = y @ P['moe_fcprojw'][l][e].T + P['moe_fcprojb'][l][e]
+            out = out.index_add(0, sel, w[sel, j:j + 1] * y)
+    f = F.one_hot(idx, E).sum((0, 1)).double() / (N * K)
+    aux = moe['aux_loss_coef'] * E * (f.float() * probs.mean(0)).sum()
+    return out.view(B, T, C), aux
+
+
+def gpt_loss(P, inputs, targets, vocab, moe=None):
     """Pre-LN GPT-2 forward, P: dict of our stacked tensors; wte has the
-    padded rows, whose logits are left out of the cross-entropy."""
+    padded rows, whose logits are left out of the cross-entropy. moe: the
+    mixture of experts' settings (MoE layers' MLPs from moe_mlp, P's moe_*
+    tensors stacked over the MoE layers), plus each MoE layer's aux loss."""
     B, T = inputs.shape
     C, NH, L = DIM, HEADS, LAYERS
     hs = C // NH
     x = P['wte'][inputs] + P['wpe'][:T]
     mask = torch.ones(T, T, dtype=torch.bool).tril()
+    aux = 0.0
     for l in range(L):
         h = F.layer_norm(x, (C,), P['ln1w'][l], P['ln1b'][l], 1e-5)
         qkv = h @ P['qkvw'][l].T + P['qkvb'][l]
@@ -82,20 +138,28 @@ def gpt_loss(P, inputs, targets, vocab):
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + y @ P['attprojw'][l].T + P['attprojb'][l]
         h = F.layer_norm(x, (C,), P['ln2w'][l], P['ln2b'][l], 1e-5)
+        if moe and l in moe['layers']:
+            y, a = moe_mlp(P, moe['layers'].index(l), h, moe)
+            x = x + y
+            aux = aux + a
+            continue
         h = F.gelu(h @ P['fcw'][l].T + P['fcb'][l], approximate='tanh')
         x = x + h @ P['fcprojw'][l].T + P['fcprojb'][l]
     x = F.layer_norm(x, (C,), P['lnfw'], P['lnfb'], 1e-5)
     logits = (x @ P['wte'].T)[..., :vocab]
-    return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+    return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)) + aux
 
 
 def rel(a, b):
     return float(torch.linalg.vector_norm(a - b) / max(float(torch.linalg.vector_norm(b)), 1e-30))
 
 
-def launch(cmd, tp):
-    """Runs cmd on tp ranks (the standalone bootstrap when tp > 1)."""
-    if tp == 1:
+def launch(cmd, tp, cp=1, ep_world=0):
+    """Runs cmd on tp x cp ranks (the standalone bootstrap when more than 1);
+    ep_world: that many data-parallel ranks instead (cmd carries --ep)."""
+    world = ep_world or tp * cp
+    flag = [] if ep_world else ['--tp', str(tp), '--cp', str(cp)]
+    if world == 1:
         subprocess.run(cmd, check=True, env=dict(os.environ, PX_WORLD_SIZE='1'),
                        stdout=subprocess.DEVNULL)
         return
@@ -103,16 +167,18 @@ def launch(cmd, tp):
     s.bind(('127.0.0.1', 0))
     port = s.getsockname()[1]
     s.close()
-    procs = [subprocess.Popen(cmd + ['--tp', str(tp)], stdout=subprocess.DEVNULL,
-                              env=dict(os.environ, PX_RANK=str(r), PX_WORLD_SIZE=str(tp),
+    procs = [subprocess.Popen(cmd + flag,
+                              stdout=subprocess.DEVNULL,
+                              env=dict(os.environ, PX_RANK=str(r), PX_WORLD_SIZE=str(world),
                                        PX_MASTER_ADDR='127.0.0.1', PX_MASTER_PORT=str(port)))
-             for r in range(tp)]
+             for r in range(world)]
     rcs = [p.wait(timeout=240) for p in procs]
     if any(rcs):
-        raise RuntimeError('tp=%d ranks exited %s' % (tp, rcs))
+        raise RuntimeError('tp=%d cp=%d ranks exited %s' % (tp, cp, rcs))
 
 
-def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, check):
+def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, cp, check,
+             moe_flags=None):
     """Trains `steps` steps with parallax-rank and checks them against torch."""
     work = os.path.join(work, name)
     os.makedirs(work, exist_ok=True)
@@ -132,13 +198,14 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
            '--warmup', str(WARMUP), '--min-lr-ratio', repr(MIN_LR_RATIO),
            '--weight-decay', repr(WD), '--grad-clip', repr(CLIP), '--seed', str(SEED),
            '--vocab', str(vocab), '--data', data, '--dump-dir', dump, '--dump-steps', str(steps)]
-    launch(cmd, tp)
+    ep = int(moe_flags[moe_flags.index('--ep') + 1]) if moe_flags and '--ep' in moe_flags else 0
+    launch(cmd + (moe_flags or []), tp, cp, ep_world=ep)
 
     layout = json.load(open(os.path.join(dump, 'layout.json')))
     n = layout['num_params']
     vp = layout['padded_vocab']
-    print('-- %s: vocab %d, wte rows %d, seq %d, batch %d, %d steps, tp %d' % (
-        name, vocab, vp, seq, batch, steps, tp))
+    print('-- %s: vocab %d, wte rows %d, seq %d, batch %d, %d steps, tp %d, cp %d' % (
+        name, vocab, vp, seq, batch, steps, tp, cp))
     check('%s padded vocab %d is vocab rounded up to 64' % (name, vp),
           0.0 if vp == (vocab + 63) // 64 * 64 else 1.0, 0.5)
 
@@ -152,9 +219,34 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
                 for t in layout['tensors']}
 
     init = split(load_f32('params_init.bin'))
+    moe = None
+    if moe_flags:  # the MoE tensors, stacked over the MoE layers as ours
+        mlay = json.load(open(os.path.join(dump, 'moe_layout.json')))
+        mnames = ['moe_router', 'moe_fcw', 'moe_fcb', 'moe_fcprojw', 'moe_fcprojb']
+        layers = sorted(set(t['layer'] for t in mlay['tensors']))
+
+        def flag(f, d):
+            return moe_flags[moe_flags.index(f) + 1] if f in moe_flags else d
+        moe = {'experts': mlay['experts'], 'top_k': mlay['top_k'], 'layers': layers,
+               'dropless': '--dropless' in moe_flags,
+               'capacity_factor': float(flag('--capacity-factor', '1.25')),
+               'aux_loss_coef': float(flag('--aux-loss-coef', '0.01'))}
+        nm = sum(math.prod(t['shape']) for t in mlay['tensors'])
+
+        def msplit(fname):
+            a = np.fromfile(os.path.join(dump, fname), dtype='<f4')
+            assert a.size == nm, '%s: %d floats, expected %d' % (fname, a.size, nm)
+            a = torch.from_numpy(a.copy())
+            return {k: torch.stack([a[t['offset']:t['offset'] + math.prod(t['shape'])]
+                                    .view(*t['shape']) for t in mlay['tensors']
+                                    if t['name'] == k]) for k in mnames}
+        init.update(msplit('moe_params_init.bin'))
     P = {k: torch.nn.Parameter(v.clone()) for k, v in init.items()}
     decay = [P[t['name']] for t in layout['tensors'] if t['decay']]
     no_decay = [P[t['name']] for t in layout['tensors'] if not t['decay']]
+    if moe:  # matrices decay, biases do not (moe.c px_moe_update)
+        decay += [P['moe_router'], P['moe_fcw'], P['moe_fcprojw']]
+        no_decay += [P['moe_fcb'], P['moe_fcprojb']]
     assert [t['name'] for t in layout['tensors'] if t['decay']] == \
         ['wte', 'wpe', 'qkvw', 'attprojw', 'fcw', 'fcprojw']
     opt = torch.optim.AdamW([{'params': decay, 'weight_decay': WD},
@@ -179,11 +271,16 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
         our_loss, our_gnorm, our_lr = [float(x) for x in
                                        open(os.path.join(dump, 'loss_%d.txt' % s)).read().split()]
         opt.zero_grad()
-        loss = gpt_loss(P, inputs, targets, vocab)
+        loss = gpt_loss(P, inputs, targets, vocab, moe)
         loss.backward()
+        for k in P:  # the dense MLP of a MoE layer is unused: gradient 0, as ours
+            if P[k].grad is None:
+                P[k].grad = torch.zeros_like(P[k])
         check('step %d loss (ours %.6f)' % (s, our_loss), abs(our_loss - loss.item()) /
               abs(loss.item()), TOL_LOSS)
         our_g = split(load_f32('grads_%d.bin' % s))
+        if moe:
+            our_g.update(msplit('moe_grads_%d.bin' % s))
         worst = max((rel(our_g[k], P[k].grad), k) for k in P)
         check('step %d grads, worst tensor %s' % (s, worst[1]), worst[0], TOL_GRAD)
         if vp > vocab:
@@ -205,6 +302,8 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
             g['lr'] = lr
         opt.step()
         our_p = split(load_f32('params_%d.bin' % s))
+        if moe:
+            our_p.update(msplit('moe_params_%d.bin' % s))
         vpath = os.path.join(dump, 'val_loss_%d.txt' % s)
         check('step %d validation loss reported' % s,
               0.0 if os.path.exists(vpath) == (s % 2 == 0 or s == steps) else 1.0, 0.5)
@@ -216,7 +315,7 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
                     vb = np.fromfile(os.path.join(dump, 'val_batch_%d.bin' % k), dtype='<i4')
                     vi = torch.from_numpy(vb[:batch * seq].reshape(batch, seq).astype(np.int64))
                     vt = torch.from_numpy(vb[batch * seq:].reshape(batch, seq).astype(np.int64))
-                    ref_val += gpt_loss(our_p, vi, vt, vocab).item() / VAL_BATCHES
+                    ref_val += gpt_loss(our_p, vi, vt, vocab, moe).item() / VAL_BATCHES
             check('step %d validation loss (ours %.6f, torch %.6f)' % (s, our_val, ref_val),
                   abs(our_val - ref_val) / ref_val, TOL_LOSS)
         if vp > vocab:
@@ -255,8 +354,12 @@ def main():
         checks.append(ok)
         print('%-44s %.3e  (tol %.0e) %s' % (what, value, tol, 'ok' if ok else 'FAIL'))
 
-    for name, vocab, seq, batch, steps, tp in CASES:
-        run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, check)
+    only = sys.argv[4:]  # case names (all by default)
+    for name, vocab, seq, batch, steps, tp, cp, moe_flags in CASES:
+        if only and name not in only:
+            continue
+        run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, cp, check,
+                 moe_flags)
     ok = all(checks)
     print('PASS' if ok else 'FAIL', '(%d checks, workdir %s)' % (len(checks), work))
     return 0 if ok else 1

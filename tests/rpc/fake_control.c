@@ -38,6 +38,7 @@ typedef struct fake_job {
     Parallax__V1__JobSpec spec;
     Parallax__V1__ModelSpec model;
     Parallax__V1__ParallelSpec parallel; /* copied: the request's is freed */
+    Parallax__V1__MoeSpec moe;           /* likewise */
     Parallax__V1__RankInfo *ranks;
     Parallax__V1__RankInfo **rank_ptrs;
     Parallax__V1__StepMetrics *metrics; /* steps entries, [0 .. job.step) valid */
@@ -227,6 +228,10 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
         j->parallel.schedule = dup_or_empty(sp->parallel->schedule);
         j->parallel.stage_layers = dup_or_empty(sp->parallel->stage_layers);
         j->spec.parallel = &j->parallel;
+    }
+    if (sp->moe) {
+        j->moe = *sp->moe;
+        j->spec.moe = &j->moe;
     }
     snprintf(id, sizeof(id), "job-%d", n_jobs + 1);
     j->job.id = strdup(id);

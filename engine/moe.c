@@ -1,0 +1,736 @@
+/* moe.c: the mixture-of-experts MLP and expert parallelism (moe.h).
+ *
+ * One forward of MoE layer l on N local tokens, P = ep ranks, El = E/P
+ * experts here:
+ *   1. router logits, softmax, top-k, gates (op table: moe_router_forward);
+ *   2. the choice counts cnt[j][e] all-gathered over the ep group into
+ *      cnt[p][j][e], and the router probabilities summed over it (the
+ *      load-balancing loss's P_e); every rank then computes every rank's
+ *      kept counts kept[p][j][e] (the capacity filled in the order j, p,
+ *      token), so all send and receive counts are known without a count
+ *      exchange;
+ *   3. the kept choices, as "slots" in send order (destination rank,
+ *      its local expert, choice j, token), are packed and dispatched by
+ *      px_alltoallv; each rank reorders what it received from source-major
+ *      (p, expert, j) to expert-major (expert, p, j) and runs each expert's
+ *      MLP on its rows; the outputs go back by the reverse all-to-all and
+ *      land in slot order; out_t = sum over t's kept slots of gate * y, in
+ *      expert order on every layout.
+ * Backward retraces it: the gated output gradients out, the expert
+ * backward, the input gradients back, the router's through the gates and
+ * the load-balancing loss.
+ *
+ * Invariants: every rank of the ep group runs the same layers with the
+ * same N; the slot order of a token's choices is the expert order, so the
+ * sums are the single-rank run's. The tensor math goes through the op
+ * table (router, dispatch, experts' matmuls and GELU, combine); the
+ * routing bookkeeping (counts, capacity, slot lists) reads the choices idx
+ * and builds the slot lists in host code, so a device backend must keep
+ * those small (N,K) arrays host-visible. The activations of every MoE
+ * layer are sized at create for worst-case routing (plan.h). One training
+ * thread. */
+#include "moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memacct.h"
+#include "model.h"
+#include "plan.h"
+#include "px_coll.h"
+#include "px_log.h"
+#include "px_time.h"
+
+typedef struct moe_layer {
+    float *probs;     /* (N,E) */
+    int32_t *idx;     /* (N,K) */
+    float *w;         /* (N,K) gates */
+    int64_t *cnt;     /* (P,K,E) every ep rank's choice counts */
+    int64_t *kept;    /* (P,K,E) of them kept */
+    int32_t *slot_tok;/* (N*K) token of each slot, send order */
+    int32_t *slot_g;  /* (N*K) its gate: index t*K + j into w */
+    int nslots;
+    float *y;         /* (N*K, C) expert outputs of the slots */
+    float *xe;        /* (Rmax, C) received rows, expert-major */
+    float *h, *hg;    /* (Rmax, 4C) fc output, gelu */
+    int nrecv;
+    float *daux;      /* (E) d(aux loss)/d(prob) per token */
+    float aux;
+    int N;
+} moe_layer_t;
+
+struct px_moe {
+    px_moe_config_t cfg;
+    const px_kernel_ops_t *k;
+    px_comm_t *ep, *dp, *edp;
+    int P, me, El, dp_size, accum, Nmax, Rmax, nm;
+    int *layer_of;        /* [layers]: MoE index of layer l, or -1 */
+    size_t se;            /* elements of one expert */
+    size_t nrouter, nexp; /* router region, local expert region (elements) */
+    size_t n;             /* nrouter + nexp */
+    float *params, *grads, *m, *v;
+    moe_layer_t *L;
+    float *sendbuf, *recvbuf, *logits, *dw, *dg, *dh;
+    uint64_t *scnt, *sdis, *rcnt, *rdis;
+    uint64_t *received, *dropped; /* (E) this step */
+    double a2a_s;
+    float skew;           /* test hook: router logit bias of experts 0 (1/2) */
+};
+
+static px_model_moe_t model_of(const px_moe_config_t *cfg)
+{
+    return (px_model_moe_t){.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
+                            .moe_every = cfg->moe_every};
+}
+
+const char *px_moe_tensor_name(int i) { return px_model_moe_tensor_name(i); }
+
+uint64_t px_moe_tensor_size(const px_moe_config_t *cfg, int i)
+{
+    px_model_moe_t m = model_of(cfg);
+    return px_model_moe_tensor(&m, i, NULL);
+}
+
+int px_moe_is_layer(const px_moe_config_t *cfg, int l)
+{
+    px_model_moe_t m = model_of(cfg);
+    return px_model_moe_is_layer(&m, l);
+}
+
+int px_moe_num_layers(const px_moe_config_t *cfg)
+{
+    px_model_moe_t m = model_of(cfg);
+    return px_model_moe_num_layers(&m);
+}
+
+static uint64_t expert_size(const px_moe_config_t *cfg)
+{
+    return px_model_moe_expert_size(cfg->dim);
+}
+
+uint64_t px_moe_num_params(const px_moe_config_t *cfg)
+{
+    px_model_moe_t m = model_of(cfg);
+    return px_model_moe_num_params(&m);
+}
+
+uint64_t px_moe_rank_params(const px_moe_config_t *cfg, int ep)
+{
+    px_model_moe_t m = model_of(cfg);
+    return px_model_moe_rank_params(&m, ep);
+}
+
+const px_moe_config_t *px_moe_config(const px_moe_t *moe) { return &moe->cfg; }
+
+void px_moe_destroy(px_moe_t *moe)
+{
+    if (!moe)
+        return;
+    for (int m = 0; moe->L && m < moe->nm; m++) {
+        moe_layer_t *a = &moe->L[m];
+        px_mem_free(a->probs);
+        px_mem_free(a->idx);
+        px_mem_free(a->w);
+        px_mem_free(a->cnt);
+        px_mem_free(a->kept);
+        px_mem_free(a->slot_tok);
+        px_mem_free(a->slot_g);
+        px_mem_free(a->y);
+        px_mem_free(a->xe);
+        px_mem_free(a->h);
+        px_mem_free(a->hg);
+        px_mem_free(a->daux);
+    }
+    free(moe->L);
+    free(moe->layer_of);
+    px_mem_free(moe->params);
+    px_mem_free(moe->grads);
+    px_mem_free(moe->m);
+    px_mem_free(moe->v);
+    px_mem_free(moe->sendbuf);
+    px_mem_free(moe->recvbuf);
+    px_mem_free(moe->logits);
+    px_mem_free(moe->dw);
+    px_mem_free(moe->dg);
+    px_mem_free(moe->dh);
+    free(moe->scnt);
+    free(moe->sdis);
+    free(moe->rcnt);
+    free(moe->rdis);
+    free(moe->received);
+    free(moe->dropped);
+    free(moe);
+}
+
+/* capacity of one expert for Ng group tokens: ceil(Ng K / E F) (moe.h) */
+static int64_t capacity(const px_moe_t *moe, int64_t Ng)
+{
+    const px_moe_config_t *c = &moe->cfg;
+    if (c->dropless)
+        return INT64_MAX;
+    return (int64_t)ceil((double)Ng * c->top_k / c->experts * (double)c->capacity_factor);
+}
+
+px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
+                          px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size, int accum,
+                          px_moe_t **moe_p)
+{
+    int P = ep ? px_comm_size(ep) : 1;
+    if (cfg->experts < 1 || cfg->top_k < 1 || cfg->top_k > 2 || cfg->top_k > cfg->experts ||
+        cfg->experts % P || N < 1 || cfg->dim < 1 || cfg->layers < 1 || dp_size < 1 ||
+        accum < 1) {
+        px_error("moe: cannot build experts=%d top_k=%d over ep=%d (N %d, dim %d, dp %d, accum "
+                 "%d)", cfg->experts, cfg->top_k, P, N, cfg->dim, dp_size, accum);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    px_moe_t *moe = calloc(1, sizeof(*moe));
+    if (!moe)
+        return PX_ERR_NO_MEMORY;
+    moe->cfg = *cfg;
+    moe->k = ops;
+    moe->ep = ep;
+    moe->dp = dp;
+    moe->edp = edp;
+    moe->P = P;
+    moe->me = ep ? px_comm_rank(ep) : 0;
+    moe->El = cfg->experts / P;
+    moe->dp_size = dp_size;
+    moe->accum = accum;
+    moe->Nmax = N;
+    moe->nm = px_moe_num_layers(cfg);
+    const int E = cfg->experts, K = cfg->top_k, C = cfg->dim;
+    moe->se = expert_size(cfg);
+    moe->nrouter = (size_t)moe->nm * E * C;
+    moe->nexp = (size_t)moe->nm * moe->El * moe->se;
+    moe->n = moe->nrouter + moe->nexp;
+    /* the plan's arithmetic (plan.h), which `pctl plan` prints */
+    uint64_t rows = px_plan_moe_rows(N, P, E, K, cfg->dropless, cfg->capacity_factor);
+    if (rows > INT32_MAX / 4 / (uint64_t)C) {
+        px_error("moe: %llu receive rows of dim %d per MoE layer are too many (N %d, ep %d, "
+                 "top_k %d)", (unsigned long long)rows, C, N, P, K);
+        px_moe_destroy(moe);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    moe->Rmax = (int)rows;
+    size_t NK = (size_t)N * K, big = NK > (size_t)moe->Rmax ? NK : (size_t)moe->Rmax;
+    moe->layer_of = calloc((size_t)cfg->layers, sizeof(int));
+    moe->L = calloc((size_t)(moe->nm ? moe->nm : 1), sizeof(moe_layer_t));
+    moe->scnt = calloc((size_t)P, sizeof(uint64_t));
+    moe->sdis = calloc((size_t)P, sizeof(uint64_t));
+    moe->rcnt = calloc((size_t)P, sizeof(uint64_t));
+    moe->rdis = calloc((size_t)P, sizeof(uint64_t));
+    moe->received = calloc((size_t)E, sizeof(uint64_t));
+    moe->dropped = calloc((size_t)E, sizeof(uint64_t));
+    moe->params = px_mem_calloc(PX_MEM_PARAMS, moe->n, sizeof(float));
+    moe->grads = px_mem_calloc(PX_MEM_GRADS, moe->n, sizeof(float));
+    moe->m = px_mem_calloc(PX_MEM_OPTIM, moe->n, sizeof(float));
+    moe->v = px_mem_calloc(PX_MEM_OPTIM, moe->n, sizeof(float));
+    moe->sendbuf = px_mem_calloc(PX_MEM_ACTS, big * C, sizeof(float));
+    moe->recvbuf = px_mem_calloc(PX_MEM_ACTS, big * C, sizeof(float));
+    moe->logits = px_mem_calloc(PX_MEM_ACTS, (size_t)N * E, sizeof(float));
+    moe->dw = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(float));
+    moe->dg = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * 4 * C + 1, sizeof(float));
+    moe->dh = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * 4 * C + 1, sizeof(float));
+    if (!moe->layer_of || !moe->L || !moe->scnt || !moe->sdis || !moe->rcnt || !moe->rdis ||
+        !moe->received || !moe->dropped || !moe->params || !moe->grads || !moe->m || !moe->v ||
+        !moe->sendbuf || !moe->recvbuf || !moe->logits || !moe->dw || !moe->dg || !moe->dh)
+        goto err_nomem;
+    for (int l = 0, mi = 0; l < cfg->layers; l++)
+        moe->layer_of[l] = px_moe_is_layer(cfg, l) ? mi++ : -1;
+    for (int mi = 0; mi < moe->nm; mi++) {
+        moe_layer_t *a = &moe->L[mi];
+        a->probs = px_mem_calloc(PX_MEM_ACTS, (size_t)N * E, sizeof(float));
+        a->idx = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(int32_t));
+        a->w = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(float));
+        a->cnt = px_mem_calloc(PX_MEM_ACTS, (size_t)P * K * E, sizeof(int64_t));
+        a->kept = px_mem_calloc(PX_MEM_ACTS, (size_t)P * K * E, sizeof(int64_t));
+        a->slot_tok = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(int32_t));
+        a->slot_g = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(int32_t));
+        a->y = px_mem_calloc(PX_MEM_ACTS, NK * C, sizeof(float));
+        a->xe = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * C + 1, sizeof(float));
+        a->h = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * 4 * C + 1, sizeof(float));
+        a->hg = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * 4 * C + 1, sizeof(float));
+        a->daux = px_mem_calloc(PX_MEM_ACTS, (size_t)E, sizeof(float));
+        if (!a->probs || !a->idx || !a->w || !a->cnt || !a->kept || !a->slot_tok ||
+            !a->slot_g || !a->y || !a->xe || !a->h || !a->hg || !a->daux)
+            goto err_nomem;
+    }
+    *moe_p = moe;
+    return PX_OK;
+
+err_nomem:
+    px_error("moe: out of memory (%d MoE layers, %d experts here, %d tokens, %d receive rows)",
+             moe->nm, moe->El, N, moe->Rmax);
+    px_moe_destroy(moe);
+    return PX_ERR_NO_MEMORY;
+}
+
+/* ---- parameters ---- */
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* standard normal for (key, element): Box-Muller on two hashed uniforms */
+static double normal_at(uint64_t key, uint64_t e)
+{
+    uint64_t a = splitmix64(key ^ splitmix64(2 * e));
+    uint64_t b = splitmix64(key ^ splitmix64(2 * e + 1));
+    double u1 = ((a >> 11) + 1) * (1.0 / 9007199254740992.0);
+    double u2 = (b >> 11) * (1.0 / 9007199254740992.0);
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* Pointers of MoE layer mi: the router (E,C) and local expert le's four
+ * tensors, in a buffer laid out as the parameters. */
+typedef struct expert_view {
+    float *fcw, *fcb, *fcprojw, *fcprojb;
+} expert_view_t;
+
+static float *router_of(const px_moe_t *moe, float *buf, int mi)
+{
+    return buf + (size_t)mi * moe->cfg.experts * moe->cfg.dim;
+}
+
+static expert_view_t expert_of(const px_moe_t *moe, float *buf, int mi, int le)
+{
+    size_t C = (size_t)moe->cfg.dim;
+    float *b = buf + moe->nrouter + ((size_t)mi * moe->El + le) * moe->se;
+    return (expert_view_t){b, b + 4 * C * C, b + 4 * C * C + 4 * C, b + 8 * C * C + 4 * C};
+}
+
+/* Canonical offset of tensor i of MoE layer mi, and its per-expert size. */
+static size_t canon_off(const px_moe_config_t *c, int mi, int i)
+{
+    size_t off = 0;
+    for (int j = 0; j < PX_MOE_NUM_TENSORS; j++)
+        off += px_moe_tensor_size(c, j);
+    off *= (size_t)mi;
+    for (int j = 0; j < i; j++)
+        off += px_moe_tensor_size(c, j);
+    return off;
+}
+
+void px_moe_init_params(px_moe_t *moe, uint64_t seed)
+{
+    const px_moe_config_t *c = &moe->cfg;
+    const size_t C = (size_t)c->dim, E = (size_t)c->experts;
+    const double stds[PX_MOE_NUM_TENSORS] = {0.02, 0.02, 0.0, 0.02 / sqrt(2.0 * c->layers), 0.0};
+    for (int i = 0; i < PX_MOE_NUM_TENSORS; i++) {
+        if (stds[i] == 0.0)
+            continue; /* biases: 0 */
+        uint64_t key = splitmix64(splitmix64(seed) ^ (0xD1B54A32D192ED03ull * (uint64_t)(101 + i)));
+        size_t per = (size_t)px_moe_tensor_size(c, i) / E; /* one expert's (or router row) */
+        for (int mi = 0; mi < moe->nm; mi++) {
+            /* element index within the tensor stacked over the MoE layers */
+            size_t e0 = (size_t)mi * px_moe_tensor_size(c, i);
+            if (i == 0) {
+                float *r = router_of(moe, moe->params, mi);
+                for (size_t e = 0; e < E * C; e++)
+                    r[e] = (float)(normal_at(key, e0 + e) * stds[i]);
+                continue;
+            }
+            for (int le = 0; le < moe->El; le++) {
+                size_t ge = (size_t)moe->me * moe->El + le;
+                expert_view_t x = expert_of(moe, moe->params, mi, le);
+                float *dst = i == 1 ? x.fcw : x.fcprojw;
+                for (size_t e = 0; e < per; e++)
+                    dst[e] = (float)(normal_at(key, e0 + ge * per + e) * stds[i]);
+            }
+        }
+    }
+    moe->k->mem_set(moe->m, 0, moe->n * sizeof(float));
+    moe->k->mem_set(moe->v, 0, moe->n * sizeof(float));
+}
+
+/* ---- forward ---- */
+
+static px_status_t a2a(px_moe_t *moe, const float *send, float *recv, const char *what)
+{
+    if (!moe->ep || moe->P == 1) {
+        moe->k->mem_copy(recv, send, moe->scnt[0] * sizeof(float));
+        return PX_OK;
+    }
+    double t0 = px_time_mono_s();
+    px_status_t status = px_alltoallv(moe->ep, send, moe->scnt, moe->sdis, recv, moe->rcnt,
+                                      moe->rdis, PX_FLOAT32, NULL);
+    moe->a2a_s += px_time_mono_s() - t0;
+    if (status != PX_OK)
+        px_error("moe: the %s all-to-all over the ep group failed: %s", what,
+                 px_status_str(status));
+    return status;
+}
+
+/* Counts for the slot-order (send) and source-major (receive) all-to-all
+ * of rows of `width` floats, from the kept counts. */
+static void set_counts(px_moe_t *moe, const moe_layer_t *a, size_t width)
+{
+    const int E = moe->cfg.experts, K = moe->cfg.top_k, P = moe->P, El = moe->El;
+    uint64_t so = 0, ro = 0;
+    for (int p = 0; p < P; p++) {
+        uint64_t s = 0, r = 0;
+        for (int le = 0; le < El; le++)
+            for (int j = 0; j < K; j++) {
+                s += (uint64_t)a->kept[((size_t)moe->me * K + j) * E + p * El + le];
+                r += (uint64_t)a->kept[((size_t)p * K + j) * E + moe->me * El + le];
+            }
+        moe->scnt[p] = s * width;
+        moe->sdis[p] = so;
+        moe->rcnt[p] = r * width;
+        moe->rdis[p] = ro;
+        so += s * width;
+        ro += r * width;
+    }
+}
+
+/* Reorders received rows between source-major (p, le, j) and expert-major
+ * (le, p, j) blocks: to_expert 1: src -> dst expert-major; 0: back. */
+static void reorder(px_moe_t *moe, const moe_layer_t *a, const float *src, float *dst,
+                    size_t width, int to_expert)
+{
+    const int E = moe->cfg.experts, K = moe->cfg.top_k, P = moe->P, El = moe->El;
+    size_t eo = 0; /* expert-major offset (rows) */
+    for (int le = 0; le < El; le++)
+        for (int p = 0; p < P; p++)
+            for (int j = 0; j < K; j++) {
+                size_t n = (size_t)a->kept[((size_t)p * K + j) * E + moe->me * El + le];
+                /* source-major offset of block (p, le, j) */
+                size_t so = 0;
+                for (int q = 0; q < p; q++)
+                    for (int l2 = 0; l2 < El; l2++)
+                        for (int j2 = 0; j2 < K; j2++)
+                            so += (size_t)a->kept[((size_t)q * K + j2) * E + moe->me * El + l2];
+                for (int l2 = 0; l2 < le; l2++)
+                    for (int j2 = 0; j2 < K; j2++)
+                        so += (size_t)a->kept[((size_t)p * K + j2) * E + moe->me * El + l2];
+                for (int j2 = 0; j2 < j; j2++)
+                    so += (size_t)a->kept[((size_t)p * K + j2) * E + moe->me * El + le];
+                if (n) {
+                    if (to_expert)
+                        moe->k->mem_copy(dst + eo * width, src + so * width,
+                                         n * width * sizeof(float));
+                    else
+                        moe->k->mem_copy(dst + so * width, src + eo * width,
+                                         n * width * sizeof(float));
+                }
+                eo += n;
+            }
+}
+
+/* Rows local expert le received (expert-major), and the first of them. */
+static size_t expert_rows(const px_moe_t *moe, const moe_layer_t *a, int le, size_t *first_p)
+{
+    const int E = moe->cfg.experts, K = moe->cfg.top_k;
+    size_t first = 0, n = 0;
+    for (int l2 = 0; l2 <= le; l2++) {
+        size_t c = 0;
+        for (int p = 0; p < moe->P; p++)
+            for (int j = 0; j < K; j++)
+                c += (size_t)a->kept[((size_t)p * K + j) * E + moe->me * moe->El + l2];
+        if (l2 < le)
+            first += c;
+        else
+            n = c;
+    }
+    *first_p = first;
+    return n;
+}
+
+px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int N)
+{
+    const px_kernel_ops_t *k = moe->k;
+    const int E = moe->cfg.experts, K = moe->cfg.top_k, C = moe->cfg.dim, P = moe->P,
+              El = moe->El;
+    px_status_t status;
+    int mi = l >= 0 && l < moe->cfg.layers ? moe->layer_of[l] : -1;
+    if (mi < 0 || N < 1 || N > moe->Nmax) {
+        px_error("moe: layer %d is not a MoE layer or N %d is outside 1..%d", l, N, moe->Nmax);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    moe_layer_t *a = &moe->L[mi];
+    a->N = N;
+    /* 1. router */
+    k->matmul_forward(moe->logits, x, router_of(moe, moe->params, mi), NULL, N, C, E);
+    if (moe->skew != 0.0f)
+        for (int t = 0; t < N; t++) {
+            moe->logits[(size_t)t * E] += moe->skew;
+            if (E > 1)
+                moe->logits[(size_t)t * E + 1] += 0.5f * moe->skew;
+        }
+    k->moe_router_forward(a->probs, a->idx, a->w, moe->logits, N, E, K);
+    /* 2. counts over the group, probability sums for the aux loss */
+    int64_t mine[K * E];
+    double psum[E];
+    memset(mine, 0, sizeof(mine));
+    memset(psum, 0, sizeof(psum));
+    for (int t = 0; t < N; t++) {
+        for (int j = 0; j < K; j++)
+            mine[j * E + a->idx[(size_t)t * K + j]]++;
+        for (int e = 0; e < E; e++)
+            psum[e] += a->probs[(size_t)t * E + e];
+    }
+    /* the load-balancing loss's statistics over the whole global batch
+     * (the dp group): [prob sums (E) | choice counts (E)] */
+    double stat[2 * E];
+    for (int e = 0; e < E; e++) {
+        stat[e] = psum[e];
+        stat[E + e] = 0.0;
+        for (int j = 0; j < K; j++)
+            stat[E + e] += (double)mine[j * E + e];
+    }
+    status = PX_OK;
+    if (moe->ep && P > 1)
+        status = px_allgather(moe->ep, mine, a->cnt, (uint64_t)K * E, PX_INT64, NULL);
+    else
+        memcpy(a->cnt, mine, sizeof(mine));
+    if (status == PX_OK && moe->dp && px_comm_size(moe->dp) > 1)
+        status = px_allreduce(moe->dp, stat, stat, 2 * (uint64_t)E, PX_FLOAT64, PX_SUM, -1);
+    if (status != PX_OK) {
+        px_error("moe: layer %d: the routing counts over the ep / dp group failed: %s", l,
+                 px_status_str(status));
+        return status;
+    }
+    const int64_t Ng = (int64_t)N * P, cap = capacity(moe, Ng);
+    const double Nall = (double)N * moe->dp_size; /* the global batch's tokens */
+    double aux = 0.0;
+    for (int e = 0; e < E; e++) {
+        double f = stat[E + e] / (Nall * K), pe = stat[e] / Nall;
+        aux += f * pe;
+        /* d aux / d prob_te = coef E f_e / Nall for each token, times dp:
+         * this rank's gradient is averaged over the dp ranks */
+        a->daux[e] = (float)((double)moe->cfg.aux_loss_coef * E * f / (double)N);
+        /* kept counts: the capacity filled in the order j, p, token */
+        int64_t pos = 0;
+        for (int j = 0; j < K; j++)
+            for (int p = 0; p < P; p++) {
+                int64_t n = a->cnt[((size_t)p * K + j) * E + e];
+                int64_t kk = cap - pos < 0 ? 0 : (cap - pos < n ? cap - pos : n);
+                a->kept[((size_t)p * K + j) * E + e] = kk;
+                pos += n;
+                moe->received[e] += (uint64_t)kk;
+                moe->dropped[e] += (uint64_t)(n - kk);
+            }
+    }
+    a->aux = (float)(moe->cfg.aux_loss_coef * E * aux);
+    /* 3. slots in send order: destination, its expert (= expert order),
+     * choice, token; the first kept[me][j][e] choices of (j, e) are kept */
+    a->nslots = 0;
+    for (int e = 0; e < E; e++)
+        for (int j = 0; j < K; j++) {
+            int64_t left = a->kept[((size_t)moe->me * K + j) * E + e];
+            for (int t = 0; t < N && left > 0; t++)
+                if (a->idx[(size_t)t * K + j] == e) {
+                    a->slot_tok[a->nslots] = t;
+                    a->slot_g[a->nslots] = t * K + j;
+                    a->nslots++;
+                    left--;
+                }
+        }
+    k->moe_dispatch(moe->sendbuf, x, a->slot_tok, a->nslots, C);
+    set_counts(moe, a, (size_t)C);
+    PX_CHECK(a2a(moe, moe->sendbuf, moe->recvbuf, "dispatch"));
+    a->nrecv = 0;
+    for (int p = 0; p < P; p++)
+        a->nrecv += (int)(moe->rcnt[p] / (uint64_t)C);
+    reorder(moe, a, moe->recvbuf, a->xe, (size_t)C, 1);
+    /* the experts, on their rows */
+    for (int le = 0; le < El; le++) {
+        size_t r0, n = expert_rows(moe, a, le, &r0);
+        if (!n)
+            continue;
+        expert_view_t p = expert_of(moe, moe->params, mi, le);
+        float *h = a->h + r0 * 4 * C, *hg = a->hg + r0 * 4 * C;
+        k->matmul_forward(h, a->xe + r0 * C, p.fcw, p.fcb, (int)n, C, 4 * C);
+        k->gelu_forward(hg, h, n * 4 * C);
+        k->matmul_forward(moe->sendbuf + r0 * C, hg, p.fcprojw, p.fcprojb, (int)n, 4 * C, C);
+    }
+    reorder(moe, a, moe->sendbuf, moe->recvbuf, (size_t)C, 0);
+    /* back: the receive counts become the send counts */
+    for (int p = 0; p < P; p++) {
+        uint64_t c = moe->scnt[p], d = moe->sdis[p];
+        moe->scnt[p] = moe->rcnt[p];
+        moe->sdis[p] = moe->rdis[p];
+        moe->rcnt[p] = c;
+        moe->rdis[p] = d;
+    }
+    PX_CHECK(a2a(moe, moe->recvbuf, a->y, "combine"));
+    /* combine in slot (= expert) order */
+    k->mem_set(out, 0, (size_t)N * C * sizeof(float));
+    k->moe_combine(out, a->y, a->slot_tok, a->w, a->slot_g, a->nslots, C);
+    return PX_OK;
+}
+
+float px_moe_aux_loss(const px_moe_t *moe)
+{
+    float s = 0.0f;
+    for (int mi = 0; mi < moe->nm; mi++)
+        s += moe->L[mi].aux;
+    return s;
+}
+
+/* ---- backward ---- */
+
+px_status_t px_moe_backward(px_moe_t *moe, int l, const float *x, const float *dout, float *dx,
+                            int N)
+{
+    const px_kernel_ops_t *k = moe->k;
+    const int E = moe->cfg.experts, K = moe->cfg.top_k, C = moe->cfg.dim, P = moe->P,
+              El = moe->El;
+    int mi = l >= 0 && l < moe->cfg.layers ? moe->layer_of[l] : -1;
+    if (mi < 0 || N != moe->L[mi].N) {
+        px_error("moe: backward of layer %d with N %d does not follow its forward", l, N);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    moe_layer_t *a = &moe->L[mi];
+    /* gated output gradients of the slots, and the gates' gradients */
+    k->mem_set(moe->dw, 0, (size_t)N * K * sizeof(float));
+    k->moe_combine_backward(moe->sendbuf, moe->dw, dout, a->y, a->slot_tok, a->w, a->slot_g,
+                            a->nslots, C);
+    set_counts(moe, a, (size_t)C);
+    PX_CHECK(a2a(moe, moe->sendbuf, moe->recvbuf, "gradient dispatch"));
+    float *dy = a->y; /* reused: the forward's outputs are read above for the last time */
+    reorder(moe, a, moe->recvbuf, moe->sendbuf, (size_t)C, 1);
+    for (int le = 0; le < El; le++) {
+        size_t r0, n = expert_rows(moe, a, le, &r0);
+        if (!n)
+            continue;
+        expert_view_t p = expert_of(moe, moe->params, mi, le);
+        expert_view_t g = expert_of(moe, moe->grads, mi, le);
+        float *dg = moe->dg, *dh = moe->dh;
+        k->mem_set(dg, 0, n * 4 * C * sizeof(float));
+        k->matmul_backward(dg, g.fcprojw, g.fcprojb, moe->sendbuf + r0 * C, a->hg + r0 * 4 * C,
+                           p.fcprojw, (int)n, 4 * C, C);
+        k->mem_set(dh, 0, n * 4 * C * sizeof(float));
+        k->gelu_backward(dh, a->h + r0 * 4 * C, dg, n * 4 * C);
+        k->mem_set(moe->recvbuf + r0 * C, 0, n * C * sizeof(float));
+        k->matmul_backward(moe->recvbuf + r0 * C, g.fcw, g.fcb, dh, a->xe + r0 * C, p.fcw,
+                           (int)n, C, 4 * C);
+    }
+    reorder(moe, a, moe->recvbuf, moe->sendbuf, (size_t)C, 0);
+    for (int p = 0; p < P; p++) {
+        uint64_t c = moe->scnt[p], d = moe->sdis[p];
+        moe->scnt[p] = moe->rcnt[p];
+        moe->sdis[p] = moe->rdis[p];
+        moe->rcnt[p] = c;
+        moe->rdis[p] = d;
+    }
+    PX_CHECK(a2a(moe, moe->sendbuf, dy, "gradient combine"));
+    k->mem_set(dx, 0, (size_t)N * C * sizeof(float));
+    k->moe_combine(dx, dy, a->slot_tok, NULL, NULL, a->nslots, C);
+    /* the router: through the gates and the load-balancing loss */
+    k->moe_router_backward(moe->logits, a->probs, a->idx, a->w, moe->dw, a->daux, N, E, K);
+    k->matmul_backward(dx, router_of(moe, moe->grads, mi), NULL, moe->logits, x,
+                       router_of(moe, moe->params, mi), N, C, E);
+    return PX_OK;
+}
+
+/* ---- the step ---- */
+
+void px_moe_begin_step(px_moe_t *moe)
+{
+    moe->k->mem_set(moe->grads, 0, moe->n * sizeof(float));
+    memset(moe->received, 0, (size_t)moe->cfg.experts * sizeof(uint64_t));
+    memset(moe->dropped, 0, (size_t)moe->cfg.experts * sizeof(uint64_t));
+}
+
+px_status_t px_moe_reduce(px_moe_t *moe, double *sumsq_p)
+{
+    px_status_t status = PX_OK;
+    float *rg = moe->grads, *eg = moe->grads + moe->nrouter;
+    if (moe->dp && px_comm_size(moe->dp) > 1 && moe->nrouter)
+        status = px_allreduce(moe->dp, rg, rg, moe->nrouter, PX_FLOAT32, PX_SUM, -1);
+    if (status == PX_OK && moe->edp && px_comm_size(moe->edp) > 1 && moe->nexp)
+        status = px_allreduce(moe->edp, eg, eg, moe->nexp, PX_FLOAT32, PX_SUM, -1);
+    if (status != PX_OK) {
+        px_error("moe: the router / expert gradient reduction failed: %s",
+                 px_status_str(status));
+        return status;
+    }
+    moe->k->scale(moe->grads, 1.0f / ((float)moe->dp_size * (float)moe->accum), moe->n);
+    double sx = moe->k->sumsq(eg, moe->nexp);
+    if (moe->ep && moe->P > 1) {
+        status = px_allreduce(moe->ep, &sx, &sx, 1, PX_FLOAT64, PX_SUM, -1);
+        if (status != PX_OK) {
+            px_error("moe: the expert gradient norm over the ep group failed: %s",
+                     px_status_str(status));
+            return status;
+        }
+    }
+    *sumsq_p = moe->k->sumsq(rg, moe->nrouter) + sx;
+    return PX_OK;
+}
+
+void px_moe_update(px_moe_t *moe, float clip, float norm, float lr, float beta1, float beta2,
+                   float eps, float weight_decay, int t)
+{
+    const px_kernel_ops_t *k = moe->k;
+    if (clip > 0.0f) {
+        float coef = clip / (norm + 1e-6f); /* as zero.h (clip_grad_norm_) */
+        if (coef < 1.0f)
+            k->scale(moe->grads, coef, moe->n);
+    }
+    k->adamw_update(moe->params, moe->grads, moe->m, moe->v, moe->nrouter, lr, beta1, beta2, eps,
+                    weight_decay, t);
+    size_t C = (size_t)moe->cfg.dim;
+    for (int mi = 0; mi < moe->nm; mi++)
+        for (int le = 0; le < moe->El; le++) {
+            size_t o = moe->nrouter + ((size_t)mi * moe->El + le) * moe->se;
+            /* fcw (decay), fcb, fcprojw (decay), fcprojb */
+            const size_t off[4] = {0, 4 * C * C, 4 * C * C + 4 * C, 8 * C * C + 4 * C};
+            const size_t len[4] = {4 * C * C, 4 * C, 4 * C * C, C};
+            for (int i = 0; i < 4; i++)
+                k->adamw_update(moe->params + o + off[i], moe->grads + o + off[i],
+                                moe->m + o + off[i], moe->v + o + off[i], len[i], lr, beta1,
+                                beta2, eps, i % 2 == 0 ? weight_decay : 0.0f, t);
+        }
+}
+
+px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst)
+{
+    const px_moe_config_t *c = &moe->cfg;
+    size_t n = (size_t)px_moe_num_params(c), C = (size_t)c->dim;
+    float *src = which ? moe->grads : moe->params;
+    memset(dst, 0, n * sizeof(float));
+    for (int mi = 0; mi < moe->nm; mi++) {
+        if (moe->me == 0)
+            moe->k->mem_copy_to_host(dst + canon_off(c, mi, 0), router_of(moe, src, mi),
+                                     (size_t)c->experts * C * sizeof(float));
+        for (int le = 0; le < moe->El; le++) {
+            size_t ge = (size_t)moe->me * moe->El + le;
+            expert_view_t x = expert_of(moe, src, mi, le);
+            float *parts[4] = {x.fcw, x.fcb, x.fcprojw, x.fcprojb};
+            for (int i = 1; i < PX_MOE_NUM_TENSORS; i++) {
+                size_t per = (size_t)px_moe_tensor_size(c, i) / (size_t)c->experts;
+                moe->k->mem_copy_to_host(dst + canon_off(c, mi, i) + ge * per, parts[i - 1],
+                                         per * sizeof(float));
+            }
+        }
+    }
+    moe->k->synchronize();
+    if (moe->ep && moe->P > 1) {
+        px_status_t status = px_allreduce(moe->ep, dst, dst, n, PX_FLOAT32, PX_SUM, -1);
+        if (status != PX_OK) {
+            px_error("moe: gathering the experts over the ep group failed: %s",
+                     px_status_str(status));
+            return status;
+        }
+    }
+    return PX_OK;
+}
+
+void px_moe_token_stats(const px_moe_t *moe, uint64_t *received, uint64_t *dropped)
+{
+    memcpy(received, moe->received, (size_t)moe->cfg.experts * sizeof(uint64_t));
+    memcpy(dropped, moe->dropped, (size_t)moe->cfg.experts * sizeof(uint64_t));
+}
+
+double px_moe_alltoall_s(const px_moe_t *moe) { return moe->a2a_s; }
+
+void px_moe_set_router_skew(px_moe_t *moe, float skew) { moe->skew = skew; }
+float *px_moe_params(px_moe_t *moe) { return moe->params; }
+float *px_moe_grads(px_moe_t *moe) { return moe->grads; }

@@ -1,0 +1,160 @@
+/* moe.h: the mixture-of-experts MLP of the GPT (Switch Transformer, Fedus
+ * et al. 2021; GShard, Lepikhin et al. 2020) and expert parallelism.
+ *
+ * In a MoE layer (layer l with (l + 1) % moe_every == 0) the dense MLP
+ * x -> fcproj(gelu(fc(x))) is replaced by:
+ *   probs (N,E) = softmax(x @ router^T), router (E,C), no bias;
+ *   each token's top_k experts (ties: lower index), gates renormalised over
+ *   the two with top-2, the probability itself with top-1;
+ *   out_t = sum_j gate_tj * expert_{e_tj}(x_t), expert e an MLP
+ *   fcproj_e(gelu(fc_e(x))) with fcw (4C,C) fcb (4C) fcprojw (C,4C)
+ *   fcprojb (C) of its own;
+ *   expert capacity ceil(Ng x K / E x F) over the Ng tokens of the
+ *   expert-parallel group (so every rank of it agrees), filled in the
+ *   order (choice j, ep rank, token): all first choices before any second
+ *   (GShard); a choice past the capacity is dropped (it adds 0, so a token
+ *   with every choice dropped leaves the block as its residual input);
+ *   dropless: no capacity;
+ *   Switch's load-balancing loss aux = coef x E x sum_e f_e P_e over the
+ *   global batch's tokens (the dp group's: the same value as one rank),
+ *   f_e the share of the choices that picked e (before dropping), P_e the
+ *   mean router probability of e; it is added to the training loss.
+ * The dense fcw..fcprojb of a MoE layer stay in the layer's unit (the
+ * tensor table is shared by every layer) but are not used: their
+ * gradients are 0.
+ *
+ * Expert parallelism: the ep group's rank r holds experts [r E/ep,
+ * (r+1) E/ep) of every MoE layer. Tokens go to the ranks of their experts
+ * by px_alltoallv (uneven and zero counts) and come back the same way; the
+ * counts every rank sends are known everywhere from one all-gather of the
+ * per-expert choice counts, so no count exchange precedes the data.
+ * Gradients: the router is replicated over the dp group and reduced over
+ * it; an expert's gradient is summed over the edp group (the ranks holding
+ * replicas of the same experts: dp x cp / ep of them), then both are
+ * divided by dp x accum, the same factor as every other gradient: each
+ * parameter's gradient is d(global loss), never counted twice.
+ *
+ * State: the router and this rank's experts live here, outside the model's
+ * units (and outside ZeRO: replicated over dp / edp at every stage), in
+ * one flat buffer each of parameters, gradients and AdamW moments,
+ * [routers of every MoE layer | local experts of every MoE layer].
+ * One training thread; collectives on the groups given at create. */
+#ifndef PX_MOE_H
+#define PX_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "px_kernels.h"
+#include "px_status.h"
+#include "px_transport.h"
+
+/* The mixture's shape (jobcfg.h's fields). */
+typedef struct px_moe_config {
+    int layers, dim;       /* the model's */
+    int experts, top_k;    /* E >= 1, K in 1..2, K <= E */
+    int moe_every;         /* layer l is MoE when (l + 1) % moe_every == 0 */
+    int dropless;          /* 1: no capacity */
+    float capacity_factor; /* F */
+    float aux_loss_coef;   /* Switch's alpha */
+} px_moe_config_t;
+
+/* The tensor table's MoE part (planner/model.h px_model_moe_*), for a
+ * px_moe_config_t. Canonical tensors of one MoE layer, in this order:
+ * router (E,C), fcw (E,4C,C), fcb (E,4C), fcprojw (E,C,4C), fcprojb (E,C);
+ * the canonical MoE buffer is the MoE layers' tensors back to back. */
+#define PX_MOE_NUM_TENSORS 5
+/* Name and element count of tensor i of one MoE layer. */
+const char *px_moe_tensor_name(int i);
+uint64_t px_moe_tensor_size(const px_moe_config_t *cfg, int i);
+/* MoE layers of the model, and the canonical MoE parameter count (all
+ * experts). */
+int px_moe_num_layers(const px_moe_config_t *cfg);
+uint64_t px_moe_num_params(const px_moe_config_t *cfg);
+/* Parameter elements one rank of an ep group of `ep` holds (routers + its
+ * E/ep experts of every MoE layer). */
+uint64_t px_moe_rank_params(const px_moe_config_t *cfg, int ep);
+/* 1 when layer l is a MoE layer. */
+int px_moe_is_layer(const px_moe_config_t *cfg, int l);
+
+typedef struct px_moe px_moe_t;
+
+/* Creates the state for tokens batches of at most N tokens per forward.
+ * ep: the expert-parallel group (NULL: alone); dp: the group the router is
+ * replicated over (the data-parallel group; NULL: alone); edp: the replicas
+ * of this rank's experts (NULL: none); dp_size: dp (x cp) ranks, accum:
+ * micro-batches per step (the 1/(dp x accum) of the reduction). Groups
+ * borrowed for the object's life; ops borrowed. Memory: parameters,
+ * gradients, moments (memacct categories params/grads/optimizer) and the
+ * activations of every MoE layer for N tokens at worst-case routing
+ * (activations). Errors: PX_ERR_INVALID_ARGUMENT (logged: E not divisible
+ * by the ep group, K out of range), PX_ERR_NO_MEMORY. */
+px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
+                          px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size, int accum,
+                          px_moe_t **moe_p);
+void px_moe_destroy(px_moe_t *moe); /* NULL no-op */
+const px_moe_config_t *px_moe_config(const px_moe_t *moe);
+
+/* Parameters from the seed, by canonical element index (counter-based, as
+ * the model's: any ep gives the same values): router and fcw N(0, 0.02),
+ * fcprojw N(0, 0.02/sqrt(2L)), biases 0. Moments zeroed. */
+void px_moe_init_params(px_moe_t *moe, uint64_t seed);
+
+/* Layer l's MoE forward: out (N,C) (overwritten) from x (N,C), N <= the
+ * create-time N, the same N on every rank of the ep group. Collective over
+ * the ep group (one all-gather, one all-reduce, two all-to-all-v). Keeps
+ * what backward needs until the next forward of l. Errors: the
+ * collectives'. */
+px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int N);
+/* Layer l's backward: dx (N,C) (overwritten) = d(loss)/dx through the
+ * experts and the router from dout (N,C) (x as given to forward; it must
+ * still hold the same values); adds the router's and the local experts'
+ * gradients (and the load-balancing loss's, for the router). Collective
+ * over the ep group. */
+px_status_t px_moe_backward(px_moe_t *moe, int l, const float *x, const float *dout, float *dx,
+                            int N);
+/* Sum over the MoE layers of the last forward's load-balancing losses. */
+float px_moe_aux_loss(const px_moe_t *moe);
+
+/* Before a step's first micro-batch: zero the gradients and the step's
+ * token counts. */
+void px_moe_begin_step(px_moe_t *moe);
+/* After the last micro-batch: sums the router gradients over dp and the
+ * experts' over edp, scales both by 1/(dp_size x accum) and writes the
+ * squared L2 norm of every MoE gradient (each expert counted once: summed
+ * over the ep group) into *sumsq_p, the same on every rank. */
+px_status_t px_moe_reduce(px_moe_t *moe, double *sumsq_p);
+/* Clip (scale clip/(norm+1e-6) when < 1, clip > 0: as zero.h, with the
+ * global norm) and AdamW (decay on router and expert matrices). */
+void px_moe_update(px_moe_t *moe, float clip, float norm, float lr, float beta1, float beta2,
+                   float eps, float weight_decay, int t);
+
+/* The canonical MoE buffer (px_moe_num_params) of the parameters (which 0)
+ * or the last reduced gradients (which 1) into HOST memory dst; collective
+ * over the ep group (an all-reduce of the pieces), the result on every
+ * rank. */
+px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst);
+
+/* Tokens of the last step's micro-batches, summed over the MoE layers, per
+ * expert (E each, host memory): choices routed to it and kept (received),
+ * and choices dropped at its capacity; the ep group's figures (every rank
+ * of it has them). */
+void px_moe_token_stats(const px_moe_t *moe, uint64_t *received, uint64_t *dropped);
+
+/* This rank's flat parameter and gradient buffers (px_moe_rank_params
+ * elements each, borrowed): the routers of every MoE layer (E,C) each,
+ * then this rank's experts of every MoE layer, each fcw (4C,C) fcb (4C)
+ * fcprojw (C,4C) fcprojb (C). For tests. */
+float *px_moe_params(px_moe_t *moe);
+float *px_moe_grads(px_moe_t *moe);
+
+/* Test hook: from now on `skew` is added to expert 0's router logit and
+ * skew/2 to expert 1's (a constant: no gradient), so most tokens route to
+ * them (the skewed-routing test). */
+void px_moe_set_router_skew(px_moe_t *moe, float skew);
+
+/* Seconds this rank spent in the dispatch / combine all-to-alls since
+ * create. */
+double px_moe_alltoall_s(const px_moe_t *moe);
+
+#endif

@@ -1,0 +1,228 @@
+/* test_moe_unit.c: unit tests of the mixture-of-experts layer (engine/moe.h)
+ * on one rank, through its public calls:
+ *   skew      a router biased to experts 0 and 1 (px_moe_set_router_skew)
+ *             with capacity factor 1.0: each keeps exactly its capacity
+ *             ceil(N K / E F) of the choices, the first tokens in order; a
+ *             token whose choices were all dropped gets an output of exactly
+ *             0.0 in every channel (the block adds it to the residual, so
+ *             the block's output is its residual input); the token counts;
+ *   router    the op table's router: ties go to the lower expert index,
+ *             top-2 gates sum to 1, the top-1 gate is the probability;
+ *   plan      the bytes px_moe_create allocates per memacct category equal
+ *             the plan's (plan.h px_plan_moe_activation_bytes, model.h
+ *             px_model_moe_rank_params), dropless and with a capacity;
+ *   gradcheck dropless, no skew: the backward (input, router, expert
+ *             gradients, the load-balancing loss's included) against
+ *             central finite differences of sum(out * R) + aux.
+ * Usage: test_moe_unit CASE | all. Single-threaded. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memacct.h"
+#include "moe.h"
+#include "plan.h"
+#include "px_kernels.h"
+
+static int failures;
+#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
+    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
+    fprintf(stderr, "\n"); } } while (0)
+
+static float urand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+
+static void test_skew(void)
+{
+    enum { N = 64, C = 16, E = 8, K = 2 };
+    px_moe_config_t mc = {.layers = 1, .dim = C, .experts = E, .top_k = K, .moe_every = 1,
+                          .capacity_factor = 1.0f, .aux_loss_coef = 0.01f};
+    px_moe_t *moe = NULL;
+    float x[N * C], out[N * C];
+    uint64_t seed = 7, rec[E], drop[E];
+    if (px_moe_create(&mc, px_kernels_cpu(), N, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
+        EXPECT(0, "create");
+        return;
+    }
+    px_moe_init_params(moe, 1);
+    px_moe_set_router_skew(moe, 30.0f); /* every token: expert 0 first, 1 second */
+    for (int i = 0; i < N * C; i++)
+        x[i] = urand(&seed);
+    px_moe_begin_step(moe);
+    EXPECT(px_moe_forward(moe, 0, x, out, N) == PX_OK, "forward");
+    px_moe_token_stats(moe, rec, drop);
+    int cap = (int)ceil((double)N * K / E * 1.0); /* 16 */
+    EXPECT(rec[0] == (uint64_t)cap && drop[0] == (uint64_t)(N - cap), "expert 0: %llu kept "
+           "%llu dropped, want %d and %d", (unsigned long long)rec[0],
+           (unsigned long long)drop[0], cap, N - cap);
+    EXPECT(rec[1] == (uint64_t)cap && drop[1] == (uint64_t)(N - cap), "expert 1: %llu kept "
+           "%llu dropped", (unsigned long long)rec[1], (unsigned long long)drop[1]);
+    for (int e = 2; e < E; e++)
+        EXPECT(rec[e] == 0 && drop[e] == 0, "expert %d got tokens", e);
+    int zero_rows = 0, live_rows = 0;
+    for (int t = 0; t < N; t++) {
+        int z = 1;
+        for (int c = 0; c < C; c++)
+            z &= out[t * C + c] == 0.0f;
+        if (t >= cap) /* both choices dropped: exactly 0 */
+            zero_rows += z;
+        else
+            live_rows += !z;
+    }
+    EXPECT(zero_rows == N - cap, "%d of the %d dropped tokens have a zero output", zero_rows,
+           N - cap);
+    EXPECT(live_rows == cap, "%d of the %d kept tokens have an output", live_rows, cap);
+    /* the residual add of the block: x + 0 is x exactly */
+    for (int t = cap; t < N; t++)
+        for (int c = 0; c < C; c++)
+            EXPECT(x[t * C + c] + out[t * C + c] == x[t * C + c], "residual changed");
+    float dx[N * C];
+    EXPECT(px_moe_backward(moe, 0, x, out, dx, N) == PX_OK, "backward");
+    printf("skew: capacity %d, expert 0 kept %llu dropped %llu, %d dropped tokens with output "
+           "exactly 0\n", cap, (unsigned long long)rec[0], (unsigned long long)drop[0],
+           zero_rows);
+    px_moe_destroy(moe);
+}
+
+/* sum(out * R) + aux for the current parameters, in double */
+static double objective(px_moe_t *moe, const float *x, const float *R, float *out, int N, int C)
+{
+    px_moe_forward(moe, 0, x, out, N);
+    double s = 0.0;
+    for (int i = 0; i < N * C; i++)
+        s += (double)out[i] * R[i];
+    return s + px_moe_aux_loss(moe);
+}
+
+static void test_gradcheck(void)
+{
+    enum { N = 12, C = 8, E = 4, K = 2 };
+    px_moe_config_t mc = {.layers = 1, .dim = C, .experts = E, .top_k = K, .moe_every = 1,
+                          .dropless = 1, .aux_loss_coef = 0.5f};
+    for (int k = 1; k <= 2; k++) {
+        mc.top_k = k;
+        px_moe_t *moe = NULL;
+        float x[N * C], R[N * C], out[N * C], dx[N * C];
+        uint64_t seed = 11;
+        if (px_moe_create(&mc, px_kernels_cpu(), N, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
+            EXPECT(0, "create");
+            return;
+        }
+        px_moe_init_params(moe, 3);
+        float *P = px_moe_params(moe), *G = px_moe_grads(moe);
+        size_t np = (size_t)px_moe_rank_params(&mc, 1);
+        for (size_t i = 0; i < np; i++) /* larger weights than the init: visible gradients */
+            P[i] = 0.5f * urand(&seed);
+        for (int i = 0; i < N * C; i++) {
+            x[i] = urand(&seed);
+            R[i] = urand(&seed);
+        }
+        px_moe_begin_step(moe);
+        objective(moe, x, R, out, N, C);
+        EXPECT(px_moe_backward(moe, 0, x, R, dx, N) == PX_OK, "backward");
+        float *g = malloc(np * sizeof(float));
+        memcpy(g, G, np * sizeof(float));
+        const double eps = 1e-2;
+        double worst = 0.0;
+        /* the router, expert 1's fcw rows and biases, expert 3's fcprojw */
+        size_t probe[] = {0, 5, E * C - 1, E * C + 1 * (8 * C * C + 5 * C) + 3,
+                          E * C + 1 * (8 * C * C + 5 * C) + 4 * C * C + 2,
+                          E * C + 3 * (8 * C * C + 5 * C) + 4 * C * C + 4 * C + 17,
+                          E * C + 3 * (8 * C * C + 5 * C) + 8 * C * C + 4 * C + 1};
+        for (size_t q = 0; q < sizeof(probe) / sizeof(probe[0]); q++) {
+            size_t i = probe[q];
+            float keep = P[i];
+            P[i] = keep + (float)eps;
+            double lp = objective(moe, x, R, out, N, C);
+            P[i] = keep - (float)eps;
+            double lm = objective(moe, x, R, out, N, C);
+            P[i] = keep;
+            double num = (lp - lm) / (2 * eps), err = fabs(num - g[i]) / fmax(fabs(num), 1e-2);
+            worst = fmax(worst, err);
+            EXPECT(err < 2e-2, "top-%d param %zu: analytic %g numeric %g", k, i, g[i], num);
+        }
+        for (int i = 0; i < N * C; i += 7) {
+            float keep = x[i];
+            x[i] = keep + (float)eps;
+            double lp = objective(moe, x, R, out, N, C);
+            x[i] = keep - (float)eps;
+            double lm = objective(moe, x, R, out, N, C);
+            x[i] = keep;
+            double num = (lp - lm) / (2 * eps), err = fabs(num - dx[i]) / fmax(fabs(num), 1e-2);
+            worst = fmax(worst, err);
+            EXPECT(err < 2e-2, "top-%d dx[%d]: analytic %g numeric %g", k, i, dx[i], num);
+        }
+        printf("gradcheck top-%d: worst relative error %.2e\n", k, worst);
+        free(g);
+        px_moe_destroy(moe);
+    }
+}
+
+static void test_router(void)
+{
+    const px_kernel_ops_t *k = px_kernels_cpu();
+    /* row 0: experts 1 and 3 tie for first, 0 and 2 for third; row 1: all equal */
+    float logits[2 * 4] = {0.5f, 2.0f, 0.5f, 2.0f, 1.0f, 1.0f, 1.0f, 1.0f}, probs[8], w[4];
+    int32_t idx[4];
+    k->moe_router_forward(probs, idx, w, logits, 2, 4, 2);
+    EXPECT(idx[0] == 1 && idx[1] == 3 && idx[2] == 0 && idx[3] == 1,
+           "ties: choices %d %d / %d %d, want 1 3 / 0 1", idx[0], idx[1], idx[2], idx[3]);
+    EXPECT(fabsf(w[0] + w[1] - 1.0f) < 1e-6f && w[0] == w[1] && w[2] == 0.5f,
+           "top-2 gates %g %g %g", w[0], w[1], w[2]);
+    k->moe_router_forward(probs, idx, w, logits, 2, 4, 1);
+    EXPECT(idx[0] == 1 && idx[1] == 0 && w[0] == probs[1] && w[1] == 0.25f,
+           "top-1: choice %d gate %g (prob %g)", idx[0], w[0], probs[1]);
+    printf("router: ties to the lower index, gates ok\n");
+}
+
+static void test_plan(void)
+{
+    for (int dl = 0; dl <= 1; dl++) {
+        px_moe_config_t mc = {.layers = 3, .dim = 24, .experts = 6, .top_k = 2, .moe_every = 2,
+                              .dropless = dl, .capacity_factor = dl ? 1.5f : 0.5f};
+        px_mem_stats_t a, b;
+        px_moe_t *moe = NULL;
+        px_mem_stats(&a);
+        if (px_moe_create(&mc, px_kernels_cpu(), 40, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
+            EXPECT(0, "create");
+            return;
+        }
+        px_mem_stats(&b);
+        uint64_t acts = b.current[PX_MEM_ACTS] - a.current[PX_MEM_ACTS];
+        uint64_t want = px_plan_moe_activation_bytes(px_moe_num_layers(&mc), 40, 1, 6, 2, 24, dl,
+                                                     mc.capacity_factor);
+        uint64_t np = px_moe_rank_params(&mc, 1);
+        EXPECT(acts == want, "dropless %d: activations %llu bytes, plan %llu", dl,
+               (unsigned long long)acts, (unsigned long long)want);
+        EXPECT(b.current[PX_MEM_PARAMS] - a.current[PX_MEM_PARAMS] == 4 * np &&
+               b.current[PX_MEM_GRADS] - a.current[PX_MEM_GRADS] == 4 * np &&
+               b.current[PX_MEM_OPTIM] - a.current[PX_MEM_OPTIM] == 8 * np,
+               "state bytes differ from 4/4/8 x %llu", (unsigned long long)np);
+        EXPECT(np == (uint64_t)px_moe_num_layers(&mc) * (6 * 24 + 6 * (8 * 24 * 24 + 5 * 24)),
+               "rank params %llu", (unsigned long long)np);
+        printf("plan dropless %d: activations %llu bytes (plan %llu), state 16 x %llu\n", dl,
+               (unsigned long long)acts, (unsigned long long)want, (unsigned long long)np);
+        px_moe_destroy(moe);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *c = argc > 1 ? argv[1] : "all";
+    int all = !strcmp(c, "all");
+    if (all || !strcmp(c, "skew"))
+        test_skew();
+    if (all || !strcmp(c, "router"))
+        test_router();
+    if (all || !strcmp(c, "plan"))
+        test_plan();
+    if (all || !strcmp(c, "gradcheck"))
+        test_gradcheck();
+    printf(failures ? "FAIL (%d)\n" : "PASS\n", failures);
+    return failures ? 1 : 0;
+}
