@@ -130,7 +130,7 @@ static json_t *json_str(const char *s)
 
 /* A float as the shortest decimal that reads back to it (0.1f -> 0.1, not
  * 0.100000001). */
-static json_t *json_float(float f)
+json_t *pctl_json_float(float f)
 {
     char buf[32];
     if (!isfinite(f))
@@ -169,36 +169,41 @@ json_t *pctl_json_job(const Parallax__V1__Job *job)
     json_object_set_new(o, "reason", json_str(job->reason));
     json_object_set_new(o, "step", json_integer(job->step));
     json_object_set_new(o, "steps", json_integer(sp ? sp->steps : 0));
-    json_object_set_new(o, "loss", json_float(job->loss));
+    json_object_set_new(o, "loss", pctl_json_float(job->loss));
     json_object_set_new(o, "tokens_per_second", json_real(job->tokens_per_second));
-    json_object_set_new(o, "grad_norm", json_float(job->grad_norm));
-    json_object_set_new(o, "lr", json_float(job->lr));
+    json_object_set_new(o, "grad_norm", pctl_json_float(job->grad_norm));
+    json_object_set_new(o, "lr", pctl_json_float(job->lr));
+    json_object_set_new(o, "val_loss", job->val_step ? pctl_json_float(job->val_loss) : json_null());
+    json_object_set_new(o, "val_step", json_integer(job->val_step));
     json_object_set_new(o, "created_ms", json_integer(job->created_ms));
     json_object_set_new(o, "now_ms", json_integer(job->now_ms)); /* the clock of its times */
     json_object_set_new(o, "started_ms", json_integer(job->started_ms));
     json_object_set_new(o, "finished_ms", json_integer(job->finished_ms));
     json_object_set_new(o, "coordinator", json_str(job->coordinator));
     if (sp) {
+        /* every field of the spec, from the descriptor (model and parallel
+         * nested as on the wire), then, as before, the model's sizes at the
+         * top (vocab resolved) and the resolved layout with its world */
         const Parallax__V1__ModelSpec *m = sp->model;
+        json_decref(spec);
+        spec = pctl_json_message(&sp->base);
         json_object_set_new(spec, "layers", json_integer(m ? m->layers : 0));
         json_object_set_new(spec, "heads", json_integer(m ? m->heads : 0));
         json_object_set_new(spec, "dim", json_integer(m ? m->dim : 0));
         json_object_set_new(spec, "seq", json_integer(m ? m->seq : 0));
         json_object_set_new(spec, "vocab", json_integer(m && m->vocab ? m->vocab : PX_DEFAULT_VOCAB));
-        json_object_set_new(spec, "data_path", json_str(sp->data_path));
-        json_object_set_new(spec, "dp", json_integer(sp->dp));
-        if (has_layout)
-            json_object_set_new(spec, "parallel",
-                                json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "dp", l.dp, "tp", l.tp,
-                                          "pp", l.pp, "cp", l.cp, "ep", l.ep, "world",
-                                          px_layout_world(&l)));
-        json_object_set_new(spec, "batch", json_integer(sp->batch));
-        json_object_set_new(spec, "steps", json_integer(sp->steps));
-        json_object_set_new(spec, "lr", json_float(sp->lr));
-        json_object_set_new(spec, "seed", json_integer((json_int_t)sp->seed));
-        json_object_set_new(spec, "warmup_steps", json_integer(sp->warmup_steps));
-        json_object_set_new(spec, "weight_decay", json_float(sp->weight_decay));
-        json_object_set_new(spec, "min_lr_ratio", json_float(sp->min_lr_ratio));
+        if (has_layout) {
+            json_t *par = json_object_get(spec, "parallel");
+            if (!json_is_object(par)) {
+                par = json_object();
+                json_object_set_new(spec, "parallel", par);
+            }
+            json_t *resolved = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "dp", l.dp, "tp",
+                                         l.tp, "pp", l.pp, "cp", l.cp, "ep", l.ep, "world",
+                                         px_layout_world(&l));
+            json_object_update(par, resolved);
+            json_decref(resolved);
+        }
     }
     json_object_set_new(o, "spec", spec);
     for (size_t i = 0; i < job->n_ranks; i++) {
@@ -230,12 +235,14 @@ json_t *pctl_json_metrics(const Parallax__V1__StepMetrics *m)
 {
     json_t *o = json_object();
     json_object_set_new(o, "step", json_integer(m->step));
-    json_object_set_new(o, "loss", json_float(m->loss));
-    json_object_set_new(o, "grad_norm", json_float(m->grad_norm));
-    json_object_set_new(o, "lr", json_float(m->lr));
+    json_object_set_new(o, "loss", pctl_json_float(m->loss));
+    json_object_set_new(o, "grad_norm", pctl_json_float(m->grad_norm));
+    json_object_set_new(o, "lr", pctl_json_float(m->lr));
     json_object_set_new(o, "tokens_per_second", json_real(m->tokens_per_second));
     json_object_set_new(o, "elapsed_s", json_real(m->elapsed_s));
     json_object_set_new(o, "time_ms", json_integer(m->time_ms));
+    /* issue 14: null on the steps not followed by a validation */
+    json_object_set_new(o, "val_loss", m->val_loss > 0.0f ? pctl_json_float(m->val_loss) : json_null());
     return o;
 }
 

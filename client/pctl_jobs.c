@@ -186,7 +186,10 @@ static void follow_show(follow_t *f, const Parallax__V1__StepMetrics *m)
         memset(bar, '#', (size_t)fill);
         memset(bar + fill, '-', (size_t)(width - fill));
         bar[width] = '\0';
-        if (step > 0)
+        if (step > 0 && job->val_step > 0) /* issue 14: the last validation loss too */
+            printf("\r\033[K[%s] %u/%u  loss %.4f  val %.4f  %s tok/s  ETA %s  %s", bar, step,
+                   steps, loss, job->val_loss, tps_s, eta_s, pctl_state_name(job->state));
+        else if (step > 0)
             printf("\r\033[K[%s] %u/%u  loss %.4f  %s tok/s  ETA %s  %s", bar, step, steps, loss,
                    tps_s, eta_s, pctl_state_name(job->state));
         else
@@ -198,7 +201,10 @@ static void follow_show(follow_t *f, const Parallax__V1__StepMetrics *m)
     }
     if (state_changed || (step != f->last_printed_step &&
                           (step % PLAIN_PROGRESS_EVERY == 0 || step == steps))) {
-        if (step > 0)
+        if (step > 0 && job->val_step > 0)
+            printf("step %u/%u  loss %.4f  val %.4f  %s tok/s  ETA %s  %s\n", step, steps, loss,
+                   job->val_loss, tps_s, eta_s, pctl_state_name(job->state));
+        else if (step > 0)
             printf("step %u/%u  loss %.4f  %s tok/s  ETA %s  %s\n", step, steps, loss, tps_s,
                    eta_s, pctl_state_name(job->state));
         else
@@ -378,7 +384,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
            O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP, O_BUCKET,
            O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
            O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_EXPERTS, O_TOPK, O_CAPF,
-           O_DROPLESS, O_MOE_EVERY, O_AUXC };
+           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_NO_VAL, O_EVAL_EVERY, O_EVAL_BATCHES };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -420,6 +426,10 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"resume", required_argument, NULL, O_RESUME},
         {"export-safetensors", required_argument, NULL, O_SAFET},
         {"max-restarts", required_argument, NULL, O_MAX_RESTARTS}, /* issue 5 */
+        {"val-data", required_argument, NULL, O_VAL},              /* issue 14 */
+        {"no-val", no_argument, NULL, O_NO_VAL},
+        {"eval-every", required_argument, NULL, O_EVAL_EVERY},
+        {"eval-batches", required_argument, NULL, O_EVAL_BATCHES},
         {"follow", no_argument, NULL, O_FOLLOW},
         {"json", no_argument, NULL, O_JSON},
         {"help", no_argument, NULL, 'h'},
@@ -429,8 +439,9 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     Parallax__V1__SubmitJobResponse *resp = NULL;
     px_job_config_t cfg;
     px_jobspec_msg_t msg; /* the JobSpec, written from cfg (jobspec.h) */
-    const char *data = NULL, *name = NULL;
-    char *data_abs = NULL;
+    const char *data = NULL, *name = NULL, *val = NULL;
+    char *data_abs = NULL, *val_abs = NULL;
+    int no_val = 0;
     /* checkpoint, resume and export paths made absolute: in stack buffers,
      * so the usage-error returns of the option loop leak nothing */
     char abs_buf[3][PATH_MAX + 1];
@@ -554,6 +565,10 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
             break;
         }
         case O_DATA: data = optarg; break;
+        case O_VAL: val = optarg; break;
+        case O_NO_VAL: no_val = 1; break;
+        case O_EVAL_EVERY: INT_OPT("--eval-every", cfg.eval_every, 0); break;
+        case O_EVAL_BATCHES: INT_OPT("--eval-batches", cfg.eval_batches, 1); break;
         case O_NAME: name = optarg; break;
         case O_FOLLOW: follow = 1; break;
         case O_JSON: json = 1; break;
@@ -586,6 +601,28 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         return pctl_usage_error("submit", "invalid value '%s' for --data: %s", data,
                                 strerror(errno));
     cfg.data_path = data_abs;
+    if (val && no_val) {
+        rc = pctl_usage_error("submit", "--val-data and --no-val contradict each other");
+        goto out;
+    }
+    if (val) {
+        val_abs = realpath(val, NULL);
+        if (!val_abs) {
+            rc = pctl_usage_error("submit", "invalid value '%s' for --val-data: %s", val,
+                                  strerror(errno));
+            goto out;
+        }
+    } else if (!no_val && cfg.layout.pp <= 1 && cfg.layout.cp <= 1 && cfg.experts == 0) {
+        /* the validation file `pctl data prepare` writes beside --data
+         * (validation runs without pipeline or context parallelism and
+         * experts only, jobcfg.c) */
+        char *guess = pctl_val_path(data_abs);
+        if (guess && access(guess, R_OK) == 0)
+            val_abs = guess;
+        else
+            free(guess);
+    }
+    cfg.val_path = val_abs;
     cfg.checkpoint_dir = abs_paths[0];
     cfg.resume_dir = abs_paths[1];
     cfg.export_safetensors = abs_paths[2];
@@ -622,6 +659,7 @@ out:
     if (resp)
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     free(data_abs);
+    free(val_abs);
     return rc;
 }
 
@@ -696,6 +734,8 @@ static void print_job(const Parallax__V1__Job *j)
         printf("lr           %.6g\n", j->lr);
         printf("tokens/s     %.0f\n", j->tokens_per_second);
     }
+    if (j->val_step > 0) /* issue 14 */
+        printf("val loss     %.4f (after step %u)\n", j->val_loss, j->val_step);
     printf("created      %s (%s ago)\n", fmt_time(j->now_ms, j->created_ms, b1, sizeof(b1)),
            fmt_age(j->now_ms, j->created_ms, b2, sizeof(b2)));
     if (j->started_ms > 0)
@@ -960,38 +1000,6 @@ int pctl_cmd_cancel(pctl_ctx_t *ctx, int argc, char **argv)
 }
 
 /* ------------------------------------------------------ metrics/logs */
-
-int pctl_cmd_metrics(pctl_ctx_t *ctx, int argc, char **argv)
-{
-    Parallax__V1__GetMetricsRequest req = PARALLAX__V1__GET_METRICS_REQUEST__INIT;
-    Parallax__V1__GetMetricsResponse *resp = NULL;
-    const char *id = NULL;
-    int json, rc;
-
-    if (parse_common("metrics", argc, argv, 1, &json, &id, &rc))
-        return rc;
-    req.job_id = (char *)id;
-    if (pctl_call(ctx, "metrics", M_METRICS, &req.base,
-                  &parallax__v1__get_metrics_response__descriptor, (ProtobufCMessage **)&resp))
-        return PCTL_EXIT_FAIL;
-    if (json) {
-        json_t *a = json_array();
-        for (size_t i = 0; i < resp->n_steps; i++)
-            json_array_append_new(a, pctl_json_metrics(resp->steps[i]));
-        rc = pctl_json_print(a);
-    } else {
-        printf("%6s %10s %10s %12s %10s %9s\n", "STEP", "LOSS", "GRAD_NORM", "LR", "TOK/S",
-               "ELAPSED");
-        for (size_t i = 0; i < resp->n_steps; i++) {
-            const Parallax__V1__StepMetrics *m = resp->steps[i];
-            printf("%6u %10.4f %10.4f %12.6g %10.0f %8.1fs\n", m->step, m->loss, m->grad_norm,
-                   m->lr, m->tokens_per_second, m->elapsed_s);
-        }
-        rc = PCTL_EXIT_OK;
-    }
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
-    return rc;
-}
 
 int pctl_cmd_logs(pctl_ctx_t *ctx, int argc, char **argv)
 {

@@ -1,7 +1,9 @@
 /* pctl_main.c: entry point of pctl, the parallax command-line client.
  *
  * `pctl [--server ADDR] [--timeout MS] <command> [args]`. The server
- * defaults to $PX_SERVER, else 127.0.0.1:7070; "unix:/path" works too.
+ * defaults to $PX_SERVER, else the local daemon's unix socket
+ * ($PX_RUNTIME_DIR/control.sock, /run/parallax by default) when it exists,
+ * else 127.0.0.1:7070; "unix:/path" works too.
  * This file holds the command table, the help texts, number parsing, and the
  * one place RPC failures are printed ("pctl: <command>: <STATUS>: <message>").
  * Single-threaded; every RPC is a blocking px_rpc call with a deadline. */
@@ -12,9 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/stat.h>
 
 #include "jobcfg.h"
 #include "pctl.h"
+#include "px_env.h"
 
 #define PCTL_DEFAULT_SERVER "127.0.0.1:7070"
 #define PCTL_STR_(x) #x
@@ -35,6 +40,7 @@ static const pctl_command_t commands[] = {
      "                   [--clip F] [--bucket-mb F]\n"
      "                   [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
      "                   [--export-safetensors FILE] [--max-restarts N] [--follow] [--json]\n"
+     "                   [--val-data FILE | --no-val] [--eval-every N] [--eval-batches K]\n"
      "\n"
      "Submits a GPT training job and prints its id.\n"
      "  --data FILE        token file (llm.c layout, see `pctl data prepare`); sent as an\n"
@@ -87,6 +93,12 @@ static const pctl_command_t commands[] = {
      "  --max-restarts N   when the job fails (a rank or a node died), submit it again\n"
      "                     from the newest complete checkpoint in --checkpoint-dir, up\n"
      "                     to N times (0..100, default 0)\n"
+     "  --val-data FILE    validation token file (default: the FILE_val.bin beside\n"
+     "                     --data that `pctl data prepare --val-fraction` writes, when it\n"
+     "                     exists and pp, cp are 1 without experts); --no-val: none\n"
+     "  --eval-every N     validation loss every N steps and after the last (default\n"
+     "                     steps/10; 0: after the last only)\n"
+     "  --eval-batches K   fixed validation batches of --batch sequences (default 4)\n"
      "  --follow           watch the job until it ends; exit 0 only if it completed\n"
      "  --json             print {\"job_id\": ...} (with --follow: the final job)\n",
      pctl_cmd_submit},
@@ -109,9 +121,17 @@ static const pctl_command_t commands[] = {
      "to polling if the stream breaks. Exit 0 only if the job completed.\n",
      pctl_cmd_watch},
     {"metrics", "per-step metrics of a job",
-     "usage: pctl metrics JOB [--json]\n"
+     "usage: pctl metrics JOB [JOB...] [--json | --csv | --plot [--log] [--width N]\n"
+     "                    [--height N]] [--from-json FILE]\n"
      "\n"
-     "Prints step, loss, grad norm, lr and tokens/s of every recorded step.\n",
+     "Prints step, loss, validation loss, grad norm, lr and tokens/s of every recorded\n"
+     "step (the validation loss after the steps that were followed by one).\n"
+     "  --csv         the same as comma-separated values, one row per job and step\n"
+     "  --plot        the training loss (a line) and validation loss (markers) over the\n"
+     "                steps in the terminal, every JOB overlaid; --log: log-scale loss;\n"
+     "                --width (default: the terminal's) and --height (16) in characters\n"
+     "  --json        an array of steps; several jobs: an object of arrays by job id\n"
+     "  --from-json FILE  read what --json printed instead of asking the daemon\n",
      pctl_cmd_metrics},
     {"logs", "output of a job's rank",
      "usage: pctl logs JOB [--rank R] [--tail N]\n"
@@ -237,7 +257,9 @@ static void print_main_help(FILE *out)
             "\n"
             "parallax command-line client.\n"
             "  --server ADDR   parallaxd Control address, host:port or unix:/path\n"
-            "                  (default $PX_SERVER, else " PCTL_DEFAULT_SERVER ")\n"
+            "                  (default $PX_SERVER, else the local daemon's socket\n"
+            "                  $PX_RUNTIME_DIR/control.sock (PX_RUNTIME_DIR default\n"
+            "                  /run/parallax) when it exists, else " PCTL_DEFAULT_SERVER ")\n"
             "  --timeout MS    deadline of each request (default %d)\n"
             "  --token-file F  cluster token file, for a daemon reached over the network\n"
             "                  (default $PX_TOKEN_FILE)\n"
@@ -429,6 +451,20 @@ int pctl_call(pctl_ctx_t *ctx, const char *cmd, const char *method,
     return 0;
 }
 
+/* The server with neither --server nor PX_SERVER (as docker and systemctl
+ * find their daemons): the local parallaxd's control socket in the
+ * standard runtime directory when a socket is there, else TCP on
+ * loopback. `buf` holds the unix target. */
+static const char *local_server(char *buf, size_t len)
+{
+    struct stat st;
+    const char *dir = px_env_str("PX_RUNTIME_DIR");
+    int n = snprintf(buf, len, "unix:%s/control.sock", *dir ? dir : "/run/parallax");
+    if (n > 0 && (size_t)n < len && stat(buf + 5, &st) == 0 && S_ISSOCK(st.st_mode))
+        return buf;
+    return PCTL_DEFAULT_SERVER;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -444,7 +480,8 @@ int main(int argc, char **argv)
     uint64_t v;
     int opt, rc;
 
-    ctx.server = (env && *env) ? env : PCTL_DEFAULT_SERVER;
+    char local[PATH_MAX + 16];
+    ctx.server = (env && *env) ? env : local_server(local, sizeof(local));
     token_file = getenv("PX_TOKEN_FILE");
     /* "+": stop at the command name; its own options follow it. */
     opterr = 0;

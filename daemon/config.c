@@ -21,7 +21,7 @@
 /* Keys: index into cfg->source; option value = OPT_BASE + index. */
 enum { K_NAME, K_LISTEN, K_PEER_LISTEN, K_STATE_DIR, K_RUNTIME_DIR, K_DEVICES, K_PEERS,
        K_HEARTBEAT, K_PEER_DEAD, K_COLL_TIMEOUT, K_KILL_GRACE, K_LOG_LEVEL, K_TOKEN_FILE,
-       K_CONTROL_GROUP, K_CONTROL_REMOTE, K_MAX_MSG, K_TLS_CERT, K_TLS_KEY, K_TLS_CA, K_COUNT };
+       K_CONTROL_GROUP, K_CONTROL_REMOTE, K_MAX_MSG, K_TLS_CERT, K_TLS_KEY, K_TLS_CA, K_METRICS_LISTEN, K_COUNT };
 _Static_assert(K_COUNT == PXD_CFG_KEYS, "PXD_CFG_KEYS matches the key table");
 
 enum { OPT_BASE = 1000, OPT_CONFIG = 2000, OPT_PRINT_CONFIG, OPT_HELP };
@@ -61,6 +61,9 @@ static const key_t_ keys[K_COUNT] = {
     [K_TLS_KEY] = {"tls-key-file", NULL, "", "PEM private key of tls-cert-file"},
     [K_TLS_CA] = {"tls-ca-file", NULL, "",
                   "PEM CA bundle that verifies the other daemons (default: tls-cert-file)"},
+    [K_METRICS_LISTEN] = {"metrics-listen", NULL, "",
+                          "Prometheus metrics over HTTP at host:port (/metrics; a bare :port "
+                          "or port: loopback; empty: off)"},
 };
 
 static struct option long_opts[K_COUNT + 4];
@@ -229,6 +232,7 @@ static px_status_t apply(px_daemon_config_t *cfg, int k, const char *v)
     case K_TLS_CERT: return set_opt_str(&cfg->tls_cert_file, v);
     case K_TLS_KEY: return set_opt_str(&cfg->tls_key_file, v);
     case K_TLS_CA: return set_opt_str(&cfg->tls_ca_file, v);
+    case K_METRICS_LISTEN: return set_opt_str(&cfg->metrics_listen, v); /* checked by metrics.c */
     case K_MAX_MSG: {
         char *end;
         long long n;
@@ -531,6 +535,7 @@ void px_daemon_config_print(const px_daemon_config_t *cfg, FILE *out)
     print_kv(out, cfg, K_TLS_CERT, cfg->tls_cert_file ? cfg->tls_cert_file : "");
     print_kv(out, cfg, K_TLS_KEY, cfg->tls_key_file ? cfg->tls_key_file : "");
     print_kv(out, cfg, K_TLS_CA, cfg->tls_ca_file ? cfg->tls_ca_file : "");
+    print_kv(out, cfg, K_METRICS_LISTEN, cfg->metrics_listen ? cfg->metrics_listen : "");
 }
 
 void px_daemon_config_free(px_daemon_config_t *cfg)
@@ -550,6 +555,7 @@ void px_daemon_config_free(px_daemon_config_t *cfg)
     free(cfg->tls_cert_file);
     free(cfg->tls_key_file);
     free(cfg->tls_ca_file);
+    free(cfg->metrics_listen);
     free(cfg->config_file);
     memset(cfg, 0, sizeof(*cfg));
 }

@@ -19,7 +19,7 @@
 
 #define PXD_DEFAULT_CONFIG "/etc/parallax/parallaxd.conf"
 #define PXD_CFG_SOURCE_MAX 1100
-#define PXD_CFG_KEYS 19
+#define PXD_CFG_KEYS 20
 
 typedef struct px_daemon_config {
     char *listen;          /* Control host:port */
@@ -43,6 +43,7 @@ typedef struct px_daemon_config {
     char *tls_cert_file;   /* PEM chain: TLS on Control and Peer, or NULL */
     char *tls_key_file;    /* its PEM key, or NULL */
     char *tls_ca_file;     /* CA verifying peers (NULL: tls_cert_file) */
+    char *metrics_listen;  /* Prometheus HTTP host:port (metrics.h), or NULL: off */
     char *config_file;     /* file read, or NULL */
     int print_config;      /* --print-config */
     /* where each key's value came from, indexed like the key table:

@@ -16,6 +16,7 @@
 #include "layout.h"
 #include "px_log.h"
 #include "store.h"
+#include "valstore.h"
 
 #define P_CONTROL "/parallax.v1.Control/"
 
@@ -757,6 +758,8 @@ static void h_metrics(px_rpc_call_t *call, const ProtobufCMessage *request, void
     if (!job)
         return;
     status = px_store_metrics_get(d->store, job->id, &resp);
+    if (status == PX_OK)
+        status = px_valstore_fill(d->store, job->id, &resp); /* issue 14 */
     if (status != PX_OK)
         px_rpc_call_fail(call, px_rpc_code_from_status(status), "metrics of %s: %s", job->id,
                          px_status_str(status));

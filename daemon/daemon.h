@@ -102,6 +102,8 @@ typedef struct px_job {
     uint32_t step;
     float loss, grad_norm, lr;
     double tokens_per_second;
+    float val_loss;                 /* issue 14: the last validation loss (0: none) */
+    uint32_t val_step;              /* the step it followed (valstore.h) */
     int64_t created_ms, started_ms, finished_ms;
     char coordinator[PXD_NAME_MAX];
     int world;                      /* dp; 0 for jobs never placed */
@@ -186,6 +188,7 @@ struct px_daemon {
     size_t token_len;
     int64_t stop_deadline_ms;
     int exit_code;
+    struct px_metrics *metrics;        /* --metrics-listen (metrics.h), or NULL */
 };
 
 /* ---------------------------------------------------------------- auth.c */

@@ -26,6 +26,7 @@
 #include "px_log.h"
 #include "px_time.h"
 #include "store.h"
+#include "valstore.h"
 
 static const char *state_name(Parallax__V1__JobState s)
 {
@@ -111,6 +112,7 @@ void px_job_to_msg(const px_job_t *job, Parallax__V1__Job *out)
     out->grad_norm = job->grad_norm;
     out->lr = job->lr;
     out->tokens_per_second = job->tokens_per_second;
+    out->val_loss = job->val_loss, out->val_step = job->val_step; /* issue 14 */
     out->created_ms = job->created_ms;
     out->now_ms = px_time_wall_ms(); /* the clock of every time here (issue 16) */
     out->started_ms = job->started_ms;
@@ -1142,6 +1144,7 @@ int px_job_progress(px_daemon_t *d, const Parallax__V1__ReportProgressRequest *r
         job->lr = m->lr;
         job->tokens_per_second = m->tokens_per_second;
         px_store_metric_add(d->store, job->id, m);
+        px_valstore_record(d->store, job, m); /* issue 14 */
         job_save(job);
         watchers_notify(job, m);
     }

@@ -36,6 +36,8 @@
 #include "px_log.h"
 #include "px_time.h"
 #include "store.h"
+#include "valstore.h"
+#include "metrics.h"
 
 #if PX_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
@@ -415,6 +417,8 @@ int main(int argc, char **argv)
     check_boot_id(d);
     if (px_job_load_all(d) != PX_OK)
         goto out_loop;
+    for (px_job_t *j = d->jobs; j; j = j->next) /* issue 14: `pctl status` after a restart */
+        px_valstore_load_last(d->store, j);
     if (px_rpc_cq_create(cq_notify, d, &d->cq) != PX_OK)
         goto out_jobs;
 
@@ -472,6 +476,8 @@ int main(int argc, char **argv)
     px_job_adopt_all(d);
     px_supervisor_kill_orphans(d);
     px_nodes_start(d);
+    if (px_metrics_start(d) != PX_OK) /* issue 14: --metrics-listen */
+        goto out_servers;
     px_info("node %s ready: control %s + %s, peer %s, %d devices (%s), %d peers, state %s",
             d->cfg.name, d->control_addr, unix_addr, d->peer_addr, d->n_devices,
             d->cfg.devices, d->n_peers, d->cfg.state_dir);
@@ -490,6 +496,7 @@ int main(int argc, char **argv)
     ret = 0;
 
 out_servers:
+    px_metrics_stop(d);
     px_rpc_server_destroy(d->control_srv);
     px_rpc_server_destroy(d->peer_srv);
     d->control_srv = d->peer_srv = NULL;

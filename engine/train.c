@@ -34,6 +34,7 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "eval.h"
 #include "gpt.h"
 #include "groups.h"
 #include "jobcfg.h"
@@ -169,6 +170,37 @@ static px_status_t dump_batch(const char *dir, const px_data_t *data, const px_t
     return status;
 }
 
+/* Validation batch k (eval.h: training step k's cut, from the validation
+ * file), the global batch, as dump_batch. */
+static px_status_t dump_val_batch(const char *dir, const px_data_t *val,
+                                  const px_train_config_t *cfg, int k)
+{
+    size_t n = (size_t)cfg->batch * cfg->seq;
+    int32_t *buf = malloc(2 * n * sizeof(int32_t));
+    char name[64];
+    px_status_t status;
+    if (!buf)
+        return PX_ERR_NO_MEMORY;
+    px_data_batch(val, cfg->seed, k, 0, cfg->batch, cfg->seq, buf, buf + n);
+    snprintf(name, sizeof(name), "val_batch_%d", k);
+    status = dump_raw(dir, name, 0, buf, 2 * n * sizeof(int32_t));
+    free(buf);
+    return status;
+}
+
+static px_status_t dump_val_loss(const char *dir, int step, float val_loss)
+{
+    char path[4096];
+    FILE *f;
+    snprintf(path, sizeof(path), "%s/val_loss_%d.txt", dir, step);
+    f = fopen(path, "w");
+    if (!f || fprintf(f, "%.9g\n", (double)val_loss) < 0 || fclose(f)) {
+        px_error("dump %s: %s", path, strerror(errno));
+        return PX_ERR_IO;
+    }
+    return PX_OK;
+}
+
 /* ---- the loop ---- */
 
 /* A pipeline round's micro-batches: round r of step `step`, micro m is
@@ -296,7 +328,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     px_layout_t layout;
     px_groups_t *groups = NULL;
     px_comm_t *dp_comm;
-    px_data_t *data = NULL;
+    px_data_t *data = NULL, *val = NULL;
     px_gpt_t *gpt = NULL;
     px_plan_t *plan = NULL;
     px_zero_t *zero = NULL;
@@ -355,6 +387,13 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     if (status != PX_OK) {
         px_error("train: %s", err);
         goto out;
+    }
+    if (cfg->val_path && *cfg->val_path) {
+        status = px_data_open(cfg->val_path, cfg->vocab, err, sizeof(err), &val);
+        if (status != PX_OK) {
+            px_error("train: validation data: %s", err);
+            goto out;
+        }
     }
     px_gpt_config_t gc = {.layers = cfg->layers, .heads = cfg->heads, .dim = cfg->dim,
                           .max_seq = cfg->seq, .vocab = cfg->vocab,
@@ -527,6 +566,19 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     if (opts && opts->export_only)
         goto out;
+    px_eval_t ev = {.gpt = gpt, .ctx = &ctx, .val = val, .dp_comm = dp_comm, .seed = cfg->seed,
+                    .batches = cfg->eval_batches, .batch = cfg->batch, .accum = A, .dp = dp,
+                    .dp_rank = dp_rank, .Bm = Bm, .T = T, .inputs = inputs, .targets = targets};
+    const int eval_every = px_job_config_eval_every(cfg);
+    if (val && !gpt) { /* the validator rejects it first (jobcfg.c) */
+        px_error("train: the validation loss is not computed with pipeline parallelism (pp=%d)",
+                 pp);
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto out;
+    }
+    if (val && dump_dir && rank == 0)
+        for (int k = 0; k < cfg->eval_batches; k++)
+            PX_CHECK_GOTO(dump_val_batch(dump_dir, val, cfg, k), status, out);
 
     double t_start = px_time_mono_s(), moe_a2a_prev = 0.0;
     for (int s = start_step; s < cfg->steps; s++) {
@@ -668,6 +720,14 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                                                    ? px_zero_unit_digest(zero,
                                                                          PX_MODEL_UNIT_EMBED)
                                                    : 0};
+        if (val && px_eval_due(eval_every, s, cfg->steps)) {
+            PX_CHECK_GOTO(px_eval_loss(&ev, &rep.val_loss), status, out);
+            if (dump_dir && rank == 0)
+                PX_CHECK_GOTO(dump_val_loss(dump_dir, s + 1, rep.val_loss), status, out);
+            if (rank == 0)
+                px_info("train: step %d: validation loss %.6f (%d batches)", s + 1,
+                        (double)rep.val_loss, cfg->eval_batches);
+        }
         fill_mem(&rep, plan, act_bytes);
         uint64_t *mrec = NULL, *mdrop = NULL;
         if (moe) {
@@ -763,5 +823,6 @@ out:
     px_plan_destroy(plan);
     free(usizes);
     px_data_close(data);
+    px_data_close(val);
     return status;
 }

@@ -60,6 +60,15 @@ void px_job_config_defaults(px_job_config_t *cfg)
     cfg->moe_every = 1;
     cfg->capacity_factor = 1.25f;
     cfg->aux_loss_coef = 0.01f;
+    cfg->eval_every = -1;
+    cfg->eval_batches = 4;
+}
+
+int px_job_config_eval_every(const px_job_config_t *cfg)
+{
+    if (cfg->eval_every >= 0)
+        return cfg->eval_every;
+    return cfg->steps / 10 > 1 ? cfg->steps / 10 : 1;
 }
 
 static int has(const char *s)
@@ -185,7 +194,8 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
 {
     const struct { const char *name; const char *v; } paths[] = {
         {"data", cfg->data_path}, {"checkpoint_dir", cfg->checkpoint_dir},
-        {"resume_dir", cfg->resume_dir}, {"export_safetensors", cfg->export_safetensors}};
+        {"resume_dir", cfg->resume_dir}, {"export_safetensors", cfg->export_safetensors},
+        {"val_data", cfg->val_path}};
 
     if (cfg->zero < 0 || cfg->zero > 3)
         return px_invalid(errbuf, errlen, "zero=%d must be 0, 1, 2 or 3", cfg->zero);
@@ -202,6 +212,12 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
                     cfg->checkpoint_every);
     if (!has(cfg->data_path))
         return px_invalid(errbuf, errlen, "data file: no path given (--data)");
+    if (cfg->eval_every < -1)
+        return px_invalid(errbuf, errlen, "eval_every=%d must be >= 0 (0: at the end only)",
+                          cfg->eval_every);
+    if (cfg->eval_batches < 1 || cfg->eval_batches > MAX_STEPS)
+        return px_invalid(errbuf, errlen, "eval_batches=%d is out of range (1..%d)",
+                          cfg->eval_batches, MAX_STEPS);
     if (flags & PX_JOBCFG_ABSOLUTE_PATHS)
         for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
             if (has(paths[i].v) && paths[i].v[0] != '/')
@@ -267,6 +283,10 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
         return px_invalid(errbuf, errlen, "pp=%d: checkpoints of pipeline stages are not "
                           "implemented yet (checkpoint_every=%d, resume_dir '%s')", l->pp,
                           cfg->checkpoint_every, has(cfg->resume_dir) ? cfg->resume_dir : "");
+    if (has(cfg->val_path) && (l->pp > 1 || l->cp > 1 || cfg->experts > 0))
+        return px_invalid(errbuf, errlen, "val_data='%s' with pp=%d, cp=%d, experts=%d: the "
+                          "validation loss is computed without pipeline or context parallelism "
+                          "and experts only so far", cfg->val_path, l->pp, l->cp, cfg->experts);
     /* context parallelism (engine/ring_attn.h) runs with dp, tp (and sequence
      * parallelism), ZeRO 0-3, gradient accumulation, checkpoints and every
      * pipeline schedule: no rule of its own beyond the sequence's split */
@@ -288,6 +308,16 @@ static px_status_t check_files(const px_job_config_t *cfg, char *errbuf, size_t 
     if ((size_t)cfg->seq + 1 > ntok)
         return px_invalid(errbuf, errlen, "seq=%d needs %d tokens but data file %s has %zu", cfg->seq,
                     cfg->seq + 1, cfg->data_path, ntok);
+    if (has(cfg->val_path)) { /* the same rules as the training data */
+        status = px_data_open(cfg->val_path, cfg->vocab, errbuf, errlen, &data);
+        if (status != PX_OK)
+            return status == PX_ERR_NOT_FOUND ? PX_ERR_NOT_FOUND : PX_ERR_INVALID_ARGUMENT;
+        ntok = px_data_num_tokens(data);
+        px_data_close(data);
+        if ((size_t)cfg->seq + 1 > ntok)
+            return px_invalid(errbuf, errlen, "seq=%d needs %d tokens but validation file %s has "
+                              "%zu", cfg->seq, cfg->seq + 1, cfg->val_path, ntok);
+    }
     if (has(cfg->resume_dir)) {
         /* a resume needs a complete checkpoint, whose meta.json is written
          * last (engine/checkpoint.h): caught here, not minutes later */

@@ -64,15 +64,21 @@ typedef struct px_job_config {
      * aux_loss_coef. The experts are divided over layout.ep. */
     int experts, top_k, moe_every, dropless;
     float capacity_factor, aux_loss_coef;
+    /* validation (issue 14): val_path, a token file like data_path (NULL /
+     * "": no validation); every eval_every steps (-1: steps / 10, at least
+     * 1; 0: only at the end) and after the last step the ranks compute the
+     * mean loss over eval_batches fixed batches of `batch` sequences
+     * (engine/eval.h) */
+    const char *val_path;
+    int eval_every, eval_batches;
 } px_job_config_t;
 
 /* The defaults: vocab 256, layout all 1, grad_accum 1, micro_batches 1,
  * schedule 1F1B, virtual_stages 1, lr 2e-3,
  * min_lr_ratio 0.1, warmup -1 (steps/20), weight_decay 0.1, betas 0.9/0.95,
  * eps 1e-8, grad_clip 1.0, seed 1337, zero 0, prefetch 1, bucket_mb 0 (auto);
- * experts 0 (dense), top_k 2, moe_every 1, capacity_factor 1.25, aux_loss_coef 0.01.
- * Sizes, steps and
- * paths are left 0 / NULL. */
+ * experts 0 (dense), top_k 2, moe_every 1, capacity_factor 1.25, aux_loss_coef 0.01;
+ * eval_every -1 (steps / 10), eval_batches 4. Sizes, steps and paths are left 0 / NULL. */
 void px_job_config_defaults(px_job_config_t *cfg);
 
 /* What px_job_config_check looks at beyond the config itself. */
@@ -96,6 +102,10 @@ enum {
  * PX_ERR_NOT_FOUND for a data file that does not exist. */
 px_status_t px_job_config_check(const px_job_config_t *cfg, unsigned flags, char *errbuf,
                                 size_t errlen);
+
+/* The steps between validations of cfg (eval_every, -1 resolved to
+ * max(1, steps / 10)); 0: at the end only. */
+int px_job_config_eval_every(const px_job_config_t *cfg);
 
 /* Vocab rows the model allocates: vocab rounded up to PX_VOCAB_PAD. */
 int px_job_config_padded_vocab(int vocab);

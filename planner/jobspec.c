@@ -111,6 +111,10 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
         else if (e->aux_loss_coef != 0.0f)
             cfg->aux_loss_coef = e->aux_loss_coef;
     }
+    cfg->val_path = str_or_null(spec->val_data_path);
+    cfg->eval_every = spec->eval_every;
+    if (spec->eval_batches)
+        cfg->eval_batches = to_int(spec->eval_batches);
 }
 
 void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
@@ -167,4 +171,7 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
         e->aux_loss_coef = cfg->aux_loss_coef == 0.0f ? -1.0f : cfg->aux_loss_coef;
         s->moe = e;
     }
+    s->val_data_path = (char *)(cfg->val_path ? cfg->val_path : "");
+    s->eval_every = cfg->eval_every;
+    s->eval_batches = u32(cfg->eval_batches);
 }
