@@ -117,6 +117,10 @@ typedef struct px_train_options {
                             and tied_digest (a hash of every replicated
                             parameter, a full pass over them each step, so
                             off unless asked for) */
+    const char *device;  /* the rank's device (px_kernels_select.h): NULL,
+                            "cpu[:N]" (the CPU table) or "cuda[:K]" (the
+                            CUDA table; the model, its gradients, optimizer
+                            state and activations in that GPU's memory) */
 } px_train_options_t;
 
 px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,

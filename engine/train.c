@@ -39,6 +39,7 @@
 #include "tp.h"
 #include "zero.h"
 #include "px_kernels.h"
+#include "px_kernels_select.h"
 #include "px_log.h"
 #include "px_time.h"
 
@@ -174,6 +175,7 @@ static px_status_t dump_batch(const char *dir, const px_data_t *data, const px_t
  * d-th part of it (the same cut as grad_accum alone with A*M). */
 typedef struct pipe_load {
     const px_data_t *data;
+    const px_kernel_ops_t *ops; /* the stage's buffers are this backend's */
     uint64_t seed;
     int step, round, M, per_micro, dp_rank, Bm, T;
 } pipe_load_t;
@@ -192,6 +194,21 @@ static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
             tmp_in = spare;
         else
             tmp_tg = spare;
+    }
+    if (ld->ops != px_kernels_cpu()) { /* device buffers: cut on the host, then copy */
+        int32_t *host = malloc(2 * n * sizeof(int32_t));
+        if (!host) {
+            free(spare);
+            return;
+        }
+        px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, host, host + n);
+        if (inputs)
+            ld->ops->mem_copy_from_host(inputs, host, n * sizeof(int32_t));
+        if (targets)
+            ld->ops->mem_copy_from_host(targets, host + n, n * sizeof(int32_t));
+        free(host);
+        free(spare);
+        return;
     }
     px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, tmp_in, tmp_tg);
     free(spare);
@@ -246,6 +263,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     const int digests = opts && opts->replica_digests;
     int start_step = 0;
     const px_kernel_ops_t *ops = px_kernels_cpu();
+    int32_t *host_tokens = NULL; /* the batch cut on the host, for a device backend */
     px_train_config_t alone;
 
     if (opts && opts->export_only && !world) {
@@ -254,6 +272,21 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         memset(&alone.layout, 0, sizeof(alone.layout));
         cfg = &alone;
     }
+    /* the device's op table; every tensor below lives in its memory */
+    status = px_kernels_select(opts ? opts->device : NULL, &ops, err, sizeof(err));
+    if (status != PX_OK) {
+        px_error("train: %s", err);
+        return status;
+    }
+    if (ops != px_kernels_cpu() && wsize > 1) {
+        /* the collectives would hand device pointers to a host-memory
+         * transport (issue 12's device-memory transport is not written) */
+        px_error("train: device '%s' with a world of %d ranks: the transport does not carry "
+                 "%s buffers yet; run one rank per job on %s, or cpu devices",
+                 opts->device, wsize, ops->name, ops->name);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    px_mem_set_backend(ops);
     status = px_train_layout(cfg, wsize, &layout, err, sizeof(err));
     if (status == PX_OK) {
         /* the one validator (jobcfg.h), on the layout this world runs */
@@ -332,7 +365,9 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     px_zero_init_params(zero, cfg->seed);
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
-    if (!inputs || !targets) {
+    if (ops != px_kernels_cpu())
+        host_tokens = malloc(2 * (size_t)Bm * T * sizeof(int32_t));
+    if (!inputs || !targets || (ops != px_kernels_cpu() && !host_tokens)) {
         status = PX_ERR_NO_MEMORY;
         goto out;
     }
@@ -411,7 +446,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         if (pipe) {
             pipe_load_t ld = {.data = data, .seed = cfg->seed, .step = s, .M = M,
                               .per_micro = cfg->batch / (A * M), .dp_rank = dp_rank, .Bm = Bm,
-                              .T = T};
+                              .T = T, .ops = ops};
             for (ld.round = 0; ld.round < A; ld.round++) {
                 float lsum = 0.0f;
                 PX_CHECK_GOTO(px_pipe_round(pipe, pipe_load, &ld, &lsum), status, out);
@@ -425,7 +460,13 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         for (int mb = 0; !pipe && mb < A; mb++) {
             float l = 0.0f;
             int first = mb * (cfg->batch / A) + dp_rank * Bm;
-            px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
+            if (host_tokens) { /* a device backend: cut on the host, copy over */
+                const size_t nt = (size_t)Bm * T;
+                px_data_batch(data, cfg->seed, s, first, Bm, T, host_tokens, host_tokens + nt);
+                ops->mem_copy_from_host(inputs, host_tokens, nt * sizeof(int32_t));
+                ops->mem_copy_from_host(targets, host_tokens + nt, nt * sizeof(int32_t));
+            } else
+                px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
             PX_CHECK_GOTO(px_gpt_forward_ctx(gpt, &ctx, inputs, targets, &l), status, out);
             PX_CHECK_GOTO(px_gpt_backward_ctx(gpt, &ctx), status, out);
             PX_CHECK_GOTO(px_zero_end_micro(zero), status, out);
@@ -436,6 +477,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         status = px_zero_reduce(zero, loss_local, &loss, &norm);
         if (status != PX_OK) {
             px_error("train: step %d: gradient reduction failed: %s", s + 1,
+                     px_status_str(status));
+            goto out;
+        }
+        status = px_kernels_check(ops); /* a device op's error (sticky), once a step */
+        if (status != PX_OK) {
+            px_error("train: step %d: a %s kernel failed: %s", s + 1, ops->name,
                      px_status_str(status));
             goto out;
         }
@@ -553,6 +600,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
 
 out:
     free(canon);
+    free(host_tokens);
     px_mem_free(inputs);
     px_mem_free(targets);
     px_gpt_destroy(gpt);

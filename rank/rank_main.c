@@ -57,6 +57,7 @@ typedef struct rank_args {
     int dump_steps;
     int test_norm_ones;          /* --test-norm-ones (px_train_options_t) */
     int replica_digests;         /* --replica-digests (px_train_options_t) */
+    const char *device;          /* --device cpu[:N] | cuda[:K] (px_kernels_select.h) */
     const char *coord, *job, *node;
     int rank, world;
     const char *spec_file;
@@ -81,7 +82,7 @@ static void usage(FILE *out)
             "         [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
-            "         [--replica-digests]\n"
+            "         [--replica-digests] [--device cpu|cuda|cuda:K] (default cpu)\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--micro-batches M] [--schedule gpipe|1f1b|zb1] [--stage-layers 2,2,1,1]\n"
             "         [--print-schedule] (prints the pp x micro-batches schedule and exits)\n"
@@ -172,7 +173,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
            O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
            O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
            O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
-           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS };
+           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS, O_DEVICE };
     static const struct option opts[] = {
         {"layers", 1, 0, O_LAYERS}, {"heads", 1, 0, O_HEADS}, {"dim", 1, 0, O_DIM},
         {"seq", 1, 0, O_SEQ}, {"vocab", 1, 0, O_VOCAB}, {"batch", 1, 0, O_BATCH},
@@ -192,7 +193,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
         {"print-schedule", 0, 0, O_PRINT_SCHED},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
-        {"replica-digests", 0, 0, O_DIGESTS},
+        {"replica-digests", 0, 0, O_DIGESTS}, {"device", 1, 0, O_DEVICE},
         {0, 0, 0, 0}};
     int c, idx, r = 0, print_sched = 0;
     char *end;
@@ -267,6 +268,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_SPEC_FILE: a->spec_file = optarg; break;
         case O_NORM_ONES: a->test_norm_ones = 1; break;
         case O_DIGESTS: a->replica_digests = 1; break;
+        case O_DEVICE: a->device = optarg; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "parallax-rank: unknown or incomplete option '%s'\n",
@@ -454,7 +456,7 @@ int main(int argc, char **argv)
 
     px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps,
                             .test_norm_ones = a.test_norm_ones,
-                            .replica_digests = a.replica_digests};
+                            .replica_digests = a.replica_digests, .device = a.device};
     status = px_train_run_ex(&a.cfg, px_world_comm(pw), on_step, &ctx, &o);
     if (status == PX_OK || status == PX_ERR_ABORTED)
         ret = 0;

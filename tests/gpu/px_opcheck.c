@@ -11,7 +11,8 @@
  * each attention head size template (32, 64, 128) and the GPT-2 padded
  * vocab (50257 in rows of 50304).
  *
- * Usage: px-opcheck [--device cuda:K]. Prints one line per check and a
+ * Usage: px-opcheck [--device cuda:K] [--gemm-peak] (only the bf16 GEMM
+ * rate, TFLOP/s). Prints one line per check and a
  * summary; exits 0 when all pass, 1 when any fails, 77 (meson's "skipped")
  * where this build has no CUDA or no GPU is visible. */
 #include <math.h>
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "px_config.h"
 #include "px_kernels.h"
@@ -444,17 +446,45 @@ static void test_bf16_gemm(int N, int C, int OC)
     G->mem_free(d_in); G->mem_free(d_rb);
     free(inp); free(w); free(ib); free(wb); free(out);
 }
+
+/* --gemm-peak: the bf16 cuBLAS GEMM rate at 8192^3 (fp32 accumulation), the
+ * measured peak deploy/gpu-check.sh divides by beside the spec peak */
+static int gemm_peak(void)
+{
+    const int n = 8192, reps = 20;
+    size_t e = (size_t)n * n;
+    uint16_t *a = G->mem_alloc(e * 2), *b = G->mem_alloc(e * 2), *c = G->mem_alloc(e * 2);
+    if (!a || !b || !c) {
+        fprintf(stderr, "px-opcheck: no device memory for the GEMM peak\n");
+        return 1;
+    }
+    px_cuda_matmul_forward_bf16(c, a, b, n, n, n); /* warm-up */
+    G->synchronize();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < reps; i++)
+        px_cuda_matmul_forward_bf16(c, a, b, n, n, n);
+    G->synchronize();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    printf("gemm-peak bf16 %dx%dx%d: %.1f TFLOP/s\n", n, n, n, 2.0 * n * n * n * reps / s / 1e12);
+    G->mem_free(a); G->mem_free(b); G->mem_free(c);
+    return px_kernels_check(G) == PX_OK ? 0 : 1;
+}
 #endif
 
 int main(int argc, char **argv)
 {
     const char *device = "cuda:0";
     char err[256];
+    int peak = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc)
             device = argv[++i];
+        else if (!strcmp(argv[i], "--gemm-peak"))
+            peak = 1;
         else {
-            fprintf(stderr, "usage: px-opcheck [--device cuda:K]\n");
+            fprintf(stderr, "usage: px-opcheck [--device cuda:K] [--gemm-peak]\n");
             return 2;
         }
     }
@@ -471,6 +501,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "px-opcheck: %s\n", err);
         return 1;
     }
+#if PX_HAVE_CUDA
+    if (peak)
+        return gemm_peak();
+#endif
     printf("px-opcheck: CUDA table on %s against the CPU table\n", device);
     test_encoder(4, 100, 96, 300);
     test_layernorm(300, 768);
