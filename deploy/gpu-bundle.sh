@@ -65,22 +65,52 @@ cp "$root/deploy/gpu-check.sh" "$out/"
 cp "$root/tests/gpu/torch_gpt2.py" "$root/tests/gpu/nccl_bench.py" "$root/tests/gpu/make_tokens.py" "$out/py/"
 git -C "$root" rev-parse HEAD > "$out/COMMIT" 2>/dev/null || true
 
-# the binaries must start with the bundle's libraries alone
+# Libraries over 4 MiB (OpenBLAS's every-CPU build is 35 MiB) travel
+# xz-compressed; gpu-check.sh unpacks them with Python's lzma (the GPU machine
+# may have no xz) into its work folder, first thing.
+for l in "$out"/lib/*; do
+  [ -f "$l" ] && [ "$(stat -c %s "$l")" -gt $((4 << 20)) ] && xz -T2 -6 "$l"
+done
+
+# the binaries must start with the bundle's libraries alone, unpacked as
+# gpu-check.sh unpacks them
+unpacked=$(mktemp -d)
+trap 'rm -rf "$unpacked"' EXIT
+for z in "$out"/lib/*.xz; do
+  [ -e "$z" ] || continue
+  python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+    "$z" "$unpacked/$(basename "$z" .xz)"
+done
 for b in "$out"/bin/*; do
-  LD_LIBRARY_PATH="$out/lib" "$b" --help >/dev/null 2>&1 || {
+  LD_LIBRARY_PATH="$out/lib:$unpacked" "$b" --help >/dev/null 2>&1 || {
     # px-opcheck has no --help: usage is exit 2; anything but a loader failure is fine
     rc=$?
-    if LD_LIBRARY_PATH="$out/lib" ldd "$b" | grep -q "not found"; then
+    if LD_LIBRARY_PATH="$out/lib:$unpacked" ldd "$b" | grep -q "not found"; then
       echo "gpu-bundle: $(basename "$b") misses libraries:" >&2
-      LD_LIBRARY_PATH="$out/lib" ldd "$b" | grep "not found" >&2
+      LD_LIBRARY_PATH="$out/lib:$unpacked" ldd "$b" | grep "not found" >&2
       exit 1
     fi
     [ "$rc" -le 2 ] || { echo "gpu-bundle: $(basename "$b") --help exited $rc" >&2; exit 1; }
   }
 done
 
+# ... and every library they resolve, except the C library and the CUDA
+# ones, comes from the bundle (not from this machine's /usr/lib)
+for o in "$out"/bin/* "$out"/lib/ucx/*; do
+  while read -r name path; do
+    [[ "$name" =~ $skip ]] && continue
+    case "$path" in "$out"/lib/*|"$unpacked"/*) ;; *)
+      echo "gpu-bundle: $(basename "$o") loads $name from $path, outside the bundle" >&2; exit 1 ;;
+    esac
+  done < <(LD_LIBRARY_PATH="$out/lib:$unpacked" ldd "$o" | awk '$2 == "=>" {print $1, $3}')
+done
+# the packed UCX and its modules work: a 2-rank all-reduce on host buffers
+LD_LIBRARY_PATH="$out/lib:$unpacked" "$out/bin/px-coll-bench" -n 2 -b 1M -e 1M -c -i 3 -w 1 \
+  > "$unpacked/bench.txt" 2>&1 || { echo "gpu-bundle: px-coll-bench from the bundle failed:" >&2; cat "$unpacked/bench.txt" >&2; exit 1; }
+
 mib=$(du -sm "$out" | cut -f1)
-echo "gpu-bundle: $out: $(ls "$out/bin" | wc -l) binaries, $(ls "$out/lib" | wc -l) libraries, ${mib} MiB"
+echo "gpu-bundle: $out: $(ls "$out/bin" | wc -l) binaries, $(ls "$out/lib" | wc -l) libraries, ${mib} MiB;" \
+  "each binary starts (--help) with LD_LIBRARY_PATH=$out/lib + its unpacked .xz only"
 if [ "$mib" -ge "$limit_mib" ]; then
   echo "gpu-bundle: $out is ${mib} MiB, over the ${limit_mib} MiB limit" >&2
   exit 1

@@ -18,13 +18,20 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin=$here/bin
 work=$(mktemp -d /tmp/px-gpu-check.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+py=${PYTHON:-python3}
+# the large libraries travel xz-compressed (gpu-bundle.sh): unpack them here
+mkdir -p "$work/lib"
+for z in "$here"/lib/*.xz; do
+  [ -e "$z" ] || continue
+  $py -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+    "$z" "$work/lib/$(basename "$z" .xz)"
+done
+export LD_LIBRARY_PATH="$here/lib:$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 steps=30
 [ "${1:-}" = "--quick" ] && steps=5
-py=${PYTHON:-python3}
 fail=0
 t_start=$(date +%s)
 section() { echo; echo "=== $* ($(( $(date +%s) - t_start )) s)"; }
@@ -48,7 +55,9 @@ echo "px-opcheck exit $rc"
 [ $rc -eq 0 ] || fail=1
 
 section "2. cuBLAS bf16 GEMM peak"
-gemm=$(timeout 60 "$bin/px-opcheck" --gemm-peak | tee /dev/stderr | awk '/gemm-peak/ {print $(NF-1)}')
+timeout 60 "$bin/px-opcheck" --gemm-peak > "$work/gemm.txt" 2>&1
+cat "$work/gemm.txt"
+gemm=$(awk '/^gemm-peak/ {print $(NF-1)}' "$work/gemm.txt")
 gemm=${gemm:-0}
 
 section "3. GPT-2 124M shape"
@@ -110,7 +119,7 @@ for op in all_reduce all_gather; do
   echo "-- px-coll-bench $op, host buffers"
   timeout 90 "$bin/px-coll-bench" -n 2 --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8
 done
-echo "-- px-coll-bench on device buffers: not implemented yet (the transport stages device memory only in the plan; see the report)"
+echo "-- px-coll-bench on device buffers: not implemented yet (the transport does not carry device buffers; see the report)"
 echo "-- NCCL through torch.distributed"
 timeout 260 $py "$here/py/nccl_bench.py" 2>&1 | tail -12
 
