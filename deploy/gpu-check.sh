@@ -119,7 +119,7 @@ for op in all_reduce all_gather; do
   echo "-- px-coll-bench $op, host buffers"
   timeout 90 "$bin/px-coll-bench" -n 2 --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8
 done
-echo "-- px-coll-bench on device buffers: not implemented yet (the transport does not carry device buffers; see the report)"
+echo "-- px-coll-bench on device buffers: not measured yet (px-coll-bench has no --device; the transport stages device buffers whole through host memory, transport/px_devmem.h)"
 echo "-- NCCL through torch.distributed"
 timeout 260 $py "$here/py/nccl_bench.py" 2>&1 | tail -12
 

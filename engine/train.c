@@ -40,6 +40,7 @@
 #include "zero.h"
 #include "px_kernels.h"
 #include "px_kernels_select.h"
+#include "px_devmem.h"
 #include "px_log.h"
 #include "px_time.h"
 
@@ -278,14 +279,10 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         px_error("train: %s", err);
         return status;
     }
-    if (ops != px_kernels_cpu() && wsize > 1) {
-        /* the collectives would hand device pointers to a host-memory
-         * transport (issue 12's device-memory transport is not written) */
-        px_error("train: device '%s' with a world of %d ranks: the transport does not carry "
-                 "%s buffers yet; run one rank per job on %s, or cpu devices",
-                 opts->device, wsize, ops->name, ops->name);
-        return PX_ERR_INVALID_ARGUMENT;
-    }
+    /* device tensors travel through the collectives staged in host memory
+     * (transport/px_devmem.h) */
+    if (ops != px_kernels_cpu())
+        px_transport_set_device_memory(ops, px_kernels_is_device_ptr);
     px_mem_set_backend(ops);
     status = px_train_layout(cfg, wsize, &layout, err, sizeof(err));
     if (status == PX_OK) {

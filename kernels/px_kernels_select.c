@@ -70,6 +70,16 @@ int px_kernels_cuda_devices(void)
 #endif
 }
 
+int px_kernels_is_device_ptr(const void *p)
+{
+#if PX_HAVE_CUDA
+    return px_cuda_is_device_ptr(p);
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
 px_status_t px_kernels_check(const px_kernel_ops_t *ops)
 {
 #if PX_HAVE_CUDA

@@ -30,6 +30,11 @@ int px_kernels_have_cuda(void);
  * or without a driver or a GPU). */
 int px_kernels_cuda_devices(void);
 
+/* 1 when `p` is device memory of the CUDA backend this process opened
+ * (px_kernels_select with a cuda device), else 0 (always 0 without CUDA).
+ * What the transport uses to stage device buffers (transport/px_devmem.h). */
+int px_kernels_is_device_ptr(const void *p);
+
 /* PX_OK, or the first error the table's ops met (the CUDA backend keeps a
  * sticky status, checked here after a sync; the CPU table never fails). */
 px_status_t px_kernels_check(const px_kernel_ops_t *ops);

@@ -656,6 +656,18 @@ extern "C" px_status_t px_kernels_cuda_open(int device, const px_kernel_ops_t **
     return PX_OK;
 }
 
+extern "C" int px_cuda_is_device_ptr(const void *p)
+{
+    cudaPointerAttributes at;
+    if (!p || px__cuda.device < 0)
+        return 0;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        cudaGetLastError(); /* not an error of the ops: clear it */
+        return 0;
+    }
+    return at.type == cudaMemoryTypeDevice;
+}
+
 extern "C" px_status_t px_kernels_cuda_status(void)
 {
     if (px__cuda.device >= 0) {

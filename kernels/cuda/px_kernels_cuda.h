@@ -56,6 +56,11 @@ int px_cuda_reduce_apply(px_dtype_t dtype, px_redop_t op, void *dst, const void 
                          const void *b, size_t count);
 void px_cuda_reduce_avg_finish(px_dtype_t dtype, void *dst, size_t count, int n);
 
+/* 1 when `p` points into CUDA device memory (cudaPointerGetAttributes:
+ * cudaMemoryTypeDevice), else 0 (host, pinned or managed memory, or no
+ * CUDA runtime). Cheap after the first call; any thread. */
+int px_cuda_is_device_ptr(const void *p);
+
 /* fp32 <-> bf16 conversion on device memory (round to nearest even, as
  * px_f32_to_bf16), `count` elements; ordered on the stream. */
 void px_cuda_f32_to_bf16(uint16_t *dst, const float *src, size_t count);
