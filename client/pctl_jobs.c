@@ -370,7 +370,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP,
            O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS };
+           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_PRECISION };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -386,6 +386,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"micro-batches", required_argument, NULL, O_MICRO},     /* issue 10 */
         {"schedule", required_argument, NULL, O_SCHED},
         {"stage-layers", required_argument, NULL, O_STAGE_LAYERS},
+        {"precision", required_argument, NULL, O_PRECISION},         /* issue 12 */
         {"batch", required_argument, NULL, O_BATCH},
         {"steps", required_argument, NULL, O_STEPS},
         {"lr", required_argument, NULL, O_LR},
@@ -462,6 +463,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
                 return pctl_usage_error("submit", "--schedule '%s': gpipe, 1f1b or zb1", optarg);
             break;
         case O_STAGE_LAYERS: cfg.stage_layers = optarg; break;
+        case O_PRECISION:
+            cfg.precision = px_job_config_precision_parse(optarg);
+            if (cfg.precision < 0)
+                return pctl_usage_error("submit", "--precision '%s': fp32 or bf16", optarg);
+            break;
         case O_BATCH: INT_OPT("--batch", cfg.batch, 1); break;
         case O_STEPS: INT_OPT("--steps", cfg.steps, 1); break;
         case O_WARMUP:

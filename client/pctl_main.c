@@ -27,6 +27,7 @@ static const pctl_command_t commands[] = {
      "                   [--vocab N] [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]\n"
      "                   [--sequence-parallel] [--micro-batches M]\n"
      "                   [--schedule gpipe|1f1b|zb1] [--stage-layers 2,2,1,1]\n"
+     "                   [--precision fp32|bf16]\n"
      "                   [--batch N] [--steps N] [--lr F] [--seed N] [--warmup N]\n"
      "                   [--weight-decay F] [--min-lr-ratio F] [--zero 0-3] [--grad-accum N]\n"
      "                   [--clip F] [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"

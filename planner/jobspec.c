@@ -72,6 +72,7 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
         cfg->schedule = px_pipe_schedule_parse(spec->parallel->schedule); /* -1: the check names it */
     if (spec->parallel)
         cfg->stage_layers = str_or_null(spec->parallel->stage_layers);
+    cfg->precision = px_job_config_precision_parse(spec->precision); /* -1: the check names it */
     cfg->batch = to_int(spec->batch);
     cfg->steps = to_int(spec->steps);
     if (spec->grad_accum)
@@ -132,6 +133,7 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     s->seed = cfg->seed;
     s->data_path = (char *)(cfg->data_path ? cfg->data_path : "");
     s->zero = u32(cfg->zero);
+    s->precision = (char *)px_job_config_precision_name(cfg->precision);
     s->checkpoint_every = u32(cfg->checkpoint_every);
     s->checkpoint_dir = (char *)(cfg->checkpoint_dir ? cfg->checkpoint_dir : "");
     s->resume_dir = (char *)(cfg->resume_dir ? cfg->resume_dir : "");

@@ -83,6 +83,7 @@ static void usage(FILE *out)
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
             "         [--replica-digests] [--device cpu|cuda|cuda:K] (default cpu)\n"
+            "         [--precision fp32|bf16] (default fp32; bf16 not implemented yet)\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--micro-batches M] [--schedule gpipe|1f1b|zb1] [--stage-layers 2,2,1,1]\n"
             "         [--print-schedule] (prints the pp x micro-batches schedule and exits)\n"
@@ -171,7 +172,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_VOCAB, O_BATCH, O_STEPS, O_LR, O_SEED,
            O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
            O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
+           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_PRECISION, O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
            O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
            O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS, O_DEVICE };
     static const struct option opts[] = {
@@ -191,6 +192,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"pp", 1, 0, O_PP}, {"cp", 1, 0, O_CP}, {"ep", 1, 0, O_EP},
         {"sequence-parallel", 0, 0, O_SEQPAR}, {"micro-batches", 1, 0, O_MICRO},
         {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
+        {"precision", 1, 0, O_PRECISION},
         {"print-schedule", 0, 0, O_PRINT_SCHED},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
         {"replica-digests", 0, 0, O_DIGESTS}, {"device", 1, 0, O_DEVICE},
@@ -264,6 +266,13 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
             }
             break;
         case O_STAGE_LAYERS: a->cfg.stage_layers = optarg; break;
+        case O_PRECISION:
+            a->cfg.precision = px_job_config_precision_parse(optarg);
+            if (a->cfg.precision < 0) {
+                fprintf(stderr, "parallax-rank: --precision: '%s' is not fp32 or bf16\n", optarg);
+                r = -1;
+            }
+            break;
         case O_PRINT_SCHED: print_sched = 1; break;
         case O_SPEC_FILE: a->spec_file = optarg; break;
         case O_NORM_ONES: a->test_norm_ones = 1; break;
