@@ -117,9 +117,13 @@ compare "dp=2 on one GPU vs 1 CUDA rank" "$work/dp2.txt" "$work/gpu1.txt" || { f
 section "5. collectives busbw (GB/s), 2 ranks"
 for op in all_reduce all_gather; do
   echo "-- px-coll-bench $op, host buffers"
-  timeout 90 "$bin/px-coll-bench" -n 2 --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8
+  timeout 90 "$bin/px-coll-bench" -n 2 --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8 | tee "$work/host_$op.txt"
+  echo "-- px-coll-bench $op, device buffers (both ranks on GPU 0; staged whole through host memory)"
+  timeout 120 "$bin/px-coll-bench" -n 2 --device cuda --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8 | tee "$work/dev_$op.txt"
+  h=$(awk '$1 == 67108864 {print $7}' "$work/host_$op.txt")
+  d=$(awk '$1 == 67108864 {print $7}' "$work/dev_$op.txt")
+  echo "$op 64 MiB busbw: device $d GB/s, host $h GB/s, device/host $(ratio "${d:-0}" "${h:-0}")x (goal >= 0.9)"
 done
-echo "-- px-coll-bench on device buffers: not measured yet (px-coll-bench has no --device; the transport stages device buffers whole through host memory, transport/px_devmem.h)"
 echo "-- NCCL through torch.distributed"
 timeout 260 $py "$here/py/nccl_bench.py" 2>&1 | tail -12
 
