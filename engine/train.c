@@ -291,6 +291,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         checked.layout = layout;
         status = px_job_config_check(&checked, PX_JOBCFG_CHECK_DATA, err, sizeof(err));
     }
+    if (status == PX_OK && ops != px_kernels_cpu() && layout.pp > 1) {
+        /* the stages' point-to-point sends are not staged (px_devmem.h) */
+        status = px_invalid(err, sizeof(err), "pp=%d on device '%s': pipeline stages on %s "
+                            "devices are not supported yet (their sends of device buffers)",
+                            layout.pp, opts->device, ops->name);
+    }
     if (status != PX_OK) {
         px_error("train: %s", err);
         return status;

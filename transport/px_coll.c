@@ -743,6 +743,11 @@ static px_status_t p2p_start(px_comm_t *comm, int is_send, int peer, uint32_t ta
         px_error("px_%s: bad peer %d or buffer", is_send ? "send" : "recv", peer);
         return PX_ERR_INVALID_ARGUMENT;
     }
+    if (bytes && on_device(buf, NULL)) { /* not staged (px_devmem.h): refused, not crashed */
+        px_error("px_%s: device buffers are not supported by point-to-point yet",
+                 is_send ? "send" : "recv");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
     status = px__req_create(comm, is_send ? PX__COLL_SEND : PX__COLL_RECV, PX_UINT8, PX_SUM,
                             bytes, -1, NULL, NULL, opts, &req);
     if (status != PX_OK)

@@ -8,9 +8,10 @@
  * the engine runs on device tensors (zero.c, tp.c): all-reduce in place and
  * out of place, reduce-scatter in place (recv = buf + rank * cnt), all-gather
  * in place, at sizes from one element to a multi-chunk ring (3 Mi floats),
- * checks every element, checks that host buffers are not staged, and that
+ * checks every element, checks that host buffers are not staged, that
  * bf16 on device buffers is refused on every rank (INVALID_ARGUMENT) and the
- * communicator still works after it.
+ * communicator still works after it, and that a point-to-point send of a
+ * device buffer is refused.
  *
  * usage: test_devmem N   (ranks; forked by px_launch) */
 #include <stdio.h>
@@ -187,6 +188,13 @@ static int rank_fn(px_launch_rank_t *ctx)
     }
     if (px_allreduce(comm, hs, hs, 4, PX_FLOAT32, PX_SUM, -1) != PX_OK || hs[3] != 4.0f * n * n)
         fails++;
+    /* point-to-point is not staged: a device buffer is refused, not touched */
+    px_request_t *pr = NULL;
+    if (n > 1 && px_send_start(comm, (r + 1) % n, 7, d16, 64, NULL, &pr) !=
+                     PX_ERR_INVALID_ARGUMENT) {
+        fprintf(stderr, "rank %d: a send of a device buffer was not refused\n", r);
+        fails++;
+    }
     if (r == 0)
         printf("devmem n=%d: %d staged copies to host, %d back, %d syncs: %s\n", n, copies_to_host,
                copies_from_host, syncs, fails ? "FAIL" : "PASS");
