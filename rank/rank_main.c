@@ -465,7 +465,10 @@ int main(int argc, char **argv)
 
     px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps,
                             .test_norm_ones = a.test_norm_ones,
-                            .replica_digests = a.replica_digests, .device = a.device};
+                            .replica_digests = a.replica_digests,
+                            /* the daemon names the rank's device in PX_DEVICE (cpu:K, or
+                             * cuda:0 with CUDA_VISIBLE_DEVICES its one GPU) */
+                            .device = a.device ? a.device : getenv("PX_DEVICE")};
     status = px_train_run_ex(&a.cfg, px_world_comm(pw), on_step, &ctx, &o);
     if (status == PX_OK || status == PX_ERR_ABORTED)
         ret = 0;
