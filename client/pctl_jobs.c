@@ -975,6 +975,13 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
                    n->alive ? "yes" : "no", devs,
                    n->blas_core && *n->blas_core ? n->blas_core : "-", seen,
                    n->last_seen_ms > 0 ? " ago" : "");
+            for (size_t k = 0; k < n->n_devices; k++) { /* GPUs: memory from NVML */
+                const Parallax__V1__Device *dv = n->devices[k];
+                if (dv->mem_total)
+                    printf("  %-14s %.1f / %.1f GiB used at start  %s\n", dv->name ? dv->name : "",
+                           dv->mem_used / 1073741824.0, dv->mem_total / 1073741824.0,
+                           dv->job_id && *dv->job_id ? dv->job_id : "free");
+            }
         }
         rc = PCTL_EXIT_OK;
     }

@@ -571,6 +571,8 @@ static void h_list_nodes(px_rpc_call_t *call, const ProtobufCMessage *request, v
             parallax__v1__device__init(dv);
             dv->name = p->devices[j].name;
             dv->job_id = p->devices[j].job_id;
+            dv->mem_total = p->devices[j].mem_total;
+            dv->mem_used = p->devices[j].mem_used;
             devs[k++] = dv;
             ni->n_devices++;
         }

@@ -178,6 +178,8 @@ void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info)
         parallax__v1__device__init(dev);
         dev->name = d->devices[i].name;
         dev->job_id = d->devices[i].job_id;
+        dev->mem_total = d->devices[i].mem_total;
+        dev->mem_used = d->devices[i].mem_used;
         info->devices[i] = dev;
     }
     if (!info->devices)
@@ -221,6 +223,8 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
             snprintf(devs[i].name, sizeof(devs[i].name), "%s", info->devices[i]->name);
             snprintf(devs[i].job_id, sizeof(devs[i].job_id), "%s",
                      info->devices[i]->job_id ? info->devices[i]->job_id : "");
+            devs[i].mem_total = info->devices[i]->mem_total;
+            devs[i].mem_used = info->devices[i]->mem_used;
         }
         free(p->devices);
         p->devices = devs;
