@@ -384,7 +384,8 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
            O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP, O_BUCKET,
            O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
            O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_EXPERTS, O_TOPK, O_CAPF,
-           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_NO_VAL, O_EVAL_EVERY, O_EVAL_BATCHES };
+           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_NO_VAL, O_EVAL_EVERY, O_EVAL_BATCHES,
+           O_PRECISION };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -407,6 +408,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"dropless", no_argument, NULL, O_DROPLESS},
         {"moe-every", required_argument, NULL, O_MOE_EVERY},
         {"aux-loss-coef", required_argument, NULL, O_AUXC},
+        {"precision", required_argument, NULL, O_PRECISION},         /* issue 12 */
         {"batch", required_argument, NULL, O_BATCH},
         {"steps", required_argument, NULL, O_STEPS},
         {"lr", required_argument, NULL, O_LR},
@@ -504,6 +506,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
             if (pctl_parse_float("submit", "--aux-loss-coef", optarg, 0.0, 1e6, &d))
                 return PCTL_EXIT_USAGE;
             cfg.aux_loss_coef = (float)d; /* 0 = off (written as < 0 on the wire) */
+            break;
+        case O_PRECISION:
+            cfg.precision = px_job_config_precision_parse(optarg);
+            if (cfg.precision < 0)
+                return pctl_usage_error("submit", "--precision '%s': fp32 or bf16", optarg);
             break;
         case O_BATCH: INT_OPT("--batch", cfg.batch, 1); break;
         case O_STEPS: INT_OPT("--steps", cfg.steps, 1); break;
@@ -1103,6 +1110,13 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
                    n->last_seen_ms > 0 ? " ago" : "");
             if (n->error && *n->error)
                 printf("  ERROR: %s\n", pctl_esc(n->error));
+            for (size_t k = 0; k < n->n_devices; k++) { /* GPUs: memory from NVML */
+                const Parallax__V1__Device *dv = n->devices[k];
+                if (dv->name && !strncmp(dv->name, "cuda:", 5))
+                    printf("  %-14s %.1f / %.1f GiB used at start  %s\n", pctl_esc(dv->name),
+                           dv->mem_used / 1073741824.0, dv->memory_bytes / 1073741824.0,
+                           dv->job_id && *dv->job_id ? pctl_esc(dv->job_id) : "free");
+            }
         }
         rc = PCTL_EXIT_OK;
     }

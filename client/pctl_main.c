@@ -35,6 +35,7 @@ static const pctl_command_t commands[] = {
      "                   [--stage-layers 2,2,1,1]\n"
      "                   [--experts E [--top-k 1|2] [--capacity-factor F | --dropless]\n"
      "                    [--moe-every N] [--aux-loss-coef C]]\n"
+     "                   [--precision fp32|bf16]\n"
      "                   [--batch N] [--steps N] [--lr F] [--seed N] [--warmup N]\n"
      "                   [--weight-decay F] [--min-lr-ratio F] [--zero 0-3] [--grad-accum N]\n"
      "                   [--clip F] [--bucket-mb F]\n"

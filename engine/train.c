@@ -46,6 +46,8 @@
 #include "tp.h"
 #include "zero.h"
 #include "px_kernels.h"
+#include "px_kernels_select.h"
+#include "px_devmem.h"
 #include "px_log.h"
 #include "px_time.h"
 
@@ -208,6 +210,7 @@ static px_status_t dump_val_loss(const char *dir, int step, float val_loss)
  * d-th part of it (the same cut as grad_accum alone with A*M). */
 typedef struct pipe_load {
     const px_data_t *data;
+    const px_kernel_ops_t *ops; /* the stage's buffers are this backend's */
     uint64_t seed;
     int step, round, M, per_micro, dp_rank, Bm, T;
     int cp, cp_rank;          /* context parallelism: the stage computes this
@@ -240,6 +243,21 @@ static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
             tmp_in = spare;
         else
             tmp_tg = spare;
+    }
+    if (ld->ops != px_kernels_cpu()) { /* device buffers: cut on the host, then copy */
+        int32_t *host = malloc(2 * n * sizeof(int32_t));
+        if (!host) {
+            free(spare);
+            return;
+        }
+        px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, host, host + n);
+        if (inputs)
+            ld->ops->mem_copy_from_host(inputs, host, n * sizeof(int32_t));
+        if (targets)
+            ld->ops->mem_copy_from_host(targets, host + n, n * sizeof(int32_t));
+        free(host);
+        free(spare);
+        return;
     }
     px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, tmp_in, tmp_tg);
     free(spare);
@@ -345,6 +363,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     const int digests = opts && opts->replica_digests;
     int start_step = 0;
     const px_kernel_ops_t *ops = px_kernels_cpu();
+    int32_t *host_tokens = NULL; /* the batch cut on the host, for a device backend */
     px_train_config_t alone;
 
     if (opts && opts->export_only && !world) {
@@ -353,12 +372,35 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         memset(&alone.layout, 0, sizeof(alone.layout));
         cfg = &alone;
     }
+    /* the device's op table; every tensor below lives in its memory */
+    status = px_kernels_select(opts ? opts->device : NULL, &ops, err, sizeof(err));
+    if (status != PX_OK) {
+        px_error("train: %s", err);
+        return status;
+    }
+    /* device tensors travel through the collectives staged in host memory
+     * (transport/px_devmem.h) */
+    if (ops != px_kernels_cpu())
+        px_transport_set_device_memory(ops, px_kernels_is_device_ptr);
+    px_mem_set_backend(ops);
     status = px_train_layout(cfg, wsize, &layout, err, sizeof(err));
     if (status == PX_OK) {
         /* the one validator (jobcfg.h), on the layout this world runs */
         px_job_config_t checked = *cfg;
         checked.layout = layout;
         status = px_job_config_check(&checked, PX_JOBCFG_CHECK_DATA, err, sizeof(err));
+    }
+    if (status == PX_OK && ops != px_kernels_cpu() && layout.pp > 1) {
+        /* the stages' point-to-point sends are not staged (px_devmem.h) */
+        status = px_invalid(err, sizeof(err), "pp=%d on device '%s': pipeline stages on %s "
+                            "devices are not supported yet (their sends of device buffers)",
+                            layout.pp, opts->device, ops->name);
+    }
+    if (status == PX_OK && ops != px_kernels_cpu() && (layout.cp > 1 || cfg->experts)) {
+        /* the ring's sends and the experts' all-to-alls and host-side routing are not staged */
+        status = px_invalid(err, sizeof(err), "cp=%d experts=%d on device '%s': context "
+                            "parallelism and experts run on cpu devices only so far", layout.cp,
+                            cfg->experts, opts->device);
     }
     if (status != PX_OK) {
         px_error("train: %s", err);
@@ -481,7 +523,9 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             goto out;
         }
     }
-    if (!inputs || !targets) {
+    if (ops != px_kernels_cpu())
+        host_tokens = malloc(2 * (size_t)Bm * T * sizeof(int32_t));
+    if (!inputs || !targets || (ops != px_kernels_cpu() && !host_tokens)) {
         status = PX_ERR_NO_MEMORY;
         goto out;
     }
@@ -592,7 +636,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             pipe_load_t ld = {.data = data, .seed = cfg->seed, .step = s, .M = M,
                               .per_micro = cfg->batch / (A * M), .dp_rank = dp_rank, .Bm = Bm,
                               .T = T, .cp = cp, .cp_rank = cp_rank, .seq_in = seq_in,
-                              .seq_tg = seq_tg};
+                              .seq_tg = seq_tg,
+                              .ops = ops};
             for (ld.round = 0; ld.round < A; ld.round++) {
                 float lsum = 0.0f;
                 PX_CHECK_GOTO(px_pipe_round(pipe, pipe_load, &ld, &lsum), status, out);
@@ -610,6 +655,11 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 px_data_batch(data, cfg->seed, s, first, Bm, T, seq_in, seq_tg);
                 cp_cut(seq_in, inputs, Bm, T, cp, cp_rank);
                 cp_cut(seq_tg, targets, Bm, T, cp, cp_rank);
+            } else if (host_tokens) { /* a device backend: cut on the host, copy over */
+                const size_t nt = (size_t)Bm * T;
+                px_data_batch(data, cfg->seed, s, first, Bm, T, host_tokens, host_tokens + nt);
+                ops->mem_copy_from_host(inputs, host_tokens, nt * sizeof(int32_t));
+                ops->mem_copy_from_host(targets, host_tokens + nt, nt * sizeof(int32_t));
             } else
                 px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
             PX_CHECK_GOTO(px_gpt_forward_ctx(gpt, &ctx, inputs, targets, &l), status, out);
@@ -631,6 +681,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             double sx = 0.0;
             PX_CHECK_GOTO(px_moe_reduce(moe, &sx), status, out);
             norm = (float)sqrt((double)norm * norm + sx);
+        }
+        status = px_kernels_check(ops); /* a device op's error (sticky), once a step */
+        if (status != PX_OK) {
+            px_error("train: step %d: a %s kernel failed: %s", s + 1, ops->name,
+                     px_status_str(status));
+            goto out;
         }
         if (pipe) { /* the loss is the last stage's; the others add 0 exactly */
             status = px_allreduce(px_groups_comm(groups, PX_GROUP_PP), &loss, &loss, 1,
@@ -811,6 +867,7 @@ out:
     free(canon);
     free(moe_canon);
     px_moe_destroy(moe);
+    free(host_tokens);
     px_mem_free(inputs);
     px_mem_free(targets);
     px_mem_free(seq_in);

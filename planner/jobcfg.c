@@ -35,6 +35,18 @@
 #define MAX_WEIGHT_DECAY 10.0f
 #define MAX_GRAD_CLIP 1e6f
 
+int px_job_config_precision_parse(const char *name)
+{
+    if (!name || !*name || !strcmp(name, "fp32"))
+        return PX_PRECISION_FP32;
+    return !strcmp(name, "bf16") ? PX_PRECISION_BF16 : -1;
+}
+
+const char *px_job_config_precision_name(int precision)
+{
+    return precision == PX_PRECISION_FP32 ? "fp32" : precision == PX_PRECISION_BF16 ? "bf16" : "?";
+}
+
 void px_job_config_defaults(px_job_config_t *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
@@ -151,6 +163,9 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
                               "chunks split the layers evenly (layers / (pp x virtual_stages))",
                               cfg->stage_layers);
     }
+    if (cfg->precision != PX_PRECISION_FP32 && cfg->precision != PX_PRECISION_BF16)
+        return px_invalid(errbuf, errlen, "precision=%d is not fp32 or bf16", cfg->precision);
+
     if (l->pp >= 1 && cfg->layers >= l->pp) { /* layers checked above: a small array */
         int sl[l->pp];
         px_status_t st = px_pipe_stage_layers(cfg->layers, l->pp, cfg->stage_layers, sl, errbuf,
@@ -260,6 +275,9 @@ static px_status_t check_moe(const px_job_config_t *cfg, char *errbuf, size_t er
  * context and expert parallel (+ ZeRO), not every combination. */
 static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t errlen)
 {
+    if (cfg->precision == PX_PRECISION_BF16)
+        return px_invalid(errbuf, errlen, "precision=bf16 is not implemented by the engine yet "
+                          "(fp32 runs on cpu and cuda devices)");
     const px_layout_t *l = &cfg->layout;
     if (l->ep > 1 && !cfg->experts)
         return px_invalid(errbuf, errlen, "ep=%d needs experts (--experts E, a multiple of ep); "

@@ -71,7 +71,20 @@ typedef struct px_job_config {
      * (engine/eval.h) */
     const char *val_path;
     int eval_every, eval_batches;
+    int precision;         /* issue 12: PX_PRECISION_FP32 (default) or _BF16;
+                              -1 an unknown name (the check names it) */
 } px_job_config_t;
+
+/* Compute precision: fp32 everywhere (the default and the equivalence
+ * oracle), or bf16 weights and activations with fp32 master weights,
+ * optimizer state and reductions (not implemented by the engine yet: the
+ * check rejects it, naming it). */
+enum { PX_PRECISION_FP32 = 0, PX_PRECISION_BF16 = 1 };
+
+/* "fp32" / "bf16" -> PX_PRECISION_*; NULL or "" -> fp32; else -1. */
+int px_job_config_precision_parse(const char *name);
+/* PX_PRECISION_* -> "fp32" / "bf16" ("?" otherwise); static string. */
+const char *px_job_config_precision_name(int precision);
 
 /* The defaults: vocab 256, layout all 1, grad_accum 1, micro_batches 1,
  * schedule 1F1B, virtual_stages 1, lr 2e-3,

@@ -74,6 +74,7 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
         cfg->stage_layers = str_or_null(spec->parallel->stage_layers);
     if (spec->parallel && spec->parallel->virtual_stages)
         cfg->virtual_stages = to_int(spec->parallel->virtual_stages);
+    cfg->precision = px_job_config_precision_parse(spec->precision); /* -1: the check names it */
     cfg->batch = to_int(spec->batch);
     cfg->steps = to_int(spec->steps);
     if (spec->grad_accum)
@@ -156,6 +157,7 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     s->data_path = (char *)(cfg->data_path ? cfg->data_path : "");
     s->zero = u32(cfg->zero);
     s->bucket_mb = cfg->bucket_mb;
+    s->precision = (char *)px_job_config_precision_name(cfg->precision);
     s->checkpoint_every = u32(cfg->checkpoint_every);
     s->checkpoint_dir = (char *)(cfg->checkpoint_dir ? cfg->checkpoint_dir : "");
     s->resume_dir = (char *)(cfg->resume_dir ? cfg->resume_dir : "");

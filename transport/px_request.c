@@ -410,8 +410,10 @@ static void req_end(px_request_t *req, px_status_t status)
 {
     if (status != PX_OK)
         px__cancel_ops(req->comm, req);
-    else
+    else {
         half_finish(req);
+        px__dev_finish(req);
+    }
     req->status = status;
     release_tmps(req);
 }

@@ -271,9 +271,20 @@ struct px_request {
     const float *half_src;
     uint64_t half_count;
 
+    /* device buffers are staged in host slot 3 (px_devmem.h): on success
+     * dev_bytes bytes from dev_src are copied back into dev_dst */
+    void *dev_dst;
+    const void *dev_src;
+    size_t dev_bytes;
+
     void *tmp[4];          /* temporaries (comm cache or owned): 0, 1 algorithm, 2 ring
-                            * slots, 3 fp16/bf16 staging */
+                            * slots, 3 fp16/bf16 or device staging */
 };
+
+/* --- px_coll.c: device staging (px_devmem.h) --- */
+
+/* Copies a staged device result back (request completion). */
+void px__dev_finish(px_request_t *req);
 
 /* --- px_progress.c --- */
 

@@ -532,6 +532,35 @@ static void test_jobspec(void)
            "clip %g lr %g", c.vocab, c.grad_accum, c.warmup_steps, c.grad_clip, c.lr);
     EXPECT(c.layout.dp == 4 && c.layout.tp == 1 && c.layout.pp == 1 && c.layout.cp == 1 &&
            c.layout.ep == 1, "no `parallel`: dp = JobSpec.dp");
+    /* issue 12: precision "" (an old client) is fp32; names round trip; an
+     * unknown name and bf16 (not in the engine yet) are rejected, named */
+    EXPECT(c.precision == PX_PRECISION_FP32, "precision \"\" is fp32");
+    {
+        px_job_config_t pc, pb;
+        px_jobspec_msg_t pm;
+        char perr[256];
+        base(&pc);
+        pc.precision = PX_PRECISION_BF16;
+        px_jobspec_from_config(&pc, &pm);
+        Parallax__V1__JobSpec *pu = wire(&pm.spec);
+        EXPECT(pu && !strcmp(pu->precision, "bf16"), "precision on the wire");
+        px_jobspec_to_config(pu, &pb);
+        EXPECT(pb.precision == PX_PRECISION_BF16, "precision round trip");
+        EXPECT(px_job_config_check(&pb, 0, perr, sizeof(perr)) == PX_ERR_INVALID_ARGUMENT &&
+               strstr(perr, "precision=bf16 is not implemented"), "bf16 rejected: %s", perr);
+        EXPECT(px_job_config_check(&pb, PX_JOBCFG_LAYOUT_ONLY, perr, sizeof(perr)) == PX_OK,
+               "bf16 planned: %s", perr);
+        parallax__v1__job_spec__free_unpacked(pu, NULL);
+        s.precision = "fp16";
+        px_jobspec_to_config(&s, &pb);
+        EXPECT(pb.precision == -1 && px_job_config_check(&pb, PX_JOBCFG_LAYOUT_ONLY, perr,
+               sizeof(perr)) == PX_ERR_INVALID_ARGUMENT && strstr(perr, "precision"),
+               "unknown precision rejected: %s", perr);
+        s.precision = "";
+        EXPECT(px_job_config_precision_parse("fp32") == PX_PRECISION_FP32 &&
+               px_job_config_precision_parse(NULL) == PX_PRECISION_FP32 &&
+               !strcmp(px_job_config_precision_name(PX_PRECISION_BF16), "bf16"), "names");
+    }
     Parallax__V1__ParallelSpec p = PARALLAX__V1__PARALLEL_SPEC__INIT;
     s.parallel = &p;
     p.tp = 2;
