@@ -10,9 +10,11 @@ over 3 fixed batches:
     load-balanced chunks; the mean over dp x cp), pp=2 1F1B, pp=2
     interleaved (2 chunks per stage) and dp=2 x pp=2 GPipe with grad_accum 2
     (forward-only micro-batches through the stages);
-  * experts (8, top-2, capacity 1.0): one rank against ep=2 (the ep group
-    holds the global batch, so routing and capacity are the one rank's);
-    the load-balancing loss is not in the validation loss.
+  * experts (8, top-2, capacity 1.0): one rank against ep=2 and ep=4 (the
+    ep group holds the global batch, so routing and capacity are the one
+    rank's); the load-balancing loss is not in the validation loss, and the
+    experts' token counts each step reports are the training batch's alone
+    (the same as a run without validation).
 Each validation loss (after steps 2 and 4, and no other) must equal the
 reference's within 1e-5 relative, and the training losses too (the
 evaluation changes no state). A validation loss that included the aux loss
@@ -43,7 +45,7 @@ GROUPS = {
                                           '--schedule', 'interleaved', '--virtual-stages', '2']),
                       ('dp2pp2-gpipe-a2', 4, ['--dp', '2', '--pp', '2', '--micro-batches', '2',
                                               '--schedule', 'gpipe', '--grad-accum', '2'])]),
-    'moe': (MOE, [('ep2', 2, ['--ep', '2'])]),
+    'moe': (MOE, [('ep2', 2, ['--ep', '2']), ('ep4', 4, ['--ep', '4'])]),
 }
 
 
@@ -106,6 +108,18 @@ def main():
                 if zero_util.rel(a, b) > TOL:
                     problems.append('%s: train loss step %d %.9g vs one rank %.9g'
                                     % (tag, s, a, b))
+    if 'moe' in groups:  # the evaluation's routing is not counted in the step's
+        assert base[-6] == '--val-data'
+        a = zero_util.run_world(rank_bin, base[:-6] + MOE + ['--ep', '2'], work, 'ep2-noval', 2)
+        b = zero_util.run_world(rank_bin, base + MOE + ['--ep', '2'], work, 'ep2-val', 2)
+        if a is None or b is None:
+            problems.append('the ep2 runs with and without validation failed')
+        else:
+            ca = [(m['moe_received'], m['moe_dropped']) for m in a[0]]
+            cb = [(m['moe_received'], m['moe_dropped']) for m in b[0]]
+            if ca != cb:
+                problems.append('ep2: expert token counts change with validation: %s vs %s'
+                                % (ca, cb))
     for p in problems:
         print('FAIL: ' + p)
     if problems:
