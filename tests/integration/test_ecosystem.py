@@ -17,7 +17,8 @@ control.sock as it looks in /run/parallax by default):
 3. `pctl status --json` carries every field of JobSpec, ModelSpec and
    ParallelSpec as parallax.proto declares them (the field list is read
    from the .proto here, not from pctl), with the submitted values.
-4. A missing --val-data file and --eval-batches 0 are refused at submit,
+4. A missing --val-data file and --eval-batches past the validator's range
+   are refused at submit,
    naming the value (pipeline layouts evaluate: test_val_layouts.py).
 5. The daemon runs with --metrics-listen: its /metrics page counts the
    completed job and the RPCs pctl made (by method and code), and the daemon
@@ -95,8 +96,11 @@ def main():
         r = pctl("submit", *common, "--val-data", os.path.join(cl.workdir, "nope.bin"),
                  check=False)
         assert r.returncode != 0 and "nope.bin" in r.stderr, (r.returncode, r.stderr)
-        r = pctl("submit", *common, "--val-data", val, "--eval-batches", "0", check=False)
-        assert r.returncode == 1 and "eval_batches=0" in r.stderr, r.stderr
+        # past the shared validator's range, which pctl's parser admits: the
+        # daemon answers INVALID_ARGUMENT (counted on the metrics page below)
+        r = pctl("submit", *common, "--val-data", val, "--eval-batches", "1000000001",
+                 check=False)
+        assert r.returncode == 1 and "eval_batches=1000000001" in r.stderr, r.stderr
         print("refused: %s" % r.stderr.strip())
 
         r = pctl("submit", *common, "--dp", "2", "--zero", "2", "--grad-accum", "2", "--clip",
