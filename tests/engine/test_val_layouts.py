@@ -7,14 +7,15 @@ A 4-layer GPT on Debian's license texts with a validation file (the same
 texts in the other order), 4 steps, evaluated after step 2 and at the end
 over 3 fixed batches:
   * dense: one rank against cp=2, dp=2 x cp=2 (each cp rank evaluates its
-    load-balanced chunks; the mean over dp x cp), pp=2 1F1B, pp=2
-    interleaved (2 chunks per stage) and dp=2 x pp=2 GPipe with grad_accum 2
+    load-balanced chunks; the mean over dp x cp), and pp=2 with 1F1B,
+    interleaved (2 chunks per stage) and zb1, cp=2 x pp=2 interleaved, tp=2 x
+    pp=2 1F1B with ZeRO 1, dp=2 x pp=2 GPipe with grad_accum 2
     (forward-only micro-batches through the stages);
-  * experts (8, top-2, capacity 1.0): one rank against ep=2 and ep=4 (the
-    ep group holds the global batch, so routing and capacity are the one
-    rank's); the load-balancing loss is not in the validation loss, and the
-    experts' token counts each step reports are the training batch's alone
-    (the same as a run without validation).
+  * experts (8, top-2, capacity 1.0): one rank against ep=2, ep=4 and ep=2
+    with ZeRO 3 (the ep group holds the global batch, so routing and
+    capacity are the one rank's); the load-balancing loss is not in the
+    validation loss, and the experts' token counts each step reports are
+    the training batch's alone (the same as a run without validation).
 Each validation loss (after steps 2 and 4, and no other) must equal the
 reference's within 1e-5 relative, and the training losses too (the
 evaluation changes no state). A validation loss that included the aux loss
@@ -43,9 +44,12 @@ GROUPS = {
                                       '--schedule', 'zb1']),
                       ('cp2pp2-int2', 4, ['--cp', '2', '--pp', '2', '--micro-batches', '4',
                                           '--schedule', 'interleaved', '--virtual-stages', '2']),
+                      ('tp2pp2-1f1b', 4, ['--tp', '2', '--pp', '2', '--micro-batches', '2',
+                                          '--schedule', '1f1b', '--zero', '1']),
                       ('dp2pp2-gpipe-a2', 4, ['--dp', '2', '--pp', '2', '--micro-batches', '2',
                                               '--schedule', 'gpipe', '--grad-accum', '2'])]),
-    'moe': (MOE, [('ep2', 2, ['--ep', '2']), ('ep4', 4, ['--ep', '4'])]),
+    'moe': (MOE, [('ep2', 2, ['--ep', '2']), ('ep4', 4, ['--ep', '4']),
+                  ('ep2-zero3', 2, ['--ep', '2', '--zero', '3'])]),
 }
 
 
