@@ -21,12 +21,17 @@ reference's within 1e-5 relative, and the training losses too (the
 evaluation changes no state). A validation loss that included the aux loss
 is caught in ref_gpt.py's MoE case (the PyTorch reference).
 
+Nothing hangs (group fail): two pp=2 ranks that disagree on
+--eval-batches (1 and 3) both exit non-zero within the transport's deadline
+(PX_COMM_TIMEOUT_MS 3000) plus a margin, a log naming the failed exchange.
+
 usage: test_val_layouts.py RANK_BIN MAKE_TOKENS_PY WORKDIR [GROUP...]
-GROUP: dense-cp, dense-pp, moe (default: all)"""
+GROUP: dense-cp, dense-pp, moe, fail (default: all)"""
 import os
 import shutil
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zero_util  # noqa: E402
@@ -59,9 +64,47 @@ def losses(runs):
             [m['loss'] for m in steps])
 
 
+TIMEOUT_MS, MARGIN_S = 3000, 20
+
+
+def disagreeing_eval(rank_bin, base, work):
+    """pp=2, stage 0 evaluates 1 batch and stage 1 three: stage 1 waits
+    for activations stage 0 never sends. Returns a list of problems."""
+    port = zero_util.free_port()
+    procs = []
+    t0 = time.time()
+    args = base + ['--pp', '2', '--micro-batches', '4', '--schedule', '1f1b', '--steps', '2',
+                   '--eval-every', '1']
+    for r, k in ((0, '1'), (1, '3')):
+        env = dict(os.environ, PX_RANK=str(r), PX_WORLD_SIZE='2', PX_MASTER_ADDR='127.0.0.1',
+                   PX_MASTER_PORT=str(port), PX_COMM_TIMEOUT_MS=str(TIMEOUT_MS))
+        log = open(os.path.join(work, 'evalfail_rank%d.log' % r), 'w')
+        procs.append((subprocess.Popen([rank_bin] + args + ['--eval-batches', k], env=env,
+                                       stdout=log, stderr=subprocess.STDOUT), log))
+    rcs = []
+    for p, log in procs:
+        try:
+            rcs.append(p.wait(timeout=TIMEOUT_MS / 1000.0 + MARGIN_S))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            rcs.append('hung')
+        log.close()
+    took = time.time() - t0
+    logs = [open(os.path.join(work, 'evalfail_rank%d.log' % r)).read() for r in range(2)]
+    named = ['eval' in lg and ('pipeline' in lg or 'all-reduce' in lg) for lg in logs]
+    print('disagreeing eval batches: exit %s after %.1f s, the evaluation named %s'
+          % (rcs, took, named))
+    if any(rc in (0, 'hung') for rc in rcs) or not any(named):
+        for r, lg in enumerate(logs):
+            print('--- rank %d:\n%s' % (r, lg[-2000:]))
+        return ['pp=2 ranks disagreeing on eval_batches: exit %s, named %s' % (rcs, named)]
+    return []
+
+
 def main():
     rank_bin, make_tokens, work = sys.argv[1], sys.argv[2], sys.argv[3]
-    groups = sys.argv[4:] or list(GROUPS)
+    groups = sys.argv[4:] or list(GROUPS) + ['fail']
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     data = zero_util.license_tokens(make_tokens, work)
@@ -75,7 +118,11 @@ def main():
             '--val-data', val, '--eval-every', '2', '--eval-batches', '3']
     problems = []
     refs = {}
+    if 'fail' in groups:
+        problems += disagreeing_eval(rank_bin, base[:-2], work)
     for g in groups:
+        if g == 'fail':
+            continue
         model, cases = GROUPS[g]
         key = tuple(model)
         if key not in refs:
