@@ -619,10 +619,9 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
                                   strerror(errno));
             goto out;
         }
-    } else if (!no_val && cfg.layout.pp <= 1 && cfg.layout.cp <= 1 && cfg.experts == 0) {
+    } else if (!no_val) {
         /* the validation file `pctl data prepare` writes beside --data
-         * (validation runs without pipeline or context parallelism and
-         * experts only, jobcfg.c) */
+         * (every layout evaluates, eval.h) */
         char *guess = pctl_val_path(data_abs);
         if (guess && access(guess, R_OK) == 0)
             val_abs = guess;

@@ -96,7 +96,7 @@ static const pctl_command_t commands[] = {
      "                     to N times (0..100, default 0)\n"
      "  --val-data FILE    validation token file (default: the FILE_val.bin beside\n"
      "                     --data that `pctl data prepare --val-fraction` writes, when it\n"
-     "                     exists and pp, cp are 1 without experts); --no-val: none\n"
+     "                     exists); --no-val: none\n"
      "  --eval-every N     validation loss every N steps and after the last (default\n"
      "                     steps/10; 0: after the last only)\n"
      "  --eval-batches K   fixed validation batches of --batch sequences (default 4)\n"

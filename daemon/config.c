@@ -63,8 +63,8 @@ static const key_t_ keys[K_COUNT] = {
     [K_TLS_CA] = {"tls-ca-file", NULL, "",
                   "PEM CA bundle that verifies the other daemons (default: tls-cert-file)"},
     [K_METRICS_LISTEN] = {"metrics-listen", NULL, "",
-                          "Prometheus metrics over HTTP at host:port (/metrics; a bare :port "
-                          "or port: loopback; empty: off)"},
+                          "Prometheus metrics over HTTP at host:port or [IPv6]:port (/metrics; "
+                          "a bare :port or port: loopback; empty: off)"},
 };
 
 static struct option long_opts[K_COUNT + 4];

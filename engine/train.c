@@ -219,6 +219,17 @@ typedef struct pipe_load {
 } pipe_load_t;
 
 static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i);
+static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets);
+
+/* eval.h's loader over a pipe_load_t of the validation file: validation
+ * batch k is cut as training step k. */
+static void eval_load(void *arg, int k, int round, int micro, int32_t *inputs, int32_t *targets)
+{
+    pipe_load_t *ld = arg;
+    ld->step = k;
+    ld->round = round;
+    pipe_load(ld, micro, inputs, targets);
+}
 
 static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
 {
@@ -610,16 +621,18 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     if (opts && opts->export_only)
         goto out;
-    px_eval_t ev = {.gpt = gpt, .ctx = &ctx, .val = val, .dp_comm = dp_comm, .seed = cfg->seed,
-                    .batches = cfg->eval_batches, .batch = cfg->batch, .accum = A, .dp = dp,
-                    .dp_rank = dp_rank, .Bm = Bm, .T = T, .inputs = inputs, .targets = targets};
+    /* the validation batches: the training cut (pipe_load) of the
+     * validation file, batch k in place of step k */
+    pipe_load_t val_ld = {.data = val, .seed = cfg->seed, .M = M,
+                          .per_micro = cfg->batch / (A * M), .dp_rank = dp_rank, .Bm = Bm,
+                          .T = T, .cp = cp, .cp_rank = cp_rank, .seq_in = seq_in,
+                          .seq_tg = seq_tg};
+    px_eval_t ev = {.gpt = gpt, .ctx = &ctx, .pipe = pipe, .M = M, .load = eval_load,
+                    .load_arg = &val_ld, .dp_comm = dp_comm,
+                    .pp_comm = pipe ? px_groups_comm(groups, PX_GROUP_PP) : NULL,
+                    .batches = cfg->eval_batches, .accum = A, .dp = dp, .cp = cp,
+                    .inputs = inputs, .targets = targets};
     const int eval_every = px_job_config_eval_every(cfg);
-    if (val && !gpt) { /* the validator rejects it first (jobcfg.c) */
-        px_error("train: the validation loss is not computed with pipeline parallelism (pp=%d)",
-                 pp);
-        status = PX_ERR_INVALID_ARGUMENT;
-        goto out;
-    }
     if (val && dump_dir && rank == 0)
         for (int k = 0; k < cfg->eval_batches; k++)
             PX_CHECK_GOTO(dump_val_batch(dump_dir, val, cfg, k), status, out);
@@ -776,14 +789,6 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                                                    ? px_zero_unit_digest(zero,
                                                                          PX_MODEL_UNIT_EMBED)
                                                    : 0};
-        if (val && px_eval_due(eval_every, s, cfg->steps)) {
-            PX_CHECK_GOTO(px_eval_loss(&ev, &rep.val_loss), status, out);
-            if (dump_dir && rank == 0)
-                PX_CHECK_GOTO(dump_val_loss(dump_dir, s + 1, rep.val_loss), status, out);
-            if (rank == 0)
-                px_info("train: step %d: validation loss %.6f (%d batches)", s + 1,
-                        (double)rep.val_loss, cfg->eval_batches);
-        }
         fill_mem(&rep, plan, act_bytes);
         uint64_t *mrec = NULL, *mdrop = NULL;
         if (moe) {
@@ -800,6 +805,23 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             double a2a = px_moe_alltoall_s(moe);
             rep.moe_alltoall_s = a2a - moe_a2a_prev;
             moe_a2a_prev = a2a;
+        }
+        /* after the step's expert statistics were read: the evaluation's
+         * routing adds to them */
+        if (val && px_eval_due(eval_every, s, cfg->steps)) {
+            status = px_eval_loss(&ev, &rep.val_loss);
+            if (status != PX_OK) {
+                free(mrec);
+                goto out;
+            }
+            if (dump_dir && rank == 0)
+                if ((status = dump_val_loss(dump_dir, s + 1, rep.val_loss)) != PX_OK) {
+                    free(mrec);
+                    goto out;
+                }
+            if (rank == 0)
+                px_info("train: step %d: validation loss %.6f (%d batches)", s + 1,
+                        (double)rep.val_loss, cfg->eval_batches);
         }
         int stop = cb && cb(arg, &rep);
         free(mrec);

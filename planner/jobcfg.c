@@ -301,10 +301,6 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
         return px_invalid(errbuf, errlen, "pp=%d: checkpoints of pipeline stages are not "
                           "implemented yet (checkpoint_every=%d, resume_dir '%s')", l->pp,
                           cfg->checkpoint_every, has(cfg->resume_dir) ? cfg->resume_dir : "");
-    if (has(cfg->val_path) && (l->pp > 1 || l->cp > 1 || cfg->experts > 0))
-        return px_invalid(errbuf, errlen, "val_data='%s' with pp=%d, cp=%d, experts=%d: the "
-                          "validation loss is computed without pipeline or context parallelism "
-                          "and experts only so far", cfg->val_path, l->pp, l->cp, cfg->experts);
     /* context parallelism (engine/ring_attn.h) runs with dp, tp (and sequence
      * parallelism), ZeRO 0-3, gradient accumulation, checkpoints and every
      * pipeline schedule: no rule of its own beyond the sequence's split */
