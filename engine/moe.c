@@ -3,12 +3,14 @@
  * One forward of MoE layer l on N local tokens, P = ep ranks, El = E/P
  * experts here:
  *   1. router logits, softmax, top-k, gates (op table: moe_router_forward);
- *   2. the choice counts cnt[j][e] all-gathered over the ep group into
- *      cnt[p][j][e], and the router probabilities summed over it (the
- *      load-balancing loss's P_e); every rank then computes every rank's
- *      kept counts kept[p][j][e] (the capacity filled in the order j, p,
- *      token), so all send and receive counts are known without a count
- *      exchange;
+ *   2. the choice counts of each token block (px_moe_set_token_blocks)
+ *      with the blocks' keys all-gathered over the ep group, and the
+ *      router probabilities summed over the dp group (the load-balancing
+ *      loss's P_e); every rank then computes every rank's kept counts per
+ *      block and kept[p][j][e] (the capacity filled in the order j, block
+ *      key, token: the single-rank order, whichever rows or sequence
+ *      chunks the ranks hold), so all send and receive counts are known
+ *      without a count exchange;
  *   3. the kept choices, as "slots" in send order (destination rank,
  *      its local expert, choice j, token), are packed and dispatched by
  *      px_alltoallv; each rank reorders what it received from source-major
@@ -60,6 +62,12 @@ typedef struct moe_layer {
     int N;
 } moe_layer_t;
 
+/* (key, index) pairs sorted by key: the group's blocks in token order */
+typedef struct keyed {
+    int64_t key;
+    int i;
+} keyed_t;
+
 struct px_moe {
     px_moe_config_t cfg;
     const px_kernel_ops_t *k;
@@ -74,6 +82,14 @@ struct px_moe {
     float *sendbuf, *recvbuf, *logits, *dw, *dg, *dh;
     uint64_t *scnt, *sdis, *rcnt, *rdis;
     uint64_t *received, *dropped; /* (E) this step */
+    /* the token blocks (px_moe_set_token_blocks): nb blocks of N/nb local
+     * tokens, key[b] their place in the single-rank token order */
+    int nb;
+    int64_t *key;   /* (nb) */
+    int64_t *gbuf;  /* (P, nb + nb*K*E): every rank's [keys | block counts] */
+    int64_t *keptb; /* (P, nb, K, E) kept per block */
+    keyed_t *order; /* (P*nb) the group's blocks sorted by key */
+    int64_t *mine;  /* (nb + nb*K*E) this rank's row of gbuf */
     double a2a_s;
     float skew;           /* test hook: router logit bias of experts 0 (1/2) */
 };
@@ -160,6 +176,11 @@ void px_moe_destroy(px_moe_t *moe)
     free(moe->rdis);
     free(moe->received);
     free(moe->dropped);
+    free(moe->key);
+    free(moe->gbuf);
+    free(moe->keptb);
+    free(moe->order);
+    free(moe->mine);
     free(moe);
 }
 
@@ -170,6 +191,46 @@ static int64_t capacity(const px_moe_t *moe, int64_t Ng)
     if (c->dropless)
         return INT64_MAX;
     return (int64_t)ceil((double)Ng * c->top_k / c->experts * (double)c->capacity_factor);
+}
+
+px_status_t px_moe_set_token_blocks(px_moe_t *moe, int nb, const int64_t *keys)
+{
+    if (nb < 1 || moe->Nmax % nb) {
+        px_error("moe: %d token blocks do not divide the %d local tokens", nb, moe->Nmax);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    const size_t P = (size_t)moe->P, KE = (size_t)moe->cfg.top_k * moe->cfg.experts;
+    const size_t W = (size_t)nb + (size_t)nb * KE;
+    int64_t *key = malloc((size_t)nb * sizeof(int64_t)), *gbuf = calloc(P * W, sizeof(int64_t));
+    int64_t *keptb = calloc(P * nb * KE, sizeof(int64_t)), *mine = calloc(W, sizeof(int64_t));
+    keyed_t *order = calloc(P * nb, sizeof(keyed_t));
+    if (!key || !gbuf || !keptb || !mine || !order) {
+        free(key);
+        free(gbuf);
+        free(keptb);
+        free(mine);
+        free(order);
+        return PX_ERR_NO_MEMORY;
+    }
+    memcpy(key, keys, (size_t)nb * sizeof(int64_t));
+    free(moe->key);
+    free(moe->gbuf);
+    free(moe->keptb);
+    free(moe->mine);
+    free(moe->order);
+    moe->nb = nb;
+    moe->key = key;
+    moe->gbuf = gbuf;
+    moe->keptb = keptb;
+    moe->mine = mine;
+    moe->order = order;
+    return PX_OK;
+}
+
+static int keyed_cmp(const void *a, const void *b)
+{
+    const keyed_t *x = a, *y = b;
+    return x->key < y->key ? -1 : x->key > y->key ? 1 : x->i - y->i;
 }
 
 px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
@@ -235,6 +296,11 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
     if (!moe->layer_of || !moe->L || !moe->scnt || !moe->sdis || !moe->rcnt || !moe->rdis ||
         !moe->received || !moe->dropped || !moe->params || !moe->grads || !moe->m || !moe->v ||
         !moe->sendbuf || !moe->recvbuf || !moe->logits || !moe->dw || !moe->dg || !moe->dh)
+        goto err_nomem;
+    /* one block per rank, in ep rank order (dp x ep: the ranks' slices of
+     * the batch follow the ep ranks) until the caller says otherwise */
+    int64_t key0 = moe->me;
+    if (px_moe_set_token_blocks(moe, 1, &key0) != PX_OK)
         goto err_nomem;
     for (int l = 0, mi = 0; l < cfg->layers; l++)
         moe->layer_of[l] = px_moe_is_layer(cfg, l) ? mi++ : -1;
@@ -463,14 +529,22 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
                 moe->logits[(size_t)t * E + 1] += 0.5f * moe->skew;
         }
     k->moe_router_forward(a->probs, a->idx, a->w, moe->logits, N, E, K);
-    /* 2. counts over the group, probability sums for the aux loss */
-    int64_t mine[K * E];
+    /* 2. counts over the group, per token block (moe.h: the blocks' keys
+     * give the single-rank token order), probability sums for the aux loss */
+    const int nb = moe->nb, Tb = N / nb;
+    const size_t KE = (size_t)K * E, W = (size_t)nb + (size_t)nb * KE;
+    if (N % nb) {
+        px_error("moe: layer %d: %d tokens are not %d equal blocks", l, N, nb);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    int64_t *mine = moe->mine, *bcnt = moe->mine + nb;
+    memcpy(mine, moe->key, (size_t)nb * sizeof(int64_t));
+    memset(bcnt, 0, (size_t)nb * KE * sizeof(int64_t));
     double psum[E];
-    memset(mine, 0, sizeof(mine));
     memset(psum, 0, sizeof(psum));
     for (int t = 0; t < N; t++) {
         for (int j = 0; j < K; j++)
-            mine[j * E + a->idx[(size_t)t * K + j]]++;
+            bcnt[(size_t)(t / Tb) * KE + (size_t)j * E + a->idx[(size_t)t * K + j]]++;
         for (int e = 0; e < E; e++)
             psum[e] += a->probs[(size_t)t * E + e];
     }
@@ -480,14 +554,16 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
     for (int e = 0; e < E; e++) {
         stat[e] = psum[e];
         stat[E + e] = 0.0;
-        for (int j = 0; j < K; j++)
-            stat[E + e] += (double)mine[j * E + e];
     }
+    for (int b = 0; b < nb; b++)
+        for (int j = 0; j < K; j++)
+            for (int e = 0; e < E; e++)
+                stat[E + e] += (double)bcnt[(size_t)b * KE + (size_t)j * E + e];
     status = PX_OK;
     if (moe->ep && P > 1)
-        status = px_allgather(moe->ep, mine, a->cnt, (uint64_t)K * E, PX_INT64, NULL);
+        status = px_allgather(moe->ep, mine, moe->gbuf, W, PX_INT64, NULL);
     else
-        memcpy(a->cnt, mine, sizeof(mine));
+        memcpy(moe->gbuf, mine, W * sizeof(int64_t));
     if (status == PX_OK && moe->dp && px_comm_size(moe->dp) > 1)
         status = px_allreduce(moe->dp, stat, stat, 2 * (uint64_t)E, PX_FLOAT64, PX_SUM, -1);
     if (status != PX_OK) {
@@ -495,22 +571,38 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
                  px_status_str(status));
         return status;
     }
+    /* every rank's choice counts (P,K,E), and the group's blocks in order */
+    keyed_t *ord = moe->order;
+    memset(a->cnt, 0, (size_t)P * KE * sizeof(int64_t));
+    for (int p = 0; p < P; p++)
+        for (int b = 0; b < nb; b++) {
+            const int64_t *row = moe->gbuf + (size_t)p * W;
+            ord[(size_t)p * nb + b] = (keyed_t){row[b], p * nb + b};
+            for (size_t je = 0; je < KE; je++)
+                a->cnt[(size_t)p * KE + je] += row[nb + (size_t)b * KE + je];
+        }
+    qsort(ord, (size_t)P * nb, sizeof(keyed_t), keyed_cmp);
     const int64_t Ng = (int64_t)N * P, cap = capacity(moe, Ng);
     const double Nall = (double)N * moe->dp_size; /* the global batch's tokens */
     double aux = 0.0;
+    memset(a->kept, 0, (size_t)P * KE * sizeof(int64_t));
     for (int e = 0; e < E; e++) {
         double f = stat[E + e] / (Nall * K), pe = stat[e] / Nall;
         aux += f * pe;
         /* d aux / d prob_te = coef E f_e / Nall for each token, times dp:
          * this rank's gradient is averaged over the dp ranks */
         a->daux[e] = (float)((double)moe->cfg.aux_loss_coef * E * f / (double)N);
-        /* kept counts: the capacity filled in the order j, p, token */
+        /* kept counts: the capacity filled in the order j, block key,
+         * token (the single-rank order: all first choices, then seconds) */
         int64_t pos = 0;
         for (int j = 0; j < K; j++)
-            for (int p = 0; p < P; p++) {
-                int64_t n = a->cnt[((size_t)p * K + j) * E + e];
+            for (int o = 0; o < P * nb; o++) {
+                int p = ord[o].i / nb, b = ord[o].i % nb;
+                size_t at = (size_t)j * E + e;
+                int64_t n = moe->gbuf[(size_t)p * W + nb + (size_t)b * KE + at];
                 int64_t kk = cap - pos < 0 ? 0 : (cap - pos < n ? cap - pos : n);
-                a->kept[((size_t)p * K + j) * E + e] = kk;
+                moe->keptb[((size_t)p * nb + b) * KE + at] = kk;
+                a->kept[(size_t)p * KE + at] += kk;
                 pos += n;
                 moe->received[e] += (uint64_t)kk;
                 moe->dropped[e] += (uint64_t)(n - kk);
@@ -518,19 +610,21 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
     }
     a->aux = (float)(moe->cfg.aux_loss_coef * E * aux);
     /* 3. slots in send order: destination, its expert (= expert order),
-     * choice, token; the first kept[me][j][e] choices of (j, e) are kept */
+     * choice, token; in each block the first keptb[me][b][j][e] choices of
+     * (j, e) are kept */
     a->nslots = 0;
     for (int e = 0; e < E; e++)
-        for (int j = 0; j < K; j++) {
-            int64_t left = a->kept[((size_t)moe->me * K + j) * E + e];
-            for (int t = 0; t < N && left > 0; t++)
-                if (a->idx[(size_t)t * K + j] == e) {
-                    a->slot_tok[a->nslots] = t;
-                    a->slot_g[a->nslots] = t * K + j;
-                    a->nslots++;
-                    left--;
-                }
-        }
+        for (int j = 0; j < K; j++)
+            for (int b = 0; b < nb; b++) {
+                int64_t left = moe->keptb[((size_t)moe->me * nb + b) * KE + (size_t)j * E + e];
+                for (int t = b * Tb; t < (b + 1) * Tb && left > 0; t++)
+                    if (a->idx[(size_t)t * K + j] == e) {
+                        a->slot_tok[a->nslots] = t;
+                        a->slot_g[a->nslots] = t * K + j;
+                        a->nslots++;
+                        left--;
+                    }
+            }
     k->moe_dispatch(moe->sendbuf, x, a->slot_tok, a->nslots, C);
     set_counts(moe, a, (size_t)C);
     PX_CHECK(a2a(moe, moe->sendbuf, moe->recvbuf, "dispatch"));

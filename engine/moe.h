@@ -11,7 +11,8 @@
  *   fcprojb (C) of its own;
  *   expert capacity ceil(Ng x K / E x F) over the Ng tokens of the
  *   expert-parallel group (so every rank of it agrees), filled in the
- *   order (choice j, ep rank, token): all first choices before any second
+ *   order (choice j, token in the single-rank order: the token blocks of
+ *   px_moe_set_token_blocks): all first choices before any second
  *   (GShard); a choice past the capacity is dropped (it adds 0, so a token
  *   with every choice dropped leaves the block as its residual input);
  *   dropless: no capacity;
@@ -94,6 +95,19 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
                           px_moe_t **moe_p);
 void px_moe_destroy(px_moe_t *moe); /* NULL no-op */
 const px_moe_config_t *px_moe_config(const px_moe_t *moe);
+
+/* The single-rank order of this rank's tokens, for the capacity's fill
+ * order: the N local tokens of every forward are nb blocks of N/nb
+ * consecutive tokens, block b at place keys[b] of the order in which one
+ * rank would see them (keys unique over the ep group; each block's tokens
+ * in that order). The capacity is filled by choice j, then block key, then
+ * token, so with the ep group holding the whole batch the same choices are
+ * kept as on one rank, whichever slices (dp rows, cp chunks) the ranks
+ * hold. Default: one block, key = the ep rank (the ep ranks' slices in
+ * batch order, as dp x ep lays them out). Copies keys. Errors:
+ * PX_ERR_INVALID_ARGUMENT (nb does not divide the create-time N; logged),
+ * PX_ERR_NO_MEMORY. */
+px_status_t px_moe_set_token_blocks(px_moe_t *moe, int nb, const int64_t *keys);
 
 /* Parameters from the seed, by canonical element index (counter-based, as
  * the model's: any ep gives the same values): router and fcw N(0, 0.02),

@@ -259,6 +259,27 @@ static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i
                    (size_t)c * sizeof(int32_t));
 }
 
+/* The capacity's fill order (moe.h px_moe_set_token_blocks): this rank's
+ * Bm x Tl tokens of a micro-batch are, with cp, 2 Bm blocks (row b, chunk
+ * half) at global row dp_rank x Bm + b and chunk px_ring_position's; the
+ * single-rank order is (row, chunk). Without cp: one block per row. */
+static px_status_t set_moe_blocks(px_moe_t *moe, int Bm, int cp, int dp_rank, int cp_rank)
+{
+    const int halves = cp > 1 ? 2 : 1, nb = Bm * halves, chunks = 2 * cp;
+    int64_t *keys = malloc((size_t)nb * sizeof(int64_t));
+    if (!keys)
+        return PX_ERR_NO_MEMORY;
+    for (int b = 0; b < Bm; b++)
+        for (int h = 0; h < halves; h++) {
+            int64_t row = (int64_t)dp_rank * Bm + b;
+            int chunk = cp > 1 ? (h == 0 ? cp_rank : chunks - 1 - cp_rank) : 0;
+            keys[b * halves + h] = row * chunks + chunk;
+        }
+    px_status_t status = px_moe_set_token_blocks(moe, nb, keys);
+    free(keys);
+    return status;
+}
+
 static void set_blas_threads(void)
 {
     const char *e = getenv("OPENBLAS_NUM_THREADS");
@@ -421,9 +442,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             status = PX_ERR_INVALID_ARGUMENT;
             goto out;
         }
-        PX_CHECK_GOTO(px_moe_create(&mc, ops, Bm * T, px_groups_comm(groups, PX_GROUP_EP),
-                                    dp_comm, px_groups_comm(groups, PX_GROUP_EDP), dp, A, &moe),
-                      status, out);
+        /* the router is replicated over dp x cp (dp_comm), like every
+         * dense parameter: its gradient is averaged over dp x cp ranks */
+        PX_CHECK_GOTO(px_moe_create(&mc, ops, Bm * Tl, px_groups_comm(groups, PX_GROUP_EP),
+                                    dp_comm, px_groups_comm(groups, PX_GROUP_EDP), dp * cp, A,
+                                    &moe), status, out);
+        PX_CHECK_GOTO(set_moe_blocks(moe, Bm, cp, dp_rank, cp_rank), status, out);
         px_moe_init_params(moe, cfg->seed);
         if (opts && opts->router_skew != 0.0f)
             px_moe_set_router_skew(moe, opts->router_skew);

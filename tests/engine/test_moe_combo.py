@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""test_moe_combo.py: the mixture of experts combined with the other
+strategies equals the single-rank run (integration; issue 11).
+
+The model, the checks and the oracle are test_moe.py's (10 steps, 8 experts
+top-2, per-step loss and grad norm 1e-5 relative on every rank, every dense,
+router and expert gradient tensor 1e-4, tokens received / dropped per
+expert equal to one rank's); only the layouts differ:
+  * cp2ep2 (world 2: cp 2, ep 2 over the two cp ranks) at capacity 1.0: the
+    ep group holds the whole batch as sequence chunks (each rank a chunk
+    from the front and its mirror from the back); the capacity is filled in
+    the single-rank token order (moe.h px_moe_set_token_blocks), so the
+    same choices are dropped as on one rank;
+  * dp2cp2ep4 (world 4) at capacity 1.0: the ep group is the whole dp x cp
+    grid, rows and chunks interleaved;
+  * cp2 (world 2, ep 1) and dp2cp2ep2 with ZeRO 1 (world 4), dropless: an ep
+    group holding part of the batch fills its own capacity, which one rank
+    cannot reproduce, so dropless is their oracle.
+usage: test_moe_combo.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_moe  # noqa: E402
+
+LAYOUTS = {  # name: (world, base, extra args)
+    'cp2ep2': (2, 'cap', ['--cp', '2', '--ep', '2']),
+    'dp2cp2ep4': (4, 'cap', ['--cp', '2', '--ep', '4']),
+    'cp2': (2, 'dropless', ['--cp', '2', '--ep', '1']),
+    'dp2cp2ep2z1': (4, 'dropless', ['--cp', '2', '--ep', '2', '--zero', '1']),
+}
+
+if __name__ == '__main__':
+    test_moe.LAYOUTS = LAYOUTS
+    sys.exit(test_moe.main())
