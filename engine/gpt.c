@@ -134,6 +134,7 @@ struct px_gpt {
     const int32_t *inputs, *targets; /* of the last forward, borrowed */
     px_moe_t *moe;                 /* the MoE MLP of the MoE layers (moe.h),
                                       borrowed; NULL: every MLP dense */
+    int moe_slot;                  /* this model's activation slot in moe */
 };
 
 int px_gpt_num_units(const px_gpt_config_t *cfg) { return px_model_num_units(cfg); }
@@ -402,12 +403,18 @@ void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out) { *out = gpt->tp_t
 
 px_status_t px_gpt_set_moe(px_gpt_t *gpt, px_moe_t *moe)
 {
+    return px_gpt_set_moe_slot(gpt, moe, 0);
+}
+
+px_status_t px_gpt_set_moe_slot(px_gpt_t *gpt, px_moe_t *moe, int slot)
+{
     if (moe && (gpt->tp > 1 || gpt->wstash)) {
         px_error("gpt: the mixture of experts runs with tp 1 and the plain backward only "
                  "(tp %d)", gpt->tp);
         return PX_ERR_INVALID_ARGUMENT;
     }
     gpt->moe = moe;
+    gpt->moe_slot = slot;
     return PX_OK;
 }
 
@@ -865,7 +872,7 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     }
     if (gpt->moe && px_moe_is_layer(px_moe_config(gpt->moe), l)) {
         /* the mixture of experts instead of the dense MLP (tp 1) */
-        PX_CHECK(px_moe_forward(gpt->moe, l, ln2_in, a->tmp, BT));
+        PX_CHECK(px_moe_forward_slot(gpt->moe, gpt->moe_slot, l, ln2_in, a->tmp, BT));
         k->residual_forward(res3, res2, a->tmp, rc);
         return p_release(gpt, px_model_unit_layer(&gpt->cfg, l), 0);
     }
@@ -1060,7 +1067,7 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     }
     if (gpt->moe && px_moe_is_layer(px_moe_config(gpt->moe), l)) {
         /* the mixture of experts (tp 1): d ln2 into dbtc */
-        PX_CHECK(px_moe_backward(gpt->moe, l, ln2, dout, a->dbtc, BT));
+        PX_CHECK(px_moe_backward_slot(gpt->moe, gpt->moe_slot, l, ln2, dout, a->dbtc, BT));
     } else {
         k->mem_set(a->d4a, 0, btcl * 4 * sizeof(float));
         k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, dout, fchg, p.fcprojw, BT, 4 * Cl, C);

@@ -226,6 +226,9 @@ px_status_t px_gpt_backward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
  * (PX_ERR_INVALID_ARGUMENT, logged). */
 struct px_moe;
 px_status_t px_gpt_set_moe(px_gpt_t *gpt, struct px_moe *moe);
+/* The same for a pipeline slot's model (pipeline.h): its MoE layers use
+ * the moe's activation slot `slot` (px_moe_forward_slot). */
+px_status_t px_gpt_set_moe_slot(px_gpt_t *gpt, struct px_moe *moe, int slot);
 
 /* Time this model spent in tensor-parallel collectives (tp.h). */
 void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out);

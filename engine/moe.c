@@ -73,7 +73,12 @@ struct px_moe {
     const px_kernel_ops_t *k;
     px_comm_t *ep, *dp, *edp;
     int P, me, El, dp_size, accum, Nmax, Rmax, nm;
-    int *layer_of;        /* [layers]: MoE index of layer l, or -1 */
+    int *layer_of;        /* [layers]: local MoE index of layer l, or -1 (not
+                             a MoE layer, or not held here) */
+    int *gmi;             /* [nm]: the model's MoE index of local MoE layer mi */
+    int slots;            /* activation slots per MoE layer (micro-batches in
+                             flight); L[mi * slots + slot] */
+    double aux_step;      /* load-balancing losses of this step's forwards */
     size_t se;            /* elements of one expert */
     size_t nrouter, nexp; /* router region, local expert region (elements) */
     size_t n;             /* nrouter + nexp */
@@ -143,7 +148,7 @@ void px_moe_destroy(px_moe_t *moe)
 {
     if (!moe)
         return;
-    for (int m = 0; moe->L && m < moe->nm; m++) {
+    for (int m = 0; moe->L && m < moe->nm * moe->slots; m++) {
         moe_layer_t *a = &moe->L[m];
         px_mem_free(a->probs);
         px_mem_free(a->idx);
@@ -160,6 +165,7 @@ void px_moe_destroy(px_moe_t *moe)
     }
     free(moe->L);
     free(moe->layer_of);
+    free(moe->gmi);
     px_mem_free(moe->params);
     px_mem_free(moe->grads);
     px_mem_free(moe->m);
@@ -237,10 +243,34 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
                           px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size, int accum,
                           px_moe_t **moe_p)
 {
+    return px_moe_create_stage(cfg, ops, N, ep, dp, edp, dp_size, accum, NULL, 1, moe_p);
+}
+
+/* MoE layers among the held layers (held NULL: all) */
+static int held_moe_layers(const px_moe_config_t *cfg, const unsigned char *held)
+{
+    int n = 0;
+    for (int l = 0; l < cfg->layers; l++)
+        n += px_moe_is_layer(cfg, l) && (!held || held[l]);
+    return n;
+}
+
+uint64_t px_moe_stage_params(const px_moe_config_t *cfg, int ep, const unsigned char *held)
+{
+    int nm = px_moe_num_layers(cfg);
+    return nm ? px_moe_rank_params(cfg, ep) / (uint64_t)nm * (uint64_t)held_moe_layers(cfg, held)
+              : 0;
+}
+
+px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
+                                px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size,
+                                int accum, const unsigned char *held, int slots,
+                                px_moe_t **moe_p)
+{
     int P = ep ? px_comm_size(ep) : 1;
     if (cfg->experts < 1 || cfg->top_k < 1 || cfg->top_k > 2 || cfg->top_k > cfg->experts ||
         cfg->experts % P || N < 1 || cfg->dim < 1 || cfg->layers < 1 || dp_size < 1 ||
-        accum < 1) {
+        accum < 1 || slots < 1) {
         px_error("moe: cannot build experts=%d top_k=%d over ep=%d (N %d, dim %d, dp %d, accum "
                  "%d)", cfg->experts, cfg->top_k, P, N, cfg->dim, dp_size, accum);
         return PX_ERR_INVALID_ARGUMENT;
@@ -259,7 +289,8 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
     moe->dp_size = dp_size;
     moe->accum = accum;
     moe->Nmax = N;
-    moe->nm = px_moe_num_layers(cfg);
+    moe->nm = held_moe_layers(cfg, held);
+    moe->slots = slots;
     const int E = cfg->experts, K = cfg->top_k, C = cfg->dim;
     moe->se = expert_size(cfg);
     moe->nrouter = (size_t)moe->nm * E * C;
@@ -276,7 +307,8 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
     moe->Rmax = (int)rows;
     size_t NK = (size_t)N * K, big = NK > (size_t)moe->Rmax ? NK : (size_t)moe->Rmax;
     moe->layer_of = calloc((size_t)cfg->layers, sizeof(int));
-    moe->L = calloc((size_t)(moe->nm ? moe->nm : 1), sizeof(moe_layer_t));
+    moe->L = calloc((size_t)(moe->nm ? moe->nm * slots : 1), sizeof(moe_layer_t));
+    moe->gmi = calloc((size_t)(moe->nm ? moe->nm : 1), sizeof(int));
     moe->scnt = calloc((size_t)P, sizeof(uint64_t));
     moe->sdis = calloc((size_t)P, sizeof(uint64_t));
     moe->rcnt = calloc((size_t)P, sizeof(uint64_t));
@@ -293,7 +325,7 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
     moe->dw = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(float));
     moe->dg = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * 4 * C + 1, sizeof(float));
     moe->dh = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * 4 * C + 1, sizeof(float));
-    if (!moe->layer_of || !moe->L || !moe->scnt || !moe->sdis || !moe->rcnt || !moe->rdis ||
+    if (!moe->layer_of || !moe->L || !moe->gmi || !moe->scnt || !moe->sdis || !moe->rcnt || !moe->rdis ||
         !moe->received || !moe->dropped || !moe->params || !moe->grads || !moe->m || !moe->v ||
         !moe->sendbuf || !moe->recvbuf || !moe->logits || !moe->dw || !moe->dg || !moe->dh)
         goto err_nomem;
@@ -302,9 +334,17 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
     int64_t key0 = moe->me;
     if (px_moe_set_token_blocks(moe, 1, &key0) != PX_OK)
         goto err_nomem;
-    for (int l = 0, mi = 0; l < cfg->layers; l++)
-        moe->layer_of[l] = px_moe_is_layer(cfg, l) ? mi++ : -1;
-    for (int mi = 0; mi < moe->nm; mi++) {
+    for (int l = 0, mi = 0, g = 0; l < cfg->layers; l++) {
+        moe->layer_of[l] = -1;
+        if (!px_moe_is_layer(cfg, l))
+            continue;
+        if (!held || held[l]) {
+            moe->gmi[mi] = g;
+            moe->layer_of[l] = mi++;
+        }
+        g++;
+    }
+    for (int mi = 0; mi < moe->nm * slots; mi++) {
         moe_layer_t *a = &moe->L[mi];
         a->probs = px_mem_calloc(PX_MEM_ACTS, (size_t)N * E, sizeof(float));
         a->idx = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(int32_t));
@@ -394,7 +434,7 @@ void px_moe_init_params(px_moe_t *moe, uint64_t seed)
         size_t per = (size_t)px_moe_tensor_size(c, i) / E; /* one expert's (or router row) */
         for (int mi = 0; mi < moe->nm; mi++) {
             /* element index within the tensor stacked over the MoE layers */
-            size_t e0 = (size_t)mi * px_moe_tensor_size(c, i);
+            size_t e0 = (size_t)moe->gmi[mi] * px_moe_tensor_size(c, i);
             if (i == 0) {
                 float *r = router_of(moe, moe->params, mi);
                 for (size_t e = 0; e < E * C; e++)
@@ -509,16 +549,23 @@ static size_t expert_rows(const px_moe_t *moe, const moe_layer_t *a, int le, siz
 
 px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int N)
 {
+    return px_moe_forward_slot(moe, 0, l, x, out, N);
+}
+
+px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, float *out,
+                                int N)
+{
     const px_kernel_ops_t *k = moe->k;
     const int E = moe->cfg.experts, K = moe->cfg.top_k, C = moe->cfg.dim, P = moe->P,
               El = moe->El;
     px_status_t status;
     int mi = l >= 0 && l < moe->cfg.layers ? moe->layer_of[l] : -1;
-    if (mi < 0 || N < 1 || N > moe->Nmax) {
-        px_error("moe: layer %d is not a MoE layer or N %d is outside 1..%d", l, N, moe->Nmax);
+    if (mi < 0 || N < 1 || N > moe->Nmax || slot < 0 || slot >= moe->slots) {
+        px_error("moe: layer %d is not a MoE layer held here, or N %d is outside 1..%d, or "
+                 "slot %d outside 0..%d", l, N, moe->Nmax, slot, moe->slots - 1);
         return PX_ERR_INVALID_ARGUMENT;
     }
-    moe_layer_t *a = &moe->L[mi];
+    moe_layer_t *a = &moe->L[(size_t)mi * moe->slots + slot];
     a->N = N;
     /* 1. router */
     k->matmul_forward(moe->logits, x, router_of(moe, moe->params, mi), NULL, N, C, E);
@@ -609,6 +656,7 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
             }
     }
     a->aux = (float)(moe->cfg.aux_loss_coef * E * aux);
+    moe->aux_step += a->aux;
     /* 3. slots in send order: destination, its expert (= expert order),
      * choice, token; in each block the first keptb[me][b][j][e] choices of
      * (j, e) are kept */
@@ -663,24 +711,34 @@ float px_moe_aux_loss(const px_moe_t *moe)
 {
     float s = 0.0f;
     for (int mi = 0; mi < moe->nm; mi++)
-        s += moe->L[mi].aux;
+        s += moe->L[(size_t)mi * moe->slots].aux;
     return s;
 }
+
+double px_moe_aux_loss_step(const px_moe_t *moe) { return moe->aux_step; }
 
 /* ---- backward ---- */
 
 px_status_t px_moe_backward(px_moe_t *moe, int l, const float *x, const float *dout, float *dx,
                             int N)
 {
+    return px_moe_backward_slot(moe, 0, l, x, dout, dx, N);
+}
+
+px_status_t px_moe_backward_slot(px_moe_t *moe, int slot, int l, const float *x,
+                                 const float *dout, float *dx, int N)
+{
     const px_kernel_ops_t *k = moe->k;
     const int E = moe->cfg.experts, K = moe->cfg.top_k, C = moe->cfg.dim, P = moe->P,
               El = moe->El;
     int mi = l >= 0 && l < moe->cfg.layers ? moe->layer_of[l] : -1;
-    if (mi < 0 || N != moe->L[mi].N) {
-        px_error("moe: backward of layer %d with N %d does not follow its forward", l, N);
+    if (mi < 0 || slot < 0 || slot >= moe->slots ||
+        N != moe->L[(size_t)mi * moe->slots + slot].N) {
+        px_error("moe: backward of layer %d slot %d with N %d does not follow its forward", l,
+                 slot, N);
         return PX_ERR_INVALID_ARGUMENT;
     }
-    moe_layer_t *a = &moe->L[mi];
+    moe_layer_t *a = &moe->L[(size_t)mi * moe->slots + slot];
     /* gated output gradients of the slots, and the gates' gradients */
     k->mem_set(moe->dw, 0, (size_t)N * K * sizeof(float));
     k->moe_combine_backward(moe->sendbuf, moe->dw, dout, a->y, a->slot_tok, a->w, a->slot_g,
@@ -730,6 +788,7 @@ void px_moe_begin_step(px_moe_t *moe)
     moe->k->mem_set(moe->grads, 0, moe->n * sizeof(float));
     memset(moe->received, 0, (size_t)moe->cfg.experts * sizeof(uint64_t));
     memset(moe->dropped, 0, (size_t)moe->cfg.experts * sizeof(uint64_t));
+    moe->aux_step = 0.0;
 }
 
 px_status_t px_moe_reduce(px_moe_t *moe, double *sumsq_p)
@@ -792,7 +851,7 @@ px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst)
     memset(dst, 0, n * sizeof(float));
     for (int mi = 0; mi < moe->nm; mi++) {
         if (moe->me == 0)
-            moe->k->mem_copy_to_host(dst + canon_off(c, mi, 0), router_of(moe, src, mi),
+            moe->k->mem_copy_to_host(dst + canon_off(c, moe->gmi[mi], 0), router_of(moe, src, mi),
                                      (size_t)c->experts * C * sizeof(float));
         for (int le = 0; le < moe->El; le++) {
             size_t ge = (size_t)moe->me * moe->El + le;
@@ -800,7 +859,7 @@ px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst)
             float *parts[4] = {x.fcw, x.fcb, x.fcprojw, x.fcprojb};
             for (int i = 1; i < PX_MOE_NUM_TENSORS; i++) {
                 size_t per = (size_t)px_moe_tensor_size(c, i) / (size_t)c->experts;
-                moe->k->mem_copy_to_host(dst + canon_off(c, mi, i) + ge * per, parts[i - 1],
+                moe->k->mem_copy_to_host(dst + canon_off(c, moe->gmi[mi], i) + ge * per, parts[i - 1],
                                          per * sizeof(float));
             }
         }

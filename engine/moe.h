@@ -93,6 +93,21 @@ typedef struct px_moe px_moe_t;
 px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
                           px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size, int accum,
                           px_moe_t **moe_p);
+/* A pipeline stage's state (pipeline.h): as px_moe_create, for the MoE
+ * layers l with held[l] != 0 only (held: cfg->layers entries, read during
+ * the call; NULL: every layer), with `slots` activation slots per layer
+ * (the micro-batches a schedule keeps in flight: forward and backward of
+ * slot k go together, px_moe_forward_slot). Parameters, gradients and
+ * moments of the held layers only (px_moe_stage_params elements); the
+ * canonical indices stay the model's. accum: micro-batches per step (A x
+ * M with a pipeline). Errors as px_moe_create (slots < 1: invalid). */
+px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
+                                px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size,
+                                int accum, const unsigned char *held, int slots,
+                                px_moe_t **moe_p);
+/* Parameter elements of px_moe_create_stage's state: px_moe_rank_params
+ * for the held MoE layers only. */
+uint64_t px_moe_stage_params(const px_moe_config_t *cfg, int ep, const unsigned char *held);
 void px_moe_destroy(px_moe_t *moe); /* NULL no-op */
 const px_moe_config_t *px_moe_config(const px_moe_t *moe);
 
@@ -127,8 +142,21 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
  * over the ep group. */
 px_status_t px_moe_backward(px_moe_t *moe, int l, const float *x, const float *dout, float *dx,
                             int N);
-/* Sum over the MoE layers of the last forward's load-balancing losses. */
+/* px_moe_forward / px_moe_backward on activation slot `slot` (0 ..
+ * slots-1): each slot keeps its own forward state until its backward, so
+ * a pipeline's micro-batches in flight do not overwrite each other. The
+ * forwards and backwards of the ep group's ranks must come in the same
+ * order (the same schedule on the same stage). The plain calls use slot 0. */
+px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, float *out,
+                                int N);
+px_status_t px_moe_backward_slot(px_moe_t *moe, int slot, int l, const float *x,
+                                 const float *dout, float *dx, int N);
+/* Sum over the MoE layers of slot 0's last forward's load-balancing
+ * losses. */
 float px_moe_aux_loss(const px_moe_t *moe);
+/* Sum of the load-balancing losses of every forward (layer, micro-batch)
+ * since px_moe_begin_step. */
+double px_moe_aux_loss_step(const px_moe_t *moe);
 
 /* Before a step's first micro-batch: zero the gradients and the step's
  * token counts. */

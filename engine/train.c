@@ -280,6 +280,23 @@ static px_status_t set_moe_blocks(px_moe_t *moe, int Bm, int cp, int dp_rank, in
     return status;
 }
 
+/* The canonical MoE buffer (moe.h px_moe_gather_canonical) on every
+ * rank: with pp, each stage wrote its own MoE layers (zeros elsewhere), so
+ * the stages' buffers are summed. */
+static px_status_t moe_canonical(px_moe_t *moe, int which, float *dst, px_groups_t *groups,
+                                 int pp)
+{
+    PX_CHECK(px_moe_gather_canonical(moe, which, dst));
+    if (pp < 2)
+        return PX_OK;
+    px_status_t status = px_allreduce(px_groups_comm(groups, PX_GROUP_PP), dst, dst,
+                                      px_moe_num_params(px_moe_config(moe)), PX_FLOAT32, PX_SUM,
+                                      -1);
+    if (status != PX_OK)
+        px_error("train: summing the stages' MoE layers failed: %s", px_status_str(status));
+    return status;
+}
+
 static void set_blas_threads(void)
 {
     const char *e = getenv("OPENBLAS_NUM_THREADS");
@@ -327,6 +344,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     uint64_t *usizes = NULL;
     px_pipe_t *pipe = NULL;
     int *stage_layers = NULL;
+    unsigned char *held_layers = NULL; /* pp > 1: the layers this stage holds */
     int32_t *inputs = NULL, *targets = NULL, *seq_in = NULL, *seq_tg = NULL;
     float *canon = NULL;
     const char *dump_dir = opts && opts->dump_dir && *opts->dump_dir ? opts->dump_dir : NULL;
@@ -408,16 +426,24 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         for (int u = 0; u < gc.layers + 2; u++)
             if (!held[u])
                 usizes[u] = 0;
+        held_layers = malloc((size_t)cfg->layers + 1);
+        if (!held_layers) {
+            status = PX_ERR_NO_MEMORY;
+            goto out;
+        }
+        for (int l = 0; l < gc.layers; l++)
+            held_layers[l] = held[1 + l];
     }
     px_plan_precision_t prec;
     px_plan_precision_fp32(&prec);
     PX_CHECK_GOTO(px_plan_create(usizes, px_gpt_num_units(&gc), 1, dp * cp, cfg->zero, &prec,
                                  &plan), status, out);
-    if (cfg->experts) { /* the routers and this rank's experts, outside ZeRO (moe.h) */
-        px_model_moe_t mm = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
-                             .moe_every = cfg->moe_every};
-        px_plan_add_unsharded(plan, px_model_moe_rank_params(&mm, layout.ep));
-    }
+    px_moe_config_t mc = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
+                          .top_k = cfg->top_k, .moe_every = cfg->moe_every,
+                          .dropless = cfg->dropless, .capacity_factor = cfg->capacity_factor,
+                          .aux_loss_coef = cfg->aux_loss_coef};
+    if (cfg->experts) /* the routers and this rank's (stage's) experts, outside ZeRO (moe.h) */
+        px_plan_add_unsharded(plan, px_moe_stage_params(&mc, layout.ep, held_layers));
     PX_CHECK_GOTO(px_zero_create(&gc, plan, dp_comm, ops, A * M, cfg->prefetch, &zero), status,
                   out);
     px_zero_set_model_group(zero, px_groups_comm(groups, PX_GROUP_MP));
@@ -432,26 +458,23 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                       status, out);
     px_zero_init_params(zero, cfg->seed);
     if (cfg->experts) { /* the MoE layers' router and this rank's experts (moe.h) */
-        px_moe_config_t mc = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
-                              .top_k = cfg->top_k, .moe_every = cfg->moe_every,
-                              .dropless = cfg->dropless,
-                              .capacity_factor = cfg->capacity_factor,
-                              .aux_loss_coef = cfg->aux_loss_coef};
-        if (!gpt) {
-            px_error("train: experts=%d run without pipeline stages only", cfg->experts);
-            status = PX_ERR_INVALID_ARGUMENT;
-            goto out;
-        }
         /* the router is replicated over dp x cp (dp_comm), like every
-         * dense parameter: its gradient is averaged over dp x cp ranks */
-        PX_CHECK_GOTO(px_moe_create(&mc, ops, Bm * Tl, px_groups_comm(groups, PX_GROUP_EP),
-                                    dp_comm, px_groups_comm(groups, PX_GROUP_EDP), dp * cp, A,
-                                    &moe), status, out);
+         * dense parameter: its gradient is averaged over dp x cp ranks and
+         * the A x M micro-batches; a pipeline stage holds its own MoE
+         * layers, with an activation slot per micro-batch in flight */
+        PX_CHECK_GOTO(px_moe_create_stage(&mc, ops, Bm * Tl, px_groups_comm(groups, PX_GROUP_EP),
+                                          dp_comm, px_groups_comm(groups, PX_GROUP_EDP), dp * cp,
+                                          A * M, held_layers,
+                                          pipe ? px_pipe_chunk_slots_max(pipe) : 1, &moe),
+                      status, out);
         PX_CHECK_GOTO(set_moe_blocks(moe, Bm, cp, dp_rank, cp_rank), status, out);
         px_moe_init_params(moe, cfg->seed);
         if (opts && opts->router_skew != 0.0f)
             px_moe_set_router_skew(moe, opts->router_skew);
-        PX_CHECK_GOTO(px_gpt_set_moe(gpt, moe), status, out);
+        if (pipe)
+            PX_CHECK_GOTO(px_pipe_set_moe(pipe, moe), status, out);
+        else
+            PX_CHECK_GOTO(px_gpt_set_moe(gpt, moe), status, out);
     }
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
@@ -538,7 +561,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 status = PX_ERR_NO_MEMORY;
                 goto out;
             }
-            PX_CHECK_GOTO(px_moe_gather_canonical(moe, 0, moe_canon), status, out);
+            PX_CHECK_GOTO(moe_canonical(moe, 0, moe_canon, groups, pp), status, out);
             if (rank == 0) {
                 PX_CHECK_GOTO(dump_moe_layout(dump_dir, px_moe_config(moe)), status, out);
                 PX_CHECK_GOTO(dump_raw(dump_dir, "moe_params_init", 0, moe_canon,
@@ -571,6 +594,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             PX_CHECK_GOTO(px_pipe_tied_sum(pipe), status, out);
             px_pipe_take_times(pipe, &pp_busy, &pp_idle);
             loss_local = last_stage ? loss_local / (float)(A * M) : 0.0f;
+            if (moe) /* every stage's load-balancing losses (summed over pp below) */
+                loss_local += (float)(px_moe_aux_loss_step(moe) / (double)(A * M));
         }
         for (int mb = 0; !pipe && mb < A; mb++) {
             float l = 0.0f;
@@ -599,6 +624,9 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         if (moe) { /* the global norm counts the router and every expert once */
             double sx = 0.0;
             PX_CHECK_GOTO(px_moe_reduce(moe, &sx), status, out);
+            if (pipe) /* each stage holds its own MoE layers */
+                PX_CHECK_GOTO(px_allreduce(px_groups_comm(groups, PX_GROUP_PP), &sx, &sx, 1,
+                                           PX_FLOAT64, PX_SUM, -1), status, out);
             norm = (float)sqrt((double)norm * norm + sx);
         }
         if (pipe) { /* the loss is the last stage's; the others add 0 exactly */
@@ -625,7 +653,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                     PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, s + 1), status, out);
             }
             if (moe) {
-                PX_CHECK_GOTO(px_moe_gather_canonical(moe, 1, moe_canon), status, out);
+                PX_CHECK_GOTO(moe_canonical(moe, 1, moe_canon, groups, pp), status, out);
                 if (rank == 0)
                     PX_CHECK_GOTO(dump_raw(dump_dir, "moe_grads", s + 1, moe_canon,
                                            moe_n * sizeof(float)), status, out);
@@ -653,7 +681,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                               status, out);
             }
             if (moe) {
-                PX_CHECK_GOTO(px_moe_gather_canonical(moe, 0, moe_canon), status, out);
+                PX_CHECK_GOTO(moe_canonical(moe, 0, moe_canon, groups, pp), status, out);
                 if (rank == 0)
                     PX_CHECK_GOTO(dump_raw(dump_dir, "moe_params", s + 1, moe_canon,
                                            moe_n * sizeof(float)), status, out);
@@ -764,6 +792,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
 out:
     free(canon);
     free(moe_canon);
+    free(held_layers);
     px_moe_destroy(moe);
     px_mem_free(inputs);
     px_mem_free(targets);

@@ -15,7 +15,13 @@ expert equal to one rank's); only the layouts differ:
     grid, rows and chunks interleaved;
   * cp2 (world 2, ep 1) and dp2cp2ep2 with ZeRO 1 (world 4), dropless: an ep
     group holding part of the batch fills its own capacity, which one rank
-    cannot reproduce, so dropless is their oracle.
+    cannot reproduce, so dropless is their oracle;
+  * pp2_1f1b (4 micro-batches, 1F1B: stage 0 holds 2 in flight, each in
+    its own MoE activation slot), pp2gpipe_me2 (moe-every 2: stage 0 dense,
+    stage 1 MoE), pp2int2 (4 layers, interleaved 1F1B with 2 chunks per
+    stage: each stage's MoE layers in two chunks) and dp2ep2pp2 (world 4, 2 micro-batches) at capacity 1.0,
+    against one rank accumulating the same micro-batches (each micro-batch
+    is routed, and its capacity filled, on its own).
 usage: test_moe_combo.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]"""
 import os
 import sys
@@ -28,8 +34,23 @@ LAYOUTS = {  # name: (world, base, extra args)
     'dp2cp2ep4': (4, 'cap', ['--cp', '2', '--ep', '4']),
     'cp2': (2, 'dropless', ['--cp', '2', '--ep', '1']),
     'dp2cp2ep2z1': (4, 'dropless', ['--cp', '2', '--ep', '2', '--zero', '1']),
+    'pp2_1f1b': (2, 'cap_a4', ['--pp', '2', '--micro-batches', '4', '--grad-accum', '1',
+                               '--schedule', '1f1b', '--ep', '1']),
+    'pp2gpipe_me2': (2, 'cap_a2_me2', ['--pp', '2', '--micro-batches', '2', '--grad-accum',
+                                       '1', '--schedule', 'gpipe', '--ep', '1']),
+    'pp2int2': (2, 'cap_a4_l4', ['--pp', '2', '--micro-batches', '4', '--grad-accum', '1',
+                                 '--schedule', 'interleaved', '--virtual-stages', '2',
+                                 '--ep', '1']),
+    'dp2ep2pp2': (4, 'cap_a2', ['--ep', '2', '--pp', '2', '--micro-batches', '2',
+                                '--grad-accum', '1']),
 }
+# a pipeline routes each micro-batch on its own: the single rank runs the
+# same micro-batches as gradient accumulation
+BASES = {'cap_a4': ['--grad-accum', '4'],
+         'cap_a2_me2': ['--grad-accum', '2', '--moe-every', '2'],
+         'cap_a4_l4': ['--grad-accum', '4', '--layers', '4']}
 
 if __name__ == '__main__':
     test_moe.LAYOUTS = LAYOUTS
+    test_moe.BASES.update(BASES)
     sys.exit(test_moe.main())

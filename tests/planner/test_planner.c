@@ -258,9 +258,16 @@ static void test_flags(void)
     c.layout = (px_layout_t){2, 1, 1, 1, 4};
     REJECT(&c, 0, "ep=4 does not divide dp x cp = 2");
     c.layout = (px_layout_t){2, 2, 1, 1, 2};
-    REJECT(&c, 0, "experts=8 with tp=2 pp=1: the mixture of experts runs with dp, cp and ep");
+    REJECT(&c, 0, "experts=8 with tp=2: the mixture of experts runs with dp, cp, pp and ep");
     c.layout = (px_layout_t){1, 1, 1, 2, 2}; /* cp 2 x ep 2 (issue 11) */
     ACCEPT(&c, 0);
+    c.layout = (px_layout_t){2, 1, 2, 1, 2}; /* dp 2 x ep 2 x pp 2 */
+    c.micro_batches = 2;
+    ACCEPT(&c, 0);
+    c.schedule = PX_PIPE_ZB1;
+    REJECT(&c, 0, "experts=8 with schedule zb1: the MoE layers have no split backward");
+    c.schedule = PX_PIPE_1F1B;
+    c.micro_batches = 1;
     c.layout = (px_layout_t){2, 1, 1, 1, 2};
     c.checkpoint_every = 5;
     c.checkpoint_dir = "/tmp/ck";
