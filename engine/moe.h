@@ -35,6 +35,18 @@
  * divided by dp x accum, the same factor as every other gradient: each
  * parameter's gradient is d(global loss), never counted twice.
  *
+ * With the other strategies (issue 11): cp ranks hold sequence chunks
+ * and are part of the ep group (ep inside dp x cp; the capacity's fill
+ * order follows the single-rank token order through the token blocks);
+ * pp stages hold their own MoE layers, with an activation slot per
+ * micro-batch in flight (px_moe_create_stage); tp: the experts are
+ * replicated over the tensor group, every tensor rank computing the whole
+ * MoE MLP on the whole (B,T,C) hidden state (gpt.c) with its own ep group
+ * (the ranks of its tp index): the simplest correct form, no tp
+ * collective in the MoE layer and no change to the routing; splitting the
+ * experts' matmuls over tp (Megatron's expert tensor parallelism) would
+ * cut their memory and time by tp at the price of two tp collectives per
+ * MoE layer and is not built.
  * State: the router and this rank's experts live here, outside the model's
  * units (and outside ZeRO: replicated over dp / edp at every stage), in
  * one flat buffer each of parameters, gradients and AdamW moments,

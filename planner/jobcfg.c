@@ -249,9 +249,6 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
         return px_invalid(errbuf, errlen, "experts=%d: checkpoints and exports of the experts "
                           "are not implemented yet (checkpoint_every=%d)", cfg->experts,
                           cfg->checkpoint_every);
-    if (cfg->experts && l->tp > 1)
-        return px_invalid(errbuf, errlen, "experts=%d with tp=%d: the mixture of experts runs "
-                          "with dp, cp, pp and ep (and ZeRO) only so far", cfg->experts, l->tp);
     if (cfg->experts && l->pp > 1 && cfg->schedule == PX_PIPE_ZB1)
         return px_invalid(errbuf, errlen, "experts=%d with schedule zb1: the MoE layers have no "
                           "split backward (use gpipe, 1f1b or interleaved)", cfg->experts);

@@ -22,6 +22,9 @@ expert equal to one rank's); only the layouts differ:
     stage: each stage's MoE layers in two chunks) and dp2ep2pp2 (world 4, 2 micro-batches) at capacity 1.0,
     against one rank accumulating the same micro-batches (each micro-batch
     is routed, and its capacity filled, on its own).
+  * tp2, tp2sp (sequence parallelism), dp2ep2tp2 and cp2ep2tp2sp (world 4)
+    at capacity 1.0: the experts are replicated over the tensor group, each
+    tensor rank computing the whole MoE MLP on the whole ln2 output.
 usage: test_moe_combo.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]"""
 import os
 import sys
@@ -43,6 +46,10 @@ LAYOUTS = {  # name: (world, base, extra args)
                                  '--ep', '1']),
     'dp2ep2pp2': (4, 'cap_a2', ['--ep', '2', '--pp', '2', '--micro-batches', '2',
                                 '--grad-accum', '1']),
+    'tp2': (2, 'cap', ['--tp', '2', '--ep', '1']),
+    'tp2sp': (2, 'cap', ['--tp', '2', '--sequence-parallel', '--ep', '1']),
+    'dp2ep2tp2': (4, 'cap', ['--tp', '2', '--ep', '2']),
+    'cp2ep2tp2sp': (4, 'cap', ['--cp', '2', '--tp', '2', '--sequence-parallel', '--ep', '2']),
 }
 # a pipeline routes each micro-batch on its own: the single rank runs the
 # same micro-batches as gradient accumulation

@@ -258,7 +258,7 @@ static void test_flags(void)
     c.layout = (px_layout_t){2, 1, 1, 1, 4};
     REJECT(&c, 0, "ep=4 does not divide dp x cp = 2");
     c.layout = (px_layout_t){2, 2, 1, 1, 2};
-    REJECT(&c, 0, "experts=8 with tp=2: the mixture of experts runs with dp, cp, pp and ep");
+    ACCEPT(&c, 0); /* dp 2 x tp 2 x ep 2: experts replicated over tp (issue 11) */
     c.layout = (px_layout_t){1, 1, 1, 2, 2}; /* cp 2 x ep 2 (issue 11) */
     ACCEPT(&c, 0);
     c.layout = (px_layout_t){2, 1, 2, 1, 2}; /* dp 2 x ep 2 x pp 2 */
