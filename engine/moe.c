@@ -847,7 +847,10 @@ px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst)
 {
     const px_moe_config_t *c = &moe->cfg;
     size_t n = (size_t)px_moe_num_params(c), C = (size_t)c->dim;
-    float *src = which ? moe->grads : moe->params;
+    float *bufs[4] = {moe->params, moe->grads, moe->m, moe->v};
+    if (which < 0 || which > 3)
+        return PX_ERR_INVALID_ARGUMENT;
+    float *src = bufs[which];
     memset(dst, 0, n * sizeof(float));
     for (int mi = 0; mi < moe->nm; mi++) {
         if (moe->me == 0)
@@ -874,6 +877,29 @@ px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst)
         }
     }
     return PX_OK;
+}
+
+void px_moe_set_canonical(px_moe_t *moe, int which, const float *src)
+{
+    const px_moe_config_t *c = &moe->cfg;
+    size_t C = (size_t)c->dim;
+    float *bufs[3] = {moe->params, moe->m, moe->v};
+    float *dst = bufs[which == 0 ? 0 : which == 2 ? 1 : 2];
+    for (int mi = 0; mi < moe->nm; mi++) {
+        moe->k->mem_copy_from_host(router_of(moe, dst, mi), src + canon_off(c, moe->gmi[mi], 0),
+                                   (size_t)c->experts * C * sizeof(float));
+        for (int le = 0; le < moe->El; le++) {
+            size_t ge = (size_t)moe->me * moe->El + le;
+            expert_view_t x = expert_of(moe, dst, mi, le);
+            float *parts[4] = {x.fcw, x.fcb, x.fcprojw, x.fcprojb};
+            for (int i = 1; i < PX_MOE_NUM_TENSORS; i++) {
+                size_t per = (size_t)px_moe_tensor_size(c, i) / (size_t)c->experts;
+                moe->k->mem_copy_from_host(parts[i - 1], src + canon_off(c, moe->gmi[mi], i) +
+                                                             ge * per, per * sizeof(float));
+            }
+        }
+    }
+    moe->k->synchronize();
 }
 
 void px_moe_token_stats(const px_moe_t *moe, uint64_t *received, uint64_t *dropped)

@@ -183,11 +183,18 @@ px_status_t px_moe_reduce(px_moe_t *moe, double *sumsq_p);
 void px_moe_update(px_moe_t *moe, float clip, float norm, float lr, float beta1, float beta2,
                    float eps, float weight_decay, int t);
 
-/* The canonical MoE buffer (px_moe_num_params) of the parameters (which 0)
- * or the last reduced gradients (which 1) into HOST memory dst; collective
+/* The canonical MoE buffer (px_moe_num_params) of the parameters (which 0),
+ * the last reduced gradients (1) or the AdamW moments m (2), v (3) into
+ * HOST memory dst (this rank's MoE layers; zeros for a stage's others); collective
  * over the ep group (an all-reduce of the pieces), the result on every
  * rank. */
 px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst);
+
+/* The inverse for a checkpoint's load: this rank's routers and experts of
+ * the parameters (which 0) or the AdamW moments m (2) or v (3) from the
+ * canonical MoE buffer src (HOST memory, px_moe_num_params elements, read
+ * during the call), whatever ep and stages wrote it. No communication. */
+void px_moe_set_canonical(px_moe_t *moe, int which, const float *src);
 
 /* Tokens of the last step's micro-batches, summed over the MoE layers, per
  * expert (E each, host memory): choices routed to it and kept (received),

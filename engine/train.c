@@ -39,6 +39,7 @@
 #include "jobcfg.h"
 #include "memacct.h"
 #include "moe.h"
+#include "moe_checkpoint.h"
 #include "pipeline.h"
 #include "plan.h"
 #include "ring_attn.h"
@@ -297,6 +298,15 @@ static px_status_t moe_canonical(px_moe_t *moe, int which, float *dst, px_groups
     return status;
 }
 
+/* 1 when the checkpoint directory holds the MoE files (moe_checkpoint.h) */
+static int moe_files_in(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/moe.json", dir);
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
 static void set_blas_threads(void)
 {
     const char *e = getenv("OPENBLAS_NUM_THREADS");
@@ -515,6 +525,15 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     if (cfg->resume_dir && *cfg->resume_dir) {
         PX_CHECK_GOTO(px_checkpoint_load(cfg->resume_dir, zero, &gc, plan, cfg->heads,
                                          &start_step), status, out);
+        /* the routers, experts and their moments (moe_checkpoint.h) */
+        if (moe)
+            PX_CHECK_GOTO(px_moe_checkpoint_load(cfg->resume_dir, moe), status, out);
+        else if (moe_files_in(cfg->resume_dir)) {
+            px_error("train: checkpoint %s holds a mixture of experts (moe.json); this model "
+                     "has experts=0", cfg->resume_dir);
+            status = PX_ERR_INVALID_ARGUMENT;
+            goto out;
+        }
         if (start_step >= cfg->steps) {
             px_error("train: checkpoint %s is at step %d; nothing left of %d steps",
                      cfg->resume_dir, start_step, cfg->steps);
@@ -697,6 +716,14 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         }
         /* over the world; the dp rank is the ZeRO shard a rank writes, the
          * tp rank (gc) the tensor shard */
+        if (cfg->checkpoint_every > 0 && moe &&
+            ((s + 1) % cfg->checkpoint_every == 0 || s + 1 == cfg->steps))
+            /* before the dense shards: their meta.json, written last,
+             * marks the whole step directory complete */
+            PX_CHECK_GOTO(px_moe_checkpoint_save(cfg->checkpoint_dir, s + 1, moe,
+                                                 pp > 1 ? px_groups_comm(groups, PX_GROUP_PP)
+                                                        : NULL,
+                                                 rank == 0), status, out);
         if (cfg->checkpoint_every > 0 &&
             ((s + 1) % cfg->checkpoint_every == 0 || s + 1 == cfg->steps))
             PX_CHECK_GOTO(px_checkpoint_save(cfg->checkpoint_dir, s + 1, zero, &gc, plan,
