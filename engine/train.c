@@ -772,7 +772,21 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     if (cfg->export_safetensors && *cfg->export_safetensors) {
         PX_CHECK_GOTO(px_zero_gather_canonical(zero, canon), status, out);
         PX_CHECK_GOTO(px_tp_combine_canonical(canon_comm, canon, n), status, out);
-        if (rank == 0) {
+        if (moe && !moe_canon) {
+            moe_n = (size_t)px_moe_num_params(px_moe_config(moe));
+            moe_canon = calloc(moe_n ? moe_n : 1, sizeof(float));
+            if (!moe_canon) {
+                status = PX_ERR_NO_MEMORY;
+                goto out;
+            }
+        }
+        if (moe) /* collective: the routers and experts of every rank and stage */
+            PX_CHECK_GOTO(moe_canonical(moe, 0, moe_canon, groups, pp), status, out);
+        if (rank == 0 && moe) {
+            PX_CHECK_GOTO(px_moe_safetensors_write(cfg->export_safetensors, &gc, canon,
+                                                   px_moe_config(moe), moe_canon), status, out);
+            px_info("train: weights and experts exported to %s", cfg->export_safetensors);
+        } else if (rank == 0) {
             PX_CHECK_GOTO(px_safetensors_write(cfg->export_safetensors, &gc, canon), status, out);
             px_info("train: weights exported to %s", cfg->export_safetensors);
         }

@@ -244,10 +244,6 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
     if (l->ep > 1 && !cfg->experts)
         return px_invalid(errbuf, errlen, "ep=%d needs experts (--experts E, a multiple of ep); "
                           "the model has experts=0", l->ep);
-    if (cfg->experts && has(cfg->export_safetensors))
-        return px_invalid(errbuf, errlen, "experts=%d: the safetensors export of the experts is "
-                          "not implemented yet (export_safetensors=%s)", cfg->experts,
-                          cfg->export_safetensors);
     if (cfg->experts && l->pp > 1 && cfg->schedule == PX_PIPE_ZB1)
         return px_invalid(errbuf, errlen, "experts=%d with schedule zb1: the MoE layers have no "
                           "split backward (use gpipe, 1f1b or interleaved)", cfg->experts);

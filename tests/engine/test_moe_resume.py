@@ -15,13 +15,17 @@ them:
     relative, the step-10 parameters (dense and MoE dumps) within 1e-5.
  (Pipeline stages cannot checkpoint yet: the validator refuses pp with
  checkpoints for every model, dense too.)
- 2. Errors, each exiting non-zero naming the values: the checkpoint
+ 2. The uninterrupted run's --export-safetensors: one file, the dense
+    tensors and moe_<tensor>.<layer> of each MoE layer (router (E,C), fcw
+    (E,4C,C) ...), data contiguous and bitwise the step-10 parameters.
+ 3. Errors, each exiting non-zero naming the values: the checkpoint
     resumed by a model with 4 experts (experts=8 vs 4), and by a dense
     model (experts 0: the checkpoint holds a mixture of experts).
 usage: test_moe_resume.py RANK_BIN MAKE_TOKENS_PY WORKDIR"""
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -63,6 +67,31 @@ def param_err(dump_a, dump_b):
     return worst
 
 
+def check_export(path, dump):
+    """the safetensors file: u64 header length, JSON header whose tensors
+    cover the data contiguously, the dense tensors then moe_<name>.<layer>
+    of every MoE layer with their shapes; the data bitwise the step-10
+    dense and MoE parameters (dumped in canonical order)"""
+    raw = open(path, 'rb').read()
+    hl = struct.unpack('<Q', raw[:8])[0]
+    hdr = json.loads(raw[8:8 + hl])
+    data = raw[8 + hl:]
+    spans = sorted(tuple(v['data_offsets']) for k, v in hdr.items() if k != '__metadata__')
+    contiguous = spans[0][0] == 0 and spans[-1][1] == len(data) and all(
+        a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    dense = open(os.path.join(dump, 'params_%d.bin' % test_moe.STEPS), 'rb').read()
+    moe = open(os.path.join(dump, 'moe_params_%d.bin' % test_moe.STEPS), 'rb').read()
+    r0 = hdr.get('moe_router.0', {})
+    w1 = hdr.get('moe_fcprojw.1', {})
+    ok = (contiguous and data == dense + moe and r0.get('shape') == [8, 32] and
+          w1.get('shape') == [8, 32, 128] and r0.get('data_offsets', [0])[0] == len(dense))
+    print('export %s: %d tensors, moe_router.0 %s, moe_fcprojw.1 %s, data %s the step-10 '
+          'parameters  %s' % (os.path.basename(path), len(hdr) - 1, r0.get('shape'),
+                              w1.get('shape'), '==' if data == dense + moe else '!=',
+                              'ok' if ok else 'FAIL'))
+    return 0 if ok else 1
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__)
@@ -80,8 +109,10 @@ def main():
 
     # 1. uninterrupted ep 2, checkpoint at 5
     ck = os.path.join(work, 'ck_ep2')
+    export = os.path.join(work, 'ep2.safetensors')
     ref = run_world(rank_bin, args + ['--ep', '2', '--checkpoint-every', '5', '--checkpoint-dir',
-                                      ck] + dumped('ep2'), work, 'ep2', 2)
+                                      ck, '--export-safetensors', export] + dumped('ep2'), work,
+                    'ep2', 2)
     if ref is None:
         print('FAIL: the uninterrupted ep 2 run failed')
         return 1
@@ -93,6 +124,7 @@ def main():
           os.path.exists(os.path.join(s5, 'meta.json')))
     print('step_5: moe.json %s, moe.bin %d bytes %s' % (meta, size, 'ok' if ok else 'FAIL'))
     failures += not ok
+    failures += check_export(export, os.path.join(work, 'dump_ep2'))
     cases = [('ep2', 2, ['--ep', '2']), ('one', 1, []), ('ep4', 4, ['--ep', '4']),
              ('cp2ep2z1', 2, ['--cp', '2', '--ep', '2', '--zero', '1'])]
     for name, world, extra in cases:
@@ -111,7 +143,7 @@ def main():
             tag, worst, perr, 'ok' if not bad else 'FAIL: ' + '; '.join(bad)))
         failures += len(bad)
 
-    # 2. another model is refused, naming the values
+    # 3. another model is refused, naming the values
     for extra, needle in ((['--experts', '4'], 'experts=8, the model has experts=4'),
                           (['--experts', '0'], 'holds a mixture of experts')):
         p = subprocess.run([rank_bin] + args + extra + ['--resume', s5], capture_output=True,
