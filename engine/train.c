@@ -754,6 +754,16 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             }
             mdrop = mrec + cfg->experts;
             px_moe_token_stats(moe, mrec, mdrop);
+            /* each stage routed its own MoE layers: the report is the
+             * model's (int64 sums of counts far below 2^63) */
+            if (pipe && (status = px_allreduce(px_groups_comm(groups, PX_GROUP_PP), mrec, mrec,
+                                               2 * (uint64_t)cfg->experts, PX_INT64, PX_SUM,
+                                               -1)) != PX_OK) {
+                free(mrec);
+                px_error("train: step %d: summing the stages' expert token counts failed: %s",
+                         s + 1, px_status_str(status));
+                goto out;
+            }
             rep.experts = cfg->experts;
             rep.moe_received = mrec;
             rep.moe_dropped = mdrop;
