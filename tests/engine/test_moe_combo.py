@@ -19,11 +19,12 @@ expert equal to one rank's); only the layouts differ:
   * pp2_1f1b (4 micro-batches, 1F1B: stage 0 holds 2 in flight, each in
     its own MoE activation slot), pp2gpipe_me2 (moe-every 2: stage 0 dense,
     stage 1 MoE), pp2int2 (4 layers, interleaved 1F1B with 2 chunks per
-    stage: each stage's MoE layers in two chunks) and dp2ep2pp2 (world 4, 2 micro-batches) at capacity 1.0,
+    stage: each stage's MoE layers in two chunks), cp2ep2pp2 (world 4) and
+    dp2ep2pp2 (world 4, 2 micro-batches) at capacity 1.0,
     against one rank accumulating the same micro-batches (each micro-batch
     is routed, and its capacity filled, on its own).
-  * tp2, tp2sp (sequence parallelism), dp2ep2tp2 and cp2ep2tp2sp (world 4)
-    at capacity 1.0: the experts are replicated over the tensor group, each
+  * tp2, tp2sp (sequence parallelism), dp2ep2tp2 and cp2ep2tp2sp (world 4),
+    dp2ep2tp2pp2 (world 8, 1F1B) at capacity 1.0: the experts are replicated over the tensor group, each
     tensor rank computing the whole MoE MLP on the whole ln2 output.
 usage: test_moe_combo.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]"""
 import os
@@ -46,6 +47,10 @@ LAYOUTS = {  # name: (world, base, extra args)
                                  '--ep', '1']),
     'dp2ep2pp2': (4, 'cap_a2', ['--ep', '2', '--pp', '2', '--micro-batches', '2',
                                 '--grad-accum', '1']),
+    'cp2ep2pp2': (4, 'cap_a2', ['--cp', '2', '--ep', '2', '--pp', '2', '--micro-batches', '2',
+                                '--grad-accum', '1']),
+    'dp2ep2tp2pp2': (8, 'cap_a2', ['--ep', '2', '--tp', '2', '--pp', '2', '--micro-batches',
+                                   '2', '--grad-accum', '1']),
     'tp2': (2, 'cap', ['--tp', '2', '--ep', '1']),
     'tp2sp': (2, 'cap', ['--tp', '2', '--sequence-parallel', '--ep', '1']),
     'dp2ep2tp2': (4, 'cap', ['--tp', '2', '--ep', '2']),
