@@ -67,6 +67,14 @@ void pctl_print_rpc_error(pctl_ctx_t *ctx, const char *cmd, grpc_status_code cod
 
 /* ---- pctl_format.c */
 
+/* A string from the daemon or the user made safe to print to a terminal:
+ * control characters (C0, DEL, and C1 both as raw bytes and as UTF-8
+ * U+0080..U+009F) become \n, \t, \r or \xNN, so no name, reason or message can move the cursor, clear the screen or
+ * retitle the terminal; other UTF-8 passes through. NULL gives "". The
+ * result is owned by pctl_esc: valid until 16 later calls (enough for one
+ * printf's arguments). JSON output needs none of this (jansson escapes). */
+const char *pctl_esc(const char *s);
+
 /* "OK", "NOT_FOUND", ... as grpc names them. */
 const char *pctl_code_name(grpc_status_code code);
 /* "pending", "running", "completed", ... */
@@ -85,8 +93,20 @@ int pctl_job_layout(const Parallax__V1__Job *job, px_layout_t *l);
  * true for the rank whose step figures the job records) and
  * "reporting_rank". Caller owns the result. */
 json_t *pctl_json_job(const Parallax__V1__Job *job);
+/* Any message as a JSON object with every field of its descriptor
+ * (pctl_pbjson.c; nested messages recursively, repeated fields as arrays,
+ * enums by name, an unset message as null). Caller owns the result. */
+json_t *pctl_json_message(const ProtobufCMessage *m);
+/* A float as the shortest decimal that reads back as the same float
+ * (null for NaN/inf). */
+json_t *pctl_json_float(float f);
 json_t *pctl_json_metrics(const Parallax__V1__StepMetrics *m);
 json_t *pctl_json_node(const Parallax__V1__NodeInfo *node);
+/* The validation file `pctl data prepare --out OUT` writes beside OUT:
+ * "dir/x.bin" -> "dir/x_val.bin"; "x" -> "x_val"; ".hidden" -> ".hidden_val".
+ * Caller frees; NULL when out of memory. */
+char *pctl_val_path(const char *out);
+
 /* Dumps `value` (stolen) to stdout with a newline; returns 0 or 1. */
 int pctl_json_print(json_t *value);
 

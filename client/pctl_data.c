@@ -25,9 +25,7 @@
 #define HEADER_INTS 256
 #define CHUNK_BYTES (1 << 20)
 
-/* "dir/x.bin" -> "dir/x_val.bin"; "x" -> "x_val"; ".hidden" -> ".hidden_val".
- * Caller frees. */
-static char *val_path(const char *out)
+char *pctl_val_path(const char *out)
 {
     const char *base = strrchr(out, '/');
     const char *dot;
@@ -200,7 +198,7 @@ static int data_prepare(int argc, char **argv)
         goto out;
     }
     if (frac > 0) {
-        vpath = val_path(outp);
+        vpath = pctl_val_path(outp);
         if (!vpath)
             goto out;
     }

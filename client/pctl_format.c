@@ -12,6 +12,39 @@
 #include "jobspec.h"
 #include "pctl.h"
 
+#define ESC_SLOTS 16
+
+const char *pctl_esc(const char *s)
+{
+    static char *slot[ESC_SLOTS];
+    static unsigned next;
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    size_t n = strlen((const char *)p), o = 0;
+    char *out = malloc(4 * n + 1); /* every byte at most \xNN */
+
+    if (!out)
+        return "(out of memory)";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        if (c == 0xc2 && i + 1 < n && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f) {
+            o += (size_t)sprintf(out + o, "\\x%02x\\x%02x", c, p[i + 1]); /* UTF-8 C1 */
+            i++;
+        } else if (c == '\n' || c == '\t' || c == '\r') {
+            out[o++] = '\\';
+            out[o++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+        } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && c <= 0x9f)) {
+            o += (size_t)sprintf(out + o, "\\x%02x", c);
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    out[o] = '\0';
+    free(slot[next]);
+    slot[next] = out;
+    next = (next + 1) % ESC_SLOTS;
+    return out;
+}
+
 const char *pctl_code_name(grpc_status_code code)
 {
     switch (code) {
@@ -97,7 +130,7 @@ static json_t *json_str(const char *s)
 
 /* A float as the shortest decimal that reads back to it (0.1f -> 0.1, not
  * 0.100000001). */
-static json_t *json_float(float f)
+json_t *pctl_json_float(float f)
 {
     char buf[32];
     if (!isfinite(f))
@@ -136,35 +169,41 @@ json_t *pctl_json_job(const Parallax__V1__Job *job)
     json_object_set_new(o, "reason", json_str(job->reason));
     json_object_set_new(o, "step", json_integer(job->step));
     json_object_set_new(o, "steps", json_integer(sp ? sp->steps : 0));
-    json_object_set_new(o, "loss", json_float(job->loss));
+    json_object_set_new(o, "loss", pctl_json_float(job->loss));
     json_object_set_new(o, "tokens_per_second", json_real(job->tokens_per_second));
-    json_object_set_new(o, "grad_norm", json_float(job->grad_norm));
-    json_object_set_new(o, "lr", json_float(job->lr));
+    json_object_set_new(o, "grad_norm", pctl_json_float(job->grad_norm));
+    json_object_set_new(o, "lr", pctl_json_float(job->lr));
+    json_object_set_new(o, "val_loss", job->val_step ? pctl_json_float(job->val_loss) : json_null());
+    json_object_set_new(o, "val_step", json_integer(job->val_step));
     json_object_set_new(o, "created_ms", json_integer(job->created_ms));
+    json_object_set_new(o, "now_ms", json_integer(job->now_ms)); /* the clock of its times */
     json_object_set_new(o, "started_ms", json_integer(job->started_ms));
     json_object_set_new(o, "finished_ms", json_integer(job->finished_ms));
     json_object_set_new(o, "coordinator", json_str(job->coordinator));
     if (sp) {
+        /* every field of the spec, from the descriptor (model and parallel
+         * nested as on the wire), then, as before, the model's sizes at the
+         * top (vocab resolved) and the resolved layout with its world */
         const Parallax__V1__ModelSpec *m = sp->model;
+        json_decref(spec);
+        spec = pctl_json_message(&sp->base);
         json_object_set_new(spec, "layers", json_integer(m ? m->layers : 0));
         json_object_set_new(spec, "heads", json_integer(m ? m->heads : 0));
         json_object_set_new(spec, "dim", json_integer(m ? m->dim : 0));
         json_object_set_new(spec, "seq", json_integer(m ? m->seq : 0));
         json_object_set_new(spec, "vocab", json_integer(m && m->vocab ? m->vocab : PX_DEFAULT_VOCAB));
-        json_object_set_new(spec, "data_path", json_str(sp->data_path));
-        json_object_set_new(spec, "dp", json_integer(sp->dp));
-        if (has_layout)
-            json_object_set_new(spec, "parallel",
-                                json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "dp", l.dp, "tp", l.tp,
-                                          "pp", l.pp, "cp", l.cp, "ep", l.ep, "world",
-                                          px_layout_world(&l)));
-        json_object_set_new(spec, "batch", json_integer(sp->batch));
-        json_object_set_new(spec, "steps", json_integer(sp->steps));
-        json_object_set_new(spec, "lr", json_float(sp->lr));
-        json_object_set_new(spec, "seed", json_integer((json_int_t)sp->seed));
-        json_object_set_new(spec, "warmup_steps", json_integer(sp->warmup_steps));
-        json_object_set_new(spec, "weight_decay", json_float(sp->weight_decay));
-        json_object_set_new(spec, "min_lr_ratio", json_float(sp->min_lr_ratio));
+        if (has_layout) {
+            json_t *par = json_object_get(spec, "parallel");
+            if (!json_is_object(par)) {
+                par = json_object();
+                json_object_set_new(spec, "parallel", par);
+            }
+            json_t *resolved = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "dp", l.dp, "tp",
+                                         l.tp, "pp", l.pp, "cp", l.cp, "ep", l.ep, "world",
+                                         px_layout_world(&l));
+            json_object_update(par, resolved);
+            json_decref(resolved);
+        }
     }
     json_object_set_new(o, "spec", spec);
     for (size_t i = 0; i < job->n_ranks; i++) {
@@ -196,12 +235,14 @@ json_t *pctl_json_metrics(const Parallax__V1__StepMetrics *m)
 {
     json_t *o = json_object();
     json_object_set_new(o, "step", json_integer(m->step));
-    json_object_set_new(o, "loss", json_float(m->loss));
-    json_object_set_new(o, "grad_norm", json_float(m->grad_norm));
-    json_object_set_new(o, "lr", json_float(m->lr));
+    json_object_set_new(o, "loss", pctl_json_float(m->loss));
+    json_object_set_new(o, "grad_norm", pctl_json_float(m->grad_norm));
+    json_object_set_new(o, "lr", pctl_json_float(m->lr));
     json_object_set_new(o, "tokens_per_second", json_real(m->tokens_per_second));
     json_object_set_new(o, "elapsed_s", json_real(m->elapsed_s));
     json_object_set_new(o, "time_ms", json_integer(m->time_ms));
+    /* issue 14: null on the steps not followed by a validation */
+    json_object_set_new(o, "val_loss", m->val_loss > 0.0f ? pctl_json_float(m->val_loss) : json_null());
     return o;
 }
 
@@ -213,6 +254,10 @@ json_t *pctl_json_node(const Parallax__V1__NodeInfo *n)
         json_t *d = json_object();
         json_object_set_new(d, "name", json_str(n->devices[i]->name));
         json_object_set_new(d, "job_id", json_str(n->devices[i]->job_id));
+        if (n->devices[i]->name && !strncmp(n->devices[i]->name, "cuda:", 5)) { /* a GPU */
+            json_object_set_new(d, "mem_total", json_integer((json_int_t)n->devices[i]->memory_bytes));
+            json_object_set_new(d, "mem_used", json_integer((json_int_t)n->devices[i]->mem_used));
+        }
         json_array_append_new(devs, d);
         if (!n->devices[i]->job_id || !*n->devices[i]->job_id)
             free_devs++;
@@ -228,6 +273,8 @@ json_t *pctl_json_node(const Parallax__V1__NodeInfo *n)
     json_object_set_new(o, "devices_free", json_integer((json_int_t)free_devs));
     json_object_set_new(o, "devices_total", json_integer((json_int_t)n->n_devices));
     json_object_set_new(o, "devices", devs);
+    json_object_set_new(o, "error", json_str(n->error));
+    json_object_set_new(o, "now_ms", json_integer(n->now_ms)); /* last_seen_ms's clock */
     return o;
 }
 

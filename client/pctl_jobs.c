@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "jobname.h"
 #include "jobspec.h"
 #include "layout.h"
 #include "pctl.h"
@@ -75,18 +76,24 @@ static int parse_common(const char *cmd, int argc, char **argv, int want_job, in
     return 0;
 }
 
-static const char *fmt_age(int64_t ms, char *buf, size_t len)
+/* Age of `ms` as the answering daemon saw it: now_ms is its clock when it
+ * answered (Job.now_ms, NodeInfo.now_ms; 0 from an older daemon: this
+ * machine's clock), so a daemon whose clock is off still shows true ages. */
+static const char *fmt_age(int64_t now_ms, int64_t ms, char *buf, size_t len)
 {
     if (ms <= 0) {
         snprintf(buf, len, "-");
         return buf;
     }
-    return pctl_fmt_duration((double)(px_time_wall_ms() - ms) / 1000.0, buf, len);
+    return pctl_fmt_duration((double)((now_ms > 0 ? now_ms : px_time_wall_ms()) - ms) / 1000.0,
+                             buf, len);
 }
 
-static const char *fmt_time(int64_t ms, char *buf, size_t len)
+/* A time of the answering daemon's clock (now_ms as above) as this
+ * machine's local time. */
+static const char *fmt_time(int64_t now_ms, int64_t ms, char *buf, size_t len)
 {
-    time_t t = (time_t)(ms / 1000);
+    time_t t = (time_t)((ms - (now_ms > 0 ? now_ms - px_time_wall_ms() : 0)) / 1000);
     struct tm tm;
     if (ms <= 0 || !localtime_r(&t, &tm)) {
         snprintf(buf, len, "-");
@@ -179,7 +186,10 @@ static void follow_show(follow_t *f, const Parallax__V1__StepMetrics *m)
         memset(bar, '#', (size_t)fill);
         memset(bar + fill, '-', (size_t)(width - fill));
         bar[width] = '\0';
-        if (step > 0)
+        if (step > 0 && job->val_step > 0) /* issue 14: the last validation loss too */
+            printf("\r\033[K[%s] %u/%u  loss %.4f  val %.4f  %s tok/s  ETA %s  %s", bar, step,
+                   steps, loss, job->val_loss, tps_s, eta_s, pctl_state_name(job->state));
+        else if (step > 0)
             printf("\r\033[K[%s] %u/%u  loss %.4f  %s tok/s  ETA %s  %s", bar, step, steps, loss,
                    tps_s, eta_s, pctl_state_name(job->state));
         else
@@ -191,7 +201,10 @@ static void follow_show(follow_t *f, const Parallax__V1__StepMetrics *m)
     }
     if (state_changed || (step != f->last_printed_step &&
                           (step % PLAIN_PROGRESS_EVERY == 0 || step == steps))) {
-        if (step > 0)
+        if (step > 0 && job->val_step > 0)
+            printf("step %u/%u  loss %.4f  val %.4f  %s tok/s  ETA %s  %s\n", step, steps, loss,
+                   job->val_loss, tps_s, eta_s, pctl_state_name(job->state));
+        else if (step > 0)
             printf("step %u/%u  loss %.4f  %s tok/s  ETA %s  %s\n", step, steps, loss, tps_s,
                    eta_s, pctl_state_name(job->state));
         else
@@ -327,7 +340,7 @@ static int follow_job_run(pctl_ctx_t *ctx, const char *cmd, const char *job_id, 
                 f.bar_shown = 0;
             }
             fprintf(stderr, "pctl: %s: watch stream broke (%s: %s); polling\n", cmd,
-                    pctl_code_name(res.code), res.message ? res.message : "");
+                    pctl_code_name(res.code), pctl_esc(res.message));
             need_poll = 1;
         }
     }
@@ -350,9 +363,9 @@ static int follow_job_run(pctl_ctx_t *ctx, const char *cmd, const char *job_id, 
                           ? (double)(job->finished_ms - job->started_ms) / 1000.0
                           : NAN,
                       dur_s, sizeof(dur_s));
-    printf("job %s %s: step %u/%u, loss %.4f, %s tok/s, %s%s%s\n", job->id,
+    printf("job %s %s: step %u/%u, loss %.4f, %s tok/s, %s%s%s\n", pctl_esc(job->id),
            pctl_state_name(job->state), job->step, job_steps(job), job->loss, tps_s, dur_s,
-           job->reason && *job->reason ? "; reason: " : "", job->reason ? job->reason : "");
+           job->reason && *job->reason ? "; reason: " : "", pctl_esc(job->reason));
     rc = job->state == PARALLAX__V1__JOB_STATE__JOB_COMPLETED ? PCTL_EXIT_OK : PCTL_EXIT_FAIL;
 out:
     free(res.message);
@@ -368,10 +381,11 @@ out:
 int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
 {
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
-           O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP,
+           O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP, O_BUCKET,
            O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
            O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_EXPERTS, O_TOPK, O_CAPF,
-           O_DROPLESS, O_MOE_EVERY, O_AUXC };
+           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_NO_VAL, O_EVAL_EVERY, O_EVAL_BATCHES,
+           O_PRECISION };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -394,6 +408,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"dropless", no_argument, NULL, O_DROPLESS},
         {"moe-every", required_argument, NULL, O_MOE_EVERY},
         {"aux-loss-coef", required_argument, NULL, O_AUXC},
+        {"precision", required_argument, NULL, O_PRECISION},         /* issue 12 */
         {"batch", required_argument, NULL, O_BATCH},
         {"steps", required_argument, NULL, O_STEPS},
         {"lr", required_argument, NULL, O_LR},
@@ -406,12 +421,17 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"zero", required_argument, NULL, O_ZERO},             /* issue 4 */
         {"grad-accum", required_argument, NULL, O_ACCUM},
         {"clip", required_argument, NULL, O_CLIP},
+        {"bucket-mb", required_argument, NULL, O_BUCKET},
         {"grad-clip", required_argument, NULL, O_CLIP}, /* parallax-rank's name for it */
         {"checkpoint-every", required_argument, NULL, O_CKPT_EVERY},
         {"checkpoint-dir", required_argument, NULL, O_CKPT_DIR},
         {"resume", required_argument, NULL, O_RESUME},
         {"export-safetensors", required_argument, NULL, O_SAFET},
         {"max-restarts", required_argument, NULL, O_MAX_RESTARTS}, /* issue 5 */
+        {"val-data", required_argument, NULL, O_VAL},              /* issue 14 */
+        {"no-val", no_argument, NULL, O_NO_VAL},
+        {"eval-every", required_argument, NULL, O_EVAL_EVERY},
+        {"eval-batches", required_argument, NULL, O_EVAL_BATCHES},
         {"follow", no_argument, NULL, O_FOLLOW},
         {"json", no_argument, NULL, O_JSON},
         {"help", no_argument, NULL, 'h'},
@@ -421,8 +441,9 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     Parallax__V1__SubmitJobResponse *resp = NULL;
     px_job_config_t cfg;
     px_jobspec_msg_t msg; /* the JobSpec, written from cfg (jobspec.h) */
-    const char *data = NULL, *name = NULL;
-    char *data_abs = NULL;
+    const char *data = NULL, *name = NULL, *val = NULL;
+    char *data_abs = NULL, *val_abs = NULL;
+    int no_val = 0;
     /* checkpoint, resume and export paths made absolute: in stack buffers,
      * so the usage-error returns of the option loop leak nothing */
     char abs_buf[3][PATH_MAX + 1];
@@ -486,6 +507,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
                 return PCTL_EXIT_USAGE;
             cfg.aux_loss_coef = (float)d; /* 0 = off (written as < 0 on the wire) */
             break;
+        case O_PRECISION:
+            cfg.precision = px_job_config_precision_parse(optarg);
+            if (cfg.precision < 0)
+                return pctl_usage_error("submit", "--precision '%s': fp32 or bf16", optarg);
+            break;
         case O_BATCH: INT_OPT("--batch", cfg.batch, 1); break;
         case O_STEPS: INT_OPT("--steps", cfg.steps, 1); break;
         case O_WARMUP:
@@ -521,6 +547,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
                 return PCTL_EXIT_USAGE;
             max_restarts = (uint32_t)v;
             break;
+        case O_BUCKET:
+            if (pctl_parse_float("submit", "--bucket-mb", optarg, 0.0, 4096.0, &d))
+                return PCTL_EXIT_USAGE;
+            cfg.bucket_mb = (float)d;
+            break;
         case O_CLIP:
             if (pctl_parse_float("submit", "--clip", optarg, 0.0, 1e6, &d))
                 return PCTL_EXIT_USAGE;
@@ -541,6 +572,10 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
             break;
         }
         case O_DATA: data = optarg; break;
+        case O_VAL: val = optarg; break;
+        case O_NO_VAL: no_val = 1; break;
+        case O_EVAL_EVERY: INT_OPT("--eval-every", cfg.eval_every, 0); break;
+        case O_EVAL_BATCHES: INT_OPT("--eval-batches", cfg.eval_batches, 1); break;
         case O_NAME: name = optarg; break;
         case O_FOLLOW: follow = 1; break;
         case O_JSON: json = 1; break;
@@ -563,11 +598,37 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         return pctl_usage_error("submit", "--batch %d is not divisible by --dp %d x --grad-accum "
                                 "%d x --micro-batches %d", cfg.batch, cfg.layout.dp,
                                 cfg.grad_accum, cfg.micro_batches);
+    {   /* the daemon applies the same rule (planner/jobname.h) */
+        char why[160];
+        if (px_job_name_check(name, why, sizeof(why)) != PX_OK)
+            return pctl_usage_error("submit", "invalid value for --name: %s", why);
+    }
     data_abs = realpath(data, NULL);
     if (!data_abs)
         return pctl_usage_error("submit", "invalid value '%s' for --data: %s", data,
                                 strerror(errno));
     cfg.data_path = data_abs;
+    if (val && no_val) {
+        rc = pctl_usage_error("submit", "--val-data and --no-val contradict each other");
+        goto out;
+    }
+    if (val) {
+        val_abs = realpath(val, NULL);
+        if (!val_abs) {
+            rc = pctl_usage_error("submit", "invalid value '%s' for --val-data: %s", val,
+                                  strerror(errno));
+            goto out;
+        }
+    } else if (!no_val) {
+        /* the validation file `pctl data prepare` writes beside --data
+         * (every layout evaluates, eval.h) */
+        char *guess = pctl_val_path(data_abs);
+        if (guess && access(guess, R_OK) == 0)
+            val_abs = guess;
+        else
+            free(guess);
+    }
+    cfg.val_path = val_abs;
     cfg.checkpoint_dir = abs_paths[0];
     cfg.resume_dir = abs_paths[1];
     cfg.export_safetensors = abs_paths[2];
@@ -604,6 +665,7 @@ out:
     if (resp)
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     free(data_abs);
+    free(val_abs);
     return rc;
 }
 
@@ -646,10 +708,10 @@ int pctl_cmd_list(pctl_ctx_t *ctx, int argc, char **argv)
                 snprintf(loss, sizeof(loss), "%.4f", j->loss);
             else
                 snprintf(loss, sizeof(loss), "-");
-            printf("%-20s %-16s %-10s %13s %8s %8s %7s\n", j->id,
-                   j->spec && j->spec->name ? j->spec->name : "", pctl_state_name(j->state), steps,
+            printf("%-20s %-16s %-10s %13s %8s %8s %7s\n", pctl_esc(j->id),
+                   pctl_esc(j->spec ? j->spec->name : NULL), pctl_state_name(j->state), steps,
                    loss, pctl_fmt_rate(j->tokens_per_second, tps, sizeof(tps)),
-                   fmt_age(j->created_ms, age, sizeof(age)));
+                   fmt_age(j->now_ms, j->created_ms, age, sizeof(age)));
         }
         rc = PCTL_EXIT_OK;
     }
@@ -666,11 +728,11 @@ static void print_job(const Parallax__V1__Job *j)
     int has_layout = pctl_job_layout(j, &l);
     int reporting = has_layout ? px_layout_reporting_rank(&l) : -1;
 
-    printf("job          %s\n", j->id);
-    printf("name         %s\n", s && s->name ? s->name : "");
+    printf("job          %s\n", pctl_esc(j->id));
+    printf("name         %s\n", pctl_esc(s ? s->name : NULL));
     printf("state        %s\n", pctl_state_name(j->state));
     if (j->reason && *j->reason)
-        printf("reason       %s\n", j->reason);
+        printf("reason       %s\n", pctl_esc(j->reason));
     printf("step         %u/%u\n", j->step, job_steps(j));
     if (j->step > 0) {
         printf("loss         %.4f\n", j->loss);
@@ -678,18 +740,20 @@ static void print_job(const Parallax__V1__Job *j)
         printf("lr           %.6g\n", j->lr);
         printf("tokens/s     %.0f\n", j->tokens_per_second);
     }
-    printf("created      %s (%s ago)\n", fmt_time(j->created_ms, b1, sizeof(b1)),
-           fmt_age(j->created_ms, b2, sizeof(b2)));
+    if (j->val_step > 0) /* issue 14 */
+        printf("val loss     %.4f (after step %u)\n", j->val_loss, j->val_step);
+    printf("created      %s (%s ago)\n", fmt_time(j->now_ms, j->created_ms, b1, sizeof(b1)),
+           fmt_age(j->now_ms, j->created_ms, b2, sizeof(b2)));
     if (j->started_ms > 0)
-        printf("started      %s\n", fmt_time(j->started_ms, b1, sizeof(b1)));
+        printf("started      %s\n", fmt_time(j->now_ms, j->started_ms, b1, sizeof(b1)));
     if (j->finished_ms > 0)
-        printf("finished     %s (ran %s)\n", fmt_time(j->finished_ms, b1, sizeof(b1)),
+        printf("finished     %s (ran %s)\n", fmt_time(j->now_ms, j->finished_ms, b1, sizeof(b1)),
                j->started_ms > 0
                    ? pctl_fmt_duration((double)(j->finished_ms - j->started_ms) / 1000.0, b3,
                                        sizeof(b3))
                    : "-");
     if (j->coordinator && *j->coordinator)
-        printf("coordinator  %s\n", j->coordinator);
+        printf("coordinator  %s\n", pctl_esc(j->coordinator));
     if (m)
         printf("model        layers %u, heads %u, dim %u, seq %u, vocab %u\n", m->layers,
                m->heads, m->dim, m->seq, m->vocab ? m->vocab : PX_DEFAULT_VOCAB);
@@ -698,7 +762,7 @@ static void print_job(const Parallax__V1__Job *j)
                "weight decay %g, min lr ratio %g\n",
                s->dp, s->batch, s->steps, s->lr, (unsigned long long)s->seed, s->warmup_steps,
                s->weight_decay, s->min_lr_ratio);
-        printf("data         %s\n", s->data_path ? s->data_path : "");
+        printf("data         %s\n", pctl_esc(s->data_path));
     }
     if (has_layout) {
         printf("layout       %s%s; rank = tp + tp x (cp + cp x (dp + dp x pp)); "
@@ -742,8 +806,8 @@ static void print_job(const Parallax__V1__Job *j)
                     snprintf(co[k], sizeof(co[k]), "-");
             }
             printf("  %-6s %-3s %-3s %-3s %-3s %-3s %-16s %-8s %-8d %-10s %s\n", rk, co[0], co[1],
-                   co[2], co[3], co[4], r->node ? r->node : "", r->device ? r->device : "",
-                   r->pid, r->state ? r->state : "", ex);
+                   co[2], co[3], co[4], pctl_esc(r->node), pctl_esc(r->device),
+                   r->pid, pctl_esc(r->state), ex);
         }
     }
 }
@@ -931,9 +995,9 @@ int pctl_cmd_cancel(pctl_ctx_t *ctx, int argc, char **argv)
     if (json) {
         rc = pctl_json_print(pctl_json_job(job));
     } else {
-        printf("job %s: %s", job->id, pctl_state_name(job->state));
+        printf("job %s: %s", pctl_esc(job->id), pctl_state_name(job->state));
         if (job->reason && *job->reason)
-            printf(" (%s)", job->reason);
+            printf(" (%s)", pctl_esc(job->reason));
         printf("\n");
         rc = PCTL_EXIT_OK;
     }
@@ -942,38 +1006,6 @@ int pctl_cmd_cancel(pctl_ctx_t *ctx, int argc, char **argv)
 }
 
 /* ------------------------------------------------------ metrics/logs */
-
-int pctl_cmd_metrics(pctl_ctx_t *ctx, int argc, char **argv)
-{
-    Parallax__V1__GetMetricsRequest req = PARALLAX__V1__GET_METRICS_REQUEST__INIT;
-    Parallax__V1__GetMetricsResponse *resp = NULL;
-    const char *id = NULL;
-    int json, rc;
-
-    if (parse_common("metrics", argc, argv, 1, &json, &id, &rc))
-        return rc;
-    req.job_id = (char *)id;
-    if (pctl_call(ctx, "metrics", M_METRICS, &req.base,
-                  &parallax__v1__get_metrics_response__descriptor, (ProtobufCMessage **)&resp))
-        return PCTL_EXIT_FAIL;
-    if (json) {
-        json_t *a = json_array();
-        for (size_t i = 0; i < resp->n_steps; i++)
-            json_array_append_new(a, pctl_json_metrics(resp->steps[i]));
-        rc = pctl_json_print(a);
-    } else {
-        printf("%6s %10s %10s %12s %10s %9s\n", "STEP", "LOSS", "GRAD_NORM", "LR", "TOK/S",
-               "ELAPSED");
-        for (size_t i = 0; i < resp->n_steps; i++) {
-            const Parallax__V1__StepMetrics *m = resp->steps[i];
-            printf("%6u %10.4f %10.4f %12.6g %10.0f %8.1fs\n", m->step, m->loss, m->grad_norm,
-                   m->lr, m->tokens_per_second, m->elapsed_s);
-        }
-        rc = PCTL_EXIT_OK;
-    }
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
-    return rc;
-}
 
 int pctl_cmd_logs(pctl_ctx_t *ctx, int argc, char **argv)
 {
@@ -1069,12 +1101,21 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
                 if (!n->devices[k]->job_id || !*n->devices[k]->job_id)
                     free_devs++;
             snprintf(devs, sizeof(devs), "%zu/%zu", free_devs, n->n_devices);
-            fmt_age(n->last_seen_ms, seen, sizeof(seen));
-            printf("%-16s %-22s %-22s %-6s %-8s %-12s %s%s\n", n->name ? n->name : "",
-                   n->control_addr ? n->control_addr : "", n->peer_addr ? n->peer_addr : "",
+            fmt_age(n->now_ms, n->last_seen_ms, seen, sizeof(seen));
+            printf("%-16s %-22s %-22s %-6s %-8s %-12s %s%s\n", pctl_esc(n->name),
+                   pctl_esc(n->control_addr), pctl_esc(n->peer_addr),
                    n->alive ? "yes" : "no", devs,
-                   n->blas_core && *n->blas_core ? n->blas_core : "-", seen,
+                   n->blas_core && *n->blas_core ? pctl_esc(n->blas_core) : "-", seen,
                    n->last_seen_ms > 0 ? " ago" : "");
+            if (n->error && *n->error)
+                printf("  ERROR: %s\n", pctl_esc(n->error));
+            for (size_t k = 0; k < n->n_devices; k++) { /* GPUs: memory from NVML */
+                const Parallax__V1__Device *dv = n->devices[k];
+                if (dv->name && !strncmp(dv->name, "cuda:", 5))
+                    printf("  %-14s %.1f / %.1f GiB used at start  %s\n", pctl_esc(dv->name),
+                           dv->mem_used / 1073741824.0, dv->memory_bytes / 1073741824.0,
+                           dv->job_id && *dv->job_id ? pctl_esc(dv->job_id) : "free");
+            }
         }
         rc = PCTL_EXIT_OK;
     }

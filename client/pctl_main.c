@@ -1,7 +1,9 @@
 /* pctl_main.c: entry point of pctl, the parallax command-line client.
  *
  * `pctl [--server ADDR] [--timeout MS] <command> [args]`. The server
- * defaults to $PX_SERVER, else 127.0.0.1:7070; "unix:/path" works too.
+ * defaults to $PX_SERVER, else the local daemon's unix socket
+ * ($PX_RUNTIME_DIR/control.sock, /run/parallax by default) when it exists,
+ * else 127.0.0.1:7070; "unix:/path" works too.
  * This file holds the command table, the help texts, number parsing, and the
  * one place RPC failures are printed ("pctl: <command>: <STATUS>: <message>").
  * Single-threaded; every RPC is a blocking px_rpc call with a deadline. */
@@ -12,9 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/stat.h>
 
 #include "jobcfg.h"
 #include "pctl.h"
+#include "px_env.h"
 
 #define PCTL_DEFAULT_SERVER "127.0.0.1:7070"
 #define PCTL_STR_(x) #x
@@ -30,15 +35,19 @@ static const pctl_command_t commands[] = {
      "                   [--stage-layers 2,2,1,1]\n"
      "                   [--experts E [--top-k 1|2] [--capacity-factor F | --dropless]\n"
      "                    [--moe-every N] [--aux-loss-coef C]]\n"
+     "                   [--precision fp32|bf16]\n"
      "                   [--batch N] [--steps N] [--lr F] [--seed N] [--warmup N]\n"
      "                   [--weight-decay F] [--min-lr-ratio F] [--zero 0-3] [--grad-accum N]\n"
-     "                   [--clip F] [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
+     "                   [--clip F] [--bucket-mb F]\n"
+     "                   [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
      "                   [--export-safetensors FILE] [--max-restarts N] [--follow] [--json]\n"
+     "                   [--val-data FILE | --no-val] [--eval-every N] [--eval-batches K]\n"
      "\n"
      "Submits a GPT training job and prints its id.\n"
      "  --data FILE        token file (llm.c layout, see `pctl data prepare`); sent as an\n"
      "                     absolute path, so it must exist where the ranks run\n"
-     "  --name S           job name, unique among active jobs (default: the job id)\n"
+     "  --name S           job name, unique among the cluster's active jobs: letters, digits,\n"
+     "                     '.', '_', '-', at most 64 (default: the job id)\n"
      "  --layers N         transformer blocks (default 4)\n"
      "  --heads N          attention heads (default 4)\n"
      "  --dim N            model width (default 128)\n"
@@ -74,6 +83,9 @@ static const pctl_command_t commands[] = {
      "  --grad-accum N     micro-batches per step; batch divisible by dp x N (default 1)\n"
      "  --clip F           clip the global gradient norm at F; 0 = off (default 1.0);\n"
      "                     also --grad-clip, as parallax-rank calls it\n"
+     "  --bucket-mb F      data-parallel gradient bucket in MiB, each all-reduced while\n"
+     "                     backward goes on (as DDP's bucket_cap_mb); 0 = a quarter of\n"
+     "                     the model's gradients, 256 KiB to 25 MiB (default 0)\n"
      "  --checkpoint-every N  write DIR/step_<N>/ every N steps and at the end (each\n"
      "                     rank its shard); --checkpoint-dir DIR says where\n"
      "  --resume DIR       start from checkpoint DIR (a step_<N>/ directory), also with\n"
@@ -82,6 +94,12 @@ static const pctl_command_t commands[] = {
      "  --max-restarts N   when the job fails (a rank or a node died), submit it again\n"
      "                     from the newest complete checkpoint in --checkpoint-dir, up\n"
      "                     to N times (0..100, default 0)\n"
+     "  --val-data FILE    validation token file (default: the FILE_val.bin beside\n"
+     "                     --data that `pctl data prepare --val-fraction` writes, when it\n"
+     "                     exists); --no-val: none\n"
+     "  --eval-every N     validation loss every N steps and after the last (default\n"
+     "                     steps/10; 0: after the last only)\n"
+     "  --eval-batches K   fixed validation batches of --batch sequences (default 4)\n"
      "  --follow           watch the job until it ends; exit 0 only if it completed\n"
      "  --json             print {\"job_id\": ...} (with --follow: the final job)\n",
      pctl_cmd_submit},
@@ -104,9 +122,17 @@ static const pctl_command_t commands[] = {
      "to polling if the stream breaks. Exit 0 only if the job completed.\n",
      pctl_cmd_watch},
     {"metrics", "per-step metrics of a job",
-     "usage: pctl metrics JOB [--json]\n"
+     "usage: pctl metrics JOB [JOB...] [--json | --csv | --plot [--log] [--width N]\n"
+     "                    [--height N]] [--from-json FILE]\n"
      "\n"
-     "Prints step, loss, grad norm, lr and tokens/s of every recorded step.\n",
+     "Prints step, loss, validation loss, grad norm, lr and tokens/s of every recorded\n"
+     "step (the validation loss after the steps that were followed by one).\n"
+     "  --csv         the same as comma-separated values, one row per job and step\n"
+     "  --plot        the training loss (a line) and validation loss (markers) over the\n"
+     "                steps in the terminal, every JOB overlaid; --log: log-scale loss;\n"
+     "                --width (default: the terminal's) and --height (16) in characters\n"
+     "  --json        an array of steps; several jobs: an object of arrays by job id\n"
+     "  --from-json FILE  read what --json printed instead of asking the daemon\n",
      pctl_cmd_metrics},
     {"logs", "output of a job's rank",
      "usage: pctl logs JOB [--rank R] [--tail N]\n"
@@ -232,7 +258,9 @@ static void print_main_help(FILE *out)
             "\n"
             "parallax command-line client.\n"
             "  --server ADDR   parallaxd Control address, host:port or unix:/path\n"
-            "                  (default $PX_SERVER, else " PCTL_DEFAULT_SERVER ")\n"
+            "                  (default $PX_SERVER, else the local daemon's socket\n"
+            "                  $PX_RUNTIME_DIR/control.sock (PX_RUNTIME_DIR default\n"
+            "                  /run/parallax) when it exists, else " PCTL_DEFAULT_SERVER ")\n"
             "  --timeout MS    deadline of each request (default %d)\n"
             "  --token-file F  cluster token file, for a daemon reached over the network\n"
             "                  (default $PX_TOKEN_FILE)\n"
@@ -258,13 +286,13 @@ int pctl_help(const char *cmd)
 int pctl_usage_error(const char *cmd, const char *fmt, ...)
 {
     const pctl_command_t *c = cmd ? find_command(cmd) : NULL;
+    char msg[2048];
     va_list ap;
 
-    fprintf(stderr, "pctl: %s%s", cmd ? cmd : "", cmd ? ": " : "");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap); /* it quotes the user's arguments: escaped */
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "pctl: %s%s%s\n", cmd ? cmd : "", cmd ? ": " : "", pctl_esc(msg));
     if (c) {
         /* The first line of the help is the usage line. */
         const char *nl = strchr(c->usage, '\n');
@@ -394,11 +422,11 @@ void pctl_print_rpc_error(pctl_ctx_t *ctx, const char *cmd, grpc_status_code cod
     if (is_unreachable(code, message) ||
         (code == GRPC_STATUS_DEADLINE_EXCEEDED && ctx->channel &&
          !px_rpc_channel_is_connected(ctx->channel))) {
-        fprintf(stderr, "pctl: %s: cannot reach parallaxd at %s (%s: %s)\n", cmd, ctx->server,
-                pctl_code_name(code), message ? message : "");
+        fprintf(stderr, "pctl: %s: cannot reach parallaxd at %s (%s: %s)\n", cmd,
+                pctl_esc(ctx->server), pctl_code_name(code), pctl_esc(message));
         return;
     }
-    fprintf(stderr, "pctl: %s: %s: %s%s\n", cmd, pctl_code_name(code), message ? message : "",
+    fprintf(stderr, "pctl: %s: %s: %s%s\n", cmd, pctl_code_name(code), pctl_esc(message),
             code == GRPC_STATUS_DEADLINE_EXCEEDED ? " (parallaxd did not answer in time)" : "");
 }
 
@@ -424,6 +452,20 @@ int pctl_call(pctl_ctx_t *ctx, const char *cmd, const char *method,
     return 0;
 }
 
+/* The server with neither --server nor PX_SERVER (as docker and systemctl
+ * find their daemons): the local parallaxd's control socket in the
+ * standard runtime directory when a socket is there, else TCP on
+ * loopback. `buf` holds the unix target. */
+static const char *local_server(char *buf, size_t len)
+{
+    struct stat st;
+    const char *dir = px_env_str("PX_RUNTIME_DIR");
+    int n = snprintf(buf, len, "unix:%s/control.sock", *dir ? dir : "/run/parallax");
+    if (n > 0 && (size_t)n < len && stat(buf + 5, &st) == 0 && S_ISSOCK(st.st_mode))
+        return buf;
+    return PCTL_DEFAULT_SERVER;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -439,7 +481,8 @@ int main(int argc, char **argv)
     uint64_t v;
     int opt, rc;
 
-    ctx.server = (env && *env) ? env : PCTL_DEFAULT_SERVER;
+    char local[PATH_MAX + 16];
+    ctx.server = (env && *env) ? env : local_server(local, sizeof(local));
     token_file = getenv("PX_TOKEN_FILE");
     /* "+": stop at the command name; its own options follow it. */
     opterr = 0;

@@ -13,6 +13,8 @@ typedef struct {
 } px_knob_t;
 
 static px_knob_t knobs[] = {
+    {"PX_RUNTIME_DIR", "/run/parallax", "where pctl looks for parallaxd's control.sock when neither "
+     "--server nor PX_SERVER is given (parallaxd's --runtime-dir); then 127.0.0.1:7070", NULL},
     {"PX_LOG_LEVEL", "info", "log level: error, warn, info, debug", NULL},
     {"PX_COMM_TIMEOUT_MS", "60000", "deadline of one blocking collective or send/recv (ms)", NULL},
     {"PX_CONNECT_TIMEOUT_MS", "30000", "deadline of the rank rendezvous and endpoint wire-up (ms)", NULL},

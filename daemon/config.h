@@ -19,15 +19,18 @@
 
 #define PXD_DEFAULT_CONFIG "/etc/parallax/parallaxd.conf"
 #define PXD_CFG_SOURCE_MAX 1100
-#define PXD_CFG_KEYS 19
+#define PXD_CFG_KEYS 20
 
 typedef struct px_daemon_config {
     char *listen;          /* Control host:port */
     char *peer_listen;     /* Peer host:port */
     char *state_dir;       /* holds parallax.db, the lock and jobs/<id>/rank-R.log */
     char *runtime_dir;     /* holds control.sock */
-    char *devices;         /* "cpu:N" as given */
-    int n_devices;         /* N */
+    char *devices;         /* as given: "cpu:N", "cuda", "cuda:0,1", "cuda:0,cpu:2" */
+    int n_devices;         /* N of cpu:N (0 when the node offers GPUs only) */
+    int cuda_all;          /* "cuda": every GPU NVML finds (nodes.c) */
+    int n_cuda;            /* "cuda:I,J,...": these GPUs */
+    int cuda_ids[64];
     char **peers;          /* Peer addresses of the other daemons */
     int n_peers;
     char *name;            /* node name */
@@ -43,6 +46,7 @@ typedef struct px_daemon_config {
     char *tls_cert_file;   /* PEM chain: TLS on Control and Peer, or NULL */
     char *tls_key_file;    /* its PEM key, or NULL */
     char *tls_ca_file;     /* CA verifying peers (NULL: tls_cert_file) */
+    char *metrics_listen;  /* Prometheus HTTP host:port (metrics.h), or NULL: off */
     char *config_file;     /* file read, or NULL */
     int print_config;      /* --print-config */
     /* where each key's value came from, indexed like the key table:

@@ -42,8 +42,11 @@ typedef struct px_store px_store_t;
 
 /* A device of some node, as this daemon sees it. */
 typedef struct px_device {
-    char name[PXD_DEV_MAX];         /* "cpu:0" */
+    char name[PXD_DEV_MAX];         /* "cpu:0", "cuda:1" (K: the GPU's NVML index) */
     char job_id[PXD_JOB_ID_MAX];    /* "" when free */
+    uint64_t memory_bytes;          /* its memory; a cpu device's share of the
+                                       host RAM; 0 unknown (memfit.c) */
+    uint64_t mem_used;              /* GPUs: bytes in use, from NVML at start; 0 for cpu */
 } px_device_t;
 
 /* Another daemon. Created from --peers (name unknown until it answers) or by
@@ -63,6 +66,7 @@ typedef struct px_peer {
     px_rpc_channel_t *channel;      /* to its Peer service */
     px_rpc_channel_t *control;      /* to its Control service, lazily */
     int hb_inflight;
+    char conflict[2 * PXD_ADDR_MAX + PXD_NAME_MAX + 160]; /* its name collides (nodes.c), "" if not */
 } px_peer_t;
 
 /* A rank of a job this node coordinates. */
@@ -88,6 +92,8 @@ typedef struct px_watcher {
 
 /* A job this node coordinates (every state; finished ones loaded from the
  * store at start so GetJob/ListJobs/GetMetrics answer about them). */
+#define PXD_CANCEL_WAITERS 8
+
 typedef struct px_job {
     px_daemon_t *d;
     char id[PXD_JOB_ID_MAX];
@@ -97,6 +103,8 @@ typedef struct px_job {
     uint32_t step;
     float loss, grad_norm, lr;
     double tokens_per_second;
+    float val_loss;                 /* issue 14: the last validation loss (0: none) */
+    uint32_t val_step;              /* the step it followed (valstore.h) */
     int64_t created_ms, started_ms, finished_ms;
     char coordinator[PXD_NAME_MAX];
     int world;                      /* dp; 0 for jobs never placed */
@@ -115,10 +123,17 @@ typedef struct px_job {
     int n_exited_unknown;           /* adopted ranks gone with PXD_EXIT_UNKNOWN */
     int64_t reconcile_ms;           /* mono ms of the last StopRanks sent for a
                                      * node still running ranks of this ended job */
+    px_rpc_call_t *cancel_calls[PXD_CANCEL_WAITERS]; /* CancelJob answers held until
+                                     * the ranks are gone (px_job_cancel) */
+    int n_cancel_calls;
+    int cancel_pending;             /* cancelled, ranks stopping: CANCELLED once
+                                     * every launched rank has exited */
     struct px_job *next;
 } px_job_t;
 
 /* A rank process this node runs (for any coordinator). */
+#define PXD_CGROUP_PATH_MAX 1400
+
 typedef struct px_local_rank {
     px_daemon_t *d;
     char job_id[PXD_JOB_ID_MAX];
@@ -138,6 +153,7 @@ typedef struct px_local_rank {
                                      * through a pidfd (poll), proc unused */
     int pidfd;
     uv_poll_t poll;
+    char cgroup[PXD_CGROUP_PATH_MAX]; /* its cgroup v2 (cgroup.c), "" if none */
     struct px_local_rank *next;
 } px_local_rank_t;
 
@@ -153,6 +169,8 @@ struct px_daemon {
     px_rpc_server_t *peer_srv;
     px_store_t *store;
     int lock_fd;
+    int sock_lock_fd;
+    char cgroup_base[PXD_CGROUP_PATH_MAX - 200]; /* cgroup.c: parallax-<node>/, "" = none */      /* runtime-dir/control.sock.lock, flocked; -1 before */
     char sock_path[1024];
     char control_addr[PXD_ADDR_MAX];   /* advertised host:port */
     char peer_addr[PXD_ADDR_MAX];      /* advertised host:port */
@@ -171,6 +189,7 @@ struct px_daemon {
     size_t token_len;
     int64_t stop_deadline_ms;
     int exit_code;
+    struct px_metrics *metrics;        /* --metrics-listen (metrics.h), or NULL */
 };
 
 /* ---------------------------------------------------------------- auth.c */
@@ -224,6 +243,66 @@ int px_nodes_cluster_devices(px_daemon_t *d);
 /* Devices of each node, free or not: this node's into counts[0], then each
  * alive peer's, at most `max` nodes. Returns the number of nodes written. */
 int px_nodes_device_counts(px_daemon_t *d, int *counts, int max);
+/* The same nodes in the same order: each one's name (borrowed) and the
+ * smallest memory of its devices in bytes (0: not reported). Returns the
+ * count. */
+int px_nodes_device_memory(px_daemon_t *d, const char **names, uint64_t *mem, int max);
+
+/* CancelJob: the job's ranks are stopped on every node and the job
+ * becomes CANCELLED only once every launched rank has exited (devices
+ * freed, nothing of theirs left: cgroup.c), or after PX_KILL_GRACE_MS +
+ * PX_PEER_DEAD_MS at the latest; `call` is answered then, so `pctl nodes`
+ * right after `pctl cancel` shows the devices free. A job with no rank
+ * running is CANCELLED at once. */
+void px_job_cancel(px_job_t *job, px_rpc_call_t *call);
+/* A rank of `job_id` on peer `node` exited: its device (held by job_id) is
+ * free in this node's view of the peer before the next heartbeat says so. */
+void px_nodes_peer_device_release(px_daemon_t *d, const char *node, const char *device,
+                                  const char *job_id);
+
+/* A name conflict a peer has with this node's name ("" if none), for
+ * this node's NodeInfo.error. */
+const char *px_nodes_self_conflict(px_daemon_t *d);
+
+/* cgroup.c: rank tracking by cgroup v2 (see the file comment).
+ * px_cgroup_init finds a writable cgroup2 hierarchy and creates this
+ * node's parallax-<name>/ in the daemon's own cgroup, or says at start
+ * that ranks are tracked by process group only (always PX_OK). */
+px_status_t px_cgroup_init(px_daemon_t *d);
+/* Removes parallax-<name>/ at exit when it is empty. */
+void px_cgroup_fini(px_daemon_t *d);
+/* Creates <base>/<job_id>.r<rank>; its path into path[len] ("" when
+ * cgroups are off or this failed: logged, the rank is then tracked by its
+ * process group). */
+px_status_t px_cgroup_rank_create(px_daemon_t *d, const char *job_id, int rank, char *path,
+                                  size_t len);
+/* Moves `pid` into the cgroup at `path` ("" no-op); on failure logs, and
+ * removes the cgroup and clears path. */
+void px_cgroup_rank_attach(const char *job_id, int rank, int pid, char *path);
+/* The rank's trampoline: `parallaxd --exec-in-cgroup PATH RANK_BIN ARGS...`
+ * (uv_spawn has no way to start a child inside a cgroup) moves itself
+ * into PATH, then execs RANK_BIN with ARGS: the rank is in its cgroup before
+ * its first instruction, so nothing it forks escapes. Returns (127) only
+ * when the exec failed. */
+#define PXD_EXEC_IN_CGROUP "--exec-in-cgroup"
+int px_cgroup_exec(const char *path, char **argv);
+/* Sends `sig` to every process of the cgroup at `path` ("" no-op). */
+void px_cgroup_signal(const char *path, int sig);
+/* Kills every process of the cgroup at `path` (cgroup.kill), waits until
+ * the kernel reports it empty (at most 2 s), removes it. "" no-op. */
+void px_cgroup_kill_remove(const char *path);
+
+/* memfit.c: the host's RAM in bytes (0 if unknown). */
+uint64_t px_memfit_host_ram(void);
+/* SubmitJob's memory check: the plan's bytes per rank (training state by
+ * ZeRO stage + one micro-batch's activations, planner/plan.h) against the
+ * device memory of every node the layout is placed on (node_devices,
+ * node_names, node_dev_mem: nnodes entries as px_nodes_device_counts /
+ * px_nodes_device_memory give them). PX_ERR_INVALID_ARGUMENT with both
+ * figures in errbuf when a rank cannot fit. */
+px_status_t px_memfit_check(const Parallax__V1__JobSpec *spec, const int *node_devices,
+                            const char *const *node_names, const uint64_t *node_dev_mem,
+                            int nnodes, char *errbuf, size_t errlen);
 /* Peer by node name (alive or not), NULL if unknown. */
 px_peer_t *px_nodes_peer_by_name(px_daemon_t *d, const char *name);
 /* Fills `info` (caller frees with px_nodes_info_free) with this node. */

@@ -26,6 +26,7 @@
 #include "px_log.h"
 #include "px_time.h"
 #include "store.h"
+#include "valstore.h"
 
 static const char *state_name(Parallax__V1__JobState s)
 {
@@ -54,6 +55,8 @@ static int is_placed_active(const px_job_t *job)
 }
 
 static void job_event(px_job_t *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int ranks_alive(const px_job_t *job);
+static void cancel_reply_all(px_job_t *job);
 static void job_event(px_job_t *job, const char *fmt, ...)
 {
     char text[PXD_REASON_MAX + 128];
@@ -109,7 +112,9 @@ void px_job_to_msg(const px_job_t *job, Parallax__V1__Job *out)
     out->grad_norm = job->grad_norm;
     out->lr = job->lr;
     out->tokens_per_second = job->tokens_per_second;
+    out->val_loss = job->val_loss, out->val_step = job->val_step; /* issue 14 */
     out->created_ms = job->created_ms;
+    out->now_ms = px_time_wall_ms(); /* the clock of every time here (issue 16) */
     out->started_ms = job->started_ms;
     out->finished_ms = job->finished_ms;
     out->coordinator = (char *)job->coordinator;
@@ -361,6 +366,9 @@ void px_job_free_all(px_daemon_t *d)
                 job->ranks[r].held = NULL;
             }
         }
+        for (int i = 0; i < job->n_cancel_calls; i++)
+            px_rpc_call_fail(job->cancel_calls[i], GRPC_STATUS_UNAVAILABLE, "daemon stopping");
+        job->n_cancel_calls = 0;
         while (job->watchers) {
             px_watcher_t *w = job->watchers;
             job->watchers = w->next;
@@ -591,6 +599,7 @@ void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt,
     if (!px_job_is_active(job))
         return;
     job->state = state;
+    job->cancel_pending = 0;
     va_start(ap, fmt);
     vsnprintf(job->reason, sizeof(job->reason), fmt, ap);
     va_end(ap);
@@ -621,6 +630,77 @@ void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt,
         job_event(job, "%s", state_name(state));
     watchers_notify(job, NULL);
     px_job_schedule(job->d);
+    if (job->n_cancel_calls) /* CancelJob calls held for this (px_job_cancel) */
+        cancel_reply_all(job);
+}
+
+/* Whether a launched rank of `job` has not reported its exit yet. */
+static int ranks_alive(const px_job_t *job)
+{
+    for (int r = 0; job->ranks && r < job->world; r++)
+        if (!strcmp(job->ranks[r].state, "launching") || !strcmp(job->ranks[r].state, "running"))
+            return 1;
+    return 0;
+}
+
+/* Answers every held CancelJob call with the job as it is now. */
+static void cancel_reply_all(px_job_t *job)
+{
+    Parallax__V1__Job msg;
+
+    px_job_to_msg(job, &msg);
+    for (int i = 0; i < job->n_cancel_calls; i++)
+        px_rpc_call_reply(job->cancel_calls[i], &msg.base);
+    px_job_msg_free(&msg);
+    job->n_cancel_calls = 0;
+}
+
+static void on_cancel_deadline(uv_timer_t *t)
+{
+    px_job_t *job = t->data;
+    long ms = px_env_int("PX_KILL_GRACE_MS") + px_env_int("PX_PEER_DEAD_MS");
+
+    job->rdv_timer_active = 0;
+    px_warn("job %s: ranks still not reported gone %ld ms after cancel", job->id, ms);
+    if (job->cancel_pending && px_job_is_active(job))
+        px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED,
+                      "cancelled by user (not every rank reported its exit within %ld ms)", ms);
+    cancel_reply_all(job);
+}
+
+void px_job_cancel(px_job_t *job, px_rpc_call_t *call)
+{
+    if (px_job_is_active(job) && !job->cancel_pending) {
+        if (!ranks_alive(job)) {
+            px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED, "cancelled by user");
+        } else {
+            /* stop the ranks now; CANCELLED once they are gone (rank_exited) */
+            job->cancel_pending = 1;
+            job->fail_pending = 0; /* a failure settling: the cancel takes over */
+            snprintf(job->reason, sizeof(job->reason), "cancelled by user");
+            job_event(job, "cancel requested: stopping %d ranks", job->world);
+            stop_ranks_everywhere(job);
+            if (job->rdv_timer_active) /* rendezvous or settling: moot now */
+                uv_timer_stop(&job->rdv_timer);
+            uv_timer_start(&job->rdv_timer, on_cancel_deadline,
+                           (uint64_t)(px_env_int("PX_KILL_GRACE_MS") +
+                                      px_env_int("PX_PEER_DEAD_MS")), 0);
+            job->rdv_timer_active = 1;
+        }
+    }
+    if (job->n_cancel_calls < PXD_CANCEL_WAITERS && job->cancel_pending) {
+        job->cancel_calls[job->n_cancel_calls++] = call;
+        return;
+    }
+    if (job->n_cancel_calls) { /* ranks gone, or too many waiters: answer now */
+        cancel_reply_all(job);
+    }
+    {
+        Parallax__V1__Job msg;
+        px_job_to_msg(job, &msg);
+        px_rpc_call_reply(call, &msg.base);
+        px_job_msg_free(&msg);
+    }
 }
 
 void px_job_fail_all_active(px_daemon_t *d, const char *reason)
@@ -1064,6 +1144,7 @@ int px_job_progress(px_daemon_t *d, const Parallax__V1__ReportProgressRequest *r
         job->lr = m->lr;
         job->tokens_per_second = m->tokens_per_second;
         px_store_metric_add(d->store, job->id, m);
+        px_valstore_record(d->store, job, m); /* issue 14 */
         job_save(job);
         watchers_notify(job, m);
     }
@@ -1105,8 +1186,18 @@ void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char
         return;
     snprintf(jr->state, sizeof(jr->state), "exited");
     jr->exit_code = exit_code;
+    if (strcmp(jr->node, d->cfg.name))
+        px_nodes_peer_device_release(d, jr->node, jr->device, job->id);
+    if (job->cancel_pending && px_job_is_active(job)) { /* px_job_cancel: not a failure */
+        job_save(job);
+        if (!ranks_alive(job))
+            px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED, "cancelled by user");
+        return;
+    }
     if (!is_placed_active(job)) {
         job_save(job);
+        if (job->n_cancel_calls && !ranks_alive(job))
+            cancel_reply_all(job);
         return;
     }
     if (exit_code == PXD_EXIT_UNKNOWN) {

@@ -36,6 +36,8 @@
 #include "px_log.h"
 #include "px_time.h"
 #include "store.h"
+#include "valstore.h"
+#include "metrics.h"
 
 #if PX_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
@@ -69,14 +71,14 @@ static int mkdir_p(const char *path, mode_t mode)
     return 0;
 }
 
-/* Takes state-dir/parallaxd.lock (flock); fails naming the holder's pid. */
-static px_status_t take_lock(px_daemon_t *d)
+/* Takes an exclusive flock on `path` (created 0640) and writes this pid
+ * into it; fails naming the holder's pid and `what` it guards. *fd_p:
+ * the descriptor, held (and the lock with it) until the daemon exits. */
+static px_status_t lock_file(const char *path, const char *what, int *fd_p)
 {
-    char path[1100], buf[32];
-    int fd;
+    char buf[32];
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
 
-    snprintf(path, sizeof(path), "%s/parallaxd.lock", d->cfg.state_dir);
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
     if (fd < 0) {
         px_error("cannot open lock file %s: %s", path, strerror(errno));
         return PX_ERR_IO;
@@ -84,8 +86,8 @@ static px_status_t take_lock(px_daemon_t *d)
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
         buf[n > 0 ? n : 0] = '\0';
-        px_error("state directory %s is in use by another parallaxd (pid %s): %s",
-                 d->cfg.state_dir, n > 0 ? strtok(buf, "\n") : "?", strerror(errno));
+        px_error("%s is in use by another parallaxd (pid %s): %s", what,
+                 n > 0 ? strtok(buf, "\n") : "?", strerror(errno));
         close(fd);
         return PX_ERR_UNAVAILABLE;
     }
@@ -94,8 +96,18 @@ static px_status_t take_lock(px_daemon_t *d)
         if (pwrite(fd, buf, (size_t)len, 0) < 0)
             px_warn("cannot write pid to %s", path);
     }
-    d->lock_fd = fd;
+    *fd_p = fd;
     return PX_OK;
+}
+
+/* Takes state-dir/parallaxd.lock (flock); fails naming the holder's pid. */
+static px_status_t take_lock(px_daemon_t *d)
+{
+    char path[1100], what[1100];
+
+    snprintf(path, sizeof(path), "%s/parallaxd.lock", d->cfg.state_dir);
+    snprintf(what, sizeof(what), "state directory %s", d->cfg.state_dir);
+    return lock_file(path, what, &d->lock_fd);
 }
 
 /* Removes a stale control.sock; fails if a live daemon answers on it. */
@@ -108,6 +120,19 @@ static px_status_t prepare_socket(px_daemon_t *d)
     if (strlen(d->sock_path) >= sizeof(sa.sun_path)) {
         px_error("--runtime-dir %s: socket path too long", d->cfg.runtime_dir);
         return PX_ERR_INVALID_ARGUMENT;
+    }
+    /* The in-use check below (connect to a live socket) races with a daemon
+     * started at the same instant: neither has bound yet, both unlink and
+     * bind, and both report ready. control.sock.lock, flocked for the
+     * daemon's life, makes the second one fail here. */
+    {
+        char lpath[sizeof(d->sock_path) + 8], what[sizeof(d->sock_path) + 32];
+        snprintf(lpath, sizeof(lpath), "%s.lock", d->sock_path);
+        snprintf(what, sizeof(what), "control socket %s", d->sock_path);
+        if (lock_file(lpath, what, &d->sock_lock_fd) != PX_OK) {
+            d->sock_path[0] = '\0';
+            return PX_ERR_UNAVAILABLE;
+        }
     }
     if (access(d->sock_path, F_OK) != 0)
         return PX_OK;
@@ -312,9 +337,12 @@ int main(int argc, char **argv)
     px_status_t status;
     int ret = 1;
 
+    if (argc > 3 && !strcmp(argv[1], PXD_EXEC_IN_CGROUP)) /* a rank's first step: cgroup.c */
+        return px_cgroup_exec(argv[2], argv + 3);
     px_log_set_tag("parallaxd");
     signal(SIGPIPE, SIG_IGN);
     d->lock_fd = -1;
+    d->sock_lock_fd = -1;
     status = px_daemon_config_parse(argc, argv, &d->cfg);
     if (status == PX_ERR_ABORTED)
         return 0;
@@ -389,6 +417,8 @@ int main(int argc, char **argv)
     check_boot_id(d);
     if (px_job_load_all(d) != PX_OK)
         goto out_loop;
+    for (px_job_t *j = d->jobs; j; j = j->next) /* issue 14: `pctl status` after a restart */
+        px_valstore_load_last(d->store, j);
     if (px_rpc_cq_create(cq_notify, d, &d->cq) != PX_OK)
         goto out_jobs;
 
@@ -438,6 +468,7 @@ int main(int argc, char **argv)
     if (socket_group(d) != PX_OK)
         goto out_servers;
 
+    px_cgroup_init(d); /* says at start when ranks are tracked by process group only */
     if (px_nodes_init(d) != PX_OK)
         goto out_servers;
     /* ranks a dead predecessor left running: those of RUNNING jobs this
@@ -445,6 +476,8 @@ int main(int argc, char **argv)
     px_job_adopt_all(d);
     px_supervisor_kill_orphans(d);
     px_nodes_start(d);
+    if (px_metrics_start(d) != PX_OK) /* issue 14: --metrics-listen */
+        goto out_servers;
     px_info("node %s ready: control %s + %s, peer %s, %d devices (%s), %d peers, state %s",
             d->cfg.name, d->control_addr, unix_addr, d->peer_addr, d->n_devices,
             d->cfg.devices, d->n_peers, d->cfg.state_dir);
@@ -463,6 +496,7 @@ int main(int argc, char **argv)
     ret = 0;
 
 out_servers:
+    px_metrics_stop(d);
     px_rpc_server_destroy(d->control_srv);
     px_rpc_server_destroy(d->peer_srv);
     d->control_srv = d->peer_srv = NULL;
@@ -482,6 +516,7 @@ out_jobs:
     px_job_free_all(d);
 out_loop:
     px_nodes_fini(d);
+    px_cgroup_fini(d);
     uv_walk(d->loop, close_walk, NULL);
     uv_run(d->loop, UV_RUN_DEFAULT);
     uv_loop_close(d->loop);
@@ -491,6 +526,8 @@ out_loop:
     if (ret == 0)
         px_info("node %s stopped", d->cfg.name);
 out_lock:
+    if (d->sock_lock_fd >= 0)
+        close(d->sock_lock_fd);
     close(d->lock_fd);
 out_config:
     if (d->token) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "nvml.h"
 #include "px_blas_core.h"
 #include "px_config.h"
 #include "px_env.h"
@@ -32,14 +33,70 @@ static px_peer_t *peer_add(px_daemon_t *d, const char *peer_addr)
     return np;
 }
 
+/* The GPUs --devices asks for (cuda, cuda:I,...), found through NVML:
+ * gpus[0, *n_p). A node without a driver, or without GPU I, is an error
+ * naming it (the daemon does not start). */
+static px_status_t nodes_gpus(px_daemon_t *d, px_gpu_info_t *gpus, int *n_p)
+{
+    px_gpu_info_t all[PX_NVML_MAX_GPUS];
+    char err[256];
+    int n = 0;
+
+    *n_p = 0;
+    if (!d->cfg.cuda_all && !d->cfg.n_cuda)
+        return PX_OK;
+    px_status_t status = px_nvml_probe(all, PX_NVML_MAX_GPUS, &n, err, sizeof(err));
+    if (status != PX_OK) {
+        px_error("devices %s: no GPUs: %s", d->cfg.devices, err);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (d->cfg.cuda_all) {
+        if (!n) {
+            px_error("devices %s: NVML finds no GPU on this node", d->cfg.devices);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        memcpy(gpus, all, sizeof(*all) * (size_t)n);
+        *n_p = n;
+        return PX_OK;
+    }
+    for (int i = 0; i < d->cfg.n_cuda; i++) {
+        int k = d->cfg.cuda_ids[i];
+        if (k >= n) {
+            px_error("devices %s: cuda:%d: this node has %d GPU%s", d->cfg.devices, k, n,
+                     n == 1 ? "" : "s");
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        gpus[i] = all[k];
+    }
+    *n_p = d->cfg.n_cuda;
+    return PX_OK;
+}
+
 px_status_t px_nodes_init(px_daemon_t *d)
 {
-    d->n_devices = d->cfg.n_devices;
+    px_gpu_info_t gpus[PX_NVML_MAX_GPUS];
+    int ngpu = 0;
+    px_status_t status = nodes_gpus(d, gpus, &ngpu);
+    if (status != PX_OK)
+        return status;
+    d->n_devices = ngpu + d->cfg.n_devices;
     d->devices = calloc((size_t)d->n_devices, sizeof(*d->devices));
     if (!d->devices)
         return PX_ERR_NO_MEMORY;
-    for (int i = 0; i < d->n_devices; i++)
-        snprintf(d->devices[i].name, sizeof(d->devices[i].name), "cpu:%d", i);
+    for (int i = 0; i < ngpu; i++) { /* GPUs first, then the cpu:N devices */
+        px_device_t *dv = &d->devices[i];
+        snprintf(dv->name, sizeof(dv->name), "cuda:%d", gpus[i].index);
+        dv->memory_bytes = gpus[i].mem_total;
+        dv->mem_used = gpus[i].mem_used;
+        px_info("device %s: %s, %.1f GiB (%.1f GiB used)", dv->name, gpus[i].name,
+                dv->memory_bytes / 1073741824.0, dv->mem_used / 1073741824.0);
+    }
+    for (int i = 0; i < d->cfg.n_devices; i++) {
+        px_device_t *dv = &d->devices[ngpu + i];
+        snprintf(dv->name, sizeof(dv->name), "cpu:%d", i);
+        /* cpu devices share the host's RAM (memfit.c) */
+        dv->memory_bytes = px_memfit_host_ram() / (uint64_t)d->cfg.n_devices;
+    }
     for (int i = 0; i < d->cfg.n_peers; i++) {
         if (!strcmp(d->cfg.peers[i], d->peer_addr))
             continue; /* ourselves in a shared peer list */
@@ -81,6 +138,41 @@ int px_nodes_device_counts(px_daemon_t *d, int *counts, int max)
         if (d->peers[i].alive)
             counts[n++] = d->peers[i].n_devices;
     return n;
+}
+
+static uint64_t min_memory(const px_device_t *devs, int n)
+{
+    uint64_t m = 0;
+    for (int i = 0; i < n; i++)
+        if (!devs[i].memory_bytes)
+            return 0;
+        else if (!m || devs[i].memory_bytes < m)
+            m = devs[i].memory_bytes;
+    return m;
+}
+
+int px_nodes_device_memory(px_daemon_t *d, const char **names, uint64_t *mem, int max)
+{
+    int n = 0;
+    if (n < max) {
+        names[n] = d->cfg.name;
+        mem[n++] = min_memory(d->devices, d->n_devices);
+    }
+    for (int i = 0; i < d->n_peers && n < max; i++)
+        if (d->peers[i].alive) {
+            names[n] = d->peers[i].name;
+            mem[n++] = min_memory(d->peers[i].devices, d->peers[i].n_devices);
+        }
+    return n;
+}
+
+void px_nodes_peer_device_release(px_daemon_t *d, const char *node, const char *device,
+                                  const char *job_id)
+{
+    px_peer_t *p = px_nodes_peer_by_name(d, node);
+    for (int i = 0; p && i < p->n_devices; i++)
+        if (!strcmp(p->devices[i].name, device) && !strcmp(p->devices[i].job_id, job_id))
+            p->devices[i].job_id[0] = '\0';
 }
 
 px_peer_t *px_nodes_peer_by_name(px_daemon_t *d, const char *name)
@@ -125,6 +217,8 @@ void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info)
         parallax__v1__device__init(dev);
         dev->name = d->devices[i].name;
         dev->job_id = d->devices[i].job_id;
+        dev->memory_bytes = d->devices[i].memory_bytes;
+        dev->mem_used = d->devices[i].mem_used;
         info->devices[i] = dev;
     }
     if (!info->devices)
@@ -140,6 +234,47 @@ void px_nodes_info_free(Parallax__V1__NodeInfo *info)
     info->n_devices = 0;
 }
 
+/* Whether `p`'s name (just reported) collides with this node's or with
+ * another live peer's: two daemons started without --name on one host both
+ * take the host name, and the cluster would count them as one node. Such a
+ * peer is an error: logged once (its peer address, the name, whose it is),
+ * kept in p->conflict for ListNodes (pctl nodes), and not used. Both
+ * daemons see it through their own heartbeats, so both log it. */
+static int name_conflict(px_daemon_t *d, px_peer_t *p)
+{
+    char why[sizeof(p->conflict)];
+
+    why[0] = '\0';
+    if (!strcmp(p->name, d->cfg.name)) {
+        snprintf(why, sizeof(why), "peer at %s reports the name '%s', which is this node's "
+                 "name: every daemon needs its own --name", p->peer_addr, p->name);
+    } else {
+        for (int i = 0; i < d->n_peers; i++) {
+            const px_peer_t *q = &d->peers[i];
+            if (q != p && q->alive && !strcmp(q->name, p->name)) {
+                snprintf(why, sizeof(why), "peer at %s reports the name '%s', which live peer "
+                         "%s has: every daemon needs its own --name", p->peer_addr, p->name,
+                         q->peer_addr);
+                break;
+            }
+        }
+    }
+    if (why[0] && strcmp(why, p->conflict))
+        px_error("%s; the peer is not used", why);
+    else if (!why[0] && p->conflict[0])
+        px_info("peer at %s: name conflict resolved, now '%s'", p->peer_addr, p->name);
+    snprintf(p->conflict, sizeof(p->conflict), "%s", why);
+    return why[0] != '\0';
+}
+
+const char *px_nodes_self_conflict(px_daemon_t *d)
+{
+    for (int i = 0; i < d->n_peers; i++)
+        if (d->peers[i].conflict[0] && !strcmp(d->peers[i].name, d->cfg.name))
+            return d->peers[i].conflict;
+    return "";
+}
+
 /* Refreshes `p` from its NodeInfo. Only an answer to our own heartbeat
  * (`reachable`) makes a peer alive: an incoming heartbeat proves it can
  * reach us, not that our channel to it works. */
@@ -151,6 +286,13 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
 
     if (info->name && *info->name)
         snprintf(p->name, sizeof(p->name), "%s", info->name);
+    if (name_conflict(d, p)) {
+        if (p->alive) {
+            p->alive = 0; /* its devices leave the cluster's count */
+            px_job_schedule(d);
+        }
+        return;
+    }
     if (info->control_addr && strcmp(p->control_addr, info->control_addr)) {
         snprintf(p->control_addr, sizeof(p->control_addr), "%s", info->control_addr);
         px_rpc_channel_destroy(p->control);
@@ -168,6 +310,8 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
             snprintf(devs[i].name, sizeof(devs[i].name), "%s", info->devices[i]->name);
             snprintf(devs[i].job_id, sizeof(devs[i].job_id), "%s",
                      info->devices[i]->job_id ? info->devices[i]->job_id : "");
+            devs[i].memory_bytes = info->devices[i]->memory_bytes;
+            devs[i].mem_used = info->devices[i]->mem_used;
         }
         free(p->devices);
         p->devices = devs;
@@ -190,10 +334,12 @@ void px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info)
 
     if (!info || !info->name || !*info->name || !strcmp(info->name, d->cfg.name))
         return;
-    p = px_nodes_peer_by_name(d, info->name);
+    /* by address first: a name may be in conflict (name_conflict) */
     for (int i = 0; !p && i < d->n_peers; i++)
         if (info->peer_addr && !strcmp(d->peers[i].peer_addr, info->peer_addr))
             p = &d->peers[i];
+    if (!p)
+        p = px_nodes_peer_by_name(d, info->name);
     if (!p) {
         if (!info->peer_addr || !*info->peer_addr)
             return;

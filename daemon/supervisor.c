@@ -11,8 +11,10 @@
  * coordinator (Peer.RankExited, or a direct call when it is this node) with
  * the exit code (-signal when killed) and the log's last line. Stopping is
  * SIGTERM, then SIGKILL after PX_KILL_GRACE_MS, sent to the rank's process
- * group, so whatever the rank started goes too; when the rank itself exits
- * its group gets SIGKILL (nothing it started outlives it).
+ * group and its cgroup (cgroup.c: one per rank, so a child that called
+ * setsid goes too), so whatever the rank started goes too; when the rank
+ * itself exits its group and cgroup are killed and its device is freed only
+ * once the cgroup is empty (nothing it started outlives it).
  *
  * Invariants: a px_local_rank_t stays in d->local_ranks until its process
  * exited and both its handles closed; nothing keeps running after
@@ -177,6 +179,9 @@ static void rank_gone(px_local_rank_t *lr, int exit_code)
     uv_timer_stop(&lr->kill_timer);
     if (lr->pid > 0)
         kill(-(pid_t)lr->pid, SIGKILL); /* its group: whatever the rank started */
+    /* and its cgroup: what left the group (setsid) too; the device is
+     * freed below only once no process of the rank is left */
+    px_cgroup_kill_remove(lr->cgroup);
     if (exit_code == PXD_EXIT_UNKNOWN)
         px_info("job %s rank %d (adopted pid %d, %s) exited; status unknown", lr->job_id,
                 lr->rank, lr->pid, lr->device);
@@ -253,6 +258,7 @@ static void on_kill_timer(uv_timer_t *t)
         return;
     px_warn("job %s rank %d (pid %d) ignored SIGTERM for %ld ms: SIGKILL", lr->job_id, lr->rank,
             lr->pid, px_env_int("PX_KILL_GRACE_MS"));
+    px_cgroup_signal(lr->cgroup, SIGKILL);
     if (kill(-(pid_t)lr->pid, SIGKILL) != 0 && !lr->adopted)
         uv_process_kill(&lr->proc, SIGKILL);
 }
@@ -262,6 +268,7 @@ static void rank_stop(px_local_rank_t *lr)
     if (lr->exited || lr->stopping)
         return;
     lr->stopping = 1;
+    px_cgroup_signal(lr->cgroup, SIGTERM); /* setsid children too */
     if ((lr->pid <= 0 || kill(-(pid_t)lr->pid, SIGTERM) != 0) && !lr->adopted)
         uv_process_kill(&lr->proc, SIGTERM); /* the rank and what it started */
     uv_timer_start(&lr->kill_timer, on_kill_timer, (uint64_t)px_env_int("PX_KILL_GRACE_MS"), 0);
@@ -350,9 +357,9 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
                              char *errbuf, size_t errlen)
 {
     const Parallax__V1__JobSpec *s = req->spec;
-    char num[32][32], bnum[8][32], dir[1024], spec_path[1100], env_dev[64];
+    char num[32][32], bnum[8][32], dir[1024], spec_path[1100], env_dev[64], env_cvd[64];
     char *env_token = NULL, *env_ca = NULL;
-    char *args[64], *env[256];
+    char *args[64], *env[256], self_exe[PATH_MAX] = "";
     const char *blas_env[2];
     int n_blas;
     extern char **environ;
@@ -415,6 +422,7 @@ common_args:
     n_blas = px_blas_core_child_env(blas_env);
     for (char **e = environ; *e && ne < 246; e++)
         if (strncmp(*e, "PX_DEVICE=", 10) && strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) &&
+            strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) &&
             strncmp(*e, PX_AUTH_RANK_ENV "=", sizeof(PX_AUTH_RANK_ENV)) &&
             strncmp(*e, "PX_TLS_CA_FILE=", 15) && strncmp(*e, "PX_BLAS_CORE_REJECTED=", 22) &&
             !(n_blas && (!strncmp(*e, "OPENBLAS_CORETYPE=", 18) ||
@@ -422,7 +430,13 @@ common_args:
             env[ne++] = *e;
     for (int i = 0; i < n_blas; i++)
         env[ne++] = (char *)blas_env[i];
-    snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=%s", a->device);
+    if (!strncmp(a->device, "cuda:", 5)) {
+        /* issue 12: the rank sees its one GPU, as CUDA device 0 */
+        snprintf(env_cvd, sizeof(env_cvd), "CUDA_VISIBLE_DEVICES=%s", a->device + 5);
+        env[ne++] = env_cvd;
+        snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=cuda:0");
+    } else
+        snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=%s", a->device);
     env[ne++] = env_dev;
     /* auth.c: the token reaches the rank in its environment only (readable
      * by its own user and root via /proc, never shown by ps). */
@@ -442,6 +456,18 @@ common_args:
     stdio[2].data.fd = fd;
     opt.file = d->rank_bin;
     opt.args = args;
+    /* in its own cgroup from its first instruction: through the trampoline
+     * (cgroup.c, px_cgroup_exec) */
+    if (px_cgroup_rank_create(d, req->job_id, lr->rank, lr->cgroup, sizeof(lr->cgroup)) ==
+            PX_OK &&
+        lr->cgroup[0] && n + 3 < (int)(sizeof(args) / sizeof(args[0])) &&
+        readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1) > 0) {
+        memmove(args + 3, args, (size_t)(n + 1) * sizeof(args[0]));
+        args[0] = self_exe;
+        args[1] = (char *)PXD_EXEC_IN_CGROUP;
+        args[2] = lr->cgroup;
+        opt.file = self_exe;
+    }
     opt.env = env;
     opt.stdio = stdio;
     opt.stdio_count = 3;
@@ -465,6 +491,8 @@ common_args:
     free(env_ca);
     if (ret != 0) {
         snprintf(errbuf, errlen, "spawn of %s failed: %s", d->rank_bin, uv_strerror(ret));
+        if (lr->cgroup[0])
+            rmdir(lr->cgroup);
         /* uv_spawn failure still initialised the handle: close it */
         lr->handles_open = 1;
         lr->exited = 1;
@@ -474,6 +502,7 @@ common_args:
         return PX_ERR_IO;
     }
     lr->pid = lr->proc.pid;
+    px_cgroup_rank_attach(req->job_id, lr->rank, lr->pid, lr->cgroup);
     uv_timer_init(d->loop, &lr->kill_timer);
     lr->kill_timer.data = lr;
     lr->handles_open = 2;
@@ -727,6 +756,12 @@ px_status_t px_supervisor_adopt(px_daemon_t *d, px_job_t *job, int rank)
     snprintf(lr->coordinator, sizeof(lr->coordinator), "%s", d->cfg.name);
     snprintf(lr->coordinator_peer_addr, sizeof(lr->coordinator_peer_addr), "%s", d->peer_addr);
     px_supervisor_log_path(d, job->id, rank, lr->log_path, sizeof(lr->log_path));
+    if (d->cgroup_base[0]) { /* the cgroup its first daemon made for it, if any */
+        if ((size_t)snprintf(lr->cgroup, sizeof(lr->cgroup), "%s/%s.r%d", d->cgroup_base,
+                             job->id, rank) >= sizeof(lr->cgroup) ||
+            access(lr->cgroup, F_OK) != 0)
+            lr->cgroup[0] = '\0';
+    }
     ret = uv_poll_init(d->loop, &lr->poll, fd);
     if (ret != 0) {
         px_warn("job %s rank %d: cannot watch pidfd: %s", job->id, rank, uv_strerror(ret));

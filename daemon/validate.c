@@ -3,7 +3,7 @@
  * The job's rules are the planner's one validator (px_job_config_check,
  * planner/jobcfg.h: sizes, the layout against the model and batch, the
  * optimizer, checkpoints, absolute paths, the token file, every token <
- * vocab); this file adds what only a daemon knows: the name's length,
+ * vocab); this file adds the name's rule (jobname.h) and what only a daemon knows:
  * max_restarts, and whether the layout can be placed on the cluster's
  * devices (px_layout_place, planner/layout.h). Every rejection names the
  * offending value, so pctl can print it as is; every rejection is
@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "jobname.h"
 #include "jobspec.h"
 
 /* Whether the layout fits the cluster's devices when every one of them is
@@ -60,8 +61,8 @@ px_status_t px_validate_spec(const Parallax__V1__JobSpec *spec, const int *node_
                                  errbuf, errlen);
     if (status != PX_OK)
         return PX_ERR_INVALID_ARGUMENT;
-    if (spec->name && strlen(spec->name) > 200)
-        return px_invalid(errbuf, errlen, "name: %zu characters (at most 200)", strlen(spec->name));
+    if (px_job_name_check(spec->name, errbuf, errlen) != PX_OK) /* planner/jobname.h */
+        return PX_ERR_INVALID_ARGUMENT;
     if (spec->max_restarts > 100)
         return px_invalid(errbuf, errlen, "max_restarts=%u is out of range (0..100)",
                     spec->max_restarts);

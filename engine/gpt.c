@@ -957,6 +957,15 @@ px_status_t px_gpt_forward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int
     return px_gpt_head_forward(gpt, ctx, targets, loss_p);
 }
 
+px_status_t px_gpt_forward_end(px_gpt_t *gpt)
+{
+    if (!gpt->embed_p)
+        return PX_OK; /* no forward in flight */
+    gpt->embed_p = NULL;
+    PX_CHECK(p_release(gpt, px_model_unit_head(&gpt->cfg), 0));
+    return p_release(gpt, PX_MODEL_UNIT_EMBED, 0);
+}
+
 px_status_t px_gpt_forward(px_gpt_t *gpt, const int32_t *inputs, const int32_t *targets,
                            float *loss_p)
 {

@@ -213,6 +213,13 @@ px_gpt_ctx_t px_gpt_ctx_default(const px_gpt_t *gpt);
 px_status_t px_gpt_forward(px_gpt_t *gpt, const int32_t *inputs, const int32_t *targets,
                            float *loss_p);
 
+/* After a forward pass that no backward follows (the validation loss,
+ * eval.h): releases the units the forward keeps acquired for the backward
+ * (the embedding and the head; gpt.h's hook protocol), so a ZeRO-3 model
+ * frees their gathered copies and the next forward acquires them afresh.
+ * Returns the hooks' status. */
+px_status_t px_gpt_forward_end(px_gpt_t *gpt);
+
 /* The same with a context (its groups carry the tensor group a model cut
  * for tp > 1 needs; PX_ERR_INVALID_ARGUMENT without one) and its errors. */
 px_status_t px_gpt_forward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *inputs,

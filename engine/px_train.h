@@ -81,6 +81,9 @@ typedef struct px_step_report {
                                           expert's capacity, likewise */
     double moe_alltoall_s;             /* this step's time in the dispatch /
                                           combine all-to-alls, s */
+    float val_loss;                    /* issue 14: the validation loss after
+                                          this step (eval.h), 0 when the step
+                                          was not followed by an evaluation */
 } px_step_report_t;
 
 /* Called after every step on every rank. Return non-zero to stop training
@@ -115,6 +118,9 @@ float px_train_lr(const px_train_config_t *cfg, int step);
  * group):
  *   moe_layout.json        every MoE tensor's name, layer, offset, shape
  *   moe_params_init.bin, moe_grads_<s>.bin, moe_params_<s>.bin
+ *   val_batch_<k>.bin      int32 inputs (B,T) then targets (B,T): validation
+ *                          batch k (0-based; with a validation file)
+ *   val_loss_<s>.txt       "val_loss" after step s (%.9g), when evaluated
  * for s = 1..dump_steps (every ZeRO stage and tp: gathered to the canonical
  * layout, collective over the world). export_only: write
  * layout.json, params_init.bin and batch_1.bin, then return PX_OK without
@@ -135,6 +141,10 @@ typedef struct px_train_options {
                             expert 0's router logit (half of it to expert
                             1's) in every MoE layer, so most tokens pick
                             them; 0: off */
+    const char *device;  /* the rank's device (px_kernels_select.h): NULL,
+                            "cpu[:N]" (the CPU table) or "cuda[:K]" (the
+                            CUDA table; the model, its gradients, optimizer
+                            state and activations in that GPU's memory) */
 } px_train_options_t;
 
 px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,

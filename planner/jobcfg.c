@@ -35,6 +35,18 @@
 #define MAX_WEIGHT_DECAY 10.0f
 #define MAX_GRAD_CLIP 1e6f
 
+int px_job_config_precision_parse(const char *name)
+{
+    if (!name || !*name || !strcmp(name, "fp32"))
+        return PX_PRECISION_FP32;
+    return !strcmp(name, "bf16") ? PX_PRECISION_BF16 : -1;
+}
+
+const char *px_job_config_precision_name(int precision)
+{
+    return precision == PX_PRECISION_FP32 ? "fp32" : precision == PX_PRECISION_BF16 ? "bf16" : "?";
+}
+
 void px_job_config_defaults(px_job_config_t *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
@@ -55,10 +67,20 @@ void px_job_config_defaults(px_job_config_t *cfg)
     cfg->seed = 1337;
     cfg->zero = 0;
     cfg->prefetch = 1;
+    cfg->bucket_mb = 0.0f;
     cfg->top_k = 2;
     cfg->moe_every = 1;
     cfg->capacity_factor = 1.25f;
     cfg->aux_loss_coef = 0.01f;
+    cfg->eval_every = -1;
+    cfg->eval_batches = 4;
+}
+
+int px_job_config_eval_every(const px_job_config_t *cfg)
+{
+    if (cfg->eval_every >= 0)
+        return cfg->eval_every;
+    return cfg->steps / 10 > 1 ? cfg->steps / 10 : 1;
 }
 
 static int has(const char *s)
@@ -141,6 +163,9 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
                               "chunks split the layers evenly (layers / (pp x virtual_stages))",
                               cfg->stage_layers);
     }
+    if (cfg->precision != PX_PRECISION_FP32 && cfg->precision != PX_PRECISION_BF16)
+        return px_invalid(errbuf, errlen, "precision=%d is not fp32 or bf16", cfg->precision);
+
     if (l->pp >= 1 && cfg->layers >= l->pp) { /* layers checked above: a small array */
         int sl[l->pp];
         px_status_t st = px_pipe_stage_layers(cfg->layers, l->pp, cfg->stage_layers, sl, errbuf,
@@ -184,12 +209,16 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
 {
     const struct { const char *name; const char *v; } paths[] = {
         {"data", cfg->data_path}, {"checkpoint_dir", cfg->checkpoint_dir},
-        {"resume_dir", cfg->resume_dir}, {"export_safetensors", cfg->export_safetensors}};
+        {"resume_dir", cfg->resume_dir}, {"export_safetensors", cfg->export_safetensors},
+        {"val_data", cfg->val_path}};
 
     if (cfg->zero < 0 || cfg->zero > 3)
         return px_invalid(errbuf, errlen, "zero=%d must be 0, 1, 2 or 3", cfg->zero);
     if (cfg->prefetch != 0 && cfg->prefetch != 1)
         return px_invalid(errbuf, errlen, "prefetch=%d must be 0 or 1", cfg->prefetch);
+    if (!(cfg->bucket_mb >= 0.0f && cfg->bucket_mb <= 4096.0f))
+        return px_invalid(errbuf, errlen, "bucket_mb=%g must be in [0, 4096] (0 = auto)",
+                          (double)cfg->bucket_mb);
     if (cfg->checkpoint_every < 0)
         return px_invalid(errbuf, errlen, "checkpoint_every=%d must be >= 0 (0 = never)",
                     cfg->checkpoint_every);
@@ -198,6 +227,12 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
                     cfg->checkpoint_every);
     if (!has(cfg->data_path))
         return px_invalid(errbuf, errlen, "data file: no path given (--data)");
+    if (cfg->eval_every < -1)
+        return px_invalid(errbuf, errlen, "eval_every=%d must be >= 0 (0: at the end only)",
+                          cfg->eval_every);
+    if (cfg->eval_batches < 1 || cfg->eval_batches > MAX_STEPS)
+        return px_invalid(errbuf, errlen, "eval_batches=%d is out of range (1..%d)",
+                          cfg->eval_batches, MAX_STEPS);
     if (flags & PX_JOBCFG_ABSOLUTE_PATHS)
         for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
             if (has(paths[i].v) && paths[i].v[0] != '/')
@@ -240,6 +275,9 @@ static px_status_t check_moe(const px_job_config_t *cfg, char *errbuf, size_t er
  * context and expert parallel (+ ZeRO), not every combination. */
 static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t errlen)
 {
+    if (cfg->precision == PX_PRECISION_BF16)
+        return px_invalid(errbuf, errlen, "precision=bf16 is not implemented by the engine yet "
+                          "(fp32 runs on cpu and cuda devices)");
     const px_layout_t *l = &cfg->layout;
     if (l->ep > 1 && !cfg->experts)
         return px_invalid(errbuf, errlen, "ep=%d needs experts (--experts E, a multiple of ep); "
@@ -278,6 +316,16 @@ static px_status_t check_files(const px_job_config_t *cfg, char *errbuf, size_t 
     if ((size_t)cfg->seq + 1 > ntok)
         return px_invalid(errbuf, errlen, "seq=%d needs %d tokens but data file %s has %zu", cfg->seq,
                     cfg->seq + 1, cfg->data_path, ntok);
+    if (has(cfg->val_path)) { /* the same rules as the training data */
+        status = px_data_open(cfg->val_path, cfg->vocab, errbuf, errlen, &data);
+        if (status != PX_OK)
+            return status == PX_ERR_NOT_FOUND ? PX_ERR_NOT_FOUND : PX_ERR_INVALID_ARGUMENT;
+        ntok = px_data_num_tokens(data);
+        px_data_close(data);
+        if ((size_t)cfg->seq + 1 > ntok)
+            return px_invalid(errbuf, errlen, "seq=%d needs %d tokens but validation file %s has "
+                              "%zu", cfg->seq, cfg->seq + 1, cfg->val_path, ntok);
+    }
     if (has(cfg->resume_dir)) {
         /* a resume needs a complete checkpoint, whose meta.json is written
          * last (engine/checkpoint.h): caught here, not minutes later */

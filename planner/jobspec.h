@@ -6,10 +6,11 @@
  * zero is not a meaningful value:
  *   vocab 0 -> PX_DEFAULT_VOCAB; grad_accum 0 -> 1; warmup_steps 0 ->
  *   -1 (steps/20); grad_clip 0 -> 1.0, < 0 -> 0 (off); lr 0 -> the
- *   default lr; parallel.tp/pp/cp/ep 0 -> 1; parallel.dp 0, or no
+ *   default lr; eval_batches 0 -> 4; parallel.tp/pp/cp/ep 0 -> 1; parallel.dp 0, or no
  *   `parallel` at all (old clients) -> JobSpec.dp.
  * Zero is kept as zero where it is a value: seed, weight_decay,
- * min_lr_ratio, zero, checkpoint_every. beta1, beta2, eps and prefetch are
+ * min_lr_ratio, zero, checkpoint_every, eval_every (0: validate at the end
+ * only; -1: steps / 10). beta1, beta2, eps and prefetch are
  * not on the wire: the defaults apply.
  *
  * A separate library from the planner (planner_proto_lib) so the planner

@@ -43,6 +43,7 @@
 #include <grpc/support/time.h>
 
 #include "px_log.h"
+#include "px_time.h"
 
 #define PX_RPC_MAX_MSG_BYTES PX_RPC_DEFAULT_MAX_MESSAGE_BYTES
 
@@ -335,6 +336,8 @@ struct px_rpc_server {
     rpc_tag_t shutdown_tag;
     px_rpc_authorize_fn authorize;
     void *authorize_arg;
+    px_rpc_observe_fn observe; /* px_rpc_server_set_observer */
+    void *observe_arg;
 };
 
 struct px_rpc_call {
@@ -365,6 +368,7 @@ struct px_rpc_call {
     send_item_t *sq_head, *sq_tail;
     void (*on_cancel)(px_rpc_call_t *call, void *arg);
     void *on_cancel_arg;
+    double start_s;                 /* accepted at (px_time_mono_s), for the observer */
 };
 
 static void call_free(px_rpc_call_t *c)
@@ -484,6 +488,10 @@ static px_status_t call_send_status(px_rpc_call_t *c, grpc_status_code code, grp
         ops[n].data.send_message.send_message = bb;
         n++;
     }
+    if (c->server && c->server->observe && c->accepted) /* once: the status is sent once */
+        c->server->observe(c->server->observe_arg,
+                           c->method ? c->method->m.path : "unknown", code,
+                           px_time_mono_s() - c->start_s);
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = code;
     ops[n].data.send_status_from_server.status_details =
@@ -557,6 +565,7 @@ static void call_dispatch(px_rpc_call_t *c)
     grpc_op op;
 
     c->accepted = 1;
+    c->start_s = px_time_mono_s();
     c->next = s->calls;
     if (s->calls)
         s->calls->prev = c;
@@ -906,6 +915,12 @@ void px_rpc_server_destroy(px_rpc_server_t *s)
     grpc_server_destroy(s->server);
     server_free(s);
     grpc_shutdown();
+}
+
+void px_rpc_server_set_observer(px_rpc_server_t *server, px_rpc_observe_fn fn, void *arg)
+{
+    server->observe = fn;
+    server->observe_arg = arg;
 }
 
 px_status_t px_rpc_call_reply(px_rpc_call_t *call, const ProtobufCMessage *response)

@@ -119,6 +119,16 @@ void px_rpc_server_destroy(px_rpc_server_t *server);
 /* Unary: sends `response` with status OK and frees the call. */
 px_status_t px_rpc_call_reply(px_rpc_call_t *call, const ProtobufCMessage *response);
 
+/* Called once per server call as its final status is sent: the method's
+ * path ("/parallax.v1.Control/GetJob"; "unknown" for an unregistered one),
+ * the status code and the seconds since the call was accepted (for a
+ * stream: its whole life). On the thread that ends the call (the one
+ * draining the completion queue). */
+typedef void (*px_rpc_observe_fn)(void *arg, const char *method, grpc_status_code code,
+                                  double seconds);
+/* Sets the server's observer (NULL: none); `arg` borrowed. */
+void px_rpc_server_set_observer(px_rpc_server_t *server, px_rpc_observe_fn fn, void *arg);
+
 /* Unary or streaming: ends the call with a non-OK status and message
  * (printf format) and frees the call. */
 px_status_t px_rpc_call_fail(px_rpc_call_t *call, grpc_status_code code, const char *fmt, ...)

@@ -187,6 +187,7 @@ px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *re
     m.tokens_per_second = report->tokens_per_second;
     m.elapsed_s = report->elapsed_s;
     m.time_ms = px_time_wall_ms();
+    m.val_loss = report->val_loss;
     req.job_id = link->job_id;
     req.rank = (uint32_t)link->rank;
     req.metrics = &m;

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "px_devmem.h"
 #include "px_env.h"
 #include "px_log.h"
 #include "px_reduce.h"
@@ -134,17 +135,42 @@ static px_status_t comm_usable(px_comm_t *comm)
     return PX_OK;
 }
 
+/* Whether `count` elements of `esz` bytes, `mult` times over, fit in one
+ * buffer: at most PX_COLL_MAX_BYTES in all. Division, not multiplication,
+ * so that no product overflows (count may be (uint64_t)-1). */
+static int count_fits(uint64_t count, size_t esz, uint64_t mult)
+{
+    return !count || !esz || count <= PX_COLL_MAX_BYTES / esz / (mult ? mult : 1);
+}
+
+/* The checks every collective makes before it takes a sequence number (so
+ * a rejected call leaves the communicator as it was, on every rank): the
+ * dtype and op (op < 0: none), the element count (times `mult` for the
+ * buffers that hold one block per rank) against PX_COLL_MAX_BYTES, and the
+ * root where the collective has one (has_root; then 0 <= root < size, so
+ * -1 is no longer the "no root" marker it was). Logs the bad value. */
 static px_status_t check_common(px_comm_t *comm, const char *fn, px_dtype_t dtype, int op,
-                                uint64_t count, uint64_t mult, int root, px_request_t **req_p)
+                                uint64_t count, uint64_t mult, int has_root, int root,
+                                px_request_t **req_p)
 {
     px_status_t status = comm_usable(comm);
+    size_t esz = px_dtype_size(dtype);
     if (status != PX_OK)
         return status;
-    if (!req_p || px_dtype_size(dtype) == 0 || (op >= 0 && (unsigned)op > PX_AVG) ||
-        (root != -1 && (root < 0 || root >= comm->size)) ||
-        (count && mult && count > SIZE_MAX / px_dtype_size(dtype) / mult)) {
-        px_error("%s: bad argument (dtype %d, op %d, count %llu, root %d, size %d)", fn,
-                 (int)dtype, op, (unsigned long long)count, root, comm->size);
+    if (!req_p || esz == 0 || (op >= 0 && (unsigned)op > PX_AVG)) {
+        px_error("%s: bad argument (dtype %d, op %d%s)", fn, (int)dtype, op,
+                 req_p ? "" : ", no request pointer");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (!count_fits(count, esz, mult)) {
+        px_error("%s: count %llu (%lld as signed) of %s x %llu block(s) exceeds the %llu-byte "
+                 "limit of one buffer",
+                 fn, (unsigned long long)count, (long long)count, px_dtype_name(dtype),
+                 (unsigned long long)(mult ? mult : 1), (unsigned long long)PX_COLL_MAX_BYTES);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (has_root && (root < 0 || root >= comm->size)) {
+        px_error("%s: root %d outside the communicator (size %d)", fn, root, comm->size);
         return PX_ERR_INVALID_ARGUMENT;
     }
     return PX_OK;
@@ -200,6 +226,46 @@ static px_status_t start_fail(px_request_t *req, px_status_t status)
     return status;
 }
 
+/* --- device buffers (px_devmem.h) ------------------------------------------ */
+
+static const px_kernel_ops_t *dev_ops;
+static int (*dev_is_device)(const void *p);
+
+void px_transport_set_device_memory(const px_kernel_ops_t *k, int (*is_device)(const void *p))
+{
+    dev_ops = k && is_device ? k : NULL;
+    dev_is_device = k && is_device ? is_device : NULL;
+}
+
+static int on_device(const void *a, const void *b)
+{
+    return dev_is_device && ((a && dev_is_device(a)) || (b && dev_is_device(b)));
+}
+
+/* A host copy (slot 3) of `bytes` of the device buffer `src` (NULL: left
+ * uninitialised), once the device's queued work is done; the request copies
+ * `back` bytes from offset `off` of it to `dst` when it completes. */
+static void *stage_device(px_request_t *req, const void *src, size_t bytes, void *dst,
+                          size_t off, size_t back)
+{
+    char *t = px__req_tmp(req, 3, bytes);
+    if (!t)
+        return NULL;
+    dev_ops->synchronize();
+    if (src)
+        dev_ops->mem_copy_to_host(t, src, bytes);
+    req->dev_dst = dst;
+    req->dev_src = t + off;
+    req->dev_bytes = back;
+    return t;
+}
+
+void px__dev_finish(px_request_t *req)
+{
+    if (req->dev_dst && req->dev_bytes && dev_ops)
+        dev_ops->mem_copy_from_host(req->dev_dst, req->dev_src, req->dev_bytes);
+}
+
 /* --- all-reduce ------------------------------------------------------------ */
 
 px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
@@ -207,7 +273,7 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
                                const px_coll_opts_t *opts, px_request_t **req_p)
 {
     px_request_t *req;
-    px_status_t status = check_common(comm, "px_allreduce", dtype, (int)op, count, 1, -1, req_p);
+    px_status_t status = check_common(comm, "px_allreduce", dtype, (int)op, count, 1, 0, 0, req_p);
     const void *src = sendbuf;
     void *dst = recvbuf;
     px_algo_t algo;
@@ -215,13 +281,30 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
     if (status != PX_OK)
         return status;
     NEED(!count || (sendbuf && recvbuf), "px_allreduce");
+    if (is_half(dtype) && on_device(sendbuf, recvbuf)) {
+        px_error("px_allreduce: %s on device buffers is not supported (fp32, fp64, integers)",
+                 px_dtype_name(dtype));
+        return PX_ERR_INVALID_ARGUMENT;
+    }
     status = px__req_create(comm, PX__COLL_ALLREDUCE, dtype, op, count, -1, NULL, NULL, opts,
                             &req);
     if (status != PX_OK)
         return status;
     if (count == 0)
         goto out;
-    if (comm->size == 1) {
+    if (on_device(sendbuf, recvbuf)) {
+        size_t bytes = (size_t)(count * req->esz);
+        if (comm->size == 1) {
+            if (sendbuf != recvbuf)
+                dev_ops->mem_copy(recvbuf, sendbuf, bytes);
+            goto out;
+        }
+        void *t = stage_device(req, sendbuf, bytes, recvbuf, 0, bytes);
+        if (!t)
+            return start_fail(req, PX_ERR_NO_MEMORY);
+        src = t;
+        dst = t;
+    } else if (comm->size == 1) {
         if (sendbuf != recvbuf)
             memcpy(recvbuf, sendbuf, (size_t)(count * req->esz));
         goto out; /* AVG over one rank: the input itself */
@@ -276,10 +359,15 @@ px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *
     int inplace;
 
     status = check_common(comm, "px_reduce_scatter", dtype, (int)op, recvcount,
-                          comm ? (uint64_t)comm->size : 1, -1, req_p);
+                          comm ? (uint64_t)comm->size : 1, 0, 0, req_p);
     if (status != PX_OK)
         return status;
     NEED(!recvcount || (sendbuf && recvbuf), "px_reduce_scatter");
+    if (is_half(dtype) && on_device(sendbuf, recvbuf)) {
+        px_error("px_reduce_scatter: %s on device buffers is not supported (fp32, fp64, "
+                 "integers)", px_dtype_name(dtype));
+        return PX_ERR_INVALID_ARGUMENT;
+    }
     n = (uint64_t)comm->size;
     esz = px_dtype_size(dtype);
     inplace = (const char *)recvbuf == (const char *)sendbuf + (uint64_t)comm->rank * recvcount * esz;
@@ -289,6 +377,25 @@ px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *
         return status;
     if (recvcount == 0)
         goto out;
+    if (on_device(sendbuf, recvbuf)) {
+        if (comm->size == 1) {
+            if (!inplace)
+                dev_ops->mem_copy(recvbuf, sendbuf, (size_t)recvcount * esz);
+            goto out;
+        }
+        /* the whole input on the host, reduced in place there; this rank's
+         * block goes back */
+        char *t = stage_device(req, sendbuf, (size_t)(n * recvcount) * esz, recvbuf,
+                               (size_t)((uint64_t)comm->rank * recvcount) * esz,
+                               (size_t)recvcount * esz);
+        if (!t)
+            return start_fail(req, PX_ERR_NO_MEMORY);
+        status = px__ring_setup(req, 0, 1, 0, t, t, NULL, recvcount, 0);
+        if (status != PX_OK)
+            return start_fail(req, status);
+        req->algo = PX_ALGO_RING;
+        goto out;
+    }
     if (comm->size == 1) {
         if (!inplace)
             memcpy(recvbuf, sendbuf, (size_t)recvcount * esz);
@@ -332,7 +439,7 @@ px_status_t px_allgather_start(px_comm_t *comm, const void *sendbuf, void *recvb
     char *mine;
 
     status = check_common(comm, "px_allgather", dtype, -1, sendcount,
-                          comm ? (uint64_t)comm->size : 1, -1, req_p);
+                          comm ? (uint64_t)comm->size : 1, 0, 0, req_p);
     if (status != PX_OK)
         return status;
     NEED(!sendcount || (sendbuf && recvbuf), "px_allgather");
@@ -343,11 +450,29 @@ px_status_t px_allgather_start(px_comm_t *comm, const void *sendbuf, void *recvb
         return status;
     if (sendcount == 0)
         goto out;
-    mine = (char *)recvbuf + (uint64_t)comm->rank * sendcount * esz;
-    if (mine != (const char *)sendbuf)
-        memcpy(mine, sendbuf, (size_t)sendcount * esz);
+    void *gather_buf = recvbuf;
+    if (on_device(sendbuf, recvbuf) && comm->size == 1) {
+        char *mine_dev = (char *)recvbuf + (uint64_t)comm->rank * sendcount * esz;
+        if (mine_dev != (const char *)sendbuf)
+            dev_ops->mem_copy(mine_dev, sendbuf, (size_t)sendcount * esz);
+        goto out;
+    }
+    if (on_device(sendbuf, recvbuf)) {
+        /* gathered on the host, all of it copied back */
+        size_t all = (size_t)((uint64_t)comm->size * sendcount) * esz;
+        char *t = stage_device(req, NULL, all, recvbuf, 0, all);
+        if (!t)
+            return start_fail(req, PX_ERR_NO_MEMORY);
+        dev_ops->mem_copy_to_host(t + (size_t)((uint64_t)comm->rank * sendcount) * esz, sendbuf,
+                                  (size_t)sendcount * esz);
+        gather_buf = t;
+    } else {
+        mine = (char *)recvbuf + (uint64_t)comm->rank * sendcount * esz;
+        if (mine != (const char *)sendbuf)
+            memcpy(mine, sendbuf, (size_t)sendcount * esz);
+    }
     if (comm->size > 1) {
-        status = px__ring_setup(req, 0, 0, 1, NULL, recvbuf, NULL, sendcount, 0);
+        status = px__ring_setup(req, 0, 0, 1, NULL, gather_buf, NULL, sendcount, 0);
         if (status != PX_OK)
             return start_fail(req, status);
         req->algo = PX_ALGO_RING;
@@ -377,7 +502,7 @@ px_status_t px_bcast_start(px_comm_t *comm, void *buf, uint64_t count, px_dtype_
                            int root, const px_coll_opts_t *opts, px_request_t **req_p)
 {
     px_request_t *req;
-    px_status_t status = check_common(comm, "px_bcast", dtype, -1, count, 1, root, req_p);
+    px_status_t status = check_common(comm, "px_bcast", dtype, -1, count, 1, 1, root, req_p);
     px_algo_t algo;
     uint64_t bytes;
 
@@ -430,7 +555,7 @@ px_status_t px_reduce_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
                             const px_coll_opts_t *opts, px_request_t **req_p)
 {
     px_request_t *req;
-    px_status_t status = check_common(comm, "px_reduce", dtype, (int)op, count, 1, root, req_p);
+    px_status_t status = check_common(comm, "px_reduce", dtype, (int)op, count, 1, 1, root, req_p);
     const void *src = sendbuf;
     void *dst = recvbuf;
 
@@ -477,7 +602,7 @@ px_status_t px_scatter_start(px_comm_t *comm, const void *sendbuf, void *recvbuf
 {
     px_request_t *req;
     px_status_t status = check_common(comm, "px_scatter", dtype, -1, count,
-                                      comm ? (uint64_t)comm->size : 1, root, req_p);
+                                      comm ? (uint64_t)comm->size : 1, 1, root, req_p);
     if (status != PX_OK)
         return status;
     NEED(!count || (recvbuf && (sendbuf || comm->rank != root)), "px_scatter");
@@ -501,7 +626,7 @@ px_status_t px_gather_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
 {
     px_request_t *req;
     px_status_t status = check_common(comm, "px_gather", dtype, -1, count,
-                                      comm ? (uint64_t)comm->size : 1, root, req_p);
+                                      comm ? (uint64_t)comm->size : 1, 1, root, req_p);
     if (status != PX_OK)
         return status;
     NEED(!count || (sendbuf && (recvbuf || comm->rank != root)), "px_gather");
@@ -561,7 +686,7 @@ px_status_t px_alltoall_start(px_comm_t *comm, const void *sendbuf, void *recvbu
                               px_request_t **req_p)
 {
     px_status_t status = check_common(comm, "px_alltoall", dtype, -1, count,
-                                      comm ? (uint64_t)comm->size : 1, -1, req_p);
+                                      comm ? (uint64_t)comm->size : 1, 0, 0, req_p);
     uint64_t *v;
 
     if (status != PX_OK)
@@ -584,15 +709,22 @@ px_status_t px_alltoallv_start(px_comm_t *comm, const void *sendbuf, const uint6
                                const uint64_t *rdispls, px_dtype_t dtype,
                                const px_coll_opts_t *opts, px_request_t **req_p)
 {
-    px_status_t status = check_common(comm, "px_alltoallv", dtype, -1, 0, 1, -1, req_p);
+    px_status_t status = check_common(comm, "px_alltoallv", dtype, -1, 0, 1, 0, 0, req_p);
     if (status != PX_OK)
         return status;
     NEED(sendcounts && sdispls && recvcounts && rdispls, "px_alltoallv");
     for (int p = 0; p < comm->size; p++) {
         size_t esz = px_dtype_size(dtype);
-        if (sendcounts[p] > SIZE_MAX / esz || recvcounts[p] > SIZE_MAX / esz ||
-            sdispls[p] > SIZE_MAX / esz || rdispls[p] > SIZE_MAX / esz) {
-            px_error("px_alltoallv: count or displacement of rank %d too large", p);
+        /* each block, and the end of each block, inside one buffer's limit */
+        if (!count_fits(sendcounts[p], esz, 1) || !count_fits(recvcounts[p], esz, 1) ||
+            !count_fits(sdispls[p], esz, 1) || !count_fits(rdispls[p], esz, 1) ||
+            !count_fits(sdispls[p] + sendcounts[p], esz, 1) ||
+            !count_fits(rdispls[p] + recvcounts[p], esz, 1)) {
+            px_error("px_alltoallv: rank %d's block (send %llu at %llu, recv %llu at %llu "
+                     "elements of %s) exceeds the %llu-byte limit of one buffer",
+                     p, (unsigned long long)sendcounts[p], (unsigned long long)sdispls[p],
+                     (unsigned long long)recvcounts[p], (unsigned long long)rdispls[p],
+                     px_dtype_name(dtype), (unsigned long long)PX_COLL_MAX_BYTES);
             return PX_ERR_INVALID_ARGUMENT;
         }
     }
@@ -639,8 +771,15 @@ static px_status_t p2p_start(px_comm_t *comm, int is_send, int peer, uint32_t ta
 
     if (status != PX_OK)
         return status;
-    if (!req_p || peer < 0 || peer >= comm->size || (!buf && bytes) || bytes > SIZE_MAX) {
-        px_error("px_%s: bad peer %d or buffer", is_send ? "send" : "recv", peer);
+    if (!req_p || peer < 0 || peer >= comm->size || (!buf && bytes) ||
+        bytes > PX_COLL_MAX_BYTES) {
+        px_error("px_%s: bad peer %d (size %d) or buffer (%llu bytes)", is_send ? "send" : "recv",
+                 peer, comm->size, (unsigned long long)bytes);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (bytes && on_device(buf, NULL)) { /* not staged (px_devmem.h): refused, not crashed */
+        px_error("px_%s: device buffers are not supported by point-to-point yet",
+                 is_send ? "send" : "recv");
         return PX_ERR_INVALID_ARGUMENT;
     }
     status = px__req_create(comm, is_send ? PX__COLL_SEND : PX__COLL_RECV, PX_UINT8, PX_SUM,

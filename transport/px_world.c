@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "px_bootstrap.h"
+#include "px_launcher.h"
 #include "px_log.h"
 
 struct px_world {
@@ -20,6 +21,8 @@ struct px_world {
 
 px_status_t px_world_env(int *rank_p, int *size_p)
 {
+    /* srun / mpirun ranks: their launcher's variables (px_launcher.h) */
+    PX_CHECK(px_launcher_import(NULL));
     const char *ws = getenv("PX_WORLD_SIZE");
 
     if (ws && atoi(ws) > 1)

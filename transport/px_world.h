@@ -44,10 +44,12 @@ typedef struct px_world_opts {
     int self_when_alone;
 } px_world_opts_t;
 
-/* The world's shape from the standalone bootstrap's environment:
- * PX_WORLD_SIZE > 1 reads PX_RANK and PX_WORLD_SIZE (px_bootstrap_from_env,
- * PX_ERR_INVALID_ARGUMENT naming a bad variable); unset or <= 1 is rank 0 of
- * a world of 1. Reads nothing else, starts nothing. */
+/* The world's shape from the standalone bootstrap's environment: first,
+ * with neither PX_RANK nor PX_WORLD_SIZE set, a launcher's variables
+ * (srun, mpirun) are translated into them (px_launcher.h: sets the
+ * environment); then PX_WORLD_SIZE > 1 reads PX_RANK and PX_WORLD_SIZE
+ * (px_bootstrap_from_env, PX_ERR_INVALID_ARGUMENT naming a bad variable);
+ * unset or <= 1 is rank 0 of a world of 1. Starts nothing. */
 px_status_t px_world_env(int *rank_p, int *size_p);
 
 /* Brings the world up as the header says. Collective with every other rank

@@ -170,8 +170,11 @@ def main():
         print("status:\n" + text[text.index("layout"):].rstrip())
 
         j = c.json("status", job_id)
-        assert j["spec"]["parallel"] == {"dp": 4, "tp": 1, "pp": 1, "cp": 1, "ep": 1,
-                                         "world": 4}, j["spec"]
+        # the resolved layout (status --json also carries every ParallelSpec
+        # field beside it: sequence_parallel, micro_batches, ...)
+        par = j["spec"]["parallel"]
+        assert {k: par[k] for k in ("dp", "tp", "pp", "cp", "ep", "world")} == \
+            {"dp": 4, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "world": 4}, j["spec"]
         assert j["reporting_rank"] == 0, j
         assert [r["coord"] for r in j["ranks"]] == [
             {"dp": k, "tp": 0, "pp": 0, "cp": 0, "ep": 0} for k in range(4)], j["ranks"]

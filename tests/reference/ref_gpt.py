@@ -79,6 +79,7 @@ CASES += [('moe-dropless-top2', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '2', '--d
            MOE + ['--top-k', '2', '--capacity-factor', '1.0'])]
 LR, WARMUP, MIN_LR_RATIO, WD, CLIP, SEED = 3e-3, 2, 0.1, 0.1, 1.0, 4242
 
+VAL_BATCHES = 2
 TOL_LOSS, TOL_GNORM, TOL_GRAD, TOL_PARAM, TOL_LR = 1e-5, 1e-4, 1e-4, 2e-5, 1e-6
 
 
@@ -123,11 +124,12 @@ def moe_mlp(P, l, h, moe):
     return out.view(B, T, C), aux
 
 
-def gpt_loss(P, inputs, targets, vocab, moe=None):
+def gpt_loss(P, inputs, targets, vocab, moe=None, with_aux=True):
     """Pre-LN GPT-2 forward, P: dict of our stacked tensors; wte has the
     padded rows, whose logits are left out of the cross-entropy. moe: the
     mixture of experts' settings (MoE layers' MLPs from moe_mlp, P's moe_*
-    tensors stacked over the MoE layers), plus each MoE layer's aux loss."""
+    tensors stacked over the MoE layers), plus each MoE layer's aux loss
+    unless with_aux is False (the validation loss: the LM loss alone)."""
     B, T = inputs.shape
     C, NH, L = DIM, HEADS, LAYERS
     hs = C // NH
@@ -153,7 +155,8 @@ def gpt_loss(P, inputs, targets, vocab, moe=None):
         x = x + h @ P['fcprojw'][l].T + P['fcprojb'][l]
     x = F.layer_norm(x, (C,), P['lnfw'], P['lnfb'], 1e-5)
     logits = (x @ P['wte'].T)[..., :vocab]
-    return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)) + aux
+    ce = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+    return ce + aux if with_aux else ce
 
 
 def rel(a, b):
@@ -192,8 +195,20 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
     spread = [] if vocab == 256 else ['--vocab', str(vocab)]
     subprocess.run([sys.executable, make_tokens, data] + lic + spread, check=True,
                    stdout=subprocess.DEVNULL)
+    # issue 14: a validation file (the same texts in another order); the
+    # validation loss after every 2nd step and the last is checked against
+    # torch's loss of our dumped parameters on the dumped validation batches
+    val = os.path.join(work, 'val.bin')
+    subprocess.run([sys.executable, make_tokens, val] + lic[::-1] + spread, check=True,
+                   stdout=subprocess.DEVNULL)
     dump = os.path.join(work, 'dump')
-    cmd = [rank_bin, '--layers', str(LAYERS), '--heads', str(HEADS), '--dim', str(DIM),
+    # (every case: with cp each rank evaluates its chunks; with experts
+    # the validation loss is the LM loss without the load-balancing aux)
+    with_val = True
+    val_flags = ['--val-data', val, '--eval-every', '2', '--eval-batches',
+                 str(VAL_BATCHES)] if with_val else []
+    cmd = [rank_bin] + val_flags + ['--layers', str(LAYERS), '--heads', str(HEADS),
+                                    '--dim', str(DIM),
            '--seq', str(seq), '--batch', str(batch), '--steps', str(steps), '--lr', repr(LR),
            '--warmup', str(WARMUP), '--min-lr-ratio', repr(MIN_LR_RATIO),
            '--weight-decay', repr(WD), '--grad-clip', repr(CLIP), '--seed', str(SEED),
@@ -304,6 +319,22 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
         our_p = split(load_f32('params_%d.bin' % s))
         if moe:
             our_p.update(msplit('moe_params_%d.bin' % s))
+        vpath = os.path.join(dump, 'val_loss_%d.txt' % s)
+        check('step %d validation loss reported' % s,
+              0.0 if os.path.exists(vpath) == (with_val and (s % 2 == 0 or s == steps))
+              else 1.0, 0.5)
+        if os.path.exists(vpath):
+            our_val = float(open(vpath).read())
+            with torch.no_grad():
+                ref_val = 0.0
+                for k in range(VAL_BATCHES):
+                    vb = np.fromfile(os.path.join(dump, 'val_batch_%d.bin' % k), dtype='<i4')
+                    vi = torch.from_numpy(vb[:batch * seq].reshape(batch, seq).astype(np.int64))
+                    vt = torch.from_numpy(vb[batch * seq:].reshape(batch, seq).astype(np.int64))
+                    ref_val += gpt_loss(our_p, vi, vt, vocab, moe,
+                                        with_aux=False).item() / VAL_BATCHES
+            check('step %d validation loss (ours %.6f, torch %.6f)' % (s, our_val, ref_val),
+                  abs(our_val - ref_val) / ref_val, TOL_LOSS)
         if vp > vocab:
             check('step %d padded wte rows stay 0' % s,
                   float(our_p['wte'][vocab:].abs().max()), 1e-30)

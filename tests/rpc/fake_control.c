@@ -220,6 +220,7 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
     j->spec.resume_dir = dup_or_empty(sp->resume_dir);
     j->spec.export_safetensors = dup_or_empty(sp->export_safetensors);
     j->spec.restarted_from = dup_or_empty(sp->restarted_from);
+    j->spec.val_data_path = dup_or_empty(sp->val_data_path); /* issue 14 */
     j->spec.bench = NULL;
     j->spec.model = &j->model;
     if (sp->parallel) {
@@ -442,6 +443,7 @@ static void free_job(fake_job_t *j)
     free(j->spec.resume_dir);
     free(j->spec.export_safetensors);
     free(j->spec.restarted_from);
+    free(j->spec.val_data_path);
     if (j->spec.parallel) {
         free(j->parallel.schedule);
         free(j->parallel.stage_layers);

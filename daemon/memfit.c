@@ -1,0 +1,128 @@
+/* memfit.c: SubmitJob's memory check (issue 16): the plan's bytes per rank
+ * (planner/plan.h, the same figures `pctl plan` shows and the engine lays
+ * out) against the memory of the devices the job would be placed on, so a
+ * job that cannot fit is rejected at submit with the figures instead of
+ * failing seconds later as a rank's out-of-memory.
+ *
+ * Bytes per rank = the training state's peak (parameters, gradients and
+ * AdamW moments in fp32, sharded by the ZeRO stage over dp:
+ * px_plan_state_bytes) + the activations of one local micro-batch
+ * (px_plan_gpt_activations), for the pipeline stage with the most layers
+ * (embedding and head both counted: an upper bound by those two units).
+ * A device's memory: a GPU's own; a cpu:N device's share of the host's RAM
+ * (MemTotal / the node's cpu devices), since they all draw on it. A node
+ * that does not report its memory (an older daemon) is not checked.
+ * Pure function of its inputs; any thread. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "jobspec.h"
+#include "layout.h"
+#include "plan.h"
+
+uint64_t px_memfit_host_ram(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}
+
+static void fmt_bytes(double b, char *buf, size_t len)
+{
+    if (b >= 1024.0 * 1024 * 1024)
+        snprintf(buf, len, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+    else
+        snprintf(buf, len, "%.1f MiB", b / (1024.0 * 1024));
+}
+
+/* Bytes one rank of `cfg` needs (see the file comment) into *state_p and
+ * *acts_p. PX_ERR_INVALID_ARGUMENT where the planner cannot size it (the
+ * validator has named those values already; not expected here). */
+static px_status_t rank_bytes(const px_job_config_t *cfg, double *state_p, double *acts_p)
+{
+    const px_layout_t *l = &cfg->layout;
+    int pp = l->pp > 0 ? l->pp : 1, tp = l->tp > 0 ? l->tp : 1, cp = l->cp > 0 ? l->cp : 1;
+    int stage_layers = (cfg->layers + pp - 1) / pp;
+    int div = l->dp * cfg->grad_accum * (pp > 1 ? cfg->micro_batches : 1);
+    int B = div > 0 ? cfg->batch / div : 0, T = (cfg->seq + cp - 1) / cp;
+    uint64_t *units = NULL, total;
+    px_plan_precision_t prec;
+    px_plan_gpt_acts_t acts;
+    px_plan_t *plan = NULL;
+    px_status_t status;
+
+    total = tp > 1 ? px_plan_gpt_units_tp(cfg->layers, cfg->dim, cfg->vocab, cfg->seq, tp, &units)
+                   : px_plan_gpt_units(cfg->layers, cfg->dim, cfg->vocab, cfg->seq, &units);
+    if (!total || B < 1)
+        return PX_ERR_INVALID_ARGUMENT;
+    /* the largest stage: embedding, stage_layers layers, head */
+    units[stage_layers + 1] = units[cfg->layers + 1];
+    px_plan_precision_fp32(&prec);
+    status = px_plan_create(units, stage_layers + 2, 1, l->dp, cfg->zero, &prec, &plan);
+    free(units);
+    if (status != PX_OK)
+        return status;
+    *state_p = px_plan_state_bytes(plan);
+    px_plan_destroy(plan);
+    status = px_plan_gpt_activations(stage_layers, cfg->heads, cfg->dim,
+                                     px_job_config_padded_vocab(cfg->vocab), B, T, tp,
+                                     cfg->sequence_parallel, &acts);
+    if (status != PX_OK)
+        return status;
+    *acts_p = (double)acts.bytes;
+    return PX_OK;
+}
+
+px_status_t px_memfit_check(const Parallax__V1__JobSpec *spec, const int *node_devices,
+                            const char *const *node_names, const uint64_t *node_dev_mem,
+                            int nnodes, char *errbuf, size_t errlen)
+{
+    px_job_config_t cfg;
+    double state = 0, acts = 0, need;
+    char b1[32], b2[32], b3[32], b4[32], why[256];
+    int *node_of_rank, world, *used;
+
+    if (!spec->model)
+        return PX_OK; /* px_validate_spec names it */
+    px_jobspec_to_config(spec, &cfg);
+    if (rank_bytes(&cfg, &state, &acts) != PX_OK)
+        return PX_OK; /* not sizeable: the validator's business */
+    need = state + acts;
+    /* the nodes the placement puts ranks on (as px_validate_spec placed it) */
+    world = px_layout_world(&cfg.layout);
+    node_of_rank = malloc((size_t)(world > 0 ? world : 1) * sizeof(*node_of_rank));
+    used = calloc((size_t)(nnodes > 0 ? nnodes : 1), sizeof(*used));
+    if (!node_of_rank || !used) {
+        free(node_of_rank);
+        free(used);
+        return px_invalid(errbuf, errlen, "out of memory checking the memory of %d ranks", world);
+    }
+    if (px_layout_place(&cfg.layout, node_devices, nnodes, node_of_rank, why, sizeof(why)) ==
+        PX_OK) {
+        for (int r = 0; r < world; r++)
+            if (node_of_rank[r] >= 0 && node_of_rank[r] < nnodes)
+                used[node_of_rank[r]] = 1;
+    }
+    free(node_of_rank);
+    for (int n = 0; n < nnodes; n++) {
+        if (!used[n] || !node_dev_mem[n] || need <= (double)node_dev_mem[n])
+            continue;
+        free(used);
+        fmt_bytes(need, b1, sizeof(b1));
+        fmt_bytes(state, b2, sizeof(b2));
+        fmt_bytes(acts, b3, sizeof(b3));
+        fmt_bytes((double)node_dev_mem[n], b4, sizeof(b4));
+        return px_invalid(errbuf, errlen,
+                          "out of memory at submit: each rank needs %s (%.0f bytes: training "
+                          "state %s with zero=%d over dp=%d, activations %s for a micro-batch "
+                          "of %d x seq=%d) but a device of node %s has %s (%" PRIu64 " bytes)",
+                          b1, need, b2, cfg.zero, cfg.layout.dp, b3,
+                          cfg.batch / (cfg.layout.dp * cfg.grad_accum *
+                                       (cfg.layout.pp > 1 ? cfg.micro_batches : 1)),
+                          cfg.seq, node_names[n] ? node_names[n] : "?", b4, node_dev_mem[n]);
+    }
+    free(used);
+    return PX_OK;
+}
