@@ -692,7 +692,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     pipe_load_t val_ld = {.data = val, .seed = cfg->seed, .M = M,
                           .per_micro = cfg->batch / (A * M), .dp_rank = dp_rank, .Bm = Bm,
                           .T = T, .cp = cp, .cp_rank = cp_rank, .seq_in = seq_in,
-                          .seq_tg = seq_tg};
+                          .seq_tg = seq_tg, .ops = ops};
     px_eval_t ev = {.gpt = gpt, .ctx = &ctx, .pipe = pipe, .M = M, .load = eval_load,
                     .load_arg = &val_ld, .dp_comm = dp_comm,
                     .pp_comm = pipe ? px_groups_comm(groups, PX_GROUP_PP) : NULL,
