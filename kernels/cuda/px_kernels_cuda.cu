@@ -684,3 +684,30 @@ extern "C" px_status_t px_kernels_cuda_status(void)
     }
     return px__cuda.sticky;
 }
+
+extern "C" void *px_cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (px__cuda.device < 0)
+        return NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: the caller falls back to pageable memory */
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" int px_cuda_host_free(void *p)
+{
+    cudaPointerAttributes at;
+    if (!p || px__cuda.device < 0)
+        return 0;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (at.type != cudaMemoryTypeHost)
+        return 0;
+    PX_CUDA_CHECK(cudaFreeHost(p));
+    return 1;
+}
