@@ -440,8 +440,10 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     /* device tensors travel through the collectives staged in host memory
      * (transport/px_devmem.h) */
-    if (ops != px_kernels_cpu())
+    if (ops != px_kernels_cpu()) {
         px_transport_set_device_memory(ops, px_kernels_is_device_ptr);
+        px_transport_set_pinned_memory(px_kernels_host_alloc, px_kernels_host_free);
+    }
     px_mem_set_backend(ops);
     status = px_train_layout(cfg, wsize, &layout, err, sizeof(err));
     if (status == PX_OK) {
@@ -457,7 +459,10 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                             layout.pp, opts->device, ops->name);
     }
     if (status == PX_OK && ops != px_kernels_cpu() && (layout.cp > 1 || cfg->experts)) {
-        /* the ring's sends and the experts' all-to-alls and host-side routing are not staged */
+        /* cp: the ring's sends are staged now (px_devmem.h), but the cp
+         * batch cut (cp_cut) writes tokens into the device inputs from the
+         * host; experts: moe.c counts the routing from idx on the host and
+         * its all-to-alls of device buffers are not staged */
         status = px_invalid(err, sizeof(err), "cp=%d experts=%d on device '%s': context "
                             "parallelism and experts run on cpu devices only so far", layout.cp,
                             cfg->experts, opts->device);
