@@ -39,6 +39,9 @@ typedef struct fake_job {
     Parallax__V1__ModelSpec model;
     Parallax__V1__ParallelSpec parallel; /* copied: the request's is freed */
     Parallax__V1__MoeSpec moe;           /* likewise */
+    Parallax__V1__JobSpec *owned;        /* a deep copy of the request's spec (packed and
+                                            unpacked, so a new field is never left pointing
+                                            into the freed request); spec's strings are its */
     Parallax__V1__RankInfo *ranks;
     Parallax__V1__RankInfo **rank_ptrs;
     Parallax__V1__StepMetrics *metrics; /* steps entries, [0 .. job.step) valid */
@@ -173,11 +176,6 @@ static void tick(void)
 
 /* ------------------------------------------------------------- handlers */
 
-static char *dup_or_empty(const char *s)
-{
-    return strdup(s ? s : "");
-}
-
 static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
 {
     const Parallax__V1__SubmitJobRequest *req = (const Parallax__V1__SubmitJobRequest *)request;
@@ -209,28 +207,31 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
     parallax__v1__job__init(&j->job);
     parallax__v1__job_spec__init(&j->spec);
     parallax__v1__model_spec__init(&j->model);
-    j->model = *sp->model;
-    j->spec = *sp;
     /* every string and sub-message points into the request, which is freed
-     * after this call: copy them (a job lives to the process's end) */
-    j->spec.name = dup_or_empty(sp->name);
-    j->spec.data_path = dup_or_empty(sp->data_path);
-    j->spec.kind = dup_or_empty(sp->kind);
-    j->spec.checkpoint_dir = dup_or_empty(sp->checkpoint_dir);
-    j->spec.resume_dir = dup_or_empty(sp->resume_dir);
-    j->spec.export_safetensors = dup_or_empty(sp->export_safetensors);
-    j->spec.restarted_from = dup_or_empty(sp->restarted_from);
-    j->spec.val_data_path = dup_or_empty(sp->val_data_path); /* issue 14 */
+     * after this call: keep a deep copy (a job lives to the process's end) */
+    {
+        size_t len = parallax__v1__job_spec__get_packed_size(sp);
+        uint8_t *buf = malloc(len ? len : 1);
+        if (buf) {
+            parallax__v1__job_spec__pack(sp, buf);
+            j->owned = parallax__v1__job_spec__unpack(NULL, len, buf);
+            free(buf);
+        }
+        if (!j->owned) {
+            free(j);
+            return (void)px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        }
+    }
+    j->spec = *j->owned;
+    j->model = *j->owned->model;
     j->spec.bench = NULL;
     j->spec.model = &j->model;
-    if (sp->parallel) {
-        j->parallel = *sp->parallel;
-        j->parallel.schedule = dup_or_empty(sp->parallel->schedule);
-        j->parallel.stage_layers = dup_or_empty(sp->parallel->stage_layers);
+    if (j->owned->parallel) {
+        j->parallel = *j->owned->parallel;
         j->spec.parallel = &j->parallel;
     }
-    if (sp->moe) {
-        j->moe = *sp->moe;
+    if (j->owned->moe) {
+        j->moe = *j->owned->moe;
         j->spec.moe = &j->moe;
     }
     snprintf(id, sizeof(id), "job-%d", n_jobs + 1);
@@ -436,18 +437,7 @@ static void free_job(fake_job_t *j)
     free(j->job.id);
     free(j->job.reason);
     free(j->job.coordinator);
-    free(j->spec.name);
-    free(j->spec.data_path);
-    free(j->spec.kind);
-    free(j->spec.checkpoint_dir);
-    free(j->spec.resume_dir);
-    free(j->spec.export_safetensors);
-    free(j->spec.restarted_from);
-    free(j->spec.val_data_path);
-    if (j->spec.parallel) {
-        free(j->parallel.schedule);
-        free(j->parallel.stage_layers);
-    }
+    parallax__v1__job_spec__free_unpacked(j->owned, NULL);
     free(j);
 }
 
