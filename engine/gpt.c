@@ -432,7 +432,7 @@ size_t px_gpt_state_bytes(const px_gpt_t *gpt)
 
 /* ---- counter-based initialisation ---- */
 
-static uint64_t splitmix64(uint64_t x)
+uint64_t px_init_hash(uint64_t x)
 {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -440,11 +440,10 @@ static uint64_t splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* Standard normal for (key, element): Box-Muller on two hashed uniforms. */
-static double normal_at(uint64_t key, uint64_t e)
+double px_init_normal(uint64_t key, uint64_t e)
 {
-    uint64_t a = splitmix64(key ^ splitmix64(2 * e));
-    uint64_t b = splitmix64(key ^ splitmix64(2 * e + 1));
+    uint64_t a = px_init_hash(key ^ px_init_hash(2 * e));
+    uint64_t b = px_init_hash(key ^ px_init_hash(2 * e + 1));
     double u1 = ((a >> 11) + 1) * (1.0 / 9007199254740992.0); /* (0, 1] */
     double u2 = (b >> 11) * (1.0 / 9007199254740992.0);       /* [0, 1) */
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
@@ -463,7 +462,7 @@ void px_gpt_init_unit_range(const px_gpt_config_t *cfg, uint64_t seed, int u, si
         px_model_tensor_t ti;
         px_model_tensor(cfg, i, &ti);
         float std = ti.init == PX_MODEL_INIT_RESIDUAL ? proj_std : base_std;
-        uint64_t key = splitmix64(splitmix64(seed) ^ (0xD1B54A32D192ED03ull * (i + 1)));
+        uint64_t key = px_init_hash(px_init_hash(seed) ^ (0xD1B54A32D192ED03ull * (i + 1)));
         /* the shard's runs (one unless tp splits the tensor): the element
          * index within the canonical tensor (stacked over layers) seeds */
         for (int j = 0; j < px_model_shard_nruns(&t[k]); j++) {
@@ -486,7 +485,7 @@ void px_gpt_init_unit_range(const px_gpt_config_t *cfg, uint64_t seed, int u, si
                     p[e] = 1.0f;
             } else if (ti.init == PX_MODEL_INIT_NORMAL || ti.init == PX_MODEL_INIT_RESIDUAL) {
                 for (size_t e = 0; e < cnt; e++)
-                    p[e] = (float)(normal_at(key, e0 + e) * std);
+                    p[e] = (float)(px_init_normal(key, e0 + e) * std);
             } /* PX_MODEL_INIT_ZEROS: already 0 */
         }
     }

@@ -88,6 +88,15 @@ size_t px_gpt_unit_size(const px_gpt_config_t *cfg, int u);
 void px_gpt_init_unit_range(const px_gpt_config_t *cfg, uint64_t seed, int u, size_t begin,
                             size_t end, float *dst);
 
+/* The counter-based generator behind every initial value (the model's and
+ * the experts', moe.c): px_init_hash is splitmix64 (Steele, Lea and Flood,
+ * "Fast splittable pseudorandom number generators", 2014), a bijective
+ * 64-bit mix; px_init_normal(key, e) is a standard normal for element e of
+ * the tensor keyed by key, Box-Muller on two hashed uniforms, so a shard
+ * draws exactly the elements the whole tensor would. */
+uint64_t px_init_hash(uint64_t x);
+double px_init_normal(uint64_t key, uint64_t e);
+
 /* Where a model without its own storage (px_gpt_create_external) finds its
  * parameters and gradients, unit by unit (E = unit 0, the embedding; H =
  * unit L+1, the head). The block functions call, in order:

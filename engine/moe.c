@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt.h"
 #include "memacct.h"
 #include "model.h"
 #include "plan.h"
@@ -374,24 +375,6 @@ err_nomem:
 
 /* ---- parameters ---- */
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-/* standard normal for (key, element): Box-Muller on two hashed uniforms */
-static double normal_at(uint64_t key, uint64_t e)
-{
-    uint64_t a = splitmix64(key ^ splitmix64(2 * e));
-    uint64_t b = splitmix64(key ^ splitmix64(2 * e + 1));
-    double u1 = ((a >> 11) + 1) * (1.0 / 9007199254740992.0);
-    double u2 = (b >> 11) * (1.0 / 9007199254740992.0);
-    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
-
 /* Pointers of MoE layer mi: the router (E,C) and local expert le's four
  * tensors, in a buffer laid out as the parameters. */
 typedef struct expert_view {
@@ -430,7 +413,7 @@ void px_moe_init_params(px_moe_t *moe, uint64_t seed)
     for (int i = 0; i < PX_MOE_NUM_TENSORS; i++) {
         if (stds[i] == 0.0)
             continue; /* biases: 0 */
-        uint64_t key = splitmix64(splitmix64(seed) ^ (0xD1B54A32D192ED03ull * (uint64_t)(101 + i)));
+        uint64_t key = px_init_hash(px_init_hash(seed) ^ (0xD1B54A32D192ED03ull * (uint64_t)(101 + i)));
         size_t per = (size_t)px_moe_tensor_size(c, i) / E; /* one expert's (or router row) */
         for (int mi = 0; mi < moe->nm; mi++) {
             /* element index within the tensor stacked over the MoE layers */
@@ -438,7 +421,7 @@ void px_moe_init_params(px_moe_t *moe, uint64_t seed)
             if (i == 0) {
                 float *r = router_of(moe, moe->params, mi);
                 for (size_t e = 0; e < E * C; e++)
-                    r[e] = (float)(normal_at(key, e0 + e) * stds[i]);
+                    r[e] = (float)(px_init_normal(key, e0 + e) * stds[i]);
                 continue;
             }
             for (int le = 0; le < moe->El; le++) {
@@ -446,7 +429,7 @@ void px_moe_init_params(px_moe_t *moe, uint64_t seed)
                 expert_view_t x = expert_of(moe, moe->params, mi, le);
                 float *dst = i == 1 ? x.fcw : x.fcprojw;
                 for (size_t e = 0; e < per; e++)
-                    dst[e] = (float)(normal_at(key, e0 + ge * per + e) * stds[i]);
+                    dst[e] = (float)(px_init_normal(key, e0 + ge * per + e) * stds[i]);
             }
         }
     }
