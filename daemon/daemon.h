@@ -125,8 +125,10 @@ typedef struct px_job {
     px_rpc_call_t *cancel_calls[PXD_CANCEL_WAITERS]; /* CancelJob answers held until
                                      * the ranks are gone (px_job_cancel) */
     int n_cancel_calls;
-    int cancel_pending;             /* cancelled, ranks stopping: CANCELLED once
-                                     * every launched rank has exited */
+    int ending;                     /* FAILED or CANCELLED decided, ranks stopping:
+                                     * end_state once every launched rank has
+                                     * exited (px_job_finish) */
+    Parallax__V1__JobState end_state;
     struct px_job *next;
 } px_job_t;
 
@@ -326,7 +328,12 @@ px_status_t px_job_submit(px_daemon_t *d, const Parallax__V1__JobSpec *spec, px_
 /* Places PENDING jobs on free devices, oldest first. */
 void px_job_schedule(px_daemon_t *d);
 /* Moves an active job to a final state, stops its ranks, releases devices,
- * tells watchers and schedules the next job. No-op if already final. */
+ * tells watchers and schedules the next job. No-op if already final. A
+ * placed job with launched ranks not yet gone reads FAILED or CANCELLED
+ * only once each of them has reported its exit (its devices are then free
+ * on its node) or was lost with its node, or PX_KILL_GRACE_MS +
+ * PX_PEER_DEAD_MS after the stop went out at the latest; until then it
+ * keeps its state with `reason` set, and a second call is a no-op. */
 void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int px_job_is_active(const px_job_t *job);

@@ -7,7 +7,11 @@
  * RUNNING -> COMPLETED (every rank exited 0) | FAILED (a rank exited non-zero
  * or died, a node stopped heartbeating, the rendezvous deadline passed) |
  * CANCELLED. Every final state stops the job's ranks on every node, ends
- * held calls and watch streams, and schedules the next PENDING job.
+ * held calls and watch streams, and schedules the next PENDING job. FAILED
+ * and CANCELLED of a job with launched ranks are set only once those ranks
+ * have exited (their devices free on their nodes) or were lost with their
+ * node: until then the job is `ending` (reason set, ranks stopping), with a
+ * deadline of PX_KILL_GRACE_MS + PX_PEER_DEAD_MS.
  *
  * Invariants: jobs live in d->jobs from submission (or load) until daemon
  * stop; async completions find their job by id, never by pointer; every
@@ -57,6 +61,8 @@ static int is_placed_active(const px_job_t *job)
 static void job_event(px_job_t *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int ranks_alive(const px_job_t *job);
 static void cancel_reply_all(px_job_t *job);
+static void end_if_gone(px_job_t *job);
+static int ranks_lose(px_job_t *job, const char *node);
 static void job_event(px_job_t *job, const char *fmt, ...)
 {
     char text[PXD_REASON_MAX + 128];
@@ -466,6 +472,18 @@ px_status_t px_job_submit(px_daemon_t *d, const Parallax__V1__JobSpec *spec, px_
 
 /* ---------------------------------------------------------------- finish */
 
+/* Fails the RegisterRank calls of `job` held for the rendezvous. */
+static void fail_held_registrations(px_job_t *job, Parallax__V1__JobState state)
+{
+    for (int r = 0; job->ranks && r < job->world; r++) {
+        if (job->ranks[r].held) {
+            px_rpc_call_fail(job->ranks[r].held, GRPC_STATUS_ABORTED, "job %s %s: %s", job->id,
+                             state_name(state), job->reason);
+            job->ranks[r].held = NULL;
+        }
+    }
+}
+
 typedef struct {
     char job_id[PXD_JOB_ID_MAX];
     char node[PXD_NAME_MAX];
@@ -591,33 +609,25 @@ static void restart_from_checkpoint(px_job_t *job)
     protobuf_c_message_free_unpacked(&copy->base, NULL);
 }
 
-void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt, ...)
+/* Moves `job` to `state` with job->reason as it is: stops what runs (unless
+ * its ranks were stopped already: job->ending), restarts a failed job from
+ * its checkpoint, answers watchers and held calls, schedules the next. */
+static void finish_now(px_job_t *job, Parallax__V1__JobState state)
 {
     Parallax__V1__JobState prev = job->state;
-    va_list ap;
+    int was_ending = job->ending;
 
-    if (!px_job_is_active(job))
-        return;
     job->state = state;
-    job->cancel_pending = 0;
-    va_start(ap, fmt);
-    vsnprintf(job->reason, sizeof(job->reason), fmt, ap);
-    va_end(ap);
+    job->ending = 0;
     job->finished_ms = px_time_wall_ms();
     job->fail_pending = 0;
     if (job->rdv_timer_active) {
         uv_timer_stop(&job->rdv_timer);
         job->rdv_timer_active = 0;
     }
-    for (int r = 0; job->ranks && r < job->world; r++) {
-        if (job->ranks[r].held) {
-            px_rpc_call_fail(job->ranks[r].held, GRPC_STATUS_ABORTED, "job %s %s: %s", job->id,
-                             state_name(state), job->reason);
-            job->ranks[r].held = NULL;
-        }
-    }
-    if (prev == PARALLAX__V1__JOB_STATE__JOB_STARTING ||
-        prev == PARALLAX__V1__JOB_STATE__JOB_RUNNING)
+    fail_held_registrations(job, state);
+    if (!was_ending && (prev == PARALLAX__V1__JOB_STATE__JOB_STARTING ||
+                        prev == PARALLAX__V1__JOB_STATE__JOB_RUNNING))
         stop_ranks_everywhere(job);
     if (state == PARALLAX__V1__JOB_STATE__JOB_FAILED && !job->d->stopping &&
         (prev == PARALLAX__V1__JOB_STATE__JOB_STARTING ||
@@ -634,13 +644,31 @@ void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt,
         cancel_reply_all(job);
 }
 
-/* Whether a launched rank of `job` has not reported its exit yet. */
+/* Whether a launched rank of `job` has not reported its exit yet (a rank
+ * lost with its node, "lost", has not either, but never will). */
 static int ranks_alive(const px_job_t *job)
 {
     for (int r = 0; job->ranks && r < job->world; r++)
         if (!strcmp(job->ranks[r].state, "launching") || !strcmp(job->ranks[r].state, "running"))
             return 1;
     return 0;
+}
+
+/* Marks the launched ranks of `job` on `node` lost: the node is dead or
+ * does not hold them any more, no exit report will come. Returns the first
+ * such rank, or -1. */
+static int ranks_lose(px_job_t *job, const char *node)
+{
+    int first = -1;
+    for (int r = 0; job->ranks && r < job->world; r++) {
+        px_job_rank_t *jr = &job->ranks[r];
+        if (strcmp(jr->node, node) || (strcmp(jr->state, "launching") && strcmp(jr->state, "running")))
+            continue;
+        snprintf(jr->state, sizeof(jr->state), "lost");
+        if (first < 0)
+            first = r;
+    }
+    return first;
 }
 
 /* Answers every held CancelJob call with the job as it is now. */
@@ -655,40 +683,78 @@ static void cancel_reply_all(px_job_t *job)
     job->n_cancel_calls = 0;
 }
 
-static void on_cancel_deadline(uv_timer_t *t)
+static void on_end_deadline(uv_timer_t *t)
 {
     px_job_t *job = t->data;
     long ms = px_env_int("PX_KILL_GRACE_MS") + px_env_int("PX_PEER_DEAD_MS");
+    size_t len = strlen(job->reason);
 
     job->rdv_timer_active = 0;
-    px_warn("job %s: ranks still not reported gone %ld ms after cancel", job->id, ms);
-    if (job->cancel_pending && px_job_is_active(job))
-        px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED,
-                      "cancelled by user (not every rank reported its exit within %ld ms)", ms);
+    px_warn("job %s: ranks still not reported gone %ld ms after the stop", job->id, ms);
+    if (job->ending && px_job_is_active(job)) {
+        snprintf(job->reason + len, sizeof(job->reason) - len,
+                 " (not every rank reported its exit within %ld ms)", ms);
+        finish_now(job, job->end_state);
+    }
     cancel_reply_all(job);
+}
+
+/* The job is to end in `state` (job->reason set) while launched ranks still
+ * run: stop them everywhere; `state` once they are gone (end_if_gone) or at
+ * the deadline. */
+static void end_begin(px_job_t *job, Parallax__V1__JobState state)
+{
+    job->ending = 1;
+    job->end_state = state;
+    job->fail_pending = 0; /* a failure settling: this takes over */
+    fail_held_registrations(job, state);
+    job_event(job, "%s once its ranks are gone: stopping them: %s", state_name(state),
+              job->reason);
+    stop_ranks_everywhere(job);
+    if (job->rdv_timer_active) /* rendezvous or settling: moot now */
+        uv_timer_stop(&job->rdv_timer);
+    uv_timer_start(&job->rdv_timer, on_end_deadline,
+                   (uint64_t)(px_env_int("PX_KILL_GRACE_MS") + px_env_int("PX_PEER_DEAD_MS")), 0);
+    job->rdv_timer_active = 1;
+    job_save(job);
+}
+
+/* An ending job whose last launched rank is gone takes its final state. */
+static void end_if_gone(px_job_t *job)
+{
+    if (job->ending && px_job_is_active(job) && !ranks_alive(job))
+        finish_now(job, job->end_state);
+}
+
+void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!px_job_is_active(job))
+        return;
+    if (job->ending) { /* already stopping: the first decision stands */
+        if (job->d->stopping)
+            finish_now(job, job->end_state);
+        else
+            end_if_gone(job);
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(job->reason, sizeof(job->reason), fmt, ap);
+    va_end(ap);
+    if (state != PARALLAX__V1__JOB_STATE__JOB_COMPLETED && is_placed_active(job) &&
+        ranks_alive(job) && !job->d->stopping) {
+        end_begin(job, state);
+        return;
+    }
+    finish_now(job, state);
 }
 
 void px_job_cancel(px_job_t *job, px_rpc_call_t *call)
 {
-    if (px_job_is_active(job) && !job->cancel_pending) {
-        if (!ranks_alive(job)) {
-            px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED, "cancelled by user");
-        } else {
-            /* stop the ranks now; CANCELLED once they are gone (rank_exited) */
-            job->cancel_pending = 1;
-            job->fail_pending = 0; /* a failure settling: the cancel takes over */
-            snprintf(job->reason, sizeof(job->reason), "cancelled by user");
-            job_event(job, "cancel requested: stopping %d ranks", job->world);
-            stop_ranks_everywhere(job);
-            if (job->rdv_timer_active) /* rendezvous or settling: moot now */
-                uv_timer_stop(&job->rdv_timer);
-            uv_timer_start(&job->rdv_timer, on_cancel_deadline,
-                           (uint64_t)(px_env_int("PX_KILL_GRACE_MS") +
-                                      px_env_int("PX_PEER_DEAD_MS")), 0);
-            job->rdv_timer_active = 1;
-        }
-    }
-    if (job->n_cancel_calls < PXD_CANCEL_WAITERS && job->cancel_pending) {
+    if (px_job_is_active(job) && !job->ending)
+        px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED, "cancelled by user");
+    if (job->n_cancel_calls < PXD_CANCEL_WAITERS && job->ending) {
         job->cancel_calls[job->n_cancel_calls++] = call;
         return;
     }
@@ -717,6 +783,9 @@ void px_job_node_dead(px_daemon_t *d, const char *node)
             continue;
         for (int r = 0; r < j->world; r++) {
             if (!strcmp(j->ranks[r].node, node)) {
+                /* its ranks cannot report their exits: lost with it (the
+                 * node fences them when it comes back) */
+                ranks_lose(j, node);
                 px_job_finish(j, PARALLAX__V1__JOB_STATE__JOB_FAILED,
                               "node %s (rank %d) stopped heartbeating for %ld ms", node, r,
                               px_env_int("PX_PEER_DEAD_MS"));
@@ -771,10 +840,17 @@ void px_job_check_peer(px_daemon_t *d, const px_peer_t *peer)
                 off += (size_t)snprintf(gone + off, sizeof(gone) - off, "%s%d", off ? "," : "",
                                         r);
         }
-        if (off)
+        if (off) {
+            for (int r = 0; r < j->world; r++)
+                if (!strcmp(j->ranks[r].node, peer->name) && j->ranks[r].missing_since_ms &&
+                    now - j->ranks[r].missing_since_ms > grace &&
+                    (!strcmp(j->ranks[r].state, "launching") ||
+                     !strcmp(j->ranks[r].state, "running")))
+                    snprintf(j->ranks[r].state, sizeof(j->ranks[r].state), "lost");
             px_job_finish(j, PARALLAX__V1__JOB_STATE__JOB_FAILED,
                           "rank(s) %s on node %s vanished without an exit report (its daemon "
                           "restarted?)", gone, peer->name);
+        }
     }
 }
 
@@ -840,6 +916,8 @@ static void on_launch_done(px_daemon_t *d, void *arg, grpc_status_code code,
         else {
             apply_launch_response(job, (const Parallax__V1__LaunchRanksResponse *)response);
             job_save(job);
+            if (job->ending) /* decided while this launch was on its way */
+                stop_ranks_everywhere(job);
         }
     }
     free(ctx);
@@ -1188,10 +1266,9 @@ void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char
     jr->exit_code = exit_code;
     if (strcmp(jr->node, d->cfg.name))
         px_nodes_peer_device_release(d, jr->node, jr->device, job->id);
-    if (job->cancel_pending && px_job_is_active(job)) { /* px_job_cancel: not a failure */
+    if (job->ending && px_job_is_active(job)) { /* stopped by us: not a new failure */
         job_save(job);
-        if (!ranks_alive(job))
-            px_job_finish(job, PARALLAX__V1__JOB_STATE__JOB_CANCELLED, "cancelled by user");
+        end_if_gone(job);
         return;
     }
     if (!is_placed_active(job)) {
