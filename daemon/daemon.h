@@ -413,6 +413,17 @@ extern const size_t px_control_n_methods;
  * node coordinates, oldest first; a cluster-wide Control.ListJobs merges
  * these from every alive peer. */
 void px_control_list_local(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
+/* jobnames.c: SubmitJob of a spec that passed every other check: the name
+ * reserved on every alive peer (ties between concurrent submits go to the
+ * smaller node name), then the job stored and `call` answered with its id;
+ * ALREADY_EXISTS naming the holder when the name is active or being
+ * submitted anywhere reachable. */
+void px_jobnames_submit(px_daemon_t *d, px_rpc_call_t *call,
+                        const Parallax__V1__SubmitJobRequest *req);
+/* Handler of Peer.ReserveName (arg: the daemon): grants, or refuses with
+ * ALREADY_EXISTS (an active job here, or this node submits the name too
+ * and its name is the smaller). */
+void px_jobnames_reserve(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
 extern const px_rpc_method_t px_peer_methods[];
 extern const size_t px_peer_n_methods;
 

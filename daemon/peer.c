@@ -107,5 +107,7 @@ const px_rpc_method_t px_peer_methods[] = {
     {P_PEER "GetRankLog", &parallax__v1__get_logs_request__descriptor, 0, h_rank_log, NULL},
     {P_PEER "ListJobs", &parallax__v1__list_jobs_request__descriptor, 0, px_control_list_local,
      NULL},
+    {P_PEER "ReserveName", &parallax__v1__reserve_name_request__descriptor, 0,
+     px_jobnames_reserve, NULL},
 };
 const size_t px_peer_n_methods = sizeof(px_peer_methods) / sizeof(px_peer_methods[0]);
