@@ -381,10 +381,11 @@ out:
 int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
 {
     enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
-           O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP,
+           O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP, O_BUCKET,
            O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
            O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_EXPERTS, O_TOPK, O_CAPF,
-           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_NO_VAL, O_EVAL_EVERY, O_EVAL_BATCHES };
+           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_NO_VAL, O_EVAL_EVERY, O_EVAL_BATCHES,
+           O_PRECISION };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -407,6 +408,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"dropless", no_argument, NULL, O_DROPLESS},
         {"moe-every", required_argument, NULL, O_MOE_EVERY},
         {"aux-loss-coef", required_argument, NULL, O_AUXC},
+        {"precision", required_argument, NULL, O_PRECISION},         /* issue 12 */
         {"batch", required_argument, NULL, O_BATCH},
         {"steps", required_argument, NULL, O_STEPS},
         {"lr", required_argument, NULL, O_LR},
@@ -419,6 +421,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"zero", required_argument, NULL, O_ZERO},             /* issue 4 */
         {"grad-accum", required_argument, NULL, O_ACCUM},
         {"clip", required_argument, NULL, O_CLIP},
+        {"bucket-mb", required_argument, NULL, O_BUCKET},
         {"grad-clip", required_argument, NULL, O_CLIP}, /* parallax-rank's name for it */
         {"checkpoint-every", required_argument, NULL, O_CKPT_EVERY},
         {"checkpoint-dir", required_argument, NULL, O_CKPT_DIR},
@@ -504,6 +507,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
                 return PCTL_EXIT_USAGE;
             cfg.aux_loss_coef = (float)d; /* 0 = off (written as < 0 on the wire) */
             break;
+        case O_PRECISION:
+            cfg.precision = px_job_config_precision_parse(optarg);
+            if (cfg.precision < 0)
+                return pctl_usage_error("submit", "--precision '%s': fp32 or bf16", optarg);
+            break;
         case O_BATCH: INT_OPT("--batch", cfg.batch, 1); break;
         case O_STEPS: INT_OPT("--steps", cfg.steps, 1); break;
         case O_WARMUP:
@@ -538,6 +546,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
             if (pctl_parse_u64("submit", "--max-restarts", optarg, 0, 100, &v))
                 return PCTL_EXIT_USAGE;
             max_restarts = (uint32_t)v;
+            break;
+        case O_BUCKET:
+            if (pctl_parse_float("submit", "--bucket-mb", optarg, 0.0, 4096.0, &d))
+                return PCTL_EXIT_USAGE;
+            cfg.bucket_mb = (float)d;
             break;
         case O_CLIP:
             if (pctl_parse_float("submit", "--clip", optarg, 0.0, 1e6, &d))
@@ -606,10 +619,9 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
                                   strerror(errno));
             goto out;
         }
-    } else if (!no_val && cfg.layout.pp <= 1 && cfg.layout.cp <= 1 && cfg.experts == 0) {
+    } else if (!no_val) {
         /* the validation file `pctl data prepare` writes beside --data
-         * (validation runs without pipeline or context parallelism and
-         * experts only, jobcfg.c) */
+         * (every layout evaluates, eval.h) */
         char *guess = pctl_val_path(data_abs);
         if (guess && access(guess, R_OK) == 0)
             val_abs = guess;
@@ -1100,6 +1112,13 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
                    n->last_seen_ms > 0 ? " ago" : "");
             if (n->error && *n->error)
                 printf("  ERROR: %s\n", pctl_esc(n->error));
+            for (size_t k = 0; k < n->n_devices; k++) { /* GPUs: memory from NVML */
+                const Parallax__V1__Device *dv = n->devices[k];
+                if (dv->name && !strncmp(dv->name, "cuda:", 5))
+                    printf("  %-14s %.1f / %.1f GiB used at start  %s\n", pctl_esc(dv->name),
+                           dv->mem_used / 1073741824.0, dv->memory_bytes / 1073741824.0,
+                           dv->job_id && *dv->job_id ? pctl_esc(dv->job_id) : "free");
+            }
         }
         rc = PCTL_EXIT_OK;
     }

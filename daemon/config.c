@@ -40,7 +40,8 @@ static const key_t_ keys[K_COUNT] = {
     [K_PEER_LISTEN] = {"peer-listen", NULL, "127.0.0.1:7071", "Peer service host:port"},
     [K_STATE_DIR] = {"state-dir", NULL, "/var/lib/parallax", "database, lock and rank logs"},
     [K_RUNTIME_DIR] = {"runtime-dir", NULL, "/run/parallax", "control.sock"},
-    [K_DEVICES] = {"devices", NULL, "cpu:1", "cpu:N: N virtual CPU devices"},
+    [K_DEVICES] = {"devices", NULL, "cpu:1", "cpu:N: N virtual CPU devices; cuda: every GPU (NVML); "
+                   "cuda:0,1: those GPUs; combined with commas (cuda:0,cpu:2)"},
     [K_PEERS] = {"peers", NULL, "", "peer-listen addresses of the other daemons, A,B,..."},
     [K_HEARTBEAT] = {"heartbeat-ms", "PX_HEARTBEAT_MS", "1000", "heartbeat period (ms)"},
     [K_PEER_DEAD] = {"peer-dead-ms", "PX_PEER_DEAD_MS", "10000",
@@ -62,8 +63,8 @@ static const key_t_ keys[K_COUNT] = {
     [K_TLS_CA] = {"tls-ca-file", NULL, "",
                   "PEM CA bundle that verifies the other daemons (default: tls-cert-file)"},
     [K_METRICS_LISTEN] = {"metrics-listen", NULL, "",
-                          "Prometheus metrics over HTTP at host:port (/metrics; a bare :port "
-                          "or port: loopback; empty: off)"},
+                          "Prometheus metrics over HTTP at host:port or [IPv6]:port (/metrics; "
+                          "a bare :port or port: loopback; empty: off)"},
 };
 
 static struct option long_opts[K_COUNT + 4];
@@ -107,24 +108,75 @@ static int set_str(char **dst, const char *v)
     return 0;
 }
 
-static px_status_t set_devices(px_daemon_config_t *cfg, const char *v)
+/* a non-negative integer below `max` spelled by all of s; -1 otherwise */
+static long parse_index(const char *s, long max)
 {
     char *end;
-    long n;
+    errno = 0;
+    long n = strtol(s, &end, 10);
+    return errno || end == s || *end || n < 0 || n >= max ? -1 : n;
+}
 
-    if (strncmp(v, "cpu:", 4) != 0) {
-        px_error("devices %s: expected cpu:N (CUDA devices are not supported yet)", v);
+/* A comma-separated list of: cpu:N (N virtual CPU devices, 1..4096), cuda
+ * (every GPU of the node), cuda:I (GPU I; further bare indices continue
+ * the list: cuda:0,1). Written to cfg only when all of it parses. */
+static px_status_t set_devices(px_daemon_config_t *cfg, const char *v)
+{
+    char buf[512], *save = NULL;
+    int ncpu = 0, cuda_all = 0, n_cuda = 0, ids[64], in_cuda = 0;
+
+    if (strlen(v) >= sizeof(buf)) {
+        px_error("devices: value too long");
         return PX_ERR_INVALID_ARGUMENT;
     }
-    errno = 0;
-    n = strtol(v + 4, &end, 10);
-    if (errno || end == v + 4 || *end || n < 1 || n > 4096) {
-        px_error("devices %s: N must be an integer in 1..4096", v);
+    snprintf(buf, sizeof(buf), "%s", v);
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ')
+            t++;
+        long k;
+        if (!strncmp(t, "cpu:", 4)) {
+            k = parse_index(t + 4, 4097);
+            if (k < 1 || ncpu) {
+                px_error("devices %s: '%s': cpu:N once, N an integer in 1..4096", v, t);
+                return PX_ERR_INVALID_ARGUMENT;
+            }
+            ncpu = (int)k;
+            in_cuda = 0;
+            continue;
+        }
+        if (!strcmp(t, "cuda")) {
+            cuda_all = 1;
+            in_cuda = 0;
+            continue;
+        }
+        const char *idx = !strncmp(t, "cuda:", 5) ? t + 5 : in_cuda ? t : NULL;
+        k = idx ? parse_index(idx, 64) : -1;
+        for (int i = 0; k >= 0 && i < n_cuda; i++)
+            if (ids[i] == k)
+                k = -2;
+        if (k < 0) {
+            px_error("devices %s: '%s': %s", v, t,
+                     k == -2 ? "GPU given twice"
+                             : "expected cpu:N, cuda or cuda:I[,J...] (I a GPU index 0..63)");
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        ids[n_cuda++] = (int)k;
+        in_cuda = 1;
+    }
+    if (cuda_all && n_cuda) {
+        px_error("devices %s: cuda (every GPU) and cuda:I together", v);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (!ncpu && !cuda_all && !n_cuda) {
+        px_error("devices '%s': no device (cpu:N, cuda or cuda:I[,J...])", v);
         return PX_ERR_INVALID_ARGUMENT;
     }
     if (set_str(&cfg->devices, v))
         return PX_ERR_NO_MEMORY;
-    cfg->n_devices = (int)n;
+    cfg->n_devices = ncpu;
+    cfg->cuda_all = cuda_all;
+    cfg->n_cuda = n_cuda;
+    memcpy(cfg->cuda_ids, ids, sizeof(int) * (size_t)n_cuda);
     return PX_OK;
 }
 

@@ -560,6 +560,8 @@ static void h_list_nodes(px_rpc_call_t *call, const ProtobufCMessage *request, v
             parallax__v1__device__init(dv);
             dv->name = p->devices[j].name;
             dv->job_id = p->devices[j].job_id;
+            dv->memory_bytes = p->devices[j].memory_bytes;
+            dv->mem_used = p->devices[j].mem_used;
             devs[k++] = dv;
             ni->n_devices++;
         }

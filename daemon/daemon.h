@@ -54,10 +54,11 @@ typedef struct px_store px_store_t;
 
 /* A device of some node, as this daemon sees it. */
 typedef struct px_device {
-    char name[PXD_DEV_MAX];         /* "cpu:0" */
+    char name[PXD_DEV_MAX];         /* "cpu:0", "cuda:1" (K: the GPU's NVML index) */
     char job_id[PXD_JOB_ID_MAX];    /* "" when free */
     uint64_t memory_bytes;          /* its memory; a cpu device's share of the
                                        host RAM; 0 unknown (memfit.c) */
+    uint64_t mem_used;              /* GPUs: bytes in use, from NVML at start; 0 for cpu */
 } px_device_t;
 
 /* Another daemon. Created from --peers (name unknown until it answers) or by

@@ -420,34 +420,74 @@ static void on_timer(uv_timer_t *t)
     run_mhd(t->data);
 }
 
-/* "host:port", ":port" or "port" into an IPv4 address (loopback without a
- * host). */
-static px_status_t parse_addr(const char *v, struct sockaddr_in *sa)
+/* "host:port" (an IPv4 host or "localhost"), "[v6]:port" (an IPv6 host in
+ * brackets, as in URLs: RFC 3986 section 3.2.2), ":port" or "port"
+ * (loopback, 127.0.0.1) into *sa; *v6_p = 1 for an IPv6 address. The
+ * numeric forms are read by inet_pton; no name is resolved. */
+static px_status_t parse_addr(const char *v, struct sockaddr_storage *sa, int *v6_p)
 {
     char host[256] = "127.0.0.1";
     const char *colon = strrchr(v, ':');
     const char *port_s = colon ? colon + 1 : v;
     char *end;
     long port = strtol(port_s, &end, 10);
+    int v6 = 0;
 
     if (colon && colon > v) {
-        if ((size_t)(colon - v) >= sizeof(host))
+        const char *h = v;
+        size_t hn = (size_t)(colon - v);
+        if (v[0] == '[') { /* [v6]:port: the host ends with the bracket */
+            if (hn < 3 || v[hn - 1] != ']')
+                goto bad;
+            h = v + 1;
+            hn -= 2;
+            v6 = 1;
+        } else if (memchr(v, ':', hn)) {
+            goto bad; /* an IPv6 host without brackets: which colon is the port's? */
+        }
+        if (hn >= sizeof(host))
             goto bad;
-        snprintf(host, sizeof(host), "%.*s", (int)(colon - v), v);
-        if (!strcmp(host, "localhost"))
+        snprintf(host, sizeof(host), "%.*s", (int)hn, h);
+        if (!v6 && !strcmp(host, "localhost"))
             snprintf(host, sizeof(host), "127.0.0.1");
     }
     if (!*port_s || *end || port < 1 || port > 65535)
         goto bad;
     memset(sa, 0, sizeof(*sa));
-    sa->sin_family = AF_INET;
-    sa->sin_port = htons((uint16_t)port);
-    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
-        goto bad;
+    if (v6) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)sa;
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET6, host, &s6->sin6_addr) != 1)
+            goto bad;
+    } else {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET, host, &s4->sin_addr) != 1)
+            goto bad;
+    }
+    *v6_p = v6;
     return PX_OK;
 bad:
-    px_error("metrics-listen '%s': expected host:port with an IPv4 host, :port or port", v);
+    px_error("metrics-listen '%s': expected host:port with an IPv4 host, [IPv6 host]:port, "
+             ":port or port", v);
     return PX_ERR_INVALID_ARGUMENT;
+}
+
+/* The address as a URL's authority: "1.2.3.4:port" or "[v6]:port". */
+static void format_addr(const struct sockaddr_storage *sa, char *out, size_t len)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (sa->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof(host));
+        snprintf(out, len, "[%s]:%d", host, ntohs(s6->sin6_port));
+    } else {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &s4->sin_addr, host, sizeof(host));
+        snprintf(out, len, "%s:%d", host, ntohs(s4->sin_port));
+    }
 }
 #endif
 
@@ -462,16 +502,20 @@ px_status_t px_metrics_start(px_daemon_t *d)
              "(apt-get install libmicrohttpd-dev, then rebuild)", addr);
     return PX_ERR_IO;
 #else
-    struct sockaddr_in sa;
+    struct sockaddr_storage sa;
+    char where[INET6_ADDRSTRLEN + 16];
     px_metrics_t *m;
     const union MHD_DaemonInfo *info;
+    int v6 = 0;
 
-    PX_CHECK(parse_addr(addr, &sa));
+    PX_CHECK(parse_addr(addr, &sa, &v6));
     m = calloc(1, sizeof(*m));
     if (!m)
         return PX_ERR_NO_MEMORY;
     m->d = d;
-    m->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, m,
+    /* an IPv6 address needs libmicrohttpd's IPv6 socket (MHD_USE_IPv6) */
+    m->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0), 0,
+                              NULL, NULL, on_request, m,
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
@@ -495,8 +539,8 @@ px_status_t px_metrics_start(px_daemon_t *d)
     d->metrics = m;
     px_rpc_server_set_observer(d->control_srv, observe, m);
     px_rpc_server_set_observer(d->peer_srv, observe, m);
-    px_info("metrics: Prometheus text format at http://%s:%d/metrics",
-            inet_ntoa(sa.sin_addr), ntohs(sa.sin_port));
+    format_addr(&sa, where, sizeof(where));
+    px_info("metrics: Prometheus text format at http://%s/metrics", where);
     return PX_OK;
 #endif
 }

@@ -2,8 +2,10 @@
  *
  * `parallaxd --metrics-listen ADDR` (config key metrics-listen; empty, the
  * default: off) serves GET /metrics in the Prometheus text exposition format
- * (version 0.0.4) over HTTP with libmicrohttpd. ADDR is host:port; a bare
- * port or ":port" listens on 127.0.0.1 (loopback unless configured).
+ * (version 0.0.4) over HTTP with libmicrohttpd. ADDR is host:port with
+ * an IPv4 host, [host]:port with an IPv6 one (e.g. [::1]:9100, [::]:9100:
+ * every IPv6 address), or a bare port or ":port": 127.0.0.1 (loopback
+ * unless configured).
  *
  * The HTTP server runs inside the daemon's libuv loop (libmicrohttpd's
  * epoll mode, its epoll fd watched by a uv_poll, plus a timer for its

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "nvml.h"
 #include "px_blas_core.h"
 #include "px_config.h"
 #include "px_env.h"
@@ -32,16 +33,69 @@ static px_peer_t *peer_add(px_daemon_t *d, const char *peer_addr)
     return np;
 }
 
+/* The GPUs --devices asks for (cuda, cuda:I,...), found through NVML:
+ * gpus[0, *n_p). A node without a driver, or without GPU I, is an error
+ * naming it (the daemon does not start). */
+static px_status_t nodes_gpus(px_daemon_t *d, px_gpu_info_t *gpus, int *n_p)
+{
+    px_gpu_info_t all[PX_NVML_MAX_GPUS];
+    char err[256];
+    int n = 0;
+
+    *n_p = 0;
+    if (!d->cfg.cuda_all && !d->cfg.n_cuda)
+        return PX_OK;
+    px_status_t status = px_nvml_probe(all, PX_NVML_MAX_GPUS, &n, err, sizeof(err));
+    if (status != PX_OK) {
+        px_error("devices %s: no GPUs: %s", d->cfg.devices, err);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (d->cfg.cuda_all) {
+        if (!n) {
+            px_error("devices %s: NVML finds no GPU on this node", d->cfg.devices);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        memcpy(gpus, all, sizeof(*all) * (size_t)n);
+        *n_p = n;
+        return PX_OK;
+    }
+    for (int i = 0; i < d->cfg.n_cuda; i++) {
+        int k = d->cfg.cuda_ids[i];
+        if (k >= n) {
+            px_error("devices %s: cuda:%d: this node has %d GPU%s", d->cfg.devices, k, n,
+                     n == 1 ? "" : "s");
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        gpus[i] = all[k];
+    }
+    *n_p = d->cfg.n_cuda;
+    return PX_OK;
+}
+
 px_status_t px_nodes_init(px_daemon_t *d)
 {
-    d->n_devices = d->cfg.n_devices;
+    px_gpu_info_t gpus[PX_NVML_MAX_GPUS];
+    int ngpu = 0;
+    px_status_t status = nodes_gpus(d, gpus, &ngpu);
+    if (status != PX_OK)
+        return status;
+    d->n_devices = ngpu + d->cfg.n_devices;
     d->devices = calloc((size_t)d->n_devices, sizeof(*d->devices));
     if (!d->devices)
         return PX_ERR_NO_MEMORY;
-    for (int i = 0; i < d->n_devices; i++) {
-        snprintf(d->devices[i].name, sizeof(d->devices[i].name), "cpu:%d", i);
+    for (int i = 0; i < ngpu; i++) { /* GPUs first, then the cpu:N devices */
+        px_device_t *dv = &d->devices[i];
+        snprintf(dv->name, sizeof(dv->name), "cuda:%d", gpus[i].index);
+        dv->memory_bytes = gpus[i].mem_total;
+        dv->mem_used = gpus[i].mem_used;
+        px_info("device %s: %s, %.1f GiB (%.1f GiB used)", dv->name, gpus[i].name,
+                dv->memory_bytes / 1073741824.0, dv->mem_used / 1073741824.0);
+    }
+    for (int i = 0; i < d->cfg.n_devices; i++) {
+        px_device_t *dv = &d->devices[ngpu + i];
+        snprintf(dv->name, sizeof(dv->name), "cpu:%d", i);
         /* cpu devices share the host's RAM (memfit.c) */
-        d->devices[i].memory_bytes = px_memfit_host_ram() / (uint64_t)d->n_devices;
+        dv->memory_bytes = px_memfit_host_ram() / (uint64_t)d->cfg.n_devices;
     }
     for (int i = 0; i < d->cfg.n_peers; i++) {
         if (!strcmp(d->cfg.peers[i], d->peer_addr))
@@ -164,6 +218,7 @@ void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info)
         dev->name = d->devices[i].name;
         dev->job_id = d->devices[i].job_id;
         dev->memory_bytes = d->devices[i].memory_bytes;
+        dev->mem_used = d->devices[i].mem_used;
         info->devices[i] = dev;
     }
     if (!info->devices)
@@ -256,6 +311,7 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
             snprintf(devs[i].job_id, sizeof(devs[i].job_id), "%s",
                      info->devices[i]->job_id ? info->devices[i]->job_id : "");
             devs[i].memory_bytes = info->devices[i]->memory_bytes;
+            devs[i].mem_used = info->devices[i]->mem_used;
         }
         free(p->devices);
         p->devices = devs;

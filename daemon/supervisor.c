@@ -356,7 +356,7 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
                              char *errbuf, size_t errlen)
 {
     const Parallax__V1__JobSpec *s = req->spec;
-    char num[32][32], bnum[8][32], dir[1024], spec_path[1100], env_dev[64];
+    char num[32][32], bnum[8][32], dir[1024], spec_path[1100], env_dev[64], env_cvd[64];
     char *env_token = NULL, *env_ca = NULL;
     char *args[64], *env[256], self_exe[PATH_MAX] = "";
     const char *blas_env[2];
@@ -421,6 +421,7 @@ common_args:
     n_blas = px_blas_core_child_env(blas_env);
     for (char **e = environ; *e && ne < 246; e++)
         if (strncmp(*e, "PX_DEVICE=", 10) && strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) &&
+            strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) &&
             strncmp(*e, PX_AUTH_RANK_ENV "=", sizeof(PX_AUTH_RANK_ENV)) &&
             strncmp(*e, "PX_TLS_CA_FILE=", 15) && strncmp(*e, "PX_BLAS_CORE_REJECTED=", 22) &&
             !(n_blas && (!strncmp(*e, "OPENBLAS_CORETYPE=", 18) ||
@@ -428,7 +429,13 @@ common_args:
             env[ne++] = *e;
     for (int i = 0; i < n_blas; i++)
         env[ne++] = (char *)blas_env[i];
-    snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=%s", a->device);
+    if (!strncmp(a->device, "cuda:", 5)) {
+        /* issue 12: the rank sees its one GPU, as CUDA device 0 */
+        snprintf(env_cvd, sizeof(env_cvd), "CUDA_VISIBLE_DEVICES=%s", a->device + 5);
+        env[ne++] = env_cvd;
+        snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=cuda:0");
+    } else
+        snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=%s", a->device);
     env[ne++] = env_dev;
     /* auth.c: the token reaches the rank in its environment only (readable
      * by its own user and root via /proc, never shown by ps). */

@@ -11,8 +11,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PX_ASAN_BUILD_DIR:-$root/build-asan}
 
 "$root/deploy/setup.sh" --no-build
+# CPU code only: the CUDA kernels cannot run under ASan here (no GPU), and
+# nvcc is not a sanitizer toolchain
 [ -f "$build/build.ninja" ] ||
-  meson setup "$build" "$root" -Db_sanitize=address,undefined -Db_lundef=false
+  meson setup "$build" "$root" -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled
 ninja -C "$build"
 # UCX keeps some allocations until exit on purpose; leaks are still reported
 # for parallax's own code.

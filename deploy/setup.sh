@@ -68,6 +68,18 @@ fi
 
 ((do_build)) || exit 0
 
+# The CUDA toolkit (not a Debian package here) installs nvcc in
+# /usr/local/cuda/bin, often not on PATH: meson finds it there too, and then
+# builds the CUDA kernels (kernels/cuda, option -Dcuda=auto).
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+if command -v nvcc >/dev/null 2>&1; then
+  echo "setup: CUDA toolkit found ($(command -v nvcc)): building the CUDA kernels too"
+else
+  echo "setup: no nvcc: CPU-only build"
+fi
+
 if [ -f "$build/build.ninja" ]; then
   echo "setup: building in $build"
 else

@@ -13,8 +13,16 @@
  * gathers each unit for the pass and frees it after). The result is the
  * mean over every token of the K batches, the same on every rank.
  *
- * Pipeline and context parallel layouts (pp, cp > 1) and MoE models are
- * rejected by the validator (jobcfg.c). One training thread. */
+ * Context parallelism (cp > 1): each cp rank computes the mean over its
+ * load-balanced chunks of each sequence (ring_attn.h), Bm x T/cp tokens,
+ * and the sums are all-reduced over dp x cp. Pipeline parallelism (pp >
+ * 1): each piece is cut into the pipeline's M micro-batches and passed
+ * forward through the stages (px_pipe_eval_round); the last stage holds
+ * the losses, summed over the pp group. Mixture of experts: the experts
+ * run forward as in training (same routing and capacity); the
+ * load-balancing aux loss is not part of the validation loss (it is a
+ * regulariser of the router, as nanoGPT-MoE and Megatron report the LM
+ * loss alone). One training thread. */
 #ifndef PX_EVAL_H
 #define PX_EVAL_H
 
@@ -22,24 +30,35 @@
 
 #include "data.h"
 #include "gpt.h"
+#include "pipeline.h"
 #include "px_status.h"
 #include "px_transport.h"
 
+/* Fills this rank's tokens of micro-batch `micro` of piece `round` of
+ * validation batch k: inputs and targets (Bm, T/cp), either may be NULL
+ * (not needed on this pipeline stage). The cut is the training step's
+ * (train.c) with the validation file and step k. */
+typedef void (*px_eval_load_fn)(void *arg, int k, int round, int micro, int32_t *inputs,
+                                int32_t *targets);
+
 /* What one evaluation needs; everything borrowed. */
 typedef struct px_eval {
-    px_gpt_t *gpt;           /* the model (its local batch is Bm x T) */
+    px_gpt_t *gpt;           /* the model (NULL with a pipeline) */
     const px_gpt_ctx_t *ctx; /* the model's context (the tensor group) */
-    const px_data_t *val;    /* the validation tokens */
-    px_comm_t *dp_comm;      /* the data-parallel group (NULL: dp 1) */
-    uint64_t seed;           /* the job's seed: which sequences batch k holds */
+    px_pipe_t *pipe;         /* this stage's runner (pp > 1), else NULL */
+    int M;                   /* the pipeline's micro-batches per piece */
+    px_eval_load_fn load;    /* the batch cut */
+    void *load_arg;
+    px_comm_t *dp_comm;      /* the dp (x cp) group (NULL: dp x cp = 1) */
+    px_comm_t *pp_comm;      /* the pipeline group (NULL: pp 1) */
     int batches;             /* K, eval_batches */
-    int batch, accum;        /* global batch B in sequences, grad_accum A */
-    int dp, dp_rank, Bm, T;  /* Bm = B / (dp x A) sequences per piece */
-    int32_t *inputs, *targets; /* (Bm, T) scratch, as the training loop's */
+    int accum;               /* grad_accum A: pieces per batch */
+    int dp, cp;              /* the divisor: dp x cp ranks hold equal tokens */
+    int32_t *inputs, *targets; /* (Bm, T/cp) scratch, as the training loop's */
 } px_eval_t;
 
-/* The mean validation loss into *loss_p (collective over dp_comm: every dp
- * rank must call it, with the same K). Errors: the model's and the
+/* The mean validation loss into *loss_p (collective over the dp, pp, tp,
+ * cp and ep groups: every rank of the job calls it, with the same K). Errors: the model's and the
  * all-reduce's (timeout, peer failure). */
 px_status_t px_eval_loss(const px_eval_t *ev, float *loss_p);
 

@@ -495,6 +495,52 @@ px_status_t px_pipe_round(px_pipe_t *pp, px_pipe_load_fn load, void *arg, float 
     return status;
 }
 
+px_status_t px_pipe_eval_round(px_pipe_t *pp, px_pipe_load_fn load, void *arg,
+                               float *loss_sum_p)
+{
+    px_status_t status = PX_OK;
+    float loss_sum = 0.0f;
+    float *x, *dx;
+    size_t n;
+
+    /* every rank walks (micro-batch, virtual stage) in the same order and
+     * waits only on an earlier item: no cycle, so no deadlock */
+    pp->gen++;
+    pp->deferred = PX_OK;
+    for (int m = 0; m < pp->M && status == PX_OK; m++)
+        for (int c = 0; c < pp->V && status == PX_OK; c++) {
+            chunk_t *ch = &pp->ch[c];
+            if (ch->nslots < 1) {
+                px_error("pipeline: stage %d chunk %d has no slot to evaluate in", pp->s, c);
+                status = PX_ERR_INTERNAL;
+                break;
+            }
+            ch->slot_of[m] = 0; /* the first chunk's take_slot picks slot 0 too */
+            ch->busy[0] = 0;
+            ch->occupant[0] = -1;
+            if (!ch->first) {
+                px_gpt_stage_io(ch->slot[0], ch->l0, &x, &dx, &n);
+                status = start(pp, ch, REQ_ACT_RECV, m, x, n);
+            }
+            if (status == PX_OK) /* waits for the receive */
+                status = forward(pp, ch, m, load, arg, &loss_sum);
+            if (status == PX_OK && !ch->last) {
+                px_gpt_stage_io(ch->slot[0], ch->l1, &x, &dx, &n);
+                status = start(pp, ch, REQ_ACT_SEND, m, x, n);
+                if (status == PX_OK) /* the slot is overwritten next */
+                    status = wait_req(pp, ch, REQ_ACT_SEND, m);
+            }
+        }
+    for (int c = 0; c < pp->V; c++)
+        if (pp->ch[c].nslots)
+            pp->ch[c].busy[0] = 0;
+    if (status != PX_OK)
+        cancel_all(pp);
+    else
+        *loss_sum_p = loss_sum;
+    return status;
+}
+
 px_status_t px_pipe_tied_sum(px_pipe_t *pp)
 {
     if (pp->p < 2 || (pp->s != 0 && pp->s != pp->p - 1))

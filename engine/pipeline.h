@@ -76,6 +76,15 @@ void px_pipe_destroy(px_pipe_t *pipe); /* NULL no-op; cancels requests in flight
  * logged naming the peer and the micro-batch), the model's. */
 px_status_t px_pipe_round(px_pipe_t *pipe, px_pipe_load_fn load, void *arg, float *loss_sum_p);
 
+/* A forward-only round (the validation loss, eval.h): the M micro-batches
+ * of `load` pass through the virtual stages one after the other (each
+ * chunk's slot 0; a blocking receive and send per boundary, every wait
+ * with the communicator's deadline), no gradient computed or touched.
+ * *loss_sum_p = the sum of the micro-batches' mean losses on the last
+ * stage, 0 elsewhere. Call between steps. Errors: as px_pipe_round. */
+px_status_t px_pipe_eval_round(px_pipe_t *pipe, px_pipe_load_fn load, void *arg,
+                               float *loss_sum_p);
+
 /* After the last round of a step, before px_zero_reduce: the first and
  * the last stage exchange the accumulated gradients of the embedding unit
  * and each sets them to their sum (pp > 1; a no-op on the other stages).

@@ -141,6 +141,10 @@ typedef struct px_train_options {
                             expert 0's router logit (half of it to expert
                             1's) in every MoE layer, so most tokens pick
                             them; 0: off */
+    const char *device;  /* the rank's device (px_kernels_select.h): NULL,
+                            "cpu[:N]" (the CPU table) or "cuda[:K]" (the
+                            CUDA table; the model, its gradients, optimizer
+                            state and activations in that GPU's memory) */
 } px_train_options_t;
 
 px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,

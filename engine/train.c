@@ -46,6 +46,8 @@
 #include "tp.h"
 #include "zero.h"
 #include "px_kernels.h"
+#include "px_kernels_select.h"
+#include "px_devmem.h"
 #include "px_log.h"
 #include "px_time.h"
 
@@ -208,6 +210,7 @@ static px_status_t dump_val_loss(const char *dir, int step, float val_loss)
  * d-th part of it (the same cut as grad_accum alone with A*M). */
 typedef struct pipe_load {
     const px_data_t *data;
+    const px_kernel_ops_t *ops; /* the stage's buffers are this backend's */
     uint64_t seed;
     int step, round, M, per_micro, dp_rank, Bm, T;
     int cp, cp_rank;          /* context parallelism: the stage computes this
@@ -216,6 +219,17 @@ typedef struct pipe_load {
 } pipe_load_t;
 
 static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i);
+static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets);
+
+/* eval.h's loader over a pipe_load_t of the validation file: validation
+ * batch k is cut as training step k. */
+static void eval_load(void *arg, int k, int round, int micro, int32_t *inputs, int32_t *targets)
+{
+    pipe_load_t *ld = arg;
+    ld->step = k;
+    ld->round = round;
+    pipe_load(ld, micro, inputs, targets);
+}
 
 static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
 {
@@ -240,6 +254,21 @@ static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
             tmp_in = spare;
         else
             tmp_tg = spare;
+    }
+    if (ld->ops != px_kernels_cpu()) { /* device buffers: cut on the host, then copy */
+        int32_t *host = malloc(2 * n * sizeof(int32_t));
+        if (!host) {
+            free(spare);
+            return;
+        }
+        px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, host, host + n);
+        if (inputs)
+            ld->ops->mem_copy_from_host(inputs, host, n * sizeof(int32_t));
+        if (targets)
+            ld->ops->mem_copy_from_host(targets, host + n, n * sizeof(int32_t));
+        free(host);
+        free(spare);
+        return;
     }
     px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, tmp_in, tmp_tg);
     free(spare);
@@ -345,6 +374,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     const int digests = opts && opts->replica_digests;
     int start_step = 0;
     const px_kernel_ops_t *ops = px_kernels_cpu();
+    int32_t *host_tokens = NULL; /* the batch cut on the host, for a device backend */
     px_train_config_t alone;
 
     if (opts && opts->export_only && !world) {
@@ -353,12 +383,35 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         memset(&alone.layout, 0, sizeof(alone.layout));
         cfg = &alone;
     }
+    /* the device's op table; every tensor below lives in its memory */
+    status = px_kernels_select(opts ? opts->device : NULL, &ops, err, sizeof(err));
+    if (status != PX_OK) {
+        px_error("train: %s", err);
+        return status;
+    }
+    /* device tensors travel through the collectives staged in host memory
+     * (transport/px_devmem.h) */
+    if (ops != px_kernels_cpu())
+        px_transport_set_device_memory(ops, px_kernels_is_device_ptr);
+    px_mem_set_backend(ops);
     status = px_train_layout(cfg, wsize, &layout, err, sizeof(err));
     if (status == PX_OK) {
         /* the one validator (jobcfg.h), on the layout this world runs */
         px_job_config_t checked = *cfg;
         checked.layout = layout;
         status = px_job_config_check(&checked, PX_JOBCFG_CHECK_DATA, err, sizeof(err));
+    }
+    if (status == PX_OK && ops != px_kernels_cpu() && layout.pp > 1) {
+        /* the stages' point-to-point sends are not staged (px_devmem.h) */
+        status = px_invalid(err, sizeof(err), "pp=%d on device '%s': pipeline stages on %s "
+                            "devices are not supported yet (their sends of device buffers)",
+                            layout.pp, opts->device, ops->name);
+    }
+    if (status == PX_OK && ops != px_kernels_cpu() && (layout.cp > 1 || cfg->experts)) {
+        /* the ring's sends and the experts' all-to-alls and host-side routing are not staged */
+        status = px_invalid(err, sizeof(err), "cp=%d experts=%d on device '%s': context "
+                            "parallelism and experts run on cpu devices only so far", layout.cp,
+                            cfg->experts, opts->device);
     }
     if (status != PX_OK) {
         px_error("train: %s", err);
@@ -445,9 +498,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             px_zero_set_tied(zero, PX_MODEL_UNIT_EMBED, last_stage);
         PX_CHECK_GOTO(px_pipe_create(&gc, ops, zero, groups, cfg->schedule, M, V, stage_layers,
                                      Bm, Tl, &pipe), status, out);
-    } else
+    } else {
         PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, Tl, px_zero_hooks(zero), &gpt),
                       status, out);
+        /* whole-model backward: gradient buckets reduced during it */
+        PX_CHECK_GOTO(px_zero_set_buckets(zero, cfg->bucket_mb), status, out);
+    }
     px_zero_init_params(zero, cfg->seed);
     if (cfg->experts) { /* the MoE layers' router and this rank's experts (moe.h) */
         px_moe_config_t mc = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
@@ -478,7 +534,9 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             goto out;
         }
     }
-    if (!inputs || !targets) {
+    if (ops != px_kernels_cpu())
+        host_tokens = malloc(2 * (size_t)Bm * T * sizeof(int32_t));
+    if (!inputs || !targets || (ops != px_kernels_cpu() && !host_tokens)) {
         status = PX_ERR_NO_MEMORY;
         goto out;
     }
@@ -563,16 +621,18 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     if (opts && opts->export_only)
         goto out;
-    px_eval_t ev = {.gpt = gpt, .ctx = &ctx, .val = val, .dp_comm = dp_comm, .seed = cfg->seed,
-                    .batches = cfg->eval_batches, .batch = cfg->batch, .accum = A, .dp = dp,
-                    .dp_rank = dp_rank, .Bm = Bm, .T = T, .inputs = inputs, .targets = targets};
+    /* the validation batches: the training cut (pipe_load) of the
+     * validation file, batch k in place of step k */
+    pipe_load_t val_ld = {.data = val, .seed = cfg->seed, .M = M,
+                          .per_micro = cfg->batch / (A * M), .dp_rank = dp_rank, .Bm = Bm,
+                          .T = T, .cp = cp, .cp_rank = cp_rank, .seq_in = seq_in,
+                          .seq_tg = seq_tg};
+    px_eval_t ev = {.gpt = gpt, .ctx = &ctx, .pipe = pipe, .M = M, .load = eval_load,
+                    .load_arg = &val_ld, .dp_comm = dp_comm,
+                    .pp_comm = pipe ? px_groups_comm(groups, PX_GROUP_PP) : NULL,
+                    .batches = cfg->eval_batches, .accum = A, .dp = dp, .cp = cp,
+                    .inputs = inputs, .targets = targets};
     const int eval_every = px_job_config_eval_every(cfg);
-    if (val && !gpt) { /* the validator rejects it first (jobcfg.c) */
-        px_error("train: the validation loss is not computed with pipeline parallelism (pp=%d)",
-                 pp);
-        status = PX_ERR_INVALID_ARGUMENT;
-        goto out;
-    }
     if (val && dump_dir && rank == 0)
         for (int k = 0; k < cfg->eval_batches; k++)
             PX_CHECK_GOTO(dump_val_batch(dump_dir, val, cfg, k), status, out);
@@ -589,7 +649,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             pipe_load_t ld = {.data = data, .seed = cfg->seed, .step = s, .M = M,
                               .per_micro = cfg->batch / (A * M), .dp_rank = dp_rank, .Bm = Bm,
                               .T = T, .cp = cp, .cp_rank = cp_rank, .seq_in = seq_in,
-                              .seq_tg = seq_tg};
+                              .seq_tg = seq_tg,
+                              .ops = ops};
             for (ld.round = 0; ld.round < A; ld.round++) {
                 float lsum = 0.0f;
                 PX_CHECK_GOTO(px_pipe_round(pipe, pipe_load, &ld, &lsum), status, out);
@@ -607,6 +668,11 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 px_data_batch(data, cfg->seed, s, first, Bm, T, seq_in, seq_tg);
                 cp_cut(seq_in, inputs, Bm, T, cp, cp_rank);
                 cp_cut(seq_tg, targets, Bm, T, cp, cp_rank);
+            } else if (host_tokens) { /* a device backend: cut on the host, copy over */
+                const size_t nt = (size_t)Bm * T;
+                px_data_batch(data, cfg->seed, s, first, Bm, T, host_tokens, host_tokens + nt);
+                ops->mem_copy_from_host(inputs, host_tokens, nt * sizeof(int32_t));
+                ops->mem_copy_from_host(targets, host_tokens + nt, nt * sizeof(int32_t));
             } else
                 px_data_batch(data, cfg->seed, s, first, Bm, T, inputs, targets);
             PX_CHECK_GOTO(px_gpt_forward_ctx(gpt, &ctx, inputs, targets, &l), status, out);
@@ -628,6 +694,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             double sx = 0.0;
             PX_CHECK_GOTO(px_moe_reduce(moe, &sx), status, out);
             norm = (float)sqrt((double)norm * norm + sx);
+        }
+        status = px_kernels_check(ops); /* a device op's error (sticky), once a step */
+        if (status != PX_OK) {
+            px_error("train: step %d: a %s kernel failed: %s", s + 1, ops->name,
+                     px_status_str(status));
+            goto out;
         }
         if (pipe) { /* the loss is the last stage's; the others add 0 exactly */
             status = px_allreduce(px_groups_comm(groups, PX_GROUP_PP), &loss, &loss, 1,
@@ -717,14 +789,6 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                                                    ? px_zero_unit_digest(zero,
                                                                          PX_MODEL_UNIT_EMBED)
                                                    : 0};
-        if (val && px_eval_due(eval_every, s, cfg->steps)) {
-            PX_CHECK_GOTO(px_eval_loss(&ev, &rep.val_loss), status, out);
-            if (dump_dir && rank == 0)
-                PX_CHECK_GOTO(dump_val_loss(dump_dir, s + 1, rep.val_loss), status, out);
-            if (rank == 0)
-                px_info("train: step %d: validation loss %.6f (%d batches)", s + 1,
-                        (double)rep.val_loss, cfg->eval_batches);
-        }
         fill_mem(&rep, plan, act_bytes);
         uint64_t *mrec = NULL, *mdrop = NULL;
         if (moe) {
@@ -741,6 +805,23 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             double a2a = px_moe_alltoall_s(moe);
             rep.moe_alltoall_s = a2a - moe_a2a_prev;
             moe_a2a_prev = a2a;
+        }
+        /* after the step's expert statistics were read: the evaluation's
+         * routing adds to them */
+        if (val && px_eval_due(eval_every, s, cfg->steps)) {
+            status = px_eval_loss(&ev, &rep.val_loss);
+            if (status != PX_OK) {
+                free(mrec);
+                goto out;
+            }
+            if (dump_dir && rank == 0)
+                if ((status = dump_val_loss(dump_dir, s + 1, rep.val_loss)) != PX_OK) {
+                    free(mrec);
+                    goto out;
+                }
+            if (rank == 0)
+                px_info("train: step %d: validation loss %.6f (%d batches)", s + 1,
+                        (double)rep.val_loss, cfg->eval_batches);
         }
         int stop = cb && cb(arg, &rep);
         free(mrec);
@@ -769,6 +850,13 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 cfg->zero, 1e3 * zt.gather_wait_s / steps_run, zt.gathers,
                 1e3 * zt.rs_wait_s / steps_run, 1e3 * zt.comm_other_s / steps_run,
                 ms.state_peak / 1e6, px_plan_state_bytes(plan) / 1e6);
+        if (px_zero_nbuckets(zero))
+            px_info("train: dp gradient buckets: %d (bucket %.3f MiB), %.2f per step started "
+                    "during backward (zero %d); the rest after it",
+                    px_zero_nbuckets(zero),
+                    px_zero_bucket_bytes(cfg->bucket_mb, plan->padded * sizeof(float)) /
+                        1048576.0,
+                    (double)px_zero_buckets_early(zero) / steps_run, cfg->zero);
         if (cp > 1) {
             px_ring_times_t rt;
             if (gpt)
@@ -801,6 +889,7 @@ out:
     free(canon);
     free(moe_canon);
     px_moe_destroy(moe);
+    free(host_tokens);
     px_mem_free(inputs);
     px_mem_free(targets);
     px_mem_free(seq_in);

@@ -19,10 +19,11 @@
  * Tensor bytes are cleared and copied through the op table (mem_set,
  * mem_copy, mem_copy_from_host / to_host), never with memset/memcpy.
  *
- * Nonblocking requests are recorded in gather_req[u] and the reduce-scatter
- * FIFO; a request is progressed with px_test from the model's progress hook
- * and completed with px_wait; on destroy, pending ones are cancelled before
- * their buffers are freed. One training thread. */
+ * Nonblocking requests are recorded in gather_req[u], the reduce-scatter
+ * FIFO and bucket_req[b]; every pending request of the worker is advanced
+ * by px_progress from the model's progress hook (between kernels) and each
+ * is completed, and its error taken, with px_wait; on destroy, pending ones
+ * are cancelled before their buffers are freed. One training thread. */
 #include "zero.h"
 
 #include <math.h>
@@ -62,7 +63,19 @@ struct px_zero {
     int rs_head, rs_count;
     px_gpt_hooks_t hooks;
     px_zero_times_t times;
-    px_status_t deferred; /* first error seen inside the progress hook */
+
+    /* stage 0-1 gradient buckets (px_zero_set_buckets; nbuckets 0: off).
+     * Bucket b holds units [bucket_lo[b], bucket_hi[b]], contiguous in
+     * full_grads, formed from the head down (reverse layer order, the order
+     * backward finishes them); unit 0 (the embedding, finished last and
+     * written by the head's backward too) and the loss are reduced in
+     * px_zero_reduce; stage 1: one unit per bucket, unit 0 included. */
+    int nbuckets, bstarted;
+    long buckets_early;  /* buckets started from the grads_release hook (during
+                          * backward), over all steps */
+    int *bucket_lo, *bucket_hi, *unit_bucket; /* unit_bucket[u]: -1 none */
+    int *bucket_left;    /* grads_release calls bucket b still needs this step */
+    px_request_t **bucket_req;
 };
 
 static uint64_t sl(const px_zero_t *z, int u) { return z->plan->unit_padded[u] / (uint64_t)z->nsh; }
@@ -198,8 +211,6 @@ static px_status_t gather_wait(px_zero_t *z, int u)
         return PX_OK;
     double t0 = px_time_mono_s();
     px_status_t status = req_wait(z->gather_req[u]);
-    if (status == PX_OK && z->deferred != PX_OK)
-        status = z->deferred;
     z->times.gather_wait_s += px_time_mono_s() - t0;
     z->gather_req[u] = NULL;
     z->gathering[u] = 0;
@@ -229,8 +240,6 @@ static px_status_t rs_complete_oldest(px_zero_t *z)
     int u = e->unit;
     double t0 = px_time_mono_s();
     px_status_t status = req_wait(e->req);
-    if (status == PX_OK && z->deferred != PX_OK)
-        status = z->deferred;
     z->times.rs_wait_s += px_time_mono_s() - t0;
     e->req = NULL;
     z->rs_head = (z->rs_head + 1) % z->nunits;
@@ -257,6 +266,144 @@ static int layers_in_flight(const px_zero_t *z)
         n += z->rs[(z->rs_head + i) % z->nunits].unit != PX_MODEL_UNIT_EMBED;
     return n;
 }
+
+/* ---- stages 0-1: gradient buckets ---- */
+
+/* Starts bucket b's collective: stage 0 an all-reduce (AVG, in place over
+ * its units' range of full_grads), stage 1 its unit's in-place
+ * reduce-scatter (one unit per bucket there). */
+static px_status_t bucket_start(px_zero_t *z, int b)
+{
+    if (z->stage == 1) {
+        int u = z->bucket_lo[b];
+        px_status_t st = rs_start(z, z->full_grads + z->plan->unit_offset[u], u,
+                                  &z->bucket_req[b]);
+        return st == PX_OK ? PX_OK : coll_fail(z, "reduce-scatter", u, st);
+    }
+    uint64_t off = z->plan->unit_offset[z->bucket_lo[b]];
+    uint64_t end = z->plan->unit_offset[z->bucket_hi[b]] + z->plan->unit_padded[z->bucket_hi[b]];
+    px_status_t status = px_allreduce_start(z->comm, z->full_grads + off, z->full_grads + off,
+                                            end - off, PX_FLOAT32, PX_AVG, NULL,
+                                            &z->bucket_req[b]);
+    return status == PX_OK ? PX_OK : coll_fail(z, "bucket all-reduce", z->bucket_hi[b], status);
+}
+
+/* Starts, in bucket order, every bucket whose units the last micro-batch's
+ * backward has finished (all of them when `all`). Every dp rank runs the
+ * same backward, so all start the same all-reduces in the same order. */
+static px_status_t buckets_start_ready(px_zero_t *z, int all)
+{
+    while (z->bstarted < z->nbuckets && (all || z->bucket_left[z->bstarted] == 0))
+        PX_CHECK(bucket_start(z, z->bstarted++));
+    return PX_OK;
+}
+
+/* grads_release of unit u: each unit is released once per micro-batch
+ * (whole backward, no pipeline: px_zero_set_buckets' precondition). */
+static px_status_t bucket_released(px_zero_t *z, int u)
+{
+    int b = z->unit_bucket[u];
+    if (b < 0 || z->bucket_left[b] == 0)
+        return PX_OK;
+    z->bucket_left[b]--;
+    int before = z->bstarted;
+    px_status_t status = buckets_start_ready(z, 0);
+    z->buckets_early += z->bstarted - before;
+    return status;
+}
+
+static void buckets_reset(px_zero_t *z)
+{
+    z->bstarted = 0;
+    for (int b = 0; b < z->nbuckets; b++) {
+        z->bucket_left[b] = 0;
+        for (int u = z->bucket_lo[b]; u <= z->bucket_hi[b]; u++)
+            z->bucket_left[b] += z->accum;
+    }
+}
+
+/* Waits for every bucket (starting those not started yet); then the first
+ * error. */
+static px_status_t buckets_wait(px_zero_t *z)
+{
+    px_status_t status = buckets_start_ready(z, 1), st;
+    for (int b = 0; b < z->nbuckets; b++) {
+        if (!z->bucket_req[b])
+            continue;
+        st = px_wait(z->bucket_req[b], -1);
+        z->bucket_req[b] = NULL;
+        if (st != PX_OK && status == PX_OK)
+            status = coll_fail(z, z->stage == 1 ? "reduce-scatter" : "bucket all-reduce",
+                               z->bucket_hi[b], st);
+    }
+    return status;
+}
+
+static void buckets_free(px_zero_t *z)
+{
+    for (int b = 0; z->bucket_req && b < z->nbuckets; b++)
+        if (z->bucket_req[b])
+            px_request_cancel(z->bucket_req[b]);
+    free(z->bucket_lo);
+    free(z->bucket_hi);
+    free(z->unit_bucket);
+    free(z->bucket_left);
+    free(z->bucket_req);
+    z->bucket_lo = z->bucket_hi = z->unit_bucket = z->bucket_left = NULL;
+    z->bucket_req = NULL;
+    z->nbuckets = 0;
+}
+
+uint64_t px_zero_bucket_bytes(double bucket_mb, uint64_t grad_bytes)
+{
+    if (bucket_mb > 0.0)
+        return (uint64_t)(bucket_mb * 1024.0 * 1024.0);
+    uint64_t b = grad_bytes / 4, lo = 256u << 10, hi = 25u << 20;
+    return b < lo ? lo : b > hi ? hi : b;
+}
+
+px_status_t px_zero_set_buckets(px_zero_t *z, double bucket_mb)
+{
+    int nu = z->nunits;
+    buckets_free(z);
+    if (z->stage > 1 || z->dp == 1 || z->tied_unit >= 0 || nu < 2)
+        return PX_OK;
+    uint64_t cap = px_zero_bucket_bytes(bucket_mb, z->plan->padded * sizeof(float));
+    z->bucket_lo = calloc((size_t)nu, sizeof(int));
+    z->bucket_hi = calloc((size_t)nu, sizeof(int));
+    z->unit_bucket = calloc((size_t)nu, sizeof(int));
+    z->bucket_left = calloc((size_t)nu, sizeof(int));
+    z->bucket_req = calloc((size_t)nu, sizeof(px_request_t *));
+    if (!z->bucket_lo || !z->bucket_hi || !z->unit_bucket || !z->bucket_left || !z->bucket_req) {
+        buckets_free(z);
+        return PX_ERR_NO_MEMORY;
+    }
+    /* from the head (last unit) down to layer 0 (unit 1); unit 0 apart at
+     * stage 0 (with the loss, in px_zero_reduce); stage 1: one unit per
+     * bucket, the embedding's last */
+    uint64_t bytes = 0;
+    int n = 0;
+    z->unit_bucket[0] = -1;
+    if (z->stage == 1)
+        cap = 0;
+    for (int u = nu - 1; u >= (z->stage == 1 ? 0 : 1); u--) {
+        if (bytes == 0)
+            z->bucket_hi[n] = u;
+        z->bucket_lo[n] = u;
+        z->unit_bucket[u] = n;
+        bytes += z->plan->unit_padded[u] * sizeof(float);
+        if (bytes >= cap || u <= 1) {
+            n++;
+            bytes = 0;
+        }
+    }
+    z->nbuckets = n;
+    buckets_reset(z);
+    return PX_OK;
+}
+
+int px_zero_nbuckets(const px_zero_t *z) { return z->nbuckets; }
+long px_zero_buckets_early(const px_zero_t *z) { return z->buckets_early; }
 
 /* ---- hooks ---- */
 
@@ -311,7 +458,7 @@ static px_status_t h_grads_release(void *arg, int u)
 {
     px_zero_t *z = arg;
     if (z->stage < 2)
-        return PX_OK;
+        return z->nbuckets ? bucket_released(z, u) : PX_OK;
     rs_entry_t *e = &z->rs[(z->rs_head + z->rs_count) % z->nunits];
     px_status_t status = rs_start(z, z->gbuf[u], u, &e->req);
     if (status != PX_OK)
@@ -321,37 +468,15 @@ static px_status_t h_grads_release(void *arg, int u)
     return PX_OK;
 }
 
+/* Between the model's kernels: advance every pending request of the
+ * worker (gathers, reduce-scatters, gradient buckets, and the tensor
+ * group's), so that they run under the compute (px_progress); their
+ * completion and errors are taken by the waits. */
 static void h_progress(void *arg)
 {
     px_zero_t *z = arg;
-    int done;
-    if (z->dp == 1)
-        return;
-    /* progress the oldest pending request of each kind; completion is
-     * recorded by px_test freeing it, so re-check with the same pointer only
-     * while it is not done */
-    for (int u = 0; u < z->nunits; u++) {
-        if (z->gathering[u] && z->gather_req[u]) {
-            px_status_t st = px_test(z->gather_req[u], &done);
-            if (st != PX_OK || done) {
-                z->gather_req[u] = NULL; /* freed by px_test */
-                if (st != PX_OK && z->deferred == PX_OK)
-                    z->deferred = st;
-            }
-            break;
-        }
-    }
-    if (z->rs_count) {
-        rs_entry_t *e = &z->rs[z->rs_head];
-        if (e->req) {
-            px_status_t st = px_test(e->req, &done);
-            if (st != PX_OK || done) {
-                e->req = NULL;
-                if (st != PX_OK && z->deferred == PX_OK)
-                    z->deferred = st;
-            }
-        }
-    }
+    if (z->dp > 1)
+        px_progress(z->comm);
 }
 
 /* ---- life ---- */
@@ -424,6 +549,7 @@ void px_zero_destroy(px_zero_t *z)
 {
     if (!z)
         return;
+    buckets_free(z);
     for (int u = 0; z->gather_req && u < z->nunits; u++)
         if (z->gather_req[u])
             px_request_cancel(z->gather_req[u]);
@@ -509,8 +635,11 @@ void px_zero_init_params(px_zero_t *z, uint64_t seed)
     }
 }
 
+static void buckets_reset(px_zero_t *z);
+
 void px_zero_begin_step(px_zero_t *z)
 {
+    buckets_reset(z);
     if (z->full_grads)
         z->k->mem_set(z->full_grads, 0, (z->plan->padded + 1) * sizeof(float));
     if (z->shard_grads)
@@ -521,8 +650,6 @@ px_status_t px_zero_end_micro(px_zero_t *z)
 {
     while (z->rs_count)
         PX_CHECK(rs_complete_oldest(z));
-    if (z->deferred != PX_OK)
-        return z->deferred;
     return PX_OK;
 }
 
@@ -545,7 +672,35 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
             if (status != PX_OK)
                 return coll_fail(z, "all-reduce", 0, status);
         }
-        if (z->dp > 1) {
+        if (z->dp > 1 && z->nbuckets) {
+            /* the embedding and the loss (2 requests, in flight at once
+             * with the last buckets), then the buckets started during
+             * backward: only the last ones can still be running */
+            float *lossp = z->full_grads + p->padded;
+            px_request_t *er = NULL, *lr = NULL;
+            status = px_allreduce_start(z->comm, z->full_grads, z->full_grads, p->unit_padded[0],
+                                        PX_FLOAT32, PX_AVG, NULL, &er);
+            if (status == PX_OK)
+                status = px_allreduce_start(z->comm, lossp, lossp, 1, PX_FLOAT32, PX_AVG, NULL,
+                                            &lr);
+            px_status_t bst = buckets_wait(z);
+            if (status == PX_OK)
+                status = bst;
+            if (er) {
+                px_status_t st = status == PX_OK ? px_wait(er, -1) : PX_OK;
+                if (status != PX_OK)
+                    px_request_cancel(er);
+                status = status == PX_OK ? st : status;
+            }
+            if (lr) {
+                px_status_t st = status == PX_OK ? px_wait(lr, -1) : PX_OK;
+                if (status != PX_OK)
+                    px_request_cancel(lr);
+                status = status == PX_OK ? st : status;
+            }
+            if (status != PX_OK)
+                return coll_fail(z, "all-reduce", -1, status);
+        } else if (z->dp > 1) {
             status = px_allreduce(z->comm, z->full_grads + skip, z->full_grads + skip,
                                   p->padded + 1 - skip, PX_FLOAT32, PX_AVG, -1);
             if (status != PX_OK)
@@ -569,7 +724,7 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
         return PX_OK;
     }
     if (z->stage == 1) {
-        status = all_units(z, rs_start, z->full_grads);
+        status = z->nbuckets ? buckets_wait(z) : all_units(z, rs_start, z->full_grads);
         z->times.rs_wait_s += px_time_mono_s() - t0;
         if (status != PX_OK)
             return coll_fail(z, "reduce-scatter", -1, status);

@@ -3,9 +3,12 @@
  * Owns the parameters, gradients and AdamW moments of one rank, laid out by
  * plan.h (units padded to a multiple of dp; rank r's shard is its r-th slice
  * of every unit), and feeds them to the model through px_gpt_hooks_t:
- *   0: everything replicated; one all-reduce (AVG) of the flat gradients.
- *   1: AdamW moments sharded; after the last micro-batch each unit's
- *      gradients are reduce-scattered in place, each rank updates its slice,
+ *   0: everything replicated; the flat gradients all-reduced (AVG) in
+ *      buckets started during backward (px_zero_set_buckets), else in one
+ *      all-reduce after it.
+ *   1: AdamW moments sharded; each unit's gradients are reduce-scattered
+ *      in place, started as soon as the last micro-batch's backward has
+ *      finished the unit (px_zero_set_buckets), each rank updates its slice,
  *      the parameters are all-gathered in place.
  *   2: gradients sharded too: each unit's gradient buffer is reduce-scattered
  *      (nonblocking) as soon as backward has finished it and is freed when
@@ -63,6 +66,29 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
                            const px_kernel_ops_t *ops, int accum, int prefetch, px_zero_t **z_p);
 void px_zero_destroy(px_zero_t *z); /* NULL no-op; waits nothing: only after a failure-free
                                        step or a comm abort */
+
+/* Data-parallel gradient buckets (stages 0 and 1, issue 13; as PyTorch DDP's
+ * bucket_cap_mb): the units from the head down to layer 0 are grouped into
+ * buckets of at least px_zero_bucket_bytes(bucket_mb, gradient bytes)
+ * (whole units, contiguous in the flat gradient buffer), and each bucket's
+ * all-reduce (AVG) is started as soon as the last micro-batch's backward
+ * has released all its units, so it runs (through the progress hook)
+ * while backward computes the layers below; px_zero_reduce then starts the
+ * embedding's (finished last) and the loss's and waits for all. Stage 1
+ * does the same with each unit's reduce-scatter (one unit per bucket,
+ * the embedding's included). Only for a whole-model backward (no
+ * pipeline: each unit released once per micro-batch) with dp > 1 and no
+ * tied copy; otherwise (and without this call) the collectives run after
+ * backward. Call after px_zero_set_tied. PX_ERR_NO_MEMORY. */
+px_status_t px_zero_set_buckets(px_zero_t *z, double bucket_mb);
+/* Number of buckets in use (0: off). */
+int px_zero_nbuckets(const px_zero_t *z);
+/* Bucket all-reduces started during backward (from the grads_release
+ * hook, not by px_zero_reduce), summed over all steps so far. */
+long px_zero_buckets_early(const px_zero_t *z);
+/* Bucket bytes for `bucket_mb` MiB (> 0), or by default (0) a quarter of
+ * the model's gradient bytes, at least 256 KiB and at most DDP's 25 MiB. */
+uint64_t px_zero_bucket_bytes(double bucket_mb, uint64_t grad_bytes);
 
 /* The model-parallel group (layout.h PX_GROUP_MP: the ranks that together
  * hold one copy of the model; borrowed for z's life; NULL or a group of one:

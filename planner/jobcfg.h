@@ -51,6 +51,8 @@ typedef struct px_job_config {
     const char *data_path; /* llm.c-layout token file */
     int zero;              /* ZeRO stage 0..3 */
     int prefetch;          /* ZeRO-3 gather prefetch (1) */
+    float bucket_mb;       /* data-parallel gradient bucket, MiB; 0 = by the model's size
+                            * (engine/zero.h px_zero_bucket_bytes); issue 13 */
     int checkpoint_every;  /* steps; 0 = never */
     const char *checkpoint_dir, *resume_dir, *export_safetensors;
     /* mixture of experts (engine/moe.h): experts 0 = a dense model; else
@@ -69,14 +71,27 @@ typedef struct px_job_config {
      * (engine/eval.h) */
     const char *val_path;
     int eval_every, eval_batches;
+    int precision;         /* issue 12: PX_PRECISION_FP32 (default) or _BF16;
+                              -1 an unknown name (the check names it) */
 } px_job_config_t;
+
+/* Compute precision: fp32 everywhere (the default and the equivalence
+ * oracle), or bf16 weights and activations with fp32 master weights,
+ * optimizer state and reductions (not implemented by the engine yet: the
+ * check rejects it, naming it). */
+enum { PX_PRECISION_FP32 = 0, PX_PRECISION_BF16 = 1 };
+
+/* "fp32" / "bf16" -> PX_PRECISION_*; NULL or "" -> fp32; else -1. */
+int px_job_config_precision_parse(const char *name);
+/* PX_PRECISION_* -> "fp32" / "bf16" ("?" otherwise); static string. */
+const char *px_job_config_precision_name(int precision);
 
 /* The defaults: vocab 256, layout all 1, grad_accum 1, micro_batches 1,
  * schedule 1F1B, virtual_stages 1, lr 2e-3,
  * min_lr_ratio 0.1, warmup -1 (steps/20), weight_decay 0.1, betas 0.9/0.95,
- * eps 1e-8, grad_clip 1.0, seed 1337, zero 0, prefetch 1; experts 0 (dense),
- * top_k 2, moe_every 1, capacity_factor 1.25, aux_loss_coef 0.01; eval_every -1
- * (steps / 10), eval_batches 4. Sizes, steps and paths are left 0 / NULL. */
+ * eps 1e-8, grad_clip 1.0, seed 1337, zero 0, prefetch 1, bucket_mb 0 (auto);
+ * experts 0 (dense), top_k 2, moe_every 1, capacity_factor 1.25, aux_loss_coef 0.01;
+ * eval_every -1 (steps / 10), eval_batches 4. Sizes, steps and paths are left 0 / NULL. */
 void px_job_config_defaults(px_job_config_t *cfg);
 
 /* What px_job_config_check looks at beyond the config itself. */

@@ -14,7 +14,7 @@
  *                 [--metrics-out FILE] [--export-init DIR] [--dump-dir DIR]
  *                 [--dump-steps N] [--zero 0-3] [--grad-accum N]
  *                 [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]
- *                 [--export-safetensors FILE] [--no-prefetch]
+ *                 [--export-safetensors FILE] [--no-prefetch] [--bucket-mb F]
  *                 [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]
  * (or --spec-file PATH instead of the job flags). The layout's world must be
  * PX_WORLD_SIZE (1 when unset); --dp defaults to PX_WORLD_SIZE / (tp x pp x
@@ -58,6 +58,7 @@ typedef struct rank_args {
     int test_norm_ones;          /* --test-norm-ones (px_train_options_t) */
     int replica_digests;         /* --replica-digests (px_train_options_t) */
     float router_skew;           /* --test-router-skew B (px_train_options_t) */
+    const char *device;          /* --device cpu[:N] | cuda[:K] (px_kernels_select.h) */
     const char *coord, *job, *node;
     int rank, world;
     const char *spec_file;
@@ -82,8 +83,11 @@ static void usage(FILE *out)
             "         [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
+            "         [--bucket-mb F (data-parallel gradient bucket, MiB; 0 = auto)]\n"
             "         [--replica-digests] [--test-router-skew B]\n"
             "         [--val-data PATH [--eval-every N] [--eval-batches K]]\n"
+            "         [--device cpu|cuda|cuda:K] (default cpu)\n"
+            "         [--precision fp32|bf16] (default fp32; bf16 not implemented yet)\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--micro-batches M] [--schedule gpipe|1f1b|zb1|interleaved]\n"
             "         [--virtual-stages V] (interleaved: model chunks per stage) [--stage-layers 2,2,1,1]\n"
@@ -179,10 +183,10 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
            O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
            O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
            O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_EXPERTS, O_TOPK, O_CAPF,
-           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_EVAL_EVERY, O_EVAL_BATCHES,
+           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_EVAL_EVERY, O_EVAL_BATCHES, O_BUCKET, O_PRECISION,
            O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
            O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
-           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS, O_SKEW };
+           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS, O_SKEW, O_DEVICE };
     static const struct option opts[] = {
         {"layers", 1, 0, O_LAYERS}, {"heads", 1, 0, O_HEADS}, {"dim", 1, 0, O_DIM},
         {"seq", 1, 0, O_SEQ}, {"vocab", 1, 0, O_VOCAB}, {"batch", 1, 0, O_BATCH},
@@ -204,10 +208,12 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"experts", 1, 0, O_EXPERTS},
         {"top-k", 1, 0, O_TOPK}, {"capacity-factor", 1, 0, O_CAPF}, {"dropless", 0, 0, O_DROPLESS},
         {"moe-every", 1, 0, O_MOE_EVERY}, {"aux-loss-coef", 1, 0, O_AUXC},
+        {"bucket-mb", 1, 0, O_BUCKET},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
         {"replica-digests", 0, 0, O_DIGESTS}, {"test-router-skew", 1, 0, O_SKEW},
         {"val-data", 1, 0, O_VAL}, {"eval-every", 1, 0, O_EVAL_EVERY},
         {"eval-batches", 1, 0, O_EVAL_BATCHES},
+        {"precision", 1, 0, O_PRECISION}, {"device", 1, 0, O_DEVICE},
         {0, 0, 0, 0}};
     int c, idx, r = 0, print_sched = 0;
     char *end;
@@ -263,6 +269,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_RESUME: a->cfg.resume_dir = optarg; break;
         case O_SAFETENSORS: a->cfg.export_safetensors = optarg; break;
         case O_NOPREFETCH: a->cfg.prefetch = 0; break;
+        case O_BUCKET: r = parse_float(name, optarg, &a->cfg.bucket_mb); break;
         case O_VAL: a->cfg.val_path = optarg; break;
         case O_EVAL_EVERY: r = parse_int(name, optarg, 0, &a->cfg.eval_every); break;
         case O_EVAL_BATCHES: r = parse_int(name, optarg, 1, &a->cfg.eval_batches); break;
@@ -288,11 +295,19 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
             break;
         case O_STAGE_LAYERS: a->cfg.stage_layers = optarg; break;
         case O_VSTAGES: r = parse_int(name, optarg, 1, &a->cfg.virtual_stages); break;
+        case O_PRECISION:
+            a->cfg.precision = px_job_config_precision_parse(optarg);
+            if (a->cfg.precision < 0) {
+                fprintf(stderr, "parallax-rank: --precision: '%s' is not fp32 or bf16\n", optarg);
+                r = -1;
+            }
+            break;
         case O_PRINT_SCHED: print_sched = 1; break;
         case O_SPEC_FILE: a->spec_file = optarg; break;
         case O_NORM_ONES: a->test_norm_ones = 1; break;
         case O_DIGESTS: a->replica_digests = 1; break;
         case O_SKEW: r = parse_float(name, optarg, &a->router_skew); break;
+        case O_DEVICE: a->device = optarg; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "parallax-rank: unknown or incomplete option '%s'\n",
@@ -513,7 +528,10 @@ int main(int argc, char **argv)
     px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps,
                             .test_norm_ones = a.test_norm_ones,
                             .replica_digests = a.replica_digests,
-                            .router_skew = a.router_skew};
+                            .router_skew = a.router_skew,
+                            /* the daemon names the rank's device in PX_DEVICE (cpu:K, or
+                             * cuda:0 with CUDA_VISIBLE_DEVICES its one GPU) */
+                            .device = a.device ? a.device : getenv("PX_DEVICE")};
     status = px_train_run_ex(&a.cfg, px_world_comm(pw), on_step, &ctx, &o);
     if (status == PX_OK || status == PX_ERR_ABORTED)
         ret = 0;

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "px_devmem.h"
 #include "px_env.h"
 #include "px_log.h"
 #include "px_reduce.h"
@@ -225,6 +226,46 @@ static px_status_t start_fail(px_request_t *req, px_status_t status)
     return status;
 }
 
+/* --- device buffers (px_devmem.h) ------------------------------------------ */
+
+static const px_kernel_ops_t *dev_ops;
+static int (*dev_is_device)(const void *p);
+
+void px_transport_set_device_memory(const px_kernel_ops_t *k, int (*is_device)(const void *p))
+{
+    dev_ops = k && is_device ? k : NULL;
+    dev_is_device = k && is_device ? is_device : NULL;
+}
+
+static int on_device(const void *a, const void *b)
+{
+    return dev_is_device && ((a && dev_is_device(a)) || (b && dev_is_device(b)));
+}
+
+/* A host copy (slot 3) of `bytes` of the device buffer `src` (NULL: left
+ * uninitialised), once the device's queued work is done; the request copies
+ * `back` bytes from offset `off` of it to `dst` when it completes. */
+static void *stage_device(px_request_t *req, const void *src, size_t bytes, void *dst,
+                          size_t off, size_t back)
+{
+    char *t = px__req_tmp(req, 3, bytes);
+    if (!t)
+        return NULL;
+    dev_ops->synchronize();
+    if (src)
+        dev_ops->mem_copy_to_host(t, src, bytes);
+    req->dev_dst = dst;
+    req->dev_src = t + off;
+    req->dev_bytes = back;
+    return t;
+}
+
+void px__dev_finish(px_request_t *req)
+{
+    if (req->dev_dst && req->dev_bytes && dev_ops)
+        dev_ops->mem_copy_from_host(req->dev_dst, req->dev_src, req->dev_bytes);
+}
+
 /* --- all-reduce ------------------------------------------------------------ */
 
 px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
@@ -240,13 +281,30 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
     if (status != PX_OK)
         return status;
     NEED(!count || (sendbuf && recvbuf), "px_allreduce");
+    if (is_half(dtype) && on_device(sendbuf, recvbuf)) {
+        px_error("px_allreduce: %s on device buffers is not supported (fp32, fp64, integers)",
+                 px_dtype_name(dtype));
+        return PX_ERR_INVALID_ARGUMENT;
+    }
     status = px__req_create(comm, PX__COLL_ALLREDUCE, dtype, op, count, -1, NULL, NULL, opts,
                             &req);
     if (status != PX_OK)
         return status;
     if (count == 0)
         goto out;
-    if (comm->size == 1) {
+    if (on_device(sendbuf, recvbuf)) {
+        size_t bytes = (size_t)(count * req->esz);
+        if (comm->size == 1) {
+            if (sendbuf != recvbuf)
+                dev_ops->mem_copy(recvbuf, sendbuf, bytes);
+            goto out;
+        }
+        void *t = stage_device(req, sendbuf, bytes, recvbuf, 0, bytes);
+        if (!t)
+            return start_fail(req, PX_ERR_NO_MEMORY);
+        src = t;
+        dst = t;
+    } else if (comm->size == 1) {
         if (sendbuf != recvbuf)
             memcpy(recvbuf, sendbuf, (size_t)(count * req->esz));
         goto out; /* AVG over one rank: the input itself */
@@ -305,6 +363,11 @@ px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *
     if (status != PX_OK)
         return status;
     NEED(!recvcount || (sendbuf && recvbuf), "px_reduce_scatter");
+    if (is_half(dtype) && on_device(sendbuf, recvbuf)) {
+        px_error("px_reduce_scatter: %s on device buffers is not supported (fp32, fp64, "
+                 "integers)", px_dtype_name(dtype));
+        return PX_ERR_INVALID_ARGUMENT;
+    }
     n = (uint64_t)comm->size;
     esz = px_dtype_size(dtype);
     inplace = (const char *)recvbuf == (const char *)sendbuf + (uint64_t)comm->rank * recvcount * esz;
@@ -314,6 +377,25 @@ px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *
         return status;
     if (recvcount == 0)
         goto out;
+    if (on_device(sendbuf, recvbuf)) {
+        if (comm->size == 1) {
+            if (!inplace)
+                dev_ops->mem_copy(recvbuf, sendbuf, (size_t)recvcount * esz);
+            goto out;
+        }
+        /* the whole input on the host, reduced in place there; this rank's
+         * block goes back */
+        char *t = stage_device(req, sendbuf, (size_t)(n * recvcount) * esz, recvbuf,
+                               (size_t)((uint64_t)comm->rank * recvcount) * esz,
+                               (size_t)recvcount * esz);
+        if (!t)
+            return start_fail(req, PX_ERR_NO_MEMORY);
+        status = px__ring_setup(req, 0, 1, 0, t, t, NULL, recvcount, 0);
+        if (status != PX_OK)
+            return start_fail(req, status);
+        req->algo = PX_ALGO_RING;
+        goto out;
+    }
     if (comm->size == 1) {
         if (!inplace)
             memcpy(recvbuf, sendbuf, (size_t)recvcount * esz);
@@ -368,11 +450,29 @@ px_status_t px_allgather_start(px_comm_t *comm, const void *sendbuf, void *recvb
         return status;
     if (sendcount == 0)
         goto out;
-    mine = (char *)recvbuf + (uint64_t)comm->rank * sendcount * esz;
-    if (mine != (const char *)sendbuf)
-        memcpy(mine, sendbuf, (size_t)sendcount * esz);
+    void *gather_buf = recvbuf;
+    if (on_device(sendbuf, recvbuf) && comm->size == 1) {
+        char *mine_dev = (char *)recvbuf + (uint64_t)comm->rank * sendcount * esz;
+        if (mine_dev != (const char *)sendbuf)
+            dev_ops->mem_copy(mine_dev, sendbuf, (size_t)sendcount * esz);
+        goto out;
+    }
+    if (on_device(sendbuf, recvbuf)) {
+        /* gathered on the host, all of it copied back */
+        size_t all = (size_t)((uint64_t)comm->size * sendcount) * esz;
+        char *t = stage_device(req, NULL, all, recvbuf, 0, all);
+        if (!t)
+            return start_fail(req, PX_ERR_NO_MEMORY);
+        dev_ops->mem_copy_to_host(t + (size_t)((uint64_t)comm->rank * sendcount) * esz, sendbuf,
+                                  (size_t)sendcount * esz);
+        gather_buf = t;
+    } else {
+        mine = (char *)recvbuf + (uint64_t)comm->rank * sendcount * esz;
+        if (mine != (const char *)sendbuf)
+            memcpy(mine, sendbuf, (size_t)sendcount * esz);
+    }
     if (comm->size > 1) {
-        status = px__ring_setup(req, 0, 0, 1, NULL, recvbuf, NULL, sendcount, 0);
+        status = px__ring_setup(req, 0, 0, 1, NULL, gather_buf, NULL, sendcount, 0);
         if (status != PX_OK)
             return start_fail(req, status);
         req->algo = PX_ALGO_RING;
@@ -675,6 +775,11 @@ static px_status_t p2p_start(px_comm_t *comm, int is_send, int peer, uint32_t ta
         bytes > PX_COLL_MAX_BYTES) {
         px_error("px_%s: bad peer %d (size %d) or buffer (%llu bytes)", is_send ? "send" : "recv",
                  peer, comm->size, (unsigned long long)bytes);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (bytes && on_device(buf, NULL)) { /* not staged (px_devmem.h): refused, not crashed */
+        px_error("px_%s: device buffers are not supported by point-to-point yet",
+                 is_send ? "send" : "recv");
         return PX_ERR_INVALID_ARGUMENT;
     }
     status = px__req_create(comm, is_send ? PX__COLL_SEND : PX__COLL_RECV, PX_UINT8, PX_SUM,

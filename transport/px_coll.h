@@ -108,6 +108,14 @@ px_status_t px_test(px_request_t *req, int *done_p);
 px_status_t px_wait(px_request_t *req, int timeout_ms);
 /* Waits for all `n` requests (each freed); returns the first error. */
 px_status_t px_wait_all(px_request_t **reqs, int n, int timeout_ms);
+/* Advances every pending request of every communicator on `comm`'s worker
+ * without blocking (no sleep, bounded work: it returns when nothing more
+ * moves), and returns at once when none is pending. The engine calls it
+ * between kernels so that nonblocking collectives run while it computes
+ * (issue 13: the overlap mechanism; px_request.c says why not a thread).
+ * Failures are recorded in the requests and returned by their px_test /
+ * px_wait; this call reports nothing. NULL: no-op. */
+void px_progress(px_comm_t *comm);
 /* Cancels a pending request (its peers see the collective fail by their
  * deadline); frees it. NULL no-op. */
 void px_request_cancel(px_request_t *req);

@@ -233,6 +233,7 @@ px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_
     if (status != PX_OK)
         goto err_destroy;
     px_debug("comm %u: rank %d of %d connected", comm->id, rank, comm->size);
+    px__comm_link(comm);
     *comm_p = comm;
     return PX_OK;
 
@@ -402,6 +403,7 @@ void px_comm_destroy(px_comm_t *comm)
 
     if (!comm)
         return;
+    px__comm_unlink(comm);
     px__comm_drop_requests(comm);
     if (comm->peers && comm->size > 1 && !comm->active && !comm->failed)
         goodbye(comm);
@@ -581,6 +583,7 @@ px_status_t px_comm_split(px_comm_t *comm, int color, int key, px_comm_t **newco
         goto err_free;
     }
     comm->tr->n_comms++;
+    px__comm_link(sub);
     px_debug("comm %u: split color %d: rank %d of %d (comm %u)", comm->id, color, me, count, id);
     *newcomm_p = sub;
     goto out;

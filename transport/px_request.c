@@ -17,10 +17,30 @@
  * of the wrong size is held as a mismatch until the headers name it).
  * All-to-all-v checks the headers first.
  *
- * Progress: px_test / px_wait progress the worker and then step every
- * pending request of the communicator in start order (a collective started
- * earlier may be what the peers wait for), until nothing moves; px_wait then
- * sleeps on the worker's event fd (px__sleep). Nothing spins.
+ * Progress: px_test / px_wait / px_progress progress the worker and then
+ * step every pending request of every communicator on that worker (the
+ * transport's list), each communicator's in start order (a collective
+ * started earlier may be what the peers wait for), until nothing moves;
+ * px_wait then sleeps on the worker's event fd (px__sleep). Nothing spins.
+ *
+ * Asynchronous progress (issue 13) is by progress calls between kernels:
+ * the engine calls px_progress after every op of its forward and backward
+ * (gpt.c's poke, through zero.c's progress hook), so requests started
+ * before a layer's compute (gradient buckets, ZeRO gathers and
+ * reduce-scatters, tensor-parallel collectives) advance while it runs. Why
+ * not a progress thread sleeping on the worker's event fd: (1) on the
+ * machines we test on, 4 ranks share 2 cores, and a second runnable thread
+ * per rank that wakes on every message costs two context switches per
+ * wake-up and takes cores from the compute it is meant to hide behind;
+ * (2) the worker would have to be made thread-safe (UCS_THREAD_MODE_MULTI:
+ * a lock in every UCX call) and every request, op list and communicator
+ * structure here guarded, on every call of the training thread; (3) the
+ * engine's kernels are a few milliseconds each on CPU, so a poke between
+ * them bounds the delay of a ring step to one kernel, and a poke with
+ * nothing pending costs a walk of an empty list. What it does not do:
+ * advance during one long kernel (a GPU stream or a very large GEMM); a
+ * thread (or a helper core) is the lever there. Single-threaded: the
+ * caller's thread runs all of it.
  *
  * Failure: a request fails on its own deadline (PX_ERR_TIMEOUT, sticky on
  * the communicator), on a mismatch (only this request; the communicator
@@ -29,7 +49,8 @@
  * receives are cancelled and its sends drained (bounded) before it reports,
  * so no buffer is touched after completion.
  *
- * Runs on the thread using the communicator. */
+ * Runs on the thread using the communicators of the transport (one thread
+ * per transport). */
 #include "px_transport_int.h"
 
 #include <stdlib.h>
@@ -389,8 +410,10 @@ static void req_end(px_request_t *req, px_status_t status)
 {
     if (status != PX_OK)
         px__cancel_ops(req->comm, req);
-    else
+    else {
         half_finish(req);
+        px__dev_finish(req);
+    }
     req->status = status;
     release_tmps(req);
 }
@@ -452,19 +475,74 @@ check_time:
     return PX_INPROGRESS;
 }
 
-/* Progresses the worker and steps every pending request until nothing
- * moves. */
+void px__comm_link(px_comm_t *comm)
+{
+    if (comm->tr_linked)
+        return;
+    comm->tr_next = comm->tr->comms;
+    comm->tr->comms = comm;
+    comm->tr_linked = 1;
+}
+
+void px__comm_unlink(px_comm_t *comm)
+{
+    if (!comm->tr_linked)
+        return;
+    for (px_comm_t **pp = &comm->tr->comms; *pp; pp = &(*pp)->tr_next) {
+        if (*pp == comm) {
+            *pp = comm->tr_next;
+            break;
+        }
+    }
+    comm->tr_next = NULL;
+    comm->tr_linked = 0;
+}
+
+/* Steps every pending request of `comm` once, in start order. */
+static void comm_step(px_comm_t *comm, int *progressed_p)
+{
+    for (px_request_t *r = comm->reqs; r; r = r->next)
+        if (r->status == PX_INPROGRESS)
+            req_step(r, progressed_p);
+}
+
+/* Progresses the worker and steps every pending request of every
+ * communicator on it until nothing moves. Progress is per worker, not per
+ * communicator: a rank blocked on communicator A must still advance its
+ * part of B, which a peer may be waiting on before it can serve A
+ * (test_progress twocomm). `comm` first (it is what the caller waits on),
+ * then the others. */
 static void comm_progress(px_comm_t *comm)
 {
+    px_transport_t *tr = comm->tr;
+
     for (int rounds = 0; rounds < 1000; rounds++) {
         int progressed = 0;
         px__progress_worker(comm);
-        for (px_request_t *r = comm->reqs; r; r = r->next)
-            if (r->status == PX_INPROGRESS)
-                req_step(r, &progressed);
+        comm_step(comm, &progressed);
+        for (px_comm_t *c = tr->comms; c; c = c->tr_next)
+            if (c != comm && c->reqs)
+                comm_step(c, &progressed);
         if (!progressed)
             return;
     }
+}
+
+void px_progress(px_comm_t *comm)
+{
+    int pending = 0;
+
+    if (!comm)
+        return;
+    for (px_comm_t *c = comm->tr->comms; c && !pending; c = c->tr_next)
+        for (px_request_t *r = c->reqs; r && !pending; r = r->next)
+            pending = r->status == PX_INPROGRESS;
+    if (!pending)
+        return;
+    /* dead same-node peers are dropped before the worker is progressed;
+     * their requests learn it in their own step */
+    (void)px__poll_async(comm);
+    comm_progress(comm);
 }
 
 static px_status_t req_finish(px_request_t *req)
@@ -552,9 +630,10 @@ static px_status_t wait_impl(px_request_t *req, int timeout_ms, int *freed_p)
         if (now >= user_deadline && user_deadline < req->deadline)
             return PX_ERR_TIMEOUT; /* the request stays valid */
         until = req->deadline < user_deadline ? req->deadline : user_deadline;
-        for (px_request_t *r = comm->reqs; r; r = r->next)
-            if (r->status == PX_INPROGRESS && r->deadline < until)
-                until = r->deadline;
+        for (px_comm_t *c = comm->tr->comms; c; c = c->tr_next)
+            for (px_request_t *r = c->reqs; r; r = r->next)
+                if (r->status == PX_INPROGRESS && r->deadline < until)
+                    until = r->deadline;
         if (until <= now)
             continue; /* the step sees the deadline */
         if (spin_then_done(req))

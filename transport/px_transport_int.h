@@ -76,6 +76,9 @@ struct px_transport {
     void **leftover;      /* op records of destroyed comms whose sends never
                            * completed: freed after ucp_worker_destroy */
     size_t n_leftover;
+    struct px_comm *comms; /* every live communicator on this worker (world and
+                            * splits), linked by px_comm.tr_next: progress steps
+                            * the requests of all of them (px_request.c) */
 };
 
 typedef struct px_request px_request_t;
@@ -114,6 +117,8 @@ typedef struct px__buf {
 
 struct px_comm {
     px_transport_t *tr;
+    struct px_comm *tr_next; /* tr->comms link (px__comm_link) */
+    int tr_linked;
     int rank;
     int size;
     unsigned id;          /* tag comm id */
@@ -266,9 +271,20 @@ struct px_request {
     const float *half_src;
     uint64_t half_count;
 
+    /* device buffers are staged in host slot 3 (px_devmem.h): on success
+     * dev_bytes bytes from dev_src are copied back into dev_dst */
+    void *dev_dst;
+    const void *dev_src;
+    size_t dev_bytes;
+
     void *tmp[4];          /* temporaries (comm cache or owned): 0, 1 algorithm, 2 ring
-                            * slots, 3 fp16/bf16 staging */
+                            * slots, 3 fp16/bf16 or device staging */
 };
+
+/* --- px_coll.c: device staging (px_devmem.h) --- */
+
+/* Copies a staged device result back (request completion). */
+void px__dev_finish(px_request_t *req);
 
 /* --- px_progress.c --- */
 
@@ -322,6 +338,13 @@ void px__progress_worker(px_comm_t *comm);
 void px__sleep(px_comm_t *comm, int timeout_ms);
 
 /* --- px_request.c --- */
+
+/* Links `comm` on its transport's list of communicators, so that progress
+ * made on any communicator of the worker steps its requests too (a no-op
+ * when linked). */
+void px__comm_link(px_comm_t *comm);
+/* Unlinks `comm` (destroy); a no-op when not linked. */
+void px__comm_unlink(px_comm_t *comm);
 
 /* Allocates a request of `kind` on comm: takes the next sequence number,
  * posts the header exchange (header count `count`, and with `expect` (or

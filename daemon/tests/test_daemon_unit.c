@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "daemon.h"
+#include "nvml.h"
 #include "store.h"
 
 static int failures;
@@ -333,6 +334,40 @@ static void test_config(void)
     {
         char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", "cpu:0", NULL};
         EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_ERR_INVALID_ARGUMENT, "cpu:0");
+    }
+    /* issue 12: GPUs as devices: cuda (all), cuda:I,J, with cpu:N */
+    {
+        char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", "cuda:0,1,cpu:2", NULL};
+        EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_OK && cfg.n_cuda == 2 &&
+               cfg.cuda_ids[0] == 0 && cfg.cuda_ids[1] == 1 && cfg.n_devices == 2 &&
+               !cfg.cuda_all, "cuda:0,1,cpu:2: %d gpus, %d cpus", cfg.n_cuda, cfg.n_devices);
+        px_daemon_config_free(&cfg);
+    }
+    {
+        char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", "cuda", NULL};
+        EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_OK && cfg.cuda_all &&
+               cfg.n_devices == 0, "cuda");
+        px_daemon_config_free(&cfg);
+    }
+    {
+        static const char *bad[] = {"cuda:x", "cuda:0,0", "gpu:1", "cuda,cuda:1", "cpu:2,cpu:1",
+                                    "cuda:64", ""};
+        for (unsigned i = 0; i < sizeof bad / sizeof *bad; i++) {
+            char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", (char *)bad[i],
+                            NULL};
+            EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_ERR_INVALID_ARGUMENT,
+                   "devices '%s' rejected", bad[i]);
+        }
+    }
+    /* NVML is loaded at run time: where the driver is absent the probe says
+     * so (NOT_FOUND, naming the library) instead of failing to link */
+    {
+        px_gpu_info_t g[4];
+        int ng = -1;
+        char nerr[256] = "";
+        px_status_t ns = px_nvml_probe(g, 4, &ng, nerr, sizeof(nerr));
+        EXPECT(ns == PX_OK ? ng >= 0 : ns == PX_ERR_NOT_FOUND && strstr(nerr, "libnvidia-ml"),
+               "NVML probe: %s (%s)", px_status_str(ns), nerr);
     }
     {
         char *argv[] = {"parallaxd", "--config", "/dev/null", "--peers", "nocolon", NULL};

@@ -138,7 +138,7 @@ def main():
     ap.add_argument("--peer", default=PEER, help="mpi_coll_bench.c (default ../shared/peers/)")
     a = ap.parse_args()
 
-    bench = os.path.join(a.build, "daemon", "rank", "px-coll-bench")
+    bench = os.path.join(a.build, "transport", "tools", "px-coll-bench")
     if not os.access(bench, os.X_OK):
         sys.exit("compare_mpi: %s not built (ninja -C %s)" % (bench, a.build))
     peer = build_peer(a.build, a.peer)

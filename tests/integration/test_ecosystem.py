@@ -17,8 +17,9 @@ control.sock as it looks in /run/parallax by default):
 3. `pctl status --json` carries every field of JobSpec, ModelSpec and
    ParallelSpec as parallax.proto declares them (the field list is read
    from the .proto here, not from pctl), with the submitted values.
-4. A missing --val-data file and --val-data with pp 2 are refused at submit,
-   naming the value.
+4. A missing --val-data file and --eval-batches past the validator's range
+   are refused at submit,
+   naming the value (pipeline layouts evaluate: test_val_layouts.py).
 5. The daemon runs with --metrics-listen: its /metrics page counts the
    completed job and the RPCs pctl made (by method and code), and the daemon
    still stops with status 0 (the endpoint's handles are closed cleanly;
@@ -95,9 +96,11 @@ def main():
         r = pctl("submit", *common, "--val-data", os.path.join(cl.workdir, "nope.bin"),
                  check=False)
         assert r.returncode != 0 and "nope.bin" in r.stderr, (r.returncode, r.stderr)
-        r = pctl("submit", *common, "--dp", "1", "--pp", "2", "--val-data", val, "--batch", "4",
+        # past the shared validator's range, which pctl's parser admits: the
+        # daemon answers INVALID_ARGUMENT (counted on the metrics page below)
+        r = pctl("submit", *common, "--val-data", val, "--eval-batches", "1000000001",
                  check=False)
-        assert r.returncode == 1 and "val_data" in r.stderr and "pp=2" in r.stderr, r.stderr
+        assert r.returncode == 1 and "eval_batches=1000000001" in r.stderr, r.stderr
         print("refused: %s" % r.stderr.strip())
 
         r = pctl("submit", *common, "--dp", "2", "--zero", "2", "--grad-accum", "2", "--clip",

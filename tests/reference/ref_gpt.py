@@ -117,11 +117,12 @@ def moe_mlp(P, l, h, moe):
     return out.view(B, T, C), aux
 
 
-def gpt_loss(P, inputs, targets, vocab, moe=None):
+def gpt_loss(P, inputs, targets, vocab, moe=None, with_aux=True):
     """Pre-LN GPT-2 forward, P: dict of our stacked tensors; wte has the
     padded rows, whose logits are left out of the cross-entropy. moe: the
     mixture of experts' settings (MoE layers' MLPs from moe_mlp, P's moe_*
-    tensors stacked over the MoE layers), plus each MoE layer's aux loss."""
+    tensors stacked over the MoE layers), plus each MoE layer's aux loss
+    unless with_aux is False (the validation loss: the LM loss alone)."""
     B, T = inputs.shape
     C, NH, L = DIM, HEADS, LAYERS
     hs = C // NH
@@ -147,7 +148,8 @@ def gpt_loss(P, inputs, targets, vocab, moe=None):
         x = x + h @ P['fcprojw'][l].T + P['fcprojb'][l]
     x = F.layer_norm(x, (C,), P['lnfw'], P['lnfb'], 1e-5)
     logits = (x @ P['wte'].T)[..., :vocab]
-    return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)) + aux
+    ce = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+    return ce + aux if with_aux else ce
 
 
 def rel(a, b):
@@ -193,8 +195,9 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
     subprocess.run([sys.executable, make_tokens, val] + lic[::-1] + spread, check=True,
                    stdout=subprocess.DEVNULL)
     dump = os.path.join(work, 'dump')
-    # (validation runs without cp and experts so far: those cases skip it)
-    with_val = cp == 1 and not moe_flags
+    # (every case: with cp each rank evaluates its chunks; with experts
+    # the validation loss is the LM loss without the load-balancing aux)
+    with_val = True
     val_flags = ['--val-data', val, '--eval-every', '2', '--eval-batches',
                  str(VAL_BATCHES)] if with_val else []
     cmd = [rank_bin] + val_flags + ['--layers', str(LAYERS), '--heads', str(HEADS),
@@ -321,7 +324,8 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
                     vb = np.fromfile(os.path.join(dump, 'val_batch_%d.bin' % k), dtype='<i4')
                     vi = torch.from_numpy(vb[:batch * seq].reshape(batch, seq).astype(np.int64))
                     vt = torch.from_numpy(vb[batch * seq:].reshape(batch, seq).astype(np.int64))
-                    ref_val += gpt_loss(our_p, vi, vt, vocab, moe).item() / VAL_BATCHES
+                    ref_val += gpt_loss(our_p, vi, vt, vocab, moe,
+                                        with_aux=False).item() / VAL_BATCHES
             check('step %d validation loss (ours %.6f, torch %.6f)' % (s, our_val, ref_val),
                   abs(our_val - ref_val) / ref_val, TOL_LOSS)
         if vp > vocab:

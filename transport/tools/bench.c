@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "px_coll.h"
+#include "px_kernels.h"
 #include "px_log.h"
 #include "px_time.h"
 
@@ -169,6 +170,10 @@ px_status_t px_bench_cfg_validate(const px_bench_cfg_t *cfg, int world, char *er
         errlen = sizeof dummy;
     }
 #define BAD(...) do { snprintf(err, errlen, __VA_ARGS__); return PX_ERR_INVALID_ARGUMENT; } while (0)
+    if (cfg->device_ops && cfg->op != PX_BENCH_ALL_REDUCE && cfg->op != PX_BENCH_ALL_GATHER &&
+        cfg->op != PX_BENCH_REDUCE_SCATTER)
+        BAD("op %s on %s buffers: only all_reduce, all_gather and reduce_scatter take device "
+            "buffers", px_bench_op_name(cfg->op), cfg->device_ops->name);
     if ((unsigned)cfg->op > PX_BENCH_REDUCE)
         BAD("op: unknown (%d)", (int)cfg->op);
     if ((unsigned)cfg->dtype > PX_UINT8)
@@ -423,7 +428,8 @@ px_status_t px_bench_run(px_comm_t *comm, const px_bench_cfg_t *cfg, px_bench_ro
 {
     int n = px_comm_size(comm), rank = px_comm_rank(comm);
     size_t esize = px_dtype_size(cfg->dtype);
-    void *sbuf = NULL, *rbuf = NULL;
+    void *sbuf = NULL, *rbuf = NULL, *dsbuf = NULL, *drbuf = NULL; /* d*: device copies */
+    const px_kernel_ops_t *dev = cfg->device_ops;
     size_t alloc;
     char err[160];
     px_status_t status;
@@ -441,6 +447,16 @@ px_status_t px_bench_run(px_comm_t *comm, const px_bench_cfg_t *cfg, px_bench_ro
     }
     memset(sbuf, 0, alloc);
     memset(rbuf, 0, alloc);
+    if (dev) { /* the collectives run on these; sbuf/rbuf mirror them on the host */
+        dsbuf = dev->mem_alloc(alloc);
+        drbuf = dev->mem_alloc(alloc);
+        if (!dsbuf || !drbuf) {
+            px_error("bench: cannot allocate 2 x %zu bytes of %s memory", alloc, dev->name);
+            status = PX_ERR_NO_MEMORY;
+            goto out_free;
+        }
+    }
+    void *xs = dev ? dsbuf : sbuf, *xr = dev ? drbuf : rbuf; /* what the collectives see */
 
     for (uint64_t bytes = cfg->min_bytes; bytes <= cfg->max_bytes;
          bytes = bytes * (uint64_t)cfg->step_factor) {
@@ -455,12 +471,18 @@ px_status_t px_bench_run(px_comm_t *comm, const px_bench_cfg_t *cfg, px_bench_ro
             count = per * (uint64_t)n;
         }
         px_bench_fill(cfg, rank, n, sbuf, rbuf, count, per); /* the same data as the check run */
+        if (dev) {
+            dev->mem_copy_from_host(dsbuf, sbuf, alloc);
+            dev->mem_copy_from_host(drbuf, rbuf, alloc);
+        }
         for (int i = 0; i < cfg->warmup; i++)
-            PX_CHECK_GOTO(run_op(comm, cfg, sbuf, rbuf, count, per), status, out_free);
+            PX_CHECK_GOTO(run_op(comm, cfg, xs, xr, count, per), status, out_free);
         PX_CHECK_GOTO(px_barrier(comm, -1), status, out_free);
         t0 = px_time_mono_s();
         for (int i = 0; i < iters; i++)
-            PX_CHECK_GOTO(run_op(comm, cfg, sbuf, rbuf, count, per), status, out_free);
+            PX_CHECK_GOTO(run_op(comm, cfg, xs, xr, count, per), status, out_free);
+        if (dev) /* the last result is in device memory: count the time to it */
+            dev->synchronize();
         PX_CHECK_GOTO(px_barrier(comm, -1), status, out_free);
         row.time_us = (px_time_mono_s() - t0) / iters * 1e6;
 
@@ -473,7 +495,15 @@ px_status_t px_bench_run(px_comm_t *comm, const px_bench_cfg_t *cfg, px_bench_ro
         row.wrong = -1;
         if (cfg->check) {
             px_bench_fill(cfg, rank, n, sbuf, rbuf, count, per);
-            PX_CHECK_GOTO(run_op(comm, cfg, sbuf, rbuf, count, per), status, out_free);
+            if (dev) {
+                dev->mem_copy_from_host(dsbuf, sbuf, alloc);
+                dev->mem_copy_from_host(drbuf, rbuf, alloc);
+            }
+            PX_CHECK_GOTO(run_op(comm, cfg, xs, xr, count, per), status, out_free);
+            if (dev) {
+                dev->mem_copy_to_host(sbuf, dsbuf, alloc);
+                dev->mem_copy_to_host(rbuf, drbuf, alloc);
+            }
             row.wrong = px_bench_count_wrong(cfg, rank, n, sbuf, rbuf, count, per);
             if (rank == 0) {
                 for (int r = 1; r < n; r++) {
@@ -501,6 +531,10 @@ px_status_t px_bench_run(px_comm_t *comm, const px_bench_cfg_t *cfg, px_bench_ro
 out_free:
     free(sbuf);
     free(rbuf);
+    if (dev) {
+        dev->mem_free(dsbuf);
+        dev->mem_free(drbuf);
+    }
     return status;
 }
 

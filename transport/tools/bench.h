@@ -51,6 +51,11 @@ typedef struct px_bench_cfg {
     int iters;             /* timed collectives per size; 0: 200 below 1 MiB, 20 above */
     int check;             /* count wrong elements */
     int root;              /* broadcast / reduce root */
+    /* NULL: host buffers; else the buffers live in this kernel backend's
+     * (device) memory, filled and checked through host mirrors, and the
+     * transport must have it registered (px_devmem.h); all_reduce,
+     * all_gather and reduce_scatter only (what the transport stages) */
+    const struct px_kernel_ops *device_ops;
 } px_bench_cfg_t;
 
 #define PX_BENCH_MAX_BYTES (1ull << 32)

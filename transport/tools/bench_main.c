@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "px_devmem.h"
+#include "px_kernels_select.h"
 #include "px_log.h"
 #include "px_world.h"
 
@@ -39,6 +41,7 @@ typedef struct {
     double busbw_sum;
     int rows;
     int json_first;
+    const char *device; /* --device: buffers in this device's memory */
 } main_args_t;
 
 static void usage(FILE *out)
@@ -46,7 +49,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: px-coll-bench [-n RANKS] [--op OP] [-b MIN_BYTES] [-e MAX_BYTES] [-f 2|4]\n"
             "                     [-d DTYPE] [-o REDOP] [-w WARMUP] [-i ITERS] [-r ROOT] [-c]\n"
-            "                     [--json]\n"
+            "                     [--json] [--device cuda|cuda:K]\n"
             "  -n, --ranks N        fork N local ranks (standalone bootstrap); without it, one\n"
             "                       rank of PX_WORLD_SIZE (PX_RANK, PX_MASTER_ADDR/PORT)\n"
             "  --op OP              all_reduce (default), all_gather, reduce_scatter,\n"
@@ -60,7 +63,9 @@ static void usage(FILE *out)
             "  -i, --iters N        timed iterations per size (default 200 below 1 MiB, 20 above)\n"
             "  -r, --root R         root of broadcast / reduce (default 0)\n"
             "  -c, --check          count elements that differ from the exact result\n"
-            "  --json               rank 0 prints JSON instead of the table\n");
+            "  --json               rank 0 prints JSON instead of the table\n"
+            "  --device DEV         buffers in DEV's memory (cuda, cuda:K; default host):\n"
+            "                       all_reduce, all_gather, reduce_scatter\n");
 }
 
 static int parse_int(const char *opt, const char *s, int min, int max, int *out)
@@ -86,7 +91,8 @@ static int parse_args(int argc, char **argv, main_args_t *a)
         {"redop", required_argument, NULL, 'o'},  {"warmup", required_argument, NULL, 'w'},
         {"iters", required_argument, NULL, 'i'},  {"root", required_argument, NULL, 'r'},
         {"check", no_argument, NULL, 'c'},        {"json", no_argument, NULL, 'J'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},         {"device", required_argument, NULL, 'D'},
+        {NULL, 0, NULL, 0},
     };
     int c;
 
@@ -141,6 +147,7 @@ static int parse_args(int argc, char **argv, main_args_t *a)
             break;
         case 'c': a->cfg.check = 1; break;
         case 'J': a->json = 1; break;
+        case 'D': a->device = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -194,6 +201,22 @@ static int run_rank(main_args_t *a)
         if (a->rank == 0)
             fprintf(stderr, "px-coll-bench: %s\n", err);
         return 2;
+    }
+    if (a->device) { /* in the rank process: CUDA must start after the fork */
+        const px_kernel_ops_t *ops;
+        if (px_kernels_select(a->device, &ops, err, sizeof err) != PX_OK) {
+            fprintf(stderr, "px-coll-bench: rank %d: %s\n", a->rank, err);
+            return 2;
+        }
+        if (ops != px_kernels_cpu()) {
+            px_transport_set_device_memory(ops, px_kernels_is_device_ptr);
+            a->cfg.device_ops = ops;
+        }
+        if (px_bench_cfg_validate(&a->cfg, a->world, err, sizeof err) != PX_OK) {
+            if (a->rank == 0)
+                fprintf(stderr, "px-coll-bench: %s\n", err);
+            return 2;
+        }
     }
     px_world_opts_t wo = {.rank = a->rank, .size = a->world, .self_when_alone = 1};
     PX_CHECK_GOTO(px_world_open(&wo, &pw), status, out);

@@ -1,0 +1,82 @@
+/* px_cuda_common.cuh: what the CUDA kernel files share (internal to
+ * kernels/cuda/): the process's backend state, the check macros that log
+ * with file and line and make the error sticky, a warp sum, and the ops
+ * defined in the other .cu files. */
+#ifndef PX_CUDA_COMMON_CUH
+#define PX_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+extern "C" {
+#include "px_kernels_cuda.h"
+#include "px_log.h"
+}
+
+/* The one backend of this process (px_kernels_cuda_open sets it). */
+typedef struct px_cuda_backend {
+    int device;            /* -1 until opened */
+    cudaStream_t stream;   /* every op and memory op is ordered on it */
+    cublasHandle_t cublas; /* bound to stream, strict fp32 math */
+    void *scratch;         /* grow-only work space (px__cuda_scratch) */
+    size_t scratch_bytes;
+    cudaError_t last_cuda;
+    cublasStatus_t last_cublas;
+    px_status_t sticky;    /* first failure, PX_OK while none */
+} px_cuda_backend_t;
+
+extern px_cuda_backend_t px__cuda;
+
+/* Logs `what` at file:line and makes the failure sticky. */
+void px__cuda_fail(const char *what, const char *file, int line);
+void px__cuda_check(cudaError_t e, const char *call, const char *file, int line);
+void px__cublas_check(cublasStatus_t s, const char *call, const char *file, int line);
+/* Device work space of at least `bytes`, valid until the next call (the
+ * stream orders its uses); NULL (sticky error) when allocation fails. */
+void *px__cuda_scratch(size_t bytes);
+
+#define PX_CUDA_CHECK(call) px__cuda_check((call), #call, __FILE__, __LINE__)
+#define PX_CUBLAS_CHECK(call) px__cublas_check((call), #call, __FILE__, __LINE__)
+/* after a <<<>>> launch: a bad configuration is reported here */
+#define PX_CUDA_LAUNCHED() px__cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+/* sum of v over the 32 lanes of a warp, in a fixed butterfly order */
+static __device__ __forceinline__ float px__warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float px__warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* px_attention_cuda.cu */
+void px__cuda_attention_forward(float *out, float *att, const float *inp, int B, int T, int C,
+                                int NH);
+void px__cuda_attention_backward(float *dinp, float *scratch, const float *dout,
+                                 const float *inp, const float *att, int B, int T, int C,
+                                 int NH);
+/* px_crossentropy_cuda.cu */
+void px__cuda_crossentropy_forward(float *losses, float *probs, const float *logits,
+                                   const int32_t *targets, int N, int V, int Vp);
+void px__cuda_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                                    float dloss, int N, int V, int Vp);
+void px__cuda_crossentropy_vp_max(float *rowmax, const float *logits, int N, int Vl, int v0,
+                                  int V);
+void px__cuda_crossentropy_vp_exp(double *stats, float *probs, const float *logits,
+                                  const float *rowmax, const int32_t *targets, int N, int Vl,
+                                  int v0, int V);
+void px__cuda_crossentropy_vp_finish(float *losses, float *probs, const double *stats,
+                                     const float *rowmax, int N, int Vl, int v0, int V);
+void px__cuda_crossentropy_vp_backward(float *dlogits, const float *probs,
+                                       const int32_t *targets, float dloss, int N, int Vl,
+                                       int v0, int V);
+
+#endif

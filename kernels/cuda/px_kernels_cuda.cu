@@ -1,0 +1,678 @@
+/* px_kernels_cuda.cu: the CUDA op table (the signatures of px_kernels.h) and
+ * its memory ops, on one device, one stream and one cuBLAS handle per
+ * process (px_kernels_cuda.h).
+ *
+ * The math follows the CPU ops (px_ops_cpu.c, px_tp_cpu.c; llm.c's
+ * train_gpt2.cu for the GPU shapes of the same ops). Invariants:
+ *  - determinism: no float atomics; every sum over rows (embedding and
+ *    bias/LayerNorm weight gradients, sumsq, cross-entropy) is reduced in a
+ *    fixed order, so a run repeats bitwise, as on the CPU;
+ *  - GEMMs are cuBLAS sgemm in strict fp32 (CUBLAS_DEFAULT_MATH: no TF32);
+ *  - attention never materialises (T,T): attention.cu is flash-style
+ *    (online softmax) and keeps only the log-sum-exp per row, in the first
+ *    B*NH*T floats of the `att` buffer the table's signature passes;
+ *  - errors: every launch is checked; the first failure is logged and kept
+ *    (sticky) for px_kernels_cuda_status().
+ * Runs on the rank's compute thread only. */
+#include "px_cuda_common.cuh"
+
+#include <float.h>
+#include <math.h>
+
+px_cuda_backend_t px__cuda = {-1, 0, 0, 0, 0, cudaSuccess, CUBLAS_STATUS_SUCCESS, PX_OK};
+
+void px__cuda_fail(const char *what, const char *file, int line)
+{
+    if (px__cuda.sticky == PX_OK)
+        px__cuda.sticky = PX_ERR_INTERNAL;
+    px_log_write(PX_LOG_ERROR, file, line, "CUDA: %s", what);
+}
+
+void px__cuda_check(cudaError_t e, const char *call, const char *file, int line)
+{
+    if (e == cudaSuccess)
+        return;
+    char msg[256];
+    snprintf(msg, sizeof(msg), "%s: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
+    px__cuda_fail(msg, file, line);
+}
+
+void px__cublas_check(cublasStatus_t s, const char *call, const char *file, int line)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return;
+    char msg[256];
+    snprintf(msg, sizeof(msg), "%s: cuBLAS status %d (%s)", call, (int)s,
+             cublasGetStatusString(s));
+    px__cuda_fail(msg, file, line);
+}
+
+void *px__cuda_scratch(size_t bytes)
+{
+    if (bytes <= px__cuda.scratch_bytes)
+        return px__cuda.scratch;
+    /* grow: the old block may still be read by queued kernels */
+    PX_CUDA_CHECK(cudaStreamSynchronize(px__cuda.stream));
+    if (px__cuda.scratch)
+        PX_CUDA_CHECK(cudaFree(px__cuda.scratch));
+    px__cuda.scratch = NULL;
+    px__cuda.scratch_bytes = 0;
+    size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
+    if (cudaMalloc(&px__cuda.scratch, want) != cudaSuccess) {
+        px__cuda_fail("scratch allocation failed", __FILE__, __LINE__);
+        return NULL;
+    }
+    px__cuda.scratch_bytes = want;
+    return px__cuda.scratch;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static unsigned blocks_for(size_t n, unsigned threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b > 65535u * 16u ? 65535u * 16u : b); /* grid-stride loops cover the rest */
+}
+
+/* ---------------------------------------------------------------- encoder */
+
+__global__ void encoder_forward_kernel(float *out, const int32_t *inp, const float *wte,
+                                       const float *wpe, int B, int T, int C, int v0, int Vl,
+                                       int has_wpe)
+{
+    size_t n = (size_t)B * T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int c = (int)(i % C);
+        size_t bt = i / C;
+        int t = (int)(bt % T);
+        int id = inp[bt] - v0;
+        float pe = has_wpe ? wpe[(size_t)t * C + c] : 0.0f;
+        if (id >= 0 && id < Vl)
+            out[i] = has_wpe ? wte[(size_t)id * C + c] + pe : wte[(size_t)id * C + c];
+        else
+            out[i] = pe;
+    }
+}
+
+/* dwte: one thread per channel c walks the tokens in (b,t) order, exactly
+ * the CPU's accumulation order, so repeated tokens sum bitwise as there */
+__global__ void encoder_dwte_kernel(float *dwte, const float *dout, const int32_t *inp, int BT,
+                                    int C, int v0, int Vl)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    for (int i = 0; i < BT; i++) {
+        int id = inp[i] - v0;
+        if (id >= 0 && id < Vl)
+            dwte[(size_t)id * C + c] += dout[(size_t)i * C + c];
+    }
+}
+
+/* dwpe (T,C): one thread per (t,c), summing over b in order */
+__global__ void encoder_dwpe_kernel(float *dwpe, const float *dout, int B, int T, int C)
+{
+    size_t n = (size_t)T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float acc = dwpe[i];
+        for (int b = 0; b < B; b++)
+            acc += dout[(size_t)b * n + i];
+        dwpe[i] = acc;
+    }
+}
+
+static void cuda_encoder_vp_forward(float *out, const int32_t *inp, const float *wte,
+                                    const float *wpe, int B, int T, int C, int v0, int Vl)
+{
+    size_t n = (size_t)B * T * C;
+    encoder_forward_kernel<<<blocks_for(n, 256), 256, 0, px__cuda.stream>>>(
+        out, inp, wte, wpe, B, T, C, v0, Vl, wpe != NULL);
+    PX_CUDA_LAUNCHED();
+}
+
+static void cuda_encoder_vp_backward(float *dwte, float *dwpe, const float *dout,
+                                     const int32_t *inp, int B, int T, int C, int v0, int Vl)
+{
+    encoder_dwte_kernel<<<(C + 127) / 128, 128, 0, px__cuda.stream>>>(dwte, dout, inp, B * T, C,
+                                                                        v0, Vl);
+    PX_CUDA_LAUNCHED();
+    if (dwpe) {
+        encoder_dwpe_kernel<<<blocks_for((size_t)T * C, 256), 256, 0, px__cuda.stream>>>(
+            dwpe, dout, B, T, C);
+        PX_CUDA_LAUNCHED();
+    }
+}
+
+static void cuda_encoder_forward(float *out, const int32_t *inp, const float *wte,
+                                 const float *wpe, int B, int T, int C)
+{
+    cuda_encoder_vp_forward(out, inp, wte, wpe, B, T, C, 0, INT32_MAX);
+}
+
+static void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                  const int32_t *inp, int B, int T, int C)
+{
+    cuda_encoder_vp_backward(dwte, dwpe, dout, inp, B, T, C, 0, INT32_MAX);
+}
+
+/* -------------------------------------------------------------- layernorm */
+
+/* one warp per row; sums in fp32 by lanes, combined by shuffles */
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                         const float *weight, const float *bias, int N, int C)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N)
+        return;
+    const float *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32)
+        s += x[c];
+    s = px__warp_sum(s);
+    float m = s / C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    v = px__warp_sum(v);
+    float r = 1.0f / sqrtf(v / C + 1e-5f);
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32)
+        o[c] = (x[c] - m) * r * weight[c] + bias[c];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+/* dinp: one warp per row (the two row means of the backward) */
+__global__ void layernorm_dinp_kernel(float *dinp, const float *dout, const float *inp,
+                                      const float *weight, const float *mean, const float *rstd,
+                                      int N, int C)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N)
+        return;
+    const float *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    float m = mean[row], r = rstd[row];
+    float a = 0.0f, b = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (x[c] - m) * r, dnorm = weight[c] * d[c];
+        a += dnorm;
+        b += dnorm * norm;
+    }
+    a = px__warp_sum(a) / C;
+    b = px__warp_sum(b) / C;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (x[c] - m) * r, dnorm = weight[c] * d[c];
+        dx[c] += (dnorm - a - norm * b) * r;
+    }
+}
+
+/* Column sums over N rows, deterministic, in two passes: blocks of 32
+ * columns x COLSUM_ROWS rows write partial sums (partials, (R, C)) and one
+ * thread per column adds the R partials in order. Pass 1 computes, per
+ * column c, sum of dout[n][c] (into part_b) and, when inp is given, of
+ * (inp[n][c] - mean[n]) * rstd[n] * dout[n][c] (into part_w). */
+#define COLSUM_ROWS 256
+__global__ void colsum_partial_kernel(float *part_b, float *part_w, const float *dout,
+                                      const float *inp, const float *mean, const float *rstd,
+                                      int N, int C)
+{
+    int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * COLSUM_ROWS;
+    int r1 = min(N, r0 + COLSUM_ROWS);
+    __shared__ float sb[8][33], sw[8][33];
+    float ab = 0.0f, aw = 0.0f;
+    if (c < C) {
+        for (int n = r0 + threadIdx.y; n < r1; n += 8) {
+            float d = dout[(size_t)n * C + c];
+            ab += d;
+            if (inp)
+                aw += (inp[(size_t)n * C + c] - mean[n]) * rstd[n] * d;
+        }
+    }
+    sb[threadIdx.y][threadIdx.x] = ab;
+    sw[threadIdx.y][threadIdx.x] = aw;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int k = 1; k < 8; k++) {
+            ab += sb[k][threadIdx.x];
+            aw += sw[k][threadIdx.x];
+        }
+        part_b[(size_t)blockIdx.y * C + c] = ab;
+        if (inp)
+            part_w[(size_t)blockIdx.y * C + c] = aw;
+    }
+}
+
+__global__ void colsum_finish_kernel(float *dbias, float *dweight, const float *part_b,
+                                     const float *part_w, int R, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float ab = 0.0f, aw = 0.0f;
+    for (int r = 0; r < R; r++) {
+        ab += part_b[(size_t)r * C + c];
+        if (dweight)
+            aw += part_w[(size_t)r * C + c];
+    }
+    if (dbias)
+        dbias[c] += ab;
+    if (dweight)
+        dweight[c] += aw;
+}
+
+/* dbias (C) += column sums of dout (N,C); with inp/mean/rstd also
+ * dweight (C) += column sums of norm * dout (LayerNorm) */
+static void colsums(float *dbias, float *dweight, const float *dout, const float *inp,
+                    const float *mean, const float *rstd, int N, int C)
+{
+    int R = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    float *part = (float *)px__cuda_scratch((size_t)2 * R * C * sizeof(float));
+    if (!part || N <= 0)
+        return;
+    dim3 grid((C + 31) / 32, R), block(32, 8);
+    colsum_partial_kernel<<<grid, block, 0, px__cuda.stream>>>(part, part + (size_t)R * C, dout,
+                                                               inp, mean, rstd, N, C);
+    PX_CUDA_LAUNCHED();
+    colsum_finish_kernel<<<(C + 255) / 256, 256, 0, px__cuda.stream>>>(
+        dbias, inp ? dweight : NULL, part, part + (size_t)R * C, R, C);
+    PX_CUDA_LAUNCHED();
+}
+
+static void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                   const float *weight, const float *bias, int N, int C)
+{
+    layernorm_forward_kernel<<<(N + 7) / 8, 256, 0, px__cuda.stream>>>(out, mean, rstd, inp,
+                                                                       weight, bias, N, C);
+    PX_CUDA_LAUNCHED();
+}
+
+static void cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                    const float *inp, const float *weight, const float *mean,
+                                    const float *rstd, int N, int C)
+{
+    layernorm_dinp_kernel<<<(N + 7) / 8, 256, 0, px__cuda.stream>>>(dinp, dout, inp, weight,
+                                                                    mean, rstd, N, C);
+    PX_CUDA_LAUNCHED();
+    colsums(dbias, dweight, dout, inp, mean, rstd, N, C);
+}
+
+/* ----------------------------------------------------------------- matmul */
+
+__global__ void bias_rows_kernel(float *out, const float *bias, int N, int OC, int add)
+{
+    size_t n = (size_t)N * OC;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = add ? out[i] + bias[i % OC] : bias[i % OC];
+}
+
+static void cuda_bias_forward(float *out, const float *bias, int N, int OC)
+{
+    bias_rows_kernel<<<blocks_for((size_t)N * OC, 256), 256, 0, px__cuda.stream>>>(out, bias, N,
+                                                                                 OC, 1);
+    PX_CUDA_LAUNCHED();
+}
+
+/* Row-major A (N,C) is column-major A^T (C,N); cuBLAS sees every operand
+ * transposed, as llm.c's matmul_forward does. */
+static void cuda_matmul_forward(float *out, const float *inp, const float *weight,
+                                const float *bias, int N, int C, int OC)
+{
+    const float one = 1.0f;
+    float beta = 0.0f;
+    if (bias) {
+        bias_rows_kernel<<<blocks_for((size_t)N * OC, 256), 256, 0, px__cuda.stream>>>(
+            out, bias, N, OC, 0);
+        PX_CUDA_LAUNCHED();
+        beta = 1.0f;
+    }
+    /* out^T (OC,N) = weight^T... : column-major out (OC x N) = W (OC x C) * inp^T (C x N) */
+    PX_CUBLAS_CHECK(cublasSgemm(px__cuda.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight,
+                                C, inp, C, &beta, out, OC));
+}
+
+static void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC)
+{
+    const float one = 1.0f;
+    /* dinp (N,C) += dout (N,OC) @ weight (OC,C): col-major dinp^T (C x N) */
+    if (dinp)
+        PX_CUBLAS_CHECK(cublasSgemm(px__cuda.cublas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one,
+                                    weight, C, dout, OC, &one, dinp, C));
+    /* dweight (OC,C) += dout^T @ inp: col-major dweight^T (C x OC) = inp^T (C x N) dout (N x OC) */
+    if (dweight)
+        PX_CUBLAS_CHECK(cublasSgemm(px__cuda.cublas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one,
+                                    inp, C, dout, OC, &one, dweight, C));
+    if (dbias)
+        colsums(dbias, NULL, dout, NULL, NULL, NULL, N, OC);
+}
+
+/* --------------------------------------------------------- element-wise */
+
+/* GELU, tanh form (torch approximate='tanh') */
+#define GELU_SCALE 0.7978845608028654f
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t N)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanhf(u));
+    }
+}
+
+__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t N)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf(u), sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) +
+                  0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += g * dout[i];
+    }
+}
+
+static void cuda_gelu_forward(float *out, const float *inp, size_t N)
+{
+    gelu_forward_kernel<<<blocks_for(N, 256), 256, 0, px__cuda.stream>>>(out, inp, N);
+    PX_CUDA_LAUNCHED();
+}
+
+static void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N)
+{
+    gelu_backward_kernel<<<blocks_for(N, 256), 256, 0, px__cuda.stream>>>(dinp, inp, dout, N);
+    PX_CUDA_LAUNCHED();
+}
+
+__global__ void residual_forward_kernel(float *out, const float *a, const float *b, size_t N)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+__global__ void residual_backward_kernel(float *da, float *db, const float *dout, size_t N)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N;
+         i += (size_t)gridDim.x * blockDim.x) {
+        da[i] += dout[i];
+        db[i] += dout[i];
+    }
+}
+
+static void cuda_residual_forward(float *out, const float *inp1, const float *inp2, size_t N)
+{
+    residual_forward_kernel<<<blocks_for(N, 256), 256, 0, px__cuda.stream>>>(out, inp1, inp2, N);
+    PX_CUDA_LAUNCHED();
+}
+
+static void cuda_residual_backward(float *dinp1, float *dinp2, const float *dout, size_t N)
+{
+    residual_backward_kernel<<<blocks_for(N, 256), 256, 0, px__cuda.stream>>>(dinp1, dinp2, dout,
+                                                                              N);
+    PX_CUDA_LAUNCHED();
+}
+
+__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n,
+                             float beta1, float beta2, float eps, float step_size, float decay,
+                             float bc2_sqrt)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = grads[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        m[i] = mi;
+        v[i] = vi;
+        params[i] = params[i] * decay - step_size * (mi / denom);
+    }
+}
+
+/* torch.optim.AdamW (Loshchilov & Hutter 2019), the CPU op's formula; the
+ * bias corrections are computed on the host as there */
+static void cuda_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
+                              float lr, float beta1, float beta2, float eps, float weight_decay,
+                              int t)
+{
+    float bc1 = 1.0f - powf(beta1, (float)t);
+    float bc2_sqrt = sqrtf(1.0f - powf(beta2, (float)t));
+    adamw_kernel<<<blocks_for(n, 256), 256, 0, px__cuda.stream>>>(
+        params, grads, m, v, n, beta1, beta2, eps, lr / bc1, 1.0f - lr * weight_decay, bc2_sqrt);
+    PX_CUDA_LAUNCHED();
+}
+
+/* sum of squares in double: fixed-size grid of block partials, then one
+ * block adds them in order (deterministic) */
+#define SUMSQ_BLOCKS 1024
+__global__ void sumsq_partial_kernel(double *part, const float *x, size_t n)
+{
+    __shared__ double sh[256];
+    double s = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        s += (double)x[i] * x[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = 128; k > 0; k >>= 1) {
+        if (threadIdx.x < k)
+            sh[threadIdx.x] += sh[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = sh[0];
+}
+
+__global__ void sum_doubles_kernel(double *out, const double *part, int n)
+{
+    __shared__ double sh[256];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        s += part[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = 128; k > 0; k >>= 1) {
+        if (threadIdx.x < k)
+            sh[threadIdx.x] += sh[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        *out = sh[0];
+}
+
+static double cuda_sumsq(const float *x, size_t n)
+{
+    double *part = (double *)px__cuda_scratch((SUMSQ_BLOCKS + 1) * sizeof(double));
+    double host = 0.0;
+    if (!part || !n)
+        return 0.0;
+    sumsq_partial_kernel<<<SUMSQ_BLOCKS, 256, 0, px__cuda.stream>>>(part + 1, x, n);
+    PX_CUDA_LAUNCHED();
+    sum_doubles_kernel<<<1, 256, 0, px__cuda.stream>>>(part, part + 1, SUMSQ_BLOCKS);
+    PX_CUDA_LAUNCHED();
+    PX_CUDA_CHECK(cudaMemcpyAsync(&host, part, sizeof(double), cudaMemcpyDeviceToHost,
+                                  px__cuda.stream));
+    PX_CUDA_CHECK(cudaStreamSynchronize(px__cuda.stream));
+    return host;
+}
+
+__global__ void scale_kernel(float *x, float s, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+static void cuda_scale(float *x, float s, size_t n)
+{
+    scale_kernel<<<blocks_for(n, 256), 256, 0, px__cuda.stream>>>(x, s, n);
+    PX_CUDA_LAUNCHED();
+}
+
+/* ----------------------------------------------------------- memory ops */
+
+static void *cuda_mem_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (!bytes)
+        return NULL;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        cudaGetLastError(); /* out of memory is the caller's error, not sticky */
+        return NULL;
+    }
+    PX_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, px__cuda.stream));
+    return p;
+}
+
+static void cuda_mem_free(void *ptr)
+{
+    if (ptr)
+        PX_CUDA_CHECK(cudaFree(ptr)); /* waits for the kernels that may use it */
+}
+
+static void cuda_mem_set(void *dst, int byte, size_t bytes)
+{
+    PX_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, px__cuda.stream));
+}
+
+static void cuda_mem_copy(void *dst, const void *src, size_t bytes)
+{
+    PX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, px__cuda.stream));
+}
+
+/* to host: complete on return (host code reads the result next) */
+static void cuda_mem_copy_to_host(void *host_dst, const void *src, size_t bytes)
+{
+    PX_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDefault, px__cuda.stream));
+    PX_CUDA_CHECK(cudaStreamSynchronize(px__cuda.stream));
+}
+
+/* from host: the host buffer may be reused on return (pageable memory is
+ * staged by the driver before cudaMemcpyAsync returns; pinned memory is
+ * waited for) */
+static void cuda_mem_copy_from_host(void *dst, const void *host_src, size_t bytes)
+{
+    PX_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyDefault, px__cuda.stream));
+    PX_CUDA_CHECK(cudaStreamSynchronize(px__cuda.stream));
+}
+
+static void cuda_synchronize(void)
+{
+    PX_CUDA_CHECK(cudaStreamSynchronize(px__cuda.stream));
+}
+
+/* ---------------------------------------------------------------- table */
+
+static const px_kernel_ops_t cuda_ops = {
+    .name = "cuda",
+    .encoder_forward = cuda_encoder_forward,
+    .encoder_backward = cuda_encoder_backward,
+    .layernorm_forward = cuda_layernorm_forward,
+    .layernorm_backward = cuda_layernorm_backward,
+    .matmul_forward = cuda_matmul_forward,
+    .matmul_backward = cuda_matmul_backward,
+    .attention_forward = px__cuda_attention_forward,
+    .attention_backward = px__cuda_attention_backward,
+    .gelu_forward = cuda_gelu_forward,
+    .gelu_backward = cuda_gelu_backward,
+    .residual_forward = cuda_residual_forward,
+    .residual_backward = cuda_residual_backward,
+    .crossentropy_forward = px__cuda_crossentropy_forward,
+    .crossentropy_backward = px__cuda_crossentropy_backward,
+    .adamw_update = cuda_adamw_update,
+    .sumsq = cuda_sumsq,
+    .scale = cuda_scale,
+    .encoder_vp_forward = cuda_encoder_vp_forward,
+    .encoder_vp_backward = cuda_encoder_vp_backward,
+    .crossentropy_vp_max = px__cuda_crossentropy_vp_max,
+    .crossentropy_vp_exp = px__cuda_crossentropy_vp_exp,
+    .crossentropy_vp_finish = px__cuda_crossentropy_vp_finish,
+    .crossentropy_vp_backward = px__cuda_crossentropy_vp_backward,
+    .bias_forward = cuda_bias_forward,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .mem_set = cuda_mem_set,
+    .mem_copy = cuda_mem_copy,
+    .mem_copy_to_host = cuda_mem_copy_to_host,
+    .mem_copy_from_host = cuda_mem_copy_from_host,
+    .synchronize = cuda_synchronize,
+};
+
+extern "C" int px_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" px_status_t px_kernels_cuda_open(int device, const px_kernel_ops_t **ops_p)
+{
+    if (px__cuda.device >= 0) {
+        if (device != px__cuda.device) {
+            px_error("CUDA backend already open on device %d; cannot open device %d "
+                     "(one device per process)", px__cuda.device, device);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        *ops_p = &cuda_ops;
+        return PX_OK;
+    }
+    int n = px_cuda_device_count();
+    if (device < 0 || device >= n) {
+        px_error("CUDA device %d does not exist (%d visible device%s)", device, n,
+                 n == 1 ? "" : "s");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&px__cuda.stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        px_error("CUDA device %d: %s", device, cudaGetErrorString(e));
+        return PX_ERR_INTERNAL;
+    }
+    cublasStatus_t s = cublasCreate(&px__cuda.cublas);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasSetStream(px__cuda.cublas, px__cuda.stream);
+    /* strict fp32: TF32 would break the 1e-5 equivalence with the CPU */
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasSetMathMode(px__cuda.cublas, CUBLAS_DEFAULT_MATH);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        px_error("cuBLAS on device %d: %s", device, cublasGetStatusString(s));
+        return PX_ERR_INTERNAL;
+    }
+    px__cuda.device = device;
+    *ops_p = &cuda_ops;
+    return PX_OK;
+}
+
+extern "C" int px_cuda_is_device_ptr(const void *p)
+{
+    cudaPointerAttributes at;
+    if (!p || px__cuda.device < 0)
+        return 0;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        cudaGetLastError(); /* not an error of the ops: clear it */
+        return 0;
+    }
+    return at.type == cudaMemoryTypeDevice;
+}
+
+extern "C" px_status_t px_kernels_cuda_status(void)
+{
+    if (px__cuda.device >= 0) {
+        cudaError_t e = cudaStreamSynchronize(px__cuda.stream);
+        px__cuda_check(e, "cudaStreamSynchronize", __FILE__, __LINE__);
+    }
+    return px__cuda.sticky;
+}

@@ -1,0 +1,91 @@
+/* px_kernels_select.c: device name -> op table (px_kernels_select.h). The
+ * one place that knows whether this build has CUDA (PX_HAVE_CUDA from
+ * px_config.h). Called once per process, on the rank's main thread. */
+#include "px_kernels_select.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "px_config.h"
+#if PX_HAVE_CUDA
+#include "px_kernels_cuda.h"
+#endif
+
+/* "cuda", "cuda:K" -> K (>= 0); -1 when malformed */
+static int cuda_ordinal(const char *device)
+{
+    if (!strcmp(device, "cuda"))
+        return 0;
+    const char *s = device + 5; /* after "cuda:" */
+    char *end = NULL;
+    if (!*s)
+        return -1;
+    long k = strtol(s, &end, 10);
+    return *end || k < 0 || k > 1023 ? -1 : (int)k;
+}
+
+px_status_t px_kernels_select(const char *device, const px_kernel_ops_t **ops_p, char *err,
+                              size_t errlen)
+{
+    if (!device || !*device || !strcmp(device, "cpu") || !strncmp(device, "cpu:", 4)) {
+        *ops_p = px_kernels_cpu();
+        return PX_OK;
+    }
+    if (strcmp(device, "cuda") && strncmp(device, "cuda:", 5))
+        return px_invalid(err, errlen, "unknown device '%s' (cpu, cpu:N, cuda or cuda:K)",
+                          device);
+    int k = cuda_ordinal(device);
+    if (k < 0)
+        return px_invalid(err, errlen, "bad CUDA device '%s' (cuda or cuda:K, K >= 0)", device);
+#if PX_HAVE_CUDA
+    int n = px_cuda_device_count();
+    if (k >= n)
+        return px_invalid(err, errlen, "device '%s': this process sees %d CUDA device%s", device,
+                          n, n == 1 ? "" : "s");
+    px_status_t status = px_kernels_cuda_open(k, ops_p);
+    if (status != PX_OK) {
+        snprintf(err, errlen, "device '%s' could not be opened (%s)", device,
+                 px_status_str(status));
+        return status;
+    }
+    return PX_OK;
+#else
+    return px_invalid(err, errlen, "device '%s': this build has no CUDA backend (meson -Dcuda "
+                      "found no nvcc)", device);
+#endif
+}
+
+int px_kernels_have_cuda(void)
+{
+    return PX_HAVE_CUDA;
+}
+
+int px_kernels_cuda_devices(void)
+{
+#if PX_HAVE_CUDA
+    return px_cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+int px_kernels_is_device_ptr(const void *p)
+{
+#if PX_HAVE_CUDA
+    return px_cuda_is_device_ptr(p);
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
+px_status_t px_kernels_check(const px_kernel_ops_t *ops)
+{
+#if PX_HAVE_CUDA
+    if (ops && !strcmp(ops->name, "cuda"))
+        return px_kernels_cuda_status();
+#endif
+    (void)ops;
+    return PX_OK;
+}

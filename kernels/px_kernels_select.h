@@ -1,0 +1,42 @@
+/* px_kernels_select.h: picks the op table for a rank's device.
+ *
+ * A device is named as the daemon and the job flags name it: "cpu" or
+ * "cpu:N" (the CPU table; N is the daemon's virtual-device index and does
+ * not change the table), "cuda" (= "cuda:0") or "cuda:K", K an ordinal of
+ * the CUDA devices this process sees (after CUDA_VISIBLE_DEVICES, which the
+ * daemon sets to the one GPU it binds, so a daemon-launched rank is
+ * always cuda:0). Link kernels_device_dep (kernels/meson.build). */
+#ifndef PX_KERNELS_SELECT_H
+#define PX_KERNELS_SELECT_H
+
+#include <stddef.h>
+
+#include "px_kernels.h"
+#include "px_status.h"
+
+/* Sets *ops_p to the table for `device` (NULL or "" means "cpu"); for a CUDA
+ * device, opens the CUDA backend on it (one device per process). Errors:
+ * PX_ERR_INVALID_ARGUMENT with a message in err naming the value: an
+ * unknown device name, a CUDA device in a build without CUDA, a CUDA
+ * ordinal this process does not see; PX_ERR_INTERNAL: the CUDA runtime
+ * failed to start (logged). */
+px_status_t px_kernels_select(const char *device, const px_kernel_ops_t **ops_p, char *err,
+                              size_t errlen);
+
+/* 1 when this build has the CUDA backend (meson found nvcc), else 0. */
+int px_kernels_have_cuda(void);
+
+/* The number of CUDA devices this process sees (0 in a build without CUDA,
+ * or without a driver or a GPU). */
+int px_kernels_cuda_devices(void);
+
+/* 1 when `p` is device memory of the CUDA backend this process opened
+ * (px_kernels_select with a cuda device), else 0 (always 0 without CUDA).
+ * What the transport uses to stage device buffers (transport/px_devmem.h). */
+int px_kernels_is_device_ptr(const void *p);
+
+/* PX_OK, or the first error the table's ops met (the CUDA backend keeps a
+ * sticky status, checked here after a sync; the CPU table never fails). */
+px_status_t px_kernels_check(const px_kernel_ops_t *ops);
+
+#endif

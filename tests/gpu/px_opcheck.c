@@ -1,0 +1,528 @@
+/* px_opcheck.c: every op of the CUDA table against its CPU reference.
+ *
+ * For each op: random inputs (a fixed-seed LCG), the CPU op on host
+ * buffers, the CUDA op on device copies of the same inputs (gradient
+ * outputs pre-filled with the same random values, so accumulation (+=) is
+ * checked too), and the results compared. The error of a tensor is
+ * normwise: max_i |gpu_i - cpu_i| / max_i |cpu_i| (element-wise relative
+ * error is meaningless where a sum cancels to near zero). Limits: fp32 1e-5
+ * (the engine's oracle), bf16 1e-2; integer reductions must be exact.
+ * Shapes are chosen to hit partial tiles (T not a multiple of 32 or 64),
+ * each attention head size template (32, 64, 128) and the GPT-2 padded
+ * vocab (50257 in rows of 50304).
+ *
+ * Usage: px-opcheck [--device cuda:K] [--gemm-peak] (only the bf16 GEMM
+ * rate, TFLOP/s). Prints one line per check and a
+ * summary; exits 0 when all pass, 1 when any fails, 77 (meson's "skipped")
+ * where this build has no CUDA or no GPU is visible. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "px_config.h"
+#include "px_kernels.h"
+#include "px_kernels_select.h"
+#include "px_reduce.h"
+#if PX_HAVE_CUDA
+#include "px_kernels_cuda.h"
+#endif
+
+static const px_kernel_ops_t *G;       /* the CUDA table */
+static const px_kernel_ops_t *H;       /* the CPU table */
+static int failures, checks;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) / 8388608.0 - 1.0);
+}
+
+static float *host_rand(size_t n, float scale)
+{
+    float *p = malloc(n * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "px-opcheck: out of host memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand() * scale;
+    return p;
+}
+
+static int32_t *host_tokens(size_t n, int V)
+{
+    int32_t *p = malloc(n * sizeof(int32_t));
+    for (size_t i = 0; i < n; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (int32_t)((rng >> 33) % (uint64_t)V);
+    }
+    return p;
+}
+
+static void *dev(const void *host, size_t bytes)
+{
+    void *d = G->mem_alloc(bytes);
+    if (!d) {
+        fprintf(stderr, "px-opcheck: device allocation of %zu bytes failed\n", bytes);
+        exit(1);
+    }
+    G->mem_copy_from_host(d, host, bytes);
+    return d;
+}
+
+/* compares n floats of device buffer d with host reference ref */
+static void check(const char *op, const char *what, const float *ref, const float *d, size_t n,
+                  double tol)
+{
+    float *got = malloc(n * sizeof(float));
+    G->mem_copy_to_host(got, d, n * sizeof(float));
+    double maxdiff = 0.0, maxref = 0.0;
+    size_t worst = 0;
+    int nonfinite = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i]))
+            nonfinite = 1;
+        double df = fabs((double)got[i] - ref[i]);
+        if (df > maxdiff) {
+            maxdiff = df;
+            worst = i;
+        }
+        if (fabs(ref[i]) > maxref)
+            maxref = fabs(ref[i]);
+    }
+    double err = maxref > 0 ? maxdiff / maxref : maxdiff;
+    int ok = !nonfinite && err <= tol;
+    checks++;
+    failures += !ok;
+    printf("%-22s %-10s n=%-9zu err %.2e  tol %.0e  %s", op, what, n, err, tol,
+           ok ? "PASS" : "FAIL");
+    if (!ok)
+        printf("  (worst [%zu]: gpu %.8g cpu %.8g%s)", worst, got[worst], ref[worst],
+               nonfinite ? ", non-finite output" : "");
+    printf("\n");
+    free(got);
+}
+
+static void check_status(const char *op)
+{
+    if (px_kernels_check(G) != PX_OK) {
+        printf("%-22s CUDA error (see log above)  FAIL\n", op);
+        failures++;
+        checks++;
+    }
+}
+
+static void test_encoder(int B, int T, int C, int V)
+{
+    float *wte = host_rand((size_t)V * C, 1), *wpe = host_rand((size_t)T * C, 1);
+    int32_t *inp = host_tokens((size_t)B * T, V);
+    size_t n = (size_t)B * T * C;
+    float *out = host_rand(n, 1), *dout = host_rand(n, 1);
+    float *dwte = host_rand((size_t)V * C, 1), *dwpe = host_rand((size_t)T * C, 1);
+    float *d_wte = dev(wte, V * C * 4), *d_wpe = dev(wpe, T * C * 4), *d_out = dev(out, n * 4);
+    int32_t *d_inp = dev(inp, (size_t)B * T * 4);
+    float *d_dout = dev(dout, n * 4), *d_dwte = dev(dwte, V * C * 4), *d_dwpe = dev(dwpe, T * C * 4);
+    H->encoder_forward(out, inp, wte, wpe, B, T, C);
+    G->encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C);
+    check("encoder_forward", "out", out, d_out, n, 1e-5);
+    H->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    G->encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+    check("encoder_backward", "dwte", dwte, d_dwte, (size_t)V * C, 1e-5);
+    check("encoder_backward", "dwpe", dwpe, d_dwpe, (size_t)T * C, 1e-5);
+    /* vocab-parallel: rows [v0, v0+Vl) of a 2-way split, no position term */
+    int Vl = V / 2, v0 = Vl;
+    H->encoder_vp_forward(out, inp, wte, NULL, B, T, C, v0, Vl);
+    G->encoder_vp_forward(d_out, d_inp, d_wte, NULL, B, T, C, v0, Vl);
+    check("encoder_vp_forward", "out", out, d_out, n, 1e-5);
+    H->encoder_vp_backward(dwte, dwpe, dout, inp, B, T, C, v0, Vl);
+    G->encoder_vp_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, v0, Vl);
+    check("encoder_vp_backward", "dwte", dwte, d_dwte, (size_t)Vl * C, 1e-5);
+    check("encoder_vp_backward", "dwpe", dwpe, d_dwpe, (size_t)T * C, 1e-5);
+    check_status("encoder");
+    G->mem_free(d_wte); G->mem_free(d_wpe); G->mem_free(d_out); G->mem_free(d_inp);
+    G->mem_free(d_dout); G->mem_free(d_dwte); G->mem_free(d_dwpe);
+    free(wte); free(wpe); free(inp); free(out); free(dout); free(dwte); free(dwpe);
+}
+
+static void test_layernorm(int N, int C)
+{
+    float *inp = host_rand((size_t)N * C, 2), *w = host_rand(C, 1), *b = host_rand(C, 1);
+    float *out = host_rand((size_t)N * C, 1), *mean = host_rand(N, 1), *rstd = host_rand(N, 1);
+    float *dout = host_rand((size_t)N * C, 1), *dinp = host_rand((size_t)N * C, 1);
+    float *dw = host_rand(C, 1), *db = host_rand(C, 1);
+    size_t nc = (size_t)N * C * 4;
+    float *d_inp = dev(inp, nc), *d_w = dev(w, C * 4), *d_b = dev(b, C * 4), *d_out = dev(out, nc);
+    float *d_mean = dev(mean, N * 4), *d_rstd = dev(rstd, N * 4), *d_dout = dev(dout, nc);
+    float *d_dinp = dev(dinp, nc), *d_dw = dev(dw, C * 4), *d_db = dev(db, C * 4);
+    H->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    G->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    check("layernorm_forward", "out", out, d_out, (size_t)N * C, 1e-5);
+    check("layernorm_forward", "mean", mean, d_mean, N, 1e-5);
+    check("layernorm_forward", "rstd", rstd, d_rstd, N, 1e-5);
+    H->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    G->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    check("layernorm_backward", "dinp", dinp, d_dinp, (size_t)N * C, 1e-5);
+    check("layernorm_backward", "dweight", dw, d_dw, C, 1e-5);
+    check("layernorm_backward", "dbias", db, d_db, C, 1e-5);
+    check_status("layernorm");
+    G->mem_free(d_inp); G->mem_free(d_w); G->mem_free(d_b); G->mem_free(d_out);
+    G->mem_free(d_mean); G->mem_free(d_rstd); G->mem_free(d_dout); G->mem_free(d_dinp);
+    G->mem_free(d_dw); G->mem_free(d_db);
+    free(inp); free(w); free(b); free(out); free(mean); free(rstd); free(dout); free(dinp);
+    free(dw); free(db);
+}
+
+static void test_matmul(int N, int C, int OC)
+{
+    float *inp = host_rand((size_t)N * C, 1), *w = host_rand((size_t)OC * C, 1);
+    float *bias = host_rand(OC, 1), *out = host_rand((size_t)N * OC, 1);
+    float *dout = host_rand((size_t)N * OC, 1), *dinp = host_rand((size_t)N * C, 1);
+    float *dw = host_rand((size_t)OC * C, 1), *db = host_rand(OC, 1);
+    float *d_inp = dev(inp, (size_t)N * C * 4), *d_w = dev(w, (size_t)OC * C * 4);
+    float *d_bias = dev(bias, OC * 4), *d_out = dev(out, (size_t)N * OC * 4);
+    float *d_dout = dev(dout, (size_t)N * OC * 4), *d_dinp = dev(dinp, (size_t)N * C * 4);
+    float *d_dw = dev(dw, (size_t)OC * C * 4), *d_db = dev(db, OC * 4);
+    H->matmul_forward(out, inp, w, bias, N, C, OC);
+    G->matmul_forward(d_out, d_inp, d_w, d_bias, N, C, OC);
+    check("matmul_forward", "out", out, d_out, (size_t)N * OC, 1e-5);
+    H->matmul_forward(out, inp, w, NULL, N, C, OC);
+    G->matmul_forward(d_out, d_inp, d_w, NULL, N, C, OC);
+    check("matmul_forward", "out/nobias", out, d_out, (size_t)N * OC, 1e-5);
+    H->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    G->matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
+    check("matmul_backward", "dinp", dinp, d_dinp, (size_t)N * C, 1e-5);
+    check("matmul_backward", "dweight", dw, d_dw, (size_t)OC * C, 1e-5);
+    check("matmul_backward", "dbias", db, d_db, OC, 1e-5);
+    H->bias_forward(out, bias, N, OC);
+    G->bias_forward(d_out, d_bias, N, OC);
+    check("bias_forward", "out", out, d_out, (size_t)N * OC, 1e-5);
+    check_status("matmul");
+    G->mem_free(d_inp); G->mem_free(d_w); G->mem_free(d_bias); G->mem_free(d_out);
+    G->mem_free(d_dout); G->mem_free(d_dinp); G->mem_free(d_dw); G->mem_free(d_db);
+    free(inp); free(w); free(bias); free(out); free(dout); free(dinp); free(dw); free(db);
+}
+
+static void test_attention(int B, int T, int C, int NH)
+{
+    size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
+    size_t natt = (size_t)B * NH * T * T;
+    float *inp = host_rand(n3, 1), *out = host_rand(n, 1), *dout = host_rand(n, 1);
+    float *dinp = host_rand(n3, 1), *att = calloc(natt, 4), *scratch = calloc((size_t)T * T, 4);
+    float *d_inp = dev(inp, n3 * 4), *d_out = dev(out, n * 4), *d_dout = dev(dout, n * 4);
+    float *d_dinp = dev(dinp, n3 * 4);
+    float *d_att = G->mem_alloc(natt * 4), *d_scratch = G->mem_alloc((size_t)T * T * 4);
+    char what[32];
+    snprintf(what, sizeof(what), "out hs%d", C / NH);
+    H->attention_forward(out, att, inp, B, T, C, NH);
+    G->attention_forward(d_out, d_att, d_inp, B, T, C, NH);
+    check("attention_forward", what, out, d_out, n, 1e-5);
+    H->attention_backward(dinp, scratch, dout, inp, att, B, T, C, NH);
+    G->attention_backward(d_dinp, d_scratch, d_dout, d_inp, d_att, B, T, C, NH);
+    snprintf(what, sizeof(what), "dinp hs%d", C / NH);
+    check("attention_backward", what, dinp, d_dinp, n3, 1e-5);
+    check_status("attention");
+    G->mem_free(d_inp); G->mem_free(d_out); G->mem_free(d_dout); G->mem_free(d_dinp);
+    G->mem_free(d_att); G->mem_free(d_scratch);
+    free(inp); free(out); free(dout); free(dinp); free(att); free(scratch);
+}
+
+static void test_elementwise(size_t n)
+{
+    float *a = host_rand(n, 4), *b = host_rand(n, 1), *out = host_rand(n, 1);
+    float *da = host_rand(n, 1), *db = host_rand(n, 1), *dout = host_rand(n, 1);
+    float *d_a = dev(a, n * 4), *d_b = dev(b, n * 4), *d_out = dev(out, n * 4);
+    float *d_da = dev(da, n * 4), *d_db = dev(db, n * 4), *d_dout = dev(dout, n * 4);
+    H->gelu_forward(out, a, n);
+    G->gelu_forward(d_out, d_a, n);
+    check("gelu_forward", "out", out, d_out, n, 1e-5);
+    H->gelu_backward(da, a, dout, n);
+    G->gelu_backward(d_da, d_a, d_dout, n);
+    check("gelu_backward", "dinp", da, d_da, n, 1e-5);
+    H->residual_forward(out, a, b, n);
+    G->residual_forward(d_out, d_a, d_b, n);
+    check("residual_forward", "out", out, d_out, n, 1e-5);
+    H->residual_backward(da, db, dout, n);
+    G->residual_backward(d_da, d_db, d_dout, n);
+    check("residual_backward", "dinp1", da, d_da, n, 1e-5);
+    check("residual_backward", "dinp2", db, d_db, n, 1e-5);
+    H->scale(out, 0.37f, n);
+    G->scale(d_out, 0.37f, n);
+    check("scale", "x", out, d_out, n, 1e-5);
+    double s_cpu = H->sumsq(a, n), s_gpu = G->sumsq(d_a, n);
+    float fc = (float)s_cpu, fg = (float)s_gpu;
+    float *d_fg = dev(&fg, 4);
+    check("sumsq", "sum", &fc, d_fg, 1, 1e-5);
+    G->mem_free(d_fg);
+    /* AdamW: params, m, v over three steps */
+    float *p = host_rand(n, 1), *m = host_rand(n, 0.1f), *v = host_rand(n, 0.1f);
+    for (size_t i = 0; i < n; i++)
+        v[i] = fabsf(v[i]);
+    float *d_p = dev(p, n * 4), *d_m = dev(m, n * 4), *d_v = dev(v, n * 4);
+    for (int t = 1; t <= 3; t++) {
+        H->adamw_update(p, b, m, v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        G->adamw_update(d_p, d_b, d_m, d_v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    }
+    check("adamw_update", "params", p, d_p, n, 1e-5);
+    check("adamw_update", "m", m, d_m, n, 1e-5);
+    check("adamw_update", "v", v, d_v, n, 1e-5);
+    /* memory ops: set, copy, copy back */
+    G->mem_set(d_out, 0, n * 4);
+    G->mem_copy(d_out, d_a, (n / 2) * 4);
+    memset(out, 0, n * 4);
+    memcpy(out, a, (n / 2) * 4);
+    check("mem_set+mem_copy", "bytes", out, d_out, n, 0);
+    check_status("elementwise");
+    G->mem_free(d_a); G->mem_free(d_b); G->mem_free(d_out); G->mem_free(d_da);
+    G->mem_free(d_db); G->mem_free(d_dout); G->mem_free(d_p); G->mem_free(d_m);
+    G->mem_free(d_v);
+    free(a); free(b); free(out); free(da); free(db); free(dout); free(p); free(m); free(v);
+}
+
+static void test_crossentropy(int N, int V, int Vp)
+{
+    size_t nv = (size_t)N * Vp;
+    float *logits = host_rand(nv, 8), *probs = host_rand(nv, 1), *losses = host_rand(N, 1);
+    float *dl = host_rand(nv, 1);
+    int32_t *tg = host_tokens(N, V);
+    float *d_logits = dev(logits, nv * 4), *d_probs = dev(probs, nv * 4);
+    float *d_losses = dev(losses, N * 4), *d_dl = dev(dl, nv * 4);
+    int32_t *d_tg = dev(tg, N * 4);
+    H->crossentropy_forward(losses, probs, logits, tg, N, V, Vp);
+    G->crossentropy_forward(d_losses, d_probs, d_logits, d_tg, N, V, Vp);
+    check("crossentropy_forward", "losses", losses, d_losses, N, 1e-5);
+    check("crossentropy_forward", "probs", probs, d_probs, nv, 1e-5);
+    H->crossentropy_backward(dl, probs, tg, 1.0f / N, N, V, Vp);
+    G->crossentropy_backward(d_dl, d_probs, d_tg, 1.0f / N, N, V, Vp);
+    check("crossentropy_backward", "dlogits", dl, d_dl, nv, 1e-5);
+    /* vocab-parallel steps on the second half of a 2-way split */
+    int Vl = Vp / 2, v0 = Vl;
+    float *lg = host_rand((size_t)N * Vl, 8), *pr = host_rand((size_t)N * Vl, 1);
+    float *rowmax = malloc(N * 4);
+    double *stats = malloc((size_t)N * 2 * sizeof(double));
+    float *d_lg = dev(lg, (size_t)N * Vl * 4), *d_pr = dev(pr, (size_t)N * Vl * 4);
+    float *d_rowmax = G->mem_alloc(N * 4);
+    double *d_stats = G->mem_alloc((size_t)N * 2 * sizeof(double));
+    H->crossentropy_vp_max(rowmax, lg, N, Vl, v0, V);
+    G->crossentropy_vp_max(d_rowmax, d_lg, N, Vl, v0, V);
+    check("crossentropy_vp_max", "rowmax", rowmax, d_rowmax, N, 1e-5);
+    H->crossentropy_vp_exp(stats, pr, lg, rowmax, tg, N, Vl, v0, V);
+    G->crossentropy_vp_exp(d_stats, d_pr, d_lg, d_rowmax, d_tg, N, Vl, v0, V);
+    check("crossentropy_vp_exp", "probs", pr, d_pr, (size_t)N * Vl, 1e-5);
+    {
+        double *gs = malloc((size_t)N * 2 * sizeof(double));
+        float *fs = malloc((size_t)N * 2 * 4), *fr = malloc((size_t)N * 2 * 4);
+        G->mem_copy_to_host(gs, d_stats, (size_t)N * 2 * sizeof(double));
+        for (int i = 0; i < 2 * N; i++) {
+            fr[i] = (float)stats[i];
+            fs[i] = (float)gs[i];
+        }
+        float *d_fs = dev(fs, (size_t)N * 2 * 4);
+        check("crossentropy_vp_exp", "stats", fr, d_fs, (size_t)2 * N, 1e-5);
+        G->mem_free(d_fs);
+        free(gs); free(fs); free(fr);
+    }
+    H->crossentropy_vp_finish(losses, pr, stats, rowmax, N, Vl, v0, V);
+    G->crossentropy_vp_finish(d_losses, d_pr, d_stats, d_rowmax, N, Vl, v0, V);
+    check("crossentropy_vp_finish", "losses", losses, d_losses, N, 1e-5);
+    check("crossentropy_vp_finish", "probs", pr, d_pr, (size_t)N * Vl, 1e-5);
+    float *dlv = host_rand((size_t)N * Vl, 1), *d_dlv = dev(dlv, (size_t)N * Vl * 4);
+    H->crossentropy_vp_backward(dlv, pr, tg, 0.5f, N, Vl, v0, V);
+    G->crossentropy_vp_backward(d_dlv, d_pr, d_tg, 0.5f, N, Vl, v0, V);
+    check("crossentropy_vp_backward", "dlogits", dlv, d_dlv, (size_t)N * Vl, 1e-5);
+    check_status("crossentropy");
+    G->mem_free(d_logits); G->mem_free(d_probs); G->mem_free(d_losses); G->mem_free(d_dl);
+    G->mem_free(d_tg); G->mem_free(d_lg); G->mem_free(d_pr); G->mem_free(d_rowmax);
+    G->mem_free(d_stats); G->mem_free(d_dlv);
+    free(logits); free(probs); free(losses); free(dl); free(tg); free(lg); free(pr);
+    free(rowmax); free(stats); free(dlv);
+}
+
+#if PX_HAVE_CUDA
+/* the collectives' reductions, every dtype and op, against px_reduce_apply */
+static void test_reductions(size_t n)
+{
+    static const char *dn[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
+    static const char *on[] = {"sum", "prod", "min", "max", "avg"};
+    for (int dt = 0; dt < PX_DTYPE_COUNT; dt++) {
+        size_t es = px_dtype_size((px_dtype_t)dt), bytes = n * es;
+        unsigned char *a = malloc(bytes), *b = malloc(bytes), *r = malloc(bytes), *g = malloc(bytes);
+        for (size_t i = 0; i < n; i++) {
+            float x = frand() * 3, y = frand() * 3;
+            switch (dt) {
+            case PX_FLOAT32: ((float *)a)[i] = x; ((float *)b)[i] = y; break;
+            case PX_FLOAT64: ((double *)a)[i] = x; ((double *)b)[i] = y; break;
+            case PX_FLOAT16: px_f32_to_f16((uint16_t *)a + i, &x, 1);
+                             px_f32_to_f16((uint16_t *)b + i, &y, 1); break;
+            case PX_BFLOAT16: px_f32_to_bf16((uint16_t *)a + i, &x, 1);
+                              px_f32_to_bf16((uint16_t *)b + i, &y, 1); break;
+            case PX_INT32: ((int32_t *)a)[i] = (int32_t)(x * 1e9f); ((int32_t *)b)[i] = (int32_t)(y * 1e9f); break;
+            case PX_INT64: ((int64_t *)a)[i] = (int64_t)(x * 2e18f); ((int64_t *)b)[i] = (int64_t)(y * 1e9f); break;
+            case PX_UINT8: a[i] = (unsigned char)(x * 80 + 128); b[i] = (unsigned char)(y * 80 + 128); break;
+            }
+        }
+        void *da = dev(a, bytes), *db = dev(b, bytes);
+        for (int op = 0; op < PX_REDOP_COUNT; op++) {
+            px_reduce_apply((px_dtype_t)dt, (px_redop_t)op, r, a, b, n);
+            px_cuda_reduce_apply((px_dtype_t)dt, (px_redop_t)op, da, da, db, n);
+            if (op == PX_AVG) {
+                px_reduce_avg_finish((px_dtype_t)dt, r, n, 3);
+                px_cuda_reduce_avg_finish((px_dtype_t)dt, da, n, 3);
+            }
+            G->mem_copy_to_host(g, da, bytes);
+            G->mem_copy_from_host(da, a, bytes); /* restore for the next op */
+            int exact = !memcmp(g, r, bytes);
+            int ok = exact;
+            double err = 0;
+            if (!exact && (dt == PX_FLOAT16 || dt == PX_BFLOAT16)) {
+                float *fr = malloc(n * 4), *fg = malloc(n * 4);
+                double md = 0, mr = 0;
+                if (dt == PX_FLOAT16) {
+                    px_f16_to_f32(fr, (uint16_t *)r, n);
+                    px_f16_to_f32(fg, (uint16_t *)g, n);
+                } else {
+                    px_bf16_to_f32(fr, (uint16_t *)r, n);
+                    px_bf16_to_f32(fg, (uint16_t *)g, n);
+                }
+                for (size_t i = 0; i < n; i++) {
+                    md = fmax(md, fabs((double)fg[i] - fr[i]));
+                    mr = fmax(mr, fabs(fr[i]));
+                }
+                err = mr > 0 ? md / mr : md;
+                ok = err <= 1e-2;
+                free(fr); free(fg);
+            } else if (!exact && (dt == PX_FLOAT32 || dt == PX_FLOAT64)) {
+                double md = 0, mr = 0;
+                for (size_t i = 0; i < n; i++) {
+                    double x = dt == PX_FLOAT32 ? ((float *)r)[i] : ((double *)r)[i];
+                    double y = dt == PX_FLOAT32 ? ((float *)g)[i] : ((double *)g)[i];
+                    md = fmax(md, fabs(x - y));
+                    mr = fmax(mr, fabs(x));
+                }
+                err = mr > 0 ? md / mr : md;
+                ok = err <= 1e-5;
+            }
+            char what[32];
+            snprintf(what, sizeof(what), "%s %s", dn[dt], on[op]);
+            checks++;
+            failures += !ok;
+            printf("%-22s %-10s n=%-9zu %s  %s\n", "reduce_apply", what, n,
+                   exact ? "bitwise equal" : "differs", ok ? "PASS" : "FAIL");
+        }
+        G->mem_free(da); G->mem_free(db);
+        free(a); free(b); free(r); free(g);
+    }
+    check_status("reductions");
+}
+
+/* the bf16 GEMM against an fp32 GEMM of the bf16-rounded inputs (1e-2) */
+static void test_bf16_gemm(int N, int C, int OC)
+{
+    float *inp = host_rand((size_t)N * C, 1), *w = host_rand((size_t)OC * C, 1);
+    uint16_t *ib = malloc((size_t)N * C * 2), *wb = malloc((size_t)OC * C * 2);
+    px_f32_to_bf16(ib, inp, (size_t)N * C);
+    px_f32_to_bf16(wb, w, (size_t)OC * C);
+    px_bf16_to_f32(inp, ib, (size_t)N * C);
+    px_bf16_to_f32(w, wb, (size_t)OC * C);
+    float *out = malloc((size_t)N * OC * 4);
+    H->matmul_forward(out, inp, w, NULL, N, C, OC);
+    uint16_t *d_ib = dev(ib, (size_t)N * C * 2), *d_wb = dev(wb, (size_t)OC * C * 2);
+    uint16_t *d_ob = G->mem_alloc((size_t)N * OC * 2);
+    float *d_of = G->mem_alloc((size_t)N * OC * 4);
+    px_cuda_matmul_forward_bf16(d_ob, d_ib, d_wb, N, C, OC);
+    px_cuda_bf16_to_f32(d_of, d_ob, (size_t)N * OC);
+    check("matmul_forward_bf16", "out", out, d_of, (size_t)N * OC, 1e-2);
+    /* fp32 -> bf16 -> fp32 round trip equals the CPU's rounding */
+    float *d_in = dev(inp, (size_t)N * C * 4);
+    uint16_t *d_rb = G->mem_alloc((size_t)N * C * 2);
+    px_cuda_f32_to_bf16(d_rb, d_in, (size_t)N * C);
+    px_cuda_bf16_to_f32(d_in, d_rb, (size_t)N * C);
+    check("f32_to_bf16", "roundtrip", inp, d_in, (size_t)N * C, 0);
+    check_status("bf16");
+    G->mem_free(d_ib); G->mem_free(d_wb); G->mem_free(d_ob); G->mem_free(d_of);
+    G->mem_free(d_in); G->mem_free(d_rb);
+    free(inp); free(w); free(ib); free(wb); free(out);
+}
+
+/* --gemm-peak: the bf16 cuBLAS GEMM rate at 8192^3 (fp32 accumulation), the
+ * measured peak deploy/gpu-check.sh divides by beside the spec peak */
+static int gemm_peak(void)
+{
+    const int n = 8192, reps = 20;
+    size_t e = (size_t)n * n;
+    uint16_t *a = G->mem_alloc(e * 2), *b = G->mem_alloc(e * 2), *c = G->mem_alloc(e * 2);
+    if (!a || !b || !c) {
+        fprintf(stderr, "px-opcheck: no device memory for the GEMM peak\n");
+        return 1;
+    }
+    px_cuda_matmul_forward_bf16(c, a, b, n, n, n); /* warm-up */
+    G->synchronize();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < reps; i++)
+        px_cuda_matmul_forward_bf16(c, a, b, n, n, n);
+    G->synchronize();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    printf("gemm-peak bf16 %dx%dx%d: %.1f TFLOP/s\n", n, n, n, 2.0 * n * n * n * reps / s / 1e12);
+    G->mem_free(a); G->mem_free(b); G->mem_free(c);
+    return px_kernels_check(G) == PX_OK ? 0 : 1;
+}
+#endif
+
+int main(int argc, char **argv)
+{
+    const char *device = "cuda:0";
+    char err[256];
+    int peak = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--device") && i + 1 < argc)
+            device = argv[++i];
+        else if (!strcmp(argv[i], "--gemm-peak"))
+            peak = 1;
+        else {
+            fprintf(stderr, "usage: px-opcheck [--device cuda:K] [--gemm-peak]\n");
+            return 2;
+        }
+    }
+    if (!px_kernels_have_cuda()) {
+        printf("px-opcheck: SKIP: this build has no CUDA backend (meson found no nvcc)\n");
+        return 77;
+    }
+    if (px_kernels_cuda_devices() <= 0) {
+        printf("px-opcheck: SKIP: no CUDA device visible (cudaGetDeviceCount failed or 0)\n");
+        return 77;
+    }
+    H = px_kernels_cpu();
+    if (px_kernels_select(device, &G, err, sizeof(err)) != PX_OK) {
+        fprintf(stderr, "px-opcheck: %s\n", err);
+        return 1;
+    }
+#if PX_HAVE_CUDA
+    if (peak)
+        return gemm_peak();
+#endif
+    printf("px-opcheck: CUDA table on %s against the CPU table\n", device);
+    test_encoder(4, 100, 96, 300);
+    test_layernorm(300, 768);
+    test_layernorm(37, 100);
+    test_matmul(300, 96, 130);
+    test_matmul(512, 768, 768 * 3);
+    test_attention(2, 100, 96, 3);   /* hs 32 */
+    test_attention(2, 130, 128, 2);  /* hs 64 */
+    test_attention(1, 70, 256, 2);   /* hs 128 */
+    test_attention(1, 1024, 768, 12); /* GPT-2 124M's shape, one sequence */
+    test_elementwise(100003);
+    test_crossentropy(37, 250, 256);
+    test_crossentropy(8, 50257, 50304);
+#if PX_HAVE_CUDA
+    test_reductions(4099);
+    test_bf16_gemm(256, 768, 512);
+#endif
+    printf("px-opcheck: %d checks, %d failed: %s\n", checks, failures,
+           failures ? "FAIL" : "PASS");
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,214 @@
+/* test_devmem.c: the collectives on device buffers (transport/px_devmem.h),
+ * checked without a GPU.
+ *
+ * A fake device: an arena of host pages that is PROT_NONE except inside
+ * the fake backend's own copy functions, so any read or write of "device"
+ * memory by the transport (or UCX) itself crashes the rank and fails the
+ * test. The fake backend counts its staging copies. Each rank then runs what
+ * the engine runs on device tensors (zero.c, tp.c): all-reduce in place and
+ * out of place, reduce-scatter in place (recv = buf + rank * cnt), all-gather
+ * in place, at sizes from one element to a multi-chunk ring (3 Mi floats),
+ * checks every element, checks that host buffers are not staged, that
+ * bf16 on device buffers is refused on every rank (INVALID_ARGUMENT) and the
+ * communicator still works after it, and that a point-to-point send of a
+ * device buffer is refused.
+ *
+ * usage: test_devmem N   (ranks; forked by px_launch) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "px_coll.h"
+#include "px_devmem.h"
+#include "px_kernels.h"
+#include "px_launch.h"
+
+#define ARENA_BYTES ((size_t)64 << 20)
+
+static char *arena;
+static size_t arena_used;
+static int copies_to_host, copies_from_host, syncs;
+
+static int fake_is_device(const void *p)
+{
+    return (const char *)p >= arena && (const char *)p < arena + ARENA_BYTES;
+}
+
+static void open_arena(void) { mprotect(arena, ARENA_BYTES, PROT_READ | PROT_WRITE); }
+static void close_arena(void) { mprotect(arena, ARENA_BYTES, PROT_NONE); }
+
+static void *fake_alloc(size_t bytes)
+{
+    size_t b = (bytes + 63) & ~(size_t)63;
+    if (arena_used + b > ARENA_BYTES)
+        return NULL;
+    void *p = arena + arena_used;
+    arena_used += b;
+    return p;
+}
+
+static void fake_copy(void *dst, const void *src, size_t bytes)
+{
+    open_arena();
+    memmove(dst, src, bytes);
+    close_arena();
+}
+
+static void fake_to_host(void *h, const void *d, size_t bytes)
+{
+    copies_to_host++;
+    fake_copy(h, d, bytes);
+}
+
+static void fake_from_host(void *d, const void *h, size_t bytes)
+{
+    copies_from_host++;
+    fake_copy(d, h, bytes);
+}
+
+static void fake_sync(void) { syncs++; }
+
+static const px_kernel_ops_t fake_ops = {
+    .name = "fake-device",
+    .mem_copy = fake_copy,
+    .mem_copy_to_host = fake_to_host,
+    .mem_copy_from_host = fake_from_host,
+    .synchronize = fake_sync,
+};
+
+/* value of element i on rank r */
+static float val(int r, size_t i) { return (float)((r + 1) * 1000 + (int)(i % 997)); }
+
+static int check(const char *what, int rank, const float *got, size_t n, float (*want)(size_t, void *),
+                 void *arg)
+{
+    for (size_t i = 0; i < n; i++) {
+        float w = want(i, arg);
+        if (got[i] != w) {
+            fprintf(stderr, "rank %d: %s: element %zu is %g, want %g\n", rank, what, i, got[i], w);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+typedef struct { int world; size_t off; } sum_arg_t;
+static float want_sum(size_t i, void *a)
+{
+    sum_arg_t *s = a;
+    float t = 0;
+    for (int r = 0; r < s->world; r++)
+        t += val(r, s->off + i);
+    return t;
+}
+
+typedef struct { size_t cnt; } gather_arg_t;
+static float want_gather(size_t i, void *a)
+{
+    gather_arg_t *g = a;
+    return val((int)(i / g->cnt), i);
+}
+
+static int rank_fn(px_launch_rank_t *ctx)
+{
+    const int r = ctx->rank, n = ctx->world;
+    px_comm_t *comm = ctx->comm;
+    int fails = 0;
+    arena = mmap(NULL, ARENA_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (arena == MAP_FAILED)
+        return 1;
+    px_transport_set_device_memory(&fake_ops, fake_is_device);
+    static const size_t sizes[] = {1, 7, 1000, 65536 + 3, 3u << 20};
+    for (unsigned si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        size_t cnt = sizes[si], total = cnt * (size_t)n;
+        float *host = malloc(total * sizeof(float));
+        arena_used = 0;
+        float *dbuf = fake_alloc(total * sizeof(float)), *dout = fake_alloc(cnt * sizeof(float));
+        if (!host || !dbuf || !dout)
+            return 1;
+        sum_arg_t sa = {n, 0};
+        /* all-reduce in place */
+        for (size_t i = 0; i < cnt; i++)
+            host[i] = val(r, i);
+        fake_from_host(dbuf, host, cnt * sizeof(float));
+        int before = copies_to_host;
+        if (px_allreduce(comm, dbuf, dbuf, cnt, PX_FLOAT32, PX_SUM, -1) != PX_OK)
+            return 1;
+        fails += n > 1 && copies_to_host == before; /* it was staged */
+        fake_to_host(host, dbuf, cnt * sizeof(float));
+        fails += check("allreduce in place", r, host, cnt, want_sum, &sa);
+        /* all-reduce device -> another device buffer */
+        for (size_t i = 0; i < cnt; i++)
+            host[i] = val(r, i);
+        fake_from_host(dbuf, host, cnt * sizeof(float));
+        if (px_allreduce(comm, dbuf, dout, cnt, PX_FLOAT32, PX_SUM, -1) != PX_OK)
+            return 1;
+        fake_to_host(host, dout, cnt * sizeof(float));
+        fails += check("allreduce out of place", r, host, cnt, want_sum, &sa);
+        /* reduce-scatter in place, as ZeRO does: this rank's block of the sum */
+        for (size_t i = 0; i < total; i++)
+            host[i] = val(r, i);
+        fake_from_host(dbuf, host, total * sizeof(float));
+        px_request_t *req = NULL;
+        if (px_reduce_scatter_start(comm, dbuf, dbuf + (size_t)r * cnt, cnt, PX_FLOAT32, PX_SUM,
+                                    NULL, &req) != PX_OK ||
+            px_wait(req, -1) != PX_OK)
+            return 1;
+        fake_to_host(host, dbuf + (size_t)r * cnt, cnt * sizeof(float));
+        sa.off = (size_t)r * cnt;
+        fails += check("reduce_scatter in place", r, host, cnt, want_sum, &sa);
+        /* all-gather in place: block k from rank k */
+        for (size_t i = 0; i < total; i++)
+            host[i] = i / cnt == (size_t)r ? val(r, i) : -1.0f;
+        fake_from_host(dbuf, host, total * sizeof(float));
+        if (px_allgather_start(comm, dbuf + (size_t)r * cnt, dbuf, cnt, PX_FLOAT32, NULL, &req) !=
+                PX_OK ||
+            px_wait(req, -1) != PX_OK)
+            return 1;
+        fake_to_host(host, dbuf, total * sizeof(float));
+        gather_arg_t ga = {cnt};
+        fails += check("allgather in place", r, host, total, want_gather, &ga);
+        free(host);
+        if (fails)
+            break;
+    }
+    /* host buffers are never staged */
+    float hs[4] = {1, 2, 3, 4};
+    int before = copies_to_host;
+    if (px_allreduce(comm, hs, hs, 4, PX_FLOAT32, PX_SUM, -1) != PX_OK || hs[3] != 4.0f * n)
+        fails++;
+    fails += copies_to_host != before;
+    /* bf16 on device buffers: refused everywhere, and the communicator goes on */
+    arena_used = 0;
+    void *d16 = fake_alloc(64);
+    if (px_allreduce(comm, d16, d16, 8, PX_BFLOAT16, PX_SUM, -1) != PX_ERR_INVALID_ARGUMENT) {
+        fprintf(stderr, "rank %d: bf16 on a device buffer was not refused\n", r);
+        fails++;
+    }
+    if (px_allreduce(comm, hs, hs, 4, PX_FLOAT32, PX_SUM, -1) != PX_OK || hs[3] != 4.0f * n * n)
+        fails++;
+    /* point-to-point is not staged: a device buffer is refused, not touched */
+    px_request_t *pr = NULL;
+    if (n > 1 && px_send_start(comm, (r + 1) % n, 7, d16, 64, NULL, &pr) !=
+                     PX_ERR_INVALID_ARGUMENT) {
+        fprintf(stderr, "rank %d: a send of a device buffer was not refused\n", r);
+        fails++;
+    }
+    if (r == 0)
+        printf("devmem n=%d: %d staged copies to host, %d back, %d syncs: %s\n", n, copies_to_host,
+               copies_from_host, syncs, fails ? "FAIL" : "PASS");
+    px_transport_set_device_memory(NULL, NULL);
+    return fails ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    int n = argc > 1 ? atoi(argv[1]) : 2;
+    px_launch_opts_t opts = {.use_watch = 1, .limit_s = 200};
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int failed = px_launch(n, rank_fn, NULL, &opts, NULL);
+    if (failed)
+        fprintf(stderr, "FAIL: %d rank(s) failed\n", failed);
+    return failed ? 1 : 0;
+}
