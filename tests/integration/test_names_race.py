@@ -40,6 +40,10 @@ def main():
         cl.start(client)
         ca, cb = client(cl.daemons[0]), client(cl.daemons[1])
         blocker = ca.submit(data, dp=1, batch=4, steps=100000, name="blocker")
+        # each daemon's own peer table: the other alive, its devices known
+        # (Cluster.start waited for node a's view only)
+        pc.wait_for(lambda: all(sum(1 for n in c.nodes() if n.get("alive")) == 2
+                                for c in (ca, cb)), 20, "both daemons to see each other")
         pc.wait_for(lambda: any(dv["job_id"] == blocker for n in cb.nodes()
                                 for dv in n["devices"]), 20, "node b to see the blocker's device")
         pb = ca.pb
