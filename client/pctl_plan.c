@@ -524,9 +524,11 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     px_model_moe_t mm = {.layers = (int)layers, .dim = (int)dim, .experts = (int)experts,
                          .moe_every = (int)moe_every};
     uint64_t moe_rank = experts ? px_model_moe_rank_params(&mm, (int)ep) : 0;
-    uint64_t moe_acts = experts && tp == 1
+    /* every tensor rank computes the MoE whole (moe.h); with cp on its
+     * context slice's tokens */
+    uint64_t moe_acts = experts
                             ? px_plan_moe_activation_bytes(px_model_moe_num_layers(&mm),
-                                                           (int)(micro * seq), (int)ep,
+                                                           (int)(micro * seq_local), (int)ep,
                                                            (int)experts, (int)top_k, (int)dim,
                                                            dropless, capf)
                             : 0;

@@ -134,6 +134,7 @@ struct px_gpt {
     const int32_t *inputs, *targets; /* of the last forward, borrowed */
     px_moe_t *moe;                 /* the MoE MLP of the MoE layers (moe.h),
                                       borrowed; NULL: every MLP dense */
+    int moe_slot;                  /* this model's activation slot in moe */
 };
 
 int px_gpt_num_units(const px_gpt_config_t *cfg) { return px_model_num_units(cfg); }
@@ -402,12 +403,18 @@ void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out) { *out = gpt->tp_t
 
 px_status_t px_gpt_set_moe(px_gpt_t *gpt, px_moe_t *moe)
 {
-    if (moe && (gpt->tp > 1 || gpt->wstash)) {
-        px_error("gpt: the mixture of experts runs with tp 1 and the plain backward only "
-                 "(tp %d)", gpt->tp);
+    return px_gpt_set_moe_slot(gpt, moe, 0);
+}
+
+px_status_t px_gpt_set_moe_slot(px_gpt_t *gpt, px_moe_t *moe, int slot)
+{
+    if (moe && gpt->wstash) {
+        px_error("gpt: the mixture of experts runs with the plain backward only (no split "
+                 "backward)");
         return PX_ERR_INVALID_ARGUMENT;
     }
     gpt->moe = moe;
+    gpt->moe_slot = slot;
     return PX_OK;
 }
 
@@ -864,9 +871,13 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
         ln2_in = a->spbuf;
     }
     if (gpt->moe && px_moe_is_layer(px_moe_config(gpt->moe), l)) {
-        /* the mixture of experts instead of the dense MLP (tp 1) */
-        PX_CHECK(px_moe_forward(gpt->moe, l, ln2_in, a->tmp, BT));
-        k->residual_forward(res3, res2, a->tmp, rc);
+        /* the mixture of experts instead of the dense MLP; with tp every
+         * tensor rank computes it whole on the whole ln2 (moe.h: experts
+         * replicated over the tensor group), so no tp collective follows;
+         * with sequence parallelism this rank adds its R rows */
+        PX_CHECK(px_moe_forward_slot(gpt->moe, gpt->moe_slot, l, ln2_in, a->tmp, BT));
+        k->residual_forward(res3, res2, a->tmp + (gpt->sp ? (size_t)gpt->cfg.tp_rank * rc : 0),
+                            rc);
         return p_release(gpt, px_model_unit_layer(&gpt->cfg, l), 0);
     }
     /* fc (B,T,4Cl): column-parallel */
@@ -1068,8 +1079,18 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
         k->mem_set(a->dln, 0, 4 * (size_t)C * sizeof(float));
     }
     if (gpt->moe && px_moe_is_layer(px_moe_config(gpt->moe), l)) {
-        /* the mixture of experts (tp 1): d ln2 into dbtc */
-        PX_CHECK(px_moe_backward(gpt->moe, l, ln2, dout, a->dbtc, BT));
+        /* the mixture of experts: d ln2 (B,T,C) into dbtc, the same on
+         * every tensor rank (computed whole: no sum over tp); with sequence
+         * parallelism on the re-gathered ln2, this rank's R rows of it to
+         * spbuf (where the dense path's reduce-scatter puts them) */
+        const float *x2 = ln2;
+        if (gpt->sp) {
+            PX_CHECK(px_tp_allgather(tpc, ln2, a->tmp, rc, "ln2", &gpt->tp_times));
+            x2 = a->tmp;
+        }
+        PX_CHECK(px_moe_backward_slot(gpt->moe, gpt->moe_slot, l, x2, dout, a->dbtc, BT));
+        if (gpt->sp)
+            k->mem_copy(a->spbuf, a->dbtc + (size_t)gpt->cfg.tp_rank * rc, rc * sizeof(float));
     } else {
         k->mem_set(a->d4a, 0, btcl * 4 * sizeof(float));
         k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, dout, fchg, p.fcprojw, BT, 4 * Cl, C);

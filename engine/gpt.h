@@ -229,10 +229,16 @@ px_status_t px_gpt_backward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx);
 /* The mixture of experts (moe.h; borrowed, NULL: none) whose layers
  * (px_moe_is_layer) replace the dense MLP: block_forward / block_backward
  * call px_moe_forward / px_moe_backward on ln2's output there, collective
- * over the moe's ep group. tp 1 and the unsplit backward only
- * (PX_ERR_INVALID_ARGUMENT, logged). */
+ * over the moe's ep group. With tp every tensor rank computes the MoE MLP
+ * whole on the whole ln2 output (experts replicated over the tensor group,
+ * moe.h), its output and input gradient the same on every tensor rank;
+ * with sequence parallelism each rank keeps its R rows of them. The
+ * unsplit backward only (PX_ERR_INVALID_ARGUMENT, logged). */
 struct px_moe;
 px_status_t px_gpt_set_moe(px_gpt_t *gpt, struct px_moe *moe);
+/* The same for a pipeline slot's model (pipeline.h): its MoE layers use
+ * the moe's activation slot `slot` (px_moe_forward_slot). */
+px_status_t px_gpt_set_moe_slot(px_gpt_t *gpt, struct px_moe *moe, int slot);
 
 /* Time this model spent in tensor-parallel collectives (tp.h). */
 void px_gpt_tp_times(const px_gpt_t *gpt, px_tp_times_t *out);

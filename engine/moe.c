@@ -3,12 +3,14 @@
  * One forward of MoE layer l on N local tokens, P = ep ranks, El = E/P
  * experts here:
  *   1. router logits, softmax, top-k, gates (op table: moe_router_forward);
- *   2. the choice counts cnt[j][e] all-gathered over the ep group into
- *      cnt[p][j][e], and the router probabilities summed over it (the
- *      load-balancing loss's P_e); every rank then computes every rank's
- *      kept counts kept[p][j][e] (the capacity filled in the order j, p,
- *      token), so all send and receive counts are known without a count
- *      exchange;
+ *   2. the choice counts of each token block (px_moe_set_token_blocks)
+ *      with the blocks' keys all-gathered over the ep group, and the
+ *      router probabilities summed over the dp group (the load-balancing
+ *      loss's P_e); every rank then computes every rank's kept counts per
+ *      block and kept[p][j][e] (the capacity filled in the order j, block
+ *      key, token: the single-rank order, whichever rows or sequence
+ *      chunks the ranks hold), so all send and receive counts are known
+ *      without a count exchange;
  *   3. the kept choices, as "slots" in send order (destination rank,
  *      its local expert, choice j, token), are packed and dispatched by
  *      px_alltoallv; each rank reorders what it received from source-major
@@ -60,12 +62,23 @@ typedef struct moe_layer {
     int N;
 } moe_layer_t;
 
+/* (key, index) pairs sorted by key: the group's blocks in token order */
+typedef struct keyed {
+    int64_t key;
+    int i;
+} keyed_t;
+
 struct px_moe {
     px_moe_config_t cfg;
     const px_kernel_ops_t *k;
     px_comm_t *ep, *dp, *edp;
     int P, me, El, dp_size, accum, Nmax, Rmax, nm;
-    int *layer_of;        /* [layers]: MoE index of layer l, or -1 */
+    int *layer_of;        /* [layers]: local MoE index of layer l, or -1 (not
+                             a MoE layer, or not held here) */
+    int *gmi;             /* [nm]: the model's MoE index of local MoE layer mi */
+    int slots;            /* activation slots per MoE layer (micro-batches in
+                             flight); L[mi * slots + slot] */
+    double aux_step;      /* load-balancing losses of this step's forwards */
     size_t se;            /* elements of one expert */
     size_t nrouter, nexp; /* router region, local expert region (elements) */
     size_t n;             /* nrouter + nexp */
@@ -74,6 +87,14 @@ struct px_moe {
     float *sendbuf, *recvbuf, *logits, *dw, *dg, *dh;
     uint64_t *scnt, *sdis, *rcnt, *rdis;
     uint64_t *received, *dropped; /* (E) this step */
+    /* the token blocks (px_moe_set_token_blocks): nb blocks of N/nb local
+     * tokens, key[b] their place in the single-rank token order */
+    int nb;
+    int64_t *key;   /* (nb) */
+    int64_t *gbuf;  /* (P, nb + nb*K*E): every rank's [keys | block counts] */
+    int64_t *keptb; /* (P, nb, K, E) kept per block */
+    keyed_t *order; /* (P*nb) the group's blocks sorted by key */
+    int64_t *mine;  /* (nb + nb*K*E) this rank's row of gbuf */
     double a2a_s;
     float skew;           /* test hook: router logit bias of experts 0 (1/2) */
 };
@@ -127,7 +148,7 @@ void px_moe_destroy(px_moe_t *moe)
 {
     if (!moe)
         return;
-    for (int m = 0; moe->L && m < moe->nm; m++) {
+    for (int m = 0; moe->L && m < moe->nm * moe->slots; m++) {
         moe_layer_t *a = &moe->L[m];
         px_mem_free(a->probs);
         px_mem_free(a->idx);
@@ -144,6 +165,7 @@ void px_moe_destroy(px_moe_t *moe)
     }
     free(moe->L);
     free(moe->layer_of);
+    free(moe->gmi);
     px_mem_free(moe->params);
     px_mem_free(moe->grads);
     px_mem_free(moe->m);
@@ -160,6 +182,11 @@ void px_moe_destroy(px_moe_t *moe)
     free(moe->rdis);
     free(moe->received);
     free(moe->dropped);
+    free(moe->key);
+    free(moe->gbuf);
+    free(moe->keptb);
+    free(moe->order);
+    free(moe->mine);
     free(moe);
 }
 
@@ -172,14 +199,78 @@ static int64_t capacity(const px_moe_t *moe, int64_t Ng)
     return (int64_t)ceil((double)Ng * c->top_k / c->experts * (double)c->capacity_factor);
 }
 
+px_status_t px_moe_set_token_blocks(px_moe_t *moe, int nb, const int64_t *keys)
+{
+    if (nb < 1 || moe->Nmax % nb) {
+        px_error("moe: %d token blocks do not divide the %d local tokens", nb, moe->Nmax);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    const size_t P = (size_t)moe->P, KE = (size_t)moe->cfg.top_k * moe->cfg.experts;
+    const size_t W = (size_t)nb + (size_t)nb * KE;
+    int64_t *key = malloc((size_t)nb * sizeof(int64_t)), *gbuf = calloc(P * W, sizeof(int64_t));
+    int64_t *keptb = calloc(P * nb * KE, sizeof(int64_t)), *mine = calloc(W, sizeof(int64_t));
+    keyed_t *order = calloc(P * nb, sizeof(keyed_t));
+    if (!key || !gbuf || !keptb || !mine || !order) {
+        free(key);
+        free(gbuf);
+        free(keptb);
+        free(mine);
+        free(order);
+        return PX_ERR_NO_MEMORY;
+    }
+    memcpy(key, keys, (size_t)nb * sizeof(int64_t));
+    free(moe->key);
+    free(moe->gbuf);
+    free(moe->keptb);
+    free(moe->mine);
+    free(moe->order);
+    moe->nb = nb;
+    moe->key = key;
+    moe->gbuf = gbuf;
+    moe->keptb = keptb;
+    moe->mine = mine;
+    moe->order = order;
+    return PX_OK;
+}
+
+static int keyed_cmp(const void *a, const void *b)
+{
+    const keyed_t *x = a, *y = b;
+    return x->key < y->key ? -1 : x->key > y->key ? 1 : x->i - y->i;
+}
+
 px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
                           px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size, int accum,
                           px_moe_t **moe_p)
 {
+    return px_moe_create_stage(cfg, ops, N, ep, dp, edp, dp_size, accum, NULL, 1, moe_p);
+}
+
+/* MoE layers among the held layers (held NULL: all) */
+static int held_moe_layers(const px_moe_config_t *cfg, const unsigned char *held)
+{
+    int n = 0;
+    for (int l = 0; l < cfg->layers; l++)
+        n += px_moe_is_layer(cfg, l) && (!held || held[l]);
+    return n;
+}
+
+uint64_t px_moe_stage_params(const px_moe_config_t *cfg, int ep, const unsigned char *held)
+{
+    int nm = px_moe_num_layers(cfg);
+    return nm ? px_moe_rank_params(cfg, ep) / (uint64_t)nm * (uint64_t)held_moe_layers(cfg, held)
+              : 0;
+}
+
+px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
+                                px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size,
+                                int accum, const unsigned char *held, int slots,
+                                px_moe_t **moe_p)
+{
     int P = ep ? px_comm_size(ep) : 1;
     if (cfg->experts < 1 || cfg->top_k < 1 || cfg->top_k > 2 || cfg->top_k > cfg->experts ||
         cfg->experts % P || N < 1 || cfg->dim < 1 || cfg->layers < 1 || dp_size < 1 ||
-        accum < 1) {
+        accum < 1 || slots < 1) {
         px_error("moe: cannot build experts=%d top_k=%d over ep=%d (N %d, dim %d, dp %d, accum "
                  "%d)", cfg->experts, cfg->top_k, P, N, cfg->dim, dp_size, accum);
         return PX_ERR_INVALID_ARGUMENT;
@@ -198,7 +289,8 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
     moe->dp_size = dp_size;
     moe->accum = accum;
     moe->Nmax = N;
-    moe->nm = px_moe_num_layers(cfg);
+    moe->nm = held_moe_layers(cfg, held);
+    moe->slots = slots;
     const int E = cfg->experts, K = cfg->top_k, C = cfg->dim;
     moe->se = expert_size(cfg);
     moe->nrouter = (size_t)moe->nm * E * C;
@@ -215,7 +307,8 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
     moe->Rmax = (int)rows;
     size_t NK = (size_t)N * K, big = NK > (size_t)moe->Rmax ? NK : (size_t)moe->Rmax;
     moe->layer_of = calloc((size_t)cfg->layers, sizeof(int));
-    moe->L = calloc((size_t)(moe->nm ? moe->nm : 1), sizeof(moe_layer_t));
+    moe->L = calloc((size_t)(moe->nm ? moe->nm * slots : 1), sizeof(moe_layer_t));
+    moe->gmi = calloc((size_t)(moe->nm ? moe->nm : 1), sizeof(int));
     moe->scnt = calloc((size_t)P, sizeof(uint64_t));
     moe->sdis = calloc((size_t)P, sizeof(uint64_t));
     moe->rcnt = calloc((size_t)P, sizeof(uint64_t));
@@ -232,13 +325,26 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
     moe->dw = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(float));
     moe->dg = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * 4 * C + 1, sizeof(float));
     moe->dh = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * 4 * C + 1, sizeof(float));
-    if (!moe->layer_of || !moe->L || !moe->scnt || !moe->sdis || !moe->rcnt || !moe->rdis ||
+    if (!moe->layer_of || !moe->L || !moe->gmi || !moe->scnt || !moe->sdis || !moe->rcnt || !moe->rdis ||
         !moe->received || !moe->dropped || !moe->params || !moe->grads || !moe->m || !moe->v ||
         !moe->sendbuf || !moe->recvbuf || !moe->logits || !moe->dw || !moe->dg || !moe->dh)
         goto err_nomem;
-    for (int l = 0, mi = 0; l < cfg->layers; l++)
-        moe->layer_of[l] = px_moe_is_layer(cfg, l) ? mi++ : -1;
-    for (int mi = 0; mi < moe->nm; mi++) {
+    /* one block per rank, in ep rank order (dp x ep: the ranks' slices of
+     * the batch follow the ep ranks) until the caller says otherwise */
+    int64_t key0 = moe->me;
+    if (px_moe_set_token_blocks(moe, 1, &key0) != PX_OK)
+        goto err_nomem;
+    for (int l = 0, mi = 0, g = 0; l < cfg->layers; l++) {
+        moe->layer_of[l] = -1;
+        if (!px_moe_is_layer(cfg, l))
+            continue;
+        if (!held || held[l]) {
+            moe->gmi[mi] = g;
+            moe->layer_of[l] = mi++;
+        }
+        g++;
+    }
+    for (int mi = 0; mi < moe->nm * slots; mi++) {
         moe_layer_t *a = &moe->L[mi];
         a->probs = px_mem_calloc(PX_MEM_ACTS, (size_t)N * E, sizeof(float));
         a->idx = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(int32_t));
@@ -328,7 +434,7 @@ void px_moe_init_params(px_moe_t *moe, uint64_t seed)
         size_t per = (size_t)px_moe_tensor_size(c, i) / E; /* one expert's (or router row) */
         for (int mi = 0; mi < moe->nm; mi++) {
             /* element index within the tensor stacked over the MoE layers */
-            size_t e0 = (size_t)mi * px_moe_tensor_size(c, i);
+            size_t e0 = (size_t)moe->gmi[mi] * px_moe_tensor_size(c, i);
             if (i == 0) {
                 float *r = router_of(moe, moe->params, mi);
                 for (size_t e = 0; e < E * C; e++)
@@ -443,16 +549,23 @@ static size_t expert_rows(const px_moe_t *moe, const moe_layer_t *a, int le, siz
 
 px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int N)
 {
+    return px_moe_forward_slot(moe, 0, l, x, out, N);
+}
+
+px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, float *out,
+                                int N)
+{
     const px_kernel_ops_t *k = moe->k;
     const int E = moe->cfg.experts, K = moe->cfg.top_k, C = moe->cfg.dim, P = moe->P,
               El = moe->El;
     px_status_t status;
     int mi = l >= 0 && l < moe->cfg.layers ? moe->layer_of[l] : -1;
-    if (mi < 0 || N < 1 || N > moe->Nmax) {
-        px_error("moe: layer %d is not a MoE layer or N %d is outside 1..%d", l, N, moe->Nmax);
+    if (mi < 0 || N < 1 || N > moe->Nmax || slot < 0 || slot >= moe->slots) {
+        px_error("moe: layer %d is not a MoE layer held here, or N %d is outside 1..%d, or "
+                 "slot %d outside 0..%d", l, N, moe->Nmax, slot, moe->slots - 1);
         return PX_ERR_INVALID_ARGUMENT;
     }
-    moe_layer_t *a = &moe->L[mi];
+    moe_layer_t *a = &moe->L[(size_t)mi * moe->slots + slot];
     a->N = N;
     /* 1. router */
     k->matmul_forward(moe->logits, x, router_of(moe, moe->params, mi), NULL, N, C, E);
@@ -463,14 +576,22 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
                 moe->logits[(size_t)t * E + 1] += 0.5f * moe->skew;
         }
     k->moe_router_forward(a->probs, a->idx, a->w, moe->logits, N, E, K);
-    /* 2. counts over the group, probability sums for the aux loss */
-    int64_t mine[K * E];
+    /* 2. counts over the group, per token block (moe.h: the blocks' keys
+     * give the single-rank token order), probability sums for the aux loss */
+    const int nb = moe->nb, Tb = N / nb;
+    const size_t KE = (size_t)K * E, W = (size_t)nb + (size_t)nb * KE;
+    if (N % nb) {
+        px_error("moe: layer %d: %d tokens are not %d equal blocks", l, N, nb);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    int64_t *mine = moe->mine, *bcnt = moe->mine + nb;
+    memcpy(mine, moe->key, (size_t)nb * sizeof(int64_t));
+    memset(bcnt, 0, (size_t)nb * KE * sizeof(int64_t));
     double psum[E];
-    memset(mine, 0, sizeof(mine));
     memset(psum, 0, sizeof(psum));
     for (int t = 0; t < N; t++) {
         for (int j = 0; j < K; j++)
-            mine[j * E + a->idx[(size_t)t * K + j]]++;
+            bcnt[(size_t)(t / Tb) * KE + (size_t)j * E + a->idx[(size_t)t * K + j]]++;
         for (int e = 0; e < E; e++)
             psum[e] += a->probs[(size_t)t * E + e];
     }
@@ -480,14 +601,16 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
     for (int e = 0; e < E; e++) {
         stat[e] = psum[e];
         stat[E + e] = 0.0;
-        for (int j = 0; j < K; j++)
-            stat[E + e] += (double)mine[j * E + e];
     }
+    for (int b = 0; b < nb; b++)
+        for (int j = 0; j < K; j++)
+            for (int e = 0; e < E; e++)
+                stat[E + e] += (double)bcnt[(size_t)b * KE + (size_t)j * E + e];
     status = PX_OK;
     if (moe->ep && P > 1)
-        status = px_allgather(moe->ep, mine, a->cnt, (uint64_t)K * E, PX_INT64, NULL);
+        status = px_allgather(moe->ep, mine, moe->gbuf, W, PX_INT64, NULL);
     else
-        memcpy(a->cnt, mine, sizeof(mine));
+        memcpy(moe->gbuf, mine, W * sizeof(int64_t));
     if (status == PX_OK && moe->dp && px_comm_size(moe->dp) > 1)
         status = px_allreduce(moe->dp, stat, stat, 2 * (uint64_t)E, PX_FLOAT64, PX_SUM, -1);
     if (status != PX_OK) {
@@ -495,42 +618,61 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
                  px_status_str(status));
         return status;
     }
+    /* every rank's choice counts (P,K,E), and the group's blocks in order */
+    keyed_t *ord = moe->order;
+    memset(a->cnt, 0, (size_t)P * KE * sizeof(int64_t));
+    for (int p = 0; p < P; p++)
+        for (int b = 0; b < nb; b++) {
+            const int64_t *row = moe->gbuf + (size_t)p * W;
+            ord[(size_t)p * nb + b] = (keyed_t){row[b], p * nb + b};
+            for (size_t je = 0; je < KE; je++)
+                a->cnt[(size_t)p * KE + je] += row[nb + (size_t)b * KE + je];
+        }
+    qsort(ord, (size_t)P * nb, sizeof(keyed_t), keyed_cmp);
     const int64_t Ng = (int64_t)N * P, cap = capacity(moe, Ng);
     const double Nall = (double)N * moe->dp_size; /* the global batch's tokens */
     double aux = 0.0;
+    memset(a->kept, 0, (size_t)P * KE * sizeof(int64_t));
     for (int e = 0; e < E; e++) {
         double f = stat[E + e] / (Nall * K), pe = stat[e] / Nall;
         aux += f * pe;
         /* d aux / d prob_te = coef E f_e / Nall for each token, times dp:
          * this rank's gradient is averaged over the dp ranks */
         a->daux[e] = (float)((double)moe->cfg.aux_loss_coef * E * f / (double)N);
-        /* kept counts: the capacity filled in the order j, p, token */
+        /* kept counts: the capacity filled in the order j, block key,
+         * token (the single-rank order: all first choices, then seconds) */
         int64_t pos = 0;
         for (int j = 0; j < K; j++)
-            for (int p = 0; p < P; p++) {
-                int64_t n = a->cnt[((size_t)p * K + j) * E + e];
+            for (int o = 0; o < P * nb; o++) {
+                int p = ord[o].i / nb, b = ord[o].i % nb;
+                size_t at = (size_t)j * E + e;
+                int64_t n = moe->gbuf[(size_t)p * W + nb + (size_t)b * KE + at];
                 int64_t kk = cap - pos < 0 ? 0 : (cap - pos < n ? cap - pos : n);
-                a->kept[((size_t)p * K + j) * E + e] = kk;
+                moe->keptb[((size_t)p * nb + b) * KE + at] = kk;
+                a->kept[(size_t)p * KE + at] += kk;
                 pos += n;
                 moe->received[e] += (uint64_t)kk;
                 moe->dropped[e] += (uint64_t)(n - kk);
             }
     }
     a->aux = (float)(moe->cfg.aux_loss_coef * E * aux);
+    moe->aux_step += a->aux;
     /* 3. slots in send order: destination, its expert (= expert order),
-     * choice, token; the first kept[me][j][e] choices of (j, e) are kept */
+     * choice, token; in each block the first keptb[me][b][j][e] choices of
+     * (j, e) are kept */
     a->nslots = 0;
     for (int e = 0; e < E; e++)
-        for (int j = 0; j < K; j++) {
-            int64_t left = a->kept[((size_t)moe->me * K + j) * E + e];
-            for (int t = 0; t < N && left > 0; t++)
-                if (a->idx[(size_t)t * K + j] == e) {
-                    a->slot_tok[a->nslots] = t;
-                    a->slot_g[a->nslots] = t * K + j;
-                    a->nslots++;
-                    left--;
-                }
-        }
+        for (int j = 0; j < K; j++)
+            for (int b = 0; b < nb; b++) {
+                int64_t left = moe->keptb[((size_t)moe->me * nb + b) * KE + (size_t)j * E + e];
+                for (int t = b * Tb; t < (b + 1) * Tb && left > 0; t++)
+                    if (a->idx[(size_t)t * K + j] == e) {
+                        a->slot_tok[a->nslots] = t;
+                        a->slot_g[a->nslots] = t * K + j;
+                        a->nslots++;
+                        left--;
+                    }
+            }
     k->moe_dispatch(moe->sendbuf, x, a->slot_tok, a->nslots, C);
     set_counts(moe, a, (size_t)C);
     PX_CHECK(a2a(moe, moe->sendbuf, moe->recvbuf, "dispatch"));
@@ -569,24 +711,34 @@ float px_moe_aux_loss(const px_moe_t *moe)
 {
     float s = 0.0f;
     for (int mi = 0; mi < moe->nm; mi++)
-        s += moe->L[mi].aux;
+        s += moe->L[(size_t)mi * moe->slots].aux;
     return s;
 }
+
+double px_moe_aux_loss_step(const px_moe_t *moe) { return moe->aux_step; }
 
 /* ---- backward ---- */
 
 px_status_t px_moe_backward(px_moe_t *moe, int l, const float *x, const float *dout, float *dx,
                             int N)
 {
+    return px_moe_backward_slot(moe, 0, l, x, dout, dx, N);
+}
+
+px_status_t px_moe_backward_slot(px_moe_t *moe, int slot, int l, const float *x,
+                                 const float *dout, float *dx, int N)
+{
     const px_kernel_ops_t *k = moe->k;
     const int E = moe->cfg.experts, K = moe->cfg.top_k, C = moe->cfg.dim, P = moe->P,
               El = moe->El;
     int mi = l >= 0 && l < moe->cfg.layers ? moe->layer_of[l] : -1;
-    if (mi < 0 || N != moe->L[mi].N) {
-        px_error("moe: backward of layer %d with N %d does not follow its forward", l, N);
+    if (mi < 0 || slot < 0 || slot >= moe->slots ||
+        N != moe->L[(size_t)mi * moe->slots + slot].N) {
+        px_error("moe: backward of layer %d slot %d with N %d does not follow its forward", l,
+                 slot, N);
         return PX_ERR_INVALID_ARGUMENT;
     }
-    moe_layer_t *a = &moe->L[mi];
+    moe_layer_t *a = &moe->L[(size_t)mi * moe->slots + slot];
     /* gated output gradients of the slots, and the gates' gradients */
     k->mem_set(moe->dw, 0, (size_t)N * K * sizeof(float));
     k->moe_combine_backward(moe->sendbuf, moe->dw, dout, a->y, a->slot_tok, a->w, a->slot_g,
@@ -636,6 +788,7 @@ void px_moe_begin_step(px_moe_t *moe)
     moe->k->mem_set(moe->grads, 0, moe->n * sizeof(float));
     memset(moe->received, 0, (size_t)moe->cfg.experts * sizeof(uint64_t));
     memset(moe->dropped, 0, (size_t)moe->cfg.experts * sizeof(uint64_t));
+    moe->aux_step = 0.0;
 }
 
 px_status_t px_moe_reduce(px_moe_t *moe, double *sumsq_p)
@@ -694,11 +847,14 @@ px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst)
 {
     const px_moe_config_t *c = &moe->cfg;
     size_t n = (size_t)px_moe_num_params(c), C = (size_t)c->dim;
-    float *src = which ? moe->grads : moe->params;
+    float *bufs[4] = {moe->params, moe->grads, moe->m, moe->v};
+    if (which < 0 || which > 3)
+        return PX_ERR_INVALID_ARGUMENT;
+    float *src = bufs[which];
     memset(dst, 0, n * sizeof(float));
     for (int mi = 0; mi < moe->nm; mi++) {
         if (moe->me == 0)
-            moe->k->mem_copy_to_host(dst + canon_off(c, mi, 0), router_of(moe, src, mi),
+            moe->k->mem_copy_to_host(dst + canon_off(c, moe->gmi[mi], 0), router_of(moe, src, mi),
                                      (size_t)c->experts * C * sizeof(float));
         for (int le = 0; le < moe->El; le++) {
             size_t ge = (size_t)moe->me * moe->El + le;
@@ -706,7 +862,7 @@ px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst)
             float *parts[4] = {x.fcw, x.fcb, x.fcprojw, x.fcprojb};
             for (int i = 1; i < PX_MOE_NUM_TENSORS; i++) {
                 size_t per = (size_t)px_moe_tensor_size(c, i) / (size_t)c->experts;
-                moe->k->mem_copy_to_host(dst + canon_off(c, mi, i) + ge * per, parts[i - 1],
+                moe->k->mem_copy_to_host(dst + canon_off(c, moe->gmi[mi], i) + ge * per, parts[i - 1],
                                          per * sizeof(float));
             }
         }
@@ -721,6 +877,29 @@ px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst)
         }
     }
     return PX_OK;
+}
+
+void px_moe_set_canonical(px_moe_t *moe, int which, const float *src)
+{
+    const px_moe_config_t *c = &moe->cfg;
+    size_t C = (size_t)c->dim;
+    float *bufs[3] = {moe->params, moe->m, moe->v};
+    float *dst = bufs[which == 0 ? 0 : which == 2 ? 1 : 2];
+    for (int mi = 0; mi < moe->nm; mi++) {
+        moe->k->mem_copy_from_host(router_of(moe, dst, mi), src + canon_off(c, moe->gmi[mi], 0),
+                                   (size_t)c->experts * C * sizeof(float));
+        for (int le = 0; le < moe->El; le++) {
+            size_t ge = (size_t)moe->me * moe->El + le;
+            expert_view_t x = expert_of(moe, dst, mi, le);
+            float *parts[4] = {x.fcw, x.fcb, x.fcprojw, x.fcprojb};
+            for (int i = 1; i < PX_MOE_NUM_TENSORS; i++) {
+                size_t per = (size_t)px_moe_tensor_size(c, i) / (size_t)c->experts;
+                moe->k->mem_copy_from_host(parts[i - 1], src + canon_off(c, moe->gmi[mi], i) +
+                                                             ge * per, per * sizeof(float));
+            }
+        }
+    }
+    moe->k->synchronize();
 }
 
 void px_moe_token_stats(const px_moe_t *moe, uint64_t *received, uint64_t *dropped)

@@ -11,7 +11,8 @@
  *   fcprojb (C) of its own;
  *   expert capacity ceil(Ng x K / E x F) over the Ng tokens of the
  *   expert-parallel group (so every rank of it agrees), filled in the
- *   order (choice j, ep rank, token): all first choices before any second
+ *   order (choice j, token in the single-rank order: the token blocks of
+ *   px_moe_set_token_blocks): all first choices before any second
  *   (GShard); a choice past the capacity is dropped (it adds 0, so a token
  *   with every choice dropped leaves the block as its residual input);
  *   dropless: no capacity;
@@ -34,6 +35,18 @@
  * divided by dp x accum, the same factor as every other gradient: each
  * parameter's gradient is d(global loss), never counted twice.
  *
+ * With the other strategies (issue 11): cp ranks hold sequence chunks
+ * and are part of the ep group (ep inside dp x cp; the capacity's fill
+ * order follows the single-rank token order through the token blocks);
+ * pp stages hold their own MoE layers, with an activation slot per
+ * micro-batch in flight (px_moe_create_stage); tp: the experts are
+ * replicated over the tensor group, every tensor rank computing the whole
+ * MoE MLP on the whole (B,T,C) hidden state (gpt.c) with its own ep group
+ * (the ranks of its tp index): the simplest correct form, no tp
+ * collective in the MoE layer and no change to the routing; splitting the
+ * experts' matmuls over tp (Megatron's expert tensor parallelism) would
+ * cut their memory and time by tp at the price of two tp collectives per
+ * MoE layer and is not built.
  * State: the router and this rank's experts live here, outside the model's
  * units (and outside ZeRO: replicated over dp / edp at every stage), in
  * one flat buffer each of parameters, gradients and AdamW moments,
@@ -92,8 +105,36 @@ typedef struct px_moe px_moe_t;
 px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
                           px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size, int accum,
                           px_moe_t **moe_p);
+/* A pipeline stage's state (pipeline.h): as px_moe_create, for the MoE
+ * layers l with held[l] != 0 only (held: cfg->layers entries, read during
+ * the call; NULL: every layer), with `slots` activation slots per layer
+ * (the micro-batches a schedule keeps in flight: forward and backward of
+ * slot k go together, px_moe_forward_slot). Parameters, gradients and
+ * moments of the held layers only (px_moe_stage_params elements); the
+ * canonical indices stay the model's. accum: micro-batches per step (A x
+ * M with a pipeline). Errors as px_moe_create (slots < 1: invalid). */
+px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
+                                px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size,
+                                int accum, const unsigned char *held, int slots,
+                                px_moe_t **moe_p);
+/* Parameter elements of px_moe_create_stage's state: px_moe_rank_params
+ * for the held MoE layers only. */
+uint64_t px_moe_stage_params(const px_moe_config_t *cfg, int ep, const unsigned char *held);
 void px_moe_destroy(px_moe_t *moe); /* NULL no-op */
 const px_moe_config_t *px_moe_config(const px_moe_t *moe);
+
+/* The single-rank order of this rank's tokens, for the capacity's fill
+ * order: the N local tokens of every forward are nb blocks of N/nb
+ * consecutive tokens, block b at place keys[b] of the order in which one
+ * rank would see them (keys unique over the ep group; each block's tokens
+ * in that order). The capacity is filled by choice j, then block key, then
+ * token, so with the ep group holding the whole batch the same choices are
+ * kept as on one rank, whichever slices (dp rows, cp chunks) the ranks
+ * hold. Default: one block, key = the ep rank (the ep ranks' slices in
+ * batch order, as dp x ep lays them out). Copies keys. Errors:
+ * PX_ERR_INVALID_ARGUMENT (nb does not divide the create-time N; logged),
+ * PX_ERR_NO_MEMORY. */
+px_status_t px_moe_set_token_blocks(px_moe_t *moe, int nb, const int64_t *keys);
 
 /* Parameters from the seed, by canonical element index (counter-based, as
  * the model's: any ep gives the same values): router and fcw N(0, 0.02),
@@ -113,8 +154,21 @@ px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int
  * over the ep group. */
 px_status_t px_moe_backward(px_moe_t *moe, int l, const float *x, const float *dout, float *dx,
                             int N);
-/* Sum over the MoE layers of the last forward's load-balancing losses. */
+/* px_moe_forward / px_moe_backward on activation slot `slot` (0 ..
+ * slots-1): each slot keeps its own forward state until its backward, so
+ * a pipeline's micro-batches in flight do not overwrite each other. The
+ * forwards and backwards of the ep group's ranks must come in the same
+ * order (the same schedule on the same stage). The plain calls use slot 0. */
+px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, float *out,
+                                int N);
+px_status_t px_moe_backward_slot(px_moe_t *moe, int slot, int l, const float *x,
+                                 const float *dout, float *dx, int N);
+/* Sum over the MoE layers of slot 0's last forward's load-balancing
+ * losses. */
 float px_moe_aux_loss(const px_moe_t *moe);
+/* Sum of the load-balancing losses of every forward (layer, micro-batch)
+ * since px_moe_begin_step. */
+double px_moe_aux_loss_step(const px_moe_t *moe);
 
 /* Before a step's first micro-batch: zero the gradients and the step's
  * token counts. */
@@ -129,11 +183,18 @@ px_status_t px_moe_reduce(px_moe_t *moe, double *sumsq_p);
 void px_moe_update(px_moe_t *moe, float clip, float norm, float lr, float beta1, float beta2,
                    float eps, float weight_decay, int t);
 
-/* The canonical MoE buffer (px_moe_num_params) of the parameters (which 0)
- * or the last reduced gradients (which 1) into HOST memory dst; collective
+/* The canonical MoE buffer (px_moe_num_params) of the parameters (which 0),
+ * the last reduced gradients (1) or the AdamW moments m (2), v (3) into
+ * HOST memory dst (this rank's MoE layers; zeros for a stage's others); collective
  * over the ep group (an all-reduce of the pieces), the result on every
  * rank. */
 px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst);
+
+/* The inverse for a checkpoint's load: this rank's routers and experts of
+ * the parameters (which 0) or the AdamW moments m (2) or v (3) from the
+ * canonical MoE buffer src (HOST memory, px_moe_num_params elements, read
+ * during the call), whatever ep and stages wrote it. No communication. */
+void px_moe_set_canonical(px_moe_t *moe, int which, const float *src);
 
 /* Tokens of the last step's micro-batches, summed over the MoE layers, per
  * expert (E each, host memory): choices routed to it and kept (received),

@@ -621,3 +621,19 @@ int px_pipe_slots(const px_pipe_t *pp)
         sum += pp->ch[c].nslots;
     return sum;
 }
+
+int px_pipe_chunk_slots_max(const px_pipe_t *pp)
+{
+    int mx = 0;
+    for (int c = 0; c < pp->V; c++)
+        mx = pp->ch[c].nslots > mx ? pp->ch[c].nslots : mx;
+    return mx;
+}
+
+px_status_t px_pipe_set_moe(px_pipe_t *pp, struct px_moe *moe)
+{
+    for (int c = 0; c < pp->V; c++)
+        for (int k = 0; k < pp->ch[c].nslots; k++)
+            PX_CHECK(px_gpt_set_moe_slot(pp->ch[c].slot[k], moe, k));
+    return PX_OK;
+}

@@ -103,6 +103,18 @@ void px_pipe_ring_times(const px_pipe_t *pipe, px_ring_times_t *out);
  * one chunk model's activations). */
 size_t px_pipe_activation_bytes(const px_pipe_t *pipe);
 
+/* The most slots one chunk holds (the MoE state's slots per layer). */
+int px_pipe_chunk_slots_max(const px_pipe_t *pipe);
+
+/* The mixture of experts of this stage's MoE layers (moe.h, created with
+ * px_moe_create_stage for the stage's layers and px_pipe_chunk_slots_max
+ * slots; borrowed): slot k of every chunk uses the moe's activation slot
+ * k, so each micro-batch in flight keeps its routing and expert
+ * activations until its backward. Errors: px_gpt_set_moe_slot's (the
+ * split backward, tp > 1). */
+struct px_moe;
+px_status_t px_pipe_set_moe(px_pipe_t *pipe, struct px_moe *moe);
+
 int px_pipe_stage(const px_pipe_t *pipe);
 int px_pipe_slots(const px_pipe_t *pipe); /* summed over the chunks */
 

@@ -40,6 +40,7 @@
 #include "jobcfg.h"
 #include "memacct.h"
 #include "moe.h"
+#include "moe_checkpoint.h"
 #include "pipeline.h"
 #include "plan.h"
 #include "ring_attn.h"
@@ -320,6 +321,53 @@ static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i
                    (size_t)c * sizeof(int32_t));
 }
 
+/* The capacity's fill order (moe.h px_moe_set_token_blocks): this rank's
+ * Bm x Tl tokens of a micro-batch are, with cp, 2 Bm blocks (row b, chunk
+ * half) at global row dp_rank x Bm + b and chunk px_ring_position's; the
+ * single-rank order is (row, chunk). Without cp: one block per row. */
+static px_status_t set_moe_blocks(px_moe_t *moe, int Bm, int cp, int dp_rank, int cp_rank)
+{
+    const int halves = cp > 1 ? 2 : 1, nb = Bm * halves, chunks = 2 * cp;
+    int64_t *keys = malloc((size_t)nb * sizeof(int64_t));
+    if (!keys)
+        return PX_ERR_NO_MEMORY;
+    for (int b = 0; b < Bm; b++)
+        for (int h = 0; h < halves; h++) {
+            int64_t row = (int64_t)dp_rank * Bm + b;
+            int chunk = cp > 1 ? (h == 0 ? cp_rank : chunks - 1 - cp_rank) : 0;
+            keys[b * halves + h] = row * chunks + chunk;
+        }
+    px_status_t status = px_moe_set_token_blocks(moe, nb, keys);
+    free(keys);
+    return status;
+}
+
+/* The canonical MoE buffer (moe.h px_moe_gather_canonical) on every
+ * rank: with pp, each stage wrote its own MoE layers (zeros elsewhere), so
+ * the stages' buffers are summed. */
+static px_status_t moe_canonical(px_moe_t *moe, int which, float *dst, px_groups_t *groups,
+                                 int pp)
+{
+    PX_CHECK(px_moe_gather_canonical(moe, which, dst));
+    if (pp < 2)
+        return PX_OK;
+    px_status_t status = px_allreduce(px_groups_comm(groups, PX_GROUP_PP), dst, dst,
+                                      px_moe_num_params(px_moe_config(moe)), PX_FLOAT32, PX_SUM,
+                                      -1);
+    if (status != PX_OK)
+        px_error("train: summing the stages' MoE layers failed: %s", px_status_str(status));
+    return status;
+}
+
+/* 1 when the checkpoint directory holds the MoE files (moe_checkpoint.h) */
+static int moe_files_in(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/moe.json", dir);
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
 static void set_blas_threads(void)
 {
     const char *e = getenv("OPENBLAS_NUM_THREADS");
@@ -367,6 +415,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     uint64_t *usizes = NULL;
     px_pipe_t *pipe = NULL;
     int *stage_layers = NULL;
+    unsigned char *held_layers = NULL; /* pp > 1: the layers this stage holds */
     int32_t *inputs = NULL, *targets = NULL, *seq_in = NULL, *seq_tg = NULL;
     float *canon = NULL;
     const char *dump_dir = opts && opts->dump_dir && *opts->dump_dir ? opts->dump_dir : NULL;
@@ -391,8 +440,10 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     /* device tensors travel through the collectives staged in host memory
      * (transport/px_devmem.h) */
-    if (ops != px_kernels_cpu())
+    if (ops != px_kernels_cpu()) {
         px_transport_set_device_memory(ops, px_kernels_is_device_ptr);
+        px_transport_set_pinned_memory(px_kernels_host_alloc, px_kernels_host_free);
+    }
     px_mem_set_backend(ops);
     status = px_train_layout(cfg, wsize, &layout, err, sizeof(err));
     if (status == PX_OK) {
@@ -408,7 +459,10 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                             layout.pp, opts->device, ops->name);
     }
     if (status == PX_OK && ops != px_kernels_cpu() && (layout.cp > 1 || cfg->experts)) {
-        /* the ring's sends and the experts' all-to-alls and host-side routing are not staged */
+        /* cp: the ring's sends are staged now (px_devmem.h), but the cp
+         * batch cut (cp_cut) writes tokens into the device inputs from the
+         * host; experts: moe.c counts the routing from idx on the host and
+         * its all-to-alls of device buffers are not staged */
         status = px_invalid(err, sizeof(err), "cp=%d experts=%d on device '%s': context "
                             "parallelism and experts run on cpu devices only so far", layout.cp,
                             cfg->experts, opts->device);
@@ -479,16 +533,24 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         for (int u = 0; u < gc.layers + 2; u++)
             if (!held[u])
                 usizes[u] = 0;
+        held_layers = malloc((size_t)cfg->layers + 1);
+        if (!held_layers) {
+            status = PX_ERR_NO_MEMORY;
+            goto out;
+        }
+        for (int l = 0; l < gc.layers; l++)
+            held_layers[l] = held[1 + l];
     }
     px_plan_precision_t prec;
     px_plan_precision_fp32(&prec);
     PX_CHECK_GOTO(px_plan_create(usizes, px_gpt_num_units(&gc), 1, dp * cp, cfg->zero, &prec,
                                  &plan), status, out);
-    if (cfg->experts) { /* the routers and this rank's experts, outside ZeRO (moe.h) */
-        px_model_moe_t mm = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
-                             .moe_every = cfg->moe_every};
-        px_plan_add_unsharded(plan, px_model_moe_rank_params(&mm, layout.ep));
-    }
+    px_moe_config_t mc = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
+                          .top_k = cfg->top_k, .moe_every = cfg->moe_every,
+                          .dropless = cfg->dropless, .capacity_factor = cfg->capacity_factor,
+                          .aux_loss_coef = cfg->aux_loss_coef};
+    if (cfg->experts) /* the routers and this rank's (stage's) experts, outside ZeRO (moe.h) */
+        px_plan_add_unsharded(plan, px_moe_stage_params(&mc, layout.ep, held_layers));
     PX_CHECK_GOTO(px_zero_create(&gc, plan, dp_comm, ops, A * M, cfg->prefetch, &zero), status,
                   out);
     px_zero_set_model_group(zero, px_groups_comm(groups, PX_GROUP_MP));
@@ -506,23 +568,23 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     px_zero_init_params(zero, cfg->seed);
     if (cfg->experts) { /* the MoE layers' router and this rank's experts (moe.h) */
-        px_moe_config_t mc = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
-                              .top_k = cfg->top_k, .moe_every = cfg->moe_every,
-                              .dropless = cfg->dropless,
-                              .capacity_factor = cfg->capacity_factor,
-                              .aux_loss_coef = cfg->aux_loss_coef};
-        if (!gpt) {
-            px_error("train: experts=%d run without pipeline stages only", cfg->experts);
-            status = PX_ERR_INVALID_ARGUMENT;
-            goto out;
-        }
-        PX_CHECK_GOTO(px_moe_create(&mc, ops, Bm * T, px_groups_comm(groups, PX_GROUP_EP),
-                                    dp_comm, px_groups_comm(groups, PX_GROUP_EDP), dp, A, &moe),
+        /* the router is replicated over dp x cp (dp_comm), like every
+         * dense parameter: its gradient is averaged over dp x cp ranks and
+         * the A x M micro-batches; a pipeline stage holds its own MoE
+         * layers, with an activation slot per micro-batch in flight */
+        PX_CHECK_GOTO(px_moe_create_stage(&mc, ops, Bm * Tl, px_groups_comm(groups, PX_GROUP_EP),
+                                          dp_comm, px_groups_comm(groups, PX_GROUP_EDP), dp * cp,
+                                          A * M, held_layers,
+                                          pipe ? px_pipe_chunk_slots_max(pipe) : 1, &moe),
                       status, out);
+        PX_CHECK_GOTO(set_moe_blocks(moe, Bm, cp, dp_rank, cp_rank), status, out);
         px_moe_init_params(moe, cfg->seed);
         if (opts && opts->router_skew != 0.0f)
             px_moe_set_router_skew(moe, opts->router_skew);
-        PX_CHECK_GOTO(px_gpt_set_moe(gpt, moe), status, out);
+        if (pipe)
+            PX_CHECK_GOTO(px_pipe_set_moe(pipe, moe), status, out);
+        else
+            PX_CHECK_GOTO(px_gpt_set_moe(gpt, moe), status, out);
     }
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
@@ -565,6 +627,15 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     if (cfg->resume_dir && *cfg->resume_dir) {
         PX_CHECK_GOTO(px_checkpoint_load(cfg->resume_dir, zero, &gc, plan, cfg->heads,
                                          &start_step), status, out);
+        /* the routers, experts and their moments (moe_checkpoint.h) */
+        if (moe)
+            PX_CHECK_GOTO(px_moe_checkpoint_load(cfg->resume_dir, moe), status, out);
+        else if (moe_files_in(cfg->resume_dir)) {
+            px_error("train: checkpoint %s holds a mixture of experts (moe.json); this model "
+                     "has experts=0", cfg->resume_dir);
+            status = PX_ERR_INVALID_ARGUMENT;
+            goto out;
+        }
         if (start_step >= cfg->steps) {
             px_error("train: checkpoint %s is at step %d; nothing left of %d steps",
                      cfg->resume_dir, start_step, cfg->steps);
@@ -611,7 +682,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 status = PX_ERR_NO_MEMORY;
                 goto out;
             }
-            PX_CHECK_GOTO(px_moe_gather_canonical(moe, 0, moe_canon), status, out);
+            PX_CHECK_GOTO(moe_canonical(moe, 0, moe_canon, groups, pp), status, out);
             if (rank == 0) {
                 PX_CHECK_GOTO(dump_moe_layout(dump_dir, px_moe_config(moe)), status, out);
                 PX_CHECK_GOTO(dump_raw(dump_dir, "moe_params_init", 0, moe_canon,
@@ -626,7 +697,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     pipe_load_t val_ld = {.data = val, .seed = cfg->seed, .M = M,
                           .per_micro = cfg->batch / (A * M), .dp_rank = dp_rank, .Bm = Bm,
                           .T = T, .cp = cp, .cp_rank = cp_rank, .seq_in = seq_in,
-                          .seq_tg = seq_tg};
+                          .seq_tg = seq_tg, .ops = ops};
     px_eval_t ev = {.gpt = gpt, .ctx = &ctx, .pipe = pipe, .M = M, .load = eval_load,
                     .load_arg = &val_ld, .dp_comm = dp_comm,
                     .pp_comm = pipe ? px_groups_comm(groups, PX_GROUP_PP) : NULL,
@@ -660,6 +731,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             PX_CHECK_GOTO(px_pipe_tied_sum(pipe), status, out);
             px_pipe_take_times(pipe, &pp_busy, &pp_idle);
             loss_local = last_stage ? loss_local / (float)(A * M) : 0.0f;
+            if (moe) /* every stage's load-balancing losses (summed over pp below) */
+                loss_local += (float)(px_moe_aux_loss_step(moe) / (double)(A * M));
         }
         for (int mb = 0; !pipe && mb < A; mb++) {
             float l = 0.0f;
@@ -693,6 +766,9 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         if (moe) { /* the global norm counts the router and every expert once */
             double sx = 0.0;
             PX_CHECK_GOTO(px_moe_reduce(moe, &sx), status, out);
+            if (pipe) /* each stage holds its own MoE layers */
+                PX_CHECK_GOTO(px_allreduce(px_groups_comm(groups, PX_GROUP_PP), &sx, &sx, 1,
+                                           PX_FLOAT64, PX_SUM, -1), status, out);
             norm = (float)sqrt((double)norm * norm + sx);
         }
         status = px_kernels_check(ops); /* a device op's error (sticky), once a step */
@@ -725,7 +801,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                     PX_CHECK_GOTO(dump_batch(dump_dir, data, cfg, s + 1), status, out);
             }
             if (moe) {
-                PX_CHECK_GOTO(px_moe_gather_canonical(moe, 1, moe_canon), status, out);
+                PX_CHECK_GOTO(moe_canonical(moe, 1, moe_canon, groups, pp), status, out);
                 if (rank == 0)
                     PX_CHECK_GOTO(dump_raw(dump_dir, "moe_grads", s + 1, moe_canon,
                                            moe_n * sizeof(float)), status, out);
@@ -753,7 +829,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                               status, out);
             }
             if (moe) {
-                PX_CHECK_GOTO(px_moe_gather_canonical(moe, 0, moe_canon), status, out);
+                PX_CHECK_GOTO(moe_canonical(moe, 0, moe_canon, groups, pp), status, out);
                 if (rank == 0)
                     PX_CHECK_GOTO(dump_raw(dump_dir, "moe_params", s + 1, moe_canon,
                                            moe_n * sizeof(float)), status, out);
@@ -769,6 +845,14 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         }
         /* over the world; the dp rank is the ZeRO shard a rank writes, the
          * tp rank (gc) the tensor shard */
+        if (cfg->checkpoint_every > 0 && moe &&
+            ((s + 1) % cfg->checkpoint_every == 0 || s + 1 == cfg->steps))
+            /* before the dense shards: their meta.json, written last,
+             * marks the whole step directory complete */
+            PX_CHECK_GOTO(px_moe_checkpoint_save(cfg->checkpoint_dir, s + 1, moe,
+                                                 pp > 1 ? px_groups_comm(groups, PX_GROUP_PP)
+                                                        : NULL,
+                                                 rank == 0), status, out);
         if (cfg->checkpoint_every > 0 &&
             ((s + 1) % cfg->checkpoint_every == 0 || s + 1 == cfg->steps))
             PX_CHECK_GOTO(px_checkpoint_save(cfg->checkpoint_dir, s + 1, zero, &gc, plan,
@@ -799,6 +883,16 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             }
             mdrop = mrec + cfg->experts;
             px_moe_token_stats(moe, mrec, mdrop);
+            /* each stage routed its own MoE layers: the report is the
+             * model's (int64 sums of counts far below 2^63) */
+            if (pipe && (status = px_allreduce(px_groups_comm(groups, PX_GROUP_PP), mrec, mrec,
+                                               2 * (uint64_t)cfg->experts, PX_INT64, PX_SUM,
+                                               -1)) != PX_OK) {
+                free(mrec);
+                px_error("train: step %d: summing the stages' expert token counts failed: %s",
+                         s + 1, px_status_str(status));
+                goto out;
+            }
             rep.experts = cfg->experts;
             rep.moe_received = mrec;
             rep.moe_dropped = mdrop;
@@ -834,7 +928,21 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     if (cfg->export_safetensors && *cfg->export_safetensors) {
         PX_CHECK_GOTO(px_zero_gather_canonical(zero, canon), status, out);
         PX_CHECK_GOTO(px_tp_combine_canonical(canon_comm, canon, n), status, out);
-        if (rank == 0) {
+        if (moe && !moe_canon) {
+            moe_n = (size_t)px_moe_num_params(px_moe_config(moe));
+            moe_canon = calloc(moe_n ? moe_n : 1, sizeof(float));
+            if (!moe_canon) {
+                status = PX_ERR_NO_MEMORY;
+                goto out;
+            }
+        }
+        if (moe) /* collective: the routers and experts of every rank and stage */
+            PX_CHECK_GOTO(moe_canonical(moe, 0, moe_canon, groups, pp), status, out);
+        if (rank == 0 && moe) {
+            PX_CHECK_GOTO(px_moe_safetensors_write(cfg->export_safetensors, &gc, canon,
+                                                   px_moe_config(moe), moe_canon), status, out);
+            px_info("train: weights and experts exported to %s", cfg->export_safetensors);
+        } else if (rank == 0) {
             PX_CHECK_GOTO(px_safetensors_write(cfg->export_safetensors, &gc, canon), status, out);
             px_info("train: weights exported to %s", cfg->export_safetensors);
         }
@@ -888,6 +996,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
 out:
     free(canon);
     free(moe_canon);
+    free(held_layers);
     px_moe_destroy(moe);
     free(host_tokens);
     px_mem_free(inputs);

@@ -80,6 +80,25 @@ int px_kernels_is_device_ptr(const void *p)
 #endif
 }
 
+void *px_kernels_host_alloc(size_t bytes)
+{
+#if PX_HAVE_CUDA
+    void *p = px_cuda_host_alloc(bytes);
+    if (p)
+        return p;
+#endif
+    return malloc(bytes);
+}
+
+void px_kernels_host_free(void *p)
+{
+#if PX_HAVE_CUDA
+    if (px_cuda_host_free(p))
+        return;
+#endif
+    free(p);
+}
+
 px_status_t px_kernels_check(const px_kernel_ops_t *ops)
 {
 #if PX_HAVE_CUDA

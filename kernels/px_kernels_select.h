@@ -35,6 +35,13 @@ int px_kernels_cuda_devices(void);
  * What the transport uses to stage device buffers (transport/px_devmem.h). */
 int px_kernels_is_device_ptr(const void *p);
 
+/* Page-locked host memory for device staging (transport/px_devmem.h:
+ * px_transport_set_pinned_memory): `bytes` from cudaHostAlloc where the
+ * CUDA backend is open, else malloc; NULL when out of memory. Free with
+ * px_kernels_host_free (NULL no-op), which frees either kind. */
+void *px_kernels_host_alloc(size_t bytes);
+void px_kernels_host_free(void *p);
+
 /* PX_OK, or the first error the table's ops met (the CUDA backend keeps a
  * sticky status, checked here after a sync; the CPU table never fails). */
 px_status_t px_kernels_check(const px_kernel_ops_t *ops);

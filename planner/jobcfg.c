@@ -282,15 +282,9 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
     if (l->ep > 1 && !cfg->experts)
         return px_invalid(errbuf, errlen, "ep=%d needs experts (--experts E, a multiple of ep); "
                           "the model has experts=0", l->ep);
-    if (cfg->experts && (cfg->checkpoint_every > 0 || has(cfg->resume_dir) ||
-                         has(cfg->export_safetensors)))
-        return px_invalid(errbuf, errlen, "experts=%d: checkpoints and exports of the experts "
-                          "are not implemented yet (checkpoint_every=%d)", cfg->experts,
-                          cfg->checkpoint_every);
-    if (cfg->experts && (l->tp > 1 || l->pp > 1 || l->cp > 1))
-        return px_invalid(errbuf, errlen, "experts=%d with tp=%d pp=%d cp=%d: the mixture of "
-                          "experts runs with dp and ep (and ZeRO) only so far", cfg->experts,
-                          l->tp, l->pp, l->cp);
+    if (cfg->experts && l->pp > 1 && cfg->schedule == PX_PIPE_ZB1)
+        return px_invalid(errbuf, errlen, "experts=%d with schedule zb1: the MoE layers have no "
+                          "split backward (use gpipe, 1f1b or interleaved)", cfg->experts);
     if (l->pp > 1 && cfg->schedule == PX_PIPE_ZB1 && l->tp > 1)
         return px_invalid(errbuf, errlen, "schedule zb1 with tp=%d: the split backward runs with "
                           "tp 1 only so far", l->tp);

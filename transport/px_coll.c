@@ -237,6 +237,30 @@ void px_transport_set_device_memory(const px_kernel_ops_t *k, int (*is_device)(c
     dev_is_device = k && is_device ? is_device : NULL;
 }
 
+static void *(*pinned_alloc)(size_t bytes);
+static void (*pinned_free)(void *p);
+
+void px_transport_set_pinned_memory(void *(*alloc)(size_t bytes), void (*release)(void *p))
+{
+    pinned_alloc = alloc && release ? alloc : NULL;
+    pinned_free = alloc && release ? release : NULL;
+}
+
+void *px__host_alloc(size_t bytes)
+{
+    return pinned_alloc ? pinned_alloc(bytes) : malloc(bytes);
+}
+
+void px__host_free(void *p)
+{
+    if (!p)
+        return;
+    if (pinned_free)
+        pinned_free(p);
+    else
+        free(p);
+}
+
 static int on_device(const void *a, const void *b)
 {
     return dev_is_device && ((a && dev_is_device(a)) || (b && dev_is_device(b)));
@@ -762,6 +786,80 @@ static px_status_t p2p_advance(px_request_t *req, int *progressed_p)
     return PX_OK;
 }
 
+/* --- point-to-point on device buffers: chunks staged through host buffers ---
+ *
+ * A device buffer of `bytes` travels as ceil(bytes / chunk) messages of the
+ * same tag (UCX matches a sender's messages of one tag in posting order, so
+ * the k-th receive posted gets the k-th chunk). Two host buffers of one chunk
+ * each (request slots 0 and 1: pinned where the device backend registered a
+ * pinned allocator, px_transport_set_pinned_memory) alternate: the sender
+ * copies chunk k+1 off the device while chunk k is on the wire; the receiver
+ * has chunks k and k+1 posted and copies k onto the device while k+1
+ * arrives. Both ends must stage (a device buffer on both sides, as every rank
+ * of a job shares one backend): a host receiver of a staged send sees
+ * only the first chunk, a short message, which fails the receive. */
+
+static size_t stage_chunk = PX_STAGE_CHUNK_DEFAULT;
+
+void px_transport_set_stage_chunk(size_t bytes)
+{
+    stage_chunk = bytes ? bytes : PX_STAGE_CHUNK_DEFAULT;
+}
+
+size_t px__stage_chunk(void)
+{
+    return stage_chunk;
+}
+
+static px_status_t p2p_dev_advance(px_request_t *req, int *progressed_p)
+{
+    px_comm_t *comm = req->comm;
+    const int is_send = req->kind == PX__COLL_SEND;
+    px_status_t status;
+    int again = 1;
+
+    while (again) {
+        again = 0;
+        for (int i = 0; i < 2; i++) {
+            px__op_t *op = req->ops[i];
+            if (op) {
+                if (!op->done)
+                    continue;
+                status = px__op_status(comm, op);
+                if (status != PX_OK)
+                    return status;
+                px__op_reap(comm, op);
+                req->ops[i] = NULL;
+                if (!is_send) /* the chunk is here: onto the device */
+                    dev_ops->mem_copy_from_host(req->p2p_dev + req->p2p_off[i], req->tmp[i],
+                                                req->p2p_len[i]);
+                req->p2p_done += req->p2p_len[i];
+                *progressed_p = 1;
+            }
+            if (req->p2p_next < req->p2p_total) {
+                size_t len = req->p2p_total - req->p2p_next;
+                len = len < req->p2p_chunk ? len : req->p2p_chunk;
+                req->p2p_off[i] = req->p2p_next;
+                req->p2p_len[i] = len;
+                req->p2p_next += len;
+                if (is_send) {
+                    dev_ops->mem_copy_to_host(req->tmp[i], req->p2p_dev + req->p2p_off[i], len);
+                    status = px__req_send(req, req->p2p_peer, req->p2p_tag, req->tmp[i], len,
+                                          &req->ops[i]);
+                } else {
+                    status = px__req_recv(req, req->p2p_peer, req->p2p_tag, req->tmp[i], len,
+                                          &req->ops[i]);
+                }
+                if (status != PX_OK)
+                    return status;
+                *progressed_p = 1;
+                again = 1; /* a send may have completed at once */
+            }
+        }
+    }
+    return req->p2p_done == req->p2p_total ? PX_OK : PX_INPROGRESS;
+}
+
 static px_status_t p2p_start(px_comm_t *comm, int is_send, int peer, uint32_t tag, void *buf,
                              uint64_t bytes, const px_coll_opts_t *opts, px_request_t **req_p)
 {
@@ -777,16 +875,30 @@ static px_status_t p2p_start(px_comm_t *comm, int is_send, int peer, uint32_t ta
                  peer, comm->size, (unsigned long long)bytes);
         return PX_ERR_INVALID_ARGUMENT;
     }
-    if (bytes && on_device(buf, NULL)) { /* not staged (px_devmem.h): refused, not crashed */
-        px_error("px_%s: device buffers are not supported by point-to-point yet",
-                 is_send ? "send" : "recv");
-        return PX_ERR_INVALID_ARGUMENT;
-    }
     status = px__req_create(comm, is_send ? PX__COLL_SEND : PX__COLL_RECV, PX_UINT8, PX_SUM,
                             bytes, -1, NULL, NULL, opts, &req);
     if (status != PX_OK)
         return status;
     t = px__tag(comm->id, PX__TAG_KIND_P2P, (unsigned)(is_send ? comm->rank : peer), tag);
+    if (bytes && on_device(buf, NULL)) {
+        size_t chunk = stage_chunk < bytes ? stage_chunk : (size_t)bytes;
+        if (!px__req_tmp(req, 0, chunk) || !px__req_tmp(req, 1, chunk))
+            return start_fail(req, PX_ERR_NO_MEMORY);
+        if (is_send)
+            dev_ops->synchronize(); /* the kernels that wrote buf are done */
+        req->p2p_dev = buf;
+        req->p2p_peer = peer;
+        req->p2p_tag = t;
+        req->p2p_total = (size_t)bytes;
+        req->p2p_chunk = chunk;
+        req->advance = p2p_dev_advance;
+        int progressed = 0;
+        status = p2p_dev_advance(req, &progressed); /* post the first two chunks */
+        if (status != PX_OK && status != PX_INPROGRESS)
+            return start_fail(req, status);
+        *req_p = req;
+        return PX_OK;
+    }
     status = is_send ? px__req_send(req, peer, t, buf, (size_t)bytes, &req->ops[0])
                      : px__req_recv(req, peer, t, buf, (size_t)bytes, &req->ops[0]);
     if (status != PX_OK)

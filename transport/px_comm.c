@@ -455,7 +455,7 @@ void px_comm_destroy(px_comm_t *comm)
     free(comm->pid_pfds);
     free(comm->pid_ranks);
     for (int i = 0; i < PX__NBUF; i++)
-        free(comm->bufs[i].ptr);
+        px__host_free(comm->bufs[i].ptr);
     free(comm->wrank);
     if (comm->abort_efd >= 0)
         close(comm->abort_efd);

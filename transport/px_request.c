@@ -132,8 +132,8 @@ void *px__req_tmp(px_request_t *req, int i, size_t bytes)
             grow = b;
     }
     if (!fit && grow) {
-        free(grow->ptr);
-        grow->ptr = malloc(bytes);
+        px__host_free(grow->ptr);
+        grow->ptr = px__host_alloc(bytes);
         grow->bytes = grow->ptr ? bytes : 0;
         if (!grow->ptr)
             return NULL;
@@ -144,7 +144,7 @@ void *px__req_tmp(px_request_t *req, int i, size_t bytes)
         req->tmp[i] = fit->ptr;
         return fit->ptr;
     }
-    req->tmp[i] = malloc(bytes); /* every cache slot in use: a private one */
+    req->tmp[i] = px__host_alloc(bytes); /* every cache slot in use: a private one */
     return req->tmp[i];
 }
 
@@ -162,7 +162,7 @@ static void release_tmps(px_request_t *req)
             }
         }
         if (!cached)
-            free(req->tmp[i]);
+            px__host_free(req->tmp[i]);
         req->tmp[i] = NULL;
     }
 }

@@ -277,6 +277,14 @@ struct px_request {
     const void *dev_src;
     size_t dev_bytes;
 
+    /* point-to-point on a device buffer (px_coll.c): chunks of p2p_chunk
+     * bytes through slots 0 and 1; p2p_off/len the chunk each slot holds */
+    char *p2p_dev;
+    int p2p_peer;
+    ucp_tag_t p2p_tag;
+    size_t p2p_total, p2p_chunk, p2p_next, p2p_done;
+    size_t p2p_off[2], p2p_len[2];
+
     void *tmp[4];          /* temporaries (comm cache or owned): 0, 1 algorithm, 2 ring
                             * slots, 3 fp16/bf16 or device staging */
 };
@@ -285,6 +293,12 @@ struct px_request {
 
 /* Copies a staged device result back (request completion). */
 void px__dev_finish(px_request_t *req);
+/* The staging chunk in bytes (px_transport_set_stage_chunk). */
+size_t px__stage_chunk(void);
+/* Host memory for temporaries and staging: the registered pinned allocator
+ * (px_transport_set_pinned_memory) or malloc/free. */
+void *px__host_alloc(size_t bytes);
+void px__host_free(void *p);
 
 /* --- px_progress.c --- */
 

@@ -79,4 +79,25 @@ void px__cuda_crossentropy_vp_backward(float *dlogits, const float *probs,
                                        const int32_t *targets, float dloss, int N, int Vl,
                                        int v0, int V);
 
+/* px_attention_block_cuda.cu */
+void px__cuda_attention_block_forward(float *out, float *lse, const float *q, const float *kv,
+                                      const px_attn_block_t *g, float *scratch);
+void px__cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const float *q,
+                                       const float *kv, const float *lse, const float *delta,
+                                       const px_attn_block_t *g, float *scratch);
+void px__cuda_attention_block_delta(float *delta, const float *out, const float *dout,
+                                    const px_attn_block_t *g);
+/* px_moe_cuda.cu */
+void px__cuda_moe_router_forward(float *probs, int32_t *idx, float *weights, const float *logits,
+                                 int N, int E, int K);
+void px__cuda_moe_router_backward(float *dlogits, const float *probs, const int32_t *idx,
+                                  const float *weights, const float *dweights, const float *daux,
+                                  int N, int E, int K);
+void px__cuda_moe_dispatch(float *dst, const float *src, const int32_t *rows, int n, int C);
+void px__cuda_moe_combine(float *out, const float *y, const int32_t *rows, const float *w,
+                          const int32_t *widx, int n, int C);
+void px__cuda_moe_combine_backward(float *dy, float *dw, const float *dout, const float *y,
+                                   const int32_t *rows, const float *w, const int32_t *widx,
+                                   int n, int C);
+
 #endif

@@ -582,6 +582,9 @@ static const px_kernel_ops_t cuda_ops = {
     .matmul_backward = cuda_matmul_backward,
     .attention_forward = px__cuda_attention_forward,
     .attention_backward = px__cuda_attention_backward,
+    .attention_block_forward = px__cuda_attention_block_forward,
+    .attention_block_backward = px__cuda_attention_block_backward,
+    .attention_block_delta = px__cuda_attention_block_delta,
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,
     .residual_forward = cuda_residual_forward,
@@ -598,6 +601,11 @@ static const px_kernel_ops_t cuda_ops = {
     .crossentropy_vp_finish = px__cuda_crossentropy_vp_finish,
     .crossentropy_vp_backward = px__cuda_crossentropy_vp_backward,
     .bias_forward = cuda_bias_forward,
+    .moe_router_forward = px__cuda_moe_router_forward,
+    .moe_router_backward = px__cuda_moe_router_backward,
+    .moe_dispatch = px__cuda_moe_dispatch,
+    .moe_combine = px__cuda_moe_combine,
+    .moe_combine_backward = px__cuda_moe_combine_backward,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
     .mem_set = cuda_mem_set,
@@ -675,4 +683,31 @@ extern "C" px_status_t px_kernels_cuda_status(void)
         px__cuda_check(e, "cudaStreamSynchronize", __FILE__, __LINE__);
     }
     return px__cuda.sticky;
+}
+
+extern "C" void *px_cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (px__cuda.device < 0)
+        return NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: the caller falls back to pageable memory */
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" int px_cuda_host_free(void *p)
+{
+    cudaPointerAttributes at;
+    if (!p || px__cuda.device < 0)
+        return 0;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (at.type != cudaMemoryTypeHost)
+        return 0;
+    PX_CUDA_CHECK(cudaFreeHost(p));
+    return 1;
 }

@@ -61,6 +61,13 @@ void px_cuda_reduce_avg_finish(px_dtype_t dtype, void *dst, size_t count, int n)
  * CUDA runtime). Cheap after the first call; any thread. */
 int px_cuda_is_device_ptr(const void *p);
 
+/* `bytes` of page-locked host memory (cudaHostAlloc) once the backend is
+ * open, else NULL (the caller falls back to malloc). px_cuda_host_free
+ * frees it and returns 1, or returns 0 for memory that is not
+ * cudaHostAlloc'ed (NULL included: nothing done). */
+void *px_cuda_host_alloc(size_t bytes);
+int px_cuda_host_free(void *p);
+
 /* fp32 <-> bf16 conversion on device memory (round to nearest even, as
  * px_f32_to_bf16), `count` elements; ordered on the stream. */
 void px_cuda_f32_to_bf16(uint16_t *dst, const float *src, size_t count);

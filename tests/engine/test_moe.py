@@ -94,6 +94,24 @@ def grad_errors(dump_a, dump_b):
     return worst, name
 
 
+def ep_group_heads(world, extra):
+    """the ranks at tp 0, pp stage 0 and ep index 0: one per ep group
+    (the layout's order, planner/layout.c: tp innermost, then cp, dp, pp;
+    ep inside the dp x cp grid; every stage reports the model's counts,
+    summed over the stages)"""
+    deg = {k: int(extra[extra.index('--' + k) + 1]) if '--' + k in extra else 1
+           for k in ('tp', 'cp', 'pp', 'ep')}
+    dp = world // (deg['tp'] * deg['cp'] * deg['pp'])
+    heads = []
+    for r in range(world):
+        tp, rest = r % deg['tp'], r // deg['tp']
+        cp, rest = rest % deg['cp'], rest // deg['cp']
+        d, pp = rest % dp, rest // dp
+        if tp == 0 and pp == 0 and (cp + deg['cp'] * d) % deg['ep'] == 0:
+            heads.append(r)
+    return heads
+
+
 def rejections(rank_bin, data):
     """each bad MoE config exits 2 naming its values"""
     base = ARGS + ['--data', data]
@@ -158,14 +176,18 @@ def main():
         gerr, gname = grad_errors(dump, base_dump)
         if not gerr <= TOL_GRAD:
             bad.append('gradient %s rel %.1e > %g' % (gname, gerr, TOL_GRAD))
-        # the routing: the ep groups' token counts add up to the single rank's
-        ep = int(extra[extra.index('--ep') + 1])
-        groups = world // ep
+        # the routing: the ep groups' token counts (one rank of each ep
+        # group; tensor ranks and stages repeat them) add up to the single
+        # rank's, and every rank of a group reports the same
+        heads = ep_group_heads(world, extra)
+        same = all(runs[r][s]['moe_received'] == runs[heads[0]][s]['moe_received']
+                   for r in range(world) for s in range(STEPS)) if len(heads) == 1 else True
+        if not same:
+            bad.append('ranks of one ep group report different token counts')
+        heads = ep_group_heads(world, extra)
         for s in range(STEPS):
-            rec = [sum(runs[g * ep][s]['moe_received'][e] for g in range(groups))
-                   for e in range(8)]
-            drop = [sum(runs[g * ep][s]['moe_dropped'][e] for g in range(groups))
-                    for e in range(8)]
+            rec = [sum(runs[r][s]['moe_received'][e] for r in heads) for e in range(8)]
+            drop = [sum(runs[r][s]['moe_dropped'][e] for r in heads) for e in range(8)]
             if rec != base[s]['moe_received'] or drop != base[s]['moe_dropped']:
                 bad.append('step %d routing: received %s dropped %s, one rank %s %s' % (
                     s + 1, rec, drop, base[s]['moe_received'], base[s]['moe_dropped']))

@@ -230,6 +230,142 @@ static void test_attention(int B, int T, int C, int NH)
     free(inp); free(out); free(dout); free(dinp); free(att); free(scratch);
 }
 
+/* ring attention's blocks (px_attn_block_t): q read in place from a fused
+ * (B,Tq,3C) qkv, k|v from a packed (B,Tk,2C) buffer, out (B,Tq,C), lse and
+ * delta (B,NH,Tq). A causal diagonal block first (init), then a full
+ * block merged into it; the backward of both against the final lse. */
+static void test_attention_block(int B, int T, int C, int NH)
+{
+    const int hs = C / NH;
+    size_t nq = (size_t)B * T * 3 * C, nkv = (size_t)B * T * 2 * C, no = (size_t)B * T * C;
+    size_t nl = (size_t)B * NH * T, tt = (size_t)T * T;
+    px_attn_block_t g = {B, NH, hs, T, T, 1, 1, (size_t)T * 3 * C, (size_t)3 * C,
+                         (size_t)T * 2 * C, (size_t)2 * C, (size_t)C, (size_t)T * C, (size_t)C,
+                         (size_t)NH * T, (size_t)T};
+    float *q = host_rand(nq, 1), *kv1 = host_rand(nkv, 1), *kv2 = host_rand(nkv, 1);
+    float *out = host_rand(no, 1), *lse = host_rand(nl, 1), *dout = host_rand(no, 1);
+    float *delta = host_rand(nl, 1), *dq = host_rand(nq, 1), *dkv = host_rand(nkv, 1);
+    float *scratch = calloc(2 * tt, 4);
+    float *d_q = dev(q, nq * 4), *d_kv1 = dev(kv1, nkv * 4), *d_kv2 = dev(kv2, nkv * 4);
+    float *d_out = dev(out, no * 4), *d_lse = dev(lse, nl * 4), *d_dout = dev(dout, no * 4);
+    float *d_delta = dev(delta, nl * 4), *d_dq = dev(dq, nq * 4), *d_dkv = dev(dkv, nkv * 4);
+    float *d_scratch = G->mem_alloc(2 * tt * 4);
+    char what[32];
+    H->attention_block_forward(out, lse, q, kv1, &g, scratch);
+    G->attention_block_forward(d_out, d_lse, d_q, d_kv1, &g, d_scratch);
+    snprintf(what, sizeof(what), "out init hs%d", hs);
+    check("attention_block_fwd", what, out, d_out, no, 1e-5);
+    check("attention_block_fwd", "lse init", lse, d_lse, nl, 1e-5);
+    g.causal = 0;
+    g.init = 0;
+    H->attention_block_forward(out, lse, q, kv2, &g, scratch);
+    G->attention_block_forward(d_out, d_lse, d_q, d_kv2, &g, d_scratch);
+    snprintf(what, sizeof(what), "out merge hs%d", hs);
+    check("attention_block_fwd", what, out, d_out, no, 1e-5);
+    check("attention_block_fwd", "lse merge", lse, d_lse, nl, 1e-5);
+    /* both sides continue from the CPU's forward, so the backward is
+     * checked on its own */
+    G->mem_copy_from_host(d_out, out, no * 4);
+    G->mem_copy_from_host(d_lse, lse, nl * 4);
+    H->attention_block_delta(delta, out, dout, &g);
+    G->attention_block_delta(d_delta, d_out, d_dout, &g);
+    check("attention_block_delta", "delta", delta, d_delta, nl, 1e-5);
+    G->mem_copy_from_host(d_delta, delta, nl * 4);
+    H->attention_block_backward(dq, dkv, dout, q, kv2, lse, delta, &g, scratch);
+    G->attention_block_backward(d_dq, d_dkv, d_dout, d_q, d_kv2, d_lse, d_delta, &g, d_scratch);
+    g.causal = 1;
+    H->attention_block_backward(dq, dkv, dout, q, kv1, lse, delta, &g, scratch);
+    G->attention_block_backward(d_dq, d_dkv, d_dout, d_q, d_kv1, d_lse, d_delta, &g, d_scratch);
+    check("attention_block_bwd", "dq", dq, d_dq, nq, 1e-5);
+    check("attention_block_bwd", "dkv", dkv, d_dkv, nkv, 1e-5);
+    check_status("attention_block");
+    G->mem_free(d_q); G->mem_free(d_kv1); G->mem_free(d_kv2); G->mem_free(d_out);
+    G->mem_free(d_lse); G->mem_free(d_dout); G->mem_free(d_delta); G->mem_free(d_dq);
+    G->mem_free(d_dkv); G->mem_free(d_scratch);
+    free(q); free(kv1); free(kv2); free(out); free(lse); free(dout); free(delta); free(dq);
+    free(dkv); free(scratch);
+}
+
+/* compares n int32 of device buffer d with host reference ref: exact */
+static void check_int(const char *op, const char *what, const int32_t *ref, const int32_t *d,
+                      size_t n)
+{
+    int32_t *got = malloc(n * sizeof(int32_t));
+    G->mem_copy_to_host(got, d, n * sizeof(int32_t));
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != ref[i] && bad++ == 0)
+            first = i;
+    checks++;
+    failures += bad != 0;
+    printf("%-22s %-10s n=%-9zu %zu differ  exact  %s", op, what, n, bad, bad ? "FAIL" : "PASS");
+    if (bad)
+        printf("  (first [%zu]: gpu %d cpu %d)", first, got[first], ref[first]);
+    printf("\n");
+    free(got);
+}
+
+/* the MoE ops: router (N tokens, E experts, top-K), then dispatch /
+ * combine / combine backward over the N*K slots of the routing (slot s is
+ * token s / K, so every token's rows repeat K times in the combine). */
+static void test_moe(int N, int E, int K, int C)
+{
+    size_t ne = (size_t)N * E, nk = (size_t)N * K, nc = (size_t)N * C;
+    int n = N * K;
+    float *logits = host_rand(ne, 3), *probs = host_rand(ne, 1), *w = host_rand(nk, 1);
+    int32_t *idx = calloc(nk, 4), *rows = malloc(nk * 4), *widx = malloc(nk * 4);
+    float *dw = host_rand(nk, 1), *daux = host_rand(E, 0.1f), *dl = host_rand(ne, 1);
+    for (int s = 0; s < n; s++) {
+        rows[s] = s / K;
+        widx[s] = s;
+    }
+    float *d_logits = dev(logits, ne * 4), *d_probs = dev(probs, ne * 4), *d_w = dev(w, nk * 4);
+    int32_t *d_idx = dev(idx, nk * 4), *d_rows = dev(rows, nk * 4), *d_widx = dev(widx, nk * 4);
+    float *d_dw = dev(dw, nk * 4), *d_daux = dev(daux, E * 4), *d_dl = dev(dl, ne * 4);
+    char what[32];
+    H->moe_router_forward(probs, idx, w, logits, N, E, K);
+    G->moe_router_forward(d_probs, d_idx, d_w, d_logits, N, E, K);
+    snprintf(what, sizeof(what), "probs K%d", K);
+    check("moe_router_forward", what, probs, d_probs, ne, 1e-5);
+    check_int("moe_router_forward", "idx", idx, d_idx, nk);
+    check("moe_router_forward", "weights", w, d_w, nk, 1e-5);
+    G->mem_copy_from_host(d_probs, probs, ne * 4);
+    G->mem_copy_from_host(d_idx, idx, nk * 4);
+    G->mem_copy_from_host(d_w, w, nk * 4);
+    H->moe_router_backward(dl, probs, idx, w, dw, daux, N, E, K);
+    G->moe_router_backward(d_dl, d_probs, d_idx, d_w, d_dw, d_daux, N, E, K);
+    check("moe_router_backward", "dlogits", dl, d_dl, ne, 1e-5);
+    H->moe_router_backward(dl, probs, idx, w, dw, NULL, N, E, K);
+    G->moe_router_backward(d_dl, d_probs, d_idx, d_w, d_dw, NULL, N, E, K);
+    check("moe_router_backward", "no aux", dl, d_dl, ne, 1e-5);
+
+    float *src = host_rand(nc, 1), *dst = host_rand((size_t)n * C, 1);
+    float *out = host_rand(nc, 1), *dy = host_rand((size_t)n * C, 1);
+    float *d_src = dev(src, nc * 4), *d_dst = dev(dst, (size_t)n * C * 4);
+    float *d_out = dev(out, nc * 4), *d_dy = dev(dy, (size_t)n * C * 4);
+    H->moe_dispatch(dst, src, rows, n, C);
+    G->moe_dispatch(d_dst, d_src, d_rows, n, C);
+    check("moe_dispatch", "dst", dst, d_dst, (size_t)n * C, 0.0);
+    H->moe_combine(out, dst, rows, w, widx, n, C);
+    G->moe_combine(d_out, d_dst, d_rows, d_w, d_widx, n, C);
+    check("moe_combine", "gated", out, d_out, nc, 1e-5);
+    H->moe_combine(out, dst, rows, NULL, widx, n, C);
+    G->moe_combine(d_out, d_dst, d_rows, NULL, d_widx, n, C);
+    check("moe_combine", "ungated", out, d_out, nc, 1e-5);
+    G->mem_copy_from_host(d_out, out, nc * 4);
+    H->moe_combine_backward(dy, dw, out, dst, rows, w, widx, n, C);
+    G->moe_combine_backward(d_dy, d_dw, d_out, d_dst, d_rows, d_w, d_widx, n, C);
+    check("moe_combine_backward", "dy", dy, d_dy, (size_t)n * C, 1e-5);
+    check("moe_combine_backward", "dw", dw, d_dw, nk, 1e-5);
+    check_status("moe");
+    G->mem_free(d_logits); G->mem_free(d_probs); G->mem_free(d_w); G->mem_free(d_idx);
+    G->mem_free(d_rows); G->mem_free(d_widx); G->mem_free(d_dw); G->mem_free(d_daux);
+    G->mem_free(d_dl); G->mem_free(d_src); G->mem_free(d_dst); G->mem_free(d_out);
+    G->mem_free(d_dy);
+    free(logits); free(probs); free(w); free(idx); free(rows); free(widx); free(dw); free(daux);
+    free(dl); free(src); free(dst); free(out); free(dy);
+}
+
 static void test_elementwise(size_t n)
 {
     float *a = host_rand(n, 4), *b = host_rand(n, 1), *out = host_rand(n, 1);
@@ -515,6 +651,10 @@ int main(int argc, char **argv)
     test_attention(2, 130, 128, 2);  /* hs 64 */
     test_attention(1, 70, 256, 2);   /* hs 128 */
     test_attention(1, 1024, 768, 12); /* GPT-2 124M's shape, one sequence */
+    test_attention_block(2, 100, 96, 3);  /* partial warps, hs 32 */
+    test_attention_block(1, 256, 768, 12); /* GPT-2's heads, a 256-row block */
+    test_moe(300, 8, 2, 96);
+    test_moe(77, 4, 1, 33);
     test_elementwise(100003);
     test_crossentropy(37, 250, 256);
     test_crossentropy(8, 50257, 50304);

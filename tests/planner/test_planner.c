@@ -265,11 +265,23 @@ static void test_flags(void)
     c.layout = (px_layout_t){2, 1, 1, 1, 4};
     REJECT(&c, 0, "ep=4 does not divide dp x cp = 2");
     c.layout = (px_layout_t){2, 2, 1, 1, 2};
-    REJECT(&c, 0, "experts=8 with tp=2 pp=1 cp=1: the mixture of experts runs with dp and ep");
+    ACCEPT(&c, 0); /* dp 2 x tp 2 x ep 2: experts replicated over tp (issue 11) */
+    c.layout = (px_layout_t){1, 1, 1, 2, 2}; /* cp 2 x ep 2 (issue 11) */
+    ACCEPT(&c, 0);
+    c.layout = (px_layout_t){2, 1, 2, 1, 2}; /* dp 2 x ep 2 x pp 2 */
+    c.micro_batches = 2;
+    ACCEPT(&c, 0);
+    c.schedule = PX_PIPE_ZB1;
+    REJECT(&c, 0, "experts=8 with schedule zb1: the MoE layers have no split backward");
+    c.schedule = PX_PIPE_1F1B;
+    c.micro_batches = 1;
     c.layout = (px_layout_t){2, 1, 1, 1, 2};
     c.checkpoint_every = 5;
     c.checkpoint_dir = "/tmp/ck";
-    REJECT(&c, 0, "experts=8: checkpoints and exports of the experts are not implemented yet");
+    ACCEPT(&c, 0); /* checkpoints carry the experts (moe_checkpoint.h) */
+    c.export_safetensors = "/tmp/m.safetensors"; /* with the experts (moe_checkpoint.h) */
+    ACCEPT(&c, 0);
+    c.export_safetensors = NULL;
     /* context parallelism (issue 11): with dp, tp, sequence parallelism
      * ZeRO, checkpoints and every pipeline schedule */
     base(&c);

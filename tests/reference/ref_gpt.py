@@ -69,7 +69,14 @@ CASES += [('moe-dropless-top2', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '2', '--d
                                                         '--capacity-factor', '1.0']),
           ('moe-cap1.0-top1-ep2', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '1',
                                                             '--capacity-factor', '1.0',
-                                                            '--ep', '2'])]
+                                                            '--ep', '2']),
+          # with the other strategies (test_moe_combo.py): cp 2 x ep 2 (world
+          # 2: the ep group is the two cp ranks, capacity filled in the
+          # single-rank token order) and tp 2 (experts replicated over tp)
+          ('moe-cap1.0-top2-cp2ep2', 256, 32, 4, 4, 1, 1,
+           MOE + ['--top-k', '2', '--capacity-factor', '1.0', '--ep', '2', '--cp', '2']),
+          ('moe-cap1.0-top2-tp2', 256, 32, 4, 4, 2, 1,
+           MOE + ['--top-k', '2', '--capacity-factor', '1.0'])]
 LR, WARMUP, MIN_LR_RATIO, WD, CLIP, SEED = 3e-3, 2, 0.1, 0.1, 1.0, 4242
 
 VAL_BATCHES = 2

@@ -10,8 +10,10 @@
  * in place, at sizes from one element to a multi-chunk ring (3 Mi floats),
  * checks every element, checks that host buffers are not staged, that
  * bf16 on device buffers is refused on every rank (INVALID_ARGUMENT) and the
- * communicator still works after it, and that a point-to-point send of a
- * device buffer is refused.
+ * communicator still works after it, and that point-to-point sends and
+ * receives of device buffers arrive whole through chunked staging (one
+ * element, odd sizes, under, at and over a chunk, many chunks), one copy
+ * per chunk each way, in buffers from the registered pinned allocator.
  *
  * usage: test_devmem N   (ranks; forked by px_launch) */
 #include <stdio.h>
@@ -69,6 +71,14 @@ static void fake_from_host(void *d, const void *h, size_t bytes)
 
 static void fake_sync(void) { syncs++; }
 
+/* the pinned allocator the CUDA backend registers (cudaHostAlloc), counted */
+static int pinned_allocs;
+static void *fake_pinned_alloc(size_t bytes)
+{
+    pinned_allocs++;
+    return malloc(bytes);
+}
+
 static const px_kernel_ops_t fake_ops = {
     .name = "fake-device",
     .mem_copy = fake_copy,
@@ -119,6 +129,7 @@ static int rank_fn(px_launch_rank_t *ctx)
     if (arena == MAP_FAILED)
         return 1;
     px_transport_set_device_memory(&fake_ops, fake_is_device);
+    px_transport_set_pinned_memory(fake_pinned_alloc, free);
     static const size_t sizes[] = {1, 7, 1000, 65536 + 3, 3u << 20};
     for (unsigned si = 0; si < sizeof sizes / sizeof *sizes; si++) {
         size_t cnt = sizes[si], total = cnt * (size_t)n;
@@ -188,16 +199,60 @@ static int rank_fn(px_launch_rank_t *ctx)
     }
     if (px_allreduce(comm, hs, hs, 4, PX_FLOAT32, PX_SUM, -1) != PX_OK || hs[3] != 4.0f * n * n)
         fails++;
-    /* point-to-point is not staged: a device buffer is refused, not touched */
-    px_request_t *pr = NULL;
-    if (n > 1 && px_send_start(comm, (r + 1) % n, 7, d16, 64, NULL, &pr) !=
-                     PX_ERR_INVALID_ARGUMENT) {
-        fprintf(stderr, "rank %d: a send of a device buffer was not refused\n", r);
+    /* point-to-point of device buffers, staged in chunks (4 KiB here):
+     * each rank sends to the next and receives from the previous, at sizes
+     * of one element, under, at and over one chunk, and many chunks with an
+     * odd tail; every element checked, the chunk copies counted */
+    px_transport_set_stage_chunk(4096);
+    static const size_t pcounts[] = {1, 7, 1023, 1024, 1025, 3 * 1024 + 5, 100003};
+    for (unsigned si = 0; n > 1 && !fails && si < sizeof pcounts / sizeof *pcounts; si++) {
+        size_t cnt = pcounts[si], bytes = cnt * sizeof(float);
+        int to = (r + 1) % n, from = (r + n - 1) % n;
+        float *host = malloc(bytes);
+        arena_used = 0;
+        float *dsend = fake_alloc(bytes), *drecv = fake_alloc(bytes);
+        if (!host || !dsend || !drecv)
+            return 1;
+        for (size_t i = 0; i < cnt; i++)
+            host[i] = val(r, i);
+        fake_from_host(dsend, host, bytes);
+        for (size_t i = 0; i < cnt; i++)
+            host[i] = -1.0f;
+        fake_from_host(drecv, host, bytes);
+        int to_before = copies_to_host, from_before = copies_from_host;
+        px_request_t *rr = NULL, *sr = NULL;
+        if (px_recv_start(comm, from, 7, drecv, bytes, NULL, &rr) != PX_OK ||
+            px_send_start(comm, to, 7, dsend, bytes, NULL, &sr) != PX_OK ||
+            px_wait(sr, -1) != PX_OK || px_wait(rr, -1) != PX_OK) {
+            fprintf(stderr, "rank %d: staged send/recv of %zu floats failed\n", r, cnt);
+            return 1;
+        }
+        int chunks = (int)((bytes + 4095) / 4096);
+        if (copies_to_host - to_before != chunks || copies_from_host - from_before != chunks) {
+            fprintf(stderr, "rank %d: %zu floats: %d copies off the device, %d onto it, want %d "
+                    "chunks each\n", r, cnt, copies_to_host - to_before,
+                    copies_from_host - from_before, chunks);
+            fails++;
+        }
+        fake_to_host(host, drecv, bytes);
+        for (size_t i = 0; i < cnt && !fails; i++)
+            if (host[i] != val(from, i)) {
+                fprintf(stderr, "rank %d: p2p %zu floats: element %zu is %g, want %g\n", r, cnt,
+                        i, host[i], val(from, i));
+                fails++;
+            }
+        free(host);
+    }
+    px_transport_set_stage_chunk(0);
+    if (n > 1 && pinned_allocs == 0) {
+        fprintf(stderr, "rank %d: the staging buffers did not come from the pinned allocator\n",
+                r);
         fails++;
     }
     if (r == 0)
-        printf("devmem n=%d: %d staged copies to host, %d back, %d syncs: %s\n", n, copies_to_host,
-               copies_from_host, syncs, fails ? "FAIL" : "PASS");
+        printf("devmem n=%d: %d staged copies to host, %d back, %d syncs, %d pinned "
+               "allocations: %s\n", n, copies_to_host, copies_from_host, syncs, pinned_allocs,
+               fails ? "FAIL" : "PASS");
     px_transport_set_device_memory(NULL, NULL);
     return fails ? 1 : 0;
 }
