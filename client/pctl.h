@@ -74,6 +74,12 @@ void pctl_print_rpc_error(pctl_ctx_t *ctx, const char *cmd, grpc_status_code cod
  * result is owned by pctl_esc: valid until 16 later calls (enough for one
  * printf's arguments). JSON output needs none of this (jansson escapes). */
 const char *pctl_esc(const char *s);
+/* Writes `len` bytes of program output (a rank's log) to `f` as pctl_esc
+ * shows strings, except that newlines and tabs stay as they are, so the
+ * lines read as lines: ESC, CR, other C0/C1 controls and DEL become \xNN
+ * (a log cannot clear the screen or retitle the terminal). 0 on success,
+ * -1 if a write failed. */
+int pctl_esc_write(FILE *f, const uint8_t *p, size_t len);
 
 /* "OK", "NOT_FOUND", ... as grpc names them. */
 const char *pctl_code_name(grpc_status_code code);

@@ -45,6 +45,37 @@ const char *pctl_esc(const char *s)
     return out;
 }
 
+int pctl_esc_write(FILE *f, const uint8_t *p, size_t len)
+{
+    char buf[4096 + 16];
+    size_t o = 0;
+    int cont = 0; /* continuation bytes the last UTF-8 lead byte announced */
+
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = p[i];
+        if (c == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f) {
+            o += (size_t)snprintf(buf + o, sizeof(buf) - o, "\\x%02x\\x%02x", c, p[i + 1]);
+            i++; /* UTF-8 C1 */
+            cont = 0;
+        } else if (c >= 0x80 && c <= 0xbf && cont > 0) {
+            buf[o++] = (char)c; /* inside a UTF-8 character (the 0x82 of U+20AC) */
+            cont--;
+        } else if (c == '\n' || c == '\t' || (c >= 0x20 && c != 0x7f && !(c >= 0x80 && c <= 0x9f))) {
+            buf[o++] = (char)c;
+            cont = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
+        } else {
+            cont = 0;
+            o += (size_t)snprintf(buf + o, sizeof(buf) - o, "\\x%02x", c);
+        }
+        if (o >= 4096) {
+            if (fwrite(buf, 1, o, f) != o)
+                return -1;
+            o = 0;
+        }
+    }
+    return o && fwrite(buf, 1, o, f) != o ? -1 : 0;
+}
+
 const char *pctl_code_name(grpc_status_code code)
 {
     switch (code) {

@@ -1063,7 +1063,10 @@ int pctl_cmd_logs(pctl_ctx_t *ctx, int argc, char **argv)
         p += i;
         len -= i;
     }
-    if (len > 0 && fwrite(p, 1, len, stdout) != len) {
+    /* on a terminal the rank's control bytes are shown, not obeyed (issue 16);
+     * into a pipe or file the log goes byte for byte */
+    if (len > 0 && (isatty(STDOUT_FILENO) ? pctl_esc_write(stdout, p, len) != 0
+                                          : fwrite(p, 1, len, stdout) != len)) {
         protobuf_c_message_free_unpacked(&resp->base, NULL);
         return PCTL_EXIT_FAIL;
     }

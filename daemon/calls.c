@@ -152,3 +152,16 @@ px_status_t px_daemon_call_retry(px_daemon_t *d, px_rpc_channel_t *channel, cons
     }
     return PX_OK;
 }
+
+ProtobufCMessage *px_msg_dup(const ProtobufCMessage *msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(len ? len : 1);
+    ProtobufCMessage *copy;
+    if (!buf)
+        return NULL;
+    protobuf_c_message_pack(msg, buf);
+    copy = protobuf_c_message_unpack(msg->descriptor, NULL, len, buf);
+    free(buf);
+    return copy;
+}

@@ -94,170 +94,13 @@ static px_job_t *route(px_daemon_t *d, px_rpc_call_t *call, const char *job_id,
 
 /* --------------------------------------------------------------- handlers */
 
-#define PXD_LIST_PEER_TIMEOUT_MS 2000 /* a peer's ListJobs (names, ListJobs below) */
-
-/* ---- cluster-wide job names (issue 16)
- *
- * A name is unique among the active jobs of the whole cluster, with no
- * node holding a registry: SubmitJob with a name asks every alive peer for
- * its own jobs (Peer.ListJobs, local_only, in parallel, PXD_LIST_PEER_
- * TIMEOUT_MS each) and refuses the name if any node coordinates an active
- * job of that name. A peer that does not answer is logged and left out
- * (availability over a partition); two submits of one name to two
- * different daemons within the same round trip can both pass (no
- * reservation protocol yet). Concurrent submits of one name to this node
- * are serialised by the in-flight list below. */
-
-typedef struct name_ctx {
-    px_rpc_call_t *call;
-    Parallax__V1__SubmitJobRequest *req; /* owned copy */
-    int pending;
-    char conflict[PXD_NAME_MAX + PXD_JOB_ID_MAX + 16];
-    struct name_ctx *next;
-} name_ctx_t;
-
-static name_ctx_t *names_in_flight; /* loop thread only */
-
-typedef struct {
-    name_ctx_t *ctx;
-    char node[PXD_NAME_MAX];
-} name_peer_t;
-
-/* Whether `name` is held by an active job this node coordinates or by a
- * submit in flight here; if so the call is failed (ALREADY_EXISTS). */
-static int local_name_taken(px_daemon_t *d, px_rpc_call_t *call, const char *name)
-{
-    if (!name || !*name)
-        return 0;
-    for (px_job_t *j = d->jobs; j; j = j->next) {
-        if (px_job_is_active(j) && j->spec && j->spec->name && !strcmp(j->spec->name, name)) {
-            px_rpc_call_fail(call, GRPC_STATUS_ALREADY_EXISTS,
-                             "a job named '%s' is already active: %s", name, j->id);
-            return 1;
-        }
-    }
-    for (name_ctx_t *c = names_in_flight; c; c = c->next) {
-        if (!strcmp(c->req->spec->name, name)) {
-            px_rpc_call_fail(call, GRPC_STATUS_ALREADY_EXISTS,
-                             "a job named '%s' is being submitted on node %s", name, d->cfg.name);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static void name_ctx_done(px_daemon_t *d, name_ctx_t *ctx)
-{
-    Parallax__V1__SubmitJobResponse resp = PARALLAX__V1__SUBMIT_JOB_RESPONSE__INIT;
-    px_job_t *job;
-    px_status_t status;
-
-    for (name_ctx_t **p = &names_in_flight; *p; p = &(*p)->next) {
-        if (*p == ctx) {
-            *p = ctx->next;
-            break;
-        }
-    }
-    if (ctx->conflict[0]) {
-        px_rpc_call_fail(ctx->call, GRPC_STATUS_ALREADY_EXISTS,
-                         "a job named '%s' is already active on node %s",
-                         ctx->req->spec->name, ctx->conflict);
-    } else if (d->stopping) {
-        px_rpc_call_fail(ctx->call, GRPC_STATUS_UNAVAILABLE, "node %s is stopping", d->cfg.name);
-    } else if (!local_name_taken(d, ctx->call, ctx->req->spec->name)) {
-        status = px_job_submit(d, ctx->req->spec, &job);
-        if (status != PX_OK) {
-            px_rpc_call_fail(ctx->call, px_rpc_code_from_status(status),
-                             "cannot store the job: %s", px_status_str(status));
-        } else {
-            resp.job_id = job->id;
-            px_rpc_call_reply(ctx->call, &resp.base);
-            px_job_schedule(d);
-        }
-    }
-    protobuf_c_message_free_unpacked(&ctx->req->base, NULL);
-    free(ctx);
-}
-
-static void on_name_peer_done(px_daemon_t *d, void *arg, grpc_status_code code,
-                              const char *message, const ProtobufCMessage *response)
-{
-    name_peer_t *np = arg;
-    name_ctx_t *ctx = np->ctx;
-
-    if (code == GRPC_STATUS_OK && response) {
-        const Parallax__V1__ListJobsResponse *r = (const void *)response;
-        for (size_t k = 0; k < r->n_jobs && !ctx->conflict[0]; k++) {
-            const Parallax__V1__Job *t = r->jobs[k];
-            if (t->spec && t->spec->name && !strcmp(t->spec->name, ctx->req->spec->name) &&
-                (t->state == PARALLAX__V1__JOB_STATE__JOB_PENDING ||
-                 t->state == PARALLAX__V1__JOB_STATE__JOB_STARTING ||
-                 t->state == PARALLAX__V1__JOB_STATE__JOB_RUNNING))
-                snprintf(ctx->conflict, sizeof(ctx->conflict), "%s: %s", np->node,
-                         t->id ? t->id : "?");
-        }
-    } else {
-        px_warn("SubmitJob: node %s did not answer the name check for '%s' (%s); going on "
-                "without it", np->node, ctx->req->spec->name, message ? message : "");
-    }
-    free(np);
-    if (--ctx->pending == 0)
-        name_ctx_done(d, ctx);
-}
-
-/* Starts the peers' name check of `req` (a named job that passed every
- * local check). Returns 1 when the call will be answered by it, 0 when no
- * peer is alive to ask (the caller goes on at once). */
-static int name_check_peers(px_daemon_t *d, px_rpc_call_t *call,
-                            const Parallax__V1__SubmitJobRequest *req)
-{
-    Parallax__V1__ListJobsRequest sub = PARALLAX__V1__LIST_JOBS_REQUEST__INIT;
-    name_ctx_t *ctx;
-    int alive = 0;
-
-    for (int p = 0; p < d->n_peers; p++)
-        alive += d->peers[p].alive && d->peers[p].channel && d->peers[p].name[0];
-    if (!alive)
-        return 0;
-    ctx = calloc(1, sizeof(*ctx));
-    if (!ctx || !(ctx->req = (Parallax__V1__SubmitJobRequest *)px_msg_dup(&req->base))) {
-        free(ctx);
-        px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        return 1;
-    }
-    ctx->call = call;
-    ctx->pending = 1; /* held until every call is started */
-    ctx->next = names_in_flight;
-    names_in_flight = ctx;
-    sub.local_only = 1;
-    for (int p = 0; p < d->n_peers; p++) {
-        px_peer_t *peer = &d->peers[p];
-        name_peer_t *np;
-        if (!peer->alive || !peer->channel || !peer->name[0] ||
-            !(np = calloc(1, sizeof(*np))))
-            continue;
-        np->ctx = ctx;
-        snprintf(np->node, sizeof(np->node), "%s", peer->name);
-        if (px_daemon_call_async(d, peer->channel, "/parallax.v1.Peer/ListJobs", &sub.base,
-                                 &parallax__v1__list_jobs_response__descriptor,
-                                 PXD_LIST_PEER_TIMEOUT_MS, on_name_peer_done, np) != PX_OK) {
-            free(np);
-            continue;
-        }
-        ctx->pending++;
-    }
-    if (--ctx->pending == 0)
-        name_ctx_done(d, ctx);
-    return 1;
-}
+#define PXD_LIST_PEER_TIMEOUT_MS 2000 /* a peer's ListJobs (ListJobs below) */
 
 static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
 {
     px_daemon_t *d = arg;
     const Parallax__V1__SubmitJobRequest *req = (const void *)request;
-    Parallax__V1__SubmitJobResponse resp = PARALLAX__V1__SUBMIT_JOB_RESPONSE__INIT;
     char err[1024];
-    px_job_t *job;
     px_status_t status;
 
     if (d->stopping) {
@@ -293,19 +136,8 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
         px_rpc_call_fail(call, px_rpc_code_from_status(status), "%s", err);
         return;
     }
-    if (local_name_taken(d, call, req->spec->name))
-        return;
-    if (req->spec->name && *req->spec->name && name_check_peers(d, call, req))
-        return; /* answered when every alive peer has answered (name_peer_done) */
-    status = px_job_submit(d, req->spec, &job);
-    if (status != PX_OK) {
-        px_rpc_call_fail(call, px_rpc_code_from_status(status), "cannot store the job: %s",
-                         px_status_str(status));
-        return;
-    }
-    resp.job_id = job->id;
-    px_rpc_call_reply(call, &resp.base);
-    px_job_schedule(d);
+    /* the name reserved cluster-wide (jobnames.c), then stored and answered */
+    px_jobnames_submit(d, call, req);
 }
 
 static void h_get_job(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)

@@ -8,9 +8,21 @@
  * through px_rpc_cq_drain().
  *
  * Files: main.c (start/stop), config.c, store.c (SQLite), validate.c (job
- * spec checks), nodes.c (devices, peers, heartbeats), job.c (coordinator:
- * placement, rendezvous, state machine, watchers), supervisor.c (rank
- * processes), control.c (Control service), peer.c (Peer service). */
+ * spec checks), nodes.c (devices, peers, heartbeats; node events),
+ * the coordinator: job.c (state machine), job_place.c (placement),
+ * job_launch.c (launch, rendezvous, stop), job_watch.c (WatchJob streams),
+ * job_load.c (load at start, adoption), job_restart.c (restart from a
+ * checkpoint), jobnames.c (cluster-wide names); supervisor.c (rank
+ * processes), control.c (Control service), peer.c (Peer service),
+ * peerc.c (the Peer client, local dispatch, node event delivery), calls.c
+ * (counted and retried async calls, message copies).
+ *
+ * Layering: control.c and peer.c (services) use everything below; the
+ * coordinator (job*.c) may use the supervisor for adoption only; the
+ * supervisor never calls the coordinator, nor the coordinator the
+ * supervisor's launch/stop: both go through px_peerc_call, which runs this
+ * node's handler when the target is this node; nodes.c tells both of node
+ * changes through px_nodes_emit. */
 #ifndef PXD_DAEMON_H
 #define PXD_DAEMON_H
 
@@ -126,8 +138,10 @@ typedef struct px_job {
     px_rpc_call_t *cancel_calls[PXD_CANCEL_WAITERS]; /* CancelJob answers held until
                                      * the ranks are gone (px_job_cancel) */
     int n_cancel_calls;
-    int cancel_pending;             /* cancelled, ranks stopping: CANCELLED once
-                                     * every launched rank has exited */
+    int ending;                     /* FAILED or CANCELLED decided, ranks stopping:
+                                     * end_state once every launched rank has
+                                     * exited (px_job_finish) */
+    Parallax__V1__JobState end_state;
     struct px_job *next;
 } px_job_t;
 
@@ -154,8 +168,32 @@ typedef struct px_local_rank {
     int pidfd;
     uv_poll_t poll;
     char cgroup[PXD_CGROUP_PATH_MAX]; /* its cgroup v2 (cgroup.c), "" if none */
+    int (*at_end)(px_daemon_t *d, const char *job_id); /* adopted: the job reached
+                                     * its last step (px_supervisor_adopt) */
     struct px_local_rank *next;
 } px_local_rank_t;
+
+/* A node event (nodes.c emits them, px_nodes_emit; the coordinator and the
+ * supervisor subscribe, px_nodes_subscribe): */
+typedef enum px_node_event {
+    PXD_NODE_DEVICES, /* devices of some node may have come free or joined: place jobs */
+    PXD_NODE_HEARD,   /* `peer` answered a heartbeat (its devices are fresh) */
+    PXD_NODE_DEAD,    /* `peer` stopped heartbeating for PX_PEER_DEAD_MS */
+} px_node_event_t;
+/* `peer` is NULL for PXD_NODE_DEVICES; borrowed for the call. */
+typedef void (*px_node_event_fn)(px_daemon_t *d, px_node_event_t ev, const px_peer_t *peer,
+                                 void *arg);
+/* px_daemon_call_async's completion (calls.c). */
+typedef void (*px_daemon_done_fn)(px_daemon_t *d, void *arg, grpc_status_code code,
+                                  const char *message, const ProtobufCMessage *response);
+/* A Peer method served on this node for the Peer client (peerc.c): handles
+ * `request` (its method's request type) and answers through done(d, arg,
+ * code, message, response) at most once before returning; done may be
+ * NULL. */
+typedef void (*px_peerc_local_fn)(px_daemon_t *d, const ProtobufCMessage *request,
+                                  px_daemon_done_fn done, void *arg);
+#define PXD_PEERC_LOCAL_MAX 8
+#define PXD_NODE_SUBS_MAX 8
 
 struct px_daemon {
     px_daemon_config_t cfg;
@@ -190,6 +228,16 @@ struct px_daemon {
     int64_t stop_deadline_ms;
     int exit_code;
     struct px_metrics *metrics;        /* --metrics-listen (metrics.h), or NULL */
+    struct {
+        const char *method;            /* "LaunchRanks" */
+        px_peerc_local_fn fn;
+    } peerc_local[PXD_PEERC_LOCAL_MAX]; /* peerc.c: Peer methods served locally */
+    int n_peerc_local;
+    struct {
+        px_node_event_fn fn;
+        void *arg;
+    } node_subs[PXD_NODE_SUBS_MAX];   /* node event subscribers, in order */
+    int n_node_subs;
 };
 
 /* ---------------------------------------------------------------- auth.c */
@@ -327,7 +375,12 @@ px_status_t px_job_submit(px_daemon_t *d, const Parallax__V1__JobSpec *spec, px_
 /* Places PENDING jobs on free devices, oldest first. */
 void px_job_schedule(px_daemon_t *d);
 /* Moves an active job to a final state, stops its ranks, releases devices,
- * tells watchers and schedules the next job. No-op if already final. */
+ * tells watchers and schedules the next job. No-op if already final. A
+ * placed job with launched ranks not yet gone reads FAILED or CANCELLED
+ * only once each of them has reported its exit (its devices are then free
+ * on its node) or was lost with its node, or PX_KILL_GRACE_MS +
+ * PX_PEER_DEAD_MS after the stop went out at the latest; until then it
+ * keeps its state with `reason` set, and a second call is a no-op. */
 void px_job_finish(px_job_t *job, Parallax__V1__JobState state, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int px_job_is_active(const px_job_t *job);
@@ -378,12 +431,15 @@ void px_supervisor_kill_orphans(px_daemon_t *d);
 /* 1 if `pid` is a live parallax-rank of job `job_id`, rank `rank`, node
  * `node` (from /proc/<pid>/cmdline). */
 int px_supervisor_is_rank(int pid, const char *job_id, int rank, const char *node);
-/* Watches rank `rank` of `job` (this node coordinates it), left running by
- * a daemon that died, through pidfd_open(2): marks its device held; its exit
- * is reported like a child's, with PXD_EXIT_UNKNOWN unless the job had
+/* Watches rank `rank` (process `pid`, on `device`) of job `job_id` (this
+ * node coordinates it), left running by a daemon that died, through
+ * pidfd_open(2): marks its device held; its exit is reported like a
+ * child's, with PXD_EXIT_UNKNOWN unless at_end(d, job_id) says the job had
  * reached its last step (then 0). Stopping signals its process group.
  * px_supervisor_kill_orphans() spares adopted ranks. */
-px_status_t px_supervisor_adopt(px_daemon_t *d, px_job_t *job, int rank);
+typedef int (*px_supervisor_at_end_fn)(px_daemon_t *d, const char *job_id);
+px_status_t px_supervisor_adopt(px_daemon_t *d, const char *job_id, int rank, int pid,
+                                const char *device, px_supervisor_at_end_fn at_end);
 /* The parallax-rank binary ranks are spawned from (PX_RANK_BIN, else
  * <dir of parallaxd>/../rank/parallax-rank in a build tree, else
  * <libexecdir>/parallax-rank); NULL with errbuf set if not executable. */
@@ -407,6 +463,17 @@ extern const size_t px_control_n_methods;
  * node coordinates, oldest first; a cluster-wide Control.ListJobs merges
  * these from every alive peer. */
 void px_control_list_local(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
+/* jobnames.c: SubmitJob of a spec that passed every other check: the name
+ * reserved on every alive peer (ties between concurrent submits go to the
+ * smaller node name), then the job stored and `call` answered with its id;
+ * ALREADY_EXISTS naming the holder when the name is active or being
+ * submitted anywhere reachable. */
+void px_jobnames_submit(px_daemon_t *d, px_rpc_call_t *call,
+                        const Parallax__V1__SubmitJobRequest *req);
+/* Handler of Peer.ReserveName (arg: the daemon): grants, or refuses with
+ * ALREADY_EXISTS (an active job here, or this node submits the name too
+ * and its name is the smaller). */
+void px_jobnames_reserve(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
 extern const px_rpc_method_t px_peer_methods[];
 extern const size_t px_peer_n_methods;
 
@@ -414,8 +481,6 @@ extern const size_t px_peer_n_methods;
 
 /* px_rpc_call_async wrapper that counts in-flight calls (shutdown waits).
  * `done` runs exactly once on the loop thread; `response` is borrowed. */
-typedef void (*px_daemon_done_fn)(px_daemon_t *d, void *arg, grpc_status_code code,
-                                  const char *message, const ProtobufCMessage *response);
 px_status_t px_daemon_call_async(px_daemon_t *d, px_rpc_channel_t *channel, const char *path,
                                  const ProtobufCMessage *request,
                                  const ProtobufCMessageDescriptor *response_desc,
@@ -435,5 +500,36 @@ px_status_t px_daemon_call_retry(px_daemon_t *d, px_rpc_channel_t *channel, cons
 
 /* Deep copy of a protobuf-c message (pack + unpack); NULL on failure. */
 ProtobufCMessage *px_msg_dup(const ProtobufCMessage *msg);
+
+/* --------------------------------------------------------------- peerc.c */
+
+/* Registers `fn` as this node's handler of Peer method `method` ("StopRanks",
+ * a string literal) for px_peerc_call aimed at this node. At start only. */
+void px_peerc_serve(px_daemon_t *d, const char *method, px_peerc_local_fn fn);
+/* Calls Peer method `method` on node `node`: this node's registered handler
+ * at once (done, if any, runs before this returns), else an async gRPC call
+ * to the peer, retried for `give_up_ms` (> 0) as px_daemon_call_retry does,
+ * `done` (NULL: px_peerc_ignore) runs once on the loop thread. The request
+ * is borrowed for the call. PX_ERR_NOT_FOUND: unknown node or no handler;
+ * done is then not run. */
+px_status_t px_peerc_call(px_daemon_t *d, const char *node, const char *method,
+                          const ProtobufCMessage *request,
+                          const ProtobufCMessageDescriptor *response_desc, int timeout_ms,
+                          int give_up_ms, int idempotent, px_daemon_done_fn done, void *arg);
+/* A done function that ignores the answer. */
+void px_peerc_ignore(px_daemon_t *d, void *arg, grpc_status_code code, const char *message,
+                     const ProtobufCMessage *response);
+/* Node events: `fn` is called with every event emitted, subscribers in the
+ * order they subscribed. At start only. */
+void px_nodes_subscribe(px_daemon_t *d, px_node_event_fn fn, void *arg);
+/* Delivers `ev` about `peer` (NULL for PXD_NODE_DEVICES) to every
+ * subscriber. */
+void px_nodes_emit(px_daemon_t *d, px_node_event_t ev, const px_peer_t *peer);
+/* Subscribes the coordinator to node events and serves RankExited locally
+ * (job.c). */
+void px_job_attach(px_daemon_t *d);
+/* Subscribes the supervisor to node events and serves LaunchRanks and
+ * StopRanks locally (supervisor.c). */
+void px_supervisor_attach(px_daemon_t *d);
 
 #endif

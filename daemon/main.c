@@ -415,6 +415,10 @@ int main(int argc, char **argv)
     uv_signal_start(&d->sigterm, on_signal, SIGTERM);
 
     check_boot_id(d);
+    /* the coordinator and the supervisor meet only through node events and
+     * the Peer client (peerc.c): node-dead reaches the jobs before the ranks */
+    px_job_attach(d);
+    px_supervisor_attach(d);
     if (px_job_load_all(d) != PX_OK)
         goto out_loop;
     for (px_job_t *j = d->jobs; j; j = j->next) /* issue 14: `pctl status` after a restart */

@@ -289,7 +289,7 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
     if (name_conflict(d, p)) {
         if (p->alive) {
             p->alive = 0; /* its devices leave the cluster's count */
-            px_job_schedule(d);
+            px_nodes_emit(d, PXD_NODE_DEVICES, NULL);
         }
         return;
     }
@@ -324,7 +324,7 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
     p->last_seen_mono_ms = px_time_mono_ms();
     if (!was_alive) {
         px_info("peer %s (%s) is alive with %d devices", p->name, p->peer_addr, p->n_devices);
-        px_job_schedule(d);
+        px_nodes_emit(d, PXD_NODE_DEVICES, NULL);
     }
 }
 
@@ -375,12 +375,12 @@ static void on_heartbeat_done(px_daemon_t *d, void *arg, grpc_status_code code,
             const Parallax__V1__HeartbeatResponse *r = (const void *)response;
             if (r->node) {
                 peer_update(d, p, r->node, 1);
-                px_job_check_peer(d, p);
+                px_nodes_emit(d, PXD_NODE_HEARD, p);
             }
         } else {
             px_debug("heartbeat to %s: %s", p->peer_addr, message ? message : "");
         }
-        px_job_schedule(d); /* device usage may have changed */
+        px_nodes_emit(d, PXD_NODE_DEVICES, NULL); /* device usage may have changed */
         break;
     }
     free(ctx);
@@ -401,8 +401,7 @@ static void on_hb_timer(uv_timer_t *t)
         if (p->alive && now - p->last_seen_mono_ms > dead_ms) {
             p->alive = 0;
             px_warn("peer %s (%s) silent for %ld ms: dead", p->name, p->peer_addr, dead_ms);
-            px_job_node_dead(d, p->name);
-            px_supervisor_stop_coordinated_by(d, p->name);
+            px_nodes_emit(d, PXD_NODE_DEAD, p); /* its jobs fail, its jobs' ranks stop */
         }
     }
     px_nodes_self_info(d, &self);

@@ -24,40 +24,42 @@ static void h_heartbeat(px_rpc_call_t *call, const ProtobufCMessage *request, vo
     px_nodes_info_free(&self);
 }
 
+/* Answers a Peer call with what this node's local handler gave. */
+static void answer(px_daemon_t *d, void *arg, grpc_status_code code, const char *message,
+                   const ProtobufCMessage *response)
+{
+    px_rpc_call_t *call = arg;
+    (void)d;
+    if (code == GRPC_STATUS_OK)
+        px_rpc_call_reply(call, response);
+    else
+        px_rpc_call_fail(call, code, "%s", message ? message : "");
+}
+
+/* LaunchRanks, StopRanks, RankExited: served by the handlers this node
+ * registered for the Peer client (supervisor.c, job.c), the same code a
+ * call from this node to itself runs (peerc.c). */
+static void serve_here(px_rpc_call_t *call, const ProtobufCMessage *request, px_daemon_t *d,
+                       const char *method)
+{
+    if (px_peerc_call(d, d->cfg.name, method, request, NULL, 0, 0, 0, answer, call) != PX_OK)
+        px_rpc_call_fail(call, GRPC_STATUS_UNIMPLEMENTED, "%s not served on node %s", method,
+                         d->cfg.name);
+}
+
 static void h_launch(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
 {
-    px_daemon_t *d = arg;
-    const Parallax__V1__LaunchRanksRequest *req = (const void *)request;
-    Parallax__V1__LaunchRanksResponse resp = PARALLAX__V1__LAUNCH_RANKS_RESPONSE__INIT;
-    char err[512] = "";
-    px_status_t status = px_supervisor_launch(d, req, &resp, err, sizeof(err));
-
-    if (status != PX_OK) {
-        px_rpc_call_fail(call, px_rpc_code_from_status(status), "%s", err);
-        return;
-    }
-    px_rpc_call_reply(call, &resp.base);
-    px_supervisor_resp_free(&resp);
+    serve_here(call, request, arg, "LaunchRanks");
 }
 
 static void h_stop(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
 {
-    px_daemon_t *d = arg;
-    const Parallax__V1__StopRanksRequest *req = (const void *)request;
-    Parallax__V1__StopRanksResponse resp = PARALLAX__V1__STOP_RANKS_RESPONSE__INIT;
-
-    px_supervisor_stop_job(d, req->job_id, req->reason);
-    px_rpc_call_reply(call, &resp.base);
+    serve_here(call, request, arg, "StopRanks");
 }
 
 static void h_rank_exited(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
 {
-    px_daemon_t *d = arg;
-    const Parallax__V1__RankExitedRequest *req = (const void *)request;
-    Parallax__V1__RankExitedResponse resp = PARALLAX__V1__RANK_EXITED_RESPONSE__INIT;
-
-    px_job_rank_exited(d, req->job_id, (int)req->rank, req->node, req->exit_code, req->detail);
-    px_rpc_call_reply(call, &resp.base);
+    serve_here(call, request, arg, "RankExited");
 }
 
 static void h_register(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
@@ -107,5 +109,7 @@ const px_rpc_method_t px_peer_methods[] = {
     {P_PEER "GetRankLog", &parallax__v1__get_logs_request__descriptor, 0, h_rank_log, NULL},
     {P_PEER "ListJobs", &parallax__v1__list_jobs_request__descriptor, 0, px_control_list_local,
      NULL},
+    {P_PEER "ReserveName", &parallax__v1__reserve_name_request__descriptor, 0,
+     px_jobnames_reserve, NULL},
 };
 const size_t px_peer_n_methods = sizeof(px_peer_methods) / sizeof(px_peer_methods[0]);

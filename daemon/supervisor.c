@@ -8,8 +8,11 @@
  * state-dir/jobs/<id>/rank-<R>.log, env
  * PX_DEVICE=cpu:K and OPENBLAS_NUM_THREADS=1, own process group). The exit
  * callback (libuv's SIGCHLD handling) frees the device and tells the job's
- * coordinator (Peer.RankExited, or a direct call when it is this node) with
- * the exit code (-signal when killed) and the log's last line. Stopping is
+ * coordinator (RankExited through the Peer client, peerc.c, which runs the
+ * coordinator's handler directly when it is this node) with the exit code
+ * (-signal when killed) and the log's last line. LaunchRanks and StopRanks
+ * reach it the same way (px_supervisor_attach); a dead peer reaches it as a
+ * node event. It never calls the coordinator's code. Stopping is
  * SIGTERM, then SIGKILL after PX_KILL_GRACE_MS, sent to the rank's process
  * group and its cgroup (cgroup.c: one per rank, so a child that called
  * setsid goes too), so whatever the rank started goes too; when the rank
@@ -197,10 +200,7 @@ static void rank_gone(px_local_rank_t *lr, int exit_code)
         px_nodes_device_set(d, lr->device, "");
     failure_line(d, lr->job_id, lr->rank, detail, sizeof(detail));
 
-    if (!strcmp(lr->coordinator, d->cfg.name)) {
-        px_job_rank_exited(d, lr->job_id, lr->rank, d->cfg.name, lr->exit_code, detail);
-    } else {
-        px_peer_t *p = px_nodes_peer_by_name(d, lr->coordinator);
+    { /* to the coordinator, this node or another (peerc.c) */
         Parallax__V1__RankExitedRequest req = PARALLAX__V1__RANK_EXITED_REQUEST__INIT;
         char *what = malloc(PXD_JOB_ID_MAX + 32);
         req.job_id = lr->job_id;
@@ -210,11 +210,11 @@ static void rank_gone(px_local_rank_t *lr, int exit_code)
         req.detail = detail;
         if (what)
             snprintf(what, PXD_JOB_ID_MAX + 32, "%s rank %d", lr->job_id, lr->rank);
-        if (!p || !what ||
-            px_daemon_call_retry(d, p->channel, "/parallax.v1.Peer/RankExited", &req.base,
-                                 &parallax__v1__rank_exited_response__descriptor,
-                                 PXD_RPC_TIMEOUT_MS, (int)px_env_int("PX_PEER_DEAD_MS") * 2, 1,
-                                 on_rank_exited_done, what) != PX_OK) {
+        if (!what ||
+            px_peerc_call(d, lr->coordinator, "RankExited", &req.base,
+                          &parallax__v1__rank_exited_response__descriptor, PXD_RPC_TIMEOUT_MS,
+                          (int)px_env_int("PX_PEER_DEAD_MS") * 2, 1, on_rank_exited_done,
+                          what) != PX_OK) {
             px_warn("job %s rank %d: cannot tell coordinator %s of its exit", lr->job_id,
                     lr->rank, lr->coordinator);
             free(what);
@@ -229,7 +229,7 @@ static void rank_gone(px_local_rank_t *lr, int exit_code)
     }
     uv_close((uv_handle_t *)&lr->kill_timer, on_handle_closed);
     if (!d->stopping)
-        px_job_schedule(d);
+        px_nodes_emit(d, PXD_NODE_DEVICES, NULL); /* its device may take a pending job */
 }
 
 static void on_rank_exit(uv_process_t *proc, int64_t exit_status, int term_signal)
@@ -242,8 +242,7 @@ static void on_rank_exit(uv_process_t *proc, int64_t exit_status, int term_signa
 static void on_adopted_exit(uv_poll_t *h, int status, int events)
 {
     px_local_rank_t *lr = h->data;
-    px_job_t *job = px_job_find(lr->d, lr->job_id);
-    int done = job && job->spec && job->step >= job->spec->steps;
+    int done = lr->at_end && lr->at_end(lr->d, lr->job_id);
 
     if (lr->exited)
         return;
@@ -728,17 +727,17 @@ int px_supervisor_is_rank(int pid, const char *job_id, int rank, const char *nod
            cmdline_has(buf, n, "--node", node);
 }
 
-px_status_t px_supervisor_adopt(px_daemon_t *d, px_job_t *job, int rank)
+px_status_t px_supervisor_adopt(px_daemon_t *d, const char *job_id, int rank, int pid,
+                                const char *device, px_supervisor_at_end_fn at_end)
 {
-    px_job_rank_t *jr = &job->ranks[rank];
     px_local_rank_t *lr;
     int fd, ret;
 
-    if (!px_supervisor_is_rank(jr->pid, job->id, rank, d->cfg.name))
+    if (!px_supervisor_is_rank(pid, job_id, rank, d->cfg.name))
         return PX_ERR_NOT_FOUND;
-    fd = pidfd_open((pid_t)jr->pid, 0);
+    fd = pidfd_open((pid_t)pid, 0);
     if (fd < 0) {
-        px_warn("job %s rank %d: pidfd_open(%d): %s", job->id, rank, jr->pid, strerror(errno));
+        px_warn("job %s rank %d: pidfd_open(%d): %s", job_id, rank, pid, strerror(errno));
         return errno == ESRCH ? PX_ERR_NOT_FOUND : PX_ERR_IO;
     }
     lr = calloc(1, sizeof(*lr));
@@ -748,23 +747,24 @@ px_status_t px_supervisor_adopt(px_daemon_t *d, px_job_t *job, int rank)
     }
     lr->d = d;
     lr->rank = rank;
-    lr->pid = jr->pid;
+    lr->pid = pid;
     lr->pidfd = fd;
     lr->adopted = 1;
-    snprintf(lr->job_id, sizeof(lr->job_id), "%s", job->id);
-    snprintf(lr->device, sizeof(lr->device), "%s", jr->device);
+    lr->at_end = at_end;
+    snprintf(lr->job_id, sizeof(lr->job_id), "%s", job_id);
+    snprintf(lr->device, sizeof(lr->device), "%s", device);
     snprintf(lr->coordinator, sizeof(lr->coordinator), "%s", d->cfg.name);
     snprintf(lr->coordinator_peer_addr, sizeof(lr->coordinator_peer_addr), "%s", d->peer_addr);
-    px_supervisor_log_path(d, job->id, rank, lr->log_path, sizeof(lr->log_path));
+    px_supervisor_log_path(d, job_id, rank, lr->log_path, sizeof(lr->log_path));
     if (d->cgroup_base[0]) { /* the cgroup its first daemon made for it, if any */
         if ((size_t)snprintf(lr->cgroup, sizeof(lr->cgroup), "%s/%s.r%d", d->cgroup_base,
-                             job->id, rank) >= sizeof(lr->cgroup) ||
+                             job_id, rank) >= sizeof(lr->cgroup) ||
             access(lr->cgroup, F_OK) != 0)
             lr->cgroup[0] = '\0';
     }
     ret = uv_poll_init(d->loop, &lr->poll, fd);
     if (ret != 0) {
-        px_warn("job %s rank %d: cannot watch pidfd: %s", job->id, rank, uv_strerror(ret));
+        px_warn("job %s rank %d: cannot watch pidfd: %s", job_id, rank, uv_strerror(ret));
         close(fd);
         free(lr);
         return PX_ERR_IO;
@@ -775,9 +775,56 @@ px_status_t px_supervisor_adopt(px_daemon_t *d, px_job_t *job, int rank)
     lr->handles_open = 2;
     lr->next = d->local_ranks;
     d->local_ranks = lr;
-    px_nodes_device_set(d, lr->device, job->id);
+    px_nodes_device_set(d, lr->device, job_id);
     uv_poll_start(&lr->poll, UV_READABLE, on_adopted_exit);
     px_info("job %s rank %d: adopted pid %d on %s (left running by the previous parallaxd)",
-            job->id, rank, lr->pid, lr->device);
+            job_id, rank, lr->pid, lr->device);
     return PX_OK;
+}
+
+/* ------------------------------------------------------ local Peer calls */
+
+/* LaunchRanks aimed at this node (peerc.c), or arriving (peer.c). */
+static void serve_launch(px_daemon_t *d, const ProtobufCMessage *request, px_daemon_done_fn done,
+                         void *arg)
+{
+    const Parallax__V1__LaunchRanksRequest *req = (const void *)request;
+    Parallax__V1__LaunchRanksResponse resp = PARALLAX__V1__LAUNCH_RANKS_RESPONSE__INIT;
+    char err[512] = "";
+    px_status_t status = px_supervisor_launch(d, req, &resp, err, sizeof(err));
+
+    if (status != PX_OK) {
+        if (done)
+            done(d, arg, px_rpc_code_from_status(status), err, NULL);
+        return;
+    }
+    if (done)
+        done(d, arg, GRPC_STATUS_OK, NULL, &resp.base);
+    px_supervisor_resp_free(&resp);
+}
+
+/* StopRanks aimed at this node, or arriving. */
+static void serve_stop(px_daemon_t *d, const ProtobufCMessage *request, px_daemon_done_fn done,
+                       void *arg)
+{
+    const Parallax__V1__StopRanksRequest *req = (const void *)request;
+    Parallax__V1__StopRanksResponse resp = PARALLAX__V1__STOP_RANKS_RESPONSE__INIT;
+
+    px_supervisor_stop_job(d, req->job_id, req->reason);
+    if (done)
+        done(d, arg, GRPC_STATUS_OK, NULL, &resp.base);
+}
+
+static void on_node_event(px_daemon_t *d, px_node_event_t ev, const px_peer_t *peer, void *arg)
+{
+    (void)arg;
+    if (ev == PXD_NODE_DEAD && peer)
+        px_supervisor_stop_coordinated_by(d, peer->name);
+}
+
+void px_supervisor_attach(px_daemon_t *d)
+{
+    px_peerc_serve(d, "LaunchRanks", serve_launch);
+    px_peerc_serve(d, "StopRanks", serve_stop);
+    px_nodes_subscribe(d, on_node_event, NULL);
 }
