@@ -68,9 +68,11 @@ void pctl_print_rpc_error(pctl_ctx_t *ctx, const char *cmd, grpc_status_code cod
 /* ---- pctl_format.c */
 
 /* A string from the daemon or the user made safe to print to a terminal:
- * control characters (C0, DEL, and C1 both as raw bytes and as UTF-8
- * U+0080..U+009F) become \n, \t, \r or \xNN, so no name, reason or message can move the cursor, clear the screen or
- * retitle the terminal; other UTF-8 passes through. NULL gives "". The
+ * control characters (C0, DEL, and C1 both as lone raw bytes and as UTF-8
+ * U+0080..U+009F) become \n, \t, \r or \xNN, so no name, reason or
+ * message can move the cursor, clear the screen or retitle the terminal;
+ * other UTF-8 passes through whole (the continuation bytes 0x80..0x9f of a
+ * character such as U+20AC are not C1 controls). NULL gives "". The
  * result is owned by pctl_esc: valid until 16 later calls (enough for one
  * printf's arguments). JSON output needs none of this (jansson escapes). */
 const char *pctl_esc(const char *s);

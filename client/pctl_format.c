@@ -24,18 +24,26 @@ const char *pctl_esc(const char *s)
 
     if (!out)
         return "(out of memory)";
+    int cont = 0; /* continuation bytes the last UTF-8 lead byte announced */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = p[i];
         if (c == 0xc2 && i + 1 < n && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f) {
             o += (size_t)sprintf(out + o, "\\x%02x\\x%02x", c, p[i + 1]); /* UTF-8 C1 */
             i++;
+            cont = 0;
+        } else if (c >= 0x80 && c <= 0xbf && cont > 0) {
+            out[o++] = (char)c; /* inside a UTF-8 character (the 0x82 of U+20AC) */
+            cont--;
         } else if (c == '\n' || c == '\t' || c == '\r') {
             out[o++] = '\\';
             out[o++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+            cont = 0;
         } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && c <= 0x9f)) {
-            o += (size_t)sprintf(out + o, "\\x%02x", c);
+            o += (size_t)sprintf(out + o, "\\x%02x", c); /* C0, DEL, a lone C1 byte */
+            cont = 0;
         } else {
             out[o++] = (char)c;
+            cont = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
         }
     }
     out[o] = '\0';

@@ -111,7 +111,8 @@ def check_names(args, cl, data):
     assert not raw_controls(err), "pctl printed raw control bytes %s: %r" % (raw_controls(err), err)
     print("pctl submit --name with escapes: exit %d: %s" % (r.returncode, err.splitlines()[0]))
     # a file name may hold escapes: the daemon echoes it; pctl must not
-    evil_data = os.path.join(cl.workdir, "data\x1b[2J\x1b]0;t\x07.bin")
+    # ... and UTF-8 text, which stays readable (the 0x82 inside U+20AC is no C1 control)
+    evil_data = os.path.join(cl.workdir, "data\x1b[2J\x1b]0;t\x07\u20ac.bin")
     os.link(data, evil_data)
     job_id = g.submit(evil_data, dp=1, batch=2, steps=2, name="evil-path")
     pc.wait_state(g, job_id, ("COMPLETED", "FAILED"), 120)
@@ -124,7 +125,7 @@ def check_names(args, cl, data):
         assert not raw_controls(out), "pctl %s printed raw control bytes %s:\n%r" % (
             argv[0], raw_controls(out), out)
         if argv[0] == "status":
-            assert "data\\x1b[2J" in out, out
+            assert "data\\x1b[2J" in out and "\u20ac.bin" in out, out
     print("pctl status/list/submit: the data path's escapes shown as \\x1b, none raw")
 
 
