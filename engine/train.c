@@ -212,6 +212,8 @@ static px_status_t dump_val_loss(const char *dir, int step, float val_loss)
 typedef struct pipe_load {
     const px_data_t *data;
     const px_kernel_ops_t *ops; /* the stage's buffers are this backend's */
+    int32_t *host;              /* ops not the CPU table: (2, Bm, T) host tokens, cut
+                                   here and then copied to the device */
     uint64_t seed;
     int step, round, M, per_micro, dp_rank, Bm, T;
     int cp, cp_rank;          /* context parallelism: the stage computes this
@@ -246,6 +248,15 @@ static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
             cp_cut(ld->seq_tg, targets, ld->Bm, ld->T, ld->cp, ld->cp_rank);
         return;
     }
+    if (ld->ops != px_kernels_cpu()) { /* device buffers: cut on the host, then copy */
+        px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, ld->host,
+                      ld->host + n);
+        if (inputs)
+            ld->ops->mem_copy_from_host(inputs, ld->host, n * sizeof(int32_t));
+        if (targets)
+            ld->ops->mem_copy_from_host(targets, ld->host + n, n * sizeof(int32_t));
+        return;
+    }
     int32_t *tmp_in = inputs, *tmp_tg = targets, *spare = NULL;
     if (!inputs || !targets) { /* px_data_batch writes both */
         spare = malloc(n * sizeof(int32_t));
@@ -255,21 +266,6 @@ static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
             tmp_in = spare;
         else
             tmp_tg = spare;
-    }
-    if (ld->ops != px_kernels_cpu()) { /* device buffers: cut on the host, then copy */
-        int32_t *host = malloc(2 * n * sizeof(int32_t));
-        if (!host) {
-            free(spare);
-            return;
-        }
-        px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, host, host + n);
-        if (inputs)
-            ld->ops->mem_copy_from_host(inputs, host, n * sizeof(int32_t));
-        if (targets)
-            ld->ops->mem_copy_from_host(targets, host + n, n * sizeof(int32_t));
-        free(host);
-        free(spare);
-        return;
     }
     px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, tmp_in, tmp_tg);
     free(spare);
@@ -697,7 +693,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     pipe_load_t val_ld = {.data = val, .seed = cfg->seed, .M = M,
                           .per_micro = cfg->batch / (A * M), .dp_rank = dp_rank, .Bm = Bm,
                           .T = T, .cp = cp, .cp_rank = cp_rank, .seq_in = seq_in,
-                          .seq_tg = seq_tg, .ops = ops};
+                          .seq_tg = seq_tg, .ops = ops, .host = host_tokens};
     px_eval_t ev = {.gpt = gpt, .ctx = &ctx, .pipe = pipe, .M = M, .load = eval_load,
                     .load_arg = &val_ld, .dp_comm = dp_comm,
                     .pp_comm = pipe ? px_groups_comm(groups, PX_GROUP_PP) : NULL,
@@ -720,8 +716,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             pipe_load_t ld = {.data = data, .seed = cfg->seed, .step = s, .M = M,
                               .per_micro = cfg->batch / (A * M), .dp_rank = dp_rank, .Bm = Bm,
                               .T = T, .cp = cp, .cp_rank = cp_rank, .seq_in = seq_in,
-                              .seq_tg = seq_tg,
-                              .ops = ops};
+                              .seq_tg = seq_tg, .ops = ops, .host = host_tokens};
             for (ld.round = 0; ld.round < A; ld.round++) {
                 float lsum = 0.0f;
                 PX_CHECK_GOTO(px_pipe_round(pipe, pipe_load, &ld, &lsum), status, out);
