@@ -72,13 +72,14 @@ typedef struct px_kernel_ops {
      * as PyTorch autocast and Megatron-LM run linear layers): the GEMMs'
      * inputs are rounded to bf16 (nearest even) - inp and weight in
      * forward; dout and weight (dinp), dout and inp (dweight) in backward -
-     * and multiplied with fp32 accumulation into fp32 outputs; the bias
-     * add and dbias (column sums of the unrounded dout) stay fp32. A bf16 x
-     * bf16 product is exact in fp32, so this is exactly a bf16 tensor-core
-     * GEMM with an fp32 accumulator (up to the order of the sums). Same
-     * arguments, shapes, accumulation and NULL rules as matmul_forward /
-     * matmul_backward; the inputs are not modified (rounded copies go to
-     * the backend's scratch: CPU, a per-thread grow-only buffer of floats;
+     * and multiplied into fp32 outputs; the bias add and dbias (column
+     * sums of the unrounded dout) stay fp32. A bf16 x bf16 product is exact
+     * in fp32. CUDA: a bf16 tensor-core GEMM with an fp32 accumulator; CPU:
+     * the exact products summed in double and rounded once to fp32, so the
+     * result does not depend on BLAS's summation order (px_matmul_bf16_cpu.c).
+     * Same arguments, shapes, accumulation and NULL rules as matmul_forward
+     * / matmul_backward; the inputs are not modified (rounded copies go to
+     * the backend's scratch: CPU, a per-thread grow-only buffer of doubles;
      * CUDA, bf16 in the device scratch). px_kernels_with_precision
      * (px_kernels_bf16.h) makes a table whose matmul_* are these. */
     void (*matmul_bf16_forward)(float *out, const float *inp, const float *weight,

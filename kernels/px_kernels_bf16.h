@@ -5,7 +5,8 @@
  * master weights, fp32 activations in memory, fp32 gradients, AdamW state,
  * reductions and collectives; every linear layer (qkv, attention
  * projection, MLP fc / proj, the tied LM head, MoE router and experts)
- * multiplies bf16-rounded inputs with fp32 accumulation into fp32 output.
+ * multiplies bf16-rounded inputs into fp32 output (fp32 accumulation on
+ * CUDA, double on the CPU: px_kernels.h).
  * LayerNorm, GELU, softmax, cross-entropy and attention (both of its
  * batched products as well) stay fp32.
  *
@@ -14,9 +15,9 @@
  * so the arithmetic is identical, and every layout gets it without
  * tracking where its weights are (ZeRO-3's gathered units, pipeline stages,
  * tensor shards, experts) or invalidating a copy on a resume. The cost is
- * one conversion of W per GEMM call (read 4, write 2 or 4 bytes per weight,
- * against the GEMM's 2 x rows FLOPs per weight) and the scratch for the
- * rounded operands (plan.h: px_plan_bf16_scratch_elems). */
+ * one conversion of W per GEMM call (on CUDA read 4, write 2 bytes per
+ * weight, against the GEMM's 2 x rows FLOPs per weight) and the scratch for
+ * the rounded operands (plan.h: px_plan_bf16_gemm_elems). */
 #ifndef PX_KERNELS_BF16_H
 #define PX_KERNELS_BF16_H
 
