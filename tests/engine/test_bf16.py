@@ -26,7 +26,8 @@ Model: 2 layers, 4 heads, dim 32, seq 16, global batch 8, 10 steps, clip
     bf16 GEMM does not see (px_matmul_bf16_cpu.c), and hold 1e-5;
   * the rank's log says which precision ran.
 usage: test_bf16.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]
-LAYOUT: dp2, dp2z1, dp2z3, tp2, pp2, cp2, ep2 (all by default; ep2 is the
+LAYOUT: dp2, dp2z1, dp2z3, tp2, dp2tp2z3, tp2sp (sequence parallel), pp2
+(1F1B), pp2zb1 (the split weight pass), cp2, ep2 (all by default; ep2 is the
 mixture of experts, 4 experts top-2 dropless, against its own one-rank bf16
 run)."""
 import os
@@ -52,7 +53,10 @@ LAYOUTS = {  # name: (world, extra args, moe, grad-norm tolerance)
     'dp2z1': (2, ['--dp', '2', '--zero', '1'], False, TOL_NORM),
     'dp2z3': (2, ['--dp', '2', '--zero', '3'], False, TOL_NORM),
     'tp2': (2, ['--tp', '2'], False, TOL_NORM),
+    'dp2tp2z3': (4, ['--dp', '2', '--tp', '2', '--zero', '3'], False, TOL_NORM),
+    'tp2sp': (2, ['--tp', '2', '--sequence-parallel'], False, TOL_NORM),
     'pp2': (2, ['--pp', '2', '--micro-batches', '2', '--schedule', '1f1b'], False, TOL_NORM),
+    'pp2zb1': (2, ['--pp', '2', '--micro-batches', '2', '--schedule', 'zb1'], False, TOL_NORM),
     'cp2': (2, ['--cp', '2'], False, TOL_NORM_DRIFT),
     'ep2': (2, ['--ep', '2'], True, TOL_NORM_DRIFT),
 }
