@@ -15,6 +15,13 @@
  * rank's compute thread only. */
 #include "px_cuda_common.cuh"
 
+/* n rounded up to 64 elements (128 bytes): every operand in the scratch
+ * starts aligned, as cuBLAS's tensor-core kernels want (16 bytes at least) */
+static size_t al(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
 /* bf16 copies of `n` fp32 elements at dst (device scratch) */
 static uint16_t *to_bf16(uint16_t *dst, const float *src, size_t n)
 {
@@ -27,7 +34,7 @@ void px__cuda_matmul_bf16_forward(float *out, const float *inp, const float *wei
 {
     const float one = 1.0f;
     float beta = 0.0f;
-    const size_t ni = (size_t)N * C, nw = (size_t)OC * C;
+    const size_t ni = al((size_t)N * C), nw = (size_t)OC * C;
     uint16_t *s = (uint16_t *)px__cuda_scratch((ni + nw) * sizeof(uint16_t));
     if (!s)
         return; /* sticky error, logged */
@@ -35,7 +42,7 @@ void px__cuda_matmul_bf16_forward(float *out, const float *inp, const float *wei
         px__cuda_bias_set(out, bias, N, OC);
         beta = 1.0f;
     }
-    const uint16_t *ri = to_bf16(s, inp, ni), *rw = to_bf16(s + ni, weight, nw);
+    const uint16_t *ri = to_bf16(s, inp, (size_t)N * C), *rw = to_bf16(s + ni, weight, nw);
     /* column-major out^T (OC x N) = W (OC x C) inp^T (C x N), as the fp32 op */
     PX_CUBLAS_CHECK(cublasGemmEx(px__cuda.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, rw,
                                  CUDA_R_16BF, C, ri, CUDA_R_16BF, C, &beta, out, CUDA_R_32F, OC,
@@ -50,15 +57,15 @@ void px__cuda_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, co
         px__cuda_bias_grad(dbias, dout, N, OC);
     if (!dinp && !dweight)
         return;
-    const size_t nd = (size_t)N * OC;
-    const size_t nw = dinp ? (size_t)OC * C : 0, ni = dweight ? (size_t)N * C : 0;
+    const size_t nd = al((size_t)N * OC);
+    const size_t nw = dinp ? al((size_t)OC * C) : 0, ni = dweight ? (size_t)N * C : 0;
     uint16_t *s = (uint16_t *)px__cuda_scratch((nd + nw + ni) * sizeof(uint16_t));
     if (!s)
         return;
-    const uint16_t *rd = to_bf16(s, dout, nd);
+    const uint16_t *rd = to_bf16(s, dout, (size_t)N * OC);
     /* dinp (N,C) += dout (N,OC) @ weight (OC,C): col-major dinp^T (C x N) */
     if (dinp) {
-        const uint16_t *rw = to_bf16(s + nd, weight, nw);
+        const uint16_t *rw = to_bf16(s + nd, weight, (size_t)OC * C);
         PX_CUBLAS_CHECK(cublasGemmEx(px__cuda.cublas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one,
                                      rw, CUDA_R_16BF, C, rd, CUDA_R_16BF, OC, &one, dinp,
                                      CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
