@@ -68,6 +68,25 @@ typedef struct px_kernel_ops {
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
 
+    /* ---- the same linear layer as a bf16 GEMM (mixed precision, issue 12;
+     * as PyTorch autocast and Megatron-LM run linear layers): the GEMMs'
+     * inputs are rounded to bf16 (nearest even) - inp and weight in
+     * forward; dout and weight (dinp), dout and inp (dweight) in backward -
+     * and multiplied into fp32 outputs; the bias add and dbias (column
+     * sums of the unrounded dout) stay fp32. A bf16 x bf16 product is exact
+     * in fp32. CUDA: a bf16 tensor-core GEMM with an fp32 accumulator; CPU:
+     * the exact products summed in double and rounded once to fp32, so the
+     * result does not depend on BLAS's summation order (px_matmul_bf16_cpu.c).
+     * Same arguments, shapes, accumulation and NULL rules as matmul_forward
+     * / matmul_backward; the inputs are not modified (rounded copies go to
+     * the backend's scratch: CPU, a per-thread grow-only buffer of doubles;
+     * CUDA, bf16 in the device scratch). px_kernels_with_precision
+     * (px_kernels_bf16.h) makes a table whose matmul_* are these. */
+    void (*matmul_bf16_forward)(float *out, const float *inp, const float *weight,
+                                const float *bias, int N, int C, int OC);
+    void (*matmul_bf16_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC);
+
     /* Causal multi-head self-attention. inp (B,T,3C) is the fused qkv
      * projection (q | k | v, each C = NH heads of C/NH); out (B,T,C) is
      * the heads concatenated; att (B,NH,T,T) receives the softmax

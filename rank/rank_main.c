@@ -87,7 +87,7 @@ static void usage(FILE *out)
             "         [--replica-digests] [--test-router-skew B]\n"
             "         [--val-data PATH [--eval-every N] [--eval-batches K]]\n"
             "         [--device cpu|cuda|cuda:K] (default cpu)\n"
-            "         [--precision fp32|bf16] (default fp32; bf16 not implemented yet)\n"
+            "         [--precision fp32|bf16] (default fp32; bf16: bf16 GEMMs, fp32 elsewhere)\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--micro-batches M] [--schedule gpipe|1f1b|zb1|interleaved]\n"
             "         [--virtual-stages V] (interleaved: model chunks per stage) [--stage-layers 2,2,1,1]\n"

@@ -354,6 +354,19 @@ static void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, cons
         colsums(dbias, NULL, dout, NULL, NULL, NULL, N, OC);
 }
 
+/* the fp32 bias pieces the bf16 GEMMs (px_matmul_bf16_cuda.cu) share */
+void px__cuda_bias_set(float *out, const float *bias, int N, int OC)
+{
+    bias_rows_kernel<<<blocks_for((size_t)N * OC, 256), 256, 0, px__cuda.stream>>>(out, bias, N,
+                                                                                 OC, 0);
+    PX_CUDA_LAUNCHED();
+}
+
+void px__cuda_bias_grad(float *dbias, const float *dout, int N, int OC)
+{
+    colsums(dbias, NULL, dout, NULL, NULL, NULL, N, OC);
+}
+
 /* --------------------------------------------------------- element-wise */
 
 /* GELU, tanh form (torch approximate='tanh') */
@@ -580,6 +593,8 @@ static const px_kernel_ops_t cuda_ops = {
     .layernorm_backward = cuda_layernorm_backward,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,
+    .matmul_bf16_forward = px__cuda_matmul_bf16_forward,
+    .matmul_bf16_backward = px__cuda_matmul_bf16_backward,
     .attention_forward = px__cuda_attention_forward,
     .attention_backward = px__cuda_attention_backward,
     .attention_block_forward = px__cuda_attention_block_forward,
