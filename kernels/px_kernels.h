@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "px_status.h"
+
 /* Geometry of one block of blockwise attention (the ops below): B
  * sequences, NH heads of hs channels each; Tq query rows against Tk key
  * rows. Head h of row t of sequence b is at  base + b*bs + t*ld + h*hs
@@ -232,6 +234,11 @@ typedef struct px_kernel_ops {
     void (*mem_copy_from_host)(void *dst, const void *host_src, size_t bytes);
     /* Waits until every op issued on the compute stream has finished. */
     void (*synchronize)(void);
+    /* The device's memory as its runtime reports it (CUDA: cudaMemGetInfo
+     * on the open device, *used_p = total - free), bytes: PX_OK, or an
+     * error when the runtime fails. NULL for backends without device
+     * memory (cpu). */
+    px_status_t (*mem_info)(uint64_t *used_p, uint64_t *total_p);
 } px_kernel_ops_t;
 
 /* The CPU op table (OpenBLAS). Static; never NULL. */

@@ -570,6 +570,21 @@ static void cuda_synchronize(void)
     PX_CUDA_CHECK(cudaStreamSynchronize(px__cuda.stream));
 }
 
+/* cudaMemGetInfo on the open device: used = total - free (every context on
+ * the GPU counts, as nvidia-smi shows it), bytes. */
+static px_status_t cuda_mem_info(uint64_t *used_p, uint64_t *total_p)
+{
+    size_t free_b = 0, total_b = 0;
+    cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+    if (e != cudaSuccess) {
+        px_error("cudaMemGetInfo: %s", cudaGetErrorString(e));
+        return PX_ERR_INTERNAL;
+    }
+    *used_p = (uint64_t)(total_b - free_b);
+    *total_p = (uint64_t)total_b;
+    return PX_OK;
+}
+
 /* ---------------------------------------------------------------- table */
 
 static const px_kernel_ops_t cuda_ops = {
@@ -613,6 +628,7 @@ static const px_kernel_ops_t cuda_ops = {
     .mem_copy_to_host = cuda_mem_copy_to_host,
     .mem_copy_from_host = cuda_mem_copy_from_host,
     .synchronize = cuda_synchronize,
+    .mem_info = cuda_mem_info,
 };
 
 extern "C" int px_cuda_device_count(void)
