@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -49,7 +50,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: px-coll-bench [-n RANKS] [--op OP] [-b MIN_BYTES] [-e MAX_BYTES] [-f 2|4]\n"
             "                     [-d DTYPE] [-o REDOP] [-w WARMUP] [-i ITERS] [-r ROOT] [-c]\n"
-            "                     [--json] [--device cuda|cuda:K]\n"
+            "                     [--json] [--device cuda|cuda:K|fake]\n"
             "  -n, --ranks N        fork N local ranks (standalone bootstrap); without it, one\n"
             "                       rank of PX_WORLD_SIZE (PX_RANK, PX_MASTER_ADDR/PORT)\n"
             "  --op OP              all_reduce (default), all_gather, reduce_scatter,\n"
@@ -65,8 +66,59 @@ static void usage(FILE *out)
             "  -c, --check          count elements that differ from the exact result\n"
             "  --json               rank 0 prints JSON instead of the table\n"
             "  --device DEV         buffers in DEV's memory (cuda, cuda:K; default host):\n"
-            "                       all_reduce, all_gather, reduce_scatter\n");
+            "                       all_reduce, all_gather, reduce_scatter, broadcast;\n"
+            "                       fake: host memory the transport stages as it would a\n"
+            "                       GPU's (the staging's cost without a GPU)\n");
 }
+
+/* --device fake: a device backend whose "device memory" is host memory in
+ * one reserved arena (so the transport can tell its pointers apart) and
+ * whose copies are memcpy: the collectives stage it chunk by chunk exactly
+ * as they stage a GPU's memory (px_stage.c), so host vs fake busbw is the
+ * staging's overhead (two extra copies per byte and the chunking) without
+ * a GPU's copy engines. */
+#define FAKE_ARENA_BYTES ((size_t)8 << 30) /* reserved, not committed */
+static char *fake_arena;
+static size_t fake_used;
+
+static int fake_is_device(const void *p)
+{
+    return fake_arena && (const char *)p >= fake_arena &&
+           (const char *)p < fake_arena + FAKE_ARENA_BYTES;
+}
+
+static void *fake_alloc(size_t bytes)
+{
+    size_t b = (bytes + 4095) & ~(size_t)4095;
+    if (!fake_arena) {
+        fake_arena = mmap(NULL, FAKE_ARENA_BYTES, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (fake_arena == MAP_FAILED) {
+            fake_arena = NULL;
+            return NULL;
+        }
+    }
+    if (fake_used + b > FAKE_ARENA_BYTES)
+        return NULL;
+    fake_used += b;
+    return fake_arena + fake_used - b;
+}
+
+static void fake_free(void *p) { (void)p; /* the arena goes with the process */ }
+static void fake_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void fake_set(void *dst, int byte, size_t bytes) { memset(dst, byte, bytes); }
+static void fake_sync(void) {}
+
+static const px_kernel_ops_t fake_ops = {
+    .name = "fake",
+    .mem_alloc = fake_alloc,
+    .mem_free = fake_free,
+    .mem_set = fake_set,
+    .mem_copy = fake_copy,
+    .mem_copy_to_host = fake_copy,
+    .mem_copy_from_host = fake_copy,
+    .synchronize = fake_sync,
+};
 
 static int parse_int(const char *opt, const char *s, int min, int max, int *out)
 {
@@ -202,7 +254,10 @@ static int run_rank(main_args_t *a)
             fprintf(stderr, "px-coll-bench: %s\n", err);
         return 2;
     }
-    if (a->device) { /* in the rank process: CUDA must start after the fork */
+    if (a->device && !strcmp(a->device, "fake")) {
+        px_transport_set_device_memory(&fake_ops, fake_is_device);
+        a->cfg.device_ops = &fake_ops;
+    } else if (a->device) { /* in the rank process: CUDA must start after the fork */
         const px_kernel_ops_t *ops;
         if (px_kernels_select(a->device, &ops, err, sizeof err) != PX_OK) {
             fprintf(stderr, "px-coll-bench: rank %d: %s\n", a->rank, err);
