@@ -418,6 +418,7 @@ static void req_end(px_request_t *req, px_status_t status)
         px__cancel_ops(req->comm, req);
     else
         half_finish(req);
+    px__stage_drain(req->staged); /* no staging copy still uses the buffers */
     req->status = status;
     release_tmps(req);
 }

@@ -9,10 +9,14 @@
  * pinned host buffers, the host algorithm runs on it, and its result is
  * copied back. The three buffers rotate: while chunk i's collective is on
  * the wire, chunk i-1's result goes back onto the device and chunk i+1
- * comes off it (with the CPU-side copies of the kernel table those copies
- * are synchronous, but they run while the peers and the network move chunk
- * i's messages). The request completes when the last chunk is back in
- * device memory.
+ * comes off it. Where the backend has asynchronous copies (kernel table
+ * mem_copy_async / copy_wait: CUDA's copy stream) they run on the copy
+ * engine meanwhile, and a buffer's copy is waited for only when its
+ * contents are needed (a loaded chunk before its collective, a stored one
+ * before the buffer takes the chunk three later, all of them before the
+ * request completes or fails); otherwise the copies are synchronous, made
+ * while the peers and the network move chunk i's messages. The request
+ * completes when the last chunk is back in device memory.
  *
  * Bit-for-bit the host result. A reduction's sum order per element must be
  * the one the host algorithm on the whole buffer gives:
@@ -75,13 +79,56 @@ typedef struct px__stage {
     int running;         /* chunk `ran` has its algorithm set up */
     px_status_t (*inner)(px_request_t *req, int *progressed_p);
     char *buf[ST_NBUF];
+    uint64_t tload[ST_NBUF], tstore[ST_NBUF]; /* async copy tickets per buffer, 0: none */
     int nbuf;
     uint64_t restore_count; /* req->count of the whole collective */
 } px__stage_t;
 
+/* Waits for ticket *t (async copies) and clears it. */
+static void copy_wait(uint64_t *t)
+{
+    if (*t)
+        px__dev_ops()->copy_wait(*t);
+    *t = 0;
+}
+
+void px__stage_drain(struct px__stage *st)
+{
+    if (!st)
+        return;
+    for (int b = 0; b < ST_NBUF; b++) {
+        copy_wait(&st->tload[b]);
+        copy_wait(&st->tstore[b]);
+    }
+}
+
 void px__stage_free(struct px__stage *st)
 {
+    px__stage_drain(st);
     free(st);
+}
+
+/* The newer of two tickets (0: a synchronous copy, nothing to wait for). */
+static uint64_t keep(uint64_t t, uint64_t c)
+{
+    return c ? c : t;
+}
+
+/* One copy between the device and a staging buffer: asynchronous where the
+ * backend has it (the ticket, newest wins), else synchronous (0). */
+static uint64_t copy(void *dst, const void *src, size_t bytes, int to_host)
+{
+    const px_kernel_ops_t *k = px__dev_ops();
+    if (k->mem_copy_async && k->copy_wait) {
+        uint64_t t = k->mem_copy_async(dst, src, bytes, to_host);
+        if (t)
+            return t;
+    }
+    if (to_host)
+        k->mem_copy_to_host(dst, src, bytes);
+    else
+        k->mem_copy_from_host(dst, src, bytes);
+    return 0;
 }
 
 /* --- chunk geometry ---------------------------------------------------------- */
@@ -129,76 +176,82 @@ static int blocked(const px__stage_t *st)
 
 /* --- copies -------------------------------------------------------------------- */
 
-/* Chunk i off the device into its host buffer. */
+/* Chunk i off the device into its host buffer (after the buffer's last
+ * store has finished); the copies' ticket goes to tload. */
 static void chunk_load(px_request_t *req, px__stage_t *st, uint64_t i)
 {
-    const px_kernel_ops_t *k = px__dev_ops();
-    const int n = req->comm->size, r = req->comm->rank;
-    char *h = st->buf[i % (uint64_t)st->nbuf];
+    const int n = req->comm->size, r = req->comm->rank, b = (int)(i % (uint64_t)st->nbuf);
+    char *h = st->buf[b];
     const size_t esz = st->esz;
+    uint64_t t = 0;
 
+    copy_wait(&st->tstore[b]);
     switch (st->what) {
     case ST_AR_RING:
     case ST_RS:
-        for (int b = 0, hoff = 0; b < n; b++) {
-            uint64_t len = slice_len(st, b, i);
+        for (int q = 0, hoff = 0; q < n; q++) {
+            uint64_t len = slice_len(st, q, i);
             if (len)
-                k->mem_copy_to_host(h + (size_t)hoff * esz,
-                                    st->dsrc + (blk_off(st, b) + i * st->pc) * esz, len * esz);
+                t = keep(t, copy(h + (size_t)hoff * esz,
+                                 st->dsrc + (blk_off(st, q) + i * st->pc) * esz, len * esz, 1));
             hoff += (int)len;
         }
         break;
     case ST_AG: {
         uint64_t len = slice_len(st, r, i);
         if (len)
-            k->mem_copy_to_host(h + slice_hoff(st, r, i) * esz, st->dsrc + i * st->pc * esz,
-                                len * esz);
+            t = keep(t, copy(h + slice_hoff(st, r, i) * esz, st->dsrc + i * st->pc * esz,
+                             len * esz, 1));
         break;
     }
     case ST_AR_FLAT:
-        k->mem_copy_to_host(h, st->dsrc + i * st->pc * esz, flat_len(st, i) * esz);
+        t = keep(t, copy(h, st->dsrc + i * st->pc * esz, flat_len(st, i) * esz, 1));
         break;
     case ST_BCAST:
         if (r == req->root)
-            k->mem_copy_to_host(h, st->dsrc + i * st->pc * esz, flat_len(st, i) * esz);
+            t = keep(t, copy(h, st->dsrc + i * st->pc * esz, flat_len(st, i) * esz, 1));
         break;
     }
+    st->tload[b] = t;
 }
 
-/* Chunk i's result from its host buffer back onto the device. */
+/* Chunk i's result from its host buffer back onto the device; the copies'
+ * ticket goes to tstore (waited for before the buffer is reused and before
+ * the request completes). */
 static void chunk_store(px_request_t *req, px__stage_t *st, uint64_t i)
 {
-    const px_kernel_ops_t *k = px__dev_ops();
-    const int n = req->comm->size, r = req->comm->rank;
-    const char *h = st->buf[i % (uint64_t)st->nbuf];
+    const int n = req->comm->size, r = req->comm->rank, b = (int)(i % (uint64_t)st->nbuf);
+    const char *h = st->buf[b];
     const size_t esz = st->esz;
+    uint64_t t = 0;
 
     switch (st->what) {
     case ST_AR_RING:
     case ST_AG:
-        for (int b = 0, hoff = 0; b < n; b++) {
-            uint64_t len = slice_len(st, b, i);
+        for (int q = 0, hoff = 0; q < n; q++) {
+            uint64_t len = slice_len(st, q, i);
             if (len)
-                k->mem_copy_from_host(st->ddst + (blk_off(st, b) + i * st->pc) * esz,
-                                      h + (size_t)hoff * esz, len * esz);
+                t = keep(t, copy(st->ddst + (blk_off(st, q) + i * st->pc) * esz,
+                                 h + (size_t)hoff * esz, len * esz, 0));
             hoff += (int)len;
         }
         break;
     case ST_RS: {
         uint64_t len = slice_len(st, r, i);
         if (len)
-            k->mem_copy_from_host(st->ddst + i * st->pc * esz, h + slice_hoff(st, r, i) * esz,
-                                  len * esz);
+            t = keep(t, copy(st->ddst + i * st->pc * esz, h + slice_hoff(st, r, i) * esz,
+                             len * esz, 0));
         break;
     }
     case ST_AR_FLAT:
-        k->mem_copy_from_host(st->ddst + i * st->pc * esz, h, flat_len(st, i) * esz);
+        t = keep(t, copy(st->ddst + i * st->pc * esz, h, flat_len(st, i) * esz, 0));
         break;
     case ST_BCAST:
         if (r != req->root)
-            k->mem_copy_from_host(st->ddst + i * st->pc * esz, h, flat_len(st, i) * esz);
+            t = keep(t, copy(st->ddst + i * st->pc * esz, h, flat_len(st, i) * esz, 0));
         break;
     }
+    st->tstore[b] = t;
 }
 
 /* --- one chunk's collective ------------------------------------------------------ */
@@ -211,6 +264,7 @@ static px_status_t chunk_setup(px_request_t *req, px__stage_t *st, uint64_t i)
     char *h = st->buf[i % (uint64_t)st->nbuf];
     px_status_t status;
 
+    copy_wait(&st->tload[i % (uint64_t)st->nbuf]); /* issued a chunk ago: done by now */
     req->stage_tag = 1;
     req->stage_chunk_idx = i;
     if (blocked(st)) {
@@ -292,7 +346,10 @@ static px_status_t stage_advance(px_request_t *req, int *progressed_p)
         if (moved)
             *progressed_p = 1;
     } while (moved);
-    return st->stored == st->nchunks ? PX_OK : PX_INPROGRESS;
+    if (st->stored < st->nchunks)
+        return PX_INPROGRESS;
+    px__stage_drain(st); /* the last results are in device memory */
+    return PX_OK;
 }
 
 /* --- entry points ------------------------------------------------------------------ */
@@ -320,7 +377,9 @@ static px_status_t stage_begin(px_request_t *req, px__stage_t *st, uint64_t buf_
         st->buf[b] = all + (size_t)b * one;
     req->staged = st;
     req->advance = stage_advance;
-    k->synchronize(); /* the kernels that wrote the input are done */
+    if (!k->mem_copy_async || !k->copy_wait)
+        k->synchronize(); /* the kernels that wrote the input are done (async copies
+                           * are ordered after them by the backend) */
     chunk_load(req, st, st->loaded++);
     return PX_OK;
 }

@@ -423,7 +423,12 @@ px_status_t px__stage_reduce_scatter(px_request_t *req, const void *sendbuf, voi
 px_status_t px__stage_allgather(px_request_t *req, const void *sendbuf, void *recvbuf,
                                 uint64_t sendcount);
 px_status_t px__stage_bcast(px_request_t *req, void *buf, uint64_t count);
-/* Frees the staging state of a request (req_free); NULL no-op. */
+/* Waits for the staging copies still in flight (asynchronous copies of
+ * the device backend), so that the host buffers may be reused: called when
+ * a staged request ends, failed or not, before its temporaries go back.
+ * NULL no-op. */
+void px__stage_drain(struct px__stage *st);
+/* Frees the staging state of a request (req_free; drains first); NULL no-op. */
 void px__stage_free(struct px__stage *st);
 
 /* --- algorithms (coll/ files): each builds req's schedule or ring state ---- */

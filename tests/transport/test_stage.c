@@ -24,7 +24,11 @@
  *                        and its communicator keeps failing (no hang; run
  *                        under ASan for leaks).
  *
- * usage: test_stage matrix|kill N   (ranks; forked by px_launch) */
+ *   ... async            the same with a backend of asynchronous copies
+ *                        (made only when waited for: a buffer used before
+ *                        its copy was waited for shows as a difference).
+ *
+ * usage: test_stage matrix|kill N [async]   (ranks; forked by px_launch) */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,6 +83,59 @@ static const px_kernel_ops_t fake_ops = {
     .mem_copy_from_host = fake_from_host,
     .synchronize = fake_sync,
 };
+
+/* "async": the backend also has asynchronous copies, which this fake makes
+ * only when they are waited for (in issue order, up to the ticket), so a
+ * staged buffer read or reused before its copy was waited for holds stale
+ * data and the comparison with the host path fails. */
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    int to_host;
+} qcopy_t;
+static qcopy_t *queue;
+static size_t q_cap;
+static uint64_t q_base, q_issued, q_done; /* queue[i] is ticket q_base + 1 + i */
+
+static uint64_t fake_copy_async(void *dst, const void *src, size_t bytes, int to_host)
+{
+    if (q_issued - q_base == q_cap) {
+        size_t cap = q_cap ? 2 * q_cap : 64;
+        qcopy_t *q = realloc(queue, cap * sizeof *q);
+        if (!q)
+            return 0; /* the caller copies synchronously */
+        queue = q;
+        q_cap = cap;
+    }
+    queue[q_issued - q_base] = (qcopy_t){dst, src, bytes, to_host};
+    return ++q_issued;
+}
+
+static void fake_copy_wait(uint64_t t)
+{
+    while (q_done < t && q_done < q_issued) {
+        qcopy_t *c = &queue[q_done - q_base];
+        if (c->to_host)
+            fake_to_host(c->dst, c->src, c->bytes);
+        else
+            fake_from_host(c->dst, c->src, c->bytes);
+        q_done++;
+    }
+    if (q_done == q_issued)
+        q_base = q_done; /* all made: the queue starts over */
+}
+
+static const px_kernel_ops_t fake_async_ops = {
+    .name = "fake-device-async",
+    .mem_copy = fake_copy,
+    .mem_copy_to_host = fake_to_host,
+    .mem_copy_from_host = fake_from_host,
+    .synchronize = fake_sync,
+    .mem_copy_async = fake_copy_async,
+    .copy_wait = fake_copy_wait,
+};
+static const px_kernel_ops_t *ops = &fake_ops;
 
 static void *dev_alloc(size_t bytes)
 {
@@ -271,7 +328,7 @@ static int rank_matrix(px_launch_rank_t *ctx)
     arena = mmap(NULL, ARENA_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (arena == MAP_FAILED)
         return 1;
-    px_transport_set_device_memory(&fake_ops, fake_is_device);
+    px_transport_set_device_memory(ops, fake_is_device);
     for (unsigned ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
         uint64_t cnt = counts[ci];
         /* chunk smaller than the buffer (two sizes), equal to it, larger */
@@ -309,9 +366,13 @@ static int rank_matrix(px_launch_rank_t *ctx)
     px_transport_set_stage_chunk(0);
     px_transport_set_device_memory(NULL, NULL);
     munmap(arena, ARENA_BYTES);
+    if (q_done != q_issued)
+        FAIL("%llu asynchronous copies were never waited for",
+             (unsigned long long)(q_issued - q_done));
+    free(queue);
     if (r == 0)
-        printf("stage matrix n=%d: %ld cases equal to the host path bit for bit: PASS\n", n,
-               cases);
+        printf("stage matrix n=%d (%s): %ld cases equal to the host path bit for bit: PASS\n",
+               n, ops->name, cases);
     return 0;
 }
 
@@ -326,7 +387,7 @@ static int rank_kill(px_launch_rank_t *ctx)
     arena = mmap(NULL, ARENA_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (arena == MAP_FAILED)
         return 1;
-    px_transport_set_device_memory(&fake_ops, fake_is_device);
+    px_transport_set_device_memory(ops, fake_is_device);
     px_transport_set_stage_chunk(4096);
     arena_used = 0;
     char *d = dev_alloc(cnt * 4);
@@ -385,6 +446,8 @@ int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "matrix";
     int n = argc > 2 ? atoi(argv[2]) : 2;
+    if (argc > 3 && !strcmp(argv[3], "async"))
+        ops = &fake_async_ops;
     px_launch_opts_t opts = {.use_watch = 1, .limit_s = 240};
     int failed;
 
@@ -402,7 +465,7 @@ int main(int argc, char **argv)
             failed = 0;
         }
     } else {
-        fprintf(stderr, "usage: %s matrix|kill N\n", argv[0]);
+        fprintf(stderr, "usage: %s matrix|kill N [async]\n", argv[0]);
         return 2;
     }
     if (failed)
