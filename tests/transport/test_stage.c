@@ -355,6 +355,27 @@ static int rank_matrix(px_launch_rank_t *ctx)
             }
         }
     }
+    /* a staged all-reduce whose count differs between ranks (rank 0 one
+     * chunk, the others two): PX_ERR_MISMATCH everywhere, naming the count;
+     * then one started and cancelled on every rank; then the communicator
+     * still stages correctly */
+    px_transport_set_stage_chunk(4096);
+    arena_used = 0;
+    float *dm = dev_alloc(4096 * 4);
+    px_status_t st = px_allreduce(ctx->comm, dm, dm, r == 0 ? 1000 : 2000, PX_FLOAT32, PX_SUM,
+                                  -1);
+    if (st != PX_ERR_MISMATCH || !strstr(px_comm_last_error(ctx->comm), "count"))
+        FAIL("staged all-reduce of different counts: %s (%s), want a mismatch naming the count",
+             px_status_str(st), px_comm_last_error(ctx->comm));
+    px_request_t *cr = NULL;
+    if (px_allreduce_start(ctx->comm, dm, dm, 4096, PX_FLOAT32, PX_SUM, NULL, &cr) != PX_OK)
+        FAIL("start before cancel");
+    px_request_cancel(cr);
+    if (q_done != q_issued)
+        FAIL("a cancelled staged request left %llu copies in flight",
+             (unsigned long long)(q_issued - q_done));
+    if (one_case(ctx->comm, K_AR, PX_ALGO_RING, PX_SUM, 0, 4097, 4096, 1, &cases))
+        FAIL("staged all-reduce after the mismatch and the cancel");
     /* reduce on device buffers has no staged form: refused on every rank,
      * and the communicator goes on */
     arena_used = 0;
