@@ -276,7 +276,7 @@ const px_kernel_ops_t *px__dev_ops(void)
     do {                                                                                 \
         if (on_device((a), (b))) {                                                       \
             px_error("%s: device buffers are not supported (all-reduce, reduce-scatter, " \
-                     "all-gather, broadcast and send/recv are)", fn);                    \
+                     "all-gather, broadcast, all-to-all and send/recv are)", fn);        \
             return PX_ERR_INVALID_ARGUMENT;                                              \
         }                                                                                \
     } while (0)
@@ -674,7 +674,8 @@ static px_status_t alltoallv_common(px_comm_t *comm, int kind, const void *sendb
     NEED(!total_s || sendbuf, "px_alltoall");
     NEED(!total_r || recvbuf, "px_alltoall");
     NEED(!total_s || !total_r || sendbuf != recvbuf, "px_alltoall (no in-place form)");
-    NO_DEVICE("px_alltoall", sendbuf, recvbuf);
+    if (kind == PX__COLL_ALLTOALLV)
+        NO_DEVICE("px_alltoallv", sendbuf, recvbuf);
     status = px__req_create(comm, kind, dtype, PX_SUM, hdr_count, -1,
                             kind == PX__COLL_ALLTOALLV ? sendcounts : NULL,
                             kind == PX__COLL_ALLTOALLV ? recvcounts : NULL, opts, &req);
@@ -684,8 +685,11 @@ static px_status_t alltoallv_common(px_comm_t *comm, int kind, const void *sendb
     if (algo != PX_ALGO_PAIRWISE && algo != PX_ALGO_LINEAR)
         algo = comm->size <= ALLTOALL_LINEAR_MAX_RANKS ? PX_ALGO_LINEAR : PX_ALGO_PAIRWISE;
     req->algo = algo;
-    status = px__pairwise_alltoallv_build(req, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
-                                          rdispls, algo == PX_ALGO_PAIRWISE);
+    if (on_device(sendbuf, recvbuf)) /* all-to-all: chunked through host buffers (px_stage.c) */
+        status = hdr_count ? px__stage_alltoall(req, sendbuf, recvbuf, hdr_count, algo) : PX_OK;
+    else
+        status = px__pairwise_alltoallv_build(req, sendbuf, sendcounts, sdispls, recvbuf,
+                                              recvcounts, rdispls, algo == PX_ALGO_PAIRWISE);
     if (status != PX_OK)
         return start_fail(req, status);
     *req_p = req;

@@ -3,8 +3,9 @@
  * The transport's algorithms read and write host memory (Debian's UCX has
  * no CUDA support). A process that computes on a GPU registers its
  * device-memory operations once; from then on px_allreduce_start,
- * px_reduce_scatter_start, px_allgather_start and px_bcast_start detect a
- * device buffer (is_device) and run chunk by chunk (px_stage.c): chunks of
+ * px_reduce_scatter_start, px_allgather_start, px_bcast_start and
+ * px_alltoall_start detect a device buffer (is_device) and run chunk by
+ * chunk (px_stage.c): chunks of
  * about px_transport_set_stage_chunk bytes are copied off the device into
  * one of three pinned host buffers, the host algorithm runs on each, and
  * each result is copied back, the copies of chunks i-1 and i+1 made while
@@ -15,7 +16,7 @@
  * of a device buffer travel in chunks of the same size through two host
  * buffers, the copy of one chunk overlapping the transfer of the other
  * (both ends must be device buffers). Reduce, scatter, gather and
- * all-to-all(v) on device buffers are PX_ERR_INVALID_ARGUMENT; so are
+ * all-to-all-v on device buffers are PX_ERR_INVALID_ARGUMENT; so are
  * fp16/bf16 reductions on device buffers (fp32 and the other dtypes work).
  * Host temporaries (staging included) come from the registered pinned
  * allocator (cudaHostAlloc through the CUDA backend) when one is set.

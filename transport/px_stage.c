@@ -34,8 +34,10 @@
  *     first), so their chunks are contiguous ranges; the algorithm is the one
  *     the host path picks for the whole buffer.
  * Reduce-scatter and all-gather are the ring's halves and are cut the same
- * way as the ring all-reduce; broadcast (binomial tree per chunk) moves
- * bytes only. Every rank cuts the same chunks: they depend only on the
+ * way as the ring all-reduce; broadcast (binomial tree per chunk) and
+ * all-to-all (slice i of every rank's block, sent and received by the
+ * algorithm the host path picks, into the receive half of the host buffer)
+ * move bytes only. Every rank cuts the same chunks: they depend only on the
  * count, the element size, the communicator size and the staging chunk
  * (which every rank of a job must set alike).
  *
@@ -59,13 +61,15 @@
 #include "px_devmem.h"
 #include "px_log.h"
 
-enum { ST_AR_RING = 1, ST_AR_FLAT, ST_RS, ST_AG, ST_BCAST };
+enum { ST_AR_RING = 1, ST_AR_FLAT, ST_RS, ST_AG, ST_BCAST, ST_A2A };
 
 #define ST_NBUF 3
 
 typedef struct px__stage {
     int what;            /* ST_* */
-    px_algo_t algo;      /* ST_AR_FLAT: recursive doubling or Rabenseifner */
+    px_algo_t algo;      /* ST_AR_FLAT: recursive doubling or Rabenseifner; ST_A2A:
+                          * linear or pairwise */
+    uint64_t *a2a;       /* ST_A2A: a chunk's counts [n] and displacements [n] */
     const char *dsrc;    /* device input (bcast: the buffer) */
     char *ddst;          /* device output (bcast: the buffer) */
     size_t esz;
@@ -105,6 +109,8 @@ void px__stage_drain(struct px__stage *st)
 void px__stage_free(struct px__stage *st)
 {
     px__stage_drain(st);
+    if (st)
+        free(st->a2a);
     free(st);
 }
 
@@ -171,7 +177,8 @@ static uint64_t flat_len(const px__stage_t *st, uint64_t i)
 
 static int blocked(const px__stage_t *st)
 {
-    return st->what == ST_AR_RING || st->what == ST_RS || st->what == ST_AG;
+    return st->what == ST_AR_RING || st->what == ST_RS || st->what == ST_AG ||
+           st->what == ST_A2A;
 }
 
 /* --- copies -------------------------------------------------------------------- */
@@ -189,6 +196,7 @@ static void chunk_load(px_request_t *req, px__stage_t *st, uint64_t i)
     switch (st->what) {
     case ST_AR_RING:
     case ST_RS:
+    case ST_A2A: /* the send half: our block for each rank */
         for (int q = 0, hoff = 0; q < n; q++) {
             uint64_t len = slice_len(st, q, i);
             if (len)
@@ -225,9 +233,12 @@ static void chunk_store(px_request_t *req, px__stage_t *st, uint64_t i)
     const size_t esz = st->esz;
     uint64_t t = 0;
 
+    if (st->what == ST_A2A) /* the receive half follows the send half */
+        h += slice_hoff(st, n, i) * esz;
     switch (st->what) {
     case ST_AR_RING:
     case ST_AG:
+    case ST_A2A:
         for (int q = 0, hoff = 0; q < n; q++) {
             uint64_t len = slice_len(st, q, i);
             if (len)
@@ -272,7 +283,15 @@ static px_status_t chunk_setup(px_request_t *req, px__stage_t *st, uint64_t i)
         uint64_t base = slice_len(st, n - 1, i), rem = 0;
         for (int b = 0; b < n && slice_len(st, b, i) > base; b++)
             rem++;
-        if (st->what == ST_AR_RING)
+        if (st->what == ST_A2A) {
+            for (int q = 0; q < n; q++) {
+                st->a2a[q] = base; /* every slice is as long (no rem) */
+                st->a2a[n + q] = (uint64_t)q * base;
+            }
+            status = px__pairwise_alltoallv_build(req, h, st->a2a, st->a2a + n,
+                                                  h + (size_t)n * base * st->esz, st->a2a,
+                                                  st->a2a + n, st->algo == PX_ALGO_PAIRWISE);
+        } else if (st->what == ST_AR_RING)
             status = px__ring_setup(req, 1, 1, 1, h, h, NULL, base, rem);
         else if (st->what == ST_RS)
             status = px__ring_setup(req, 0, 1, 0, h, h, NULL, base, rem);
@@ -370,7 +389,7 @@ static px_status_t stage_begin(px_request_t *req, px__stage_t *st, uint64_t buf_
     if (!all) {
         px_error("staged %s: no memory for %d host buffers of %zu bytes", "collective",
                  st->nbuf, one);
-        free(st);
+        px__stage_free(st);
         return PX_ERR_NO_MEMORY;
     }
     for (int b = 0; b < st->nbuf; b++)
@@ -453,4 +472,25 @@ px_status_t px__stage_allgather(px_request_t *req, const void *sendbuf, void *re
 px_status_t px__stage_bcast(px_request_t *req, void *buf, uint64_t count)
 {
     return begin_flat(req, ST_BCAST, PX_ALGO_TREE, buf, buf, count);
+}
+
+px_status_t px__stage_alltoall(px_request_t *req, const void *sendbuf, void *recvbuf,
+                               uint64_t count, px_algo_t algo)
+{
+    px__stage_t *st = calloc(1, sizeof(*st));
+    const int n = req->comm->size;
+
+    if (!st || !(st->a2a = malloc(2 * (size_t)n * sizeof(uint64_t)))) {
+        free(st);
+        return PX_ERR_NO_MEMORY;
+    }
+    st->what = ST_A2A;
+    st->algo = algo;
+    st->dsrc = sendbuf;
+    st->ddst = recvbuf;
+    st->blen = count;
+    st->pc = blocked_pc(req);
+    st->nchunks = (count + st->pc - 1) / st->pc;
+    /* a chunk's send half, then its receive half */
+    return stage_begin(req, st, 2 * (uint64_t)n * (st->pc < count ? st->pc : count));
 }

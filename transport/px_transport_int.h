@@ -423,6 +423,8 @@ px_status_t px__stage_reduce_scatter(px_request_t *req, const void *sendbuf, voi
 px_status_t px__stage_allgather(px_request_t *req, const void *sendbuf, void *recvbuf,
                                 uint64_t sendcount);
 px_status_t px__stage_bcast(px_request_t *req, void *buf, uint64_t count);
+px_status_t px__stage_alltoall(px_request_t *req, const void *sendbuf, void *recvbuf,
+                               uint64_t count, px_algo_t algo);
 /* Waits for the staging copies still in flight (asynchronous copies of
  * the device backend), so that the host buffers may be reused: called when
  * a staged request ends, failed or not, before its temporaries go back.

@@ -13,7 +13,8 @@
  *   test_stage matrix N  all-reduce (auto, ring, recursive doubling,
  *                        Rabenseifner; sum and avg; in place and out of
  *                        place), reduce-scatter (in place and out), all-gather
- *                        (in place), broadcast (first and last root), at
+ *                        (in place), broadcast (first and last root),
+ *                        all-to-all (linear and pairwise), at
  *                        counts 1 to 65539 that do not divide by ranks x
  *                        chunks, with the staging chunk smaller than, equal
  *                        to and larger than the buffer; checks the copies
@@ -167,10 +168,10 @@ static float val(int r, size_t i, int ints)
     return (u & 8 ? -m : m) * s;
 }
 
-enum { K_AR, K_AR_INPLACE, K_RS, K_RS_INPLACE, K_AG, K_BCAST };
+enum { K_AR, K_AR_INPLACE, K_RS, K_RS_INPLACE, K_AG, K_BCAST, K_A2A };
 static const char *const kind_names[] = {"allreduce", "allreduce-inplace", "reduce-scatter",
                                          "reduce-scatter-inplace", "allgather-inplace",
-                                         "bcast"};
+                                         "bcast", "alltoall"};
 
 /* Runs collective `kind` on `in` (input layout) into `out` (buffers host or
  * device as given); `cnt` per the collective's count argument. */
@@ -192,6 +193,8 @@ static px_status_t run(px_comm_t *comm, int kind, px_algo_t algo, px_redop_t op,
         return px_allgather(comm, in + (size_t)r * cnt * 4, in, cnt, PX_FLOAT32, &o);
     case K_BCAST:
         return px_bcast(comm, in, cnt, PX_FLOAT32, root, &o);
+    case K_A2A:
+        return px_alltoall(comm, in, out, cnt, PX_FLOAT32, &o);
     }
     return PX_ERR_INVALID_ARGUMENT;
 }
@@ -222,6 +225,8 @@ static float exact(int kind, int n, uint64_t cnt, int r, int root, px_redop_t op
         return val((int)(i / cnt), i, 1);
     if (kind == K_BCAST)
         return val(root, i, 1);
+    if (kind == K_A2A) /* block q: rank q's block for us */
+        return val((int)(i / cnt), (size_t)r * cnt + i % cnt, 1);
     for (int q = 0; q < n; q++)
         s += val(q, gi, 1);
     return op == PX_AVG ? s / (float)n : s;
@@ -239,10 +244,10 @@ static int one_case(px_comm_t *comm, int kind, px_algo_t algo, px_redop_t op, in
                     uint64_t cnt, size_t chunk, int ints, long *cases_p)
 {
     const int r = px_comm_rank(comm), n = px_comm_size(comm);
-    const int blocked_in = kind == K_RS || kind == K_RS_INPLACE || kind == K_AG;
+    const int blocked_in = kind == K_RS || kind == K_RS_INPLACE || kind == K_AG || kind == K_A2A;
     const size_t in_n = blocked_in ? cnt * (size_t)n : cnt;
     const size_t out_n = kind == K_RS ? cnt : in_n;
-    const int out_is_in = kind != K_AR && kind != K_RS;
+    const int out_is_in = kind != K_AR && kind != K_RS && kind != K_A2A;
     size_t out_off = kind == K_RS_INPLACE ? (size_t)r * cnt : 0;
     size_t res_n = kind == K_RS_INPLACE ? cnt : out_n;
     float *hin = malloc(in_n * 4), *hout = malloc(out_n * 4), *got = malloc(in_n * 4);
@@ -350,7 +355,9 @@ static int rank_matrix(px_launch_rank_t *ctx)
                              chunk, ints, &cases) ||
                     one_case(ctx->comm, K_AG, PX_ALGO_AUTO, PX_SUM, 0, cnt, chunk, ints, &cases) ||
                     one_case(ctx->comm, K_BCAST, PX_ALGO_AUTO, PX_SUM, ints ? 0 : n - 1, cnt,
-                             chunk, ints, &cases))
+                             chunk, ints, &cases) ||
+                    one_case(ctx->comm, K_A2A, ints ? PX_ALGO_PAIRWISE : PX_ALGO_AUTO, PX_SUM,
+                             0, cnt, chunk, ints, &cases))
                     return 1;
             }
         }

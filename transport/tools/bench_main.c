@@ -66,7 +66,8 @@ static void usage(FILE *out)
             "  -c, --check          count elements that differ from the exact result\n"
             "  --json               rank 0 prints JSON instead of the table\n"
             "  --device DEV         buffers in DEV's memory (cuda, cuda:K; default host):\n"
-            "                       all_reduce, all_gather, reduce_scatter, broadcast;\n"
+            "                       all_reduce, all_gather, reduce_scatter, broadcast,\n"
+            "                       all_to_all;\n"
             "                       fake: host memory the transport stages as it would a\n"
             "                       GPU's (the staging's cost without a GPU)\n");
 }
