@@ -46,7 +46,11 @@
  * messages carry tag kind STAGE with the low 12 bits of the sequence number
  * and the chunk index modulo 256 (px__req_tag), so the chunks of one
  * collective, and staged collectives beside host ones, never match each
- * other's messages.
+ * other's messages. (A rank can run ahead of a peer by more than 256
+ * chunks only where its sends complete without the peer, as a broadcast
+ * root's eager sends of small chunks do; then the peer's receives rest on
+ * UCX matching one sender's messages of one tag in order, as the staged
+ * point-to-point transfers do.)
  *
  * Failure: cancel, abort, deadlines, mismatch and dead peers are the
  * request's (px_request.c): its posted messages are cancelled and its

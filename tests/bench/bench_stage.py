@@ -43,7 +43,7 @@ def main():
     a = ap.parse_args()
     print("staged device buffers (--device fake) vs host buffers, %d ranks, busbw GB/s, "
           "best of %d" % (a.ranks, a.repeat))
-    print("%-12s %10s %10s %10s %7s" % ("op", "bytes", "host", "staged", "ratio"))
+    print("%-14s %10s %10s %10s %7s" % ("op", "bytes", "host", "staged", "ratio"))
     for op in a.ops.split(","):
         best = {"": {}, "fake": {}}
         for _ in range(a.repeat):
@@ -52,7 +52,7 @@ def main():
                     best[dev][size] = max(best[dev].get(size, 0.0), bw)
         for size in sorted(best[""]):
             h, d = best[""][size], best["fake"].get(size, 0.0)
-            print("%-12s %10d %10.3f %10.3f %7.2f" % (op, size, h, d, d / h if h else 0.0))
+            print("%-14s %10d %10.3f %10.3f %7.2f" % (op, size, h, d, d / h if h else 0.0))
     return 0
 
 
