@@ -25,11 +25,14 @@
  *                        and its communicator keeps failing (no hang; run
  *                        under ASan for leaks).
  *
+ *   test_stage deadline N  rank N-1 never joins a staged all-reduce: the
+ *                        others fail on their 1 s deadline (PX_ERR_TIMEOUT)
+ *                        naming it, with no copy left in flight.
  *   ... async            the same with a backend of asynchronous copies
  *                        (made only when waited for: a buffer used before
  *                        its copy was waited for shows as a difference).
  *
- * usage: test_stage matrix|kill N [async]   (ranks; forked by px_launch) */
+ * usage: test_stage matrix|kill|deadline N [async]   (ranks; forked by px_launch) */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -470,6 +473,51 @@ static int rank_kill(px_launch_rank_t *ctx)
     return 0;
 }
 
+/* --- deadline ---------------------------------------------------------------------- */
+
+/* Rank N-1 never joins a staged all-reduce; the others, with a 1 s
+ * deadline, fail with PX_ERR_TIMEOUT naming it among the ranks they wait
+ * for, within a bound, with no staging copy left in flight. */
+static int rank_deadline(px_launch_rank_t *ctx)
+{
+    const int r = ctx->rank, n = ctx->world, late = n - 1;
+    const uint64_t cnt = 1u << 16;
+    char want[16];
+
+    if (r == late) {
+        struct timespec ts = {4, 0};
+        nanosleep(&ts, NULL);
+        return 0;
+    }
+    arena = mmap(NULL, ARENA_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (arena == MAP_FAILED)
+        return 1;
+    px_transport_set_device_memory(ops, fake_is_device);
+    px_transport_set_stage_chunk(4096);
+    arena_used = 0;
+    char *d = dev_alloc(cnt * 4);
+    px_coll_opts_t o = {PX_ALGO_RING, 1000};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    px_status_t status = px_allreduce_opts(ctx->comm, d, d, cnt, PX_FLOAT32, PX_SUM, &o);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    const char *err = px_comm_last_error(ctx->comm);
+    const char *list = strstr(err, "rank(s) ");
+    snprintf(want, sizeof want, "%d", late);
+    printf("rank %d: %s after %.2f s: %s\n", r, px_status_str(status), s, err);
+    if (status != PX_ERR_TIMEOUT || !list || !strstr(list, want))
+        FAIL("want a timeout naming rank %d, got %s: %s", late, px_status_str(status), err);
+    if (s < 0.9 || s > 5)
+        FAIL("the 1 s deadline fired after %.2f s", s);
+    if (q_done != q_issued)
+        FAIL("%llu staging copies left in flight", (unsigned long long)(q_issued - q_done));
+    px_transport_set_stage_chunk(0);
+    px_transport_set_device_memory(NULL, NULL);
+    munmap(arena, ARENA_BYTES);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "matrix";
@@ -482,6 +530,11 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!strcmp(what, "matrix")) {
         failed = px_launch(n, rank_matrix, NULL, &opts, NULL);
+    } else if (!strcmp(what, "deadline")) {
+        failed = px_launch(n, rank_deadline, NULL, &opts, NULL);
+        if (!failed)
+            printf("stage deadline n=%d: every rank that joined timed out naming rank %d: "
+                   "PASS\n", n, n - 1);
     } else if (!strcmp(what, "kill")) {
         int st[64] = {0};
         if (n < 2 || n > 64)
@@ -493,7 +546,7 @@ int main(int argc, char **argv)
             failed = 0;
         }
     } else {
-        fprintf(stderr, "usage: %s matrix|kill N [async]\n", argv[0]);
+        fprintf(stderr, "usage: %s matrix|kill|deadline N [async]\n", argv[0]);
         return 2;
     }
     if (failed)
