@@ -43,6 +43,7 @@ typedef struct {
     int rows;
     int json_first;
     const char *device; /* --device: buffers in this device's memory */
+    uint64_t stage_chunk; /* --stage-chunk: px_transport_set_stage_chunk (0: default) */
 } main_args_t;
 
 static void usage(FILE *out)
@@ -50,7 +51,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: px-coll-bench [-n RANKS] [--op OP] [-b MIN_BYTES] [-e MAX_BYTES] [-f 2|4]\n"
             "                     [-d DTYPE] [-o REDOP] [-w WARMUP] [-i ITERS] [-r ROOT] [-c]\n"
-            "                     [--json] [--device cuda|cuda:K|fake]\n"
+            "                     [--json] [--device cuda|cuda:K|fake] [--stage-chunk N]\n"
             "  -n, --ranks N        fork N local ranks (standalone bootstrap); without it, one\n"
             "                       rank of PX_WORLD_SIZE (PX_RANK, PX_MASTER_ADDR/PORT)\n"
             "  --op OP              all_reduce (default), all_gather, reduce_scatter,\n"
@@ -69,7 +70,8 @@ static void usage(FILE *out)
             "                       all_reduce, all_gather, reduce_scatter, broadcast,\n"
             "                       all_to_all;\n"
             "                       fake: host memory the transport stages as it would a\n"
-            "                       GPU's (the staging's cost without a GPU)\n");
+            "                       GPU's (the staging's cost without a GPU)\n"
+            "  --stage-chunk N      staging chunk of device buffers (default 4M; K/M/G)\n");
 }
 
 /* --device fake: a device backend whose "device memory" is host memory in
@@ -145,6 +147,7 @@ static int parse_args(int argc, char **argv, main_args_t *a)
         {"iters", required_argument, NULL, 'i'},  {"root", required_argument, NULL, 'r'},
         {"check", no_argument, NULL, 'c'},        {"json", no_argument, NULL, 'J'},
         {"help", no_argument, NULL, 'h'},         {"device", required_argument, NULL, 'D'},
+        {"stage-chunk", required_argument, NULL, 'S'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -201,6 +204,12 @@ static int parse_args(int argc, char **argv, main_args_t *a)
         case 'c': a->cfg.check = 1; break;
         case 'J': a->json = 1; break;
         case 'D': a->device = optarg; break;
+        case 'S':
+            if (px_bench_parse_bytes(optarg, &a->stage_chunk) || !a->stage_chunk) {
+                fprintf(stderr, "px-coll-bench: --stage-chunk: invalid size '%s'\n", optarg);
+                return -1;
+            }
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -255,6 +264,7 @@ static int run_rank(main_args_t *a)
             fprintf(stderr, "px-coll-bench: %s\n", err);
         return 2;
     }
+    px_transport_set_stage_chunk((size_t)a->stage_chunk); /* every rank the same */
     if (a->device && !strcmp(a->device, "fake")) {
         px_transport_set_device_memory(&fake_ops, fake_is_device);
         a->cfg.device_ops = &fake_ops;
