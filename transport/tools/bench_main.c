@@ -276,6 +276,9 @@ static int run_rank(main_args_t *a)
         }
         if (ops != px_kernels_cpu()) {
             px_transport_set_device_memory(ops, px_kernels_is_device_ptr);
+            /* staging through pinned memory, as a training rank does (train.c):
+             * pageable buffers would make the copies slower and synchronous */
+            px_transport_set_pinned_memory(px_kernels_host_alloc, px_kernels_host_free);
             a->cfg.device_ops = ops;
         }
         if (px_bench_cfg_validate(&a->cfg, a->world, err, sizeof err) != PX_OK) {
