@@ -134,7 +134,7 @@ section "5. collectives busbw (GB/s), 2 ranks"
 for op in all_reduce all_gather; do
   echo "-- px-coll-bench $op, host buffers"
   timeout 90 "$bin/px-coll-bench" -n 2 --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8 | tee "$work/host_$op.txt"
-  echo "-- px-coll-bench $op, device buffers (both ranks on GPU 0; staged whole through host memory)"
+  echo "-- px-coll-bench $op, device buffers (both ranks on GPU 0; staged through pinned host memory in 4 MiB chunks, copies on a copy stream)"
   timeout 120 "$bin/px-coll-bench" -n 2 --device cuda --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8 | tee "$work/dev_$op.txt"
   h=$(awk '$1 == 67108864 {print $7}' "$work/host_$op.txt")
   d=$(awk '$1 == 67108864 {print $7}' "$work/dev_$op.txt")

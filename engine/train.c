@@ -391,6 +391,8 @@ static void fill_mem(px_step_report_t *rep, const px_plan_t *plan, size_t act_by
     rep->mem_plan[PX_MEM_ACTS] = (double)act_bytes;
     rep->mem_state_peak = ms.state_peak;
     rep->mem_plan_state_peak = px_plan_state_bytes(plan);
+    rep->mem_device_used = ms.device_used;
+    rep->mem_device_total = ms.device_total;
 }
 
 px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "px_status.h"
+
 /* Geometry of one block of blockwise attention (the ops below): B
  * sequences, NH heads of hs channels each; Tq query rows against Tk key
  * rows. Head h of row t of sequence b is at  base + b*bs + t*ld + h*hs
@@ -251,6 +253,22 @@ typedef struct px_kernel_ops {
     void (*mem_copy_from_host)(void *dst, const void *host_src, size_t bytes);
     /* Waits until every op issued on the compute stream has finished. */
     void (*synchronize)(void);
+    /* The device's memory as its runtime reports it (CUDA: cudaMemGetInfo
+     * on the open device, *used_p = total - free), bytes: PX_OK, or an
+     * error when the runtime fails. NULL for backends without device
+     * memory (cpu). */
+    px_status_t (*mem_info)(uint64_t *used_p, uint64_t *total_p);
+    /* Asynchronous copies for the transport's staging (px_stage.c): copies
+     * `bytes` between this backend's memory and (pinned) host memory on a
+     * copy stream of its own, ordered after every op issued so far on the
+     * compute stream, so that copies overlap kernels and communication.
+     * Returns a ticket (> 0), or 0 when the copy could not be issued (the
+     * caller then copies synchronously). copy_wait blocks until copy
+     * `ticket` and every copy issued before it have finished; only then may
+     * the host read (to host) or reuse (from host) its buffer, and later
+     * ops on the compute stream see the result. NULL (cpu): none. */
+    uint64_t (*mem_copy_async)(void *dst, const void *src, size_t bytes, int to_host);
+    void (*copy_wait)(uint64_t ticket);
 } px_kernel_ops_t;
 
 /* The CPU op table (OpenBLAS). Static; never NULL. */

@@ -416,6 +416,11 @@ static int on_step(void *arg, const px_step_report_t *r)
                                               r->mem_plan[c]));
             json_object_set_new(mem, "state_peak", json_integer((json_int_t)r->mem_state_peak));
             json_object_set_new(mem, "plan_state_peak", json_real(r->mem_plan_state_peak));
+            if (r->mem_device_total) /* issue 12: cudaMemGetInfo on a device rank */
+                json_object_set_new(mem, "device", json_pack("{s:I, s:I}", "used",
+                                                             (json_int_t)r->mem_device_used,
+                                                             "total",
+                                                             (json_int_t)r->mem_device_total));
             json_object_set_new(o, "memory", mem);
             char dig[20];
             snprintf(dig, sizeof(dig), "%016llx", (unsigned long long)r->replicated_digest);
