@@ -53,6 +53,7 @@
  * per transport). */
 #include "px_transport_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -196,6 +197,7 @@ static void req_free(px_request_t *req)
     free(req->hdr_out);
     free(req->hdr_in);
     free(req->hdr_expect);
+    free(req->sent_to);
     free(req);
 }
 
@@ -257,6 +259,7 @@ px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop
     for (int r = 0; r < n; r++) {
         px__hdr_t h = {HDR_MAGIC, req->seq, (uint32_t)kind, (uint32_t)dtype, (uint32_t)op,
                        root, send_counts ? send_counts[r] : count};
+        h.bad_rank = -1;
         req->hdr_out[r] = h;
     }
     for (int r = 0; r < n; r++) {
@@ -295,7 +298,134 @@ err_free:
     return status;
 }
 
-/* Stage 0: all headers in? Then compare. */
+px_status_t px__req_create_inline(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
+                                  uint64_t count, int root, const px_coll_opts_t *opts,
+                                  px_request_t **req_p)
+{
+    px_request_t *req = calloc(1, sizeof(*req));
+    int n = comm->size;
+
+    if (!req)
+        return PX_ERR_NO_MEMORY;
+    req->comm = comm;
+    req->kind = kind;
+    req->status = PX_INPROGRESS;
+    req->dtype = dtype;
+    req->op = op;
+    req->root = root;
+    req->count = count;
+    req->esz = px_dtype_size(dtype);
+    req->half_dtype = -1;
+    req->algo = opts ? opts->algo : PX_ALGO_AUTO;
+    req->deadline = px__deadline(comm, opts && opts->timeout_ms > 0 ? opts->timeout_ms : -1);
+    req->seq = comm->coll_seq++ & PX__SEQ_MASK;
+    req->stage = 1; /* the algorithm checks the headers it receives */
+    req->inl = 1;
+    /* hdr_out: the notices a rank that finds a mismatch sends (one per rank) */
+    req->hdr_out = calloc((size_t)n, sizeof(px__hdr_t));
+    req->sent_to = calloc((size_t)n, 1);
+    if (!req->hdr_out || !req->sent_to) {
+        req_free(req);
+        return PX_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < n; r++)
+        px__inline_header(req, &req->hdr_out[r]);
+    if (comm->reqs_tail)
+        comm->reqs_tail->next = req;
+    else
+        comm->reqs = req;
+    comm->reqs_tail = req;
+    req->linked = 1;
+    *req_p = req;
+    return PX_OK;
+}
+
+void px__inline_header(const px_request_t *req, px__hdr_t *h)
+{
+    memset(h, 0, sizeof(*h));
+    h->magic = HDR_MAGIC;
+    h->seq = req->seq;
+    h->kind = (uint32_t)req->kind;
+    /* the caller's dtype (an fp16 reduction travels as fp32: the header
+     * still says fp16, as the header exchange does) */
+    h->dtype = (uint32_t)(req->half_dtype >= 0 ? req->half_dtype : (int)req->dtype);
+    h->op = (uint32_t)req->op;
+    h->root = req->root;
+    h->count = req->count;
+    h->inl = 1;
+    h->bad_rank = -1;
+}
+
+static const char *mode_name(uint32_t inl)
+{
+    return inl ? "header in data" : "header exchange";
+}
+
+/* "count 33 dtype fp32 op sum root -1 (header in data)" of a header's values. */
+static void vals_text(char *buf, size_t len, const px__hdr_t *h)
+{
+    snprintf(buf, len, "count %llu dtype %s op %s root %d (%s)", (unsigned long long)h->count,
+             px_dtype_name((px_dtype_t)h->dtype), px_redop_name((px_redop_t)h->op), h->root,
+             mode_name(h->inl));
+}
+
+/* Compares the header `h` rank `r` sent with ours (`mine`; `want`: the
+ * count we expect from it). PX_OK, or PX_ERR_MISMATCH naming both ranks'
+ * values; *kind_level_p = 1 when the disagreement is about which
+ * collective runs, or how (a notice, the wrong collective or mode), which
+ * every rank sees, not only the two concerned. */
+static px_status_t check_one(px_request_t *req, int r, const px__hdr_t *h, const px__hdr_t *mine,
+                             uint64_t want, int *kind_level_p)
+{
+    px_comm_t *comm = req->comm;
+    char theirs[128], ours[128];
+
+    *kind_level_p = 1;
+    if (h->magic != HDR_MAGIC || h->seq != req->seq || h->kind != mine->kind)
+        return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                  "rank %d: collective mismatch: it called %s #%u, we "
+                                  "called %s #%u", r, kind_name(h->kind), h->seq,
+                                  kind_name(mine->kind), req->seq);
+    if (h->notice) {
+        /* rank h->found_by found a mismatch with rank h->bad_rank and
+         * stopped; rank r tells us (it found it, or was told) */
+        if (h->bad.magic == HDR_MAGIC) {
+            px__hdr_t b = {0};
+            size_t used;
+            b.count = h->bad.count;
+            b.dtype = h->bad.dtype;
+            b.op = h->bad.op;
+            b.root = h->bad.root;
+            b.inl = h->bad.seq; /* notices keep the bad rank's mode in bad.seq */
+            used = (size_t)snprintf(theirs, sizeof(theirs), "%s ", kind_name(h->bad.kind));
+            vals_text(theirs + used, sizeof(theirs) - used, &b);
+        } else if (h->bad.count) {
+            snprintf(theirs, sizeof(theirs), "a first message of %llu bytes, longer than "
+                     "its own", (unsigned long long)h->bad.count);
+        } else {
+            snprintf(theirs, sizeof(theirs), "values it could not read");
+        }
+        vals_text(ours, sizeof(ours), h);
+        return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                  "rank %d: %s #%u mismatch: rank %d found that rank %d passed "
+                                  "%s where rank %d passed %s", r, kind_name(mine->kind),
+                                  req->seq, h->found_by, h->bad_rank, theirs, h->found_by, ours);
+    }
+    if (h->count != want || h->dtype != mine->dtype || h->op != mine->op ||
+        h->root != mine->root || h->inl != mine->inl) {
+        px__hdr_t w = *mine;
+        w.count = want;
+        *kind_level_p = h->inl != mine->inl;
+        vals_text(theirs, sizeof(theirs), h);
+        vals_text(ours, sizeof(ours), &w);
+        return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                  "rank %d: %s #%u mismatch: it passed %s, we expect %s", r,
+                                  kind_name(mine->kind), req->seq, theirs, ours);
+    }
+    *kind_level_p = 0;
+    return PX_OK;
+}
+
 /* Compares the received headers with ours; PX_ERR_MISMATCH naming the
  * first disagreeing rank. */
 static px_status_t compare_headers(px_request_t *req)
@@ -303,28 +433,102 @@ static px_status_t compare_headers(px_request_t *req)
     px_comm_t *comm = req->comm;
 
     for (int r = 0; r < comm->size; r++) {
-        const px__hdr_t *h = &req->hdr_in[r];
-        const px__hdr_t *mine = &req->hdr_out[r];
-        uint64_t want = req->hdr_expect ? req->hdr_expect[r] : mine->count;
+        int kind_level;
+        px_status_t status;
         if (r == comm->rank)
             continue;
-        if (h->magic != HDR_MAGIC || h->seq != req->seq || h->kind != mine->kind)
-            return px__comm_set_error(comm, PX_ERR_MISMATCH,
-                                      "rank %d: collective mismatch: it called %s #%u, we "
-                                      "called %s #%u", r, kind_name(h->kind), h->seq,
-                                      kind_name(mine->kind), req->seq);
-        if (h->count != want || h->dtype != mine->dtype || h->op != mine->op ||
-            h->root != mine->root)
-            return px__comm_set_error(comm, PX_ERR_MISMATCH,
-                                      "rank %d: %s #%u mismatch: it passed count %llu dtype %s "
-                                      "op %s root %d, we expect count %llu dtype %s op %s root %d",
-                                      r, kind_name(mine->kind), req->seq,
-                                      (unsigned long long)h->count,
-                                      px_dtype_name((px_dtype_t)h->dtype),
-                                      px_redop_name((px_redop_t)h->op), h->root,
-                                      (unsigned long long)want,
-                                      px_dtype_name((px_dtype_t)mine->dtype),
-                                      px_redop_name((px_redop_t)mine->op), mine->root);
+        status = check_one(req, r, &req->hdr_in[r], &req->hdr_out[r],
+                           req->hdr_expect ? req->hdr_expect[r] : req->hdr_out[r].count,
+                           &kind_level);
+        if (status != PX_OK)
+            return status;
+    }
+    return PX_OK;
+}
+
+/* A header-in-data request found a mismatch with rank `peer` (its header
+ * `h`, or NULL with `len` the length of a message we could not read): tells
+ * every rank we have not sent to yet (each expects at most one message from
+ * us, on the header tag, so the notice is what it reads in place of our
+ * data: a rank later in the algorithm's graph, or a rank that runs the
+ * header exchange, learns it at once instead of waiting for data that will
+ * not come), and returns PX_ERR_MISMATCH. The error text is set by the
+ * caller. */
+static px_status_t inline_fail(px_request_t *req, int peer, const px__hdr_t *h, size_t len)
+{
+    px_comm_t *comm = req->comm;
+
+    for (int r = 0; r < comm->size; r++) {
+        px__hdr_t *nt = &req->hdr_out[r];
+        px__op_t *op;
+        if (r == comm->rank || req->sent_to[r])
+            continue;
+        if (h && h->notice && h->magic == HDR_MAGIC && h->seq == req->seq &&
+            h->kind == (uint32_t)req->kind) {
+            *nt = *h; /* pass the finder's notice on as it is */
+            req->sent_to[r] = 1;
+            if (px__req_send(req, r, px__req_tag(req, comm->rank, PX__PHASE_HDR, 0), nt,
+                             sizeof(*nt), &op) != PX_OK)
+                break;
+            op->hdr = 1;
+            continue;
+        }
+        px__inline_header(req, nt);
+        nt->notice = 1;
+        nt->bad_rank = peer;
+        nt->found_by = comm->rank;
+        if (h) {
+            nt->bad.magic = HDR_MAGIC;
+            nt->bad.seq = h->inl;
+            nt->bad.kind = h->kind;
+            nt->bad.dtype = h->dtype;
+            nt->bad.op = h->op;
+            nt->bad.root = h->root;
+            nt->bad.count = h->count;
+        } else {
+            nt->bad.count = len;
+        }
+        req->sent_to[r] = 1;
+        if (px__req_send(req, r, px__req_tag(req, comm->rank, PX__PHASE_HDR, 0), nt,
+                         sizeof(*nt), &op) != PX_OK)
+            break; /* the comm failed: that error wins anyway */
+        op->hdr = 1;
+    }
+    return PX_ERR_MISMATCH;
+}
+
+px_status_t px__inline_check(px_request_t *req, px__op_t *o)
+{
+    px_comm_t *comm = req->comm;
+    const px__hdr_t *h = o->buf;
+    px__hdr_t mine;
+    px_status_t status;
+    size_t want = sizeof(px__hdr_t) + (size_t)(req->count * req->esz);
+    int kind_level;
+
+    if (o->status == UCS_ERR_MESSAGE_TRUNCATED) {
+        px__comm_set_error(comm, PX_ERR_MISMATCH, "rank %d: %s #%u mismatch: its message (%zu "
+                           "bytes) is longer than any header-in-data message", o->peer,
+                           kind_name((uint32_t)req->kind), req->seq, o->length);
+        return inline_fail(req, o->peer, NULL, o->length);
+    }
+    if (o->status != UCS_OK)
+        return px__op_status(comm, o); /* the peer failed */
+    if (o->length < sizeof(px__hdr_t)) {
+        px__comm_set_error(comm, PX_ERR_MISMATCH, "rank %d: %s #%u mismatch: it sent %zu bytes, "
+                           "less than a header", o->peer, kind_name((uint32_t)req->kind),
+                           req->seq, o->length);
+        return inline_fail(req, o->peer, NULL, o->length);
+    }
+    px__inline_header(req, &mine);
+    status = check_one(req, o->peer, h, &mine, mine.count, &kind_level);
+    if (status != PX_OK)
+        return inline_fail(req, o->peer, h, o->length);
+    if (o->length != want) { /* same header, other length: cannot be, but never read past */
+        px__comm_set_error(comm, PX_ERR_MISMATCH, "rank %d: %s #%u: sent %zu bytes, %zu "
+                           "expected", o->peer, kind_name((uint32_t)req->kind), req->seq,
+                           o->length, want);
+        return inline_fail(req, o->peer, NULL, o->length);
     }
     return PX_OK;
 }
@@ -340,15 +544,38 @@ static px_status_t header_step(px_request_t *req, int *progressed_p)
     int all = 1;
 
     for (px__op_t *o = comm->active; o; o = o->next) {
+        int kind_level;
         if (o->owner != req || !o->hdr)
             continue;
         if (!o->done) {
             all = 0;
             continue;
         }
+        if (!o->is_send && o->status == UCS_ERR_MESSAGE_TRUNCATED) {
+            /* a header-in-data message: the peer runs the small all-reduce */
+            const px__hdr_t *mine = &req->hdr_out[o->peer];
+            char ours[128];
+            vals_text(ours, sizeof(ours), mine);
+            return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                      "rank %d: %s #%u mismatch: it sent %zu bytes where we "
+                                      "expect a header (it runs a small all-reduce, header "
+                                      "in data, with %zu bytes of data); we passed %s",
+                                      o->peer, kind_name(mine->kind), req->seq, o->length,
+                                      o->length > sizeof(px__hdr_t)
+                                          ? o->length - sizeof(px__hdr_t) : 0,
+                                      ours);
+        }
         status = px__op_status(comm, o);
         if (status != PX_OK)
             return status;
+        /* a notice, or another collective: fail now, without waiting for
+         * the other headers (their senders may be waiting on us) */
+        if (!o->is_send && (!req->verdict_posted || !req->hdr_expect) &&
+            check_one(req, o->peer, &req->hdr_in[o->peer], &req->hdr_out[o->peer],
+                      req->hdr_expect ? req->hdr_expect[o->peer] : req->hdr_out[o->peer].count,
+                      &kind_level) != PX_OK &&
+            (kind_level || !req->hdr_expect))
+            return PX_ERR_MISMATCH;
     }
     if (!all)
         return PX_INPROGRESS;
