@@ -17,6 +17,23 @@
  * of the wrong size is held as a mismatch until the headers name it).
  * All-to-all-v checks the headers first.
  *
+ * Header in data (issue 13): an all-reduce of at most PX__INLINE_MAX_BYTES
+ * run by recursive doubling posts no header exchange at all
+ * (px__req_create_inline): each of its messages is the first and only one
+ * from its sender to its receiver in that collective, so it travels on the
+ * header tag with the sender's header in front of the data, and the
+ * receiver checks it before reducing (px__inline_check). A rank that finds
+ * a mismatch, or is told of one, sends a notice (a header with `notice`
+ * set, naming the rank that disagreed and its values) to every rank it has
+ * not sent to yet, in place of the message they would have had from it,
+ * and fails. So every rank fails: one that completes has had data from
+ * each partner, which each sends only once its own earlier partners agreed
+ * with it, so by induction over the steps every rank agreed. Ranks that run
+ * the header exchange (another count, algorithm or collective) read a
+ * notice as a header and a header-in-data message as a truncated header
+ * (named by its length); the small-message ranks read their plain headers
+ * as too short and name their values.
+ *
  * Progress: px_test / px_wait / px_progress progress the worker and then
  * step every pending request of every communicator on that worker (the
  * transport's list), each communicator's in start order (a collective
@@ -53,10 +70,12 @@
  * per transport). */
 #include "px_transport_int.h"
 
+#include <sched.h> /* sched_getaffinity, CPU_COUNT (_GNU_SOURCE: meson.build) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "px_env.h"
 #include "px_log.h"
@@ -813,13 +832,48 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* Whether the ranks of this job on this node (world ranks with our node
+ * name) outnumber the CPUs this process may run on (its affinity mask,
+ * which cpusets and taskset narrow): then a spinning rank takes the core
+ * its peer needs, as Open MPI's rule has it (it yields only when
+ * oversubscribed, mpi_yield_when_idle). */
+static int node_oversubscribed(const px_comm_t *comm)
+{
+    const px_comm_t *w = comm->root;
+    cpu_set_t set;
+    int local = 0, cpus;
+
+    for (int r = 0; r < w->size; r++)
+        if (w->nodes && w->nodes[r] && w->nodes[w->rank] &&
+            !strcmp(w->nodes[r], w->nodes[w->rank]))
+            local++;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        cpus = CPU_COUNT(&set);
+    else
+        cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return local > cpus;
+}
+
+/* The spin bound in microseconds: PX_SPIN_US when >= 0, else (auto)
+ * PX__AUTO_SPIN_US on a node that is not oversubscribed and 0 on one that
+ * is. Read once per process. */
+static long spin_bound_us(const px_comm_t *comm)
+{
+    static long spin_us = -2;
+
+    if (spin_us == -2) {
+        spin_us = px_env_int("PX_SPIN_US");
+        if (spin_us < 0)
+            spin_us = node_oversubscribed(comm) ? 0 : PX__AUTO_SPIN_US;
+    }
+    return spin_us;
+}
+
 static int spin_then_done(px_request_t *req)
 {
-    static long spin_us = -1;
+    long spin_us = spin_bound_us(req->comm);
     int64_t end;
 
-    if (spin_us < 0)
-        spin_us = px_env_int("PX_SPIN_US");
     if (spin_us <= 0)
         return 0;
     end = mono_us() + spin_us;

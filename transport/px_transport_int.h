@@ -476,6 +476,8 @@ extern int px__allreduce_algo;
  * with room for a header and this many bytes, so a peer's longer message
  * (another count) is still read whole and named, never truncated. */
 #define PX__INLINE_MAX_BYTES PX__RD_MAX_BYTES
+/* Auto spin bound (PX_SPIN_US=-1) on a node that is not oversubscribed (us). */
+#define PX__AUTO_SPIN_US 200
 /* Collectives of at most this many bytes per rank run their data phase
  * while the header exchange is in flight (one round trip less). Every size
  * does (measured, best of 10: 4 ranks 256 KiB-4 MiB 0.7-0.95x the time,
