@@ -589,12 +589,17 @@ static px_status_t header_step(px_request_t *req, int *progressed_p)
             return status;
         /* a notice, or another collective: fail now, without waiting for
          * the other headers (their senders may be waiting on us) */
-        if (!o->is_send && (!req->verdict_posted || !req->hdr_expect) &&
-            check_one(req, o->peer, &req->hdr_in[o->peer], &req->hdr_out[o->peer],
-                      req->hdr_expect ? req->hdr_expect[o->peer] : req->hdr_out[o->peer].count,
-                      &kind_level) != PX_OK &&
-            (kind_level || !req->hdr_expect))
-            return PX_ERR_MISMATCH;
+        if (!o->is_send && !req->verdict_posted) {
+            const px__hdr_t *h = &req->hdr_in[o->peer], *mine = &req->hdr_out[o->peer];
+            /* all-to-all-v: only what every rank sees fails early; a count
+             * disagreement goes through the verdict round */
+            int early = !req->hdr_expect || h->magic != HDR_MAGIC || h->seq != req->seq ||
+                        h->kind != mine->kind || h->notice || h->inl != mine->inl;
+            if (early && check_one(req, o->peer, h, mine,
+                                   req->hdr_expect ? req->hdr_expect[o->peer] : mine->count,
+                                   &kind_level) != PX_OK)
+                return PX_ERR_MISMATCH;
+        }
     }
     if (!all)
         return PX_INPROGRESS;
