@@ -44,6 +44,7 @@
 #define ALLTOALL_LINEAR_MAX_RANKS 8
 
 int px__allreduce_algo = 0;
+int px__inline_disable = 0;
 
 /* --- names ---------------------------------------------------------------- */
 
@@ -323,8 +324,11 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
                  : count * wire <= PX__RABENSEIFNER_MAX_BYTES && comm->size > 2
                      ? PX_ALGO_RABENSEIFNER
                  : PX_ALGO_RING;
+        uint64_t bytes = count * wire;
         if (algo == PX_ALGO_RECURSIVE_DOUBLING && count > 0 && comm->size > 1 &&
-            count * wire <= PX__INLINE_MAX_BYTES)
+            bytes <= PX__INLINE_MAX_BYTES && !px__inline_disable &&
+            (bytes + sizeof(px__hdr_t) <= PX__EAGER_GUESS_BYTES ||
+             bytes > PX__EAGER_GUESS_BYTES))
             status = px__req_create_inline(comm, PX__COLL_ALLREDUCE, dtype, op, count, -1, opts,
                                            &req);
         else

@@ -476,6 +476,17 @@ extern int px__allreduce_algo;
  * with room for a header and this many bytes, so a peer's longer message
  * (another count) is still read whole and named, never truncated. */
 #define PX__INLINE_MAX_BYTES PX__RD_MAX_BYTES
+/* UCX's default eager/rendezvous threshold between processes of one node
+ * (tag_send: egr/bcopy up to 8192 bytes, then rndv: RTS, a CMA get by the
+ * receiver, ATS). Data of (8192 - header, 8192] bytes would cross it only
+ * because of the header and pay a rendezvous round trip: such all-reduces
+ * keep the header exchange (bench-small-lat, 2 ranks, 8 KiB: minimum 6 us
+ * with the header exchange, 32 us with the header in data). */
+#define PX__EAGER_GUESS_BYTES 8192u
+/* 1: small all-reduces run the header exchange instead of the header in
+ * their data (what they did before issue 13); set by benchmarks comparing
+ * the two in one binary (tests/bench/bench_small_lat.c), 0 otherwise. */
+extern int px__inline_disable;
 /* Auto spin bound (PX_SPIN_US=-1) on a node that is not oversubscribed (us). */
 #define PX__AUTO_SPIN_US 200
 /* Collectives of at most this many bytes per rank run their data phase
