@@ -48,10 +48,11 @@
  * borrowed until the request completes. px_comm_destroy cancels and frees
  * the communicator's pending requests (their handles become invalid).
  * Waiting never spins: it sleeps on the UCX worker's event fd (PX_SPIN_US
- * > 0 polls that long first; -1 polls 200 us only when the job's ranks on
- * this node are no more than its CPUs; off by default: measured on the
- * shared 2-core test machine, spinning made 2-rank all-reduces 3-10x
- * slower whenever other processes loaded it, and never faster reliably).
+ * > 0 polls that long first; -1 polls 200 us only while the job's ranks on
+ * this node are no more than its CPUs and the load average is not above
+ * them; off by default: on the shared 2-core test machine, loaded by other
+ * processes, spinning made 2-rank small all-reduces faster for a few
+ * milliseconds and then 3-30x slower, as the scheduler held spinners off).
  *
  * Failure semantics: each collective's first message carries (sequence
  * number, op, dtype, count); disagreement gives PX_ERR_MISMATCH on every rank
