@@ -22,7 +22,9 @@ static px_knob_t knobs[] = {
     {"PX_ALGO_ALLREDUCE", "auto", "all-reduce algorithm: auto, ring, rabenseifner, rd (recursive doubling)", NULL},
     {"PX_ALGO_BCAST", "auto", "broadcast algorithm: auto, tree (binomial), ring (scatter + ring all-gather)", NULL},
     {"PX_ALGO_ALLTOALL", "auto", "all-to-all algorithm: auto, linear (all at once), pairwise", NULL},
-    {"PX_SPIN_US", "0", "collective waits poll this long (us) before sleeping on the event fd", NULL},
+    {"PX_SPIN_US", "0", "collective waits poll this long (us) before sleeping on the event fd; -1: "
+     "auto (200 us while the job's ranks on this node are no more than its CPUs and the load average "
+     "is not above them, else 0)", NULL},
     {"PX_UCX_PEER_ERR_MODE", "auto", "UCX peer error handling: auto (remote nodes only), always, never", NULL},
     {"PX_HEARTBEAT_MS", "1000", "daemon heartbeat period to peers (ms)", NULL},
     {"PX_PEER_DEAD_MS", "10000", "a peer daemon silent this long is dead; its jobs fail (ms)", NULL},

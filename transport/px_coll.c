@@ -44,6 +44,7 @@
 #define ALLTOALL_LINEAR_MAX_RANKS 8
 
 int px__allreduce_algo = 0;
+int px__inline_disable = 0;
 
 /* --- names ---------------------------------------------------------------- */
 
@@ -301,8 +302,30 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
                  px_dtype_name(dtype));
         return PX_ERR_INVALID_ARGUMENT;
     }
-    status = px__req_create(comm, PX__COLL_ALLREDUCE, dtype, op, count, -1, NULL, NULL, opts,
-                            &req);
+    /* the algorithm first: a small recursive doubling sends its header in
+     * its data messages instead of a header exchange beside them */
+    {
+        size_t wire = is_half(dtype) ? 4 : px_dtype_size(dtype); /* halves reduce in fp32 */
+        algo = pick(opts, "PX_ALGO_ALLREDUCE");
+        if (algo == PX_ALGO_AUTO && px__allreduce_algo)
+            algo = px__allreduce_algo == 1 ? PX_ALGO_RING : PX_ALGO_RECURSIVE_DOUBLING;
+        if (algo != PX_ALGO_RING && algo != PX_ALGO_RECURSIVE_DOUBLING &&
+            algo != PX_ALGO_RABENSEIFNER)
+            algo = count * wire <= PX__RD_MAX_BYTES ? PX_ALGO_RECURSIVE_DOUBLING
+                 : count * wire <= PX__RABENSEIFNER_MAX_BYTES && comm->size > 2
+                     ? PX_ALGO_RABENSEIFNER
+                 : PX_ALGO_RING;
+        uint64_t bytes = count * wire;
+        if (algo == PX_ALGO_RECURSIVE_DOUBLING && count > 0 && comm->size > 1 &&
+            bytes <= PX__INLINE_MAX_BYTES && !px__inline_disable &&
+            (bytes + sizeof(px__hdr_t) <= PX__EAGER_GUESS_BYTES ||
+             bytes > PX__EAGER_GUESS_BYTES))
+            status = px__req_create_inline(comm, PX__COLL_ALLREDUCE, dtype, op, count, -1, opts,
+                                           &req);
+        else
+            status = px__req_create(comm, PX__COLL_ALLREDUCE, dtype, op, count, -1, NULL, NULL,
+                                    opts, &req);
+    }
     if (status != PX_OK)
         return status;
     if (count == 0)
@@ -329,15 +352,6 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
         src = t;
         dst = t;
     }
-    algo = pick(opts, "PX_ALGO_ALLREDUCE");
-    if (algo == PX_ALGO_AUTO && px__allreduce_algo)
-        algo = px__allreduce_algo == 1 ? PX_ALGO_RING : PX_ALGO_RECURSIVE_DOUBLING;
-    if (algo != PX_ALGO_RING && algo != PX_ALGO_RECURSIVE_DOUBLING &&
-        algo != PX_ALGO_RABENSEIFNER)
-        algo = count * req->esz <= PX__RD_MAX_BYTES ? PX_ALGO_RECURSIVE_DOUBLING
-             : count * req->esz <= PX__RABENSEIFNER_MAX_BYTES && comm->size > 2
-                 ? PX_ALGO_RABENSEIFNER
-             : PX_ALGO_RING;
     req->algo = algo;
     if (on_device(sendbuf, recvbuf)) /* chunked through host buffers (px_stage.c) */
         status = px__stage_allreduce(req, sendbuf, recvbuf, count, algo);

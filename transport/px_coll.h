@@ -48,12 +48,18 @@
  * borrowed until the request completes. px_comm_destroy cancels and frees
  * the communicator's pending requests (their handles become invalid).
  * Waiting never spins: it sleeps on the UCX worker's event fd (PX_SPIN_US
- * > 0 polls that long first; off by default, since spinning starves
- * oversubscribed ranks).
+ * > 0 polls that long first; -1 polls 200 us only while the job's ranks on
+ * this node are no more than its CPUs and the load average is not above
+ * them; off by default: on the shared 2-core test machine, loaded by other
+ * processes, spinning made 2-rank small all-reduces faster for a few
+ * milliseconds and then 3-30x slower, as the scheduler held spinners off).
  *
  * Failure semantics: each collective's first message carries (sequence
  * number, op, dtype, count); disagreement gives PX_ERR_MISMATCH on every rank
- * within the deadline. Collectives (all-to-all-v excepted) move data while
+ * within the deadline. All-reduces up to 32 KiB (recursive doubling) send
+ * that header in front of their data instead of beside it; a rank that
+ * finds a mismatch tells every rank it has not sent to yet, so the others
+ * fail at once too, naming both values. Collectives (all-to-all-v excepted) move data while
  * the headers travel, so after a mismatch their output buffer (and the
  * input of an in-place call) may hold partial data, never past the count
  * the rank passed; all-to-all-v checks first and leaves it untouched. As

@@ -127,7 +127,9 @@ static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_
 {
     px__op_t *op = user_data;
     op->status = status;
-    op->length = (status == UCS_OK && info) ? info->length : 0;
+    /* on truncation too: the sender's length, for the mismatch message */
+    op->length = ((status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED) && info)
+                     ? info->length : 0;
     op->done = 1;
     op->req = NULL;
     ucp_request_free(request);

@@ -17,6 +17,23 @@
  * of the wrong size is held as a mismatch until the headers name it).
  * All-to-all-v checks the headers first.
  *
+ * Header in data (issue 13): an all-reduce of at most PX__INLINE_MAX_BYTES
+ * run by recursive doubling posts no header exchange at all
+ * (px__req_create_inline): each of its messages is the first and only one
+ * from its sender to its receiver in that collective, so it travels on the
+ * header tag with the sender's header in front of the data, and the
+ * receiver checks it before reducing (px__inline_check). A rank that finds
+ * a mismatch, or is told of one, sends a notice (a header with `notice`
+ * set, naming the rank that disagreed and its values) to every rank it has
+ * not sent to yet, in place of the message they would have had from it,
+ * and fails. So every rank fails: one that completes has had data from
+ * each partner, which each sends only once its own earlier partners agreed
+ * with it, so by induction over the steps every rank agreed. Ranks that run
+ * the header exchange (another count, algorithm or collective) read a
+ * notice as a header and a header-in-data message as a truncated header
+ * (named by its length); the small-message ranks read their plain headers
+ * as too short and name their values.
+ *
  * Progress: px_test / px_wait / px_progress progress the worker and then
  * step every pending request of every communicator on that worker (the
  * transport's list), each communicator's in start order (a collective
@@ -53,9 +70,12 @@
  * per transport). */
 #include "px_transport_int.h"
 
+#include <sched.h> /* sched_getaffinity, CPU_COUNT (_GNU_SOURCE: meson.build) */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "px_env.h"
 #include "px_log.h"
@@ -202,6 +222,7 @@ static void req_free(px_request_t *req)
     free(req->hdr_out);
     free(req->hdr_in);
     free(req->hdr_expect);
+    free(req->sent_to);
     free(req);
 }
 
@@ -263,6 +284,7 @@ px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop
     for (int r = 0; r < n; r++) {
         px__hdr_t h = {HDR_MAGIC, req->seq, (uint32_t)kind, (uint32_t)dtype, (uint32_t)op,
                        root, send_counts ? send_counts[r] : count};
+        h.bad_rank = -1;
         req->hdr_out[r] = h;
     }
     for (int r = 0; r < n; r++) {
@@ -301,7 +323,134 @@ err_free:
     return status;
 }
 
-/* Stage 0: all headers in? Then compare. */
+px_status_t px__req_create_inline(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
+                                  uint64_t count, int root, const px_coll_opts_t *opts,
+                                  px_request_t **req_p)
+{
+    px_request_t *req = calloc(1, sizeof(*req));
+    int n = comm->size;
+
+    if (!req)
+        return PX_ERR_NO_MEMORY;
+    req->comm = comm;
+    req->kind = kind;
+    req->status = PX_INPROGRESS;
+    req->dtype = dtype;
+    req->op = op;
+    req->root = root;
+    req->count = count;
+    req->esz = px_dtype_size(dtype);
+    req->half_dtype = -1;
+    req->algo = opts ? opts->algo : PX_ALGO_AUTO;
+    req->deadline = px__deadline(comm, opts && opts->timeout_ms > 0 ? opts->timeout_ms : -1);
+    req->seq = comm->coll_seq++ & PX__SEQ_MASK;
+    req->stage = 1; /* the algorithm checks the headers it receives */
+    req->inl = 1;
+    /* hdr_out: the notices a rank that finds a mismatch sends (one per rank) */
+    req->hdr_out = calloc((size_t)n, sizeof(px__hdr_t));
+    req->sent_to = calloc((size_t)n, 1);
+    if (!req->hdr_out || !req->sent_to) {
+        req_free(req);
+        return PX_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < n; r++)
+        px__inline_header(req, &req->hdr_out[r]);
+    if (comm->reqs_tail)
+        comm->reqs_tail->next = req;
+    else
+        comm->reqs = req;
+    comm->reqs_tail = req;
+    req->linked = 1;
+    *req_p = req;
+    return PX_OK;
+}
+
+void px__inline_header(const px_request_t *req, px__hdr_t *h)
+{
+    memset(h, 0, sizeof(*h));
+    h->magic = HDR_MAGIC;
+    h->seq = req->seq;
+    h->kind = (uint32_t)req->kind;
+    /* the caller's dtype (an fp16 reduction travels as fp32: the header
+     * still says fp16, as the header exchange does) */
+    h->dtype = (uint32_t)(req->half_dtype >= 0 ? req->half_dtype : (int)req->dtype);
+    h->op = (uint32_t)req->op;
+    h->root = req->root;
+    h->count = req->count;
+    h->inl = 1;
+    h->bad_rank = -1;
+}
+
+static const char *mode_name(uint32_t inl)
+{
+    return inl ? "header in data" : "header exchange";
+}
+
+/* "count 33 dtype fp32 op sum root -1 (header in data)" of a header's values. */
+static void vals_text(char *buf, size_t len, const px__hdr_t *h)
+{
+    snprintf(buf, len, "count %llu dtype %s op %s root %d (%s)", (unsigned long long)h->count,
+             px_dtype_name((px_dtype_t)h->dtype), px_redop_name((px_redop_t)h->op), h->root,
+             mode_name(h->inl));
+}
+
+/* Compares the header `h` rank `r` sent with ours (`mine`; `want`: the
+ * count we expect from it). PX_OK, or PX_ERR_MISMATCH naming both ranks'
+ * values; *kind_level_p = 1 when the disagreement is about which
+ * collective runs, or how (a notice, the wrong collective or mode), which
+ * every rank sees, not only the two concerned. */
+static px_status_t check_one(px_request_t *req, int r, const px__hdr_t *h, const px__hdr_t *mine,
+                             uint64_t want, int *kind_level_p)
+{
+    px_comm_t *comm = req->comm;
+    char theirs[128], ours[128];
+
+    *kind_level_p = 1;
+    if (h->magic != HDR_MAGIC || h->seq != req->seq || h->kind != mine->kind)
+        return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                  "rank %d: collective mismatch: it called %s #%u, we "
+                                  "called %s #%u", r, kind_name(h->kind), h->seq,
+                                  kind_name(mine->kind), req->seq);
+    if (h->notice) {
+        /* rank h->found_by found a mismatch with rank h->bad_rank and
+         * stopped; rank r tells us (it found it, or was told) */
+        if (h->bad.magic == HDR_MAGIC) {
+            px__hdr_t b = {0};
+            size_t used;
+            b.count = h->bad.count;
+            b.dtype = h->bad.dtype;
+            b.op = h->bad.op;
+            b.root = h->bad.root;
+            b.inl = h->bad.seq; /* notices keep the bad rank's mode in bad.seq */
+            used = (size_t)snprintf(theirs, sizeof(theirs), "%s ", kind_name(h->bad.kind));
+            vals_text(theirs + used, sizeof(theirs) - used, &b);
+        } else if (h->bad.count) {
+            snprintf(theirs, sizeof(theirs), "a first message of %llu bytes, longer than "
+                     "its own", (unsigned long long)h->bad.count);
+        } else {
+            snprintf(theirs, sizeof(theirs), "values it could not read");
+        }
+        vals_text(ours, sizeof(ours), h);
+        return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                  "rank %d: %s #%u mismatch: rank %d found that rank %d passed "
+                                  "%s where rank %d passed %s", r, kind_name(mine->kind),
+                                  req->seq, h->found_by, h->bad_rank, theirs, h->found_by, ours);
+    }
+    if (h->count != want || h->dtype != mine->dtype || h->op != mine->op ||
+        h->root != mine->root || h->inl != mine->inl) {
+        px__hdr_t w = *mine;
+        w.count = want;
+        *kind_level_p = h->inl != mine->inl;
+        vals_text(theirs, sizeof(theirs), h);
+        vals_text(ours, sizeof(ours), &w);
+        return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                  "rank %d: %s #%u mismatch: it passed %s, we expect %s", r,
+                                  kind_name(mine->kind), req->seq, theirs, ours);
+    }
+    *kind_level_p = 0;
+    return PX_OK;
+}
+
 /* Compares the received headers with ours; PX_ERR_MISMATCH naming the
  * first disagreeing rank. */
 static px_status_t compare_headers(px_request_t *req)
@@ -309,28 +458,102 @@ static px_status_t compare_headers(px_request_t *req)
     px_comm_t *comm = req->comm;
 
     for (int r = 0; r < comm->size; r++) {
-        const px__hdr_t *h = &req->hdr_in[r];
-        const px__hdr_t *mine = &req->hdr_out[r];
-        uint64_t want = req->hdr_expect ? req->hdr_expect[r] : mine->count;
+        int kind_level;
+        px_status_t status;
         if (r == comm->rank)
             continue;
-        if (h->magic != HDR_MAGIC || h->seq != req->seq || h->kind != mine->kind)
-            return px__comm_set_error(comm, PX_ERR_MISMATCH,
-                                      "rank %d: collective mismatch: it called %s #%u, we "
-                                      "called %s #%u", r, kind_name(h->kind), h->seq,
-                                      kind_name(mine->kind), req->seq);
-        if (h->count != want || h->dtype != mine->dtype || h->op != mine->op ||
-            h->root != mine->root)
-            return px__comm_set_error(comm, PX_ERR_MISMATCH,
-                                      "rank %d: %s #%u mismatch: it passed count %llu dtype %s "
-                                      "op %s root %d, we expect count %llu dtype %s op %s root %d",
-                                      r, kind_name(mine->kind), req->seq,
-                                      (unsigned long long)h->count,
-                                      px_dtype_name((px_dtype_t)h->dtype),
-                                      px_redop_name((px_redop_t)h->op), h->root,
-                                      (unsigned long long)want,
-                                      px_dtype_name((px_dtype_t)mine->dtype),
-                                      px_redop_name((px_redop_t)mine->op), mine->root);
+        status = check_one(req, r, &req->hdr_in[r], &req->hdr_out[r],
+                           req->hdr_expect ? req->hdr_expect[r] : req->hdr_out[r].count,
+                           &kind_level);
+        if (status != PX_OK)
+            return status;
+    }
+    return PX_OK;
+}
+
+/* A header-in-data request found a mismatch with rank `peer` (its header
+ * `h`, or NULL with `len` the length of a message we could not read): tells
+ * every rank we have not sent to yet (each expects at most one message from
+ * us, on the header tag, so the notice is what it reads in place of our
+ * data: a rank later in the algorithm's graph, or a rank that runs the
+ * header exchange, learns it at once instead of waiting for data that will
+ * not come), and returns PX_ERR_MISMATCH. The error text is set by the
+ * caller. */
+static px_status_t inline_fail(px_request_t *req, int peer, const px__hdr_t *h, size_t len)
+{
+    px_comm_t *comm = req->comm;
+
+    for (int r = 0; r < comm->size; r++) {
+        px__hdr_t *nt = &req->hdr_out[r];
+        px__op_t *op;
+        if (r == comm->rank || req->sent_to[r])
+            continue;
+        if (h && h->notice && h->magic == HDR_MAGIC && h->seq == req->seq &&
+            h->kind == (uint32_t)req->kind) {
+            *nt = *h; /* pass the finder's notice on as it is */
+            req->sent_to[r] = 1;
+            if (px__req_send(req, r, px__req_tag(req, comm->rank, PX__PHASE_HDR, 0), nt,
+                             sizeof(*nt), &op) != PX_OK)
+                break;
+            op->hdr = 1;
+            continue;
+        }
+        px__inline_header(req, nt);
+        nt->notice = 1;
+        nt->bad_rank = peer;
+        nt->found_by = comm->rank;
+        if (h) {
+            nt->bad.magic = HDR_MAGIC;
+            nt->bad.seq = h->inl;
+            nt->bad.kind = h->kind;
+            nt->bad.dtype = h->dtype;
+            nt->bad.op = h->op;
+            nt->bad.root = h->root;
+            nt->bad.count = h->count;
+        } else {
+            nt->bad.count = len;
+        }
+        req->sent_to[r] = 1;
+        if (px__req_send(req, r, px__req_tag(req, comm->rank, PX__PHASE_HDR, 0), nt,
+                         sizeof(*nt), &op) != PX_OK)
+            break; /* the comm failed: that error wins anyway */
+        op->hdr = 1;
+    }
+    return PX_ERR_MISMATCH;
+}
+
+px_status_t px__inline_check(px_request_t *req, px__op_t *o)
+{
+    px_comm_t *comm = req->comm;
+    const px__hdr_t *h = o->buf;
+    px__hdr_t mine;
+    px_status_t status;
+    size_t want = sizeof(px__hdr_t) + (size_t)(req->count * req->esz);
+    int kind_level;
+
+    if (o->status == UCS_ERR_MESSAGE_TRUNCATED) {
+        px__comm_set_error(comm, PX_ERR_MISMATCH, "rank %d: %s #%u mismatch: its message (%zu "
+                           "bytes) is longer than any header-in-data message", o->peer,
+                           kind_name((uint32_t)req->kind), req->seq, o->length);
+        return inline_fail(req, o->peer, NULL, o->length);
+    }
+    if (o->status != UCS_OK)
+        return px__op_status(comm, o); /* the peer failed */
+    if (o->length < sizeof(px__hdr_t)) {
+        px__comm_set_error(comm, PX_ERR_MISMATCH, "rank %d: %s #%u mismatch: it sent %zu bytes, "
+                           "less than a header", o->peer, kind_name((uint32_t)req->kind),
+                           req->seq, o->length);
+        return inline_fail(req, o->peer, NULL, o->length);
+    }
+    px__inline_header(req, &mine);
+    status = check_one(req, o->peer, h, &mine, mine.count, &kind_level);
+    if (status != PX_OK)
+        return inline_fail(req, o->peer, h, o->length);
+    if (o->length != want) { /* same header, other length: cannot be, but never read past */
+        px__comm_set_error(comm, PX_ERR_MISMATCH, "rank %d: %s #%u: sent %zu bytes, %zu "
+                           "expected", o->peer, kind_name((uint32_t)req->kind), req->seq,
+                           o->length, want);
+        return inline_fail(req, o->peer, NULL, o->length);
     }
     return PX_OK;
 }
@@ -346,15 +569,43 @@ static px_status_t header_step(px_request_t *req, int *progressed_p)
     int all = 1;
 
     for (px__op_t *o = comm->active; o; o = o->next) {
+        int kind_level;
         if (o->owner != req || !o->hdr)
             continue;
         if (!o->done) {
             all = 0;
             continue;
         }
+        if (!o->is_send && o->status == UCS_ERR_MESSAGE_TRUNCATED) {
+            /* a header-in-data message: the peer runs the small all-reduce */
+            const px__hdr_t *mine = &req->hdr_out[o->peer];
+            char ours[128];
+            vals_text(ours, sizeof(ours), mine);
+            return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                      "rank %d: %s #%u mismatch: it sent %zu bytes where we "
+                                      "expect a header (it runs a small all-reduce, header "
+                                      "in data, with %zu bytes of data); we passed %s",
+                                      o->peer, kind_name(mine->kind), req->seq, o->length,
+                                      o->length > sizeof(px__hdr_t)
+                                          ? o->length - sizeof(px__hdr_t) : 0,
+                                      ours);
+        }
         status = px__op_status(comm, o);
         if (status != PX_OK)
             return status;
+        /* a notice, or another collective: fail now, without waiting for
+         * the other headers (their senders may be waiting on us) */
+        if (!o->is_send && !req->verdict_posted) {
+            const px__hdr_t *h = &req->hdr_in[o->peer], *mine = &req->hdr_out[o->peer];
+            /* all-to-all-v: only what every rank sees fails early; a count
+             * disagreement goes through the verdict round */
+            int early = !req->hdr_expect || h->magic != HDR_MAGIC || h->seq != req->seq ||
+                        h->kind != mine->kind || h->notice || h->inl != mine->inl;
+            if (early && check_one(req, o->peer, h, mine,
+                                   req->hdr_expect ? req->hdr_expect[o->peer] : mine->count,
+                                   &kind_level) != PX_OK)
+                return PX_ERR_MISMATCH;
+        }
     }
     if (!all)
         return PX_INPROGRESS;
@@ -591,13 +842,76 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* Whether the ranks of this job on this node (world ranks with our node
+ * name) outnumber the CPUs this process may run on (its affinity mask,
+ * which cpusets and taskset narrow): then a spinning rank takes the core
+ * its peer needs, as Open MPI's rule has it (it yields only when
+ * oversubscribed, mpi_yield_when_idle). */
+static int node_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        return CPU_COUNT(&set);
+    return (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+static int node_oversubscribed(const px_comm_t *comm)
+{
+    const px_comm_t *w = comm->root;
+    int local = 0, cpus;
+
+    for (int r = 0; r < w->size; r++)
+        if (w->nodes && w->nodes[r] && w->nodes[w->rank] &&
+            !strcmp(w->nodes[r], w->nodes[w->rank]))
+            local++;
+    cpus = node_cpus();
+    return local > cpus;
+}
+
+/* Whether other processes load the machine: the 1-minute load average
+ * above its CPUs (plus a half, for our own spinning ranks, which count as
+ * runnable), read at most once a second. Measured (bench-small-lat, 2
+ * ranks, load 10 on 2 CPUs): a 200 us spin cut the median 4 KiB call from
+ * 33 to 8 us for the first few thousand calls, then the scheduler, which
+ * charges a spinner its whole slice, held both ranks off the CPUs and the
+ * median rose to 0.9 ms; so auto spins only on a machine with CPUs to
+ * spare. */
+static int machine_loaded(void)
+{
+    static int64_t next_us;
+    static int loaded;
+    int64_t now = mono_us();
+    double load[1];
+
+    if (now >= next_us) {
+        next_us = now + 1000000;
+        loaded = getloadavg(load, 1) == 1 && load[0] > node_cpus() + 0.5;
+    }
+    return loaded;
+}
+
+/* The spin bound in microseconds: PX_SPIN_US when >= 0, else (auto)
+ * PX__AUTO_SPIN_US while neither our ranks oversubscribe the node (checked
+ * once) nor other processes load it (machine_loaded), and 0 otherwise. */
+static long spin_bound_us(const px_comm_t *comm)
+{
+    static long spin_us = -2;
+    static int auto_ok;
+
+    if (spin_us == -2) {
+        spin_us = px_env_int("PX_SPIN_US");
+        auto_ok = spin_us < 0 && !node_oversubscribed(comm);
+    }
+    if (spin_us >= 0)
+        return spin_us;
+    return auto_ok && !machine_loaded() ? PX__AUTO_SPIN_US : 0;
+}
+
 static int spin_then_done(px_request_t *req)
 {
-    static long spin_us = -1;
+    long spin_us = spin_bound_us(req->comm);
     int64_t end;
 
-    if (spin_us < 0)
-        spin_us = px_env_int("PX_SPIN_US");
     if (spin_us <= 0)
         return 0;
     end = mono_us() + spin_us;

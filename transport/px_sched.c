@@ -53,7 +53,7 @@ static px_status_t round_done(px_request_t *req, int *done_p)
             return PX_OK;
         }
         {
-            px_status_t status = px__op_status(comm, o);
+            px_status_t status = o->inl ? px__inline_check(req, o) : px__op_status(comm, o);
             if (status != PX_OK)
                 return status;
         }
@@ -108,6 +108,30 @@ px_status_t px__sched_advance(px_request_t *req, int *progressed_p)
             if (status != PX_OK)
                 return status;
             break;
+        case PX__ACT_HSEND: {
+            char *m = a->dst;
+            px__inline_header(req, (px__hdr_t *)m);
+            if (a->n)
+                memcpy(m + sizeof(px__hdr_t), a->src, (size_t)a->n);
+            req->sent_to[a->peer] = 1;
+            status = px__req_send(req, a->peer, px__req_tag(req, req->comm->rank, PX__PHASE_HDR, 0),
+                                  m, sizeof(px__hdr_t) + (size_t)a->n, NULL);
+            if (status != PX_OK)
+                return status;
+            break;
+        }
+        case PX__ACT_HRECV: {
+            px__op_t *op;
+            /* room for the longest header-in-data message, so that a peer
+             * with another count is read and named, not truncated */
+            status = px__req_recv(req, a->peer, px__req_tag(req, a->peer, PX__PHASE_HDR, 0), a->dst,
+                                  sizeof(px__hdr_t) + PX__INLINE_MAX_BYTES, &op);
+            if (status != PX_OK)
+                return status;
+            op->inl = 1;
+            op->buf = a->dst;
+            break;
+        }
         case PX__ACT_WAIT:
             s->waiting = 1;
             break;

@@ -96,6 +96,9 @@ typedef struct px__op {
     int peer;             /* comm rank of the other side */
     int is_send;
     int hdr;              /* a collective header message (px_request.c) */
+    int inl;              /* a receive whose message starts with the sender's
+                           * header (header-in-data, px__inline_check) */
+    void *buf;            /* inl: the receive buffer (header, then data) */
 } px__op_t;
 
 typedef struct px__peer {
@@ -183,6 +186,10 @@ enum {
     PX__ACT_COPY,     /* memcpy(dst, src, n bytes) */
     PX__ACT_REDUCE,   /* dst = dst OP src (swap: src OP dst), n elements */
     PX__ACT_AVG,      /* dst /= comm size, n elements */
+    PX__ACT_HSEND,    /* header-in-data: our header then n bytes of src, copied
+                       * into dst (staging), sent to peer on the header tag */
+    PX__ACT_HRECV,    /* header-in-data: header then n bytes from peer into dst
+                       * (capacity PX__INLINE_MAX_BYTES), checked at the WAIT */
 };
 
 typedef struct px__act {
@@ -217,6 +224,24 @@ typedef struct px__ring {
 } px__ring_t;
 
 /* --- requests (px_request.c) ----------------------------------------------- */
+/* A collective header on the wire. Sent alone (the header exchange), or in
+ * front of the data (header-in-data, `inl` 1: the small all-reduce, whose
+ * every message is the first between its two ranks), or alone with
+ * `notice` 1: the sender found a mismatch and tells a rank it has not yet
+ * sent to, naming the rank it disagreed with (`bad_rank`, -1 none) and that
+ * rank's values (`bad`, magic 0 when unknown: a message too long to read,
+ * then bad.count is its length in bytes, 0 unknown; bad.seq holds that
+ * rank's `inl`). */
+typedef struct px__hdr_vals {
+    uint32_t magic;
+    uint32_t seq;
+    uint32_t kind;
+    uint32_t dtype;
+    uint32_t op;
+    int32_t root;
+    uint64_t count;
+} px__hdr_vals_t;
+
 typedef struct px__hdr {
     uint32_t magic;
     uint32_t seq;
@@ -225,6 +250,13 @@ typedef struct px__hdr {
     uint32_t op;
     int32_t root;
     uint64_t count;
+    uint32_t inl;         /* 1: header-in-data mode (what the sender runs) */
+    uint32_t notice;      /* 1: a mismatch notice, no data follows */
+    int32_t bad_rank;
+    int32_t found_by;     /* notice: the rank that found the mismatch (a rank that
+                           * received a notice passes it on with the finder's
+                           * values in count..inl and its rank here) */
+    px__hdr_vals_t bad;
 } px__hdr_t;
 
 enum {
@@ -241,6 +273,9 @@ struct px_request {
     int64_t deadline;
     px_status_t status;    /* PX_INPROGRESS until finished */
     int stage;             /* 0 header exchange pending, 1 header checked */
+    int inl;               /* header-in-data: no header exchange; every message
+                            * carries the header (px__req_create_inline) */
+    unsigned char *sent_to; /* inl: [size] 1 once a message went to that rank */
     int overlap;           /* run the algorithm while the headers travel */
     int algo_done;         /* the algorithm finished */
     px_status_t algo_err;  /* overlap: a data-size mismatch held until the headers say why */
@@ -375,6 +410,23 @@ px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop
 /* Releases temporary slot i of `req` (back to the comm's cache, or freed);
  * a no-op when the slot is empty. */
 void px__req_tmp_release(px_request_t *req, int i);
+/* Allocates a request in header-in-data mode: like px__req_create (no
+ * send counts, no expect), but posts no header exchange: the algorithm
+ * sends its header in front of every message (PX__ACT_HSEND) and checks
+ * the peer's in every receive (px__inline_check), so a rank checks the
+ * ranks it exchanges data with, and a rank that finds a mismatch tells
+ * every rank it has not sent to yet (px__inline_fail). Only for
+ * algorithms in which each rank sends at most one message to each other
+ * rank (recursive doubling). */
+px_status_t px__req_create_inline(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
+                                  uint64_t count, int root, const px_coll_opts_t *opts,
+                                  px_request_t **req_p);
+/* Checks a done header-in-data receive `o` of `req` (length, the peer's
+ * header, a notice): PX_OK, or PX_ERR_MISMATCH naming both ranks' values
+ * after telling the ranks not yet sent to (px__inline_fail). */
+px_status_t px__inline_check(px_request_t *req, px__op_t *o);
+/* Our header for a header-in-data message (into `h`). */
+void px__inline_header(const px_request_t *req, px__hdr_t *h);
 /* Cancels and frees every pending request of `comm` (destroy). */
 void px__comm_drop_requests(px_comm_t *comm);
 /* Frees a request that never ran (argument error after create). */
@@ -454,6 +506,25 @@ px_status_t px__pairwise_alltoallv_build(px_request_t *req, const void *sendbuf,
 extern int px__allreduce_algo;
 /* Messages up to this many bytes use recursive doubling in auto. */
 #define PX__RD_MAX_BYTES (32u * 1024u)
+/* All-reduces of at most this many bytes run recursive doubling with the
+ * header in the data messages (px__req_create_inline): one message per
+ * exchange instead of a header exchange beside it. A receive is posted
+ * with room for a header and this many bytes, so a peer's longer message
+ * (another count) is still read whole and named, never truncated. */
+#define PX__INLINE_MAX_BYTES PX__RD_MAX_BYTES
+/* UCX's default eager/rendezvous threshold between processes of one node
+ * (tag_send: egr/bcopy up to 8192 bytes, then rndv: RTS, a CMA get by the
+ * receiver, ATS). Data of (8192 - header, 8192] bytes would cross it only
+ * because of the header and pay a rendezvous round trip: such all-reduces
+ * keep the header exchange (bench-small-lat, 2 ranks, 8 KiB: minimum 6 us
+ * with the header exchange, 32 us with the header in data). */
+#define PX__EAGER_GUESS_BYTES 8192u
+/* 1: small all-reduces run the header exchange instead of the header in
+ * their data (what they did before issue 13); set by benchmarks comparing
+ * the two in one binary (tests/bench/bench_small_lat.c), 0 otherwise. */
+extern int px__inline_disable;
+/* Auto spin bound (PX_SPIN_US=-1) on a node that is not oversubscribed (us). */
+#define PX__AUTO_SPIN_US 200
 /* Collectives of at most this many bytes per rank run their data phase
  * while the header exchange is in flight (one round trip less). Every size
  * does (measured, best of 10: 4 ranks 256 KiB-4 MiB 0.7-0.95x the time,

@@ -23,6 +23,75 @@
 
 #define ADD(...) do { status = px__sched_add(s, __VA_ARGS__); if (status != PX_OK) return status; } while (0)
 
+/* Recursive doubling with the header in every message (req->inl,
+ * px__req_create_inline): the same exchanges, but each message is our
+ * header followed by the data, sent from a staging copy (slot 1) on the
+ * header tag (every message is the first between its two ranks: the
+ * partners of the exchange steps are distinct, and the fold and unfold go
+ * opposite ways), and received into slot 0, with room for any
+ * header-in-data message, whose header is checked at the WAIT before the
+ * data is reduced. A rank that finds a mismatch tells every rank it has
+ * not sent to, so its later partners read the notice where they expected
+ * data, and every rank fails: a rank completes only if each partner sent
+ * data, which a partner does only after its own earlier partners agreed
+ * with it, so by induction over the steps every header agreed. */
+static px_status_t rd_inline_build(px_request_t *req, const void *sendbuf, void *recvbuf)
+{
+    px_comm_t *comm = req->comm;
+    px__sched_t *s = &req->sched;
+    const int n = comm->size, r = comm->rank;
+    const uint64_t count = req->count, bytes = count * req->esz;
+    const size_t h = sizeof(px__hdr_t);
+    int pof2 = 1, rem, newrank;
+    char *in = px__req_tmp(req, 0, h + PX__INLINE_MAX_BYTES);
+    char *out = px__req_tmp(req, 1, h + (size_t)bytes);
+    px_status_t status;
+
+    if (!in || !out)
+        return PX_ERR_NO_MEMORY;
+    while (pof2 * 2 <= n)
+        pof2 *= 2;
+    rem = n - pof2;
+    if (sendbuf != recvbuf)
+        ADD(PX__ACT_COPY, 0, 0, recvbuf, sendbuf, bytes, 0);
+    if (r < 2 * rem) {
+        if (r % 2 == 0) {
+            ADD(PX__ACT_HSEND, r + 1, 0, out, recvbuf, bytes, 0);
+            ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0, 0);
+            newrank = -1;
+        } else {
+            ADD(PX__ACT_HRECV, r - 1, 0, in, NULL, bytes, 0);
+            ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0, 0);
+            ADD(PX__ACT_REDUCE, 0, 0, recvbuf, in + h, count, 1);
+            newrank = r / 2;
+        }
+    } else {
+        newrank = r - rem;
+    }
+    if (newrank >= 0) {
+        for (int mask = 1; mask < pof2; mask <<= 1) {
+            int newdst = newrank ^ mask;
+            int dst = newdst < rem ? newdst * 2 + 1 : newdst + rem;
+            ADD(PX__ACT_HRECV, dst, 0, in, NULL, bytes, 0);
+            ADD(PX__ACT_HSEND, dst, 0, out, recvbuf, bytes, 0);
+            ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0, 0);
+            ADD(PX__ACT_REDUCE, 0, 0, recvbuf, in + h, count, dst < r);
+        }
+        ADD(PX__ACT_AVG, 0, 0, recvbuf, NULL, count, 0);
+    }
+    if (r < 2 * rem) {
+        if (r % 2) {
+            ADD(PX__ACT_HSEND, r - 1, 0, out, recvbuf, bytes, 0);
+        } else {
+            ADD(PX__ACT_HRECV, r + 1, 0, in, NULL, bytes, 0);
+            ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0, 0);
+            ADD(PX__ACT_COPY, 0, 0, recvbuf, in + h, bytes, 0);
+        }
+    }
+    req->advance = px__sched_advance;
+    return PX_OK;
+}
+
 px_status_t px__rd_allreduce_build(px_request_t *req, const void *sendbuf, void *recvbuf)
 {
     px_comm_t *comm = req->comm;
@@ -30,8 +99,12 @@ px_status_t px__rd_allreduce_build(px_request_t *req, const void *sendbuf, void 
     const int n = comm->size, r = comm->rank;
     const uint64_t count = req->count, bytes = count * req->esz;
     int pof2 = 1, rem, newrank;
-    void *tmp = px__req_tmp(req, 0, (size_t)bytes);
+    void *tmp;
     px_status_t status;
+
+    if (req->inl)
+        return rd_inline_build(req, sendbuf, recvbuf);
+    tmp = px__req_tmp(req, 0, (size_t)bytes);
 
     if (!tmp)
         return PX_ERR_NO_MEMORY;
