@@ -302,8 +302,11 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
                  px_dtype_name(dtype));
         return PX_ERR_INVALID_ARGUMENT;
     }
-    /* the algorithm first: a small recursive doubling sends its header in
-     * its data messages instead of a header exchange beside them */
+    /* the algorithm first: a small recursive doubling on host buffers sends
+     * its header in its data messages instead of a header exchange beside
+     * them (not a staged device buffer: its chunks are several messages
+     * between the same two ranks, and the staging keeps one header
+     * exchange for the whole call) */
     {
         size_t wire = is_half(dtype) ? 4 : px_dtype_size(dtype); /* halves reduce in fp32 */
         algo = pick(opts, "PX_ALGO_ALLREDUCE");
@@ -317,7 +320,7 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
                  : PX_ALGO_RING;
         uint64_t bytes = count * wire;
         if (algo == PX_ALGO_RECURSIVE_DOUBLING && count > 0 && comm->size > 1 &&
-            bytes <= PX__INLINE_MAX_BYTES && !px__inline_disable &&
+            bytes <= PX__INLINE_MAX_BYTES && !px__inline_disable && !on_device(sendbuf, recvbuf) &&
             (bytes + sizeof(px__hdr_t) <= PX__EAGER_GUESS_BYTES ||
              bytes > PX__EAGER_GUESS_BYTES))
             status = px__req_create_inline(comm, PX__COLL_ALLREDUCE, dtype, op, count, -1, opts,
