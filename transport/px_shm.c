@@ -197,6 +197,7 @@ px_status_t px__shm_setup(px_comm_t *comm)
     struct {
         int32_t ok;
         char name[NAME_LEN];
+        uint64_t slot, min_bytes; /* rank 0's knobs: every rank uses the same */
     } msg;
     px__shm_t *s = NULL;
     int32_t ok, all_ok;
@@ -221,6 +222,8 @@ px_status_t px__shm_setup(px_comm_t *comm)
 
     s = calloc(1, sizeof(*s));
     memset(&msg, 0, sizeof(msg));
+    msg.slot = slot;
+    msg.min_bytes = (uint64_t)px_env_int("PX_SHM_MIN_BYTES");
     if (comm->rank == 0 && s) {
         for (int tries = 0; tries < 4 && !created; tries++) {
             int fd;
@@ -248,6 +251,8 @@ px_status_t px__shm_setup(px_comm_t *comm)
     status = px_broadcast(comm, &msg, sizeof(msg), 0, -1);
     if (status != PX_OK)
         goto out_unlink;
+    slot = (size_t)msg.slot;
+    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * 2 * slot;
     if (comm->rank != 0 && msg.ok && s) {
         int fd = shm_open(msg.name, O_RDWR | O_CLOEXEC, 0);
         struct stat st;
@@ -277,7 +282,7 @@ out_unlink:
     s->ctl = (ctl_t *)s->base;
     s->hdr = (hent_t *)(s->base + ctl_bytes);
     s->slots = s->base + ctl_bytes + hdr_bytes;
-    s->min_bytes = (uint64_t)px_env_int("PX_SHM_MIN_BYTES");
+    s->min_bytes = msg.min_bytes;
     s->wait_peer = -1;
     comm->shm = s;
     px_debug("comm %u: shared-memory path on (%d ranks, %zu-byte slots)", comm->id, comm->size,
