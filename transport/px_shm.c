@@ -508,8 +508,9 @@ static void copy_in(px__shm_t *s, shm_op_t *o)
         break;
     case PX__COLL_REDUCE_SCATTER:
     case PX__COLL_ALLTOALL:
-        for (int j = 0; j < s->n; j++)
-            memcpy(mine + (size_t)j * cb, o->src + ((size_t)j * o->count + o->off) * esz, cb);
+        for (int j = 0; j < s->n; j++) /* all-to-all's own block goes straight across */
+            if (j != s->me || o->kind == PX__COLL_REDUCE_SCATTER)
+                memcpy(mine + (size_t)j * cb, o->src + ((size_t)j * o->count + o->off) * esz, cb);
         break;
     }
 }
@@ -545,7 +546,9 @@ static void after_data(px__shm_t *s, shm_op_t *o)
     case PX__COLL_ALLTOALL:
         for (int p = 0; p < s->n; p++)
             memcpy(o->dst + ((size_t)p * o->count + o->off) * esz,
-                   slot_of(s, p, o->buf) + (size_t)s->me * cb, cb);
+                   p == s->me ? o->src + ((size_t)p * o->count + o->off) * esz
+                              : slot_of(s, p, o->buf) + (size_t)s->me * cb,
+                   cb);
         break;
     }
 }
