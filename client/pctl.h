@@ -118,6 +118,17 @@ char *pctl_val_path(const char *out);
 /* Dumps `value` (stolen) to stdout with a newline; returns 0 or 1. */
 int pctl_json_print(json_t *value);
 
+/* ---- pctl_memfmt.c: `pctl mem`'s device figures (issue 12) */
+
+/* A rank's device memory as cudaMemGetInfo reported it, "used/total" in GB
+ * (10^9 bytes, two decimals: "1.50/80.00"), into `buf`; "-" for a rank
+ * without device memory (a CPU rank: device_total_bytes 0, as an old
+ * rank's report reads too). Returns buf. */
+const char *pctl_mem_device_cell(const Parallax__V1__RankMemory *m, char *buf, size_t len);
+/* The same as JSON: {"used": bytes, "total": bytes}, or null for a CPU
+ * rank. Caller owns the result. */
+json_t *pctl_mem_device_json(const Parallax__V1__RankMemory *m);
+
 /* ---- pctl_data.c */
 
 /* `pctl data prepare`: see pctl_data.c. */

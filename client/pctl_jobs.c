@@ -763,6 +763,11 @@ static void print_job(const Parallax__V1__Job *j)
                s->dp, s->batch, s->steps, s->lr, (unsigned long long)s->seed, s->warmup_steps,
                s->weight_decay, s->min_lr_ratio);
         printf("data         %s\n", pctl_esc(s->data_path));
+        /* issue 12: an empty field is the default, fp32 */
+        printf("precision    %s\n", s->precision && *s->precision
+               ? (!strcmp(s->precision, "bf16") ? "bf16 (bf16 GEMMs, fp32 elsewhere)"
+                                                : pctl_esc(s->precision))
+               : "fp32");
     }
     if (has_layout) {
         printf("layout       %s%s; rank = tp + tp x (cp + cp x (dp + dp x pp)); "

@@ -10,7 +10,10 @@
  * and the tokens of each sequence it holds (chunks i and 2cp-1-i of the
  * 2cp chunks, engine/ring_attn.h), so the activations column reads against
  * the context slice. A daemon from before tensor parallelism sends no tp /
- * world: tp 1, world the ranks listed. Single-threaded; one unary RPC. */
+ * world: tp 1, world the ranks listed. A rank on a GPU adds its device's
+ * used/total memory in GB as cudaMemGetInfo reports it (column device-GB,
+ * JSON "device"; the categories are then device bytes); a CPU rank shows
+ * "-" (null); pctl_memfmt.c. Single-threaded; one unary RPC. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +81,8 @@ int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
                                    "categories", c, "state_peak",
                                    (json_int_t)m->state_peak_bytes,
                                    "plan_state_peak", m->plan_state_peak_bytes);
+            if (jr) /* issue 12: cudaMemGetInfo beside the categories; null on CPU */
+                json_object_set_new(jr, "device", pctl_mem_device_json(m));
             if (jr && cp > 1) {
                 unsigned i0 = m->cp_rank, i1 = 2 * cp - 1 - m->cp_rank;
                 json_object_set_new(jr, "cp", json_integer(m->cp_rank));
@@ -110,7 +115,7 @@ int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
     printf("%-4s %3s %3s %5s", "rank", "dp", "tp", "step");
     for (size_t k = 0; k < N_CATS; k++)
         printf(" %15s", cats[k]);
-    printf(" %10s %10s %7s", "state-pk", "plan", "ratio");
+    printf(" %10s %10s %7s %15s", "state-pk", "plan", "ratio", "device-GB");
     if (cp > 1)
         printf(" %3s %s", "cp", "tokens");
     printf("\n");
@@ -131,6 +136,7 @@ int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
                m->plan_state_peak_bytes / 1e6,
                m->plan_state_peak_bytes > 0 ? m->state_peak_bytes / m->plan_state_peak_bytes
                                             : 0.0);
+        printf(" %15s", pctl_mem_device_cell(m, buf, sizeof(buf)));
         if (cp > 1 && chunk) {
             unsigned i0 = m->cp_rank, i1 = 2 * cp - 1 - m->cp_rank;
             printf(" %3u [%u,%u)+[%u,%u)", m->cp_rank, i0 * chunk, (i0 + 1) * chunk,

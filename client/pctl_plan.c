@@ -296,7 +296,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     uint64_t layers = 4, dim = 128, vocab = PX_DEFAULT_VOCAB, seq = 128, heads = 4, dp = 1, v;
     uint64_t tp = 1, pp = 1, cp = 1, ep = 1, nodes = 1, per_node = 0;
     uint64_t batch = 0, accum = 1; /* batch 0: dp x grad_accum (micro-batch 1) */
-    int zero = -1, json = 0, fp32 = 0, have_dims = 0, sp = 0, opt;
+    int zero = -1, json = 0, fp32 = 0, bf16 = 0, have_dims = 0, sp = 0, opt;
     uint64_t mbs = 1;
     uint64_t vstages = 2; /* interleaved: model chunks per stage */
     int sched_sel = -1, print_sched = 0;
@@ -343,9 +343,12 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                 zero = (int)v;
             break;
         case O_PREC:
-            if (strcmp(optarg, "fp32") && strcmp(optarg, "mixed"))
-                return pctl_usage_error("plan", "--precision '%s': fp32 or mixed", optarg);
-            fp32 = !strcmp(optarg, "fp32");
+            if (strcmp(optarg, "fp32") && strcmp(optarg, "mixed") && strcmp(optarg, "bf16"))
+                return pctl_usage_error("plan", "--precision '%s': fp32, bf16 or mixed", optarg);
+            /* bf16: the engine's --precision bf16, fp32 state (as fp32) plus
+             * the bf16 GEMM operands' scratch (plan.h) */
+            bf16 = !strcmp(optarg, "bf16");
+            fp32 = bf16 || !strcmp(optarg, "fp32");
             break;
         case O_K:
             if (pctl_parse_float("plan", "--optimizer-bytes-per-param", optarg, 0, 1024, &k))
@@ -532,6 +535,12 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                                                            (int)experts, (int)top_k, (int)dim,
                                                            dropless, capf)
                             : 0;
+    /* --precision bf16: the GEMM operands rounded per call (CUDA: 2 bytes each) */
+    const uint64_t bf16_scratch =
+        bf16 && known ? 2 * px_plan_bf16_gemm_elems((int)dim,
+                                                    px_job_config_padded_vocab((int)vocab),
+                                                    (int)(micro * seq_local), (int)tp)
+                      : 0;
     json_t *jstages = json_array();
     if (!json) {
         if (known)
@@ -552,7 +561,16 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                    "(%s)\n",
                    (unsigned long long)dp, (unsigned long long)tp, prec.param_bytes,
                    prec.grad_bytes, prec.optim_bytes,
-                   fp32 ? "fp32 AdamW" : "mixed precision, as the ZeRO paper counts");
+                   bf16   ? "--precision bf16: fp32 master weights, grads and AdamW; bf16 GEMMs"
+                   : fp32 ? "fp32 AdamW"
+                          : "mixed precision, as the ZeRO paper counts");
+            if (bf16_scratch) {
+                char b[32];
+                fmt_gb((double)bf16_scratch, b, sizeof(b));
+                printf("bf16 GEMM operands per rank: %s of device scratch (no bf16 weight copy: "
+                       "the largest linear layer's weight and activations, rounded per GEMM)\n",
+                       b);
+            }
             if (known) {
                 char b[32];
                 fmt_gb((double)(acts.bytes + moe_acts), b, sizeof(b));
@@ -616,6 +634,8 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                               "memory_planned", memory_planned);
         if (o && !memory_planned)
             json_object_set_new(o, "memory_note", json_string(memory_note));
+        if (o && bf16)
+            json_object_set_new(o, "bf16_gemm_scratch_bytes", json_integer((json_int_t)bf16_scratch));
         if (o && experts)
             json_object_set_new(o, "moe", json_pack("{s:I, s:i, s:I, s:I, s:I, s:I}", "experts",
                                                     (json_int_t)experts, "moe_layers",

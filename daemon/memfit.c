@@ -72,6 +72,10 @@ static px_status_t rank_bytes(const px_job_config_t *cfg, double *state_p, doubl
     if (status != PX_OK)
         return status;
     *acts_p = (double)acts.bytes;
+    if (cfg->precision == PX_PRECISION_BF16) /* the bf16 GEMM operands (plan.h), 2 bytes each */
+        *acts_p += 2.0 * (double)px_plan_bf16_gemm_elems(cfg->dim,
+                                                         px_job_config_padded_vocab(cfg->vocab),
+                                                         B * T, tp);
     return PX_OK;
 }
 

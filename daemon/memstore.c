@@ -23,6 +23,7 @@ typedef struct cached {
     char job_id[64];
     uint32_t rank, step;
     uint64_t state_peak, sum_peaks;
+    uint64_t device_used; /* issue 12: a change of the device's use is written too */
 } cached_t;
 static cached_t cache[256];
 static int cache_next;
@@ -54,7 +55,7 @@ px_status_t px_memstore_put(px_store_t *store, const char *job_id,
         sum += mem->categories[i]->peak_bytes;
     cached_t *c = cache_find(job_id, mem->rank);
     if (!force && c && mem->step > 2 && mem->step % 10 && c->state_peak == mem->state_peak_bytes &&
-        c->sum_peaks == sum)
+        c->sum_peaks == sum && c->device_used == mem->device_used_bytes)
         return PX_OK;
 
     size_t len = parallax__v1__rank_memory__get_packed_size(mem);
@@ -94,6 +95,7 @@ px_status_t px_memstore_put(px_store_t *store, const char *job_id,
         c->step = mem->step;
         c->state_peak = mem->state_peak_bytes;
         c->sum_peaks = sum;
+        c->device_used = mem->device_used_bytes;
     }
     return status;
 }

@@ -83,7 +83,14 @@ void px_mem_free(void *ptr)
     abort(); /* not a px_mem_calloc block: a double free or a foreign pointer */
 }
 
-void px_mem_stats(px_mem_stats_t *out) { *out = g; }
+void px_mem_stats(px_mem_stats_t *out)
+{
+    *out = g;
+    out->device_used = out->device_total = 0;
+    if (ops()->mem_info &&
+        ops()->mem_info(&out->device_used, &out->device_total) != PX_OK)
+        out->device_used = out->device_total = 0;
+}
 
 void px_mem_reset_peaks(void)
 {

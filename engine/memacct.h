@@ -18,6 +18,10 @@ typedef struct px_mem_stats {
     uint64_t current[PX_MEM_NCAT];
     uint64_t peak[PX_MEM_NCAT];
     uint64_t state_peak; /* peak of params + grads + optimizer at one time */
+    /* issue 12: the backend's device memory at the snapshot as its runtime
+     * reports it (kernel table mem_info: cudaMemGetInfo), bytes; both 0 on
+     * a backend without device memory (cpu) or when the runtime failed */
+    uint64_t device_used, device_total;
 } px_mem_stats_t;
 
 /* The backend whose memory ops (px_kernels.h mem_alloc / mem_free) serve
@@ -32,7 +36,7 @@ void *px_mem_calloc(px_mem_cat_t cat, size_t n, size_t size);
 /* Frees a px_mem_calloc block and subtracts it; NULL no-op. Any other
  * pointer aborts (a double free must not corrupt the counters). */
 void px_mem_free(void *ptr);
-/* Snapshot of the counters. */
+/* Snapshot of the counters (and of the device's memory, see above). */
 void px_mem_stats(px_mem_stats_t *out);
 /* Resets the peaks to the current values (e.g. between runs in one process). */
 void px_mem_reset_peaks(void);

@@ -51,6 +51,10 @@ typedef struct px_step_report {
     uint64_t mem_state_peak;           /* params + grads + optimizer at once */
     double mem_plan[PX_MEM_NCAT];      /* plan.h prediction (state categories) */
     double mem_plan_state_peak;        /* plan.h prediction of mem_state_peak */
+    uint64_t mem_device_used;          /* issue 12: the device's memory in use
+                                          and its size (cudaMemGetInfo), bytes;
+                                          0 / 0 on a CPU rank (memacct.h) */
+    uint64_t mem_device_total;
     uint64_t replicated_digest;        /* px_zero_replicated_digest after the
                                           update: equal on the tensor ranks
                                           of one dp index */

@@ -47,6 +47,7 @@
 #include "tp.h"
 #include "zero.h"
 #include "px_kernels.h"
+#include "px_kernels_bf16.h"
 #include "px_kernels_select.h"
 #include "px_devmem.h"
 #include "px_log.h"
@@ -390,6 +391,8 @@ static void fill_mem(px_step_report_t *rep, const px_plan_t *plan, size_t act_by
     rep->mem_plan[PX_MEM_ACTS] = (double)act_bytes;
     rep->mem_state_peak = ms.state_peak;
     rep->mem_plan_state_peak = px_plan_state_bytes(plan);
+    rep->mem_device_used = ms.device_used;
+    rep->mem_device_total = ms.device_total;
 }
 
 px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,
@@ -539,6 +542,18 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     px_plan_precision_t prec;
     px_plan_precision_fp32(&prec);
+    /* the model computes with `mops`: the device's table, or its view whose
+     * linear layers are bf16 GEMMs (px_kernels_bf16.h: "bf16 GEMMs, fp32
+     * elsewhere"); weights, gradients, optimizer state and collectives stay
+     * fp32 (zero, the loader and every "is it the CPU" question use ops) */
+    const px_kernel_ops_t *mops =
+        px_kernels_with_precision(ops, cfg->precision == PX_PRECISION_BF16);
+    if (!mops) {
+        status = px_invalid(err, sizeof(err), "precision=bf16: the %s op table has no bf16 "
+                            "GEMM", ops->name);
+        px_error("train: %s", err);
+        goto out;
+    }
     PX_CHECK_GOTO(px_plan_create(usizes, px_gpt_num_units(&gc), 1, dp * cp, cfg->zero, &prec,
                                  &plan), status, out);
     px_moe_config_t mc = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
@@ -554,10 +569,10 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     if (pp > 1) {
         if (stage == 0 || last_stage) /* the tied wte; the copy counts on the first stage */
             px_zero_set_tied(zero, PX_MODEL_UNIT_EMBED, last_stage);
-        PX_CHECK_GOTO(px_pipe_create(&gc, ops, zero, groups, cfg->schedule, M, V, stage_layers,
+        PX_CHECK_GOTO(px_pipe_create(&gc, mops, zero, groups, cfg->schedule, M, V, stage_layers,
                                      Bm, Tl, &pipe), status, out);
     } else {
-        PX_CHECK_GOTO(px_gpt_create_external(&gc, ops, Bm, Tl, px_zero_hooks(zero), &gpt),
+        PX_CHECK_GOTO(px_gpt_create_external(&gc, mops, Bm, Tl, px_zero_hooks(zero), &gpt),
                       status, out);
         /* whole-model backward: gradient buckets reduced during it */
         PX_CHECK_GOTO(px_zero_set_buckets(zero, cfg->bucket_mb), status, out);
@@ -568,7 +583,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
          * dense parameter: its gradient is averaged over dp x cp ranks and
          * the A x M micro-batches; a pipeline stage holds its own MoE
          * layers, with an activation slot per micro-batch in flight */
-        PX_CHECK_GOTO(px_moe_create_stage(&mc, ops, Bm * Tl, px_groups_comm(groups, PX_GROUP_EP),
+        PX_CHECK_GOTO(px_moe_create_stage(&mc, mops, Bm * Tl, px_groups_comm(groups, PX_GROUP_EP),
                                           dp_comm, px_groups_comm(groups, PX_GROUP_EDP), dp * cp,
                                           A * M, held_layers,
                                           pipe ? px_pipe_chunk_slots_max(pipe) : 1, &moe),
@@ -613,10 +628,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     if (rank == 0)
         px_info("train: %zu parameters (%llu per tensor rank), zero %d, dp %d, tp %d, cp %d, "
                 "grad_accum %d, pp %d (%s, %d micro-batches, %d chunks per stage), micro-batch "
-                "%d x %d; plan per rank: params %.2f MB, grads %.2f MB, optimizer %.2f MB, "
-                "activations %.2f MB",
+                "%d x %d, precision %s%s; plan per rank: params %.2f MB, grads %.2f MB, "
+                "optimizer %.2f MB, activations %.2f MB",
                 n, (unsigned long long)plan->params, cfg->zero, dp, layout.tp, cp, A, pp,
                 px_pipe_schedule_name(cfg->schedule), M, V, Bm, Tl,
+                px_job_config_precision_name(cfg->precision),
+                cfg->precision == PX_PRECISION_BF16 ? " (bf16 GEMMs, fp32 elsewhere)" : "",
                 plan->bytes[PX_MEM_PARAMS] / 1e6,
                 plan->bytes[PX_MEM_GRADS] / 1e6, plan->bytes[PX_MEM_OPTIM] / 1e6,
                 act_bytes / 1e6);

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "px_status.h"
+
 /* Geometry of one block of blockwise attention (the ops below): B
  * sequences, NH heads of hs channels each; Tq query rows against Tk key
  * rows. Head h of row t of sequence b is at  base + b*bs + t*ld + h*hs
@@ -67,6 +69,25 @@ typedef struct px_kernel_ops {
      * accumulate. */
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
+
+    /* ---- the same linear layer as a bf16 GEMM (mixed precision, issue 12;
+     * as PyTorch autocast and Megatron-LM run linear layers): the GEMMs'
+     * inputs are rounded to bf16 (nearest even) - inp and weight in
+     * forward; dout and weight (dinp), dout and inp (dweight) in backward -
+     * and multiplied into fp32 outputs; the bias add and dbias (column
+     * sums of the unrounded dout) stay fp32. A bf16 x bf16 product is exact
+     * in fp32. CUDA: a bf16 tensor-core GEMM with an fp32 accumulator; CPU:
+     * the exact products summed in double and rounded once to fp32, so the
+     * result does not depend on BLAS's summation order (px_matmul_bf16_cpu.c).
+     * Same arguments, shapes, accumulation and NULL rules as matmul_forward
+     * / matmul_backward; the inputs are not modified (rounded copies go to
+     * the backend's scratch: CPU, a per-thread grow-only buffer of doubles;
+     * CUDA, bf16 in the device scratch). px_kernels_with_precision
+     * (px_kernels_bf16.h) makes a table whose matmul_* are these. */
+    void (*matmul_bf16_forward)(float *out, const float *inp, const float *weight,
+                                const float *bias, int N, int C, int OC);
+    void (*matmul_bf16_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC);
 
     /* Causal multi-head self-attention. inp (B,T,3C) is the fused qkv
      * projection (q | k | v, each C = NH heads of C/NH); out (B,T,C) is
@@ -232,6 +253,22 @@ typedef struct px_kernel_ops {
     void (*mem_copy_from_host)(void *dst, const void *host_src, size_t bytes);
     /* Waits until every op issued on the compute stream has finished. */
     void (*synchronize)(void);
+    /* The device's memory as its runtime reports it (CUDA: cudaMemGetInfo
+     * on the open device, *used_p = total - free), bytes: PX_OK, or an
+     * error when the runtime fails. NULL for backends without device
+     * memory (cpu). */
+    px_status_t (*mem_info)(uint64_t *used_p, uint64_t *total_p);
+    /* Asynchronous copies for the transport's staging (px_stage.c): copies
+     * `bytes` between this backend's memory and (pinned) host memory on a
+     * copy stream of its own, ordered after every op issued so far on the
+     * compute stream, so that copies overlap kernels and communication.
+     * Returns a ticket (> 0), or 0 when the copy could not be issued (the
+     * caller then copies synchronously). copy_wait blocks until copy
+     * `ticket` and every copy issued before it have finished; only then may
+     * the host read (to host) or reuse (from host) its buffer, and later
+     * ops on the compute stream see the result. NULL (cpu): none. */
+    uint64_t (*mem_copy_async)(void *dst, const void *src, size_t bytes, int to_host);
+    void (*copy_wait)(uint64_t ticket);
 } px_kernel_ops_t;
 
 /* The CPU op table (OpenBLAS). Static; never NULL. */

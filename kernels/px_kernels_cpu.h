@@ -19,6 +19,11 @@ void px__cpu_matmul_forward(float *out, const float *inp, const float *weight, c
                             int N, int C, int OC);
 void px__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                              const float *inp, const float *weight, int N, int C, int OC);
+/* bf16 GEMMs (px_matmul_bf16_cpu.c) */
+void px__cpu_matmul_bf16_forward(float *out, const float *inp, const float *weight,
+                                 const float *bias, int N, int C, int OC);
+void px__cpu_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                  const float *inp, const float *weight, int N, int C, int OC);
 void px__cpu_attention_forward(float *out, float *att, const float *inp, int B, int T, int C,
                                int NH);
 void px__cpu_attention_backward(float *dinp, float *scratch, const float *dout, const float *inp,

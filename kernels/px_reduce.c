@@ -142,6 +142,12 @@ void px_f32_to_bf16(uint16_t *dst, const float *src, size_t count)
         dst[i] = f32_to_bf16(src[i]);
 }
 
+void px_f32_round_bf16(float *dst, const float *src, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
+}
+
 /* Halves element by element in fp32, rounded once per element. */
 static int reduce_half(int bf, int op, uint16_t *d, const uint16_t *a, const uint16_t *b,
                        size_t count)

@@ -32,6 +32,10 @@ void px_f16_to_f32(float *dst, const uint16_t *src, size_t count);
 void px_f32_to_f16(uint16_t *dst, const float *src, size_t count);
 void px_bf16_to_f32(float *dst, const uint16_t *src, size_t count);
 void px_f32_to_bf16(uint16_t *dst, const float *src, size_t count);
+/* dst = src rounded to the nearest bf16 (even on ties), kept as fp32: the
+ * value px_bf16_to_f32(px_f32_to_bf16(src)) gives, in one pass; `count`
+ * elements; dst may equal src. What the CPU bf16 GEMM feeds sgemm. */
+void px_f32_round_bf16(float *dst, const float *src, size_t count);
 
 /* Legacy fp32 helpers (dst += src; dst *= scale). */
 void px_reduce_sum_f32(float *dst, const float *src, size_t count);

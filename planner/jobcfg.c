@@ -275,9 +275,9 @@ static px_status_t check_moe(const px_job_config_t *cfg, char *errbuf, size_t er
  * context and expert parallel (+ ZeRO), not every combination. */
 static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t errlen)
 {
-    if (cfg->precision == PX_PRECISION_BF16)
-        return px_invalid(errbuf, errlen, "precision=bf16 is not implemented by the engine yet "
-                          "(fp32 runs on cpu and cuda devices)");
+    /* precision=bf16 (issue 12) runs in every layout below: its bf16 GEMMs
+     * are a property of the op table (kernels/px_kernels_bf16.h), and the
+     * state and collectives every layout shares stay fp32 */
     const px_layout_t *l = &cfg->layout;
     if (l->ep > 1 && !cfg->experts)
         return px_invalid(errbuf, errlen, "ep=%d needs experts (--experts E, a multiple of ep); "

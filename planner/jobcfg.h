@@ -76,9 +76,10 @@ typedef struct px_job_config {
 } px_job_config_t;
 
 /* Compute precision: fp32 everywhere (the default and the equivalence
- * oracle), or bf16 weights and activations with fp32 master weights,
- * optimizer state and reductions (not implemented by the engine yet: the
- * check rejects it, naming it). */
+ * oracle), or bf16: "bf16 GEMMs, fp32 elsewhere" (kernels/px_kernels_bf16.h)
+ * - every linear layer multiplies bf16-rounded activations and weights with
+ * fp32 accumulation; master weights, activations in memory, gradients,
+ * optimizer state, reductions and collectives stay fp32. Every layout. */
 enum { PX_PRECISION_FP32 = 0, PX_PRECISION_BF16 = 1 };
 
 /* "fp32" / "bf16" -> PX_PRECISION_*; NULL or "" -> fp32; else -1. */

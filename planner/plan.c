@@ -262,3 +262,25 @@ uint64_t px_plan_moe_activation_bytes(int moe_layers, int N, int ep, int experts
     uint64_t shared = 4 * (2 * big * C + n * E + NK + 2 * (R * 4 * C + 1));
     return moe_layers > 0 ? (uint64_t)moe_layers * per + shared : 0;
 }
+
+/* one linear layer's bf16 operands, backward (plan.h) */
+static uint64_t gemm_elems(uint64_t N, uint64_t C, uint64_t OC)
+{
+    return N * OC + OC * C + N * C;
+}
+
+uint64_t px_plan_bf16_gemm_elems(int dim, int padded_vocab, int tokens, int tp)
+{
+    if (dim <= 0 || padded_vocab <= 0 || tokens <= 0 || tp <= 0)
+        return 0;
+    const uint64_t C = (uint64_t)dim, N = (uint64_t)tokens, t = (uint64_t)tp;
+    uint64_t m = gemm_elems(N, C, 3 * C / t);     /* qkv (column-parallel) */
+    uint64_t e = gemm_elems(N, C / t, C);         /* attention projection (row) */
+    m = e > m ? e : m;
+    e = gemm_elems(N, C, 4 * C / t);              /* fc (column) */
+    m = e > m ? e : m;
+    e = gemm_elems(N, 4 * C / t, C);              /* fc projection (row) */
+    m = e > m ? e : m;
+    e = gemm_elems(N, C, (uint64_t)padded_vocab / t); /* the tied head (column) */
+    return e > m ? e : m;
+}

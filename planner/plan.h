@@ -128,6 +128,19 @@ px_status_t px_plan_gpt_activations(int layers, int heads, int dim, int padded_v
                                     int T, int tp, int sequence_parallel,
                                     px_plan_gpt_acts_t *acts);
 
+/* precision=bf16 ("bf16 GEMMs, fp32 elsewhere", kernels/px_kernels_bf16.h):
+ * the engine keeps no bf16 weight copy - each GEMM rounds its weight and
+ * activation operands on the fly into the backend's scratch - so bf16 adds
+ * to the fp32 plan only that scratch: the largest bf16 operand set one
+ * linear layer's call rounds, in ELEMENTS, over a GPT layer's four GEMMs
+ * and the tied head, backward counted (dout (N,OC) + W (OC,C) + inp (N,C)):
+ * with N = `tokens` rows of a micro-batch (B x T of this rank, all B x T
+ * with sequence parallelism), OC and C of one tensor rank's shard (3C/tp,
+ * C/tp, 4C/tp, padded_vocab/tp). The head dominates for a real vocab.
+ * Bytes: 2 per element on CUDA (bf16); the CPU op widens them to doubles
+ * (8) plus an fp64 accumulator of the output's size. 0 for bad sizes. */
+uint64_t px_plan_bf16_gemm_elems(int dim, int padded_vocab, int tokens, int tp);
+
 /* The same with context parallelism (engine/ring_attn.h): B, T the LOCAL
  * micro-batch (T = seq / cp tokens, two chunks); with cp > 1 the att entry
  * holds each layer's log-sum-exp (L,B,NH/tp,T) instead of the (T,T)

@@ -208,6 +208,8 @@ px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *re
     mem.n_categories = PX_MEM_NCAT;
     mem.state_peak_bytes = report->mem_state_peak;
     mem.plan_state_peak_bytes = report->mem_plan_state_peak;
+    mem.device_used_bytes = report->mem_device_used; /* issue 12: 0 / 0 on a CPU rank */
+    mem.device_total_bytes = report->mem_device_total;
     mem.pp = (uint32_t)(report->pp > 0 ? report->pp : 1);
     mem.pp_stage = (uint32_t)report->pp_stage;
     mem.pp_busy_s = report->pp_busy_s;

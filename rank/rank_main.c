@@ -87,7 +87,7 @@ static void usage(FILE *out)
             "         [--replica-digests] [--test-router-skew B]\n"
             "         [--val-data PATH [--eval-every N] [--eval-batches K]]\n"
             "         [--device cpu|cuda|cuda:K] (default cpu)\n"
-            "         [--precision fp32|bf16] (default fp32; bf16 not implemented yet)\n"
+            "         [--precision fp32|bf16] (default fp32; bf16: bf16 GEMMs, fp32 elsewhere)\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--micro-batches M] [--schedule gpipe|1f1b|zb1|interleaved]\n"
             "         [--virtual-stages V] (interleaved: model chunks per stage) [--stage-layers 2,2,1,1]\n"
@@ -416,6 +416,11 @@ static int on_step(void *arg, const px_step_report_t *r)
                                               r->mem_plan[c]));
             json_object_set_new(mem, "state_peak", json_integer((json_int_t)r->mem_state_peak));
             json_object_set_new(mem, "plan_state_peak", json_real(r->mem_plan_state_peak));
+            if (r->mem_device_total) /* issue 12: cudaMemGetInfo on a device rank */
+                json_object_set_new(mem, "device", json_pack("{s:I, s:I}", "used",
+                                                             (json_int_t)r->mem_device_used,
+                                                             "total",
+                                                             (json_int_t)r->mem_device_total));
             json_object_set_new(o, "memory", mem);
             char dig[20];
             snprintf(dig, sizeof(dig), "%016llx", (unsigned long long)r->replicated_digest);

@@ -279,29 +279,20 @@ static int on_device(const void *a, const void *b)
     return dev_is_device && ((a && dev_is_device(a)) || (b && dev_is_device(b)));
 }
 
-/* A host copy (slot 3) of `bytes` of the device buffer `src` (NULL: left
- * uninitialised), once the device's queued work is done; the request copies
- * `back` bytes from offset `off` of it to `dst` when it completes. */
-static void *stage_device(px_request_t *req, const void *src, size_t bytes, void *dst,
-                          size_t off, size_t back)
+const px_kernel_ops_t *px__dev_ops(void)
 {
-    char *t = px__req_tmp(req, 3, bytes);
-    if (!t)
-        return NULL;
-    dev_ops->synchronize();
-    if (src)
-        dev_ops->mem_copy_to_host(t, src, bytes);
-    req->dev_dst = dst;
-    req->dev_src = t + off;
-    req->dev_bytes = back;
-    return t;
+    return dev_ops;
 }
 
-void px__dev_finish(px_request_t *req)
-{
-    if (req->dev_dst && req->dev_bytes && dev_ops)
-        dev_ops->mem_copy_from_host(req->dev_dst, req->dev_src, req->dev_bytes);
-}
+/* Refuses a collective that has no staged form on device buffers. */
+#define NO_DEVICE(fn, a, b)                                                              \
+    do {                                                                                 \
+        if (on_device((a), (b))) {                                                       \
+            px_error("%s: device buffers are not supported (all-reduce, reduce-scatter, " \
+                     "all-gather, broadcast, all-to-all and send/recv are)", fn);        \
+            return PX_ERR_INVALID_ARGUMENT;                                              \
+        }                                                                                \
+    } while (0)
 
 /* --- all-reduce ------------------------------------------------------------ */
 
@@ -332,18 +323,10 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
         return status;
     if (count == 0)
         goto out;
-    if (on_device(sendbuf, recvbuf)) {
-        size_t bytes = (size_t)(count * req->esz);
-        if (comm->size == 1) {
-            if (sendbuf != recvbuf)
-                dev_ops->mem_copy(recvbuf, sendbuf, bytes);
-            goto out;
-        }
-        void *t = stage_device(req, sendbuf, bytes, recvbuf, 0, bytes);
-        if (!t)
-            return start_fail(req, PX_ERR_NO_MEMORY);
-        src = t;
-        dst = t;
+    if (on_device(sendbuf, recvbuf) && comm->size == 1) {
+        if (sendbuf != recvbuf)
+            dev_ops->mem_copy(recvbuf, sendbuf, (size_t)(count * req->esz));
+        goto out;
     } else if (comm->size == 1) {
         if (sendbuf != recvbuf)
             memcpy(recvbuf, sendbuf, (size_t)(count * req->esz));
@@ -372,7 +355,9 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
                  ? PX_ALGO_RABENSEIFNER
              : PX_ALGO_RING;
     req->algo = algo;
-    if (algo == PX_ALGO_RECURSIVE_DOUBLING)
+    if (on_device(sendbuf, recvbuf)) /* chunked through host buffers (px_stage.c) */
+        status = px__stage_allreduce(req, sendbuf, recvbuf, count, algo);
+    else if (algo == PX_ALGO_RECURSIVE_DOUBLING)
         status = px__rd_allreduce_build(req, src, dst);
     else if (algo == PX_ALGO_RABENSEIFNER)
         status = px__rabenseifner_allreduce_build(req, src, dst);
@@ -426,14 +411,8 @@ px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *
                 dev_ops->mem_copy(recvbuf, sendbuf, (size_t)recvcount * esz);
             goto out;
         }
-        /* the whole input on the host, reduced in place there; this rank's
-         * block goes back */
-        char *t = stage_device(req, sendbuf, (size_t)(n * recvcount) * esz, recvbuf,
-                               (size_t)((uint64_t)comm->rank * recvcount) * esz,
-                               (size_t)recvcount * esz);
-        if (!t)
-            return start_fail(req, PX_ERR_NO_MEMORY);
-        status = px__ring_setup(req, 0, 1, 0, t, t, NULL, recvcount, 0);
+        /* chunked through host buffers (px_stage.c) */
+        status = px__stage_reduce_scatter(req, sendbuf, recvbuf, recvcount);
         if (status != PX_OK)
             return start_fail(req, status);
         req->algo = PX_ALGO_RING;
@@ -497,7 +476,6 @@ px_status_t px_allgather_start(px_comm_t *comm, const void *sendbuf, void *recvb
         return status;
     if (sendcount == 0)
         goto out;
-    void *gather_buf = recvbuf;
     if (on_device(sendbuf, recvbuf) && comm->size == 1) {
         char *mine_dev = (char *)recvbuf + (uint64_t)comm->rank * sendcount * esz;
         if (mine_dev != (const char *)sendbuf)
@@ -505,21 +483,19 @@ px_status_t px_allgather_start(px_comm_t *comm, const void *sendbuf, void *recvb
         goto out;
     }
     if (on_device(sendbuf, recvbuf)) {
-        /* gathered on the host, all of it copied back */
-        size_t all = (size_t)((uint64_t)comm->size * sendcount) * esz;
-        char *t = stage_device(req, NULL, all, recvbuf, 0, all);
-        if (!t)
-            return start_fail(req, PX_ERR_NO_MEMORY);
-        dev_ops->mem_copy_to_host(t + (size_t)((uint64_t)comm->rank * sendcount) * esz, sendbuf,
-                                  (size_t)sendcount * esz);
-        gather_buf = t;
+        /* chunked through host buffers (px_stage.c) */
+        status = px__stage_allgather(req, sendbuf, recvbuf, sendcount);
+        if (status != PX_OK)
+            return start_fail(req, status);
+        req->algo = PX_ALGO_RING;
+        goto out;
     } else {
         mine = (char *)recvbuf + (uint64_t)comm->rank * sendcount * esz;
         if (mine != (const char *)sendbuf)
             memcpy(mine, sendbuf, (size_t)sendcount * esz);
     }
     if (comm->size > 1) {
-        status = px__ring_setup(req, 0, 0, 1, NULL, gather_buf, NULL, sendcount, 0);
+        status = px__ring_setup(req, 0, 0, 1, NULL, recvbuf, NULL, sendcount, 0);
         if (status != PX_OK)
             return start_fail(req, status);
         req->algo = PX_ALGO_RING;
@@ -565,6 +541,13 @@ px_status_t px_bcast_start(px_comm_t *comm, void *buf, uint64_t count, px_dtype_
         return status;
     if (count == 0 || comm->size == 1)
         goto out;
+    if (on_device(buf, NULL)) { /* chunked through host buffers (px_stage.c) */
+        req->algo = PX_ALGO_TREE;
+        status = px__stage_bcast(req, buf, count);
+        if (status != PX_OK)
+            return start_fail(req, status);
+        goto out;
+    }
     bytes = count * req->esz;
     algo = pick(opts, "PX_ALGO_BCAST");
     if (algo != PX_ALGO_TREE && algo != PX_ALGO_RING)
@@ -612,6 +595,7 @@ px_status_t px_reduce_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
     if (status != PX_OK)
         return status;
     NEED(!count || (sendbuf && (recvbuf || comm->rank != root)), "px_reduce");
+    NO_DEVICE("px_reduce", sendbuf, recvbuf);
     status = px__req_create(comm, PX__COLL_REDUCE, dtype, op, count, root, NULL, NULL, opts, &req);
     if (status != PX_OK)
         return status;
@@ -656,6 +640,7 @@ px_status_t px_scatter_start(px_comm_t *comm, const void *sendbuf, void *recvbuf
     if (status != PX_OK)
         return status;
     NEED(!count || (recvbuf && (sendbuf || comm->rank != root)), "px_scatter");
+    NO_DEVICE("px_scatter", sendbuf, recvbuf);
     status = px__req_create(comm, PX__COLL_SCATTER, dtype, PX_SUM, count, root, NULL, NULL, opts,
                             &req);
     if (status != PX_OK)
@@ -680,6 +665,7 @@ px_status_t px_gather_start(px_comm_t *comm, const void *sendbuf, void *recvbuf,
     if (status != PX_OK)
         return status;
     NEED(!count || (sendbuf && (recvbuf || comm->rank != root)), "px_gather");
+    NO_DEVICE("px_gather", sendbuf, recvbuf);
     status = px__req_create(comm, PX__COLL_GATHER, dtype, PX_SUM, count, root, NULL, NULL, opts,
                             &req);
     if (status != PX_OK)
@@ -714,6 +700,8 @@ static px_status_t alltoallv_common(px_comm_t *comm, int kind, const void *sendb
     NEED(!total_s || sendbuf, "px_alltoall");
     NEED(!total_r || recvbuf, "px_alltoall");
     NEED(!total_s || !total_r || sendbuf != recvbuf, "px_alltoall (no in-place form)");
+    if (kind == PX__COLL_ALLTOALLV)
+        NO_DEVICE("px_alltoallv", sendbuf, recvbuf);
     status = px__req_create(comm, kind, dtype, PX_SUM, hdr_count, -1,
                             kind == PX__COLL_ALLTOALLV ? sendcounts : NULL,
                             kind == PX__COLL_ALLTOALLV ? recvcounts : NULL, opts, &req);
@@ -723,8 +711,11 @@ static px_status_t alltoallv_common(px_comm_t *comm, int kind, const void *sendb
     if (algo != PX_ALGO_PAIRWISE && algo != PX_ALGO_LINEAR)
         algo = comm->size <= ALLTOALL_LINEAR_MAX_RANKS ? PX_ALGO_LINEAR : PX_ALGO_PAIRWISE;
     req->algo = algo;
-    status = px__pairwise_alltoallv_build(req, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
-                                          rdispls, algo == PX_ALGO_PAIRWISE);
+    if (on_device(sendbuf, recvbuf)) /* all-to-all: chunked through host buffers (px_stage.c) */
+        status = hdr_count ? px__stage_alltoall(req, sendbuf, recvbuf, hdr_count, algo) : PX_OK;
+    else
+        status = px__pairwise_alltoallv_build(req, sendbuf, sendcounts, sdispls, recvbuf,
+                                              recvcounts, rdispls, algo == PX_ALGO_PAIRWISE);
     if (status != PX_OK)
         return start_fail(req, status);
     *req_p = req;

@@ -3,21 +3,25 @@
  * The transport's algorithms read and write host memory (Debian's UCX has
  * no CUDA support). A process that computes on a GPU registers its
  * device-memory operations once; from then on px_allreduce_start,
- * px_reduce_scatter_start and px_allgather_start detect a device buffer
- * (is_device) and stage it: the device stream is synchronized, the whole
- * buffer is copied into a host temporary, the collective runs there, and
- * its result is copied back into the device buffer when the request
- * completes. Point-to-point sends and receives (px_send_start,
- * px_recv_start) of a device buffer travel in chunks of
- * px_transport_set_stage_chunk bytes through two host buffers, the copy of
- * one chunk overlapping the transfer of the other (both ends must be device
- * buffers). Other collectives on device buffers are
- * PX_ERR_INVALID_ARGUMENT; so are fp16/bf16 on device buffers (fp32 only).
+ * px_reduce_scatter_start, px_allgather_start, px_bcast_start and
+ * px_alltoall_start detect a device buffer (is_device) and run chunk by
+ * chunk (px_stage.c): chunks of
+ * about px_transport_set_stage_chunk bytes are copied off the device into
+ * one of three pinned host buffers, the host algorithm runs on each, and
+ * each result is copied back, the copies of chunks i-1 and i+1 made while
+ * chunk i's messages are on the wire. The result is bit for bit the host
+ * path's on the same data (each element summed in the same order; see
+ * px_stage.c). The request completes when the last chunk is back on the
+ * device. Point-to-point sends and receives (px_send_start, px_recv_start)
+ * of a device buffer travel in chunks of the same size through two host
+ * buffers, the copy of one chunk overlapping the transfer of the other
+ * (both ends must be device buffers). Reduce, scatter, gather and
+ * all-to-all-v on device buffers are PX_ERR_INVALID_ARGUMENT; so are
+ * fp16/bf16 reductions on device buffers (fp32 and the other dtypes work).
  * Host temporaries (staging included) come from the registered pinned
  * allocator (cudaHostAlloc through the CUDA backend) when one is set.
  *
- * Not yet: the collectives' staging in chunks (they copy whole buffers),
- * CUDA IPC between the GPUs of one node, and UCX's own CUDA support
+ * Not yet: CUDA IPC between the GPUs of one node, and UCX's own CUDA support
  * (ARCHITECTURE.md section 4).
  * Process-wide; set before any collective, from the thread that runs them. */
 #ifndef PX_DEVMEM_H
@@ -33,13 +37,18 @@
  * NULL, NULL unregisters. Borrowed; both must outlive every collective. */
 void px_transport_set_device_memory(const px_kernel_ops_t *k, int (*is_device)(const void *p));
 
-/* Default staging chunk of a device buffer's point-to-point transfer: 4 MiB
+/* Default staging chunk of a device buffer's transfer (collectives and
+ * point-to-point): 4 MiB
  * (large enough that a chunk's message runs at the link's bandwidth, small
  * enough that two per request stay cheap in pinned memory). */
 #define PX_STAGE_CHUNK_DEFAULT ((size_t)4 << 20)
 
 /* Sets the staging chunk in bytes (0: the default). Every rank of a job must
- * use the same value (the receiver posts the sender's chunk sizes). */
+ * use the same value (the receiver posts the sender's chunk sizes, and the
+ * collectives' chunks are cut from it). A collective's chunk is cut into
+ * whole elements (at least one) and, where the algorithm works on one block
+ * per rank, into n equal slices of at least one element each, so a chunk
+ * may hold a little less (or, below n elements, more) than this. */
 void px_transport_set_stage_chunk(size_t bytes);
 
 /* Registers the allocator of the transport's host temporaries (staging

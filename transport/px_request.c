@@ -149,23 +149,28 @@ void *px__req_tmp(px_request_t *req, int i, size_t bytes)
     return req->tmp[i];
 }
 
-static void release_tmps(px_request_t *req)
+void px__req_tmp_release(px_request_t *req, int i)
 {
     px_comm_t *comm = req->comm;
-    for (int i = 0; i < 4; i++) {
-        int cached = 0;
-        if (!req->tmp[i])
-            continue;
-        for (int k = 0; k < PX__NBUF; k++) {
-            if (comm->bufs[k].busy && comm->bufs[k].ptr == req->tmp[i]) {
-                comm->bufs[k].busy = 0;
-                cached = 1;
-            }
+    int cached = 0;
+
+    if (!req->tmp[i])
+        return;
+    for (int k = 0; k < PX__NBUF; k++) {
+        if (comm->bufs[k].busy && comm->bufs[k].ptr == req->tmp[i]) {
+            comm->bufs[k].busy = 0;
+            cached = 1;
         }
-        if (!cached)
-            px__host_free(req->tmp[i]);
-        req->tmp[i] = NULL;
     }
+    if (!cached)
+        px__host_free(req->tmp[i]);
+    req->tmp[i] = NULL;
+}
+
+static void release_tmps(px_request_t *req)
+{
+    for (int i = 0; i < 4; i++)
+        px__req_tmp_release(req, i);
 }
 
 static void unlink_req(px_request_t *req)
@@ -194,6 +199,7 @@ static void req_free(px_request_t *req)
     unlink_req(req);
     release_tmps(req);
     px__sched_free(&req->sched);
+    px__stage_free(req->staged);
     free(req->hdr_out);
     free(req->hdr_in);
     free(req->hdr_expect);
@@ -415,10 +421,9 @@ static void req_end(px_request_t *req, px_status_t status)
         px__shm_off(req->comm); /* every rank sees it: all leave the segment */
     if (status != PX_OK)
         px__cancel_ops(req->comm, req);
-    else {
+    else
         half_finish(req);
-        px__dev_finish(req);
-    }
+    px__stage_drain(req->staged); /* no staging copy still uses the buffers */
     req->status = status;
     release_tmps(req);
 }

@@ -40,10 +40,12 @@
 #include "px_status.h"
 #include "px_transport.h"
 #include "px_coll.h"
+#include "px_kernels.h"
 
 #define PX__TAG_KIND_P2P    0u
 #define PX__TAG_KIND_COLL   1u
 #define PX__TAG_KIND_WIREUP 2u
+#define PX__TAG_KIND_STAGE  3u /* a staged device collective's chunks (px_stage.c) */
 
 #define PX__PHASE_HDR   0u
 #define PX__PHASE_RS    1u
@@ -272,11 +274,13 @@ struct px_request {
     const float *half_src;
     uint64_t half_count;
 
-    /* device buffers are staged in host slot 3 (px_devmem.h): on success
-     * dev_bytes bytes from dev_src are copied back into dev_dst */
-    void *dev_dst;
-    const void *dev_src;
-    size_t dev_bytes;
+    /* a collective on device buffers, run chunk by chunk through pinned
+     * host buffers (px_stage.c; NULL otherwise). While a chunk runs,
+     * stage_tag is set and the request's messages carry kind STAGE with
+     * the chunk index (px__req_tag) */
+    struct px__stage *staged;
+    int stage_tag;
+    uint64_t stage_chunk_idx;
 
     /* point-to-point on a device buffer (px_coll.c): chunks of p2p_chunk
      * bytes through slots 0 and 1; p2p_off/len the chunk each slot holds */
@@ -293,8 +297,8 @@ struct px_request {
 
 /* --- px_coll.c: device staging (px_devmem.h) --- */
 
-/* Copies a staged device result back (request completion). */
-void px__dev_finish(px_request_t *req);
+/* The registered device backend (px_transport_set_device_memory), or NULL. */
+const px_kernel_ops_t *px__dev_ops(void);
 /* The staging chunk in bytes (px_transport_set_stage_chunk). */
 size_t px__stage_chunk(void);
 /* Host memory for temporaries and staging: the registered pinned allocator
@@ -370,6 +374,9 @@ px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop
                            uint64_t count, int root, const uint64_t *send_counts,
                            const uint64_t *expect, const px_coll_opts_t *opts,
                            px_request_t **req_p);
+/* Releases temporary slot i of `req` (back to the comm's cache, or freed);
+ * a no-op when the slot is empty. */
+void px__req_tmp_release(px_request_t *req, int i);
 /* Cancels and frees every pending request of `comm` (destroy). */
 void px__comm_drop_requests(px_comm_t *comm);
 /* Frees a request that never ran (argument error after create). */
@@ -381,6 +388,11 @@ void *px__req_tmp(px_request_t *req, int i, size_t bytes);
 static inline ucp_tag_t px__req_tag(const px_request_t *req, int src, unsigned phase,
                                     unsigned unit)
 {
+    if (req->stage_tag) /* a staged chunk: seq (12 bits) | chunk (8) | phase | unit */
+        return px__tag(req->comm->id, PX__TAG_KIND_STAGE, (unsigned)src,
+                       ((req->seq & 0xfffu) << 20) |
+                           ((uint32_t)(req->stage_chunk_idx & 0xffu) << 12) |
+                           ((phase & 7u) << 9) | (unit & PX__UNIT_MASK));
     return px__tag(req->comm->id, PX__TAG_KIND_COLL, (unsigned)src,
                    px__coll_low(req->seq, phase, unit & PX__UNIT_MASK));
 }
@@ -398,6 +410,30 @@ px_status_t px__sched_add(px__sched_t *s, int kind, int peer, unsigned unit, voi
 /* The schedule's advance function (steps req->sched). */
 px_status_t px__sched_advance(px_request_t *req, int *progressed_p);
 void px__sched_free(px__sched_t *s);
+
+/* --- px_stage.c: collectives on device buffers, chunked (px_devmem.h) --- */
+
+/* Makes `req` (created, nothing posted but its headers) run its collective
+ * on device buffers chunk by chunk through pinned host buffers. The
+ * arguments are those of the public call (elements; all-reduce: `algo` the
+ * algorithm the host path picks for the whole buffer). Copies the first
+ * chunk off the device. PX_ERR_NO_MEMORY; the caller discards req on error. */
+px_status_t px__stage_allreduce(px_request_t *req, const void *sendbuf, void *recvbuf,
+                                uint64_t count, px_algo_t algo);
+px_status_t px__stage_reduce_scatter(px_request_t *req, const void *sendbuf, void *recvbuf,
+                                     uint64_t recvcount);
+px_status_t px__stage_allgather(px_request_t *req, const void *sendbuf, void *recvbuf,
+                                uint64_t sendcount);
+px_status_t px__stage_bcast(px_request_t *req, void *buf, uint64_t count);
+px_status_t px__stage_alltoall(px_request_t *req, const void *sendbuf, void *recvbuf,
+                               uint64_t count, px_algo_t algo);
+/* Waits for the staging copies still in flight (asynchronous copies of
+ * the device backend), so that the host buffers may be reused: called when
+ * a staged request ends, failed or not, before its temporaries go back.
+ * NULL no-op. */
+void px__stage_drain(struct px__stage *st);
+/* Frees the staging state of a request (req_free; drains first); NULL no-op. */
+void px__stage_free(struct px__stage *st);
 
 /* --- algorithms (coll/ files): each builds req's schedule or ring state ---- */
 px_status_t px__ring_setup(px_request_t *req, int o, int do_rs, int do_ag, const void *src,

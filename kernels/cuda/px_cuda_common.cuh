@@ -57,6 +57,17 @@ static __device__ __forceinline__ float px__warp_max(float v)
     return v;
 }
 
+/* px_kernels_cuda.cu: out (N,OC) = bias on every row; dbias (OC) += column
+ * sums of dout (N,OC) in a fixed order (fp32) */
+void px__cuda_bias_set(float *out, const float *bias, int N, int OC);
+void px__cuda_bias_grad(float *dbias, const float *dout, int N, int OC);
+
+/* px_matmul_bf16_cuda.cu: the table's matmul_bf16_forward / _backward */
+void px__cuda_matmul_bf16_forward(float *out, const float *inp, const float *weight,
+                                  const float *bias, int N, int C, int OC);
+void px__cuda_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                   const float *inp, const float *weight, int N, int C, int OC);
+
 /* px_attention_cuda.cu */
 void px__cuda_attention_forward(float *out, float *att, const float *inp, int B, int T, int C,
                                 int NH);

@@ -354,6 +354,19 @@ static void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, cons
         colsums(dbias, NULL, dout, NULL, NULL, NULL, N, OC);
 }
 
+/* the fp32 bias pieces the bf16 GEMMs (px_matmul_bf16_cuda.cu) share */
+void px__cuda_bias_set(float *out, const float *bias, int N, int OC)
+{
+    bias_rows_kernel<<<blocks_for((size_t)N * OC, 256), 256, 0, px__cuda.stream>>>(out, bias, N,
+                                                                                 OC, 0);
+    PX_CUDA_LAUNCHED();
+}
+
+void px__cuda_bias_grad(float *dbias, const float *dout, int N, int OC)
+{
+    colsums(dbias, NULL, dout, NULL, NULL, NULL, N, OC);
+}
+
 /* --------------------------------------------------------- element-wise */
 
 /* GELU, tanh form (torch approximate='tanh') */
@@ -570,6 +583,74 @@ static void cuda_synchronize(void)
     PX_CUDA_CHECK(cudaStreamSynchronize(px__cuda.stream));
 }
 
+/* cudaMemGetInfo on the open device: used = total - free (every context on
+ * the GPU counts, as nvidia-smi shows it), bytes. */
+static px_status_t cuda_mem_info(uint64_t *used_p, uint64_t *total_p)
+{
+    size_t free_b = 0, total_b = 0;
+    cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+    if (e != cudaSuccess) {
+        px_error("cudaMemGetInfo: %s", cudaGetErrorString(e));
+        return PX_ERR_INTERNAL;
+    }
+    *used_p = (uint64_t)(total_b - free_b);
+    *total_p = (uint64_t)total_b;
+    return PX_OK;
+}
+
+/* Asynchronous copies (the transport's staging): one copy stream, created
+ * on first use, so that copies overlap the compute stream's kernels; each
+ * copy first waits for an event recorded on the compute stream (what was
+ * issued before it), then records its ticket's event from a ring of
+ * COPY_EVENTS. Waiting for ticket t waits for the event in slot t % ring:
+ * if a newer copy re-recorded it, that copy follows t on the stream, so t
+ * is done too. */
+#define COPY_EVENTS 64
+static cudaStream_t copy_stream;
+static cudaEvent_t copy_events[COPY_EVENTS], copy_after;
+static uint64_t copy_next = 1;
+
+static int copy_stream_open(void)
+{
+    if (copy_stream)
+        return 1;
+    cudaError_t e = cudaEventCreateWithFlags(&copy_after, cudaEventDisableTiming);
+    for (int i = 0; e == cudaSuccess && i < COPY_EVENTS; i++)
+        e = cudaEventCreateWithFlags(&copy_events[i], cudaEventDisableTiming);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        px_error("CUDA copy stream: %s (staging copies stay synchronous)",
+                 cudaGetErrorString(e));
+        copy_stream = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+static uint64_t cuda_mem_copy_async(void *dst, const void *src, size_t bytes, int to_host)
+{
+    (void)to_host; /* cudaMemcpyDefault: the pointers say the direction */
+    if (!copy_stream_open())
+        return 0;
+    uint64_t t = copy_next++;
+    if (cudaEventRecord(copy_after, px__cuda.stream) != cudaSuccess ||
+        cudaStreamWaitEvent(copy_stream, copy_after, 0) != cudaSuccess ||
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, copy_stream) != cudaSuccess ||
+        cudaEventRecord(copy_events[t % COPY_EVENTS], copy_stream) != cudaSuccess) {
+        px_error("CUDA staging copy of %zu bytes: %s", bytes,
+                 cudaGetErrorString(cudaGetLastError()));
+        PX_CUDA_CHECK(cudaStreamSynchronize(copy_stream)); /* nothing half-issued behind */
+        return 0;
+    }
+    return t;
+}
+
+static void cuda_copy_wait(uint64_t ticket)
+{
+    PX_CUDA_CHECK(cudaEventSynchronize(copy_events[ticket % COPY_EVENTS]));
+}
+
 /* ---------------------------------------------------------------- table */
 
 static const px_kernel_ops_t cuda_ops = {
@@ -580,6 +661,8 @@ static const px_kernel_ops_t cuda_ops = {
     .layernorm_backward = cuda_layernorm_backward,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,
+    .matmul_bf16_forward = px__cuda_matmul_bf16_forward,
+    .matmul_bf16_backward = px__cuda_matmul_bf16_backward,
     .attention_forward = px__cuda_attention_forward,
     .attention_backward = px__cuda_attention_backward,
     .attention_block_forward = px__cuda_attention_block_forward,
@@ -613,6 +696,9 @@ static const px_kernel_ops_t cuda_ops = {
     .mem_copy_to_host = cuda_mem_copy_to_host,
     .mem_copy_from_host = cuda_mem_copy_from_host,
     .synchronize = cuda_synchronize,
+    .mem_info = cuda_mem_info,
+    .mem_copy_async = cuda_mem_copy_async,
+    .copy_wait = cuda_copy_wait,
 };
 
 extern "C" int px_cuda_device_count(void)

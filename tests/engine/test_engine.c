@@ -446,6 +446,16 @@ static void test_plan(void)
            pa.floats == 1308 && pa.ring == 0, "activations cp 1 = without cp");
     EXPECT(px_plan_gpt_activations_cp(1, 2, 4, 64, 1, 3, 1, 0, 2, &pa) ==
            PX_ERR_INVALID_ARGUMENT, "local T 3 (odd) with cp 2");
+    /* precision=bf16: the largest linear layer's rounded operands (plan.h);
+     * dim 64, Vp 64, 16 tokens: fc and fc-proj (16*256 + 256*64 + 16*64);
+     * GPT-2 124M, 8192 tokens: the head (N*Vp + Vp*C + N*C), halved by tp 2 */
+    EXPECT(px_plan_bf16_gemm_elems(64, 64, 16, 1) == 21504, "bf16 scratch, MLP-bound: %llu",
+           (unsigned long long)px_plan_bf16_gemm_elems(64, 64, 16, 1));
+    EXPECT(px_plan_bf16_gemm_elems(768, 50304, 8192, 1) ==
+           8192ull * 50304 + 50304ull * 768 + 8192ull * 768, "bf16 scratch, head-bound");
+    EXPECT(px_plan_bf16_gemm_elems(768, 50304, 8192, 2) ==
+           8192ull * 25152 + 25152ull * 768 + 8192ull * 768, "bf16 scratch, tp 2");
+    EXPECT(px_plan_bf16_gemm_elems(0, 64, 16, 1) == 0, "bf16 scratch, bad dim");
     /* the model allocates exactly the plan's bytes (memacct) */
     px_gpt_config_t c2 = {.layers = 1, .heads = 2, .dim = 4, .max_seq = 4, .vocab = 50,
                           .padded_vocab = 64, .tp = 2, .tp_rank = 1, .sequence_parallel = 1};

@@ -58,12 +58,15 @@ def tp_mem(c, cl, data):
     for r in ranks:
         m = r["categories"]["params"]
         assert r["step"] == 2 and m["peak"] == m["plan"], r
+        # issue 12: CPU ranks have no device memory to report
+        assert r["device"] is None, r
     assert half[0] == half[1], half
     assert abs(half[0] / full - 0.5) <= 0.05 * 0.5, (half, full)
     table = c.run("mem", t2)
     rows = [ln.split() for ln in table.splitlines() if ln.split() and ln.split()[0].isdigit()]
     assert [r[:3] for r in rows] == [["0", "0", "0"], ["1", "0", "1"]], table
     assert "dp 1, tp 2 (2 ranks)" in table, table
+    assert all(r[-1] == "-" for r in rows), table  # device-GB: none on CPU
     print(table.rstrip())
     print("dp=1 x tp=2: params %d + %d B per tensor rank, %d B on one rank (ratio %.3f)" % (
         half[0], half[1], full, half[0] / full))

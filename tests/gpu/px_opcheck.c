@@ -206,6 +206,42 @@ static void test_matmul(int N, int C, int OC)
     free(inp); free(w); free(bias); free(out); free(dout); free(dinp); free(dw); free(db);
 }
 
+/* The linear layer as a bf16 GEMM (precision=bf16, issue 12): cuBLAS
+ * GemmEx on bf16-rounded operands with fp32 accumulation against the CPU op
+ * (the same rounding, exact products summed in double), bf16 tolerance
+ * 1e-2 (they differ by the fp32 accumulation order only: ~1e-6 expected);
+ * dbias is fp32 on both (1e-5). */
+static void test_matmul_bf16(int N, int C, int OC)
+{
+    float *inp = host_rand((size_t)N * C, 1), *w = host_rand((size_t)OC * C, 1);
+    float *bias = host_rand(OC, 1), *out = host_rand((size_t)N * OC, 1);
+    float *dout = host_rand((size_t)N * OC, 1), *dinp = host_rand((size_t)N * C, 1);
+    float *dw = host_rand((size_t)OC * C, 1), *db = host_rand(OC, 1);
+    float *d_inp = dev(inp, (size_t)N * C * 4), *d_w = dev(w, (size_t)OC * C * 4);
+    float *d_bias = dev(bias, OC * 4), *d_out = dev(out, (size_t)N * OC * 4);
+    float *d_dout = dev(dout, (size_t)N * OC * 4), *d_dinp = dev(dinp, (size_t)N * C * 4);
+    float *d_dw = dev(dw, (size_t)OC * C * 4), *d_db = dev(db, OC * 4);
+    H->matmul_bf16_forward(out, inp, w, bias, N, C, OC);
+    G->matmul_bf16_forward(d_out, d_inp, d_w, d_bias, N, C, OC);
+    check("matmul_bf16_forward", "out", out, d_out, (size_t)N * OC, 1e-2);
+    H->matmul_bf16_forward(out, inp, w, NULL, N, C, OC);
+    G->matmul_bf16_forward(d_out, d_inp, d_w, NULL, N, C, OC);
+    check("matmul_bf16_forward", "out/nobias", out, d_out, (size_t)N * OC, 1e-2);
+    H->matmul_bf16_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    G->matmul_bf16_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
+    check("matmul_bf16_backward", "dinp", dinp, d_dinp, (size_t)N * C, 1e-2);
+    check("matmul_bf16_backward", "dweight", dw, d_dw, (size_t)OC * C, 1e-2);
+    check("matmul_bf16_backward", "dbias", db, d_db, OC, 1e-5);
+    /* one output at a time (the tensor-parallel split, tp.h) */
+    H->matmul_bf16_backward(NULL, dw, NULL, dout, inp, NULL, N, C, OC);
+    G->matmul_bf16_backward(NULL, d_dw, NULL, d_dout, d_inp, NULL, N, C, OC);
+    check("matmul_bf16_backward", "dw alone", dw, d_dw, (size_t)OC * C, 1e-2);
+    check_status("matmul_bf16");
+    G->mem_free(d_inp); G->mem_free(d_w); G->mem_free(d_bias); G->mem_free(d_out);
+    G->mem_free(d_dout); G->mem_free(d_dinp); G->mem_free(d_dw); G->mem_free(d_db);
+    free(inp); free(w); free(bias); free(out); free(dout); free(dinp); free(dw); free(db);
+}
+
 static void test_attention(int B, int T, int C, int NH)
 {
     size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
@@ -647,6 +683,8 @@ int main(int argc, char **argv)
     test_layernorm(37, 100);
     test_matmul(300, 96, 130);
     test_matmul(512, 768, 768 * 3);
+    test_matmul_bf16(300, 96, 130);
+    test_matmul_bf16(512, 768, 768 * 3);
     test_attention(2, 100, 96, 3);   /* hs 32 */
     test_attention(2, 130, 128, 2);  /* hs 64 */
     test_attention(1, 70, 256, 2);   /* hs 128 */

@@ -32,6 +32,17 @@ the padded rows get exactly zero gradient there too; every gradient tensor,
 wte with its padded rows included, is compared, and the padded rows must be
 exactly 0 in our gradients and parameters (initialised 0, never updated).
 
+bf16 (*-bf16 cases, issue 12: --precision bf16, "bf16 GEMMs, fp32
+elsewhere"): every linear layer of the reference (qkv, attention and MLP
+projections, the tied LM head, MoE router and experts) is a BF16Linear: its
+inputs rounded with torch's .to(torch.bfloat16).float() - x and W in
+forward, dy and W for dx, dy and x for dW - multiplied in float64 and
+rounded once to float32 (exact bf16 products, as a bf16 tensor core; the
+engine's CPU op sums in double too), bias and its gradient fp32. Attention's
+two batched products, LayerNorm, GELU, softmax and the cross-entropy stay
+fp32, as ours. The tolerances are the fp32 ones where they hold and looser
+where bf16 rounding amplifies last-bit differences (TOL_BF16 below).
+
 The mixture of experts (moe-* cases): the reference routes, drops and
 combines as engine/moe.h says (moe_mlp below), adds Switch's
 load-balancing loss, and every router and expert gradient and parameter
@@ -77,10 +88,93 @@ CASES += [('moe-dropless-top2', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '2', '--d
            MOE + ['--top-k', '2', '--capacity-factor', '1.0', '--ep', '2', '--cp', '2']),
           ('moe-cap1.0-top2-tp2', 256, 32, 4, 4, 2, 1,
            MOE + ['--top-k', '2', '--capacity-factor', '1.0'])]
+# bf16 (issue 12): one rank, and tp 2 (its row-parallel GEMMs sum over
+# split columns, then all-reduce)
+CASES += [('vocab256-bf16', 256, 32, 4, 5, 1, 1, None),
+          ('vocab256-tp2-bf16', 256, 32, 4, 3, 2, 1, None),
+          ('moe-dropless-top2-bf16', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '2', '--dropless'])]
 LR, WARMUP, MIN_LR_RATIO, WD, CLIP, SEED = 3e-3, 2, 0.1, 0.1, 1.0, 4242
 
 VAL_BATCHES = 2
 TOL_LOSS, TOL_GNORM, TOL_GRAD, TOL_PARAM, TOL_LR = 1e-5, 1e-4, 1e-4, 2e-5, 1e-6
+TOL_FP32 = {'loss': TOL_LOSS, 'gnorm': TOL_GNORM, 'grad': TOL_GRAD, 'param': TOL_PARAM}
+# bf16: rounding a GEMM input to bf16 turns the last-bit differences of the
+# fp32 ops around it (torch's LayerNorm, GELU, softmax against ours) into
+# 2^-8 jumps wherever a value straddles a rounding boundary, and AdamW's
+# first steps move an element by ~lr whatever its gradient's size, so a
+# flipped tiny gradient moves its parameter by up to lr: measured worst
+# tensors 1e-5 (loss), 2e-4 (norm), 1e-2 (gradients), 4e-3 (parameters)
+# over these cases. The floor check says what those figures mean: at step
+# 1 (the same parameters on both sides) our worst gradient tensor is no
+# further from the reference than the reference lands from itself when
+# one-ulp noise is put on every GEMM input before its rounding (bf16_floor),
+# times TOL_BF16_FLOOR.
+TOL_BF16 = {'loss': 1e-4, 'gnorm': 1e-3, 'grad': 2e-2, 'param': 1e-2}
+TOL_BF16_FLOOR = 3.0
+
+
+BF16 = False  # set per case: the reference's linear layers are BF16Linear
+
+
+NOISE = None  # a torch.Generator while the reference runs with last-bit noise
+
+
+def r16(t):
+    """t rounded to bf16 (torch: round to nearest even), back in fp32; with
+    NOISE, t is first moved by one fp32 unit in the last place up or down at
+    random (the size of the differences between two fp32 implementations of
+    the ops around a GEMM)"""
+    if NOISE is not None:
+        sign = torch.randint(0, 2, t.shape, generator=NOISE).to(t.dtype) * 2 - 1
+        t = t * (1 + sign * 2.0 ** -23)
+    return t.to(torch.bfloat16).float()
+
+
+class BF16Linear(torch.autograd.Function):
+    """y = x W^T (+ b) with bf16-rounded GEMM inputs in both directions,
+    products summed in float64 and rounded once to fp32 (see the file
+    comment); x (..., C), W (OC, C), b (OC) or None."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        ctx.has_b = b is not None
+        y = (r16(x).double() @ r16(w).double().T).float()
+        return y + b if b is not None else y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        d16 = r16(dy).double()
+        dx = (d16 @ r16(w).double()).float()
+        dw = (d16.reshape(-1, d16.shape[-1]).T @ r16(x).double().reshape(-1, x.shape[-1]))
+        db = dy.reshape(-1, dy.shape[-1]).sum(0) if ctx.has_b else None
+        return dx, dw.float(), db
+
+
+def bf16_floor(P, inputs, targets, vocab, moe):
+    """The worst tensor's ||g_noisy - g_bf16|| / ||g_bf16|| at P: the
+    reference's bf16 gradients against themselves with one-ulp noise on
+    every GEMM input before its rounding (NOISE): how far two correct bf16
+    implementations whose fp32 ops differ in the last bit land apart
+    (g_bf16 = P[k].grad, already computed)."""
+    global NOISE
+    Q = {k: v.detach().clone().requires_grad_(True) for k, v in P.items()}
+    NOISE = torch.Generator().manual_seed(SEED)
+    try:
+        gpt_loss(Q, inputs, targets, vocab, moe).backward()
+    finally:
+        NOISE = None
+    return max(rel(Q[k].grad if Q[k].grad is not None else torch.zeros_like(Q[k]), P[k].grad)
+               for k in P)
+
+
+def lin(x, w, b=None):
+    """the linear layer x W^T + b: fp32, or bf16 GEMMs in the bf16 cases"""
+    if BF16:
+        return BF16Linear.apply(x, w, b)
+    y = x @ w.T
+    return y + b if b is not None else y
 
 
 def lr_at(step, steps):  # 0-based step, as px_train_lr
@@ -99,7 +193,7 @@ def moe_mlp(P, l, h, moe):
     B, T, C = h.shape
     x = h.reshape(-1, C)
     N, E, K = x.shape[0], moe['experts'], moe['top_k']
-    probs = (x @ P['moe_router'][l].T).softmax(-1)
+    probs = lin(x, P['moe_router'][l]).softmax(-1)
     top, idx = probs.topk(K, dim=-1)
     w = top / top.sum(-1, keepdim=True) if K == 2 else top
     cap = N * K if moe['dropless'] else math.ceil(N * K / E * moe['capacity_factor'])
@@ -116,8 +210,8 @@ def moe_mlp(P, l, h, moe):
             sel = ((idx[:, j] == e) & kept[:, j]).nonzero().flatten()
             if sel.numel() == 0:
                 continue
-            y = F.gelu(x[sel] @ P['moe_fcw'][l][e].T + P['moe_fcb'][l][e], approximate='tanh')
-            y = y @ P['moe_fcprojw'][l][e].T + P['moe_fcprojb'][l][e]
+            y = F.gelu(lin(x[sel], P['moe_fcw'][l][e], P['moe_fcb'][l][e]), approximate='tanh')
+            y = lin(y, P['moe_fcprojw'][l][e], P['moe_fcprojb'][l][e])
             out = out.index_add(0, sel, w[sel, j:j + 1] * y)
     f = F.one_hot(idx, E).sum((0, 1)).double() / (N * K)
     aux = moe['aux_loss_coef'] * E * (f.float() * probs.mean(0)).sum()
@@ -138,23 +232,23 @@ def gpt_loss(P, inputs, targets, vocab, moe=None, with_aux=True):
     aux = 0.0
     for l in range(L):
         h = F.layer_norm(x, (C,), P['ln1w'][l], P['ln1b'][l], 1e-5)
-        qkv = h @ P['qkvw'][l].T + P['qkvb'][l]
+        qkv = lin(h, P['qkvw'][l], P['qkvb'][l])
         q, k, v = qkv.split(C, dim=2)
         q, k, v = [t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v)]
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         att = att.masked_fill(~mask, float('-inf')).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ P['attprojw'][l].T + P['attprojb'][l]
+        x = x + lin(y, P['attprojw'][l], P['attprojb'][l])
         h = F.layer_norm(x, (C,), P['ln2w'][l], P['ln2b'][l], 1e-5)
         if moe and l in moe['layers']:
             y, a = moe_mlp(P, moe['layers'].index(l), h, moe)
             x = x + y
             aux = aux + a
             continue
-        h = F.gelu(h @ P['fcw'][l].T + P['fcb'][l], approximate='tanh')
-        x = x + h @ P['fcprojw'][l].T + P['fcprojb'][l]
+        h = F.gelu(lin(h, P['fcw'][l], P['fcb'][l]), approximate='tanh')
+        x = x + lin(h, P['fcprojw'][l], P['fcprojb'][l])
     x = F.layer_norm(x, (C,), P['lnfw'], P['lnfb'], 1e-5)
-    logits = (x @ P['wte'].T)[..., :vocab]
+    logits = lin(x, P['wte'])[..., :vocab]
     ce = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
     return ce + aux if with_aux else ce
 
@@ -213,6 +307,11 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
            '--warmup', str(WARMUP), '--min-lr-ratio', repr(MIN_LR_RATIO),
            '--weight-decay', repr(WD), '--grad-clip', repr(CLIP), '--seed', str(SEED),
            '--vocab', str(vocab), '--data', data, '--dump-dir', dump, '--dump-steps', str(steps)]
+    global BF16
+    BF16 = name.endswith('-bf16')
+    if BF16:
+        cmd += ['--precision', 'bf16']
+    tol = TOL_BF16 if BF16 else TOL_FP32
     ep = int(moe_flags[moe_flags.index('--ep') + 1]) if moe_flags and '--ep' in moe_flags else 0
     launch(cmd + (moe_flags or []), tp, cp, ep_world=ep)
 
@@ -292,12 +391,16 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
             if P[k].grad is None:
                 P[k].grad = torch.zeros_like(P[k])
         check('step %d loss (ours %.6f)' % (s, our_loss), abs(our_loss - loss.item()) /
-              abs(loss.item()), TOL_LOSS)
+              abs(loss.item()), tol['loss'])
         our_g = split(load_f32('grads_%d.bin' % s))
         if moe:
             our_g.update(msplit('moe_grads_%d.bin' % s))
         worst = max((rel(our_g[k], P[k].grad), k) for k in P)
-        check('step %d grads, worst tensor %s' % (s, worst[1]), worst[0], TOL_GRAD)
+        check('step %d grads, worst tensor %s' % (s, worst[1]), worst[0], tol['grad'])
+        if BF16 and s == 1:  # the same parameters: against the noise floor
+            floor = bf16_floor(P, inputs, targets, vocab, moe)
+            check('step 1 grads vs last-bit noise floor %.1e' % floor, worst[0] / floor,
+                  TOL_BF16_FLOOR)
         if vp > vocab:
             check('step %d padded wte rows: grad == 0' % s,
                   float(our_g['wte'][vocab:].abs().max() + P['wte'].grad[vocab:].abs().max()),
@@ -310,7 +413,7 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
         if coef < 1.0:
             for k in P:
                 P[k].grad.mul_(coef)
-        check('step %d grad norm' % s, abs(our_gnorm - gnorm) / gnorm, TOL_GNORM)
+        check('step %d grad norm' % s, abs(our_gnorm - gnorm) / gnorm, tol['gnorm'])
         lr = lr_at(s - 1, steps)
         check('step %d lr %.6g' % (s, lr), abs(our_lr - lr) / lr, TOL_LR)
         for g in opt.param_groups:
@@ -351,7 +454,7 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
         ref_p = dict((k, P[k].data) for k in P)
         ref_p['qkvb'] = torch.cat([ref_p['qkvb'][:, i * DIM:(i + 1) * DIM] for i in qv], 1)
         worst = max((rel(our_p[k], ref_p[k]), k) for k in P)
-        check('step %d params, worst tensor %s' % (s, worst[1]), worst[0], TOL_PARAM)
+        check('step %d params, worst tensor %s' % (s, worst[1]), worst[0], tol['param'])
 
 
 def main():

@@ -200,6 +200,7 @@ def test_control(data, tmp):
         rc, so, se = pctl("--server", addr, "status", "job-1")
         check(rc == 0 and "completed" in so and "ranks:" in so and "cpu:1" in so,
               "status (human) with the ranks table")
+        check("\nprecision    fp32\n" in so, "status shows the default precision, fp32")
 
         rc, so, se = pctl("--server", addr, "metrics", "job-1", "--json")
         m = json.loads(so) if rc == 0 else []
@@ -266,6 +267,16 @@ def test_control(data, tmp):
         rc, so, se = pctl("--server", addr, "submit", "--data", data, "--dim", "130")
         check(rc == 1 and se.startswith("pctl: submit: INVALID_ARGUMENT: dim 130 is not divisible by heads 4"),
               "daemon-side validation error is shown")
+        # issue 12: bf16 is accepted and shown; an unknown precision is named
+        rc, so, se = pctl("--server", addr, "submit", "--data", data, "--name", "bf16",
+                          "--steps", "10", "--precision", "bf16", "--json")
+        jid = json.loads(so)["job_id"] if rc == 0 else "?"
+        rc2, so2, se2 = pctl("--server", addr, "status", jid)
+        check(rc == 0 and rc2 == 0 and
+              "\nprecision    bf16 (bf16 GEMMs, fp32 elsewhere)\n" in so2,
+              "submit --precision bf16 accepted, status shows it (%s)" % se.strip())
+        rc, so, se = pctl("--server", addr, "submit", "--data", data, "--precision", "fp16")
+        check(rc == 2 and "'fp16'" in se, "submit --precision fp16: usage error naming it")
         rc, so, se = pctl("--server", addr, "submit", "--data", data, "--dp", "16", "--batch", "16")
         check(rc == 1 and se.startswith("pctl: submit: UNAVAILABLE: dp 16 needs more") and
               "cannot reach" not in se, "UNAVAILABLE from a daemon is not 'cannot reach'")

@@ -171,9 +171,10 @@ px_status_t px_bench_cfg_validate(const px_bench_cfg_t *cfg, int world, char *er
     }
 #define BAD(...) do { snprintf(err, errlen, __VA_ARGS__); return PX_ERR_INVALID_ARGUMENT; } while (0)
     if (cfg->device_ops && cfg->op != PX_BENCH_ALL_REDUCE && cfg->op != PX_BENCH_ALL_GATHER &&
-        cfg->op != PX_BENCH_REDUCE_SCATTER)
-        BAD("op %s on %s buffers: only all_reduce, all_gather and reduce_scatter take device "
-            "buffers", px_bench_op_name(cfg->op), cfg->device_ops->name);
+        cfg->op != PX_BENCH_REDUCE_SCATTER && cfg->op != PX_BENCH_BROADCAST &&
+        cfg->op != PX_BENCH_ALL_TO_ALL)
+        BAD("op %s on %s buffers: only all_reduce, all_gather, reduce_scatter, broadcast and "
+            "all_to_all take device buffers", px_bench_op_name(cfg->op), cfg->device_ops->name);
     if ((unsigned)cfg->op > PX_BENCH_REDUCE)
         BAD("op: unknown (%d)", (int)cfg->op);
     if ((unsigned)cfg->dtype > PX_UINT8)

@@ -54,7 +54,8 @@ typedef struct px_bench_cfg {
     /* NULL: host buffers; else the buffers live in this kernel backend's
      * (device) memory, filled and checked through host mirrors, and the
      * transport must have it registered (px_devmem.h); all_reduce,
-     * all_gather and reduce_scatter only (what the transport stages) */
+     * all_gather, reduce_scatter, broadcast and all_to_all only (what the
+     * transport stages) */
     const struct px_kernel_ops *device_ops;
 } px_bench_cfg_t;
 

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -42,6 +43,7 @@ typedef struct {
     int rows;
     int json_first;
     const char *device; /* --device: buffers in this device's memory */
+    uint64_t stage_chunk; /* --stage-chunk: px_transport_set_stage_chunk (0: default) */
 } main_args_t;
 
 static void usage(FILE *out)
@@ -49,7 +51,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: px-coll-bench [-n RANKS] [--op OP] [-b MIN_BYTES] [-e MAX_BYTES] [-f 2|4]\n"
             "                     [-d DTYPE] [-o REDOP] [-w WARMUP] [-i ITERS] [-r ROOT] [-c]\n"
-            "                     [--json] [--device cuda|cuda:K]\n"
+            "                     [--json] [--device cuda|cuda:K|fake] [--stage-chunk N]\n"
             "  -n, --ranks N        fork N local ranks (standalone bootstrap); without it, one\n"
             "                       rank of PX_WORLD_SIZE (PX_RANK, PX_MASTER_ADDR/PORT)\n"
             "  --op OP              all_reduce (default), all_gather, reduce_scatter,\n"
@@ -65,8 +67,61 @@ static void usage(FILE *out)
             "  -c, --check          count elements that differ from the exact result\n"
             "  --json               rank 0 prints JSON instead of the table\n"
             "  --device DEV         buffers in DEV's memory (cuda, cuda:K; default host):\n"
-            "                       all_reduce, all_gather, reduce_scatter\n");
+            "                       all_reduce, all_gather, reduce_scatter, broadcast,\n"
+            "                       all_to_all;\n"
+            "                       fake: host memory the transport stages as it would a\n"
+            "                       GPU's (the staging's cost without a GPU)\n"
+            "  --stage-chunk N      staging chunk of device buffers (default 4M; K/M/G)\n");
 }
+
+/* --device fake: a device backend whose "device memory" is host memory in
+ * one reserved arena (so the transport can tell its pointers apart) and
+ * whose copies are memcpy: the collectives stage it chunk by chunk exactly
+ * as they stage a GPU's memory (px_stage.c), so host vs fake busbw is the
+ * staging's overhead (two extra copies per byte and the chunking) without
+ * a GPU's copy engines. */
+#define FAKE_ARENA_BYTES ((size_t)8 << 30) /* reserved, not committed */
+static char *fake_arena;
+static size_t fake_used;
+
+static int fake_is_device(const void *p)
+{
+    return fake_arena && (const char *)p >= fake_arena &&
+           (const char *)p < fake_arena + FAKE_ARENA_BYTES;
+}
+
+static void *fake_alloc(size_t bytes)
+{
+    size_t b = (bytes + 4095) & ~(size_t)4095;
+    if (!fake_arena) {
+        fake_arena = mmap(NULL, FAKE_ARENA_BYTES, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (fake_arena == MAP_FAILED) {
+            fake_arena = NULL;
+            return NULL;
+        }
+    }
+    if (fake_used + b > FAKE_ARENA_BYTES)
+        return NULL;
+    fake_used += b;
+    return fake_arena + fake_used - b;
+}
+
+static void fake_free(void *p) { (void)p; /* the arena goes with the process */ }
+static void fake_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void fake_set(void *dst, int byte, size_t bytes) { memset(dst, byte, bytes); }
+static void fake_sync(void) {}
+
+static const px_kernel_ops_t fake_ops = {
+    .name = "fake",
+    .mem_alloc = fake_alloc,
+    .mem_free = fake_free,
+    .mem_set = fake_set,
+    .mem_copy = fake_copy,
+    .mem_copy_to_host = fake_copy,
+    .mem_copy_from_host = fake_copy,
+    .synchronize = fake_sync,
+};
 
 static int parse_int(const char *opt, const char *s, int min, int max, int *out)
 {
@@ -92,6 +147,7 @@ static int parse_args(int argc, char **argv, main_args_t *a)
         {"iters", required_argument, NULL, 'i'},  {"root", required_argument, NULL, 'r'},
         {"check", no_argument, NULL, 'c'},        {"json", no_argument, NULL, 'J'},
         {"help", no_argument, NULL, 'h'},         {"device", required_argument, NULL, 'D'},
+        {"stage-chunk", required_argument, NULL, 'S'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -148,6 +204,12 @@ static int parse_args(int argc, char **argv, main_args_t *a)
         case 'c': a->cfg.check = 1; break;
         case 'J': a->json = 1; break;
         case 'D': a->device = optarg; break;
+        case 'S':
+            if (px_bench_parse_bytes(optarg, &a->stage_chunk) || !a->stage_chunk) {
+                fprintf(stderr, "px-coll-bench: --stage-chunk: invalid size '%s'\n", optarg);
+                return -1;
+            }
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -202,7 +264,11 @@ static int run_rank(main_args_t *a)
             fprintf(stderr, "px-coll-bench: %s\n", err);
         return 2;
     }
-    if (a->device) { /* in the rank process: CUDA must start after the fork */
+    px_transport_set_stage_chunk((size_t)a->stage_chunk); /* every rank the same */
+    if (a->device && !strcmp(a->device, "fake")) {
+        px_transport_set_device_memory(&fake_ops, fake_is_device);
+        a->cfg.device_ops = &fake_ops;
+    } else if (a->device) { /* in the rank process: CUDA must start after the fork */
         const px_kernel_ops_t *ops;
         if (px_kernels_select(a->device, &ops, err, sizeof err) != PX_OK) {
             fprintf(stderr, "px-coll-bench: rank %d: %s\n", a->rank, err);
@@ -210,6 +276,9 @@ static int run_rank(main_args_t *a)
         }
         if (ops != px_kernels_cpu()) {
             px_transport_set_device_memory(ops, px_kernels_is_device_ptr);
+            /* staging through pinned memory, as a training rank does (train.c):
+             * pageable buffers would make the copies slower and synchronous */
+            px_transport_set_pinned_memory(px_kernels_host_alloc, px_kernels_host_free);
             a->cfg.device_ops = ops;
         }
         if (px_bench_cfg_validate(&a->cfg, a->world, err, sizeof err) != PX_OK) {

@@ -1,0 +1,31 @@
+/* px_kernels_bf16.c: the mixed-precision view of an op table
+ * (px_kernels_bf16.h). A few static slots, filled once at start-up on the
+ * rank's main thread. */
+#include "px_kernels_bf16.h"
+
+#include <stddef.h>
+
+#define SLOTS 4
+
+static const px_kernel_ops_t *bases[SLOTS];
+static px_kernel_ops_t views[SLOTS];
+
+const px_kernel_ops_t *px_kernels_with_precision(const px_kernel_ops_t *base, int bf16)
+{
+    if (!bf16)
+        return base;
+    if (!base || !base->matmul_bf16_forward || !base->matmul_bf16_backward)
+        return NULL;
+    for (int i = 0; i < SLOTS; i++) {
+        if (bases[i] == base)
+            return &views[i];
+        if (!bases[i]) {
+            views[i] = *base;
+            views[i].matmul_forward = base->matmul_bf16_forward;
+            views[i].matmul_backward = base->matmul_bf16_backward;
+            bases[i] = base;
+            return &views[i];
+        }
+    }
+    return NULL;
+}

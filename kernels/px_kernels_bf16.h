@@ -1,0 +1,36 @@
+/* px_kernels_bf16.h: an op table's mixed-precision view (issue 12).
+ *
+ * Mixed precision in parallax is "bf16 GEMMs, fp32 elsewhere", as PyTorch
+ * autocast and Megatron-LM run a GPT's linear layers: the engine keeps fp32
+ * master weights, fp32 activations in memory, fp32 gradients, AdamW state,
+ * reductions and collectives; every linear layer (qkv, attention
+ * projection, MLP fc / proj, the tied LM head, MoE router and experts)
+ * multiplies bf16-rounded inputs into fp32 output (fp32 accumulation on
+ * CUDA, double on the CPU: px_kernels.h).
+ * LayerNorm, GELU, softmax, cross-entropy and attention (both of its
+ * batched products as well) stay fp32.
+ *
+ * The weights are rounded on the fly by each GEMM (matmul_bf16_*), not kept
+ * as a bf16 copy refreshed after the optimizer: rounding is deterministic,
+ * so the arithmetic is identical, and every layout gets it without
+ * tracking where its weights are (ZeRO-3's gathered units, pipeline stages,
+ * tensor shards, experts) or invalidating a copy on a resume. The cost is
+ * one conversion of W per GEMM call (on CUDA read 4, write 2 bytes per
+ * weight, against the GEMM's 2 x rows FLOPs per weight) and the scratch for
+ * the rounded operands (plan.h: px_plan_bf16_gemm_elems). */
+#ifndef PX_KERNELS_BF16_H
+#define PX_KERNELS_BF16_H
+
+#include "px_kernels.h"
+
+/* The table to compute a model with at `bf16` (0: fp32, 1: bf16): `base`
+ * itself for fp32; for bf16 a copy of `base` whose matmul_forward /
+ * matmul_backward are base's matmul_bf16_forward / matmul_bf16_backward
+ * (every other entry, the name and the memory ops are base's). The copy is
+ * static, one per base table (at most 4 bases per process); NULL when
+ * `base` has no bf16 GEMM or the slots are used up. Call it from one thread
+ * at start-up (not thread-safe); the result lives as long as the process.
+ * Code that asks whether a table is the CPU one must ask of `base`. */
+const px_kernel_ops_t *px_kernels_with_precision(const px_kernel_ops_t *base, int bf16);
+
+#endif
