@@ -24,7 +24,7 @@ static px_knob_t knobs[] = {
     {"PX_ALGO_ALLTOALL", "auto", "all-to-all algorithm: auto, linear (all at once), pairwise", NULL},
     {"PX_SHM", "1", "collectives of ranks all on one host go through one shared-memory segment (0: UCX only)", NULL},
     {"PX_SHM_MIN_BYTES", "1024", "smallest collective (bytes of its largest buffer) taking the shared-memory path", NULL},
-    {"PX_SHM_SLOT_BYTES", "262144", "bytes one rank stages per shared-memory pipeline step (two such buffers per rank)", NULL},
+    {"PX_SHM_SLOT_BYTES", "262144", "bytes one rank stages per shared-memory pipeline step (three such buffers per rank)", NULL},
     {"PX_SHM_SPIN_US", "0", "shared-memory waits poll the peer's counter this long (us) before sleeping on its futex (-1: 50 where each rank of the communicator has a core; off by default: 3-10x slower on a loaded machine)", NULL},
     {"PX_SPIN_US", "0", "collective waits poll this long (us) before sleeping on the event fd", NULL},
     {"PX_UCX_PEER_ERR_MODE", "auto", "UCX peer error handling: auto (remote nodes only), always, never", NULL},

@@ -7,7 +7,7 @@
  *                 futex word), and `waiters`, how many ranks sleep on it
  *   hdr[n][RING]  per rank: the header (kind, dtype, op, root, count) of its
  *                 collective #seq at entry seq % RING, tagged seq + 1
- *   slot[n][2]    per rank: two staging buffers of PX_SHM_SLOT_BYTES
+ *   slot[n][3]    per rank: three staging buffers of PX_SHM_SLOT_BYTES
  *
  * Why shm_open and not a memfd: a memfd reaches other processes only as a
  * file descriptor (SCM_RIGHTS over a socket we do not have between ranks,
@@ -21,8 +21,8 @@
  * name behind.
  *
  * Algorithm (every op): the data go in steps of at most one staging buffer
- * per rank. A step: each rank copies its part into its buffer (parity
- * step % 2), publishes (ctr++, FUTEX_WAKE when someone sleeps on it), waits
+ * per rank. A step: each rank copies its part into its buffer (number
+ * step % 3), publishes (ctr++, FUTEX_WAKE when someone sleeps on it), waits
  * until every rank's ctr reached its own, then reads the others' buffers:
  *   all-gather     copy every rank's piece out;
  *   all-to-all     copy block `me` of every rank's buffer out;
@@ -34,11 +34,15 @@
  *                  the other parts out.
  * Every element is reduced by one rank in one fixed order, so every rank
  * gets bitwise the same result (and exactly the UCX path's where the math is
- * exact: integers, integer-valued floats). Two buffers per rank make one
- * wait per step enough: a rank writes buffer b at step s + 2 only after it
- * saw every rank publish step s + 1, which each does after it finished
- * reading step s. Every rank publishes the same sequence of phases, so
- * "every ctr >= mine" is the barrier of each phase, across collectives too.
+ * exact: integers, integer-valued floats). Pipelining: right after a step's
+ * last wait a rank copies in and publishes the next step, and only then
+ * reads the finished step's buffers, so a peer that ends its own reads
+ * finds the next step already there instead of sleeping. Three buffers per
+ * rank make that safe: a rank writes buffer b at step s + 3 only after it
+ * saw every rank publish the last phase of step s + 2, which each does
+ * after its reads of step s. Every rank publishes the same sequence of
+ * phases, so "every ctr >= mine" is the barrier of each phase, across
+ * collectives too.
  *
  * Ordering: shared-memory collectives of one communicator run in start
  * order (a later request waits until the earlier ones are done), as all
@@ -85,6 +89,7 @@
 #define SLICE_MS 10       /* longest futex sleep before pidfds are looked at */
 #define SLICE_BUSY_MS 1   /* the same while UCX requests are pending too */
 #define NAME_LEN 64
+#define NBUF 3           /* staging buffers per rank */
 #define AUTO_SPIN_US 50   /* PX_SHM_SPIN_US=-1 with a core per rank */
 
 typedef struct ctl {
@@ -108,9 +113,9 @@ struct px__shm {
     size_t slot;              /* bytes of one staging buffer */
     ctl_t *ctl;               /* [n] */
     hent_t *hdr;              /* [n * RING] */
-    char *slots;              /* [n][2][slot] */
+    char *slots;              /* [n][NBUF][slot] */
     uint32_t pub;             /* my ctr */
-    uint64_t step;            /* steps so far (buffer parity) */
+    uint64_t step;            /* steps so far (step % NBUF: its buffer) */
     int off;                  /* stopped (mismatch / cancel) */
     uint64_t min_bytes;
     long spin_us;             /* poll the counter this long before sleeping */
@@ -119,6 +124,12 @@ struct px__shm {
     int wait_peer;
     uint32_t wait_val;
 };
+
+/* One pipeline step: elements [off, off + c) of the count, in buffer buf. */
+typedef struct step {
+    uint64_t off, c;
+    int buf;
+} step_t;
 
 /* The state of one shared-memory collective (req->shm). */
 typedef struct shm_op {
@@ -131,10 +142,10 @@ typedef struct shm_op {
     uint64_t count;           /* elements of the header's count */
     size_t esz;
     uint64_t chunk;           /* elements of `count` per step */
-    uint64_t off;             /* elements done */
-    uint64_t c;               /* elements of the current step */
-    int buf;                  /* the current step's buffer parity */
-    int phase;                /* 0 next step, 1 after copy-in, 2 after the reduce */
+    step_t cur;               /* the step in flight */
+    uint64_t next;            /* first element of the step after it */
+    int started;
+    int phase;                /* 1 after copy-in, 2 after all-reduce's reduce */
     int waiting;              /* published: waiting for every ctr >= target */
     uint32_t target;
     int checked;              /* headers compared */
@@ -182,7 +193,7 @@ static const char *kind_name(int kind)
 
 static char *slot_of(const px__shm_t *s, int rank, int buf)
 {
-    return s->slots + ((size_t)rank * 2 + (size_t)buf) * s->slot;
+    return s->slots + ((size_t)rank * NBUF + (size_t)buf) * s->slot;
 }
 
 static size_t align_up(size_t x, size_t a)
@@ -232,7 +243,7 @@ px_status_t px__shm_setup(px_comm_t *comm)
         slot = 4096;
     ctl_bytes = align_up((size_t)comm->size * sizeof(ctl_t), 4096);
     hdr_bytes = align_up((size_t)comm->size * RING * sizeof(hent_t), 4096);
-    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * 2 * slot;
+    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * slot;
 
     /* everyone agrees whether to try: PX_SHM on every rank, one node */
     ok = px_env_int("PX_SHM") != 0 && same_node(comm);
@@ -272,7 +283,7 @@ px_status_t px__shm_setup(px_comm_t *comm)
     if (status != PX_OK)
         goto out_unlink;
     slot = (size_t)msg.slot;
-    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * 2 * slot;
+    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * slot;
     if (comm->rank != 0 && msg.ok && s) {
         int fd = shm_open(msg.name, O_RDWR | O_CLOEXEC, 0);
         struct stat st;
@@ -481,93 +492,111 @@ static void part(uint64_t c, int n, int j, uint64_t *start_p, uint64_t *len_p)
 
 /* dst = in[0] OP in[1] OP ... OP in[n-1] (rank order), `len` elements at
  * byte offset `at` of every rank's current buffer; AVG divides once. */
-static void reduce_all(const px__shm_t *s, const shm_op_t *o, char *dst, size_t at, uint64_t len)
+static void reduce_all(const px__shm_t *s, const shm_op_t *o, const step_t *t, char *dst,
+                       size_t at, uint64_t len)
 {
-    px_reduce_apply(o->dtype, o->op, dst, slot_of(s, 0, o->buf) + at, slot_of(s, 1, o->buf) + at,
+    px_reduce_apply(o->dtype, o->op, dst, slot_of(s, 0, t->buf) + at, slot_of(s, 1, t->buf) + at,
                     (size_t)len);
     for (int p = 2; p < s->n; p++)
-        px_reduce_apply(o->dtype, o->op, dst, dst, slot_of(s, p, o->buf) + at, (size_t)len);
+        px_reduce_apply(o->dtype, o->op, dst, dst, slot_of(s, p, t->buf) + at, (size_t)len);
     if (o->op == PX_AVG)
         px_reduce_avg_finish(o->dtype, dst, (size_t)len, s->n);
 }
 
 /* Copies this rank's part of the next step into its buffer. */
-static void copy_in(px__shm_t *s, shm_op_t *o)
+static void copy_in(px__shm_t *s, shm_op_t *o, const step_t *t)
 {
-    char *mine = slot_of(s, s->me, o->buf);
-    size_t esz = o->esz, cb = (size_t)o->c * esz;
+    char *mine = slot_of(s, s->me, t->buf);
+    size_t esz = o->esz, cb = (size_t)t->c * esz;
 
     switch (o->kind) {
     case PX__COLL_ALLREDUCE:
     case PX__COLL_ALLGATHER:
-        memcpy(mine, o->src + (size_t)o->off * esz, cb);
+        memcpy(mine, o->src + (size_t)t->off * esz, cb);
         break;
     case PX__COLL_BCAST:
         if (s->me == o->root)
-            memcpy(mine, o->dst + (size_t)o->off * esz, cb);
+            memcpy(mine, o->dst + (size_t)t->off * esz, cb);
         break;
     case PX__COLL_REDUCE_SCATTER:
     case PX__COLL_ALLTOALL:
         for (int j = 0; j < s->n; j++) /* all-to-all's own block goes straight across */
             if (j != s->me || o->kind == PX__COLL_REDUCE_SCATTER)
-                memcpy(mine + (size_t)j * cb, o->src + ((size_t)j * o->count + o->off) * esz, cb);
+                memcpy(mine + (size_t)j * cb, o->src + ((size_t)j * o->count + t->off) * esz, cb);
         break;
     }
 }
 
 /* After every rank published the step's data: the reads of phase 1. */
-static void after_data(px__shm_t *s, shm_op_t *o)
+static void after_data(px__shm_t *s, shm_op_t *o, const step_t *t)
 {
-    size_t esz = o->esz, cb = (size_t)o->c * esz;
+    size_t esz = o->esz, cb = (size_t)t->c * esz;
 
     switch (o->kind) {
     case PX__COLL_ALLREDUCE: {
         uint64_t st, len;
-        part(o->c, s->n, s->me, &st, &len);
+        part(t->c, s->n, s->me, &st, &len);
         if (len) {
-            char *out = o->dst + (size_t)(o->off + st) * esz;
-            reduce_all(s, o, out, (size_t)st * esz, len);
-            memcpy(slot_of(s, s->me, o->buf) + (size_t)st * esz, out, (size_t)len * esz);
+            char *out = o->dst + (size_t)(t->off + st) * esz;
+            reduce_all(s, o, t, out, (size_t)st * esz, len);
+            memcpy(slot_of(s, s->me, t->buf) + (size_t)st * esz, out, (size_t)len * esz);
         }
         break;
     }
     case PX__COLL_ALLGATHER:
         for (int p = 0; p < s->n; p++)
             if (p != s->me)
-                memcpy(o->dst + ((size_t)p * o->count + o->off) * esz, slot_of(s, p, o->buf), cb);
+                memcpy(o->dst + ((size_t)p * o->count + t->off) * esz, slot_of(s, p, t->buf), cb);
         break;
     case PX__COLL_BCAST:
         if (s->me != o->root)
-            memcpy(o->dst + (size_t)o->off * esz, slot_of(s, o->root, o->buf), cb);
+            memcpy(o->dst + (size_t)t->off * esz, slot_of(s, o->root, t->buf), cb);
         break;
     case PX__COLL_REDUCE_SCATTER:
-        reduce_all(s, o, o->dst + (size_t)o->off * esz, (size_t)s->me * cb, o->c);
+        reduce_all(s, o, t, o->dst + (size_t)t->off * esz, (size_t)s->me * cb, t->c);
         break;
     case PX__COLL_ALLTOALL:
         for (int p = 0; p < s->n; p++)
-            memcpy(o->dst + ((size_t)p * o->count + o->off) * esz,
-                   p == s->me ? o->src + ((size_t)p * o->count + o->off) * esz
-                              : slot_of(s, p, o->buf) + (size_t)s->me * cb,
+            memcpy(o->dst + ((size_t)p * o->count + t->off) * esz,
+                   p == s->me ? o->src + ((size_t)p * o->count + t->off) * esz
+                              : slot_of(s, p, t->buf) + (size_t)s->me * cb,
                    cb);
         break;
     }
 }
 
 /* All-reduce's phase 2: the parts the other ranks reduced. */
-static void copy_parts(px__shm_t *s, shm_op_t *o)
+static void copy_parts(px__shm_t *s, shm_op_t *o, const step_t *t)
 {
     for (int p = 0; p < s->n; p++) {
         uint64_t st, len;
         if (p == s->me)
             continue;
-        part(o->c, s->n, p, &st, &len);
+        part(t->c, s->n, p, &st, &len);
         if (len)
-            memcpy(o->dst + (size_t)(o->off + st) * o->esz,
-                   slot_of(s, p, o->buf) + (size_t)st * o->esz, (size_t)len * o->esz);
+            memcpy(o->dst + (size_t)(t->off + st) * o->esz,
+                   slot_of(s, p, t->buf) + (size_t)st * o->esz, (size_t)len * o->esz);
     }
 }
 
-/* The request's advance function: runs steps until it must wait. */
+/* Starts the step at o->next: copies this rank's part in and publishes. */
+static void begin_step(px__shm_t *s, shm_op_t *o)
+{
+    o->cur.off = o->next;
+    o->cur.c = o->count - o->next < o->chunk ? o->count - o->next : o->chunk;
+    o->cur.buf = (int)(s->step++ % NBUF);
+    o->next += o->cur.c;
+    copy_in(s, o, &o->cur);
+    publish(s);
+    o->target = s->pub;
+    o->waiting = 1;
+    o->phase = 1;
+}
+
+/* The request's advance function: runs steps until it must wait. After a
+ * step's last wait, the next step's part goes in and is published before
+ * this step's reads, so that the peers find it there when they are done
+ * with theirs (three buffers per rank make that safe: see the top). */
 static px_status_t shm_advance(px_request_t *req, int *progressed_p)
 {
     px__shm_t *s = req->comm->shm;
@@ -577,44 +606,41 @@ static px_status_t shm_advance(px_request_t *req, int *progressed_p)
         s->wait_req = NULL;
     if (!my_turn(req))
         return PX_INPROGRESS;
+    if (!o->started) {
+        o->started = 1;
+        begin_step(s, o);
+        *progressed_p = 1;
+    }
     for (;;) {
-        if (o->waiting) {
-            px_status_t status = reached(req, o);
+        px_status_t status = reached(req, o);
+        step_t done;
+        if (status != PX_OK)
+            return status;
+        o->waiting = 0;
+        *progressed_p = 1;
+        if (!o->checked) {
+            status = px__shm_ring_check(req);
             if (status != PX_OK)
                 return status;
-            o->waiting = 0;
-            *progressed_p = 1;
-            if (!o->checked) {
-                status = px__shm_ring_check(req);
-                if (status != PX_OK)
-                    return status;
-                o->checked = 1;
-            }
-            if (o->phase == 1) {
-                after_data(s, o);
-                if (o->kind == PX__COLL_ALLREDUCE) {
-                    publish(s);
-                    o->target = s->pub;
-                    o->waiting = 1;
-                    o->phase = 2;
-                    continue;
-                }
-            } else {
-                copy_parts(s, o);
-            }
-            o->off += o->c;
-            o->phase = 0;
+            o->checked = 1;
         }
-        if (o->off >= o->count)
+        if (o->phase == 1 && o->kind == PX__COLL_ALLREDUCE) {
+            after_data(s, o, &o->cur); /* reduce this rank's part */
+            publish(s);
+            o->target = s->pub;
+            o->waiting = 1;
+            o->phase = 2;
+            continue;
+        }
+        done = o->cur;
+        if (o->next < o->count)
+            begin_step(s, o);
+        if (o->kind == PX__COLL_ALLREDUCE)
+            copy_parts(s, o, &done);
+        else
+            after_data(s, o, &done);
+        if (!o->waiting)
             return PX_OK;
-        o->c = o->count - o->off < o->chunk ? o->count - o->off : o->chunk;
-        o->buf = (int)(s->step++ & 1);
-        copy_in(s, o);
-        publish(s);
-        o->target = s->pub;
-        o->waiting = 1;
-        o->phase = 1;
-        *progressed_p = 1;
     }
 }
 
