@@ -22,6 +22,10 @@ static px_knob_t knobs[] = {
     {"PX_ALGO_ALLREDUCE", "auto", "all-reduce algorithm: auto, ring, rabenseifner, rd (recursive doubling)", NULL},
     {"PX_ALGO_BCAST", "auto", "broadcast algorithm: auto, tree (binomial), ring (scatter + ring all-gather)", NULL},
     {"PX_ALGO_ALLTOALL", "auto", "all-to-all algorithm: auto, linear (all at once), pairwise", NULL},
+    {"PX_SHM", "1", "collectives of ranks all on one host go through one shared-memory segment (0: UCX only)", NULL},
+    {"PX_SHM_MIN_BYTES", "1024", "smallest collective (bytes of its largest buffer) taking the shared-memory path", NULL},
+    {"PX_SHM_SLOT_BYTES", "262144", "bytes one rank stages per shared-memory pipeline step (three such buffers per rank)", NULL},
+    {"PX_SHM_SPIN_US", "0", "shared-memory waits poll the peer's counter this long (us) before sleeping on its futex (-1: 50 where each rank of the communicator has a core; off by default: 3-10x slower on a loaded machine)", NULL},
     {"PX_SPIN_US", "0", "collective waits poll this long (us) before sleeping on the event fd; -1: "
      "auto (200 us while the job's ranks on this node are no more than its CPUs and the load average "
      "is not above them, else 0)", NULL},

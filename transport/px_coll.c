@@ -34,6 +34,7 @@
 #include "px_env.h"
 #include "px_log.h"
 #include "px_reduce.h"
+#include "px_shm.h"
 
 #define BCAST_TREE_MAX_BYTES (512u * 1024u)
 /* All-reduce: Rabenseifner between PX__RD_MAX_BYTES and this, ring above.
@@ -221,6 +222,18 @@ static float *stage_half(px_request_t *req, px_dtype_t dtype, const void *src, u
     return t;
 }
 
+static int on_device(const void *a, const void *b);
+
+/* Whether a collective on host buffers of `bytes` (its largest buffer)
+ * takes the shared-memory path (px_shm.h); reductions of fp16/bf16 do not
+ * (they reduce in fp32 temporaries on the UCX path). */
+static int use_shm(px_comm_t *comm, int kind, const void *a, const void *b, px_dtype_t dtype,
+                   int reduces, uint64_t bytes)
+{
+    return comm->shm && comm->size > 1 && !(reduces && is_half(dtype)) && !on_device(a, b) &&
+           px__shm_wants(comm, kind, bytes);
+}
+
 static px_status_t start_fail(px_request_t *req, px_status_t status)
 {
     px__req_discard(req);
@@ -302,11 +315,16 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
                  px_dtype_name(dtype));
         return PX_ERR_INVALID_ARGUMENT;
     }
+    if (use_shm(comm, PX__COLL_ALLREDUCE, sendbuf, recvbuf, dtype, 1, count * px_dtype_size(dtype)))
+        return px__shm_start(comm, PX__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1,
+                             opts, req_p);
     /* the algorithm first: a small recursive doubling on host buffers sends
      * its header in its data messages instead of a header exchange beside
      * them (not a staged device buffer: its chunks are several messages
      * between the same two ranks, and the staging keeps one header
-     * exchange for the whole call) */
+     * exchange for the whole call; nor a communicator with a shared-memory
+     * segment: its below-threshold ranks check the segment's header ring in
+     * the header exchange, which the header-in-data mode has not) */
     {
         size_t wire = is_half(dtype) ? 4 : px_dtype_size(dtype); /* halves reduce in fp32 */
         algo = pick(opts, "PX_ALGO_ALLREDUCE");
@@ -321,6 +339,7 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
         uint64_t bytes = count * wire;
         if (algo == PX_ALGO_RECURSIVE_DOUBLING && count > 0 && comm->size > 1 &&
             bytes <= PX__INLINE_MAX_BYTES && !px__inline_disable && !on_device(sendbuf, recvbuf) &&
+            !comm->shm &&
             (bytes + sizeof(px__hdr_t) <= PX__EAGER_GUESS_BYTES ||
              bytes > PX__EAGER_GUESS_BYTES))
             status = px__req_create_inline(comm, PX__COLL_ALLREDUCE, dtype, op, count, -1, opts,
@@ -397,6 +416,9 @@ px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *
     n = (uint64_t)comm->size;
     esz = px_dtype_size(dtype);
     inplace = (const char *)recvbuf == (const char *)sendbuf + (uint64_t)comm->rank * recvcount * esz;
+    if (use_shm(comm, PX__COLL_REDUCE_SCATTER, sendbuf, recvbuf, dtype, 1, n * recvcount * esz))
+        return px__shm_start(comm, PX__COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype,
+                             op, -1, opts, req_p);
     status = px__req_create(comm, PX__COLL_REDUCE_SCATTER, dtype, op, recvcount, -1, NULL, NULL,
                             opts, &req);
     if (status != PX_OK)
@@ -464,6 +486,10 @@ px_status_t px_allgather_start(px_comm_t *comm, const void *sendbuf, void *recvb
         return status;
     NEED(!sendcount || (sendbuf && recvbuf), "px_allgather");
     esz = px_dtype_size(dtype);
+    if (use_shm(comm, PX__COLL_ALLGATHER, sendbuf, recvbuf, dtype, 0,
+                (uint64_t)comm->size * sendcount * esz))
+        return px__shm_start(comm, PX__COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, PX_SUM,
+                             -1, opts, req_p);
     status = px__req_create(comm, PX__COLL_ALLGATHER, dtype, PX_SUM, sendcount, -1, NULL, NULL,
                             opts, &req);
     if (status != PX_OK)
@@ -526,6 +552,9 @@ px_status_t px_bcast_start(px_comm_t *comm, void *buf, uint64_t count, px_dtype_
     if (status != PX_OK)
         return status;
     NEED(!count || buf, "px_bcast");
+    if (use_shm(comm, PX__COLL_BCAST, buf, NULL, dtype, 0, count * px_dtype_size(dtype)))
+        return px__shm_start(comm, PX__COLL_BCAST, NULL, buf, count, dtype, PX_SUM, root, opts,
+                             req_p);
     status = px__req_create(comm, PX__COLL_BCAST, dtype, PX_SUM, count, root, NULL, NULL, opts,
                             &req);
     if (status != PX_OK)
@@ -723,6 +752,11 @@ px_status_t px_alltoall_start(px_comm_t *comm, const void *sendbuf, void *recvbu
 
     if (status != PX_OK)
         return status;
+    if (count && sendbuf && recvbuf && sendbuf != recvbuf &&
+        use_shm(comm, PX__COLL_ALLTOALL, sendbuf, recvbuf, dtype, 0,
+                (uint64_t)comm->size * count * px_dtype_size(dtype)))
+        return px__shm_start(comm, PX__COLL_ALLTOALL, sendbuf, recvbuf, count, dtype, PX_SUM, -1,
+                             opts, req_p);
     v = malloc(2 * (size_t)comm->size * sizeof(uint64_t));
     if (!v)
         return PX_ERR_NO_MEMORY;

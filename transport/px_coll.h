@@ -37,6 +37,11 @@
  * (scatter + ring all-gather), all-to-all pairwise / linear; reduce is a
  * binomial tree, all-gather and reduce-scatter the ring, scatter / gather
  * linear. A hint a collective has no implementation for falls back to auto.
+ * Communicators whose ranks are all on one host move all-reduce,
+ * reduce-scatter, all-gather, all-to-all and broadcast of host buffers
+ * (from PX_SHM_MIN_BYTES, 1 KiB, up; not fp16/bf16 reductions) through one
+ * shared-memory segment instead (px_shm.h; PX_SHM=0 turns it off); results
+ * are the same on every rank, reductions in rank order 0..n-1.
  *
  * Nonblocking: every `px_X_start` checks its arguments, queues the
  * collective and returns a request at once; the request progresses whenever

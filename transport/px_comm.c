@@ -31,6 +31,7 @@
 
 #include "px_env.h"
 #include "px_log.h"
+#include "px_shm.h"
 #include "px_time.h"
 
 #define WIREUP_MAGIC 0x50585755u /* "PXWU" */
@@ -234,6 +235,9 @@ px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_
         goto err_destroy;
     px_debug("comm %u: rank %d of %d connected", comm->id, rank, comm->size);
     px__comm_link(comm);
+    status = px__shm_setup(comm);
+    if (status != PX_OK)
+        goto err_destroy;
     *comm_p = comm;
     return PX_OK;
 
@@ -405,6 +409,7 @@ void px_comm_destroy(px_comm_t *comm)
         return;
     px__comm_unlink(comm);
     px__comm_drop_requests(comm);
+    px__shm_destroy(comm);
     if (comm->peers && comm->size > 1 && !comm->active && !comm->failed)
         goodbye(comm);
     if (comm->active)
@@ -584,6 +589,11 @@ px_status_t px_comm_split(px_comm_t *comm, int color, int key, px_comm_t **newco
     }
     comm->tr->n_comms++;
     px__comm_link(sub);
+    status = px__shm_setup(sub);
+    if (status != PX_OK) {
+        px_comm_destroy(sub);
+        goto out;
+    }
     px_debug("comm %u: split color %d: rank %d of %d (comm %u)", comm->id, color, me, count, id);
     *newcomm_p = sub;
     goto out;

@@ -35,6 +35,7 @@
 #include <arpa/inet.h>
 
 #include "px_log.h"
+#include "px_shm.h"
 #include "px_time.h"
 
 /* Bound of the drain after a failure (ms): a healthy comm (mismatch) waits
@@ -243,8 +244,11 @@ void px__sleep(px_comm_t *comm, int timeout_ms)
     px_comm_t *w = comm->root;
     struct pollfd fixed[16], *fds = fixed;
     nfds_t n = 0, cap = 4 + (nfds_t)w->n_pid;
-    ucs_status_t st = ucp_worker_arm(comm->tr->worker);
+    ucs_status_t st;
 
+    if (px__shm_sleep(comm, timeout_ms))
+        return; /* slept on a shared-memory counter */
+    st = ucp_worker_arm(comm->tr->worker);
     if (st == UCS_ERR_BUSY)
         return; /* events pending: progress again */
     if (cap > 16) {
@@ -508,6 +512,10 @@ void px__pending_ranks(px_comm_t *comm, px_request_t *owner, char *buf, size_t l
     size_t used = 0;
     int shown = 0;
     buf[0] = '\0';
+    if (owner && px__shm_waiting_for(owner) >= 0) { /* shared memory: the counter it waits on */
+        snprintf(buf, len, "%d", px__shm_waiting_for(owner));
+        return;
+    }
     for (int r = 0; r < comm->size && shown < 8; r++) {
         for (px__op_t *op = comm->active; op; op = op->next) {
             if (!op->done && op->peer == r && (!owner || op->owner == owner)) {

@@ -80,6 +80,7 @@
 #include "px_env.h"
 #include "px_log.h"
 #include "px_reduce.h"
+#include "px_shm.h"
 #include "px_time.h"
 
 #define HDR_MAGIC 0x50584844u /* "PXHD" */
@@ -223,6 +224,7 @@ static void req_free(px_request_t *req)
     free(req->hdr_in);
     free(req->hdr_expect);
     free(req->sent_to);
+    free(req->shm);
     free(req);
 }
 
@@ -267,6 +269,7 @@ px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop
         req->stage = 1;
         goto link;
     }
+    px__shm_note(comm, req->seq, kind, dtype, (int)op, root, count); /* shm ranks compare it */
     req->hdr_out = calloc((size_t)n, sizeof(px__hdr_t));
     req->hdr_in = calloc((size_t)n, sizeof(px__hdr_t));
     if (!req->hdr_out || !req->hdr_in) {
@@ -665,6 +668,8 @@ static void half_finish(px_request_t *req)
 /* Ends `req` with `status` (cancelling its remaining ops on failure). */
 static void req_end(px_request_t *req, px_status_t status)
 {
+    if (status == PX_ERR_MISMATCH)
+        px__shm_off(req->comm); /* every rank sees it: all leave the segment */
     if (status != PX_OK)
         px__cancel_ops(req->comm, req);
     else
@@ -687,7 +692,10 @@ static px_status_t req_step(px_request_t *req, int *progressed_p)
         return req->status;
     }
     if (req->stage == 0) {
-        status = header_step(req, progressed_p);
+        /* a rank that took the shared-memory path sends no UCX header */
+        status = px__shm_ring_check(req);
+        if (status == PX_OK)
+            status = header_step(req, progressed_p);
         if (status != PX_OK && status != PX_INPROGRESS) {
             req_end(req, status);
             return status;
@@ -991,6 +999,8 @@ void px_request_cancel(px_request_t *req)
 {
     if (!req)
         return;
+    if (req->shm && req->status == PX_INPROGRESS)
+        px__shm_off(req->comm); /* the ranks' segment counters no longer agree */
     px__cancel_ops(req->comm, req);
     req_free(req);
 }

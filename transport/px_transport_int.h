@@ -166,6 +166,7 @@ struct px_comm {
     int default_timeout_ms;
     size_t chunk_bytes;   /* PX_ALLREDUCE_CHUNK_BYTES */
     px__buf_t bufs[PX__NBUF]; /* cached temporaries, grow-only, freed at destroy */
+    struct px__shm *shm;  /* the shared-memory path (px_shm.h), NULL when off */
 };
 
 /* Pipeline depth of the ring (chunks in flight per direction). */
@@ -324,6 +325,7 @@ struct px_request {
     size_t p2p_total, p2p_chunk, p2p_next, p2p_done;
     size_t p2p_off[2], p2p_len[2];
 
+    void *shm;             /* shared-memory path state (px_shm.c), freed with the request */
     void *tmp[4];          /* temporaries (comm cache or owned): 0, 1 algorithm, 2 ring
                             * slots, 3 fp16/bf16 or device staging */
 };

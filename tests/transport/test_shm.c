@@ -1,0 +1,468 @@
+/* test_shm.c: the shared-memory path of the collectives (transport/px_shm.c)
+ * on N local ranks (px_launch), checked against the UCX path.
+ *
+ *   test_shm equal N     all-reduce (in and out of place), reduce-scatter (in
+ *                        and out of place), all-gather (in and out of place),
+ *                        all-to-all, broadcast; dtypes fp32 fp64 fp16 bf16
+ *                        int32 int64 uint8; ops sum prod min max avg; counts
+ *                        below the threshold, above it, larger than a slot,
+ *                        not divisible by N: the world (segment on) gives
+ *                        bitwise the output of a split of it with the path
+ *                        off (UCX). Every rank's inputs are small integers,
+ *                        so both orders of reduction are exact. Also checks
+ *                        which path each request took, requests outstanding
+ *                        at once (waited in reverse order, polled with
+ *                        px_test / px_progress) and a UCX request on
+ *                        another communicator in flight beside them.
+ *   test_shm mismatch N  the last rank passes another count: (a) below the
+ *                        threshold (it takes the UCX path, the others the
+ *                        segment), (b) above it (all on the segment): every
+ *                        rank gets PX_ERR_MISMATCH naming both counts, long
+ *                        before the deadline; the communicator then works
+ *                        (over UCX).
+ *   test_shm kill N      rank 1 publishes its part of a shared-memory
+ *                        all-reduce and dies by SIGKILL: every survivor
+ *                        fails with PX_ERR_PEER_FAILURE naming rank 1 within
+ *                        the deadline.
+ *   test_shm off N       PX_SHM=0: no segment; collectives still right.
+ *
+ * After every launch the parent checks that /dev/shm holds no segment named
+ * after any of its ranks (names start "px-<creator pid>-"), the killed run
+ * included. meson sets PX_SHM_MIN_BYTES=4096 and PX_SHM_SLOT_BYTES=16384
+ * so that small buffers cross the threshold and span many slots. */
+#include <dirent.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "px_coll.h"
+#include "px_env.h"
+#include "px_launch.h"
+#include "px_log.h"
+#include "px_reduce.h"
+#include "px_shm.h" /* px__shm_off, comm->shm, req->shm: which path ran */
+#include "px_time.h"
+
+#define FAIL(...) do { fprintf(stderr, "FAIL rank %d: ", ctx->rank); \
+    fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); return 1; } while (0)
+
+static const px_dtype_t dtypes[] = {PX_FLOAT32, PX_FLOAT64, PX_FLOAT16, PX_BFLOAT16,
+                                    PX_INT32, PX_INT64, PX_UINT8};
+static const px_redop_t ops[] = {PX_SUM, PX_PROD, PX_MIN, PX_MAX, PX_AVG};
+
+/* Stores small integer v as element i of a dtype buffer (exact in all). */
+static void put(px_dtype_t dt, void *buf, uint64_t i, int v)
+{
+    switch (dt) {
+    case PX_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case PX_FLOAT64: ((double *)buf)[i] = v; break;
+    case PX_FLOAT16: { float f = (float)v; px_f32_to_f16((uint16_t *)buf + i, &f, 1); break; }
+    case PX_BFLOAT16: { float f = (float)v; px_f32_to_bf16((uint16_t *)buf + i, &f, 1); break; }
+    case PX_INT32: ((int32_t *)buf)[i] = v; break;
+    case PX_INT64: ((int64_t *)buf)[i] = v; break;
+    case PX_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    }
+}
+
+/* Rank r's input element i: 1..3 for products (no overflow in any dtype
+ * at 4 ranks), -4..4 (0..8 unsigned) otherwise. */
+static void fill(px_dtype_t dt, px_redop_t op, void *buf, uint64_t n, int r)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        int v = op == PX_PROD ? (int)((i + (uint64_t)r) % 3) + 1
+                              : (int)((i * 7 + (uint64_t)r * 131) % 9) - (dt == PX_UINT8 ? 0 : 4);
+        put(dt, buf, i, v);
+    }
+}
+
+/* The request of a started collective took the segment? */
+static int on_shm(const px_request_t *req)
+{
+    return req->shm != NULL;
+}
+
+enum { AR, AR_IN, RS, RS_IN, AG, AG_IN, A2A, BC, NFORM };
+static const char *form_name[] = {"allreduce", "allreduce-inplace", "reduce-scatter",
+                                  "reduce-scatter-inplace", "allgather", "allgather-inplace",
+                                  "alltoall", "bcast"};
+
+/* Runs one collective of `form` on comm into out (whose size is returned in
+ * *out_bytes), from the same inputs on every call. *shm_p: the path taken. */
+static px_status_t run_form(px_comm_t *comm, int form, px_dtype_t dt, px_redop_t op,
+                            uint64_t count, char *in, char *out, size_t *out_bytes, int *shm_p)
+{
+    int n = px_comm_size(comm), r = px_comm_rank(comm);
+    size_t esz = px_dtype_size(dt);
+    px_request_t *req = NULL;
+    px_status_t status;
+
+    switch (form) {
+    case AR:
+    case AR_IN:
+        fill(dt, op, in, count, r);
+        *out_bytes = count * esz;
+        if (form == AR_IN) {
+            memcpy(out, in, *out_bytes);
+            status = px_allreduce_start(comm, out, out, count, dt, op, NULL, &req);
+        } else {
+            status = px_allreduce_start(comm, in, out, count, dt, op, NULL, &req);
+        }
+        break;
+    case RS:
+    case RS_IN:
+        fill(dt, op, in, count * (uint64_t)n, r);
+        *out_bytes = count * esz;
+        if (form == RS_IN) { /* result at block r of the input buffer */
+            status = px_reduce_scatter_start(comm, in, in + (size_t)r * count * esz, count, dt,
+                                             op, NULL, &req);
+        } else {
+            status = px_reduce_scatter_start(comm, in, out, count, dt, op, NULL, &req);
+        }
+        break;
+    case AG:
+    case AG_IN:
+        *out_bytes = count * (uint64_t)n * esz;
+        memset(out, 0x5a, *out_bytes);
+        if (form == AG_IN) {
+            fill(dt, PX_SUM, out + (size_t)r * count * esz, count, r);
+            status = px_allgather_start(comm, out + (size_t)r * count * esz, out, count, dt, NULL,
+                                        &req);
+        } else {
+            fill(dt, PX_SUM, in, count, r);
+            status = px_allgather_start(comm, in, out, count, dt, NULL, &req);
+        }
+        break;
+    case A2A:
+        fill(dt, PX_SUM, in, count * (uint64_t)n, r);
+        *out_bytes = count * (uint64_t)n * esz;
+        status = px_alltoall_start(comm, in, out, count, dt, NULL, &req);
+        break;
+    default: /* BC */
+        *out_bytes = count * esz;
+        if (r == (int)(count % (uint64_t)n))
+            fill(dt, PX_SUM, out, count, r);
+        else
+            memset(out, 0x5a, *out_bytes);
+        status = px_bcast_start(comm, out, count, dt, (int)(count % (uint64_t)n), NULL, &req);
+        break;
+    }
+    if (status != PX_OK)
+        return status;
+    *shm_p = on_shm(req);
+    status = px_wait(req, -1);
+    if (form == RS_IN)
+        memcpy(out, in + (size_t)r * count * esz, *out_bytes);
+    return status;
+}
+
+static int rank_equal(px_launch_rank_t *ctx)
+{
+    static const uint64_t counts[] = {1, 1000, 1025, 5003, 20011};
+    px_comm_t *w = ctx->comm, *u = NULL;
+    int n = ctx->world, cases = 0, shm_cases = 0;
+    size_t max = 20011 * 8 * (size_t)n + 64;
+    char *in = malloc(max), *a = malloc(max), *b = malloc(max);
+
+    if (!in || !a || !b)
+        FAIL("out of memory");
+    if (!w->shm)
+        FAIL("the world has no shared-memory segment");
+    if (px_comm_split(w, 0, ctx->rank, &u) != PX_OK || !u->shm)
+        FAIL("split: no segment on the sub-communicator");
+    px__shm_off(u); /* the reference: the same ranks over UCX */
+    for (size_t d = 0; d < sizeof(dtypes) / sizeof(*dtypes); d++) {
+        px_dtype_t dt = dtypes[d];
+        size_t esz = px_dtype_size(dt);
+        int half = dt == PX_FLOAT16 || dt == PX_BFLOAT16;
+        for (size_t c = 0; c < sizeof(counts) / sizeof(*counts); c++) {
+            uint64_t count = counts[c];
+            for (int form = 0; form < NFORM; form++) {
+                int reduces = form == AR || form == AR_IN || form == RS || form == RS_IN;
+                int nops = reduces ? (int)(sizeof(ops) / sizeof(*ops)) : 1;
+                uint64_t big = (form == AR || form == AR_IN || form == BC ? 1 : (uint64_t)n) *
+                               count * esz;
+                for (int k = 0; k < nops; k++) {
+                    size_t na, nb;
+                    int sa = 0, sb = 0;
+                    px_status_t status = run_form(w, form, dt, ops[k], count, in, a, &na, &sa);
+                    if (status != PX_OK)
+                        FAIL("%s %s %s count %llu on the segment: %s (%s)", form_name[form],
+                             px_dtype_name(dt), px_redop_name(ops[k]),
+                             (unsigned long long)count, px_status_str(status),
+                             px_comm_last_error(w));
+                    status = run_form(u, form, dt, ops[k], count, in, b, &nb, &sb);
+                    if (status != PX_OK)
+                        FAIL("%s over UCX: %s", form_name[form], px_status_str(status));
+                    if (sb)
+                        FAIL("the UCX reference took the segment");
+                    if (sa != (big >= 4096 && !(reduces && half)))
+                        FAIL("%s %s count %llu (%llu bytes): path %s, expected the other",
+                             form_name[form], px_dtype_name(dt), (unsigned long long)count,
+                             (unsigned long long)big, sa ? "shm" : "ucx");
+                    if (na != nb || memcmp(a, b, na) != 0) {
+                        size_t i = 0;
+                        while (i < na && a[i] == b[i])
+                            i++;
+                        FAIL("%s %s %s count %llu: shm and UCX outputs differ at byte %zu",
+                             form_name[form], px_dtype_name(dt), px_redop_name(ops[k]),
+                             (unsigned long long)count, i);
+                    }
+                    cases++;
+                    shm_cases += sa;
+                }
+            }
+        }
+    }
+
+    /* three on the segment outstanding at once, one over UCX beside them;
+     * waited in reverse order, then polled */
+    {
+        uint64_t count = 12345;
+        float *x = malloc(count * sizeof(float) * (size_t)n * 6);
+        float *y = x + count * (size_t)n, *z = y + count * (size_t)n;
+        float *ref = z + count * (size_t)n, *g = ref + count * (size_t)n;
+        float *t = g + count * (size_t)n;
+        px_request_t *r[4];
+        px_status_t status = PX_OK;
+        if (!x)
+            FAIL("out of memory");
+        for (uint64_t i = 0; i < count; i++)
+            x[i] = t[i] = (float)((i + (uint64_t)ctx->rank) % 17);
+        for (int it = 0; it < 20 && status == PX_OK; it++) {
+            int done = 0;
+            status = px_allreduce_start(w, x, y, count, PX_FLOAT32, PX_SUM, NULL, &r[0]);
+            if (status == PX_OK)
+                status = px_allgather_start(w, x, g, count, PX_FLOAT32, NULL, &r[1]);
+            if (status == PX_OK)
+                status = px_allreduce_start(u, t, ref, count, PX_FLOAT32, PX_SUM, NULL, &r[2]);
+            if (status == PX_OK)
+                status = px_allreduce_start(w, x, z, count, PX_FLOAT32, PX_MAX, NULL, &r[3]);
+            if (status != PX_OK)
+                FAIL("start: %s", px_status_str(status));
+            if (!on_shm(r[0]) || !on_shm(r[1]) || on_shm(r[2]) || !on_shm(r[3]))
+                FAIL("paths: expected shm, shm, ucx, shm");
+            if (it % 2) {
+                for (int i = 3; i >= 0 && status == PX_OK; i--)
+                    status = px_wait(r[i], -1);
+            } else {
+                for (int i = 0; i < 4; i++) {
+                    for (done = 0; !done && status == PX_OK;) {
+                        px_progress(w);
+                        status = px_test(r[i], &done);
+                    }
+                }
+            }
+            if (status != PX_OK)
+                FAIL("concurrent: %s (%s)", px_status_str(status), px_comm_last_error(w));
+            for (uint64_t i = 0; i < count; i++) {
+                float mx = 0;
+                for (int p = 0; p < n; p++) {
+                    float v = (float)((i + (uint64_t)p) % 17);
+                    mx = v > mx ? v : mx;
+                    if (g[(uint64_t)p * count + i] != v)
+                        FAIL("concurrent all-gather: element %llu of rank %d", (unsigned long long)i, p);
+                }
+                if (y[i] != ref[i] || z[i] != mx)
+                    FAIL("concurrent: element %llu: sum %g (UCX %g), max %g (want %g)",
+                         (unsigned long long)i, y[i], ref[i], z[i], mx);
+            }
+        }
+        free(x);
+    }
+    px_comm_destroy(u);
+    free(in);
+    free(a);
+    free(b);
+    printf("rank %d: %d cases equal (%d on the segment)\n", ctx->rank, cases, shm_cases);
+    return shm_cases ? 0 : 1;
+}
+
+/* --- mismatch ------------------------------------------------------------------ */
+
+static int mismatch_case(px_launch_rank_t *ctx, px_comm_t *c, uint64_t mine, uint64_t theirs)
+{
+    int last = px_comm_size(c) - 1;
+    uint64_t count = px_comm_rank(c) == last ? mine : theirs;
+    float *buf = calloc(theirs > mine ? theirs : mine, sizeof(float));
+    int64_t t0 = px_time_mono_ms();
+    char a[32], b[32];
+    px_status_t status = px_allreduce(c, buf, buf, count, PX_FLOAT32, PX_SUM, -1);
+
+    snprintf(a, sizeof(a), "count %llu", (unsigned long long)mine);
+    snprintf(b, sizeof(b), "count %llu", (unsigned long long)theirs);
+    if (status != PX_ERR_MISMATCH)
+        FAIL("counts %llu / %llu: got %s, want mismatch", (unsigned long long)theirs,
+             (unsigned long long)mine, px_status_str(status));
+    if (!strstr(px_comm_last_error(c), a) || !strstr(px_comm_last_error(c), b))
+        FAIL("the error does not name both counts: %s", px_comm_last_error(c));
+    if (px_time_mono_ms() - t0 > 5000)
+        FAIL("the mismatch took %lld ms", (long long)(px_time_mono_ms() - t0));
+    /* the communicator still works (the same count everywhere now) */
+    for (uint64_t i = 0; i < theirs; i++)
+        buf[i] = (float)(px_comm_rank(c) + 1);
+    status = px_allreduce(c, buf, buf, theirs, PX_FLOAT32, PX_SUM, -1);
+    if (status != PX_OK)
+        FAIL("all-reduce after the mismatch: %s (%s)", px_status_str(status),
+             px_comm_last_error(c));
+    for (uint64_t i = 0; i < theirs; i++)
+        if (buf[i] != (float)(px_comm_size(c) * (px_comm_size(c) + 1) / 2))
+            FAIL("all-reduce after the mismatch: element %llu is %g", (unsigned long long)i,
+                 buf[i]);
+    printf("rank %d: %s\n", ctx->rank, px_comm_last_error(c));
+    free(buf);
+    return 0;
+}
+
+static int rank_mismatch(px_launch_rank_t *ctx)
+{
+    px_comm_t *c1 = NULL, *c2 = NULL;
+    int bad;
+
+    if (px_comm_split(ctx->comm, 0, ctx->rank, &c1) != PX_OK ||
+        px_comm_split(ctx->comm, 0, ctx->rank, &c2) != PX_OK || !c1->shm || !c2->shm)
+        FAIL("split: no segment");
+    bad = mismatch_case(ctx, c1, 100, 8192) || /* 400 bytes: the UCX path on the last rank */
+          mismatch_case(ctx, c2, 4096, 8192);   /* all on the segment */
+    px_comm_destroy(c2);
+    px_comm_destroy(c1);
+    return bad;
+}
+
+/* --- kill ------------------------------------------------------------------------ */
+
+typedef struct {
+    atomic_llong t_kill_ms;
+} kill_shared_t;
+
+static int rank_kill(px_launch_rank_t *ctx)
+{
+    kill_shared_t *sh = ctx->arg;
+    uint64_t count = 1 << 18; /* 1 MiB: many slots */
+    float *buf = malloc(count * sizeof(float));
+    px_status_t status = PX_OK;
+    int64_t t_err;
+
+    for (uint64_t i = 0; i < count; i++)
+        buf[i] = 1.0f;
+    for (int it = 0; it < 1000; it++) {
+        if (ctx->rank == 1 && it == 3) {
+            px_request_t *req;
+            int done;
+            if (px_allreduce_start(ctx->comm, buf, buf, count, PX_FLOAT32, PX_AVG, NULL, &req) !=
+                    PX_OK || !on_shm(req))
+                FAIL("the victim's all-reduce is not on the segment");
+            px_test(req, &done); /* its first part is published */
+            atomic_store(&sh->t_kill_ms, px_time_mono_ms());
+            raise(SIGKILL);
+        }
+        status = px_allreduce(ctx->comm, buf, buf, count, PX_FLOAT32, PX_AVG, -1);
+        if (status != PX_OK)
+            break;
+    }
+    t_err = px_time_mono_ms();
+    if (status == PX_OK)
+        FAIL("no error in 1000 all-reduces");
+    if (!atomic_load(&sh->t_kill_ms))
+        FAIL("error before the kill: %s (%s)", px_status_str(status),
+             px_comm_last_error(ctx->comm));
+    printf("rank %d: %s %lld ms after the kill: %s\n", ctx->rank, px_status_str(status),
+           (long long)(t_err - atomic_load(&sh->t_kill_ms)), px_comm_last_error(ctx->comm));
+    if (status != PX_ERR_PEER_FAILURE || !strstr(px_comm_last_error(ctx->comm), "rank 1"))
+        FAIL("want a peer failure naming rank 1");
+    if (t_err - atomic_load(&sh->t_kill_ms) > px_env_int("PX_COMM_TIMEOUT_MS"))
+        FAIL("the error came after the deadline");
+    free(buf);
+    return 0;
+}
+
+static int rank_off(px_launch_rank_t *ctx)
+{
+    uint64_t count = 1 << 18;
+    float *buf = malloc(count * sizeof(float));
+
+    if (ctx->comm->shm)
+        FAIL("PX_SHM=0 but the world has a segment");
+    for (uint64_t i = 0; i < count; i++)
+        buf[i] = (float)ctx->rank;
+    if (px_allreduce(ctx->comm, buf, buf, count, PX_FLOAT32, PX_SUM, -1) != PX_OK)
+        FAIL("all-reduce");
+    for (uint64_t i = 0; i < count; i++)
+        if (buf[i] != (float)(ctx->world * (ctx->world - 1) / 2))
+            FAIL("element %llu is %g", (unsigned long long)i, buf[i]);
+    free(buf);
+    return 0;
+}
+
+/* --- /dev/shm ---------------------------------------------------------------------- */
+
+static pid_t pids[64];
+static int n_pids;
+
+static void remember(const pid_t *p, int n, void *arg)
+{
+    kill_shared_t *sh = arg;
+    (void)sh;
+    n_pids = n < 64 ? n : 64;
+    memcpy(pids, p, (size_t)n_pids * sizeof(pid_t));
+}
+
+/* Names in /dev/shm made by one of our ranks. */
+static int leftovers(void)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int found = 0;
+
+    if (!d)
+        return 0;
+    while ((e = readdir(d))) {
+        for (int i = 0; i < n_pids; i++) {
+            char prefix[32];
+            snprintf(prefix, sizeof(prefix), "px-%d-", (int)pids[i]);
+            if (!strncmp(e->d_name, prefix, strlen(prefix))) {
+                fprintf(stderr, "FAIL: /dev/shm/%s left behind\n", e->d_name);
+                found++;
+            }
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+int main(int argc, char **argv)
+{
+    const char *what = argc > 1 ? argv[1] : "equal";
+    int n = argc > 2 ? atoi(argv[2]) : 4;
+    px_launch_opts_t opts = {.use_watch = 1, .limit_s = 200, .on_started = remember};
+    int failed, statuses[64];
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (n < 2 || n > 64)
+        return 2;
+    if (!strcmp(what, "equal")) {
+        failed = px_launch(n, rank_equal, NULL, &opts, NULL);
+    } else if (!strcmp(what, "mismatch")) {
+        failed = px_launch(n, rank_mismatch, NULL, &opts, NULL);
+    } else if (!strcmp(what, "kill")) {
+        kill_shared_t *sh = px_launch_shared(sizeof(*sh));
+        if (!sh)
+            return 1;
+        failed = px_launch(n, rank_kill, sh, &opts, statuses);
+        if (failed == 1 && WIFSIGNALED(statuses[1]) && WTERMSIG(statuses[1]) == SIGKILL)
+            failed = 0; /* the victim */
+    } else if (!strcmp(what, "off")) {
+        setenv("PX_SHM", "0", 1);
+        failed = px_launch(n, rank_off, NULL, &opts, NULL);
+    } else {
+        fprintf(stderr, "usage: %s equal|mismatch|kill|off N\n", argv[0]);
+        return 2;
+    }
+    failed += leftovers();
+    if (failed)
+        fprintf(stderr, "FAIL: %d failure(s)\n", failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,757 @@
+/* px_shm.c: collectives through one shared-memory segment for the ranks of
+ * one host (px_shm.h), as NCCL's SHM transport and Open MPI's vader/sm.
+ *
+ * Segment (POSIX shm_open, mapped by every rank of the communicator):
+ *
+ *   ctl[n]        per rank: `ctr`, the number of phases it has published (a
+ *                 futex word), and `waiters`, how many ranks sleep on it
+ *   hdr[n][RING]  per rank: the header (kind, dtype, op, root, count) of its
+ *                 collective #seq at entry seq % RING, tagged seq + 1
+ *   slot[n][3]    per rank: three staging buffers of PX_SHM_SLOT_BYTES
+ *
+ * Why shm_open and not a memfd: a memfd reaches other processes only as a
+ * file descriptor (SCM_RIGHTS over a socket we do not have between ranks,
+ * or pidfd_getfd, which needs ptrace rights); a name is one string sent
+ * over the UCX broadcast we already have. The name is unique (creator pid,
+ * communicator id, a per-process generation, random bits; O_EXCL) and is
+ * unlinked by its creator as soon as every rank has mapped it (or failed
+ * to), before setup returns: a crash later leaves nothing in /dev/shm (the
+ * pages go with the last mapping). Only a creator killed inside setup, in
+ * the window between shm_open and the agreement collective, can leave a
+ * name behind.
+ *
+ * Algorithm (every op): the data go in steps of at most one staging buffer
+ * per rank. A step: each rank copies its part into its buffer (number
+ * step % 3), publishes (ctr++, FUTEX_WAKE when someone sleeps on it), waits
+ * until every rank's ctr reached its own, then reads the others' buffers:
+ *   all-gather     copy every rank's piece out;
+ *   all-to-all     copy block `me` of every rank's buffer out;
+ *   reduce-scatter reduce block `me` of every buffer, in rank order 0..n-1;
+ *   broadcast      copy the root's buffer out;
+ *   all-reduce     reduce part `me` (1/n of the step's elements) of every
+ *                  buffer in rank order into the output, put the result in
+ *                  part `me` of its own buffer, publish and wait again, copy
+ *                  the other parts out.
+ * Every element is reduced by one rank in one fixed order, so every rank
+ * gets bitwise the same result (and exactly the UCX path's where the math is
+ * exact: integers, integer-valued floats). Pipelining: right after a step's
+ * last wait a rank copies in and publishes the next step, and only then
+ * reads the finished step's buffers, so a peer that ends its own reads
+ * finds the next step already there instead of sleeping. Three buffers per
+ * rank make that safe: a rank writes buffer b at step s + 3 only after it
+ * saw every rank publish the last phase of step s + 2, which each does
+ * after its reads of step s. Every rank publishes the same sequence of
+ * phases, so "every ctr >= mine" is the barrier of each phase, across
+ * collectives too.
+ *
+ * Ordering: shared-memory collectives of one communicator run in start
+ * order (a later request waits until the earlier ones are done), as all
+ * ranks start them in the same order. The headers: each rank writes its
+ * header into the ring before its first publish, and after the first wait
+ * compares every rank's with its own: a disagreement is PX_ERR_MISMATCH on
+ * every rank naming both values. A rank whose count put it on the UCX path
+ * (below the threshold) still writes the ring (px__shm_note), so both sides
+ * see the disagreement; after any mismatch the communicator stops using the
+ * segment (the ranks' counters may no longer agree).
+ *
+ * Waiting does not spin (PX_SHM_SPIN_US > 0 polls the counter that long
+ * first; measured 3-10x slower at 2 ranks on 2 loaded cores, so off by
+ * default): px__sleep calls px__shm_sleep, which sleeps on the
+ * futex word of the rank we wait for (FUTEX_WAIT without FUTEX_PRIVATE_FLAG
+ * works across processes on a shared mapping), in slices of PX_SHM_SLICE_MS
+ * (1 ms while UCX requests are pending too), so the request's step still
+ * looks at pidfds and the watch fd: a dead peer fails every survivor naming
+ * it, as on the UCX path.
+ *
+ * Runs on the thread using the communicator (single-threaded as the rest of
+ * the transport). */
+#include "px_shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "px_env.h"
+#include "px_log.h"
+#include "px_reduce.h"
+#include "px_time.h"
+
+#define RING 64           /* header entries per rank */
+#define SLICE_MS 10       /* longest futex sleep before pidfds are looked at */
+#define SLICE_BUSY_MS 1   /* the same while UCX requests are pending too */
+#define NAME_LEN 64
+#define NBUF 3           /* staging buffers per rank */
+#define AUTO_SPIN_US 50   /* PX_SHM_SPIN_US=-1 with a core per rank */
+
+typedef struct ctl {
+    _Atomic uint32_t ctr;     /* phases published */
+    _Atomic uint32_t waiters; /* ranks sleeping on ctr */
+    char pad[120];
+} ctl_t;
+
+typedef struct hent {
+    _Atomic uint32_t tag;     /* seq + 1 once complete, 0 while written */
+    uint32_t kind, dtype, op;
+    int32_t root;
+    uint32_t pad;
+    uint64_t count;
+} hent_t;
+
+struct px__shm {
+    char *base;
+    size_t bytes;
+    int n, me;
+    size_t slot;              /* bytes of one staging buffer */
+    ctl_t *ctl;               /* [n] */
+    hent_t *hdr;              /* [n * RING] */
+    char *slots;              /* [n][NBUF][slot] */
+    uint32_t pub;             /* my ctr */
+    uint64_t step;            /* steps so far (step % NBUF: its buffer) */
+    int off;                  /* stopped (mismatch / cancel) */
+    uint64_t min_bytes;
+    long spin_us;             /* poll the counter this long before sleeping */
+    /* what the blocked request waits for (px__shm_sleep) */
+    px_request_t *wait_req;
+    int wait_peer;
+    uint32_t wait_val;
+};
+
+/* One pipeline step: elements [off, off + c) of the count, in buffer buf. */
+typedef struct step {
+    uint64_t off, c;
+    int buf;
+} step_t;
+
+/* The state of one shared-memory collective (req->shm). */
+typedef struct shm_op {
+    int kind;
+    px_dtype_t dtype;
+    px_redop_t op;
+    int root;
+    const char *src;
+    char *dst;
+    uint64_t count;           /* elements of the header's count */
+    size_t esz;
+    uint64_t chunk;           /* elements of `count` per step */
+    step_t cur;               /* the step in flight */
+    uint64_t next;            /* first element of the step after it */
+    int started;
+    int phase;                /* 1 after copy-in, 2 after all-reduce's reduce */
+    int waiting;              /* published: waiting for every ctr >= target */
+    uint32_t target;
+    int checked;              /* headers compared */
+} shm_op_t;
+
+static unsigned generation;
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static const char *kind_name(int kind)
+{
+    switch (kind) {
+    case PX__COLL_ALLREDUCE: return "all-reduce";
+    case PX__COLL_BCAST: return "broadcast";
+    case PX__COLL_BARRIER: return "barrier";
+    case PX__COLL_REDUCE: return "reduce";
+    case PX__COLL_ALLGATHER: return "all-gather";
+    case PX__COLL_REDUCE_SCATTER: return "reduce-scatter";
+    case PX__COLL_SCATTER: return "scatter";
+    case PX__COLL_GATHER: return "gather";
+    case PX__COLL_ALLTOALL: return "all-to-all";
+    case PX__COLL_ALLTOALLV: return "all-to-all-v";
+    }
+    return "collective";
+}
+
+static char *slot_of(const px__shm_t *s, int rank, int buf)
+{
+    return s->slots + ((size_t)rank * NBUF + (size_t)buf) * s->slot;
+}
+
+static size_t align_up(size_t x, size_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+/* --- setup ------------------------------------------------------------------ */
+
+static int same_node(const px_comm_t *comm)
+{
+    const px_comm_t *w = comm->root;
+    const char *first;
+
+    if (!w->nodes)
+        return 0;
+    first = w->nodes[px_comm_world_rank(comm, 0)];
+    for (int r = 1; r < comm->size; r++)
+        if (strcmp(first, w->nodes[px_comm_world_rank(comm, r)]) != 0)
+            return 0;
+    return 1;
+}
+
+static void *map_fd(int fd, size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+px_status_t px__shm_setup(px_comm_t *comm)
+{
+    struct {
+        int32_t ok;
+        char name[NAME_LEN];
+        uint64_t slot, min_bytes; /* rank 0's knobs: every rank uses the same */
+    } msg;
+    px__shm_t *s = NULL;
+    int32_t ok, all_ok;
+    int created = 0;
+    size_t slot, ctl_bytes, hdr_bytes, bytes;
+    px_status_t status;
+
+    if (comm->size < 2 || comm->shm)
+        return PX_OK;
+    slot = align_up((size_t)px_env_int("PX_SHM_SLOT_BYTES"), 4096);
+    if (slot < 4096)
+        slot = 4096;
+    ctl_bytes = align_up((size_t)comm->size * sizeof(ctl_t), 4096);
+    hdr_bytes = align_up((size_t)comm->size * RING * sizeof(hent_t), 4096);
+    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * slot;
+
+    /* everyone agrees whether to try: PX_SHM on every rank, one node */
+    ok = px_env_int("PX_SHM") != 0 && same_node(comm);
+    status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1);
+    if (status != PX_OK || !all_ok)
+        return status;
+
+    s = calloc(1, sizeof(*s));
+    memset(&msg, 0, sizeof(msg));
+    msg.slot = slot;
+    msg.min_bytes = (uint64_t)px_env_int("PX_SHM_MIN_BYTES");
+    if (comm->rank == 0 && s) {
+        for (int tries = 0; tries < 4 && !created; tries++) {
+            int fd;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            snprintf(msg.name, sizeof(msg.name), "/px-%d-%u-%u-%08lx", (int)getpid(), comm->id,
+                     generation++, (unsigned long)(ts.tv_nsec ^ (long)rand()) & 0xffffffffUL);
+            fd = shm_open(msg.name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+            if (fd < 0) {
+                if (errno == EEXIST)
+                    continue;
+                px_warn("shm_open(%s): %s: collectives use UCX", msg.name, strerror(errno));
+                break;
+            }
+            created = 1;
+            if (ftruncate(fd, (off_t)bytes) == 0)
+                s->base = map_fd(fd, bytes);
+            if (!s->base)
+                px_warn("shared-memory segment %s of %zu bytes: %s: collectives use UCX",
+                        msg.name, bytes, strerror(errno));
+            close(fd);
+        }
+        msg.ok = s->base != NULL;
+    }
+    status = px_broadcast(comm, &msg, sizeof(msg), 0, -1);
+    if (status != PX_OK)
+        goto out_unlink;
+    slot = (size_t)msg.slot;
+    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * slot;
+    if (comm->rank != 0 && msg.ok && s) {
+        int fd = shm_open(msg.name, O_RDWR | O_CLOEXEC, 0);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == bytes)
+            s->base = map_fd(fd, bytes);
+        if (!s->base)
+            px_warn("shared-memory segment %s: %s: collectives use UCX", msg.name,
+                    strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    }
+    ok = s && s->base;
+    status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1); /* every rank mapped it */
+out_unlink:
+    if (created)
+        shm_unlink(msg.name);
+    if (status != PX_OK || !all_ok) {
+        if (s && s->base)
+            munmap(s->base, bytes);
+        free(s);
+        return status;
+    }
+    s->bytes = bytes;
+    s->n = comm->size;
+    s->me = comm->rank;
+    s->slot = slot;
+    s->ctl = (ctl_t *)s->base;
+    s->hdr = (hent_t *)(s->base + ctl_bytes);
+    s->slots = s->base + ctl_bytes + hdr_bytes;
+    s->min_bytes = msg.min_bytes;
+    s->spin_us = px_env_int("PX_SHM_SPIN_US");
+    if (s->spin_us < 0) /* auto: only where every rank has a core of its own */
+        s->spin_us = comm->size <= sysconf(_SC_NPROCESSORS_ONLN) ? AUTO_SPIN_US : 0;
+    s->wait_peer = -1;
+    comm->shm = s;
+    px_debug("comm %u: shared-memory path on (%d ranks, %zu-byte slots)", comm->id, comm->size,
+             slot);
+    return PX_OK;
+}
+
+void px__shm_destroy(px_comm_t *comm)
+{
+    if (!comm || !comm->shm)
+        return;
+    munmap(comm->shm->base, comm->shm->bytes);
+    free(comm->shm);
+    comm->shm = NULL;
+}
+
+void px__shm_off(px_comm_t *comm)
+{
+    if (comm && comm->shm && !comm->shm->off) {
+        comm->shm->off = 1;
+        px_debug("comm %u: shared-memory path off", comm->id);
+    }
+}
+
+int px__shm_wants(const px_comm_t *comm, int kind, uint64_t bytes)
+{
+    const px__shm_t *s = comm->shm;
+
+    if (!s || s->off || bytes == 0 || bytes < s->min_bytes)
+        return 0;
+    /* reduce-scatter and all-to-all stage a piece of every block per step */
+    if ((kind == PX__COLL_REDUCE_SCATTER || kind == PX__COLL_ALLTOALL) &&
+        s->slot < (size_t)s->n * 8)
+        return 0;
+    return 1;
+}
+
+/* --- header ring -------------------------------------------------------------- */
+
+void px__shm_note(px_comm_t *comm, uint32_t seq, int kind, px_dtype_t dtype, int op, int root,
+                  uint64_t count)
+{
+    px__shm_t *s = comm->shm;
+    hent_t *h;
+
+    if (!s)
+        return;
+    h = &s->hdr[(size_t)s->me * RING + seq % RING];
+    atomic_store(&h->tag, 0);
+    h->kind = (uint32_t)kind;
+    h->dtype = (uint32_t)dtype;
+    h->op = (uint32_t)op;
+    h->root = root;
+    h->count = count;
+    atomic_store(&h->tag, seq + 1);
+}
+
+/* Peer p's header for `seq`, copied into *out; 0 when the ring does not
+ * hold it (not written yet, or overwritten by 64 later starts). */
+static int peer_hdr(const px__shm_t *s, int p, uint32_t seq, hent_t *out)
+{
+    const hent_t *h = &s->hdr[(size_t)p * RING + seq % RING];
+    if (atomic_load(&h->tag) != seq + 1)
+        return 0;
+    out->kind = h->kind;
+    out->dtype = h->dtype;
+    out->op = h->op;
+    out->root = h->root;
+    out->count = h->count;
+    return atomic_load(&h->tag) == seq + 1; /* not rewritten while read */
+}
+
+/* Compares peer p's header for req's collective with ours. */
+static px_status_t compare(px_request_t *req, int p)
+{
+    px_comm_t *comm = req->comm;
+    hent_t h;
+    hent_t mine;
+
+    if (!peer_hdr(comm->shm, p, req->seq, &h) ||
+        !peer_hdr(comm->shm, comm->rank, req->seq, &mine))
+        return PX_OK;
+    if (h.kind != mine.kind)
+        return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                  "rank %d: collective mismatch: it called %s #%u, we called "
+                                  "%s #%u", p, kind_name((int)h.kind), req->seq,
+                                  kind_name((int)mine.kind), req->seq);
+    if (h.kind == PX__COLL_ALLTOALLV) /* per-peer counts: the UCX headers check them */
+        return PX_OK;
+    if (h.count != mine.count || h.dtype != mine.dtype || h.op != mine.op || h.root != mine.root)
+        return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                  "rank %d: %s #%u mismatch: it passed count %llu dtype %s op %s "
+                                  "root %d, we expect count %llu dtype %s op %s root %d",
+                                  p, kind_name((int)mine.kind), req->seq,
+                                  (unsigned long long)h.count,
+                                  px_dtype_name((px_dtype_t)h.dtype),
+                                  px_redop_name((px_redop_t)h.op), h.root,
+                                  (unsigned long long)mine.count,
+                                  px_dtype_name((px_dtype_t)mine.dtype),
+                                  px_redop_name((px_redop_t)mine.op), mine.root);
+    return PX_OK;
+}
+
+px_status_t px__shm_ring_check(px_request_t *req)
+{
+    px_comm_t *comm = req->comm;
+
+    if (!comm->shm || comm->shm->off)
+        return PX_OK;
+    for (int p = 0; p < comm->size; p++) {
+        if (p == comm->rank)
+            continue;
+        px_status_t status = compare(req, p);
+        if (status != PX_OK)
+            return status;
+    }
+    return PX_OK;
+}
+
+/* --- the algorithm -------------------------------------------------------------- */
+
+static void publish(px__shm_t *s)
+{
+    ctl_t *c = &s->ctl[s->me];
+    s->pub++;
+    atomic_store(&c->ctr, s->pub); /* seq_cst: orders the slot writes before it */
+    if (atomic_load(&c->waiters))
+        futex(&c->ctr, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* PX_OK when every rank's ctr reached o->target; else PX_INPROGRESS with
+ * the wait recorded (or PX_ERR_MISMATCH when a rank we wait for wrote a
+ * different header for this collective: it took the other path). */
+static px_status_t reached(px_request_t *req, shm_op_t *o)
+{
+    px__shm_t *s = req->comm->shm;
+
+    for (int i = 1; i < s->n; i++) {
+        int p = (s->me + i) % s->n;
+        uint32_t v = atomic_load(&s->ctl[p].ctr);
+        if ((int32_t)(v - o->target) < 0) {
+            if (!o->checked) {
+                px_status_t status = compare(req, p);
+                if (status != PX_OK)
+                    return status;
+            }
+            s->wait_req = req;
+            s->wait_peer = p;
+            s->wait_val = v;
+            return PX_INPROGRESS;
+        }
+    }
+    return PX_OK;
+}
+
+/* Whether every shared-memory request started before `req` has ended. */
+static int my_turn(const px_request_t *req)
+{
+    for (const px_request_t *r = req->comm->reqs; r && r != req; r = r->next)
+        if (r->shm && r->status == PX_INPROGRESS)
+            return 0;
+    return 1;
+}
+
+/* Elements [start, start + len) of part `j` when `c` elements are cut into
+ * n parts (the first c % n one longer). */
+static void part(uint64_t c, int n, int j, uint64_t *start_p, uint64_t *len_p)
+{
+    uint64_t base = c / (uint64_t)n, rem = c % (uint64_t)n, uj = (uint64_t)j;
+    *start_p = uj * base + (uj < rem ? uj : rem);
+    *len_p = base + (uj < rem ? 1 : 0);
+}
+
+/* dst = in[0] OP in[1] OP ... OP in[n-1] (rank order), `len` elements at
+ * byte offset `at` of every rank's current buffer; AVG divides once. */
+static void reduce_all(const px__shm_t *s, const shm_op_t *o, const step_t *t, char *dst,
+                       size_t at, uint64_t len)
+{
+    px_reduce_apply(o->dtype, o->op, dst, slot_of(s, 0, t->buf) + at, slot_of(s, 1, t->buf) + at,
+                    (size_t)len);
+    for (int p = 2; p < s->n; p++)
+        px_reduce_apply(o->dtype, o->op, dst, dst, slot_of(s, p, t->buf) + at, (size_t)len);
+    if (o->op == PX_AVG)
+        px_reduce_avg_finish(o->dtype, dst, (size_t)len, s->n);
+}
+
+/* Copies this rank's part of the next step into its buffer. */
+static void copy_in(px__shm_t *s, shm_op_t *o, const step_t *t)
+{
+    char *mine = slot_of(s, s->me, t->buf);
+    size_t esz = o->esz, cb = (size_t)t->c * esz;
+
+    switch (o->kind) {
+    case PX__COLL_ALLREDUCE:
+    case PX__COLL_ALLGATHER:
+        memcpy(mine, o->src + (size_t)t->off * esz, cb);
+        break;
+    case PX__COLL_BCAST:
+        if (s->me == o->root)
+            memcpy(mine, o->dst + (size_t)t->off * esz, cb);
+        break;
+    case PX__COLL_REDUCE_SCATTER:
+    case PX__COLL_ALLTOALL:
+        for (int j = 0; j < s->n; j++) /* all-to-all's own block goes straight across */
+            if (j != s->me || o->kind == PX__COLL_REDUCE_SCATTER)
+                memcpy(mine + (size_t)j * cb, o->src + ((size_t)j * o->count + t->off) * esz, cb);
+        break;
+    }
+}
+
+/* After every rank published the step's data: the reads of phase 1. */
+static void after_data(px__shm_t *s, shm_op_t *o, const step_t *t)
+{
+    size_t esz = o->esz, cb = (size_t)t->c * esz;
+
+    switch (o->kind) {
+    case PX__COLL_ALLREDUCE: {
+        uint64_t st, len;
+        part(t->c, s->n, s->me, &st, &len);
+        if (len) {
+            char *out = o->dst + (size_t)(t->off + st) * esz;
+            reduce_all(s, o, t, out, (size_t)st * esz, len);
+            memcpy(slot_of(s, s->me, t->buf) + (size_t)st * esz, out, (size_t)len * esz);
+        }
+        break;
+    }
+    case PX__COLL_ALLGATHER:
+        for (int p = 0; p < s->n; p++)
+            if (p != s->me)
+                memcpy(o->dst + ((size_t)p * o->count + t->off) * esz, slot_of(s, p, t->buf), cb);
+        break;
+    case PX__COLL_BCAST:
+        if (s->me != o->root)
+            memcpy(o->dst + (size_t)t->off * esz, slot_of(s, o->root, t->buf), cb);
+        break;
+    case PX__COLL_REDUCE_SCATTER:
+        reduce_all(s, o, t, o->dst + (size_t)t->off * esz, (size_t)s->me * cb, t->c);
+        break;
+    case PX__COLL_ALLTOALL:
+        for (int p = 0; p < s->n; p++)
+            memcpy(o->dst + ((size_t)p * o->count + t->off) * esz,
+                   p == s->me ? o->src + ((size_t)p * o->count + t->off) * esz
+                              : slot_of(s, p, t->buf) + (size_t)s->me * cb,
+                   cb);
+        break;
+    }
+}
+
+/* All-reduce's phase 2: the parts the other ranks reduced. */
+static void copy_parts(px__shm_t *s, shm_op_t *o, const step_t *t)
+{
+    for (int p = 0; p < s->n; p++) {
+        uint64_t st, len;
+        if (p == s->me)
+            continue;
+        part(t->c, s->n, p, &st, &len);
+        if (len)
+            memcpy(o->dst + (size_t)(t->off + st) * o->esz,
+                   slot_of(s, p, t->buf) + (size_t)st * o->esz, (size_t)len * o->esz);
+    }
+}
+
+/* Starts the step at o->next: copies this rank's part in and publishes. */
+static void begin_step(px__shm_t *s, shm_op_t *o)
+{
+    o->cur.off = o->next;
+    o->cur.c = o->count - o->next < o->chunk ? o->count - o->next : o->chunk;
+    o->cur.buf = (int)(s->step++ % NBUF);
+    o->next += o->cur.c;
+    copy_in(s, o, &o->cur);
+    publish(s);
+    o->target = s->pub;
+    o->waiting = 1;
+    o->phase = 1;
+}
+
+/* The request's advance function: runs steps until it must wait. After a
+ * step's last wait, the next step's part goes in and is published before
+ * this step's reads, so that the peers find it there when they are done
+ * with theirs (three buffers per rank make that safe: see the top). */
+static px_status_t shm_advance(px_request_t *req, int *progressed_p)
+{
+    px__shm_t *s = req->comm->shm;
+    shm_op_t *o = req->shm;
+
+    if (s->wait_req == req)
+        s->wait_req = NULL;
+    if (!my_turn(req))
+        return PX_INPROGRESS;
+    if (!o->started) {
+        o->started = 1;
+        begin_step(s, o);
+        *progressed_p = 1;
+    }
+    for (;;) {
+        px_status_t status = reached(req, o);
+        step_t done;
+        if (status != PX_OK)
+            return status;
+        o->waiting = 0;
+        *progressed_p = 1;
+        if (!o->checked) {
+            status = px__shm_ring_check(req);
+            if (status != PX_OK)
+                return status;
+            o->checked = 1;
+        }
+        if (o->phase == 1 && o->kind == PX__COLL_ALLREDUCE) {
+            after_data(s, o, &o->cur); /* reduce this rank's part */
+            publish(s);
+            o->target = s->pub;
+            o->waiting = 1;
+            o->phase = 2;
+            continue;
+        }
+        done = o->cur;
+        if (o->next < o->count)
+            begin_step(s, o);
+        if (o->kind == PX__COLL_ALLREDUCE)
+            copy_parts(s, o, &done);
+        else
+            after_data(s, o, &done);
+        if (!o->waiting)
+            return PX_OK;
+    }
+}
+
+px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst, uint64_t count,
+                          px_dtype_t dtype, px_redop_t op, int root, const px_coll_opts_t *opts,
+                          px_request_t **req_p)
+{
+    px__shm_t *s = comm->shm;
+    px_request_t *req = calloc(1, sizeof(*req));
+    shm_op_t *o = calloc(1, sizeof(*o));
+    size_t esz = px_dtype_size(dtype);
+
+    if (!req || !o) {
+        free(req);
+        free(o);
+        return PX_ERR_NO_MEMORY;
+    }
+    req->comm = comm;
+    req->kind = kind;
+    req->status = PX_INPROGRESS;
+    req->dtype = dtype;
+    req->op = op;
+    req->root = root;
+    req->count = count;
+    req->esz = esz;
+    req->half_dtype = -1;
+    req->algo = opts ? opts->algo : PX_ALGO_AUTO;
+    req->deadline = px__deadline(comm, opts && opts->timeout_ms > 0 ? opts->timeout_ms : -1);
+    req->seq = comm->coll_seq++ & PX__SEQ_MASK;
+    req->stage = 1; /* no UCX header exchange: the ring holds the headers */
+    req->advance = shm_advance;
+    req->shm = o;
+    o->kind = kind;
+    o->dtype = dtype;
+    o->op = op;
+    o->root = root;
+    o->src = src;
+    o->dst = dst;
+    o->count = count;
+    o->esz = esz;
+    o->chunk = (kind == PX__COLL_REDUCE_SCATTER || kind == PX__COLL_ALLTOALL)
+                   ? s->slot / ((size_t)s->n * esz)
+                   : s->slot / esz;
+    if (kind == PX__COLL_ALLGATHER) {
+        char *mine = (char *)dst + (size_t)comm->rank * count * esz;
+        if (mine != (const char *)src)
+            memcpy(mine, src, (size_t)count * esz);
+    }
+    px__shm_note(comm, req->seq, kind, dtype, (int)op, root, count);
+    if (comm->reqs_tail)
+        comm->reqs_tail->next = req;
+    else
+        comm->reqs = req;
+    comm->reqs_tail = req;
+    req->linked = 1;
+    *req_p = req;
+    return PX_OK;
+}
+
+/* --- waiting ------------------------------------------------------------------------ */
+
+int px__shm_waiting_for(const px_request_t *req)
+{
+    const px__shm_t *s = req->comm->shm;
+    return s && s->wait_req == req ? s->wait_peer : -1;
+}
+
+int px__shm_sleep(px_comm_t *comm, int timeout_ms)
+{
+    px__shm_t *blocked = NULL;
+    int others = 0, n_blocked = 0;
+
+    for (px_comm_t *c = comm->tr->comms; c; c = c->tr_next) {
+        for (px_request_t *r = c->reqs; r; r = r->next) {
+            if (r->status != PX_INPROGRESS)
+                continue;
+            if (r->shm && c->shm && c->shm->wait_req == r) {
+                blocked = c->shm;
+                n_blocked++;
+            } else if (!r->shm) {
+                others = 1;
+            }
+        }
+    }
+    if (!blocked)
+        return 0;
+    {
+        int ms = others || n_blocked > 1 ? SLICE_BUSY_MS : SLICE_MS;
+        ctl_t *c = &blocked->ctl[blocked->wait_peer];
+        struct timespec ts;
+        if (timeout_ms < ms)
+            ms = timeout_ms < 0 ? 0 : timeout_ms;
+        ts.tv_sec = ms / 1000;
+        ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+        if (blocked->spin_us > 0 && !others) {
+            /* a peer with a core of its own publishes within microseconds:
+             * look at its counter for a bounded time before the futex costs
+             * a sleep and a wake-up (Open MPI's sm polls without a bound) */
+            int64_t end = mono_us() + blocked->spin_us;
+            do {
+                for (int i = 0; i < 64; i++) {
+                    if (atomic_load_explicit(&c->ctr, memory_order_relaxed) != blocked->wait_val)
+                        return 1;
+                    cpu_relax();
+                }
+            } while (mono_us() < end);
+        }
+        atomic_fetch_add(&c->waiters, 1);
+        if (atomic_load(&c->ctr) == blocked->wait_val)
+            futex(&c->ctr, FUTEX_WAIT, blocked->wait_val, &ts);
+        atomic_fetch_sub(&c->waiters, 1);
+    }
+    return 1;
+}

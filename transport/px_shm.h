@@ -1,0 +1,82 @@
+/* px_shm.h: the shared-memory path of the collectives for communicators
+ * whose ranks all run on one host (internal to the transport; px__
+ * prefixed). The CPU analogue of NCCL's SHM transport and of Open MPI's
+ * vader/sm: instead of UCX messages, every rank copies its part into its
+ * own slot of one POSIX shared-memory segment and reads the others' slots.
+ *
+ * Life: px__shm_setup at communicator creation (collective, over UCX, with
+ * the communicator's deadline), px__shm_destroy at destroy. A communicator
+ * without the segment (ranks on several hosts, PX_SHM=0, any setup
+ * failure on any rank) has comm->shm == NULL and never calls the rest.
+ *
+ * Knobs (common/px_env.c): PX_SHM (1 on, 0 off), PX_SHM_MIN_BYTES (the
+ * smallest collective, in bytes of its largest buffer, that takes this
+ * path), PX_SHM_SLOT_BYTES (bytes one rank stages per pipeline step; the
+ * segment holds three per rank). Rank 0's PX_SHM_MIN_BYTES and
+ * PX_SHM_SLOT_BYTES hold for the whole communicator (sent with the
+ * segment's name), so every rank picks the same path for the same call. */
+#ifndef PX_SHM_H
+#define PX_SHM_H
+
+#include <stdint.h>
+
+#include "px_transport_int.h"
+
+typedef struct px__shm px__shm_t;
+
+/* Collective over `comm` (its ranks must all call it right after creating
+ * it, before any other collective): when every rank of `comm` is on one
+ * node, PX_SHM is not 0 on any rank and the segment could be created and
+ * mapped by all, sets comm->shm; otherwise leaves it NULL. Returns the
+ * status of the UCX collectives it ran (a failure there is the
+ * communicator's failure; comm->shm stays NULL). The segment's name is
+ * unlinked before this returns on every path, so nothing is left in
+ * /dev/shm whatever happens later (a crash included). */
+px_status_t px__shm_setup(px_comm_t *comm);
+/* Unmaps the segment; NULL-safe; comm->shm becomes NULL. */
+void px__shm_destroy(px_comm_t *comm);
+
+/* Whether a host-buffer collective of kind PX__COLL_* whose largest buffer
+ * is `bytes` (bytes of the buffer holding every rank's data) takes the
+ * shared-memory path on `comm`. The same arguments give the same answer on
+ * every rank (a mismatch of counts may give different answers: then the
+ * header ring below still names it). */
+int px__shm_wants(const px_comm_t *comm, int kind, uint64_t bytes);
+
+/* Starts a shared-memory collective: PX__COLL_ALLREDUCE (count elements,
+ * src -> dst, in place allowed), PX__COLL_ALLGATHER (count = sendcount;
+ * dst holds size*count), PX__COLL_REDUCE_SCATTER (count = recvcount; src
+ * holds size*count; in place allowed as px_coll.h says), PX__COLL_ALLTOALL
+ * (count per peer; src != dst) or PX__COLL_BCAST (dst is the buffer, src
+ * ignored). count > 0, host buffers, dtype not fp16/bf16 for reductions.
+ * Takes the next sequence number as every collective does and writes this
+ * rank's header into the segment's header ring. The request advances
+ * through req->advance like any other (px_test / px_wait / px_progress);
+ * the caller's buffers are borrowed until it completes. */
+px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst, uint64_t count,
+                          px_dtype_t dtype, px_redop_t op, int root, const px_coll_opts_t *opts,
+                          px_request_t **req_p);
+
+/* Writes the header of a collective that runs over UCX into the segment's
+ * header ring (a no-op without a segment), so that a rank that took the
+ * shared-memory path for the same sequence number can name a mismatch. */
+void px__shm_note(px_comm_t *comm, uint32_t seq, int kind, px_dtype_t dtype, int op, int root,
+                  uint64_t count);
+/* For a UCX-path request still in its header stage: PX_ERR_MISMATCH (every
+ * rank's error names both values) when a peer's header for the same
+ * sequence number in the ring disagrees with ours, else PX_OK. */
+px_status_t px__shm_ring_check(px_request_t *req);
+/* After a mismatch or a cancelled shared-memory collective the ranks'
+ * counters may disagree: the communicator stops using the path (every rank
+ * sees the mismatch, so every rank stops). */
+void px__shm_off(px_comm_t *comm);
+/* The px__sleep hook: when a pending shared-memory collective of any
+ * communicator on comm's worker is waiting on a peer's counter, sleeps on
+ * that futex word (never longer than `timeout_ms`, and in slices of a few
+ * ms so that pidfds, the watch fd and UCX requests are looked at again)
+ * and returns 1; else returns 0 (the caller polls its fds). */
+int px__shm_sleep(px_comm_t *comm, int timeout_ms);
+/* The comm rank a pending shared-memory request waits for, or -1. */
+int px__shm_waiting_for(const px_request_t *req);
+
+#endif
