@@ -3,10 +3,14 @@
 # beside the PyTorch peer (../shared/peers/torch_gpt_bench.py beside the repo, 1 thread) on
 # the same model and batch, and the ratio ours/torch. Not a test: a benchmark.
 #
-# usage: tests/bench/bench_tokens.sh [BUILD_DIR] [STEPS]
+# usage: tests/bench/bench_tokens.sh [BUILD_DIR] [STEPS] [RUNS]
 #   BUILD_DIR  meson build dir holding rank/parallax-rank (default build)
 #   STEPS      timed steps per run (default 20; the first 3 steps are warm-up)
+#   RUNS       runs per side and model, alternating ours / PyTorch, of which
+#              the best is reported (default 3: on a shared machine the best
+#              run is the one least disturbed by other load)
 # Env: TORCH_BENCH (peer script path), PYTHON (default /usr/bin/python3).
+# Prints the load average before each model (figures under load are low).
 # Both sides run one thread (OPENBLAS_NUM_THREADS=1, torch --threads 1) and
 # the same OpenBLAS core (issue 15): the one parallax-rank logs ("BLAS core
 # X"), given to the peer as OPENBLAS_CORETYPE (Debian's torch calls the
@@ -19,6 +23,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
 steps=${2:-20}
+runs=${3:-3}
 rank_bin=$build/rank/parallax-rank
 sgemm_bin=$build/tests/bench/px-sgemm-bench
 torch_bench=${TORCH_BENCH:-$here/../../../shared/peers/torch_gpt_bench.py}
@@ -35,19 +40,26 @@ V=256
 printf '%-16s %-10s %10s %10s %6s %9s %9s %6s\n' "model L/H/C/T/B" "BLAS core" "ours tok/s" \
     "torch tok/s" "ratio" "ours GF/s" "sgemm GF/s" "share"
 while read -r L H C T B; do
-    # ours: median tok/s over steps 4..STEPS+3 (steps 1-3 warm up)
-    "$rank_bin" --layers "$L" --heads "$H" --dim "$C" --seq "$T" --batch "$B" \
-        --steps $((steps + 3)) --lr 1e-3 --data "$work/tokens.bin" \
-        --metrics-out "$work/m.jsonl" >/dev/null 2>"$work/rank.err"
-    core=$(sed -n 's/.*BLAS core \([A-Za-z0-9_]*\) .*/\1/p' "$work/rank.err" | head -n 1)
-    [ -n "$core" ] || { echo "parallax-rank logged no BLAS core" >&2; exit 1; }
-    ours=$(python3 -c '
+    echo "# $L/$H/$C/$T/$B: load average $(cut -d' ' -f1-3 /proc/loadavg) before" >&2
+    ours=0 theirs=0 core=
+    for r in $(seq "$runs"); do
+        # ours: median tok/s over steps 4..STEPS+3 (steps 1-3 warm up)
+        "$rank_bin" --layers "$L" --heads "$H" --dim "$C" --seq "$T" --batch "$B" \
+            --steps $((steps + 3)) --lr 1e-3 --data "$work/tokens.bin" \
+            --metrics-out "$work/m.jsonl" >/dev/null 2>"$work/rank.err"
+        core=$(sed -n 's/.*BLAS core \([A-Za-z0-9_]*\) .*/\1/p' "$work/rank.err" | head -n 1)
+        [ -n "$core" ] || { echo "parallax-rank logged no BLAS core" >&2; exit 1; }
+        o=$(python3 -c '
 import json, statistics, sys
 r = [json.loads(l)["tokens_per_second"] for l in open(sys.argv[1]) if l.strip()][3:]
 print("%.0f" % statistics.median(r))' "$work/m.jsonl")
-    theirs=$(OPENBLAS_CORETYPE=$core "$python" "$torch_bench" --layers "$L" --heads "$H" \
-        --dim "$C" --seq "$T" --batch "$B" --steps "$steps" --threads 1 |
-        sed -n 's/.*, \([0-9]*\) tokens\/s.*/\1/p')
+        t=$(OPENBLAS_CORETYPE=$core "$python" "$torch_bench" --layers "$L" --heads "$H" \
+            --dim "$C" --seq "$T" --batch "$B" --steps "$steps" --threads 1 |
+            sed -n 's/.*, \([0-9]*\) tokens\/s.*/\1/p')
+        echo "#   run $r: ours $o tok/s, torch $t tok/s" >&2
+        if [ "$o" -gt "$ours" ]; then ours=$o; fi
+        if [ "$t" -gt "$theirs" ]; then theirs=$t; fi
+    done
     peak=$(OPENBLAS_CORETYPE=$core "$sgemm_bin" "$L" "$C" "$T" "$B" "$V" |
         sed -n 's/^sgemm_gflops=\([0-9.]*\) .*/\1/p')
     python3 - "$L" "$H" "$C" "$T" "$B" "$V" "$core" "$ours" "$theirs" "$peak" <<'EOF_PY'
