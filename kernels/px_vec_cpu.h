@@ -36,6 +36,8 @@
 
 typedef float px__v8f __attribute__((vector_size(32)));
 typedef int32_t px__v8i __attribute__((vector_size(32)));
+typedef float px__v4f __attribute__((vector_size(16)));
+typedef double px__v4d __attribute__((vector_size(32)));
 
 static inline px__v8f px__v8f_load(const float *p)
 {
@@ -130,6 +132,53 @@ static inline float px__exp1(float x)
               r * (1.0f / 720 + r * (1.0f / 5040)))))));
     union { uint32_t u; float f; } s = {.u = (uint32_t)((int32_t)n + 127) << 23};
     return p * s.f;
+}
+
+/* the 8 floats at p as two 4-double vectors (lo: p[0..3], hi: p[4..7]) */
+static inline void px__v8f_to_d(px__v8f v, px__v4d *lo, px__v4d *hi)
+{
+    px__v4f a = {v[0], v[1], v[2], v[3]}, b = {v[4], v[5], v[6], v[7]};
+    *lo = __builtin_convertvector(a, px__v4d);
+    *hi = __builtin_convertvector(b, px__v4d);
+}
+
+static inline double px__v4d_hsum(px__v4d v)
+{
+    return (v[0] + v[2]) + (v[1] + v[3]);
+}
+
+/* sum of x[0, n) in double: 8 lanes of double (two 4-lane accumulators),
+ * then the tail left to right; same bits on every ISA */
+static inline double px__row_sum_d(const float *x, size_t n)
+{
+    px__v4d a = {0, 0, 0, 0}, b = {0, 0, 0, 0}, lo, hi;
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        px__v8f_to_d(px__v8f_load(x + j), &lo, &hi);
+        a += lo;
+        b += hi;
+    }
+    double s = px__v4d_hsum(a + b);
+    for (; j < n; j++)
+        s += x[j];
+    return s;
+}
+
+/* sum of (double)x[j] * y[j] over [0, n), lanes as px__row_sum_d */
+static inline double px__row_dot_d(const float *x, const float *y, size_t n)
+{
+    px__v4d a = {0, 0, 0, 0}, b = {0, 0, 0, 0}, xl, xh, yl, yh;
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        px__v8f_to_d(px__v8f_load(x + j), &xl, &xh);
+        px__v8f_to_d(px__v8f_load(y + j), &yl, &yh);
+        a += xl * yl;
+        b += xh * yh;
+    }
+    double s = px__v4d_hsum(a + b);
+    for (; j < n; j++)
+        s += (double)x[j] * y[j];
+    return s;
 }
 
 #endif
