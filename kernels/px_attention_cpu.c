@@ -8,12 +8,60 @@
  * Stateless; any thread. */
 #include "px_kernels_cpu.h"
 
+#include "px_vec_cpu.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
+#ifndef ATT_BLOCK
 #define ATT_BLOCK 64
+#endif
 
+/* In-place causal softmax of one score row: row[0, n) <- softmax, row[n,
+ * T) <- 0 (n = t + 1 keys). Vectorised, exp by px__v8f_exp (~2 ulp); the
+ * sum in 8 lanes (px_vec_cpu.h), so a row's result does not depend on
+ * the ISA or on the rows around it. */
+static inline void softmax_row(float *row, int n, int T)
+{
+    float mx = px__row_max(row, n), tail = 0.0f;
+    px__v8f acc = px__v8f_set1(0.0f), vmx = px__v8f_set1(mx);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        px__v8f e = px__v8f_exp(px__v8f_load(row + j) - vmx);
+        px__v8f_store(row + j, e);
+        acc += e;
+    }
+    for (; j < n; j++) {
+        row[j] = px__exp1(row[j] - mx);
+        tail += row[j];
+    }
+    float inv = 1.0f / (px__v8f_hsum(acc) + tail);
+    for (j = 0; j < n; j++)
+        row[j] *= inv;
+    if (n < T)
+        memset(row + n, 0, (size_t)(T - n) * sizeof(float));
+}
+
+/* Softmax backward of one row folded with the score scale: d[0, n) <-
+ * a * (d - sum_j a_j d_j) * scale; a, d (n) the probabilities and their
+ * gradient. The dot in 8 lanes as above. */
+static inline void softmax_row_backward(float *restrict d, const float *restrict a, int n,
+                                        float scale)
+{
+    px__v8f acc = px__v8f_set1(0.0f);
+    float tail = 0.0f;
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        acc += px__v8f_load(a + j) * px__v8f_load(d + j);
+    for (; j < n; j++)
+        tail += a[j] * d[j];
+    float dot = px__v8f_hsum(acc) + tail;
+    for (j = 0; j < n; j++)
+        d[j] = a[j] * (d[j] - dot) * scale;
+}
+
+PX__CLONES
 void px__cpu_attention_forward(float *out, float *att, const float *inp, int B, int T, int C,
                                int NH)
 {
@@ -33,22 +81,8 @@ void px__cpu_attention_forward(float *out, float *att, const float *inp, int B, 
                 /* scores[r0:r1, 0:r1] = scale * q[r0:r1] @ k[0:r1]^T */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, hs, scale,
                             q + (size_t)r0 * C3, C3, k, C3, 0.0f, a + (size_t)r0 * T, T);
-                for (int t = r0; t < r1; t++) {
-                    float *row = a + (size_t)t * T;
-                    float mx = row[0];
-                    for (int j = 1; j <= t; j++)
-                        mx = row[j] > mx ? row[j] : mx;
-                    float sum = 0.0f;
-                    for (int j = 0; j <= t; j++) {
-                        row[j] = expf(row[j] - mx);
-                        sum += row[j];
-                    }
-                    float inv = 1.0f / sum;
-                    for (int j = 0; j <= t; j++)
-                        row[j] *= inv;
-                    if (t + 1 < T)
-                        memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
-                }
+                for (int t = r0; t < r1; t++)
+                    softmax_row(a + (size_t)t * T, t + 1, T);
                 /* out[r0:r1] = att[r0:r1, 0:r1] @ v[0:r1] */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, hs, r1, 1.0f,
                             a + (size_t)r0 * T, T, v, C3, 0.0f, o + (size_t)r0 * C, C);
@@ -57,6 +91,7 @@ void px__cpu_attention_forward(float *out, float *att, const float *inp, int B, 
     }
 }
 
+PX__CLONES
 void px__cpu_attention_backward(float *dinp, float *scratch, const float *dout, const float *inp,
                                 const float *att, int B, int T, int C, int NH)
 {
@@ -84,13 +119,8 @@ void px__cpu_attention_backward(float *dinp, float *scratch, const float *dout, 
                             d + (size_t)r0 * C, C, 1.0f, dv, C3);
                 /* softmax backward, folded with the score scale */
                 for (int t = r0; t < r1; t++) {
-                    const float *arow = a + (size_t)t * T;
                     float *drow = ds + (size_t)t * T;
-                    float dot = 0.0f;
-                    for (int j = 0; j <= t; j++)
-                        dot += arow[j] * drow[j];
-                    for (int j = 0; j <= t; j++)
-                        drow[j] = arow[j] * (drow[j] - dot) * scale;
+                    softmax_row_backward(drow, a + (size_t)t * T, t + 1, scale);
                     for (int j = t + 1; j < r1; j++)
                         drow[j] = 0.0f;
                 }

@@ -8,6 +8,7 @@
  * accumulated in double where a long sum meets a small result (LayerNorm,
  * softmax sums, norms). Stateless; any thread. */
 #include "px_kernels_cpu.h"
+#include "px_vec_cpu.h"
 
 #include <math.h>
 #include <string.h>
@@ -42,48 +43,77 @@ void px__cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const
     }
 }
 
-void px__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                               const float *weight, const float *bias, int N, int C)
+/* Row statistics in double over 8 lanes (px_vec_cpu.h: the same bits on
+ * every ISA and for a row whatever N is), the element loops vectorised; an
+ * AVX2 clone is picked at load time. */
+PX__CLONES
+void px__cpu_layernorm_forward(float *restrict out, float *restrict mean, float *restrict rstd,
+                               const float *restrict inp, const float *restrict weight,
+                               const float *restrict bias, int N, int C)
 {
     const float eps = 1e-5f;
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
-        double s = 0.0, v = 0.0;
-        for (int c = 0; c < C; c++)
-            s += x[c];
-        float m = (float)(s / C);
-        for (int c = 0; c < C; c++) {
+        float m = (float)(px__row_sum_d(x, (size_t)C) / C);
+        /* sum of (x - m)^2, each difference rounded to float as before */
+        px__v4d a = {0, 0, 0, 0}, b = {0, 0, 0, 0}, lo, hi;
+        px__v8f vm = px__v8f_set1(m);
+        int c = 0;
+        for (; c + 8 <= C; c += 8) {
+            px__v8f_to_d(px__v8f_load(x + c) - vm, &lo, &hi);
+            a += lo * lo;
+            b += hi * hi;
+        }
+        double v = px__v4d_hsum(a + b);
+        for (; c < C; c++) {
             float d = x[c] - m;
             v += (double)d * d;
         }
         float r = 1.0f / sqrtf((float)(v / C) + eps);
-        for (int c = 0; c < C; c++)
+        for (c = 0; c < C; c++)
             o[c] = (x[c] - m) * r * weight[c] + bias[c];
         mean[n] = m;
         rstd[n] = r;
     }
 }
 
-void px__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                const float *inp, const float *weight, const float *mean,
-                                const float *rstd, int N, int C)
+PX__CLONES
+void px__cpu_layernorm_backward(float *restrict dinp, float *restrict dweight,
+                                float *restrict dbias, const float *restrict dout,
+                                const float *restrict inp, const float *restrict weight,
+                                const float *restrict mean, const float *restrict rstd, int N,
+                                int C)
 {
     for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * C;
         const float *x = inp + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
         float m = mean[n], r = rstd[n];
-        /* two reductions: mean(dnorm) and mean(dnorm * norm) */
-        double dnorm_mean = 0.0, dnorm_norm_mean = 0.0;
-        for (int c = 0; c < C; c++) {
+        /* two reductions: mean(dnorm) and mean(dnorm * norm), in double */
+        px__v4d s1a = {0, 0, 0, 0}, s1b = {0, 0, 0, 0}, s2a = {0, 0, 0, 0},
+                s2b = {0, 0, 0, 0}, dl, dh, nl, nh;
+        px__v8f vm = px__v8f_set1(m), vr = px__v8f_set1(r);
+        int c = 0;
+        for (; c + 8 <= C; c += 8) {
+            px__v8f norm = (px__v8f_load(x + c) - vm) * vr;
+            px__v8f dnorm = px__v8f_load(weight + c) * px__v8f_load(d + c);
+            px__v8f_to_d(dnorm, &dl, &dh);
+            px__v8f_to_d(norm, &nl, &nh);
+            s1a += dl;
+            s1b += dh;
+            s2a += dl * nl;
+            s2b += dh * nh;
+        }
+        double dnorm_mean = px__v4d_hsum(s1a + s1b), dnorm_norm_mean = px__v4d_hsum(s2a + s2b);
+        for (; c < C; c++) {
             float norm = (x[c] - m) * r;
             float dnorm = weight[c] * d[c];
             dnorm_mean += dnorm;
             dnorm_norm_mean += (double)dnorm * norm;
         }
         float dm = (float)(dnorm_mean / C), dnm = (float)(dnorm_norm_mean / C);
-        for (int c = 0; c < C; c++) {
+        for (c = 0; c < C; c++) {
             float norm = (x[c] - m) * r;
             float dnorm = weight[c] * d[c];
             dbias[c] += d[c];
@@ -93,12 +123,14 @@ void px__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const
     }
 }
 
+PX__CLONES
 void px__cpu_residual_forward(float *out, const float *inp1, const float *inp2, size_t N)
 {
     for (size_t i = 0; i < N; i++)
         out[i] = inp1[i] + inp2[i];
 }
 
+PX__CLONES
 void px__cpu_residual_backward(float *dinp1, float *dinp2, const float *dout, size_t N)
 {
     for (size_t i = 0; i < N; i++) {
@@ -165,14 +197,14 @@ void px__cpu_adamw_update(float *restrict params, const float *restrict grads,
     }
 }
 
+/* in 8 lanes of double (px_vec_cpu.h); AVX2 clone */
+PX__CLONES
 double px__cpu_sumsq(const float *x, size_t n)
 {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
-    return s;
+    return px__row_dot_d(x, x, n);
 }
 
+PX__CLONES
 void px__cpu_scale(float *x, float s, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -11,13 +11,30 @@
  * aggregate: all linear-layer FLOP of one step divided by their summed
  * time. The attention GEMMs (per head, T x T x C/H) are not included.
  * The last line reads "sgemm_gflops=X core=NAME". Run with
- * OPENBLAS_NUM_THREADS=1 for the single-thread figure. Main thread only. */
+ * OPENBLAS_NUM_THREADS=1 for the single-thread figure. PX_BENCH_CLOCK=cpu
+ * times by the thread's CPU time instead of the wall clock (on a loaded,
+ * shared machine the time the thread waited for a core is then left out;
+ * bench_tokens.sh CLOCK=cpu). Main thread only. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "px_blas_core.h"
 #include "px_time.h"
+
+static int use_cpu_clock; /* PX_BENCH_CLOCK=cpu */
+
+/* now in seconds: the monotonic wall clock, or this thread's CPU time */
+static double now_s(void)
+{
+    struct timespec ts;
+    if (!use_cpu_clock)
+        return px_time_mono_s();
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* seconds per call of C (m x n) = op(A) op(B), row-major, best of several
  * timed batches over >= 0.2 s */
@@ -29,11 +46,11 @@ static double time_gemm(int ta, int tb, int m, int n, int k, float *A, float *B,
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                     m, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, n);
     while (total < 0.2) {
-        double t0 = px_time_mono_s(), dt;
+        double t0 = now_s(), dt;
         for (int r = 0; r < reps; r++)
             cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
                         tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, n);
-        dt = px_time_mono_s() - t0;
+        dt = now_s() - t0;
         total += dt;
         if (dt > 0 && dt / reps < best)
             best = dt / reps;
@@ -50,6 +67,7 @@ int main(int argc, char **argv)
     double flop = 0, secs = 0;
 
     px_blas_core_ensure(argv, &blas);
+    use_cpu_clock = getenv("PX_BENCH_CLOCK") && !strcmp(getenv("PX_BENCH_CLOCK"), "cpu");
     if (argc < 5) {
         fprintf(stderr, "usage: %s L C T B [V]\n", argv[0]);
         return 2;
@@ -95,7 +113,8 @@ int main(int argc, char **argv)
         flop += 3 * f * layers[l].count;
         secs += (t_f + t_di + t_dw) * layers[l].count;
     }
-    printf("sgemm_gflops=%.1f core=%s\n", flop / secs / 1e9, blas.core);
+    printf("sgemm_gflops=%.1f core=%s clock=%s\n", flop / secs / 1e9, blas.core,
+           use_cpu_clock ? "cpu" : "wall");
     free(A);
     free(Bm);
     free(Cm);

@@ -3,10 +3,20 @@
 # beside the PyTorch peer (../shared/peers/torch_gpt_bench.py beside the repo, 1 thread) on
 # the same model and batch, and the ratio ours/torch. Not a test: a benchmark.
 #
-# usage: tests/bench/bench_tokens.sh [BUILD_DIR] [STEPS]
+# usage: tests/bench/bench_tokens.sh [BUILD_DIR] [STEPS] [RUNS]
 #   BUILD_DIR  meson build dir holding rank/parallax-rank (default build)
 #   STEPS      timed steps per run (default 20; the first 3 steps are warm-up)
+#   RUNS       runs per side and model, alternating ours / PyTorch, of which
+#              the best is reported (default 3: on a shared machine the best
+#              run is the one least disturbed by other load)
 # Env: TORCH_BENCH (peer script path), PYTHON (default /usr/bin/python3).
+# Prints the load average before each model (figures under load are low).
+# CLOCK=cpu counts CPU seconds instead of wall seconds, for a machine other
+# jobs load: each side runs twice, long and short (ours STEPS+3 and 3 steps,
+# PyTorch STEPS and 1 timed step), and tokens/s = the extra tokens / the
+# extra user+sys CPU time (/usr/bin/time), so start-up, warm-up and the time
+# spent waiting for a core all drop out; px-sgemm-bench times by thread CPU
+# time (PX_BENCH_CLOCK=cpu). Default CLOCK=wall: the metrics' median step.
 # Both sides run one thread (OPENBLAS_NUM_THREADS=1, torch --threads 1) and
 # the same OpenBLAS core (issue 15): the one parallax-rank logs ("BLAS core
 # X"), given to the peer as OPENBLAS_CORETYPE (Debian's torch calls the
@@ -19,6 +29,9 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
 steps=${2:-20}
+runs=${3:-3}
+clock=${CLOCK:-wall}
+case $clock in wall|cpu) ;; *) echo "CLOCK must be wall or cpu, not '$clock'" >&2; exit 2;; esac
 rank_bin=$build/rank/parallax-rank
 sgemm_bin=$build/tests/bench/px-sgemm-bench
 torch_bench=${TORCH_BENCH:-$here/../../../shared/peers/torch_gpt_bench.py}
@@ -29,25 +42,60 @@ python=${PYTHON:-/usr/bin/python3}
 work=$(mktemp -d /tmp/px_bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 python3 "$here/../engine/make_tokens.py" "$work/tokens.bin" /usr/share/common-licenses/* >/dev/null
-export OPENBLAS_NUM_THREADS=1
+export OPENBLAS_NUM_THREADS=1 PX_BENCH_CLOCK=$clock
 V=256
+
+# cpu_s CMD...: runs CMD (stdout to $work/out), prints its user+sys seconds
+cpu_s() {
+    /usr/bin/time -f '%U %S' -o "$work/time" "$@" >"$work/out" 2>>"$work/rank.err"
+    awk '{ print $1 + $2 }' "$work/time"
+}
 
 printf '%-16s %-10s %10s %10s %6s %9s %9s %6s\n' "model L/H/C/T/B" "BLAS core" "ours tok/s" \
     "torch tok/s" "ratio" "ours GF/s" "sgemm GF/s" "share"
 while read -r L H C T B; do
-    # ours: median tok/s over steps 4..STEPS+3 (steps 1-3 warm up)
-    "$rank_bin" --layers "$L" --heads "$H" --dim "$C" --seq "$T" --batch "$B" \
-        --steps $((steps + 3)) --lr 1e-3 --data "$work/tokens.bin" \
-        --metrics-out "$work/m.jsonl" >/dev/null 2>"$work/rank.err"
-    core=$(sed -n 's/.*BLAS core \([A-Za-z0-9_]*\) .*/\1/p' "$work/rank.err" | head -n 1)
-    [ -n "$core" ] || { echo "parallax-rank logged no BLAS core" >&2; exit 1; }
-    ours=$(python3 -c '
+    echo "# $L/$H/$C/$T/$B: load average $(cut -d' ' -f1-3 /proc/loadavg) before" >&2
+    ours=0 theirs=0 core=
+    for r in $(seq "$runs"); do
+        rank_args="--layers $L --heads $H --dim $C --seq $T --batch $B --lr 1e-3"
+        rank_args="$rank_args --data $work/tokens.bin"
+        torch_args="--layers $L --heads $H --dim $C --seq $T --batch $B --threads 1"
+        : >"$work/rank.err"
+        if [ "$clock" = cpu ]; then
+            # the extra tokens over the extra CPU seconds of a longer run
+            # shellcheck disable=SC2086
+            c1=$(cpu_s "$rank_bin" $rank_args --steps $((steps + 3)))
+            # shellcheck disable=SC2086
+            c0=$(cpu_s "$rank_bin" $rank_args --steps 3)
+            core=$(sed -n 's/.*BLAS core \([A-Za-z0-9_]*\) .*/\1/p' "$work/rank.err" | head -n 1)
+            [ -n "$core" ] || { echo "parallax-rank logged no BLAS core" >&2; exit 1; }
+            # shellcheck disable=SC2086
+            t1=$(OPENBLAS_CORETYPE=$core cpu_s "$python" "$torch_bench" $torch_args --steps "$steps")
+            # shellcheck disable=SC2086
+            t0=$(OPENBLAS_CORETYPE=$core cpu_s "$python" "$torch_bench" $torch_args --steps 1)
+            o=$(python3 -c 'import sys; print("%.0f" % (int(sys.argv[1]) / (float(sys.argv[2]) - float(sys.argv[3]))))' \
+                $((steps * B * T)) "$c1" "$c0")
+            t=$(python3 -c 'import sys; print("%.0f" % (int(sys.argv[1]) / (float(sys.argv[2]) - float(sys.argv[3]))))' \
+                $(((steps - 1) * B * T)) "$t1" "$t0")
+        else
+            # ours: median tok/s over steps 4..STEPS+3 (steps 1-3 warm up)
+            # shellcheck disable=SC2086
+            "$rank_bin" $rank_args --steps $((steps + 3)) \
+                --metrics-out "$work/m.jsonl" >/dev/null 2>"$work/rank.err"
+            core=$(sed -n 's/.*BLAS core \([A-Za-z0-9_]*\) .*/\1/p' "$work/rank.err" | head -n 1)
+            [ -n "$core" ] || { echo "parallax-rank logged no BLAS core" >&2; exit 1; }
+            o=$(python3 -c '
 import json, statistics, sys
 r = [json.loads(l)["tokens_per_second"] for l in open(sys.argv[1]) if l.strip()][3:]
 print("%.0f" % statistics.median(r))' "$work/m.jsonl")
-    theirs=$(OPENBLAS_CORETYPE=$core "$python" "$torch_bench" --layers "$L" --heads "$H" \
-        --dim "$C" --seq "$T" --batch "$B" --steps "$steps" --threads 1 |
-        sed -n 's/.*, \([0-9]*\) tokens\/s.*/\1/p')
+            # shellcheck disable=SC2086
+            t=$(OPENBLAS_CORETYPE=$core "$python" "$torch_bench" $torch_args --steps "$steps" |
+                sed -n 's/.*, \([0-9]*\) tokens\/s.*/\1/p')
+        fi
+        echo "#   run $r: ours $o tok/s, torch $t tok/s" >&2
+        if [ "$o" -gt "$ours" ]; then ours=$o; fi
+        if [ "$t" -gt "$theirs" ]; then theirs=$t; fi
+    done
     peak=$(OPENBLAS_CORETYPE=$core "$sgemm_bin" "$L" "$C" "$T" "$B" "$V" |
         sed -n 's/^sgemm_gflops=\([0-9.]*\) .*/\1/p')
     python3 - "$L" "$H" "$C" "$T" "$B" "$V" "$core" "$ours" "$theirs" "$peak" <<'EOF_PY'

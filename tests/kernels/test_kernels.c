@@ -21,6 +21,7 @@
 
 #include "px_blas_core.h"
 #include "px_kernels.h"
+#include "px_vec_cpu.h"
 
 static const px_kernel_ops_t *K;
 static int failures;
@@ -317,10 +318,39 @@ static void attention_case(int B, int T, int C, int NH)
     free(c.out); free(c.att); free(c.inp); free(c.w); free(out0); free(saved); free(dinp);
     free(scratch);
 }
+/* The softmax's fast exp (px_vec_cpu.h): within 4 ulp (5e-7 relative) of
+ * exp over [-87, 0] (and 0 <= result < 1e-37 below -87: clamped), and the
+ * 8-lane and the scalar form give the same bits, so a row's tail (scalar)
+ * matches what its vector part would have computed. */
+static void exp_fast_check(void)
+{
+    double maxrel = 0;
+    int lanes_differ = 0;
+    for (int i = 0; i <= 870000; i += 8) {
+        float x[8], y[8];
+        for (int l = 0; l < 8; l++)
+            x[l] = i + l <= 870000 ? -(float)(i + l) * 1e-4f : -87.0f;
+        px__v8f_store(y, px__v8f_exp(px__v8f_load(x)));
+        for (int l = 0; l < 8; l++) {
+            double r = fabs(y[l] - exp((double)x[l])) / exp((double)x[l]);
+            maxrel = r > maxrel ? r : maxrel;
+            float s = px__exp1(x[l]);
+            lanes_differ += memcmp(&s, &y[l], sizeof(s)) != 0;
+        }
+    }
+    float lo = px__exp1(-200.0f);
+    printf("  fast exp on [-87, 0]: max rel err %.2e; exp(-200) -> %g\n", maxrel, lo);
+    EXPECT(maxrel < 5e-7, "fast exp max relative error %g", maxrel);
+    EXPECT(lanes_differ == 0, "fast exp: %d vector lanes differ from the scalar form", lanes_differ);
+    EXPECT(lo >= 0.0f && lo < 1e-37f, "fast exp(-200) = %g", lo);
+}
+
 static void test_attention(void)
 {
+    exp_fast_check();
     attention_case(2, 5, 8, 2);
     attention_case(1, 70, 8, 2); /* crosses the 64-row block boundary */
+    attention_case(1, 37, 64, 2); /* rows of 8-lane chunks and tails, hs 32 */
 }
 
 /* ---- blockwise attention (ring attention's kernels) ----
