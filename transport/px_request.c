@@ -85,7 +85,7 @@
 
 #define HDR_MAGIC 0x50584844u /* "PXHD" */
 
-static const char *kind_name(uint32_t kind)
+const char *px__coll_kind_name(int kind)
 {
     switch (kind) {
     case PX__COLL_ALLREDUCE: return "all-reduce";
@@ -236,17 +236,13 @@ void px__req_discard(px_request_t *req)
     req_free(req);
 }
 
-px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
-                           uint64_t count, int root, const uint64_t *send_counts,
-                           const uint64_t *expect, const px_coll_opts_t *opts,
-                           px_request_t **req_p)
+px_request_t *px__req_alloc(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
+                            uint64_t count, int root, const px_coll_opts_t *opts)
 {
     px_request_t *req = calloc(1, sizeof(*req));
-    px_status_t status = PX_OK;
-    int n = comm->size;
 
     if (!req)
-        return PX_ERR_NO_MEMORY;
+        return NULL;
     req->comm = comm;
     req->kind = kind;
     req->status = PX_INPROGRESS;
@@ -255,11 +251,25 @@ px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop
     req->root = root;
     req->count = count;
     req->esz = px_dtype_size(dtype);
-    req->overlap = kind != PX__COLL_ALLTOALLV && /* its header count is not its size */
-                   count <= PX__OVERLAP_MAX_BYTES / (req->esz ? req->esz : 1);
     req->half_dtype = -1;
     req->algo = opts ? opts->algo : PX_ALGO_AUTO;
     req->deadline = px__deadline(comm, opts && opts->timeout_ms > 0 ? opts->timeout_ms : -1);
+    return req;
+}
+
+px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
+                           uint64_t count, int root, const uint64_t *send_counts,
+                           const uint64_t *expect, const px_coll_opts_t *opts,
+                           px_request_t **req_p)
+{
+    px_request_t *req = px__req_alloc(comm, kind, dtype, op, count, root, opts);
+    px_status_t status = PX_OK;
+    int n = comm->size;
+
+    if (!req)
+        return PX_ERR_NO_MEMORY;
+    req->overlap = kind != PX__COLL_ALLTOALLV && /* its header count is not its size */
+                   count <= PX__OVERLAP_MAX_BYTES / (req->esz ? req->esz : 1);
     if (kind == PX__COLL_SEND || kind == PX__COLL_RECV) {
         req->stage = 1; /* point-to-point: no header, no sequence number */
         goto link;
@@ -330,22 +340,11 @@ px_status_t px__req_create_inline(px_comm_t *comm, int kind, px_dtype_t dtype, p
                                   uint64_t count, int root, const px_coll_opts_t *opts,
                                   px_request_t **req_p)
 {
-    px_request_t *req = calloc(1, sizeof(*req));
+    px_request_t *req = px__req_alloc(comm, kind, dtype, op, count, root, opts);
     int n = comm->size;
 
     if (!req)
         return PX_ERR_NO_MEMORY;
-    req->comm = comm;
-    req->kind = kind;
-    req->status = PX_INPROGRESS;
-    req->dtype = dtype;
-    req->op = op;
-    req->root = root;
-    req->count = count;
-    req->esz = px_dtype_size(dtype);
-    req->half_dtype = -1;
-    req->algo = opts ? opts->algo : PX_ALGO_AUTO;
-    req->deadline = px__deadline(comm, opts && opts->timeout_ms > 0 ? opts->timeout_ms : -1);
     req->seq = comm->coll_seq++ & PX__SEQ_MASK;
     req->stage = 1; /* the algorithm checks the headers it receives */
     req->inl = 1;
@@ -412,8 +411,8 @@ static px_status_t check_one(px_request_t *req, int r, const px__hdr_t *h, const
     if (h->magic != HDR_MAGIC || h->seq != req->seq || h->kind != mine->kind)
         return px__comm_set_error(comm, PX_ERR_MISMATCH,
                                   "rank %d: collective mismatch: it called %s #%u, we "
-                                  "called %s #%u", r, kind_name(h->kind), h->seq,
-                                  kind_name(mine->kind), req->seq);
+                                  "called %s #%u", r, px__coll_kind_name((int)h->kind), h->seq,
+                                  px__coll_kind_name((int)mine->kind), req->seq);
     if (h->notice) {
         /* rank h->found_by found a mismatch with rank h->bad_rank and
          * stopped; rank r tells us (it found it, or was told) */
@@ -425,7 +424,7 @@ static px_status_t check_one(px_request_t *req, int r, const px__hdr_t *h, const
             b.op = h->bad.op;
             b.root = h->bad.root;
             b.inl = h->bad.seq; /* notices keep the bad rank's mode in bad.seq */
-            used = (size_t)snprintf(theirs, sizeof(theirs), "%s ", kind_name(h->bad.kind));
+            used = (size_t)snprintf(theirs, sizeof(theirs), "%s ", px__coll_kind_name((int)h->bad.kind));
             vals_text(theirs + used, sizeof(theirs) - used, &b);
         } else if (h->bad.count) {
             snprintf(theirs, sizeof(theirs), "a first message of %llu bytes, longer than "
@@ -436,7 +435,7 @@ static px_status_t check_one(px_request_t *req, int r, const px__hdr_t *h, const
         vals_text(ours, sizeof(ours), h);
         return px__comm_set_error(comm, PX_ERR_MISMATCH,
                                   "rank %d: %s #%u mismatch: rank %d found that rank %d passed "
-                                  "%s where rank %d passed %s", r, kind_name(mine->kind),
+                                  "%s where rank %d passed %s", r, px__coll_kind_name((int)mine->kind),
                                   req->seq, h->found_by, h->bad_rank, theirs, h->found_by, ours);
     }
     if (h->count != want || h->dtype != mine->dtype || h->op != mine->op ||
@@ -448,7 +447,7 @@ static px_status_t check_one(px_request_t *req, int r, const px__hdr_t *h, const
         vals_text(ours, sizeof(ours), &w);
         return px__comm_set_error(comm, PX_ERR_MISMATCH,
                                   "rank %d: %s #%u mismatch: it passed %s, we expect %s", r,
-                                  kind_name(mine->kind), req->seq, theirs, ours);
+                                  px__coll_kind_name((int)mine->kind), req->seq, theirs, ours);
     }
     *kind_level_p = 0;
     return PX_OK;
@@ -537,14 +536,14 @@ px_status_t px__inline_check(px_request_t *req, px__op_t *o)
     if (o->status == UCS_ERR_MESSAGE_TRUNCATED) {
         px__comm_set_error(comm, PX_ERR_MISMATCH, "rank %d: %s #%u mismatch: its message (%zu "
                            "bytes) is longer than any header-in-data message", o->peer,
-                           kind_name((uint32_t)req->kind), req->seq, o->length);
+                           px__coll_kind_name(req->kind), req->seq, o->length);
         return inline_fail(req, o->peer, NULL, o->length);
     }
     if (o->status != UCS_OK)
         return px__op_status(comm, o); /* the peer failed */
     if (o->length < sizeof(px__hdr_t)) {
         px__comm_set_error(comm, PX_ERR_MISMATCH, "rank %d: %s #%u mismatch: it sent %zu bytes, "
-                           "less than a header", o->peer, kind_name((uint32_t)req->kind),
+                           "less than a header", o->peer, px__coll_kind_name(req->kind),
                            req->seq, o->length);
         return inline_fail(req, o->peer, NULL, o->length);
     }
@@ -554,7 +553,7 @@ px_status_t px__inline_check(px_request_t *req, px__op_t *o)
         return inline_fail(req, o->peer, h, o->length);
     if (o->length != want) { /* same header, other length: cannot be, but never read past */
         px__comm_set_error(comm, PX_ERR_MISMATCH, "rank %d: %s #%u: sent %zu bytes, %zu "
-                           "expected", o->peer, kind_name((uint32_t)req->kind), req->seq,
+                           "expected", o->peer, px__coll_kind_name(req->kind), req->seq,
                            o->length, want);
         return inline_fail(req, o->peer, NULL, o->length);
     }
@@ -588,7 +587,7 @@ static px_status_t header_step(px_request_t *req, int *progressed_p)
                                       "rank %d: %s #%u mismatch: it sent %zu bytes where we "
                                       "expect a header (it runs a small all-reduce, header "
                                       "in data, with %zu bytes of data); we passed %s",
-                                      o->peer, kind_name(mine->kind), req->seq, o->length,
+                                      o->peer, px__coll_kind_name((int)mine->kind), req->seq, o->length,
                                       o->length > sizeof(px__hdr_t)
                                           ? o->length - sizeof(px__hdr_t) : 0,
                                       ours);
@@ -731,7 +730,7 @@ check_time:
         char who[96];
         px__pending_ranks(comm, req, who, sizeof(who));
         status = px__comm_set_error(comm, PX_ERR_TIMEOUT, "%s #%u: timeout: still waiting for "
-                                    "rank(s) %s", kind_name((uint32_t)req->kind), req->seq,
+                                    "rank(s) %s", px__coll_kind_name(req->kind), req->seq,
                                     who);
         req_end(req, status);
         return status;

@@ -174,23 +174,6 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
     return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
 }
 
-static const char *kind_name(int kind)
-{
-    switch (kind) {
-    case PX__COLL_ALLREDUCE: return "all-reduce";
-    case PX__COLL_BCAST: return "broadcast";
-    case PX__COLL_BARRIER: return "barrier";
-    case PX__COLL_REDUCE: return "reduce";
-    case PX__COLL_ALLGATHER: return "all-gather";
-    case PX__COLL_REDUCE_SCATTER: return "reduce-scatter";
-    case PX__COLL_SCATTER: return "scatter";
-    case PX__COLL_GATHER: return "gather";
-    case PX__COLL_ALLTOALL: return "all-to-all";
-    case PX__COLL_ALLTOALLV: return "all-to-all-v";
-    }
-    return "collective";
-}
-
 static char *slot_of(const px__shm_t *s, int rank, int buf)
 {
     return s->slots + ((size_t)rank * NBUF + (size_t)buf) * s->slot;
@@ -402,15 +385,15 @@ static px_status_t compare(px_request_t *req, int p)
     if (h.kind != mine.kind)
         return px__comm_set_error(comm, PX_ERR_MISMATCH,
                                   "rank %d: collective mismatch: it called %s #%u, we called "
-                                  "%s #%u", p, kind_name((int)h.kind), req->seq,
-                                  kind_name((int)mine.kind), req->seq);
+                                  "%s #%u", p, px__coll_kind_name((int)h.kind), req->seq,
+                                  px__coll_kind_name((int)mine.kind), req->seq);
     if (h.kind == PX__COLL_ALLTOALLV) /* per-peer counts: the UCX headers check them */
         return PX_OK;
     if (h.count != mine.count || h.dtype != mine.dtype || h.op != mine.op || h.root != mine.root)
         return px__comm_set_error(comm, PX_ERR_MISMATCH,
                                   "rank %d: %s #%u mismatch: it passed count %llu dtype %s op %s "
                                   "root %d, we expect count %llu dtype %s op %s root %d",
-                                  p, kind_name((int)mine.kind), req->seq,
+                                  p, px__coll_kind_name((int)mine.kind), req->seq,
                                   (unsigned long long)h.count,
                                   px_dtype_name((px_dtype_t)h.dtype),
                                   px_redop_name((px_redop_t)h.op), h.root,
@@ -649,7 +632,7 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
                           px_request_t **req_p)
 {
     px__shm_t *s = comm->shm;
-    px_request_t *req = calloc(1, sizeof(*req));
+    px_request_t *req = px__req_alloc(comm, kind, dtype, op, count, root, opts);
     shm_op_t *o = calloc(1, sizeof(*o));
     size_t esz = px_dtype_size(dtype);
 
@@ -658,17 +641,6 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
         free(o);
         return PX_ERR_NO_MEMORY;
     }
-    req->comm = comm;
-    req->kind = kind;
-    req->status = PX_INPROGRESS;
-    req->dtype = dtype;
-    req->op = op;
-    req->root = root;
-    req->count = count;
-    req->esz = esz;
-    req->half_dtype = -1;
-    req->algo = opts ? opts->algo : PX_ALGO_AUTO;
-    req->deadline = px__deadline(comm, opts && opts->timeout_ms > 0 ? opts->timeout_ms : -1);
     req->seq = comm->coll_seq++ & PX__SEQ_MASK;
     req->stage = 1; /* no UCX header exchange: the ring holds the headers */
     req->advance = shm_advance;

@@ -401,6 +401,16 @@ void px__comm_link(px_comm_t *comm);
 /* Unlinks `comm` (destroy); a no-op when not linked. */
 void px__comm_unlink(px_comm_t *comm);
 
+/* Allocates a request (calloc) with the fields every kind sets: comm, kind,
+ * dtype, op, root, count, element size, deadline (opts' timeout or the
+ * communicator's), algorithm hint; in progress, no sequence number, not
+ * linked anywhere. NULL when out of memory. The caller owns it until it
+ * links it (px__req_create, px__req_create_inline, px__shm_start). */
+px_request_t *px__req_alloc(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
+                            uint64_t count, int root, const px_coll_opts_t *opts);
+/* "all-reduce", "broadcast", ... for a PX__COLL_* kind ("unknown collective"
+ * otherwise); static string, for error messages. */
+const char *px__coll_kind_name(int kind);
 /* Allocates a request of `kind` on comm: takes the next sequence number,
  * posts the header exchange (header count `count`, and with `expect` (or
  * NULL) the per-peer counts of alltoallv) and links it on comm->reqs.
