@@ -236,6 +236,16 @@ void px__req_discard(px_request_t *req)
     req_free(req);
 }
 
+void px__req_link(px_comm_t *comm, px_request_t *req)
+{
+    if (comm->reqs_tail)
+        comm->reqs_tail->next = req;
+    else
+        comm->reqs = req;
+    comm->reqs_tail = req;
+    req->linked = 1;
+}
+
 px_request_t *px__req_alloc(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
                             uint64_t count, int root, const px_coll_opts_t *opts)
 {
@@ -320,12 +330,7 @@ px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop
         op->hdr = 1;
     }
 link:
-    if (comm->reqs_tail)
-        comm->reqs_tail->next = req;
-    else
-        comm->reqs = req;
-    comm->reqs_tail = req;
-    req->linked = 1;
+    px__req_link(comm, req);
     *req_p = req;
     return PX_OK;
 
@@ -357,12 +362,7 @@ px_status_t px__req_create_inline(px_comm_t *comm, int kind, px_dtype_t dtype, p
     }
     for (int r = 0; r < n; r++)
         px__inline_header(req, &req->hdr_out[r]);
-    if (comm->reqs_tail)
-        comm->reqs_tail->next = req;
-    else
-        comm->reqs = req;
-    comm->reqs_tail = req;
-    req->linked = 1;
+    px__req_link(comm, req);
     *req_p = req;
     return PX_OK;
 }

@@ -662,12 +662,7 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
             memcpy(mine, src, (size_t)count * esz);
     }
     px__shm_note(comm, req->seq, kind, dtype, (int)op, root, count);
-    if (comm->reqs_tail)
-        comm->reqs_tail->next = req;
-    else
-        comm->reqs = req;
-    comm->reqs_tail = req;
-    req->linked = 1;
+    px__req_link(comm, req);
     *req_p = req;
     return PX_OK;
 }

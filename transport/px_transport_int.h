@@ -408,6 +408,10 @@ void px__comm_unlink(px_comm_t *comm);
  * links it (px__req_create, px__req_create_inline, px__shm_start). */
 px_request_t *px__req_alloc(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
                             uint64_t count, int root, const px_coll_opts_t *opts);
+/* Appends `req` to `comm`'s list of pending requests (the list progress
+ * steps, in start order) and marks it linked; the communicator owns it from
+ * then until it completes and its caller frees it. */
+void px__req_link(px_comm_t *comm, px_request_t *req);
 /* "all-reduce", "broadcast", ... for a PX__COLL_* kind ("unknown collective"
  * otherwise); static string, for error messages. */
 const char *px__coll_kind_name(int kind);
