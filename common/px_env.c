@@ -25,7 +25,7 @@ static px_knob_t knobs[] = {
     {"PX_SHM", "1", "collectives of ranks all on one host go through one shared-memory segment (0: UCX only)", NULL},
     {"PX_SHM_MIN_BYTES", "1024", "smallest collective (bytes of its largest buffer) taking the shared-memory path", NULL},
     {"PX_SHM_SLOT_BYTES", "262144", "bytes one rank stages per shared-memory pipeline step (three such buffers per rank)", NULL},
-    {"PX_SHM_SPIN_US", "0", "shared-memory waits poll the peer's counter this long (us) before sleeping on its futex (-1: 50 where each rank of the communicator has a core; off by default: 3-10x slower on a loaded machine)", NULL},
+    {"PX_SHM_SPIN_US", "-1", "shared-memory waits poll the peer's counter this long (us) before sleeping on its futex; -1: auto (50 us while the job's ranks on this node are no more than its CPUs and the load average is not above them, else 0)", NULL},
     {"PX_SPIN_US", "0", "collective waits poll this long (us) before sleeping on the event fd; -1: "
      "auto (200 us while the job's ranks on this node are no more than its CPUs and the load average "
      "is not above them, else 0)", NULL},

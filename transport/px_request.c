@@ -897,6 +897,15 @@ static int machine_loaded(void)
     return loaded;
 }
 
+int px__spin_allowed(const px_comm_t *comm)
+{
+    static int oversubscribed = -1;
+
+    if (oversubscribed < 0)
+        oversubscribed = node_oversubscribed(comm);
+    return !oversubscribed && !machine_loaded();
+}
+
 /* The spin bound in microseconds: PX_SPIN_US when >= 0, else (auto)
  * PX__AUTO_SPIN_US while neither our ranks oversubscribe the node (checked
  * once) nor other processes load it (machine_loaded), and 0 otherwise. */

@@ -408,6 +408,13 @@ void px__comm_unlink(px_comm_t *comm);
  * links it (px__req_create, px__req_create_inline, px__shm_start). */
 px_request_t *px__req_alloc(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
                             uint64_t count, int root, const px_coll_opts_t *opts);
+/* Whether a waiting rank may spin before it sleeps: 1 while the job's
+ * ranks on this node are no more than the CPUs this process may run on
+ * (checked once, from `comm`'s world) and the 1-minute load average is not
+ * above them (read at most once a second); Open MPI's rule (it yields only
+ * when oversubscribed), plus the load, because a spinner on a loaded
+ * machine holds its peer off the CPU. */
+int px__spin_allowed(const px_comm_t *comm);
 /* Appends `req` to `comm`'s list of pending requests (the list progress
  * steps, in start order) and marks it linked; the communicator owns it from
  * then until it completes and its caller frees it. */
