@@ -7,6 +7,8 @@
 
 /* Milliseconds on CLOCK_MONOTONIC (for deadlines). */
 int64_t px_time_mono_ms(void);
+/* Microseconds on CLOCK_MONOTONIC (for bounded spins). */
+int64_t px_time_mono_us(void);
 /* Seconds on CLOCK_MONOTONIC as a double (for rates). */
 double px_time_mono_s(void);
 /* Milliseconds since the Unix epoch (for timestamps stored or shown). */

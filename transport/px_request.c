@@ -835,25 +835,8 @@ px_status_t px_test(px_request_t *req, int *done_p)
     return req_finish(req);
 }
 
-/* Bounded spin before sleeping (PX_SPIN_US, microseconds): a reply that
- * comes within a few microseconds is taken without the cost of a sleep and
- * wake-up (two context switches, tens of microseconds on a loaded
- * machine). Progress is polled only while something moved in the last
- * pass or the bound has not passed; then the caller sleeps on the event fd,
- * so a rank waiting for a slow peer uses no CPU. Returns 1 if `req` may
- * have finished. */
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-/* Whether the ranks of this job on this node (world ranks with our node
- * name) outnumber the CPUs this process may run on (its affinity mask,
- * which cpusets and taskset narrow): then a spinning rank takes the core
- * its peer needs, as Open MPI's rule has it (it yields only when
- * oversubscribed, mpi_yield_when_idle). */
+/* The CPUs this process may run on (its affinity mask, which cpusets and
+ * taskset narrow). */
 static int node_cpus(void)
 {
     cpu_set_t set;
@@ -862,6 +845,10 @@ static int node_cpus(void)
     return (int)sysconf(_SC_NPROCESSORS_ONLN);
 }
 
+/* Whether the ranks of this job on this node (world ranks with our node
+ * name) outnumber the CPUs this process may run on (node_cpus): then a
+ * spinning rank takes the core its peer needs, as Open MPI's rule has it
+ * (it yields only when oversubscribed, mpi_yield_when_idle). */
 static int node_oversubscribed(const px_comm_t *comm)
 {
     const px_comm_t *w = comm->root;
@@ -887,7 +874,7 @@ static int machine_loaded(void)
 {
     static int64_t next_us;
     static int loaded;
-    int64_t now = mono_us();
+    int64_t now = px_time_mono_us();
     double load[1];
 
     if (now >= next_us) {
@@ -923,6 +910,13 @@ static long spin_bound_us(const px_comm_t *comm)
     return auto_ok && !machine_loaded() ? PX__AUTO_SPIN_US : 0;
 }
 
+/* Bounded spin before sleeping (PX_SPIN_US, microseconds): a reply that
+ * comes within a few microseconds is taken without the cost of a sleep and
+ * wake-up (two context switches, tens of microseconds on a loaded
+ * machine). Progress is polled only while something moved in the last
+ * pass or the bound has not passed; then the caller sleeps on the event fd,
+ * so a rank waiting for a slow peer uses no CPU. Returns 1 if `req` may
+ * have finished. */
 static int spin_then_done(px_request_t *req)
 {
     long spin_us = spin_bound_us(req->comm);
@@ -930,12 +924,12 @@ static int spin_then_done(px_request_t *req)
 
     if (spin_us <= 0)
         return 0;
-    end = mono_us() + spin_us;
+    end = px_time_mono_us() + spin_us;
     do {
         comm_progress(req->comm);
         if (req->status != PX_INPROGRESS)
             return 1;
-    } while (mono_us() < end);
+    } while (px_time_mono_us() < end);
     return 0;
 }
 

@@ -158,13 +158,6 @@ typedef struct shm_op {
 
 static unsigned generation;
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -711,14 +704,14 @@ int px__shm_sleep(px_comm_t *comm, int timeout_ms)
             /* a peer with a core of its own publishes within microseconds:
              * look at its counter for a bounded time before the futex costs
              * a sleep and a wake-up (Open MPI's sm polls without a bound) */
-            int64_t end = mono_us() + spin;
+            int64_t end = px_time_mono_us() + spin;
             do {
                 for (int i = 0; i < 64; i++) {
                     if (atomic_load_explicit(&c->ctr, memory_order_relaxed) != blocked->wait_val)
                         return 1;
                     cpu_relax();
                 }
-            } while (mono_us() < end);
+            } while (px_time_mono_us() < end);
         }
         atomic_fetch_add(&c->waiters, 1);
         if (atomic_load(&c->ctr) == blocked->wait_val)
