@@ -99,6 +99,13 @@ def main():
             for what, change, strict, loose in cases:
                 expect_reject(cc, d0, "%s %s" % (cname, what),
                               strict if which == 2 else loose, **dict(ok, **change))
+        # names only a raw gRPC client can send (pctl refuses them itself): the
+        # message names the string sent, not the -1 it does not map to
+        g = pc.Grpc(d0, args.proto)
+        expect_reject(g, d0, "grpc unknown precision", ["precision='fp64'"],
+                      **dict(ok, precision="fp64"))
+        expect_reject(g, d0, "grpc unknown schedule", ["schedule='zigzag'"],
+                      **dict(ok, parallel=g.pb.ParallelSpec(dp=4, schedule="zigzag")))
         assert c.jobs() == [], "rejected jobs were stored: %s" % c.jobs()
 
         # a valid job whose rank binary is missing fails at launch, naming it,
