@@ -628,13 +628,13 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     if (rank == 0)
         px_info("train: %zu parameters (%llu per tensor rank), zero %d, dp %d, tp %d, cp %d, "
                 "grad_accum %d, pp %d (%s, %d micro-batches, %d chunks per stage), micro-batch "
-                "%d x %d, precision %s%s; plan per rank: params %.2f MB, grads %.2f MB, "
+                "%d x %d, precision %s%s, device %s; plan per rank: params %.2f MB, grads %.2f MB, "
                 "optimizer %.2f MB, activations %.2f MB",
                 n, (unsigned long long)plan->params, cfg->zero, dp, layout.tp, cp, A, pp,
                 px_pipe_schedule_name(cfg->schedule), M, V, Bm, Tl,
                 px_job_config_precision_name(cfg->precision),
                 cfg->precision == PX_PRECISION_BF16 ? " (bf16 GEMMs, fp32 elsewhere)" : "",
-                plan->bytes[PX_MEM_PARAMS] / 1e6,
+                ops->name, plan->bytes[PX_MEM_PARAMS] / 1e6,
                 plan->bytes[PX_MEM_GRADS] / 1e6, plan->bytes[PX_MEM_OPTIM] / 1e6,
                 act_bytes / 1e6);
     if (cfg->resume_dir && *cfg->resume_dir) {
