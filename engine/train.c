@@ -451,12 +451,6 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         checked.layout = layout;
         status = px_job_config_check(&checked, PX_JOBCFG_CHECK_DATA, err, sizeof(err));
     }
-    if (status == PX_OK && ops != px_kernels_cpu() && layout.pp > 1) {
-        /* the stages' point-to-point sends are not staged (px_devmem.h) */
-        status = px_invalid(err, sizeof(err), "pp=%d on device '%s': pipeline stages on %s "
-                            "devices are not supported yet (their sends of device buffers)",
-                            layout.pp, opts->device, ops->name);
-    }
     if (status == PX_OK && ops != px_kernels_cpu() && (layout.cp > 1 || cfg->experts)) {
         /* cp: the ring's sends are staged now (px_devmem.h), but the cp
          * batch cut (cp_cut) writes tokens into the device inputs from the

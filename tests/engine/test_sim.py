@@ -46,6 +46,13 @@ LAYOUTS = {  # name: (world, extra args)
     'tp2sp': (2, ['--tp', '2', '--sequence-parallel']),
     'dp2tp2z3': (4, ['--dp', '2', '--tp', '2', '--zero', '3']),
     'dp2bf16': (2, ['--dp', '2', '--zero', '1', '--precision', 'bf16']),
+    'pp2': (2, ['--pp', '2', '--micro-batches', '2', '--schedule', '1f1b']),
+    'pp2zb1': (2, ['--pp', '2', '--micro-batches', '2', '--schedule', 'zb1']),
+    'pp2int': (2, ['--pp', '2', '--micro-batches', '2', '--schedule', 'interleaved',
+                   '--virtual-stages', '2', '--layers', '4']),
+    'dp2pp2z1': (4, ['--dp', '2', '--pp', '2', '--micro-batches', '2', '--schedule', 'gpipe',
+                     '--zero', '1']),
+    'tp2pp2': (4, ['--tp', '2', '--pp', '2', '--micro-batches', '2', '--schedule', '1f1b']),
 }
 DEFAULT = ['one', 'dp2', 'dp2z1', 'dp2z2', 'dp2z3', 'tp2', 'tp2sp', 'dp2bf16']
 
