@@ -223,6 +223,9 @@ typedef struct pipe_load {
 } pipe_load_t;
 
 static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i);
+static void cp_load(const px_kernel_ops_t *ops, int32_t *host, const int32_t *seq_in,
+                    const int32_t *seq_tg, int32_t *inputs, int32_t *targets, int B, int T,
+                    int cp, int i);
 static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets);
 
 /* eval.h's loader over a pipe_load_t of the validation file: validation
@@ -243,10 +246,8 @@ static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
     if (ld->cp > 1) {
         px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, ld->seq_in,
                       ld->seq_tg);
-        if (inputs)
-            cp_cut(ld->seq_in, inputs, ld->Bm, ld->T, ld->cp, ld->cp_rank);
-        if (targets)
-            cp_cut(ld->seq_tg, targets, ld->Bm, ld->T, ld->cp, ld->cp_rank);
+        cp_load(ld->ops, ld->host, ld->seq_in, ld->seq_tg, inputs, targets, ld->Bm, ld->T,
+                ld->cp, ld->cp_rank);
         return;
     }
     if (ld->ops != px_kernels_cpu()) { /* device buffers: cut on the host, then copy */
@@ -316,6 +317,28 @@ static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i
             memcpy(dst + (size_t)b * Tl + half * c,
                    src + (size_t)b * T + px_ring_position(i, cp, Tl, half * c),
                    (size_t)c * sizeof(int32_t));
+}
+
+/* Context parallelism's batch: this rank's chunks (cp_cut) of the whole
+ * sequences seq_in, seq_tg (B, T; host memory) into inputs and targets (B,
+ * T/cp; either may be NULL: skipped), the backend's memory. A device backend
+ * (host non-NULL: 2 B T host int32s) has them cut on the host, then copied
+ * over: the host never writes device memory (issue 12). */
+static void cp_load(const px_kernel_ops_t *ops, int32_t *host, const int32_t *seq_in,
+                    const int32_t *seq_tg, int32_t *inputs, int32_t *targets, int B, int T,
+                    int cp, int i)
+{
+    const size_t nl = (size_t)B * (T / cp);
+    if (inputs) {
+        cp_cut(seq_in, host ? host : inputs, B, T, cp, i);
+        if (host)
+            ops->mem_copy_from_host(inputs, host, nl * sizeof(int32_t));
+    }
+    if (targets) {
+        cp_cut(seq_tg, host ? host + nl : targets, B, T, cp, i);
+        if (host)
+            ops->mem_copy_from_host(targets, host + nl, nl * sizeof(int32_t));
+    }
 }
 
 /* The capacity's fill order (moe.h px_moe_set_token_blocks): this rank's
@@ -451,14 +474,11 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         checked.layout = layout;
         status = px_job_config_check(&checked, PX_JOBCFG_CHECK_DATA, err, sizeof(err));
     }
-    if (status == PX_OK && ops != px_kernels_cpu() && (layout.cp > 1 || cfg->experts)) {
-        /* cp: the ring's sends are staged now (px_devmem.h), but the cp
-         * batch cut (cp_cut) writes tokens into the device inputs from the
-         * host; experts: moe.c counts the routing from idx on the host and
-         * its all-to-alls of device buffers are not staged */
-        status = px_invalid(err, sizeof(err), "cp=%d experts=%d on device '%s': context "
-                            "parallelism and experts run on cpu devices only so far", layout.cp,
-                            cfg->experts, opts->device);
+    if (status == PX_OK && ops != px_kernels_cpu() && cfg->experts) {
+        /* moe.c counts the routing from idx on the host and its
+         * all-to-alls of device buffers are not staged */
+        status = px_invalid(err, sizeof(err), "experts=%d on device '%s': experts run on cpu "
+                            "devices only so far", cfg->experts, opts->device);
     }
     if (status != PX_OK) {
         px_error("train: %s", err);
@@ -593,9 +613,16 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
-    if (cp > 1) { /* whole sequences, cut into this rank's chunks */
+    if (cp > 1 && ops == px_kernels_cpu()) { /* whole sequences, cut into this rank's chunks */
         seq_in = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
         seq_tg = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
+        if (!seq_in || !seq_tg) {
+            status = PX_ERR_NO_MEMORY;
+            goto out;
+        }
+    } else if (cp > 1) { /* a device backend: the host cuts them (cp_load) */
+        seq_in = calloc((size_t)Bm * T, sizeof(int32_t));
+        seq_tg = calloc((size_t)Bm * T, sizeof(int32_t));
         if (!seq_in || !seq_tg) {
             status = PX_ERR_NO_MEMORY;
             goto out;
@@ -745,8 +772,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             int first = mb * (cfg->batch / A) + dp_rank * Bm;
             if (cp > 1) {
                 px_data_batch(data, cfg->seed, s, first, Bm, T, seq_in, seq_tg);
-                cp_cut(seq_in, inputs, Bm, T, cp, cp_rank);
-                cp_cut(seq_tg, targets, Bm, T, cp, cp_rank);
+                cp_load(ops, host_tokens, seq_in, seq_tg, inputs, targets, Bm, T, cp, cp_rank);
             } else if (host_tokens) { /* a device backend: cut on the host, copy over */
                 const size_t nt = (size_t)Bm * T;
                 px_data_batch(data, cfg->seed, s, first, Bm, T, host_tokens, host_tokens + nt);
@@ -1007,8 +1033,13 @@ out:
     free(host_tokens);
     px_mem_free(inputs);
     px_mem_free(targets);
-    px_mem_free(seq_in);
-    px_mem_free(seq_tg);
+    if (ops == px_kernels_cpu()) {
+        px_mem_free(seq_in);
+        px_mem_free(seq_tg);
+    } else {
+        free(seq_in);
+        free(seq_tg);
+    }
     px_gpt_destroy(gpt);
     px_pipe_destroy(pipe);
     free(stage_layers);

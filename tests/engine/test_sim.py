@@ -53,6 +53,10 @@ LAYOUTS = {  # name: (world, extra args)
     'dp2pp2z1': (4, ['--dp', '2', '--pp', '2', '--micro-batches', '2', '--schedule', 'gpipe',
                      '--zero', '1']),
     'tp2pp2': (4, ['--tp', '2', '--pp', '2', '--micro-batches', '2', '--schedule', '1f1b']),
+    'cp2': (2, ['--cp', '2']),
+    'dp2cp2z3': (4, ['--dp', '2', '--cp', '2', '--zero', '3']),
+    'cp2tp2sp': (4, ['--cp', '2', '--tp', '2', '--sequence-parallel']),
+    'cp2pp2': (4, ['--cp', '2', '--pp', '2', '--micro-batches', '2', '--schedule', '1f1b']),
 }
 DEFAULT = ['one', 'dp2', 'dp2z1', 'dp2z2', 'dp2z3', 'tp2', 'tp2sp', 'dp2bf16']
 
