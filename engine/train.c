@@ -474,12 +474,6 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         checked.layout = layout;
         status = px_job_config_check(&checked, PX_JOBCFG_CHECK_DATA, err, sizeof(err));
     }
-    if (status == PX_OK && ops != px_kernels_cpu() && cfg->experts) {
-        /* moe.c counts the routing from idx on the host and its
-         * all-to-alls of device buffers are not staged */
-        status = px_invalid(err, sizeof(err), "experts=%d on device '%s': experts run on cpu "
-                            "devices only so far", cfg->experts, opts->device);
-    }
     if (status != PX_OK) {
         px_error("train: %s", err);
         return status;

@@ -57,6 +57,14 @@ LAYOUTS = {  # name: (world, extra args)
     'dp2cp2z3': (4, ['--dp', '2', '--cp', '2', '--zero', '3']),
     'cp2tp2sp': (4, ['--cp', '2', '--tp', '2', '--sequence-parallel']),
     'cp2pp2': (4, ['--cp', '2', '--pp', '2', '--micro-batches', '2', '--schedule', '1f1b']),
+    'moe1': (1, MOE),
+    'ep2': (2, MOE + ['--dp', '2', '--ep', '2']),
+    'dp2ep2z3': (4, MOE + ['--dp', '4', '--ep', '2', '--zero', '3']),
+    'cp2ep2': (4, MOE + ['--dp', '2', '--cp', '2', '--ep', '2']),
+    'pp2ep2': (4, MOE + ['--dp', '2', '--pp', '2', '--ep', '2', '--micro-batches', '2',
+                         '--schedule', '1f1b']),
+    'ep2cap': (2, ['--experts', '4', '--top-k', '1', '--capacity-factor', '1.0', '--dp', '2',
+                   '--ep', '2', '--test-router-skew', '2.0']),
 }
 DEFAULT = ['one', 'dp2', 'dp2z1', 'dp2z2', 'dp2z3', 'tp2', 'tp2sp', 'dp2bf16']
 
@@ -89,7 +97,6 @@ def main():
 
     for name in names:
         world, extra = LAYOUTS[name]
-        extra = extra + (MOE if name.startswith('ep') or 'moe' in name else [])
         t0 = time.time()
         dumps, runs = {}, {}
         for dev in ('cpu', 'sim'):
