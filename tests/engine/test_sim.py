@@ -20,7 +20,8 @@ PX_SIM_DEVICE=1 in the environment):
     1e-4 relative tensor by tensor (test_tp.grad_errors), and bit for bit;
   * the rank's log names the device (sim).
 Also: --device sim without PX_SIM_DEVICE=1 is refused, naming the device and
-the variable.
+the variable; LAYOUT 'ckpt': checkpoints, resume, validation and the
+safetensors export on device ranks (ckpt_case).
 usage: test_sim.py RANK_BIN MAKE_TOKENS_PY WORKDIR [LAYOUT ...]"""
 import os
 import sys
@@ -74,6 +75,58 @@ def read_bytes(path):
         return f.read()
 
 
+def same_tree(a, b):
+    """the files under a and b, byte for byte (names and contents)"""
+    fa = sorted(os.path.relpath(os.path.join(d, f), a) for d, _, fs in os.walk(a) for f in fs)
+    fb = sorted(os.path.relpath(os.path.join(d, f), b) for d, _, fs in os.walk(b) for f in fs)
+    return fa == fb and fa and all(read_bytes(os.path.join(a, f)) == read_bytes(os.path.join(b, f))
+                                   for f in fa)
+
+
+def ckpt_case(rank_bin, args, work):
+    """Checkpoints, validation and the safetensors export on device ranks:
+    dp 2 x ep 2 with experts and a validation file, 4 steps, a checkpoint
+    every 2 and validation every 2, then step 2 resumed; on sim and on cpu:
+    the checkpoints and exports byte for byte, every step's loss, grad norm
+    and validation loss (first run and resumed run) bit for bit."""
+    t0 = time.time()
+    data = args[args.index('--data') + 1]
+    base = ['4' if i and args[i - 1] == '--steps' else a for i, a in enumerate(args)]
+    base = base + MOE + ['--dp', '2', '--ep', '2', '--val-data', data, '--eval-every', '2',
+                         '--eval-batches', '1']
+    got, bad = {}, []
+    for dev in ('cpu', 'sim'):
+        ck = os.path.join(work, 'ck_%s' % dev)
+        st = os.path.join(work, 'export_%s.safetensors' % dev)
+        r1 = run_world(rank_bin, base + ['--device', dev, '--checkpoint-every', '2',
+                                         '--checkpoint-dir', ck, '--export-safetensors', st],
+                       work, 'ckpt_%s' % dev, 2)
+        r2 = run_world(rank_bin, base + ['--device', dev, '--resume',
+                                         os.path.join(ck, 'step_2')],
+                       work, 'ckpt_resume_%s' % dev, 2)
+        if r1 is None or r2 is None:
+            bad.append('a %s run failed' % dev)
+            continue
+        got[dev] = ([(m['step'], m['loss'], m['grad_norm'], m.get('val_loss')) for m in r1[0]],
+                    [(m['step'], m['loss'], m['grad_norm'], m.get('val_loss')) for m in r2[0]],
+                    ck, st)
+    if not bad:
+        c, s_ = got['cpu'], got['sim']
+        if c[0] != s_[0] or c[1] != s_[1]:
+            bad.append('metrics differ: cpu %s %s, sim %s %s' % (c[0], c[1], s_[0], s_[1]))
+        if not any(v is not None for *_, v in s_[0]):
+            bad.append('no validation loss reported')
+        if c[0][2:] != c[1] or len(c[1]) != 2:
+            bad.append('the resumed run does not continue the first: %s vs %s' % (c[0], c[1]))
+        if not same_tree(os.path.join(c[2], 'step_2'), os.path.join(s_[2], 'step_2')):
+            bad.append('the step-2 checkpoints differ')
+        if read_bytes(c[3]) != read_bytes(s_[3]):
+            bad.append('the safetensors exports differ')
+    print('%-9s %.1f s  checkpoint, resume, validation, export on sim vs cpu: %s' % (
+        'ckpt', time.time() - t0, 'ok' if not bad else 'FAIL: ' + '; '.join(bad)))
+    return len(bad)
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__)
@@ -96,6 +149,9 @@ def main():
     os.environ['PX_SIM_DEVICE'] = '1'
 
     for name in names:
+        if name == 'ckpt':
+            failures += ckpt_case(rank_bin, args, work)
+            continue
         world, extra = LAYOUTS[name]
         t0 = time.time()
         dumps, runs = {}, {}
