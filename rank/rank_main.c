@@ -58,7 +58,7 @@ typedef struct rank_args {
     int test_norm_ones;          /* --test-norm-ones (px_train_options_t) */
     int replica_digests;         /* --replica-digests (px_train_options_t) */
     float router_skew;           /* --test-router-skew B (px_train_options_t) */
-    const char *device;          /* --device cpu[:N] | cuda[:K] (px_kernels_select.h) */
+    const char *device;          /* --device cpu[:N] | cuda[:K] | sim (px_kernels_select.h) */
     const char *coord, *job, *node;
     int rank, world;
     const char *spec_file;
