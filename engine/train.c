@@ -607,16 +607,9 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
-    if (cp > 1 && ops == px_kernels_cpu()) { /* whole sequences, cut into this rank's chunks */
-        seq_in = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
-        seq_tg = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
-        if (!seq_in || !seq_tg) {
-            status = PX_ERR_NO_MEMORY;
-            goto out;
-        }
-    } else if (cp > 1) { /* a device backend: the host cuts them (cp_load) */
-        seq_in = calloc((size_t)Bm * T, sizeof(int32_t));
-        seq_tg = calloc((size_t)Bm * T, sizeof(int32_t));
+    if (cp > 1) { /* whole sequences, cut into this rank's chunks on the host (cp_load) */
+        seq_in = px_mem_calloc_host(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
+        seq_tg = px_mem_calloc_host(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
         if (!seq_in || !seq_tg) {
             status = PX_ERR_NO_MEMORY;
             goto out;
@@ -1027,13 +1020,8 @@ out:
     free(host_tokens);
     px_mem_free(inputs);
     px_mem_free(targets);
-    if (ops == px_kernels_cpu()) {
-        px_mem_free(seq_in);
-        px_mem_free(seq_tg);
-    } else {
-        free(seq_in);
-        free(seq_tg);
-    }
+    px_mem_free(seq_in);
+    px_mem_free(seq_tg);
     px_gpt_destroy(gpt);
     px_pipe_destroy(pipe);
     free(stage_layers);
