@@ -26,9 +26,12 @@
  * same N; the slot order of a token's choices is the expert order, so the
  * sums are the single-rank run's. The tensor math goes through the op
  * table (router, dispatch, experts' matmuls and GELU, combine); the
- * routing bookkeeping (counts, capacity, slot lists) reads the choices idx
- * and builds the slot lists in host code, so a device backend must keep
- * those small (N,K) arrays host-visible. The activations of every MoE
+ * routing bookkeeping (counts, capacity, slot lists) runs in host code on
+ * host copies: the router's choices and probabilities are copied off the
+ * backend after the router, and the slot lists and the aux loss's gradient
+ * copied onto it (mem_copy_to_host / from_host: host code never touches a
+ * device tensor; issue 12, checked on the simulated device by
+ * tests/engine/test_sim.py). The activations of every MoE
  * layer are sized at create for worst-case routing (plan.h). One training
  * thread. */
 #include "moe.h"
