@@ -16,6 +16,7 @@ typedef struct block {
     void *ptr;
     px_mem_cat_t cat;
     uint64_t bytes;
+    int host; /* px_mem_calloc_host: calloc'd */
 } block_t;
 
 static px_mem_stats_t g;
@@ -44,7 +45,20 @@ static void note_peaks(void)
         g.state_peak = st;
 }
 
+static void *tagged_calloc(px_mem_cat_t cat, size_t n, size_t size, int host);
+
 void *px_mem_calloc(px_mem_cat_t cat, size_t n, size_t size)
+{
+    return tagged_calloc(cat, n, size, 0);
+}
+
+void *px_mem_calloc_host(px_mem_cat_t cat, size_t n, size_t size)
+{
+    return tagged_calloc(cat, n, size, 1);
+}
+
+/* a block of the backend's memory, or (host) of the C library's */
+static void *tagged_calloc(px_mem_cat_t cat, size_t n, size_t size, int host)
 {
     if (cat < 0 || cat >= PX_MEM_NCAT || (size && n > SIZE_MAX / size))
         return NULL;
@@ -52,7 +66,9 @@ void *px_mem_calloc(px_mem_cat_t cat, size_t n, size_t size)
     block_t *b = malloc(sizeof(*b));
     if (!b)
         return NULL;
-    b->ptr = ops()->mem_alloc(bytes ? bytes : 1); /* a distinct pointer even for 0 */
+    /* a distinct pointer even for 0 */
+    b->ptr = host ? calloc(1, bytes ? bytes : 1) : ops()->mem_alloc(bytes ? bytes : 1);
+    b->host = host;
     if (!b->ptr) {
         free(b);
         return NULL;
@@ -76,7 +92,10 @@ void px_mem_free(void *ptr)
             continue;
         *pp = b->next;
         g.current[b->cat] -= b->bytes;
-        ops()->mem_free(b->ptr);
+        if (b->host)
+            free(b->ptr);
+        else
+            ops()->mem_free(b->ptr);
         free(b);
         return;
     }

@@ -33,6 +33,11 @@ void px_mem_set_backend(const px_kernel_ops_t *k);
  * `cat`; NULL when out of memory or n * size overflows.
  * Free with px_mem_free. */
 void *px_mem_calloc(px_mem_cat_t cat, size_t n, size_t size);
+/* The same for host memory (calloc) whatever the backend: bookkeeping the
+ * host reads (issue 12: on a device backend, tensor memory is the device's,
+ * which host code must not touch), counted in `cat` as px_mem_calloc's.
+ * Free with px_mem_free. */
+void *px_mem_calloc_host(px_mem_cat_t cat, size_t n, size_t size);
 /* Frees a px_mem_calloc block and subtracts it; NULL no-op. Any other
  * pointer aborts (a double free must not corrupt the counters). */
 void px_mem_free(void *ptr);

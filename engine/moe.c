@@ -26,9 +26,12 @@
  * same N; the slot order of a token's choices is the expert order, so the
  * sums are the single-rank run's. The tensor math goes through the op
  * table (router, dispatch, experts' matmuls and GELU, combine); the
- * routing bookkeeping (counts, capacity, slot lists) reads the choices idx
- * and builds the slot lists in host code, so a device backend must keep
- * those small (N,K) arrays host-visible. The activations of every MoE
+ * routing bookkeeping (counts, capacity, slot lists) runs in host code on
+ * host copies: the router's choices and probabilities are copied off the
+ * backend after the router, and the slot lists and the aux loss's gradient
+ * copied onto it (mem_copy_to_host / from_host: host code never touches a
+ * device tensor; issue 12, checked on the simulated device by
+ * tests/engine/test_sim.py). The activations of every MoE
  * layer are sized at create for worst-case routing (plan.h). One training
  * thread. */
 #include "moe.h"
@@ -49,8 +52,8 @@ typedef struct moe_layer {
     float *probs;     /* (N,E) */
     int32_t *idx;     /* (N,K) */
     float *w;         /* (N,K) gates */
-    int64_t *cnt;     /* (P,K,E) every ep rank's choice counts */
-    int64_t *kept;    /* (P,K,E) of them kept */
+    int64_t *cnt;     /* (P,K,E) every ep rank's choice counts (host memory) */
+    int64_t *kept;    /* (P,K,E) of them kept (host memory) */
     int32_t *slot_tok;/* (N*K) token of each slot, send order */
     int32_t *slot_g;  /* (N*K) its gate: index t*K + j into w */
     int nslots;
@@ -96,6 +99,13 @@ struct px_moe {
     int64_t *keptb; /* (P, nb, K, E) kept per block */
     keyed_t *order; /* (P*nb) the group's blocks sorted by key */
     int64_t *mine;  /* (nb + nb*K*E) this rank's row of gbuf */
+    /* host copies of what the routing's bookkeeping reads or writes (the
+     * tensors are the backend's memory: on a device, host code copies) */
+    int32_t *hidx;               /* (Nmax,K) the router's choices */
+    float *hprobs;               /* (Nmax,E) its probabilities; the skewed logits */
+    int32_t *hslot_tok, *hslot_g; /* (Nmax*K) the slot lists, built here */
+    float *hdaux;                /* (E) */
+    float *hinit;                /* (max(E*C, 4C*C)) one tensor's initial values */
     double a2a_s;
     float skew;           /* test hook: router logit bias of experts 0 (1/2) */
 };
@@ -183,6 +193,12 @@ void px_moe_destroy(px_moe_t *moe)
     free(moe->rdis);
     free(moe->received);
     free(moe->dropped);
+    free(moe->hidx);
+    free(moe->hprobs);
+    free(moe->hslot_tok);
+    free(moe->hslot_g);
+    free(moe->hdaux);
+    free(moe->hinit);
     free(moe->key);
     free(moe->gbuf);
     free(moe->keptb);
@@ -326,6 +342,16 @@ px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_
     moe->dw = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(float));
     moe->dg = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * 4 * C + 1, sizeof(float));
     moe->dh = px_mem_calloc(PX_MEM_ACTS, (size_t)moe->Rmax * 4 * C + 1, sizeof(float));
+    moe->hidx = calloc(NK, sizeof(int32_t));
+    moe->hprobs = calloc((size_t)N * E, sizeof(float));
+    moe->hslot_tok = calloc(NK, sizeof(int32_t));
+    moe->hslot_g = calloc(NK, sizeof(int32_t));
+    moe->hdaux = calloc((size_t)E, sizeof(float));
+    moe->hinit = calloc((size_t)E * C > (size_t)4 * C * C ? (size_t)E * C : (size_t)4 * C * C,
+                        sizeof(float));
+    if (!moe->hidx || !moe->hprobs || !moe->hslot_tok || !moe->hslot_g || !moe->hdaux ||
+        !moe->hinit)
+        goto err_nomem;
     if (!moe->layer_of || !moe->L || !moe->gmi || !moe->scnt || !moe->sdis || !moe->rcnt || !moe->rdis ||
         !moe->received || !moe->dropped || !moe->params || !moe->grads || !moe->m || !moe->v ||
         !moe->sendbuf || !moe->recvbuf || !moe->logits || !moe->dw || !moe->dg || !moe->dh)
@@ -350,8 +376,8 @@ px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_
         a->probs = px_mem_calloc(PX_MEM_ACTS, (size_t)N * E, sizeof(float));
         a->idx = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(int32_t));
         a->w = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(float));
-        a->cnt = px_mem_calloc(PX_MEM_ACTS, (size_t)P * K * E, sizeof(int64_t));
-        a->kept = px_mem_calloc(PX_MEM_ACTS, (size_t)P * K * E, sizeof(int64_t));
+        a->cnt = px_mem_calloc_host(PX_MEM_ACTS, (size_t)P * K * E, sizeof(int64_t));
+        a->kept = px_mem_calloc_host(PX_MEM_ACTS, (size_t)P * K * E, sizeof(int64_t));
         a->slot_tok = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(int32_t));
         a->slot_g = px_mem_calloc(PX_MEM_ACTS, NK, sizeof(int32_t));
         a->y = px_mem_calloc(PX_MEM_ACTS, NK * C, sizeof(float));
@@ -418,18 +444,21 @@ void px_moe_init_params(px_moe_t *moe, uint64_t seed)
         for (int mi = 0; mi < moe->nm; mi++) {
             /* element index within the tensor stacked over the MoE layers */
             size_t e0 = (size_t)moe->gmi[mi] * px_moe_tensor_size(c, i);
+            /* each tensor made on the host, then copied to the backend's memory */
+            float *h = moe->hinit;
             if (i == 0) {
-                float *r = router_of(moe, moe->params, mi);
                 for (size_t e = 0; e < E * C; e++)
-                    r[e] = (float)(px_init_normal(key, e0 + e) * stds[i]);
+                    h[e] = (float)(px_init_normal(key, e0 + e) * stds[i]);
+                moe->k->mem_copy_from_host(router_of(moe, moe->params, mi), h,
+                                           E * C * sizeof(float));
                 continue;
             }
             for (int le = 0; le < moe->El; le++) {
                 size_t ge = (size_t)moe->me * moe->El + le;
                 expert_view_t x = expert_of(moe, moe->params, mi, le);
-                float *dst = i == 1 ? x.fcw : x.fcprojw;
                 for (size_t e = 0; e < per; e++)
-                    dst[e] = (float)(px_init_normal(key, e0 + ge * per + e) * stds[i]);
+                    h[e] = (float)(px_init_normal(key, e0 + ge * per + e) * stds[i]);
+                moe->k->mem_copy_from_host(i == 1 ? x.fcw : x.fcprojw, h, per * sizeof(float));
             }
         }
     }
@@ -552,13 +581,22 @@ px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, 
     a->N = N;
     /* 1. router */
     k->matmul_forward(moe->logits, x, router_of(moe, moe->params, mi), NULL, N, C, E);
-    if (moe->skew != 0.0f)
+    if (moe->skew != 0.0f) { /* on the host: the logits are the backend's */
+        float *lg = moe->hprobs;
+        k->mem_copy_to_host(lg, moe->logits, (size_t)N * E * sizeof(float));
         for (int t = 0; t < N; t++) {
-            moe->logits[(size_t)t * E] += moe->skew;
+            lg[(size_t)t * E] += moe->skew;
             if (E > 1)
-                moe->logits[(size_t)t * E + 1] += 0.5f * moe->skew;
+                lg[(size_t)t * E + 1] += 0.5f * moe->skew;
         }
+        k->mem_copy_from_host(moe->logits, lg, (size_t)N * E * sizeof(float));
+    }
     k->moe_router_forward(a->probs, a->idx, a->w, moe->logits, N, E, K);
+    /* the bookkeeping below reads the choices and probabilities on the host */
+    const int32_t *idx = moe->hidx;
+    const float *probs = moe->hprobs;
+    k->mem_copy_to_host(moe->hidx, a->idx, (size_t)N * K * sizeof(int32_t));
+    k->mem_copy_to_host(moe->hprobs, a->probs, (size_t)N * E * sizeof(float));
     /* 2. counts over the group, per token block (moe.h: the blocks' keys
      * give the single-rank token order), probability sums for the aux loss */
     const int nb = moe->nb, Tb = N / nb;
@@ -574,9 +612,9 @@ px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, 
     memset(psum, 0, sizeof(psum));
     for (int t = 0; t < N; t++) {
         for (int j = 0; j < K; j++)
-            bcnt[(size_t)(t / Tb) * KE + (size_t)j * E + a->idx[(size_t)t * K + j]]++;
+            bcnt[(size_t)(t / Tb) * KE + (size_t)j * E + idx[(size_t)t * K + j]]++;
         for (int e = 0; e < E; e++)
-            psum[e] += a->probs[(size_t)t * E + e];
+            psum[e] += probs[(size_t)t * E + e];
     }
     /* the load-balancing loss's statistics over the whole global batch
      * (the dp group): [prob sums (E) | choice counts (E)] */
@@ -621,7 +659,7 @@ px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, 
         aux += f * pe;
         /* d aux / d prob_te = coef E f_e / Nall for each token, times dp:
          * this rank's gradient is averaged over the dp ranks */
-        a->daux[e] = (float)((double)moe->cfg.aux_loss_coef * E * f / (double)N);
+        moe->hdaux[e] = (float)((double)moe->cfg.aux_loss_coef * E * f / (double)N);
         /* kept counts: the capacity filled in the order j, block key,
          * token (the single-rank order: all first choices, then seconds) */
         int64_t pos = 0;
@@ -638,6 +676,7 @@ px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, 
                 moe->dropped[e] += (uint64_t)(n - kk);
             }
     }
+    k->mem_copy_from_host(a->daux, moe->hdaux, (size_t)E * sizeof(float));
     a->aux = (float)(moe->cfg.aux_loss_coef * E * aux);
     moe->aux_step += a->aux;
     /* 3. slots in send order: destination, its expert (= expert order),
@@ -649,13 +688,17 @@ px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, 
             for (int b = 0; b < nb; b++) {
                 int64_t left = moe->keptb[((size_t)moe->me * nb + b) * KE + (size_t)j * E + e];
                 for (int t = b * Tb; t < (b + 1) * Tb && left > 0; t++)
-                    if (a->idx[(size_t)t * K + j] == e) {
-                        a->slot_tok[a->nslots] = t;
-                        a->slot_g[a->nslots] = t * K + j;
+                    if (idx[(size_t)t * K + j] == e) {
+                        moe->hslot_tok[a->nslots] = t;
+                        moe->hslot_g[a->nslots] = t * K + j;
                         a->nslots++;
                         left--;
                     }
             }
+    if (a->nslots) { /* the slot lists go to the backend's memory */
+        k->mem_copy_from_host(a->slot_tok, moe->hslot_tok, (size_t)a->nslots * sizeof(int32_t));
+        k->mem_copy_from_host(a->slot_g, moe->hslot_g, (size_t)a->nslots * sizeof(int32_t));
+    }
     k->moe_dispatch(moe->sendbuf, x, a->slot_tok, a->nslots, C);
     set_counts(moe, a, (size_t)C);
     PX_CHECK(a2a(moe, moe->sendbuf, moe->recvbuf, "dispatch"));

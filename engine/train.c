@@ -223,6 +223,9 @@ typedef struct pipe_load {
 } pipe_load_t;
 
 static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i);
+static void cp_load(const px_kernel_ops_t *ops, int32_t *host, const int32_t *seq_in,
+                    const int32_t *seq_tg, int32_t *inputs, int32_t *targets, int B, int T,
+                    int cp, int i);
 static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets);
 
 /* eval.h's loader over a pipe_load_t of the validation file: validation
@@ -243,10 +246,8 @@ static void pipe_load(void *arg, int m, int32_t *inputs, int32_t *targets)
     if (ld->cp > 1) {
         px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, ld->seq_in,
                       ld->seq_tg);
-        if (inputs)
-            cp_cut(ld->seq_in, inputs, ld->Bm, ld->T, ld->cp, ld->cp_rank);
-        if (targets)
-            cp_cut(ld->seq_tg, targets, ld->Bm, ld->T, ld->cp, ld->cp_rank);
+        cp_load(ld->ops, ld->host, ld->seq_in, ld->seq_tg, inputs, targets, ld->Bm, ld->T,
+                ld->cp, ld->cp_rank);
         return;
     }
     if (ld->ops != px_kernels_cpu()) { /* device buffers: cut on the host, then copy */
@@ -316,6 +317,28 @@ static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i
             memcpy(dst + (size_t)b * Tl + half * c,
                    src + (size_t)b * T + px_ring_position(i, cp, Tl, half * c),
                    (size_t)c * sizeof(int32_t));
+}
+
+/* Context parallelism's batch: this rank's chunks (cp_cut) of the whole
+ * sequences seq_in, seq_tg (B, T; host memory) into inputs and targets (B,
+ * T/cp; either may be NULL: skipped), the backend's memory. A device backend
+ * (host non-NULL: 2 B T host int32s) has them cut on the host, then copied
+ * over: the host never writes device memory (issue 12). */
+static void cp_load(const px_kernel_ops_t *ops, int32_t *host, const int32_t *seq_in,
+                    const int32_t *seq_tg, int32_t *inputs, int32_t *targets, int B, int T,
+                    int cp, int i)
+{
+    const size_t nl = (size_t)B * (T / cp);
+    if (inputs) {
+        cp_cut(seq_in, host ? host : inputs, B, T, cp, i);
+        if (host)
+            ops->mem_copy_from_host(inputs, host, nl * sizeof(int32_t));
+    }
+    if (targets) {
+        cp_cut(seq_tg, host ? host + nl : targets, B, T, cp, i);
+        if (host)
+            ops->mem_copy_from_host(targets, host + nl, nl * sizeof(int32_t));
+    }
 }
 
 /* The capacity's fill order (moe.h px_moe_set_token_blocks): this rank's
@@ -451,21 +474,6 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         checked.layout = layout;
         status = px_job_config_check(&checked, PX_JOBCFG_CHECK_DATA, err, sizeof(err));
     }
-    if (status == PX_OK && ops != px_kernels_cpu() && layout.pp > 1) {
-        /* the stages' point-to-point sends are not staged (px_devmem.h) */
-        status = px_invalid(err, sizeof(err), "pp=%d on device '%s': pipeline stages on %s "
-                            "devices are not supported yet (their sends of device buffers)",
-                            layout.pp, opts->device, ops->name);
-    }
-    if (status == PX_OK && ops != px_kernels_cpu() && (layout.cp > 1 || cfg->experts)) {
-        /* cp: the ring's sends are staged now (px_devmem.h), but the cp
-         * batch cut (cp_cut) writes tokens into the device inputs from the
-         * host; experts: moe.c counts the routing from idx on the host and
-         * its all-to-alls of device buffers are not staged */
-        status = px_invalid(err, sizeof(err), "cp=%d experts=%d on device '%s': context "
-                            "parallelism and experts run on cpu devices only so far", layout.cp,
-                            cfg->experts, opts->device);
-    }
     if (status != PX_OK) {
         px_error("train: %s", err);
         return status;
@@ -599,9 +607,9 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     }
     inputs = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
     targets = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
-    if (cp > 1) { /* whole sequences, cut into this rank's chunks */
-        seq_in = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
-        seq_tg = px_mem_calloc(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
+    if (cp > 1) { /* whole sequences, cut into this rank's chunks on the host (cp_load) */
+        seq_in = px_mem_calloc_host(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
+        seq_tg = px_mem_calloc_host(PX_MEM_WORK, (size_t)Bm * T, sizeof(int32_t));
         if (!seq_in || !seq_tg) {
             status = PX_ERR_NO_MEMORY;
             goto out;
@@ -628,13 +636,13 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     if (rank == 0)
         px_info("train: %zu parameters (%llu per tensor rank), zero %d, dp %d, tp %d, cp %d, "
                 "grad_accum %d, pp %d (%s, %d micro-batches, %d chunks per stage), micro-batch "
-                "%d x %d, precision %s%s; plan per rank: params %.2f MB, grads %.2f MB, "
+                "%d x %d, precision %s%s, device %s; plan per rank: params %.2f MB, grads %.2f MB, "
                 "optimizer %.2f MB, activations %.2f MB",
                 n, (unsigned long long)plan->params, cfg->zero, dp, layout.tp, cp, A, pp,
                 px_pipe_schedule_name(cfg->schedule), M, V, Bm, Tl,
                 px_job_config_precision_name(cfg->precision),
                 cfg->precision == PX_PRECISION_BF16 ? " (bf16 GEMMs, fp32 elsewhere)" : "",
-                plan->bytes[PX_MEM_PARAMS] / 1e6,
+                ops->name, plan->bytes[PX_MEM_PARAMS] / 1e6,
                 plan->bytes[PX_MEM_GRADS] / 1e6, plan->bytes[PX_MEM_OPTIM] / 1e6,
                 act_bytes / 1e6);
     if (cfg->resume_dir && *cfg->resume_dir) {
@@ -751,8 +759,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
             int first = mb * (cfg->batch / A) + dp_rank * Bm;
             if (cp > 1) {
                 px_data_batch(data, cfg->seed, s, first, Bm, T, seq_in, seq_tg);
-                cp_cut(seq_in, inputs, Bm, T, cp, cp_rank);
-                cp_cut(seq_tg, targets, Bm, T, cp, cp_rank);
+                cp_load(ops, host_tokens, seq_in, seq_tg, inputs, targets, Bm, T, cp, cp_rank);
             } else if (host_tokens) { /* a device backend: cut on the host, copy over */
                 const size_t nt = (size_t)Bm * T;
                 px_data_batch(data, cfg->seed, s, first, Bm, T, host_tokens, host_tokens + nt);

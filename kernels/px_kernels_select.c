@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "px_config.h"
+#include "px_kernels_sim.h"
 #if PX_HAVE_CUDA
 #include "px_kernels_cuda.h"
 #endif
@@ -31,6 +32,13 @@ px_status_t px_kernels_select(const char *device, const px_kernel_ops_t **ops_p,
     if (!device || !*device || !strcmp(device, "cpu") || !strncmp(device, "cpu:", 4)) {
         *ops_p = px_kernels_cpu();
         return PX_OK;
+    }
+    if (!strcmp(device, "sim") || !strncmp(device, "sim:", 4)) {
+        /* the simulated device (px_kernels_sim.h): tests only */
+        if (!px_kernels_sim_enabled())
+            return px_invalid(err, errlen, "device '%s': the simulated device is for tests "
+                              "only; set PX_SIM_DEVICE=1 to use it", device);
+        return px_kernels_sim_open(ops_p);
     }
     if (strcmp(device, "cuda") && strncmp(device, "cuda:", 5))
         return px_invalid(err, errlen, "unknown device '%s' (cpu, cpu:N, cuda or cuda:K)",
@@ -72,10 +80,11 @@ int px_kernels_cuda_devices(void)
 
 int px_kernels_is_device_ptr(const void *p)
 {
+    if (px_kernels_sim_is_device_ptr(p))
+        return 1;
 #if PX_HAVE_CUDA
     return px_cuda_is_device_ptr(p);
 #else
-    (void)p;
     return 0;
 #endif
 }

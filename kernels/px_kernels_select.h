@@ -5,7 +5,10 @@
  * not change the table), "cuda" (= "cuda:0") or "cuda:K", K an ordinal of
  * the CUDA devices this process sees (after CUDA_VISIBLE_DEVICES, which the
  * daemon sets to the one GPU it binds, so a daemon-launched rank is
- * always cuda:0). Link kernels_device_dep (kernels/meson.build). */
+ * always cuda:0). "sim" or "sim:K" is the simulated device
+ * (px_kernels_sim.h: the CPU ops on memory the host cannot touch), for tests,
+ * accepted only where PX_SIM_DEVICE=1 is set. Link kernels_device_dep
+ * (kernels/meson.build). */
 #ifndef PX_KERNELS_SELECT_H
 #define PX_KERNELS_SELECT_H
 
@@ -18,7 +21,7 @@
  * device, opens the CUDA backend on it (one device per process). Errors:
  * PX_ERR_INVALID_ARGUMENT with a message in err naming the value: an
  * unknown device name, a CUDA device in a build without CUDA, a CUDA
- * ordinal this process does not see; PX_ERR_INTERNAL: the CUDA runtime
+ * ordinal this process does not see, "sim" without PX_SIM_DEVICE=1; PX_ERR_INTERNAL: the CUDA runtime
  * failed to start (logged). */
 px_status_t px_kernels_select(const char *device, const px_kernel_ops_t **ops_p, char *err,
                               size_t errlen);
@@ -31,7 +34,8 @@ int px_kernels_have_cuda(void);
 int px_kernels_cuda_devices(void);
 
 /* 1 when `p` is device memory of the CUDA backend this process opened
- * (px_kernels_select with a cuda device), else 0 (always 0 without CUDA).
+ * (px_kernels_select with a cuda device) or of the simulated device, else
+ * 0.
  * What the transport uses to stage device buffers (transport/px_devmem.h). */
 int px_kernels_is_device_ptr(const void *p);
 

@@ -58,7 +58,7 @@ typedef struct rank_args {
     int test_norm_ones;          /* --test-norm-ones (px_train_options_t) */
     int replica_digests;         /* --replica-digests (px_train_options_t) */
     float router_skew;           /* --test-router-skew B (px_train_options_t) */
-    const char *device;          /* --device cpu[:N] | cuda[:K] (px_kernels_select.h) */
+    const char *device;          /* --device cpu[:N] | cuda[:K] | sim (px_kernels_select.h) */
     const char *coord, *job, *node;
     int rank, world;
     const char *spec_file;
@@ -86,7 +86,8 @@ static void usage(FILE *out)
             "         [--bucket-mb F (data-parallel gradient bucket, MiB; 0 = auto)]\n"
             "         [--replica-digests] [--test-router-skew B]\n"
             "         [--val-data PATH [--eval-every N] [--eval-batches K]]\n"
-            "         [--device cpu|cuda|cuda:K] (default cpu)\n"
+            "         [--device cpu|cuda|cuda:K|sim] (default cpu; sim: the simulated\n"
+            "          device for tests, with PX_SIM_DEVICE=1)\n"
             "         [--precision fp32|bf16] (default fp32; bf16: bf16 GEMMs, fp32 elsewhere)\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--micro-batches M] [--schedule gpipe|1f1b|zb1|interleaved]\n"

@@ -720,8 +720,6 @@ static px_status_t alltoallv_common(px_comm_t *comm, int kind, const void *sendb
     NEED(!total_s || sendbuf, "px_alltoall");
     NEED(!total_r || recvbuf, "px_alltoall");
     NEED(!total_s || !total_r || sendbuf != recvbuf, "px_alltoall (no in-place form)");
-    if (kind == PX__COLL_ALLTOALLV)
-        NO_DEVICE("px_alltoallv", sendbuf, recvbuf);
     status = px__req_create(comm, kind, dtype, PX_SUM, hdr_count, -1,
                             kind == PX__COLL_ALLTOALLV ? sendcounts : NULL,
                             kind == PX__COLL_ALLTOALLV ? recvcounts : NULL, opts, &req);
@@ -731,7 +729,10 @@ static px_status_t alltoallv_common(px_comm_t *comm, int kind, const void *sendb
     if (algo != PX_ALGO_PAIRWISE && algo != PX_ALGO_LINEAR)
         algo = comm->size <= ALLTOALL_LINEAR_MAX_RANKS ? PX_ALGO_LINEAR : PX_ALGO_PAIRWISE;
     req->algo = algo;
-    if (on_device(sendbuf, recvbuf)) /* all-to-all: chunked through host buffers (px_stage.c) */
+    if (on_device(sendbuf, recvbuf) && kind == PX__COLL_ALLTOALLV) /* staged whole (px_stage.c) */
+        status = px__stage_alltoallv(req, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
+                                     rdispls, algo);
+    else if (on_device(sendbuf, recvbuf)) /* all-to-all: chunked through host buffers */
         status = hdr_count ? px__stage_alltoall(req, sendbuf, recvbuf, hdr_count, algo) : PX_OK;
     else
         status = px__pairwise_alltoallv_build(req, sendbuf, sendcounts, sdispls, recvbuf,

@@ -15,8 +15,12 @@
  * device. Point-to-point sends and receives (px_send_start, px_recv_start)
  * of a device buffer travel in chunks of the same size through two host
  * buffers, the copy of one chunk overlapping the transfer of the other
- * (both ends must be device buffers). Reduce, scatter, gather and
- * all-to-all-v on device buffers are PX_ERR_INVALID_ARGUMENT; so are
+ * (both ends must be device buffers). px_alltoallv_start on device
+ * buffers is staged in one piece (the send blocks copied into one host
+ * buffer at their displacements, the host algorithm, the receive blocks
+ * copied back: no chunking, since the ranks' blocks differ in length).
+ * Reduce, scatter and gather on device buffers are
+ * PX_ERR_INVALID_ARGUMENT; so are
  * fp16/bf16 reductions on device buffers (fp32 and the other dtypes work).
  * Host temporaries (staging included) come from the registered pinned
  * allocator (cudaHostAlloc through the CUDA backend) when one is set.

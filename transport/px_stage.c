@@ -65,7 +65,7 @@
 #include "px_devmem.h"
 #include "px_log.h"
 
-enum { ST_AR_RING = 1, ST_AR_FLAT, ST_RS, ST_AG, ST_BCAST, ST_A2A };
+enum { ST_AR_RING = 1, ST_AR_FLAT, ST_RS, ST_AG, ST_BCAST, ST_A2A, ST_A2AV };
 
 #define ST_NBUF 3
 
@@ -73,7 +73,11 @@ typedef struct px__stage {
     int what;            /* ST_* */
     px_algo_t algo;      /* ST_AR_FLAT: recursive doubling or Rabenseifner; ST_A2A:
                           * linear or pairwise */
-    uint64_t *a2a;       /* ST_A2A: a chunk's counts [n] and displacements [n] */
+    uint64_t *a2a;       /* ST_A2A: a chunk's counts [n] and displacements [n];
+                          * ST_A2AV: the call's send counts, send displacements,
+                          * receive counts, receive displacements [n] each */
+    uint64_t sext;       /* ST_A2AV: elements of the send extent (the receive
+                          * extent follows it in the host buffer) */
     const char *dsrc;    /* device input (bcast: the buffer) */
     char *ddst;          /* device output (bcast: the buffer) */
     size_t esz;
@@ -223,6 +227,12 @@ static void chunk_load(px_request_t *req, px__stage_t *st, uint64_t i)
         if (r == req->root)
             t = keep(t, copy(h, st->dsrc + i * st->pc * esz, flat_len(st, i) * esz, 1));
         break;
+    case ST_A2AV: /* every send block at its displacement (one chunk) */
+        for (int q = 0; q < n; q++)
+            if (st->a2a[q])
+                t = keep(t, copy(h + st->a2a[n + q] * esz, st->dsrc + st->a2a[n + q] * esz,
+                                 st->a2a[q] * esz, 1));
+        break;
     }
     st->tload[b] = t;
 }
@@ -265,6 +275,13 @@ static void chunk_store(px_request_t *req, px__stage_t *st, uint64_t i)
         if (r != req->root)
             t = keep(t, copy(st->ddst + i * st->pc * esz, h, flat_len(st, i) * esz, 0));
         break;
+    case ST_A2AV: /* every receive block (not the gaps between them) */
+        h += st->sext * esz;
+        for (int q = 0; q < n; q++)
+            if (st->a2a[2 * n + q])
+                t = keep(t, copy(st->ddst + st->a2a[3 * n + q] * esz,
+                                 h + st->a2a[3 * n + q] * esz, st->a2a[2 * n + q] * esz, 0));
+        break;
     }
     st->tstore[b] = t;
 }
@@ -301,6 +318,11 @@ static px_status_t chunk_setup(px_request_t *req, px__stage_t *st, uint64_t i)
             status = px__ring_setup(req, 0, 1, 0, h, h, NULL, base, rem);
         else
             status = px__ring_setup(req, 0, 0, 1, NULL, h, NULL, base, rem);
+    } else if (st->what == ST_A2AV) {
+        uint64_t *v = st->a2a;
+        status = px__pairwise_alltoallv_build(req, h, v, v + n, h + st->sext * st->esz,
+                                              v + 2 * n, v + 3 * n,
+                                              st->algo == PX_ALGO_PAIRWISE);
     } else if (st->what == ST_AR_FLAT) {
         req->count = flat_len(st, i);
         status = st->algo == PX_ALGO_RABENSEIFNER ? px__rabenseifner_allreduce_build(req, h, h)
@@ -497,4 +519,39 @@ px_status_t px__stage_alltoall(px_request_t *req, const void *sendbuf, void *rec
     st->nchunks = (count + st->pc - 1) / st->pc;
     /* a chunk's send half, then its receive half */
     return stage_begin(req, st, 2 * (uint64_t)n * (st->pc < count ? st->pc : count));
+}
+
+px_status_t px__stage_alltoallv(px_request_t *req, const void *sendbuf,
+                                const uint64_t *sendcounts, const uint64_t *sdispls,
+                                void *recvbuf, const uint64_t *recvcounts,
+                                const uint64_t *rdispls, px_algo_t algo)
+{
+    px__stage_t *st = calloc(1, sizeof(*st));
+    const int n = req->comm->size;
+    uint64_t rext = 0;
+
+    if (!st || !(st->a2a = malloc(4 * (size_t)n * sizeof(uint64_t)))) {
+        free(st);
+        return PX_ERR_NO_MEMORY;
+    }
+    st->what = ST_A2AV;
+    st->algo = algo;
+    st->dsrc = sendbuf;
+    st->ddst = recvbuf;
+    for (int q = 0; q < n; q++) {
+        st->a2a[q] = sendcounts[q];
+        st->a2a[n + q] = sdispls[q];
+        st->a2a[2 * n + q] = recvcounts[q];
+        st->a2a[3 * n + q] = rdispls[q];
+        if (sendcounts[q] && sdispls[q] + sendcounts[q] > st->sext)
+            st->sext = sdispls[q] + sendcounts[q];
+        if (recvcounts[q] && rdispls[q] + recvcounts[q] > rext)
+            rext = rdispls[q] + recvcounts[q];
+    }
+    /* one chunk: the blocks' counts differ per rank, so slices of them
+     * would not line up between sender and receiver without another
+     * exchange; the host algorithm runs once on the whole extents */
+    st->nchunks = 1;
+    st->pc = 1;
+    return stage_begin(req, st, st->sext + rext ? st->sext + rext : 1);
 }

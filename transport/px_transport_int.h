@@ -500,6 +500,14 @@ px_status_t px__stage_allgather(px_request_t *req, const void *sendbuf, void *re
 px_status_t px__stage_bcast(px_request_t *req, void *buf, uint64_t count);
 px_status_t px__stage_alltoall(px_request_t *req, const void *sendbuf, void *recvbuf,
                                uint64_t count, px_algo_t algo);
+/* All-to-all-v on device buffers (px_devmem.h): the send blocks copied
+ * into one host buffer at their displacements, the host algorithm (`algo`:
+ * linear or pairwise, as the host path picks) run once on it, the receive
+ * blocks copied back; bit for bit the host path (bytes only). */
+px_status_t px__stage_alltoallv(px_request_t *req, const void *sendbuf,
+                                const uint64_t *sendcounts, const uint64_t *sdispls,
+                                void *recvbuf, const uint64_t *recvcounts,
+                                const uint64_t *rdispls, px_algo_t algo);
 /* Waits for the staging copies still in flight (asynchronous copies of
  * the device backend), so that the host buffers may be reused: called when
  * a staged request ends, failed or not, before its temporaries go back.
