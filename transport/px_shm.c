@@ -717,6 +717,7 @@ int px__shm_sleep(px_comm_t *comm, int timeout_ms)
         if (atomic_load(&c->ctr) == blocked->wait_val)
             futex(&c->ctr, FUTEX_WAIT, blocked->wait_val, &ts);
         atomic_fetch_sub(&c->waiters, 1);
+        comm->root->news_us = 0; /* slept: the next check reads the pidfds and watch fd */
     }
     return 1;
 }

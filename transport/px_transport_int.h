@@ -162,6 +162,8 @@ struct px_comm {
     struct pollfd *pid_pfds; /* world: pidfds of same-node peers, for one poll() */
     int *pid_ranks;          /* pid_pfds[i] belongs to rank pid_ranks[i] */
     int n_pid;
+    int64_t news_us;         /* world: when the watch fd and pidfds were last read
+                              * (px_time_mono_us); 0: read them at the next check */
 
     int default_timeout_ms;
     size_t chunk_bytes;   /* PX_ALLREDUCE_CHUNK_BYTES */
