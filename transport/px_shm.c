@@ -134,6 +134,7 @@ struct px__shm {
     uint64_t step;            /* steps so far (step % NBUF: its buffer) */
     int off;                  /* stopped (mismatch / cancel) */
     uint64_t min_bytes;
+    struct shm_req *spare;    /* a finished request kept for the next start, or NULL */
     long spin_us;             /* poll the counter this long before sleeping */
     /* what the blocked request waits for (px__shm_sleep) */
     px_request_t *wait_req;
@@ -167,6 +168,13 @@ typedef struct shm_op {
     int checked;              /* headers compared */
     int onephase;             /* small all-reduce: every rank reduces it all (below) */
 } shm_op_t;
+
+/* A shared-memory request and its state in one allocation (req.shm ==
+ * &op); px__shm_t keeps one finished one for the next start. */
+typedef struct shm_req {
+    px_request_t req;
+    shm_op_t op;
+} shm_req_t;
 
 static unsigned generation;
 
@@ -320,6 +328,7 @@ void px__shm_destroy(px_comm_t *comm)
     if (!comm || !comm->shm)
         return;
     munmap(comm->shm->base, comm->shm->bytes);
+    free(comm->shm->spare);
     free(comm->shm);
     comm->shm = NULL;
 }
@@ -644,15 +653,18 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
                           px_request_t **req_p)
 {
     px__shm_t *s = comm->shm;
-    px_request_t *req = px__req_alloc(comm, kind, dtype, op, count, root, opts);
-    shm_op_t *o = calloc(1, sizeof(*o));
+    shm_req_t *r = s->spare ? s->spare : malloc(sizeof(*r));
+    px_request_t *req;
+    shm_op_t *o;
     size_t esz = px_dtype_size(dtype);
 
-    if (!req || !o) {
-        free(req);
-        free(o);
+    if (!r)
         return PX_ERR_NO_MEMORY;
-    }
+    s->spare = NULL;
+    req = &r->req;
+    o = &r->op;
+    px__req_init(req, comm, kind, dtype, op, count, root, opts);
+    memset(o, 0, sizeof(*o));
     req->seq = comm->coll_seq++ & PX__SEQ_MASK;
     req->stage = 1; /* no UCX header exchange: the ring holds the headers */
     req->advance = shm_advance;
@@ -678,6 +690,19 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
     px__req_link(comm, req);
     *req_p = req;
     return PX_OK;
+}
+
+void px__shm_req_free(px_request_t *req)
+{
+    shm_req_t *r = (shm_req_t *)req; /* req is its first member */
+    px__shm_t *s = req->comm ? req->comm->shm : NULL;
+
+    if (s && s->wait_req == req)
+        s->wait_req = NULL; /* ended while waiting (failure, cancel): the next one has not */
+    if (s && !s->spare)
+        s->spare = r;
+    else
+        free(r);
 }
 
 /* --- waiting ------------------------------------------------------------------------ */

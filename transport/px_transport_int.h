@@ -410,6 +410,10 @@ void px__comm_unlink(px_comm_t *comm);
  * links it (px__req_create, px__req_create_inline, px__shm_start). */
 px_request_t *px__req_alloc(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
                             uint64_t count, int root, const px_coll_opts_t *opts);
+/* px__req_alloc's field setup on memory the caller provides (zeroed here):
+ * the shared-memory path reuses one request per communicator. */
+void px__req_init(px_request_t *req, px_comm_t *comm, int kind, px_dtype_t dtype,
+                  px_redop_t op, uint64_t count, int root, const px_coll_opts_t *opts);
 /* Whether a waiting rank may spin before it sleeps: 1 while the job's
  * ranks on this node are no more than the CPUs this process may run on
  * (checked once, from `comm`'s world) and the 1-minute load average is not
