@@ -756,10 +756,12 @@ int px__shm_sleep(px_comm_t *comm, int timeout_ms)
             } while (px_time_mono_us() < end);
         }
         atomic_fetch_add(&c->waiters, 1);
-        if (atomic_load(&c->ctr) == blocked->wait_val)
-            futex(&c->ctr, FUTEX_WAIT, blocked->wait_val, &ts);
+        if (atomic_load(&c->ctr) == blocked->wait_val &&
+            futex(&c->ctr, FUTEX_WAIT, blocked->wait_val, &ts) != 0 && errno != EAGAIN)
+            comm->root->news_us = 0; /* slept a slice (or a signal): look at the pidfds and
+                                      * watch fd at the next check; a peer that woke us is
+                                      * alive, and one that died never will */
         atomic_fetch_sub(&c->waiters, 1);
-        comm->root->news_us = 0; /* slept: the next check reads the pidfds and watch fd */
     }
     return 1;
 }
