@@ -31,12 +31,11 @@
  *   all-reduce     reduce part `me` (1/n of the step's elements) of every
  *                  buffer in rank order into the output, put the result in
  *                  part `me` of its own buffer, publish and wait again, copy
- *                  the other parts out; up to ONEPHASE_MAX_BYTES, every
- *                  rank reduces every element of every buffer in rank order
- *                  instead (one publish and wait, not two).
+ *                  the other parts out; small ones (ONEPHASE_MAX_REMOTE)
+ *                  in one phase: every rank reduces every element of every
+ *                  buffer in rank order (one publish and wait, not two).
  * Every element is reduced in one fixed order (by one rank, or by every
- * rank the same way), so every rank
- * gets bitwise the same result (and exactly the UCX path's where the math is
+ * rank the same way), so every rank gets bitwise the same result (and exactly the UCX path's where the math is
  * exact: integers, integer-valued floats). Pipelining: right after a step's
  * last wait a rank copies in and publishes the next step, and only then
  * reads the finished step's buffers, so a peer that ends its own reads
@@ -69,7 +68,20 @@
  * works across processes on a shared mapping), in slices of PX_SHM_SLICE_MS
  * (1 ms while UCX requests are pending too), so the request's step still
  * looks at pidfds and the watch fd: a dead peer fails every survivor naming
- * it, as on the UCX path.
+ * it, as on the UCX path. Those two descriptors cost a poll() each, so the
+ * checks read them at most every 100 us (px_progress.c, check_world) and
+ * right after a futex sleep that ran out its slice; a wake-up by the peer,
+ * or a counter that moved before we slept, needs no look (the peer is
+ * alive). A publish makes the FUTEX_WAKE syscall only when `waiters` says
+ * someone sleeps on the counter (as glibc's mutex wakes only when
+ * contended), so spinning peers cost the publisher no syscall.
+ *
+ * Cost per small blocking collective: no allocation (the communicator keeps
+ * its last finished request and reuses it: px__shm_req_free) and, on a
+ * machine where the peers spin, no syscall at all; measured with 4 KiB at
+ * 2 ranks, spin off (perf stat -e raw_syscalls:sys_enter): 6.4 syscalls
+ * per all-gather / reduce-scatter / all-to-all and 10.6 per all-reduce
+ * before (5 and 8 of them poll()), 1.5 after.
  *
  * Runs on the thread using the communicator (single-threaded as the rest of
  * the transport). */
@@ -99,14 +111,18 @@
 #define NAME_LEN 64
 #define NBUF 3           /* staging buffers per rank */
 #define AUTO_SPIN_US 50   /* PX_SHM_SPIN_US=-1 (the default) where px__spin_allowed */
-/* All-reduces of at most this many bytes run in one phase: every rank
- * reduces every element itself (in the same rank order 0..n-1, so the bits
- * are those of the two-phase form) instead of 1/n of them followed by a
- * second publish and wait. At 4 KiB a rank reads the same bytes of its
- * peers' buffers at 2 ranks, 1.5x as many at 4, and waits once instead of
- * twice: the second barrier (a cache-line round trip at best, a futex
- * wake-up at worst) cost more than the extra reads. */
-#define ONEPHASE_MAX_BYTES 8192
+/* An all-reduce whose one-phase form reads at most this many bytes of the
+ * peers' buffers (bytes x (n - 1)) runs in one phase: every rank reduces
+ * every element itself (in the same rank order 0..n-1, so the bits are
+ * those of the two-phase form) instead of 1/n of them followed by a second
+ * publish and wait. At 2 ranks both forms read the same remote bytes; at n
+ * the one-phase form reads n/2 times as many, against a second barrier (a
+ * cache-line round trip at best, a futex sleep and wake-up where ranks do
+ * not spin). Measured (bench-small-lat, PX_SHM=1, load 11 on 2 cores,
+ * median us per call, two-phase -> one-phase): 2 ranks 16 KiB 24.4 ->
+ * 15.3, 32 KiB 26 -> 21; 4 ranks 16 KiB 69 -> 53 (48 KiB remote), 32 KiB
+ * 80 -> 88 (96 KiB remote: left two-phase). */
+#define ONEPHASE_MAX_REMOTE 49152
 
 typedef struct ctl {
     _Atomic uint32_t ctr;     /* phases published */
@@ -680,7 +696,8 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
     o->chunk = (kind == PX__COLL_REDUCE_SCATTER || kind == PX__COLL_ALLTOALL)
                    ? s->slot / ((size_t)s->n * esz)
                    : s->slot / esz;
-    o->onephase = kind == PX__COLL_ALLREDUCE && count * esz <= ONEPHASE_MAX_BYTES;
+    o->onephase = kind == PX__COLL_ALLREDUCE &&
+                  count * esz * (uint64_t)(s->n - 1) <= ONEPHASE_MAX_REMOTE;
     if (kind == PX__COLL_ALLGATHER) {
         char *mine = (char *)dst + (size_t)comm->rank * count * esz;
         if (mine != (const char *)src)
