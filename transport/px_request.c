@@ -224,8 +224,10 @@ static void req_free(px_request_t *req)
     free(req->hdr_in);
     free(req->hdr_expect);
     free(req->sent_to);
-    free(req->shm);
-    free(req);
+    if (req->shm)
+        px__shm_req_free(req); /* one allocation with its state, maybe kept for reuse */
+    else
+        free(req);
 }
 
 void px__req_discard(px_request_t *req)
@@ -249,10 +251,17 @@ void px__req_link(px_comm_t *comm, px_request_t *req)
 px_request_t *px__req_alloc(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
                             uint64_t count, int root, const px_coll_opts_t *opts)
 {
-    px_request_t *req = calloc(1, sizeof(*req));
+    px_request_t *req = malloc(sizeof(*req));
 
-    if (!req)
-        return NULL;
+    if (req)
+        px__req_init(req, comm, kind, dtype, op, count, root, opts);
+    return req;
+}
+
+void px__req_init(px_request_t *req, px_comm_t *comm, int kind, px_dtype_t dtype,
+                  px_redop_t op, uint64_t count, int root, const px_coll_opts_t *opts)
+{
+    memset(req, 0, sizeof(*req));
     req->comm = comm;
     req->kind = kind;
     req->status = PX_INPROGRESS;
@@ -264,7 +273,6 @@ px_request_t *px__req_alloc(px_comm_t *comm, int kind, px_dtype_t dtype, px_redo
     req->half_dtype = -1;
     req->algo = opts ? opts->algo : PX_ALGO_AUTO;
     req->deadline = px__deadline(comm, opts && opts->timeout_ms > 0 ? opts->timeout_ms : -1);
-    return req;
 }
 
 px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,

@@ -76,6 +76,12 @@ void px__shm_off(px_comm_t *comm);
  * ms so that pidfds, the watch fd and UCX requests are looked at again)
  * and returns 1; else returns 0 (the caller polls its fds). */
 int px__shm_sleep(px_comm_t *comm, int timeout_ms);
+/* Frees a shared-memory request (req->shm set; called by the request's
+ * free once it is unlinked): the request and its state are one
+ * allocation, which the communicator keeps for its next px__shm_start
+ * while it holds none (a blocking small collective then allocates
+ * nothing), else frees. */
+void px__shm_req_free(px_request_t *req);
 /* The comm rank a pending shared-memory request waits for, or -1. */
 int px__shm_waiting_for(const px_request_t *req);
 

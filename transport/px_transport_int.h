@@ -162,6 +162,8 @@ struct px_comm {
     struct pollfd *pid_pfds; /* world: pidfds of same-node peers, for one poll() */
     int *pid_ranks;          /* pid_pfds[i] belongs to rank pid_ranks[i] */
     int n_pid;
+    int64_t news_us;         /* world: when the watch fd and pidfds were last read
+                              * (px_time_mono_us); 0: read them at the next check */
 
     int default_timeout_ms;
     size_t chunk_bytes;   /* PX_ALLREDUCE_CHUNK_BYTES */
@@ -408,6 +410,10 @@ void px__comm_unlink(px_comm_t *comm);
  * links it (px__req_create, px__req_create_inline, px__shm_start). */
 px_request_t *px__req_alloc(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
                             uint64_t count, int root, const px_coll_opts_t *opts);
+/* px__req_alloc's field setup on memory the caller provides (zeroed here):
+ * the shared-memory path reuses one request per communicator. */
+void px__req_init(px_request_t *req, px_comm_t *comm, int kind, px_dtype_t dtype,
+                  px_redop_t op, uint64_t count, int root, const px_coll_opts_t *opts);
 /* Whether a waiting rank may spin before it sleeps: 1 while the job's
  * ranks on this node are no more than the CPUs this process may run on
  * (checked once, from `comm`'s world) and the 1-minute load average is not
