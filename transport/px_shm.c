@@ -88,6 +88,7 @@
 #include "px_env.h"
 #include "px_log.h"
 #include "px_reduce.h"
+#include "px_shm_cma.h"
 #include "px_time.h"
 
 #define RING 64           /* header entries per rank */
@@ -124,6 +125,7 @@ struct px__shm {
     int off;                  /* stopped (mismatch / cancel) */
     uint64_t min_bytes;
     long spin_us;             /* poll the counter this long before sleeping */
+    px__cma_t *cma;           /* single copy (px_shm_cma.h), NULL when off */
     /* what the blocked request waits for (px__shm_sleep) */
     px_request_t *wait_req;
     int wait_peer;
@@ -154,6 +156,8 @@ typedef struct shm_op {
     int waiting;              /* published: waiting for every ctr >= target */
     uint32_t target;
     int checked;              /* headers compared */
+    int cma;                  /* single copy: one step; its buffer holds the descriptor */
+    uint32_t seq;
 } shm_op_t;
 
 static unsigned generation;
@@ -297,6 +301,12 @@ out_unlink:
     s->min_bytes = msg.min_bytes;
     s->spin_us = px_env_int("PX_SHM_SPIN_US"); /* < 0: auto, px__spin_allowed per wait */
     s->wait_peer = -1;
+    status = px__cma_setup(comm, &s->cma); /* over UCX still: comm->shm is not set */
+    if (status != PX_OK) {
+        munmap(s->base, bytes);
+        free(s);
+        return status;
+    }
     comm->shm = s;
     px_debug("comm %u: shared-memory path on (%d ranks, %zu-byte slots)", comm->id, comm->size,
              slot);
@@ -308,6 +318,7 @@ void px__shm_destroy(px_comm_t *comm)
     if (!comm || !comm->shm)
         return;
     munmap(comm->shm->base, comm->shm->bytes);
+    px__cma_destroy(comm->shm->cma);
     free(comm->shm);
     comm->shm = NULL;
 }
@@ -488,6 +499,10 @@ static void copy_in(px__shm_t *s, shm_op_t *o, const step_t *t)
     char *mine = slot_of(s, s->me, t->buf);
     size_t esz = o->esz, cb = (size_t)t->c * esz;
 
+    if (o->cma) { /* the peers read our buffer itself */
+        px__cma_post(mine, o->seq, o->kind == PX__COLL_BCAST ? o->dst : o->src);
+        return;
+    }
     switch (o->kind) {
     case PX__COLL_ALLREDUCE:
     case PX__COLL_ALLGATHER:
@@ -603,14 +618,26 @@ static px_status_t shm_advance(px_request_t *req, int *progressed_p)
                 return status;
             o->checked = 1;
         }
-        if (o->phase == 1 && o->kind == PX__COLL_ALLREDUCE) {
-            after_data(s, o, &o->cur); /* reduce this rank's part */
+        if (o->phase == 1 && (o->kind == PX__COLL_ALLREDUCE || o->cma)) {
+            if (o->cma) { /* read the peers' buffers; phase 2: we are done with them */
+                status = px__cma_read(req->comm, s->cma, o->kind, o->seq, slot_of(s, 0, o->cur.buf),
+                                      (size_t)NBUF * s->slot, o->src, o->dst, o->count, o->esz,
+                                      o->root);
+                if (status != PX_OK)
+                    return status;
+            } else {
+                after_data(s, o, &o->cur); /* reduce this rank's part */
+            }
             publish(s);
             o->target = s->pub;
             o->waiting = 1;
             o->phase = 2;
+            if (o->cma && o->kind == PX__COLL_BCAST && s->me != o->root)
+                return PX_OK; /* nobody reads our buffer: no need to wait */
             continue;
         }
+        if (o->cma)
+            return PX_OK; /* phase 2: every reader is done with our buffer */
         done = o->cur;
         if (o->next < o->count)
             begin_step(s, o);
@@ -649,7 +676,9 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
     o->dst = dst;
     o->count = count;
     o->esz = esz;
-    o->chunk = (kind == PX__COLL_REDUCE_SCATTER || kind == PX__COLL_ALLTOALL)
+    o->seq = req->seq;
+    o->cma = px__cma_wants(s->cma, kind, (kind == PX__COLL_BCAST ? 1 : (uint64_t)s->n) * count * esz);
+    o->chunk = o->cma ? count : (kind == PX__COLL_REDUCE_SCATTER || kind == PX__COLL_ALLTOALL)
                    ? s->slot / ((size_t)s->n * esz)
                    : s->slot / esz;
     if (kind == PX__COLL_ALLGATHER) {
@@ -664,6 +693,11 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
 }
 
 /* --- waiting ------------------------------------------------------------------------ */
+
+int px__shm_single_copy(const px_request_t *req)
+{
+    return req->shm && ((const shm_op_t *)req->shm)->cma;
+}
 
 int px__shm_waiting_for(const px_request_t *req)
 {

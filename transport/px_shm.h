@@ -76,6 +76,8 @@ void px__shm_off(px_comm_t *comm);
  * ms so that pidfds, the watch fd and UCX requests are looked at again)
  * and returns 1; else returns 0 (the caller polls its fds). */
 int px__shm_sleep(px_comm_t *comm, int timeout_ms);
+/* Whether a started request took the single-copy variant (px_shm_cma.h). */
+int px__shm_single_copy(const px_request_t *req);
 /* The comm rank a pending shared-memory request waits for, or -1. */
 int px__shm_waiting_for(const px_request_t *req);
 
