@@ -157,6 +157,7 @@ typedef struct shm_op {
     uint32_t target;
     int checked;              /* headers compared */
     int cma;                  /* single copy: one step; its buffer holds the descriptor */
+    px__cma_bad_t bad;        /* single copy: a read that failed while its owner lived */
     uint32_t seq;
 } shm_op_t;
 
@@ -622,7 +623,7 @@ static px_status_t shm_advance(px_request_t *req, int *progressed_p)
             if (o->cma) { /* read the peers' buffers; phase 2: we are done with them */
                 status = px__cma_read(req->comm, s->cma, o->kind, o->seq, slot_of(s, 0, o->cur.buf),
                                       (size_t)NBUF * s->slot, o->src, o->dst, o->count, o->esz,
-                                      o->root);
+                                      o->root, &o->bad);
                 if (status != PX_OK)
                     return status;
             } else {
@@ -632,12 +633,12 @@ static px_status_t shm_advance(px_request_t *req, int *progressed_p)
             o->target = s->pub;
             o->waiting = 1;
             o->phase = 2;
-            if (o->cma && o->kind == PX__COLL_BCAST && s->me != o->root)
+            if (o->cma && o->kind == PX__COLL_BCAST && s->me != o->root && o->bad.peer < 0)
                 return PX_OK; /* nobody reads our buffer: no need to wait */
             continue;
         }
-        if (o->cma)
-            return PX_OK; /* phase 2: every reader is done with our buffer */
+        if (o->cma) /* phase 2: every reader is done with our buffer */
+            return px__cma_bad_status(req->comm, &o->bad);
         done = o->cur;
         if (o->next < o->count)
             begin_step(s, o);
@@ -677,6 +678,7 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
     o->count = count;
     o->esz = esz;
     o->seq = req->seq;
+    o->bad.peer = -1;
     o->cma = px__cma_wants(s->cma, kind, (kind == PX__COLL_BCAST ? 1 : (uint64_t)s->n) * count * esz);
     o->chunk = o->cma ? count : (kind == PX__COLL_REDUCE_SCATTER || kind == PX__COLL_ALLTOALL)
                    ? s->slot / ((size_t)s->n * esz)

@@ -31,6 +31,7 @@ struct px__cma {
     int n, me;
     pid_t *pid;          /* [n]: the process of each comm rank */
     uint64_t min_bytes;  /* rank 0's PX_SHM_CMA_MIN_BYTES */
+    int mode;            /* the least PX_SHM_CMA of the ranks: 1 auto, 2 always */
 };
 
 typedef struct desc {
@@ -44,7 +45,7 @@ _Static_assert(sizeof(desc_t) <= PX__CMA_DESC_BYTES, "descriptor size");
 /* What every rank sends at setup. */
 typedef struct probe {
     int32_t pid;
-    int32_t on;          /* PX_SHM_CMA != 0 here */
+    int32_t on;          /* PX_SHM_CMA here: 0 off, 1 auto, 2 always */
     uint64_t min_bytes;  /* this rank's PX_SHM_CMA_MIN_BYTES (rank 0's is used) */
     uint64_t addr;       /* address of this process's probe word */
     uint64_t word;       /* its value */
@@ -110,7 +111,9 @@ px_status_t px__cma_setup(px_comm_t *comm, px__cma_t **cma_p)
     if (!all || !c || !pid) /* (the peers then fail setup by their deadline) */
         goto out;
     memset(&mine, 0, sizeof(mine));
-    mine.on = px_env_int("PX_SHM_CMA") != 0;
+    mine.on = (int32_t)px_env_int("PX_SHM_CMA");
+    if (mine.on < 0 || mine.on > 2)
+        mine.on = 1;
     if (mine.on)
         allow_peers();
     if (!probe_word) {
@@ -149,6 +152,9 @@ px_status_t px__cma_setup(px_comm_t *comm, px__cma_t **cma_p)
         c->me = comm->rank;
         c->pid = pid;
         c->min_bytes = all[0].min_bytes;
+        c->mode = 2;
+        for (int p = 0; p < n; p++)
+            c->mode = all[p].on < c->mode ? all[p].on : c->mode;
         *cma_p = c;
         px_debug("comm %u: single-copy collectives from %llu bytes", comm->id,
                  (unsigned long long)c->min_bytes);
@@ -174,7 +180,11 @@ int px__cma_wants(const px__cma_t *cma, int kind, uint64_t bytes)
 {
     if (!cma || bytes < cma->min_bytes)
         return 0;
-    return kind == PX__COLL_ALLGATHER || kind == PX__COLL_ALLTOALL || kind == PX__COLL_BCAST;
+    if (kind == PX__COLL_ALLTOALL)
+        return 1;
+    if (kind == PX__COLL_ALLGATHER || kind == PX__COLL_BCAST)
+        return cma->mode == 2 || cma->n == 2;
+    return 0;
 }
 
 void px__cma_post(void *desc, uint32_t seq, const void *addr)
@@ -183,10 +193,11 @@ void px__cma_post(void *desc, uint32_t seq, const void *addr)
     memcpy(desc, &d, sizeof(d));
 }
 
-/* Reads `bytes` at byte `off` of rank p's published buffer into `to`. */
+/* Reads `bytes` at byte `off` of rank p's published buffer into `to`. A
+ * failure other than ESRCH is left in *bad_p (see px__cma_read). */
 static px_status_t read_part(px_comm_t *comm, const px__cma_t *cma, uint32_t seq, int p,
                              const char *desc0, size_t stride, uint64_t off, void *to,
-                             size_t bytes)
+                             size_t bytes, px__cma_bad_t *bad_p)
 {
     desc_t d;
     int err;
@@ -214,14 +225,33 @@ static px_status_t read_part(px_comm_t *comm, const px__cma_t *cma, uint32_t seq
                                   "rank %d: peer failure (process gone: process_vm_readv: %s)", p,
                                   strerror(err));
     }
+    /* EFAULT: the buffer is not mapped (any more). Its owner left the
+     * collective (a failure it saw first: it never publishes the phase we
+     * wait for next, or a rank it waited for never does, so our wait fails
+     * too, naming the cause) or passed a bad buffer (then the wait succeeds
+     * and the caller reports this). */
+    status = px__check_async(comm);
+    if (status != PX_OK)
+        return status;
+    if (bad_p->peer < 0) {
+        bad_p->peer = p;
+        bad_p->err = err;
+    }
+    return PX_OK;
+}
+
+px_status_t px__cma_bad_status(px_comm_t *comm, const px__cma_bad_t *bad)
+{
+    if (bad->peer < 0)
+        return PX_OK;
     return px__comm_set_error(comm, PX_ERR_INTERNAL,
-                              "rank %d: process_vm_readv of %zu bytes from pid %d: %s", p, bytes,
-                              (int)cma->pid[p], strerror(err));
+                              "rank %d: single-copy read of its buffer (process_vm_readv): %s",
+                              bad->peer, strerror(bad->err));
 }
 
 px_status_t px__cma_read(px_comm_t *comm, const px__cma_t *cma, int kind, uint32_t seq,
                          const char *desc0, size_t desc_stride, const char *src, char *dst,
-                         uint64_t count, size_t esz, int root)
+                         uint64_t count, size_t esz, int root, px__cma_bad_t *bad_p)
 {
     int n = cma->n, me = cma->me;
     size_t cb = (size_t)count * esz;
@@ -230,7 +260,7 @@ px_status_t px__cma_read(px_comm_t *comm, const px__cma_t *cma, int kind, uint32
     case PX__COLL_BCAST:
         if (me == root)
             return PX_OK;
-        return read_part(comm, cma, seq, root, desc0, desc_stride, 0, dst, cb);
+        return read_part(comm, cma, seq, root, desc0, desc_stride, 0, dst, cb, bad_p);
     case PX__COLL_ALLGATHER:
     case PX__COLL_ALLTOALL:
         if (kind == PX__COLL_ALLTOALL)
@@ -240,7 +270,7 @@ px_status_t px__cma_read(px_comm_t *comm, const px__cma_t *cma, int kind, uint32
             int p = (me + i) % n;
             uint64_t off = kind == PX__COLL_ALLTOALL ? (uint64_t)me * cb : 0;
             px_status_t status = read_part(comm, cma, seq, p, desc0, desc_stride, off,
-                                           dst + (size_t)p * cb, cb);
+                                           dst + (size_t)p * cb, cb, bad_p);
             if (status != PX_OK)
                 return status;
         }

@@ -21,11 +21,22 @@
  * copy only when all reads on all ranks succeeded (the same answer on every
  * rank); otherwise it keeps the two-copy path.
  *
- * Knobs (common/px_env.c): PX_SHM_CMA (1 on, 0 off: the two-copy path
- * only), PX_SHM_CMA_MIN_BYTES (the smallest collective, in bytes of its
- * largest buffer, that takes the single copy). Rank 0's PX_SHM_CMA_MIN_BYTES
- * holds for the communicator; PX_SHM_CMA=0 on any rank turns it off for
- * all. */
+ * Which collectives (measured, px_shm_cma.c's px__cma_wants): a read by
+ * process_vm_readv costs about two memcpys here (it pins every page and
+ * copies without non-temporal stores: 8.7 vs 24 GB/s at 1 MiB, 3.1 vs 5.8
+ * GB/s at 16 MiB on this 2-core EPYC VM), so the single copy pays where each
+ * published byte has one reader: all-to-all at any rank count, all-gather
+ * and broadcast at 2 ranks. With 3 or more ranks an all-gather's or
+ * broadcast's source is read by n - 1 ranks, each from DRAM, where the two
+ * copies read a staging slot that stays in cache (4 ranks: 4-16 MiB
+ * all-gather 0.5-0.7x, broadcast 0.4-0.6x of the two copies).
+ *
+ * Knobs (common/px_env.c): PX_SHM_CMA (1 auto: the rule above; 2 always:
+ * every all-gather, all-to-all and broadcast from the threshold, for tests
+ * and measurement; 0 off: the two-copy path only), PX_SHM_CMA_MIN_BYTES
+ * (the smallest collective, in bytes of its largest buffer, that takes the
+ * single copy). Rank 0's PX_SHM_CMA_MIN_BYTES holds for the communicator;
+ * the least PX_SHM_CMA of the ranks holds (0 on any rank: off for all). */
 #ifndef PX_SHM_CMA_H
 #define PX_SHM_CMA_H
 
@@ -52,9 +63,9 @@ px_status_t px__cma_setup(px_comm_t *comm, px__cma_t **cma_p);
 void px__cma_destroy(px__cma_t *cma);
 
 /* Whether a collective of kind PX__COLL_* whose largest buffer is `bytes`
- * takes the single copy: all-gather, all-to-all and broadcast from rank 0's
- * PX_SHM_CMA_MIN_BYTES up (the same answer on every rank for the same
- * arguments). NULL cma: 0. */
+ * takes the single copy: from rank 0's PX_SHM_CMA_MIN_BYTES up, all-to-all;
+ * all-gather and broadcast at 2 ranks (PX_SHM_CMA=2: at any). The same
+ * answer on every rank for the same arguments. NULL cma: 0. */
 int px__cma_wants(const px__cma_t *cma, int kind, uint64_t bytes);
 
 /* Writes this rank's descriptor for collective `seq` into `desc` (its
@@ -64,16 +75,30 @@ int px__cma_wants(const px__cma_t *cma, int kind, uint64_t bytes);
  * caller publishes it afterwards (a seq_cst store orders it). */
 void px__cma_post(void *desc, uint32_t seq, const void *addr);
 
+/* A read that failed while its owner's process lived (EFAULT: the owner
+ * left the collective after an error of its own, or published a bad
+ * buffer): reported only if the collective otherwise completes. */
+typedef struct px__cma_bad {
+    int peer;            /* comm rank, -1 none */
+    int err;             /* errno */
+} px__cma_bad_t;
+
 /* This rank's reads of collective `seq` once every rank published its
  * descriptor: rank p's descriptor is at desc0 + p * desc_stride. kind,
  * src, dst, count (elements as px__shm_start takes them), esz (bytes per
  * element), root (broadcast) as the collective's. Peers are read starting
  * at rank me + 1 (each rank at a different peer). Returns PX_OK;
- * PX_ERR_PEER_FAILURE naming the peer when its process is gone (ESRCH);
- * PX_ERR_MISMATCH when a descriptor is not for `seq`; PX_ERR_INTERNAL
- * naming the peer and errno for any other failed read. */
+ * PX_ERR_PEER_FAILURE naming the peer when its process is gone (ESRCH), or
+ * the communicator's failure when one is known (pidfd, watch fd);
+ * PX_ERR_MISMATCH when a descriptor is not for `seq`. Any other failed read
+ * goes into *bad_p (initialised by the caller to peer -1), and the caller
+ * goes on to the phase that tells owners we are done: if that wait
+ * succeeds, px__cma_bad_status gives the error. */
 px_status_t px__cma_read(px_comm_t *comm, const px__cma_t *cma, int kind, uint32_t seq,
                          const char *desc0, size_t desc_stride, const char *src, char *dst,
-                         uint64_t count, size_t esz, int root);
+                         uint64_t count, size_t esz, int root, px__cma_bad_t *bad_p);
+/* PX_OK when *bad holds no failure, else PX_ERR_INTERNAL naming the rank
+ * and errno (set as the communicator's last error). */
+px_status_t px__cma_bad_status(px_comm_t *comm, const px__cma_bad_t *bad);
 
 #endif
