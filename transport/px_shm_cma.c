@@ -183,7 +183,7 @@ int px__cma_wants(const px__cma_t *cma, int kind, uint64_t bytes)
     if (kind == PX__COLL_ALLTOALL)
         return 1;
     if (kind == PX__COLL_ALLGATHER || kind == PX__COLL_BCAST)
-        return cma->mode == 2 || cma->n == 2;
+        return cma->mode == 2; /* costs more CPU than the two copies here: px_shm_cma.h */
     return 0;
 }
 

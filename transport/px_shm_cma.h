@@ -22,18 +22,21 @@
  * rank); otherwise it keeps the two-copy path.
  *
  * Which collectives (measured, px_shm_cma.c's px__cma_wants): a read by
- * process_vm_readv costs about two memcpys here (it pins every page and
- * copies without non-temporal stores: 8.7 vs 24 GB/s at 1 MiB, 3.1 vs 5.8
- * GB/s at 16 MiB on this 2-core EPYC VM), so the single copy pays where each
- * published byte has one reader: all-to-all at any rank count, all-gather
- * and broadcast at 2 ranks. With 3 or more ranks an all-gather's or
- * broadcast's source is read by n - 1 ranks, each from DRAM, where the two
- * copies read a staging slot that stays in cache (4 ranks: 4-16 MiB
- * all-gather 0.5-0.7x, broadcast 0.4-0.6x of the two copies).
+ * process_vm_readv costs about two memcpys on the 2-core EPYC VM we measured
+ * on (it pins every page and copies without non-temporal stores: 8.7 vs 24
+ * GB/s at 1 MiB, 3.1 vs 5.8 GB/s at 16 MiB, one reader, idle process), so
+ * one copy through the kernel moves bytes no cheaper than two memcpys; what
+ * it saves is the staging's phases (one wait per 256 KiB slot) and, in an
+ * all-to-all, the copy of n - 1 blocks in. CPU time per collective summed
+ * over the ranks (best of 2, load 13-16): all-to-all 4 ranks 1.04-1.46x
+ * less with the single copy (1-16 MiB), 2 ranks 0.96-1.07x; all-gather
+ * 0.76-0.95x (more: with n > 2 its source is read n - 1 times from DRAM,
+ * where the two copies' staging slot stays in cache), broadcast 0.80-1.05x.
+ * So by default (PX_SHM_CMA=1) only all-to-all takes it.
  *
- * Knobs (common/px_env.c): PX_SHM_CMA (1 auto: the rule above; 2 always:
- * every all-gather, all-to-all and broadcast from the threshold, for tests
- * and measurement; 0 off: the two-copy path only), PX_SHM_CMA_MIN_BYTES
+ * Knobs (common/px_env.c): PX_SHM_CMA (1 auto: all-to-all; 2 all-gather,
+ * all-to-all and broadcast, for machines where CMA is cheaper, tests and
+ * measurement; 0 off: the two-copy path only), PX_SHM_CMA_MIN_BYTES
  * (the smallest collective, in bytes of its largest buffer, that takes the
  * single copy). Rank 0's PX_SHM_CMA_MIN_BYTES holds for the communicator;
  * the least PX_SHM_CMA of the ranks holds (0 on any rank: off for all). */
@@ -64,7 +67,7 @@ void px__cma_destroy(px__cma_t *cma);
 
 /* Whether a collective of kind PX__COLL_* whose largest buffer is `bytes`
  * takes the single copy: from rank 0's PX_SHM_CMA_MIN_BYTES up, all-to-all;
- * all-gather and broadcast at 2 ranks (PX_SHM_CMA=2: at any). The same
+ * all-gather and broadcast too where PX_SHM_CMA=2 on every rank. The same
  * answer on every rank for the same arguments. NULL cma: 0. */
 int px__cma_wants(const px__cma_t *cma, int kind, uint64_t bytes);
 

@@ -10,7 +10,7 @@
  *                        bitwise the output of a split of it with the path
  *                        off (UCX). All-to-all from PX_SHM_CMA_MIN_BYTES up
  *                        takes the single copy (px_shm_cma.c), all-gather and
- *                        broadcast too at 2 ranks or with PX_SHM_CMA=2;
+ *                        broadcast too with PX_SHM_CMA=2;
  *                        below it the two copies: both are checked. Every rank's inputs are small integers,
  *                        so both orders of reduction are exact. Also checks
  *                        which path each request took, requests outstanding
@@ -174,7 +174,7 @@ static int rank_equal(px_launch_rank_t *ctx)
     static const uint64_t counts[] = {1, 1000, 1025, 5003, 20011};
     px_comm_t *w = ctx->comm, *u = NULL;
     int n = ctx->world, cases = 0, shm_cases = 0, cma_cases = 0;
-    long cma_mode = px_env_int("PX_SHM_CMA"); /* 1: all-gather and broadcast at 2 ranks only */
+    long cma_mode = px_env_int("PX_SHM_CMA"); /* 1: all-to-all only; 2: also all-gather, bcast */
     uint64_t cma_min = cma_mode ? (uint64_t)px_env_int("PX_SHM_CMA_MIN_BYTES") : UINT64_MAX;
     size_t max = 20011 * 8 * (size_t)n + 64;
     char *in = malloc(max), *a = malloc(max), *b = malloc(max);
@@ -214,7 +214,7 @@ static int rank_equal(px_launch_rank_t *ctx)
                     int want = big >= 4096 && !(reduces && half);
                     if (want && big >= cma_min &&
                         (form == A2A || ((form == AG || form == AG_IN || form == BC) &&
-                                         (cma_mode == 2 || n == 2))))
+                                         cma_mode == 2)))
                         want = 2;
                     if (sa != want)
                         FAIL("%s %s count %llu (%llu bytes): path %d, expected %d (0 ucx, 1 "
