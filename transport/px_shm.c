@@ -44,6 +44,14 @@
  * phases, so "every ctr >= mine" is the barrier of each phase, across
  * collectives too.
  *
+ * Single copy (px_shm_cma.h; large all-to-alls by default): one step whose
+ * buffer holds only the rank's descriptor (the address of its own send
+ * buffer); after the first wait each rank reads its parts straight from
+ * the peers' buffers (process_vm_readv), publishes, and waits until every
+ * rank has published again before it returns, so no buffer is read after
+ * its owner's request completed. The step takes its turn in the buffer
+ * rotation like any other, so the rules above still hold.
+ *
  * Ordering: shared-memory collectives of one communicator run in start
  * order (a later request waits until the earlier ones are done), as all
  * ranks start them in the same order. The headers: each rank writes its
@@ -679,7 +687,8 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
     o->esz = esz;
     o->seq = req->seq;
     o->bad.peer = -1;
-    o->cma = px__cma_wants(s->cma, kind, (kind == PX__COLL_BCAST ? 1 : (uint64_t)s->n) * count * esz);
+    o->cma = px__cma_wants(s->cma, kind,
+                           (kind == PX__COLL_BCAST ? 1 : (uint64_t)s->n) * count * esz);
     o->chunk = o->cma ? count : (kind == PX__COLL_REDUCE_SCATTER || kind == PX__COLL_ALLTOALL)
                    ? s->slot / ((size_t)s->n * esz)
                    : s->slot / esz;

@@ -10,9 +10,9 @@
  *                        bitwise the output of a split of it with the path
  *                        off (UCX). All-to-all from PX_SHM_CMA_MIN_BYTES up
  *                        takes the single copy (px_shm_cma.c), all-gather and
- *                        broadcast too with PX_SHM_CMA=2;
- *                        below it the two copies: both are checked. Every rank's inputs are small integers,
- *                        so both orders of reduction are exact. Also checks
+ *                        broadcast too with PX_SHM_CMA=2; below it the two
+ *                        copies: both are checked. Every rank's inputs are
+ *                        small integers, so both orders of reduction are exact. Also checks
  *                        which path each request took, requests outstanding
  *                        at once (waited in reverse order, polled with
  *                        px_test / px_progress) and a UCX request on
@@ -395,7 +395,8 @@ static int rank_kill(px_launch_rank_t *ctx)
                          : px_allreduce_start(ctx->comm, buf, buf, count, PX_FLOAT32, PX_AVG, NULL,
                                               &req);
             if (status != PX_OK || !on_shm(req) || (a2a && !px__shm_single_copy(req)))
-                FAIL("the victim's collective is not on the segment%s", a2a ? " (single copy)" : "");
+                FAIL("the victim's collective is not on the segment%s",
+                     a2a ? " (single copy)" : "");
             px_test(req, &done); /* its first part (or its buffer) is published */
             atomic_store(&sh->t_kill_ms, px_time_mono_ms());
             raise(SIGKILL);
