@@ -46,6 +46,14 @@
  * phases, so "every ctr >= mine" is the barrier of each phase, across
  * collectives too.
  *
+ * Single copy (px_shm_cma.h; large all-to-alls by default): one step whose
+ * buffer holds only the rank's descriptor (the address of its own send
+ * buffer); after the first wait each rank reads its parts straight from
+ * the peers' buffers (process_vm_readv), publishes, and waits until every
+ * rank has published again before it returns, so no buffer is read after
+ * its owner's request completed. The step takes its turn in the buffer
+ * rotation like any other, so the rules above still hold.
+ *
  * Ordering: shared-memory collectives of one communicator run in start
  * order (a later request waits until the earlier ones are done), as all
  * ranks start them in the same order. The headers: each rank writes its
@@ -103,6 +111,7 @@
 #include "px_env.h"
 #include "px_log.h"
 #include "px_reduce.h"
+#include "px_shm_cma.h"
 #include "px_time.h"
 
 #define RING 64           /* header entries per rank */
@@ -152,6 +161,7 @@ struct px__shm {
     uint64_t min_bytes;
     struct shm_req *spare;    /* a finished request kept for the next start, or NULL */
     long spin_us;             /* poll the counter this long before sleeping */
+    px__cma_t *cma;           /* single copy (px_shm_cma.h), NULL when off */
     /* what the blocked request waits for (px__shm_sleep) */
     px_request_t *wait_req;
     int wait_peer;
@@ -183,6 +193,9 @@ typedef struct shm_op {
     uint32_t target;
     int checked;              /* headers compared */
     int onephase;             /* small all-reduce: every rank reduces it all (below) */
+    int cma;                  /* single copy: one step; its buffer holds the descriptor */
+    px__cma_bad_t bad;        /* single copy: a read that failed while its owner lived */
+    uint32_t seq;
 } shm_op_t;
 
 /* A shared-memory request and its state in one allocation (req.shm ==
@@ -333,6 +346,12 @@ out_unlink:
     s->min_bytes = msg.min_bytes;
     s->spin_us = px_env_int("PX_SHM_SPIN_US"); /* < 0: auto, px__spin_allowed per wait */
     s->wait_peer = -1;
+    status = px__cma_setup(comm, &s->cma); /* over UCX still: comm->shm is not set */
+    if (status != PX_OK) {
+        munmap(s->base, bytes);
+        free(s);
+        return status;
+    }
     comm->shm = s;
     px_debug("comm %u: shared-memory path on (%d ranks, %zu-byte slots)", comm->id, comm->size,
              slot);
@@ -345,6 +364,7 @@ void px__shm_destroy(px_comm_t *comm)
         return;
     munmap(comm->shm->base, comm->shm->bytes);
     free(comm->shm->spare);
+    px__cma_destroy(comm->shm->cma);
     free(comm->shm);
     comm->shm = NULL;
 }
@@ -525,6 +545,10 @@ static void copy_in(px__shm_t *s, shm_op_t *o, const step_t *t)
     char *mine = slot_of(s, s->me, t->buf);
     size_t esz = o->esz, cb = (size_t)t->c * esz;
 
+    if (o->cma) { /* the peers read our buffer itself */
+        px__cma_post(mine, o->seq, o->kind == PX__COLL_BCAST ? o->dst : o->src);
+        return;
+    }
     switch (o->kind) {
     case PX__COLL_ALLREDUCE:
     case PX__COLL_ALLGATHER:
@@ -644,14 +668,26 @@ static px_status_t shm_advance(px_request_t *req, int *progressed_p)
                 return status;
             o->checked = 1;
         }
-        if (o->phase == 1 && o->kind == PX__COLL_ALLREDUCE && !o->onephase) {
-            after_data(s, o, &o->cur); /* reduce this rank's part */
+        if (o->phase == 1 && ((o->kind == PX__COLL_ALLREDUCE && !o->onephase) || o->cma)) {
+            if (o->cma) { /* read the peers' buffers; phase 2: we are done with them */
+                status = px__cma_read(req->comm, s->cma, o->kind, o->seq, slot_of(s, 0, o->cur.buf),
+                                      (size_t)NBUF * s->slot, o->src, o->dst, o->count, o->esz,
+                                      o->root, &o->bad);
+                if (status != PX_OK)
+                    return status;
+            } else {
+                after_data(s, o, &o->cur); /* reduce this rank's part */
+            }
             publish(s);
             o->target = s->pub;
             o->waiting = 1;
             o->phase = 2;
+            if (o->cma && o->kind == PX__COLL_BCAST && s->me != o->root && o->bad.peer < 0)
+                return PX_OK; /* nobody reads our buffer: no need to wait */
             continue;
         }
+        if (o->cma) /* phase 2: every reader is done with our buffer */
+            return px__cma_bad_status(req->comm, &o->bad);
         done = o->cur;
         if (o->next < o->count)
             begin_step(s, o);
@@ -693,7 +729,11 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
     o->dst = dst;
     o->count = count;
     o->esz = esz;
-    o->chunk = (kind == PX__COLL_REDUCE_SCATTER || kind == PX__COLL_ALLTOALL)
+    o->seq = req->seq;
+    o->bad.peer = -1;
+    o->cma = px__cma_wants(s->cma, kind,
+                           (kind == PX__COLL_BCAST ? 1 : (uint64_t)s->n) * count * esz);
+    o->chunk = o->cma ? count : (kind == PX__COLL_REDUCE_SCATTER || kind == PX__COLL_ALLTOALL)
                    ? s->slot / ((size_t)s->n * esz)
                    : s->slot / esz;
     o->onephase = kind == PX__COLL_ALLREDUCE &&
@@ -723,6 +763,11 @@ void px__shm_req_free(px_request_t *req)
 }
 
 /* --- waiting ------------------------------------------------------------------------ */
+
+int px__shm_single_copy(const px_request_t *req)
+{
+    return req->shm && ((const shm_op_t *)req->shm)->cma;
+}
 
 int px__shm_waiting_for(const px_request_t *req)
 {

@@ -82,6 +82,8 @@ int px__shm_sleep(px_comm_t *comm, int timeout_ms);
  * while it holds none (a blocking small collective then allocates
  * nothing), else frees. */
 void px__shm_req_free(px_request_t *req);
+/* Whether a started request took the single-copy variant (px_shm_cma.h). */
+int px__shm_single_copy(const px_request_t *req);
 /* The comm rank a pending shared-memory request waits for, or -1. */
 int px__shm_waiting_for(const px_request_t *req);
 

@@ -8,15 +8,20 @@
  *                        below the threshold, above it, larger than a slot,
  *                        not divisible by N: the world (segment on) gives
  *                        bitwise the output of a split of it with the path
- *                        off (UCX). Every rank's inputs are small integers,
- *                        so both orders of reduction are exact. Also checks
+ *                        off (UCX). All-to-all from PX_SHM_CMA_MIN_BYTES up
+ *                        takes the single copy (px_shm_cma.c), all-gather and
+ *                        broadcast too with PX_SHM_CMA=2; below it the two
+ *                        copies: both are checked. Every rank's inputs are
+ *                        small integers, so both orders of reduction are exact. Also checks
  *                        which path each request took, requests outstanding
  *                        at once (waited in reverse order, polled with
  *                        px_test / px_progress) and a UCX request on
  *                        another communicator in flight beside them.
  *   test_shm mismatch N  the last rank passes another count: (a) below the
  *                        threshold (it takes the UCX path, the others the
- *                        segment), (b) above it (all on the segment): every
+ *                        segment), (b) above it (all on the segment), (c)
+ *                        an all-gather below PX_SHM_CMA_MIN_BYTES on the
+ *                        last rank only (two copies there, one elsewhere): every
  *                        rank gets PX_ERR_MISMATCH naming both counts, long
  *                        before the deadline; the communicator then works
  *                        (over UCX).
@@ -24,6 +29,10 @@
  *                        all-reduce and dies by SIGKILL: every survivor
  *                        fails with PX_ERR_PEER_FAILURE naming rank 1 within
  *                        the deadline.
+ *   test_shm kill_a2a N  the same during a single-copy all-to-all: rank 1
+ *                        publishes its buffer and dies; the survivors'
+ *                        reads of it (process_vm_readv: ESRCH) or their
+ *                        waits fail with PX_ERR_PEER_FAILURE naming rank 1.
  *   test_shm off N       PX_SHM=0: no segment; collectives still right.
  *
  * After every launch the parent checks that /dev/shm holds no segment named
@@ -91,7 +100,8 @@ static const char *form_name[] = {"allreduce", "allreduce-inplace", "reduce-scat
                                   "alltoall", "bcast"};
 
 /* Runs one collective of `form` on comm into out (whose size is returned in
- * *out_bytes), from the same inputs on every call. *shm_p: the path taken. */
+ * *out_bytes), from the same inputs on every call. *shm_p: the path taken
+ * (0 UCX, 1 the segment's two copies, 2 the single copy). */
 static px_status_t run_form(px_comm_t *comm, int form, px_dtype_t dt, px_redop_t op,
                             uint64_t count, char *in, char *out, size_t *out_bytes, int *shm_p)
 {
@@ -152,7 +162,7 @@ static px_status_t run_form(px_comm_t *comm, int form, px_dtype_t dt, px_redop_t
     }
     if (status != PX_OK)
         return status;
-    *shm_p = on_shm(req);
+    *shm_p = on_shm(req) ? 1 + px__shm_single_copy(req) : 0;
     status = px_wait(req, -1);
     if (form == RS_IN)
         memcpy(out, in + (size_t)r * count * esz, *out_bytes);
@@ -163,7 +173,9 @@ static int rank_equal(px_launch_rank_t *ctx)
 {
     static const uint64_t counts[] = {1, 1000, 1025, 5003, 20011};
     px_comm_t *w = ctx->comm, *u = NULL;
-    int n = ctx->world, cases = 0, shm_cases = 0;
+    int n = ctx->world, cases = 0, shm_cases = 0, cma_cases = 0;
+    long cma_mode = px_env_int("PX_SHM_CMA"); /* 1: all-to-all only; 2: also all-gather, bcast */
+    uint64_t cma_min = cma_mode ? (uint64_t)px_env_int("PX_SHM_CMA_MIN_BYTES") : UINT64_MAX;
     size_t max = 20011 * 8 * (size_t)n + 64;
     char *in = malloc(max), *a = malloc(max), *b = malloc(max);
 
@@ -199,10 +211,15 @@ static int rank_equal(px_launch_rank_t *ctx)
                         FAIL("%s over UCX: %s", form_name[form], px_status_str(status));
                     if (sb)
                         FAIL("the UCX reference took the segment");
-                    if (sa != (big >= 4096 && !(reduces && half)))
-                        FAIL("%s %s count %llu (%llu bytes): path %s, expected the other",
-                             form_name[form], px_dtype_name(dt), (unsigned long long)count,
-                             (unsigned long long)big, sa ? "shm" : "ucx");
+                    int want = big >= 4096 && !(reduces && half);
+                    if (want && big >= cma_min &&
+                        (form == A2A || ((form == AG || form == AG_IN || form == BC) &&
+                                         cma_mode == 2)))
+                        want = 2;
+                    if (sa != want)
+                        FAIL("%s %s count %llu (%llu bytes): path %d, expected %d (0 ucx, 1 "
+                             "shm, 2 single copy)", form_name[form], px_dtype_name(dt),
+                             (unsigned long long)count, (unsigned long long)big, sa, want);
                     if (na != nb || memcmp(a, b, na) != 0) {
                         size_t i = 0;
                         while (i < na && a[i] == b[i])
@@ -212,7 +229,8 @@ static int rank_equal(px_launch_rank_t *ctx)
                              (unsigned long long)count, i);
                     }
                     cases++;
-                    shm_cases += sa;
+                    shm_cases += sa != 0;
+                    cma_cases += sa == 2;
                 }
             }
         }
@@ -277,20 +295,27 @@ static int rank_equal(px_launch_rank_t *ctx)
     free(in);
     free(a);
     free(b);
-    printf("rank %d: %d cases equal (%d on the segment)\n", ctx->rank, cases, shm_cases);
+    printf("rank %d: %d cases equal (%d on the segment, %d of them single-copy)\n", ctx->rank,
+           cases, shm_cases, cma_cases);
+    if (cma_min != UINT64_MAX && !cma_cases)
+        FAIL("no case took the single copy");
     return shm_cases ? 0 : 1;
 }
 
 /* --- mismatch ------------------------------------------------------------------ */
 
-static int mismatch_case(px_launch_rank_t *ctx, px_comm_t *c, uint64_t mine, uint64_t theirs)
+/* ag: an all-gather (else an all-reduce) with these counts. */
+static int mismatch_case(px_launch_rank_t *ctx, px_comm_t *c, uint64_t mine, uint64_t theirs,
+                         int ag)
 {
     int last = px_comm_size(c) - 1;
     uint64_t count = px_comm_rank(c) == last ? mine : theirs;
-    float *buf = calloc(theirs > mine ? theirs : mine, sizeof(float));
+    uint64_t maxc = theirs > mine ? theirs : mine;
+    float *buf = calloc(maxc * (uint64_t)(px_comm_size(c) + 1), sizeof(float));
     int64_t t0 = px_time_mono_ms();
     char a[32], b[32];
-    px_status_t status = px_allreduce(c, buf, buf, count, PX_FLOAT32, PX_SUM, -1);
+    px_status_t status = ag ? px_allgather(c, buf, buf + maxc, count, PX_FLOAT32, NULL)
+                            : px_allreduce(c, buf, buf, count, PX_FLOAT32, PX_SUM, -1);
 
     snprintf(a, sizeof(a), "count %llu", (unsigned long long)mine);
     snprintf(b, sizeof(b), "count %llu", (unsigned long long)theirs);
@@ -325,8 +350,17 @@ static int rank_mismatch(px_launch_rank_t *ctx)
     if (px_comm_split(ctx->comm, 0, ctx->rank, &c1) != PX_OK ||
         px_comm_split(ctx->comm, 0, ctx->rank, &c2) != PX_OK || !c1->shm || !c2->shm)
         FAIL("split: no segment");
-    bad = mismatch_case(ctx, c1, 100, 8192) || /* 400 bytes: the UCX path on the last rank */
-          mismatch_case(ctx, c2, 4096, 8192);   /* all on the segment */
+    bad = mismatch_case(ctx, c1, 100, 8192, 0) || /* 400 bytes: the UCX path on the last rank */
+          mismatch_case(ctx, c2, 4096, 8192, 0);   /* all on the segment */
+    /* an all-gather whose last rank takes the two copies (below
+     * PX_SHM_CMA_MIN_BYTES), the others the single copy */
+    if (!bad) {
+        px_comm_t *c3 = NULL;
+        if (px_comm_split(ctx->comm, 0, ctx->rank, &c3) != PX_OK || !c3->shm)
+            FAIL("split: no segment");
+        bad = mismatch_case(ctx, c3, 1024, 8192, 1);
+        px_comm_destroy(c3);
+    }
     px_comm_destroy(c2);
     px_comm_destroy(c1);
     return bad;
@@ -336,6 +370,7 @@ static int rank_mismatch(px_launch_rank_t *ctx)
 
 typedef struct {
     atomic_llong t_kill_ms;
+    int a2a;           /* the victim dies in an all-to-all (else an all-reduce) */
 } kill_shared_t;
 
 static int rank_kill(px_launch_rank_t *ctx)
@@ -346,26 +381,42 @@ static int rank_kill(px_launch_rank_t *ctx)
     px_status_t status = PX_OK;
     int64_t t_err;
 
+    float *out = malloc(count * sizeof(float));
+    int a2a = sh->a2a;
+
     for (uint64_t i = 0; i < count; i++)
         buf[i] = 1.0f;
     for (int it = 0; it < 1000; it++) {
+        uint64_t per = count / (uint64_t)ctx->world;
         if (ctx->rank == 1 && it == 3) {
             px_request_t *req;
             int done;
-            if (px_allreduce_start(ctx->comm, buf, buf, count, PX_FLOAT32, PX_AVG, NULL, &req) !=
-                    PX_OK || !on_shm(req))
-                FAIL("the victim's all-reduce is not on the segment");
-            px_test(req, &done); /* its first part is published */
+            status = a2a ? px_alltoall_start(ctx->comm, buf, out, per, PX_FLOAT32, NULL, &req)
+                         : px_allreduce_start(ctx->comm, buf, buf, count, PX_FLOAT32, PX_AVG, NULL,
+                                              &req);
+            if (status != PX_OK || !on_shm(req) || (a2a && !px__shm_single_copy(req)))
+                FAIL("the victim's collective is not on the segment%s",
+                     a2a ? " (single copy)" : "");
+            px_test(req, &done); /* its first part (or its buffer) is published */
             atomic_store(&sh->t_kill_ms, px_time_mono_ms());
             raise(SIGKILL);
         }
-        status = px_allreduce(ctx->comm, buf, buf, count, PX_FLOAT32, PX_AVG, -1);
+        status = a2a ? px_alltoall(ctx->comm, buf, out, per, PX_FLOAT32, NULL)
+                     : px_allreduce(ctx->comm, buf, buf, count, PX_FLOAT32, PX_AVG, -1);
         if (status != PX_OK)
             break;
+        if (a2a && (out[0] != 1.0f || out[count - 1 - count % (uint64_t)ctx->world] != 1.0f))
+            FAIL("all-to-all result %g", out[0]);
     }
     t_err = px_time_mono_ms();
+    if (a2a) /* stay a while, as a rank whose daemon stops the job does: this
+              * survivor's own exit must not be the first death a slower one
+              * sees (its UCX endpoint error would name this rank); the single
+              * copy's reads see rank 1 gone (ESRCH) within a few ms, sooner
+              * than the watch fd, so the survivors' errors are further apart */
+        usleep(300 * 1000);
     if (status == PX_OK)
-        FAIL("no error in 1000 all-reduces");
+        FAIL("no error in 1000 collectives");
     if (!atomic_load(&sh->t_kill_ms))
         FAIL("error before the kill: %s (%s)", px_status_str(status),
              px_comm_last_error(ctx->comm));
@@ -375,6 +426,7 @@ static int rank_kill(px_launch_rank_t *ctx)
         FAIL("want a peer failure naming rank 1");
     if (t_err - atomic_load(&sh->t_kill_ms) > px_env_int("PX_COMM_TIMEOUT_MS"))
         FAIL("the error came after the deadline");
+    free(out);
     free(buf);
     return 0;
 }
@@ -447,10 +499,11 @@ int main(int argc, char **argv)
         failed = px_launch(n, rank_equal, NULL, &opts, NULL);
     } else if (!strcmp(what, "mismatch")) {
         failed = px_launch(n, rank_mismatch, NULL, &opts, NULL);
-    } else if (!strcmp(what, "kill")) {
+    } else if (!strcmp(what, "kill") || !strcmp(what, "kill_a2a")) {
         kill_shared_t *sh = px_launch_shared(sizeof(*sh));
         if (!sh)
             return 1;
+        sh->a2a = !strcmp(what, "kill_a2a");
         failed = px_launch(n, rank_kill, sh, &opts, statuses);
         if (failed == 1 && WIFSIGNALED(statuses[1]) && WTERMSIG(statuses[1]) == SIGKILL)
             failed = 0; /* the victim */
@@ -458,7 +511,7 @@ int main(int argc, char **argv)
         setenv("PX_SHM", "0", 1);
         failed = px_launch(n, rank_off, NULL, &opts, NULL);
     } else {
-        fprintf(stderr, "usage: %s equal|mismatch|kill|off N\n", argv[0]);
+        fprintf(stderr, "usage: %s equal|mismatch|kill|kill_a2a|off N\n", argv[0]);
         return 2;
     }
     failed += leftovers();
