@@ -253,10 +253,11 @@ static int (*dev_is_device)(const void *p);
  * call is the collective setup: the same arguments on every rank make the
  * same call). */
 static int use_ipc(px_comm_t *comm, const void *a, const void *b, uint64_t count,
-                   px_dtype_t dtype, int reduces)
+                   px_dtype_t dtype, int reduces, const px_coll_opts_t *opts)
 {
     return dev_is_device && comm->size > 1 && count > 0 && !(reduces && is_half(dtype)) && a &&
-           dev_is_device(a) && (!b || dev_is_device(b)) && px__ipc_ready(comm);
+           dev_is_device(a) && (!b || dev_is_device(b)) &&
+           px__ipc_ready(comm, opts && opts->timeout_ms > 0 ? opts->timeout_ms : -1);
 }
 
 void px_transport_set_device_memory(const px_kernel_ops_t *k, int (*is_device)(const void *p))
@@ -355,7 +356,7 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
         /* IPC sums in the ring's order: where the host path runs the ring,
          * or with two ranks (a OP b whatever the algorithm) */
         ipc = (algo == PX_ALGO_RING || comm->size == 2) &&
-              use_ipc(comm, sendbuf, recvbuf, count, dtype, 1);
+              use_ipc(comm, sendbuf, recvbuf, count, dtype, 1, opts);
         if (algo == PX_ALGO_RECURSIVE_DOUBLING && count > 0 && comm->size > 1 &&
             bytes <= PX__INLINE_MAX_BYTES && !px__inline_disable && !on_device(sendbuf, recvbuf) &&
             !comm->shm &&
@@ -440,7 +441,7 @@ px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *
     if (use_shm(comm, PX__COLL_REDUCE_SCATTER, sendbuf, recvbuf, dtype, 1, n * recvcount * esz))
         return px__shm_start(comm, PX__COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype,
                              op, -1, opts, req_p);
-    ipc = use_ipc(comm, sendbuf, recvbuf, recvcount, dtype, 1);
+    ipc = use_ipc(comm, sendbuf, recvbuf, recvcount, dtype, 1, opts);
     status = px__req_create(comm, PX__COLL_REDUCE_SCATTER, dtype, op, recvcount, -1, NULL, NULL,
                             opts, &req);
     if (status != PX_OK)
@@ -515,7 +516,7 @@ px_status_t px_allgather_start(px_comm_t *comm, const void *sendbuf, void *recvb
                 (uint64_t)comm->size * sendcount * esz))
         return px__shm_start(comm, PX__COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, PX_SUM,
                              -1, opts, req_p);
-    ipc = use_ipc(comm, sendbuf, recvbuf, sendcount, dtype, 0);
+    ipc = use_ipc(comm, sendbuf, recvbuf, sendcount, dtype, 0, opts);
     status = px__req_create(comm, PX__COLL_ALLGATHER, dtype, PX_SUM, sendcount, -1, NULL, NULL,
                             opts, &req);
     if (status != PX_OK)
@@ -584,7 +585,7 @@ px_status_t px_bcast_start(px_comm_t *comm, void *buf, uint64_t count, px_dtype_
     if (use_shm(comm, PX__COLL_BCAST, buf, NULL, dtype, 0, count * px_dtype_size(dtype)))
         return px__shm_start(comm, PX__COLL_BCAST, NULL, buf, count, dtype, PX_SUM, root, opts,
                              req_p);
-    ipc = use_ipc(comm, buf, NULL, count, dtype, 0);
+    ipc = use_ipc(comm, buf, NULL, count, dtype, 0, opts);
     status = px__req_create(comm, PX__COLL_BCAST, dtype, PX_SUM, count, root, NULL, NULL, opts,
                             &req);
     if (status != PX_OK)
@@ -751,7 +752,7 @@ static px_status_t alltoallv_common(px_comm_t *comm, int kind, const void *sendb
     NEED(!total_s || sendbuf, "px_alltoall");
     NEED(!total_r || recvbuf, "px_alltoall");
     NEED(!total_s || !total_r || sendbuf != recvbuf, "px_alltoall (no in-place form)");
-    ipc = kind == PX__COLL_ALLTOALL && use_ipc(comm, sendbuf, recvbuf, hdr_count, dtype, 0);
+    ipc = kind == PX__COLL_ALLTOALL && use_ipc(comm, sendbuf, recvbuf, hdr_count, dtype, 0, opts);
     status = px__req_create(comm, kind, dtype, PX_SUM, hdr_count, -1,
                             kind == PX__COLL_ALLTOALLV ? sendcounts : NULL,
                             kind == PX__COLL_ALLTOALLV ? recvcounts : NULL, opts, &req);

@@ -139,7 +139,7 @@ void px__ipc_destroy(px_comm_t *comm)
         ipc_free(comm);
 }
 
-int px__ipc_ready(px_comm_t *comm)
+int px__ipc_ready(px_comm_t *comm, int timeout_ms)
 {
     const px_kernel_ops_t *k = px__dev_ops();
     const int n = comm->size, r = comm->rank;
@@ -147,6 +147,7 @@ int px__ipc_ready(px_comm_t *comm)
     offer_t me = {0}, *all;
     int32_t opened, agreed = 0;
     long slot_env;
+    px_coll_opts_t o = {PX_ALGO_AUTO, timeout_ms};
 
     if (comm->ipc_state)
         return comm->ipc_state > 0;
@@ -172,7 +173,7 @@ int px__ipc_ready(px_comm_t *comm)
         ipc_free(comm);
         return 0;
     }
-    if (px_allgather(comm, &me, all, sizeof(me), PX_UINT8, NULL) != PX_OK)
+    if (px_allgather(comm, &me, all, sizeof(me), PX_UINT8, &o) != PX_OK)
         goto out;
     opened = 1;
     for (int q = 0; opened && q < n; q++)
@@ -199,7 +200,7 @@ int px__ipc_ready(px_comm_t *comm)
             ipc->ring[q] = p;
         }
     }
-    if (px_allreduce(comm, &opened, &agreed, 1, PX_INT32, PX_MIN, -1) != PX_OK)
+    if (px_allreduce(comm, &opened, &agreed, 1, PX_INT32, PX_MIN, timeout_ms) != PX_OK)
         agreed = 0;
 out:
     free(all);

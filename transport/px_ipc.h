@@ -30,11 +30,12 @@
 
 /* Whether device-buffer collectives on `comm` take the IPC path: 1 or 0,
  * the same on every rank. The first call on a communicator is collective
- * (two blocking host collectives under the communicator's deadline: every
+ * (two blocking host collectives, each with `timeout_ms` (< 0: the
+ * communicator's default; the calling collective's own timeout): every
  * rank must call it at the same point of its sequence of collectives);
  * later calls return the kept answer. A failure of those collectives is
  * the communicator's (sticky) failure; the answer is then 0. */
-int px__ipc_ready(px_comm_t *comm);
+int px__ipc_ready(px_comm_t *comm, int timeout_ms);
 /* Unmaps the peers' rings and frees this rank's; NULL-safe, idempotent. */
 void px__ipc_destroy(px_comm_t *comm);
 
