@@ -465,6 +465,55 @@ static int setup(px_launch_rank_t *ctx, const px_kernel_ops_t *ops, px_comm_t **
     return 0;
 }
 
+/* Three IPC collectives in flight at once on one communicator (as ZeRO-3's
+ * prefetched gather beside a reduce-scatter): they share the scratch
+ * rings, so they must run one after the other in start order, each with
+ * the exact result (integer inputs). */
+static int concurrent(px_comm_t *c, long *cases_p)
+{
+    const int r = px_comm_rank(c), n = px_comm_size(c);
+    const uint64_t cnt = 5003;
+    px_request_t *req[3];
+    float *h = malloc(cnt * (size_t)n * 4);
+
+    px_transport_set_stage_chunk(4096);
+    arena_used = 0;
+    char *a = dev_alloc(cnt * 4), *g = dev_alloc(cnt * (size_t)n * 4),
+         *s = dev_alloc(cnt * (size_t)n * 4), *so = dev_alloc(cnt * 4);
+    if (!h || !a || !g || !s || !so)
+        FAIL("concurrent: no memory");
+    for (uint64_t i = 0; i < cnt; i++)
+        h[i] = val(r, i, 1);
+    fake_from_host(a, h, cnt * 4);
+    fake_from_host(g + (size_t)r * cnt * 4, h, cnt * 4);
+    for (uint64_t i = 0; i < cnt * (uint64_t)n; i++)
+        h[i] = val(r, i, 1);
+    fake_from_host(s, h, cnt * (size_t)n * 4);
+    px_coll_opts_t ring = {PX_ALGO_RING, -1};
+    if (px_allreduce_start(c, a, a, cnt, PX_FLOAT32, PX_SUM, &ring, &req[0]) != PX_OK ||
+        px_allgather_start(c, g + (size_t)r * cnt * 4, g, cnt, PX_FLOAT32, NULL, &req[1]) !=
+            PX_OK ||
+        px_reduce_scatter_start(c, s, so, cnt, PX_FLOAT32, PX_SUM, NULL, &req[2]) != PX_OK)
+        FAIL("concurrent: start");
+    if (px_wait_all(req, 3, -1) != PX_OK)
+        FAIL("concurrent: %s", px_comm_last_error(c));
+    fake_to_host(h, a, cnt * 4);
+    for (uint64_t i = 0; i < cnt; i++)
+        if (h[i] != exact(K_AR, n, cnt, r, 0, PX_SUM, i))
+            FAIL("concurrent all-reduce: element %llu is %g", (unsigned long long)i, h[i]);
+    fake_to_host(h, g, cnt * (size_t)n * 4);
+    for (uint64_t i = 0; i < cnt * (uint64_t)n; i++)
+        if (h[i] != val((int)(i / cnt), i % cnt, 1))
+            FAIL("concurrent all-gather: element %llu is %g", (unsigned long long)i, h[i]);
+    fake_to_host(h, so, cnt * 4);
+    for (uint64_t i = 0; i < cnt; i++)
+        if (h[i] != exact(K_RS, n, cnt, r, 0, PX_SUM, i))
+            FAIL("concurrent reduce-scatter: element %llu is %g", (unsigned long long)i, h[i]);
+    free(h);
+    (*cases_p) += 3;
+    return 0;
+}
+
 static int rank_matrix(px_launch_rank_t *ctx)
 {
     const int r = ctx->rank, n = ctx->world;
@@ -502,6 +551,8 @@ static int rank_matrix(px_launch_rank_t *ctx)
             }
         }
     }
+    if (concurrent(ipcc, &cases))
+        return 1;
     if (opens != n - 1)
         FAIL("%ld peer rings opened, want %d (once per peer)", opens, n - 1);
     px_comm_destroy(ipcc);
