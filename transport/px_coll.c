@@ -353,10 +353,8 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
                      ? PX_ALGO_RABENSEIFNER
                  : PX_ALGO_RING;
         uint64_t bytes = count * wire;
-        /* IPC sums in the ring's order: where the host path runs the ring,
-         * or with two ranks (a OP b whatever the algorithm) */
-        ipc = (algo == PX_ALGO_RING || comm->size == 2) &&
-              use_ipc(comm, sendbuf, recvbuf, count, dtype, 1, opts);
+        /* IPC sums in the order of the algorithm the host path runs */
+        ipc = use_ipc(comm, sendbuf, recvbuf, count, dtype, 1, opts);
         if (algo == PX_ALGO_RECURSIVE_DOUBLING && count > 0 && comm->size > 1 &&
             bytes <= PX__INLINE_MAX_BYTES && !px__inline_disable && !on_device(sendbuf, recvbuf) &&
             !comm->shm &&
@@ -396,7 +394,7 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
     }
     req->algo = algo;
     if (ipc) /* through the peers' mapped device memory (px_ipc.c) */
-        status = px__ipc_allreduce(req, sendbuf, recvbuf, count);
+        status = px__ipc_allreduce(req, sendbuf, recvbuf, count, algo);
     else if (on_device(sendbuf, recvbuf)) /* chunked through host buffers (px_stage.c) */
         status = px__stage_allreduce(req, sendbuf, recvbuf, count, algo);
     else if (algo == PX_ALGO_RECURSIVE_DOUBLING)

@@ -69,6 +69,7 @@ enum { U_READY = 0, U_DONE = 1, U_FIN = 2 };
 struct px__ipcreq {
     int what;             /* IPC_* */
     int o;                /* the ring's owner shift (all-reduce 1, reduce-scatter 0) */
+    int tree;             /* all-reduce in recursive doubling's order (not the ring's) */
     const char *src;      /* device input (broadcast: the buffer) */
     char *dst;            /* device output (broadcast: the buffer) */
     size_t esz;
@@ -165,7 +166,8 @@ int px__ipc_ready(px_comm_t *comm, int timeout_ms)
             has_ipc_ops(k) && same_node(comm);
     if (me.ok) {
         ipc->k = k;
-        ipc->mine = k->mem_alloc(PX__IPC_NSLOT * (size_t)me.slot);
+        /* the slots, then a work slot for the reducer's partial sums */
+        ipc->mine = k->mem_alloc((PX__IPC_NSLOT + 1) * (size_t)me.slot);
         me.ok = ipc->mine && k->ipc_handle(ipc->mine, &me.handle) == PX_OK;
     }
     if (!all) {
@@ -279,6 +281,41 @@ static px_status_t bell(px_request_t *req, unsigned unit, int to, int from)
     return PX_OK;
 }
 
+/* Rank q's input slice at `at` of chunk i, as the tree below takes it. */
+static const char *in_of(const px_request_t *req, int q, uint64_t i, size_t at)
+{
+    return slot_of(req, q, i) + at;
+}
+
+/* Recursive doubling's (and Rabenseifner's) sum of one slice (coll/rd.c):
+ * with p = 2^floor(log2 n) and rem = n - p, virtual rank v < rem holds
+ * x_{2v} OP x_{2v+1} (the fold), v >= rem holds x_{v+rem}, and the p
+ * values combine as a balanced binary tree over v (step k pairs v with
+ * v ^ 2^k). Into `dst` for virtual ranks [lo, hi); `work` holds one
+ * partial sum per tree level below (len elements each). */
+static px_status_t tree_sum(px_request_t *req, uint64_t i, size_t at, int lo, int hi, int rem,
+                            char *dst, char *work, uint64_t len)
+{
+    const size_t bytes = (size_t)len * req->esz;
+    px_status_t status;
+
+    if (hi - lo == 1) {
+        if (lo < rem) {
+            ADD(PX__ACT_DEV_COPY, 0, 0, dst, in_of(req, 2 * lo, i, at), bytes);
+            ADD(PX__ACT_DEV_REDUCE, 0, 0, dst, in_of(req, 2 * lo + 1, i, at), len);
+        } else {
+            ADD(PX__ACT_DEV_COPY, 0, 0, dst, in_of(req, lo + rem, i, at), bytes);
+        }
+        return PX_OK;
+    }
+    status = tree_sum(req, i, at, lo, (lo + hi) / 2, rem, dst, work + bytes, len);
+    if (status == PX_OK)
+        status = tree_sum(req, i, at, (lo + hi) / 2, hi, rem, work, work + bytes, len);
+    if (status == PX_OK)
+        ADD(PX__ACT_DEV_REDUCE, 0, 0, dst, work, len);
+    return status;
+}
+
 /* Chunk i of a reduction (all-reduce, reduce-scatter). */
 static px_status_t build_reduce(px_request_t *req, struct px__ipcreq *ir, uint64_t i)
 {
@@ -301,10 +338,21 @@ static px_status_t build_reduce(px_request_t *req, struct px__ipcreq *ir, uint64
                                        : ir->dst + i * ir->pc * esz;
         const size_t at = slice_at(ir, r, i);
         int q = ((r - ir->o + 1) % n + n) % n;
-        ADD(PX__ACT_DEV_COPY, 0, 0, acc, slot_of(req, q, i) + at, len * esz);
-        for (int k = 1; k < n; k++) {
-            q = (q + 1) % n;
-            ADD(PX__ACT_DEV_REDUCE, 0, 0, acc, slot_of(req, q, i) + at, len);
+        if (ir->tree) {
+            int p = 1;
+            while (p * 2 <= n)
+                p *= 2;
+            status = tree_sum(req, i, at, 0, p, n - p, acc,
+                              req->comm->ipc->ring[r] + PX__IPC_NSLOT * req->comm->ipc->slot,
+                              len);
+            if (status != PX_OK)
+                return status;
+        } else {
+            ADD(PX__ACT_DEV_COPY, 0, 0, acc, slot_of(req, q, i) + at, len * esz);
+            for (int k = 1; k < n; k++) {
+                q = (q + 1) % n;
+                ADD(PX__ACT_DEV_REDUCE, 0, 0, acc, slot_of(req, q, i) + at, len);
+            }
         }
         if (req->op == PX_AVG)
             ADD(PX__ACT_DEV_AVG, 0, 0, acc, NULL, len);
@@ -480,10 +528,13 @@ static px_status_t begin(px_request_t *req, int what, const void *src, void *dst
 }
 
 px_status_t px__ipc_allreduce(px_request_t *req, const void *sendbuf, void *recvbuf,
-                              uint64_t count)
+                              uint64_t count, px_algo_t algo)
 {
     const uint64_t n = (uint64_t)req->comm->size;
-    return begin(req, IPC_AR, sendbuf, recvbuf, count / n, count % n, 0);
+    px_status_t status = begin(req, IPC_AR, sendbuf, recvbuf, count / n, count % n, 0);
+    if (status == PX_OK)
+        req->ipc->tree = algo != PX_ALGO_RING;
+    return status;
 }
 
 px_status_t px__ipc_reduce_scatter(px_request_t *req, const void *sendbuf, void *recvbuf,

@@ -43,13 +43,14 @@ void px__ipc_destroy(px_comm_t *comm);
  * exchange posted) run its collective through the peers' rings, chunk by
  * chunk; all buffers device memory, count > 0, comm size > 1,
  * px__ipc_ready(comm) true. Arguments as the public calls (elements).
- * All-reduce and reduce-scatter sum in the ring's order (coll/ring.c), so
- * the result is bit for bit the staged and the UCX host ring's; the
- * all-reduce takes this path only where the host path would run the ring
- * (or with two ranks, where every algorithm computes a OP b). PX_ERR_NO_MEMORY;
- * the caller discards req on error. */
+ * Reductions sum every element in the order of the host algorithm: the
+ * ring's (coll/ring.c) for reduce-scatter and for an all-reduce whose
+ * `algo` (the one the host path picks for the whole buffer) is the ring,
+ * recursive doubling's balanced tree (coll/rd.c; Rabenseifner's is the
+ * same) otherwise, so the result is bit for bit the staged and the UCX
+ * host path's. PX_ERR_NO_MEMORY; the caller discards req on error. */
 px_status_t px__ipc_allreduce(px_request_t *req, const void *sendbuf, void *recvbuf,
-                              uint64_t count);
+                              uint64_t count, px_algo_t algo);
 px_status_t px__ipc_reduce_scatter(px_request_t *req, const void *sendbuf, void *recvbuf,
                                    uint64_t recvcount);
 px_status_t px__ipc_allgather(px_request_t *req, const void *sendbuf, void *recvbuf,

@@ -381,10 +381,7 @@ static int one_case(px_comm_t *hostc, px_comm_t *stagec, px_comm_t *ipcc, int ki
     float *hin = malloc(in_n * 4), *hout = malloc(out_n * 4), *got = malloc(in_n * 4);
     const int reduction = kind == K_AR || kind == K_AR_INPLACE || kind == K_RS ||
                           kind == K_RS_INPLACE;
-    /* the all-reduce takes IPC where the host path runs the ring */
-    const int expect_ipc = !(kind == K_AR || kind == K_AR_INPLACE) || n == 2 ||
-                           algo == PX_ALGO_RING ||
-                           (algo == PX_ALGO_AUTO && cnt * 4 > 1024 * 1024);
+    const int expect_ipc = 1; /* every collective here goes through IPC */
     char what[160];
     long staged, nred;
     int rc = 1;
