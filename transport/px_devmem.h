@@ -29,8 +29,7 @@
  * ops (px_kernels.h: reduce, ipc_handle, ipc_open ...: the CUDA table),
  * those five collectives go device to device through the peers' mapped
  * scratch rings instead (px_ipc.h; PX_IPC=0 turns it off), with the same
- * results bit for bit; staging stays for ranks on several nodes and for
- * all-reduces the host path runs by recursive doubling or Rabenseifner.
+ * results bit for bit; staging stays for ranks on several nodes.
  * Where UCX itself moves CUDA memory (px_transport_cuda_memory),
  * point-to-point transfers of device buffers go to UCX unstaged; the
  * collectives across nodes still stage.

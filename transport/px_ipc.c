@@ -36,10 +36,14 @@
  * around the ring; the reducer of block b here does exactly that
  * (acc = x_{b-o+1}; acc = x_q OP acc for the next n - 1 ranks; AVG divides
  * once), so every element is bit for bit the staged path's and the UCX
- * host ring's. The all-reduce takes this path where the host path would
- * run the ring (recursive doubling and Rabenseifner combine in a butterfly
- * order; their sizes stay staged) and always with two ranks, where every
- * algorithm computes x_0 OP x_1 (commutative).
+ * host ring's. An all-reduce the host path runs by recursive doubling or
+ * Rabenseifner (coll/rd.c: both fold ranks 2v and 2v+1, then combine
+ * virtual ranks v and v ^ 2^k at step k) is summed as that balanced tree
+ * instead (tree_sum), its partial sums in a work slot after the ring's
+ * slots. Both orders pair the same operands; within a pair the operand
+ * order may differ from the host's, which SUM, PROD, MIN and MAX do not
+ * see (commutative; NaN payloads aside). The order is fixed by (n, algo,
+ * element), so every rank gets the same bits, run after run.
  *
  * Failure: the request's deadline, dead peers, abort and mismatch work as
  * for every request (px_request.c): the doorbells are its messages. A
