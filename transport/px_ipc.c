@@ -40,9 +40,8 @@
  * Rabenseifner (coll/rd.c: both fold ranks 2v and 2v+1, then combine
  * virtual ranks v and v ^ 2^k at step k) is summed as that balanced tree
  * instead (tree_sum), its partial sums in a work slot after the ring's
- * slots. Both orders pair the same operands; within a pair the operand
- * order may differ from the host's, which SUM, PROD, MIN and MAX do not
- * see (commutative; NaN payloads aside). The order is fixed by (n, algo,
+ * slots, each pair with the lower ranks' operand first as there (so even
+ * MIN/MAX of signed zeros match). The order is fixed by (n, algo,
  * element), so every rank gets the same bits, run after run.
  *
  * Failure: the request's deadline, dead peers, abort and mismatch work as
@@ -258,12 +257,13 @@ static char *slot_of(const px_request_t *req, int q, uint64_t i)
 
 /* --- one chunk's schedule ------------------------------------------------------------ */
 
-#define ADD(kind, peer, unit, dst, src, n)                                                  \
-    do {                                                                                    \
-        status = px__sched_add(&req->sched, (kind), (peer), (unit), (dst), (src), (n), 0);  \
-        if (status != PX_OK)                                                                \
-            return status;                                                                  \
+#define ADDS(kind, peer, unit, dst, src, n, swap)                                            \
+    do {                                                                                      \
+        status = px__sched_add(&req->sched, (kind), (peer), (unit), (dst), (src), (n), (swap)); \
+        if (status != PX_OK)                                                                  \
+            return status;                                                                    \
     } while (0)
+#define ADD(kind, peer, unit, dst, src, n) ADDS(kind, peer, unit, dst, src, n, 0)
 
 /* A doorbell round: synchronize the device, send one word to `to` (-1:
  * every other rank, -2: none, else that rank), receive one from `from`
@@ -304,9 +304,9 @@ static px_status_t tree_sum(px_request_t *req, uint64_t i, size_t at, int lo, in
     px_status_t status;
 
     if (hi - lo == 1) {
-        if (lo < rem) {
-            ADD(PX__ACT_DEV_COPY, 0, 0, dst, in_of(req, 2 * lo, i, at), bytes);
-            ADD(PX__ACT_DEV_REDUCE, 0, 0, dst, in_of(req, 2 * lo + 1, i, at), len);
+        if (lo < rem) { /* the fold: x_{2v} OP x_{2v+1}, the lower rank's first */
+            ADD(PX__ACT_DEV_COPY, 0, 0, dst, in_of(req, 2 * lo + 1, i, at), bytes);
+            ADD(PX__ACT_DEV_REDUCE, 0, 0, dst, in_of(req, 2 * lo, i, at), len);
         } else {
             ADD(PX__ACT_DEV_COPY, 0, 0, dst, in_of(req, lo + rem, i, at), bytes);
         }
@@ -315,8 +315,8 @@ static px_status_t tree_sum(px_request_t *req, uint64_t i, size_t at, int lo, in
     status = tree_sum(req, i, at, lo, (lo + hi) / 2, rem, dst, work + bytes, len);
     if (status == PX_OK)
         status = tree_sum(req, i, at, (lo + hi) / 2, hi, rem, work, work + bytes, len);
-    if (status == PX_OK)
-        ADD(PX__ACT_DEV_REDUCE, 0, 0, dst, work, len);
+    if (status == PX_OK) /* lower half OP upper half, as every step of coll/rd.c */
+        ADDS(PX__ACT_DEV_REDUCE, 0, 0, dst, work, len, 1);
     return status;
 }
 

@@ -154,8 +154,10 @@ px_status_t px__sched_advance(px_request_t *req, int *progressed_p)
                 px__dev_ops()->mem_copy(a->dst, a->src, (size_t)a->n);
             break;
         case PX__ACT_DEV_REDUCE:
-            status = px__dev_ops()->reduce(a->dst, a->src, a->dst, (size_t)a->n, (int)req->dtype,
-                                           (int)req->op);
+            status = a->swap ? px__dev_ops()->reduce(a->dst, a->dst, a->src, (size_t)a->n,
+                                                     (int)req->dtype, (int)req->op)
+                             : px__dev_ops()->reduce(a->dst, a->src, a->dst, (size_t)a->n,
+                                                     (int)req->dtype, (int)req->op);
             if (status != PX_OK)
                 return px__comm_set_error(req->comm, status, "%s #%u: device reduction of "
                                           "%llu elements failed", px__coll_kind_name(req->kind),

@@ -198,7 +198,7 @@ enum {
                        * (capacity PX__INLINE_MAX_BYTES), checked at the WAIT */
     /* device memory through the registered backend (px__dev_ops; px_ipc.c) */
     PX__ACT_DEV_COPY,   /* mem_copy(dst, src, n bytes) */
-    PX__ACT_DEV_REDUCE, /* dst = src OP dst, n elements (the ring's operand order) */
+    PX__ACT_DEV_REDUCE, /* dst = src OP dst (swap: dst OP src), n elements */
     PX__ACT_DEV_AVG,    /* dst /= comm size, n elements (AVG only) */
     PX__ACT_DEV_SYNC,   /* synchronize: every device op issued so far is done */
 };
