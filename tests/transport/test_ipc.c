@@ -639,6 +639,7 @@ static int rank_kill(px_launch_rank_t *ctx)
         FAIL("the failure came before any device reduction");
     if (s > 30)
         FAIL("the failure took %.1f s", s);
+    px_comm_destroy(ipcc);
     px_transport_set_device_memory(NULL, NULL);
     struct timespec ts = {0, 300 * 1000 * 1000};
     nanosleep(&ts, NULL);
