@@ -31,6 +31,9 @@ static px_knob_t knobs[] = {
     {"PX_SPIN_US", "0", "collective waits poll this long (us) before sleeping on the event fd; -1: "
      "auto (200 us while the job's ranks on this node are no more than its CPUs and the load average "
      "is not above them, else 0)", NULL},
+    {"PX_IPC", "1", "collectives of device buffers between the ranks of one node go through the peers' mapped device memory (CUDA IPC; 0: staged through host memory)", NULL},
+    {"PX_IPC_SLOT_BYTES", "4194304", "bytes of one slot of a rank's device scratch ring for IPC collectives (two slots per rank and communicator)", NULL},
+    {"PX_UCX_CUDA", "1", "where the UCX in use reports CUDA memory support (ucx_info -d lists cuda_copy), point-to-point transfers of device buffers go to UCX directly (0: staged through host memory)", NULL},
     {"PX_UCX_PEER_ERR_MODE", "auto", "UCX peer error handling: auto (remote nodes only), always, never", NULL},
     {"PX_HEARTBEAT_MS", "1000", "daemon heartbeat period to peers (ms)", NULL},
     {"PX_PEER_DEAD_MS", "10000", "a peer daemon silent this long is dead; its jobs fail (ms)", NULL},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds parallax with CUDA here and packs what deploy/gpu-check.sh needs on a
 # GPU machine that has the CUDA driver/runtime, cuBLAS and PyTorch but no
-# Debian packages: the binaries (parallax-rank, px-opcheck, px-coll-bench),
+# Debian packages: the binaries (parallax-rank, px-opcheck, px-coll-bench,
+# px-ipc-check),
 # the non-CUDA shared libraries they load (found with ldd: UCX with its
 # transport modules, libuv, gRPC, protobuf-c, SQLite, OpenBLAS, jansson,
 # inih, libsystemd ...; not glibc, not the CUDA libraries), the Python
@@ -26,12 +27,13 @@ if [ -f "$build/build.ninja" ]; then
 else
   meson setup "$build" "$root" -Dcuda=enabled
 fi
-ninja -C "$build" rank/parallax-rank tests/gpu/px-opcheck transport/tools/px-coll-bench
+ninja -C "$build" rank/parallax-rank tests/gpu/px-opcheck transport/tools/px-coll-bench tests/transport/px-ipc-check
 grep -q '#define PX_HAVE_CUDA 1' "$build/px_config.h" || { echo "gpu-bundle: $build has no CUDA backend" >&2; exit 1; }
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/lib/ucx" "$out/py"
-bins=("$build/rank/parallax-rank" "$build/tests/gpu/px-opcheck" "$build/transport/tools/px-coll-bench")
+bins=("$build/rank/parallax-rank" "$build/tests/gpu/px-opcheck" "$build/transport/tools/px-coll-bench"
+      "$build/tests/transport/px-ipc-check")
 for b in "${bins[@]}"; do
   cp "$b" "$out/bin/"
   strip --strip-unneeded "$out/bin/$(basename "$b")"

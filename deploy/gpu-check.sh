@@ -15,10 +15,14 @@
 #      (two ranks on the one GPU) against one rank, 5 steps, fp32, loss 1e-5;
 #      and one CUDA rank in bf16 against it in fp32 (loss 1e-2) and against
 #      one CPU rank in bf16 (1e-3: the same rounding, different accumulation)
-#   5. collectives: px-coll-bench all-reduce / all-gather busbw, 1-256 MiB,
-#      and NCCL's through torch.distributed
+#   5. collectives: px-ipc-check (2 ranks on the GPU all-reducing, reduce-
+#      scattering, gathering, broadcasting and exchanging device buffers
+#      through CUDA IPC, bit for bit the staged and host paths), then
+#      px-coll-bench all-reduce / all-gather busbw, 1-256 MiB, on host
+#      buffers, device buffers staged (PX_IPC=0) and through CUDA IPC, and
+#      NCCL's through torch.distributed
 # Usage: ./gpu-check.sh [--quick]   (--quick: 5 steps instead of 30)
-# Exit status: 0 when the op checks and both equivalence checks pass.
+# Exit status: 0 when the op checks, the equivalence checks and px-ipc-check pass.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -131,14 +135,20 @@ compare "bf16 1 CUDA rank vs fp32 1 CUDA rank" "$work/gpu1b.txt" "$work/gpu1.txt
 compare "bf16 1 CUDA rank vs bf16 1 CPU rank" "$work/gpu1b.txt" "$work/cpu1b.txt" 1e-3 || { fail=1; tail -5 "$work/cpu1b.err"; }
 
 section "5. collectives busbw (GB/s), 2 ranks"
+echo "-- px-ipc-check: dp=2 ranks on GPU 0, device buffers through CUDA IPC vs staged vs host, bit for bit"
+timeout 150 "$bin/px-ipc-check" -n 2 --device cuda > "$work/ipc_check.txt" 2>&1; rc=$?
+tail -6 "$work/ipc_check.txt"; [ $rc -eq 0 ] || { echo "px-ipc-check: exit $rc"; fail=1; }
 for op in all_reduce all_gather; do
   echo "-- px-coll-bench $op, host buffers"
   timeout 90 "$bin/px-coll-bench" -n 2 --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8 | tee "$work/host_$op.txt"
-  echo "-- px-coll-bench $op, device buffers (both ranks on GPU 0; staged through pinned host memory in 4 MiB chunks, copies on a copy stream)"
+  echo "-- px-coll-bench $op, device buffers staged (PX_IPC=0: through pinned host memory in 4 MiB chunks, copies on a copy stream)"
+  PX_IPC=0 timeout 120 "$bin/px-coll-bench" -n 2 --device cuda --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8 | tee "$work/stage_$op.txt"
+  echo "-- px-coll-bench $op, device buffers through CUDA IPC (both ranks on GPU 0: device-to-device copies, device reduction)"
   timeout 120 "$bin/px-coll-bench" -n 2 --device cuda --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8 | tee "$work/dev_$op.txt"
   h=$(awk '$1 == 67108864 {print $7}' "$work/host_$op.txt")
+  st=$(awk '$1 == 67108864 {print $7}' "$work/stage_$op.txt")
   d=$(awk '$1 == 67108864 {print $7}' "$work/dev_$op.txt")
-  echo "$op 64 MiB busbw: device $d GB/s, host $h GB/s, device/host $(ratio "${d:-0}" "${h:-0}")x (goal >= 0.9)"
+  echo "$op 64 MiB busbw: device IPC $d GB/s, device staged $st GB/s, host $h GB/s; IPC/staged $(ratio "${d:-0}" "${st:-0}")x, IPC/host $(ratio "${d:-0}" "${h:-0}")x (goal >= 0.9)"
 done
 echo "-- NCCL through torch.distributed"
 timeout 260 $py "$here/py/nccl_bench.py" 2>&1 | tail -12

@@ -36,6 +36,15 @@ typedef struct px_attn_block {
     size_t q_bs, q_ld, kv_bs, kv_ld, v_off, o_bs, o_ld, lse_bs, lse_hs;
 } px_attn_block_t;
 
+/* An opaque inter-process handle of device memory (ipc_handle below):
+ * `bytes` as the backend fills them (CUDA: a cudaIpcMemHandle_t, 64 bytes,
+ * of the allocation's base), `offset` the pointer's distance in bytes from
+ * that base. Plain data: it travels between processes as it is. */
+typedef struct px_ipc_handle {
+    unsigned char bytes[64];
+    uint64_t offset;
+} px_ipc_handle_t;
+
 typedef struct px_kernel_ops {
     const char *name; /* "cpu", "cuda" */
 
@@ -269,6 +278,45 @@ typedef struct px_kernel_ops {
      * ops on the compute stream see the result. NULL (cpu): none. */
     uint64_t (*mem_copy_async)(void *dst, const void *src, size_t bytes, int to_host);
     void (*copy_wait)(uint64_t ticket);
+
+    /* ---- device buffers shared between the processes of one node (issue
+     * 12; the transport's CUDA IPC path, transport/px_ipc.c, as NCCL's P2P
+     * transport). NULL in backends without them (cpu): the transport then
+     * stages device buffers through host memory. Ordered on the compute
+     * stream like every op above; `synchronize` makes their results
+     * visible to other processes. */
+    /* dst[i] = a[i] OP b[i] for i < count elements of `dtype` (px_dtype_t)
+     * with `op` (px_redop_t): the semantics and operand order of
+     * px_reduce_apply (kernels/px_reduce.h: AVG adds, integers wrap,
+     * fp16/bf16 in fp32 rounded once), on this backend's memory; dst may
+     * be a or b. a and b may be a peer's memory opened by ipc_open.
+     * PX_ERR_INVALID_ARGUMENT for an unknown dtype/op, PX_ERR_INTERNAL when
+     * the launch fails. CUDA: px_reduce_cuda.cu's kernel. */
+    px_status_t (*reduce)(void *dst, const void *a, const void *b, size_t count, int dtype,
+                          int op);
+    /* dst[i] /= n (count elements): AVG's last step, as
+     * px_reduce_avg_finish (floats divide exactly, integers truncate). */
+    void (*reduce_avg_finish)(void *dst, size_t count, int dtype, int n);
+    /* A handle other processes of this node can open for the allocation
+     * that holds `ptr` (CUDA: cudaIpcGetMemHandle of the allocation's base,
+     * from cuMemGetAddressRange, and ptr's offset from that base). The
+     * handle is plain bytes (copy it anywhere); it stays valid while the
+     * allocation lives. PX_ERR_INVALID_ARGUMENT when ptr is not this
+     * backend's memory, PX_ERR_INTERNAL when the runtime refuses. */
+    px_status_t (*ipc_handle)(const void *ptr, px_ipc_handle_t *handle_p);
+    /* Maps a peer's handle into this process: *ptr_p = the peer's ptr as
+     * seen here (the base mapping plus the handle's offset), usable as a
+     * source or destination of mem_copy and reduce. Opening is expensive
+     * (CUDA: cudaIpcOpenMemHandle), so the backend caches mappings per
+     * handle and counts references; every successful ipc_open is paired
+     * with one ipc_close of the same handle. Errors: PX_ERR_INTERNAL (the
+     * runtime cannot open it: another node's handle, a freed allocation, a
+     * device without peer access), logged. */
+    px_status_t (*ipc_open)(const px_ipc_handle_t *handle, void **ptr_p);
+    /* Drops one reference to `handle`'s mapping (unmapped at the last);
+     * an unknown handle is a no-op. The caller has synchronized every op
+     * that used the mapping. */
+    void (*ipc_close)(const px_ipc_handle_t *handle);
 } px_kernel_ops_t;
 
 /* The CPU op table (OpenBLAS). Static; never NULL. */

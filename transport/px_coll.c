@@ -34,6 +34,7 @@
 #include "px_env.h"
 #include "px_log.h"
 #include "px_reduce.h"
+#include "px_ipc.h"
 #include "px_shm.h"
 
 #define BCAST_TREE_MAX_BYTES (512u * 1024u)
@@ -245,6 +246,20 @@ static px_status_t start_fail(px_request_t *req, px_status_t status)
 static const px_kernel_ops_t *dev_ops;
 static int (*dev_is_device)(const void *p);
 
+/* Whether a collective on device buffers goes through the peers' mapped
+ * device memory (px_ipc.h) instead of staging: `a` and `b` (NULL: none, as
+ * broadcast) device memory, more than one rank, elements to move, no
+ * fp16/bf16 reduction, and IPC on for the communicator (whose first such
+ * call is the collective setup: the same arguments on every rank make the
+ * same call). */
+static int use_ipc(px_comm_t *comm, const void *a, const void *b, uint64_t count,
+                   px_dtype_t dtype, int reduces, const px_coll_opts_t *opts)
+{
+    return dev_is_device && comm->size > 1 && count > 0 && !(reduces && is_half(dtype)) && a &&
+           dev_is_device(a) && (!b || dev_is_device(b)) &&
+           px__ipc_ready(comm, opts && opts->timeout_ms > 0 ? opts->timeout_ms : -1);
+}
+
 void px_transport_set_device_memory(const px_kernel_ops_t *k, int (*is_device)(const void *p))
 {
     dev_ops = k && is_device ? k : NULL;
@@ -306,6 +321,7 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
     const void *src = sendbuf;
     void *dst = recvbuf;
     px_algo_t algo;
+    int ipc;
 
     if (status != PX_OK)
         return status;
@@ -337,6 +353,8 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
                      ? PX_ALGO_RABENSEIFNER
                  : PX_ALGO_RING;
         uint64_t bytes = count * wire;
+        /* IPC sums in the order of the algorithm the host path runs */
+        ipc = use_ipc(comm, sendbuf, recvbuf, count, dtype, 1, opts);
         if (algo == PX_ALGO_RECURSIVE_DOUBLING && count > 0 && comm->size > 1 &&
             bytes <= PX__INLINE_MAX_BYTES && !px__inline_disable && !on_device(sendbuf, recvbuf) &&
             !comm->shm &&
@@ -375,7 +393,9 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
         dst = t;
     }
     req->algo = algo;
-    if (on_device(sendbuf, recvbuf)) /* chunked through host buffers (px_stage.c) */
+    if (ipc) /* through the peers' mapped device memory (px_ipc.c) */
+        status = px__ipc_allreduce(req, sendbuf, recvbuf, count, algo);
+    else if (on_device(sendbuf, recvbuf)) /* chunked through host buffers (px_stage.c) */
         status = px__stage_allreduce(req, sendbuf, recvbuf, count, algo);
     else if (algo == PX_ALGO_RECURSIVE_DOUBLING)
         status = px__rd_allreduce_build(req, src, dst);
@@ -401,7 +421,7 @@ px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *
     px_status_t status;
     uint64_t n;
     size_t esz;
-    int inplace;
+    int inplace, ipc;
 
     status = check_common(comm, "px_reduce_scatter", dtype, (int)op, recvcount,
                           comm ? (uint64_t)comm->size : 1, 0, 0, req_p);
@@ -419,6 +439,7 @@ px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *
     if (use_shm(comm, PX__COLL_REDUCE_SCATTER, sendbuf, recvbuf, dtype, 1, n * recvcount * esz))
         return px__shm_start(comm, PX__COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype,
                              op, -1, opts, req_p);
+    ipc = use_ipc(comm, sendbuf, recvbuf, recvcount, dtype, 1, opts);
     status = px__req_create(comm, PX__COLL_REDUCE_SCATTER, dtype, op, recvcount, -1, NULL, NULL,
                             opts, &req);
     if (status != PX_OK)
@@ -431,8 +452,10 @@ px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *
                 dev_ops->mem_copy(recvbuf, sendbuf, (size_t)recvcount * esz);
             goto out;
         }
-        /* chunked through host buffers (px_stage.c) */
-        status = px__stage_reduce_scatter(req, sendbuf, recvbuf, recvcount);
+        /* through the peers' mapped device memory (px_ipc.c), or chunked
+         * through host buffers (px_stage.c) */
+        status = ipc ? px__ipc_reduce_scatter(req, sendbuf, recvbuf, recvcount)
+                     : px__stage_reduce_scatter(req, sendbuf, recvbuf, recvcount);
         if (status != PX_OK)
             return start_fail(req, status);
         req->algo = PX_ALGO_RING;
@@ -479,6 +502,7 @@ px_status_t px_allgather_start(px_comm_t *comm, const void *sendbuf, void *recvb
     px_status_t status;
     size_t esz;
     char *mine;
+    int ipc;
 
     status = check_common(comm, "px_allgather", dtype, -1, sendcount,
                           comm ? (uint64_t)comm->size : 1, 0, 0, req_p);
@@ -490,6 +514,7 @@ px_status_t px_allgather_start(px_comm_t *comm, const void *sendbuf, void *recvb
                 (uint64_t)comm->size * sendcount * esz))
         return px__shm_start(comm, PX__COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, PX_SUM,
                              -1, opts, req_p);
+    ipc = use_ipc(comm, sendbuf, recvbuf, sendcount, dtype, 0, opts);
     status = px__req_create(comm, PX__COLL_ALLGATHER, dtype, PX_SUM, sendcount, -1, NULL, NULL,
                             opts, &req);
     if (status != PX_OK)
@@ -503,8 +528,10 @@ px_status_t px_allgather_start(px_comm_t *comm, const void *sendbuf, void *recvb
         goto out;
     }
     if (on_device(sendbuf, recvbuf)) {
-        /* chunked through host buffers (px_stage.c) */
-        status = px__stage_allgather(req, sendbuf, recvbuf, sendcount);
+        /* through the peers' mapped device memory (px_ipc.c), or chunked
+         * through host buffers (px_stage.c) */
+        status = ipc ? px__ipc_allgather(req, sendbuf, recvbuf, sendcount)
+                     : px__stage_allgather(req, sendbuf, recvbuf, sendcount);
         if (status != PX_OK)
             return start_fail(req, status);
         req->algo = PX_ALGO_RING;
@@ -548,6 +575,7 @@ px_status_t px_bcast_start(px_comm_t *comm, void *buf, uint64_t count, px_dtype_
     px_status_t status = check_common(comm, "px_bcast", dtype, -1, count, 1, 1, root, req_p);
     px_algo_t algo;
     uint64_t bytes;
+    int ipc;
 
     if (status != PX_OK)
         return status;
@@ -555,15 +583,16 @@ px_status_t px_bcast_start(px_comm_t *comm, void *buf, uint64_t count, px_dtype_
     if (use_shm(comm, PX__COLL_BCAST, buf, NULL, dtype, 0, count * px_dtype_size(dtype)))
         return px__shm_start(comm, PX__COLL_BCAST, NULL, buf, count, dtype, PX_SUM, root, opts,
                              req_p);
+    ipc = use_ipc(comm, buf, NULL, count, dtype, 0, opts);
     status = px__req_create(comm, PX__COLL_BCAST, dtype, PX_SUM, count, root, NULL, NULL, opts,
                             &req);
     if (status != PX_OK)
         return status;
     if (count == 0 || comm->size == 1)
         goto out;
-    if (on_device(buf, NULL)) { /* chunked through host buffers (px_stage.c) */
+    if (on_device(buf, NULL)) { /* peers' device memory (px_ipc.c) or staged (px_stage.c) */
         req->algo = PX_ALGO_TREE;
-        status = px__stage_bcast(req, buf, count);
+        status = ipc ? px__ipc_bcast(req, buf, count) : px__stage_bcast(req, buf, count);
         if (status != PX_OK)
             return start_fail(req, status);
         goto out;
@@ -712,6 +741,7 @@ static px_status_t alltoallv_common(px_comm_t *comm, int kind, const void *sendb
     px_status_t status;
     px_algo_t algo;
     uint64_t total_s = 0, total_r = 0;
+    int ipc;
 
     for (int p = 0; p < comm->size; p++) {
         total_s += sendcounts[p];
@@ -720,6 +750,7 @@ static px_status_t alltoallv_common(px_comm_t *comm, int kind, const void *sendb
     NEED(!total_s || sendbuf, "px_alltoall");
     NEED(!total_r || recvbuf, "px_alltoall");
     NEED(!total_s || !total_r || sendbuf != recvbuf, "px_alltoall (no in-place form)");
+    ipc = kind == PX__COLL_ALLTOALL && use_ipc(comm, sendbuf, recvbuf, hdr_count, dtype, 0, opts);
     status = px__req_create(comm, kind, dtype, PX_SUM, hdr_count, -1,
                             kind == PX__COLL_ALLTOALLV ? sendcounts : NULL,
                             kind == PX__COLL_ALLTOALLV ? recvcounts : NULL, opts, &req);
@@ -732,6 +763,8 @@ static px_status_t alltoallv_common(px_comm_t *comm, int kind, const void *sendb
     if (on_device(sendbuf, recvbuf) && kind == PX__COLL_ALLTOALLV) /* staged whole (px_stage.c) */
         status = px__stage_alltoallv(req, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
                                      rdispls, algo);
+    else if (ipc) /* all-to-all through the peers' mapped device memory (px_ipc.c) */
+        status = px__ipc_alltoall(req, sendbuf, recvbuf, hdr_count);
     else if (on_device(sendbuf, recvbuf)) /* all-to-all: chunked through host buffers */
         status = hdr_count ? px__stage_alltoall(req, sendbuf, recvbuf, hdr_count, algo) : PX_OK;
     else
@@ -923,7 +956,11 @@ static px_status_t p2p_start(px_comm_t *comm, int is_send, int peer, uint32_t ta
     if (status != PX_OK)
         return status;
     t = px__tag(comm->id, PX__TAG_KIND_P2P, (unsigned)(is_send ? comm->rank : peer), tag);
-    if (bytes && on_device(buf, NULL)) {
+    if (bytes && on_device(buf, NULL) && px_transport_cuda_memory(comm->tr)) {
+        /* UCX moves device memory itself: the pointer goes to it as it is */
+        if (is_send)
+            dev_ops->synchronize(); /* the kernels that wrote buf are done */
+    } else if (bytes && on_device(buf, NULL)) {
         size_t chunk = stage_chunk < bytes ? stage_chunk : (size_t)bytes;
         if (!px__req_tmp(req, 0, chunk) || !px__req_tmp(req, 1, chunk))
             return start_fail(req, PX_ERR_NO_MEMORY);

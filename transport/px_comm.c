@@ -31,6 +31,7 @@
 
 #include "px_env.h"
 #include "px_log.h"
+#include "px_ipc.h"
 #include "px_shm.h"
 #include "px_time.h"
 
@@ -410,6 +411,7 @@ void px_comm_destroy(px_comm_t *comm)
     px__comm_unlink(comm);
     px__comm_drop_requests(comm);
     px__shm_destroy(comm);
+    px__ipc_destroy(comm);
     if (comm->peers && comm->size > 1 && !comm->active && !comm->failed)
         goodbye(comm);
     if (comm->active)

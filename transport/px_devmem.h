@@ -25,8 +25,14 @@
  * Host temporaries (staging included) come from the registered pinned
  * allocator (cudaHostAlloc through the CUDA backend) when one is set.
  *
- * Not yet: CUDA IPC between the GPUs of one node, and UCX's own CUDA support
- * (ARCHITECTURE.md section 4).
+ * Between the ranks of one node, when the registered backend has the IPC
+ * ops (px_kernels.h: reduce, ipc_handle, ipc_open ...: the CUDA table),
+ * those five collectives go device to device through the peers' mapped
+ * scratch rings instead (px_ipc.h; PX_IPC=0 turns it off), with the same
+ * results bit for bit; staging stays for ranks on several nodes.
+ * Where UCX itself moves CUDA memory (px_transport_cuda_memory),
+ * point-to-point transfers of device buffers go to UCX unstaged; the
+ * collectives across nodes still stage.
  * Process-wide; set before any collective, from the thread that runs them. */
 #ifndef PX_DEVMEM_H
 #define PX_DEVMEM_H

@@ -80,6 +80,7 @@
 #include "px_env.h"
 #include "px_log.h"
 #include "px_reduce.h"
+#include "px_ipc.h"
 #include "px_shm.h"
 #include "px_time.h"
 
@@ -220,6 +221,7 @@ static void req_free(px_request_t *req)
     release_tmps(req);
     px__sched_free(&req->sched);
     px__stage_free(req->staged);
+    px__ipc_req_free(req->ipc);
     free(req->hdr_out);
     free(req->hdr_in);
     free(req->hdr_expect);
@@ -682,6 +684,7 @@ static void req_end(px_request_t *req, px_status_t status)
     else
         half_finish(req);
     px__stage_drain(req->staged); /* no staging copy still uses the buffers */
+    px__ipc_req_end(req, status);
     req->status = status;
     release_tmps(req);
 }
@@ -1011,6 +1014,8 @@ void px_request_cancel(px_request_t *req)
         return;
     if (req->shm && req->status == PX_INPROGRESS)
         px__shm_off(req->comm); /* the ranks' segment counters no longer agree */
+    if (req->status == PX_INPROGRESS)
+        px__ipc_req_end(req, PX_ERR_ABORTED); /* nor do the device rings' */
     px__cancel_ops(req->comm, req);
     req_free(req);
 }

@@ -149,6 +149,28 @@ px_status_t px__sched_advance(px_request_t *req, int *progressed_p)
             if (req->op == PX_AVG)
                 px_reduce_avg_finish((int)req->dtype, a->dst, (size_t)a->n, req->comm->size);
             break;
+        case PX__ACT_DEV_COPY:
+            if (a->n && a->dst != a->src)
+                px__dev_ops()->mem_copy(a->dst, a->src, (size_t)a->n);
+            break;
+        case PX__ACT_DEV_REDUCE:
+            status = a->swap ? px__dev_ops()->reduce(a->dst, a->dst, a->src, (size_t)a->n,
+                                                     (int)req->dtype, (int)req->op)
+                             : px__dev_ops()->reduce(a->dst, a->src, a->dst, (size_t)a->n,
+                                                     (int)req->dtype, (int)req->op);
+            if (status != PX_OK)
+                return px__comm_set_error(req->comm, status, "%s #%u: device reduction of "
+                                          "%llu elements failed", px__coll_kind_name(req->kind),
+                                          req->seq, (unsigned long long)a->n);
+            break;
+        case PX__ACT_DEV_AVG:
+            if (req->op == PX_AVG)
+                px__dev_ops()->reduce_avg_finish(a->dst, (size_t)a->n, (int)req->dtype,
+                                                 req->comm->size);
+            break;
+        case PX__ACT_DEV_SYNC:
+            px__dev_ops()->synchronize();
+            break;
         default:
             return PX_ERR_INTERNAL;
         }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "px_env.h"
 #include "px_log.h"
 
 px_status_t px_addr_table_init(px_addr_table_t *table, int world_size)
@@ -43,6 +44,26 @@ void px_addr_table_free(px_addr_table_t *table)
     free(table->addr_lens);
     free(table->nodes);
     memset(table, 0, sizeof(*table));
+}
+
+/* Whether the UCX in use moves CUDA device memory itself (a UCX built with
+ * CUDA: ucp_context_query's memory types include UCS_MEMORY_TYPE_CUDA, so
+ * its cuda_copy / cuda_ipc / GPUDirect RDMA transports take device
+ * pointers). Debian's UCX is built without CUDA and says no. */
+static int ucx_cuda_memory(ucp_context_h context)
+{
+    ucp_context_attr_t attr;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    if (ucp_context_query(context, &attr) != UCS_OK)
+        return 0;
+    return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+int px_transport_cuda_memory(const px_transport_t *transport)
+{
+    return transport && transport->cuda_memory && px_env_int("PX_UCX_CUDA") != 0;
 }
 
 px_status_t px_transport_create(px_transport_t **transport_p)
@@ -97,6 +118,7 @@ px_status_t px_transport_create(px_transport_t **transport_p)
         status = PX_ERR_INTERNAL;
         goto err_destroy_worker;
     }
+    tr->cuda_memory = ucx_cuda_memory(tr->context);
     *transport_p = tr;
     return PX_OK;
 

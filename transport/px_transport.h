@@ -56,6 +56,13 @@ void px_transport_destroy(px_transport_t *transport);
 /* This worker's address; borrowed for the transport's life. */
 px_status_t px_transport_address(px_transport_t *transport, const void **addr_p,
                                  size_t *len_p);
+/* 1 when the UCX in use moves CUDA device memory itself (ucp_context_query:
+ * memory_types has UCS_MEMORY_TYPE_CUDA, as a UCX built --with-cuda
+ * reports; Debian's does not) and PX_UCX_CUDA is not 0; then point-to-point
+ * transfers of device buffers post the device pointer to UCX instead of
+ * staging it (GPUDirect RDMA across nodes). Every rank of a job must run
+ * the same UCX (both ends of a transfer take the same path). 0 for NULL. */
+int px_transport_cuda_memory(const px_transport_t *transport);
 
 /* Builds the world communicator: `rank` is this process's rank in `table`,
  * `node` its node name. Connects endpoints to every other rank and checks

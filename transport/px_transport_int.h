@@ -74,6 +74,7 @@ struct px_transport {
     ucp_address_t *address;
     size_t address_len;
     int efd;              /* worker event fd (ucp_worker_get_efd) */
+    int cuda_memory;      /* UCX reports CUDA memory support (px_transport_cuda_memory) */
     int n_comms;          /* live communicators (destroy order check) */
     void **leftover;      /* op records of destroyed comms whose sends never
                            * completed: freed after ucp_worker_destroy */
@@ -169,6 +170,8 @@ struct px_comm {
     size_t chunk_bytes;   /* PX_ALLREDUCE_CHUNK_BYTES */
     px__buf_t bufs[PX__NBUF]; /* cached temporaries, grow-only, freed at destroy */
     struct px__shm *shm;  /* the shared-memory path (px_shm.h), NULL when off */
+    struct px__ipc *ipc;  /* device buffers through the peers' mapped rings (px_ipc.h) */
+    int ipc_state;        /* 0 not set up yet, 1 on, -1 off (device buffers staged) */
 };
 
 /* Pipeline depth of the ring (chunks in flight per direction). */
@@ -193,6 +196,11 @@ enum {
                        * into dst (staging), sent to peer on the header tag */
     PX__ACT_HRECV,    /* header-in-data: header then n bytes from peer into dst
                        * (capacity PX__INLINE_MAX_BYTES), checked at the WAIT */
+    /* device memory through the registered backend (px__dev_ops; px_ipc.c) */
+    PX__ACT_DEV_COPY,   /* mem_copy(dst, src, n bytes) */
+    PX__ACT_DEV_REDUCE, /* dst = src OP dst (swap: dst OP src), n elements */
+    PX__ACT_DEV_AVG,    /* dst /= comm size, n elements (AVG only) */
+    PX__ACT_DEV_SYNC,   /* synchronize: every device op issued so far is done */
 };
 
 typedef struct px__act {
@@ -328,6 +336,7 @@ struct px_request {
     size_t p2p_off[2], p2p_len[2];
 
     void *shm;             /* shared-memory path state (px_shm.c), freed with the request */
+    struct px__ipcreq *ipc; /* device buffers through the peers' rings (px_ipc.c), or NULL */
     void *tmp[4];          /* temporaries (comm cache or owned): 0, 1 algorithm, 2 ring
                             * slots, 3 fp16/bf16 or device staging */
 };

@@ -111,4 +111,14 @@ void px__cuda_moe_combine_backward(float *dy, float *dw, const float *dout, cons
                                    const int32_t *rows, const float *w, const int32_t *widx,
                                    int n, int C);
 
+/* px_ipc_cuda.cu: the table's reduce / reduce_avg_finish and CUDA IPC
+ * handle ops (px_kernels.h, "device buffers shared between the processes
+ * of one node"). */
+extern "C" px_status_t px__cuda_reduce(void *dst, const void *a, const void *b, size_t count,
+                                       int dtype, int op);
+extern "C" void px__cuda_reduce_avg(void *dst, size_t count, int dtype, int n);
+extern "C" px_status_t px__cuda_ipc_handle(const void *ptr, px_ipc_handle_t *handle_p);
+extern "C" px_status_t px__cuda_ipc_open(const px_ipc_handle_t *handle, void **ptr_p);
+extern "C" void px__cuda_ipc_close(const px_ipc_handle_t *handle);
+
 #endif

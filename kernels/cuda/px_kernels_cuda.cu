@@ -699,6 +699,11 @@ static const px_kernel_ops_t cuda_ops = {
     .mem_info = cuda_mem_info,
     .mem_copy_async = cuda_mem_copy_async,
     .copy_wait = cuda_copy_wait,
+    .reduce = px__cuda_reduce,
+    .reduce_avg_finish = px__cuda_reduce_avg,
+    .ipc_handle = px__cuda_ipc_handle,
+    .ipc_open = px__cuda_ipc_open,
+    .ipc_close = px__cuda_ipc_close,
 };
 
 extern "C" int px_cuda_device_count(void)

@@ -1,0 +1,588 @@
+/* px_ipc.c: collectives on device buffers between the ranks of one node,
+ * through scratch rings in device memory that every peer maps (px_ipc.h;
+ * CUDA IPC as NCCL's P2P transport uses it: each GPU's buffers opened by
+ * its node's other processes with cudaIpcOpenMemHandle, data moved by
+ * device-to-device copies, reductions by device kernels).
+ *
+ * Per communicator (setup at first use, px__ipc_ready): each rank owns a
+ * ring of PX__IPC_NSLOT slots of `slot` bytes of device memory; every rank
+ * maps every peer's ring. A collective runs chunk by chunk; chunk i uses
+ * slot i % 2 of every rank. Chunks are cut as the staged path cuts them
+ * (px_stage.c): for the blocked layouts (all-reduce, reduce-scatter,
+ * all-gather, all-to-all) chunk i is slice i of each of the n blocks, laid
+ * out block after block in the slot; broadcast's chunks are contiguous.
+ *
+ *   all-reduce / reduce-scatter, chunk i: copy our slices of every block
+ *     into our slot; doorbell READY; rank r reduces block r's slice reading
+ *     every rank's slot in the ring's order (below) into its output; the
+ *     all-reduce copies that result into its own slot, rings DONE, and
+ *     every rank copies block q's result from rank q's slot.
+ *   all-gather / all-to-all: copy in, READY, every rank copies what it
+ *     needs straight from the peers' slots into its output.
+ *   broadcast: the root copies in and rings READY to every rank; each
+ *     copies out and answers ACK to the root.
+ *   the last chunk of every collective ends with a FIN round, so that when
+ *     a collective completes nobody reads anyone's ring any more.
+ * A doorbell is an 8-byte UCX message per peer (tag kind STAGE, chunk
+ * index, unit = the round), sent after `synchronize` (the device ops that
+ * wrote the slot, or read the peers', are finished). Slot reuse: a rank
+ * writes slot i % 2 again at chunk i + 2 only after every peer's READY of
+ * chunk i + 1, which each peer sends after finishing chunk i. Concurrent
+ * device collectives on one communicator share the rings, so they run one
+ * at a time, in start order (the same on every rank).
+ *
+ * Sum order: the ring (coll/ring.c) with owner shift o reduces block b
+ * starting at rank b - o + 1 and combining rank q's input as x_q OP acc
+ * around the ring; the reducer of block b here does exactly that
+ * (acc = x_{b-o+1}; acc = x_q OP acc for the next n - 1 ranks; AVG divides
+ * once), so every element is bit for bit the staged path's and the UCX
+ * host ring's. An all-reduce the host path runs by recursive doubling or
+ * Rabenseifner (coll/rd.c: both fold ranks 2v and 2v+1, then combine
+ * virtual ranks v and v ^ 2^k at step k) is summed as that balanced tree
+ * instead (tree_sum), its partial sums in a work slot after the ring's
+ * slots, each pair with the lower ranks' operand first as there (so even
+ * MIN/MAX of signed zeros match). The order is fixed by (n, algo,
+ * element), so every rank gets the same bits, run after run.
+ *
+ * Failure: the request's deadline, dead peers, abort and mismatch work as
+ * for every request (px_request.c): the doorbells are its messages. A
+ * failed or cancelled IPC collective turns the path off for the
+ * communicator (px__ipc_req_end).
+ *
+ * Runs on the thread using the communicator. */
+#include "px_ipc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "px_env.h"
+#include "px_log.h"
+
+struct px__ipc {
+    const px_kernel_ops_t *k; /* the backend that allocated and mapped */
+    char *mine;               /* this rank's ring (mem_alloc), NULL when off */
+    char **ring;              /* [n]: every rank's ring as mapped here (ring[rank] = mine) */
+    px_ipc_handle_t *handles; /* [n] */
+    size_t slot;              /* bytes per slot (the smallest any rank offered) */
+};
+
+enum { IPC_AR = 1, IPC_RS, IPC_AG, IPC_BCAST, IPC_A2A };
+enum { U_READY = 0, U_DONE = 1, U_FIN = 2 };
+
+struct px__ipcreq {
+    int what;             /* IPC_* */
+    int o;                /* the ring's owner shift (all-reduce 1, reduce-scatter 0) */
+    int tree;             /* all-reduce in recursive doubling's order (not the ring's) */
+    const char *src;      /* device input (broadcast: the buffer) */
+    char *dst;            /* device output (broadcast: the buffer) */
+    size_t esz;
+    uint64_t blen, brem;  /* blocked: block b has blen + (b < brem) elements */
+    uint64_t count;       /* broadcast: elements */
+    uint64_t pc;          /* elements per chunk (blocked: per block slice) */
+    uint64_t nchunks, next;
+    int running;          /* chunk next - 1's schedule is in req->sched */
+    int turn;             /* this request holds the rings */
+    int finished;         /* its last chunk is done */
+    uint64_t *rbuf;       /* [n] doorbell receive words */
+};
+
+static const uint64_t bell_word = 0x7078697063626c6cull; /* "pxipcbll" */
+
+/* --- setup ------------------------------------------------------------------- */
+
+static int same_node(const px_comm_t *comm)
+{
+    const px_comm_t *w = comm->root;
+    const char *first;
+
+    if (!w->nodes)
+        return 0;
+    first = w->nodes[px_comm_world_rank(comm, 0)];
+    for (int r = 1; r < comm->size; r++)
+        if (strcmp(first, w->nodes[px_comm_world_rank(comm, r)]) != 0)
+            return 0;
+    return 1;
+}
+
+static int has_ipc_ops(const px_kernel_ops_t *k)
+{
+    return k && k->reduce && k->reduce_avg_finish && k->ipc_handle && k->ipc_open &&
+           k->ipc_close && k->mem_alloc && k->mem_free && k->mem_copy && k->synchronize;
+}
+
+/* One rank's offer in the setup all-gather. */
+typedef struct {
+    int32_t ok;
+    int32_t pad;
+    uint64_t slot;
+    px_ipc_handle_t handle;
+} offer_t;
+
+static void ipc_free(px_comm_t *comm)
+{
+    struct px__ipc *ipc = comm->ipc;
+    if (!ipc)
+        return;
+    if (ipc->ring)
+        for (int q = 0; q < comm->size; q++)
+            if (q != comm->rank && ipc->ring[q])
+                ipc->k->ipc_close(&ipc->handles[q]);
+    if (ipc->mine) {
+        ipc->k->synchronize();
+        ipc->k->mem_free(ipc->mine);
+    }
+    free(ipc->ring);
+    free(ipc->handles);
+    free(ipc);
+    comm->ipc = NULL;
+}
+
+void px__ipc_destroy(px_comm_t *comm)
+{
+    if (comm)
+        ipc_free(comm);
+}
+
+int px__ipc_ready(px_comm_t *comm, int timeout_ms)
+{
+    const px_kernel_ops_t *k = px__dev_ops();
+    const int n = comm->size, r = comm->rank;
+    struct px__ipc *ipc;
+    offer_t me = {0}, *all;
+    int32_t opened, agreed = 0;
+    long slot_env;
+    px_coll_opts_t o = {PX_ALGO_AUTO, timeout_ms};
+
+    if (comm->ipc_state)
+        return comm->ipc_state > 0;
+    comm->ipc_state = -1;
+    all = calloc((size_t)n, sizeof(*all));
+    ipc = calloc(1, sizeof(*ipc));
+    if (ipc) {
+        ipc->ring = calloc((size_t)n, sizeof(*ipc->ring));
+        ipc->handles = calloc((size_t)n, sizeof(*ipc->handles));
+    }
+    comm->ipc = ipc;
+    slot_env = px_env_int("PX_IPC_SLOT_BYTES");
+    me.slot = slot_env < 4096 ? 4096 : ((uint64_t)slot_env + 255) & ~(uint64_t)255;
+    me.ok = all && ipc && ipc->ring && ipc->handles && px_env_int("PX_IPC") != 0 &&
+            has_ipc_ops(k) && same_node(comm);
+    if (me.ok) {
+        ipc->k = k;
+        /* the slots, then a work slot for the reducer's partial sums */
+        ipc->mine = k->mem_alloc((PX__IPC_NSLOT + 1) * (size_t)me.slot);
+        me.ok = ipc->mine && k->ipc_handle(ipc->mine, &me.handle) == PX_OK;
+    }
+    if (!all) {
+        px_error("comm %u rank %d: no memory for the IPC setup", comm->id, r);
+        ipc_free(comm);
+        return 0;
+    }
+    if (px_allgather(comm, &me, all, sizeof(me), PX_UINT8, &o) != PX_OK)
+        goto out;
+    opened = 1;
+    for (int q = 0; opened && q < n; q++)
+        if (!all[q].ok)
+            opened = 0;
+    if (opened) {
+        ipc->slot = (size_t)all[0].slot;
+        for (int q = 0; q < n; q++) {
+            if ((size_t)all[q].slot < ipc->slot)
+                ipc->slot = (size_t)all[q].slot;
+            ipc->handles[q] = all[q].handle;
+        }
+        ipc->ring[r] = ipc->mine;
+        for (int q = 0; opened && q < n; q++) {
+            void *p = NULL;
+            if (q == r)
+                continue;
+            if (k->ipc_open(&all[q].handle, &p) != PX_OK) {
+                px_warn("comm %u rank %d: cannot map rank %d's device ring: device buffers "
+                        "are staged through host memory", comm->id, r, q);
+                opened = 0;
+                break;
+            }
+            ipc->ring[q] = p;
+        }
+    }
+    if (px_allreduce(comm, &opened, &agreed, 1, PX_INT32, PX_MIN, timeout_ms) != PX_OK)
+        agreed = 0;
+out:
+    free(all);
+    if (agreed) {
+        comm->ipc_state = 1;
+        px_debug("comm %u: device buffers go through IPC (%d ranks, slot %zu bytes)", comm->id,
+                 n, ipc->slot);
+        return 1;
+    }
+    ipc_free(comm);
+    return 0;
+}
+
+/* --- chunk geometry (px_stage.c's) ------------------------------------------------ */
+
+static uint64_t blk_len(const struct px__ipcreq *ir, int b)
+{
+    return ir->blen + ((uint64_t)b < ir->brem ? 1 : 0);
+}
+
+static uint64_t blk_off(const struct px__ipcreq *ir, int b)
+{
+    return (uint64_t)b * ir->blen + ((uint64_t)b < ir->brem ? (uint64_t)b : ir->brem);
+}
+
+/* Elements of block b's slice in chunk i. */
+static uint64_t slice_len(const struct px__ipcreq *ir, int b, uint64_t i)
+{
+    uint64_t len = blk_len(ir, b), start = i * ir->pc;
+    if (start >= len)
+        return 0;
+    return len - start < ir->pc ? len - start : ir->pc;
+}
+
+/* Byte offset of block b's slice in a slot (slices block after block). */
+static size_t slice_at(const struct px__ipcreq *ir, int b, uint64_t i)
+{
+    uint64_t off = 0;
+    for (int c = 0; c < b; c++)
+        off += slice_len(ir, c, i);
+    return (size_t)off * ir->esz;
+}
+
+/* Rank q's slot for chunk i, as mapped here. */
+static char *slot_of(const px_request_t *req, int q, uint64_t i)
+{
+    return req->comm->ipc->ring[q] + (size_t)(i % PX__IPC_NSLOT) * req->comm->ipc->slot;
+}
+
+/* --- one chunk's schedule ------------------------------------------------------------ */
+
+#define ADDS(kind, peer, unit, dst, src, n, swap)                                            \
+    do {                                                                                      \
+        status = px__sched_add(&req->sched, (kind), (peer), (unit), (dst), (src), (n), (swap)); \
+        if (status != PX_OK)                                                                  \
+            return status;                                                                    \
+    } while (0)
+#define ADD(kind, peer, unit, dst, src, n) ADDS(kind, peer, unit, dst, src, n, 0)
+
+/* A doorbell round: synchronize the device, send one word to `to` (-1:
+ * every other rank, -2: none, else that rank), receive one from `from`
+ * (same coding), wait for all of them. */
+static px_status_t bell(px_request_t *req, unsigned unit, int to, int from)
+{
+    const int n = req->comm->size, r = req->comm->rank;
+    struct px__ipcreq *ir = req->ipc;
+    px_status_t status;
+
+    ADD(PX__ACT_DEV_SYNC, 0, 0, NULL, NULL, 0);
+    for (int q = 0; q < n; q++)
+        if (q != r && (to == -1 || to == q))
+            ADD(PX__ACT_SEND, q, unit, NULL, &bell_word, sizeof(bell_word));
+    for (int q = 0; q < n; q++)
+        if (q != r && (from == -1 || from == q))
+            ADD(PX__ACT_RECV, q, unit, &ir->rbuf[q], NULL, sizeof(bell_word));
+    ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0);
+    return PX_OK;
+}
+
+/* Rank q's input slice at `at` of chunk i, as the tree below takes it. */
+static const char *in_of(const px_request_t *req, int q, uint64_t i, size_t at)
+{
+    return slot_of(req, q, i) + at;
+}
+
+/* Recursive doubling's (and Rabenseifner's) sum of one slice (coll/rd.c):
+ * with p = 2^floor(log2 n) and rem = n - p, virtual rank v < rem holds
+ * x_{2v} OP x_{2v+1} (the fold), v >= rem holds x_{v+rem}, and the p
+ * values combine as a balanced binary tree over v (step k pairs v with
+ * v ^ 2^k). Into `dst` for virtual ranks [lo, hi); `work` holds one
+ * partial sum per tree level below (len elements each). */
+static px_status_t tree_sum(px_request_t *req, uint64_t i, size_t at, int lo, int hi, int rem,
+                            char *dst, char *work, uint64_t len)
+{
+    const size_t bytes = (size_t)len * req->esz;
+    px_status_t status;
+
+    if (hi - lo == 1) {
+        if (lo < rem) { /* the fold: x_{2v} OP x_{2v+1}, the lower rank's first */
+            ADD(PX__ACT_DEV_COPY, 0, 0, dst, in_of(req, 2 * lo + 1, i, at), bytes);
+            ADD(PX__ACT_DEV_REDUCE, 0, 0, dst, in_of(req, 2 * lo, i, at), len);
+        } else {
+            ADD(PX__ACT_DEV_COPY, 0, 0, dst, in_of(req, lo + rem, i, at), bytes);
+        }
+        return PX_OK;
+    }
+    status = tree_sum(req, i, at, lo, (lo + hi) / 2, rem, dst, work + bytes, len);
+    if (status == PX_OK)
+        status = tree_sum(req, i, at, (lo + hi) / 2, hi, rem, work, work + bytes, len);
+    if (status == PX_OK) /* lower half OP upper half, as every step of coll/rd.c */
+        ADDS(PX__ACT_DEV_REDUCE, 0, 0, dst, work, len, 1);
+    return status;
+}
+
+/* Chunk i of a reduction (all-reduce, reduce-scatter). */
+static px_status_t build_reduce(px_request_t *req, struct px__ipcreq *ir, uint64_t i)
+{
+    const int n = req->comm->size, r = req->comm->rank;
+    const size_t esz = ir->esz;
+    char *mine = slot_of(req, r, i);
+    px_status_t status;
+    uint64_t len;
+
+    for (int b = 0; b < n; b++)
+        if ((len = slice_len(ir, b, i)))
+            ADD(PX__ACT_DEV_COPY, 0, 0, mine + slice_at(ir, b, i),
+                ir->src + (blk_off(ir, b) + i * ir->pc) * esz, len * esz);
+    status = bell(req, U_READY, -1, -1);
+    if (status != PX_OK)
+        return status;
+    if ((len = slice_len(ir, r, i))) {
+        /* block r in the ring's order: from rank r - o + 1 around */
+        char *acc = ir->what == IPC_AR ? ir->dst + (blk_off(ir, r) + i * ir->pc) * esz
+                                       : ir->dst + i * ir->pc * esz;
+        const size_t at = slice_at(ir, r, i);
+        int q = ((r - ir->o + 1) % n + n) % n;
+        if (ir->tree) {
+            int p = 1;
+            while (p * 2 <= n)
+                p *= 2;
+            status = tree_sum(req, i, at, 0, p, n - p, acc,
+                              req->comm->ipc->ring[r] + PX__IPC_NSLOT * req->comm->ipc->slot,
+                              len);
+            if (status != PX_OK)
+                return status;
+        } else {
+            ADD(PX__ACT_DEV_COPY, 0, 0, acc, slot_of(req, q, i) + at, len * esz);
+            for (int k = 1; k < n; k++) {
+                q = (q + 1) % n;
+                ADD(PX__ACT_DEV_REDUCE, 0, 0, acc, slot_of(req, q, i) + at, len);
+            }
+        }
+        if (req->op == PX_AVG)
+            ADD(PX__ACT_DEV_AVG, 0, 0, acc, NULL, len);
+        if (ir->what == IPC_AR)
+            ADD(PX__ACT_DEV_COPY, 0, 0, mine + at, acc, len * esz);
+    }
+    if (ir->what != IPC_AR)
+        return PX_OK;
+    status = bell(req, U_DONE, -1, -1);
+    if (status != PX_OK)
+        return status;
+    for (int q = 0; q < n; q++)
+        if (q != r && (len = slice_len(ir, q, i)))
+            ADD(PX__ACT_DEV_COPY, 0, 0, ir->dst + (blk_off(ir, q) + i * ir->pc) * esz,
+                slot_of(req, q, i) + slice_at(ir, q, i), len * esz);
+    return PX_OK;
+}
+
+/* Chunk i of an all-gather or all-to-all. */
+static px_status_t build_move(px_request_t *req, struct px__ipcreq *ir, uint64_t i)
+{
+    const int n = req->comm->size, r = req->comm->rank;
+    const size_t esz = ir->esz;
+    char *mine = slot_of(req, r, i);
+    px_status_t status;
+    uint64_t len;
+
+    if (ir->what == IPC_AG) {
+        if ((len = slice_len(ir, r, i)))
+            ADD(PX__ACT_DEV_COPY, 0, 0, mine, ir->src + i * ir->pc * esz, len * esz);
+    } else {
+        for (int b = 0; b < n; b++)
+            if ((len = slice_len(ir, b, i)))
+                ADD(PX__ACT_DEV_COPY, 0, 0, mine + slice_at(ir, b, i),
+                    ir->src + (blk_off(ir, b) + i * ir->pc) * esz, len * esz);
+    }
+    status = bell(req, U_READY, -1, -1);
+    if (status != PX_OK)
+        return status;
+    for (int q = 0; q < n; q++) {
+        char *out = ir->dst + (blk_off(ir, q) + i * ir->pc) * esz;
+        if (!(len = slice_len(ir, q, i)))
+            continue;
+        if (ir->what == IPC_A2A) /* block r of rank q's send buffer is ours */
+            ADD(PX__ACT_DEV_COPY, 0, 0, out, slot_of(req, q, i) + slice_at(ir, r, i), len * esz);
+        else if (q != r)
+            ADD(PX__ACT_DEV_COPY, 0, 0, out, slot_of(req, q, i), len * esz);
+        else if (out != ir->src + i * ir->pc * esz) /* ours, unless in place */
+            ADD(PX__ACT_DEV_COPY, 0, 0, out, ir->src + i * ir->pc * esz, len * esz);
+    }
+    return PX_OK;
+}
+
+/* Chunk i of a broadcast: the root's slot to every rank, one ACK back. */
+static px_status_t build_bcast(px_request_t *req, struct px__ipcreq *ir, uint64_t i)
+{
+    const int r = req->comm->rank, root = req->root;
+    const size_t esz = ir->esz;
+    uint64_t start = i * ir->pc, len = ir->count - start < ir->pc ? ir->count - start : ir->pc;
+    char *at = ir->dst + start * esz;
+    px_status_t status;
+
+    if (r == root) {
+        ADD(PX__ACT_DEV_COPY, 0, 0, slot_of(req, root, i), at, len * esz);
+        status = bell(req, U_READY, -1, -2);
+        if (status == PX_OK)
+            status = bell(req, U_DONE, -2, -1);
+        return status;
+    }
+    status = bell(req, U_READY, -2, root);
+    if (status != PX_OK)
+        return status;
+    ADD(PX__ACT_DEV_COPY, 0, 0, at, slot_of(req, root, i), len * esz);
+    return bell(req, U_DONE, root, -2);
+}
+
+/* --- progress ------------------------------------------------------------------------- */
+
+/* Whether `req` is the oldest unfinished IPC collective of its
+ * communicator (the one that may use the rings now). */
+static int my_turn(const px_request_t *req)
+{
+    for (const px_request_t *o = req->comm->reqs; o; o = o->next)
+        if (o->ipc && !o->ipc->finished && o->status == PX_INPROGRESS)
+            return o == req;
+    return 1;
+}
+
+static px_status_t ipc_advance(px_request_t *req, int *progressed_p)
+{
+    struct px__ipcreq *ir = req->ipc;
+    px_status_t status;
+
+    if (ir->finished)
+        return PX_OK;
+    if (!ir->turn) {
+        if (!my_turn(req))
+            return PX_INPROGRESS;
+        ir->turn = 1;
+    }
+    for (;;) {
+        if (!ir->running) {
+            uint64_t i = ir->next;
+            req->stage_tag = 1;
+            req->stage_chunk_idx = i;
+            status = ir->what == IPC_AR || ir->what == IPC_RS ? build_reduce(req, ir, i)
+                   : ir->what == IPC_BCAST                    ? build_bcast(req, ir, i)
+                                                              : build_move(req, ir, i);
+            if (status == PX_OK && i + 1 == ir->nchunks && ir->what != IPC_BCAST)
+                status = bell(req, U_FIN, -1, -1); /* nobody reads our ring after this */
+            if (status != PX_OK)
+                return status;
+            ir->running = 1;
+            ir->next++;
+        }
+        status = px__sched_advance(req, progressed_p);
+        if (status != PX_OK)
+            return status;
+        px__sched_free(&req->sched);
+        ir->running = 0;
+        *progressed_p = 1;
+        if (ir->next == ir->nchunks) {
+            ir->finished = 1;
+            req->stage_tag = 0;
+            return PX_OK;
+        }
+    }
+}
+
+/* --- entry points ---------------------------------------------------------------------- */
+
+static px_status_t begin(px_request_t *req, int what, const void *src, void *dst,
+                         uint64_t blen, uint64_t brem, uint64_t count)
+{
+    const int n = req->comm->size;
+    const size_t slot = req->comm->ipc->slot;
+    size_t chunk = px__stage_chunk() < slot ? px__stage_chunk() : slot;
+    struct px__ipcreq *ir = calloc(1, sizeof(*ir));
+
+    if (!ir || !(ir->rbuf = calloc((size_t)n, sizeof(uint64_t)))) {
+        free(ir);
+        return PX_ERR_NO_MEMORY;
+    }
+    ir->what = what;
+    ir->o = what == IPC_AR ? 1 : 0;
+    ir->src = src;
+    ir->dst = dst;
+    ir->esz = req->esz;
+    ir->blen = blen;
+    ir->brem = brem;
+    ir->count = count;
+    if (what == IPC_BCAST) {
+        ir->pc = chunk / ir->esz ? chunk / ir->esz : 1;
+        ir->nchunks = (count + ir->pc - 1) / ir->pc;
+    } else {
+        /* n slices of at least one element each in a slot (the slot is
+         * 4 KiB at least; one element per block fits below 512 ranks of
+         * 8-byte elements) */
+        uint64_t maxlen = blen + (brem ? 1 : 0);
+        ir->pc = chunk / ((size_t)n * ir->esz) ? chunk / ((size_t)n * ir->esz) : 1;
+        if ((uint64_t)n * ir->pc * ir->esz > slot) {
+            px_error("IPC: %d ranks of %zu-byte elements do not fit a %zu-byte slot", n,
+                     ir->esz, slot);
+            free(ir->rbuf);
+            free(ir);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        ir->nchunks = (maxlen + ir->pc - 1) / ir->pc;
+    }
+    req->ipc = ir;
+    req->advance = ipc_advance;
+    return PX_OK;
+}
+
+px_status_t px__ipc_allreduce(px_request_t *req, const void *sendbuf, void *recvbuf,
+                              uint64_t count, px_algo_t algo)
+{
+    const uint64_t n = (uint64_t)req->comm->size;
+    px_status_t status = begin(req, IPC_AR, sendbuf, recvbuf, count / n, count % n, 0);
+    if (status == PX_OK)
+        req->ipc->tree = algo != PX_ALGO_RING;
+    return status;
+}
+
+px_status_t px__ipc_reduce_scatter(px_request_t *req, const void *sendbuf, void *recvbuf,
+                                   uint64_t recvcount)
+{
+    return begin(req, IPC_RS, sendbuf, recvbuf, recvcount, 0, 0);
+}
+
+px_status_t px__ipc_allgather(px_request_t *req, const void *sendbuf, void *recvbuf,
+                              uint64_t sendcount)
+{
+    return begin(req, IPC_AG, sendbuf, recvbuf, sendcount, 0, 0);
+}
+
+px_status_t px__ipc_bcast(px_request_t *req, void *buf, uint64_t count)
+{
+    return begin(req, IPC_BCAST, buf, buf, 0, 0, count);
+}
+
+px_status_t px__ipc_alltoall(px_request_t *req, const void *sendbuf, void *recvbuf,
+                             uint64_t count)
+{
+    return begin(req, IPC_A2A, sendbuf, recvbuf, count, 0, 0);
+}
+
+void px__ipc_req_end(px_request_t *req, px_status_t status)
+{
+    struct px__ipcreq *ir = req ? req->ipc : NULL;
+    if (!ir)
+        return;
+    if (ir->turn && req->comm->ipc)
+        req->comm->ipc->k->synchronize(); /* no device op of ours still runs */
+    ir->finished = 1;
+    if (status != PX_OK && req->comm->ipc_state > 0) {
+        px_debug("comm %u: IPC off after %s #%u failed (%s)", req->comm->id,
+                 px__coll_kind_name(req->kind), req->seq, px_status_str(status));
+        req->comm->ipc_state = -1; /* the rings stay mapped until destroy */
+    }
+}
+
+void px__ipc_req_free(struct px__ipcreq *ir)
+{
+    if (!ir)
+        return;
+    free(ir->rbuf);
+    free(ir);
+}
