@@ -53,6 +53,9 @@ typedef struct px_zero_times {
     double gather_wait_s;  /* blocked waiting for all-gathers (stage 3) */
     double rs_wait_s;      /* blocked waiting for reduce-scatters */
     double comm_other_s;   /* other collectives (all-reduce, norm, stage 1/2 gathers) */
+    double progress_s;     /* inside the progress hook between kernels: the
+                              collectives' own CPU work (shared-memory copies
+                              and reductions) done under the compute */
     int gathers;           /* unit gathers issued */
 } px_zero_times_t;
 
