@@ -385,15 +385,14 @@ static void test_plan(void)
     EXPECT(px_plan_create(u, 3, 1, 4, 3, &fp32, &p) == PX_OK, "plan units");
     EXPECT(p->padded == 28 && p->shard == 7 && p->unit_offset[2] == 20 &&
            p->shard_offset[2] == 5 && p->max_layer == 8 && p->work_params == 12 + 2 * 8 &&
-           p->work_grads == 12 + 2 * 8, "padding and offsets");
+           p->work_grads == 12 + 8, "padding and offsets");
     /* stage 3 (plan.h): params (S + W) * 4 with W = E + M + H (one layer),
-     * grads (S + W) * 4, optimizer S * 8 */
-    EXPECT(p->bytes[PX_MEM_PARAMS] == (7 + 28) * 4.0 && p->bytes[PX_MEM_GRADS] == (7 + 28) * 4.0 &&
+     * grads (S + E + max(H, M)) * 4, optimizer S * 8 */
+    EXPECT(p->bytes[PX_MEM_PARAMS] == (7 + 28) * 4.0 && p->bytes[PX_MEM_GRADS] == (7 + 20) * 4.0 &&
            p->bytes[PX_MEM_OPTIM] == 7 * 8.0, "stage 3 bytes");
     /* at once: the head's backward (S+E+H+M)p + (S+E+H)g + S o = 140 + 108
      * + 56 beats the forward (S+W)p + S g + S o = 140 + 28 + 56 and the
-     * layer's backward (S+M)p + (S+E+M)g + H (the head's gradients in
-     * flight) + S o = 60 + 108 + 32 + 56 */
+     * layer's backward (S+M)p + (S+E+max(H,M))g + S o = 60 + 108 + 56 */
     EXPECT(p->state_peak == 140 + 108 + 56.0, "stage 3 state peak %g", p->state_peak);
     px_plan_destroy(p);
     EXPECT(px_plan_create(u, 3, 1, 0, 1, &fp32, &p) == PX_ERR_INVALID_ARGUMENT, "dp 0");
