@@ -311,8 +311,10 @@ static void deferred_gather(px_zero_t *z)
     z->prefetch_next = -1;
     while (status == PX_OK && layers_in_flight(z) > 0)
         status = rs_complete_oldest(z);
-    if (status == PX_OK && !z->pbuf[nx])
+    if (status == PX_OK && !z->pbuf[nx]) {
         status = gather_start(z, nx);
+        z->times.deferred_gathers += status == PX_OK;
+    }
     if (status != PX_OK && z->hook_err == PX_OK)
         z->hook_err = status;
 }

@@ -57,6 +57,10 @@ typedef struct px_zero_times {
                               collectives' own CPU work (shared-memory copies
                               and reductions) done under the compute */
     int gathers;           /* unit gathers issued */
+    int deferred_gathers;  /* of them, stage 3 backward gathers started from
+                              the progress hook after the reduce-scatter
+                              before them ran under the compute (zero.c
+                              deferred_gather) */
 } px_zero_times_t;
 
 /* `plan` (borrowed for z's life) must be px_plan_create'd for this model's
