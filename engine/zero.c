@@ -550,9 +550,9 @@ static void h_progress(void *arg)
     if (z->dp > 1) {
         double t0 = px_time_mono_s();
         px_progress(z->comm);
+        z->times.progress_s += px_time_mono_s() - t0; /* (the waits count apart) */
         if (z->prefetch_next >= 0 && ++z->pokes == DEFER_POKES && z->hook_err == PX_OK)
             deferred_gather(z);
-        z->times.progress_s += px_time_mono_s() - t0;
     }
 }
 
