@@ -479,7 +479,7 @@ static px_status_t h_params_acquire(void *arg, int u, int phase, float **p)
     z->prefetch_next = -1;
     if (z->prefetch && nx >= 0 && !z->pbuf[nx]) {
         /* backward with a layer's reduce-scatter in flight: the gather
-         * waits for it (one_slot_free), so that the reduce-scatter runs
+         * waits for it (deferred_gather), so that the reduce-scatter runs
          * under this unit's compute in the buffer the gather would take */
         if (phase == 1 && layers_in_flight(z) > 0) {
             z->prefetch_next = nx;
