@@ -653,6 +653,22 @@ static void cp_positions(px_gpt_t *gpt, int cp_rank, float *wpe, int to_loc)
     }
 }
 
+/* matmul_backward (px_kernels.h) as two calls, the input gradient's GEMM
+ * then the weight's and bias', with a progress poke after each: the same
+ * arithmetic (the kernels compute the three independently), but the
+ * collectives started before it (ZeRO's gathers and reduce-scatters, the
+ * gradient buckets) advance twice as often during a layer's backward,
+ * whose GEMMs are its longest kernels. */
+static void matmul_backward_poked(px_gpt_t *gpt, float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  int N, int C, int OC)
+{
+    gpt->ops->matmul_backward(dinp, NULL, NULL, dout, inp, weight, N, C, OC);
+    poke(gpt);
+    gpt->ops->matmul_backward(NULL, dweight, dbias, dout, inp, weight, N, C, OC);
+    poke(gpt);
+}
+
 /* progress callback of the ring: the model's poke */
 static void ring_poke(void *arg) { poke(arg); }
 
@@ -681,8 +697,7 @@ static px_status_t col_backward(px_gpt_t *gpt, px_comm_t *tpc, float *dinp, floa
     const px_kernel_ops_t *k = gpt->ops;
     k->mem_set(dinp, 0, (size_t)N * C * sizeof(float));
     if (gpt->tp == 1) {
-        k->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-        poke(gpt);
+        matmul_backward_poked(gpt, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
         return PX_OK;
     }
     if (gpt->sp) {
@@ -1092,8 +1107,8 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
             k->mem_copy(a->spbuf, a->dbtc + (size_t)gpt->cfg.tp_rank * rc, rc * sizeof(float));
     } else {
         k->mem_set(a->d4a, 0, btcl * 4 * sizeof(float));
-        k->matmul_backward(a->d4a, g.fcprojw, g.fcprojb, dout, fchg, p.fcprojw, BT, 4 * Cl, C);
-        poke(gpt);
+        matmul_backward_poked(gpt, a->d4a, g.fcprojw, g.fcprojb, dout, fchg, p.fcprojw, BT,
+                              4 * Cl, C);
         k->mem_set(a->d4b, 0, btcl * 4 * sizeof(float));
         k->gelu_backward(a->d4b, fch, a->d4a, btcl * 4);
         /* fc is column-parallel: f sums its input gradient over tp (sequence
@@ -1113,8 +1128,8 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     }
     /* dres is d(residual2): attention branch */
     k->mem_set(a->dbtc, 0, btcl * sizeof(float));
-    k->matmul_backward(a->dbtc, g.attprojw, g.attprojb, dout, atty, p.attprojw, BT, Cl, C);
-    poke(gpt);
+    matmul_backward_poked(gpt, a->dbtc, g.attprojw, g.attprojb, dout, atty, p.attprojw, BT, Cl,
+                          C);
     k->mem_set(a->d4a, 0, btcl * 3 * sizeof(float));
     if (gpt->cp > 1) {
         px_comm_t *cpc;

@@ -972,11 +972,12 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         px_zero_times(zero, &zt);
         px_mem_stats(&ms);
         int steps_run = cfg->steps - start_step;
-        px_info("train: zero %d: per step all-gather wait %.2f ms (%d gathers), reduce-scatter "
-                "wait %.2f ms, other collectives %.2f ms; peak state %.3f MB (plan %.3f MB)",
-                cfg->zero, 1e3 * zt.gather_wait_s / steps_run, zt.gathers,
+        px_info("train: zero %d: per step all-gather wait %.2f ms (%d gathers, %d started under "
+                "compute after a reduce-scatter), reduce-scatter "
+                "wait %.2f ms, other collectives %.2f ms, progress hook %.2f ms; peak state %.3f MB (plan %.3f MB)",
+                cfg->zero, 1e3 * zt.gather_wait_s / steps_run, zt.gathers, zt.deferred_gathers,
                 1e3 * zt.rs_wait_s / steps_run, 1e3 * zt.comm_other_s / steps_run,
-                ms.state_peak / 1e6, px_plan_state_bytes(plan) / 1e6);
+                1e3 * zt.progress_s / steps_run, ms.state_peak / 1e6, px_plan_state_bytes(plan) / 1e6);
         if (px_zero_nbuckets(zero))
             px_info("train: dp gradient buckets: %d (bucket %.3f MiB), %.2f per step started "
                     "during backward (zero %d); the rest after it",

@@ -38,6 +38,13 @@
 #include "px_time.h"
 
 
+/* Pokes (progress hooks) of a unit's backward before the reduce-scatter
+ * in flight is completed and the deferred gather starts (deferred_gather):
+ * a dense layer's backward pokes 9 times (gpt.c), the reduce-scatter of a
+ * unit moves twice the bytes of its gather per rank, so about 2/3 of the
+ * layer's compute for the one and 1/3 for the other. */
+#define DEFER_POKES 5
+
 typedef struct rs_entry {
     int unit;
     px_request_t *req; /* NULL: already complete */
@@ -61,6 +68,11 @@ struct px_zero {
     int *gathering;      /* 1 while gather_req[u] has not been waited */
     rs_entry_t *rs;      /* FIFO, capacity nunits */
     int rs_head, rs_count;
+    int prefetch_next;   /* stage 3 backward: unit whose gather waits for a
+                            reduce-scatter (deferred_gather; -1 none) */
+    int pokes;           /* progress hooks since prefetch_next was set */
+    px_status_t hook_err; /* a failure in the progress hook, returned by the
+                             next params/grads hook */
     px_gpt_hooks_t hooks;
     px_zero_times_t times;
 
@@ -267,6 +279,46 @@ static int layers_in_flight(const px_zero_t *z)
     return n;
 }
 
+/* Stage 3's backward keeps at most one of these beyond the unit it
+ * computes: a layer's reduce-scatter in flight (its whole gradient buffer)
+ * or the next unit's gathered parameters (prefetch), never both, so the
+ * state peak is the one of a wait-first schedule (plan.h) while each
+ * collective still runs under a layer's compute: the reduce-scatter of
+ * unit u+1 under the first part of u's backward, then the gather of u-1
+ * (deferred_gather) under the rest. The switch happens at a fixed poke of
+ * the unit's backward (DEFER_POKES), never on local completion: every
+ * rank must start its collectives in the same order. Layer reduce-scatters
+ * allowed in flight when a unit's gradient buffer is taken: */
+static int rs_allowed(const px_zero_t *z)
+{
+    if (z->stage == 2)
+        return 1;
+    /* stage 3: only while the next unit's gather waits (no prefetched
+     * buffer held); without prefetch, none (every wait exposed) */
+    return z->prefetch && z->prefetch_next >= 0 ? 1 : 0;
+}
+
+/* At poke DEFER_POKES of a unit's backward (the progress hook): completes
+ * the layer reduce-scatter in flight (taking its slice, freeing its
+ * buffer; it has had the unit's first kernels to run), then starts the
+ * deferred gather of unit z->prefetch_next in that memory. An error is
+ * kept in z->hook_err and returned by the next hook that can return one. */
+static void deferred_gather(px_zero_t *z)
+{
+    px_status_t status = PX_OK;
+    int nx = z->prefetch_next;
+
+    z->prefetch_next = -1;
+    while (status == PX_OK && layers_in_flight(z) > 0)
+        status = rs_complete_oldest(z);
+    if (status == PX_OK && !z->pbuf[nx]) {
+        status = gather_start(z, nx);
+        z->times.deferred_gathers += status == PX_OK;
+    }
+    if (status != PX_OK && z->hook_err == PX_OK)
+        z->hook_err = status;
+}
+
 /* ---- stages 0-1: gradient buckets ---- */
 
 /* Starts bucket b's collective: stage 0 an all-reduce (AVG, in place over
@@ -410,15 +462,31 @@ long px_zero_buckets_early(const px_zero_t *z) { return z->buckets_early; }
 static px_status_t h_params_acquire(void *arg, int u, int phase, float **p)
 {
     px_zero_t *z = arg;
+    if (z->hook_err != PX_OK)
+        return z->hook_err;
     if (z->stage < 3) {
         *p = z->full_params + z->plan->unit_offset[u];
         return PX_OK;
     }
-    if (!z->pbuf[u])
+    if (!z->pbuf[u]) {
+        /* a deferred prefetch that never started: the reduce-scatter it
+         * waited for first (the one started by the unit just done stays) */
+        while (phase == 1 && layers_in_flight(z) > 1)
+            PX_CHECK(rs_complete_oldest(z));
         PX_CHECK(gather_start(z, u));
+    }
     int nx = next_unit(z, u, phase);
-    if (z->prefetch && nx >= 0 && !z->pbuf[nx])
-        PX_CHECK(gather_start(z, nx));
+    z->prefetch_next = -1;
+    if (z->prefetch && nx >= 0 && !z->pbuf[nx]) {
+        /* backward with a layer's reduce-scatter in flight: the gather
+         * waits for it (deferred_gather), so that the reduce-scatter runs
+         * under this unit's compute in the buffer the gather would take */
+        if (phase == 1 && layers_in_flight(z) > 0) {
+            z->prefetch_next = nx;
+            z->pokes = 0;
+        } else
+            PX_CHECK(gather_start(z, nx));
+    }
     PX_CHECK(gather_wait(z, u));
     *p = z->pbuf[u];
     return PX_OK;
@@ -437,15 +505,17 @@ static px_status_t h_params_release(void *arg, int u, int phase)
 static px_status_t h_grads_acquire(void *arg, int u, float **g)
 {
     px_zero_t *z = arg;
+    if (z->hook_err != PX_OK)
+        return z->hook_err;
     if (z->stage < 2) {
         *g = z->full_grads + z->plan->unit_offset[u];
         return PX_OK;
     }
     /* stage 2: one unit's reduce-scatter (the head's or a layer's) runs
-     * while the next layer's backward computes; stage 3 waits for it first
-     * (its wait overlaps the next gather), which keeps one buffer less at
-     * the peak (plan.h counts exactly these) */
-    while (u != PX_MODEL_UNIT_EMBED && layers_in_flight(z) > (z->stage == 2 ? 1 : 0))
+     * while the next layer's backward computes; stage 3 too, while the
+     * next unit's gather waits for it (rs_allowed; plan.h counts exactly
+     * these buffers) */
+    while (u != PX_MODEL_UNIT_EMBED && layers_in_flight(z) > rs_allowed(z))
         PX_CHECK(rs_complete_oldest(z));
     z->gbuf[u] = px_mem_calloc(PX_MEM_GRADS, z->plan->unit_padded[u], sizeof(float));
     if (!z->gbuf[u])
@@ -457,6 +527,8 @@ static px_status_t h_grads_acquire(void *arg, int u, float **g)
 static px_status_t h_grads_release(void *arg, int u)
 {
     px_zero_t *z = arg;
+    if (z->hook_err != PX_OK)
+        return z->hook_err;
     if (z->stage < 2)
         return z->nbuckets ? bucket_released(z, u) : PX_OK;
     rs_entry_t *e = &z->rs[(z->rs_head + z->rs_count) % z->nunits];
@@ -475,8 +547,13 @@ static px_status_t h_grads_release(void *arg, int u)
 static void h_progress(void *arg)
 {
     px_zero_t *z = arg;
-    if (z->dp > 1)
+    if (z->dp > 1) {
+        double t0 = px_time_mono_s();
         px_progress(z->comm);
+        z->times.progress_s += px_time_mono_s() - t0; /* (the waits count apart) */
+        if (z->prefetch_next >= 0 && ++z->pokes == DEFER_POKES && z->hook_err == PX_OK)
+            deferred_gather(z);
+    }
 }
 
 /* ---- life ---- */
@@ -497,6 +574,7 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
     z->tied_copy = -1;
     z->tied_unit = -1;
     z->prefetch = prefetch;
+    z->prefetch_next = -1;
     z->nunits = plan->nunits;
     z->nsh = z->stage >= 1 ? z->dp : 1;
     z->me = z->stage >= 1 ? z->rank : 0;
@@ -648,6 +726,9 @@ void px_zero_begin_step(px_zero_t *z)
 
 px_status_t px_zero_end_micro(px_zero_t *z)
 {
+    z->prefetch_next = -1;
+    if (z->hook_err != PX_OK)
+        return z->hook_err;
     while (z->rs_count)
         PX_CHECK(rs_complete_oldest(z));
     return PX_OK;

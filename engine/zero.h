@@ -53,7 +53,14 @@ typedef struct px_zero_times {
     double gather_wait_s;  /* blocked waiting for all-gathers (stage 3) */
     double rs_wait_s;      /* blocked waiting for reduce-scatters */
     double comm_other_s;   /* other collectives (all-reduce, norm, stage 1/2 gathers) */
+    double progress_s;     /* inside the progress hook between kernels: the
+                              collectives' own CPU work (shared-memory copies
+                              and reductions) done under the compute */
     int gathers;           /* unit gathers issued */
+    int deferred_gathers;  /* of them, stage 3 backward gathers started from
+                              the progress hook after the reduce-scatter
+                              before them ran under the compute (zero.c
+                              deferred_gather) */
 } px_zero_times_t;
 
 /* `plan` (borrowed for z's life) must be px_plan_create'd for this model's

@@ -100,19 +100,22 @@ px_status_t px_plan_create(const uint64_t *unit_size, int nunits, int units_know
         return PX_ERR_INVALID_ARGUMENT;
     }
     /* E, H, M, L as plan.h; W = E + M + (L >= 2 ? max(M, H) : H) */
-    uint64_t E = 0, H = 0, M = p->max_layer, L = 0, W = 0, Wg3 = 0;
+    /* Xg: stage 3's gradients in flight beside a layer's own (zero.c
+     * rs_allowed): the unit above's, at layers 1..L-1 (layer 0 prefetches
+     * nothing and waits for it): H at layer L-1, M below it */
+    uint64_t E = 0, H = 0, M = p->max_layer, L = 0, W = 0, Xg = 0;
     if (units_known) {
         E = p->unit_padded[0];
         H = nunits >= 2 ? p->unit_padded[nunits - 1] : 0;
         L = nunits >= 2 ? (uint64_t)nunits - 2 : 0;
         W = E + M + (L >= 2 ? (M > H ? M : H) : H);
-        Wg3 = E + (H > M ? H : M);
+        Xg = L >= 3 ? (M > H ? M : H) : L == 2 ? H : 0;
         if (zero == 3)
             p->work_params = W;
         if (zero == 2)
             p->work_grads = W;
-        if (zero == 3)
-            p->work_grads = Wg3;
+        if (zero == 3) /* the head's backward E + H, a layer's E + M + Xg */
+            p->work_grads = E + M + Xg > E + H ? E + M + Xg : E + H;
     }
     double P = (double)p->padded, S = (double)p->shard;
     double Wp = (double)p->work_params, Wg = (double)p->work_grads;
@@ -124,11 +127,15 @@ px_status_t px_plan_create(const uint64_t *unit_size, int nunits, int units_know
     if (zero == 3 && units_known) {
         /* forward: params S+W, grads S; the head's backward: params S+E+H+M
          * (layer L-1 prefetched), grads S+E+H; a layer's backward: params
-         * S+M (+M prefetched below the top layer), grads S+E+max(H,M) */
-        double fwd = (S + Wp) * pe + S * ge;
+         * S+M, grads S+E+M, and at layers 1..L-1 one more buffer (zero.c
+         * rs_allowed): the unit above's gradients (Xg) while their
+         * reduce-scatter runs, then the next layer's prefetched parameters
+         * (M), never both */
+        double X = L >= 2 ? ((double)M * pe > (double)Xg * ge ? (double)M * pe : (double)Xg * ge)
+                          : 0.0;
         double head = (S + (double)(E + H + (L >= 1 ? M : 0))) * pe + (S + (double)(E + H)) * ge;
-        double layer = L >= 1 ? (S + (double)(M + (L >= 2 ? M : 0))) * pe + (S + (double)Wg3) * ge
-                              : 0.0;
+        double fwd = (S + Wp) * pe + S * ge;
+        double layer = L >= 1 ? (S + (double)M) * pe + (S + (double)(E + M)) * ge + X : 0.0;
         double peak = fwd > head ? fwd : head;
         p->state_peak = (peak > layer ? peak : layer) + S * oe;
     }

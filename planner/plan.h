@@ -22,8 +22,9 @@
  *   0: params Psi'p,      grads Psi'g,      optimizer Psi'o
  *   1: params Psi'p,      grads Psi'g,      optimizer S o
  *   2: params Psi'p,      grads (S+W)g,     optimizer S o
- *   3: params (S+W)p,     grads (S+E+max(H,M))g, optimizer S o
- * with W = E + M + (L >= 2 ? max(M, H) : H)  (L = layers; M = 0 if none).
+ *   3: params (S+W)p,     grads (S+max(E+H, E+M+Xg))g, optimizer S o
+ * with W = E + M + (L >= 2 ? max(M, H) : H)  (L = layers; M = 0 if none),
+ * Xg = max(M, H) for L >= 3, H for L = 2, 0 for L = 1.
  * Derivation from the engine's hook protocol (gpt.h) and zero.c:
  *   stage 3 parameters: the embedding is gathered for the whole forward
  *     (the tied head reads wte at the end); each layer is gathered with the
@@ -35,8 +36,12 @@
  *     head's gradients (E + H); the embedding's stay to the end (the
  *     encoder's backward); one unit's reduce-scatter may be in flight while
  *     the next layer computes: E + H + M at layer L-1, E + M + M below.
- *   stage 3 gradients: the same, but the previous unit's reduce-scatter is
- *     waited for before the next layer's buffer is taken: E + max(H, M).
+ *   stage 3 gradients: the head's backward E + H; layers 1..L-1 hold the
+ *     unit above's gradients (reduce-scatter in flight: Xg) only until the
+ *     next layer's prefetched gather takes their place (zero.c
+ *     rs_allowed), layer 0 waits for them first: E + M + Xg. The sum of
+ *     the categories is no higher than when every reduce-scatter was
+ *     waited for before the next layer's backward.
  * (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
  * Parameter Models", SC'20, Figure 1: 2+2+K bytes per parameter with K = 12
  * for mixed-precision Adam.) */

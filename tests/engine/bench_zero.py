@@ -16,7 +16,13 @@ alone and for all stage-3 collectives (a wait progresses every pending
 request, so with prefetch part of a gather completes inside the next
 reduce-scatter's wait: the second figure is the fair one).
 
-usage: bench_zero.py RANK_BIN MAKE_TOKENS_PY WORKDIR [STEPS]"""
+The "hook ms" column is the time per step a rank spent inside the model's
+progress hook between kernels (zero.c h_progress): the collectives' own CPU
+work done under the compute (on one host the shared-memory path's copies
+and reductions, which the calling rank makes itself), averaged over ranks.
+
+usage: bench_zero.py RANK_BIN MAKE_TOKENS_PY WORKDIR [STEPS] [--dp 2,4]
+                     [--stages 0,1,2,3,3np]   (3np: stage 3 --no-prefetch)"""
 import os
 import re
 import statistics
@@ -30,30 +36,51 @@ MODEL = ['--layers', '8', '--heads', '4', '--dim', '224', '--seq', '64', '--batc
 
 
 def waits(work, tag, dp):
-    """Per-step all-gather and reduce-scatter wait (ms), averaged over ranks."""
-    ag, rs = [], []
+    """Per-step all-gather wait, reduce-scatter wait, other collectives and
+    progress-hook time (ms), averaged over ranks."""
+    tot = [0.0, 0.0, 0.0, 0.0]
     for r in range(dp):
-        m = re.search(r'all-gather wait ([\d.]+) ms .*reduce-scatter wait ([\d.]+) ms',
-                      log_text(work, tag, r))
-        ag.append(float(m.group(1)))
-        rs.append(float(m.group(2)))
-    return sum(ag) / dp, sum(rs) / dp
+        text = log_text(work, tag, r)
+        m = re.search(r'all-gather wait ([\d.]+) ms .*reduce-scatter wait ([\d.]+) ms, '
+                      r'other collectives ([\d.]+) ms', text)
+        h = re.search(r'progress hook ([\d.]+) ms', text)
+        vals = [float(m.group(1)), float(m.group(2)), float(m.group(3)),
+                float(h.group(1)) if h else float('nan')]
+        tot = [a + b for a, b in zip(tot, vals)]
+    return [t / dp for t in tot]
 
 
 def main():
-    if len(sys.argv) not in (4, 5):
+    argv = sys.argv[1:]
+    dps, stages = [2, 4], ['0', '1', '2', '3', '3np']
+    for flag in ('--dp', '--stages'):
+        if flag in argv:
+            i = argv.index(flag)
+            if i + 1 >= len(argv):
+                print(__doc__)
+                return 2
+            vals = argv[i + 1].split(',')
+            del argv[i:i + 2]
+            if flag == '--dp':
+                dps = [int(v) for v in vals]
+            else:
+                stages = vals
+    if len(argv) not in (3, 4) or '--help' in argv or '-h' in argv:
         print(__doc__)
         return 2
-    rank_bin, make_tokens, work = sys.argv[1:4]
-    steps = int(sys.argv[4]) if len(sys.argv) == 5 else 12
+    rank_bin, make_tokens, work = argv[0:3]
+    steps = int(argv[3]) if len(argv) == 4 else 12
     os.makedirs(work, exist_ok=True)
     data = license_tokens(make_tokens, work)
-    print('%-4s %-14s %12s %12s %12s %14s %14s' % ('dp', 'stage', 'best ms', 'median ms',
-                                                   'tokens/s', 'AG wait ms', 'RS wait ms'))
-    for dp in (2, 4):
+    print('load average at start: %s' % open('/proc/loadavg').read().split()[:3])
+    print('%-4s %-14s %10s %10s %9s %11s %11s %11s %9s' % (
+        'dp', 'stage', 'best ms', 'median ms', 'tokens/s', 'AG wait ms', 'RS wait ms',
+        'other ms', 'hook ms'))
+    cases = {'0': (0, [], '0'), '1': (1, [], '1'), '2': (2, [], '2'), '3': (3, [], '3'),
+             '3np': (3, ['--no-prefetch'], '3 no-prefetch')}
+    for dp in dps:
         blocked, blocked_all = {}, {}
-        for zero, extra, name in ((0, [], '0'), (1, [], '1'), (2, [], '2'),
-                                  (3, [], '3'), (3, ['--no-prefetch'], '3 no-prefetch')):
+        for zero, extra, name in (cases[s] for s in stages):
             tag = 'bench_dp%d_z%s' % (dp, name.replace(' ', '_'))
             runs = run_world(rank_bin, MODEL + ['--steps', str(steps), '--data', data,
                                                 '--zero', str(zero)] + extra, work, tag, dp,
@@ -64,12 +91,13 @@ def main():
             tps = [m['tokens_per_second'] for m in runs[0][2:]]
             times = [16 * 64 / t * 1e3 for t in tps]
             step_ms, best_ms = statistics.median(times), min(times)
-            ag, rs = waits(work, tag, dp)
+            ag, rs, other, hook = waits(work, tag, dp)
             blocked[name] = ag
             blocked_all[name] = ag + rs
-            print('%-4d %-14s %12.1f %12.1f %12.0f %14.2f %14.2f' % (
-                dp, name, best_ms, step_ms, 16 * 64 / best_ms * 1e3, ag, rs))
-        if blocked.get('3 no-prefetch'):
+            print('%-4d %-14s %10.1f %10.1f %9.0f %11.2f %11.2f %11.2f %9.2f' % (
+                dp, name, best_ms, step_ms, 16 * 64 / best_ms * 1e3, ag, rs, other, hook),
+                flush=True)
+        if blocked.get('3 no-prefetch') and '3' in blocked:
             hidden = 1 - blocked['3'] / blocked['3 no-prefetch']
             hidden_all = 1 - blocked_all['3'] / blocked_all['3 no-prefetch']
             print('dp %d: stage 3 all-gather blocked %.2f ms/step with prefetch, %.2f without: '
@@ -77,6 +105,7 @@ def main():
                   '%.2f ms: %.0f%% hidden' % (dp, blocked['3'], blocked['3 no-prefetch'],
                                               100 * hidden, blocked_all['3'],
                                               blocked_all['3 no-prefetch'], 100 * hidden_all))
+    print('load average at end: %s' % open('/proc/loadavg').read().split()[:3])
     return 0
 
 

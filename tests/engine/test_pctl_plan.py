@@ -48,14 +48,15 @@ def main():
     # GPT dims: 2 layers dim 8 vocab 16 seq 4, dp 2, stage 3 (fp32); wte has
     # vocab 16 padded to 64 rows: embedding E = 64*8+4*8 = 544, layer M =
     # 12*64+13*8 = 872, head H = 2*8 = 16; shard 272+436+436+8 = 1152;
-    # params (S + E + M + max(M, H)) * 4, grads (S + E + max(H, M)) * 4,
+    # params (S + E + M + max(M, H)) * 4, grads (S + E + M + H) * 4 (two
+    # layers: the head's gradients in flight during layer 1's backward),
     # optimizer S*8 (plan.h)
     j = json.loads(subprocess.run([pctl, 'plan', '--layers', '2', '--dim', '8', '--heads', '2',
                                    '--vocab', '16', '--seq', '4', '--dp', '2', '--zero', '3',
                                    '--precision', 'fp32', '--json'],
                                   capture_output=True, text=True, check=True).stdout)
     s = j['stages'][0]
-    want = ((1152 + 544 + 2 * 872) * 4, (1152 + 544 + 872) * 4, 1152 * 8)
+    want = ((1152 + 544 + 2 * 872) * 4, (1152 + 544 + 872 + 16) * 4, 1152 * 8)
     got = (s['params_bytes'], s['grads_bytes'], s['optimizer_bytes'])
     ok = got == want and s['params_count'] == 544 + 2 * 872 + 16
     print('GPT dims stage 3: %s %s' % (got, 'ok' if ok else 'FAIL want %s' % (want,)))
@@ -113,12 +114,12 @@ def test_tp(pctl):
                       got['tp2sp'][4] < got['tp2'][4] < got['tp1'][4])
     # ZeRO-3 on dp 2 x tp 2: shards of the tp-local units (plan.h): units
     # 288, 460, 460, 16 padded to even: shard 612; E 288, M 460, H 16:
-    # params (S + E + M + max(M, H)) * 4, grads (S + E + max(H, M)) * 4
+    # params (S + E + M + max(M, H)) * 4, grads (S + E + M + H) * 4
     j = json.loads(subprocess.run(base[:-7] + ['--zero', '3', '--precision', 'fp32', '--json',
                                                '--dp', '2', '--batch', '4', '--tp', '2'],
                                   capture_output=True, text=True, check=True).stdout)
     st = j['stages'][0]
-    w = ((612 + 288 + 460 + 460) * 4.0, (612 + 288 + 460) * 4.0, 612 * 8.0)
+    w = ((612 + 288 + 460 + 460) * 4.0, (612 + 288 + 460 + 16) * 4.0, 612 * 8.0)
     g = (st['params_bytes'], st['grads_bytes'], st['optimizer_bytes'])
     failures += check('plan dp2 x tp2 ZeRO-3', g == w and j['micro_batch'] == 2 and
                       j['activations_bytes'] == 11328, '%s want %s' % (g, w))
