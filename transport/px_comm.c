@@ -614,3 +614,17 @@ int px_comm_world_rank(const px_comm_t *comm, int rank)
         return -1;
     return comm->wrank ? comm->wrank[rank] : rank;
 }
+
+int px__comm_one_node(const px_comm_t *comm)
+{
+    const px_comm_t *w = comm->root;
+    const char *first;
+
+    if (!w->nodes)
+        return 0;
+    first = w->nodes[px_comm_world_rank(comm, 0)];
+    for (int r = 1; r < comm->size; r++)
+        if (strcmp(first, w->nodes[px_comm_world_rank(comm, r)]) != 0)
+            return 0;
+    return 1;
+}

@@ -90,20 +90,6 @@ static const uint64_t bell_word = 0x7078697063626c6cull; /* "pxipcbll" */
 
 /* --- setup ------------------------------------------------------------------- */
 
-static int same_node(const px_comm_t *comm)
-{
-    const px_comm_t *w = comm->root;
-    const char *first;
-
-    if (!w->nodes)
-        return 0;
-    first = w->nodes[px_comm_world_rank(comm, 0)];
-    for (int r = 1; r < comm->size; r++)
-        if (strcmp(first, w->nodes[px_comm_world_rank(comm, r)]) != 0)
-            return 0;
-    return 1;
-}
-
 static int has_ipc_ops(const px_kernel_ops_t *k)
 {
     return k && k->reduce && k->reduce_avg_finish && k->ipc_handle && k->ipc_open &&
@@ -166,7 +152,7 @@ int px__ipc_ready(px_comm_t *comm, int timeout_ms)
     slot_env = px_env_int("PX_IPC_SLOT_BYTES");
     me.slot = slot_env < 4096 ? 4096 : ((uint64_t)slot_env + 255) & ~(uint64_t)255;
     me.ok = all && ipc && ipc->ring && ipc->handles && px_env_int("PX_IPC") != 0 &&
-            has_ipc_ops(k) && same_node(comm);
+            has_ipc_ops(k) && px__comm_one_node(comm);
     if (me.ok) {
         ipc->k = k;
         /* the slots, then a work slot for the reducer's partial sums */

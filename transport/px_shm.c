@@ -233,20 +233,6 @@ static size_t align_up(size_t x, size_t a)
 
 /* --- setup ------------------------------------------------------------------ */
 
-static int same_node(const px_comm_t *comm)
-{
-    const px_comm_t *w = comm->root;
-    const char *first;
-
-    if (!w->nodes)
-        return 0;
-    first = w->nodes[px_comm_world_rank(comm, 0)];
-    for (int r = 1; r < comm->size; r++)
-        if (strcmp(first, w->nodes[px_comm_world_rank(comm, r)]) != 0)
-            return 0;
-    return 1;
-}
-
 static void *map_fd(int fd, size_t bytes)
 {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -276,7 +262,7 @@ px_status_t px__shm_setup(px_comm_t *comm)
     bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * slot;
 
     /* everyone agrees whether to try: PX_SHM on every rank, one node */
-    ok = px_env_int("PX_SHM") != 0 && same_node(comm);
+    ok = px_env_int("PX_SHM") != 0 && px__comm_one_node(comm);
     status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1);
     if (status != PX_OK || !all_ok)
         return status;

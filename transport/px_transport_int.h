@@ -430,6 +430,11 @@ void px__req_init(px_request_t *req, px_comm_t *comm, int kind, px_dtype_t dtype
  * when oversubscribed), plus the load, because a spinner on a loaded
  * machine holds its peer off the CPU. */
 int px__spin_allowed(const px_comm_t *comm);
+/* 1 when every rank of `comm` runs on one node (the world's node names,
+ * from the bootstrap, are equal), else 0 (0 too when the world has no
+ * names). The same answer on every rank: the shared-memory segment and
+ * the CUDA IPC rings are set up only then. */
+int px__comm_one_node(const px_comm_t *comm);
 /* Appends `req` to `comm`'s list of pending requests (the list progress
  * steps, in start order) and marks it linked; the communicator owns it from
  * then until it completes and its caller frees it. */
