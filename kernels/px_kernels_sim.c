@@ -313,7 +313,8 @@ static void run_copies(uint64_t upto)
         sim.done_ticket = sim.q[k].ticket;
         k++;
     }
-    memmove(sim.q, sim.q + k, (sim.nq - k) * sizeof(*sim.q));
+    if (k < sim.nq) /* (the queue is NULL until the first copy: no memmove of NULL) */
+        memmove(sim.q, sim.q + k, (sim.nq - k) * sizeof(*sim.q));
     sim.nq -= k;
     sim_close();
 }
