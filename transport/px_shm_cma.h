@@ -32,11 +32,16 @@
  * less with the single copy (1-16 MiB), 2 ranks 0.96-1.07x; all-gather
  * 0.76-0.95x (more: with n > 2 its source is read n - 1 times from DRAM,
  * where the two copies' staging slot stays in cache), broadcast 0.80-1.05x.
- * So by default (PX_SHM_CMA=1) only all-to-all takes it.
+ * So with PX_SHM_CMA=1 only all-to-all takes it. Wall time against Open
+ * MPI on the quiet machine (compare_mpi.py -n 2,4 --ops all_gather,
+ * all_to_all -b 64K -e 16M -r 3, PX_SHM_CMA 1,0,1,0 alternating, load
+ * 1.4-2.0) gave the 4-rank all-to-all 1.05 / 1.02x with it and 1.43 / 1.33x
+ * with two copies at 1 MiB, 0.96-1.07x either way at 4-16 MiB: the CPU it
+ * saves does not show as time here, so the default is 0 (off).
  *
- * Knobs (common/px_env.c): PX_SHM_CMA (1 auto: all-to-all; 2 all-gather,
- * all-to-all and broadcast, for machines where CMA is cheaper, tests and
- * measurement; 0 off: the two-copy path only), PX_SHM_CMA_MIN_BYTES
+ * Knobs (common/px_env.c): PX_SHM_CMA (0, the default: the two-copy path
+ * only; 1: all-to-all; 2: all-gather, all-to-all and broadcast, for machines
+ * where CMA is cheaper, tests and measurement), PX_SHM_CMA_MIN_BYTES
  * (the smallest collective, in bytes of its largest buffer, that takes the
  * single copy). Rank 0's PX_SHM_CMA_MIN_BYTES holds for the communicator;
  * the least PX_SHM_CMA of the ranks holds (0 on any rank: off for all). */
