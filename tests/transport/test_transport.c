@@ -345,21 +345,28 @@ static int rank_kill(px_launch_rank_t *ctx)
     return 0;
 }
 
+/* Waits until every rank has finished 2 iterations; 0 if not by give_up_ms
+ * (ranks that never start: port retry). */
+static int wait_iters(atomic_int *iters, int n, int64_t give_up_ms)
+{
+    for (;;) {
+        int ready = 1;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        for (int r = 0; r < n; r++)
+            ready &= atomic_load(&iters[r]) >= 2;
+        if (ready)
+            return 1;
+        if (px_time_mono_ms() > give_up_ms)
+            return 0;
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void kill_on_started(const pid_t *pids, int n, void *arg)
 {
     kill_shared_t *sh = arg;
-    int64_t give_up = px_time_mono_ms() + 30000; /* ranks that never start (port retry) */
-    for (;;) {
-        int ready = 1;
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        for (int r = 0; r < n; r++)
-            ready &= atomic_load(&sh->iters[r]) >= 2;
-        if (ready)
-            break;
-        if (px_time_mono_ms() > give_up)
-            return;
-        nanosleep(&ts, NULL);
-    }
+    if (!wait_iters(sh->iters, n, px_time_mono_ms() + 30000))
+        return;
     {
         struct timespec ts = {0, 30 * 1000 * 1000}; /* land inside an all-reduce */
         nanosleep(&ts, NULL);
@@ -423,16 +430,8 @@ static void kill_late_on_started(const pid_t *pids, int n, void *arg)
     int64_t give_up = px_time_mono_ms() + 30000;
     struct timespec ts = {0, 10 * 1000 * 1000};
 
-    for (;;) {
-        int ready = 1;
-        for (int r = 0; r < n; r++)
-            ready &= atomic_load(&sh->iters[r]) >= 2;
-        if (ready)
-            break;
-        if (px_time_mono_ms() > give_up)
-            return;
-        nanosleep(&ts, NULL);
-    }
+    if (!wait_iters(sh->iters, n, give_up))
+        return;
     kill(pids[0], SIGSTOP);
     kill(pids[sh->victim], SIGKILL);
     /* the others fail on the victim and exit; WNOWAIT leaves them to
