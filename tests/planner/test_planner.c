@@ -568,8 +568,9 @@ static void test_jobspec(void)
         s.precision = "fp16";
         px_jobspec_to_config(&s, &pb);
         EXPECT(pb.precision == -1 && px_job_config_check(&pb, PX_JOBCFG_LAYOUT_ONLY, perr,
-               sizeof(perr)) == PX_ERR_INVALID_ARGUMENT && strstr(perr, "precision"),
-               "unknown precision rejected: %s", perr);
+               sizeof(perr)) == PX_ERR_INVALID_ARGUMENT &&
+               strstr(perr, "precision='fp16' is not fp32 or bf16"),
+               "unknown precision rejected, named as sent: %s", perr);
         s.precision = "";
         EXPECT(px_job_config_precision_parse("fp32") == PX_PRECISION_FP32 &&
                px_job_config_precision_parse(NULL) == PX_PRECISION_FP32 &&
