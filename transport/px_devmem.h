@@ -38,6 +38,7 @@
 #define PX_DEVMEM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "px_kernels.h"
 
@@ -46,6 +47,14 @@
  * and `is_device` (1 when a pointer is that backend's device memory).
  * NULL, NULL unregisters. Borrowed; both must outlive every collective. */
 void px_transport_set_device_memory(const px_kernel_ops_t *k, int (*is_device)(const void *p));
+
+/* The device memory the transport itself holds, process-wide, in bytes:
+ * the CUDA IPC scratch rings (px_ipc.h: (PX__IPC_NSLOT + 1) slots of
+ * PX_IPC_SLOT_BYTES per communicator that set one up, until it is
+ * destroyed) now (*current_p) and at the most (*peak_p). Engine memory
+ * accounting shows them as the "comm" category (engine/memacct.h); the
+ * plan predicts them (planner/plan.h px_plan_ipc_comms). Any thread. */
+void px_transport_device_scratch(uint64_t *current_p, uint64_t *peak_p);
 
 /* Default staging chunk of a device buffer's transfer (collectives and
  * point-to-point): 4 MiB
