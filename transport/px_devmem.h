@@ -16,9 +16,11 @@
  * of a device buffer travel in chunks of the same size through two host
  * buffers, the copy of one chunk overlapping the transfer of the other
  * (both ends must be device buffers). px_alltoallv_start on device
- * buffers is staged in one piece (the send blocks copied into one host
- * buffer at their displacements, the host algorithm, the receive blocks
- * copied back: no chunking, since the ranks' blocks differ in length).
+ * buffers is staged in chunks too: chunk i carries elements [i*pc,
+ * (i+1)*pc) of every send and receive block (pc = the staging chunk over
+ * n elements), so host memory stays at three chunks whatever the blocks'
+ * sizes, and a rank runs as many chunks as its longest block needs (the
+ * gaps between receive blocks are never written).
  * Reduce, scatter and gather on device buffers are
  * PX_ERR_INVALID_ARGUMENT; so are
  * fp16/bf16 reductions on device buffers (fp32 and the other dtypes work).

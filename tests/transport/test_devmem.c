@@ -15,7 +15,9 @@
  * element, odd sizes, under, at and over a chunk, many chunks), one copy
  * per chunk each way, in buffers from the registered pinned allocator, and
  * that all-to-all-v of device buffers (uneven, empty and gapped blocks) is
- * staged and equals the host path's result byte for byte.
+ * staged and equals the host path's result byte for byte, in one chunk and
+ * in many (4 KiB chunks; ranks running different numbers of them) through
+ * no more host memory than three chunks' buffers.
  *
  * usage: test_devmem N   (ranks; forked by px_launch) */
 #include <stdio.h>
@@ -130,8 +132,11 @@ static uint64_t a2av_count(int from, int to, uint64_t scale)
 
 /* One all-to-all-v of device buffers against the host path: sends with
  * gaps of 2 elements between blocks, receives with gaps of 3, the gaps
- * holding a sentinel neither path may overwrite. 0: ok. */
-static int alltoallv_case(px_comm_t *comm, int r, int n, uint64_t scale)
+ * holding a sentinel neither path may overwrite. pc > 0: the staging
+ * chunk holds pc elements of every block, so each block of c elements
+ * must come off (or go onto) the device in exactly ceil(c / pc) copies,
+ * one per chunk it spans. 0: ok. */
+static int alltoallv_case(px_comm_t *comm, int r, int n, uint64_t scale, uint64_t pc)
 {
     uint64_t sc[64], sd[64], rc[64], rd[64], stot = 0, rtot = 0;
     if (n > 64)
@@ -159,7 +164,7 @@ static int alltoallv_case(px_comm_t *comm, int r, int n, uint64_t scale)
         hr[i] = -7.0f;
     fake_from_host(ds, hs, stot * sizeof(float));
     fake_from_host(dr, hr, rtot * sizeof(float));
-    int before = copies_to_host;
+    int before = copies_to_host, before_back = copies_from_host;
     if (px_alltoallv(comm, ds, sc, sd, dr, rc, rd, PX_FLOAT32, NULL) != PX_OK ||
         px_alltoallv(comm, hs, sc, sd, hr, rc, rd, PX_FLOAT32, NULL) != PX_OK) {
         fprintf(stderr, "rank %d: all-to-all-v (scale %llu) failed\n", r,
@@ -167,6 +172,20 @@ static int alltoallv_case(px_comm_t *comm, int r, int n, uint64_t scale)
         return 1;
     }
     int fails = n > 1 && copies_to_host == before; /* it was staged */
+    if (pc && n > 1) {
+        long want_off = 0, want_on = 0;
+        for (int q = 0; q < n; q++) {
+            want_off += (long)((sc[q] + pc - 1) / pc);
+            want_on += (long)((rc[q] + pc - 1) / pc);
+        }
+        if (copies_to_host - before != want_off || copies_from_host - before_back != want_on) {
+            fprintf(stderr, "rank %d: all-to-all-v (scale %llu) made %d copies off the device "
+                    "and %d onto it; in chunks of %llu elements per block it takes %ld and %ld\n",
+                    r, (unsigned long long)scale, copies_to_host - before,
+                    copies_from_host - before_back, (unsigned long long)pc, want_off, want_on);
+            fails++;
+        }
+    }
     fake_to_host(got, dr, rtot * sizeof(float));
     if (memcmp(got, hr, rtot * sizeof(float))) {
         fprintf(stderr, "rank %d: staged all-to-all-v (scale %llu) differs from the host "
@@ -317,7 +336,17 @@ static int rank_fn(px_launch_rank_t *ctx)
      * empty ones, gaps between them; the staged result must equal, byte for
      * byte with its gaps untouched, the host path's on the same data */
     for (int scale = 1; !fails && scale <= 4000; scale *= 4000)
-        fails += alltoallv_case(comm, r, n, (uint64_t)scale);
+        fails += alltoallv_case(comm, r, n, (uint64_t)scale, 0);
+    /* issue 12: chunked like the other staged collectives. With 4 KiB
+     * chunks (4096 / (n x 4) floats of every block per chunk), blocks of up
+     * to 6 x 4000 floats take many chunks - a different number on each rank,
+     * whose longest blocks differ - and every block comes off and goes onto
+     * the device one slice per chunk (in one piece it would be one copy). */
+    px_transport_set_stage_chunk(4096);
+    static const int scales[] = {1, 20, 400, 4000};
+    for (unsigned si = 0; !fails && si < sizeof scales / sizeof *scales; si++)
+        fails += alltoallv_case(comm, r, n, (uint64_t)scales[si], 4096 / (4 * (uint64_t)n));
+    px_transport_set_stage_chunk(0);
     if (n > 1 && pinned_allocs == 0) {
         fprintf(stderr, "rank %d: the staging buffers did not come from the pinned allocator\n",
                 r);
