@@ -22,8 +22,9 @@
  * sizes, and a rank runs as many chunks as its longest block needs (the
  * gaps between receive blocks are never written).
  * Reduce, scatter and gather on device buffers are
- * PX_ERR_INVALID_ARGUMENT; so are
- * fp16/bf16 reductions on device buffers (fp32 and the other dtypes work).
+ * PX_ERR_INVALID_ARGUMENT. fp16/bf16 all-reduce and reduce-scatter of
+ * device buffers are staged and reduced in fp32 chunk by chunk, rounded
+ * once, bit for bit the host path's (they do not take the IPC path).
  * Host temporaries (staging included) come from the registered pinned
  * allocator (cudaHostAlloc through the CUDA backend) when one is set.
  *

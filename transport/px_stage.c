@@ -61,6 +61,15 @@
  * UCX matching one sender's messages of one tag in order, as the staged
  * point-to-point transfers do.)
  *
+ * fp16 / bf16 reductions (all-reduce, reduce-scatter) run in fp32 as on
+ * host buffers (px_coll.c): each buffer has an fp32 area, where the host
+ * algorithm runs, and behind it a half area the copies use; a chunk is
+ * copied off the device as halves, widened into the fp32 area before its
+ * collective, and rounded once back into the half area before it is
+ * copied onto the device. Every element is widened, summed in the same
+ * order and rounded once, as the host path does with the whole buffer, so
+ * the result is the host path's bit for bit.
+ *
  * Failure: cancel, abort, deadlines, mismatch and dead peers are the
  * request's (px_request.c): its posted messages are cancelled and its
  * temporaries, the staging buffers among them (slot 3), released.
@@ -73,6 +82,7 @@
 
 #include "px_devmem.h"
 #include "px_log.h"
+#include "px_reduce.h"
 
 enum { ST_AR_RING = 1, ST_AR_FLAT, ST_RS, ST_AG, ST_BCAST, ST_A2A, ST_A2AV };
 
@@ -104,6 +114,9 @@ typedef struct px__stage {
     uint64_t tload[ST_NBUF], tstore[ST_NBUF]; /* async copy tickets per buffer, 0: none */
     int nbuf;
     uint64_t restore_count; /* req->count of the whole collective */
+    px_dtype_t half;     /* PX_FLOAT16 / PX_BFLOAT16 reduced in fp32 (esz 2), else 0 */
+    int n;               /* the communicator's size */
+    size_t half_off;     /* half: byte offset of each buffer's half area */
 } px__stage_t;
 
 /* Waits for ticket *t (async copies) and clears it. */
@@ -208,6 +221,33 @@ static int blocked(const px__stage_t *st)
            st->what == ST_A2A;
 }
 
+/* Elements of chunk i in its host buffer (reductions: blocked or flat). */
+static uint64_t chunk_elems(const px__stage_t *st, int n, uint64_t i)
+{
+    return blocked(st) ? slice_hoff(st, n, i) : flat_len(st, i);
+}
+
+/* fp16 / bf16: chunk i's halves (the buffer's half area) widened into its
+ * fp32 area `h`. */
+static void half_widen(const px__stage_t *st, char *h, int n, uint64_t i)
+{
+    const uint16_t *src = (const uint16_t *)(h + st->half_off);
+    if (st->half == PX_FLOAT16)
+        px_f16_to_f32((float *)h, src, (size_t)chunk_elems(st, n, i));
+    else
+        px_bf16_to_f32((float *)h, src, (size_t)chunk_elems(st, n, i));
+}
+
+/* fp16 / bf16: chunk i's fp32 result (area `h`) rounded into the half area. */
+static void half_round(const px__stage_t *st, char *h, uint64_t i)
+{
+    uint16_t *dst = (uint16_t *)(h + st->half_off);
+    if (st->half == PX_FLOAT16)
+        px_f32_to_f16(dst, (const float *)h, (size_t)chunk_elems(st, st->n, i));
+    else
+        px_f32_to_bf16(dst, (const float *)h, (size_t)chunk_elems(st, st->n, i));
+}
+
 /* --- copies -------------------------------------------------------------------- */
 
 /* Chunk i off the device into its host buffer (after the buffer's last
@@ -215,7 +255,7 @@ static int blocked(const px__stage_t *st)
 static void chunk_load(px_request_t *req, px__stage_t *st, uint64_t i)
 {
     const int n = req->comm->size, r = req->comm->rank, b = (int)(i % (uint64_t)st->nbuf);
-    char *h = st->buf[b];
+    char *h = st->buf[b] + st->half_off; /* halves: widened at chunk_setup */
     const size_t esz = st->esz;
     uint64_t t = 0;
 
@@ -265,9 +305,12 @@ static void chunk_load(px_request_t *req, px__stage_t *st, uint64_t i)
 static void chunk_store(px_request_t *req, px__stage_t *st, uint64_t i)
 {
     const int n = req->comm->size, r = req->comm->rank, b = (int)(i % (uint64_t)st->nbuf);
-    const char *h = st->buf[b];
+    const char *h = st->buf[b] + st->half_off;
     const size_t esz = st->esz;
     uint64_t t = 0;
+
+    if (st->half) /* the fp32 result rounded once into the half area */
+        half_round(st, st->buf[b], i);
 
     if (st->what == ST_A2A) /* the receive half follows the send half */
         h += slice_hoff(st, n, i) * esz;
@@ -322,6 +365,8 @@ static px_status_t chunk_setup(px_request_t *req, px__stage_t *st, uint64_t i)
     px_status_t status;
 
     copy_wait(&st->tload[i % (uint64_t)st->nbuf]); /* issued a chunk ago: done by now */
+    if (st->half)
+        half_widen(st, h, n, i);
     req->stage_tag = 1;
     req->stage_chunk_idx = i;
     if (blocked(st)) {
@@ -442,9 +487,18 @@ static px_status_t stage_begin(px_request_t *req, px__stage_t *st, uint64_t buf_
     char *all;
 
     st->esz = req->esz;
+    st->n = req->comm->size;
     st->restore_count = req->count;
     st->nbuf = st->nchunks < ST_NBUF ? (int)st->nchunks : ST_NBUF;
     one = ((size_t)buf_elems * st->esz + 63) & ~(size_t)63; /* cache-line aligned */
+    if (req->dtype == PX_FLOAT16 || req->dtype == PX_BFLOAT16) {
+        /* reduced in fp32: the fp32 area, then the half area */
+        st->half = req->dtype;
+        st->half_off = ((size_t)buf_elems * 4 + 63) & ~(size_t)63;
+        one += st->half_off;
+        req->dtype = PX_FLOAT32; /* what the chunks' host algorithm reduces */
+        req->esz = 4;
+    }
     all = px__req_tmp(req, 3, one * (size_t)st->nbuf);
     if (!all) {
         px_error("staged %s: no memory for %d host buffers of %zu bytes", "collective",

@@ -9,8 +9,8 @@
  * out of place, reduce-scatter in place (recv = buf + rank * cnt), all-gather
  * in place, at sizes from one element to a multi-chunk ring (3 Mi floats),
  * checks every element, checks that host buffers are not staged, that
- * bf16 on device buffers is refused on every rank (INVALID_ARGUMENT) and the
- * communicator still works after it, and that point-to-point sends and
+ * fp16 and bf16 all-reduce and reduce-scatter of device buffers equal the
+ * host path's (reduced in fp32, rounded once) byte for byte, and that point-to-point sends and
  * receives of device buffers arrive whole through chunked staging (one
  * element, odd sizes, under, at and over a chunk, many chunks), one copy
  * per chunk each way, in buffers from the registered pinned allocator, and
@@ -29,6 +29,7 @@
 #include "px_devmem.h"
 #include "px_kernels.h"
 #include "px_launch.h"
+#include "px_reduce.h"
 
 #define ARENA_BYTES ((size_t)64 << 20)
 
@@ -208,6 +209,70 @@ static int alltoallv_case(px_comm_t *comm, int r, int n, uint64_t scale, uint64_
     return fails;
 }
 
+/* fp16 / bf16 reductions of device buffers against the host path on the
+ * same halves: all-reduce (ring, auto; sum, avg) and reduce-scatter of
+ * `cnt` elements per rank's block, byte for byte. 0: ok. */
+static int half_case(px_comm_t *comm, int r, int n, px_dtype_t dt, uint64_t cnt)
+{
+    const uint64_t total = cnt * (uint64_t)n;
+    const size_t bytes = (size_t)total * 2;
+    float *f = malloc((size_t)total * sizeof(float));
+    uint16_t *in = malloc(bytes), *hout = malloc(bytes), *got = malloc(bytes);
+    int fails = 0;
+    if (!f || !in || !hout || !got)
+        return 1;
+    for (uint64_t i = 0; i < total; i++) /* not exactly representable sums */
+        f[i] = (float)(r + 1) * 0.3713f + (float)(i % 101) * 0.01337f - 0.5f;
+    if (dt == PX_FLOAT16)
+        px_f32_to_f16(in, f, (size_t)total);
+    else
+        px_f32_to_bf16(in, f, (size_t)total);
+    static const struct { int rs; px_algo_t algo; px_redop_t op; const char *what; } k[] = {
+        {0, PX_ALGO_RING, PX_SUM, "all-reduce ring sum"},
+        {0, PX_ALGO_AUTO, PX_AVG, "all-reduce auto avg"},
+        {1, PX_ALGO_AUTO, PX_SUM, "reduce-scatter sum"},
+    };
+    for (unsigned c = 0; c < sizeof k / sizeof *k && !fails; c++) {
+        px_coll_opts_t o = {k[c].algo, -1};
+        const uint64_t outn = k[c].rs ? cnt : total;
+        arena_used = 0;
+        void *din = fake_alloc(bytes), *dout = fake_alloc(bytes);
+        if (!din || !dout)
+            return 1;
+        fake_from_host(din, in, bytes);
+        px_status_t sd, sh;
+        if (k[c].rs) {
+            sd = px_reduce_scatter(comm, din, dout, cnt, dt, k[c].op, &o);
+            sh = px_reduce_scatter(comm, in, hout, cnt, dt, k[c].op, &o);
+        } else {
+            sd = px_allreduce_opts(comm, din, dout, total, dt, k[c].op, &o);
+            sh = px_allreduce_opts(comm, in, hout, total, dt, k[c].op, &o);
+        }
+        if (sd != PX_OK || sh != PX_OK) {
+            fprintf(stderr, "rank %d: %s %s x %llu: device %s, host %s\n", r, k[c].what,
+                    px_dtype_name(dt), (unsigned long long)cnt, px_status_str(sd),
+                    px_status_str(sh));
+            fails++;
+            break;
+        }
+        fake_to_host(got, dout, (size_t)outn * 2);
+        if (memcmp(got, hout, (size_t)outn * 2)) {
+            uint64_t i = 0;
+            while (got[i] == hout[i])
+                i++;
+            fprintf(stderr, "rank %d: %s %s x %llu on device differs from the host path at "
+                    "element %llu: 0x%04x vs 0x%04x\n", r, k[c].what, px_dtype_name(dt),
+                    (unsigned long long)cnt, (unsigned long long)i, got[i], hout[i]);
+            fails++;
+        }
+    }
+    free(f);
+    free(in);
+    free(hout);
+    free(got);
+    return fails;
+}
+
 static int rank_fn(px_launch_rank_t *ctx)
 {
     const int r = ctx->rank, n = ctx->world;
@@ -278,13 +343,19 @@ static int rank_fn(px_launch_rank_t *ctx)
     if (px_allreduce(comm, hs, hs, 4, PX_FLOAT32, PX_SUM, -1) != PX_OK || hs[3] != 4.0f * n)
         fails++;
     fails += copies_to_host != before;
-    /* bf16 on device buffers: refused everywhere, and the communicator goes on */
-    arena_used = 0;
-    void *d16 = fake_alloc(64);
-    if (px_allreduce(comm, d16, d16, 8, PX_BFLOAT16, PX_SUM, -1) != PX_ERR_INVALID_ARGUMENT) {
-        fprintf(stderr, "rank %d: bf16 on a device buffer was not refused\n", r);
-        fails++;
+    /* issue 12: fp16 / bf16 all-reduce and reduce-scatter of device buffers,
+     * staged and reduced in fp32 chunk by chunk: bit for bit the host path
+     * (which reduces the whole buffer in fp32 and rounds once), in one
+     * chunk and in many (4 KiB), ring and auto, sum and avg */
+    static const px_dtype_t halves[] = {PX_BFLOAT16, PX_FLOAT16};
+    static const uint64_t hcounts[2][3] = {{1, 1000, 20001}, {2003, 0, 0}};
+    for (int ck = 0; ck < 2 && !fails; ck++) {
+        px_transport_set_stage_chunk(ck ? 4096 : 0); /* 4 KiB: 2003 halves a block, 2-3 chunks */
+        for (unsigned di = 0; di < 2 && !fails; di++)
+            for (unsigned ci = 0; ci < 3 && hcounts[ck][ci] && !fails; ci++)
+                fails += half_case(comm, r, n, halves[di], hcounts[ck][ci]);
     }
+    px_transport_set_stage_chunk(0);
     if (px_allreduce(comm, hs, hs, 4, PX_FLOAT32, PX_SUM, -1) != PX_OK || hs[3] != 4.0f * n * n)
         fails++;
     /* point-to-point of device buffers, staged in chunks (4 KiB here):
