@@ -6,7 +6,7 @@ Two daemons started with PX_SIM_DEVICE=1 and `--devices cpu:2,sim:2`
   * `pctl nodes` lists sim:0 and sim:1 of every node with their memory
     (512 MiB total, 0 used at start) in its text and JSON;
   * a dp=2 job submitted with `--devices sim:0,1` runs both ranks on sim
-    devices (`pctl status`), completes, and its per-step losses and grad
+    devices (`pctl status` shows them and the job's devices line), completes, and its per-step losses and grad
     norms equal those of the same job with `--devices cpu` bit for bit
     (the sim ops are the CPU ops; PX_SHM=0 so both jobs reduce in the UCX
     host path's order, tests/engine/test_sim.py) - and so within 1e-5;
@@ -103,6 +103,8 @@ def main():
         cpu_devs = sorted(r["device"] for r in cpu_job["ranks"])
         assert sim_devs == ["sim:0", "sim:1"], sim_devs
         assert all(d.startswith("cpu:") for d in cpu_devs), cpu_devs
+        st = c.run("status", sim_id)
+        assert any(l.split() == ["devices", "sim:0,1"] for l in st.splitlines()), st
         ms, mc = c.metrics(sim_id), c.metrics(cpu_id)
         assert len(ms) == 6 and len(mc) == 6, (len(ms), len(mc))
         for a, b in zip(ms, mc):
