@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "devsel.h"
 #include "jobname.h"
 #include "jobspec.h"
 #include "layout.h"
@@ -385,7 +386,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
            O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
            O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_EXPERTS, O_TOPK, O_CAPF,
            O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_NO_VAL, O_EVAL_EVERY, O_EVAL_BATCHES,
-           O_PRECISION };
+           O_PRECISION, O_DEVICES };
     static const struct option opts[] = {
         {"layers", required_argument, NULL, O_LAYERS},
         {"heads", required_argument, NULL, O_HEADS},
@@ -409,6 +410,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"moe-every", required_argument, NULL, O_MOE_EVERY},
         {"aux-loss-coef", required_argument, NULL, O_AUXC},
         {"precision", required_argument, NULL, O_PRECISION},         /* issue 12 */
+        {"devices", required_argument, NULL, O_DEVICES},
         {"batch", required_argument, NULL, O_BATCH},
         {"steps", required_argument, NULL, O_STEPS},
         {"lr", required_argument, NULL, O_LR},
@@ -441,7 +443,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     Parallax__V1__SubmitJobResponse *resp = NULL;
     px_job_config_t cfg;
     px_jobspec_msg_t msg; /* the JobSpec, written from cfg (jobspec.h) */
-    const char *data = NULL, *name = NULL, *val = NULL;
+    const char *data = NULL, *name = NULL, *val = NULL, *devices = NULL;
     char *data_abs = NULL, *val_abs = NULL;
     int no_val = 0;
     /* checkpoint, resume and export paths made absolute: in stack buffers,
@@ -512,6 +514,14 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
             if (cfg.precision < 0)
                 return pctl_usage_error("submit", "--precision '%s': fp32 or bf16", optarg);
             break;
+        case O_DEVICES: { /* the daemon applies the same rule (planner/devsel.h) */
+            px_devsel_t sel;
+            char why[256];
+            if (px_devsel_parse(optarg, &sel, why, sizeof(why)) != PX_OK)
+                return pctl_usage_error("submit", "invalid value for --devices: %s", why);
+            devices = optarg;
+            break;
+        }
         case O_BATCH: INT_OPT("--batch", cfg.batch, 1); break;
         case O_STEPS: INT_OPT("--steps", cfg.steps, 1); break;
         case O_WARMUP:
@@ -642,6 +652,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
      * names the user chose). */
     msg.spec.name = (char *)(name ? name : "");
     msg.spec.max_restarts = max_restarts;
+    msg.spec.devices = (char *)(devices ? devices : "");
     req.spec = &msg.spec;
 
     if (pctl_call(ctx, "submit", M_SUBMIT, &req.base,
@@ -763,6 +774,8 @@ static void print_job(const Parallax__V1__Job *j)
                s->dp, s->batch, s->steps, s->lr, (unsigned long long)s->seed, s->warmup_steps,
                s->weight_decay, s->min_lr_ratio);
         printf("data         %s\n", pctl_esc(s->data_path));
+        if (s->devices && *s->devices) /* issue 12: --devices at submit */
+            printf("devices      %s\n", pctl_esc(s->devices));
         /* issue 12: an empty field is the default, fp32 */
         printf("precision    %s\n", s->precision && *s->precision
                ? (!strcmp(s->precision, "bf16") ? "bf16 (bf16 GEMMs, fp32 elsewhere)"
@@ -1118,8 +1131,8 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
             if (n->error && *n->error)
                 printf("  ERROR: %s\n", pctl_esc(n->error));
             for (size_t k = 0; k < n->n_devices; k++) { /* GPUs: memory from NVML */
-                const Parallax__V1__Device *dv = n->devices[k];
-                if (dv->name && !strncmp(dv->name, "cuda:", 5))
+                const Parallax__V1__Device *dv = n->devices[k]; /* sim: its arena */
+                if (dv->name && (!strncmp(dv->name, "cuda:", 5) || !strncmp(dv->name, "sim:", 4)))
                     printf("  %-14s %.1f / %.1f GiB used at start  %s\n", pctl_esc(dv->name),
                            dv->mem_used / 1073741824.0, dv->memory_bytes / 1073741824.0,
                            dv->job_id && *dv->job_id ? pctl_esc(dv->job_id) : "free");
