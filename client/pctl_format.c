@@ -293,7 +293,8 @@ json_t *pctl_json_node(const Parallax__V1__NodeInfo *n)
         json_t *d = json_object();
         json_object_set_new(d, "name", json_str(n->devices[i]->name));
         json_object_set_new(d, "job_id", json_str(n->devices[i]->job_id));
-        if (n->devices[i]->name && !strncmp(n->devices[i]->name, "cuda:", 5)) { /* a GPU */
+        if (n->devices[i]->name && (!strncmp(n->devices[i]->name, "cuda:", 5) ||
+                                    !strncmp(n->devices[i]->name, "sim:", 4))) { /* GPU, sim */
             json_object_set_new(d, "mem_total", json_integer((json_int_t)n->devices[i]->memory_bytes));
             json_object_set_new(d, "mem_used", json_integer((json_int_t)n->devices[i]->mem_used));
         }

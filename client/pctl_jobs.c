@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "devsel.h"
 #include "jobflags.h"
 #include "jobname.h"
 #include "jobspec.h"
@@ -421,11 +422,13 @@ static int submit_bad_name(void *arg, const char *flag, const char *s)
 int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
 {
     /* submit's own flags; the job flags (jobflags.h) from O_JOB_FLAG on */
-    enum { O_NAME = 256, O_FOLLOW, O_JSON, O_MAX_RESTARTS, O_NO_VAL, O_JOB_FLAG = 1024 };
+    enum { O_NAME = 256, O_FOLLOW, O_JSON, O_MAX_RESTARTS, O_NO_VAL, O_DEVICES,
+           O_JOB_FLAG = 1024 };
     static const struct option own[] = {
         {"name", required_argument, NULL, O_NAME},
         {"max-restarts", required_argument, NULL, O_MAX_RESTARTS}, /* issue 5 */
         {"no-val", no_argument, NULL, O_NO_VAL},                   /* issue 14 */
+        {"devices", required_argument, NULL, O_DEVICES},           /* issue 12 */
         {"follow", no_argument, NULL, O_FOLLOW},
         {"json", no_argument, NULL, O_JSON},
         {"help", no_argument, NULL, 'h'},
@@ -438,7 +441,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     Parallax__V1__SubmitJobResponse *resp = NULL;
     px_job_config_t cfg;
     px_jobspec_msg_t msg; /* the JobSpec, written from cfg (jobspec.h) */
-    const char *data = NULL, *name = NULL, *val = NULL;
+    const char *data = NULL, *name = NULL, *val = NULL, *devices = NULL;
     char *data_abs = NULL, *val_abs = NULL;
     int no_val = 0;
     /* checkpoint, resume and export paths made absolute: in stack buffers,
@@ -481,6 +484,14 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
             max_restarts = (uint32_t)v;
             break;
         case O_NO_VAL: no_val = 1; break;
+        case O_DEVICES: { /* the daemon applies the same rule (planner/devsel.h) */
+            px_devsel_t sel;
+            char why[256];
+            if (px_devsel_parse(optarg, &sel, why, sizeof(why)) != PX_OK)
+                return pctl_usage_error("submit", "invalid value for --devices: %s", why);
+            devices = optarg;
+            break;
+        }
         case O_NAME: name = optarg; break;
         case O_FOLLOW: follow = 1; break;
         case O_JSON: json = 1; break;
@@ -567,6 +578,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
      * names the user chose). */
     msg.spec.name = (char *)(name ? name : "");
     msg.spec.max_restarts = max_restarts;
+    msg.spec.devices = (char *)(devices ? devices : "");
     req.spec = &msg.spec;
 
     if (pctl_call(ctx, "submit", M_SUBMIT, &req.base,
@@ -688,6 +700,8 @@ static void print_job(const Parallax__V1__Job *j)
                s->dp, s->batch, s->steps, s->lr, (unsigned long long)s->seed, s->warmup_steps,
                s->weight_decay, s->min_lr_ratio);
         printf("data         %s\n", pctl_esc(s->data_path));
+        if (s->devices && *s->devices) /* issue 12: --devices at submit */
+            printf("devices      %s\n", pctl_esc(s->devices));
         /* issue 12: an empty field is the default, fp32 */
         printf("precision    %s\n", s->precision && *s->precision
                ? (!strcmp(s->precision, "bf16") ? "bf16 (bf16 GEMMs, fp32 elsewhere)"
@@ -1043,8 +1057,8 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
             if (n->error && *n->error)
                 printf("  ERROR: %s\n", pctl_esc(n->error));
             for (size_t k = 0; k < n->n_devices; k++) { /* GPUs: memory from NVML */
-                const Parallax__V1__Device *dv = n->devices[k];
-                if (dv->name && !strncmp(dv->name, "cuda:", 5))
+                const Parallax__V1__Device *dv = n->devices[k]; /* sim: its arena */
+                if (dv->name && (!strncmp(dv->name, "cuda:", 5) || !strncmp(dv->name, "sim:", 4)))
                     printf("  %-14s %.1f / %.1f GiB used at start  %s\n", pctl_esc(dv->name),
                            dv->mem_used / 1073741824.0, dv->memory_bytes / 1073741824.0,
                            dv->job_id && *dv->job_id ? pctl_esc(dv->job_id) : "free");

@@ -16,6 +16,9 @@
  * pp or ep > 1, or tp > 1 with --params only, it says it is not planned
  * yet instead of printing figures. With cp > 1 it prints each context
  * rank's slice of the sequence (chunks i and 2cp-1-i).
+ * With --device cuda it adds the CUDA IPC scratch rings a rank keeps in
+ * device memory (category comm; plan.h px_plan_ipc_comms: which of its
+ * communicators set one up, PX_IPC_SLOT_BYTES per slot).
  * The layout table: every rank's coordinates and the node px_layout_place
  * puts it on (--nodes x --devices-per-node). Single-threaded; no I/O but
  * stdout and stderr. */
@@ -31,6 +34,7 @@
 #include "pipesched.h"
 #include "pctl.h"
 #include "plan.h"
+#include "px_env.h"
 
 static void fmt_gb(double bytes, char *buf, size_t len)
 {
@@ -275,7 +279,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     enum { O_PARAMS = 256, O_LAYERS, O_DIM, O_VOCAB, O_SEQ, O_HEADS, O_DP, O_TP, O_PP, O_CP,
            O_EP, O_NODES, O_PER_NODE, O_ZERO, O_PREC, O_K, O_JSON, O_HELP, O_BATCH, O_ACCUM,
            O_SP, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_PRINT_SCHED, O_VSTAGES, O_EXPERTS,
-           O_TOPK, O_MOE_EVERY, O_CAPF, O_DROPLESS };
+           O_TOPK, O_MOE_EVERY, O_CAPF, O_DROPLESS, O_DEVICE };
     static const struct option opts[] = {
         {"params", 1, 0, O_PARAMS}, {"layers", 1, 0, O_LAYERS}, {"dim", 1, 0, O_DIM},
         {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"heads", 1, 0, O_HEADS},
@@ -291,6 +295,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         {"experts", 1, 0, O_EXPERTS},
         {"top-k", 1, 0, O_TOPK}, {"moe-every", 1, 0, O_MOE_EVERY},
         {"capacity-factor", 1, 0, O_CAPF}, {"dropless", 0, 0, O_DROPLESS},
+        {"device", 1, 0, O_DEVICE},
         {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
     double params = 0, k = -1;
     uint64_t layers = 4, dim = 128, vocab = PX_DEFAULT_VOCAB, seq = 128, heads = 4, dp = 1, v;
@@ -304,6 +309,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     double capf = 1.25;
     int dropless = 0;
     const char *stage_spec = NULL;
+    const char *device = "cpu"; /* issue 12: cuda counts the IPC scratch */
     (void)ctx;
 
     opterr = 0;
@@ -371,6 +377,11 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                 return PCTL_EXIT_USAGE;
             break;
         case O_DROPLESS: dropless = 1; break;
+        case O_DEVICE:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "sim"))
+                return pctl_usage_error("plan", "--device '%s': cpu, cuda or sim", optarg);
+            device = optarg;
+            break;
         case O_SP: sp = 1; break;
         case O_MICRO:
             if (pctl_parse_u64("plan", "--micro-batches", optarg, 1, 1u << 20, &mbs))
@@ -541,6 +552,30 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                                                     px_job_config_padded_vocab((int)vocab),
                                                     (int)(micro * seq_local), (int)tp)
                       : 0;
+    /* issue 12: CUDA IPC scratch ("comm"): rings of the communicators whose
+     * device collectives stay on one node (plan.h px_plan_ipc_comms) */
+    px_group_kind_t ipc_kinds[3];
+    const int ipc_n = !strcmp(device, "cuda")
+                          ? px_plan_ipc_comms(&layout, (int)experts, 0, node_of_rank, ipc_kinds)
+                          : 0;
+    const uint64_t ipc_slot = px_plan_ipc_slot_bytes(px_env_int("PX_IPC_SLOT_BYTES"));
+    const uint64_t ipc_bytes = px_plan_ipc_bytes(ipc_n, ipc_slot);
+    char ipc_groups[64] = "";
+    for (int i = 0; i < ipc_n; i++)
+        snprintf(ipc_groups + strlen(ipc_groups), sizeof(ipc_groups) - strlen(ipc_groups),
+                 "%s%s", i ? ", " : "", px_group_name(ipc_kinds[i]));
+    if (!json && !strcmp(device, "cuda")) {
+        char b1[32], b2[32];
+        fmt_gb((double)ipc_slot, b1, sizeof(b1));
+        fmt_gb((double)ipc_bytes, b2, sizeof(b2));
+        printf("device scratch per rank (CUDA IPC rings, category comm): %d communicator%s%s%s%s "
+               "x %d slots x %s = %s (groups whose ranks share a node; the others stage)\n",
+               ipc_n, ipc_n == 1 ? "" : "s", ipc_n ? " (" : "", ipc_groups, ipc_n ? ")" : "",
+               PX_PLAN_IPC_SLOTS, b1, b2);
+    } else if (!json && !strcmp(device, "sim")) {
+        printf("device scratch per rank: none (the simulated device has no IPC ops: its device "
+               "buffers are staged through host memory)\n");
+    }
     json_t *jstages = json_array();
     if (!json) {
         if (known)
@@ -636,6 +671,15 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
             json_object_set_new(o, "memory_note", json_string(memory_note));
         if (o && bf16)
             json_object_set_new(o, "bf16_gemm_scratch_bytes", json_integer((json_int_t)bf16_scratch));
+        if (o && strcmp(device, "cpu")) {
+            json_t *jg = json_array();
+            for (int i = 0; i < ipc_n; i++)
+                json_array_append_new(jg, json_string(px_group_name(ipc_kinds[i])));
+            json_object_set_new(o, "ipc_scratch",
+                                json_pack("{s:s, s:i, s:o, s:I, s:I}", "device", device,
+                                          "communicators", ipc_n, "groups", jg, "slot_bytes",
+                                          (json_int_t)ipc_slot, "bytes", (json_int_t)ipc_bytes));
+        }
         if (o && experts)
             json_object_set_new(o, "moe", json_pack("{s:I, s:i, s:I, s:I, s:I, s:I}", "experts",
                                                     (json_int_t)experts, "moe_layers",

@@ -33,6 +33,8 @@ static px_knob_t knobs[] = {
      "is not above them, else 0)", NULL},
     {"PX_IPC", "1", "collectives of device buffers between the ranks of one node go through the peers' mapped device memory (CUDA IPC; 0: staged through host memory)", NULL},
     {"PX_IPC_SLOT_BYTES", "4194304", "bytes of one slot of a rank's device scratch ring for IPC collectives (two slots per rank and communicator)", NULL},
+    {"PX_SIM_DEVICE", "0", "1: the simulated device (tests: the CPU ops on memory the host cannot touch) may be used: parallax-rank --device sim, parallaxd --devices sim:N", NULL},
+    {"PX_SIM_DEVICE_MB", "4096", "MiB of address space a simulated device reserves (its memory total, as parallaxd reports it)", NULL},
     {"PX_UCX_CUDA", "1", "where the UCX in use reports CUDA memory support (ucx_info -d lists cuda_copy), point-to-point transfers of device buffers go to UCX directly (0: staged through host memory)", NULL},
     {"PX_UCX_PEER_ERR_MODE", "auto", "UCX peer error handling: auto (remote nodes only), always, never", NULL},
     {"PX_HEARTBEAT_MS", "1000", "daemon heartbeat period to peers (ms)", NULL},

@@ -41,7 +41,8 @@ static const key_t_ keys[K_COUNT] = {
     [K_STATE_DIR] = {"state-dir", NULL, "/var/lib/parallax", "database, lock and rank logs"},
     [K_RUNTIME_DIR] = {"runtime-dir", NULL, "/run/parallax", "control.sock"},
     [K_DEVICES] = {"devices", NULL, "cpu:1", "cpu:N: N virtual CPU devices; cuda: every GPU (NVML); "
-                   "cuda:0,1: those GPUs; combined with commas (cuda:0,cpu:2)"},
+                   "cuda:0,1: those GPUs; sim:N: N simulated devices (tests; needs PX_SIM_DEVICE=1); "
+                   "combined with commas (cuda:0,cpu:2)"},
     [K_PEERS] = {"peers", NULL, "", "peer-listen addresses of the other daemons, A,B,..."},
     [K_HEARTBEAT] = {"heartbeat-ms", "PX_HEARTBEAT_MS", "1000", "heartbeat period (ms)"},
     [K_PEER_DEAD] = {"peer-dead-ms", "PX_PEER_DEAD_MS", "10000",
@@ -119,11 +120,13 @@ static long parse_index(const char *s, long max)
 
 /* A comma-separated list of: cpu:N (N virtual CPU devices, 1..4096), cuda
  * (every GPU of the node), cuda:I (GPU I; further bare indices continue
- * the list: cuda:0,1). Written to cfg only when all of it parses. */
+ * the list: cuda:0,1), sim:N (N simulated devices, 1..64, offered only
+ * where PX_SIM_DEVICE=1: nodes.c checks). Written to cfg only when all of
+ * it parses. */
 static px_status_t set_devices(px_daemon_config_t *cfg, const char *v)
 {
     char buf[512], *save = NULL;
-    int ncpu = 0, cuda_all = 0, n_cuda = 0, ids[64], in_cuda = 0;
+    int ncpu = 0, cuda_all = 0, n_cuda = 0, ids[64], in_cuda = 0, nsim = 0;
 
     if (strlen(v) >= sizeof(buf)) {
         px_error("devices: value too long");
@@ -144,6 +147,16 @@ static px_status_t set_devices(px_daemon_config_t *cfg, const char *v)
             in_cuda = 0;
             continue;
         }
+        if (!strncmp(t, "sim:", 4)) { /* issue 12: simulated devices for tests */
+            k = parse_index(t + 4, 65);
+            if (k < 1 || nsim) {
+                px_error("devices %s: '%s': sim:N once, N an integer in 1..64", v, t);
+                return PX_ERR_INVALID_ARGUMENT;
+            }
+            nsim = (int)k;
+            in_cuda = 0;
+            continue;
+        }
         if (!strcmp(t, "cuda")) {
             cuda_all = 1;
             in_cuda = 0;
@@ -157,7 +170,7 @@ static px_status_t set_devices(px_daemon_config_t *cfg, const char *v)
         if (k < 0) {
             px_error("devices %s: '%s': %s", v, t,
                      k == -2 ? "GPU given twice"
-                             : "expected cpu:N, cuda or cuda:I[,J...] (I a GPU index 0..63)");
+                             : "expected cpu:N, sim:N, cuda or cuda:I[,J...] (I a GPU index 0..63)");
             return PX_ERR_INVALID_ARGUMENT;
         }
         ids[n_cuda++] = (int)k;
@@ -167,13 +180,14 @@ static px_status_t set_devices(px_daemon_config_t *cfg, const char *v)
         px_error("devices %s: cuda (every GPU) and cuda:I together", v);
         return PX_ERR_INVALID_ARGUMENT;
     }
-    if (!ncpu && !cuda_all && !n_cuda) {
-        px_error("devices '%s': no device (cpu:N, cuda or cuda:I[,J...])", v);
+    if (!ncpu && !cuda_all && !n_cuda && !nsim) {
+        px_error("devices '%s': no device (cpu:N, sim:N, cuda or cuda:I[,J...])", v);
         return PX_ERR_INVALID_ARGUMENT;
     }
     if (set_str(&cfg->devices, v))
         return PX_ERR_NO_MEMORY;
     cfg->n_devices = ncpu;
+    cfg->n_sim = nsim;
     cfg->cuda_all = cuda_all;
     cfg->n_cuda = n_cuda;
     memcpy(cfg->cuda_ids, ids, sizeof(int) * (size_t)n_cuda);

@@ -26,11 +26,12 @@ typedef struct px_daemon_config {
     char *peer_listen;     /* Peer host:port */
     char *state_dir;       /* holds parallax.db, the lock and jobs/<id>/rank-R.log */
     char *runtime_dir;     /* holds control.sock */
-    char *devices;         /* as given: "cpu:N", "cuda", "cuda:0,1", "cuda:0,cpu:2" */
+    char *devices;         /* as given: "cpu:N", "cuda", "cuda:0,1", "cuda:0,cpu:2", "cpu:2,sim:2" */
     int n_devices;         /* N of cpu:N (0 when the node offers GPUs only) */
     int cuda_all;          /* "cuda": every GPU NVML finds (nodes.c) */
     int n_cuda;            /* "cuda:I,J,...": these GPUs */
     int cuda_ids[64];
+    int n_sim;             /* "sim:N": N simulated devices (issue 12, tests; nodes.c) */
     char **peers;          /* Peer addresses of the other daemons */
     int n_peers;
     char *name;            /* node name */

@@ -114,17 +114,22 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
     if (px_bench_spec_is(req->spec)) { /* issue 3: a collectives benchmark job */
         status = px_bench_spec_validate(req->spec, px_nodes_cluster_devices(d), err, sizeof(err));
     } else { /* this node's devices first, then the alive peers' */
+        px_devsel_t sel; /* issue 12: only the devices the job asks for */
         int *counts = malloc(sizeof(*counts) * (size_t)(d->n_peers + 1));
         if (!counts) {
             px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             return;
         }
-        int nn = px_nodes_device_counts(d, counts, d->n_peers + 1);
-        status = px_validate_spec(req->spec, counts, nn, err, sizeof(err));
+        int nn = 0;
+        status = px_nodes_devsel(d, req->spec->devices, &sel, err, sizeof(err));
+        if (status == PX_OK) {
+            nn = px_nodes_device_counts(d, &sel, counts, d->n_peers + 1);
+            status = px_validate_spec(req->spec, counts, nn, err, sizeof(err));
+        }
         if (status == PX_OK) { /* issue 16: each placed device's memory (memfit.c) */
             const char **names = calloc((size_t)nn + 1, sizeof(*names));
             uint64_t *mem = calloc((size_t)nn + 1, sizeof(*mem));
-            if (names && mem && px_nodes_device_memory(d, names, mem, nn) == nn)
+            if (names && mem && px_nodes_device_memory(d, &sel, names, mem, nn) == nn)
                 status = px_memfit_check(req->spec, counts, names, mem, nn, err, sizeof(err));
             free(names);
             free(mem);

@@ -30,6 +30,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "devsel.h"
 #include "parallax.pb-c.h"
 #include "px_rpc.h"
 #include "px_status.h"
@@ -288,13 +289,22 @@ void px_nodes_fini(px_daemon_t *d);
 void px_nodes_start(px_daemon_t *d);
 /* Devices in the cluster: this node's plus every alive peer's. */
 int px_nodes_cluster_devices(px_daemon_t *d);
-/* Devices of each node, free or not: this node's into counts[0], then each
- * alive peer's, at most `max` nodes. Returns the number of nodes written. */
-int px_nodes_device_counts(px_daemon_t *d, int *counts, int max);
+/* Parses a job's device selection `spec` (JobSpec.devices, planner/devsel.h)
+ * into *sel_p and checks that some device of the cluster (this node's or an
+ * alive peer's) is in it. PX_ERR_INVALID_ARGUMENT with a message in errbuf
+ * naming the value (and the kinds of device the cluster offers). */
+px_status_t px_nodes_devsel(px_daemon_t *d, const char *spec, px_devsel_t *sel_p, char *errbuf,
+                            size_t errlen);
+/* Devices of each node, free or not, that the job's selection `sel`
+ * (planner/devsel.h; NULL: every device) takes: this node's into
+ * counts[0], then each alive peer's, at most `max` nodes. Returns the
+ * number of nodes written. */
+int px_nodes_device_counts(px_daemon_t *d, const px_devsel_t *sel, int *counts, int max);
 /* The same nodes in the same order: each one's name (borrowed) and the
- * smallest memory of its devices in bytes (0: not reported). Returns the
- * count. */
-int px_nodes_device_memory(px_daemon_t *d, const char **names, uint64_t *mem, int max);
+ * smallest memory of its devices in `sel` (NULL: all) in bytes (0: not
+ * reported). Returns the count. */
+int px_nodes_device_memory(px_daemon_t *d, const px_devsel_t *sel, const char **names,
+                           uint64_t *mem, int max);
 
 /* CancelJob: the job's ranks are stopped on every node and the job
  * becomes CANCELLED only once every launched rank has exited (devices

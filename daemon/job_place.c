@@ -3,9 +3,10 @@
  * The layout's world of ranks is placed with px_layout_place: nodes in
  * order, this node first, then the alive peers as listed; a tensor group
  * never spans nodes. Jobs are placed oldest first, and the first that does
- * not fit stops the round (FIFO, no overtaking). A device is free when its
- * node shows it free and no placed job of this coordinator holds it. Loop
- * thread only. */
+ * not fit stops the round (FIFO, no overtaking). A device is free for a
+ * job when its node shows it free, no placed job of this coordinator holds
+ * it and the job's device selection (JobSpec.devices, devsel.h) takes it.
+ * Loop thread only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,12 +35,14 @@ typedef struct {
     const px_device_t *devices;
     int n_devices;
     int n_free, next; /* free devices; next device index to hand out */
+    const px_devsel_t *sel; /* issue 12: the job's devices (JobSpec.devices) */
 } place_node_t;
 
 /* 1 if device i of node n is free for a new job. */
 static int device_free(px_daemon_t *d, const place_node_t *n, int i)
 {
-    return !n->devices[i].job_id[0] && !reserved(d, n->name, n->devices[i].name);
+    return !n->devices[i].job_id[0] && !reserved(d, n->name, n->devices[i].name) &&
+           px_devsel_match(n->sel, n->devices[i].name);
 }
 
 /* Tries to place one PENDING job; 1 if placed. The job's layout decides
@@ -56,15 +59,21 @@ static int place(px_job_t *job)
     px_job_rank_t *ranks = NULL;
     char why[512];
 
+    px_devsel_t sel;
     px_jobspec_layout(job->spec, &l);
     need = px_layout_world(&l);
     if (!nodes || !node_free || need < 1)
         goto out;
-    nodes[nn++] = (place_node_t){d->cfg.name, d->devices, d->n_devices, 0, 0};
+    /* checked at SubmitJob; a stored job's selection still parses */
+    if (px_devsel_parse(job->spec->devices, &sel, why, sizeof(why)) != PX_OK) {
+        px_error("job %s: %s", job->id, why);
+        goto out;
+    }
+    nodes[nn++] = (place_node_t){d->cfg.name, d->devices, d->n_devices, 0, 0, &sel};
     for (int p = 0; p < d->n_peers; p++)
         if (d->peers[p].alive && d->peers[p].name[0])
             nodes[nn++] = (place_node_t){d->peers[p].name, d->peers[p].devices,
-                                         d->peers[p].n_devices, 0, 0};
+                                         d->peers[p].n_devices, 0, 0, &sel};
     for (int n = 0; n < nn; n++) {
         for (int i = 0; i < nodes[n].n_devices; i++)
             nodes[n].n_free += device_free(d, &nodes[n], i);

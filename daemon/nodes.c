@@ -72,14 +72,36 @@ static px_status_t nodes_gpus(px_daemon_t *d, px_gpu_info_t *gpus, int *n_p)
     return PX_OK;
 }
 
+/* The simulated devices --devices sim:N asks for (issue 12): offered only
+ * where PX_SIM_DEVICE=1, as the ranks accept them only there
+ * (kernels/px_kernels_sim.h); else an error naming both (the daemon does
+ * not start). Each is one rank's own arena of PX_SIM_DEVICE_MB MiB, so a
+ * rank needs no CUDA_VISIBLE_DEVICES analogue: PX_DEVICE=sim:K names it. */
+static px_status_t nodes_sims(px_daemon_t *d, uint64_t *bytes_p)
+{
+    *bytes_p = 0;
+    if (!d->cfg.n_sim)
+        return PX_OK;
+    if (px_env_int("PX_SIM_DEVICE") != 1) {
+        px_error("devices %s: sim:%d: simulated devices are for tests only; set PX_SIM_DEVICE=1 "
+                 "in parallaxd's environment to offer them", d->cfg.devices, d->cfg.n_sim);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    *bytes_p = (uint64_t)px_env_int("PX_SIM_DEVICE_MB") << 20;
+    return PX_OK;
+}
+
 px_status_t px_nodes_init(px_daemon_t *d)
 {
     px_gpu_info_t gpus[PX_NVML_MAX_GPUS];
     int ngpu = 0;
+    uint64_t sim_bytes = 0;
     px_status_t status = nodes_gpus(d, gpus, &ngpu);
     if (status != PX_OK)
         return status;
-    d->n_devices = ngpu + d->cfg.n_devices;
+    if ((status = nodes_sims(d, &sim_bytes)) != PX_OK)
+        return status;
+    d->n_devices = ngpu + d->cfg.n_devices + d->cfg.n_sim;
     d->devices = calloc((size_t)d->n_devices, sizeof(*d->devices));
     if (!d->devices)
         return PX_ERR_NO_MEMORY;
@@ -96,6 +118,12 @@ px_status_t px_nodes_init(px_daemon_t *d)
         snprintf(dv->name, sizeof(dv->name), "cpu:%d", i);
         /* cpu devices share the host's RAM (memfit.c) */
         dv->memory_bytes = px_memfit_host_ram() / (uint64_t)d->cfg.n_devices;
+    }
+    for (int i = 0; i < d->cfg.n_sim; i++) { /* last: a job naming no devices takes them last */
+        px_device_t *dv = &d->devices[ngpu + d->cfg.n_devices + i];
+        snprintf(dv->name, sizeof(dv->name), "sim:%d", i);
+        dv->memory_bytes = sim_bytes; /* the arena each rank reserves; none used at start */
+        px_info("device %s: simulated, %.1f GiB", dv->name, dv->memory_bytes / 1073741824.0);
     }
     for (int i = 0; i < d->cfg.n_peers; i++) {
         if (!strcmp(d->cfg.peers[i], d->peer_addr))
@@ -129,39 +157,89 @@ int px_nodes_cluster_devices(px_daemon_t *d)
     return n;
 }
 
-int px_nodes_device_counts(px_daemon_t *d, int *counts, int max)
+/* appends `name`'s kind ("cpu" of "cpu:3") to the list `kinds` unless there */
+static void add_kind(char *kinds, size_t len, const char *name)
+{
+    char k[16];
+    const char *colon = strchr(name, ':');
+    size_t have = strlen(kinds);
+    snprintf(k, sizeof(k), "%.*s", colon ? (int)(colon - name) : (int)strlen(name), name);
+    for (const char *p = kinds; (p = strstr(p, k)); p += strlen(k))
+        if ((p == kinds || p[-1] == ' ') && (p[strlen(k)] == ',' || !p[strlen(k)]))
+            return;
+    snprintf(kinds + have, len - have, "%s%s", have ? ", " : "", k);
+}
+
+px_status_t px_nodes_devsel(px_daemon_t *d, const char *spec, px_devsel_t *sel_p, char *errbuf,
+                            size_t errlen)
+{
+    px_devsel_t sel;
+    char kinds[128] = "";
+    int n = 0;
+
+    if (px_devsel_parse(spec, &sel, errbuf, errlen) != PX_OK)
+        return PX_ERR_INVALID_ARGUMENT;
+    for (int i = 0; i < d->n_devices; i++) {
+        n += px_devsel_match(&sel, d->devices[i].name);
+        add_kind(kinds, sizeof(kinds), d->devices[i].name);
+    }
+    for (int p = 0; p < d->n_peers; p++)
+        for (int i = 0; d->peers[p].alive && i < d->peers[p].n_devices; i++) {
+            n += px_devsel_match(&sel, d->peers[p].devices[i].name);
+            add_kind(kinds, sizeof(kinds), d->peers[p].devices[i].name);
+        }
+    if (!n)
+        return px_invalid(errbuf, errlen, "devices='%s': no node of the cluster offers such a "
+                          "device (it offers: %s; `pctl nodes` lists them)", spec,
+                          kinds[0] ? kinds : "none");
+    *sel_p = sel;
+    return PX_OK;
+}
+
+static int count_selected(const px_devsel_t *sel, const px_device_t *devs, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        k += !sel || px_devsel_match(sel, devs[i].name);
+    return k;
+}
+
+int px_nodes_device_counts(px_daemon_t *d, const px_devsel_t *sel, int *counts, int max)
 {
     int n = 0;
     if (n < max)
-        counts[n++] = d->n_devices;
+        counts[n++] = count_selected(sel, d->devices, d->n_devices);
     for (int i = 0; i < d->n_peers && n < max; i++)
         if (d->peers[i].alive)
-            counts[n++] = d->peers[i].n_devices;
+            counts[n++] = count_selected(sel, d->peers[i].devices, d->peers[i].n_devices);
     return n;
 }
 
-static uint64_t min_memory(const px_device_t *devs, int n)
+static uint64_t min_memory(const px_devsel_t *sel, const px_device_t *devs, int n)
 {
     uint64_t m = 0;
     for (int i = 0; i < n; i++)
-        if (!devs[i].memory_bytes)
+        if (sel && !px_devsel_match(sel, devs[i].name))
+            continue;
+        else if (!devs[i].memory_bytes)
             return 0;
         else if (!m || devs[i].memory_bytes < m)
             m = devs[i].memory_bytes;
     return m;
 }
 
-int px_nodes_device_memory(px_daemon_t *d, const char **names, uint64_t *mem, int max)
+int px_nodes_device_memory(px_daemon_t *d, const px_devsel_t *sel, const char **names,
+                           uint64_t *mem, int max)
 {
     int n = 0;
     if (n < max) {
         names[n] = d->cfg.name;
-        mem[n++] = min_memory(d->devices, d->n_devices);
+        mem[n++] = min_memory(sel, d->devices, d->n_devices);
     }
     for (int i = 0; i < d->n_peers && n < max; i++)
         if (d->peers[i].alive) {
             names[n] = d->peers[i].name;
-            mem[n++] = min_memory(d->peers[i].devices, d->peers[i].n_devices);
+            mem[n++] = min_memory(sel, d->peers[i].devices, d->peers[i].n_devices);
         }
     return n;
 }

@@ -11,6 +11,8 @@
 
 #include <stdlib.h>
 
+#include "px_devmem.h"
+
 typedef struct block {
     struct block *next;
     void *ptr;
@@ -104,7 +106,13 @@ void px_mem_free(void *ptr)
 
 void px_mem_stats(px_mem_stats_t *out)
 {
+    uint64_t scratch, scratch_peak;
     *out = g;
+    /* issue 12: the transport's device scratch (CUDA IPC rings) is the
+     * "comm" category: no engine allocation is tagged comm */
+    px_transport_device_scratch(&scratch, &scratch_peak);
+    out->current[PX_MEM_COMM] += scratch;
+    out->peak[PX_MEM_COMM] += scratch_peak;
     out->device_used = out->device_total = 0;
     if (ops()->mem_info &&
         ops()->mem_info(&out->device_used, &out->device_total) != PX_OK)

@@ -2,6 +2,10 @@
  * with a category (plan.h's px_mem_cat_t), current and peak bytes per
  * category, and the peak of params + grads + optimizer held at once.
  *
+ * The "comm" category is the transport's own device memory (issue 12: the
+ * CUDA IPC scratch rings, px_devmem.h px_transport_device_scratch), added at
+ * each snapshot; planner/plan.h px_plan_ipc_comms predicts it.
+ *
  * Process-wide counters; the engine runs on one training thread, so the
  * functions are not thread-safe. Bytes are the requested sizes (the C
  * library's own overhead is not counted). */

@@ -291,3 +291,53 @@ uint64_t px_plan_bf16_gemm_elems(int dim, int padded_vocab, int tokens, int tp)
     e = gemm_elems(N, C, (uint64_t)padded_vocab / t); /* the tied head (column) */
     return e > m ? e : m;
 }
+
+/* ---- issue 12: CUDA IPC scratch (plan.h) ---- */
+
+uint64_t px_plan_ipc_slot_bytes(long slot_env)
+{
+    return slot_env < 4096 ? 4096 : ((uint64_t)slot_env + 255) & ~(uint64_t)255;
+}
+
+/* 1 when the group of `kind` holding `rank` has more than one member and
+ * all of them on one node */
+static int ipc_group(const px_layout_t *l, px_group_kind_t kind, int rank, const int *node_of_rank)
+{
+    int n = px_layout_group_size(l, kind), *m, one = 1;
+    if (n < 2)
+        return 0;
+    if (!node_of_rank)
+        return 1;
+    m = malloc((size_t)n * sizeof(*m));
+    if (!m)
+        return 0;
+    px_layout_group(l, kind, rank, m, NULL, NULL);
+    for (int i = 1; i < n; i++)
+        if (node_of_rank[m[i]] != node_of_rank[m[0]])
+            one = 0;
+    free(m);
+    return one;
+}
+
+int px_plan_ipc_comms(const px_layout_t *l, int experts, int rank, const int *node_of_rank,
+                      px_group_kind_t *kinds)
+{
+    px_group_kind_t cand[3] = {l->cp > 1 ? PX_GROUP_DPCP : PX_GROUP_DP, PX_GROUP_TP,
+                               PX_GROUP_EDP};
+    int n = 0;
+    for (int i = 0; i < 3; i++) {
+        if (cand[i] == PX_GROUP_EDP && !experts)
+            continue;
+        if (ipc_group(l, cand[i], rank, node_of_rank)) {
+            if (kinds)
+                kinds[n] = cand[i];
+            n++;
+        }
+    }
+    return n;
+}
+
+uint64_t px_plan_ipc_bytes(int comms, uint64_t slot_bytes)
+{
+    return (uint64_t)(comms > 0 ? comms : 0) * PX_PLAN_IPC_SLOTS * slot_bytes;
+}

@@ -51,6 +51,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "layout.h"
 #include "px_status.h"
 
 /* Memory categories (also memacct.h's). */
@@ -213,5 +214,39 @@ uint64_t px_plan_moe_rows(int N, int ep, int experts, int top_k, int dropless,
  * hidden gradients (R, 4C) x2 (+1 each). R = px_plan_moe_rows. */
 uint64_t px_plan_moe_activation_bytes(int moe_layers, int N, int ep, int experts, int top_k,
                                       int dim, int dropless, double capacity_factor);
+
+/* issue 12: the device scratch of CUDA IPC (transport/px_ipc.c): at a
+ * communicator's first collective of device buffers, when all its ranks
+ * are on one node, each rank allocates PX_PLAN_IPC_SLOTS slots of
+ * px_plan_ipc_slot_bytes(PX_IPC_SLOT_BYTES) of device memory (two ring
+ * slots and the reducer's work slot) and keeps them for the communicator's
+ * life. The rank's memory accounting shows them in the "comm" category. */
+#define PX_PLAN_IPC_SLOTS 3
+
+/* One slot's bytes for PX_IPC_SLOT_BYTES = `slot_env` as px_ipc.c rounds
+ * it: at least 4096, rounded up to a multiple of 256. */
+uint64_t px_plan_ipc_slot_bytes(long slot_env);
+
+/* Which of a rank's communicators run collectives of device buffers during
+ * training, and so set up IPC scratch (engine: zero.c, tp.c, moe.c): the
+ * gradient group (dp, or dp x cp when cp > 1: gradient all-reduce, ZeRO's
+ * reduce-scatter / all-gather, the MoE routers' gradients) when it has more
+ * than one rank; the tensor group (tp > 1: the activations' all-reduce /
+ * all-gather / reduce-scatter); the expert-data group (edp = dp x cp / ep
+ * > 1 with experts: the experts' gradients; a communicator of its own even
+ * where its members are the gradient group's). The pipeline (point to
+ * point), context (ring attention's point to point), expert (all-to-all-v,
+ * staged; its other collectives are host buffers), model and world
+ * communicators move only host buffers or stage: none. Only groups whose
+ * members `node_of_rank` (world entries, from px_layout_place; NULL: one
+ * node) puts on one node count. `rank`: whose groups (any rank of a
+ * uniform layout gives the same count on one node). Returns the count and
+ * writes each counted group's kind into kinds[] (up to 3; may be NULL). */
+int px_plan_ipc_comms(const px_layout_t *l, int experts, int rank, const int *node_of_rank,
+                      px_group_kind_t *kinds);
+
+/* Bytes of IPC scratch of `comms` communicators with slots of
+ * `slot_bytes` (px_plan_ipc_slot_bytes): comms x PX_PLAN_IPC_SLOTS x slot. */
+uint64_t px_plan_ipc_bytes(int comms, uint64_t slot_bytes);
 
 #endif

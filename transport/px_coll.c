@@ -326,11 +326,6 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
     if (status != PX_OK)
         return status;
     NEED(!count || (sendbuf && recvbuf), "px_allreduce");
-    if (is_half(dtype) && on_device(sendbuf, recvbuf)) {
-        px_error("px_allreduce: %s on device buffers is not supported (fp32, fp64, integers)",
-                 px_dtype_name(dtype));
-        return PX_ERR_INVALID_ARGUMENT;
-    }
     if (use_shm(comm, PX__COLL_ALLREDUCE, sendbuf, recvbuf, dtype, 1, count * px_dtype_size(dtype)))
         return px__shm_start(comm, PX__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1,
                              opts, req_p);
@@ -379,7 +374,7 @@ px_status_t px_allreduce_start(px_comm_t *comm, const void *sendbuf, void *recvb
             memcpy(recvbuf, sendbuf, (size_t)(count * req->esz));
         goto out; /* AVG over one rank: the input itself */
     }
-    if (is_half(dtype)) {
+    if (is_half(dtype) && !on_device(sendbuf, recvbuf)) { /* device: per chunk (px_stage.c) */
         float *t = stage_half(req, dtype, sendbuf, count);
         if (!t)
             return start_fail(req, PX_ERR_NO_MEMORY);
@@ -428,11 +423,6 @@ px_status_t px_reduce_scatter_start(px_comm_t *comm, const void *sendbuf, void *
     if (status != PX_OK)
         return status;
     NEED(!recvcount || (sendbuf && recvbuf), "px_reduce_scatter");
-    if (is_half(dtype) && on_device(sendbuf, recvbuf)) {
-        px_error("px_reduce_scatter: %s on device buffers is not supported (fp32, fp64, "
-                 "integers)", px_dtype_name(dtype));
-        return PX_ERR_INVALID_ARGUMENT;
-    }
     n = (uint64_t)comm->size;
     esz = px_dtype_size(dtype);
     inplace = (const char *)recvbuf == (const char *)sendbuf + (uint64_t)comm->rank * recvcount * esz;

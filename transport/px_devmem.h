@@ -16,12 +16,15 @@
  * of a device buffer travel in chunks of the same size through two host
  * buffers, the copy of one chunk overlapping the transfer of the other
  * (both ends must be device buffers). px_alltoallv_start on device
- * buffers is staged in one piece (the send blocks copied into one host
- * buffer at their displacements, the host algorithm, the receive blocks
- * copied back: no chunking, since the ranks' blocks differ in length).
+ * buffers is staged in chunks too: chunk i carries elements [i*pc,
+ * (i+1)*pc) of every send and receive block (pc = the staging chunk over
+ * n elements), so host memory stays at three chunks whatever the blocks'
+ * sizes, and a rank runs as many chunks as its longest block needs (the
+ * gaps between receive blocks are never written).
  * Reduce, scatter and gather on device buffers are
- * PX_ERR_INVALID_ARGUMENT; so are
- * fp16/bf16 reductions on device buffers (fp32 and the other dtypes work).
+ * PX_ERR_INVALID_ARGUMENT. fp16/bf16 all-reduce and reduce-scatter of
+ * device buffers are staged and reduced in fp32 chunk by chunk, rounded
+ * once, bit for bit the host path's (they do not take the IPC path).
  * Host temporaries (staging included) come from the registered pinned
  * allocator (cudaHostAlloc through the CUDA backend) when one is set.
  *
@@ -38,6 +41,7 @@
 #define PX_DEVMEM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "px_kernels.h"
 
@@ -46,6 +50,14 @@
  * and `is_device` (1 when a pointer is that backend's device memory).
  * NULL, NULL unregisters. Borrowed; both must outlive every collective. */
 void px_transport_set_device_memory(const px_kernel_ops_t *k, int (*is_device)(const void *p));
+
+/* The device memory the transport itself holds, process-wide, in bytes:
+ * the CUDA IPC scratch rings (px_ipc.h: (PX__IPC_NSLOT + 1) slots of
+ * PX_IPC_SLOT_BYTES per communicator that set one up, until it is
+ * destroyed) now (*current_p) and at the most (*peak_p). Engine memory
+ * accounting shows them as the "comm" category (engine/memacct.h); the
+ * plan predicts them (planner/plan.h px_plan_ipc_comms). Any thread. */
+void px_transport_device_scratch(uint64_t *current_p, uint64_t *peak_p);
 
 /* Default staging chunk of a device buffer's transfer (collectives and
  * point-to-point): 4 MiB

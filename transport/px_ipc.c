@@ -61,6 +61,7 @@
 struct px__ipc {
     const px_kernel_ops_t *k; /* the backend that allocated and mapped */
     char *mine;               /* this rank's ring (mem_alloc), NULL when off */
+    size_t mine_bytes;        /* its size (counted in scratch_now) */
     char **ring;              /* [n]: every rank's ring as mapped here (ring[rank] = mine) */
     px_ipc_handle_t *handles; /* [n] */
     size_t slot;              /* bytes per slot (the smallest any rank offered) */
@@ -87,6 +88,27 @@ struct px__ipcreq {
 };
 
 static const uint64_t bell_word = 0x7078697063626c6cull; /* "pxipcbll" */
+
+/* The device bytes every communicator's ring holds now, and the most ever
+ * (px_transport_device_scratch); atomics: communicators may live on
+ * different threads. */
+static uint64_t scratch_now, scratch_peak;
+
+static void scratch_add(int64_t bytes)
+{
+    uint64_t now = __atomic_add_fetch(&scratch_now, (uint64_t)bytes, __ATOMIC_RELAXED);
+    uint64_t peak = __atomic_load_n(&scratch_peak, __ATOMIC_RELAXED);
+    while (now > peak &&
+           !__atomic_compare_exchange_n(&scratch_peak, &peak, now, 1, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+        ;
+}
+
+void px_transport_device_scratch(uint64_t *current_p, uint64_t *peak_p)
+{
+    *current_p = __atomic_load_n(&scratch_now, __ATOMIC_RELAXED);
+    *peak_p = __atomic_load_n(&scratch_peak, __ATOMIC_RELAXED);
+}
 
 /* --- setup ------------------------------------------------------------------- */
 
@@ -116,6 +138,7 @@ static void ipc_free(px_comm_t *comm)
     if (ipc->mine) {
         ipc->k->synchronize();
         ipc->k->mem_free(ipc->mine);
+        scratch_add(-(int64_t)ipc->mine_bytes);
     }
     free(ipc->ring);
     free(ipc->handles);
@@ -157,6 +180,10 @@ int px__ipc_ready(px_comm_t *comm, int timeout_ms)
         ipc->k = k;
         /* the slots, then a work slot for the reducer's partial sums */
         ipc->mine = k->mem_alloc((PX__IPC_NSLOT + 1) * (size_t)me.slot);
+        if (ipc->mine) {
+            ipc->mine_bytes = (PX__IPC_NSLOT + 1) * (size_t)me.slot;
+            scratch_add((int64_t)ipc->mine_bytes);
+        }
         me.ok = ipc->mine && k->ipc_handle(ipc->mine, &me.handle) == PX_OK;
     }
     if (!all) {

@@ -40,6 +40,15 @@
  * move bytes only. Every rank cuts the same chunks: they depend only on the
  * count, the element size, the communicator size and the staging chunk
  * (which every rank of a job must set alike).
+ *   - all-to-all-v: chunk i holds elements [i*pc, (i+1)*pc) of every send
+ *     block and of every receive block (pc = chunk / (n * element)), packed
+ *     block after block (sends, then receives). The slice a rank sends q in
+ *     chunk i is exactly the slice q receives from it in chunk i (both are
+ *     cut from the same block length), so the slices line up without an
+ *     exchange; a rank runs as many chunks as its own longest block needs,
+ *     and a chunk's exchange leaves out its empty slices
+ *     (px__pairwise_alltoallv_sparse_build), so nobody waits for a rank that
+ *     has finished. Gaps between the receive blocks are never written.
  *
  * Messages: the request keeps its one sequence number and header exchange
  * (mismatch detection covers the whole collective); while a chunk runs its
@@ -51,6 +60,15 @@
  * root's eager sends of small chunks do; then the peer's receives rest on
  * UCX matching one sender's messages of one tag in order, as the staged
  * point-to-point transfers do.)
+ *
+ * fp16 / bf16 reductions (all-reduce, reduce-scatter) run in fp32 as on
+ * host buffers (px_coll.c): each buffer has an fp32 area, where the host
+ * algorithm runs, and behind it a half area the copies use; a chunk is
+ * copied off the device as halves, widened into the fp32 area before its
+ * collective, and rounded once back into the half area before it is
+ * copied onto the device. Every element is widened, summed in the same
+ * order and rounded once, as the host path does with the whole buffer, so
+ * the result is the host path's bit for bit.
  *
  * Failure: cancel, abort, deadlines, mismatch and dead peers are the
  * request's (px_request.c): its posted messages are cancelled and its
@@ -64,6 +82,7 @@
 
 #include "px_devmem.h"
 #include "px_log.h"
+#include "px_reduce.h"
 
 enum { ST_AR_RING = 1, ST_AR_FLAT, ST_RS, ST_AG, ST_BCAST, ST_A2A, ST_A2AV };
 
@@ -75,9 +94,10 @@ typedef struct px__stage {
                           * linear or pairwise */
     uint64_t *a2a;       /* ST_A2A: a chunk's counts [n] and displacements [n];
                           * ST_A2AV: the call's send counts, send displacements,
-                          * receive counts, receive displacements [n] each */
-    uint64_t sext;       /* ST_A2AV: elements of the send extent (the receive
-                          * extent follows it in the host buffer) */
+                          * receive counts, receive displacements [n] each, then
+                          * the same four [n] of the chunk running */
+    uint64_t sext;       /* ST_A2AV: elements of a buffer's send half (the
+                          * receive half follows it) */
     const char *dsrc;    /* device input (bcast: the buffer) */
     char *ddst;          /* device output (bcast: the buffer) */
     size_t esz;
@@ -94,6 +114,9 @@ typedef struct px__stage {
     uint64_t tload[ST_NBUF], tstore[ST_NBUF]; /* async copy tickets per buffer, 0: none */
     int nbuf;
     uint64_t restore_count; /* req->count of the whole collective */
+    px_dtype_t half;     /* PX_FLOAT16 / PX_BFLOAT16 reduced in fp32 (esz 2), else 0 */
+    int n;               /* the communicator's size */
+    size_t half_off;     /* half: byte offset of each buffer's half area */
 } px__stage_t;
 
 /* Waits for ticket *t (async copies) and clears it. */
@@ -183,10 +206,46 @@ static uint64_t flat_len(const px__stage_t *st, uint64_t i)
     return st->count - start < st->pc ? st->count - start : st->pc;
 }
 
+/* All-to-all-v: elements of a block of `len` in chunk i. */
+static uint64_t v_slice(const px__stage_t *st, uint64_t len, uint64_t i)
+{
+    uint64_t start = i * st->pc;
+    if (start >= len)
+        return 0;
+    return len - start < st->pc ? len - start : st->pc;
+}
+
 static int blocked(const px__stage_t *st)
 {
     return st->what == ST_AR_RING || st->what == ST_RS || st->what == ST_AG ||
            st->what == ST_A2A;
+}
+
+/* Elements of chunk i in its host buffer (reductions: blocked or flat). */
+static uint64_t chunk_elems(const px__stage_t *st, int n, uint64_t i)
+{
+    return blocked(st) ? slice_hoff(st, n, i) : flat_len(st, i);
+}
+
+/* fp16 / bf16: chunk i's halves (the buffer's half area) widened into its
+ * fp32 area `h`. */
+static void half_widen(const px__stage_t *st, char *h, int n, uint64_t i)
+{
+    const uint16_t *src = (const uint16_t *)(h + st->half_off);
+    if (st->half == PX_FLOAT16)
+        px_f16_to_f32((float *)h, src, (size_t)chunk_elems(st, n, i));
+    else
+        px_bf16_to_f32((float *)h, src, (size_t)chunk_elems(st, n, i));
+}
+
+/* fp16 / bf16: chunk i's fp32 result (area `h`) rounded into the half area. */
+static void half_round(const px__stage_t *st, char *h, uint64_t i)
+{
+    uint16_t *dst = (uint16_t *)(h + st->half_off);
+    if (st->half == PX_FLOAT16)
+        px_f32_to_f16(dst, (const float *)h, (size_t)chunk_elems(st, st->n, i));
+    else
+        px_f32_to_bf16(dst, (const float *)h, (size_t)chunk_elems(st, st->n, i));
 }
 
 /* --- copies -------------------------------------------------------------------- */
@@ -196,7 +255,7 @@ static int blocked(const px__stage_t *st)
 static void chunk_load(px_request_t *req, px__stage_t *st, uint64_t i)
 {
     const int n = req->comm->size, r = req->comm->rank, b = (int)(i % (uint64_t)st->nbuf);
-    char *h = st->buf[b];
+    char *h = st->buf[b] + st->half_off; /* halves: widened at chunk_setup */
     const size_t esz = st->esz;
     uint64_t t = 0;
 
@@ -227,11 +286,14 @@ static void chunk_load(px_request_t *req, px__stage_t *st, uint64_t i)
         if (r == req->root)
             t = keep(t, copy(h, st->dsrc + i * st->pc * esz, flat_len(st, i) * esz, 1));
         break;
-    case ST_A2AV: /* every send block at its displacement (one chunk) */
-        for (int q = 0; q < n; q++)
-            if (st->a2a[q])
-                t = keep(t, copy(h + st->a2a[n + q] * esz, st->dsrc + st->a2a[n + q] * esz,
-                                 st->a2a[q] * esz, 1));
+    case ST_A2AV: /* slice i of every send block, packed */
+        for (int q = 0, hoff = 0; q < n; q++) {
+            uint64_t len = v_slice(st, st->a2a[q], i);
+            if (len)
+                t = keep(t, copy(h + (size_t)hoff * esz,
+                                 st->dsrc + (st->a2a[n + q] + i * st->pc) * esz, len * esz, 1));
+            hoff += (int)len;
+        }
         break;
     }
     st->tload[b] = t;
@@ -243,9 +305,12 @@ static void chunk_load(px_request_t *req, px__stage_t *st, uint64_t i)
 static void chunk_store(px_request_t *req, px__stage_t *st, uint64_t i)
 {
     const int n = req->comm->size, r = req->comm->rank, b = (int)(i % (uint64_t)st->nbuf);
-    const char *h = st->buf[b];
+    const char *h = st->buf[b] + st->half_off;
     const size_t esz = st->esz;
     uint64_t t = 0;
+
+    if (st->half) /* the fp32 result rounded once into the half area */
+        half_round(st, st->buf[b], i);
 
     if (st->what == ST_A2A) /* the receive half follows the send half */
         h += slice_hoff(st, n, i) * esz;
@@ -275,12 +340,15 @@ static void chunk_store(px_request_t *req, px__stage_t *st, uint64_t i)
         if (r != req->root)
             t = keep(t, copy(st->ddst + i * st->pc * esz, h, flat_len(st, i) * esz, 0));
         break;
-    case ST_A2AV: /* every receive block (not the gaps between them) */
+    case ST_A2AV: /* slice i of every receive block (never the gaps between them) */
         h += st->sext * esz;
-        for (int q = 0; q < n; q++)
-            if (st->a2a[2 * n + q])
-                t = keep(t, copy(st->ddst + st->a2a[3 * n + q] * esz,
-                                 h + st->a2a[3 * n + q] * esz, st->a2a[2 * n + q] * esz, 0));
+        for (int q = 0, hoff = 0; q < n; q++) {
+            uint64_t len = v_slice(st, st->a2a[2 * n + q], i);
+            if (len)
+                t = keep(t, copy(st->ddst + (st->a2a[3 * n + q] + i * st->pc) * esz,
+                                 h + (size_t)hoff * esz, len * esz, 0));
+            hoff += (int)len;
+        }
         break;
     }
     st->tstore[b] = t;
@@ -297,6 +365,8 @@ static px_status_t chunk_setup(px_request_t *req, px__stage_t *st, uint64_t i)
     px_status_t status;
 
     copy_wait(&st->tload[i % (uint64_t)st->nbuf]); /* issued a chunk ago: done by now */
+    if (st->half)
+        half_widen(st, h, n, i);
     req->stage_tag = 1;
     req->stage_chunk_idx = i;
     if (blocked(st)) {
@@ -319,10 +389,19 @@ static px_status_t chunk_setup(px_request_t *req, px__stage_t *st, uint64_t i)
         else
             status = px__ring_setup(req, 0, 0, 1, NULL, h, NULL, base, rem);
     } else if (st->what == ST_A2AV) {
-        uint64_t *v = st->a2a;
-        status = px__pairwise_alltoallv_build(req, h, v, v + n, h + st->sext * st->esz,
-                                              v + 2 * n, v + 3 * n,
-                                              st->algo == PX_ALGO_PAIRWISE);
+        /* chunk i's counts and packed displacements: sends, then receives */
+        uint64_t *v = st->a2a, *c = st->a2a + 4 * n, soff = 0, roff = 0;
+        for (int q = 0; q < n; q++) {
+            c[q] = v_slice(st, v[q], i);
+            c[n + q] = soff;
+            soff += c[q];
+            c[2 * n + q] = v_slice(st, v[2 * n + q], i);
+            c[3 * n + q] = roff;
+            roff += c[2 * n + q];
+        }
+        status = px__pairwise_alltoallv_sparse_build(req, h, c, c + n, h + st->sext * st->esz,
+                                                     c + 2 * n, c + 3 * n,
+                                                     st->algo == PX_ALGO_PAIRWISE);
     } else if (st->what == ST_AR_FLAT) {
         req->count = flat_len(st, i);
         status = st->algo == PX_ALGO_RABENSEIFNER ? px__rabenseifner_allreduce_build(req, h, h)
@@ -408,9 +487,18 @@ static px_status_t stage_begin(px_request_t *req, px__stage_t *st, uint64_t buf_
     char *all;
 
     st->esz = req->esz;
+    st->n = req->comm->size;
     st->restore_count = req->count;
     st->nbuf = st->nchunks < ST_NBUF ? (int)st->nchunks : ST_NBUF;
     one = ((size_t)buf_elems * st->esz + 63) & ~(size_t)63; /* cache-line aligned */
+    if (req->dtype == PX_FLOAT16 || req->dtype == PX_BFLOAT16) {
+        /* reduced in fp32: the fp32 area, then the half area */
+        st->half = req->dtype;
+        st->half_off = ((size_t)buf_elems * 4 + 63) & ~(size_t)63;
+        one += st->half_off;
+        req->dtype = PX_FLOAT32; /* what the chunks' host algorithm reduces */
+        req->esz = 4;
+    }
     all = px__req_tmp(req, 3, one * (size_t)st->nbuf);
     if (!all) {
         px_error("staged %s: no memory for %d host buffers of %zu bytes", "collective",
@@ -528,9 +616,9 @@ px_status_t px__stage_alltoallv(px_request_t *req, const void *sendbuf,
 {
     px__stage_t *st = calloc(1, sizeof(*st));
     const int n = req->comm->size;
-    uint64_t rext = 0;
+    uint64_t smax = 0, rmax = 0;
 
-    if (!st || !(st->a2a = malloc(4 * (size_t)n * sizeof(uint64_t)))) {
+    if (!st || !(st->a2a = malloc(8 * (size_t)n * sizeof(uint64_t)))) {
         free(st);
         return PX_ERR_NO_MEMORY;
     }
@@ -543,15 +631,18 @@ px_status_t px__stage_alltoallv(px_request_t *req, const void *sendbuf,
         st->a2a[n + q] = sdispls[q];
         st->a2a[2 * n + q] = recvcounts[q];
         st->a2a[3 * n + q] = rdispls[q];
-        if (sendcounts[q] && sdispls[q] + sendcounts[q] > st->sext)
-            st->sext = sdispls[q] + sendcounts[q];
-        if (recvcounts[q] && rdispls[q] + recvcounts[q] > rext)
-            rext = rdispls[q] + recvcounts[q];
+        if (sendcounts[q] > smax)
+            smax = sendcounts[q];
+        if (recvcounts[q] > rmax)
+            rmax = recvcounts[q];
     }
-    /* one chunk: the blocks' counts differ per rank, so slices of them
-     * would not line up between sender and receiver without another
-     * exchange; the host algorithm runs once on the whole extents */
-    st->nchunks = 1;
-    st->pc = 1;
-    return stage_begin(req, st, st->sext + rext ? st->sext + rext : 1);
+    /* slice i of every block per chunk: as many chunks as our longest
+     * block needs (at least one, which may move nothing) */
+    st->pc = blocked_pc(req);
+    st->nchunks = ((smax > rmax ? smax : rmax) + st->pc - 1) / st->pc;
+    if (!st->nchunks)
+        st->nchunks = 1;
+    st->sext = (uint64_t)n * (smax < st->pc ? smax : st->pc);
+    uint64_t rhalf = (uint64_t)n * (rmax < st->pc ? rmax : st->pc);
+    return stage_begin(req, st, st->sext + rhalf ? st->sext + rhalf : 1);
 }

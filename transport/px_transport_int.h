@@ -570,6 +570,12 @@ px_status_t px__pairwise_alltoallv_build(px_request_t *req, const void *sendbuf,
                                          const uint64_t *sendcounts, const uint64_t *sdispls,
                                          void *recvbuf, const uint64_t *recvcounts,
                                          const uint64_t *rdispls, int wait_each_step);
+/* The same, empty blocks neither sent nor received (coll/pairwise.c). */
+px_status_t px__pairwise_alltoallv_sparse_build(px_request_t *req, const void *sendbuf,
+                                                const uint64_t *sendcounts,
+                                                const uint64_t *sdispls, void *recvbuf,
+                                                const uint64_t *recvcounts,
+                                                const uint64_t *rdispls, int wait_each_step);
 
 /* All-reduce algorithm forced by tests (0 auto, 1 ring, 2 recursive
  * doubling); per-call hints and PX_ALGO_ALLREDUCE do the same. */

@@ -349,9 +349,18 @@ static void test_config(void)
                cfg.n_devices == 0, "cuda");
         px_daemon_config_free(&cfg);
     }
+    /* issue 12: simulated devices beside cpu:N (offered only with
+     * PX_SIM_DEVICE=1: nodes.c, tests/integration/test_simdev.py) */
+    {
+        char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", "cpu:2,sim:3", NULL};
+        EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_OK && cfg.n_sim == 3 &&
+               cfg.n_devices == 2 && !cfg.n_cuda, "cpu:2,sim:3: %d sims, %d cpus", cfg.n_sim,
+               cfg.n_devices);
+        px_daemon_config_free(&cfg);
+    }
     {
         static const char *bad[] = {"cuda:x", "cuda:0,0", "gpu:1", "cuda,cuda:1", "cpu:2,cpu:1",
-                                    "cuda:64", ""};
+                                    "cuda:64", "", "sim:0", "sim:65", "sim:1,sim:2", "sim"};
         for (unsigned i = 0; i < sizeof bad / sizeof *bad; i++) {
             char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", (char *)bad[i],
                             NULL};

@@ -9,13 +9,15 @@
  * out of place, reduce-scatter in place (recv = buf + rank * cnt), all-gather
  * in place, at sizes from one element to a multi-chunk ring (3 Mi floats),
  * checks every element, checks that host buffers are not staged, that
- * bf16 on device buffers is refused on every rank (INVALID_ARGUMENT) and the
- * communicator still works after it, and that point-to-point sends and
+ * fp16 and bf16 all-reduce and reduce-scatter of device buffers equal the
+ * host path's (reduced in fp32, rounded once) byte for byte, and that point-to-point sends and
  * receives of device buffers arrive whole through chunked staging (one
  * element, odd sizes, under, at and over a chunk, many chunks), one copy
  * per chunk each way, in buffers from the registered pinned allocator, and
  * that all-to-all-v of device buffers (uneven, empty and gapped blocks) is
- * staged and equals the host path's result byte for byte.
+ * staged and equals the host path's result byte for byte, in one chunk and
+ * in many (4 KiB chunks; ranks running different numbers of them) through
+ * no more host memory than three chunks' buffers.
  *
  * usage: test_devmem N   (ranks; forked by px_launch) */
 #include <stdio.h>
@@ -27,6 +29,7 @@
 #include "px_devmem.h"
 #include "px_kernels.h"
 #include "px_launch.h"
+#include "px_reduce.h"
 
 #define ARENA_BYTES ((size_t)64 << 20)
 
@@ -130,8 +133,11 @@ static uint64_t a2av_count(int from, int to, uint64_t scale)
 
 /* One all-to-all-v of device buffers against the host path: sends with
  * gaps of 2 elements between blocks, receives with gaps of 3, the gaps
- * holding a sentinel neither path may overwrite. 0: ok. */
-static int alltoallv_case(px_comm_t *comm, int r, int n, uint64_t scale)
+ * holding a sentinel neither path may overwrite. pc > 0: the staging
+ * chunk holds pc elements of every block, so each block of c elements
+ * must come off (or go onto) the device in exactly ceil(c / pc) copies,
+ * one per chunk it spans. 0: ok. */
+static int alltoallv_case(px_comm_t *comm, int r, int n, uint64_t scale, uint64_t pc)
 {
     uint64_t sc[64], sd[64], rc[64], rd[64], stot = 0, rtot = 0;
     if (n > 64)
@@ -159,7 +165,7 @@ static int alltoallv_case(px_comm_t *comm, int r, int n, uint64_t scale)
         hr[i] = -7.0f;
     fake_from_host(ds, hs, stot * sizeof(float));
     fake_from_host(dr, hr, rtot * sizeof(float));
-    int before = copies_to_host;
+    int before = copies_to_host, before_back = copies_from_host;
     if (px_alltoallv(comm, ds, sc, sd, dr, rc, rd, PX_FLOAT32, NULL) != PX_OK ||
         px_alltoallv(comm, hs, sc, sd, hr, rc, rd, PX_FLOAT32, NULL) != PX_OK) {
         fprintf(stderr, "rank %d: all-to-all-v (scale %llu) failed\n", r,
@@ -167,6 +173,20 @@ static int alltoallv_case(px_comm_t *comm, int r, int n, uint64_t scale)
         return 1;
     }
     int fails = n > 1 && copies_to_host == before; /* it was staged */
+    if (pc && n > 1) {
+        long want_off = 0, want_on = 0;
+        for (int q = 0; q < n; q++) {
+            want_off += (long)((sc[q] + pc - 1) / pc);
+            want_on += (long)((rc[q] + pc - 1) / pc);
+        }
+        if (copies_to_host - before != want_off || copies_from_host - before_back != want_on) {
+            fprintf(stderr, "rank %d: all-to-all-v (scale %llu) made %d copies off the device "
+                    "and %d onto it; in chunks of %llu elements per block it takes %ld and %ld\n",
+                    r, (unsigned long long)scale, copies_to_host - before,
+                    copies_from_host - before_back, (unsigned long long)pc, want_off, want_on);
+            fails++;
+        }
+    }
     fake_to_host(got, dr, rtot * sizeof(float));
     if (memcmp(got, hr, rtot * sizeof(float))) {
         fprintf(stderr, "rank %d: staged all-to-all-v (scale %llu) differs from the host "
@@ -185,6 +205,70 @@ static int alltoallv_case(px_comm_t *comm, int r, int n, uint64_t scale)
         }
     free(hs);
     free(hr);
+    free(got);
+    return fails;
+}
+
+/* fp16 / bf16 reductions of device buffers against the host path on the
+ * same halves: all-reduce (ring, auto; sum, avg) and reduce-scatter of
+ * `cnt` elements per rank's block, byte for byte. 0: ok. */
+static int half_case(px_comm_t *comm, int r, int n, px_dtype_t dt, uint64_t cnt)
+{
+    const uint64_t total = cnt * (uint64_t)n;
+    const size_t bytes = (size_t)total * 2;
+    float *f = malloc((size_t)total * sizeof(float));
+    uint16_t *in = malloc(bytes), *hout = malloc(bytes), *got = malloc(bytes);
+    int fails = 0;
+    if (!f || !in || !hout || !got)
+        return 1;
+    for (uint64_t i = 0; i < total; i++) /* not exactly representable sums */
+        f[i] = (float)(r + 1) * 0.3713f + (float)(i % 101) * 0.01337f - 0.5f;
+    if (dt == PX_FLOAT16)
+        px_f32_to_f16(in, f, (size_t)total);
+    else
+        px_f32_to_bf16(in, f, (size_t)total);
+    static const struct { int rs; px_algo_t algo; px_redop_t op; const char *what; } k[] = {
+        {0, PX_ALGO_RING, PX_SUM, "all-reduce ring sum"},
+        {0, PX_ALGO_AUTO, PX_AVG, "all-reduce auto avg"},
+        {1, PX_ALGO_AUTO, PX_SUM, "reduce-scatter sum"},
+    };
+    for (unsigned c = 0; c < sizeof k / sizeof *k && !fails; c++) {
+        px_coll_opts_t o = {k[c].algo, -1};
+        const uint64_t outn = k[c].rs ? cnt : total;
+        arena_used = 0;
+        void *din = fake_alloc(bytes), *dout = fake_alloc(bytes);
+        if (!din || !dout)
+            return 1;
+        fake_from_host(din, in, bytes);
+        px_status_t sd, sh;
+        if (k[c].rs) {
+            sd = px_reduce_scatter(comm, din, dout, cnt, dt, k[c].op, &o);
+            sh = px_reduce_scatter(comm, in, hout, cnt, dt, k[c].op, &o);
+        } else {
+            sd = px_allreduce_opts(comm, din, dout, total, dt, k[c].op, &o);
+            sh = px_allreduce_opts(comm, in, hout, total, dt, k[c].op, &o);
+        }
+        if (sd != PX_OK || sh != PX_OK) {
+            fprintf(stderr, "rank %d: %s %s x %llu: device %s, host %s\n", r, k[c].what,
+                    px_dtype_name(dt), (unsigned long long)cnt, px_status_str(sd),
+                    px_status_str(sh));
+            fails++;
+            break;
+        }
+        fake_to_host(got, dout, (size_t)outn * 2);
+        if (memcmp(got, hout, (size_t)outn * 2)) {
+            uint64_t i = 0;
+            while (got[i] == hout[i])
+                i++;
+            fprintf(stderr, "rank %d: %s %s x %llu on device differs from the host path at "
+                    "element %llu: 0x%04x vs 0x%04x\n", r, k[c].what, px_dtype_name(dt),
+                    (unsigned long long)cnt, (unsigned long long)i, got[i], hout[i]);
+            fails++;
+        }
+    }
+    free(f);
+    free(in);
+    free(hout);
     free(got);
     return fails;
 }
@@ -259,13 +343,19 @@ static int rank_fn(px_launch_rank_t *ctx)
     if (px_allreduce(comm, hs, hs, 4, PX_FLOAT32, PX_SUM, -1) != PX_OK || hs[3] != 4.0f * n)
         fails++;
     fails += copies_to_host != before;
-    /* bf16 on device buffers: refused everywhere, and the communicator goes on */
-    arena_used = 0;
-    void *d16 = fake_alloc(64);
-    if (px_allreduce(comm, d16, d16, 8, PX_BFLOAT16, PX_SUM, -1) != PX_ERR_INVALID_ARGUMENT) {
-        fprintf(stderr, "rank %d: bf16 on a device buffer was not refused\n", r);
-        fails++;
+    /* issue 12: fp16 / bf16 all-reduce and reduce-scatter of device buffers,
+     * staged and reduced in fp32 chunk by chunk: bit for bit the host path
+     * (which reduces the whole buffer in fp32 and rounds once), in one
+     * chunk and in many (4 KiB), ring and auto, sum and avg */
+    static const px_dtype_t halves[] = {PX_BFLOAT16, PX_FLOAT16};
+    static const uint64_t hcounts[2][3] = {{1, 1000, 20001}, {2003, 0, 0}};
+    for (int ck = 0; ck < 2 && !fails; ck++) {
+        px_transport_set_stage_chunk(ck ? 4096 : 0); /* 4 KiB: 2003 halves a block, 2-3 chunks */
+        for (unsigned di = 0; di < 2 && !fails; di++)
+            for (unsigned ci = 0; ci < 3 && hcounts[ck][ci] && !fails; ci++)
+                fails += half_case(comm, r, n, halves[di], hcounts[ck][ci]);
     }
+    px_transport_set_stage_chunk(0);
     if (px_allreduce(comm, hs, hs, 4, PX_FLOAT32, PX_SUM, -1) != PX_OK || hs[3] != 4.0f * n * n)
         fails++;
     /* point-to-point of device buffers, staged in chunks (4 KiB here):
@@ -317,7 +407,17 @@ static int rank_fn(px_launch_rank_t *ctx)
      * empty ones, gaps between them; the staged result must equal, byte for
      * byte with its gaps untouched, the host path's on the same data */
     for (int scale = 1; !fails && scale <= 4000; scale *= 4000)
-        fails += alltoallv_case(comm, r, n, (uint64_t)scale);
+        fails += alltoallv_case(comm, r, n, (uint64_t)scale, 0);
+    /* issue 12: chunked like the other staged collectives. With 4 KiB
+     * chunks (4096 / (n x 4) floats of every block per chunk), blocks of up
+     * to 6 x 4000 floats take many chunks - a different number on each rank,
+     * whose longest blocks differ - and every block comes off and goes onto
+     * the device one slice per chunk (in one piece it would be one copy). */
+    px_transport_set_stage_chunk(4096);
+    static const int scales[] = {1, 20, 400, 4000};
+    for (unsigned si = 0; !fails && si < sizeof scales / sizeof *scales; si++)
+        fails += alltoallv_case(comm, r, n, (uint64_t)scales[si], 4096 / (4 * (uint64_t)n));
+    px_transport_set_stage_chunk(0);
     if (n > 1 && pinned_allocs == 0) {
         fprintf(stderr, "rank %d: the staging buffers did not come from the pinned allocator\n",
                 r);

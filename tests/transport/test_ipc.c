@@ -42,8 +42,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "plan.h"
 #include "px_coll.h"
 #include "px_devmem.h"
+#include "px_env.h"
 #include "px_kernels.h"
 #include "px_launch.h"
 #include "px_reduce.h"
@@ -432,6 +434,47 @@ static int concurrent(px_comm_t *c, long *cases_p)
     return 0;
 }
 
+/* issue 12: the IPC scratch the transport holds (px_transport_device_scratch)
+ * is what the plan predicts (planner/plan.h: PX_PLAN_IPC_SLOTS slots of
+ * px_plan_ipc_slot_bytes(PX_IPC_SLOT_BYTES) per communicator through IPC):
+ * one communicator (ipcc) now; a second one's first device collective adds
+ * as much; destroying it gives it back (the peak stays). */
+static int scratch_check(px_launch_rank_t *ctx, px_comm_t *ipcc)
+{
+    const int r = ctx->rank; /* FAIL names it */
+    const uint64_t slot = px_plan_ipc_slot_bytes(px_env_int("PX_IPC_SLOT_BYTES"));
+    const uint64_t one = px_plan_ipc_bytes(1, slot);
+    uint64_t cur, peak;
+    px_comm_t *c2;
+
+    px_transport_device_scratch(&cur, &peak);
+    if (cur != one || peak != one)
+        FAIL("scratch with one IPC communicator: %llu now, %llu peak; the plan says %llu",
+             (unsigned long long)cur, (unsigned long long)peak, (unsigned long long)one);
+    if (px_comm_split(ctx->comm, 0, ctx->rank, &c2) != PX_OK)
+        FAIL("split of the second communicator");
+    arena_used = 0;
+    float *d = dev_alloc(4096);
+    if (px_allreduce(c2, d, d, 1024, PX_FLOAT32, PX_SUM, -1) != PX_OK)
+        FAIL("first all-reduce on the second communicator: %s", px_comm_last_error(c2));
+    px_transport_device_scratch(&cur, &peak);
+    if (cur != px_plan_ipc_bytes(2, slot) || peak != cur)
+        FAIL("scratch with two IPC communicators: %llu now, %llu peak; the plan says %llu",
+             (unsigned long long)cur, (unsigned long long)peak,
+             (unsigned long long)px_plan_ipc_bytes(2, slot));
+    px_comm_destroy(c2);
+    px_transport_device_scratch(&cur, &peak);
+    if (cur != one || peak != px_plan_ipc_bytes(2, slot))
+        FAIL("scratch after destroying one: %llu now, %llu peak", (unsigned long long)cur,
+             (unsigned long long)peak);
+    (void)ipcc;
+    if (r == 0)
+        printf("ipc scratch: %llu bytes per communicator (%d x %llu-byte slots), 1 -> 2 -> 1 "
+               "communicators as the plan counts: PASS\n", (unsigned long long)one,
+               PX_PLAN_IPC_SLOTS, (unsigned long long)slot);
+    return 0;
+}
+
 static int rank_matrix(px_launch_rank_t *ctx)
 {
     const int r = ctx->rank, n = ctx->world;
@@ -473,6 +516,8 @@ static int rank_matrix(px_launch_rank_t *ctx)
         return 1;
     if (opens != n - 1)
         FAIL("%ld peer rings opened, want %d (once per peer)", opens, n - 1);
+    if (scratch_check(ctx, ipcc))
+        return 1;
     px_comm_destroy(ipcc);
     px_transport_set_device_memory(NULL, NULL);
     if (r == 0)
@@ -506,6 +551,13 @@ static int rank_fallback(px_launch_rank_t *ctx)
         if (maps[i].base)
             FAIL("%s: %s still mapped after the collective decision to stage", mode,
                  maps[i].name);
+    {   /* a communicator that stages keeps no IPC scratch (issue 12) */
+        uint64_t cur, peak;
+        px_transport_device_scratch(&cur, &peak);
+        if (cur != 0)
+            FAIL("%s: %llu bytes of IPC scratch kept by a staging communicator", mode,
+                 (unsigned long long)cur);
+    }
     px_comm_destroy(ipcc);
     px_transport_set_device_memory(NULL, NULL);
     if (r == 0)

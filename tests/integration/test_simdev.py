@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""Integration (issue 12): the daemon's device path on simulated devices.
+
+Two daemons started with PX_SIM_DEVICE=1 and `--devices cpu:2,sim:2`
+(PX_SIM_DEVICE_MB=512) offer cpu:0,1 and sim:0,1 each:
+  * `pctl nodes` lists sim:0 and sim:1 of every node with their memory
+    (512 MiB total, 0 used at start) in its text and JSON;
+  * a dp=2 job submitted with `--devices sim:0,1` runs both ranks on sim
+    devices (`pctl status` shows them and the job's devices line), completes, and its per-step losses and grad
+    norms equal those of the same job with `--devices cpu` bit for bit
+    (the sim ops are the CPU ops; PX_SHM=0 so both jobs reduce in the UCX
+    host path's order, tests/engine/test_sim.py) - and so within 1e-5;
+  * `pctl mem` of the sim job gives each rank's device memory (used > 0,
+    total = the 512 MiB arena) in the device-GB column and JSON "device";
+    the cpu job's ranks show none;
+  * bad device names are rejected at submit naming the value: pctl itself
+    refuses `--devices gpu:0` and `--devices sim:x` (exit 2); the daemon
+    refuses `--devices cuda` (no node has a GPU) and `--devices sim:5`
+    (exit 1), naming the value and the kinds the cluster offers;
+  * a daemon asked for sim:N without PX_SIM_DEVICE=1 does not start and
+    says why.
+Exit 77 when parallax-rank or pctl was not built."""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pxcluster as pc  # noqa: E402
+from pxpctl import Pctl  # noqa: E402
+
+SIM_MB = 512
+
+
+def pctl_fail(c, what, args, needles, code):
+    r = subprocess.run([c.exe, "--server", c.server] + [str(a) for a in args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode == code, "%s: exit %d (want %d): %s" % (what, r.returncode, code, err)
+    for n in needles:
+        assert n in err, "%s: message %r does not name %r" % (what, err, n)
+    print("rejected %-22s exit %d: %s" % (what + ":", r.returncode, err.strip()))
+
+
+def run_job(c, data, devices, name):
+    jid = c.json("submit", "--data", data, "--dp", 2, "--batch", 4, "--steps", 6,
+                 "--layers", 2, "--heads", 2, "--dim", 32, "--seq", 16, "--lr", 1e-3,
+                 "--seed", 7, "--no-val", "--devices", devices, "--name", name)["job_id"]
+    j = pc.wait_state(c, jid, ("COMPLETED", "FAILED", "CANCELLED"), 240)
+    if pc.job_state(j) != "COMPLETED":
+        raise AssertionError("job on %s: %s (%s)\nrank 0 log:\n%s" % (
+            devices, pc.job_state(j), j.get("reason"), c.logs(jid, 0)[-3000:]))
+    return jid, j
+
+
+def main():
+    args = pc.parse_args(sys.argv[1:])
+    for exe in (args.rank, args.pctl):
+        if not exe or not os.access(exe, os.X_OK):
+            print("SKIP: %s not built" % (exe or "pctl/parallax-rank"))
+            return 77
+    env = {"PX_SIM_DEVICE": "1", "PX_SIM_DEVICE_MB": str(SIM_MB), "PX_SHM": "0"}
+    cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="sim", env=env)
+    for d in cl.daemons:
+        d.extra += ["--devices", "cpu:2,sim:2"]
+    data = os.path.join(cl.workdir, "licenses.bin")
+    pc.write_llmc_tokens(data, max_tokens=20000)
+    client = lambda d: Pctl(args.pctl, d)  # noqa: E731
+    ok = False
+    try:
+        cl.start(client)
+        c = client(cl.daemons[0])
+
+        # pctl nodes: every node's sim devices with their memory
+        nodes = c.nodes()
+        assert len(nodes) == 2, nodes
+        for n in nodes:
+            devs = {d["name"]: d for d in n["devices"]}
+            assert sorted(devs) == ["cpu:0", "cpu:1", "sim:0", "sim:1"], (n["name"], sorted(devs))
+            for k in ("sim:0", "sim:1"):
+                assert devs[k]["mem_total"] == SIM_MB << 20, devs[k]
+                assert devs[k]["mem_used"] == 0, devs[k]
+        text = c.run("nodes")
+        sim_lines = [l for l in text.splitlines() if l.strip().startswith("sim:")]
+        assert len(sim_lines) == 4 and all("/ 0.5 GiB" in l for l in sim_lines), text
+        print("pctl nodes: %d sim devices of %d MiB on %d nodes:\n%s"
+              % (len(sim_lines), SIM_MB, len(nodes), "\n".join(sim_lines)))
+
+        # bad names at submit, named
+        base = ["submit", "--data", data, "--dp", 2, "--batch", 4, "--steps", 2,
+                "--layers", 2, "--heads", 2, "--dim", 32, "--seq", 16]
+        pctl_fail(c, "--devices gpu:0", base + ["--devices", "gpu:0"], ["gpu:0"], 2)
+        pctl_fail(c, "--devices sim:x", base + ["--devices", "sim:x"], ["sim:x", "index"], 2)
+        pctl_fail(c, "--devices cuda", base + ["--devices", "cuda"],
+                  ["devices='cuda'", "cpu, sim"], 1)
+        pctl_fail(c, "--devices sim:5", base + ["--devices", "sim:5"],
+                  ["devices='sim:5'", "no node"], 1)
+
+        # dp=2 on sim:0,1 and on cpu: the same losses
+        sim_id, sim_job = run_job(c, data, "sim:0,1", "on-sim")
+        cpu_id, cpu_job = run_job(c, data, "cpu", "on-cpu")
+        sim_devs = sorted(r["device"] for r in sim_job["ranks"])
+        cpu_devs = sorted(r["device"] for r in cpu_job["ranks"])
+        assert sim_devs == ["sim:0", "sim:1"], sim_devs
+        assert all(d.startswith("cpu:") for d in cpu_devs), cpu_devs
+        st = c.run("status", sim_id)
+        assert any(l.split() == ["devices", "sim:0,1"] for l in st.splitlines()), st
+        ms, mc = c.metrics(sim_id), c.metrics(cpu_id)
+        assert len(ms) == 6 and len(mc) == 6, (len(ms), len(mc))
+        for a, b in zip(ms, mc):
+            for k in ("loss", "grad_norm"):
+                assert pc.finite(a[k]) and abs(a[k] - b[k]) <= 1e-5 * abs(b[k]), (k, a, b)
+                assert a[k] == b[k], "step %d %s: sim %r cpu %r not bit for bit" % (
+                    a["step"], k, a[k], b[k])
+        print("dp=2 sim:0,1 vs cpu: %d steps, losses %s equal bit for bit (grad norms too)"
+              % (len(ms), ", ".join("%.6f" % m["loss"] for m in ms)))
+
+        # pctl mem: device memory per rank for the sim job, none for cpu
+        mem = c.json("mem", sim_id)
+        assert len(mem["ranks"]) == 2, mem
+        for r in mem["ranks"]:
+            dv = r["device"]
+            assert dv and dv["total"] == SIM_MB << 20 and 0 < dv["used"] <= dv["total"], r
+        assert all(r["device"] is None for r in c.json("mem", cpu_id)["ranks"])
+        mtext = c.run("mem", sim_id)
+        assert "device-GB" in mtext and "/0.54" in mtext, mtext
+        print("pctl mem (sim job):\n%s" % mtext.rstrip())
+
+        # sim:N without PX_SIM_DEVICE=1: the daemon does not start
+        e = dict(cl.env)
+        e.pop("PX_SIM_DEVICE", None)
+        lone = pc.Daemon(args.parallaxd, cl.daemons[0].name + "x", cl.workdir, 1, e)
+        lone.extra = ["--devices", "sim:2"]
+        r = subprocess.run(lone.argv(), env=e, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=30)
+        out = r.stdout.decode(errors="replace")
+        assert r.returncode != 0 and "PX_SIM_DEVICE=1" in out and "sim:2" in out, (r.returncode, out)
+        print("daemon without PX_SIM_DEVICE=1: exit %d: %s" % (
+            r.returncode, [l for l in out.splitlines() if "PX_SIM_DEVICE" in l][0].strip()))
+        ok = True
+    finally:
+        codes = cl.stop()
+        if not ok:
+            print(cl.logs())
+        else:
+            cl.cleanup()
+    assert codes == [0, 0], codes
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
