@@ -25,7 +25,10 @@
  * Limit: a notice queued behind messages the receiver has not taken (a
  * stream backed up toward a stopped or starved rank) may still be queued
  * when its sender gives up (200 ms) and exits; that receiver then names
- * whichever rank it sees dead first, as before.
+ * whichever rank it sees dead first, as before. Seen over plain-mode
+ * (shared-memory UCX) endpoints toward a stopped rank: about 1 round in 20
+ * of test_transport kill_late with PX_SHM=0 named rank 1 (peer mode and
+ * the shared-memory path: none in 60).
  *
  * World communicators only (sub-communicators name ranks through the
  * world's records). The thread using the communicator. */
