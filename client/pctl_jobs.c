@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "devsel.h"
+#include "jobflags.h"
 #include "jobname.h"
 #include "jobspec.h"
 #include "layout.h"
@@ -379,66 +381,62 @@ out:
 
 /* ------------------------------------------------------------- submit */
 
+/* The job flags' parsers (jobflags.h), with pctl's messages (usage errors). */
+static int submit_int(void *arg, const char *flag, const char *s, int lo, int *out)
+{
+    uint64_t v;
+    (void)arg;
+    if (pctl_parse_u64("submit", flag, s, (uint64_t)lo, INT32_MAX, &v))
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int submit_float(void *arg, const char *flag, const char *s, double fmin, double fmax,
+                        float *out)
+{
+    double d;
+    (void)arg;
+    if (pctl_parse_float("submit", flag, s, fmin, fmax, &d))
+        return -1;
+    *out = (float)d;
+    return 0;
+}
+
+static int submit_u64(void *arg, const char *flag, const char *s, uint64_t *out)
+{
+    (void)arg;
+    return pctl_parse_u64("submit", flag, s, 0, UINT64_MAX, out) ? -1 : 0;
+}
+
+static int submit_bad_name(void *arg, const char *flag, const char *s)
+{
+    (void)arg;
+    if (!strcmp(flag, "--schedule"))
+        pctl_usage_error("submit", "--schedule '%s': gpipe, 1f1b, zb1 or interleaved", s);
+    else
+        pctl_usage_error("submit", "%s '%s': fp32 or bf16", flag, s);
+    return -1;
+}
+
 int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
 {
-    enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_DATA, O_DP, O_BATCH, O_STEPS, O_LR, O_SEED,
-           O_NAME, O_WARMUP, O_WD, O_MINLR, O_FOLLOW, O_JSON, O_VOCAB, O_ZERO, O_ACCUM, O_CLIP, O_BUCKET,
-           O_CKPT_EVERY, O_CKPT_DIR, O_RESUME, O_SAFET, O_MAX_RESTARTS, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_EXPERTS, O_TOPK, O_CAPF,
-           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_NO_VAL, O_EVAL_EVERY, O_EVAL_BATCHES,
-           O_PRECISION, O_DEVICES };
-    static const struct option opts[] = {
-        {"layers", required_argument, NULL, O_LAYERS},
-        {"heads", required_argument, NULL, O_HEADS},
-        {"dim", required_argument, NULL, O_DIM},
-        {"seq", required_argument, NULL, O_SEQ},
-        {"data", required_argument, NULL, O_DATA},
-        {"dp", required_argument, NULL, O_DP},
-        {"tp", required_argument, NULL, O_TP},
-        {"pp", required_argument, NULL, O_PP},
-        {"cp", required_argument, NULL, O_CP},
-        {"ep", required_argument, NULL, O_EP},
-        {"sequence-parallel", no_argument, NULL, O_SEQPAR},
-        {"micro-batches", required_argument, NULL, O_MICRO},     /* issue 10 */
-        {"schedule", required_argument, NULL, O_SCHED},
-        {"stage-layers", required_argument, NULL, O_STAGE_LAYERS},
-        {"virtual-stages", required_argument, NULL, O_VSTAGES},
-        {"experts", required_argument, NULL, O_EXPERTS},         /* issue 11 */
-        {"top-k", required_argument, NULL, O_TOPK},
-        {"capacity-factor", required_argument, NULL, O_CAPF},
-        {"dropless", no_argument, NULL, O_DROPLESS},
-        {"moe-every", required_argument, NULL, O_MOE_EVERY},
-        {"aux-loss-coef", required_argument, NULL, O_AUXC},
-        {"precision", required_argument, NULL, O_PRECISION},         /* issue 12 */
-        {"devices", required_argument, NULL, O_DEVICES},
-        {"batch", required_argument, NULL, O_BATCH},
-        {"steps", required_argument, NULL, O_STEPS},
-        {"lr", required_argument, NULL, O_LR},
-        {"seed", required_argument, NULL, O_SEED},
+    /* submit's own flags; the job flags (jobflags.h) from O_JOB_FLAG on */
+    enum { O_NAME = 256, O_FOLLOW, O_JSON, O_MAX_RESTARTS, O_NO_VAL, O_DEVICES,
+           O_JOB_FLAG = 1024 };
+    static const struct option own[] = {
         {"name", required_argument, NULL, O_NAME},
-        {"warmup", required_argument, NULL, O_WARMUP},
-        {"weight-decay", required_argument, NULL, O_WD},
-        {"min-lr-ratio", required_argument, NULL, O_MINLR},
-        {"vocab", required_argument, NULL, O_VOCAB},
-        {"zero", required_argument, NULL, O_ZERO},             /* issue 4 */
-        {"grad-accum", required_argument, NULL, O_ACCUM},
-        {"clip", required_argument, NULL, O_CLIP},
-        {"bucket-mb", required_argument, NULL, O_BUCKET},
-        {"grad-clip", required_argument, NULL, O_CLIP}, /* parallax-rank's name for it */
-        {"checkpoint-every", required_argument, NULL, O_CKPT_EVERY},
-        {"checkpoint-dir", required_argument, NULL, O_CKPT_DIR},
-        {"resume", required_argument, NULL, O_RESUME},
-        {"export-safetensors", required_argument, NULL, O_SAFET},
         {"max-restarts", required_argument, NULL, O_MAX_RESTARTS}, /* issue 5 */
-        {"val-data", required_argument, NULL, O_VAL},              /* issue 14 */
-        {"no-val", no_argument, NULL, O_NO_VAL},
-        {"eval-every", required_argument, NULL, O_EVAL_EVERY},
-        {"eval-batches", required_argument, NULL, O_EVAL_BATCHES},
+        {"no-val", no_argument, NULL, O_NO_VAL},                   /* issue 14 */
+        {"devices", required_argument, NULL, O_DEVICES},           /* issue 12 */
         {"follow", no_argument, NULL, O_FOLLOW},
         {"json", no_argument, NULL, O_JSON},
         {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
     };
+    const px_job_flag_parsers_t parsers = {submit_int, submit_float, submit_u64, submit_bad_name,
+                                           NULL};
+    struct option opts[sizeof(own) / sizeof(own[0]) + 2 * 64 + 1];
+    size_t nopt = sizeof(own) / sizeof(own[0]);
     Parallax__V1__SubmitJobRequest req = PARALLAX__V1__SUBMIT_JOB_REQUEST__INIT;
     Parallax__V1__SubmitJobResponse *resp = NULL;
     px_job_config_t cfg;
@@ -447,14 +445,18 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     char *data_abs = NULL, *val_abs = NULL;
     int no_val = 0;
     /* checkpoint, resume and export paths made absolute: in stack buffers,
-     * so the usage-error returns of the option loop leak nothing */
+     * so the usage-error returns below leak nothing */
     char abs_buf[3][PATH_MAX + 1];
     char *abs_paths[3] = {NULL, NULL, NULL};
+    const char **rel_paths[3];
     int follow = 0, json = 0, opt, rc = PCTL_EXIT_FAIL;
     uint32_t max_restarts = 0;
     uint64_t v;
-    double d;
 
+    memcpy(opts, own, sizeof(own));
+    nopt += px_job_flags_options(PX_JOB_FLAG_PCTL, O_JOB_FLAG, opts + nopt,
+                                 sizeof(opts) / sizeof(opts[0]) - nopt - 1);
+    memset(&opts[nopt], 0, sizeof(opts[nopt]));
     /* the job's defaults are the planner's (jobcfg.h); pctl's own are the
      * quickstart model's size and run length */
     px_job_config_defaults(&cfg);
@@ -465,55 +467,23 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     cfg.batch = 16;
     cfg.steps = 300;
 
-#define INT_OPT(flag, field, lo)                                                   \
-    do {                                                                           \
-        if (pctl_parse_u64("submit", flag, optarg, lo, INT32_MAX, &v))             \
-            return PCTL_EXIT_USAGE;                                                \
-        field = (int)v;                                                            \
-    } while (0)
-
     opterr = 0;
     while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        const px_job_flag_t *f = px_job_flag_of(opt, O_JOB_FLAG);
+        if (f) { /* a job flag: the table says where it goes */
+            if (px_job_flag_apply(f, PX_JOB_FLAG_PCTL, optarg, &cfg, &parsers))
+                return PCTL_EXIT_USAGE;
+            if (f->offset == offsetof(px_job_config_t, warmup_steps) && cfg.warmup_steps == 0)
+                cfg.warmup_steps = -1; /* 0 on the wire: steps/20 */
+            continue;
+        }
         switch (opt) {
-        case O_LAYERS: INT_OPT("--layers", cfg.layers, 1); break;
-        case O_HEADS: INT_OPT("--heads", cfg.heads, 1); break;
-        case O_DIM: INT_OPT("--dim", cfg.dim, 1); break;
-        case O_SEQ: INT_OPT("--seq", cfg.seq, 1); break;
-        case O_VOCAB: INT_OPT("--vocab", cfg.vocab, 1); break;
-        case O_DP: INT_OPT("--dp", cfg.layout.dp, 1); break;
-        case O_TP: INT_OPT("--tp", cfg.layout.tp, 1); break;
-        case O_PP: INT_OPT("--pp", cfg.layout.pp, 1); break;
-        case O_CP: INT_OPT("--cp", cfg.layout.cp, 1); break;
-        case O_EP: INT_OPT("--ep", cfg.layout.ep, 1); break;
-        case O_SEQPAR: cfg.sequence_parallel = 1; break;
-        case O_MICRO: INT_OPT("--micro-batches", cfg.micro_batches, 1); break;
-        case O_SCHED:
-            cfg.schedule = px_pipe_schedule_parse(optarg);
-            if (cfg.schedule < 0)
-                return pctl_usage_error("submit", "--schedule '%s': gpipe, 1f1b, zb1 or "
-                                        "interleaved", optarg);
-            break;
-        case O_STAGE_LAYERS: cfg.stage_layers = optarg; break;
-        case O_VSTAGES: INT_OPT("--virtual-stages", cfg.virtual_stages, 1); break;
-        case O_EXPERTS: INT_OPT("--experts", cfg.experts, 0); break;
-        case O_TOPK: INT_OPT("--top-k", cfg.top_k, 1); break;
-        case O_DROPLESS: cfg.dropless = 1; break;
-        case O_MOE_EVERY: INT_OPT("--moe-every", cfg.moe_every, 1); break;
-        case O_CAPF:
-            if (pctl_parse_float("submit", "--capacity-factor", optarg, 1e-6, 1e6, &d))
+        case O_MAX_RESTARTS:
+            if (pctl_parse_u64("submit", "--max-restarts", optarg, 0, 100, &v))
                 return PCTL_EXIT_USAGE;
-            cfg.capacity_factor = (float)d;
+            max_restarts = (uint32_t)v;
             break;
-        case O_AUXC:
-            if (pctl_parse_float("submit", "--aux-loss-coef", optarg, 0.0, 1e6, &d))
-                return PCTL_EXIT_USAGE;
-            cfg.aux_loss_coef = (float)d; /* 0 = off (written as < 0 on the wire) */
-            break;
-        case O_PRECISION:
-            cfg.precision = px_job_config_precision_parse(optarg);
-            if (cfg.precision < 0)
-                return pctl_usage_error("submit", "--precision '%s': fp32 or bf16", optarg);
-            break;
+        case O_NO_VAL: no_val = 1; break;
         case O_DEVICES: { /* the daemon applies the same rule (planner/devsel.h) */
             px_devsel_t sel;
             char why[256];
@@ -522,70 +492,6 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
             devices = optarg;
             break;
         }
-        case O_BATCH: INT_OPT("--batch", cfg.batch, 1); break;
-        case O_STEPS: INT_OPT("--steps", cfg.steps, 1); break;
-        case O_WARMUP:
-            INT_OPT("--warmup", cfg.warmup_steps, 0);
-            if (cfg.warmup_steps == 0)
-                cfg.warmup_steps = -1; /* 0 on the wire: steps/20 */
-            break;
-        case O_SEED:
-            if (pctl_parse_u64("submit", "--seed", optarg, 0, UINT64_MAX, &v))
-                return PCTL_EXIT_USAGE;
-            cfg.seed = v;
-            break;
-        case O_LR:
-            if (pctl_parse_float("submit", "--lr", optarg, 1e-12, 10.0, &d))
-                return PCTL_EXIT_USAGE;
-            cfg.lr = (float)d;
-            break;
-        case O_WD:
-            if (pctl_parse_float("submit", "--weight-decay", optarg, 0.0, 10.0, &d))
-                return PCTL_EXIT_USAGE;
-            cfg.weight_decay = (float)d;
-            break;
-        case O_MINLR:
-            if (pctl_parse_float("submit", "--min-lr-ratio", optarg, 0.0, 1.0, &d))
-                return PCTL_EXIT_USAGE;
-            cfg.min_lr_ratio = (float)d;
-            break;
-        case O_ZERO: INT_OPT("--zero", cfg.zero, 0); break;
-        case O_ACCUM: INT_OPT("--grad-accum", cfg.grad_accum, 1); break;
-        case O_CKPT_EVERY: INT_OPT("--checkpoint-every", cfg.checkpoint_every, 0); break;
-        case O_MAX_RESTARTS:
-            if (pctl_parse_u64("submit", "--max-restarts", optarg, 0, 100, &v))
-                return PCTL_EXIT_USAGE;
-            max_restarts = (uint32_t)v;
-            break;
-        case O_BUCKET:
-            if (pctl_parse_float("submit", "--bucket-mb", optarg, 0.0, 4096.0, &d))
-                return PCTL_EXIT_USAGE;
-            cfg.bucket_mb = (float)d;
-            break;
-        case O_CLIP:
-            if (pctl_parse_float("submit", "--clip", optarg, 0.0, 1e6, &d))
-                return PCTL_EXIT_USAGE;
-            cfg.grad_clip = (float)d; /* 0 = off (written as < 0 on the wire) */
-            break;
-        case O_CKPT_DIR: case O_RESUME: case O_SAFET: {
-            /* sent as absolute paths: the ranks may run elsewhere */
-            int k = opt == O_CKPT_DIR ? 0 : opt == O_RESUME ? 1 : 2;
-            char cwd[PATH_MAX];
-            int n;
-            if (optarg[0] == '/' || !getcwd(cwd, sizeof(cwd)))
-                n = snprintf(abs_buf[k], sizeof(abs_buf[k]), "%s", optarg);
-            else
-                n = snprintf(abs_buf[k], sizeof(abs_buf[k]), "%s/%s", cwd, optarg);
-            if (n < 0 || (size_t)n >= sizeof(abs_buf[k]))
-                return pctl_usage_error("submit", "path too long: '%s'", optarg);
-            abs_paths[k] = abs_buf[k];
-            break;
-        }
-        case O_DATA: data = optarg; break;
-        case O_VAL: val = optarg; break;
-        case O_NO_VAL: no_val = 1; break;
-        case O_EVAL_EVERY: INT_OPT("--eval-every", cfg.eval_every, 0); break;
-        case O_EVAL_BATCHES: INT_OPT("--eval-batches", cfg.eval_batches, 1); break;
         case O_NAME: name = optarg; break;
         case O_FOLLOW: follow = 1; break;
         case O_JSON: json = 1; break;
@@ -594,7 +500,27 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         default: return pctl_usage_error("submit", "unknown option '%s'", argv[optind - 1]);
         }
     }
-#undef INT_OPT
+    /* the files: opened here (data, validation) or sent as absolute paths
+     * (the ranks may run elsewhere) */
+    data = cfg.data_path;
+    val = cfg.val_path;
+    rel_paths[0] = &cfg.checkpoint_dir;
+    rel_paths[1] = &cfg.resume_dir;
+    rel_paths[2] = &cfg.export_safetensors;
+    for (int k = 0; k < 3; k++) {
+        const char *path = *rel_paths[k];
+        char cwd[PATH_MAX];
+        int n;
+        if (!path)
+            continue;
+        if (path[0] == '/' || !getcwd(cwd, sizeof(cwd)))
+            n = snprintf(abs_buf[k], sizeof(abs_buf[k]), "%s", path);
+        else
+            n = snprintf(abs_buf[k], sizeof(abs_buf[k]), "%s/%s", cwd, path);
+        if (n < 0 || (size_t)n >= sizeof(abs_buf[k]))
+            return pctl_usage_error("submit", "path too long: '%s'", path);
+        abs_paths[k] = abs_buf[k];
+    }
     if (optind < argc)
         return pctl_usage_error("submit", "unexpected argument '%s'", argv[optind]);
     if (!data)

@@ -52,14 +52,7 @@ px_status_t px_validate_spec(const Parallax__V1__JobSpec *spec, const int *node_
 
     if (!spec->model)
         return px_invalid(errbuf, errlen, "model: missing (layers, heads, dim, seq)");
-    px_jobspec_to_config(spec, &cfg);
-    /* names the conversion could not map are named as sent, not as the -1
-     * the conversion leaves for them */
-    if (cfg.precision < 0)
-        return px_invalid(errbuf, errlen, "precision='%s' is not fp32 or bf16", spec->precision);
-    if (cfg.schedule < 0)
-        return px_invalid(errbuf, errlen, "schedule='%s' is not a pipeline schedule (gpipe, 1f1b, "
-                          "zb1, interleaved)", spec->parallel->schedule);
+    px_jobspec_to_config(spec, &cfg); /* unknown precision / schedule names: the check names them */
     /* the job's own rules, layouts the engine cannot run yet included: a
      * layout that cannot be placed is named as such first */
     status = px_job_config_check(&cfg,

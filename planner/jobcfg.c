@@ -146,6 +146,9 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
         return px_invalid(errbuf, errlen, "batch=%d is not divisible by dp=%d x grad_accum=%d x "
                           "micro_batches=%d", cfg->batch, l->dp, cfg->grad_accum,
                           cfg->micro_batches);
+    if (cfg->schedule < 0 && cfg->schedule_name)
+        return px_invalid(errbuf, errlen, "schedule='%s' is not a pipeline schedule (gpipe, 1f1b, "
+                          "zb1, interleaved)", cfg->schedule_name);
     if (cfg->schedule < 0 || cfg->schedule >= PX_PIPE_NKINDS)
         return px_invalid(errbuf, errlen, "schedule=%d is not a pipeline schedule (gpipe, 1f1b, "
                           "zb1, interleaved)", cfg->schedule);
@@ -163,6 +166,9 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
                               "chunks split the layers evenly (layers / (pp x virtual_stages))",
                               cfg->stage_layers);
     }
+    if (cfg->precision < 0 && cfg->precision_name)
+        return px_invalid(errbuf, errlen, "precision='%s' is not fp32 or bf16",
+                          cfg->precision_name);
     if (cfg->precision != PX_PRECISION_FP32 && cfg->precision != PX_PRECISION_BF16)
         return px_invalid(errbuf, errlen, "precision=%d is not fp32 or bf16", cfg->precision);
 

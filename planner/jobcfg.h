@@ -73,6 +73,10 @@ typedef struct px_job_config {
     int eval_every, eval_batches;
     int precision;         /* issue 12: PX_PRECISION_FP32 (default) or _BF16;
                               -1 an unknown name (the check names it) */
+    /* the names as given when precision / schedule could not be parsed
+     * (-1), borrowed from the input (a JobSpec, argv); NULL otherwise. The
+     * check names them as sent ("precision='fp64' ...") instead of the -1 */
+    const char *precision_name, *schedule_name;
 } px_job_config_t;
 
 /* Compute precision: fp32 everywhere (the default and the equivalence

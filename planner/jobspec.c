@@ -68,13 +68,18 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
     cfg->sequence_parallel = spec->parallel && spec->parallel->sequence_parallel;
     if (spec->parallel && spec->parallel->micro_batches)
         cfg->micro_batches = to_int(spec->parallel->micro_batches);
-    if (spec->parallel && spec->parallel->schedule && *spec->parallel->schedule)
-        cfg->schedule = px_pipe_schedule_parse(spec->parallel->schedule); /* -1: the check names it */
+    if (spec->parallel && spec->parallel->schedule && *spec->parallel->schedule) {
+        cfg->schedule = px_pipe_schedule_parse(spec->parallel->schedule);
+        if (cfg->schedule < 0) /* the check names it as sent */
+            cfg->schedule_name = spec->parallel->schedule;
+    }
     if (spec->parallel)
         cfg->stage_layers = str_or_null(spec->parallel->stage_layers);
     if (spec->parallel && spec->parallel->virtual_stages)
         cfg->virtual_stages = to_int(spec->parallel->virtual_stages);
-    cfg->precision = px_job_config_precision_parse(spec->precision); /* -1: the check names it */
+    cfg->precision = px_job_config_precision_parse(spec->precision);
+    if (cfg->precision < 0) /* the check names it as sent */
+        cfg->precision_name = spec->precision;
     cfg->batch = to_int(spec->batch);
     cfg->steps = to_int(spec->steps);
     if (spec->grad_accum)

@@ -36,11 +36,13 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "jobflags.h"
 #include "jobspec.h"
 #include "px_blas_core.h"
 #include "px_env.h"
@@ -177,48 +179,72 @@ out:
     return ret;
 }
 
+/* The job flags' parsers (jobflags.h), with parallax-rank's messages. */
+static int flag_int(void *arg, const char *flag, const char *s, int lo, int *out)
+{
+    (void)arg;
+    return parse_int(flag + 2, s, lo, out);
+}
+
+static int flag_float(void *arg, const char *flag, const char *s, double fmin, double fmax,
+                      float *out)
+{
+    (void)arg, (void)fmin, (void)fmax; /* ranges: the validator's (jobcfg.h) */
+    return parse_float(flag + 2, s, out);
+}
+
+static int flag_u64(void *arg, const char *flag, const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    (void)arg;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') {
+        fprintf(stderr, "parallax-rank: %s: bad value '%s'\n", flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int flag_bad_name(void *arg, const char *flag, const char *s)
+{
+    (void)arg;
+    if (!strcmp(flag, "--schedule"))
+        fprintf(stderr, "parallax-rank: --schedule: '%s' is not gpipe, 1f1b, zb1 or interleaved\n",
+                s);
+    else
+        fprintf(stderr, "parallax-rank: %s: '%s' is not fp32 or bf16\n", flag, s);
+    return -1;
+}
+
 /* Returns 0, or -1 after printing why (exit 2). */
 static int parse_args(int argc, char **argv, rank_args_t *a)
 {
-    enum { O_LAYERS = 256, O_HEADS, O_DIM, O_SEQ, O_VOCAB, O_BATCH, O_STEPS, O_LR, O_SEED,
-           O_DATA, O_WARMUP, O_WD, O_MINLR, O_CLIP, O_ZERO, O_ACCUM, O_CKPT_EVERY,
-           O_CKPT_DIR, O_RESUME, O_SAFETENSORS, O_NOPREFETCH, O_DP, O_TP, O_PP, O_CP, O_EP,
-           O_SEQPAR, O_MICRO, O_SCHED, O_STAGE_LAYERS, O_VSTAGES, O_EXPERTS, O_TOPK, O_CAPF,
-           O_DROPLESS, O_MOE_EVERY, O_AUXC, O_VAL, O_EVAL_EVERY, O_EVAL_BATCHES, O_BUCKET, O_PRECISION,
-           O_JOB_FLAGS_END, /* the job flags above; the rank's own below */
-           O_METRICS, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
-           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS, O_SKEW, O_DEVICE };
-    static const struct option opts[] = {
-        {"layers", 1, 0, O_LAYERS}, {"heads", 1, 0, O_HEADS}, {"dim", 1, 0, O_DIM},
-        {"seq", 1, 0, O_SEQ}, {"vocab", 1, 0, O_VOCAB}, {"batch", 1, 0, O_BATCH},
-        {"steps", 1, 0, O_STEPS}, {"lr", 1, 0, O_LR}, {"seed", 1, 0, O_SEED},
-        {"data", 1, 0, O_DATA}, {"warmup", 1, 0, O_WARMUP}, {"weight-decay", 1, 0, O_WD},
-        {"min-lr-ratio", 1, 0, O_MINLR}, {"grad-clip", 1, 0, O_CLIP},
+    /* the rank's own flags; the job flags (jobflags.h) from O_JOB_FLAG on */
+    enum { O_METRICS = 256, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
+           O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS, O_SKEW, O_DEVICE,
+           O_JOB_FLAG = 1024 };
+    static const struct option own[] = {
         {"metrics-out", 1, 0, O_METRICS}, {"export-init", 1, 0, O_EXPORT},
         {"dump-dir", 1, 0, O_DUMP}, {"dump-steps", 1, 0, O_DUMPSTEPS},
         {"coord", 1, 0, O_COORD}, {"job", 1, 0, O_JOB}, {"rank", 1, 0, O_RANK},
         {"world", 1, 0, O_WORLD}, {"node", 1, 0, O_NODE}, {"help", 0, 0, O_HELP},
-        {"zero", 1, 0, O_ZERO}, {"grad-accum", 1, 0, O_ACCUM},
-        {"checkpoint-every", 1, 0, O_CKPT_EVERY}, {"checkpoint-dir", 1, 0, O_CKPT_DIR},
-        {"resume", 1, 0, O_RESUME}, {"export-safetensors", 1, 0, O_SAFETENSORS},
-        {"no-prefetch", 0, 0, O_NOPREFETCH}, {"dp", 1, 0, O_DP}, {"tp", 1, 0, O_TP},
-        {"pp", 1, 0, O_PP}, {"cp", 1, 0, O_CP}, {"ep", 1, 0, O_EP},
-        {"sequence-parallel", 0, 0, O_SEQPAR}, {"micro-batches", 1, 0, O_MICRO},
-        {"schedule", 1, 0, O_SCHED}, {"stage-layers", 1, 0, O_STAGE_LAYERS},
-        {"print-schedule", 0, 0, O_PRINT_SCHED}, {"virtual-stages", 1, 0, O_VSTAGES},
-        {"experts", 1, 0, O_EXPERTS},
-        {"top-k", 1, 0, O_TOPK}, {"capacity-factor", 1, 0, O_CAPF}, {"dropless", 0, 0, O_DROPLESS},
-        {"moe-every", 1, 0, O_MOE_EVERY}, {"aux-loss-coef", 1, 0, O_AUXC},
-        {"bucket-mb", 1, 0, O_BUCKET},
+        {"print-schedule", 0, 0, O_PRINT_SCHED},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
         {"replica-digests", 0, 0, O_DIGESTS}, {"test-router-skew", 1, 0, O_SKEW},
-        {"val-data", 1, 0, O_VAL}, {"eval-every", 1, 0, O_EVAL_EVERY},
-        {"eval-batches", 1, 0, O_EVAL_BATCHES},
-        {"precision", 1, 0, O_PRECISION}, {"device", 1, 0, O_DEVICE},
-        {0, 0, 0, 0}};
+        {"device", 1, 0, O_DEVICE}};
+    const px_job_flag_parsers_t parsers = {flag_int, flag_float, flag_u64, flag_bad_name, NULL};
+    struct option opts[sizeof(own) / sizeof(own[0]) + 2 * 64 + 1];
+    size_t nopt = sizeof(own) / sizeof(own[0]);
     int c, idx, r = 0, print_sched = 0;
-    char *end;
 
+    memcpy(opts, own, sizeof(own));
+    nopt += px_job_flags_options(PX_JOB_FLAG_RANK, O_JOB_FLAG, opts + nopt,
+                                 sizeof(opts) / sizeof(opts[0]) - nopt - 1);
+    memset(&opts[nopt], 0, sizeof(opts[nopt]));
     memset(a, 0, sizeof(*a));
     px_job_config_defaults(&a->cfg);
     a->rank = -1;
@@ -226,34 +252,22 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     a->dump_steps = 5;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        const px_job_flag_t *f = px_job_flag_of(c, O_JOB_FLAG);
         const char *name = NULL;
         for (int i = 0; opts[i].name; i++)
             if (opts[i].val == c)
                 name = opts[i].name;
-        if (c < O_JOB_FLAGS_END && !a->job_flag)
-            a->job_flag = name;
+        if (f) { /* a job flag: the table says where it goes */
+            if (!a->job_flag)
+                a->job_flag = f->name;
+            r = px_job_flag_apply(f, PX_JOB_FLAG_RANK, optarg, &a->cfg, &parsers);
+            if (f->offset == offsetof(px_job_config_t, layout.dp))
+                a->dp_set = 1;
+            if (r)
+                return -1;
+            continue;
+        }
         switch (c) {
-        case O_LAYERS: r = parse_int(name, optarg, 1, &a->cfg.layers); break;
-        case O_HEADS: r = parse_int(name, optarg, 1, &a->cfg.heads); break;
-        case O_DIM: r = parse_int(name, optarg, 1, &a->cfg.dim); break;
-        case O_SEQ: r = parse_int(name, optarg, 1, &a->cfg.seq); break;
-        case O_VOCAB: r = parse_int(name, optarg, 1, &a->cfg.vocab); break;
-        case O_BATCH: r = parse_int(name, optarg, 1, &a->cfg.batch); break;
-        case O_STEPS: r = parse_int(name, optarg, 1, &a->cfg.steps); break;
-        case O_LR: r = parse_float(name, optarg, &a->cfg.lr); break;
-        case O_SEED:
-            errno = 0;
-            a->cfg.seed = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end || optarg[0] == '-') {
-                fprintf(stderr, "parallax-rank: --seed: bad value '%s'\n", optarg);
-                r = -1;
-            }
-            break;
-        case O_DATA: a->cfg.data_path = optarg; break;
-        case O_WARMUP: r = parse_int(name, optarg, 0, &a->cfg.warmup_steps); break;
-        case O_WD: r = parse_float(name, optarg, &a->cfg.weight_decay); break;
-        case O_MINLR: r = parse_float(name, optarg, &a->cfg.min_lr_ratio); break;
-        case O_CLIP: r = parse_float(name, optarg, &a->cfg.grad_clip); break;
         case O_METRICS: a->metrics_out = optarg; break;
         case O_EXPORT: a->export_dir = optarg; break;
         case O_DUMP: a->dump_dir = optarg; break;
@@ -263,46 +277,6 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_RANK: r = parse_int(name, optarg, 0, &a->rank); break;
         case O_WORLD: r = parse_int(name, optarg, 1, &a->world); break;
         case O_NODE: a->node = optarg; break;
-        case O_ZERO: r = parse_int(name, optarg, 0, &a->cfg.zero); break;
-        case O_ACCUM: r = parse_int(name, optarg, 1, &a->cfg.grad_accum); break;
-        case O_CKPT_EVERY: r = parse_int(name, optarg, 0, &a->cfg.checkpoint_every); break;
-        case O_CKPT_DIR: a->cfg.checkpoint_dir = optarg; break;
-        case O_RESUME: a->cfg.resume_dir = optarg; break;
-        case O_SAFETENSORS: a->cfg.export_safetensors = optarg; break;
-        case O_NOPREFETCH: a->cfg.prefetch = 0; break;
-        case O_BUCKET: r = parse_float(name, optarg, &a->cfg.bucket_mb); break;
-        case O_VAL: a->cfg.val_path = optarg; break;
-        case O_EVAL_EVERY: r = parse_int(name, optarg, 0, &a->cfg.eval_every); break;
-        case O_EVAL_BATCHES: r = parse_int(name, optarg, 1, &a->cfg.eval_batches); break;
-        case O_DP: r = parse_int(name, optarg, 1, &a->cfg.layout.dp); a->dp_set = 1; break;
-        case O_TP: r = parse_int(name, optarg, 1, &a->cfg.layout.tp); break;
-        case O_PP: r = parse_int(name, optarg, 1, &a->cfg.layout.pp); break;
-        case O_CP: r = parse_int(name, optarg, 1, &a->cfg.layout.cp); break;
-        case O_EP: r = parse_int(name, optarg, 1, &a->cfg.layout.ep); break;
-        case O_SEQPAR: a->cfg.sequence_parallel = 1; break;
-        case O_MICRO: r = parse_int(name, optarg, 1, &a->cfg.micro_batches); break;
-        case O_EXPERTS: r = parse_int(name, optarg, 0, &a->cfg.experts); break;
-        case O_TOPK: r = parse_int(name, optarg, 1, &a->cfg.top_k); break;
-        case O_CAPF: r = parse_float(name, optarg, &a->cfg.capacity_factor); break;
-        case O_DROPLESS: a->cfg.dropless = 1; break;
-        case O_MOE_EVERY: r = parse_int(name, optarg, 1, &a->cfg.moe_every); break;
-        case O_AUXC: r = parse_float(name, optarg, &a->cfg.aux_loss_coef); break;
-        case O_SCHED:
-            a->cfg.schedule = px_pipe_schedule_parse(optarg);
-            if (a->cfg.schedule < 0) {
-                fprintf(stderr, "parallax-rank: --schedule: '%s' is not gpipe, 1f1b, zb1 or interleaved\n", optarg);
-                r = -1;
-            }
-            break;
-        case O_STAGE_LAYERS: a->cfg.stage_layers = optarg; break;
-        case O_VSTAGES: r = parse_int(name, optarg, 1, &a->cfg.virtual_stages); break;
-        case O_PRECISION:
-            a->cfg.precision = px_job_config_precision_parse(optarg);
-            if (a->cfg.precision < 0) {
-                fprintf(stderr, "parallax-rank: --precision: '%s' is not fp32 or bf16\n", optarg);
-                r = -1;
-            }
-            break;
         case O_PRINT_SCHED: print_sched = 1; break;
         case O_SPEC_FILE: a->spec_file = optarg; break;
         case O_NORM_ONES: a->test_norm_ones = 1; break;

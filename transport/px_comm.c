@@ -234,6 +234,9 @@ px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_
     status = wireup(comm);
     if (status != PX_OK)
         goto err_destroy;
+    status = px__verdict_listen(comm);
+    if (status != PX_OK)
+        goto err_destroy;
     px_debug("comm %u: rank %d of %d connected", comm->id, rank, comm->size);
     px__comm_link(comm);
     status = px__shm_setup(comm);
@@ -422,6 +425,8 @@ void px_comm_destroy(px_comm_t *comm)
         drop_unexpected(comm);
     if (comm->orphans && !comm->failed)
         comm->failed = PX_ERR_ABORTED; /* force close completes orphaned sends */
+    if (comm->peers && comm->failed == PX_ERR_PEER_FAILURE)
+        px__verdict_tell(comm); /* whom we saw die, before we go (px_verdict.c) */
     if (comm->peers) {
         close_eps(comm);
         comm->tr->n_comms--;
@@ -430,6 +435,7 @@ void px_comm_destroy(px_comm_t *comm)
     }
     while (ucp_worker_progress(comm->tr->worker))
         ;
+    px__verdict_close(comm);
     for (px__op_t *op = comm->orphans; op; op = op->next)
         if (!op->done)
             leak_orphans = 1; /* a late callback may still write the record */

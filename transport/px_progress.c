@@ -417,6 +417,7 @@ px_status_t px__check_async(px_comm_t *comm)
                                   w->last_error);
     if (status != PX_OK && status != PX_ERR_PEER_FAILURE && w != comm)
         return px__comm_set_error(comm, status, "world communicator failed: %s", w->last_error);
+    px__verdict_settle(w); /* not a rank that exited after the one that died */
     if (w != comm && comm->first_dead < 0) {
         /* name the first of our ranks the world knows dead */
         if (w->first_dead >= 0)

@@ -172,6 +172,7 @@ struct px_comm {
     struct px__shm *shm;  /* the shared-memory path (px_shm.h), NULL when off */
     struct px__ipc *ipc;  /* device buffers through the peers' mapped rings (px_ipc.h) */
     int ipc_state;        /* 0 not set up yet, 1 on, -1 off (device buffers staged) */
+    struct px__verdict *verdict; /* world: the peers' failure notices (px_verdict.c) */
 };
 
 /* Pipeline depth of the ring (chunks in flight per direction). */
@@ -402,6 +403,24 @@ void px__progress_worker(px_comm_t *comm);
 /* Sleeps on the worker efd, the abort efds, the watch fd and the pidfds
  * until one fires or `timeout_ms` passes. */
 void px__sleep(px_comm_t *comm, int timeout_ms);
+
+/* --- px_verdict.c: which rank died first when several look dead --- */
+
+/* World `w` (no-op otherwise): posts one receive per peer for the notice a
+ * failing peer sends before it exits. PX_ERR_NO_MEMORY / PX_ERR_INTERNAL;
+ * px__verdict_close undoes it (also after a failure). */
+px_status_t px__verdict_listen(px_comm_t *w);
+/* Before w->first_dead is named: takes in the notices that arrived and, if
+ * that rank told us it saw another rank die, makes the other one (marked
+ * dead if it was not) w->first_dead, following the chain. */
+void px__verdict_settle(px_comm_t *w);
+/* A failed world (first_dead >= 0) tells every reachable peer whom it saw
+ * die, once, waiting at most 200 ms for the sends; call before its
+ * endpoints are closed. */
+void px__verdict_tell(px_comm_t *w);
+/* Cancels the posted receives and frees the state; after the endpoints
+ * are closed (a pending notice send reads it until then). */
+void px__verdict_close(px_comm_t *w);
 
 /* --- px_request.c --- */
 

@@ -20,6 +20,39 @@ import subprocess
 import sys
 
 
+def pb_varint(v):
+    out = b''
+    while True:
+        b = v & 0x7f
+        v >>= 7
+        if v:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def pb_field(num, value):
+    """One protobuf field: an int as a varint, bytes/str length-delimited."""
+    if isinstance(value, int):
+        return pb_varint(num << 3) + pb_varint(value)
+    if isinstance(value, str):
+        value = value.encode()
+    return pb_varint(num << 3 | 2) + pb_varint(len(value)) + value
+
+
+def job_spec(data, precision=None, schedule=None):
+    """A packed parallax.v1.JobSpec (proto/parallax.proto field numbers) of a
+    1-layer model, written by hand as a user without pctl would."""
+    model = pb_field(1, 1) + pb_field(2, 2) + pb_field(3, 16) + pb_field(4, 16)
+    spec = (pb_field(2, model) + pb_field(3, data) + pb_field(4, 1) + pb_field(5, 2) +
+            pb_field(6, 3))
+    if schedule:
+        spec += pb_field(27, pb_field(1, 1) + pb_field(8, schedule))
+    if precision:
+        spec += pb_field(50, precision)
+    return spec
+
+
 def main():
     rank_bin, make_tokens, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
@@ -69,6 +102,16 @@ def main():
     expect(['--spec-file', os.path.join(work, 'm.jsonl'), '--layers', '2'], 2,
            '--layers cannot be given with --spec-file')
     expect(['--spec-file', os.path.join(work, 'no-spec.pb')], 2, 'no-spec.pb')
+    # a hand-written spec file with names the conversion cannot map: the
+    # check names the string sent, not the -1 the conversion leaves
+    fp64 = os.path.join(work, 'fp64.pb')
+    with open(fp64, 'wb') as f:
+        f.write(job_spec(data, precision='fp64'))
+    expect(['--spec-file', fp64], 2, "precision='fp64' is not fp32 or bf16")
+    zigzag = os.path.join(work, 'zigzag.pb')
+    with open(zigzag, 'wb') as f:
+        f.write(job_spec(data, schedule='zigzag'))
+    expect(['--spec-file', zigzag], 2, "schedule='zigzag' is not a pipeline schedule")
     expect(base + ['--data', data, '--lr', 'abc'], 2, "--lr: bad value 'abc'")
     expect(base + ['--data', data, '--bogus', '1'], 2, "unknown or incomplete option '--bogus'")
     expect(base + ['--data', bad], 2, 'bad magic 7')

@@ -5,7 +5,7 @@
  * JobSpec -> packed bytes -> JobSpec -> config).
  *
  * Usage: test_planner CASE | all (CASE: defaults, check, flags, data,
- * jobspec). Writes scratch files under $TMPDIR (or /tmp). Single-threaded. */
+ * jobspec, jobflags: the job flags' one table, planner/jobflags.h). Writes scratch files under $TMPDIR (or /tmp). Single-threaded. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "jobcfg.h"
+#include "jobflags.h"
 #include "jobspec.h"
 #include "pipesched.h"
 
@@ -567,8 +568,9 @@ static void test_jobspec(void)
         s.precision = "fp16";
         px_jobspec_to_config(&s, &pb);
         EXPECT(pb.precision == -1 && px_job_config_check(&pb, PX_JOBCFG_LAYOUT_ONLY, perr,
-               sizeof(perr)) == PX_ERR_INVALID_ARGUMENT && strstr(perr, "precision"),
-               "unknown precision rejected: %s", perr);
+               sizeof(perr)) == PX_ERR_INVALID_ARGUMENT &&
+               strstr(perr, "precision='fp16' is not fp32 or bf16"),
+               "unknown precision rejected, named as sent: %s", perr);
         s.precision = "";
         EXPECT(px_job_config_precision_parse("fp32") == PX_PRECISION_FP32 &&
                px_job_config_precision_parse(NULL) == PX_PRECISION_FP32 &&
@@ -595,11 +597,145 @@ static void test_jobspec(void)
     REJECT(&c, 0, "layers=0 is out of range");
 }
 
+/* --- the job flags' table (jobflags.h) --- */
+
+static char last_flag[64]; /* the flag name the last parser was handed */
+
+static int jf_int(void *arg, const char *flag, const char *s, int lo, int *out)
+{
+    (void)arg;
+    snprintf(last_flag, sizeof(last_flag), "%s", flag);
+    if (atoi(s) < lo)
+        return -1;
+    *out = atoi(s);
+    return 0;
+}
+
+static int jf_float(void *arg, const char *flag, const char *s, double fmin, double fmax,
+                    float *out)
+{
+    (void)arg;
+    snprintf(last_flag, sizeof(last_flag), "%s", flag);
+    if (fmin > fmax)
+        return -1;
+    *out = strtof(s, NULL);
+    return 0;
+}
+
+static int jf_u64(void *arg, const char *flag, const char *s, uint64_t *out)
+{
+    (void)arg;
+    snprintf(last_flag, sizeof(last_flag), "%s", flag);
+    *out = strtoull(s, NULL, 10);
+    return 0;
+}
+
+static int jf_bad(void *arg, const char *flag, const char *s)
+{
+    (void)arg;
+    snprintf(last_flag, sizeof(last_flag), "%s=%s", flag, s);
+    return -2;
+}
+
+static void test_jobflags(void)
+{
+    const px_job_flag_parsers_t p = {jf_int, jf_float, jf_u64, jf_bad, NULL};
+    struct option po[256], ro[256];
+    size_t np = px_job_flags_options(PX_JOB_FLAG_PCTL, 1000, po, 256);
+    size_t nr = px_job_flags_options(PX_JOB_FLAG_RANK, 1000, ro, 256);
+    size_t both = 0, rank_only = 0, aliases = 0;
+
+    EXPECT(px_job_flags_n >= 40, "only %zu job flags", px_job_flags_n);
+    for (size_t i = 0; i < px_job_flags_n; i++) {
+        const px_job_flag_t *f = &px_job_flags[i];
+        px_job_config_t c;
+        char *field;
+
+        EXPECT(f->where && f->offset < sizeof(px_job_config_t), "--%s: where %u offset %zu",
+               f->name, f->where, f->offset);
+        for (size_t j = 0; j < i; j++)
+            EXPECT(strcmp(f->name, px_job_flags[j].name) != 0, "--%s twice", f->name);
+        EXPECT(px_job_flag_of(1000 + (int)i, 1000) == f, "--%s: px_job_flag_of", f->name);
+        both += f->where == PX_JOB_FLAG_BOTH;
+        rank_only += f->where == PX_JOB_FLAG_RANK;
+        aliases += f->pctl_alias != NULL && (f->where & PX_JOB_FLAG_PCTL);
+        /* each kind lands in its field */
+        px_job_config_defaults(&c);
+        field = (char *)&c + f->offset;
+        switch (f->kind) {
+        case PX_JOB_FLAG_INT:
+            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "77", &c, &p) == 0 &&
+                   *(int *)(void *)field == 77, "--%s 77", f->name);
+            break;
+        case PX_JOB_FLAG_FLOAT:
+            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "0.25", &c, &p) == 0 &&
+                   *(float *)(void *)field == 0.25f, "--%s 0.25", f->name);
+            break;
+        case PX_JOB_FLAG_U64:
+            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "99", &c, &p) == 0 && c.seed == 99,
+                   "--%s 99", f->name);
+            break;
+        case PX_JOB_FLAG_STR:
+        case PX_JOB_FLAG_PATH: {
+            const char *v = "some/path";
+            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, v, &c, &p) == 0 &&
+                   *(const char **)(void *)field == v, "--%s borrows its value", f->name);
+            break;
+        }
+        case PX_JOB_FLAG_SET:
+            *(int *)(void *)field = 5;
+            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, NULL, &c, &p) == 0 &&
+                   *(int *)(void *)field == f->lo, "--%s sets %d", f->name, f->lo);
+            break;
+        case PX_JOB_FLAG_SCHEDULE:
+            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "gpipe", &c, &p) == 0 &&
+                   c.schedule == PX_PIPE_GPIPE, "--schedule gpipe");
+            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "zigzag", &c, &p) == -2 &&
+                   !strcmp(last_flag, "--schedule=zigzag"), "--schedule zigzag: %s", last_flag);
+            break;
+        case PX_JOB_FLAG_PRECISION:
+            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "bf16", &c, &p) == 0 &&
+                   c.precision == PX_PRECISION_BF16, "--precision bf16");
+            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "fp64", &c, &p) == -2 &&
+                   !strcmp(last_flag, "--precision=fp64"), "--precision fp64: %s", last_flag);
+            break;
+        }
+    }
+    /* pctl registers every shared flag and its aliases, parallax-rank every
+     * shared flag and its own; getopt_long hands back base + index */
+    EXPECT(np == both + aliases && nr == both + rank_only, "options: pctl %zu (want %zu), rank "
+           "%zu (want %zu)", np, both + aliases, nr, both + rank_only);
+    for (size_t i = 0; i < nr; i++)
+        EXPECT(px_job_flag_of(ro[i].val, 1000) &&
+               !strcmp(px_job_flag_of(ro[i].val, 1000)->name, ro[i].name) &&
+               ro[i].has_arg == (px_job_flag_of(ro[i].val, 1000)->kind == PX_JOB_FLAG_SET
+                                     ? no_argument : required_argument),
+               "rank option --%s", ro[i].name);
+    EXPECT(px_job_flag_of(999, 1000) == NULL && px_job_flag_of(1000 + (int)px_job_flags_n,
+                                                                1000) == NULL,
+           "px_job_flag_of out of range");
+    /* pctl's messages say --clip for --grad-clip; parallax-rank's --grad-clip */
+    for (size_t i = 0; i < px_job_flags_n; i++) {
+        px_job_config_t c;
+        if (strcmp(px_job_flags[i].name, "grad-clip"))
+            continue;
+        px_job_config_defaults(&c);
+        px_job_flag_apply(&px_job_flags[i], PX_JOB_FLAG_PCTL, "1", &c, &p);
+        EXPECT(!strcmp(last_flag, "--clip"), "pctl's label: %s", last_flag);
+        px_job_flag_apply(&px_job_flags[i], PX_JOB_FLAG_RANK, "1", &c, &p);
+        EXPECT(!strcmp(last_flag, "--grad-clip"), "rank's label: %s", last_flag);
+    }
+    for (size_t i = 0; i < np; i++)
+        if (!strcmp(po[i].name, "clip"))
+            aliases--;
+    EXPECT(aliases == 0, "pctl's --clip alias not registered");
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
         {"defaults", test_defaults}, {"check", test_check}, {"flags", test_flags},
-        {"data", test_data}, {"jobspec", test_jobspec}};
+        {"data", test_data}, {"jobspec", test_jobspec}, {"jobflags", test_jobflags}};
     const char *which = argc > 1 ? argv[1] : "all";
     const char *t = getenv("TMPDIR");
     int ran = 0;

@@ -19,6 +19,9 @@
  *                                      error mode mixes peer-mode and plain endpoints
  *   test_transport kill_2nodes N       kill rank 1 with two fake nodes, default (auto) mode: its
  *                                      ring successor is on the other node (peer mode)
+ *   test_transport kill_late N [watch] stop rank 0, kill rank 2, let ranks 1 and 3 fail and exit,
+ *                                      continue rank 0: every survivor names rank 2 (not a
+ *                                      survivor that exited after it)
  *   test_transport nospin N            ranks wait 2 s at a barrier for a sleeping rank and use
  *                                      < 10% CPU meanwhile
  * Values: rank r contributes r + 1 + i % 7, so sums are exact in fp32. */
@@ -26,6 +29,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -341,27 +345,112 @@ static int rank_kill(px_launch_rank_t *ctx)
     return 0;
 }
 
+/* Waits until every rank has finished 2 iterations; 0 if not by give_up_ms
+ * (ranks that never start: port retry). */
+static int wait_iters(atomic_int *iters, int n, int64_t give_up_ms)
+{
+    for (;;) {
+        int ready = 1;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        for (int r = 0; r < n; r++)
+            ready &= atomic_load(&iters[r]) >= 2;
+        if (ready)
+            return 1;
+        if (px_time_mono_ms() > give_up_ms)
+            return 0;
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void kill_on_started(const pid_t *pids, int n, void *arg)
 {
     kill_shared_t *sh = arg;
-    int64_t give_up = px_time_mono_ms() + 30000; /* ranks that never start (port retry) */
-    for (;;) {
-        int ready = 1;
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        for (int r = 0; r < n; r++)
-            ready &= atomic_load(&sh->iters[r]) >= 2;
-        if (ready)
-            break;
-        if (px_time_mono_ms() > give_up)
-            return;
-        nanosleep(&ts, NULL);
-    }
+    if (!wait_iters(sh->iters, n, px_time_mono_ms() + 30000))
+        return;
     {
         struct timespec ts = {0, 30 * 1000 * 1000}; /* land inside an all-reduce */
         nanosleep(&ts, NULL);
     }
     atomic_store(&sh->t_kill_ms, px_time_mono_ms());
     kill(pids[sh->victim], SIGKILL);
+}
+
+/* --- kill_late: a survivor that learns of the death last --- */
+
+/* Rank 0 is stopped (SIGSTOP) before rank 2 is killed, and continued only
+ * after ranks 1 and 3 have failed naming rank 2 and exited at once (no
+ * linger). When it wakes, every other rank is gone at the same moment by
+ * its pidfd and its UCX endpoint: only what the survivors told before they
+ * exited says which of them died first. Every survivor must name rank 2. */
+typedef struct {
+    atomic_int iters[64];
+    atomic_int left[64]; /* set right before a survivor returns */
+    int victim;
+} late_shared_t;
+
+static int rank_kill_late(px_launch_rank_t *ctx)
+{
+    late_shared_t *sh = ctx->arg;
+    /* 4 KiB all-reduces: small enough that no stream toward the stopped
+     * rank is backed up, so the notices the others send before they exit
+     * reach it (a notice queued behind a full stream dies with its sender:
+     * see transport/px_verdict.c) */
+    uint64_t count = 1024;
+    float *buf = malloc(count * sizeof(float));
+    px_status_t status = PX_OK;
+    char want[32];
+
+    for (uint64_t i = 0; i < count; i++)
+        buf[i] = 1.0f;
+    for (int it = 0;; it++) {
+        status = px_allreduce(ctx->comm, buf, buf, count, PX_FLOAT32, PX_AVG, -1);
+        if (status != PX_OK)
+            break;
+        atomic_store(&sh->iters[ctx->rank], it + 1);
+        if (it > 1000000)
+            FAIL("victim never died");
+    }
+    free(buf);
+    if (ctx->rank == sh->victim)
+        FAIL("the victim survived");
+    snprintf(want, sizeof(want), "rank %d:", sh->victim);
+    printf("rank %d: %s: %s\n", ctx->rank, px_status_str(status), px_comm_last_error(ctx->comm));
+    fflush(stdout);
+    atomic_store(&sh->left[ctx->rank], 1);
+    if (status != PX_ERR_PEER_FAILURE || strncmp(px_comm_last_error(ctx->comm), want,
+                                                 strlen(want)) != 0)
+        FAIL("want peer failure naming rank %d, got %s: %s", sh->victim, px_status_str(status),
+             px_comm_last_error(ctx->comm));
+    return 0; /* no linger: the late rank must not need one */
+}
+
+static void kill_late_on_started(const pid_t *pids, int n, void *arg)
+{
+    late_shared_t *sh = arg;
+    int64_t give_up = px_time_mono_ms() + 30000;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+
+    if (!wait_iters(sh->iters, n, give_up))
+        return;
+    kill(pids[0], SIGSTOP);
+    kill(pids[sh->victim], SIGKILL);
+    /* the others fail on the victim and exit; WNOWAIT leaves them to
+     * px_launch's reaping */
+    for (int r = 1; r < n; r++) {
+        siginfo_t si;
+        if (r == sh->victim)
+            continue;
+        for (;;) {
+            memset(&si, 0, sizeof(si));
+            if (waitid(P_PID, (id_t)pids[r], &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                si.si_pid == pids[r])
+                break;
+            if (px_time_mono_ms() > give_up)
+                break;
+            nanosleep(&ts, NULL);
+        }
+    }
+    kill(pids[0], SIGCONT);
 }
 
 /* --- nospin --- */
@@ -607,8 +696,29 @@ int main(int argc, char **argv)
             failed--;
         else
             fprintf(stderr, "FAIL: the victim was not killed by SIGKILL\n");
+    } else if (!strcmp(what, "kill_late")) {
+        late_shared_t *sh = px_launch_shared(sizeof(*sh));
+        int statuses[64];
+        if (!sh || n < 4 || n > 64)
+            return 1;
+        opts.use_watch = argc > 3 && !strcmp(argv[3], "watch");
+        opts.on_started = kill_late_on_started;
+        /* several rounds: without the notices the late rank named a
+         * survivor in about 1 round of 3 */
+        for (int round = 0; round < 6 && !failed; round++) {
+            memset(sh, 0, sizeof(*sh));
+            sh->victim = 2;
+            failed = px_launch(n, rank_kill_late, sh, &opts, statuses);
+            if (WIFSIGNALED(statuses[sh->victim]) && WTERMSIG(statuses[sh->victim]) == SIGKILL)
+                failed--;
+            else
+                fprintf(stderr, "FAIL: the victim was not killed by SIGKILL\n");
+            if (failed)
+                fprintf(stderr, "FAIL in round %d\n", round);
+        }
     } else {
-        fprintf(stderr, "usage: %s local | allreduce|mismatch|p2p|kill|kill_nowatch|nospin N\n",
+        fprintf(stderr, "usage: %s local | allreduce|mismatch|p2p|kill|kill_nowatch|kill_late|"
+                        "nospin N\n",
                 argv[0]);
         return 2;
     }
