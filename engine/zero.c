@@ -110,6 +110,10 @@ struct px_zero {
     px_zero_times_t times;
     int phase;           /* 0 forward, 1 backward: of the last params_acquire */
     long update_gathers; /* gathers started by px_zero_update (hp->more) */
+    double step_wall_s;  /* wait log: this step's blocked wall time so far */
+    double *steps_wall;  /* wait log: each finished step's (s) */
+    int nsteps, steps_cap;
+    int step_open;     /* wait log: a step has begun (its total is due) */
     wait_stat_t *wlog;   /* PX_ZERO_WAIT_LOG: [WAIT_SITES][nunits] (NULL: off) */
 
     /* stage 0-1 gradient buckets (px_zero_set_buckets; nbuckets 0: off).
@@ -259,6 +263,7 @@ static void wait_note(px_zero_t *z, int site, int u, double t0, double c0)
     wait_stat_t *w = &z->wlog[site * z->nunits + u];
     w->n++;
     w->wall_s += px_time_mono_s() - t0;
+    z->step_wall_s += px_time_mono_s() - t0;
     w->cpu_s += cpu_now_s() - c0;
 }
 
@@ -709,6 +714,28 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
     return PX_OK;
 }
 
+/* Wait log: the step's blocked wall time into steps_wall (a step's waits
+ * lie between two px_zero_begin_step calls, the last before the log). */
+static void step_note(px_zero_t *z)
+{
+    if (z->nsteps == z->steps_cap) {
+        int cap = z->steps_cap ? 2 * z->steps_cap : 64;
+        double *n = realloc(z->steps_wall, (size_t)cap * sizeof(double));
+        if (!n)
+            return; /* a diagnostic: the step goes unrecorded */
+        z->steps_wall = n;
+        z->steps_cap = cap;
+    }
+    z->steps_wall[z->nsteps++] = z->step_wall_s;
+    z->step_wall_s = 0.0;
+}
+
+static int dcmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* The per-wait log (PX_ZERO_WAIT_LOG): the gathers px_zero_update started,
  * then one info line per site and unit with waits: their number and the
  * mean wall and CPU ms of one. */
@@ -716,6 +743,15 @@ static void wait_log_print(const px_zero_t *z)
 {
     px_info("zero wait log: %ld gathers started in the update, for the next step",
             z->update_gathers);
+    /* blocked per step, from the third (as bench_zero.py's step times) */
+    if (z->nsteps > 2) {
+        int n = z->nsteps - 2;
+        double *v = z->steps_wall + 2;
+        qsort(v, (size_t)n, sizeof(double), dcmp);
+        px_info("zero wait log: blocked per step (all-gathers + reduce-scatters), steps 3-%d: "
+                "min %.2f ms, median %.2f ms", z->nsteps, 1e3 * v[0],
+                1e3 * (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])));
+    }
     for (int s = 0; s < WAIT_SITES; s++)
         for (int u = 0; u < z->nunits; u++) {
             const wait_stat_t *w = &z->wlog[s * z->nunits + u];
@@ -731,8 +767,11 @@ void px_zero_destroy(px_zero_t *z)
     if (!z)
         return;
     if (z->wlog) {
+        if (z->step_open)
+            step_note(z); /* the last step's */
         wait_log_print(z);
         free(z->wlog);
+        free(z->steps_wall);
     }
     buckets_free(z);
     for (int u = 0; z->gather_req && u < z->nunits; u++)
@@ -824,6 +863,9 @@ static void buckets_reset(px_zero_t *z);
 
 void px_zero_begin_step(px_zero_t *z)
 {
+    if (z->wlog && z->step_open)
+        step_note(z);
+    z->step_open = z->wlog != NULL;
     buckets_reset(z);
     if (z->full_grads)
         z->k->mem_set(z->full_grads, 0, (z->plan->padded + 1) * sizeof(float));
