@@ -653,20 +653,60 @@ static void cp_positions(px_gpt_t *gpt, int cp_rank, float *wpe, int to_loc)
     }
 }
 
-/* matmul_backward (px_kernels.h) as two calls, the input gradient's GEMM
- * then the weight's and bias', with a progress poke after each: the same
- * arithmetic (the kernels compute the three independently), but the
- * collectives started before it (ZeRO's gathers and reduce-scatters, the
- * gradient buckets) advance twice as often during a layer's backward,
- * whose GEMMs are its longest kernels. */
+/* Row blocks a GEMM of the forward or backward is cut into, with a
+ * progress poke after each, when the model has a progress hook: on one
+ * host a collective's shared-memory steps move only inside a rank's
+ * pokes, and a rank waiting for its peer's next step waits for the peer's
+ * next poke (measured with PX_ZERO_WAIT_LOG: ZeRO-3's blocked time at dp 2
+ * was mostly sleep, not copying), so pokes at a GEMM's quarters rather
+ * than its end shorten that wait. Without a hook: one block. */
+#define POKE_BLOCKS 4
+
+static int poke_blocks(const px_gpt_t *gpt)
+{
+    return gpt->has_hooks && gpt->hooks.progress ? POKE_BLOCKS : 1;
+}
+
+/* matmul_backward (px_kernels.h) as the input gradient's GEMM then the
+ * weight's and bias', each over poke_blocks() row blocks of N with a
+ * progress poke after each: the input gradient's rows are independent
+ * (the same arithmetic), the weight's and bias' gradients accumulate
+ * block by block (the kernel accumulates; the sum's order changes, within
+ * fp32 rounding), so the collectives started before it (ZeRO's gathers
+ * and reduce-scatters, the gradient buckets) advance during a layer's
+ * backward, whose GEMMs are its longest kernels. */
 static void matmul_backward_poked(px_gpt_t *gpt, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const float *inp, const float *weight,
                                   int N, int C, int OC)
 {
-    gpt->ops->matmul_backward(dinp, NULL, NULL, dout, inp, weight, N, C, OC);
-    poke(gpt);
-    gpt->ops->matmul_backward(NULL, dweight, dbias, dout, inp, weight, N, C, OC);
-    poke(gpt);
+    int nb = poke_blocks(gpt);
+    for (int b = 0; b < nb; b++) { /* rows of dinp: independent */
+        int n0 = (int)((long)N * b / nb), n1 = (int)((long)N * (b + 1) / nb);
+        gpt->ops->matmul_backward(dinp + (size_t)n0 * C, NULL, NULL, dout + (size_t)n0 * OC,
+                                  inp, weight, n1 - n0, C, OC);
+        poke(gpt);
+    }
+    for (int b = 0; b < nb; b++) { /* dweight, dbias accumulate over row blocks */
+        int n0 = (int)((long)N * b / nb), n1 = (int)((long)N * (b + 1) / nb);
+        gpt->ops->matmul_backward(NULL, dweight, dbias, dout + (size_t)n0 * OC,
+                                  inp + (size_t)n0 * C, weight, n1 - n0, C, OC);
+        poke(gpt);
+    }
+}
+
+/* matmul_forward (px_kernels.h; out (N,OC) = inp (N,C) @ weight^T + bias)
+ * over poke_blocks() row blocks with a progress poke after each: rows are
+ * independent, so the arithmetic is the one call's. */
+static void matmul_forward_poked(px_gpt_t *gpt, float *out, const float *inp,
+                                 const float *weight, const float *bias, int N, int C, int OC)
+{
+    int nb = poke_blocks(gpt);
+    for (int b = 0; b < nb; b++) {
+        int n0 = (int)((long)N * b / nb), n1 = (int)((long)N * (b + 1) / nb);
+        gpt->ops->matmul_forward(out + (size_t)n0 * OC, inp + (size_t)n0 * C, weight, bias,
+                                 n1 - n0, C, OC);
+        poke(gpt);
+    }
 }
 
 /* progress callback of the ring: the model's poke */
@@ -854,8 +894,7 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
         ln1_in = a->spbuf;
     }
     /* qkv (B,T,3Cl): column-parallel, q | k | v of this rank's heads */
-    k->matmul_forward(qkv, ln1_in, p.qkvw, p.qkvb, BT, C, 3 * Cl);
-    poke(gpt);
+    matmul_forward_poked(gpt, qkv, ln1_in, p.qkvw, p.qkvb, BT, C, 3 * Cl);
     if (gpt->cp > 1) { /* ring attention over the context group (att: the lse) */
         px_comm_t *cpc;
         PX_CHECK(cp_comm(gpt, ctx, &cpc));
@@ -867,8 +906,7 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     /* attproj: row-parallel; partial sums (B,T,C), g = all-reduce (with
      * sequence parallelism: reduce-scatter to this rank's tokens), then
      * the replicated bias once */
-    k->matmul_forward(a->tmp, atty, p.attprojw, split ? NULL : p.attprojb, BT, Cl, C);
-    poke(gpt);
+    matmul_forward_poked(gpt, a->tmp, atty, p.attprojw, split ? NULL : p.attprojb, BT, Cl, C);
     float *proj = a->tmp;
     if (gpt->sp) {
         PX_CHECK(px_tp_reduce_scatter(tpc, a->tmp, a->spbuf, rc, "attproj", &gpt->tp_times));
@@ -895,12 +933,11 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
         return p_release(gpt, px_model_unit_layer(&gpt->cfg, l), 0);
     }
     /* fc (B,T,4Cl): column-parallel */
-    k->matmul_forward(fch, ln2_in, p.fcw, p.fcb, BT, C, 4 * Cl);
-    poke(gpt);
+    matmul_forward_poked(gpt, fch, ln2_in, p.fcw, p.fcb, BT, C, 4 * Cl);
     k->gelu_forward(fchg, fch, (size_t)BT * 4 * Cl);
     /* fcproj: row-parallel, as attproj */
-    k->matmul_forward(a->tmp, fchg, p.fcprojw, split ? NULL : p.fcprojb, BT, 4 * Cl, C);
-    poke(gpt);
+    matmul_forward_poked(gpt, a->tmp, fchg, p.fcprojw, split ? NULL : p.fcprojb, BT, 4 * Cl,
+                         C);
     proj = a->tmp;
     if (gpt->sp) {
         PX_CHECK(px_tp_reduce_scatter(tpc, a->tmp, a->spbuf, rc, "fcproj", &gpt->tp_times));

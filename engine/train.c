@@ -828,7 +828,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
         }
         float lr = px_train_lr(cfg, s);
         px_zero_adamw_t hp = {.lr = lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2,
-                              .eps = cfg->eps, .weight_decay = cfg->weight_decay, .t = s + 1};
+                              .eps = cfg->eps, .weight_decay = cfg->weight_decay, .t = s + 1,
+                              .more = s + 1 < cfg->steps};
         if (moe)
             px_moe_update(moe, cfg->grad_clip, norm, lr, cfg->beta1, cfg->beta2, cfg->eps,
                           cfg->weight_decay, s + 1);

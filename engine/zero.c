@@ -29,10 +29,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "memacct.h"
 #include "px_coll.h"
 #include "model.h"
+#include "px_env.h"
 #include "px_kernels.h"
 #include "px_log.h"
 #include "px_time.h"
@@ -40,10 +42,41 @@
 
 /* Pokes (progress hooks) of a unit's backward before the reduce-scatter
  * in flight is completed and the deferred gather starts (deferred_gather):
- * a dense layer's backward pokes 9 times (gpt.c), the reduce-scatter of a
+ * a dense layer's backward pokes 33 times (gpt.c: its four matmuls' two
+ * GEMMs each in 4 row blocks, and the attention), 20 of them through
+ * fcproj's, fc's and attproj's input gradient; the reduce-scatter of a
  * unit moves twice the bytes of its gather per rank, so about 2/3 of the
  * layer's compute for the one and 1/3 for the other. */
-#define DEFER_POKES 5
+#define DEFER_POKES 20
+
+/* Where a stage-3 wait happens (the per-wait log, PX_ZERO_WAIT_LOG). */
+enum {
+    W_AG_FWD,      /* all-gather, forward params_acquire */
+    W_AG_BWD,      /* all-gather, backward params_acquire */
+    W_RS_DEFER,    /* reduce-scatter, deferred_gather (a poke of the next unit) */
+    W_RS_GRADS,    /* reduce-scatter, grads_acquire (no room for one in flight) */
+    W_RS_PARAMS,   /* reduce-scatter, params_acquire (a deferred gather never started) */
+    W_RS_END,      /* reduce-scatter, end of the micro-batch */
+    WAIT_SITES
+};
+static const char *const wait_site_name[WAIT_SITES] = {
+    "AG fwd", "AG bwd", "RS defer", "RS grads", "RS params", "RS end"};
+
+/* Sum of the waits at one site of one unit: count, wall time and this
+ * thread's CPU time inside them (s). Wall minus CPU is time the rank slept
+ * (the peer had not published yet, or the scheduler ran someone else);
+ * CPU is the copies and reductions the wait made itself. */
+typedef struct wait_stat {
+    long n;
+    double wall_s, cpu_s;
+} wait_stat_t;
+
+static double cpu_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 typedef struct rs_entry {
     int unit;
@@ -75,6 +108,13 @@ struct px_zero {
                              next params/grads hook */
     px_gpt_hooks_t hooks;
     px_zero_times_t times;
+    int phase;           /* 0 forward, 1 backward: of the last params_acquire */
+    long update_gathers; /* gathers started by px_zero_update (hp->more) */
+    double step_wall_s;  /* wait log: this step's blocked wall time so far */
+    double *steps_wall;  /* wait log: each finished step's (s) */
+    int nsteps, steps_cap;
+    int step_open;     /* wait log: a step has begun (its total is due) */
+    wait_stat_t *wlog;   /* PX_ZERO_WAIT_LOG: [WAIT_SITES][nunits] (NULL: off) */
 
     /* stage 0-1 gradient buckets (px_zero_set_buckets; nbuckets 0: off).
      * Bucket b holds units [bucket_lo[b], bucket_hi[b]], contiguous in
@@ -217,13 +257,25 @@ static px_status_t gather_start(px_zero_t *z, int u)
     return PX_OK;
 }
 
+/* Adds one wait (wall since t0, CPU since c0) to the per-wait log. */
+static void wait_note(px_zero_t *z, int site, int u, double t0, double c0)
+{
+    wait_stat_t *w = &z->wlog[site * z->nunits + u];
+    w->n++;
+    w->wall_s += px_time_mono_s() - t0;
+    z->step_wall_s += px_time_mono_s() - t0;
+    w->cpu_s += cpu_now_s() - c0;
+}
+
 static px_status_t gather_wait(px_zero_t *z, int u)
 {
     if (!z->gathering[u])
         return PX_OK;
-    double t0 = px_time_mono_s();
+    double t0 = px_time_mono_s(), c0 = z->wlog ? cpu_now_s() : 0.0;
     px_status_t status = req_wait(z->gather_req[u]);
     z->times.gather_wait_s += px_time_mono_s() - t0;
+    if (z->wlog)
+        wait_note(z, z->phase ? W_AG_BWD : W_AG_FWD, u, t0, c0);
     z->gather_req[u] = NULL;
     z->gathering[u] = 0;
     return status == PX_OK ? PX_OK : coll_fail(z, "all-gather", u, status);
@@ -246,13 +298,17 @@ static int next_unit(const px_zero_t *z, int u, int phase)
 
 /* ---- stages 2-3: gradient buffers ---- */
 
-static px_status_t rs_complete_oldest(px_zero_t *z)
+/* Waits for the oldest reduce-scatter in flight and takes its slice; site:
+ * where (W_RS_*, for the per-wait log). */
+static px_status_t rs_complete_oldest(px_zero_t *z, int site)
 {
     rs_entry_t *e = &z->rs[z->rs_head];
     int u = e->unit;
-    double t0 = px_time_mono_s();
+    double t0 = px_time_mono_s(), c0 = z->wlog ? cpu_now_s() : 0.0;
     px_status_t status = req_wait(e->req);
     z->times.rs_wait_s += px_time_mono_s() - t0;
+    if (z->wlog)
+        wait_note(z, site, u, t0, c0);
     e->req = NULL;
     z->rs_head = (z->rs_head + 1) % z->nunits;
     z->rs_count--;
@@ -289,13 +345,16 @@ static int layers_in_flight(const px_zero_t *z)
  * the unit's backward (DEFER_POKES), never on local completion: every
  * rank must start its collectives in the same order. Layer reduce-scatters
  * allowed in flight when a unit's gradient buffer is taken: */
-static int rs_allowed(const px_zero_t *z)
+static int rs_allowed(const px_zero_t *z, int u)
 {
     if (z->stage == 2)
         return 1;
     /* stage 3: only while the next unit's gather waits (no prefetched
-     * buffer held); without prefetch, none (every wait exposed) */
-    return z->prefetch && z->prefetch_next >= 0 ? 1 : 0;
+     * buffer held), or when the unit u whose backward starts has no next
+     * unit to gather (layer 0: the reduce-scatter of layer 1 runs under its
+     * backward in the memory a prefetch would take, and is waited at the
+     * micro-batch's end); without prefetch, none (every wait exposed) */
+    return z->prefetch && (z->prefetch_next >= 0 || next_unit(z, u, 1) < 0) ? 1 : 0;
 }
 
 /* At poke DEFER_POKES of a unit's backward (the progress hook): completes
@@ -310,7 +369,7 @@ static void deferred_gather(px_zero_t *z)
 
     z->prefetch_next = -1;
     while (status == PX_OK && layers_in_flight(z) > 0)
-        status = rs_complete_oldest(z);
+        status = rs_complete_oldest(z, W_RS_DEFER);
     if (status == PX_OK && !z->pbuf[nx]) {
         status = gather_start(z, nx);
         z->times.deferred_gathers += status == PX_OK;
@@ -468,11 +527,12 @@ static px_status_t h_params_acquire(void *arg, int u, int phase, float **p)
         *p = z->full_params + z->plan->unit_offset[u];
         return PX_OK;
     }
+    z->phase = phase;
     if (!z->pbuf[u]) {
         /* a deferred prefetch that never started: the reduce-scatter it
          * waited for first (the one started by the unit just done stays) */
         while (phase == 1 && layers_in_flight(z) > 1)
-            PX_CHECK(rs_complete_oldest(z));
+            PX_CHECK(rs_complete_oldest(z, W_RS_PARAMS));
         PX_CHECK(gather_start(z, u));
     }
     int nx = next_unit(z, u, phase);
@@ -492,9 +552,35 @@ static px_status_t h_params_acquire(void *arg, int u, int phase, float **p)
     return PX_OK;
 }
 
+/* Stage 3 with prefetch keeps the last layer's parameters gathered from
+ * its forward to its backward (FSDP's reshard_after_forward=False for the
+ * unit the backward needs first after the head): no gather for it at the
+ * forward->backward turn. The head's backward holds it then anyway (as its
+ * prefetch), and the head's forward holds fewer buffers than its backward,
+ * so the state peak (plan.h) is unchanged. Freed by its backward's release
+ * or, without one (a forward alone), by the next update (kept_free). */
+static int keep_gathered(const px_zero_t *z, int u, int phase)
+{
+    return z->stage == 3 && z->prefetch && phase == 0 && z->dp > 1 &&
+           u == px_model_unit_layer(&z->gc, z->gc.layers - 1);
+}
+
+/* Frees stage 3's gathered buffers no gather is pending on (the last
+ * layer's, kept by keep_gathered): before parameters change. */
+static void kept_free(px_zero_t *z)
+{
+    for (int u = 0; z->stage == 3 && u < z->nunits; u++)
+        if (z->pbuf[u] && !z->gathering[u]) {
+            px_mem_free(z->pbuf[u]);
+            z->pbuf[u] = NULL;
+        }
+}
+
 static px_status_t h_params_release(void *arg, int u, int phase)
 {
     px_zero_t *z = arg;
+    if (keep_gathered(z, u, phase))
+        return PX_OK;
     if (z->stage == 3 && z->pbuf[u]) {
         px_mem_free(z->pbuf[u]);
         z->pbuf[u] = NULL;
@@ -515,8 +601,8 @@ static px_status_t h_grads_acquire(void *arg, int u, float **g)
      * while the next layer's backward computes; stage 3 too, while the
      * next unit's gather waits for it (rs_allowed; plan.h counts exactly
      * these buffers) */
-    while (u != PX_MODEL_UNIT_EMBED && layers_in_flight(z) > rs_allowed(z))
-        PX_CHECK(rs_complete_oldest(z));
+    while (u != PX_MODEL_UNIT_EMBED && layers_in_flight(z) > rs_allowed(z, u))
+        PX_CHECK(rs_complete_oldest(z, W_RS_GRADS));
     z->gbuf[u] = px_mem_calloc(PX_MEM_GRADS, z->plan->unit_padded[u], sizeof(float));
     if (!z->gbuf[u])
         return PX_ERR_NO_MEMORY;
@@ -615,6 +701,11 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
         px_zero_destroy(z);
         return PX_ERR_NO_MEMORY;
     }
+    if (z->stage == 3 && z->dp > 1 && px_env_int("PX_ZERO_WAIT_LOG") > 0 &&
+        !(z->wlog = calloc((size_t)WAIT_SITES * nu, sizeof(wait_stat_t)))) {
+        px_zero_destroy(z);
+        return PX_ERR_NO_MEMORY;
+    }
     z->hooks = (px_gpt_hooks_t){.arg = z, .params_acquire = h_params_acquire,
                                 .params_release = h_params_release,
                                 .grads_acquire = h_grads_acquire,
@@ -623,10 +714,65 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
     return PX_OK;
 }
 
+/* Wait log: the step's blocked wall time into steps_wall (a step's waits
+ * lie between two px_zero_begin_step calls, the last before the log). */
+static void step_note(px_zero_t *z)
+{
+    if (z->nsteps == z->steps_cap) {
+        int cap = z->steps_cap ? 2 * z->steps_cap : 64;
+        double *n = realloc(z->steps_wall, (size_t)cap * sizeof(double));
+        if (!n)
+            return; /* a diagnostic: the step goes unrecorded */
+        z->steps_wall = n;
+        z->steps_cap = cap;
+    }
+    z->steps_wall[z->nsteps++] = z->step_wall_s;
+    z->step_wall_s = 0.0;
+}
+
+static int dcmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The per-wait log (PX_ZERO_WAIT_LOG): the gathers px_zero_update started,
+ * then one info line per site and unit with waits: their number and the
+ * mean wall and CPU ms of one. */
+static void wait_log_print(const px_zero_t *z)
+{
+    px_info("zero wait log: %ld gathers started in the update, for the next step",
+            z->update_gathers);
+    /* blocked per step, from the third (as bench_zero.py's step times) */
+    if (z->nsteps > 2) {
+        int n = z->nsteps - 2;
+        double *v = z->steps_wall + 2;
+        qsort(v, (size_t)n, sizeof(double), dcmp);
+        px_info("zero wait log: blocked per step (all-gathers + reduce-scatters), steps 3-%d: "
+                "min %.2f ms, median %.2f ms", z->nsteps, 1e3 * v[0],
+                1e3 * (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])));
+    }
+    for (int s = 0; s < WAIT_SITES; s++)
+        for (int u = 0; u < z->nunits; u++) {
+            const wait_stat_t *w = &z->wlog[s * z->nunits + u];
+            if (w->n)
+                px_info("zero wait log: %-9s unit %2d: %4ld waits, %.3f ms wall, %.3f ms cpu "
+                        "each", wait_site_name[s], u, w->n, 1e3 * w->wall_s / (double)w->n,
+                        1e3 * w->cpu_s / (double)w->n);
+        }
+}
+
 void px_zero_destroy(px_zero_t *z)
 {
     if (!z)
         return;
+    if (z->wlog) {
+        if (z->step_open)
+            step_note(z); /* the last step's */
+        wait_log_print(z);
+        free(z->wlog);
+        free(z->steps_wall);
+    }
     buckets_free(z);
     for (int u = 0; z->gather_req && u < z->nunits; u++)
         if (z->gather_req[u])
@@ -717,6 +863,9 @@ static void buckets_reset(px_zero_t *z);
 
 void px_zero_begin_step(px_zero_t *z)
 {
+    if (z->wlog && z->step_open)
+        step_note(z);
+    z->step_open = z->wlog != NULL;
     buckets_reset(z);
     if (z->full_grads)
         z->k->mem_set(z->full_grads, 0, (z->plan->padded + 1) * sizeof(float));
@@ -730,7 +879,7 @@ px_status_t px_zero_end_micro(px_zero_t *z)
     if (z->hook_err != PX_OK)
         return z->hook_err;
     while (z->rs_count)
-        PX_CHECK(rs_complete_oldest(z));
+        PX_CHECK(rs_complete_oldest(z, W_RS_END));
     return PX_OK;
 }
 
@@ -862,8 +1011,23 @@ px_status_t px_zero_sync_params(px_zero_t *z)
     return status == PX_OK ? PX_OK : coll_fail(z, "parameter all-gather", -1, status);
 }
 
+/* The unit after which px_zero_update starts the next step's first
+ * forward gathers (units 0 .. it, in the forward's order; -1 none): stage 3
+ * with prefetch, dp > 1, a step following, and this rank holding the
+ * embedding and the first layer (a whole model or a first pipeline stage). */
+static int update_prefetch_upto(const px_zero_t *z, const px_zero_adamw_t *hp)
+{
+    int l0 = px_model_unit_layer(&z->gc, 0);
+    if (z->stage != 3 || !z->prefetch || z->dp < 2 || !hp->more || l0 != 1 ||
+        !z->plan->unit_size[0] || !z->plan->unit_size[l0])
+        return -1;
+    return l0;
+}
+
 px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_adamw_t *hp)
 {
+    int upto = update_prefetch_upto(z, hp);
+    kept_free(z);
     if (clip > 0.0f) {
         float coef = clip / (norm + 1e-6f); /* as clip_grad_norm_ */
         if (coef < 1.0f)
@@ -871,6 +1035,8 @@ px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_a
                 z->k->scale(grad_slice(z, u), coef, sl(z, u));
     }
     for (int u = 0; u < z->nunits; u++) {
+        if (upto >= 0 && u > upto) /* the gathers below move under this unit's update */
+            px_progress(z->comm);
         px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
         int nt = px_gpt_unit_tensors(&z->gc, u, t);
         uint64_t b = (uint64_t)z->me * sl(z, u), e = b + sl(z, u);
@@ -885,6 +1051,12 @@ px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_a
             z->k->adamw_update(P + o, G + o, M + o, V + o, hi - lo, hp->lr, hp->beta1, hp->beta2,
                                hp->eps, t[j].decay ? hp->weight_decay : 0.0f, hp->t);
         }
+        /* the next forward's first units, updated: their gathers start
+         * (every rank the same ones, in the same order); the forward's
+         * params_acquire finds them in flight and waits */
+        if (u == upto)
+            for (int f = 0; f <= upto; f++, z->update_gathers++)
+                PX_CHECK(gather_start(z, f));
     }
     return px_zero_sync_params(z);
 }

@@ -46,6 +46,11 @@ typedef struct px_zero px_zero_t;
 typedef struct px_zero_adamw {
     float lr, beta1, beta2, eps, weight_decay;
     int t; /* 1-based step count */
+    int more; /* 1: a training step follows; stage 3 with prefetch then
+                 starts its first forward gathers (the embedding's and the
+                 first layer's) inside px_zero_update, as soon as their
+                 slices are updated, so they run under the rest of the
+                 update; 0 (the last step): none left in flight */
 } px_zero_adamw_t;
 
 /* Times of one rank, seconds, since create. */

@@ -16,6 +16,16 @@ alone and for all stage-3 collectives (a wait progresses every pending
 request, so with prefetch part of a gather completes inside the next
 reduce-scatter's wait: the second figure is the fair one).
 
+Ranks run with PX_ZERO_WAIT_LOG=1: the "wait cpu ms" column is the CPU
+time a rank's thread spent inside stage 3's waits per step (the copies and
+reductions a wait made itself; the rest of the blocked time it slept on
+the peer), averaged over ranks, a figure other load on the machine moves
+less than the wall times ("nan" where the rank binary has no such log).
+The log also gives each rank's blocked time (all-gathers + reduce-scatters)
+of its least blocked step and its median step (steps 3..); "hidden" is
+computed from those too (least blocked step of each variant, like "best
+ms": the figure other load disturbs least; the median step).
+
 The "hook ms" column is the time per step a rank spent inside the model's
 progress hook between kernels (zero.c h_progress): the collectives' own CPU
 work done under the compute (on one host the shared-memory path's copies
@@ -37,15 +47,21 @@ MODEL = ['--layers', '8', '--heads', '4', '--dim', '224', '--seq', '64', '--batc
 
 def waits(work, tag, dp):
     """Per-step all-gather wait, reduce-scatter wait, other collectives and
-    progress-hook time (ms), averaged over ranks."""
-    tot = [0.0, 0.0, 0.0, 0.0]
+    progress-hook time, CPU time inside stage 3's waits, and the blocked
+    time of the least blocked and the median step (ms), averaged over ranks."""
+    tot = [0.0] * 7
     for r in range(dp):
         text = log_text(work, tag, r)
         m = re.search(r'all-gather wait ([\d.]+) ms .*reduce-scatter wait ([\d.]+) ms, '
                       r'other collectives ([\d.]+) ms', text)
         h = re.search(r'progress hook ([\d.]+) ms', text)
+        cpu = re.findall(r'zero wait log: .* unit +\d+: +\d+ waits, [\d.]+ ms wall, '
+                         r'([\d.]+) ms cpu each', text)
         vals = [float(m.group(1)), float(m.group(2)), float(m.group(3)),
-                float(h.group(1)) if h else float('nan')]
+                float(h.group(1)) if h else float('nan'),
+                sum(float(c) for c in cpu) if cpu else float('nan')]
+        st = re.search(r'blocked per step .*: min ([\d.]+) ms, median ([\d.]+) ms', text)
+        vals += [float(st.group(1)), float(st.group(2))] if st else [float('nan')] * 2
         tot = [a + b for a, b in zip(tot, vals)]
     return [t / dp for t in tot]
 
@@ -73,13 +89,14 @@ def main():
     os.makedirs(work, exist_ok=True)
     data = license_tokens(make_tokens, work)
     print('load average at start: %s' % open('/proc/loadavg').read().split()[:3])
-    print('%-4s %-14s %10s %10s %9s %11s %11s %11s %9s' % (
+    os.environ['PX_ZERO_WAIT_LOG'] = '1'
+    print('%-4s %-14s %10s %10s %9s %11s %11s %11s %9s %13s' % (
         'dp', 'stage', 'best ms', 'median ms', 'tokens/s', 'AG wait ms', 'RS wait ms',
-        'other ms', 'hook ms'))
+        'other ms', 'hook ms', 'wait cpu ms'))
     cases = {'0': (0, [], '0'), '1': (1, [], '1'), '2': (2, [], '2'), '3': (3, [], '3'),
              '3np': (3, ['--no-prefetch'], '3 no-prefetch')}
     for dp in dps:
-        blocked, blocked_all = {}, {}
+        blocked, blocked_all, blocked_steps = {}, {}, {}
         for zero, extra, name in (cases[s] for s in stages):
             tag = 'bench_dp%d_z%s' % (dp, name.replace(' ', '_'))
             runs = run_world(rank_bin, MODEL + ['--steps', str(steps), '--data', data,
@@ -91,12 +108,13 @@ def main():
             tps = [m['tokens_per_second'] for m in runs[0][2:]]
             times = [16 * 64 / t * 1e3 for t in tps]
             step_ms, best_ms = statistics.median(times), min(times)
-            ag, rs, other, hook = waits(work, tag, dp)
+            ag, rs, other, hook, wcpu, smin, smed = waits(work, tag, dp)
             blocked[name] = ag
             blocked_all[name] = ag + rs
-            print('%-4d %-14s %10.1f %10.1f %9.0f %11.2f %11.2f %11.2f %9.2f' % (
-                dp, name, best_ms, step_ms, 16 * 64 / best_ms * 1e3, ag, rs, other, hook),
-                flush=True)
+            blocked_steps[name] = (smin, smed)
+            print('%-4d %-14s %10.1f %10.1f %9.0f %11.2f %11.2f %11.2f %9.2f %13.2f' % (
+                dp, name, best_ms, step_ms, 16 * 64 / best_ms * 1e3, ag, rs, other, hook,
+                wcpu), flush=True)
         if blocked.get('3 no-prefetch') and '3' in blocked:
             hidden = 1 - blocked['3'] / blocked['3 no-prefetch']
             hidden_all = 1 - blocked_all['3'] / blocked_all['3 no-prefetch']
@@ -105,6 +123,11 @@ def main():
                   '%.2f ms: %.0f%% hidden' % (dp, blocked['3'], blocked['3 no-prefetch'],
                                               100 * hidden, blocked_all['3'],
                                               blocked_all['3 no-prefetch'], 100 * hidden_all))
+            (pmin, pmed), (nmin, nmed) = blocked_steps['3'], blocked_steps['3 no-prefetch']
+            print('dp %d: stage 3 all-gather + reduce-scatter blocked in the least blocked step '
+                  '%.2f vs %.2f ms: %.0f%% hidden; median step %.2f vs %.2f ms: %.0f%% hidden' % (
+                      dp, pmin, nmin, 100 * (1 - pmin / nmin), pmed, nmed,
+                      100 * (1 - pmed / nmed)))
     print('load average at end: %s' % open('/proc/loadavg').read().split()[:3])
     return 0
 

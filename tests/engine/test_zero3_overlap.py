@@ -9,6 +9,14 @@ deferred_gather; integration, issue 13).
    compute after a reduce-scatter"), and the losses equal those of the
    same run without prefetch (which waits for each collective at once)
    within 1e-5 relative. The state peak equals the plan's.
+   The per-wait log (PX_ZERO_WAIT_LOG=1) shows the rest of the schedule:
+   no reduce-scatter is waited for when a gradient buffer is taken (layer
+   1's runs under layer 0's backward, waited at the micro-batch's end with
+   layer 0's and the embedding's), and the last layer stays gathered from
+   its forward to its backward: 2L + 1 gathers a step (embedding, L
+   layers, head; L - 1 layers again in backward), none of it in backward;
+   the embedding's and layer 0's gathers of every step after the first are
+   started by the update before it (2 (steps - 1) of them).
 2. The fault case of test_bucket_fault.py at ZeRO-3: dp=4, rank 2
    SIGKILLed after step 3 while gathers and reduce-scatters are in flight
    (some completed inside the progress hook, whose error is kept and
@@ -31,7 +39,9 @@ ARGS = ['--layers', str(LAYERS), '--heads', '4', '--dim', '64', '--seq', '64', '
 
 def schedule(rank_bin, data, work):
     bad = []
+    os.environ['PX_ZERO_WAIT_LOG'] = '1'
     runs = run_world(rank_bin, ARGS + ['--data', data], work, 'z3', 2)
+    del os.environ['PX_ZERO_WAIT_LOG']
     ref = run_world(rank_bin, ARGS + ['--data', data, '--no-prefetch'], work, 'z3np', 2)
     if runs is None or ref is None:
         return ['a rank failed']
@@ -43,6 +53,27 @@ def schedule(rank_bin, data, work):
         if not m or int(m.group(2)) != want:
             bad.append('rank %d: deferred gathers %s, want %d' % (
                 r, m.group(2) if m else 'not logged', want))
+        if not m or int(m.group(1)) != (2 * LAYERS + 1) * STEPS:
+            bad.append('rank %d: %s gathers, want %d (the last layer kept gathered)' % (
+                r, m.group(1) if m else 'not logged', (2 * LAYERS + 1) * STEPS))
+        g = re.search(r'zero wait log: (\d+) gathers started in the update', text)
+        if not g or int(g.group(1)) != 2 * (STEPS - 1):
+            bad.append('rank %d: %s gathers started in the update, want %d (the embedding '
+                       'and layer 0 of every step after the first)' % (
+                           r, g.group(1) if g else 'not logged', 2 * (STEPS - 1)))
+        sites = re.findall(r'zero wait log: (\w+ \w+) +unit +(\d+): +(\d+) waits', text)
+        if not sites:
+            bad.append('rank %d: no per-wait log' % r)
+        for site, unit, n in sites:
+            if site == 'RS grads':
+                bad.append('rank %d: reduce-scatter of unit %s waited for when a gradient '
+                           'buffer was taken' % (r, unit))
+            if site == 'AG bwd' and int(unit) == LAYERS:
+                bad.append('rank %d: the last layer gathered again in backward' % r)
+        ends = sorted(int(u) for site, u, n in sites if site == 'RS end' and int(n) == STEPS)
+        if ends != [0, 1, 2]:
+            bad.append('rank %d: reduce-scatters waited at the end %s, want units [0, 1, 2]'
+                       % (r, ends))
         p = re.search(r'peak state ([\d.]+) MB \(plan ([\d.]+) MB\)', text)
         if not p or p.group(1) != p.group(2):
             bad.append('rank %d: state peak %s' % (r, p.groups() if p else 'not logged'))
