@@ -105,6 +105,13 @@ typedef struct px__cma_bad {
 px_status_t px__cma_read(px_comm_t *comm, const px__cma_t *cma, int kind, uint32_t seq,
                          const char *desc0, size_t desc_stride, const char *src, char *dst,
                          uint64_t count, size_t esz, int root, px__cma_bad_t *bad_p);
+/* Test hook (0 in production; tests/transport/test_shm.c sets it on one
+ * rank): milliseconds each single-copy read section of this process sleeps
+ * after it announced its reads and before it makes them, so that a test can
+ * end the owner's request while this rank is reading (px_shm.c, "Leaving a
+ * single-copy collective early"). */
+extern volatile int px__cma_test_read_delay_ms;
+
 /* PX_OK when *bad holds no failure, else PX_ERR_INTERNAL naming the rank
  * and errno (set as the communicator's last error). */
 px_status_t px__cma_bad_status(px_comm_t *comm, const px__cma_bad_t *bad);
