@@ -34,6 +34,12 @@
  *                        reads of it (process_vm_readv: ESRCH) or their
  *                        waits fail with PX_ERR_PEER_FAILURE naming rank 1.
  *   test_shm off N       PX_SHM=0: no segment; collectives still right.
+ *   test_shm cma_eperm N PX_SHM_CMA=2, but the last rank may not use
+ *                        process_vm_readv (a seccomp filter answers EPERM, as
+ *                        the kernel does without ptrace rights): a
+ *                        communicator made afterwards probes, every rank
+ *                        agrees on the two copies, and every `equal` case is
+ *                        bitwise the UCX path's with none single-copy.
  *   test_shm cma_leave N rank 0 leaves a single-copy all-to-all early while
  *                        a peer may read its send buffer, then overwrites
  *                        the buffer (as a caller reusing it would): (a)
@@ -51,6 +57,13 @@
  * included. meson sets PX_SHM_MIN_BYTES=4096 and PX_SHM_SLOT_BYTES=16384
  * so that small buffers cross the threshold and span many slots. */
 #include <dirent.h>
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -185,20 +198,22 @@ static px_status_t run_form(px_comm_t *comm, int form, px_dtype_t dt, px_redop_t
     return status;
 }
 
-static int rank_equal(px_launch_rank_t *ctx)
+/* The `equal` checks on communicator w (segment on); cma: whether the
+ * single copy is expected (PX_SHM_CMA on and the probe succeeded). */
+static int equal_on(px_launch_rank_t *ctx, px_comm_t *w, int cma)
 {
     static const uint64_t counts[] = {1, 1000, 1025, 5003, 20011};
-    px_comm_t *w = ctx->comm, *u = NULL;
+    px_comm_t *u = NULL;
     int n = ctx->world, cases = 0, shm_cases = 0, cma_cases = 0;
     long cma_mode = px_env_int("PX_SHM_CMA"); /* 1: all-to-all only; 2: also all-gather, bcast */
-    uint64_t cma_min = cma_mode ? (uint64_t)px_env_int("PX_SHM_CMA_MIN_BYTES") : UINT64_MAX;
+    uint64_t cma_min = cma_mode && cma ? (uint64_t)px_env_int("PX_SHM_CMA_MIN_BYTES") : UINT64_MAX;
     size_t max = 20011 * 8 * (size_t)n + 64;
     char *in = malloc(max), *a = malloc(max), *b = malloc(max);
 
     if (!in || !a || !b)
         FAIL("out of memory");
     if (!w->shm)
-        FAIL("the world has no shared-memory segment");
+        FAIL("no shared-memory segment");
     if (px_comm_split(w, 0, ctx->rank, &u) != PX_OK || !u->shm)
         FAIL("split: no segment on the sub-communicator");
     px__shm_off(u); /* the reference: the same ranks over UCX */
@@ -316,6 +331,67 @@ static int rank_equal(px_launch_rank_t *ctx)
     if (cma_min != UINT64_MAX && !cma_cases)
         FAIL("no case took the single copy");
     return shm_cases ? 0 : 1;
+}
+
+static int rank_equal(px_launch_rank_t *ctx)
+{
+    return equal_on(ctx, ctx->comm, 1);
+}
+
+/* Makes process_vm_readv fail with EPERM in this process from now on (a
+ * seccomp filter: what the kernel answers where ptrace rights are missing);
+ * 0 or -1. */
+static int deny_vm_readv(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(*f)), f};
+
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return -1;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
+
+/* cma_eperm: the last rank may not read its peers (EPERM); a communicator
+ * made afterwards keeps the segment, takes the two copies on every rank,
+ * and every op stays exact. */
+static int rank_cma_eperm(px_launch_rank_t *ctx)
+{
+    px_comm_t *c = NULL;
+    int bad;
+
+    if (ctx->rank == ctx->world - 1) {
+        uint64_t word = 0, mine = 42;
+        struct iovec lv = {&word, sizeof(word)}, rv = {&mine, sizeof(mine)};
+        if (deny_vm_readv() != 0)
+            FAIL("seccomp: %s", strerror(errno));
+        if (process_vm_readv(getpid(), &lv, 1, &rv, 1, 0) >= 0 || errno != EPERM)
+            FAIL("process_vm_readv still allowed after the seccomp filter");
+    }
+    if (px_comm_split(ctx->comm, 0, ctx->rank, &c) != PX_OK || !c->shm)
+        FAIL("split: no segment");
+    {
+        uint64_t per = 1 << 16; /* 256 KiB per peer: far above PX_SHM_CMA_MIN_BYTES */
+        float *in = calloc(per * (uint64_t)ctx->world, sizeof(float));
+        float *out = calloc(per * (uint64_t)ctx->world, sizeof(float));
+        px_request_t *req = NULL;
+        if (!in || !out || px_alltoall_start(c, in, out, per, PX_FLOAT32, NULL, &req) != PX_OK)
+            FAIL("all-to-all start");
+        if (!on_shm(req) || px__shm_single_copy(req))
+            FAIL("the all-to-all took %s, want the two copies of the segment",
+                 on_shm(req) ? "the single copy" : "UCX");
+        if (px_wait(req, -1) != PX_OK)
+            FAIL("all-to-all: %s", px_comm_last_error(c));
+        free(in);
+        free(out);
+    }
+    bad = equal_on(ctx, c, 0);
+    px_comm_destroy(c);
+    return bad;
 }
 
 /* --- mismatch ------------------------------------------------------------------ */
@@ -627,13 +703,15 @@ int main(int argc, char **argv)
         failed = px_launch(n, rank_kill, sh, &opts, statuses);
         if (failed == 1 && WIFSIGNALED(statuses[1]) && WTERMSIG(statuses[1]) == SIGKILL)
             failed = 0; /* the victim */
+    } else if (!strcmp(what, "cma_eperm")) {
+        failed = px_launch(n, rank_cma_eperm, NULL, &opts, NULL);
     } else if (!strcmp(what, "cma_leave")) {
         failed = px_launch(n, rank_cma_leave, NULL, &opts, NULL);
     } else if (!strcmp(what, "off")) {
         setenv("PX_SHM", "0", 1);
         failed = px_launch(n, rank_off, NULL, &opts, NULL);
     } else {
-        fprintf(stderr, "usage: %s equal|mismatch|kill|kill_a2a|cma_leave|off N\n", argv[0]);
+        fprintf(stderr, "usage: %s equal|mismatch|kill|kill_a2a|cma_leave|cma_eperm|off N\n", argv[0]);
         return 2;
     }
     failed += leftovers();
