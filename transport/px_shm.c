@@ -7,7 +7,9 @@
  *                 futex word), and `waiters`, how many ranks sleep on it
  *   hdr[n][RING]  per rank: the header (kind, dtype, op, root, count) of its
  *                 collective #seq at entry seq % RING, tagged seq + 1
- *   slot[n][3]    per rank: three staging buffers of PX_SHM_SLOT_BYTES
+ *   slot[n][3]    per rank: three staging buffers of PX_SHM_A2A_SLOT_BYTES
+ *                 (an all-to-all's step); the other ops stage at most
+ *                 PX_SHM_SLOT_BYTES of each
  *
  * Why shm_open and not a memfd: a memfd reaches other processes only as a
  * file descriptor (SCM_RIGHTS over a socket we do not have between ranks,
@@ -171,7 +173,9 @@ typedef struct ctl {
     _Atomic uint32_t reading;
     _Atomic uint32_t left;
     _Atomic uint32_t abandoned;
-    char pad[108];
+    _Atomic int32_t left_dead; /* with `left`: comm rank + 1 of the peer whose death made
+                                * this rank leave, 0 for any other cause */
+    char pad[104];
 } ctl_t;
 
 _Static_assert(sizeof(ctl_t) == 128, "one control block per two cache lines");
@@ -188,7 +192,8 @@ struct px__shm {
     char *base;
     size_t bytes;
     int n, me;
-    size_t slot;              /* bytes of one staging buffer */
+    size_t slot;              /* bytes one rank stages per step (all but all-to-all) */
+    size_t stride;            /* bytes of one staging buffer: an all-to-all's step (>= slot) */
     ctl_t *ctl;               /* [n] */
     hent_t *hdr;              /* [n * RING] */
     char *slots;              /* [n][NBUF][slot] */
@@ -260,12 +265,31 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
 
 static char *slot_of(const px__shm_t *s, int rank, int buf)
 {
-    return s->slots + ((size_t)rank * NBUF + (size_t)buf) * s->slot;
+    return s->slots + ((size_t)rank * NBUF + (size_t)buf) * s->stride;
 }
 
 static size_t align_up(size_t x, size_t a)
 {
     return (x + a - 1) / a * a;
+}
+
+/* Bytes of one staging buffer, which an all-to-all's step fills (its n
+ * blocks of a step; every other op stages `slot` bytes): PX_SHM_A2A_SLOT_BYTES
+ * (`want`), at least `slot`, a multiple of 4096. An all-to-all step moves
+ * 1/n of its buffer to each peer, so it takes n times as many steps
+ * (barriers) per byte as an all-gather. Larger all-to-all steps were
+ * measured (4 ranks on the 2-core VM, px-coll-bench -n 4 --op all_to_all,
+ * 60 iterations, user+sys CPU of all ranks, two rounds, load 14-19):
+ * 256 KiB -> 1 MiB -> 4 MiB cut the voluntary context switches 12700 ->
+ * 3100 -> 800 at 16 MiB but raised the user time 1.54-1.73 -> 1.82-1.99 ->
+ * 1.78-1.95 s (a step's staging no longer stays in the 512 KiB L2), with
+ * no wall-time gain against Open MPI in the same runs: so the default is
+ * `slot` (0), and the knob stays for machines with larger caches. The
+ * pages past `slot` are touched only by all-to-alls. */
+static size_t a2a_bytes(size_t slot, size_t want)
+{
+    want = align_up(want, 4096);
+    return want > slot ? want : slot;
 }
 
 /* --- setup ------------------------------------------------------------------ */
@@ -281,12 +305,12 @@ px_status_t px__shm_setup(px_comm_t *comm)
     struct {
         int32_t ok;
         char name[NAME_LEN];
-        uint64_t slot, min_bytes; /* rank 0's knobs: every rank uses the same */
+        uint64_t slot, a2a, min_bytes; /* rank 0's knobs: every rank uses the same */
     } msg;
     px__shm_t *s = NULL;
     int32_t ok, all_ok;
     int created = 0;
-    size_t slot, ctl_bytes, hdr_bytes, bytes;
+    size_t slot, a2a, ctl_bytes, hdr_bytes, bytes;
     px_status_t status;
 
     if (comm->size < 2 || comm->shm)
@@ -294,9 +318,10 @@ px_status_t px__shm_setup(px_comm_t *comm)
     slot = align_up((size_t)px_env_int("PX_SHM_SLOT_BYTES"), 4096);
     if (slot < 4096)
         slot = 4096;
+    a2a = a2a_bytes(slot, (size_t)px_env_int("PX_SHM_A2A_SLOT_BYTES"));
     ctl_bytes = align_up((size_t)comm->size * sizeof(ctl_t), 4096);
     hdr_bytes = align_up((size_t)comm->size * RING * sizeof(hent_t), 4096);
-    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * slot;
+    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * a2a;
 
     /* everyone agrees whether to try: PX_SHM on every rank, one node */
     ok = px_env_int("PX_SHM") != 0 && px__comm_one_node(comm);
@@ -307,6 +332,7 @@ px_status_t px__shm_setup(px_comm_t *comm)
     s = calloc(1, sizeof(*s));
     memset(&msg, 0, sizeof(msg));
     msg.slot = slot;
+    msg.a2a = a2a;
     msg.min_bytes = (uint64_t)px_env_int("PX_SHM_MIN_BYTES");
     if (comm->rank == 0 && s) {
         for (int tries = 0; tries < 4 && !created; tries++) {
@@ -336,7 +362,8 @@ px_status_t px__shm_setup(px_comm_t *comm)
     if (status != PX_OK)
         goto out_unlink;
     slot = (size_t)msg.slot;
-    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * slot;
+    a2a = (size_t)msg.a2a;
+    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * a2a;
     if (comm->rank != 0 && msg.ok && s) {
         int fd = shm_open(msg.name, O_RDWR | O_CLOEXEC, 0);
         struct stat st;
@@ -363,6 +390,7 @@ out_unlink:
     s->n = comm->size;
     s->me = comm->rank;
     s->slot = slot;
+    s->stride = a2a;
     s->ctl = (ctl_t *)s->base;
     s->hdr = (hent_t *)(s->base + ctl_bytes);
     s->slots = s->base + ctl_bytes + hdr_bytes;
@@ -512,10 +540,27 @@ static int reads_from(const px__shm_t *s, const shm_op_t *o, int p)
     return p != s->me && (o->kind != PX__COLL_BCAST || p == o->root);
 }
 
-/* The error of a single-copy collective whose owner p left it early. */
+/* The error of a single-copy collective whose owner p left it early: where
+ * p left because a peer died, the peer failure naming the dead rank (as
+ * every survivor's error must), else PX_ERR_ABORTED naming p. */
 static px_status_t left_error(px_comm_t *comm, const shm_op_t *o, int p)
 {
+    int dead = (int)atomic_load(&comm->shm->ctl[p].left_dead) - 1;
+
     px__shm_off(comm); /* its counter stopped: ours no longer agree with it */
+    if (dead >= 0 && dead < comm->size && dead != comm->rank) {
+        if (comm->first_dead < 0)
+            comm->first_dead = dead;
+        if (comm->wrank)
+            return px__comm_set_error(comm, PX_ERR_PEER_FAILURE,
+                                      "rank %d (world rank %d): peer failure (process gone: seen "
+                                      "by rank %d in single-copy %s #%u)", dead, comm->wrank[dead],
+                                      p, px__coll_kind_name(o->kind), o->seq);
+        return px__comm_set_error(comm, PX_ERR_PEER_FAILURE,
+                                  "rank %d: peer failure (process gone: seen by rank %d in "
+                                  "single-copy %s #%u)", dead, p, px__coll_kind_name(o->kind),
+                                  o->seq);
+    }
     return px__comm_set_error(comm, PX_ERR_ABORTED,
                               "rank %d left single-copy %s #%u before it ended (cancelled, "
                               "aborted or failed there)", p, px__coll_kind_name(o->kind), o->seq);
@@ -574,7 +619,7 @@ static px_status_t cma_reads(px_request_t *req, px__shm_t *s, shm_op_t *o)
         if (px__cma_test_read_delay_ms > 0) /* tests: a reader slow in mid-read */
             usleep((useconds_t)px__cma_test_read_delay_ms * 1000);
         status = px__cma_read(req->comm, s->cma, o->kind, o->seq, slot_of(s, 0, o->cur.buf),
-                              (size_t)NBUF * s->slot, o->src, o->dst, o->count, o->esz, o->root,
+                              (size_t)NBUF * s->stride, o->src, o->dst, o->count, o->esz, o->root,
                               &o->bad);
         for (int p = 0; p < s->n && gone < 0 && status == PX_OK; p++)
             if (reads_from(s, o, p) && atomic_load(&s->ctl[p].abandoned) == tag)
@@ -607,13 +652,16 @@ static int peer_gone(px_comm_t *comm, int p)
  * were done (see the top): publishes `left`, then waits (bounded by
  * CMA_DRAIN_MS) until no live peer is still reading its buffer; where the
  * bound passes, publishes `abandoned` and says so in the log. */
-static void cma_leave(px_comm_t *comm, px__shm_t *s, const shm_op_t *o)
+static void cma_leave(px_comm_t *comm, px__shm_t *s, const shm_op_t *o, px_status_t status)
 {
     ctl_t *mine = &s->ctl[s->me];
     uint32_t tag = o->seq + 1;
     int64_t end = px_time_mono_ms() + CMA_DRAIN_MS;
-    int stuck = -1;
+    int stuck = -1, dead = -1;
 
+    if (status == PX_ERR_PEER_FAILURE)
+        dead = o->bad.gone >= 0 ? o->bad.gone : comm->first_dead;
+    atomic_store(&mine->left_dead, dead + 1);
     atomic_store(&mine->left, tag); /* seq_cst: before the loads of `reading` */
     if (atomic_load(&mine->waiters))
         futex(&mine->ctr, FUTEX_WAKE, INT_MAX, NULL); /* waiters for our next phase: it never comes */
@@ -861,10 +909,11 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
     o->esz = esz;
     o->seq = req->seq;
     o->bad.peer = -1;
+    o->bad.gone = -1;
     o->cma = px__cma_wants(s->cma, kind,
                            (kind == PX__COLL_BCAST ? 1 : (uint64_t)s->n) * count * esz);
     o->chunk = o->cma ? count : (kind == PX__COLL_REDUCE_SCATTER || kind == PX__COLL_ALLTOALL)
-                   ? s->slot / ((size_t)s->n * esz)
+                   ? (kind == PX__COLL_ALLTOALL ? s->stride : s->slot) / ((size_t)s->n * esz)
                    : s->slot / esz;
     o->onephase = kind == PX__COLL_ALLREDUCE &&
                   count * esz * (uint64_t)(s->n - 1) <= ONEPHASE_MAX_REMOTE;
@@ -887,7 +936,7 @@ void px__shm_req_free(px_request_t *req)
     if (s && s->wait_req == req)
         s->wait_req = NULL; /* ended while waiting (failure, cancel): the next one has not */
     if (s && r->op.cma && r->op.started && req->status != PX_OK)
-        cma_leave(req->comm, s, &r->op); /* peers may still read our buffer: not before they end */
+        cma_leave(req->comm, s, &r->op, req->status); /* peers may still read our buffer: not before they end */
     if (s && !s->spare)
         s->spare = r;
     else

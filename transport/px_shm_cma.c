@@ -216,6 +216,7 @@ static px_status_t read_part(px_comm_t *comm, const px__cma_t *cma, uint32_t seq
     if (err == ESRCH) {
         /* the process is gone: say so the way a pidfd would (naming the
          * rank, in world terms on a sub-communicator) */
+        bad_p->gone = p;
         status = px__check_async(comm);
         if (status != PX_OK)
             return status;

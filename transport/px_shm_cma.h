@@ -89,6 +89,8 @@ void px__cma_post(void *desc, uint32_t seq, const void *addr);
 typedef struct px__cma_bad {
     int peer;            /* comm rank, -1 none */
     int err;             /* errno */
+    int gone;            /* comm rank whose process was gone (ESRCH), -1 none: when
+                          * this rank leaves, its readers name that rank (px_shm.c) */
 } px__cma_bad_t;
 
 /* This rank's reads of collective `seq` once every rank published its
@@ -99,7 +101,7 @@ typedef struct px__cma_bad {
  * PX_ERR_PEER_FAILURE naming the peer when its process is gone (ESRCH), or
  * the communicator's failure when one is known (pidfd, watch fd);
  * PX_ERR_MISMATCH when a descriptor is not for `seq`. Any other failed read
- * goes into *bad_p (initialised by the caller to peer -1), and the caller
+ * goes into *bad_p (initialised by the caller to peer -1, gone -1), and the caller
  * goes on to the phase that tells owners we are done: if that wait
  * succeeds, px__cma_bad_status gives the error. */
 px_status_t px__cma_read(px_comm_t *comm, const px__cma_t *cma, int kind, uint32_t seq,
