@@ -778,11 +778,15 @@ static void after_data(px__shm_t *s, shm_op_t *o, const step_t *t)
         reduce_all(s, o, t, o->dst + (size_t)t->off * esz, (size_t)s->me * cb, t->c);
         break;
     case PX__COLL_ALLTOALL:
-        for (int p = 0; p < s->n; p++)
+        /* from rank me + 1 on, as the single copy reads: the n ranks
+         * start on n different buffers */
+        for (int i = 1; i <= s->n; i++) {
+            int p = (s->me + i) % s->n;
             memcpy(o->dst + ((size_t)p * o->count + t->off) * esz,
                    p == s->me ? o->src + ((size_t)p * o->count + t->off) * esz
                               : slot_of(s, p, t->buf) + (size_t)s->me * cb,
                    cb);
+        }
         break;
     }
 }
