@@ -25,6 +25,7 @@ static px_knob_t knobs[] = {
     {"PX_SHM", "1", "collectives of ranks all on one host go through one shared-memory segment (0: UCX only)", NULL},
     {"PX_SHM_MIN_BYTES", "1024", "smallest collective (bytes of its largest buffer) taking the shared-memory path", NULL},
     {"PX_SHM_SLOT_BYTES", "262144", "bytes one rank stages per shared-memory pipeline step (three such buffers per rank)", NULL},
+    {"PX_SHM_A2A_SLOT_BYTES", "0", "bytes one rank stages per shared-memory all-to-all step (1/N of it to each of the N ranks; three such buffers per rank); 0 or less than PX_SHM_SLOT_BYTES: PX_SHM_SLOT_BYTES (measured on the 2-core VM: larger steps cost the 4-rank all-to-all more copy time than the barriers they save)", NULL},
     {"PX_SHM_CMA", "0", "large shared-memory collectives read the peer's buffer directly (process_vm_readv: one copy instead of two): 0 never (two copies through the segment; measured no slower on the 2-core VM); 1 all-to-all; 2 all-to-all, all-gather and broadcast", NULL},
     {"PX_SHM_CMA_MIN_BYTES", "1048576", "smallest shared-memory all-gather / all-to-all / broadcast (bytes of its largest buffer) taking the single copy", NULL},
     {"PX_SHM_SPIN_US", "-1", "shared-memory waits poll the peer's counter this long (us) before sleeping on its futex; -1: auto (50 us while the job's ranks on this node are no more than its CPUs and the load average is not above them, else 0)", NULL},

@@ -7,7 +7,9 @@
  *                 futex word), and `waiters`, how many ranks sleep on it
  *   hdr[n][RING]  per rank: the header (kind, dtype, op, root, count) of its
  *                 collective #seq at entry seq % RING, tagged seq + 1
- *   slot[n][3]    per rank: three staging buffers of PX_SHM_SLOT_BYTES
+ *   slot[n][3]    per rank: three staging buffers of PX_SHM_A2A_SLOT_BYTES
+ *                 (an all-to-all's step); the other ops stage at most
+ *                 PX_SHM_SLOT_BYTES of each
  *
  * Why shm_open and not a memfd: a memfd reaches other processes only as a
  * file descriptor (SCM_RIGHTS over a socket we do not have between ranks,
@@ -54,6 +56,27 @@
  * its owner's request completed. The step takes its turn in the buffer
  * rotation like any other, so the rules above still hold.
  *
+ * Leaving a single-copy collective early: the owner's buffer is borrowed
+ * from its descriptor's publish until every reader published its phase 2.
+ * A request that ends before that (cancelled, aborted, past its deadline,
+ * failed) must not hand the buffer back while a peer may still read it, nor
+ * may a reader report data read after its owner reused the buffer. Each
+ * reader stores `reading` = seq + 1 before its reads and 0 after them; an
+ * owner that leaves stores `left` = seq + 1 (and wakes the sleepers on its
+ * counter), then waits until no peer's `reading` is seq + 1 (futex on that
+ * word in 1 ms slices; a peer whose process is gone does not read; bound
+ * CMA_DRAIN_MS) before its request is freed. A reader checks every owner's
+ * `left` after storing `reading` (both seq_cst: either the owner sees the
+ * reader or the reader sees the owner gone, Dekker's pattern), and reads
+ * nothing when one left: it fails with PX_ERR_ABORTED naming the rank, but
+ * still publishes its phase 2, so readers that finished before the owner
+ * left complete. Only where the drain's bound passed does the owner store
+ * `abandoned`: a reader checks it after its reads (were any byte of its
+ * data written after the owner left, it would see the store) and then
+ * fails instead of returning that data. A reader waiting for a phase an
+ * owner that left will never publish fails at once (PX_ERR_ABORTED), not
+ * at its deadline.
+ *
  * Ordering: shared-memory collectives of one communicator run in start
  * order (a later request waits until the earlier ones are done), as all
  * ranks start them in the same order. The headers: each rank writes its
@@ -98,6 +121,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,12 +156,29 @@
  * 15.3, 32 KiB 26 -> 21; 4 ranks 16 KiB 69 -> 53 (48 KiB remote), 32 KiB
  * 80 -> 88 (96 KiB remote: left two-phase). */
 #define ONEPHASE_MAX_REMOTE 49152
+/* Longest time (ms) a single-copy owner that leaves its collective early
+ * (cancel, abort, deadline, any failure) waits for the peers still reading
+ * its buffer: a read is one process_vm_readv per peer (16 MiB: a few ms),
+ * so this is reached only by a reader stopped or starved in the middle. */
+#define CMA_DRAIN_MS 500
 
 typedef struct ctl {
     _Atomic uint32_t ctr;     /* phases published */
     _Atomic uint32_t waiters; /* ranks sleeping on ctr */
-    char pad[120];
+    /* single copy (see "Leaving a single-copy collective early" above):
+     * seq + 1 of the collective whose peers' buffers this rank is reading
+     * right now (0: none), of the one it left before its readers were done,
+     * and of the one it left while a reader still read (the drain's bound
+     * passed): that reader's data may be stale */
+    _Atomic uint32_t reading;
+    _Atomic uint32_t left;
+    _Atomic uint32_t abandoned;
+    _Atomic int32_t left_dead; /* with `left`: comm rank + 1 of the peer whose death made
+                                * this rank leave, 0 for any other cause */
+    char pad[104];
 } ctl_t;
+
+_Static_assert(sizeof(ctl_t) == 128, "one control block per two cache lines");
 
 typedef struct hent {
     _Atomic uint32_t tag;     /* seq + 1 once complete, 0 while written */
@@ -151,7 +192,8 @@ struct px__shm {
     char *base;
     size_t bytes;
     int n, me;
-    size_t slot;              /* bytes of one staging buffer */
+    size_t slot;              /* bytes one rank stages per step (all but all-to-all) */
+    size_t stride;            /* bytes of one staging buffer: an all-to-all's step (>= slot) */
     ctl_t *ctl;               /* [n] */
     hent_t *hdr;              /* [n * RING] */
     char *slots;              /* [n][NBUF][slot] */
@@ -223,12 +265,31 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
 
 static char *slot_of(const px__shm_t *s, int rank, int buf)
 {
-    return s->slots + ((size_t)rank * NBUF + (size_t)buf) * s->slot;
+    return s->slots + ((size_t)rank * NBUF + (size_t)buf) * s->stride;
 }
 
 static size_t align_up(size_t x, size_t a)
 {
     return (x + a - 1) / a * a;
+}
+
+/* Bytes of one staging buffer, which an all-to-all's step fills (its n
+ * blocks of a step; every other op stages `slot` bytes): PX_SHM_A2A_SLOT_BYTES
+ * (`want`), at least `slot`, a multiple of 4096. An all-to-all step moves
+ * 1/n of its buffer to each peer, so it takes n times as many steps
+ * (barriers) per byte as an all-gather. Larger all-to-all steps were
+ * measured (4 ranks on the 2-core VM, px-coll-bench -n 4 --op all_to_all,
+ * 60 iterations, user+sys CPU of all ranks, two rounds, load 14-19):
+ * 256 KiB -> 1 MiB -> 4 MiB cut the voluntary context switches 12700 ->
+ * 3100 -> 800 at 16 MiB but raised the user time 1.54-1.73 -> 1.82-1.99 ->
+ * 1.78-1.95 s (a step's staging no longer stays in the 512 KiB L2), with
+ * no wall-time gain against Open MPI in the same runs: so the default is
+ * `slot` (0), and the knob stays for machines with larger caches. The
+ * pages past `slot` are touched only by all-to-alls. */
+static size_t a2a_bytes(size_t slot, size_t want)
+{
+    want = align_up(want, 4096);
+    return want > slot ? want : slot;
 }
 
 /* --- setup ------------------------------------------------------------------ */
@@ -244,12 +305,12 @@ px_status_t px__shm_setup(px_comm_t *comm)
     struct {
         int32_t ok;
         char name[NAME_LEN];
-        uint64_t slot, min_bytes; /* rank 0's knobs: every rank uses the same */
+        uint64_t slot, a2a, min_bytes; /* rank 0's knobs: every rank uses the same */
     } msg;
     px__shm_t *s = NULL;
     int32_t ok, all_ok;
     int created = 0;
-    size_t slot, ctl_bytes, hdr_bytes, bytes;
+    size_t slot, a2a, ctl_bytes, hdr_bytes, bytes;
     px_status_t status;
 
     if (comm->size < 2 || comm->shm)
@@ -257,9 +318,10 @@ px_status_t px__shm_setup(px_comm_t *comm)
     slot = align_up((size_t)px_env_int("PX_SHM_SLOT_BYTES"), 4096);
     if (slot < 4096)
         slot = 4096;
+    a2a = a2a_bytes(slot, (size_t)px_env_int("PX_SHM_A2A_SLOT_BYTES"));
     ctl_bytes = align_up((size_t)comm->size * sizeof(ctl_t), 4096);
     hdr_bytes = align_up((size_t)comm->size * RING * sizeof(hent_t), 4096);
-    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * slot;
+    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * a2a;
 
     /* everyone agrees whether to try: PX_SHM on every rank, one node */
     ok = px_env_int("PX_SHM") != 0 && px__comm_one_node(comm);
@@ -270,6 +332,7 @@ px_status_t px__shm_setup(px_comm_t *comm)
     s = calloc(1, sizeof(*s));
     memset(&msg, 0, sizeof(msg));
     msg.slot = slot;
+    msg.a2a = a2a;
     msg.min_bytes = (uint64_t)px_env_int("PX_SHM_MIN_BYTES");
     if (comm->rank == 0 && s) {
         for (int tries = 0; tries < 4 && !created; tries++) {
@@ -299,7 +362,8 @@ px_status_t px__shm_setup(px_comm_t *comm)
     if (status != PX_OK)
         goto out_unlink;
     slot = (size_t)msg.slot;
-    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * slot;
+    a2a = (size_t)msg.a2a;
+    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * a2a;
     if (comm->rank != 0 && msg.ok && s) {
         int fd = shm_open(msg.name, O_RDWR | O_CLOEXEC, 0);
         struct stat st;
@@ -326,6 +390,7 @@ out_unlink:
     s->n = comm->size;
     s->me = comm->rank;
     s->slot = slot;
+    s->stride = a2a;
     s->ctl = (ctl_t *)s->base;
     s->hdr = (hent_t *)(s->base + ctl_bytes);
     s->slots = s->base + ctl_bytes + hdr_bytes;
@@ -469,6 +534,38 @@ static void publish(px__shm_t *s)
         futex(&c->ctr, FUTEX_WAKE, INT_MAX, NULL);
 }
 
+/* Whether this rank reads rank p's buffer in single-copy collective o. */
+static int reads_from(const px__shm_t *s, const shm_op_t *o, int p)
+{
+    return p != s->me && (o->kind != PX__COLL_BCAST || p == o->root);
+}
+
+/* The error of a single-copy collective whose owner p left it early: where
+ * p left because a peer died, the peer failure naming the dead rank (as
+ * every survivor's error must), else PX_ERR_ABORTED naming p. */
+static px_status_t left_error(px_comm_t *comm, const shm_op_t *o, int p)
+{
+    int dead = (int)atomic_load(&comm->shm->ctl[p].left_dead) - 1;
+
+    px__shm_off(comm); /* its counter stopped: ours no longer agree with it */
+    if (dead >= 0 && dead < comm->size && dead != comm->rank) {
+        if (comm->first_dead < 0)
+            comm->first_dead = dead;
+        if (comm->wrank)
+            return px__comm_set_error(comm, PX_ERR_PEER_FAILURE,
+                                      "rank %d (world rank %d): peer failure (process gone: seen "
+                                      "by rank %d in single-copy %s #%u)", dead, comm->wrank[dead],
+                                      p, px__coll_kind_name(o->kind), o->seq);
+        return px__comm_set_error(comm, PX_ERR_PEER_FAILURE,
+                                  "rank %d: peer failure (process gone: seen by rank %d in "
+                                  "single-copy %s #%u)", dead, p, px__coll_kind_name(o->kind),
+                                  o->seq);
+    }
+    return px__comm_set_error(comm, PX_ERR_ABORTED,
+                              "rank %d left single-copy %s #%u before it ended (cancelled, "
+                              "aborted or failed there)", p, px__coll_kind_name(o->kind), o->seq);
+}
+
 /* PX_OK when every rank's ctr reached o->target; else PX_INPROGRESS with
  * the wait recorded (or PX_ERR_MISMATCH when a rank we wait for wrote a
  * different header for this collective: it took the other path). */
@@ -485,6 +582,14 @@ static px_status_t reached(px_request_t *req, shm_op_t *o)
                 if (status != PX_OK)
                     return status;
             }
+            if (o->cma && atomic_load(&s->ctl[p].left) == o->seq + 1) {
+                /* it will never publish: the headers first (a mismatch is
+                 * why it left, and every rank must name it), then say so */
+                px_status_t status = px__shm_ring_check(req);
+                if (status != PX_OK)
+                    return status;
+                return left_error(req->comm, o, p);
+            }
             s->wait_req = req;
             s->wait_peer = p;
             s->wait_val = v;
@@ -492,6 +597,93 @@ static px_status_t reached(px_request_t *req, shm_op_t *o)
         }
     }
     return PX_OK;
+}
+
+/* The reads of single-copy collective o (after every rank published its
+ * descriptor), inside this rank's `reading` window: nothing is read from a
+ * peer that left, and data read while an owner abandoned its drain is not
+ * returned (see the top). On PX_ERR_ABORTED the caller still publishes its
+ * phase 2: it reads no peer's buffer any more. */
+static px_status_t cma_reads(px_request_t *req, px__shm_t *s, shm_op_t *o)
+{
+    ctl_t *mine = &s->ctl[s->me];
+    uint32_t tag = o->seq + 1;
+    px_status_t status = PX_OK;
+    int gone = -1;
+
+    atomic_store(&mine->reading, tag); /* seq_cst: before the loads of `left` */
+    for (int p = 0; p < s->n && gone < 0; p++)
+        if (reads_from(s, o, p) && atomic_load(&s->ctl[p].left) == tag)
+            gone = p;
+    if (gone < 0) {
+        if (px__cma_test_read_delay_ms > 0) /* tests: a reader slow in mid-read */
+            usleep((useconds_t)px__cma_test_read_delay_ms * 1000);
+        status = px__cma_read(req->comm, s->cma, o->kind, o->seq, slot_of(s, 0, o->cur.buf),
+                              (size_t)NBUF * s->stride, o->src, o->dst, o->count, o->esz, o->root,
+                              &o->bad);
+        for (int p = 0; p < s->n && gone < 0 && status == PX_OK; p++)
+            if (reads_from(s, o, p) && atomic_load(&s->ctl[p].abandoned) == tag)
+                gone = p;
+    }
+    atomic_store(&mine->reading, 0);
+    for (int p = 0; p < s->n; p++) /* an owner draining its readers sleeps on our word */
+        if (reads_from(s, o, p) && atomic_load(&s->ctl[p].left) == tag) {
+            futex(&mine->reading, FUTEX_WAKE, INT_MAX, NULL);
+            break;
+        }
+    if (status == PX_OK && gone >= 0)
+        status = left_error(req->comm, o, gone);
+    return status;
+}
+
+/* Whether the process of comm rank p is known to be gone (it reads nothing
+ * any more): a failure already recorded, or its pidfd readable. */
+static int peer_gone(px_comm_t *comm, int p)
+{
+    px__peer_t *peer = px__wpeer(comm, p);
+    struct pollfd pfd = {peer->pidfd, POLLIN, 0};
+
+    if (peer->failed)
+        return 1;
+    return peer->pidfd >= 0 && poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN);
+}
+
+/* The owner's side of leaving single-copy collective o before its readers
+ * were done (see the top): publishes `left`, then waits (bounded by
+ * CMA_DRAIN_MS) until no live peer is still reading its buffer; where the
+ * bound passes, publishes `abandoned` and says so in the log. */
+static void cma_leave(px_comm_t *comm, px__shm_t *s, const shm_op_t *o, px_status_t status)
+{
+    ctl_t *mine = &s->ctl[s->me];
+    uint32_t tag = o->seq + 1;
+    int64_t end = px_time_mono_ms() + CMA_DRAIN_MS;
+    int stuck = -1, dead = -1;
+
+    if (status == PX_ERR_PEER_FAILURE)
+        dead = o->bad.gone >= 0 ? o->bad.gone : comm->first_dead;
+    atomic_store(&mine->left_dead, dead + 1);
+    atomic_store(&mine->left, tag); /* seq_cst: before the loads of `reading` */
+    if (atomic_load(&mine->waiters))
+        futex(&mine->ctr, FUTEX_WAKE, INT_MAX, NULL); /* waiters for our next phase: it never comes */
+    for (int p = 0; p < s->n; p++) {
+        ctl_t *c = &s->ctl[p];
+        if (p == s->me)
+            continue;
+        while (atomic_load(&c->reading) == tag && !peer_gone(comm, p)) {
+            struct timespec ts = {0, 1000000L};
+            if (px_time_mono_ms() >= end)
+                break;
+            futex(&c->reading, FUTEX_WAIT, tag, &ts);
+        }
+        if (atomic_load(&c->reading) == tag && !peer_gone(comm, p) && stuck < 0)
+            stuck = p;
+    }
+    if (stuck >= 0) {
+        atomic_store(&mine->abandoned, tag);
+        px_warn("comm %u: single-copy %s #%u left early: rank %d still reads our buffer after "
+                "%d ms; it will fail", comm->id, px__coll_kind_name(o->kind), o->seq, stuck,
+                CMA_DRAIN_MS);
+    }
 }
 
 /* Whether every shared-memory request started before `req` has ended. */
@@ -586,11 +778,15 @@ static void after_data(px__shm_t *s, shm_op_t *o, const step_t *t)
         reduce_all(s, o, t, o->dst + (size_t)t->off * esz, (size_t)s->me * cb, t->c);
         break;
     case PX__COLL_ALLTOALL:
-        for (int p = 0; p < s->n; p++)
+        /* from rank me + 1 on, as the single copy reads: the n ranks
+         * start on n different buffers */
+        for (int i = 1; i <= s->n; i++) {
+            int p = (s->me + i) % s->n;
             memcpy(o->dst + ((size_t)p * o->count + t->off) * esz,
                    p == s->me ? o->src + ((size_t)p * o->count + t->off) * esz
                               : slot_of(s, p, t->buf) + (size_t)s->me * cb,
                    cb);
+        }
         break;
     }
 }
@@ -656,9 +852,9 @@ static px_status_t shm_advance(px_request_t *req, int *progressed_p)
         }
         if (o->phase == 1 && ((o->kind == PX__COLL_ALLREDUCE && !o->onephase) || o->cma)) {
             if (o->cma) { /* read the peers' buffers; phase 2: we are done with them */
-                status = px__cma_read(req->comm, s->cma, o->kind, o->seq, slot_of(s, 0, o->cur.buf),
-                                      (size_t)NBUF * s->slot, o->src, o->dst, o->count, o->esz,
-                                      o->root, &o->bad);
+                status = cma_reads(req, s, o);
+                if (status == PX_ERR_ABORTED)
+                    publish(s); /* an owner left: we read nothing more, others may end */
                 if (status != PX_OK)
                     return status;
             } else {
@@ -717,10 +913,11 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
     o->esz = esz;
     o->seq = req->seq;
     o->bad.peer = -1;
+    o->bad.gone = -1;
     o->cma = px__cma_wants(s->cma, kind,
                            (kind == PX__COLL_BCAST ? 1 : (uint64_t)s->n) * count * esz);
     o->chunk = o->cma ? count : (kind == PX__COLL_REDUCE_SCATTER || kind == PX__COLL_ALLTOALL)
-                   ? s->slot / ((size_t)s->n * esz)
+                   ? (kind == PX__COLL_ALLTOALL ? s->stride : s->slot) / ((size_t)s->n * esz)
                    : s->slot / esz;
     o->onephase = kind == PX__COLL_ALLREDUCE &&
                   count * esz * (uint64_t)(s->n - 1) <= ONEPHASE_MAX_REMOTE;
@@ -742,6 +939,8 @@ void px__shm_req_free(px_request_t *req)
 
     if (s && s->wait_req == req)
         s->wait_req = NULL; /* ended while waiting (failure, cancel): the next one has not */
+    if (s && r->op.cma && r->op.started && req->status != PX_OK)
+        cma_leave(req->comm, s, &r->op, req->status); /* peers may still read our buffer: not before they end */
     if (s && !s->spare)
         s->spare = r;
     else

@@ -11,9 +11,11 @@
  *
  * Knobs (common/px_env.c): PX_SHM (1 on, 0 off), PX_SHM_MIN_BYTES (the
  * smallest collective, in bytes of its largest buffer, that takes this
- * path), PX_SHM_SLOT_BYTES (bytes one rank stages per pipeline step; the
- * segment holds three per rank). Rank 0's PX_SHM_MIN_BYTES and
- * PX_SHM_SLOT_BYTES hold for the whole communicator (sent with the
+ * path), PX_SHM_SLOT_BYTES (bytes one rank stages per pipeline step),
+ * PX_SHM_A2A_SLOT_BYTES (the same for all-to-all, whose step sends 1/n of
+ * it to each rank; the segment holds three buffers of the larger per
+ * rank). Rank 0's PX_SHM_MIN_BYTES, PX_SHM_SLOT_BYTES and
+ * PX_SHM_A2A_SLOT_BYTES hold for the whole communicator (sent with the
  * segment's name), so every rank picks the same path for the same call. */
 #ifndef PX_SHM_H
 #define PX_SHM_H

@@ -53,6 +53,8 @@ typedef struct probe {
 
 static volatile uint64_t probe_word;
 
+volatile int px__cma_test_read_delay_ms;
+
 /* With Yama's ptrace_scope = 1 only a declared tracer (or an ancestor) may
  * read our memory: declare any process of our user one (what ptrace_scope
  * 0 allows anyway). No Yama, or another scope: nothing to do (scope 2 and 3
@@ -214,6 +216,7 @@ static px_status_t read_part(px_comm_t *comm, const px__cma_t *cma, uint32_t seq
     if (err == ESRCH) {
         /* the process is gone: say so the way a pidfd would (naming the
          * rank, in world terms on a sub-communicator) */
+        bad_p->gone = p;
         status = px__check_async(comm);
         if (status != PX_OK)
             return status;

@@ -89,6 +89,8 @@ void px__cma_post(void *desc, uint32_t seq, const void *addr);
 typedef struct px__cma_bad {
     int peer;            /* comm rank, -1 none */
     int err;             /* errno */
+    int gone;            /* comm rank whose process was gone (ESRCH), -1 none: when
+                          * this rank leaves, its readers name that rank (px_shm.c) */
 } px__cma_bad_t;
 
 /* This rank's reads of collective `seq` once every rank published its
@@ -99,12 +101,19 @@ typedef struct px__cma_bad {
  * PX_ERR_PEER_FAILURE naming the peer when its process is gone (ESRCH), or
  * the communicator's failure when one is known (pidfd, watch fd);
  * PX_ERR_MISMATCH when a descriptor is not for `seq`. Any other failed read
- * goes into *bad_p (initialised by the caller to peer -1), and the caller
+ * goes into *bad_p (initialised by the caller to peer -1, gone -1), and the caller
  * goes on to the phase that tells owners we are done: if that wait
  * succeeds, px__cma_bad_status gives the error. */
 px_status_t px__cma_read(px_comm_t *comm, const px__cma_t *cma, int kind, uint32_t seq,
                          const char *desc0, size_t desc_stride, const char *src, char *dst,
                          uint64_t count, size_t esz, int root, px__cma_bad_t *bad_p);
+/* Test hook (0 in production; tests/transport/test_shm.c sets it on one
+ * rank): milliseconds each single-copy read section of this process sleeps
+ * after it announced its reads and before it makes them, so that a test can
+ * end the owner's request while this rank is reading (px_shm.c, "Leaving a
+ * single-copy collective early"). */
+extern volatile int px__cma_test_read_delay_ms;
+
 /* PX_OK when *bad holds no failure, else PX_ERR_INTERNAL naming the rank
  * and errno (set as the communicator's last error). */
 px_status_t px__cma_bad_status(px_comm_t *comm, const px__cma_bad_t *bad);

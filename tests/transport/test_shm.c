@@ -34,12 +34,36 @@
  *                        reads of it (process_vm_readv: ESRCH) or their
  *                        waits fail with PX_ERR_PEER_FAILURE naming rank 1.
  *   test_shm off N       PX_SHM=0: no segment; collectives still right.
+ *   test_shm cma_eperm N PX_SHM_CMA=2, but the last rank may not use
+ *                        process_vm_readv (a seccomp filter answers EPERM, as
+ *                        the kernel does without ptrace rights): a
+ *                        communicator made afterwards probes, every rank
+ *                        agrees on the two copies, and every `equal` case is
+ *                        bitwise the UCX path's with none single-copy.
+ *   test_shm cma_leave N rank 0 leaves a single-copy all-to-all early while
+ *                        a peer may read its send buffer, then overwrites
+ *                        the buffer (as a caller reusing it would): (a)
+ *                        px_request_cancel while rank 1 is reading (a test
+ *                        hook holds it 350 ms inside its reads): the cancel
+ *                        returns only after rank 1's reads, and rank 1 (and
+ *                        every other rank) gets the exact result; (b) the
+ *                        same with px_comm_abort and px_wait; (c) the cancel
+ *                        before any peer started reading: the others read
+ *                        nothing from rank 0 and fail with PX_ERR_ABORTED
+ *                        naming it, long before their deadline.
  *
  * After every launch the parent checks that /dev/shm holds no segment named
  * after any of its ranks (names start "px-<creator pid>-"), the killed run
  * included. meson sets PX_SHM_MIN_BYTES=4096 and PX_SHM_SLOT_BYTES=16384
  * so that small buffers cross the threshold and span many slots. */
 #include <dirent.h>
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -54,7 +78,12 @@
 #include "px_log.h"
 #include "px_reduce.h"
 #include "px_shm.h" /* px__shm_off, comm->shm, req->shm: which path ran */
+#include "px_shm_cma.h" /* px__cma_test_read_delay_ms */
 #include "px_time.h"
+
+/* cma_leave: an error that comes this long after its cause (ms) came by a
+ * deadline (meson sets PX_COMM_TIMEOUT_MS well above it), not promptly. */
+#define CMA_LEAVE_SLOW_MS 2000
 
 #define FAIL(...) do { fprintf(stderr, "FAIL rank %d: ", ctx->rank); \
     fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); return 1; } while (0)
@@ -169,20 +198,22 @@ static px_status_t run_form(px_comm_t *comm, int form, px_dtype_t dt, px_redop_t
     return status;
 }
 
-static int rank_equal(px_launch_rank_t *ctx)
+/* The `equal` checks on communicator w (segment on); cma: whether the
+ * single copy is expected (PX_SHM_CMA on and the probe succeeded). */
+static int equal_on(px_launch_rank_t *ctx, px_comm_t *w, int cma)
 {
     static const uint64_t counts[] = {1, 1000, 1025, 5003, 20011};
-    px_comm_t *w = ctx->comm, *u = NULL;
+    px_comm_t *u = NULL;
     int n = ctx->world, cases = 0, shm_cases = 0, cma_cases = 0;
     long cma_mode = px_env_int("PX_SHM_CMA"); /* 1: all-to-all only; 2: also all-gather, bcast */
-    uint64_t cma_min = cma_mode ? (uint64_t)px_env_int("PX_SHM_CMA_MIN_BYTES") : UINT64_MAX;
+    uint64_t cma_min = cma_mode && cma ? (uint64_t)px_env_int("PX_SHM_CMA_MIN_BYTES") : UINT64_MAX;
     size_t max = 20011 * 8 * (size_t)n + 64;
     char *in = malloc(max), *a = malloc(max), *b = malloc(max);
 
     if (!in || !a || !b)
         FAIL("out of memory");
     if (!w->shm)
-        FAIL("the world has no shared-memory segment");
+        FAIL("no shared-memory segment");
     if (px_comm_split(w, 0, ctx->rank, &u) != PX_OK || !u->shm)
         FAIL("split: no segment on the sub-communicator");
     px__shm_off(u); /* the reference: the same ranks over UCX */
@@ -300,6 +331,67 @@ static int rank_equal(px_launch_rank_t *ctx)
     if (cma_min != UINT64_MAX && !cma_cases)
         FAIL("no case took the single copy");
     return shm_cases ? 0 : 1;
+}
+
+static int rank_equal(px_launch_rank_t *ctx)
+{
+    return equal_on(ctx, ctx->comm, 1);
+}
+
+/* Makes process_vm_readv fail with EPERM in this process from now on (a
+ * seccomp filter: what the kernel answers where ptrace rights are missing);
+ * 0 or -1. */
+static int deny_vm_readv(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(*f)), f};
+
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return -1;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
+
+/* cma_eperm: the last rank may not read its peers (EPERM); a communicator
+ * made afterwards keeps the segment, takes the two copies on every rank,
+ * and every op stays exact. */
+static int rank_cma_eperm(px_launch_rank_t *ctx)
+{
+    px_comm_t *c = NULL;
+    int bad;
+
+    if (ctx->rank == ctx->world - 1) {
+        uint64_t word = 0, mine = 42;
+        struct iovec lv = {&word, sizeof(word)}, rv = {&mine, sizeof(mine)};
+        if (deny_vm_readv() != 0)
+            FAIL("seccomp: %s", strerror(errno));
+        if (process_vm_readv(getpid(), &lv, 1, &rv, 1, 0) >= 0 || errno != EPERM)
+            FAIL("process_vm_readv still allowed after the seccomp filter");
+    }
+    if (px_comm_split(ctx->comm, 0, ctx->rank, &c) != PX_OK || !c->shm)
+        FAIL("split: no segment");
+    {
+        uint64_t per = 1 << 16; /* 256 KiB per peer: far above PX_SHM_CMA_MIN_BYTES */
+        float *in = calloc(per * (uint64_t)ctx->world, sizeof(float));
+        float *out = calloc(per * (uint64_t)ctx->world, sizeof(float));
+        px_request_t *req = NULL;
+        if (!in || !out || px_alltoall_start(c, in, out, per, PX_FLOAT32, NULL, &req) != PX_OK)
+            FAIL("all-to-all start");
+        if (!on_shm(req) || px__shm_single_copy(req))
+            FAIL("the all-to-all took %s, want the two copies of the segment",
+                 on_shm(req) ? "the single copy" : "UCX");
+        if (px_wait(req, -1) != PX_OK)
+            FAIL("all-to-all: %s", px_comm_last_error(c));
+        free(in);
+        free(out);
+    }
+    bad = equal_on(ctx, c, 0);
+    px_comm_destroy(c);
+    return bad;
 }
 
 /* --- mismatch ------------------------------------------------------------------ */
@@ -431,6 +523,110 @@ static int rank_kill(px_launch_rank_t *ctx)
     return 0;
 }
 
+/* --- leaving a single-copy collective early ---------------------------------------- */
+
+/* Value rank r sends to rank j in the cma_leave all-to-all (exact in fp32). */
+static float a2a_val(int r, int j)
+{
+    return (float)(r * 1000 + j + 1);
+}
+
+/* One case of cma_leave: how = 0 cancel while rank 1 reads, 1 abort while
+ * rank 1 reads, 2 cancel before anyone reads. */
+static int leave_case(px_launch_rank_t *ctx, int how)
+{
+    static const char *name[] = {"cancel while read", "abort while read", "cancel before reads"};
+    int n = ctx->world, me = ctx->rank;
+    uint64_t per = 1 << 16; /* 256 KiB per peer */
+    float *in = malloc(per * (uint64_t)n * sizeof(float)), *out = calloc(per * (uint64_t)n, sizeof(float));
+    px_comm_t *c = NULL;
+    px_request_t *req = NULL;
+    px_status_t status;
+    int64_t t0;
+
+    if (!in || !out)
+        FAIL("out of memory");
+    for (int j = 0; j < n; j++)
+        for (uint64_t i = 0; i < per; i++)
+            in[(uint64_t)j * per + i] = a2a_val(me, j);
+    if (px_comm_split(ctx->comm, 0, me, &c) != PX_OK || !c->shm)
+        FAIL("%s: split: no segment", name[how]);
+    t0 = px_time_mono_ms();
+    if (me == 0) {
+        int done = 0;
+        int64_t dt;
+        status = px_alltoall_start(c, in, out, per, PX_FLOAT32, NULL, &req);
+        if (status != PX_OK || !px__shm_single_copy(req))
+            FAIL("%s: the all-to-all is not single-copy", name[how]);
+        /* (a), (b): our reads and phase 2 are done long before rank 1 has
+         * slept out its 350 ms; (c): every peer waits for rank 1 */
+        while (px_time_mono_ms() - t0 < (how == 2 ? 100 : 150) && !done && status == PX_OK) {
+            status = px_test(req, &done);
+            usleep(1000);
+        }
+        if (done || status != PX_OK)
+            FAIL("%s: the all-to-all ended early: %s", name[how], px_status_str(status));
+        t0 = px_time_mono_ms();
+        if (how == 1) {
+            px_comm_abort(c, "test");
+            status = px_wait(req, -1);
+            if (status != PX_ERR_ABORTED)
+                FAIL("%s: px_wait gave %s, want aborted", name[how], px_status_str(status));
+        } else {
+            px_request_cancel(req);
+        }
+        dt = px_time_mono_ms() - t0;
+        for (uint64_t i = 0; i < per * (uint64_t)n; i++)
+            in[i] = -7.0f; /* the caller reuses its buffer */
+        printf("rank 0: %s: returned after %lld ms\n", name[how], (long long)dt);
+        if (how < 2 && dt < 50)
+            FAIL("%s: returned after %lld ms while rank 1 still read our buffer", name[how],
+                 (long long)dt);
+        if (how == 2 && dt > CMA_LEAVE_SLOW_MS)
+            FAIL("%s: took %lld ms with nobody reading", name[how], (long long)dt);
+    } else {
+        if (me == 1 && how < 2)
+            px__cma_test_read_delay_ms = 350;
+        if (me == 1 && how == 2)
+            usleep(300 * 1000); /* rank 0 leaves before anyone can read */
+        status = px_alltoall(c, in, out, per, PX_FLOAT32, NULL);
+        px__cma_test_read_delay_ms = 0;
+        if (how < 2) {
+            if (status != PX_OK)
+                FAIL("%s: %s (%s)", name[how], px_status_str(status), px_comm_last_error(c));
+            for (int r = 0; r < n; r++)
+                for (uint64_t i = 0; i < per; i++)
+                    if (out[(uint64_t)r * per + i] != a2a_val(r, me))
+                        FAIL("%s: element %llu from rank %d is %g, want %g", name[how],
+                             (unsigned long long)i, r, out[(uint64_t)r * per + i], a2a_val(r, me));
+        } else {
+            int64_t dt = px_time_mono_ms() - t0;
+            if (status != PX_ERR_ABORTED || !strstr(px_comm_last_error(c), "rank 0"))
+                FAIL("%s: got %s (%s), want aborted naming rank 0", name[how],
+                     px_status_str(status), px_comm_last_error(c));
+            if (dt > 300 + CMA_LEAVE_SLOW_MS)
+                FAIL("%s: the error came after %lld ms", name[how], (long long)dt);
+            for (uint64_t i = 0; i < per; i++)
+                if (out[i] == -7.0f)
+                    FAIL("%s: read rank 0's buffer after it left", name[how]);
+        }
+        printf("rank %d: %s: %s after %lld ms\n", me, name[how], px_status_str(status),
+               (long long)(px_time_mono_ms() - t0));
+    }
+    px_comm_destroy(c);
+    free(in);
+    free(out);
+    return 0;
+}
+
+static int rank_cma_leave(px_launch_rank_t *ctx)
+{
+    for (int how = 0; how < 3; how++)
+        if (leave_case(ctx, how))
+            return 1;
+    return 0;
+}
+
 static int rank_off(px_launch_rank_t *ctx)
 {
     uint64_t count = 1 << 18;
@@ -507,11 +703,15 @@ int main(int argc, char **argv)
         failed = px_launch(n, rank_kill, sh, &opts, statuses);
         if (failed == 1 && WIFSIGNALED(statuses[1]) && WTERMSIG(statuses[1]) == SIGKILL)
             failed = 0; /* the victim */
+    } else if (!strcmp(what, "cma_eperm")) {
+        failed = px_launch(n, rank_cma_eperm, NULL, &opts, NULL);
+    } else if (!strcmp(what, "cma_leave")) {
+        failed = px_launch(n, rank_cma_leave, NULL, &opts, NULL);
     } else if (!strcmp(what, "off")) {
         setenv("PX_SHM", "0", 1);
         failed = px_launch(n, rank_off, NULL, &opts, NULL);
     } else {
-        fprintf(stderr, "usage: %s equal|mismatch|kill|kill_a2a|off N\n", argv[0]);
+        fprintf(stderr, "usage: %s equal|mismatch|kill|kill_a2a|cma_leave|cma_eperm|off N\n", argv[0]);
         return 2;
     }
     failed += leftovers();
