@@ -134,6 +134,34 @@ typedef struct px_kernel_ops {
     void (*attention_block_delta)(float *delta, const float *out, const float *dout,
                                   const px_attn_block_t *g);
 
+    /* ---- attention with bf16 products (mixed precision, issue 12; as
+     * flash attention and PyTorch's scaled_dot_product_attention run under
+     * bf16 autocast): the same ops, arguments and layouts as the four
+     * above, with every operand of the batched products rounded to bf16
+     * (nearest even) where the product takes it and fp32 (CPU: double)
+     * accumulation: q, k for S = q k^T; the unnormalised probabilities E =
+     * exp(S - m) and v for E v (normalised by the fp32 sum of E); in
+     * backward E and dout for dv, dout and v for dP, E (dP - delta) scale
+     * for dq and dk, the row's normaliser exp(m - lse) applied outside the
+     * rounding. Softmax, lse, delta = rowsum(dout * out) and every stored
+     * tensor stay fp32. m is a multiple of ln 2 (the row's max, or lse,
+     * snapped down), so bf16(E) exp(m) does not depend on m: the full op and
+     * any cutting of the keys into blocks round the same values
+     * (px_attention_bf16_cpu.c).
+     * att / lse / scratch as the fp32 ops' (the CPU ops use scratch of
+     * their own). px_kernels_with_precision puts them in the fp32 slots. */
+    void (*attention_bf16_forward)(float *out, float *att, const float *inp, int B, int T, int C,
+                                   int NH);
+    void (*attention_bf16_backward)(float *dinp, float *scratch, const float *dout,
+                                    const float *inp, const float *att, int B, int T, int C,
+                                    int NH);
+    void (*attention_block_bf16_forward)(float *out, float *lse, const float *q, const float *kv,
+                                         const px_attn_block_t *g, float *scratch);
+    void (*attention_block_bf16_backward)(float *dq, float *dkv, const float *dout,
+                                          const float *q, const float *kv, const float *lse,
+                                          const float *delta, const px_attn_block_t *g,
+                                          float *scratch);
+
     /* GELU, tanh approximation (torch approximate='tanh'); N elements. */
     void (*gelu_forward)(float *out, const float *inp, size_t N);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t N);

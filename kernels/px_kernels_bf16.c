@@ -14,7 +14,9 @@ const px_kernel_ops_t *px_kernels_with_precision(const px_kernel_ops_t *base, in
 {
     if (!bf16)
         return base;
-    if (!base || !base->matmul_bf16_forward || !base->matmul_bf16_backward)
+    if (!base || !base->matmul_bf16_forward || !base->matmul_bf16_backward ||
+        !base->attention_bf16_forward || !base->attention_bf16_backward ||
+        !base->attention_block_bf16_forward || !base->attention_block_bf16_backward)
         return NULL;
     for (int i = 0; i < SLOTS; i++) {
         if (bases[i] == base)
@@ -23,6 +25,10 @@ const px_kernel_ops_t *px_kernels_with_precision(const px_kernel_ops_t *base, in
             views[i] = *base;
             views[i].matmul_forward = base->matmul_bf16_forward;
             views[i].matmul_backward = base->matmul_bf16_backward;
+            views[i].attention_forward = base->attention_bf16_forward;
+            views[i].attention_backward = base->attention_bf16_backward;
+            views[i].attention_block_forward = base->attention_block_bf16_forward;
+            views[i].attention_block_backward = base->attention_block_bf16_backward;
             bases[i] = base;
             return &views[i];
         }

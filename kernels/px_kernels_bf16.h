@@ -1,14 +1,16 @@
 /* px_kernels_bf16.h: an op table's mixed-precision view (issue 12).
  *
- * Mixed precision in parallax is "bf16 GEMMs, fp32 elsewhere", as PyTorch
- * autocast and Megatron-LM run a GPT's linear layers: the engine keeps fp32
- * master weights, fp32 activations in memory, fp32 gradients, AdamW state,
- * reductions and collectives; every linear layer (qkv, attention
+ * Mixed precision in parallax is "bf16 GEMM and attention operands, fp32
+ * elsewhere", as PyTorch autocast runs a GPT (its linear layers, and
+ * scaled_dot_product_attention as flash attention does): the engine keeps
+ * fp32 master weights, fp32 activations in memory, fp32 gradients, AdamW
+ * state, reductions and collectives; every linear layer (qkv, attention
  * projection, MLP fc / proj, the tied LM head, MoE router and experts)
  * multiplies bf16-rounded inputs into fp32 output (fp32 accumulation on
- * CUDA, double on the CPU: px_kernels.h).
- * LayerNorm, GELU, softmax, cross-entropy and attention (both of its
- * batched products as well) stay fp32.
+ * CUDA, double on the CPU: px_kernels.h), and so do attention's batched
+ * products (q k^T, P v and the four of backward; attention_bf16_* and
+ * attention_block_bf16_*, the latter for ring attention). LayerNorm, GELU,
+ * softmax, cross-entropy and the optimizer stay fp32.
  *
  * The weights are rounded on the fly by each GEMM (matmul_bf16_*), not kept
  * as a bf16 copy refreshed after the optimizer: rounding is deterministic,
@@ -25,10 +27,14 @@
 
 /* The table to compute a model with at `bf16` (0: fp32, 1: bf16): `base`
  * itself for fp32; for bf16 a copy of `base` whose matmul_forward /
- * matmul_backward are base's matmul_bf16_forward / matmul_bf16_backward
- * (every other entry, the name and the memory ops are base's). The copy is
- * static, one per base table (at most 4 bases per process); NULL when
- * `base` has no bf16 GEMM or the slots are used up. Call it from one thread
+ * matmul_backward are base's matmul_bf16_forward / matmul_bf16_backward and
+ * whose attention_forward / _backward / attention_block_forward / _backward
+ * are base's attention_bf16_* / attention_block_bf16_* (every other entry,
+ * the name and the memory ops are base's): the engine (gpt.c, ring_attn.c)
+ * calls the same slots in both precisions, and an fp32 run is the fp32
+ * table itself, untouched. The copy is static, one per base table (at most
+ * 4 bases per process); NULL when `base` lacks one of those bf16 ops or the
+ * slots are used up. Call it from one thread
  * at start-up (not thread-safe); the result lives as long as the process.
  * Code that asks whether a table is the CPU one must ask of `base`. */
 const px_kernel_ops_t *px_kernels_with_precision(const px_kernel_ops_t *base, int bf16);

@@ -36,6 +36,19 @@ void px__cpu_attention_block_backward(float *dq, float *dkv, const float *dout, 
                                       const px_attn_block_t *g, float *scratch);
 void px__cpu_attention_block_delta(float *delta, const float *out, const float *dout,
                                    const px_attn_block_t *g);
+/* attention with bf16 products (px_attention_bf16_cpu.c) */
+void px__cpu_attention_bf16_forward(float *out, float *att, const float *inp, int B, int T,
+                                    int C, int NH);
+void px__cpu_attention_bf16_backward(float *dinp, float *scratch, const float *dout,
+                                     const float *inp, const float *att, int B, int T, int C,
+                                     int NH);
+void px__cpu_attention_block_bf16_forward(float *out, float *lse, const float *q,
+                                          const float *kv, const px_attn_block_t *g,
+                                          float *scratch);
+void px__cpu_attention_block_bf16_backward(float *dq, float *dkv, const float *dout,
+                                           const float *q, const float *kv, const float *lse,
+                                           const float *delta, const px_attn_block_t *g,
+                                           float *scratch);
 void px__cpu_gelu_forward(float *out, const float *inp, size_t N);
 void px__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N);
 void px__cpu_residual_forward(float *out, const float *inp1, const float *inp2, size_t N);

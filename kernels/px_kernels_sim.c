@@ -134,6 +134,17 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
       (dq, dkv, d, q, kv, l, de, g, s))                                                         \
     V(attention_block_delta, (float *de, const float *o, const float *d,                       \
                               const px_attn_block_t *g), (de, o, d, g))                         \
+    V(attention_bf16_forward, (float *o, float *a, const float *i, int B, int T, int C,        \
+                               int NH), (o, a, i, B, T, C, NH))                                 \
+    V(attention_bf16_backward, (float *di, float *s, const float *d, const float *i,           \
+                                const float *a, int B, int T, int C, int NH),                   \
+      (di, s, d, i, a, B, T, C, NH))                                                            \
+    V(attention_block_bf16_forward, (float *o, float *l, const float *q, const float *kv,      \
+                                     const px_attn_block_t *g, float *s), (o, l, q, kv, g, s))  \
+    V(attention_block_bf16_backward, (float *dq, float *dkv, const float *d, const float *q,   \
+                                      const float *kv, const float *l, const float *de,         \
+                                      const px_attn_block_t *g, float *s),                      \
+      (dq, dkv, d, q, kv, l, de, g, s))                                                         \
     V(gelu_forward, (float *o, const float *i, size_t N), (o, i, N))                            \
     V(gelu_backward, (float *di, const float *i, const float *d, size_t N), (di, i, d, N))      \
     V(residual_forward, (float *o, const float *a, const float *b, size_t N), (o, a, b, N))    \

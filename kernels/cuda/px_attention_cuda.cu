@@ -17,8 +17,20 @@
  *                                      (kernel 2: one thread per key).
  * Every sum runs in a fixed order: no atomics, results repeat bitwise.
  * Head sizes up to 128 (C/NH); a larger one is an error (logged, sticky).
- * fp32 throughout, on the CUDA cores (the bf16 tensor-core path is a
- * separate kernel, not written yet). Stream: the backend's. */
+ *
+ * BF16 (the attention_bf16_* ops, px_kernels.h; the CPU reference is
+ * px_attention_bf16_cpu.c): the same kernels with every operand of a product
+ * rounded to bf16 (rb, nearest even) as it is loaded or formed - q, k, v,
+ * dout^ for dP and dv, the probabilities, dS - and fp32 accumulation. The
+ * forward's running max is snapped down to a multiple of ln 2 and the
+ * unnormalised p = exp(s - m) is rounded for P v (l sums the unrounded
+ * p); the backward rounds E = exp(s - m) for dv and E (dP - D) scale for dq
+ * and dk, with m = lse snapped and the row's factor c = exp(m - lse) kept
+ * outside the rounding, and computes D = rowsum(dout * out) from the
+ * forward's weights,
+ * D_i = sum_j rb(exp(s - m)) exp(m - lse) (dout_i . v^_j), m = lse snapped
+ * (bf16 rounding commutes with the power-of-two exp(m)). fp32 on the CUDA
+ * cores otherwise. Stream: the backend's. */
 #include "px_cuda_common.cuh"
 
 #include <float.h>
@@ -27,7 +39,10 @@
 #define ATT_BQ 64 /* query (or key) rows per block = threads per block */
 #define ATT_BK 32 /* rows of the staged tile */
 
-template <int HS>
+template <bool BF16> __device__ __forceinline__ float rb(float x) { return px__rb16<BF16>(x); }
+#define snap_ln2 px__snap_ln2
+
+template <int HS, bool BF16>
 __global__ void __launch_bounds__(ATT_BQ)
 attention_forward_kernel(float *out, float *lse, const float *inp, int T, int C, int NH, int hs,
                          float scale)
@@ -40,7 +55,7 @@ attention_forward_kernel(float *out, float *lse, const float *inp, int T, int C,
     float q[HS], o[HS];
 #pragma unroll
     for (int d = 0; d < HS; d++) {
-        q[d] = (d < hs && t < T) ? base[(size_t)t * C3 + d] * scale : 0.0f;
+        q[d] = (d < hs && t < T) ? rb<BF16>(base[(size_t)t * C3 + d]) * scale : 0.0f;
         o[d] = 0.0f;
     }
     float m = -FLT_MAX, l = 0.0f;
@@ -49,8 +64,8 @@ attention_forward_kernel(float *out, float *lse, const float *inp, int T, int C,
         for (int i = threadIdx.x; i < ATT_BK * hs; i += ATT_BQ) {
             int j = i / hs, d = i % hs;
             bool ok = k0 + j < T;
-            ks[j][d] = ok ? base[(size_t)(k0 + j) * C3 + C + d] : 0.0f;
-            vs[j][d] = ok ? base[(size_t)(k0 + j) * C3 + 2 * C + d] : 0.0f;
+            ks[j][d] = ok ? rb<BF16>(base[(size_t)(k0 + j) * C3 + C + d]) : 0.0f;
+            vs[j][d] = ok ? rb<BF16>(base[(size_t)(k0 + j) * C3 + 2 * C + d]) : 0.0f;
         }
         __syncthreads();
         if (t >= T || k0 > t)
@@ -67,6 +82,8 @@ attention_forward_kernel(float *out, float *lse, const float *inp, int T, int C,
             s[j] = j < nj ? acc : -FLT_MAX;
             tm = fmaxf(tm, s[j]);
         }
+        if (BF16)
+            tm = fmaxf(m, snap_ln2(tm));
         float corr = expf(m - tm);
         l *= corr;
 #pragma unroll
@@ -74,11 +91,11 @@ attention_forward_kernel(float *out, float *lse, const float *inp, int T, int C,
             o[d] *= corr;
 #pragma unroll
         for (int j = 0; j < ATT_BK; j++) {
-            float p = j < nj ? expf(s[j] - tm) : 0.0f;
+            float p = j < nj ? expf(s[j] - tm) : 0.0f, pr = rb<BF16>(p);
             l += p;
 #pragma unroll
             for (int d = 0; d < HS; d++)
-                o[d] += p * vs[j][d];
+                o[d] += pr * vs[j][d];
         }
         m = tm;
     }
@@ -94,7 +111,7 @@ attention_forward_kernel(float *out, float *lse, const float *inp, int T, int C,
 }
 
 /* kernel 1: one thread per query row i: D_i, then dq_i */
-template <int HS>
+template <int HS, bool BF16>
 __global__ void __launch_bounds__(ATT_BQ)
 attention_dq_kernel(float *dinp, float *Dbuf, const float *dout, const float *inp,
                     const float *lse, int T, int C, int NH, int hs, float scale)
@@ -109,11 +126,12 @@ attention_dq_kernel(float *dinp, float *Dbuf, const float *dout, const float *in
 #pragma unroll
     for (int d = 0; d < HS; d++) {
         bool ok = d < hs && t < T;
-        q[d] = ok ? base[(size_t)t * C3 + d] * scale : 0.0f;
-        g[d] = ok ? dbase[(size_t)t * C + d] : 0.0f;
+        q[d] = ok ? rb<BF16>(base[(size_t)t * C3 + d]) * scale : 0.0f;
+        g[d] = ok ? dbase[(size_t)t * C + d] : 0.0f; /* unrounded: D (BF16) */
         dq[d] = 0.0f;
     }
     const float L = t < T ? lse[(size_t)bh * T + t] : 0.0f;
+    const float mL = BF16 ? snap_ln2(L) : 0.0f, wL = BF16 ? expf(mL - L) : 0.0f;
     float Di = 0.0f;
     for (int pass = 0; pass < 2; pass++) {
         for (int k0 = 0; k0 <= tmax; k0 += ATT_BK) {
@@ -121,8 +139,8 @@ attention_dq_kernel(float *dinp, float *Dbuf, const float *dout, const float *in
             for (int i = threadIdx.x; i < ATT_BK * hs; i += ATT_BQ) {
                 int j = i / hs, d = i % hs;
                 bool ok = k0 + j < T;
-                ks[j][d] = ok ? base[(size_t)(k0 + j) * C3 + C + d] : 0.0f;
-                vs[j][d] = ok ? base[(size_t)(k0 + j) * C3 + 2 * C + d] : 0.0f;
+                ks[j][d] = ok ? rb<BF16>(base[(size_t)(k0 + j) * C3 + C + d]) : 0.0f;
+                vs[j][d] = ok ? rb<BF16>(base[(size_t)(k0 + j) * C3 + 2 * C + d]) : 0.0f;
             }
             __syncthreads();
             if (t >= T || k0 > t)
@@ -130,16 +148,21 @@ attention_dq_kernel(float *dinp, float *Dbuf, const float *dout, const float *in
             const int nj = min(ATT_BK, t - k0 + 1);
             for (int j = 0; j < nj; j++) {
                 float s = 0.0f, dp = 0.0f;
+                /* BF16: pass 0 dots the unrounded dout (D), pass 1 dout^ */
+                const bool gr = BF16 && pass == 1;
 #pragma unroll
                 for (int d = 0; d < HS; d++) {
                     s += q[d] * ks[j][d];
-                    dp += g[d] * vs[j][d];
+                    dp += (gr ? rb<BF16>(g[d]) : g[d]) * vs[j][d];
                 }
                 float p = expf(s - L);
                 if (pass == 0) {
-                    Di += p * dp;
+                    /* BF16: the forward's weight rb(exp(s - m)) exp(m - L) */
+                    Di += (BF16 ? rb<BF16>(expf(s - mL)) * wL : p) * dp;
                 } else {
-                    float ds = p * (dp - Di) * scale;
+                    /* BF16: c rb(E (dP - D) scale), E = exp(s - m), c = exp(m - L) */
+                    float ds = BF16 ? rb<BF16>(expf(s - mL) * (dp - Di) * scale) * wL
+                                    : p * (dp - Di) * scale;
 #pragma unroll
                     for (int d = 0; d < HS; d++)
                         dq[d] += ds * ks[j][d];
@@ -158,7 +181,7 @@ attention_dq_kernel(float *dinp, float *Dbuf, const float *dout, const float *in
 }
 
 /* kernel 2: one thread per key row j: dk_j and dv_j over queries i >= j */
-template <int HS>
+template <int HS, bool BF16>
 __global__ void __launch_bounds__(ATT_BQ)
 attention_dkv_kernel(float *dinp, const float *Dbuf, const float *dout, const float *inp,
                      const float *lse, int T, int C, int NH, int hs, float scale)
@@ -173,8 +196,8 @@ attention_dkv_kernel(float *dinp, const float *Dbuf, const float *dout, const fl
 #pragma unroll
     for (int d = 0; d < HS; d++) {
         bool ok = d < hs && j < T;
-        k[d] = ok ? base[(size_t)j * C3 + C + d] : 0.0f;
-        v[d] = ok ? base[(size_t)j * C3 + 2 * C + d] : 0.0f;
+        k[d] = ok ? rb<BF16>(base[(size_t)j * C3 + C + d]) : 0.0f;
+        v[d] = ok ? rb<BF16>(base[(size_t)j * C3 + 2 * C + d]) : 0.0f;
         dk[d] = 0.0f;
         dv[d] = 0.0f;
     }
@@ -183,8 +206,11 @@ attention_dkv_kernel(float *dinp, const float *Dbuf, const float *dout, const fl
         for (int x = threadIdx.x; x < ATT_BK * hs; x += ATT_BQ) {
             int i = x / hs, d = x % hs;
             bool ok = i0 + i < T;
-            qs[i][d] = ok ? base[(size_t)(i0 + i) * C3 + d] * scale : 0.0f;
-            gs[i][d] = ok ? dbase[(size_t)(i0 + i) * C + d] : 0.0f;
+            /* BF16: q^ unscaled (dk takes the scale from the rounded dS) */
+            qs[i][d] = ok ? (BF16 ? rb<BF16>(base[(size_t)(i0 + i) * C3 + d])
+                                  : base[(size_t)(i0 + i) * C3 + d] * scale)
+                          : 0.0f;
+            gs[i][d] = ok ? rb<BF16>(dbase[(size_t)(i0 + i) * C + d]) : 0.0f;
         }
         if (threadIdx.x < ATT_BK) {
             int i = i0 + threadIdx.x;
@@ -204,11 +230,19 @@ attention_dkv_kernel(float *dinp, const float *Dbuf, const float *dout, const fl
                 s += qs[i][d] * k[d];
                 dp += gs[i][d] * v[d];
             }
-            float p = expf(s - ls[i]);
-            float ds = p * (dp - Ds[i]); /* qs holds scale*q: dk gets the scale from it */
+            if (BF16)
+                s *= scale;
+            float p = expf(s - ls[i]), pr = p, ds;
+            if (BF16) { /* E = exp(s - m), c = exp(m - L): c rb(E), c rb(E (dP - D) scale) */
+                const float mL = snap_ln2(ls[i]), c = expf(mL - ls[i]), e = expf(s - mL);
+                pr = rb<BF16>(e) * c;
+                ds = rb<BF16>(e * (dp - Ds[i]) * scale) * c; /* dS carries the scale */
+            } else {
+                ds = p * (dp - Ds[i]); /* qs holds scale*q: dk gets the scale from it */
+            }
 #pragma unroll
             for (int d = 0; d < HS; d++) {
-                dv[d] += p * gs[i][d];
+                dv[d] += pr * gs[i][d];
                 dk[d] += ds * qs[i][d];
             }
         }
@@ -225,27 +259,27 @@ attention_dkv_kernel(float *dinp, const float *Dbuf, const float *dout, const fl
     }
 }
 
-template <int HS>
+template <int HS, bool BF16>
 static void launch_forward(float *out, float *lse, const float *inp, int B, int T, int C, int NH)
 {
     dim3 grid((T + ATT_BQ - 1) / ATT_BQ, B * NH);
     int hs = C / NH;
-    attention_forward_kernel<HS><<<grid, ATT_BQ, 0, px__cuda.stream>>>(
+    attention_forward_kernel<HS, BF16><<<grid, ATT_BQ, 0, px__cuda.stream>>>(
         out, lse, inp, T, C, NH, hs, 1.0f / sqrtf((float)hs));
     PX_CUDA_LAUNCHED();
 }
 
-template <int HS>
+template <int HS, bool BF16>
 static void launch_backward(float *dinp, float *Dbuf, const float *dout, const float *inp,
                             const float *lse, int B, int T, int C, int NH)
 {
     dim3 grid((T + ATT_BQ - 1) / ATT_BQ, B * NH);
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    attention_dq_kernel<HS><<<grid, ATT_BQ, 0, px__cuda.stream>>>(dinp, Dbuf, dout, inp, lse, T,
+    attention_dq_kernel<HS, BF16><<<grid, ATT_BQ, 0, px__cuda.stream>>>(dinp, Dbuf, dout, inp, lse, T,
                                                                   C, NH, hs, scale);
     PX_CUDA_LAUNCHED();
-    attention_dkv_kernel<HS><<<grid, ATT_BQ, 0, px__cuda.stream>>>(dinp, Dbuf, dout, inp, lse, T,
+    attention_dkv_kernel<HS, BF16><<<grid, ATT_BQ, 0, px__cuda.stream>>>(dinp, Dbuf, dout, inp, lse, T,
                                                                    C, NH, hs, scale);
     PX_CUDA_LAUNCHED();
 }
@@ -262,24 +296,25 @@ static int head_size_ok(int C, int NH)
     return 1;
 }
 
-void px__cuda_attention_forward(float *out, float *att, const float *inp, int B, int T, int C,
-                                int NH)
+template <bool BF16>
+static void attention_forward(float *out, float *att, const float *inp, int B, int T, int C,
+                              int NH)
 {
     if (B <= 0 || T <= 0 || !head_size_ok(C, NH))
         return;
     int hs = C / NH;
     if (hs <= 32)
-        launch_forward<32>(out, att, inp, B, T, C, NH);
+        launch_forward<32, BF16>(out, att, inp, B, T, C, NH);
     else if (hs <= 64)
-        launch_forward<64>(out, att, inp, B, T, C, NH);
+        launch_forward<64, BF16>(out, att, inp, B, T, C, NH);
     else
-        launch_forward<128>(out, att, inp, B, T, C, NH);
+        launch_forward<128, BF16>(out, att, inp, B, T, C, NH);
 }
 
-void px__cuda_attention_backward(float *dinp, float *scratch, const float *dout,
-                                 const float *inp, const float *att, int B, int T, int C, int NH)
+template <bool BF16>
+static void attention_backward(float *dinp, const float *dout, const float *inp,
+                               const float *att, int B, int T, int C, int NH)
 {
-    (void)scratch; /* the (T,T) work space of the CPU backend; not needed here */
     if (B <= 0 || T <= 0 || !head_size_ok(C, NH))
         return;
     float *Dbuf = (float *)px__cuda_scratch((size_t)B * NH * T * sizeof(float));
@@ -287,9 +322,36 @@ void px__cuda_attention_backward(float *dinp, float *scratch, const float *dout,
         return;
     int hs = C / NH;
     if (hs <= 32)
-        launch_backward<32>(dinp, Dbuf, dout, inp, att, B, T, C, NH);
+        launch_backward<32, BF16>(dinp, Dbuf, dout, inp, att, B, T, C, NH);
     else if (hs <= 64)
-        launch_backward<64>(dinp, Dbuf, dout, inp, att, B, T, C, NH);
+        launch_backward<64, BF16>(dinp, Dbuf, dout, inp, att, B, T, C, NH);
     else
-        launch_backward<128>(dinp, Dbuf, dout, inp, att, B, T, C, NH);
+        launch_backward<128, BF16>(dinp, Dbuf, dout, inp, att, B, T, C, NH);
+}
+
+void px__cuda_attention_forward(float *out, float *att, const float *inp, int B, int T, int C,
+                                int NH)
+{
+    attention_forward<false>(out, att, inp, B, T, C, NH);
+}
+
+void px__cuda_attention_backward(float *dinp, float *scratch, const float *dout,
+                                 const float *inp, const float *att, int B, int T, int C, int NH)
+{
+    (void)scratch; /* the (T,T) work space of the CPU backend; not needed here */
+    attention_backward<false>(dinp, dout, inp, att, B, T, C, NH);
+}
+
+void px__cuda_attention_bf16_forward(float *out, float *att, const float *inp, int B, int T,
+                                     int C, int NH)
+{
+    attention_forward<true>(out, att, inp, B, T, C, NH);
+}
+
+void px__cuda_attention_bf16_backward(float *dinp, float *scratch, const float *dout,
+                                      const float *inp, const float *att, int B, int T, int C,
+                                      int NH)
+{
+    (void)scratch;
+    attention_backward<true>(dinp, dout, inp, att, B, T, C, NH);
 }

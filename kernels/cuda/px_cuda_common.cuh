@@ -6,6 +6,7 @@
 #define PX_CUDA_COMMON_CUH
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,6 +43,20 @@ void *px__cuda_scratch(size_t bytes);
 /* after a <<<>>> launch: a bad configuration is reported here */
 #define PX_CUDA_LAUNCHED() px__cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
+/* x rounded to bf16 (nearest even, as px_f32_to_bf16) when BF16, else x:
+ * the operand rounding of the bf16 attention kernels */
+template <bool BF16> __device__ __forceinline__ float px__rb16(float x)
+{
+    return BF16 ? __bfloat162float(__float2bfloat16_rn(x)) : x;
+}
+
+/* m rounded down to a multiple of ln 2: the bf16 attention's power-of-two
+ * reference for the unnormalised probabilities (px_kernels.h) */
+__device__ __forceinline__ float px__snap_ln2(float m)
+{
+    return floorf(m * 1.4426950408889634f) * 0.6931471805599453f;
+}
+
 /* sum of v over the 32 lanes of a warp, in a fixed butterfly order */
 static __device__ __forceinline__ float px__warp_sum(float v)
 {
@@ -71,6 +86,18 @@ void px__cuda_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, co
 /* px_attention_cuda.cu */
 void px__cuda_attention_forward(float *out, float *att, const float *inp, int B, int T, int C,
                                 int NH);
+void px__cuda_attention_bf16_forward(float *out, float *att, const float *inp, int B, int T,
+                                     int C, int NH);
+void px__cuda_attention_bf16_backward(float *dinp, float *scratch, const float *dout,
+                                      const float *inp, const float *att, int B, int T, int C,
+                                      int NH);
+void px__cuda_attention_block_bf16_forward(float *out, float *lse, const float *q,
+                                           const float *kv, const px_attn_block_t *g,
+                                           float *scratch);
+void px__cuda_attention_block_bf16_backward(float *dq, float *dkv, const float *dout,
+                                            const float *q, const float *kv, const float *lse,
+                                            const float *delta, const px_attn_block_t *g,
+                                            float *scratch);
 void px__cuda_attention_backward(float *dinp, float *scratch, const float *dout,
                                  const float *inp, const float *att, int B, int T, int C,
                                  int NH);

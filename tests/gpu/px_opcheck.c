@@ -242,8 +242,13 @@ static void test_matmul_bf16(int N, int C, int OC)
     free(inp); free(w); free(bias); free(out); free(dout); free(dinp); free(dw); free(db);
 }
 
-static void test_attention(int B, int T, int C, int NH)
+/* bf16: the attention_bf16_* ops (bf16 product operands, issue 12) at the
+ * bf16 tolerance; else the fp32 ops at 1e-5 */
+static void test_attention(int B, int T, int C, int NH, int bf16)
 {
+    const double tol = bf16 ? 1e-2 : 1e-5;
+    const char *fn = bf16 ? "attention_bf16_fwd" : "attention_forward";
+    const char *bn = bf16 ? "attention_bf16_bwd" : "attention_backward";
     size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
     size_t natt = (size_t)B * NH * T * T;
     float *inp = host_rand(n3, 1), *out = host_rand(n, 1), *dout = host_rand(n, 1);
@@ -253,13 +258,15 @@ static void test_attention(int B, int T, int C, int NH)
     float *d_att = G->mem_alloc(natt * 4), *d_scratch = G->mem_alloc((size_t)T * T * 4);
     char what[32];
     snprintf(what, sizeof(what), "out hs%d", C / NH);
-    H->attention_forward(out, att, inp, B, T, C, NH);
-    G->attention_forward(d_out, d_att, d_inp, B, T, C, NH);
-    check("attention_forward", what, out, d_out, n, 1e-5);
-    H->attention_backward(dinp, scratch, dout, inp, att, B, T, C, NH);
-    G->attention_backward(d_dinp, d_scratch, d_dout, d_inp, d_att, B, T, C, NH);
+    (bf16 ? H->attention_bf16_forward : H->attention_forward)(out, att, inp, B, T, C, NH);
+    (bf16 ? G->attention_bf16_forward : G->attention_forward)(d_out, d_att, d_inp, B, T, C, NH);
+    check(fn, what, out, d_out, n, tol);
+    (bf16 ? H->attention_bf16_backward : H->attention_backward)(dinp, scratch, dout, inp, att, B,
+                                                                T, C, NH);
+    (bf16 ? G->attention_bf16_backward : G->attention_backward)(d_dinp, d_scratch, d_dout, d_inp,
+                                                                d_att, B, T, C, NH);
     snprintf(what, sizeof(what), "dinp hs%d", C / NH);
-    check("attention_backward", what, dinp, d_dinp, n3, 1e-5);
+    check(bn, what, dinp, d_dinp, n3, tol);
     check_status("attention");
     G->mem_free(d_inp); G->mem_free(d_out); G->mem_free(d_dout); G->mem_free(d_dinp);
     G->mem_free(d_att); G->mem_free(d_scratch);
@@ -270,8 +277,23 @@ static void test_attention(int B, int T, int C, int NH)
  * (B,Tq,3C) qkv, k|v from a packed (B,Tk,2C) buffer, out (B,Tq,C), lse and
  * delta (B,NH,Tq). A causal diagonal block first (init), then a full
  * block merged into it; the backward of both against the final lse. */
-static void test_attention_block(int B, int T, int C, int NH)
+/* bf16: the attention_block_bf16_* ops at the bf16 tolerance (delta is fp32
+ * in both precisions) */
+static void test_attention_block(int B, int T, int C, int NH, int bf16)
 {
+    const double tol = bf16 ? 1e-2 : 1e-5;
+    const char *fn = bf16 ? "attn_block_bf16_fwd" : "attention_block_fwd";
+    const char *bn = bf16 ? "attn_block_bf16_bwd" : "attention_block_bwd";
+    void (*hf)(float *, float *, const float *, const float *, const px_attn_block_t *, float *) =
+        bf16 ? H->attention_block_bf16_forward : H->attention_block_forward;
+    void (*gf)(float *, float *, const float *, const float *, const px_attn_block_t *, float *) =
+        bf16 ? G->attention_block_bf16_forward : G->attention_block_forward;
+    void (*hb)(float *, float *, const float *, const float *, const float *, const float *,
+               const float *, const px_attn_block_t *, float *) =
+        bf16 ? H->attention_block_bf16_backward : H->attention_block_backward;
+    void (*gb)(float *, float *, const float *, const float *, const float *, const float *,
+               const float *, const px_attn_block_t *, float *) =
+        bf16 ? G->attention_block_bf16_backward : G->attention_block_backward;
     const int hs = C / NH;
     size_t nq = (size_t)B * T * 3 * C, nkv = (size_t)B * T * 2 * C, no = (size_t)B * T * C;
     size_t nl = (size_t)B * NH * T, tt = (size_t)T * T;
@@ -287,18 +309,18 @@ static void test_attention_block(int B, int T, int C, int NH)
     float *d_delta = dev(delta, nl * 4), *d_dq = dev(dq, nq * 4), *d_dkv = dev(dkv, nkv * 4);
     float *d_scratch = G->mem_alloc(2 * tt * 4);
     char what[32];
-    H->attention_block_forward(out, lse, q, kv1, &g, scratch);
-    G->attention_block_forward(d_out, d_lse, d_q, d_kv1, &g, d_scratch);
+    hf(out, lse, q, kv1, &g, scratch);
+    gf(d_out, d_lse, d_q, d_kv1, &g, d_scratch);
     snprintf(what, sizeof(what), "out init hs%d", hs);
-    check("attention_block_fwd", what, out, d_out, no, 1e-5);
-    check("attention_block_fwd", "lse init", lse, d_lse, nl, 1e-5);
+    check(fn, what, out, d_out, no, tol);
+    check(fn, "lse init", lse, d_lse, nl, tol);
     g.causal = 0;
     g.init = 0;
-    H->attention_block_forward(out, lse, q, kv2, &g, scratch);
-    G->attention_block_forward(d_out, d_lse, d_q, d_kv2, &g, d_scratch);
+    hf(out, lse, q, kv2, &g, scratch);
+    gf(d_out, d_lse, d_q, d_kv2, &g, d_scratch);
     snprintf(what, sizeof(what), "out merge hs%d", hs);
-    check("attention_block_fwd", what, out, d_out, no, 1e-5);
-    check("attention_block_fwd", "lse merge", lse, d_lse, nl, 1e-5);
+    check(fn, what, out, d_out, no, tol);
+    check(fn, "lse merge", lse, d_lse, nl, tol);
     /* both sides continue from the CPU's forward, so the backward is
      * checked on its own */
     G->mem_copy_from_host(d_out, out, no * 4);
@@ -307,13 +329,13 @@ static void test_attention_block(int B, int T, int C, int NH)
     G->attention_block_delta(d_delta, d_out, d_dout, &g);
     check("attention_block_delta", "delta", delta, d_delta, nl, 1e-5);
     G->mem_copy_from_host(d_delta, delta, nl * 4);
-    H->attention_block_backward(dq, dkv, dout, q, kv2, lse, delta, &g, scratch);
-    G->attention_block_backward(d_dq, d_dkv, d_dout, d_q, d_kv2, d_lse, d_delta, &g, d_scratch);
+    hb(dq, dkv, dout, q, kv2, lse, delta, &g, scratch);
+    gb(d_dq, d_dkv, d_dout, d_q, d_kv2, d_lse, d_delta, &g, d_scratch);
     g.causal = 1;
-    H->attention_block_backward(dq, dkv, dout, q, kv1, lse, delta, &g, scratch);
-    G->attention_block_backward(d_dq, d_dkv, d_dout, d_q, d_kv1, d_lse, d_delta, &g, d_scratch);
-    check("attention_block_bwd", "dq", dq, d_dq, nq, 1e-5);
-    check("attention_block_bwd", "dkv", dkv, d_dkv, nkv, 1e-5);
+    hb(dq, dkv, dout, q, kv1, lse, delta, &g, scratch);
+    gb(d_dq, d_dkv, d_dout, d_q, d_kv1, d_lse, d_delta, &g, d_scratch);
+    check(bn, "dq", dq, d_dq, nq, tol);
+    check(bn, "dkv", dkv, d_dkv, nkv, tol);
     check_status("attention_block");
     G->mem_free(d_q); G->mem_free(d_kv1); G->mem_free(d_kv2); G->mem_free(d_out);
     G->mem_free(d_lse); G->mem_free(d_dout); G->mem_free(d_delta); G->mem_free(d_dq);
@@ -685,12 +707,14 @@ int main(int argc, char **argv)
     test_matmul(512, 768, 768 * 3);
     test_matmul_bf16(300, 96, 130);
     test_matmul_bf16(512, 768, 768 * 3);
-    test_attention(2, 100, 96, 3);   /* hs 32 */
-    test_attention(2, 130, 128, 2);  /* hs 64 */
-    test_attention(1, 70, 256, 2);   /* hs 128 */
-    test_attention(1, 1024, 768, 12); /* GPT-2 124M's shape, one sequence */
-    test_attention_block(2, 100, 96, 3);  /* partial warps, hs 32 */
-    test_attention_block(1, 256, 768, 12); /* GPT-2's heads, a 256-row block */
+    for (int bf16 = 0; bf16 < 2; bf16++) { /* fp32, then bf16 products (1e-2) */
+        test_attention(2, 100, 96, 3, bf16);   /* hs 32 */
+        test_attention(2, 130, 128, 2, bf16);  /* hs 64 */
+        test_attention(1, 70, 256, 2, bf16);   /* hs 128 */
+        test_attention(1, 1024, 768, 12, bf16); /* GPT-2 124M's shape, one sequence */
+        test_attention_block(2, 100, 96, 3, bf16);  /* partial warps, hs 32 */
+        test_attention_block(1, 256, 768, 12, bf16); /* GPT-2's heads, a 256-row block */
+    }
     test_moe(300, 8, 2, 96);
     test_moe(77, 4, 1, 33);
     test_elementwise(100003);

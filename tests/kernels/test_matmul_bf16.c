@@ -216,9 +216,10 @@ static void test_view(void)
     EXPECT(v && v != K && v->matmul_forward == K->matmul_bf16_forward &&
            v->matmul_backward == K->matmul_bf16_backward, "bf16 view: matmul_* are the bf16 ops");
     EXPECT(v && v->layernorm_forward == K->layernorm_forward &&
-           v->attention_forward == K->attention_forward && v->adamw_update == K->adamw_update &&
+           v->attention_block_delta == K->attention_block_delta &&
+           v->adamw_update == K->adamw_update &&
            v->mem_alloc == K->mem_alloc && !strcmp(v->name, K->name),
-           "bf16 view: every other entry is the base's");
+           "bf16 view: every other entry is the base's (attention: test_attention_bf16.c)");
     EXPECT(px_kernels_with_precision(K, 1) == v, "one view per base table");
     px_kernel_ops_t none = *K;
     none.matmul_bf16_forward = NULL;

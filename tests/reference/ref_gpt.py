@@ -38,9 +38,16 @@ projections, the tied LM head, MoE router and experts) is a BF16Linear: its
 inputs rounded with torch's .to(torch.bfloat16).float() - x and W in
 forward, dy and W for dx, dy and x for dW - multiplied in float64 and
 rounded once to float32 (exact bf16 products, as a bf16 tensor core; the
-engine's CPU op sums in double too), bias and its gradient fp32. Attention's
-two batched products, LayerNorm, GELU, softmax and the cross-entropy stay
-fp32, as ours. The tolerances are the fp32 ones where they hold and looser
+engine's CPU op sums in double too), bias and its gradient fp32. Attention
+is a BF16Attention: its batched products take bf16 operands as the
+engine's attention_bf16_* ops do (kernels/px_attention_bf16_cpu.c) - q, k;
+the unnormalised probabilities E = 2^(z - m) (z = S log2 e, m = the row's
+floor(max z)) and v, normalised by the fp32 sum of E; in backward E again
+(m from lse, the row's normaliser c = 2^m / exp(lse) outside the rounding)
+and dout, dout and v for dP, and E (dP - delta) scale for dq and dk, delta
+= rowsum(dout * out) - each product in float64 and rounded once to
+float32. LayerNorm, GELU, softmax and the cross-entropy stay fp32, as
+ours. The tolerances are the fp32 ones where they hold and looser
 where bf16 rounding amplifies last-bit differences (TOL_BF16 below).
 
 The mixture of experts (moe-* cases): the reference routes, drops and
@@ -88,10 +95,12 @@ CASES += [('moe-dropless-top2', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '2', '--d
            MOE + ['--top-k', '2', '--capacity-factor', '1.0', '--ep', '2', '--cp', '2']),
           ('moe-cap1.0-top2-tp2', 256, 32, 4, 4, 2, 1,
            MOE + ['--top-k', '2', '--capacity-factor', '1.0'])]
-# bf16 (issue 12): one rank, and tp 2 (its row-parallel GEMMs sum over
-# split columns, then all-reduce)
+# bf16 (issue 12): one rank, tp 2 (its row-parallel GEMMs sum over split
+# columns, then all-reduce) and cp 2 (ring attention's bf16 blocks against
+# the reference's unsplit bf16 attention)
 CASES += [('vocab256-bf16', 256, 32, 4, 5, 1, 1, None),
           ('vocab256-tp2-bf16', 256, 32, 4, 3, 2, 1, None),
+          ('vocab256-cp2-bf16', 256, 32, 4, 3, 1, 2, None),
           ('moe-dropless-top2-bf16', 256, 32, 4, 4, 1, 1, MOE + ['--top-k', '2', '--dropless'])]
 LR, WARMUP, MIN_LR_RATIO, WD, CLIP, SEED = 3e-3, 2, 0.1, 0.1, 1.0, 4242
 
@@ -103,13 +112,14 @@ TOL_FP32 = {'loss': TOL_LOSS, 'gnorm': TOL_GNORM, 'grad': TOL_GRAD, 'param': TOL
 # 2^-8 jumps wherever a value straddles a rounding boundary, and AdamW's
 # first steps move an element by ~lr whatever its gradient's size, so a
 # flipped tiny gradient moves its parameter by up to lr: measured worst
-# tensors 1e-5 (loss), 2e-4 (norm), 1e-2 (gradients), 4e-3 (parameters)
-# over these cases. The floor check says what those figures mean: at step
+# tensors 1e-5 (loss), 4e-5 (norm), 3e-3 (gradients), 1.3e-3 (parameters)
+# over these cases with bf16 attention on both sides (the tolerances below
+# are 3-5x those; with fp32 attention they were 1e-5, 2e-4, 1e-2, 4e-3). The floor check says what those figures mean: at step
 # 1 (the same parameters on both sides) our worst gradient tensor is no
 # further from the reference than the reference lands from itself when
 # one-ulp noise is put on every GEMM input before its rounding (bf16_floor),
 # times TOL_BF16_FLOOR.
-TOL_BF16 = {'loss': 1e-4, 'gnorm': 1e-3, 'grad': 2e-2, 'param': 1e-2}
+TOL_BF16 = {'loss': 5e-5, 'gnorm': 2e-4, 'grad': 1e-2, 'param': 5e-3}
 TOL_BF16_FLOOR = 3.0
 
 
@@ -150,6 +160,54 @@ class BF16Linear(torch.autograd.Function):
         dw = (d16.reshape(-1, d16.shape[-1]).T @ r16(x).double().reshape(-1, x.shape[-1]))
         db = dy.reshape(-1, dy.shape[-1]).sum(0) if ctx.has_b else None
         return dx, dw.float(), db
+
+
+class BF16Attention(torch.autograd.Function):
+    """Causal softmax(q k^T scale) v with bf16 product operands (see the file
+    comment); q, k, v (B, NH, T, hs) float32, returns (B, NH, T, hs)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        T, hs = q.shape[-2], q.shape[-1]
+        scale = float(np.float32(1.0) / np.sqrt(np.float32(hs)))
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        S = ((r16(q).double() @ r16(k).double().transpose(-2, -1)) * scale).float()
+        z = S * LOG2E
+        m = z.masked_fill(~mask, float('-inf')).amax(-1, keepdim=True).floor()
+        e = exp2_rel(z, m).masked_fill(~mask, 0.0)
+        ls = e.double().sum(-1, keepdim=True)
+        y = ((r16(e).double() @ r16(v).double()) / ls).float()
+        lse = (torch.log(ls) + m.double() * math.log(2.0)).float()
+        ctx.save_for_backward(q, k, v, z, y, lse)
+        ctx.scale = scale
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        q, k, v, z, y, lse = ctx.saved_tensors
+        T = q.shape[-2]
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        d16 = r16(dy).double()
+        dP = (d16 @ r16(v).double().transpose(-2, -1)).float()
+        delta = (dy * y).sum(-1, keepdim=True)
+        mb = (lse * LOG2E).floor()
+        c = torch.exp(mb.double() * math.log(2.0) - lse.double())
+        e = exp2_rel(z, mb).masked_fill(~mask, 0.0)
+        dv = r16(e).double().transpose(-2, -1) @ (c * d16)
+        ds = r16(e * (dP - delta) * ctx.scale).masked_fill(~mask, 0.0).double() * c
+        dq = ds @ r16(k).double()
+        dk = ds.transpose(-2, -1) @ r16(q).double()
+        return dq.float(), dk.float(), dv.float()
+
+
+LOG2E = float(np.float32(math.log2(math.e)))
+
+
+def exp2_rel(z, m):
+    """2^(z - m) as the engine computes it: exp2(z - floor z) * 2^(floor z -
+    m), an exact power-of-two scaling (float32)"""
+    n = z.floor()
+    return torch.exp2(z - n) * torch.exp2((n - m).clamp(min=-150.0))
 
 
 def bf16_floor(P, inputs, targets, vocab, moe):
@@ -235,9 +293,13 @@ def gpt_loss(P, inputs, targets, vocab, moe=None, with_aux=True):
         qkv = lin(h, P['qkvw'][l], P['qkvb'][l])
         q, k, v = qkv.split(C, dim=2)
         q, k, v = [t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v)]
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        att = att.masked_fill(~mask, float('-inf')).softmax(-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        if BF16:
+            y = BF16Attention.apply(q, k, v)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+            att = att.masked_fill(~mask, float('-inf')).softmax(-1)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
         x = x + lin(y, P['attprojw'][l], P['attprojb'][l])
         h = F.layer_norm(x, (C,), P['ln2w'][l], P['ln2b'][l], 1e-5)
         if moe and l in moe['layers']:
