@@ -864,12 +864,11 @@ px_status_t px_zero_sync_params(px_zero_t *z)
 
 px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_adamw_t *hp)
 {
-    if (clip > 0.0f) {
-        float coef = clip / (norm + 1e-6f); /* as clip_grad_norm_ */
-        if (coef < 1.0f)
-            for (int u = 0; u < z->nunits; u++)
-                z->k->scale(grad_slice(z, u), coef, sl(z, u));
-    }
+    /* the clip coefficient rides in AdamW's one pass over the gradient
+     * (px_kernels.h adamw_update): no pass of its own over the slices */
+    float coef = clip > 0.0f ? clip / (norm + 1e-6f) : 1.0f; /* as clip_grad_norm_ */
+    if (!(coef < 1.0f))
+        coef = 1.0f;
     for (int u = 0; u < z->nunits; u++) {
         px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
         int nt = px_gpt_unit_tensors(&z->gc, u, t);
@@ -883,7 +882,7 @@ px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_a
                 continue;
             uint64_t o = lo - b;
             z->k->adamw_update(P + o, G + o, M + o, V + o, hi - lo, hp->lr, hp->beta1, hp->beta2,
-                               hp->eps, t[j].decay ? hp->weight_decay : 0.0f, hp->t);
+                               hp->eps, t[j].decay ? hp->weight_decay : 0.0f, hp->t, coef);
         }
     }
     return px_zero_sync_params(z);

@@ -144,9 +144,11 @@ px_status_t px_zero_end_micro(px_zero_t *z);
  * rank's mean loss over its micro-batches) and the global gradient L2 norm
  * before clipping. Same values on every rank. */
 px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float *norm_p);
-/* Scales gradients by clip/(norm+1e-6) when that is < 1 (clip > 0), as
- * torch.nn.utils.clip_grad_norm_; AdamW on this rank's slice (decay on
- * matrices only); stages 1/2 all-gather the parameters. */
+/* AdamW on this rank's slice (decay on matrices only) with the gradients
+ * scaled by clip/(norm+1e-6) when that is < 1 (clip > 0), as
+ * torch.nn.utils.clip_grad_norm_; the scale is applied inside the update's
+ * pass (px_kernels.h adamw_update), so the gradient buffers keep their
+ * unclipped values; stages 1/2 all-gather the parameters. */
 px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_adamw_t *hp);
 
 /* Full parameters in canonical layout into HOST memory dst[num_params]
