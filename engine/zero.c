@@ -410,8 +410,13 @@ uint64_t px_zero_bucket_bytes(double bucket_mb, uint64_t grad_bytes)
 {
     if (bucket_mb > 0.0)
         return (uint64_t)(bucket_mb * 1024.0 * 1024.0);
-    uint64_t b = grad_bytes / 4, lo = 256u << 10, hi = 25u << 20;
-    return b < lo ? lo : b > hi ? hi : b;
+    /* DDP's cap, the gradients cut into the fewest buckets of at most it,
+     * all of one size: ceil(grad / cap) buckets of grad / that (whole units
+     * round each up; the last holds the rest) */
+    const uint64_t cap = 25u << 20;
+    uint64_t n = grad_bytes / cap + (grad_bytes % cap != 0);
+    uint64_t b = n > 1 ? grad_bytes / n : grad_bytes;
+    return b > 0 ? b : 1;
 }
 
 px_status_t px_zero_set_buckets(px_zero_t *z, double bucket_mb)
