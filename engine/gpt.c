@@ -1380,7 +1380,8 @@ void px_gpt_update(px_gpt_t *gpt, float lr, float beta1, float beta2, float eps,
         for (int j = 0; j < n; j++) {
             size_t o = gpt->unit_off[u] + ut[j].unit_offset;
             gpt->ops->adamw_update(gpt->params + o, gpt->grads + o, gpt->m + o, gpt->v + o,
-                                   ut[j].size, lr, beta1, beta2, eps, ut[j].decay ? wd : 0.0f, t);
+                                   ut[j].size, lr, beta1, beta2, eps, ut[j].decay ? wd : 0.0f, t,
+                                   1.0f);
         }
     }
 }

@@ -848,13 +848,12 @@ void px_moe_update(px_moe_t *moe, float clip, float norm, float lr, float beta1,
                    float eps, float weight_decay, int t)
 {
     const px_kernel_ops_t *k = moe->k;
-    if (clip > 0.0f) {
-        float coef = clip / (norm + 1e-6f); /* as zero.h (clip_grad_norm_) */
-        if (coef < 1.0f)
-            k->scale(moe->grads, coef, moe->n);
-    }
+    /* as zero.h (clip_grad_norm_), folded into the update (px_kernels.h) */
+    float coef = clip > 0.0f ? clip / (norm + 1e-6f) : 1.0f;
+    if (!(coef < 1.0f))
+        coef = 1.0f;
     k->adamw_update(moe->params, moe->grads, moe->m, moe->v, moe->nrouter, lr, beta1, beta2, eps,
-                    weight_decay, t);
+                    weight_decay, t, coef);
     size_t C = (size_t)moe->cfg.dim;
     for (int mi = 0; mi < moe->nm; mi++)
         for (int le = 0; le < moe->El; le++) {
@@ -865,7 +864,7 @@ void px_moe_update(px_moe_t *moe, float clip, float norm, float lr, float beta1,
             for (int i = 0; i < 4; i++)
                 k->adamw_update(moe->params + o + off[i], moe->grads + o + off[i],
                                 moe->m + o + off[i], moe->v + o + off[i], len[i], lr, beta1,
-                                beta2, eps, i % 2 == 0 ? weight_decay : 0.0f, t);
+                                beta2, eps, i % 2 == 0 ? weight_decay : 0.0f, t, coef);
         }
 }
 

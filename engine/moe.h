@@ -179,7 +179,8 @@ void px_moe_begin_step(px_moe_t *moe);
  * over the ep group) into *sumsq_p, the same on every rank. */
 px_status_t px_moe_reduce(px_moe_t *moe, double *sumsq_p);
 /* Clip (scale clip/(norm+1e-6) when < 1, clip > 0: as zero.h, with the
- * global norm) and AdamW (decay on router and expert matrices). */
+ * global norm, folded into AdamW's pass; the gradients stay unscaled) and
+ * AdamW (decay on router and expert matrices). */
 void px_moe_update(px_moe_t *moe, float clip, float norm, float lr, float beta1, float beta2,
                    float eps, float weight_decay, int t);
 

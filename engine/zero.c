@@ -469,8 +469,13 @@ uint64_t px_zero_bucket_bytes(double bucket_mb, uint64_t grad_bytes)
 {
     if (bucket_mb > 0.0)
         return (uint64_t)(bucket_mb * 1024.0 * 1024.0);
-    uint64_t b = grad_bytes / 4, lo = 256u << 10, hi = 25u << 20;
-    return b < lo ? lo : b > hi ? hi : b;
+    /* DDP's cap, the gradients cut into the fewest buckets of at most it,
+     * all of one size: ceil(grad / cap) buckets of grad / that (whole units
+     * round each up; the last holds the rest) */
+    const uint64_t cap = 25u << 20;
+    uint64_t n = grad_bytes / cap + (grad_bytes % cap != 0);
+    uint64_t b = n > 1 ? grad_bytes / n : grad_bytes;
+    return b > 0 ? b : 1;
 }
 
 px_status_t px_zero_set_buckets(px_zero_t *z, double bucket_mb)
@@ -1028,12 +1033,11 @@ px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_a
 {
     int upto = update_prefetch_upto(z, hp);
     kept_free(z);
-    if (clip > 0.0f) {
-        float coef = clip / (norm + 1e-6f); /* as clip_grad_norm_ */
-        if (coef < 1.0f)
-            for (int u = 0; u < z->nunits; u++)
-                z->k->scale(grad_slice(z, u), coef, sl(z, u));
-    }
+    /* the clip coefficient rides in AdamW's one pass over the gradient
+     * (px_kernels.h adamw_update): no pass of its own over the slices */
+    float coef = clip > 0.0f ? clip / (norm + 1e-6f) : 1.0f; /* as clip_grad_norm_ */
+    if (!(coef < 1.0f))
+        coef = 1.0f;
     for (int u = 0; u < z->nunits; u++) {
         if (upto >= 0 && u > upto) /* the gathers below move under this unit's update */
             px_progress(z->comm);
@@ -1049,7 +1053,7 @@ px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_a
                 continue;
             uint64_t o = lo - b;
             z->k->adamw_update(P + o, G + o, M + o, V + o, hi - lo, hp->lr, hp->beta1, hp->beta2,
-                               hp->eps, t[j].decay ? hp->weight_decay : 0.0f, hp->t);
+                               hp->eps, t[j].decay ? hp->weight_decay : 0.0f, hp->t, coef);
         }
         /* the next forward's first units, updated: their gathers start
          * (every rank the same ones, in the same order); the forward's

@@ -98,8 +98,15 @@ int px_zero_nbuckets(const px_zero_t *z);
 /* Bucket all-reduces started during backward (from the grads_release
  * hook, not by px_zero_reduce), summed over all steps so far. */
 long px_zero_buckets_early(const px_zero_t *z);
-/* Bucket bytes for `bucket_mb` MiB (> 0), or by default (0) a quarter of
- * the model's gradient bytes, at least 256 KiB and at most DDP's 25 MiB. */
+/* Bucket bytes for `bucket_mb` MiB (> 0), or by default (0) PyTorch DDP's
+ * bucket_cap_mb (25 MiB) spread evenly: grad_bytes / ceil(grad_bytes /
+ * 25 MiB), so a model of up to 25 MiB of gradients gets one bucket and a
+ * larger one the fewest buckets DDP's cap allows, none of them a small
+ * remainder. Why not smaller: on CPU ranks the all-reduce's copies run on
+ * the cores backward computes on (overlap hides little), while each bucket
+ * adds a collective and its blocking wake-ups; issue 13's bench_ddp.py
+ * measured one bucket ahead of a quarter of the gradients (3 buckets) on
+ * both of its models. */
 uint64_t px_zero_bucket_bytes(double bucket_mb, uint64_t grad_bytes);
 
 /* The model-parallel group (layout.h PX_GROUP_MP: the ranks that together
@@ -149,9 +156,11 @@ px_status_t px_zero_end_micro(px_zero_t *z);
  * rank's mean loss over its micro-batches) and the global gradient L2 norm
  * before clipping. Same values on every rank. */
 px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float *norm_p);
-/* Scales gradients by clip/(norm+1e-6) when that is < 1 (clip > 0), as
- * torch.nn.utils.clip_grad_norm_; AdamW on this rank's slice (decay on
- * matrices only); stages 1/2 all-gather the parameters. */
+/* AdamW on this rank's slice (decay on matrices only) with the gradients
+ * scaled by clip/(norm+1e-6) when that is < 1 (clip > 0), as
+ * torch.nn.utils.clip_grad_norm_; the scale is applied inside the update's
+ * pass (px_kernels.h adamw_update), so the gradient buffers keep their
+ * unclipped values; stages 1/2 all-gather the parameters. */
 px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_adamw_t *hp);
 
 /* Full parameters in canonical layout into HOST memory dst[num_params]

@@ -185,14 +185,19 @@ typedef struct px_kernel_ops {
     void (*crossentropy_backward)(float *dlogits, const float *probs, const int32_t *targets,
                                   float dloss, int N, int V, int Vp);
 
-    /* One AdamW step on n elements, as torch.optim.AdamW (decoupled decay):
+    /* One AdamW step on n elements, as torch.optim.AdamW (decoupled decay),
+     * with g = grads * grad_scale (the float product, rounded once):
      *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      *   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
-     * t is the 1-based step count. Loshchilov & Hutter, "Decoupled Weight
-     * Decay Regularization" (2019). */
+     * t is the 1-based step count. grad_scale is the gradient clipping
+     * coefficient (clip_grad_norm_'s max_norm / (norm + 1e-6) where it is
+     * below 1, else 1) folded into the update's one pass over the gradient:
+     * the same bits as scaling grads first (scale) and updating with 1,
+     * and g == grads exactly for 1. grads is only read (left unscaled).
+     * Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (2019). */
     void (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n,
                          float lr, float beta1, float beta2, float eps, float weight_decay,
-                         int t);
+                         int t, float grad_scale);
 
     /* Sum of squares of x (n elements), accumulated in double. */
     double (*sumsq)(const float *x, size_t n);

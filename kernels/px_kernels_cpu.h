@@ -59,7 +59,7 @@ void px__cpu_crossentropy_backward(float *dlogits, const float *probs, const int
                                    float dloss, int N, int V, int Vp);
 void px__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
                           float lr, float beta1, float beta2, float eps, float weight_decay,
-                          int t);
+                          int t, float grad_scale);
 double px__cpu_sumsq(const float *x, size_t n);
 void px__cpu_scale(float *x, float s, size_t n);
 /* px_tp_cpu.c */

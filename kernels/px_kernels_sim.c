@@ -154,8 +154,8 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
     V(crossentropy_backward, (float *dl, const float *p, const int32_t *t, float d, int N,      \
                               int V, int Vp), (dl, p, t, d, N, V, Vp))                          \
     V(adamw_update, (float *p, const float *g, float *m, float *v, size_t n, float lr,          \
-                     float b1, float b2, float eps, float wd, int t),                           \
-      (p, g, m, v, n, lr, b1, b2, eps, wd, t))                                                  \
+                     float b1, float b2, float eps, float wd, int t, float gs),                 \
+      (p, g, m, v, n, lr, b1, b2, eps, wd, t, gs))                                              \
     R(double, sumsq, (const float *x, size_t n), (x, n))                                        \
     V(scale, (float *x, float s, size_t n), (x, s, n))                                          \
     V(encoder_vp_forward, (float *o, const int32_t *i, const float *w, const float *p, int B,   \

@@ -180,14 +180,14 @@ __attribute__((target_clones("avx2", "default")))
 #endif
 void px__cpu_adamw_update(float *restrict params, const float *restrict grads,
                           float *restrict m, float *restrict v, size_t n, float lr, float beta1,
-                          float beta2, float eps, float weight_decay, int t)
+                          float beta2, float eps, float weight_decay, int t, float grad_scale)
 {
     float bc1 = 1.0f - powf(beta1, (float)t);
     float bc2_sqrt = sqrtf(1.0f - powf(beta2, (float)t));
     float step_size = lr / bc1;
     float decay = 1.0f - lr * weight_decay;
     for (size_t i = 0; i < n; i++) {
-        float g = grads[i];
+        float g = grads[i] * grad_scale; /* exact for 1; as scale() then 1 otherwise */
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         float denom = sqrtf(vi) / bc2_sqrt + eps;

@@ -437,11 +437,13 @@ static void cuda_residual_backward(float *dinp1, float *dinp2, const float *dout
 
 __global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n,
                              float beta1, float beta2, float eps, float step_size, float decay,
-                             float bc2_sqrt)
+                             float bc2_sqrt, float grad_scale)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float g = grads[i];
+        /* __fmul_rn: never contracted into the FMAs below, so g is the
+         * product rounded once, as cuda_scale's and the CPU op's */
+        float g = __fmul_rn(grads[i], grad_scale);
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         float denom = sqrtf(vi) / bc2_sqrt + eps;
@@ -451,16 +453,18 @@ __global__ void adamw_kernel(float *params, const float *grads, float *m, float 
     }
 }
 
-/* torch.optim.AdamW (Loshchilov & Hutter 2019), the CPU op's formula; the
- * bias corrections are computed on the host as there */
+/* torch.optim.AdamW (Loshchilov & Hutter 2019), the CPU op's formula with
+ * the clip coefficient grad_scale folded in (px_kernels.h); the bias
+ * corrections are computed on the host as there */
 static void cuda_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
                               float lr, float beta1, float beta2, float eps, float weight_decay,
-                              int t)
+                              int t, float grad_scale)
 {
     float bc1 = 1.0f - powf(beta1, (float)t);
     float bc2_sqrt = sqrtf(1.0f - powf(beta2, (float)t));
     adamw_kernel<<<blocks_for(n, 256), 256, 0, px__cuda.stream>>>(
-        params, grads, m, v, n, beta1, beta2, eps, lr / bc1, 1.0f - lr * weight_decay, bc2_sqrt);
+        params, grads, m, v, n, beta1, beta2, eps, lr / bc1, 1.0f - lr * weight_decay, bc2_sqrt,
+        grad_scale);
     PX_CUDA_LAUNCHED();
 }
 

@@ -5,8 +5,9 @@ the machine's limit, in the same run (benchmark, not a test; issue 13).
 
 Per model, REPS rounds (default 3), each running in turn:
   ours       parallax-rank dp=2 (standalone bootstrap), default buckets
-  ours-1b    the same with --bucket-mb 4096: one bucket of every layer, started
-             only when backward reaches the embedding (no overlap to speak of)
+  ours-MB    the same with --bucket-mb MB, for each MB of --bucket-mb (default
+             4096: one bucket of every layer, started only when backward
+             reaches the embedding, no overlap to speak of)
   ddp        torch_ddp_bench.py --world 2 --threads 1 (DDP, bucket_cap_mb 25)
   limit      two independent single-rank parallax-rank runs of half the
              global batch each, started together: the sum of their tokens/s
@@ -24,8 +25,13 @@ Models (global batch B): quick = the quickstart's (4 layers, 4 heads, dim
 128, seq 128, B 16); big = 6 layers, 6 heads, dim 384, seq 256, B 8.
 
 --world N runs dp=N (and N single ranks of B/N for the limit) instead of 2.
+--bucket-mb A,B,.. runs ours once per value (MiB per bucket, as the rank's
+flag) beside the default, in the same round; the log of each names its bucket
+count (column 'n'). --ours-only skips the peer and the limit (a quicker
+comparison of bucket sizes alone; the ratio columns then read 0).
 
 usage: bench_ddp.py [BUILD_DIR] [--models quick,big] [--reps N] [--steps N] [--world N]
+                    [--bucket-mb MB[,MB...]] [--ours-only]
 Env: TORCH_DDP_BENCH (peer script), PYTHON (the peer's python, /usr/bin/python3)."""
 import json
 import os
@@ -115,7 +121,8 @@ def ddp(python, peer, m, steps, core, world):
 def main():
     argv = sys.argv[1:]
     build = argv.pop(0) if argv and not argv[0].startswith('--') else 'build'
-    models, reps, steps, world = ['quick', 'big'], 3, 10, 2
+    models, reps, steps, world, variants = ['quick', 'big'], 3, 10, 2, ['4096']
+    peers = True
     while argv:
         k = argv.pop(0)
         if k == '--models':
@@ -126,6 +133,10 @@ def main():
             steps = int(argv.pop(0))
         elif k == '--world':
             world = int(argv.pop(0))
+        elif k == '--bucket-mb':
+            variants = [v for v in argv.pop(0).split(',') if v]
+        elif k == '--ours-only':
+            peers = False
         else:
             print(__doc__)
             return 2
@@ -141,31 +152,38 @@ def main():
     subprocess.run([sys.executable, os.path.join(HERE, '..', 'engine', 'make_tokens.py'), data]
                    + lic, check=True, stdout=subprocess.DEVNULL)
     print('dp=%d; load average at start: %s' % (world, open('/proc/loadavg').read().split()[:3]))
-    print('%-6s %-5s %10s %10s %10s %10s %9s %9s %9s %14s' % (
-        'model', 'round', 'ours', 'ours-1b', 'ddp', 'limit', 'ours/ddp', 'ours/lim',
-        'buckets', 'wait ms/1b'))
+    cols = ['ours'] + ['ours-' + v for v in variants]
+    print('%-6s %-5s' % ('model', 'round') + ''.join(' %14s' % c for c in cols) +
+          ' %8s %8s %9s %9s' % ('ddp', 'limit', 'ours/ddp', 'ours/lim'))
+    print('%-12s' % '' + ''.join(' %14s' % 'tok/s n wait' for _ in cols))
     for name in models:
         m = MODELS[name]
-        best = {'ours': 0.0, 'ours-1b': 0.0, 'ddp': 0.0, 'limit': 0.0}
+        runs = dict((k, []) for k in cols + ['ddp', 'limit'])
         for rnd in range(reps):
-            got, wait = {}, {}
-            got['ours'], wait['ours'] = ours(rank_bin, m, steps, data, work, [], world)
-            log = open(os.path.join(work, 'dp_0.log')).read()
-            core = (re.search(r'BLAS core (\w+)', log) or [None, None])[1]
-            bk = re.search(r'dp gradient buckets: (\d+)', log)
-            got['ours-1b'], wait['ours-1b'] = ours(rank_bin, m, steps, data, work,
-                                                   ['--bucket-mb', '4096'], world)
-            got['ddp'] = ddp(python, peer, m, steps, core, world)
-            got['limit'] = limit(rank_bin, m, steps, data, work, world)
-            for k in best:
-                best[k] = max(best[k], got[k])
-            print('%-6s %-5d %10.0f %10.0f %10.0f %10.0f %9.2f %9.2f %9s %6.1f/%6.1f' % (
-                name, rnd + 1, got['ours'], got['ours-1b'], got['ddp'], got['limit'],
-                got['ours'] / got['ddp'], got['ours'] / got['limit'],
-                bk.group(1) if bk else '-', wait['ours'], wait['ours-1b']), flush=True)
-        print('%-6s %-5s %10.0f %10.0f %10.0f %10.0f %9.2f %9.2f' % (
-            name, 'best', best['ours'], best['ours-1b'], best['ddp'], best['limit'],
-            best['ours'] / best['ddp'], best['ours'] / best['limit']), flush=True)
+            got, wait, nb = {}, {}, {}
+            for c in cols:
+                extra = [] if c == 'ours' else ['--bucket-mb', c[len('ours-'):]]
+                got[c], wait[c] = ours(rank_bin, m, steps, data, work, extra, world)
+                log = open(os.path.join(work, 'dp_0.log')).read()
+                bk = re.search(r'dp gradient buckets: (\d+)', log)
+                nb[c] = bk.group(1) if bk else '-'
+                if c == 'ours':
+                    core = (re.search(r'BLAS core (\w+)', log) or [None, None])[1]
+            got['ddp'] = ddp(python, peer, m, steps, core, world) if peers else float('inf')
+            got['limit'] = limit(rank_bin, m, steps, data, work, world) if peers else float('inf')
+            for k in runs:
+                runs[k].append(got[k])
+            print('%-6s %-5d' % (name, rnd + 1) +
+                  ''.join(' %6.0f %2s %4.0f' % (got[c], nb[c], wait[c]) for c in cols) +
+                  ' %8.0f %8.0f %9.2f %9.2f' % (got['ddp'], got['limit'], got['ours'] / got['ddp'],
+                                                 got['ours'] / got['limit']) +
+                  '  load %s' % open('/proc/loadavg').read().split()[0], flush=True)
+        for tag, f in (('best', max), ('median', statistics.median)):
+            v = dict((k, f(runs[k])) for k in runs)
+            print('%-6s %-6s' % (name, tag) + ''.join(' %14.0f' % v[c] for c in cols) +
+                  ' %8.0f %8.0f %9.2f %9.2f' % (v['ddp'], v['limit'], v['ours'] / v['ddp'],
+                                                 v['ours'] / v['limit']) +
+                  ''.join('  %s/ddp %.2f' % (c, v[c] / v['ddp']) for c in cols[1:]), flush=True)
     print('load average at end: %s' % open('/proc/loadavg').read().split()[:3])
     return 0
 

@@ -19,6 +19,7 @@
 #include "plan.h"
 #include "px_kernels.h"
 #include "px_train.h"
+#include "zero.h"
 
 static int failures;
 #define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
@@ -466,11 +467,32 @@ static void test_plan(void)
     px_gpt_destroy(g);
 }
 
+/* The default data-parallel bucket (zero.h px_zero_bucket_bytes): DDP's
+ * 25 MiB cap spread evenly over the fewest buckets; an explicit size as
+ * given. */
+static void test_buckets(void)
+{
+    const uint64_t MiB = 1u << 20;
+    EXPECT(px_zero_bucket_bytes(2.0, 100 * MiB) == 2 * MiB, "explicit 2 MiB");
+    EXPECT(px_zero_bucket_bytes(0.01, 100 * MiB) == (uint64_t)(0.01 * MiB), "explicit 0.01 MiB");
+    /* up to the cap: one bucket of everything */
+    EXPECT(px_zero_bucket_bytes(0, 3 * MiB) == 3 * MiB, "3 MiB model: one bucket");
+    EXPECT(px_zero_bucket_bytes(0, 25 * MiB) == 25 * MiB, "25 MiB model: one bucket");
+    EXPECT(px_zero_bucket_bytes(0, 100) == 100, "tiny model: one bucket");
+    EXPECT(px_zero_bucket_bytes(0, 0) == 1, "empty: 1 byte, never 0");
+    /* above it: ceil(g / 25 MiB) equal buckets, no small remainder
+     * (the big bench model: 10844160 floats, 2 buckets) */
+    EXPECT(px_zero_bucket_bytes(0, 25 * MiB + 1) == (25 * MiB + 1) / 2, "just over: 2 halves");
+    EXPECT(px_zero_bucket_bytes(0, 10844160ull * 4) == 10844160ull * 2, "big model: 2 halves");
+    EXPECT(px_zero_bucket_bytes(0, 60 * MiB) == 20 * MiB, "60 MiB: 3 of 20 MiB");
+    EXPECT(px_zero_bucket_bytes(0, 1000 * MiB) == 25 * MiB, "1000 MiB: 40 of 25 MiB");
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
         {"data", test_data}, {"gpt", test_gpt}, {"schedule", test_schedule},
-        {"config", test_config}, {"plan", test_plan}};
+        {"config", test_config}, {"plan", test_plan}, {"buckets", test_buckets}};
     const char *which = argc > 1 ? argv[1] : "all";
     const char *t = getenv("TMPDIR");
     int ran = 0;

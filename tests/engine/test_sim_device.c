@@ -177,8 +177,8 @@ int main(void)
     CHECK(k->sumsq(dlo, (size_t)N * C) == cpu->sumsq(lo, (size_t)N * C), "sumsq differs");
     float *m = calloc((size_t)N * C, sizeof(float)), *v = calloc((size_t)N * C, sizeof(float));
     float *dm = k->mem_alloc(sizeof(float) * N * C), *dv = k->mem_alloc(sizeof(float) * N * C);
-    k->adamw_update(dlo, dx, dm, dv, (size_t)N * C, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
-    cpu->adamw_update(lo, x, m, v, (size_t)N * C, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    k->adamw_update(dlo, dx, dm, dv, (size_t)N * C, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 0.5f);
+    cpu->adamw_update(lo, x, m, v, (size_t)N * C, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 0.5f);
     CHECK(same(k, dlo, lo, (size_t)N * C) && same(k, dv, v, (size_t)N * C),
           "adamw_update differs from cpu");
 

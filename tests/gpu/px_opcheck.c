@@ -451,14 +451,16 @@ static void test_elementwise(size_t n)
     float *d_fg = dev(&fg, 4);
     check("sumsq", "sum", &fc, d_fg, 1, 1e-5);
     G->mem_free(d_fg);
-    /* AdamW: params, m, v over three steps */
+    /* AdamW: params, m, v over three steps, the third with a clip
+     * coefficient folded in (grad_scale) */
     float *p = host_rand(n, 1), *m = host_rand(n, 0.1f), *v = host_rand(n, 0.1f);
     for (size_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
     float *d_p = dev(p, n * 4), *d_m = dev(m, n * 4), *d_v = dev(v, n * 4);
     for (int t = 1; t <= 3; t++) {
-        H->adamw_update(p, b, m, v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-        G->adamw_update(d_p, d_b, d_m, d_v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        float gs = t == 3 ? 0.37f : 1.0f;
+        H->adamw_update(p, b, m, v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t, gs);
+        G->adamw_update(d_p, d_b, d_m, d_v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t, gs);
     }
     check("adamw_update", "params", p, d_p, n, 1e-5);
     check("adamw_update", "m", m, d_m, n, 1e-5);

@@ -569,19 +569,53 @@ static void test_adamw(void)
      * v = 0.999*0.00025 + 0.001*0.25 = 0.00049975 -> vhat = 0.00049975/0.001999 = 0.25
      * p'' = 0.899000002*0.999 - 0.1*0.5/(0.5 + 1e-8) = 0.798101002 - 0.0999999980 */
     float p[2] = {1.0f, -2.0f}, g[2] = {0.5f, -3.0f}, m[2] = {0, 0}, v[2] = {0, 0};
-    K->adamw_update(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+    K->adamw_update(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1.0f);
     printf("  adamw step 1: %.9f %.9f\n", p[0], p[1]);
     EXPECT(fabs(p[0] - 0.899000002) < 2e-7, "adamw p0 = %.9f", p[0]);
     EXPECT(fabs(p[1] - -1.898000000) < 2e-7, "adamw p1 = %.9f", p[1]);
     EXPECT(fabsf(m[0] - 0.05f) < 1e-6f * 0.05f && fabsf(v[0] - 0.00025f) < 1e-4f * 0.00025f, "adamw moments");
-    K->adamw_update(p, g, m, v, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 2);
+    K->adamw_update(p, g, m, v, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 2, 1.0f);
     printf("  adamw step 2: %.9f\n", p[0]);
     EXPECT(fabs(p[0] - (0.899000002 * 0.999 - 0.1 * 0.5 / (0.5 + 1e-8))) < 5e-7,
            "adamw step 2 p0 = %.9f", p[0]);
     /* zero weight decay, zero gradient: parameter unchanged */
     float q = 3.0f, gz = 0.0f, mq = 0, vq = 0;
-    K->adamw_update(&q, &gz, &mq, &vq, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    K->adamw_update(&q, &gz, &mq, &vq, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1.0f);
     EXPECT(q == 3.0f, "zero grad, zero decay leaves the parameter");
+}
+
+/* The clip coefficient folded into AdamW (grad_scale) gives the bits of
+ * the two passes it replaces: scale(grads, s) then the update with 1; the
+ * gradient buffer is left as it was. Lengths around the 8-lane vector body
+ * (tails of 0..7), three steps, s < 1 and s = 1. */
+static void test_adamw_grad_scale(void)
+{
+    const size_t lens[] = {1, 7, 8, 13, 64, 1003};
+    const float scales[] = {0.3712f, 1.0f, 1e-3f};
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+        for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++) {
+            size_t n = lens[li];
+            float s = scales[si];
+            float *g = rand_buf(n, 3), *g0 = malloc(n * sizeof(float));
+            float *gs = malloc(n * sizeof(float));
+            float *pa = rand_buf(n, 1), *pb = malloc(n * sizeof(float));
+            float *ma = zeros(n), *mb = zeros(n), *va = zeros(n), *vb = zeros(n);
+            memcpy(g0, g, n * sizeof(float));
+            memcpy(pb, pa, n * sizeof(float));
+            for (int t = 1; t <= 3; t++) {
+                K->adamw_update(pa, g, ma, va, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, s);
+                memcpy(gs, g, n * sizeof(float));
+                K->scale(gs, s, n);
+                K->adamw_update(pb, gs, mb, vb, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f);
+            }
+            EXPECT(memcmp(pa, pb, n * sizeof(float)) == 0 &&
+                       memcmp(ma, mb, n * sizeof(float)) == 0 &&
+                       memcmp(va, vb, n * sizeof(float)) == 0,
+                   "adamw grad_scale %g, n %zu: not the bits of scale() then the update", s, n);
+            EXPECT(memcmp(g, g0, n * sizeof(float)) == 0,
+                   "adamw grad_scale %g, n %zu: the gradient buffer was changed", s, n);
+            free(g), free(g0), free(gs), free(pa), free(pb), free(ma), free(mb), free(va), free(vb);
+        }
 }
 
 /* The tolerance is double-checked: the same comparison must REJECT a
@@ -660,7 +694,8 @@ int main(int argc, char **argv)
         {"encoder", test_encoder}, {"layernorm", test_layernorm}, {"matmul", test_matmul},
         {"attention", test_attention}, {"attention_block", test_attention_block},
         {"gelu", test_gelu}, {"residual", test_residual},
-        {"crossentropy", test_crossentropy}, {"adamw", test_adamw}, {"norm", test_norm},
+        {"crossentropy", test_crossentropy}, {"adamw", test_adamw},
+        {"adamw_grad_scale", test_adamw_grad_scale}, {"norm", test_norm},
         {"fd_sensitivity", test_fd_sensitivity}, {"memory", test_memory},
     };
     const char *which = argc > 1 ? argv[1] : "all";
