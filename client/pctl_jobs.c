@@ -704,7 +704,7 @@ static void print_job(const Parallax__V1__Job *j)
             printf("devices      %s\n", pctl_esc(s->devices));
         /* issue 12: an empty field is the default, fp32 */
         printf("precision    %s\n", s->precision && *s->precision
-               ? (!strcmp(s->precision, "bf16") ? "bf16 (bf16 GEMMs, fp32 elsewhere)"
+               ? (!strcmp(s->precision, "bf16") ? "bf16 (bf16 GEMM and attention operands, fp32 elsewhere)"
                                                 : pctl_esc(s->precision))
                : "fp32");
     }

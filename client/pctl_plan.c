@@ -596,7 +596,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                    "(%s)\n",
                    (unsigned long long)dp, (unsigned long long)tp, prec.param_bytes,
                    prec.grad_bytes, prec.optim_bytes,
-                   bf16   ? "--precision bf16: fp32 master weights, grads and AdamW; bf16 GEMMs"
+                   bf16   ? "--precision bf16: fp32 master weights, grads and AdamW; bf16 GEMM and attention operands"
                    : fp32 ? "fp32 AdamW"
                           : "mixed precision, as the ZeRO paper counts");
             if (bf16_scratch) {

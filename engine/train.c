@@ -551,7 +551,8 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
     px_plan_precision_t prec;
     px_plan_precision_fp32(&prec);
     /* the model computes with `mops`: the device's table, or its view whose
-     * linear layers are bf16 GEMMs (px_kernels_bf16.h: "bf16 GEMMs, fp32
+     * linear layers and attention products take bf16 operands
+     * (px_kernels_bf16.h: "bf16 GEMM and attention operands, fp32
      * elsewhere"); weights, gradients, optimizer state and collectives stay
      * fp32 (zero, the loader and every "is it the CPU" question use ops) */
     const px_kernel_ops_t *mops =
@@ -641,7 +642,7 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
                 n, (unsigned long long)plan->params, cfg->zero, dp, layout.tp, cp, A, pp,
                 px_pipe_schedule_name(cfg->schedule), M, V, Bm, Tl,
                 px_job_config_precision_name(cfg->precision),
-                cfg->precision == PX_PRECISION_BF16 ? " (bf16 GEMMs, fp32 elsewhere)" : "",
+                cfg->precision == PX_PRECISION_BF16 ? " (bf16 GEMM and attention operands, fp32 elsewhere)" : "",
                 ops->name, plan->bytes[PX_MEM_PARAMS] / 1e6,
                 plan->bytes[PX_MEM_GRADS] / 1e6, plan->bytes[PX_MEM_OPTIM] / 1e6,
                 act_bytes / 1e6);

@@ -80,7 +80,7 @@ typedef struct px_job_config {
 } px_job_config_t;
 
 /* Compute precision: fp32 everywhere (the default and the equivalence
- * oracle), or bf16: "bf16 GEMMs, fp32 elsewhere" (kernels/px_kernels_bf16.h)
+ * oracle), or bf16: "bf16 GEMM and attention operands, fp32 elsewhere" (kernels/px_kernels_bf16.h)
  * - every linear layer multiplies bf16-rounded activations and weights with
  * fp32 accumulation; master weights, activations in memory, gradients,
  * optimizer state, reductions and collectives stay fp32. Every layout. */

@@ -134,7 +134,7 @@ px_status_t px_plan_gpt_activations(int layers, int heads, int dim, int padded_v
                                     int T, int tp, int sequence_parallel,
                                     px_plan_gpt_acts_t *acts);
 
-/* precision=bf16 ("bf16 GEMMs, fp32 elsewhere", kernels/px_kernels_bf16.h):
+/* precision=bf16 ("bf16 GEMM and attention operands, fp32 elsewhere", kernels/px_kernels_bf16.h):
  * the engine keeps no bf16 weight copy - each GEMM rounds its weight and
  * activation operands on the fly into the backend's scratch - so bf16 adds
  * to the fp32 plan only that scratch: the largest bf16 operand set one

@@ -90,7 +90,7 @@ static void usage(FILE *out)
             "         [--val-data PATH [--eval-every N] [--eval-batches K]]\n"
             "         [--device cpu|cuda|cuda:K|sim] (default cpu; sim: the simulated\n"
             "          device for tests, with PX_SIM_DEVICE=1)\n"
-            "         [--precision fp32|bf16] (default fp32; bf16: bf16 GEMMs, fp32 elsewhere)\n"
+            "         [--precision fp32|bf16] (default fp32; bf16: bf16 GEMM and attention operands, fp32 elsewhere)\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--micro-batches M] [--schedule gpipe|1f1b|zb1|interleaved]\n"
             "         [--virtual-stages V] (interleaved: model chunks per stage) [--stage-layers 2,2,1,1]\n"

@@ -67,7 +67,7 @@ LAYOUTS = {  # name: (world, extra args, moe, grad-norm tolerance)
     'cp2': (2, ['--cp', '2'], False, TOL_NORM),
     'ep2': (2, ['--ep', '2'], True, TOL_NORM_DRIFT),
 }
-LOG_LINE = 'precision bf16 (bf16 GEMMs, fp32 elsewhere)'
+LOG_LINE = 'precision bf16 (bf16 GEMM and attention operands, fp32 elsewhere)'
 
 
 def main():

@@ -64,7 +64,7 @@ def main():
     fails += not ok
     p = run(['--precision', 'bf16'])
     ok = (p.returncode == 0 and len(losses(p)) == 3 and
-          'precision bf16 (bf16 GEMMs, fp32 elsewhere)' in p.stderr)
+          'precision bf16 (bf16 GEMM and attention operands, fp32 elsewhere)' in p.stderr)
     print('%-12s exit %d %s' % ('bf16', p.returncode, 'ok' if ok else 'FAIL'))
     if not ok:
         print(p.stderr[-800:])

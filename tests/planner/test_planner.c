@@ -547,7 +547,7 @@ static void test_jobspec(void)
            c.layout.ep == 1, "no `parallel`: dp = JobSpec.dp");
     /* issue 12: precision "" (an old client) is fp32; names round trip; an
      * unknown name is rejected, named; bf16 passes the whole check (the
-     * engine runs it in every layout: "bf16 GEMMs, fp32 elsewhere") */
+     * engine runs it in every layout: "bf16 GEMM and attention operands, fp32 elsewhere") */
     EXPECT(c.precision == PX_PRECISION_FP32, "precision \"\" is fp32");
     {
         px_job_config_t pc, pb;

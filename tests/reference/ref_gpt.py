@@ -32,7 +32,7 @@ the padded rows get exactly zero gradient there too; every gradient tensor,
 wte with its padded rows included, is compared, and the padded rows must be
 exactly 0 in our gradients and parameters (initialised 0, never updated).
 
-bf16 (*-bf16 cases, issue 12: --precision bf16, "bf16 GEMMs, fp32
+bf16 (*-bf16 cases, issue 12: --precision bf16, "bf16 GEMM and attention operands, fp32
 elsewhere"): every linear layer of the reference (qkv, attention and MLP
 projections, the tied LM head, MoE router and experts) is a BF16Linear: its
 inputs rounded with torch's .to(torch.bfloat16).float() - x and W in

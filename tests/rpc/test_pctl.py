@@ -273,7 +273,7 @@ def test_control(data, tmp):
         jid = json.loads(so)["job_id"] if rc == 0 else "?"
         rc2, so2, se2 = pctl("--server", addr, "status", jid)
         check(rc == 0 and rc2 == 0 and
-              "\nprecision    bf16 (bf16 GEMMs, fp32 elsewhere)\n" in so2,
+              "\nprecision    bf16 (bf16 GEMM and attention operands, fp32 elsewhere)\n" in so2,
               "submit --precision bf16 accepted, status shows it (%s)" % se.strip())
         rc, so, se = pctl("--server", addr, "submit", "--data", data, "--precision", "fp16")
         check(rc == 2 and "'fp16'" in se, "submit --precision fp16: usage error naming it")
