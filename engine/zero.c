@@ -42,12 +42,13 @@
 
 /* Pokes (progress hooks) of a unit's backward before the reduce-scatter
  * in flight is completed and the deferred gather starts (deferred_gather):
- * a dense layer's backward pokes 33 times (gpt.c: its four matmuls' two
- * GEMMs each in 4 row blocks, and the attention), 20 of them through
- * fcproj's, fc's and attproj's input gradient; the reduce-scatter of a
+ * a dense layer's backward pokes 21 times (gpt.c: its four matmuls' input
+ * gradient GEMMs in 4 row blocks and their weight gradient GEMM in one,
+ * and the attention), 14 of them through fcproj's, fc's and attproj's
+ * input gradient; the reduce-scatter of a
  * unit moves twice the bytes of its gather per rank, so about 2/3 of the
  * layer's compute for the one and 1/3 for the other. */
-#define DEFER_POKES 20
+#define DEFER_POKES 14
 
 /* Where a stage-3 wait happens (the per-wait log, PX_ZERO_WAIT_LOG). */
 enum {
@@ -350,11 +351,12 @@ static int rs_allowed(const px_zero_t *z, int u)
     if (z->stage == 2)
         return 1;
     /* stage 3: only while the next unit's gather waits (no prefetched
-     * buffer held), or when the unit u whose backward starts has no next
-     * unit to gather (layer 0: the reduce-scatter of layer 1 runs under its
-     * backward in the memory a prefetch would take, and is waited at the
-     * micro-batch's end); without prefetch, none (every wait exposed) */
-    return z->prefetch && (z->prefetch_next >= 0 || next_unit(z, u, 1) < 0) ? 1 : 0;
+     * buffer held); without prefetch, none (every wait exposed). Layer 0
+     * (no next unit to gather) waits for layer 1's reduce-scatter before
+     * taking its gradient buffer: letting it run under layer 0's backward
+     * held E + 2M of gradients at the embedding's backward, above plan.h's
+     * stage-3 gradient peak (engine_pctl_mem, engine_tp_memory) */
+    return z->prefetch && z->prefetch_next >= 0 ? 1 : 0;
 }
 
 /* At poke DEFER_POKES of a unit's backward (the progress hook): completes

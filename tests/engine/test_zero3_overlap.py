@@ -10,9 +10,11 @@ deferred_gather; integration, issue 13).
    same run without prefetch (which waits for each collective at once)
    within 1e-5 relative. The state peak equals the plan's.
    The per-wait log (PX_ZERO_WAIT_LOG=1) shows the rest of the schedule:
-   no reduce-scatter is waited for when a gradient buffer is taken (layer
-   1's runs under layer 0's backward, waited at the micro-batch's end with
-   layer 0's and the embedding's), and the last layer stays gathered from
+   no reduce-scatter is waited for when a gradient buffer is taken but
+   layer 1's, when layer 0 takes its own (layer 0 prefetches nothing, and
+   keeping layer 1's gradients through it would exceed the plan's gradient
+   peak); layer 0's and the embedding's are waited at the micro-batch's
+   end; and the last layer stays gathered from
    its forward to its backward: 2L + 1 gathers a step (embedding, L
    layers, head; L - 1 layers again in backward), none of it in backward;
    the embedding's and layer 0's gathers of every step after the first are
@@ -65,14 +67,14 @@ def schedule(rank_bin, data, work):
         if not sites:
             bad.append('rank %d: no per-wait log' % r)
         for site, unit, n in sites:
-            if site == 'RS grads':
+            if site == 'RS grads' and int(unit) != 2:
                 bad.append('rank %d: reduce-scatter of unit %s waited for when a gradient '
                            'buffer was taken' % (r, unit))
             if site == 'AG bwd' and int(unit) == LAYERS:
                 bad.append('rank %d: the last layer gathered again in backward' % r)
         ends = sorted(int(u) for site, u, n in sites if site == 'RS end' and int(n) == STEPS)
-        if ends != [0, 1, 2]:
-            bad.append('rank %d: reduce-scatters waited at the end %s, want units [0, 1, 2]'
+        if ends != [0, 1]:
+            bad.append('rank %d: reduce-scatters waited at the end %s, want units [0, 1]'
                        % (r, ends))
         p = re.search(r'peak state ([\d.]+) MB \(plan ([\d.]+) MB\)', text)
         if not p or p.group(1) != p.group(2):
