@@ -24,17 +24,7 @@
 #include "px_kernels.h"
 #include "px_kernels_select.h"
 
-static int fails;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-            fails++;                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "../px_check.h"
 
 /* Runs fn in a child with stderr to a pipe: its wait status, its stderr in buf. */
 static int in_child(void (*fn)(void *), void *arg, char *buf, size_t len)

@@ -6,17 +6,7 @@
 
 #include "devsel.h"
 
-static int fails;
-
-#define CHECK(c, ...)                                                                  \
-    do {                                                                               \
-        if (!(c)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            fprintf(stderr, __VA_ARGS__);                                              \
-            fprintf(stderr, "\n");                                                     \
-            fails++;                                                                   \
-        }                                                                              \
-    } while (0)
+#include "../px_check.h"
 
 /* `spec` parses and matches exactly the names of `yes` (space-separated)
  * among cpu:0 cpu:1 cuda:0 cuda:1 sim:0 sim:1 sim:2 */

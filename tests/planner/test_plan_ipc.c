@@ -8,17 +8,7 @@
 
 #include "plan.h"
 
-static int fails;
-
-#define CHECK(c, ...)                                                                  \
-    do {                                                                               \
-        if (!(c)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            fprintf(stderr, __VA_ARGS__);                                              \
-            fprintf(stderr, "\n");                                                     \
-            fails++;                                                                   \
-        }                                                                              \
-    } while (0)
+#include "../px_check.h"
 
 /* layout dp,tp,pp,cp,ep with `experts` on nodes `node_of_rank` (NULL: one)
  * counts exactly the group kinds `want` (a string of names, "dp tp") */

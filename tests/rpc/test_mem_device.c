@@ -23,16 +23,7 @@
 #include "pctl.h"
 #include "store.h"
 
-static int fails;
-#define CHECK(cond, ...)                                                                     \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                           \
-            fprintf(stderr, __VA_ARGS__);                                                    \
-            fprintf(stderr, "\n");                                                           \
-            fails++;                                                                         \
-        }                                                                                    \
-    } while (0)
+#include "../px_check.h"
 
 static px_status_t fake_mem_info(uint64_t *used_p, uint64_t *total_p)
 {
