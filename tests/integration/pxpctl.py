@@ -53,6 +53,20 @@ class Pctl:
         return self.run("logs", job_id, "--rank", rank)
 
 
+def pctl_fail(c, what, args, needles, code=1):
+    """Runs pctl (a Pctl `c`) with args and asserts what a user must see for
+    bad input: exit status `code` (1: refused by the daemon, 2: by pctl
+    itself) and every string of `needles` (the bad value, named) in stderr;
+    prints the message."""
+    r = subprocess.run([c.exe, "--server", c.server] + [str(a) for a in args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode == code, "%s: exit %d (want %d): %s" % (what, r.returncode, code, err)
+    for n in needles:
+        assert n in err, "%s: message %r does not name %r" % (what, err, n)
+    print("rejected %-28s exit %d: %s" % (what + ":", r.returncode, err.strip()))
+
+
 def _normalise(d):
     """A job's state ("running") as "RUNNING"; rank states stay as they are."""
     if isinstance(d, dict):

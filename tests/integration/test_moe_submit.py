@@ -17,22 +17,11 @@ to `pctl plan --experts 4 --ep 2`'s.
 Exit 77 when parallax-rank or pctl was not built."""
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pxcluster as pc  # noqa: E402
-from pxpctl import Pctl  # noqa: E402
-
-
-def pctl_fail(c, what, args, needles, code=1):
-    r = subprocess.run([c.exe, "--server", c.server] + [str(a) for a in args],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
-    err = r.stderr.decode(errors="replace")
-    assert r.returncode == code, "%s: exit %d (want %d): %s" % (what, r.returncode, code, err)
-    for n in needles:
-        assert n in err, "%s: message %r does not name %r" % (what, err, n)
-    print("rejected %-22s exit %d: %s" % (what + ":", r.returncode, err.strip()))
+from pxpctl import Pctl, pctl_fail  # noqa: E402
 
 
 def main():
