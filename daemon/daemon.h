@@ -305,6 +305,11 @@ int px_nodes_device_counts(px_daemon_t *d, const px_devsel_t *sel, int *counts, 
  * reported). Returns the count. */
 int px_nodes_device_memory(px_daemon_t *d, const px_devsel_t *sel, const char **names,
                            uint64_t *mem, int max);
+/* The same nodes in the same order (issue 12, SubmitJob's memory check):
+ * cuda[n] = 1 when node n offers at least one device in `sel` (NULL: all)
+ * and every such device is a GPU ("cuda:K"), so the job's ranks there run
+ * on CUDA devices; else 0. Returns the count. */
+int px_nodes_device_cuda(px_daemon_t *d, const px_devsel_t *sel, int *cuda, int max);
 
 /* CancelJob: the job's ranks are stopped on every node and the job
  * becomes CANCELLED only once every launched rank has exited (devices
@@ -353,14 +358,19 @@ void px_cgroup_kill_remove(const char *path);
 /* memfit.c: the host's RAM in bytes (0 if unknown). */
 uint64_t px_memfit_host_ram(void);
 /* SubmitJob's memory check: the plan's bytes per rank (training state by
- * ZeRO stage + one micro-batch's activations, planner/plan.h) against the
- * device memory of every node the layout is placed on (node_devices,
- * node_names, node_dev_mem: nnodes entries as px_nodes_device_counts /
- * px_nodes_device_memory give them). PX_ERR_INVALID_ARGUMENT with both
- * figures in errbuf when a rank cannot fit. */
+ * ZeRO stage + one micro-batch's activations, planner/plan.h; on a node
+ * whose node_cuda entry is 1, + the CUDA IPC scratch of the rank's
+ * communicators that stay on that node, plan.h px_plan_ipc_node_bytes
+ * with PX_IPC_SLOT_BYTES as the daemon's environment sets it, which its
+ * ranks inherit) against the device memory of every node the layout is
+ * placed on (node_devices, node_names, node_dev_mem, node_cuda: nnodes
+ * entries as px_nodes_device_counts / px_nodes_device_memory /
+ * px_nodes_device_cuda give them; node_cuda NULL: no node is).
+ * PX_ERR_INVALID_ARGUMENT with every figure in errbuf when a rank cannot
+ * fit. */
 px_status_t px_memfit_check(const Parallax__V1__JobSpec *spec, const int *node_devices,
                             const char *const *node_names, const uint64_t *node_dev_mem,
-                            int nnodes, char *errbuf, size_t errlen);
+                            const int *node_cuda, int nnodes, char *errbuf, size_t errlen);
 /* Peer by node name (alive or not), NULL if unknown. */
 px_peer_t *px_nodes_peer_by_name(px_daemon_t *d, const char *name);
 /* Fills `info` (caller frees with px_nodes_info_free) with this node. */

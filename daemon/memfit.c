@@ -12,7 +12,13 @@
  * A device's memory: a GPU's own; a cpu:N device's share of the host's RAM
  * (MemTotal / the node's cpu devices), since they all draw on it. A node
  * that does not report its memory (an older daemon) is not checked.
- * Pure function of its inputs; any thread. */
+ * On a node whose job devices are all GPUs (issue 12), each rank also holds
+ * the CUDA IPC scratch of its communicators whose ranks all share that
+ * node (px_plan_ipc_node_bytes, the figure `pctl plan --device cuda`
+ * prints): the most any rank there holds is added. A cpu or sim device has
+ * no IPC ops (its device buffers are staged through host memory), so it
+ * holds none. Pure function of its inputs and PX_IPC_SLOT_BYTES; any
+ * thread. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +28,7 @@
 #include "jobspec.h"
 #include "layout.h"
 #include "plan.h"
+#include "px_env.h"
 
 uint64_t px_memfit_host_ram(void)
 {
@@ -81,12 +88,13 @@ static px_status_t rank_bytes(const px_job_config_t *cfg, double *state_p, doubl
 
 px_status_t px_memfit_check(const Parallax__V1__JobSpec *spec, const int *node_devices,
                             const char *const *node_names, const uint64_t *node_dev_mem,
-                            int nnodes, char *errbuf, size_t errlen)
+                            const int *node_cuda, int nnodes, char *errbuf, size_t errlen)
 {
     px_job_config_t cfg;
     double state = 0, acts = 0, need;
-    char b1[32], b2[32], b3[32], b4[32], why[256];
+    char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], ipc_why[160], why[256];
     int *node_of_rank, world, *used;
+    const uint64_t slot = px_plan_ipc_slot_bytes(px_env_int("PX_IPC_SLOT_BYTES"));
 
     if (!spec->model)
         return PX_OK; /* px_validate_spec names it */
@@ -109,24 +117,39 @@ px_status_t px_memfit_check(const Parallax__V1__JobSpec *spec, const int *node_d
             if (node_of_rank[r] >= 0 && node_of_rank[r] < nnodes)
                 used[node_of_rank[r]] = 1;
     }
-    free(node_of_rank);
     for (int n = 0; n < nnodes; n++) {
-        if (!used[n] || !node_dev_mem[n] || need <= (double)node_dev_mem[n])
+        int comms = 0;
+        /* issue 12: CUDA IPC scratch, where the ranks run on this node's GPUs */
+        double ipc = used[n] && node_cuda && node_cuda[n]
+                         ? (double)px_plan_ipc_node_bytes(&cfg.layout, cfg.experts, node_of_rank,
+                                                          n, slot, &comms)
+                         : 0.0;
+        if (!used[n] || !node_dev_mem[n] || need + ipc <= (double)node_dev_mem[n])
             continue;
         free(used);
-        fmt_bytes(need, b1, sizeof(b1));
+        free(node_of_rank);
+        ipc_why[0] = '\0';
+        if (ipc > 0) {
+            fmt_bytes(ipc, b5, sizeof(b5));
+            fmt_bytes((double)slot, b6, sizeof(b6));
+            snprintf(ipc_why, sizeof(ipc_why), ", CUDA IPC scratch %s (%d communicator%s x %d "
+                     "slots x %s)", b5, comms, comms == 1 ? "" : "s", PX_PLAN_IPC_SLOTS, b6);
+        }
+        fmt_bytes(need + ipc, b1, sizeof(b1));
         fmt_bytes(state, b2, sizeof(b2));
         fmt_bytes(acts, b3, sizeof(b3));
         fmt_bytes((double)node_dev_mem[n], b4, sizeof(b4));
         return px_invalid(errbuf, errlen,
                           "out of memory at submit: each rank needs %s (%.0f bytes: training "
                           "state %s with zero=%d over dp=%d, activations %s for a micro-batch "
-                          "of %d x seq=%d) but a device of node %s has %s (%" PRIu64 " bytes)",
-                          b1, need, b2, cfg.zero, cfg.layout.dp, b3,
+                          "of %d x seq=%d%s) but a device of node %s has %s (%" PRIu64 " bytes)",
+                          b1, need + ipc, b2, cfg.zero, cfg.layout.dp, b3,
                           cfg.batch / (cfg.layout.dp * cfg.grad_accum *
                                        (cfg.layout.pp > 1 ? cfg.micro_batches : 1)),
-                          cfg.seq, node_names[n] ? node_names[n] : "?", b4, node_dev_mem[n]);
+                          cfg.seq, ipc_why, node_names[n] ? node_names[n] : "?", b4,
+                          node_dev_mem[n]);
     }
+    free(node_of_rank);
     free(used);
     return PX_OK;
 }

@@ -244,6 +244,31 @@ int px_nodes_device_memory(px_daemon_t *d, const px_devsel_t *sel, const char **
     return n;
 }
 
+/* 1 when devs has a device in sel and every such one is "cuda:K" */
+static int all_cuda(const px_devsel_t *sel, const px_device_t *devs, int n)
+{
+    int seen = 0;
+    for (int i = 0; i < n; i++) {
+        if (sel && !px_devsel_match(sel, devs[i].name))
+            continue;
+        if (strncmp(devs[i].name, "cuda:", 5))
+            return 0;
+        seen = 1;
+    }
+    return seen;
+}
+
+int px_nodes_device_cuda(px_daemon_t *d, const px_devsel_t *sel, int *cuda, int max)
+{
+    int n = 0;
+    if (n < max)
+        cuda[n++] = all_cuda(sel, d->devices, d->n_devices);
+    for (int i = 0; i < d->n_peers && n < max; i++)
+        if (d->peers[i].alive)
+            cuda[n++] = all_cuda(sel, d->peers[i].devices, d->peers[i].n_devices);
+    return n;
+}
+
 void px_nodes_peer_device_release(px_daemon_t *d, const char *node, const char *device,
                                   const char *job_id)
 {

@@ -29,9 +29,10 @@
  * routing bookkeeping (counts, capacity, slot lists) runs in host code on
  * host copies: the router's choices and probabilities are copied off the
  * backend after the router, and the slot lists and the aux loss's gradient
- * copied onto it (mem_copy_to_host / from_host: host code never touches a
- * device tensor; issue 12, checked on the simulated device by
- * tests/engine/test_sim.py). The activations of every MoE
+ * copied onto it (mem_copy_to_host_async, then one synchronize per layer /
+ * mem_copy_from_host: host code never touches a device tensor; issue 12,
+ * checked on the simulated device by tests/engine/test_sim.py and, for the
+ * one wait, test_moe_unit.c). The activations of every MoE
  * layer are sized at create for worst-case routing (plan.h). One training
  * thread. */
 #include "moe.h"
@@ -559,6 +560,18 @@ static size_t expert_rows(const px_moe_t *moe, const moe_layer_t *a, int le, siz
     return n;
 }
 
+/* A device -> host copy without a wait (px_kernels.h
+ * mem_copy_to_host_async): host_dst holds the bytes after the next
+ * k->synchronize. Tables without the op copy synchronously. */
+static void copy_to_host_async(const px_kernel_ops_t *k, void *host_dst, const void *src,
+                               size_t bytes)
+{
+    if (k->mem_copy_to_host_async)
+        k->mem_copy_to_host_async(host_dst, src, bytes);
+    else
+        k->mem_copy_to_host(host_dst, src, bytes);
+}
+
 px_status_t px_moe_forward(px_moe_t *moe, int l, const float *x, float *out, int N)
 {
     return px_moe_forward_slot(moe, 0, l, x, out, N);
@@ -595,8 +608,9 @@ px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, 
     /* the bookkeeping below reads the choices and probabilities on the host */
     const int32_t *idx = moe->hidx;
     const float *probs = moe->hprobs;
-    k->mem_copy_to_host(moe->hidx, a->idx, (size_t)N * K * sizeof(int32_t));
-    k->mem_copy_to_host(moe->hprobs, a->probs, (size_t)N * E * sizeof(float));
+    copy_to_host_async(k, moe->hidx, a->idx, (size_t)N * K * sizeof(int32_t));
+    copy_to_host_async(k, moe->hprobs, a->probs, (size_t)N * E * sizeof(float));
+    k->synchronize(); /* one wait for both (issue 12) */
     /* 2. counts over the group, per token block (moe.h: the blocks' keys
      * give the single-rank token order), probability sums for the aux loss */
     const int nb = moe->nb, Tb = N / nb;

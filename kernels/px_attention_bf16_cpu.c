@@ -332,6 +332,24 @@ void px__cpu_attention_bf16_backward(float *dinp, float *scratch, const float *d
 
 /* ---- blockwise attention (ring attention, cp) ---- */
 
+/* Where head h of sequence b starts in a block's tensors (px_attn_block_t),
+ * in floats: q and dq at .q, k and dk at .kv (v and dv at .kv + v_off),
+ * out and dout at .o, lse and delta at .lse. The one (b, h) setup of the
+ * forward and the backward. */
+typedef struct {
+    size_t q, kv, o, lse;
+} blk_at_t;
+
+static blk_at_t blk_at(const px_attn_block_t *g, int b, int h)
+{
+    blk_at_t a;
+    a.q = (size_t)b * g->q_bs + (size_t)h * (size_t)g->hs;
+    a.kv = (size_t)b * g->kv_bs + (size_t)h * (size_t)g->hs;
+    a.o = (size_t)b * g->o_bs + (size_t)h * (size_t)g->hs;
+    a.lse = (size_t)b * g->lse_bs + (size_t)h * g->lse_hs;
+    return a;
+}
+
 void px__cpu_attention_block_bf16_forward(float *out, float *lse, const float *q,
                                           const float *kv, const px_attn_block_t *g,
                                           float *scratch)
@@ -348,10 +366,9 @@ void px__cpu_attention_block_bf16_forward(float *out, float *lse, const float *q
 
     for (int b = 0; b < g->B; b++)
         for (int h = 0; h < g->NH; h++) {
-            const float *qb = q + b * g->q_bs + (size_t)h * hs;
-            const float *kb = kv + b * g->kv_bs + (size_t)h * hs, *vb = kb + g->v_off;
-            float *ob = out + b * g->o_bs + (size_t)h * hs;
-            float *lb = lse + b * g->lse_bs + h * g->lse_hs;
+            const blk_at_t at = blk_at(g, b, h);
+            const float *qb = q + at.q, *kb = kv + at.kv, *vb = kb + g->v_off;
+            float *ob = out + at.o, *lb = lse + at.lse;
             widen_rows(qd, qb, g->q_ld, Tq, hs);
             widen_rows(kd, kb, g->kv_ld, Tk, hs);
             widen_rows(vd, vb, g->kv_ld, Tk, hs);
@@ -408,8 +425,8 @@ void px__cpu_attention_block_bf16_backward(float *dq, float *dkv, const float *d
 
     for (int b = 0; b < g->B; b++)
         for (int h = 0; h < g->NH; h++) {
-            const size_t qo = b * g->q_bs + (size_t)h * hs, ko = b * g->kv_bs + (size_t)h * hs;
-            const size_t oo = b * g->o_bs + (size_t)h * hs, lo = b * g->lse_bs + h * g->lse_hs;
+            const blk_at_t at = blk_at(g, b, h);
+            const size_t qo = at.q, ko = at.kv, oo = at.o, lo = at.lse;
             float *dqb = dq + qo, *dkb = dkv + ko, *dvb = dkb + g->v_off;
             widen_rows(qd, q + qo, g->q_ld, Tq, hs);
             widen_rows(dd, dout + oo, g->o_ld, Tq, hs);

@@ -20,6 +20,24 @@
 #include <math.h>
 #include <string.h>
 
+/* Where head h of sequence b starts in a block's tensors (px_attn_block_t),
+ * in floats: q and dq at .q, k and dk at .kv (v and dv at .kv + v_off),
+ * out and dout at .o, lse and delta at .lse. The one (b, h) setup of the
+ * forward and the backward. */
+typedef struct {
+    size_t q, kv, o, lse;
+} blk_at_t;
+
+static blk_at_t blk_at(const px_attn_block_t *g, int b, int h)
+{
+    blk_at_t a;
+    a.q = (size_t)b * g->q_bs + (size_t)h * (size_t)g->hs;
+    a.kv = (size_t)b * g->kv_bs + (size_t)h * (size_t)g->hs;
+    a.o = (size_t)b * g->o_bs + (size_t)h * (size_t)g->hs;
+    a.lse = (size_t)b * g->lse_bs + (size_t)h * g->lse_hs;
+    return a;
+}
+
 void px__cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kv,
                                      const px_attn_block_t *g, float *scratch)
 {
@@ -28,10 +46,9 @@ void px__cpu_attention_block_forward(float *out, float *lse, const float *q, con
 
     for (int b = 0; b < g->B; b++) {
         for (int h = 0; h < g->NH; h++) {
-            const float *qb = q + b * g->q_bs + (size_t)h * hs;
-            const float *kb = kv + b * g->kv_bs + (size_t)h * hs, *vb = kb + g->v_off;
-            float *ob = out + b * g->o_bs + (size_t)h * hs;
-            float *lb = lse + b * g->lse_bs + h * g->lse_hs;
+            const blk_at_t at = blk_at(g, b, h);
+            const float *qb = q + at.q, *kb = kv + at.kv, *vb = kb + g->v_off;
+            float *ob = out + at.o, *lb = lse + at.lse;
             float *s = scratch; /* (Tq, Tk) */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, hs, scale, qb,
                         (int)g->q_ld, kb, (int)g->kv_ld, 0.0f, s, Tk);
@@ -77,8 +94,8 @@ void px__cpu_attention_block_backward(float *dq, float *dkv, const float *dout, 
 
     for (int b = 0; b < g->B; b++) {
         for (int h = 0; h < g->NH; h++) {
-            const size_t qo = b * g->q_bs + (size_t)h * hs, ko = b * g->kv_bs + (size_t)h * hs;
-            const size_t oo = b * g->o_bs + (size_t)h * hs, lo = b * g->lse_bs + h * g->lse_hs;
+            const blk_at_t at = blk_at(g, b, h);
+            const size_t qo = at.q, ko = at.kv, oo = at.o, lo = at.lse;
             const float *qb = q + qo, *kb = kv + ko, *vb = kb + g->v_off, *db = dout + oo;
             float *dqb = dq + qo, *dkb = dkv + ko, *dvb = dkb + g->v_off;
             float *p = scratch, *ds = scratch + (size_t)Tq * Tk; /* (Tq, Tk) each */

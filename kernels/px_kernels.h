@@ -293,6 +293,19 @@ typedef struct px_kernel_ops {
     /* Copies between this backend's memory and host memory. */
     void (*mem_copy_to_host)(void *host_dst, const void *src, size_t bytes);
     void (*mem_copy_from_host)(void *dst, const void *host_src, size_t bytes);
+    /* A copy of `bytes` from this backend's memory to host memory that
+     * does not wait (issue 12: engine/moe.c issues the router's two copies,
+     * then one `synchronize`): ordered on the compute stream like every op
+     * above (it copies src as the ops issued before it left it, whatever
+     * later ops write there); host_dst (any host memory: pageable or
+     * pinned) holds the bytes only after the next `synchronize` returns,
+     * and must stay valid and untouched until then. CPU: a plain copy;
+     * CUDA: cudaMemcpyAsync into a pinned staging buffer, the bytes
+     * copied on to host_dst at `synchronize` (into pageable memory
+     * cudaMemcpyAsync itself would wait); sim: deferred to `synchronize`,
+     * so a reader that skips the wait sees stale bytes. NULL in tables
+     * without it: callers use mem_copy_to_host. */
+    void (*mem_copy_to_host_async)(void *host_dst, const void *src, size_t bytes);
     /* Waits until every op issued on the compute stream has finished. */
     void (*synchronize)(void);
     /* The device's memory as its runtime reports it (CUDA: cudaMemGetInfo

@@ -81,6 +81,7 @@ static const px_kernel_ops_t cpu_ops = {
     .mem_copy = cpu_mem_copy,
     .mem_copy_to_host = cpu_mem_copy,
     .mem_copy_from_host = cpu_mem_copy,
+    .mem_copy_to_host_async = cpu_mem_copy, /* program order: done on return */
     .synchronize = cpu_synchronize,
 };
 

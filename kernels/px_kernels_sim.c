@@ -50,6 +50,11 @@ static struct {
     struct sim_copy { void *dst; const void *src; size_t bytes; uint64_t ticket; } *q;
     size_t nq, qcap;
     uint64_t next_ticket, done_ticket;
+    /* device->host copies without a wait (mem_copy_to_host_async): the
+     * bytes as of the issue, in a host snapshot, delivered at synchronize */
+    struct sim_d2h { void *dst; void *snap; size_t bytes; } *d2h;
+    size_t nd2h, d2hcap;
+    px_kernels_sim_counts_t counts;
 } sim = {.lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP};
 
 static px_kernel_ops_t sim_ops;
@@ -356,9 +361,58 @@ static void sim_copy_wait(uint64_t ticket)
     run_copies(ticket);
 }
 
+/* delivers every mem_copy_to_host_async issued so far, in issue order */
+static void run_d2h(void)
+{
+    pthread_mutex_lock(&sim.lock);
+    for (size_t i = 0; i < sim.nd2h; i++) {
+        memcpy(sim.d2h[i].dst, sim.d2h[i].snap, sim.d2h[i].bytes);
+        free(sim.d2h[i].snap);
+    }
+    sim.nd2h = 0;
+    pthread_mutex_unlock(&sim.lock);
+}
+
 static void sim_synchronize(void)
 {
+    pthread_mutex_lock(&sim.lock);
+    sim.counts.synchronize++;
+    pthread_mutex_unlock(&sim.lock);
     run_copies(UINT64_MAX);
+    run_d2h();
+}
+
+/* Device -> host without a wait: src is read now (stream order: the ops
+ * issued before it have run, later ones have not), into a host snapshot
+ * that synchronize delivers to host_dst; until then host_dst keeps its old
+ * bytes, as CUDA's pinned staging leaves it. Out of host memory for the
+ * snapshot: a synchronous copy (a wait, counted as mem_copy_to_host). */
+static void sim_mem_copy_to_host_async(void *host_dst, const void *src, size_t bytes)
+{
+    void *snap = malloc(bytes ? bytes : 1);
+    pthread_mutex_lock(&sim.lock);
+    if (snap && sim.nd2h == sim.d2hcap) {
+        size_t cap = sim.d2hcap ? 2 * sim.d2hcap : 16;
+        struct sim_d2h *q = realloc(sim.d2h, cap * sizeof(*q));
+        if (q) {
+            sim.d2h = q;
+            sim.d2hcap = cap;
+        }
+    }
+    if (!snap || sim.nd2h == sim.d2hcap) {
+        pthread_mutex_unlock(&sim.lock);
+        free(snap);
+        px_error("sim device: no host memory to defer a %zu-byte copy to host: copied "
+                 "synchronously", bytes);
+        sim_ops.mem_copy_to_host(host_dst, src, bytes);
+        return;
+    }
+    sim_open();
+    memcpy(snap, src, bytes);
+    sim_close();
+    sim.d2h[sim.nd2h++] = (struct sim_d2h){host_dst, snap, bytes};
+    sim.counts.to_host_async++;
+    pthread_mutex_unlock(&sim.lock);
 }
 
 /* to / from the host: synchronous (the CUDA table synchronises its compute
@@ -367,6 +421,7 @@ static void sim_synchronize(void)
 static void sim_mem_copy_to_host(void *host_dst, const void *src, size_t bytes)
 {
     sim_open();
+    sim.counts.to_host++;
     memcpy(host_dst, src, bytes);
     sim_close();
 }
@@ -374,8 +429,16 @@ static void sim_mem_copy_to_host(void *host_dst, const void *src, size_t bytes)
 static void sim_mem_copy_from_host(void *dst, const void *host_src, size_t bytes)
 {
     sim_open();
+    sim.counts.from_host++;
     memcpy(dst, host_src, bytes);
     sim_close();
+}
+
+void px_kernels_sim_counts(px_kernels_sim_counts_t *counts_p)
+{
+    pthread_mutex_lock(&sim.lock);
+    *counts_p = sim.counts;
+    pthread_mutex_unlock(&sim.lock);
 }
 
 /* used: the bytes allocated now; total: the arena */
@@ -432,6 +495,7 @@ px_status_t px_kernels_sim_open(const px_kernel_ops_t **ops_p)
         sim_ops.mem_copy = sim_mem_copy;
         sim_ops.mem_copy_to_host = sim_mem_copy_to_host;
         sim_ops.mem_copy_from_host = sim_mem_copy_from_host;
+        sim_ops.mem_copy_to_host_async = sim_mem_copy_to_host_async;
         sim_ops.synchronize = sim_synchronize;
         sim_ops.mem_info = sim_mem_info;
         sim_ops.mem_copy_async = sim_mem_copy_async;

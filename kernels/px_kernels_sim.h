@@ -22,6 +22,8 @@
 #ifndef PX_KERNELS_SIM_H
 #define PX_KERNELS_SIM_H
 
+#include <stdint.h>
+
 #include "px_kernels.h"
 #include "px_status.h"
 
@@ -32,6 +34,18 @@ px_status_t px_kernels_sim_open(const px_kernel_ops_t **ops_p);
 
 /* 1 when `p` lies in the simulated device's arena (0 before it is open). */
 int px_kernels_sim_is_device_ptr(const void *p);
+
+/* What the host asked of the simulated device since the process started
+ * (issue 12: how often host code waits for device results). Each of
+ * `synchronize` and `to_host` (mem_copy_to_host, which on CUDA waits for
+ * the compute stream) is one wait; `to_host_async` (mem_copy_to_host_async)
+ * is none; `from_host` counts mem_copy_from_host. */
+typedef struct px_kernels_sim_counts {
+    uint64_t synchronize, to_host, to_host_async, from_host;
+} px_kernels_sim_counts_t;
+
+/* A snapshot of the counters (all zero before the table is opened). */
+void px_kernels_sim_counts(px_kernels_sim_counts_t *counts_p);
 
 /* 1 when PX_SIM_DEVICE=1 is in the environment (read once, cached). */
 int px_kernels_sim_enabled(void);

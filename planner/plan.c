@@ -341,3 +341,18 @@ uint64_t px_plan_ipc_bytes(int comms, uint64_t slot_bytes)
 {
     return (uint64_t)(comms > 0 ? comms : 0) * PX_PLAN_IPC_SLOTS * slot_bytes;
 }
+
+uint64_t px_plan_ipc_node_bytes(const px_layout_t *l, int experts, const int *node_of_rank,
+                                int node, uint64_t slot_bytes, int *comms_p)
+{
+    int world = px_layout_world(l), most = 0;
+    for (int r = 0; r < world; r++) {
+        if (node_of_rank[r] != node)
+            continue;
+        int n = px_plan_ipc_comms(l, experts, r, node_of_rank, NULL);
+        most = n > most ? n : most;
+    }
+    if (comms_p)
+        *comms_p = most;
+    return px_plan_ipc_bytes(most, slot_bytes);
+}

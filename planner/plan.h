@@ -249,4 +249,15 @@ int px_plan_ipc_comms(const px_layout_t *l, int experts, int rank, const int *no
  * `slot_bytes` (px_plan_ipc_slot_bytes): comms x PX_PLAN_IPC_SLOTS x slot. */
 uint64_t px_plan_ipc_bytes(int comms, uint64_t slot_bytes);
 
+/* The submit-time memory check's IPC figure (daemon/memfit.c, issue 12):
+ * the most IPC scratch any rank of the layout that `node_of_rank` (world
+ * entries, from px_layout_place; not NULL) puts on node `node` holds,
+ * px_plan_ipc_bytes(px_plan_ipc_comms(l, experts, rank, node_of_rank),
+ * slot_bytes) over those ranks, in bytes; 0 when none is there. Counts
+ * every group as CUDA IPC capable: call it only for a node whose devices
+ * are GPUs (a cpu or sim rank has no IPC ops and holds none). *comms_p
+ * (may be NULL): that rank's communicator count. */
+uint64_t px_plan_ipc_node_bytes(const px_layout_t *l, int experts, const int *node_of_rank,
+                                int node, uint64_t slot_bytes, int *comms_p);
+
 #endif

@@ -1,7 +1,8 @@
 /* test_daemon_unit.c: unit tests of parallaxd's pure parts: job spec
  * validation (validate.c: the planner's validator at submit, placement on
  * the nodes' devices, old specs without `parallel`), the SQLite store (store.c: save, reload, ranks,
- * metrics, events) and the command line / config file (config.c).
+ * metrics, events), the command line / config file (config.c) and the
+ * memory check's CUDA IPC scratch (memfit.c).
  * Single-threaded; writes only under a mkdtemp directory. */
 #include <math.h>
 #include <stdint.h>
@@ -484,8 +485,53 @@ static void test_token(void)
     unlink(path);
 }
 
+/* memfit.c (issue 12): SubmitJob's memory check counts the CUDA IPC
+ * scratch of the communicators that stay on a node of GPUs. dp=4 of a
+ * small model: on one node of 4 GPUs the dp group's ring holds 3 slots of
+ * PX_IPC_SLOT_BYTES (4 MiB) = 12 MiB per rank, so a device with 6 MiB
+ * more than the training state and activations is refused there, naming
+ * the IPC figure; the same node of cpu devices (no IPC) and two nodes of
+ * GPUs (dp across nodes: staged, no IPC) accept it. */
+static void test_memfit_ipc(void)
+{
+    Parallax__V1__JobSpec s;
+    Parallax__V1__ModelSpec m;
+    char err[1024] = "", want[128];
+    const char *one[1] = {"n0"}, *two[2] = {"n0", "n1"};
+    int dev_one[1] = {4}, dev_two[2] = {2, 2}, gpu[2] = {1, 1}, cpu[2] = {0, 0};
+    uint64_t tiny[2] = {1, 1}, mem[2];
+    double need = 0;
+
+    spec_init(&s, &m, "/tmp/unused.bin");
+    /* the plan's bytes without IPC, from the refusal of a 1-byte device */
+    EXPECT(px_memfit_check(&s, dev_one, one, tiny, cpu, 1, err, sizeof(err)) ==
+               PX_ERR_INVALID_ARGUMENT, "a 1-byte device accepted");
+    const char *p = strstr(err, "MiB (");
+    EXPECT(p && sscanf(p, "MiB (%lf bytes", &need) == 1 && need > 0, "no byte figure: %s", err);
+    EXPECT(!strstr(err, "IPC"), "IPC counted on cpu devices: %s", err);
+    mem[0] = mem[1] = (uint64_t)need + (6u << 20);
+    EXPECT(px_memfit_check(&s, dev_one, one, mem, cpu, 1, err, sizeof(err)) == PX_OK,
+           "cpu node: refused: %s", err);
+    EXPECT(px_memfit_check(&s, dev_one, one, mem, NULL, 1, err, sizeof(err)) == PX_OK,
+           "no cuda flags: refused: %s", err);
+    err[0] = '\0';
+    EXPECT(px_memfit_check(&s, dev_one, one, mem, gpu, 1, err, sizeof(err)) ==
+               PX_ERR_INVALID_ARGUMENT, "GPU node: accepted without room for IPC scratch");
+    snprintf(want, sizeof(want), "(%.0f bytes", need + 12.0 * (1 << 20));
+    EXPECT(strstr(err, want) != NULL, "message lacks '%s': %s", want, err);
+    EXPECT(strstr(err, "CUDA IPC scratch 12.0 MiB (1 communicator x 3 slots x 4.0 MiB)") != NULL,
+           "message lacks the IPC figure: %s", err);
+    printf("memfit: state + activations %.0f bytes; one node of 4 GPUs: %s\n", need, err);
+    EXPECT(px_memfit_check(&s, dev_two, two, mem, gpu, 2, err, sizeof(err)) == PX_OK,
+           "dp across two GPU nodes (staged, no IPC): refused: %s", err);
+    mem[0] = mem[1] = (uint64_t)need + (12u << 20);
+    EXPECT(px_memfit_check(&s, dev_one, one, mem, gpu, 1, err, sizeof(err)) == PX_OK,
+           "GPU node with exactly room for the IPC scratch: refused: %s", err);
+}
+
 int main(void)
 {
+    unsetenv("PX_IPC_SLOT_BYTES"); /* the default 4 MiB slots (px_env.c) */
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/px-daemon-unit-XXXXXX");
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
@@ -495,6 +541,7 @@ int main(void)
     test_store();
     test_config();
     test_token();
+    test_memfit_ipc();
     {
         char cmd[600];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);

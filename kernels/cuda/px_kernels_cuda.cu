@@ -18,6 +18,8 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 px_cuda_backend_t px__cuda = {-1, 0, 0, 0, 0, cudaSuccess, CUBLAS_STATUS_SUCCESS, PX_OK};
 
@@ -566,11 +568,90 @@ static void cuda_mem_copy(void *dst, const void *src, size_t bytes)
     PX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, px__cuda.stream));
 }
 
+/* Device -> host copies that do not wait (mem_copy_to_host_async): into
+ * pageable memory cudaMemcpyAsync returns only once the copy is done (it
+ * waits for the stream), so each copy goes to a pinned staging buffer,
+ * where it is truly asynchronous, at a 256-byte aligned offset; the list of
+ * pending copies says where each one's bytes go, and `finish_to_host`
+ * (after a stream synchronize) copies them on. The buffer grows (doubling,
+ * at least 64 KiB) only when empty: a copy that does not fit while others
+ * are pending first waits for them (a warm-up cost, once per size). */
+struct px_d2h {
+    void *dst;
+    size_t off, bytes;
+};
+static struct {
+    char *pin;        /* cudaHostAlloc'd */
+    size_t cap, used; /* bytes */
+    px_d2h *q;        /* pending copies, issue order */
+    size_t nq, qcap;
+} to_host;
+
+/* after the compute stream was synchronized: every pending copy's bytes
+ * from the staging buffer to its destination, in issue order */
+static void finish_to_host(void)
+{
+    for (size_t i = 0; i < to_host.nq; i++)
+        memcpy(to_host.q[i].dst, to_host.pin + to_host.q[i].off, to_host.q[i].bytes);
+    to_host.nq = 0;
+    to_host.used = 0;
+}
+
 /* to host: complete on return (host code reads the result next) */
 static void cuda_mem_copy_to_host(void *host_dst, const void *src, size_t bytes)
 {
+    if (to_host.nq) { /* earlier copies land first, should they share bytes */
+        PX_CUDA_CHECK(cudaStreamSynchronize(px__cuda.stream));
+        finish_to_host();
+    }
     PX_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDefault, px__cuda.stream));
     PX_CUDA_CHECK(cudaStreamSynchronize(px__cuda.stream));
+}
+
+static void cuda_mem_copy_to_host_async(void *host_dst, const void *src, size_t bytes)
+{
+    size_t need = (bytes + 255) & ~(size_t)255;
+    if (to_host.nq == to_host.qcap) {
+        size_t cap = to_host.qcap ? 2 * to_host.qcap : 16;
+        px_d2h *q = (px_d2h *)realloc(to_host.q, cap * sizeof(*q));
+        if (!q) {
+            cuda_mem_copy_to_host(host_dst, src, bytes); /* waits; still correct */
+            return;
+        }
+        to_host.q = q;
+        to_host.qcap = cap;
+    }
+    if (to_host.used + need > to_host.cap) {
+        if (to_host.nq) { /* the pending copies still land in the old buffer */
+            PX_CUDA_CHECK(cudaStreamSynchronize(px__cuda.stream));
+            finish_to_host();
+        }
+        if (need > to_host.cap) {
+            size_t cap = to_host.cap ? 2 * to_host.cap : (size_t)64 << 10;
+            while (cap < need)
+                cap *= 2;
+            if (to_host.pin)
+                PX_CUDA_CHECK(cudaFreeHost(to_host.pin));
+            to_host.pin = NULL;
+            to_host.cap = 0;
+            if (cudaHostAlloc((void **)&to_host.pin, cap, cudaHostAllocDefault) != cudaSuccess) {
+                (void)cudaGetLastError(); /* not sticky: the copy below waits instead */
+                to_host.pin = NULL;
+                px_error("CUDA: no %zu bytes of pinned host memory: copies to host wait",
+                         cap);
+            } else {
+                to_host.cap = cap;
+            }
+        }
+        if (!to_host.pin) {
+            cuda_mem_copy_to_host(host_dst, src, bytes);
+            return;
+        }
+    }
+    PX_CUDA_CHECK(cudaMemcpyAsync(to_host.pin + to_host.used, src, bytes, cudaMemcpyDefault,
+                                  px__cuda.stream));
+    to_host.q[to_host.nq++] = {host_dst, to_host.used, bytes};
+    to_host.used += need;
 }
 
 /* from host: the host buffer may be reused on return (pageable memory is
@@ -580,11 +661,14 @@ static void cuda_mem_copy_from_host(void *dst, const void *host_src, size_t byte
 {
     PX_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyDefault, px__cuda.stream));
     PX_CUDA_CHECK(cudaStreamSynchronize(px__cuda.stream));
+    finish_to_host();
 }
 
+/* the one wait: the stream, then the pending copies to host land */
 static void cuda_synchronize(void)
 {
     PX_CUDA_CHECK(cudaStreamSynchronize(px__cuda.stream));
+    finish_to_host();
 }
 
 /* cudaMemGetInfo on the open device: used = total - free (every context on
@@ -703,6 +787,7 @@ static const px_kernel_ops_t cuda_ops = {
     .mem_copy = cuda_mem_copy,
     .mem_copy_to_host = cuda_mem_copy_to_host,
     .mem_copy_from_host = cuda_mem_copy_from_host,
+    .mem_copy_to_host_async = cuda_mem_copy_to_host_async,
     .synchronize = cuda_synchronize,
     .mem_info = cuda_mem_info,
     .mem_copy_async = cuda_mem_copy_async,

@@ -13,7 +13,12 @@
  *             px_model_moe_rank_params), dropless and with a capacity;
  *   gradcheck dropless, no skew: the backward (input, router, expert
  *             gradients, the load-balancing loss's included) against
- *             central finite differences of sum(out * R) + aux.
+ *             central finite differences of sum(out * R) + aux;
+ *   simwaits  issue 12: on the simulated device (kernels/px_kernels_sim.h)
+ *             the forward of one MoE layer waits for the device once (the
+ *             router's choices and probabilities come back as two copies
+ *             without a wait, then one synchronize; it was two waiting
+ *             copies), and its output is the CPU table's bit for bit.
  * Usage: test_moe_unit CASE | all. Single-threaded. */
 #include <math.h>
 #include <stdint.h>
@@ -25,6 +30,8 @@
 #include "moe.h"
 #include "plan.h"
 #include "px_kernels.h"
+#include "px_kernels_select.h"
+#include "px_kernels_sim.h"
 
 static int failures;
 #define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
@@ -211,6 +218,70 @@ static void test_plan(void)
     }
 }
 
+/* The simwaits case (see the file comment): one MoE layer, top-2 of 4
+ * experts with a capacity, forward on "sim" and on "cpu" from the same
+ * parameters and input. */
+static void test_simwaits(void)
+{
+    enum { N = 32, C = 8, E = 4, K = 2 };
+    px_moe_config_t mc = {.layers = 1, .dim = C, .experts = E, .top_k = K, .moe_every = 1,
+                          .capacity_factor = 1.25f, .aux_loss_coef = 0.01f};
+    const px_kernel_ops_t *sim = NULL, *cpu = px_kernels_cpu();
+    char err[256];
+    setenv("PX_SIM_DEVICE", "1", 1);
+    setenv("PX_SIM_DEVICE_MB", "64", 1);
+    if (px_kernels_select("sim", &sim, err, sizeof err) != PX_OK) {
+        EXPECT(0, "sim device: %s", err);
+        return;
+    }
+    px_moe_t *ms = NULL, *mc_ = NULL;
+    if (px_moe_create(&mc, sim, N, NULL, NULL, NULL, 1, 1, &ms) != PX_OK ||
+        px_moe_create(&mc, cpu, N, NULL, NULL, NULL, 1, 1, &mc_) != PX_OK) {
+        EXPECT(0, "create");
+        px_moe_destroy(ms);
+        return;
+    }
+    px_moe_init_params(ms, 3);
+    px_moe_init_params(mc_, 3);
+    float x[N * C], out_cpu[N * C], out_sim[N * C];
+    uint64_t seed = 11;
+    for (int i = 0; i < N * C; i++)
+        x[i] = urand(&seed);
+    float *dx = sim->mem_alloc(sizeof x), *dout = sim->mem_alloc(sizeof x);
+    EXPECT(dx && dout, "device buffers");
+    if (!dx || !dout)
+        return;
+    sim->mem_copy_from_host(dx, x, sizeof x);
+    px_moe_begin_step(ms);
+    px_moe_begin_step(mc_);
+    px_kernels_sim_counts_t a, b;
+    px_kernels_sim_counts(&a);
+    EXPECT(px_moe_forward(ms, 0, dx, dout, N) == PX_OK, "sim forward");
+    px_kernels_sim_counts(&b);
+    uint64_t waits = (b.synchronize - a.synchronize) + (b.to_host - a.to_host);
+    EXPECT(waits == 1, "one MoE layer's forward waited for the device %llu times (synchronize "
+           "%llu, waiting copies to host %llu), want 1", (unsigned long long)waits,
+           (unsigned long long)(b.synchronize - a.synchronize),
+           (unsigned long long)(b.to_host - a.to_host));
+    EXPECT(b.to_host_async - a.to_host_async == 2, "%llu copies to host without a wait, want 2",
+           (unsigned long long)(b.to_host_async - a.to_host_async));
+    sim->mem_copy_to_host(out_sim, dout, sizeof out_sim);
+    EXPECT(px_moe_forward(mc_, 0, x, out_cpu, N) == PX_OK, "cpu forward");
+    EXPECT(!memcmp(out_sim, out_cpu, sizeof out_cpu), "sim output differs from cpu's");
+    printf("simwaits: one MoE layer's forward on sim: %llu wait(s) for the device "
+           "(synchronize %llu, waiting copies %llu), %llu copies without a wait, "
+           "%llu copies from host; output equals cpu's bit for bit: %s\n",
+           (unsigned long long)waits, (unsigned long long)(b.synchronize - a.synchronize),
+           (unsigned long long)(b.to_host - a.to_host),
+           (unsigned long long)(b.to_host_async - a.to_host_async),
+           (unsigned long long)(b.from_host - a.from_host),
+           memcmp(out_sim, out_cpu, sizeof out_cpu) ? "no" : "yes");
+    sim->mem_free(dx);
+    sim->mem_free(dout);
+    px_moe_destroy(ms);
+    px_moe_destroy(mc_);
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "all";
@@ -223,6 +294,8 @@ int main(int argc, char **argv)
         test_plan();
     if (all || !strcmp(c, "gradcheck"))
         test_gradcheck();
+    if (all || !strcmp(c, "simwaits"))
+        test_simwaits();
     printf(failures ? "FAIL (%d)\n" : "PASS\n", failures);
     return failures ? 1 : 0;
 }

@@ -12,7 +12,9 @@
  *   - allocations are zero-filled, also after a free and a reuse; mem_info
  *     counts the bytes in use;
  *   - staging copies (mem_copy_async) land only at copy_wait: the host
- *     buffer is unchanged before it, as a copy engine's may be.
+ *     buffer is unchanged before it, as a copy engine's may be;
+ *   - copies to host without a wait (mem_copy_to_host_async) land only at
+ *     synchronize, with the source's bytes as of their issue.
  * usage: test_sim_device */
 #include <signal.h>
 #include <stdio.h>
@@ -193,6 +195,17 @@ int main(void)
     t = k->mem_copy_async(again, h2, sizeof h2, 0);
     k->synchronize();
     CHECK(same(k, again, h2, 4), "synchronize did not finish a staging copy");
+
+    /* copies to host without a wait land at synchronize, with the bytes of
+     * the moment they were issued (stream order), not later writes' */
+    float h3[4] = {0, 0, 0, 0}, h4[4] = {1, 2, 3, 4};
+    CHECK(k->mem_copy_to_host_async, "no mem_copy_to_host_async");
+    k->mem_copy_to_host_async(h3, again, sizeof h3);
+    k->mem_copy_from_host(again, h4, sizeof h4); /* a later op overwrites the source */
+    CHECK(h3[0] == 0.0f && h3[3] == 0.0f, "a copy to host landed before synchronize");
+    k->synchronize();
+    CHECK(!memcmp(h3, h2, sizeof h3), "after synchronize the copy to host holds %g %g %g %g, "
+          "want the bytes at its issue, 9 8 7 6", h3[0], h3[1], h3[2], h3[3]);
 
     float *dev[] = {dx, dw, db, dy, dlo, dmean, drstd, dv, again};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)

@@ -1,6 +1,7 @@
 /* test_plan_ipc.c: the plan's CUDA IPC scratch (planner/plan.h, issue 12):
  * which communicators of a layout set up IPC rings, on one node and across
- * nodes, the slot rounding px_ipc.c applies, and the bytes. (That the
+ * nodes, the slot rounding px_ipc.c applies, the bytes, and the submit
+ * check's figure per node (px_plan_ipc_node_bytes, daemon/memfit.c). (That the
  * transport holds exactly px_plan_ipc_bytes per such communicator is
  * checked against the transport itself by tests/transport/test_ipc.c.) */
 #include <stdio.h>
@@ -52,6 +53,29 @@ int main(void)
           (unsigned long long)px_plan_ipc_slot_bytes(65537));
     CHECK(px_plan_ipc_bytes(2, 4194304) == 2ull * 3 * 4194304, "bytes");
     CHECK(px_plan_ipc_bytes(0, 4194304) == 0, "no communicator");
+
+    /* the submit check's figure per node (px_plan_ipc_node_bytes) */
+    static const int one_node[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    static const int pairs[8] = {0, 0, 1, 1, 0, 0, 1, 1}; /* dp2 x tp2 x pp2: tp whole */
+    const uint64_t S = 4194304;
+    px_layout_t dp4 = {4, 1, 1, 1, 1}, dp2tp2 = {2, 2, 1, 1, 1}, dp4ep2 = {4, 1, 1, 1, 2},
+                dp2tp2pp2 = {2, 2, 2, 1, 1};
+    int comms = -1;
+    CHECK(px_plan_ipc_node_bytes(&dp4, 0, one_node, 0, S, &comms) == 3 * S && comms == 1,
+          "dp4 on one node: one ring (%d)", comms);
+    CHECK(px_plan_ipc_node_bytes(&dp2tp2, 0, one_node, 0, S, &comms) == 6 * S && comms == 2,
+          "dp2 tp2 on one node: two rings (%d)", comms);
+    CHECK(px_plan_ipc_node_bytes(&dp4ep2, 8, one_node, 0, S, &comms) == 6 * S && comms == 2,
+          "dp4 ep2 with experts: dp and edp rings (%d)", comms);
+    CHECK(px_plan_ipc_node_bytes(&dp4, 0, two_by_rank, 1, S, &comms) == 0 && comms == 0,
+          "dp across nodes: none (%d)", comms);
+    CHECK(px_plan_ipc_node_bytes(&dp2tp2pp2, 0, pairs, 1, S, &comms) == 3 * S && comms == 1,
+          "tp on a node, dp across: the tp ring only (%d)", comms);
+    CHECK(px_plan_ipc_node_bytes(&dp4, 0, one_node, 1, S, &comms) == 0 && comms == 0,
+          "a node without ranks: none");
+    printf("node figures: dp4 one node %llu, dp2 tp2 %llu bytes per rank\n",
+           (unsigned long long)px_plan_ipc_node_bytes(&dp4, 0, one_node, 0, S, NULL),
+           (unsigned long long)px_plan_ipc_node_bytes(&dp2tp2, 0, one_node, 0, S, NULL));
     printf("%s\n", fails ? "FAILED" : "PASS");
     return fails ? 1 : 0;
 }
