@@ -3,6 +3,7 @@ and dict shapes as pxcluster.Grpc (snake_case keys, states "RUNNING" ...).
 Every call runs `pctl --server ADDR <command> ... --json`; a non-zero exit
 raises ClientError carrying what pctl printed, which is what a user sees."""
 import json
+import os
 import subprocess
 
 import pxcluster as pc
@@ -51,6 +52,35 @@ class Pctl:
 
     def logs(self, job_id, rank):
         return self.run("logs", job_id, "--rank", rank)
+
+
+def pctl_cluster(args, tag, env=None, daemon_args=(), tokens=20000):
+    """The setup of a pctl test on two local daemons: a pxcluster.Cluster of
+    2 daemons with 2 devices each (not started; `daemon_args` added to every
+    daemon's command line, `env` to its environment), a token file of
+    `tokens` tokens of real text in the cluster's workdir, and a client
+    factory (daemon -> Pctl).  Returns (cluster, data path, factory), or None
+    after printing SKIP when parallax-rank or pctl is not built (the test
+    then exits 77)."""
+    for exe in (args.rank, args.pctl):
+        if not exe or not os.access(exe, os.X_OK):
+            print("SKIP: %s not built" % (exe or "pctl/parallax-rank"))
+            return None
+    cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag=tag, env=env)
+    for d in cl.daemons:
+        d.extra += list(daemon_args)
+    data = os.path.join(cl.workdir, "licenses.bin")
+    pc.write_llmc_tokens(data, max_tokens=tokens)
+    return cl, data, lambda d: Pctl(args.pctl, d)
+
+
+def kill_daemons(cl):
+    """Kills the cluster's daemons that still run (a test's last word, pass
+    or fail: nothing outlives it)."""
+    for d in cl.daemons:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
 
 
 def pctl_fail(c, what, args, needles, code=1):

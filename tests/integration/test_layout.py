@@ -32,7 +32,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pxcluster as pc  # noqa: E402
-from pxpctl import Pctl, pctl_fail  # noqa: E402
+from pxpctl import kill_daemons, pctl_cluster, pctl_fail  # noqa: E402
 
 
 def write_tokens(path, tokens):
@@ -54,16 +54,12 @@ def status_rows(text):
 
 def main():
     args = pc.parse_args(sys.argv[1:])
-    for exe in (args.rank, args.pctl):
-        if not exe or not os.access(exe, os.X_OK):
-            print("SKIP: %s not built" % (exe or "pctl/parallax-rank"))
-            return 77
-    cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="lay")
-    data = os.path.join(cl.workdir, "licenses.bin")
-    pc.write_llmc_tokens(data, max_tokens=20000)
+    setup = pctl_cluster(args, "lay")
+    if setup is None:
+        return 77
+    cl, data, client = setup
     big = os.path.join(cl.workdir, "big-token.bin")
     write_tokens(big, [5, 300, 17] * 100 + [7])
-    client = lambda d: Pctl(args.pctl, d)  # noqa: E731
     small = ["--layers", 2, "--heads", 2, "--dim", 32, "--seq", 16, "--steps", 4, "--lr", 1e-3]
     try:
         cl.start(client)
@@ -219,10 +215,7 @@ def main():
         cl.cleanup()
         return 0
     finally:
-        for d in cl.daemons:
-            if d.alive():
-                d.proc.kill()
-                d.proc.wait()
+        kill_daemons(cl)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pxcluster as pc  # noqa: E402
-from pxpctl import Pctl, pctl_fail  # noqa: E402
+from pxpctl import pctl_cluster, pctl_fail  # noqa: E402
 
 SIM_MB = 512
 
@@ -45,17 +45,11 @@ def run_job(c, data, devices, name):
 
 def main():
     args = pc.parse_args(sys.argv[1:])
-    for exe in (args.rank, args.pctl):
-        if not exe or not os.access(exe, os.X_OK):
-            print("SKIP: %s not built" % (exe or "pctl/parallax-rank"))
-            return 77
     env = {"PX_SIM_DEVICE": "1", "PX_SIM_DEVICE_MB": str(SIM_MB), "PX_SHM": "0"}
-    cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="sim", env=env)
-    for d in cl.daemons:
-        d.extra += ["--devices", "cpu:2,sim:2"]
-    data = os.path.join(cl.workdir, "licenses.bin")
-    pc.write_llmc_tokens(data, max_tokens=20000)
-    client = lambda d: Pctl(args.pctl, d)  # noqa: E731
+    setup = pctl_cluster(args, "sim", env=env, daemon_args=["--devices", "cpu:2,sim:2"])
+    if setup is None:
+        return 77
+    cl, data, client = setup
     ok = False
     try:
         cl.start(client)
