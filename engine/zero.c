@@ -41,14 +41,17 @@
 
 
 /* Pokes (progress hooks) of a unit's backward before the reduce-scatter
- * in flight is completed and the deferred gather starts (deferred_gather):
- * a dense layer's backward pokes 21 times (gpt.c: its four matmuls' input
- * gradient GEMMs in 4 row blocks and their weight gradient GEMM in one,
- * and the attention), 14 of them through fcproj's, fc's and attproj's
- * input gradient; the reduce-scatter of a
- * unit moves twice the bytes of its gather per rank, so about 2/3 of the
- * layer's compute for the one and 1/3 for the other. */
-#define DEFER_POKES 14
+ * in flight is completed and the deferred gather starts (deferred_gather).
+ * A dense layer's backward (gpt.c, tp 1) runs four matmul backwards, fcproj,
+ * fc, attproj and qkv, each poking PX_GPT_POKE_BLOCKS times in its input
+ * gradient's row blocks and once after its weight gradient, plus once after
+ * the attention: 4 * (PX_GPT_POKE_BLOCKS + 1) + 1 pokes (21 at 4 blocks).
+ * The switch comes after attproj's input gradient: fcproj's and fc's
+ * PX_GPT_POKE_BLOCKS + 1 each and attproj's PX_GPT_POKE_BLOCKS (14 at 4
+ * blocks). The reduce-scatter of a unit moves twice the bytes of its
+ * gather per rank, so about 2/3 of the layer's compute for the one and 1/3
+ * for the other. */
+#define DEFER_POKES (3 * PX_GPT_POKE_BLOCKS + 2)
 
 /* Where a stage-3 wait happens (the per-wait log, PX_ZERO_WAIT_LOG). */
 enum {
