@@ -16,7 +16,9 @@
  * it to each rank; the segment holds three buffers of the larger per
  * rank). Rank 0's PX_SHM_MIN_BYTES, PX_SHM_SLOT_BYTES and
  * PX_SHM_A2A_SLOT_BYTES hold for the whole communicator (sent with the
- * segment's name), so every rank picks the same path for the same call. */
+ * segment's name), so every rank picks the same path for the same call.
+ * px_comm_set_shm_slot (px__shm_reslot) replaces the slot size of one
+ * communicator afterwards (a new segment; rank 0's value again). */
 #ifndef PX_SHM_H
 #define PX_SHM_H
 
