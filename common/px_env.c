@@ -32,6 +32,7 @@ static px_knob_t knobs[] = {
     {"PX_SPIN_US", "0", "collective waits poll this long (us) before sleeping on the event fd; -1: "
      "auto (200 us while the job's ranks on this node are no more than its CPUs and the load average "
      "is not above them, else 0)", NULL},
+    {"PX_ZERO_SHM_SLOT_BYTES", "0", "bytes one rank stages per shared-memory step on the data-parallel communicator of ZeRO stages 2-3 (px_comm_set_shm_slot at px_zero_create; 0: PX_SHM_SLOT_BYTES)", NULL},
     {"PX_ZERO_WAIT_LOG", "0", "1: each ZeRO-3 rank logs, at its end, every all-gather and reduce-scatter wait by place and unit (count, mean wall and CPU ms): where stage 3's blocked time goes", NULL},
     {"PX_IPC", "1", "collectives of device buffers between the ranks of one node go through the peers' mapped device memory (CUDA IPC; 0: staged through host memory)", NULL},
     {"PX_IPC_SLOT_BYTES", "4194304", "bytes of one slot of a rank's device scratch ring for IPC collectives (two slots per rank and communicator)", NULL},

@@ -660,7 +660,7 @@ static void cp_positions(px_gpt_t *gpt, int cp_rank, float *wpe, int to_loc)
  * next poke (measured with PX_ZERO_WAIT_LOG: ZeRO-3's blocked time at dp 2
  * was mostly sleep, not copying), so pokes at a GEMM's quarters rather
  * than its end shorten that wait. Without a hook: one block. */
-#define POKE_BLOCKS 4
+#define POKE_BLOCKS PX_GPT_POKE_BLOCKS
 
 static int poke_blocks(const px_gpt_t *gpt)
 {

@@ -128,6 +128,14 @@ typedef struct px_gpt_hooks {
     void (*progress)(void *arg);
 } px_gpt_hooks_t;
 
+/* Row blocks each forward GEMM and each backward input-gradient GEMM is
+ * cut into when the hooks have `progress`, with a progress call after each
+ * block (gpt.c matmul_forward_poked / matmul_backward_poked; a backward
+ * matmul then calls progress PX_GPT_POKE_BLOCKS + 1 times, its weight
+ * gradient in one block). Hook users that count calls (ZeRO-3's deferred
+ * gather, zero.c) derive their counts from it. */
+#define PX_GPT_POKE_BLOCKS 4
+
 /* What a block computes on, beyond its parameters: the seams where tensor,
  * sequence, context and pipeline parallelism plug in. */
 typedef struct px_gpt_ctx {

@@ -41,14 +41,17 @@
 
 
 /* Pokes (progress hooks) of a unit's backward before the reduce-scatter
- * in flight is completed and the deferred gather starts (deferred_gather):
- * a dense layer's backward pokes 21 times (gpt.c: its four matmuls' input
- * gradient GEMMs in 4 row blocks and their weight gradient GEMM in one,
- * and the attention), 14 of them through fcproj's, fc's and attproj's
- * input gradient; the reduce-scatter of a
- * unit moves twice the bytes of its gather per rank, so about 2/3 of the
- * layer's compute for the one and 1/3 for the other. */
-#define DEFER_POKES 14
+ * in flight is completed and the deferred gather starts (deferred_gather).
+ * A dense layer's backward (gpt.c, tp 1) runs four matmul backwards, fcproj,
+ * fc, attproj and qkv, each poking PX_GPT_POKE_BLOCKS times in its input
+ * gradient's row blocks and once after its weight gradient, plus once after
+ * the attention: 4 * (PX_GPT_POKE_BLOCKS + 1) + 1 pokes (21 at 4 blocks).
+ * The switch comes after attproj's input gradient: fcproj's and fc's
+ * PX_GPT_POKE_BLOCKS + 1 each and attproj's PX_GPT_POKE_BLOCKS (14 at 4
+ * blocks). The reduce-scatter of a unit moves twice the bytes of its
+ * gather per rank, so about 2/3 of the layer's compute for the one and 1/3
+ * for the other. */
+#define DEFER_POKES (3 * PX_GPT_POKE_BLOCKS + 2)
 
 /* Where a stage-3 wait happens (the per-wait log, PX_ZERO_WAIT_LOG). */
 enum {
@@ -713,6 +716,21 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
         px_zero_destroy(z);
         return PX_ERR_NO_MEMORY;
     }
+    if (z->stage >= 2 && z->dp > 1) {
+        /* fewer, larger shared-memory steps for the reduce-scatters and
+         * gathers that run under compute: each step needs every peer
+         * inside the transport (a poke) once */
+        long slot = px_env_int("PX_ZERO_SHM_SLOT_BYTES");
+        px_status_t st = slot > 0 ? px_comm_set_shm_slot(comm, (uint64_t)slot) : PX_OK;
+        if (st != PX_OK) {
+            px_error("zero: PX_ZERO_SHM_SLOT_BYTES=%ld: %s", slot, px_status_str(st));
+            px_zero_destroy(z);
+            return st;
+        }
+        if (slot > 0)
+            px_info("zero: data-parallel group's shared-memory steps of %ld bytes "
+                    "(PX_ZERO_SHM_SLOT_BYTES)", slot);
+    }
     z->hooks = (px_gpt_hooks_t){.arg = z, .params_acquire = h_params_acquire,
                                 .params_release = h_params_release,
                                 .grads_acquire = h_grads_acquire,
@@ -750,14 +768,19 @@ static void wait_log_print(const px_zero_t *z)
 {
     px_info("zero wait log: %ld gathers started in the update, for the next step",
             z->update_gathers);
-    /* blocked per step, from the third (as bench_zero.py's step times) */
+    /* blocked per step, from the third (as bench_zero.py's step times);
+     * the trimmed mean drops the n/4 least and the n/4 most blocked steps
+     * (the interquartile mean: a robust estimate of the mean on shared
+     * cores, where a few steps stall on other load) */
     if (z->nsteps > 2) {
-        int n = z->nsteps - 2;
-        double *v = z->steps_wall + 2;
+        int n = z->nsteps - 2, cut = n / 4;
+        double *v = z->steps_wall + 2, tm = 0.0;
         qsort(v, (size_t)n, sizeof(double), dcmp);
+        for (int i = cut; i < n - cut; i++)
+            tm += v[i] / (double)(n - 2 * cut);
         px_info("zero wait log: blocked per step (all-gathers + reduce-scatters), steps 3-%d: "
-                "min %.2f ms, median %.2f ms", z->nsteps, 1e3 * v[0],
-                1e3 * (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])));
+                "min %.2f ms, median %.2f ms, trimmed mean %.2f ms", z->nsteps, 1e3 * v[0],
+                1e3 * (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])), 1e3 * tm);
     }
     for (int s = 0; s < WAIT_SITES; s++)
         for (int u = 0; u < z->nunits; u++) {

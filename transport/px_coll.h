@@ -201,6 +201,17 @@ px_status_t px_allreduce_opts(px_comm_t *comm, const void *sendbuf, void *recvbu
 px_status_t px_comm_split(px_comm_t *comm, int color, int key, px_comm_t **newcomm_p);
 /* The parent-communicator (world) rank of `rank` in `comm`. */
 int px_comm_world_rank(const px_comm_t *comm, int rank);
+/* Sets the bytes one rank stages per step of `comm`'s shared-memory
+ * collectives (all but all-to-all; PX_SHM_SLOT_BYTES for every other
+ * communicator): a communicator whose collectives are large and overlapped
+ * with compute (ZeRO's reduce-scatters and all-gathers) takes fewer steps,
+ * each of which needs every peer inside the transport once. Collective
+ * over `comm`, with no request of it pending; rank 0's value holds. The
+ * segment grows to 3 x size x slot_bytes (shared, host memory). A
+ * communicator without the shared-memory path: PX_OK, no change.
+ * PX_ERR_INVALID_ARGUMENT naming the value: slot_bytes outside 4096..64
+ * MiB, or a request pending. */
+px_status_t px_comm_set_shm_slot(px_comm_t *comm, uint64_t slot_bytes);
 
 /* Name of an algorithm / dtype / op ("ring", "bf16", "sum"); static. And the
  * parsers for them (PX_ERR_INVALID_ARGUMENT on an unknown name). */

@@ -614,6 +614,13 @@ out:
     return status;
 }
 
+px_status_t px_comm_set_shm_slot(px_comm_t *comm, uint64_t slot_bytes)
+{
+    if (!comm)
+        return PX_ERR_INVALID_ARGUMENT;
+    return px__shm_reslot(comm, slot_bytes);
+}
+
 int px_comm_world_rank(const px_comm_t *comm, int rank)
 {
     if (!comm || rank < 0 || rank >= comm->size)

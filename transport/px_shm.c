@@ -300,7 +300,10 @@ static void *map_fd(int fd, size_t bytes)
     return p == MAP_FAILED ? NULL : p;
 }
 
-px_status_t px__shm_setup(px_comm_t *comm)
+/* px__shm_setup with rank 0's staging buffer size `want_slot` (bytes; 0:
+ * PX_SHM_SLOT_BYTES) instead of the knob: px__shm_setup and
+ * px__shm_reslot. */
+static px_status_t shm_setup(px_comm_t *comm, size_t want_slot)
 {
     struct {
         int32_t ok;
@@ -315,7 +318,7 @@ px_status_t px__shm_setup(px_comm_t *comm)
 
     if (comm->size < 2 || comm->shm)
         return PX_OK;
-    slot = align_up((size_t)px_env_int("PX_SHM_SLOT_BYTES"), 4096);
+    slot = align_up(want_slot ? want_slot : (size_t)px_env_int("PX_SHM_SLOT_BYTES"), 4096);
     if (slot < 4096)
         slot = 4096;
     a2a = a2a_bytes(slot, (size_t)px_env_int("PX_SHM_A2A_SLOT_BYTES"));
@@ -407,6 +410,36 @@ out_unlink:
     px_debug("comm %u: shared-memory path on (%d ranks, %zu-byte slots)", comm->id, comm->size,
              slot);
     return PX_OK;
+}
+
+px_status_t px__shm_setup(px_comm_t *comm)
+{
+    return shm_setup(comm, 0);
+}
+
+/* Largest staging buffer px__shm_reslot makes (a sanity bound: a buffer
+ * far past the caches only costs memory, 3 x n of them per communicator). */
+#define RESLOT_MAX_BYTES (64u << 20)
+
+px_status_t px__shm_reslot(px_comm_t *comm, uint64_t slot_bytes)
+{
+    if (slot_bytes < 4096 || slot_bytes > RESLOT_MAX_BYTES) {
+        px_error("px_comm_set_shm_slot: slot of %llu bytes: must be 4096..%u",
+                 (unsigned long long)slot_bytes, RESLOT_MAX_BYTES);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    for (px_request_t *r = comm->reqs; r; r = r->next)
+        if (r->status == PX_INPROGRESS) {
+            px_error("px_comm_set_shm_slot: comm %u has collective #%u pending: the segment "
+                     "changes only between collectives", comm->id, (unsigned)r->seq);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+    /* every rank has a segment, or none has (setup agreed; a mismatch or
+     * cancel turns it off on every rank): the same branch everywhere */
+    if (!comm->shm || comm->shm->off)
+        return PX_OK;
+    px__shm_destroy(comm); /* the collectives of the new setup run over UCX */
+    return shm_setup(comm, (size_t)slot_bytes);
 }
 
 void px__shm_destroy(px_comm_t *comm)

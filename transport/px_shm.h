@@ -16,7 +16,9 @@
  * it to each rank; the segment holds three buffers of the larger per
  * rank). Rank 0's PX_SHM_MIN_BYTES, PX_SHM_SLOT_BYTES and
  * PX_SHM_A2A_SLOT_BYTES hold for the whole communicator (sent with the
- * segment's name), so every rank picks the same path for the same call. */
+ * segment's name), so every rank picks the same path for the same call.
+ * px_comm_set_shm_slot (px__shm_reslot) replaces the slot size of one
+ * communicator afterwards (a new segment; rank 0's value again). */
 #ifndef PX_SHM_H
 #define PX_SHM_H
 
@@ -35,6 +37,16 @@ typedef struct px__shm px__shm_t;
  * unlinked before this returns on every path, so nothing is left in
  * /dev/shm whatever happens later (a crash included). */
 px_status_t px__shm_setup(px_comm_t *comm);
+/* px_comm_set_shm_slot (px_coll.h): collective over `comm`; with a
+ * segment (and the path not turned off) maps a new one whose staging
+ * buffers hold rank 0's `slot_bytes` (rounded up to 4096) and unmaps the
+ * old; without one, PX_OK and nothing changes. PX_ERR_INVALID_ARGUMENT
+ * (logged, naming the value) for a size outside 4096..64 MiB or a request
+ * of `comm` still pending (every rank checks the same things, so every
+ * rank returns before any collective). A failed setup of the new segment
+ * leaves comm->shm NULL (the collectives take UCX) and returns the status
+ * of its UCX collectives, as px__shm_setup. */
+px_status_t px__shm_reslot(px_comm_t *comm, uint64_t slot_bytes);
 /* Unmaps the segment; NULL-safe; comm->shm becomes NULL. */
 void px__shm_destroy(px_comm_t *comm);
 

@@ -34,6 +34,15 @@
  *                        reads of it (process_vm_readv: ESRCH) or their
  *                        waits fail with PX_ERR_PEER_FAILURE naming rank 1.
  *   test_shm off N       PX_SHM=0: no segment; collectives still right.
+ *   test_shm reslot N    px_comm_set_shm_slot: refused (INVALID_ARGUMENT,
+ *                        nothing changed) for sizes outside 4096..64 MiB and
+ *                        while a request of the communicator is pending;
+ *                        then the world's segment is remapped with 64 KiB
+ *                        slots (4x meson's 16 KiB) and every `equal` case is
+ *                        bitwise the UCX path's, twice (remapped to 4 KiB in
+ *                        between: steps of one page, a segment smaller than
+ *                        the old one); on a communicator without a segment
+ *                        it is a no-op.
  *   test_shm cma_eperm N PX_SHM_CMA=2, but the last rank may not use
  *                        process_vm_readv (a seccomp filter answers EPERM, as
  *                        the kernel does without ptrace rights): a
@@ -645,6 +654,42 @@ static int rank_off(px_launch_rank_t *ctx)
     return 0;
 }
 
+static int rank_reslot(px_launch_rank_t *ctx)
+{
+    px_comm_t *w = ctx->comm, *u = NULL;
+    px_request_t *req = NULL;
+    float x = 1.0f, y[64];
+
+    if (!w->shm)
+        FAIL("no segment on the world");
+    if (px_comm_set_shm_slot(w, 100) != PX_ERR_INVALID_ARGUMENT ||
+        px_comm_set_shm_slot(w, (uint64_t)1 << 40) != PX_ERR_INVALID_ARGUMENT)
+        FAIL("a slot of 100 bytes or 1 TiB was not refused");
+    /* a request pending (a small all-gather over UCX): refused on every rank */
+    if (px_allgather_start(w, &x, y, 1, PX_FLOAT32, NULL, &req) != PX_OK)
+        FAIL("all-gather start");
+    if (px_comm_set_shm_slot(w, 65536) != PX_ERR_INVALID_ARGUMENT)
+        FAIL("remapped with a request pending");
+    if (px_wait(req, -1) != PX_OK)
+        FAIL("all-gather");
+    if (px_comm_set_shm_slot(w, 65536) != PX_OK || !w->shm)
+        FAIL("remap to 64 KiB slots");
+    if (equal_on(ctx, w, 1))
+        return 1;
+    if (px_comm_set_shm_slot(w, 4096) != PX_OK || !w->shm)
+        FAIL("remap to 4 KiB slots");
+    if (equal_on(ctx, w, 1))
+        return 1;
+    /* without a segment (PX_SHM_MIN_BYTES counts only at the call; a
+     * communicator of one rank has none): nothing to do */
+    if (px_comm_split(w, ctx->rank, 0, &u) != PX_OK || u->shm)
+        FAIL("split into single ranks");
+    if (px_comm_set_shm_slot(u, 65536) != PX_OK || u->shm)
+        FAIL("set_shm_slot on a communicator without a segment");
+    px_comm_destroy(u);
+    return 0;
+}
+
 /* --- /dev/shm ---------------------------------------------------------------------- */
 
 static pid_t pids[64];
@@ -707,11 +752,13 @@ int main(int argc, char **argv)
         failed = px_launch(n, rank_cma_eperm, NULL, &opts, NULL);
     } else if (!strcmp(what, "cma_leave")) {
         failed = px_launch(n, rank_cma_leave, NULL, &opts, NULL);
+    } else if (!strcmp(what, "reslot")) {
+        failed = px_launch(n, rank_reslot, NULL, &opts, NULL);
     } else if (!strcmp(what, "off")) {
         setenv("PX_SHM", "0", 1);
         failed = px_launch(n, rank_off, NULL, &opts, NULL);
     } else {
-        fprintf(stderr, "usage: %s equal|mismatch|kill|kill_a2a|cma_leave|cma_eperm|off N\n", argv[0]);
+        fprintf(stderr, "usage: %s equal|mismatch|kill|kill_a2a|cma_leave|cma_eperm|reslot|off N\n", argv[0]);
         return 2;
     }
     failed += leftovers();
