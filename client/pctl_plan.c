@@ -11,7 +11,8 @@
  * each tensor rank's units: px_plan_gpt_units_tp) and the activations of
  * the local micro-batch (px_plan_gpt_activations_cp: --batch / (dp x
  * --grad-accum) sequences of --seq / cp tokens, tp, --sequence-parallel,
- * the ring attention's buffers with cp; the engine's fp32 buffers,
+ * the ring attention's buffers with cp; the engine's buffers (bf16:
+ * px_plan_gpt_activations_prec's bf16 storage),
  * whatever --precision says of the state; ZeRO shards over dp x cp); for
  * pp or ep > 1, or tp > 1 with --params only, it says it is not planned
  * yet instead of printing figures. With cp > 1 it prints each context
@@ -611,9 +612,12 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                 char b[32];
                 fmt_gb((double)(acts.bytes + moe_acts), b, sizeof(b));
                 printf("activations per rank: %s (micro-batch %llu x seq %llu, tp %llu, "
-                       "sequence parallelism %s; the engine's fp32 buffers, every ZeRO stage)\n",
+                       "sequence parallelism %s; the engine's %s, every ZeRO stage)\n",
                        b, (unsigned long long)micro, (unsigned long long)seq_local,
-                       (unsigned long long)tp, sp ? "on" : "off");
+                       (unsigned long long)tp, sp ? "on" : "off",
+                       !bf16 ? "fp32 buffers"
+                       : sp  ? "buffers, the GELU output bf16, the rest fp32"
+                             : "buffers, LayerNorm and GELU outputs bf16, the rest fp32");
                 if (cp > 1)
                     print_context((int)cp, (int)seq, (double)acts.ring * 4);
             }
