@@ -3,8 +3,9 @@
  * Mixed precision in parallax is "bf16 GEMM and attention operands, fp32
  * elsewhere", as PyTorch autocast runs a GPT (its linear layers, and
  * scaled_dot_product_attention as flash attention does): the engine keeps
- * fp32 master weights, fp32 activations in memory, fp32 gradients, AdamW
- * state, reductions and collectives; every linear layer (qkv, attention
+ * fp32 master weights, fp32 activations in memory (except those only bf16
+ * GEMMs read, stored as bf16 in mode PX_KERNELS_BF16: below), fp32
+ * gradients, AdamW state, reductions and collectives; every linear layer (qkv, attention
  * projection, MLP fc / proj, the tied LM head, MoE router and experts)
  * multiplies bf16-rounded inputs into fp32 output (fp32 accumulation on
  * CUDA, double on the CPU: px_kernels.h), and so do attention's batched
