@@ -11,7 +11,8 @@
  * each tensor rank's units: px_plan_gpt_units_tp) and the activations of
  * the local micro-batch (px_plan_gpt_activations_cp: --batch / (dp x
  * --grad-accum) sequences of --seq / cp tokens, tp, --sequence-parallel,
- * the ring attention's buffers with cp; the engine's fp32 buffers,
+ * the ring attention's buffers with cp; the engine's buffers (bf16:
+ * px_plan_gpt_activations_prec's bf16 storage),
  * whatever --precision says of the state; ZeRO shards over dp x cp); for
  * pp or ep > 1, or tp > 1 with --params only, it says it is not planned
  * yet instead of printing figures. With cp > 1 it prints each context
@@ -128,13 +129,13 @@ static void print_context(int cp, int seq, double ring_bytes)
  * chunk-sized buffers summed over the chunks. -1 on a bad table. */
 static double interleaved_stage_bytes(const px_pipe_schedule_t *sc, int st, int layers, int heads,
                                       int dim, int vocab, int micro, int seq, int tp, int sp,
-                                      int cp, int *held_p)
+                                      int cp, int bf16, int *held_p)
 {
     px_plan_gpt_acts_t a;
     int per_chunk = layers / (sc->p * sc->v);
     /* seq: a context rank's seq/cp tokens (pctl_cmd_plan passes them) */
-    if (px_plan_gpt_activations_cp(per_chunk, heads, dim, px_job_config_padded_vocab(vocab),
-                                   micro, seq, tp, sp, cp, &a) != PX_OK)
+    if (px_plan_gpt_activations_prec(per_chunk, heads, dim, px_job_config_padded_vocab(vocab),
+                                     micro, seq, tp, sp, cp, bf16, &a) != PX_OK)
         return -1.0;
     *held_p = px_pipe_schedule_slots(sc, st);
     return (double)a.bytes * *held_p;
@@ -144,13 +145,13 @@ static double interleaved_stage_bytes(const px_pipe_schedule_t *sc, int st, int 
  * the micro-batches it holds at once (pipesched.h: GPipe M, 1F1B
  * min(p-s, M), ZB1 min(p, M); interleaved: summed over its V chunks of
  * layers / (pp V) layers each) and their activation bytes, the engine's
- * fp32 buffers (px_plan_gpt_activations for the stage's (chunk's) layers,
+ * buffers (px_plan_gpt_activations_prec for the stage's (chunk's) layers,
  * plus the split backward's stash of 9C floats per token and layer for
  * ZB1). Interleaved is shown where its rules hold (with --schedule
  * interleaved they must: else a usage error naming the values).
  * Returns PCTL_EXIT_OK or PCTL_EXIT_USAGE (message printed). */
 static int print_pipeline(int layers, int heads, int dim, int vocab, int seq, int tp, int sp,
-                          int cp, int pp, int M, int V, int micro, int sched_sel,
+                          int cp, int bf16, int pp, int M, int V, int micro, int sched_sel,
                           const char *spec, int print_sched, json_t *jpipe)
 {
     char err[256];
@@ -195,7 +196,7 @@ static int print_pipeline(int layers, int heads, int dim, int vocab, int seq, in
             for (int st = 0; st < pp; st++) {
                 int held = 0;
                 double bytes = interleaved_stage_bytes(sc, st, layers, heads, dim, vocab, micro,
-                                                       seq, tp, sp, cp, &held);
+                                                       seq, tp, sp, cp, bf16, &held);
                 char b[32];
                 if (bytes < 0) {
                     px_pipe_schedule_destroy(sc);
@@ -236,8 +237,9 @@ static int print_pipeline(int layers, int heads, int dim, int vocab, int seq, in
         for (int st = 0; st < pp; st++) {
             px_plan_gpt_acts_t a;
             /* seq: a context rank's seq/cp tokens (pctl_cmd_plan passes them) */
-            if (px_plan_gpt_activations_cp(sl[st], heads, dim, px_job_config_padded_vocab(vocab),
-                                           micro, seq, tp, sp, cp, &a) != PX_OK) {
+            if (px_plan_gpt_activations_prec(sl[st], heads, dim,
+                                             px_job_config_padded_vocab(vocab), micro, seq, tp,
+                                             sp, cp, bf16, &a) != PX_OK) {
                 px_pipe_schedule_destroy(sc);
                 json_decref(jst);
                 free(sl);
@@ -526,9 +528,9 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     /* activations of one rank's micro-batch (GPT dims only) */
     px_plan_gpt_acts_t acts = {0};
     if (known && memory_planned &&
-        px_plan_gpt_activations_cp((int)layers, (int)heads, (int)dim,
-                                   px_job_config_padded_vocab((int)vocab), (int)micro,
-                                   (int)seq_local, (int)tp, sp, (int)cp, &acts) != PX_OK) {
+        px_plan_gpt_activations_prec((int)layers, (int)heads, (int)dim,
+                                     px_job_config_padded_vocab((int)vocab), (int)micro,
+                                     (int)seq_local, (int)tp, sp, (int)cp, bf16, &acts) != PX_OK) {
         free(units);
         free(node_of_rank);
         return PCTL_EXIT_USAGE; /* the planner named the values */
@@ -610,9 +612,12 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                 char b[32];
                 fmt_gb((double)(acts.bytes + moe_acts), b, sizeof(b));
                 printf("activations per rank: %s (micro-batch %llu x seq %llu, tp %llu, "
-                       "sequence parallelism %s; the engine's fp32 buffers, every ZeRO stage)\n",
+                       "sequence parallelism %s; the engine's %s, every ZeRO stage)\n",
                        b, (unsigned long long)micro, (unsigned long long)seq_local,
-                       (unsigned long long)tp, sp ? "on" : "off");
+                       (unsigned long long)tp, sp ? "on" : "off",
+                       !bf16 ? "fp32 buffers"
+                       : sp  ? "buffers, the GELU output bf16, the rest fp32"
+                             : "buffers, LayerNorm and GELU outputs bf16, the rest fp32");
                 if (cp > 1)
                     print_context((int)cp, (int)seq, (double)acts.ring * 4);
             }
@@ -692,7 +697,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
         if (o && known && pp > 1) {
             json_t *jp = json_object();
             if (print_pipeline((int)layers, (int)heads, (int)dim, (int)vocab, (int)seq_local,
-                               (int)tp, sp, (int)cp, (int)pp, (int)mbs, (int)vstages,
+                               (int)tp, sp, (int)cp, bf16, (int)pp, (int)mbs, (int)vstages,
                                (int)(micro / mbs), sched_sel, stage_spec,
                                0, jp) == PCTL_EXIT_OK)
                 json_object_set_new(o, "pipeline", jp);
@@ -713,7 +718,7 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                    "flight; \"at once\" is the peak of the sum, what a rank measures)\n");
         if (!json && rc == PCTL_EXIT_OK && known && pp > 1)
             rc = print_pipeline((int)layers, (int)heads, (int)dim, (int)vocab, (int)seq_local,
-                                (int)tp, sp, (int)cp, (int)pp, (int)mbs, (int)vstages,
+                                (int)tp, sp, (int)cp, bf16, (int)pp, (int)mbs, (int)vstages,
                                 (int)(micro / mbs), sched_sel, stage_spec,
                                 print_sched, NULL);
         if (!json && rc == PCTL_EXIT_OK)

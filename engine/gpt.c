@@ -21,10 +21,28 @@
  * table's mem_set / mem_copy. Context parallelism (cfg.cp > 1) changes only
  * the attention seam (ring_attn.h: att then holds each layer's log-sum-exp)
  * and the positions (wpe rows of this rank's two chunks). One thread per
- * model. */
+ * model.
+ *
+ * bf16 activation storage (issue 12; ops->bf16_acts, the bf16 view of
+ * px_kernels_with_precision): the activations whose only consumers are
+ * bf16 GEMMs - fch_gelu (fcproj's input), and without sequence parallelism
+ * ln1, ln2, lnf (the inputs of qkv, fc or the mixture of experts, the tied
+ * head) - are stored as bf16 (plan.h: px_plan_gpt_activations_prec says
+ * which). The producer (layernorm_forward, gelu_forward) writes fp32 into a
+ * backward work buffer that is free during the forward (tmp, dbtc, d4a),
+ * then bf16_from_f32 rounds it into the activation: the producers' ops stay
+ * as they are and no extra memory is needed. The GEMMs read the bf16 tensor
+ * (matmul_bf16in_*), rounding the same values they rounded before, so the
+ * results are bit for bit those of fp32 storage. With sequence parallelism
+ * ln1 / ln2 / lnf are all-gathered for their GEMMs (fp32 collectives) and
+ * stay fp32. The mixture of experts takes fp32 (moe.h): the forward gives it
+ * the unrounded LayerNorm output (its GEMMs round it), the backward the
+ * bf16 values widened (its router's weight gradient rounds them again: the
+ * same operand). */
 #include "gpt.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,6 +141,8 @@ struct px_gpt {
     px_gpt_hooks_t hooks;          /* external mode (has_hooks) */
     int has_hooks;
     gpt_acts_t a;
+    int ln_bf16;                   /* ln1, ln2, lnf stored as bf16 (plan.h) */
+    int fchg_bf16;                 /* fch_gelu stored as bf16 */
     float *acts_mem;
     size_t acts_count;
     size_t acts_bytes;             /* the plan's activation bytes (plan.h) */
@@ -303,12 +323,14 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
     gpt->rows = gpt->sp ? BT / tp : BT;
     px_plan_gpt_acts_t pa;
     gpt->cp = cfg->cp > 1 ? cfg->cp : 1;
-    if (px_plan_gpt_activations_cp(nlayers, NH, C, gpt->Vp, B, T, tp, gpt->sp, gpt->cp,
-                                   &pa) != PX_OK) {
+    if (px_plan_gpt_activations_prec(nlayers, NH, C, gpt->Vp, B, T, tp, gpt->sp, gpt->cp,
+                                     ops->bf16_acts, &pa) != PX_OK) {
         px_gpt_destroy(gpt); /* logged by the plan; the checks above make it unreachable */
         return PX_ERR_INVALID_ARGUMENT;
     }
     uint64_t *act_sizes = pa.count;
+    gpt->ln_bf16 = pa.bf16[offsetof(gpt_acts_t, ln1) / sizeof(float *)];
+    gpt->fchg_bf16 = pa.bf16[offsetof(gpt_acts_t, fch_gelu) / sizeof(float *)];
     gpt->acts_count = 0;
     for (size_t i = 0; i < GPT_NUM_ACTS; i++)
         gpt->acts_count += act_sizes[i];
@@ -667,6 +689,43 @@ static int poke_blocks(const px_gpt_t *gpt)
     return gpt->has_hooks && gpt->hooks.progress ? POKE_BLOCKS : 1;
 }
 
+/* A GEMM's activation operand as stored: fp32 `f`, or bf16 bits `h`
+ * (bf16 activation storage, the file's header); exactly one is set. */
+typedef struct act {
+    const float *f;
+    const uint16_t *h;
+} act_t;
+
+/* rows [n0, ...) of a (rows, C) activation */
+static act_t act_rows(act_t x, size_t n0, int C)
+{
+    if (x.h)
+        x.h += n0 * (size_t)C;
+    else
+        x.f += n0 * (size_t)C;
+    return x;
+}
+
+/* matmul_forward of an activation: matmul_bf16in_forward when it is bf16 */
+static void mm_forward(const px_kernel_ops_t *k, float *out, act_t inp, const float *weight,
+                       const float *bias, int N, int C, int OC)
+{
+    if (inp.h)
+        k->matmul_bf16in_forward(out, inp.h, weight, bias, N, C, OC);
+    else
+        k->matmul_forward(out, inp.f, weight, bias, N, C, OC);
+}
+
+/* matmul_backward of an activation: matmul_bf16in_backward when bf16 */
+static void mm_backward(const px_kernel_ops_t *k, float *dinp, float *dweight, float *dbias,
+                        const float *dout, act_t inp, const float *weight, int N, int C, int OC)
+{
+    if (inp.h)
+        k->matmul_bf16in_backward(dinp, dweight, dbias, dout, inp.h, weight, N, C, OC);
+    else
+        k->matmul_backward(dinp, dweight, dbias, dout, inp.f, weight, N, C, OC);
+}
+
 /* matmul_backward (px_kernels.h) as the input gradient's GEMM over
  * poke_blocks() row blocks of N with a progress poke after each (its rows
  * are independent: the same arithmetic as one call), then the weight's and
@@ -674,35 +733,35 @@ static int poke_blocks(const px_gpt_t *gpt)
  * (ZeRO's gathers and reduce-scatters, the gradient buckets) advance
  * during a layer's backward, whose GEMMs are its longest kernels. */
 static void matmul_backward_poked(px_gpt_t *gpt, float *dinp, float *dweight, float *dbias,
-                                  const float *dout, const float *inp, const float *weight,
+                                  const float *dout, act_t inp, const float *weight,
                                   int N, int C, int OC)
 {
     int nb = poke_blocks(gpt);
     for (int b = 0; b < nb; b++) { /* rows of dinp: independent */
         int n0 = (int)((long)N * b / nb), n1 = (int)((long)N * (b + 1) / nb);
-        gpt->ops->matmul_backward(dinp + (size_t)n0 * C, NULL, NULL, dout + (size_t)n0 * OC,
-                                  inp, weight, n1 - n0, C, OC);
+        mm_backward(gpt->ops, dinp + (size_t)n0 * C, NULL, NULL, dout + (size_t)n0 * OC, inp,
+                    weight, n1 - n0, C, OC);
         poke(gpt);
     }
     /* dweight, dbias in one call: cut into row blocks their sums would
      * round per block, and in bf16 the single rank (no hook, one block)
      * and the parallel ranks would part by more than 1e-5 within 10 steps
      * (engine_bf16: grad norm 4.4e-5 at dp 2) */
-    gpt->ops->matmul_backward(NULL, dweight, dbias, dout, inp, weight, N, C, OC);
+    mm_backward(gpt->ops, NULL, dweight, dbias, dout, inp, weight, N, C, OC);
     poke(gpt);
 }
 
 /* matmul_forward (px_kernels.h; out (N,OC) = inp (N,C) @ weight^T + bias)
  * over poke_blocks() row blocks with a progress poke after each: rows are
  * independent, so the arithmetic is the one call's. */
-static void matmul_forward_poked(px_gpt_t *gpt, float *out, const float *inp,
-                                 const float *weight, const float *bias, int N, int C, int OC)
+static void matmul_forward_poked(px_gpt_t *gpt, float *out, act_t inp, const float *weight,
+                                 const float *bias, int N, int C, int OC)
 {
     int nb = poke_blocks(gpt);
     for (int b = 0; b < nb; b++) {
         int n0 = (int)((long)N * b / nb), n1 = (int)((long)N * (b + 1) / nb);
-        gpt->ops->matmul_forward(out + (size_t)n0 * OC, inp + (size_t)n0 * C, weight, bias,
-                                 n1 - n0, C, OC);
+        mm_forward(gpt->ops, out + (size_t)n0 * OC, act_rows(inp, (size_t)n0, C), weight, bias,
+                   n1 - n0, C, OC);
         poke(gpt);
     }
 }
@@ -725,11 +784,12 @@ static void ring_poke(void *arg) { poke(arg); }
  * poking between them, then the collective is waited for. inp (N,C) is
  * the forward input; with sequence parallelism it is first all-gathered
  * into `gathered` (N,C) from this rank's rows inp (N/tp,C), overlapped
- * with the dinp GEMM (Korthikanti et al. 2022, section 4.2.2). tp 1: one
+ * with the dinp GEMM (Korthikanti et al. 2022, section 4.2.2); it is fp32
+ * then (plan.h: no bf16 storage of the gathered tensors). tp 1: one
  * matmul_backward, no collective. */
 static px_status_t col_backward(px_gpt_t *gpt, px_comm_t *tpc, float *dinp, float *local,
                                 float *dweight, float *dbias, const float *dout,
-                                const float *inp, float *gathered, const float *weight, int N,
+                                act_t inp, float *gathered, const float *weight, int N,
                                 int C, int OC, const char *what, const char *inp_what)
 {
     const px_kernel_ops_t *k = gpt->ops;
@@ -739,7 +799,12 @@ static px_status_t col_backward(px_gpt_t *gpt, px_comm_t *tpc, float *dinp, floa
         return PX_OK;
     }
     if (gpt->sp) {
-        PX_CHECK(px_tp_allgather_start(tpc, inp, gathered, (size_t)N / gpt->tp * C, inp_what,
+        if (!inp.f) {
+            px_error("gpt: %s is stored as bf16 but sequence parallelism gathers fp32",
+                     inp_what);
+            return PX_ERR_INTERNAL;
+        }
+        PX_CHECK(px_tp_allgather_start(tpc, inp.f, gathered, (size_t)N / gpt->tp * C, inp_what,
                                        &gpt->tp_times, &gpt->pend));
         for (int c = 0; c < WGRAD_CHUNKS; c++) {
             int n0 = (int)((long)N * c / WGRAD_CHUNKS);
@@ -750,9 +815,9 @@ static px_status_t col_backward(px_gpt_t *gpt, px_comm_t *tpc, float *dinp, floa
             poke(gpt);
         }
         PX_CHECK(px_tp_finish(&gpt->pend, &gpt->tp_times));
-        inp = gathered;
+        inp = (act_t){.f = gathered};
     } else {
-        k->matmul_backward(dinp, NULL, NULL, dout, inp, weight, N, C, OC);
+        mm_backward(k, dinp, NULL, NULL, dout, inp, weight, N, C, OC);
     }
     if (gpt->sp)
         PX_CHECK(px_tp_reduce_scatter_start(tpc, dinp, local, (size_t)N / gpt->tp * C, what,
@@ -763,8 +828,8 @@ static px_status_t col_backward(px_gpt_t *gpt, px_comm_t *tpc, float *dinp, floa
     for (int c = 0; c < WGRAD_CHUNKS; c++) {
         int n0 = (int)((long)N * c / WGRAD_CHUNKS), n1 = (int)((long)N * (c + 1) / WGRAD_CHUNKS);
         if (n1 > n0)
-            k->matmul_backward(NULL, dweight, dbias, dout + (size_t)n0 * OC, inp + (size_t)n0 * C,
-                               weight, n1 - n0, C, OC);
+            mm_backward(k, NULL, dweight, dbias, dout + (size_t)n0 * OC,
+                        act_rows(inp, (size_t)n0, C), weight, n1 - n0, C, OC);
         poke(gpt);
     }
     return px_tp_finish(&gpt->pend, &gpt->tp_times);
@@ -790,7 +855,16 @@ typedef struct layer_acts {
     float *ln2, *ln2_mean, *ln2_rstd; /* (R,C), (R), (R) */
     float *fch, *fchg;                /* (B,T,4Cl) each */
     float *res3;                      /* (R,C) */
+    /* bf16 storage (the file's header): ln1, ln2, fchg as bf16 here and
+     * their float pointers above NULL; NULL where they are fp32 */
+    uint16_t *ln1_h, *ln2_h, *fchg_h;
 } layer_acts_t;
+
+/* a stored activation as a GEMM operand: bf16 `h` when set, else fp32 `f` */
+static act_t act_of(const float *f, const uint16_t *h)
+{
+    return h ? (act_t){.h = h} : (act_t){.f = f};
+}
 
 static void layer_acts(px_gpt_t *gpt, int l, layer_acts_t *v)
 {
@@ -798,6 +872,13 @@ static void layer_acts(px_gpt_t *gpt, int l, layer_acts_t *v)
     size_t li = (size_t)(l - gpt->layer0); /* this model's slot of layer l */
     size_t sr = gpt->rows, src = sr * gpt->cfg.dim;
     size_t sbtcl = (size_t)gpt->B * gpt->T * gpt->Cl;
+    v->ln1_h = v->ln2_h = v->fchg_h = NULL;
+    if (gpt->ln_bf16) { /* bf16 elements at the same element strides */
+        v->ln1_h = (uint16_t *)a->ln1 + li * src;
+        v->ln2_h = (uint16_t *)a->ln2 + li * src;
+    }
+    if (gpt->fchg_bf16)
+        v->fchg_h = (uint16_t *)a->fch_gelu + li * sbtcl * 4;
     v->ln1 = a->ln1 + li * src;
     v->ln1_mean = a->ln1_mean + li * sr;
     v->ln1_rstd = a->ln1_rstd + li * sr;
@@ -812,6 +893,16 @@ static void layer_acts(px_gpt_t *gpt, int l, layer_acts_t *v)
     v->fch = a->fch + li * sbtcl * 4;
     v->fchg = a->fch_gelu + li * sbtcl * 4;
     v->res3 = a->residual3 + li * src;
+    if (v->ln1_h)
+        v->ln1 = v->ln2 = NULL;
+    if (v->fchg_h)
+        v->fchg = NULL;
+}
+
+/* The head's LayerNorm output as a GEMM operand (bf16 or fp32) */
+static act_t lnf_act(const px_gpt_t *gpt)
+{
+    return act_of(gpt->a.lnf, gpt->ln_bf16 ? (const uint16_t *)gpt->a.lnf : NULL);
 }
 
 void px_gpt_stage_io(px_gpt_t *gpt, int l, float **x_p, float **dx_p, size_t *n_p)
@@ -872,7 +963,7 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     const float *res = residual_in(gpt, l);
     float *ln1 = la.ln1, *qkv = la.qkv, *atty = la.atty, *att = la.att, *res2 = la.res2;
     float *ln2 = la.ln2, *fch = la.fch, *fchg = la.fchg, *res3 = la.res3;
-    const float *ln1_in = ln1, *ln2_in = ln2; /* what the column-parallel matmuls read */
+    act_t ln1_in, ln2_in; /* what the column-parallel matmuls read */
     float *lb;
     layer_view_t p;
 
@@ -886,10 +977,17 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     /* ln1 of this rank's R tokens (all of them without sequence
      * parallelism; with it, kept for R rows and all-gathered to (B,T,C)
      * for the matmul, and gathered again in backward) */
-    k->layernorm_forward(ln1, la.ln1_mean, la.ln1_rstd, res, p.ln1w, p.ln1b, R, C);
+    if (la.ln1_h) { /* bf16 storage (no sp): fp32 in tmp (free until attproj), rounded */
+        k->layernorm_forward(a->tmp, la.ln1_mean, la.ln1_rstd, res, p.ln1w, p.ln1b, R, C);
+        k->bf16_from_f32(la.ln1_h, a->tmp, rc);
+        ln1_in = act_of(NULL, la.ln1_h);
+    } else {
+        k->layernorm_forward(ln1, la.ln1_mean, la.ln1_rstd, res, p.ln1w, p.ln1b, R, C);
+        ln1_in = act_of(ln1, NULL);
+    }
     if (gpt->sp) {
         PX_CHECK(px_tp_allgather(tpc, ln1, a->spbuf, rc, "ln1", &gpt->tp_times));
-        ln1_in = a->spbuf;
+        ln1_in = act_of(a->spbuf, NULL);
     }
     /* qkv (B,T,3Cl): column-parallel, q | k | v of this rank's heads */
     matmul_forward_poked(gpt, qkv, ln1_in, p.qkvw, p.qkvb, BT, C, 3 * Cl);
@@ -904,7 +1002,8 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     /* attproj: row-parallel; partial sums (B,T,C), g = all-reduce (with
      * sequence parallelism: reduce-scatter to this rank's tokens), then
      * the replicated bias once */
-    matmul_forward_poked(gpt, a->tmp, atty, p.attprojw, split ? NULL : p.attprojb, BT, Cl, C);
+    matmul_forward_poked(gpt, a->tmp, act_of(atty, NULL), p.attprojw,
+                         split ? NULL : p.attprojb, BT, Cl, C);
     float *proj = a->tmp;
     if (gpt->sp) {
         PX_CHECK(px_tp_reduce_scatter(tpc, a->tmp, a->spbuf, rc, "attproj", &gpt->tp_times));
@@ -915,27 +1014,40 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     if (split)
         k->bias_forward(proj, p.attprojb, R, C);
     k->residual_forward(res2, res, proj, rc);
-    k->layernorm_forward(ln2, la.ln2_mean, la.ln2_rstd, res2, p.ln2w, p.ln2b, R, C);
+    /* bf16 storage: the fp32 LayerNorm output in dbtc (a backward work
+     * buffer, free here: tmp holds the mixture of experts' output below),
+     * rounded into ln2 */
+    float *ln2_f = la.ln2_h ? a->dbtc : ln2;
+    k->layernorm_forward(ln2_f, la.ln2_mean, la.ln2_rstd, res2, p.ln2w, p.ln2b, R, C);
+    if (la.ln2_h)
+        k->bf16_from_f32(la.ln2_h, ln2_f, rc);
+    ln2_in = act_of(ln2_f, la.ln2_h);
     if (gpt->sp) {
         PX_CHECK(px_tp_allgather(tpc, ln2, a->spbuf, rc, "ln2", &gpt->tp_times));
-        ln2_in = a->spbuf;
+        ln2_f = a->spbuf;
+        ln2_in = act_of(a->spbuf, NULL);
     }
     if (gpt->moe && px_moe_is_layer(px_moe_config(gpt->moe), l)) {
         /* the mixture of experts instead of the dense MLP; with tp every
          * tensor rank computes it whole on the whole ln2 (moe.h: experts
          * replicated over the tensor group), so no tp collective follows;
          * with sequence parallelism this rank adds its R rows */
-        PX_CHECK(px_moe_forward_slot(gpt->moe, gpt->moe_slot, l, ln2_in, a->tmp, BT));
+        PX_CHECK(px_moe_forward_slot(gpt->moe, gpt->moe_slot, l, ln2_f, a->tmp, BT));
         k->residual_forward(res3, res2, a->tmp + (gpt->sp ? (size_t)gpt->cfg.tp_rank * rc : 0),
                             rc);
         return p_release(gpt, px_model_unit_layer(&gpt->cfg, l), 0);
     }
     /* fc (B,T,4Cl): column-parallel */
     matmul_forward_poked(gpt, fch, ln2_in, p.fcw, p.fcb, BT, C, 4 * Cl);
-    k->gelu_forward(fchg, fch, (size_t)BT * 4 * Cl);
+    if (la.fchg_h) { /* bf16 storage: fp32 in d4a (backward work space), rounded */
+        k->gelu_forward(a->d4a, fch, (size_t)BT * 4 * Cl);
+        k->bf16_from_f32(la.fchg_h, a->d4a, (size_t)BT * 4 * Cl);
+    } else {
+        k->gelu_forward(fchg, fch, (size_t)BT * 4 * Cl);
+    }
     /* fcproj: row-parallel, as attproj */
-    matmul_forward_poked(gpt, a->tmp, fchg, p.fcprojw, split ? NULL : p.fcprojb, BT, 4 * Cl,
-                         C);
+    matmul_forward_poked(gpt, a->tmp, act_of(fchg, la.fchg_h), p.fcprojw,
+                         split ? NULL : p.fcprojb, BT, 4 * Cl, C);
     proj = a->tmp;
     if (gpt->sp) {
         PX_CHECK(px_tp_reduce_scatter(tpc, a->tmp, a->spbuf, rc, "fcproj", &gpt->tp_times));
@@ -971,14 +1083,18 @@ px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const in
     view(gpt->embed_t, 2, gpt->embed_p, &e);
     /* lnf of this rank's tokens (all-gathered with sequence parallelism) */
     int R = gpt->sp ? BT / gpt->tp : BT;
-    const float *lnf_in = a->lnf;
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual_in(gpt, gpt->cfg.layers),
+    act_t lnf_in = lnf_act(gpt);
+    /* bf16 storage: fp32 in tmp (free here), rounded into lnf */
+    float *lnf_f = lnf_in.h ? a->tmp : a->lnf;
+    k->layernorm_forward(lnf_f, a->lnf_mean, a->lnf_rstd, residual_in(gpt, gpt->cfg.layers),
                          h.lnfw, h.lnfb, R, C);
+    if (lnf_in.h)
+        k->bf16_from_f32((uint16_t *)a->lnf, lnf_f, (size_t)R * C);
     if (gpt->sp) {
         PX_CHECK(px_tp_allgather(tpc, a->lnf, a->spbuf, (size_t)R * C, "lnf", &gpt->tp_times));
-        lnf_in = a->spbuf;
+        lnf_in = act_of(a->spbuf, NULL);
     }
-    k->matmul_forward(a->logits, lnf_in, e.wte, NULL, BT, C, Vl);
+    mm_forward(k, a->logits, lnf_in, e.wte, NULL, BT, C, Vl);
     poke(gpt);
     gpt->targets = targets;
     if (targets) {
@@ -1067,7 +1183,7 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
      * (sequence parallelism: reduce-scatters it to this rank's tokens),
      * overlapped with wte's gradient GEMM */
     PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, gpt->wstash ? NULL : eg.wte, NULL,
-                          a->dlogits, a->lnf, a->tmp, e.wte, BT, C, Vl,
+                          a->dlogits, lnf_act(gpt), a->tmp, e.wte, BT, C, Vl,
                           "the LM head's input gradient", "lnf"));
     if (gpt->sp) {
         int R = BT / gpt->tp;
@@ -1104,8 +1220,10 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     layer_acts_t la;
     layer_acts(gpt, l, &la);
     const float *res = residual_in(gpt, l);
-    const float *ln1 = la.ln1, *qkv = la.qkv, *atty = la.atty, *att = la.att;
-    const float *res2 = la.res2, *ln2 = la.ln2, *fch = la.fch, *fchg = la.fchg;
+    const float *qkv = la.qkv, *atty = la.atty, *att = la.att;
+    const float *res2 = la.res2, *fch = la.fch;
+    const act_t ln1 = act_of(la.ln1, la.ln1_h), ln2 = act_of(la.ln2, la.ln2_h);
+    const act_t fchg = act_of(la.fchg, la.fchg_h);
     float *lb, *lgb;
     layer_view_t p, g;
 
@@ -1132,9 +1250,12 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
          * every tensor rank (computed whole: no sum over tp); with sequence
          * parallelism on the re-gathered ln2, this rank's R rows of it to
          * spbuf (where the dense path's reduce-scatter puts them) */
-        const float *x2 = ln2;
+        const float *x2 = ln2.f;
         if (gpt->sp) {
-            PX_CHECK(px_tp_allgather(tpc, ln2, a->tmp, rc, "ln2", &gpt->tp_times));
+            PX_CHECK(px_tp_allgather(tpc, ln2.f, a->tmp, rc, "ln2", &gpt->tp_times));
+            x2 = a->tmp;
+        } else if (ln2.h) { /* widened: the router rounds it to these values again */
+            k->bf16_to_f32(a->tmp, ln2.h, rc);
             x2 = a->tmp;
         }
         PX_CHECK(px_moe_backward_slot(gpt->moe, gpt->moe_slot, l, x2, dout, a->dbtc, BT));
@@ -1163,8 +1284,8 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
     }
     /* dres is d(residual2): attention branch */
     k->mem_set(a->dbtc, 0, btcl * sizeof(float));
-    matmul_backward_poked(gpt, a->dbtc, g.attprojw, g.attprojb, dout, atty, p.attprojw, BT, Cl,
-                          C);
+    matmul_backward_poked(gpt, a->dbtc, g.attprojw, g.attprojb, dout, act_of(atty, NULL),
+                          p.attprojw, BT, Cl, C);
     k->mem_set(a->d4a, 0, btcl * 3 * sizeof(float));
     if (gpt->cp > 1) {
         px_comm_t *cpc;
@@ -1281,20 +1402,22 @@ px_status_t px_gpt_block_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx,
     size_t sbt = (size_t)gpt->B * gpt->T;
     layer_acts_t la; /* tp 1 here (px_gpt_set_split_backward): rows = B*T, Cl = C */
     layer_acts(gpt, l, &la);
-    const float *ln1 = la.ln1, *atty = la.atty, *ln2 = la.ln2, *fchg = la.fchg;
+    const float *atty = la.atty;
+    const act_t ln1 = act_of(la.ln1, la.ln1_h), ln2 = act_of(la.ln2, la.ln2_h);
+    const act_t fchg = act_of(la.fchg, la.fchg_h);
     float *st = gpt->wstash + (size_t)li * sbt * 9 * C;
     float *lgb;
     layer_view_t g;
 
     PX_CHECK(g_acquire(gpt, u, &lgb));
     view(gpt->layer_t, 12, lgb, &g);
-    k->matmul_backward(NULL, g.fcprojw, g.fcprojb, st, fchg, NULL, BT, 4 * C, C);
+    mm_backward(k, NULL, g.fcprojw, g.fcprojb, st, fchg, NULL, BT, 4 * C, C);
     poke(gpt);
-    k->matmul_backward(NULL, g.fcw, g.fcb, st + sbt * C, ln2, NULL, BT, C, 4 * C);
+    mm_backward(k, NULL, g.fcw, g.fcb, st + sbt * C, ln2, NULL, BT, C, 4 * C);
     poke(gpt);
     k->matmul_backward(NULL, g.attprojw, g.attprojb, st + sbt * 5 * C, atty, NULL, BT, C, C);
     poke(gpt);
-    k->matmul_backward(NULL, g.qkvw, g.qkvb, st + sbt * 6 * C, ln1, NULL, BT, C, 3 * C);
+    mm_backward(k, NULL, g.qkvw, g.qkvb, st + sbt * 6 * C, ln1, NULL, BT, C, 3 * C);
     poke(gpt);
     return g_release(gpt, u);
 }
@@ -1311,8 +1434,8 @@ px_status_t px_gpt_head_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
     PX_CHECK(g_acquire(gpt, PX_MODEL_UNIT_EMBED, &egb));
     view(gpt->embed_t, 2, egb, &eg);
     /* d wte (Vp,C) += dlogits^T (Vp,BT) @ lnf (BT,C): the tied head */
-    gpt->ops->matmul_backward(NULL, eg.wte, NULL, gpt->a.dlogits, gpt->a.lnf, NULL,
-                              ctx->B * ctx->T, gpt->cfg.dim, gpt->Vl);
+    mm_backward(gpt->ops, NULL, eg.wte, NULL, gpt->a.dlogits, lnf_act(gpt), NULL,
+                ctx->B * ctx->T, gpt->cfg.dim, gpt->Vl);
     poke(gpt);
     return g_release(gpt, PX_MODEL_UNIT_EMBED);
 }

@@ -47,6 +47,7 @@
 #include "tp.h"
 #include "zero.h"
 #include "px_kernels.h"
+#include "px_env.h"
 #include "px_kernels_bf16.h"
 #include "px_kernels_select.h"
 #include "px_devmem.h"
@@ -555,8 +556,9 @@ px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_s
      * (px_kernels_bf16.h: "bf16 GEMM and attention operands, fp32
      * elsewhere"); weights, gradients, optimizer state and collectives stay
      * fp32 (zero, the loader and every "is it the CPU" question use ops) */
-    const px_kernel_ops_t *mops =
-        px_kernels_with_precision(ops, cfg->precision == PX_PRECISION_BF16);
+    const px_kernel_ops_t *mops = px_kernels_with_precision(
+        ops, cfg->precision != PX_PRECISION_BF16 ? PX_KERNELS_FP32
+             : px_env_int("PX_BF16_ACTS") ? PX_KERNELS_BF16 : PX_KERNELS_BF16_F32ACTS);
     if (!mops) {
         status = px_invalid(err, sizeof(err), "precision=bf16: the %s op table has no bf16 "
                             "GEMM", ops->name);

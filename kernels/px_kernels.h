@@ -162,6 +162,37 @@ typedef struct px_kernel_ops {
                                           const float *delta, const px_attn_block_t *g,
                                           float *scratch);
 
+    /* ---- bf16 activations in memory (issue 12; as PyTorch autocast saves
+     * a linear layer's bf16 input cast for its backward): an activation
+     * whose only consumers are bf16 GEMMs (LayerNorm outputs, GELU output)
+     * is stored as bf16 bits (uint16_t, round to nearest even), 2 bytes an
+     * element. Since matmul_bf16_* round their fp32 inputs with the same
+     * function, and rounding a bf16 value again is the identity, these ops
+     * give the SAME BITS as matmul_bf16_forward / matmul_bf16_backward on
+     * the fp32 tensor the bf16 one was rounded from.
+     * matmul_bf16in_forward: out (N,OC) = inp (N,C, bf16) @ weight^T + bias,
+     *   as matmul_bf16_forward. matmul_bf16in_backward: as
+     *   matmul_bf16_backward with inp (N,C) in bf16 (read by dweight only;
+     *   may be NULL when dweight is). Same NULL and accumulation rules. */
+    void (*matmul_bf16in_forward)(float *out, const uint16_t *inp, const float *weight,
+                                  const float *bias, int N, int C, int OC);
+    void (*matmul_bf16in_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                                   const uint16_t *inp, const float *weight, int N, int C,
+                                   int OC);
+    /* dst (n bf16) = src (n fp32) rounded to nearest even (NaN stays a
+     * quiet NaN), as px_f32_to_bf16 (px_reduce.h); the producer's write of a
+     * bf16-stored activation: layernorm_forward / gelu_forward write fp32
+     * into a work buffer, this rounds it into the activation. */
+    void (*bf16_from_f32)(uint16_t *dst, const float *src, size_t n);
+    /* dst (n fp32) = src (n bf16) widened (exact), as px_bf16_to_f32: for a
+     * consumer that takes fp32 but only rounds it to bf16 (the mixture of
+     * experts' router and experts, moe.h). */
+    void (*bf16_to_f32)(float *dst, const uint16_t *src, size_t n);
+    /* 1 in the bf16 view of a table (px_kernels_with_precision) that asks
+     * the engine to store those activations as bf16; 0 otherwise (fp32
+     * tables, and the view that keeps fp32 storage, PX_KERNELS_BF16_F32ACTS). */
+    int bf16_acts;
+
     /* GELU, tanh approximation (torch approximate='tanh'); N elements. */
     void (*gelu_forward)(float *out, const float *inp, size_t N);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t N);

@@ -5,9 +5,10 @@
 
 #include <stddef.h>
 
-#define SLOTS 4
+#define SLOTS 8
 
 static const px_kernel_ops_t *bases[SLOTS];
+static int modes[SLOTS];
 static px_kernel_ops_t views[SLOTS];
 
 const px_kernel_ops_t *px_kernels_with_precision(const px_kernel_ops_t *base, int bf16)
@@ -18,8 +19,13 @@ const px_kernel_ops_t *px_kernels_with_precision(const px_kernel_ops_t *base, in
         !base->attention_bf16_forward || !base->attention_bf16_backward ||
         !base->attention_block_bf16_forward || !base->attention_block_bf16_backward)
         return NULL;
+    int store = bf16 == PX_KERNELS_BF16;
+    if (store && (!base->matmul_bf16in_forward || !base->matmul_bf16in_backward ||
+                  !base->bf16_from_f32 || !base->bf16_to_f32))
+        return NULL;
+    int mode = store ? PX_KERNELS_BF16 : PX_KERNELS_BF16_F32ACTS;
     for (int i = 0; i < SLOTS; i++) {
-        if (bases[i] == base)
+        if (bases[i] == base && modes[i] == mode)
             return &views[i];
         if (!bases[i]) {
             views[i] = *base;
@@ -29,7 +35,9 @@ const px_kernel_ops_t *px_kernels_with_precision(const px_kernel_ops_t *base, in
             views[i].attention_backward = base->attention_bf16_backward;
             views[i].attention_block_forward = base->attention_block_bf16_forward;
             views[i].attention_block_backward = base->attention_block_bf16_backward;
+            views[i].bf16_acts = store;
             bases[i] = base;
+            modes[i] = mode;
             return &views[i];
         }
     }

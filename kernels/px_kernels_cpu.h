@@ -24,6 +24,15 @@ void px__cpu_matmul_bf16_forward(float *out, const float *inp, const float *weig
                                  const float *bias, int N, int C, int OC);
 void px__cpu_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                   const float *inp, const float *weight, int N, int C, int OC);
+/* the same with the activation operand bf16 in memory, and the
+ * conversions of bf16-stored activations (px_matmul_bf16_cpu.c) */
+void px__cpu_matmul_bf16in_forward(float *out, const uint16_t *inp, const float *weight,
+                                   const float *bias, int N, int C, int OC);
+void px__cpu_matmul_bf16in_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                    const uint16_t *inp, const float *weight, int N, int C,
+                                    int OC);
+void px__cpu_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
+void px__cpu_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 void px__cpu_attention_forward(float *out, float *att, const float *inp, int B, int T, int C,
                                int NH);
 void px__cpu_attention_backward(float *dinp, float *scratch, const float *dout, const float *inp,

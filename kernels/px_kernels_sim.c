@@ -150,6 +150,13 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
                                       const float *kv, const float *l, const float *de,         \
                                       const px_attn_block_t *g, float *s),                      \
       (dq, dkv, d, q, kv, l, de, g, s))                                                         \
+    V(matmul_bf16in_forward, (float *o, const uint16_t *i, const float *w, const float *b,     \
+                              int N, int C, int OC), (o, i, w, b, N, C, OC))                    \
+    V(matmul_bf16in_backward, (float *di, float *dw, float *db, const float *d,                \
+                               const uint16_t *i, const float *w, int N, int C, int OC),        \
+      (di, dw, db, d, i, w, N, C, OC))                                                          \
+    V(bf16_from_f32, (uint16_t *d, const float *s, size_t n), (d, s, n))                        \
+    V(bf16_to_f32, (float *d, const uint16_t *s, size_t n), (d, s, n))                          \
     V(gelu_forward, (float *o, const float *i, size_t N), (o, i, N))                            \
     V(gelu_backward, (float *di, const float *i, const float *d, size_t N), (di, i, d, N))      \
     V(residual_forward, (float *o, const float *a, const float *b, size_t N), (o, a, b, N))    \

@@ -18,6 +18,11 @@
  * accumulation error only (tests/gpu/px_opcheck.c: 1e-2). Bias and dbias
  * stay fp32 (dbias sums the unrounded dout, as the fp32 op does).
  *
+ * matmul_bf16in_*: the same with the activation operand already bf16 in
+ * memory (issue 12, bf16 activation storage): it is widened instead of
+ * rounded, which gives the same doubles (rounding is idempotent), so the
+ * same dgemm and the same bits. One body serves both (inp or inp16).
+ *
  * Scratch: one grow-only buffer of doubles per thread (C11 _Thread_local),
  * never shrunk, released by the C library's thread exit only where a thread
  * ends (the rank's compute thread lives as long as the process). The ops
@@ -62,12 +67,33 @@ static void widen_bf16(double *dst, const float *src, size_t n)
     }
 }
 
-void px__cpu_matmul_bf16_forward(float *out, const float *inp, const float *weight,
-                                 const float *bias, int N, int C, int OC)
+/* dst (n doubles) = the bf16 values src16 widened exactly */
+static void widen_bits(double *dst, const uint16_t *src16, size_t n)
+{
+    float buf[256];
+    for (size_t i = 0; i < n; i += 256) {
+        size_t m = n - i < 256 ? n - i : 256;
+        px_bf16_to_f32(buf, src16 + i, m);
+        for (size_t j = 0; j < m; j++)
+            dst[i + j] = buf[j];
+    }
+}
+
+/* the activation operand: fp32 (rounded here) or bf16 bits (widened) */
+static void widen_act(double *dst, const float *inp, const uint16_t *inp16, size_t n)
+{
+    if (inp16)
+        widen_bits(dst, inp16, n);
+    else
+        widen_bf16(dst, inp, n);
+}
+
+static void fwd(float *out, const float *inp, const uint16_t *inp16, const float *weight,
+                const float *bias, int N, int C, int OC)
 {
     const size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
     double *s = scratch_get(ni + nw + no), *ri = s, *rw = s + ni, *acc = s + ni + nw;
-    widen_bf16(ri, inp, ni);
+    widen_act(ri, inp, inp16, ni);
     widen_bf16(rw, weight, nw);
     /* acc (N,OC) = inp (N,C) @ weight^T (C,OC) */
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0, ri, C, rw, C, 0.0, acc,
@@ -79,8 +105,8 @@ void px__cpu_matmul_bf16_forward(float *out, const float *inp, const float *weig
         }
 }
 
-void px__cpu_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                  const float *inp, const float *weight, int N, int C, int OC)
+static void bwd(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                const uint16_t *inp16, const float *weight, int N, int C, int OC)
 {
     if (dinp || dweight) {
         const size_t nd = (size_t)N * OC;
@@ -99,7 +125,7 @@ void px__cpu_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, con
                 dinp[i] += (float)acc[i];
         }
         if (dweight) {
-            widen_bf16(ri, inp, ni);
+            widen_act(ri, inp, inp16, ni);
             /* acc (OC,C) = dout^T (OC,N) @ inp (N,C); dweight += acc in fp32 */
             cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0, rd, OC, ri, C,
                         0.0, acc, C);
@@ -109,4 +135,39 @@ void px__cpu_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, con
     }
     if (dbias) /* fp32: column sums of the unrounded gradient */
         px__cpu_matmul_backward(NULL, NULL, dbias, dout, NULL, NULL, N, C, OC);
+}
+
+void px__cpu_matmul_bf16_forward(float *out, const float *inp, const float *weight,
+                                 const float *bias, int N, int C, int OC)
+{
+    fwd(out, inp, NULL, weight, bias, N, C, OC);
+}
+
+void px__cpu_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                  const float *inp, const float *weight, int N, int C, int OC)
+{
+    bwd(dinp, dweight, dbias, dout, inp, NULL, weight, N, C, OC);
+}
+
+void px__cpu_matmul_bf16in_forward(float *out, const uint16_t *inp, const float *weight,
+                                   const float *bias, int N, int C, int OC)
+{
+    fwd(out, NULL, inp, weight, bias, N, C, OC);
+}
+
+void px__cpu_matmul_bf16in_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                    const uint16_t *inp, const float *weight, int N, int C,
+                                    int OC)
+{
+    bwd(dinp, dweight, dbias, dout, NULL, inp, weight, N, C, OC);
+}
+
+void px__cpu_bf16_from_f32(uint16_t *dst, const float *src, size_t n)
+{
+    px_f32_to_bf16(dst, src, n);
+}
+
+void px__cpu_bf16_to_f32(float *dst, const uint16_t *src, size_t n)
+{
+    px_bf16_to_f32(dst, src, n);
 }

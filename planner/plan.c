@@ -6,6 +6,7 @@
 #include "plan.h"
 
 #include <math.h>
+#include <string.h>
 
 #include <stdlib.h>
 
@@ -211,6 +212,7 @@ px_status_t px_plan_gpt_activations(int layers, int heads, int dim, int padded_v
     acts->doubles = tp > 1 ? 2 * N : 0;
     acts->bytes = 4 * acts->floats + 8 * acts->doubles;
     acts->ring = 0;
+    memset(acts->bf16, 0, sizeof(acts->bf16));
     return PX_OK;
 }
 
@@ -355,4 +357,27 @@ uint64_t px_plan_ipc_node_bytes(const px_layout_t *l, int experts, const int *no
     if (comms_p)
         *comms_p = most;
     return px_plan_ipc_bytes(most, slot_bytes);
+}
+
+px_status_t px_plan_gpt_activations_prec(int layers, int heads, int dim, int padded_vocab,
+                                         int B, int T, int tp, int sequence_parallel, int cp,
+                                         int bf16, px_plan_gpt_acts_t *acts)
+{
+    /* the table's entries (px_plan_gpt_activations' order) */
+    enum { LN1 = 1, LN2 = 8, FCH_GELU = 12, LNF = 14 };
+    PX_CHECK(px_plan_gpt_activations_cp(layers, heads, dim, padded_vocab, B, T, tp,
+                                        sequence_parallel, cp, acts));
+    if (!bf16)
+        return PX_OK;
+    int sp = tp > 1 && sequence_parallel;
+    const int all[] = {FCH_GELU, LN1, LN2, LNF};
+    for (int j = 0; j < (sp ? 1 : 4); j++) {
+        int i = all[j];
+        uint64_t words = (acts->count[i] + 1) / 2; /* elements -> 4-byte words */
+        acts->floats -= acts->count[i] - words;
+        acts->count[i] = words;
+        acts->bf16[i] = 1;
+    }
+    acts->bytes = 4 * acts->floats + 8 * acts->doubles;
+    return PX_OK;
 }

@@ -123,6 +123,11 @@ typedef struct px_plan_gpt_acts {
                                              activations category */
     uint64_t ring;                        /* of floats: ring attention's work
                                              buffers (cp > 1), outside count[] */
+    unsigned char bf16[PX_PLAN_GPT_NUM_ACTS]; /* 1: the buffer holds bf16
+                                             elements, 2 bytes each, count[]
+                                             = its 4-byte words (elements
+                                             rounded up to even, halved)
+                                             (px_plan_gpt_activations_prec) */
 } px_plan_gpt_acts_t;
 
 /* Fills *acts for one rank (tp_rank does not matter: every tensor rank's
@@ -156,6 +161,22 @@ uint64_t px_plan_bf16_gemm_elems(int dim, int padded_vocab, int tokens, int tp);
 px_status_t px_plan_gpt_activations_cp(int layers, int heads, int dim, int padded_vocab, int B,
                                        int T, int tp, int sequence_parallel, int cp,
                                        px_plan_gpt_acts_t *acts);
+
+/* The same for a precision: bf16 0 is px_plan_gpt_activations_cp (fp32
+ * storage: every bf16[] 0); bf16 1 (--precision bf16, kernels/
+ * px_kernels_bf16.h: the activations whose only consumers are bf16 GEMMs
+ * are stored as bf16, as PyTorch autocast saves a linear layer's bf16
+ * input cast) marks bf16[] and halves count[] of:
+ *   fch_gelu (L,N,4Cl): fcproj's input (forward and weight gradient);
+ *   ln1, ln2 (L,R,C) and lnf (R,C): the inputs of qkv, fc (or the mixture
+ *     of experts' router and experts, which round it likewise) and the
+ *     tied head, WITHOUT sequence parallelism only: with it they are
+ *     all-gathered as fp32 (engine/tp.c) and stay fp32.
+ * The LayerNorm statistics, residuals, qkv, atty, fch and the work buffers
+ * stay fp32. Engine/gpt.c allocates from this table. Errors as _cp. */
+px_status_t px_plan_gpt_activations_prec(int layers, int heads, int dim, int padded_vocab,
+                                         int B, int T, int tp, int sequence_parallel, int cp,
+                                         int bf16, px_plan_gpt_acts_t *acts);
 
 typedef struct px_plan {
     int zero, dp, nunits;

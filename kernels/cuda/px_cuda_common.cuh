@@ -82,6 +82,15 @@ void px__cuda_matmul_bf16_forward(float *out, const float *inp, const float *wei
                                   const float *bias, int N, int C, int OC);
 void px__cuda_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                    const float *inp, const float *weight, int N, int C, int OC);
+/* ... with the activation operand bf16 in memory, and the conversions of
+ * bf16-stored activations (issue 12) */
+void px__cuda_matmul_bf16in_forward(float *out, const uint16_t *inp, const float *weight,
+                                    const float *bias, int N, int C, int OC);
+void px__cuda_matmul_bf16in_backward(float *dinp, float *dweight, float *dbias,
+                                     const float *dout, const uint16_t *inp,
+                                     const float *weight, int N, int C, int OC);
+void px__cuda_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
+void px__cuda_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 
 /* px_attention_cuda.cu */
 void px__cuda_attention_forward(float *out, float *att, const float *inp, int B, int T, int C,

@@ -9,6 +9,13 @@
  * the two agree to fp32 accumulation order (tests/gpu/px_opcheck.c checks
  * them within 1e-2). Bias and dbias are fp32 (px__cuda_bias_set / _grad).
  *
+ * matmul_bf16in_*: the same GEMMs with the activation operand already bf16
+ * in device memory (issue 12, bf16 activation storage): cuBLAS reads it in
+ * place, no conversion; the bits it reads are the ones to_bf16 would have
+ * made from the fp32 tensor it was rounded from (px_cuda_f32_to_bf16 both
+ * times), so the GEMMs are the same. bf16_from_f32 / bf16_to_f32 are the
+ * conversions of px_reduce_cuda.cu on the stream.
+ *
  * Scratch: px__cuda_scratch is one grow-only buffer shared by every op;
  * dbias (whose column sums use it) runs before the conversions take it,
  * and the stream orders every later use after these GEMMs. Runs on the
@@ -29,12 +36,13 @@ static uint16_t *to_bf16(uint16_t *dst, const float *src, size_t n)
     return dst;
 }
 
-void px__cuda_matmul_bf16_forward(float *out, const float *inp, const float *weight,
-                                  const float *bias, int N, int C, int OC)
+/* out (N,OC) = inp (N,C; bf16 `ri16`, or fp32 `inp` rounded here) @ W^T + bias */
+static void fwd(float *out, const float *inp, const uint16_t *ri16, const float *weight,
+                const float *bias, int N, int C, int OC)
 {
     const float one = 1.0f;
     float beta = 0.0f;
-    const size_t ni = al((size_t)N * C), nw = (size_t)OC * C;
+    const size_t ni = ri16 ? 0 : al((size_t)N * C), nw = (size_t)OC * C;
     uint16_t *s = (uint16_t *)px__cuda_scratch((ni + nw) * sizeof(uint16_t));
     if (!s)
         return; /* sticky error, logged */
@@ -42,15 +50,16 @@ void px__cuda_matmul_bf16_forward(float *out, const float *inp, const float *wei
         px__cuda_bias_set(out, bias, N, OC);
         beta = 1.0f;
     }
-    const uint16_t *ri = to_bf16(s, inp, (size_t)N * C), *rw = to_bf16(s + ni, weight, nw);
+    const uint16_t *ri = ri16 ? ri16 : to_bf16(s, inp, (size_t)N * C);
+    const uint16_t *rw = to_bf16(s + ni, weight, nw);
     /* column-major out^T (OC x N) = W (OC x C) inp^T (C x N), as the fp32 op */
     PX_CUBLAS_CHECK(cublasGemmEx(px__cuda.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, rw,
                                  CUDA_R_16BF, C, ri, CUDA_R_16BF, C, &beta, out, CUDA_R_32F, OC,
                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-void px__cuda_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                   const float *inp, const float *weight, int N, int C, int OC)
+static void bwd(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                const uint16_t *ri16, const float *weight, int N, int C, int OC)
 {
     const float one = 1.0f;
     if (dbias) /* first: its column sums use the scratch too */
@@ -58,7 +67,8 @@ void px__cuda_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, co
     if (!dinp && !dweight)
         return;
     const size_t nd = al((size_t)N * OC);
-    const size_t nw = dinp ? al((size_t)OC * C) : 0, ni = dweight ? (size_t)N * C : 0;
+    const size_t nw = dinp ? al((size_t)OC * C) : 0;
+    const size_t ni = dweight && !ri16 ? (size_t)N * C : 0;
     uint16_t *s = (uint16_t *)px__cuda_scratch((nd + nw + ni) * sizeof(uint16_t));
     if (!s)
         return;
@@ -72,9 +82,44 @@ void px__cuda_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, co
     }
     /* dweight (OC,C) += dout^T @ inp: col-major dweight^T (C x OC) = inp^T dout */
     if (dweight) {
-        const uint16_t *ri = to_bf16(s + nd + nw, inp, ni);
+        const uint16_t *ri = ri16 ? ri16 : to_bf16(s + nd + nw, inp, ni);
         PX_CUBLAS_CHECK(cublasGemmEx(px__cuda.cublas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one,
                                      ri, CUDA_R_16BF, C, rd, CUDA_R_16BF, OC, &one, dweight,
                                      CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
+}
+
+void px__cuda_matmul_bf16_forward(float *out, const float *inp, const float *weight,
+                                  const float *bias, int N, int C, int OC)
+{
+    fwd(out, inp, NULL, weight, bias, N, C, OC);
+}
+
+void px__cuda_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                   const float *inp, const float *weight, int N, int C, int OC)
+{
+    bwd(dinp, dweight, dbias, dout, inp, NULL, weight, N, C, OC);
+}
+
+void px__cuda_matmul_bf16in_forward(float *out, const uint16_t *inp, const float *weight,
+                                    const float *bias, int N, int C, int OC)
+{
+    fwd(out, NULL, inp, weight, bias, N, C, OC);
+}
+
+void px__cuda_matmul_bf16in_backward(float *dinp, float *dweight, float *dbias,
+                                     const float *dout, const uint16_t *inp,
+                                     const float *weight, int N, int C, int OC)
+{
+    bwd(dinp, dweight, dbias, dout, NULL, inp, weight, N, C, OC);
+}
+
+void px__cuda_bf16_from_f32(uint16_t *dst, const float *src, size_t n)
+{
+    px_cuda_f32_to_bf16(dst, src, n);
+}
+
+void px__cuda_bf16_to_f32(float *dst, const uint16_t *src, size_t n)
+{
+    px_cuda_bf16_to_f32(dst, src, n);
 }

@@ -447,6 +447,20 @@ static void test_plan(void)
            pa.floats == 1308 && pa.ring == 0, "activations cp 1 = without cp");
     EXPECT(px_plan_gpt_activations_cp(1, 2, 4, 64, 1, 3, 1, 0, 2, &pa) ==
            PX_ERR_INVALID_ARGUMENT, "local T 3 (odd) with cp 2");
+    /* bf16 storage (issue 12): ln1, ln2, lnf (16 each) and fch_gelu (64)
+     * halve: 1308 - 8 - 8 - 8 - 32 = 1252; tp 2 + SP: only fch_gelu (32):
+     * 700; tp 2: 752 - 8 - 8 - 8 - 16 = 712; bf16 0 is the fp32 table */
+    EXPECT(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 1, 0, 1, 1, &pa) == PX_OK &&
+           pa.floats == 1252 && pa.count[1] == 8 && pa.bf16[1] && pa.bf16[8] && pa.bf16[12] &&
+           pa.bf16[14] && !pa.bf16[0] && !pa.bf16[11] && pa.bytes == 1252 * 4,
+           "activations bf16: %llu floats", (unsigned long long)pa.floats);
+    EXPECT(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 2, 1, 1, 1, &pa) == PX_OK &&
+           pa.floats == 700 && !pa.bf16[1] && pa.bf16[12], "activations bf16 tp 2 SP: %llu",
+           (unsigned long long)pa.floats);
+    EXPECT(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 2, 0, 1, 1, &pa) == PX_OK &&
+           pa.floats == 712, "activations bf16 tp 2: %llu", (unsigned long long)pa.floats);
+    EXPECT(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 1, 0, 1, 0, &pa) == PX_OK &&
+           pa.floats == 1308 && !pa.bf16[1], "activations bf16 0: the fp32 table");
     /* precision=bf16: the largest linear layer's rounded operands (plan.h);
      * dim 64, Vp 64, 16 tokens: fc and fc-proj (16*256 + 256*64 + 16*64);
      * GPT-2 124M, 8192 tokens: the head (N*Vp + Vp*C + N*C), halved by tp 2 */
