@@ -122,6 +122,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,6 +145,7 @@
 #define NAME_LEN 64
 #define NBUF 3           /* staging buffers per rank */
 #define AUTO_SPIN_US 50   /* PX_SHM_SPIN_US=-1 (the default) where px__spin_allowed */
+#define AUTO_YIELD_US 50  /* PX_SHM_YIELD_US=-1 (the default) where it is not */
 /* An all-reduce whose one-phase form reads at most this many bytes of the
  * peers' buffers (bytes x (n - 1)) runs in one phase: every rank reduces
  * every element itself (in the same rank order 0..n-1, so the bits are
@@ -203,6 +205,9 @@ struct px__shm {
     uint64_t min_bytes;
     struct shm_req *spare;    /* a finished request kept for the next start, or NULL */
     long spin_us;             /* poll the counter this long before sleeping */
+    long yield_us;            /* where it does not spin: poll with sched_yield this long */
+    int yielded_peer;         /* the wait (peer, value) whose yield window ran out: */
+    uint32_t yielded_val;     /* its later sleep slices go straight to the futex */
     px__cma_t *cma;           /* single copy (px_shm_cma.h), NULL when off */
     /* what the blocked request waits for (px__shm_sleep) */
     px_request_t *wait_req;
@@ -396,7 +401,9 @@ out_unlink:
     s->slots = s->base + ctl_bytes + hdr_bytes;
     s->min_bytes = msg.min_bytes;
     s->spin_us = px_env_int("PX_SHM_SPIN_US"); /* < 0: auto, px__spin_allowed per wait */
+    s->yield_us = px_env_int("PX_SHM_YIELD_US"); /* < 0: auto, where the spin is not allowed */
     s->wait_peer = -1;
+    s->yielded_peer = -1;
     status = px__cma_setup(comm, &s->cma); /* over UCX still: comm->shm is not set */
     if (status != PX_OK) {
         munmap(s->base, bytes);
@@ -960,6 +967,26 @@ int px__shm_waiting_for(const px_request_t *req)
     return s && s->wait_req == req ? s->wait_peer : -1;
 }
 
+/* Polls *ctr until it is no longer `val`, calling sched_yield between two
+ * looks, for at most `us` microseconds; 1 when it moved. Where ranks share
+ * cores (more ranks than CPUs, or other load) the peer we wait for is often
+ * runnable on our core: a yield hands it the core at once, where a futex
+ * sleep costs a sleep, a wake-up and two context switches per step (Open
+ * MPI's vader does the same without a bound: mpi_yield_when_idle). When
+ * nothing else is runnable the yield returns at once and this spins, so it
+ * is bounded, and only blocking waits (px__sleep) come here. */
+static int yield_poll(_Atomic uint32_t *ctr, uint32_t val, long us)
+{
+    int64_t end = px_time_mono_us() + us;
+
+    do {
+        sched_yield();
+        if (atomic_load_explicit(ctr, memory_order_acquire) != val)
+            return 1;
+    } while (px_time_mono_us() < end);
+    return 0;
+}
+
 int px__shm_sleep(px_comm_t *comm, int timeout_ms)
 {
     px__shm_t *blocked = NULL;
@@ -1001,6 +1028,16 @@ int px__shm_sleep(px_comm_t *comm, int timeout_ms)
                     cpu_relax();
                 }
             } while (px_time_mono_us() < end);
+        }
+        if (!others && spin == 0 && (blocked->yielded_peer != blocked->wait_peer ||
+                                     blocked->yielded_val != blocked->wait_val)) {
+            long yield = blocked->yield_us >= 0 ? blocked->yield_us : AUTO_YIELD_US;
+            if (yield > 0 && yield_poll(&c->ctr, blocked->wait_val, yield))
+                return 1;
+            /* a slow peer: one window per wait, then only futex slices (a
+             * rank waiting long at a barrier uses no CPU) */
+            blocked->yielded_peer = blocked->wait_peer;
+            blocked->yielded_val = blocked->wait_val;
         }
         atomic_fetch_add(&c->waiters, 1);
         if (atomic_load(&c->ctr) == blocked->wait_val &&
