@@ -93,8 +93,12 @@
  * load average not above them; measured at 2 ranks on 2 idle cores: 4-64
  * KiB collectives 1.1-2x faster, 16 KiB all-gather 8.9 -> 4.3 us; an
  * unconditional spin was 3-10x slower on 2 loaded cores); PX_SHM_SPIN_US
- * >= 0 sets the poll time (0: never). Then px__sleep calls px__shm_sleep,
- * which sleeps on the
+ * >= 0 sets the poll time (0: never). Where it does not spin (more ranks
+ * than cores, or a loaded machine) it polls the counter calling sched_yield
+ * for up to PX_SHM_YIELD_US (auto 500 us), once per wait (yield_poll): the
+ * peer we wait for is often runnable on our core, and a yield hands it the
+ * core where a futex sleep costs a sleep and a wake-up per step. Then
+ * px__sleep calls px__shm_sleep, which sleeps on the
  * futex word of the rank we wait for (FUTEX_WAIT without FUTEX_PRIVATE_FLAG
  * works across processes on a shared mapping), in slices of PX_SHM_SLICE_MS
  * (1 ms while UCX requests are pending too), so the request's step still
@@ -145,7 +149,14 @@
 #define NAME_LEN 64
 #define NBUF 3           /* staging buffers per rank */
 #define AUTO_SPIN_US 50   /* PX_SHM_SPIN_US=-1 (the default) where px__spin_allowed */
-#define AUTO_YIELD_US 50  /* PX_SHM_YIELD_US=-1 (the default) where it is not */
+/* PX_SHM_YIELD_US=-1 (the default) where the spin is not allowed: 4 ranks on
+ * 2 loaded cores (load 8-9), median us of 5 px-coll-bench runs, window 50 ->
+ * 500 us: 4 KiB all-to-all 33 -> 14, 16 KiB 53 -> 18, 16 KiB all-gather 28
+ * -> 20 (Open MPI in the same runs: 23, 87, 121); 0 (futex at once): 4 KiB
+ * all-to-all 57, with 6.5 futex calls per op over the 4 ranks against 0.1
+ * with the window. bench_zero dp=4 step times did not move beyond their
+ * noise (best 0.9-1.7 s either way). */
+#define AUTO_YIELD_US 500
 /* An all-reduce whose one-phase form reads at most this many bytes of the
  * peers' buffers (bytes x (n - 1)) runs in one phase: every rank reduces
  * every element itself (in the same rank order 0..n-1, so the bits are
