@@ -29,6 +29,7 @@ static px_knob_t knobs[] = {
     {"PX_SHM_CMA", "0", "large shared-memory collectives read the peer's buffer directly (process_vm_readv: one copy instead of two): 0 never (two copies through the segment; measured no slower on the 2-core VM); 1 all-to-all; 2 all-to-all, all-gather and broadcast", NULL},
     {"PX_SHM_CMA_MIN_BYTES", "1048576", "smallest shared-memory all-gather / all-to-all / broadcast (bytes of its largest buffer) taking the single copy", NULL},
     {"PX_SHM_SPIN_US", "-1", "shared-memory waits poll the peer's counter this long (us) before sleeping on its futex; -1: auto (50 us while the job's ranks on this node are no more than its CPUs and the load average is not above them, else 0)", NULL},
+    {"PX_SHM_YIELD_US", "-1", "where shared-memory waits do not spin (PX_SHM_SPIN_US 0, or auto on an oversubscribed or loaded node), they poll the peer's counter calling sched_yield this long (us) before sleeping on its futex, once per wait; -1: auto (500 us), 0: never", NULL},
     {"PX_SPIN_US", "0", "collective waits poll this long (us) before sleeping on the event fd; -1: "
      "auto (200 us while the job's ranks on this node are no more than its CPUs and the load average "
      "is not above them, else 0)", NULL},

@@ -93,8 +93,12 @@
  * load average not above them; measured at 2 ranks on 2 idle cores: 4-64
  * KiB collectives 1.1-2x faster, 16 KiB all-gather 8.9 -> 4.3 us; an
  * unconditional spin was 3-10x slower on 2 loaded cores); PX_SHM_SPIN_US
- * >= 0 sets the poll time (0: never). Then px__sleep calls px__shm_sleep,
- * which sleeps on the
+ * >= 0 sets the poll time (0: never). Where it does not spin (more ranks
+ * than cores, or a loaded machine) it polls the counter calling sched_yield
+ * for up to PX_SHM_YIELD_US (auto 500 us), once per wait (yield_poll): the
+ * peer we wait for is often runnable on our core, and a yield hands it the
+ * core where a futex sleep costs a sleep and a wake-up per step. Then
+ * px__sleep calls px__shm_sleep, which sleeps on the
  * futex word of the rank we wait for (FUTEX_WAIT without FUTEX_PRIVATE_FLAG
  * works across processes on a shared mapping), in slices of PX_SHM_SLICE_MS
  * (1 ms while UCX requests are pending too), so the request's step still
@@ -122,6 +126,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,6 +149,14 @@
 #define NAME_LEN 64
 #define NBUF 3           /* staging buffers per rank */
 #define AUTO_SPIN_US 50   /* PX_SHM_SPIN_US=-1 (the default) where px__spin_allowed */
+/* PX_SHM_YIELD_US=-1 (the default) where the spin is not allowed: 4 ranks on
+ * 2 loaded cores (load 8-9), median us of 5 px-coll-bench runs, window 50 ->
+ * 500 us: 4 KiB all-to-all 33 -> 14, 16 KiB 53 -> 18, 16 KiB all-gather 28
+ * -> 20 (Open MPI in the same runs: 23, 87, 121); 0 (futex at once): 4 KiB
+ * all-to-all 57, with 6.5 futex calls per op over the 4 ranks against 0.1
+ * with the window. bench_zero dp=4 step times did not move beyond their
+ * noise (best 0.9-1.7 s either way). */
+#define AUTO_YIELD_US 500
 /* An all-reduce whose one-phase form reads at most this many bytes of the
  * peers' buffers (bytes x (n - 1)) runs in one phase: every rank reduces
  * every element itself (in the same rank order 0..n-1, so the bits are
@@ -203,6 +216,9 @@ struct px__shm {
     uint64_t min_bytes;
     struct shm_req *spare;    /* a finished request kept for the next start, or NULL */
     long spin_us;             /* poll the counter this long before sleeping */
+    long yield_us;            /* where it does not spin: poll with sched_yield this long */
+    int yielded_peer;         /* the wait (peer, value) whose yield window ran out: */
+    uint32_t yielded_val;     /* its later sleep slices go straight to the futex */
     px__cma_t *cma;           /* single copy (px_shm_cma.h), NULL when off */
     /* what the blocked request waits for (px__shm_sleep) */
     px_request_t *wait_req;
@@ -399,7 +415,9 @@ out_unlink:
     s->slots = s->base + ctl_bytes + hdr_bytes;
     s->min_bytes = msg.min_bytes;
     s->spin_us = px_env_int("PX_SHM_SPIN_US"); /* < 0: auto, px__spin_allowed per wait */
+    s->yield_us = px_env_int("PX_SHM_YIELD_US"); /* < 0: auto, where the spin is not allowed */
     s->wait_peer = -1;
+    s->yielded_peer = -1;
     status = px__cma_setup(comm, &s->cma); /* over UCX still: comm->shm is not set */
     if (status != PX_OK) {
         munmap(s->base, bytes);
@@ -993,6 +1011,26 @@ int px__shm_waiting_for(const px_request_t *req)
     return s && s->wait_req == req ? s->wait_peer : -1;
 }
 
+/* Polls *ctr until it is no longer `val`, calling sched_yield between two
+ * looks, for at most `us` microseconds; 1 when it moved. Where ranks share
+ * cores (more ranks than CPUs, or other load) the peer we wait for is often
+ * runnable on our core: a yield hands it the core at once, where a futex
+ * sleep costs a sleep, a wake-up and two context switches per step (Open
+ * MPI's vader does the same without a bound: mpi_yield_when_idle). When
+ * nothing else is runnable the yield returns at once and this spins, so it
+ * is bounded, and only blocking waits (px__sleep) come here. */
+static int yield_poll(_Atomic uint32_t *ctr, uint32_t val, long us)
+{
+    int64_t end = px_time_mono_us() + us;
+
+    do {
+        sched_yield();
+        if (atomic_load_explicit(ctr, memory_order_acquire) != val)
+            return 1;
+    } while (px_time_mono_us() < end);
+    return 0;
+}
+
 int px__shm_sleep(px_comm_t *comm, int timeout_ms)
 {
     px__shm_t *blocked = NULL;
@@ -1034,6 +1072,16 @@ int px__shm_sleep(px_comm_t *comm, int timeout_ms)
                     cpu_relax();
                 }
             } while (px_time_mono_us() < end);
+        }
+        if (!others && spin == 0 && (blocked->yielded_peer != blocked->wait_peer ||
+                                     blocked->yielded_val != blocked->wait_val)) {
+            long yield = blocked->yield_us >= 0 ? blocked->yield_us : AUTO_YIELD_US;
+            if (yield > 0 && yield_poll(&c->ctr, blocked->wait_val, yield))
+                return 1;
+            /* a slow peer: one window per wait, then only futex slices (a
+             * rank waiting long at a barrier uses no CPU) */
+            blocked->yielded_peer = blocked->wait_peer;
+            blocked->yielded_val = blocked->wait_val;
         }
         atomic_fetch_add(&c->waiters, 1);
         if (atomic_load(&c->ctr) == blocked->wait_val &&
