@@ -43,6 +43,7 @@
  * the op table having no error path. The `scratch` argument of the ops is
  * unused. Stateless otherwise; reentrant across threads. */
 #include "px_kernels_cpu.h"
+#include "px_attn_block_at.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -332,24 +333,6 @@ void px__cpu_attention_bf16_backward(float *dinp, float *scratch, const float *d
 
 /* ---- blockwise attention (ring attention, cp) ---- */
 
-/* Where head h of sequence b starts in a block's tensors (px_attn_block_t),
- * in floats: q and dq at .q, k and dk at .kv (v and dv at .kv + v_off),
- * out and dout at .o, lse and delta at .lse. The one (b, h) setup of the
- * forward and the backward. */
-typedef struct {
-    size_t q, kv, o, lse;
-} blk_at_t;
-
-static blk_at_t blk_at(const px_attn_block_t *g, int b, int h)
-{
-    blk_at_t a;
-    a.q = (size_t)b * g->q_bs + (size_t)h * (size_t)g->hs;
-    a.kv = (size_t)b * g->kv_bs + (size_t)h * (size_t)g->hs;
-    a.o = (size_t)b * g->o_bs + (size_t)h * (size_t)g->hs;
-    a.lse = (size_t)b * g->lse_bs + (size_t)h * g->lse_hs;
-    return a;
-}
-
 void px__cpu_attention_block_bf16_forward(float *out, float *lse, const float *q,
                                           const float *kv, const px_attn_block_t *g,
                                           float *scratch)
@@ -366,7 +349,7 @@ void px__cpu_attention_block_bf16_forward(float *out, float *lse, const float *q
 
     for (int b = 0; b < g->B; b++)
         for (int h = 0; h < g->NH; h++) {
-            const blk_at_t at = blk_at(g, b, h);
+            const px_attn_at_t at = px_attn_block_at(g, b, h);
             const float *qb = q + at.q, *kb = kv + at.kv, *vb = kb + g->v_off;
             float *ob = out + at.o, *lb = lse + at.lse;
             widen_rows(qd, qb, g->q_ld, Tq, hs);
@@ -425,7 +408,7 @@ void px__cpu_attention_block_bf16_backward(float *dq, float *dkv, const float *d
 
     for (int b = 0; b < g->B; b++)
         for (int h = 0; h < g->NH; h++) {
-            const blk_at_t at = blk_at(g, b, h);
+            const px_attn_at_t at = px_attn_block_at(g, b, h);
             const size_t qo = at.q, ko = at.kv, oo = at.o, lo = at.lse;
             float *dqb = dq + qo, *dkb = dkv + ko, *dvb = dkb + g->v_off;
             widen_rows(qd, q + qo, g->q_ld, Tq, hs);

@@ -15,28 +15,11 @@
  * views, so q, k, v are read in place from the fused qkv tensor or a
  * packed (k | v) buffer. Stateless; any thread. */
 #include "px_kernels_cpu.h"
+#include "px_attn_block_at.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
-
-/* Where head h of sequence b starts in a block's tensors (px_attn_block_t),
- * in floats: q and dq at .q, k and dk at .kv (v and dv at .kv + v_off),
- * out and dout at .o, lse and delta at .lse. The one (b, h) setup of the
- * forward and the backward. */
-typedef struct {
-    size_t q, kv, o, lse;
-} blk_at_t;
-
-static blk_at_t blk_at(const px_attn_block_t *g, int b, int h)
-{
-    blk_at_t a;
-    a.q = (size_t)b * g->q_bs + (size_t)h * (size_t)g->hs;
-    a.kv = (size_t)b * g->kv_bs + (size_t)h * (size_t)g->hs;
-    a.o = (size_t)b * g->o_bs + (size_t)h * (size_t)g->hs;
-    a.lse = (size_t)b * g->lse_bs + (size_t)h * g->lse_hs;
-    return a;
-}
 
 void px__cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kv,
                                      const px_attn_block_t *g, float *scratch)
@@ -46,7 +29,7 @@ void px__cpu_attention_block_forward(float *out, float *lse, const float *q, con
 
     for (int b = 0; b < g->B; b++) {
         for (int h = 0; h < g->NH; h++) {
-            const blk_at_t at = blk_at(g, b, h);
+            const px_attn_at_t at = px_attn_block_at(g, b, h);
             const float *qb = q + at.q, *kb = kv + at.kv, *vb = kb + g->v_off;
             float *ob = out + at.o, *lb = lse + at.lse;
             float *s = scratch; /* (Tq, Tk) */
@@ -94,7 +77,7 @@ void px__cpu_attention_block_backward(float *dq, float *dkv, const float *dout, 
 
     for (int b = 0; b < g->B; b++) {
         for (int h = 0; h < g->NH; h++) {
-            const blk_at_t at = blk_at(g, b, h);
+            const px_attn_at_t at = px_attn_block_at(g, b, h);
             const size_t qo = at.q, ko = at.kv, oo = at.o, lo = at.lse;
             const float *qb = q + qo, *kb = kv + ko, *vb = kb + g->v_off, *db = dout + oo;
             float *dqb = dq + qo, *dkb = dkv + ko, *dvb = dkb + g->v_off;

@@ -30,6 +30,7 @@
  * dq and dk, c = exp(m - lse) with m = lse snapped, the row's normaliser kept
  * outside the rounding as the CPU reference does. Stream: the backend's. */
 #include "px_cuda_common.cuh"
+#include "px_attn_block_at.h"
 
 #include <math.h>
 
@@ -155,24 +156,6 @@ static unsigned grid_for(size_t n)
     return (unsigned)(b > 65535u * 16u ? 65535u * 16u : (b ? b : 1));
 }
 
-/* Where head h of sequence b starts in a block's tensors (px_attn_block_t),
- * in floats: q and dq at .q, k and dk at .kv (v and dv at .kv + v_off),
- * out and dout at .o, lse and delta at .lse. The one (b, h) setup of the
- * forward and the backward. */
-typedef struct {
-    size_t q, kv, o, lse;
-} blk_at_t;
-
-static blk_at_t blk_at(const px_attn_block_t *g, int b, int h)
-{
-    blk_at_t a;
-    a.q = (size_t)b * g->q_bs + (size_t)h * (size_t)g->hs;
-    a.kv = (size_t)b * g->kv_bs + (size_t)h * (size_t)g->hs;
-    a.o = (size_t)b * g->o_bs + (size_t)h * (size_t)g->hs;
-    a.lse = (size_t)b * g->lse_bs + (size_t)h * g->lse_hs;
-    return a;
-}
-
 void px__cuda_attention_block_forward(float *out, float *lse, const float *q,
                                                  const float *kv, const px_attn_block_t *g,
                                                  float *scratch)
@@ -181,7 +164,7 @@ void px__cuda_attention_block_forward(float *out, float *lse, const float *q,
     const float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < g->B; b++) {
         for (int h = 0; h < g->NH; h++) {
-            const blk_at_t at = blk_at(g, b, h);
+            const px_attn_at_t at = px_attn_block_at(g, b, h);
             const float *qb = q + at.q, *kb = kv + at.kv, *vb = kb + g->v_off;
             float *ob = out + at.o, *lb = lse + at.lse;
             rm_gemm(0, 1, Tq, Tk, hs, scale, qb, g->q_ld, kb, g->kv_ld, 0.0f, scratch, Tk);
@@ -203,7 +186,7 @@ void px__cuda_attention_block_backward(float *dq, float *dkv, const float *dout,
     const size_t tt = (size_t)Tq * Tk;
     for (int b = 0; b < g->B; b++) {
         for (int h = 0; h < g->NH; h++) {
-            const blk_at_t at = blk_at(g, b, h);
+            const px_attn_at_t at = px_attn_block_at(g, b, h);
             const size_t qo = at.q, ko = at.kv, oo = at.o, lo = at.lse;
             const float *qb = q + qo, *kb = kv + ko, *vb = kb + g->v_off, *db = dout + oo;
             float *dqb = dq + qo, *dkb = dkv + ko, *dvb = dkb + g->v_off;
@@ -255,7 +238,7 @@ void px__cuda_attention_block_bf16_forward(float *out, float *lse, const float *
     float *qr = r, *kr = r + qh, *vr = kr + kh; /* the rounded operands */
     for (int b = 0; b < g->B; b++) {
         for (int h = 0; h < g->NH; h++) {
-            const blk_at_t at = blk_at(g, b, h);
+            const px_attn_at_t at = px_attn_block_at(g, b, h);
             const float *qb = q + at.q, *kb = kv + at.kv, *vb = kb + g->v_off;
             float *ob = out + at.o, *lb = lse + at.lse;
             round_rows(qr, qb, g->q_ld, Tq, hs);
@@ -295,7 +278,7 @@ void px__cuda_attention_block_bf16_backward(float *dq, float *dkv, const float *
     float *qr = r, *dr = r + qh, *kr = dr + qh, *vr = kr + kh; /* the rounded operands */
     for (int b = 0; b < g->B; b++) {
         for (int h = 0; h < g->NH; h++) {
-            const blk_at_t at = blk_at(g, b, h);
+            const px_attn_at_t at = px_attn_block_at(g, b, h);
             const size_t qo = at.q, ko = at.kv, oo = at.o, lo = at.lse;
             float *dqb = dq + qo, *dkb = dkv + ko, *dvb = dkb + g->v_off;
             float *p = scratch, *ds = scratch + tt;
