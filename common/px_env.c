@@ -28,6 +28,7 @@ static px_knob_t knobs[] = {
     {"PX_SHM_A2A_SLOT_BYTES", "0", "bytes one rank stages per shared-memory all-to-all step (1/N of it to each of the N ranks; three such buffers per rank); 0 or less than PX_SHM_SLOT_BYTES: PX_SHM_SLOT_BYTES (measured on the 2-core VM: larger steps cost the 4-rank all-to-all more copy time than the barriers they save)", NULL},
     {"PX_SHM_CMA", "0", "large shared-memory collectives read the peer's buffer directly (process_vm_readv: one copy instead of two): 0 never (two copies through the segment; measured no slower on the 2-core VM); 1 all-to-all; 2 all-to-all, all-gather and broadcast", NULL},
     {"PX_SHM_CMA_MIN_BYTES", "1048576", "smallest shared-memory all-gather / all-to-all / broadcast (bytes of its largest buffer) taking the single copy", NULL},
+    {"PX_SHM_REG", "1", "px_shm_alloc registers buffers with the shared-memory path (the engine's stage-0 gradients): in-place all-reduces over them from 64 KiB read the peers' buffers where they lie instead of staging through the segment (0: plain memory, the slot path)", NULL},
     {"PX_SHM_SPIN_US", "-1", "shared-memory waits poll the peer's counter this long (us) before sleeping on its futex; -1: auto (50 us while the job's ranks on this node are no more than its CPUs and the load average is not above them, else 0)", NULL},
     {"PX_SPIN_US", "0", "collective waits poll this long (us) before sleeping on the event fd; -1: "
      "auto (200 us while the job's ranks on this node are no more than its CPUs and the load average "
