@@ -19,6 +19,7 @@ typedef struct block {
     px_mem_cat_t cat;
     uint64_t bytes;
     int host; /* px_mem_calloc_host: calloc'd */
+    void (*release)(void *); /* px_mem_adopt: frees ptr (NULL otherwise) */
 } block_t;
 
 static px_mem_stats_t g;
@@ -65,7 +66,7 @@ static void *tagged_calloc(px_mem_cat_t cat, size_t n, size_t size, int host)
     if (cat < 0 || cat >= PX_MEM_NCAT || (size && n > SIZE_MAX / size))
         return NULL;
     size_t bytes = n * size;
-    block_t *b = malloc(sizeof(*b));
+    block_t *b = calloc(1, sizeof(*b));
     if (!b)
         return NULL;
     /* a distinct pointer even for 0 */
@@ -84,6 +85,22 @@ static void *tagged_calloc(px_mem_cat_t cat, size_t n, size_t size, int host)
     return b->ptr;
 }
 
+void *px_mem_adopt(px_mem_cat_t cat, void *ptr, size_t bytes, void (*release)(void *))
+{
+    block_t *b;
+    if (!ptr || cat < 0 || cat >= PX_MEM_NCAT || !release || !(b = calloc(1, sizeof(*b))))
+        return NULL;
+    b->ptr = ptr;
+    b->cat = cat;
+    b->bytes = bytes;
+    b->release = release;
+    b->next = live;
+    live = b;
+    g.current[cat] += bytes;
+    note_peaks();
+    return ptr;
+}
+
 void px_mem_free(void *ptr)
 {
     if (!ptr)
@@ -94,7 +111,9 @@ void px_mem_free(void *ptr)
             continue;
         *pp = b->next;
         g.current[b->cat] -= b->bytes;
-        if (b->host)
+        if (b->release)
+            b->release(b->ptr);
+        else if (b->host)
             free(b->ptr);
         else
             ops()->mem_free(b->ptr);

@@ -42,6 +42,12 @@ void *px_mem_calloc(px_mem_cat_t cat, size_t n, size_t size);
  * which host code must not touch), counted in `cat` as px_mem_calloc's.
  * Free with px_mem_free. */
 void *px_mem_calloc_host(px_mem_cat_t cat, size_t n, size_t size);
+/* Counts a block allocated elsewhere (host memory the kernels can use,
+ * e.g. a transport's registered buffer, px_shm_alloc) in `cat` as
+ * px_mem_calloc's: bytes its size; px_mem_free then calls release(ptr)
+ * instead of the backend's free. Returns ptr, or NULL (nothing counted,
+ * ptr still the caller's) when out of memory or an argument is bad. */
+void *px_mem_adopt(px_mem_cat_t cat, void *ptr, size_t bytes, void (*release)(void *));
 /* Frees a px_mem_calloc block and subtracts it; NULL no-op. Any other
  * pointer aborts (a double free must not corrupt the counters). */
 void px_mem_free(void *ptr);

@@ -33,6 +33,7 @@
 
 #include "memacct.h"
 #include "px_coll.h"
+#include "px_shm_reg.h"
 #include "model.h"
 #include "px_env.h"
 #include "px_kernels.h"
@@ -692,10 +693,27 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
         ok &= !!(z->full_params = px_mem_calloc(PX_MEM_PARAMS, P, sizeof(float)));
     else
         ok &= !!(z->shard_params = px_mem_calloc(PX_MEM_PARAMS, S, sizeof(float)));
-    if (z->stage <= 1)
-        ok &= !!(z->full_grads = px_mem_calloc(PX_MEM_GRADS, P + 1, sizeof(float)));
-    else
+    if (z->stage == 0 && z->dp > 1) {
+        /* stage 0's buckets are in-place all-reduces over full_grads: where
+         * the dp ranks share a node, the gradients live in memory they all
+         * map (px_shm_reg.h), so the all-reduce reads the peers' buckets
+         * where they lie; else (or PX_SHM_REG=0) plain memory */
+        void *g = NULL;
+        px_status_t st = px_shm_alloc(comm, (P + 1) * sizeof(float), ops->mem_info == NULL, &g);
+        if (st != PX_OK) {
+            px_zero_destroy(z);
+            return st;
+        }
+        if (g && !(z->full_grads = px_mem_adopt(PX_MEM_GRADS, g, (P + 1) * sizeof(float),
+                                                px_shm_free)))
+            px_shm_free(g);
+    }
+    if (z->stage <= 1) {
+        if (!z->full_grads)
+            ok &= !!(z->full_grads = px_mem_calloc(PX_MEM_GRADS, P + 1, sizeof(float)));
+    } else {
         ok &= !!(z->shard_grads = px_mem_calloc(PX_MEM_GRADS, S, sizeof(float)));
+    }
     size_t on = z->stage == 0 ? P : S;
     ok &= !!(z->m = px_mem_calloc(PX_MEM_OPTIM, on, sizeof(float)));
     ok &= !!(z->v = px_mem_calloc(PX_MEM_OPTIM, on, sizeof(float)));

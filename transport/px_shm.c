@@ -141,6 +141,7 @@
 #include "px_log.h"
 #include "px_reduce.h"
 #include "px_shm_cma.h"
+#include "px_shm_reg.h"
 #include "px_time.h"
 
 #define RING 64           /* header entries per rank */
@@ -197,7 +198,7 @@ typedef struct hent {
     _Atomic uint32_t tag;     /* seq + 1 once complete, 0 while written */
     uint32_t kind, dtype, op;
     int32_t root;
-    uint32_t pad;
+    uint32_t reg;             /* 1: an all-reduce over a registered buffer (px_shm_reg.h) */
     uint64_t count;
 } hent_t;
 
@@ -254,6 +255,8 @@ typedef struct shm_op {
     int cma;                  /* single copy: one step; its buffer holds the descriptor */
     px__cma_bad_t bad;        /* single copy: a read that failed while its owner lived */
     uint32_t seq;
+    int reg;                  /* registered all-reduce (px_shm_reg.c): three phases, one step */
+    px__shm_reg_view_t rv;    /* with reg: where the buffer lies in every rank's mapping */
 } shm_op_t;
 
 /* A shared-memory request and its state in one allocation (req.shm ==
@@ -467,6 +470,7 @@ void px__shm_destroy(px_comm_t *comm)
     munmap(comm->shm->base, comm->shm->bytes);
     free(comm->shm->spare);
     px__cma_destroy(comm->shm->cma);
+    px__shm_reg_detach(comm);
     free(comm->shm);
     comm->shm = NULL;
 }
@@ -494,8 +498,9 @@ int px__shm_wants(const px_comm_t *comm, int kind, uint64_t bytes)
 
 /* --- header ring -------------------------------------------------------------- */
 
-void px__shm_note(px_comm_t *comm, uint32_t seq, int kind, px_dtype_t dtype, int op, int root,
-                  uint64_t count)
+/* px__shm_note with the header's `reg` flag. */
+static void note(px_comm_t *comm, uint32_t seq, int kind, px_dtype_t dtype, int op, int root,
+                 uint64_t count, uint32_t reg)
 {
     px__shm_t *s = comm->shm;
     hent_t *h;
@@ -509,7 +514,14 @@ void px__shm_note(px_comm_t *comm, uint32_t seq, int kind, px_dtype_t dtype, int
     h->op = (uint32_t)op;
     h->root = root;
     h->count = count;
+    h->reg = reg;
     atomic_store(&h->tag, seq + 1);
+}
+
+void px__shm_note(px_comm_t *comm, uint32_t seq, int kind, px_dtype_t dtype, int op, int root,
+                  uint64_t count)
+{
+    note(comm, seq, kind, dtype, op, root, count, 0);
 }
 
 /* Peer p's header for `seq`, copied into *out; 0 when the ring does not
@@ -524,6 +536,7 @@ static int peer_hdr(const px__shm_t *s, int p, uint32_t seq, hent_t *out)
     out->op = h->op;
     out->root = h->root;
     out->count = h->count;
+    out->reg = h->reg;
     return atomic_load(&h->tag) == seq + 1; /* not rewritten while read */
 }
 
@@ -555,6 +568,12 @@ static px_status_t compare(px_request_t *req, int p)
                                   (unsigned long long)mine.count,
                                   px_dtype_name((px_dtype_t)mine.dtype),
                                   px_redop_name((px_redop_t)mine.op), mine.root);
+    if (h.reg != mine.reg)
+        return px__comm_set_error(comm, PX_ERR_MISMATCH,
+                                  "rank %d: %s #%u mismatch: its buffer is %s, ours is %s", p,
+                                  px__coll_kind_name((int)mine.kind), req->seq,
+                                  h.reg ? "registered (px_shm_alloc)" : "not registered",
+                                  mine.reg ? "registered (px_shm_alloc)" : "not registered");
     return PX_OK;
 }
 
@@ -774,6 +793,10 @@ static void copy_in(px__shm_t *s, shm_op_t *o, const step_t *t)
     char *mine = slot_of(s, s->me, t->buf);
     size_t esz = o->esz, cb = (size_t)t->c * esz;
 
+    if (o->reg) { /* the peers read our buffer itself */
+        px__shm_reg_post(mine, o->seq, &o->rv);
+        return;
+    }
     if (o->cma) { /* the peers read our buffer itself */
         px__cma_post(mine, o->seq, o->kind == PX__COLL_BCAST ? o->dst : o->src);
         return;
@@ -901,6 +924,25 @@ static px_status_t shm_advance(px_request_t *req, int *progressed_p)
                 return status;
             o->checked = 1;
         }
+        if (o->reg) { /* px_shm_reg.c: reduce my part, copy the others, then nobody reads */
+            if (o->phase == 3)
+                return PX_OK;
+            if (o->phase == 1) {
+                for (int p = 0; p < s->n; p++)
+                    if (p != s->me &&
+                        (status = px__shm_reg_check(req->comm, p, o->seq,
+                                                    slot_of(s, p, o->cur.buf), &o->rv)) != PX_OK)
+                        return status;
+                px__shm_reg_reduce(&o->rv, s->n, s->me, o->dtype, o->op, o->count);
+            } else {
+                px__shm_reg_gather(&o->rv, s->n, s->me, o->count, o->esz);
+            }
+            publish(s);
+            o->target = s->pub;
+            o->waiting = 1;
+            o->phase++;
+            continue;
+        }
         if (o->phase == 1 && ((o->kind == PX__COLL_ALLREDUCE && !o->onephase) || o->cma)) {
             if (o->cma) { /* read the peers' buffers; phase 2: we are done with them */
                 status = cma_reads(req, s, o);
@@ -972,12 +1014,18 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
                    : s->slot / esz;
     o->onephase = kind == PX__COLL_ALLREDUCE &&
                   count * esz * (uint64_t)(s->n - 1) <= ONEPHASE_MAX_REMOTE;
+    o->reg = kind == PX__COLL_ALLREDUCE && src == dst && count * esz >= PX__SHM_REG_MIN_BYTES &&
+             px__shm_reg_lookup(comm, dst, count * esz, &o->rv);
+    if (o->reg) { /* one step: the buffer itself; the staging buffer holds the descriptor */
+        o->chunk = count;
+        o->onephase = 0;
+    }
     if (kind == PX__COLL_ALLGATHER) {
         char *mine = (char *)dst + (size_t)comm->rank * count * esz;
         if (mine != (const char *)src)
             memcpy(mine, src, (size_t)count * esz);
     }
-    px__shm_note(comm, req->seq, kind, dtype, (int)op, root, count);
+    note(comm, req->seq, kind, dtype, (int)op, root, count, (uint32_t)o->reg);
     px__req_link(comm, req);
     *req_p = req;
     return PX_OK;

@@ -87,11 +87,11 @@ def finish(procs):
     return [out for _, out, _ in procs]
 
 
-def ours(rank_bin, m, steps, data, work, extra, world):
+def ours(rank_bin, m, steps, data, work, extra, world, env=None):
     """(tokens/s, ms per step rank 0 was blocked in the gradient reduction
     after backward)"""
     args = model_args(m) + ['--steps', str(steps + 3), '--data', data] + extra
-    outs = finish(start_ranks(rank_bin, args, work, 'dp', world, {}))
+    outs = finish(start_ranks(rank_bin, args, work, 'dp', world, env or {}))
     w = re.search(r'other collectives ([\d.]+) ms', open(os.path.join(work, 'dp_0.log')).read())
     return median_tok(outs[0]), float(w.group(1)) if w else float('nan')
 
@@ -123,6 +123,7 @@ def main():
     build = argv.pop(0) if argv and not argv[0].startswith('--') else 'build'
     models, reps, steps, world, variants = ['quick', 'big'], 3, 10, 2, ['4096']
     peers = True
+    envs = []
     while argv:
         k = argv.pop(0)
         if k == '--models':
@@ -135,6 +136,8 @@ def main():
             world = int(argv.pop(0))
         elif k == '--bucket-mb':
             variants = [v for v in argv.pop(0).split(',') if v]
+        elif k == '--env':
+            envs += [v for v in argv.pop(0).split(',') if '=' in v]
         elif k == '--ours-only':
             peers = False
         else:
@@ -152,7 +155,7 @@ def main():
     subprocess.run([sys.executable, os.path.join(HERE, '..', 'engine', 'make_tokens.py'), data]
                    + lic, check=True, stdout=subprocess.DEVNULL)
     print('dp=%d; load average at start: %s' % (world, open('/proc/loadavg').read().split()[:3]))
-    cols = ['ours'] + ['ours-' + v for v in variants]
+    cols = ['ours'] + ['ours-' + v for v in variants] + ['ours+' + e for e in envs]
     print('%-6s %-5s' % ('model', 'round') + ''.join(' %14s' % c for c in cols) +
           ' %8s %8s %9s %9s' % ('ddp', 'limit', 'ours/ddp', 'ours/lim'))
     print('%-12s' % '' + ''.join(' %14s' % 'tok/s n wait' for _ in cols))
@@ -162,8 +165,9 @@ def main():
         for rnd in range(reps):
             got, wait, nb = {}, {}, {}
             for c in cols:
-                extra = [] if c == 'ours' else ['--bucket-mb', c[len('ours-'):]]
-                got[c], wait[c] = ours(rank_bin, m, steps, data, work, extra, world)
+                extra = ['--bucket-mb', c[len('ours-'):]] if c.startswith('ours-') else []
+                env = dict([c[len('ours+'):].split('=', 1)]) if c.startswith('ours+') else {}
+                got[c], wait[c] = ours(rank_bin, m, steps, data, work, extra, world, env)
                 log = open(os.path.join(work, 'dp_0.log')).read()
                 bk = re.search(r'dp gradient buckets: (\d+)', log)
                 nb[c] = bk.group(1) if bk else '-'

@@ -1,0 +1,88 @@
+/* px_shm_reg.h: buffers registered with a communicator's shared-memory path
+ * (issue 13: "buffers registered once and reused, or a shared-memory path
+ * for ranks of one node"), so that an in-place all-reduce over one reads
+ * the peers' buffers where they lie instead of staging every byte through
+ * the segment's slots (px_shm.h).
+ *
+ * A registered buffer is one rank's part of a region every rank of the
+ * communicator maps: the same number of bytes on every rank, rank p's part
+ * at the same place in everyone's mapping, so a buffer offset means the
+ * same bytes of the gradient on every rank. The engine allocates its
+ * stage-0 gradients there (engine/zero.c). See px_shm_reg.c for the
+ * algorithm and its barrier rules.
+ *
+ * Public: px_shm_alloc / px_shm_free. The px__ functions are the hooks the
+ * shared-memory collectives (px_shm.c) call. */
+#ifndef PX_SHM_REG_H
+#define PX_SHM_REG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "px_dtype.h"
+#include "px_status.h"
+#include "px_transport.h"
+
+/* Collective over `comm` (every rank calls it, same `bytes`, in the same
+ * order as its other collectives): `want` says whether this rank can use
+ * host memory there (0 on a device backend); the ranks agree (MIN over
+ * want, PX_SHM_REG and the mapping's success on every rank). On agreement
+ * *ptr_p is this rank's zero-filled part of a new region of `bytes` (page
+ * aligned; the caller owns it: px_shm_free); otherwise *ptr_p is NULL on
+ * every rank and the caller allocates as usual (no shared-memory path on
+ * comm: several nodes or PX_SHM=0, PX_SHM_REG=0 on a rank, want 0 on a
+ * rank, or shm_open/mmap failed on a rank). Returns the status of the
+ * agreement's collectives (*ptr_p then NULL). bytes 0: *ptr_p NULL, no
+ * collective. */
+px_status_t px_shm_alloc(px_comm_t *comm, size_t bytes, int want, void **ptr_p);
+
+/* Unmaps the region whose part `ptr` is (a px_shm_alloc result; NULL:
+ * no-op). Local, no collective: the peers keep their own mappings of the
+ * pages. Must not be called while a collective over ptr is in flight. A
+ * pointer px_shm_alloc did not return aborts. */
+void px_shm_free(void *ptr);
+
+/* --- hooks for px_shm.c (internal) ------------------------------------------- */
+
+/* Where an in-place collective's buffer lies in a region: peer[p] is rank
+ * p's copy of the same bytes (peer[me] the buffer itself). */
+typedef struct px__shm_reg_view {
+    uint32_t region;      /* the region's id on this communicator (same on every rank) */
+    uint64_t offset;      /* bytes from the start of this rank's part */
+    char **peer;          /* [n], owned by the region */
+} px__shm_reg_view_t;
+
+/* Smallest all-reduce (bytes) that takes the registered path: below it the
+ * slot path's one-phase form (everything in cache) is as fast. */
+#define PX__SHM_REG_MIN_BYTES 65536
+
+/* Whether `buf` .. buf + bytes lies inside one region of `comm` (fills *v);
+ * 0 otherwise. */
+int px__shm_reg_lookup(const px_comm_t *comm, const void *buf, uint64_t bytes,
+                       px__shm_reg_view_t *v);
+
+/* Bytes px__shm_reg_post writes (the descriptor a rank publishes in its
+ * staging buffer, so that the peers can check they use the same bytes). */
+#define PX__SHM_REG_DESC_BYTES 24
+
+/* Writes this rank's descriptor of collective `seq` over view v into desc. */
+void px__shm_reg_post(void *desc, uint32_t seq, const px__shm_reg_view_t *v);
+/* Compares peer p's descriptor (at `desc`) with ours: PX_OK, or
+ * PX_ERR_MISMATCH naming both offsets (set as comm's error). */
+px_status_t px__shm_reg_check(px_comm_t *comm, int p, uint32_t seq, const void *desc,
+                              const px__shm_reg_view_t *v);
+
+/* Phase 1 of the registered all-reduce: part `me` (of n, the first
+ * count % n parts one element longer) of the result, reduced in rank order
+ * 0..n-1 from every rank's buffer into this rank's own (bitwise the slot
+ * path's result); AVG divides once at the end. */
+void px__shm_reg_reduce(const px__shm_reg_view_t *v, int n, int me, px_dtype_t dtype,
+                        px_redop_t op, uint64_t count);
+/* Phase 2: copies part p of rank p's buffer into ours, for every p != me. */
+void px__shm_reg_gather(const px__shm_reg_view_t *v, int n, int me, uint64_t count, size_t esz);
+
+/* Called by px__shm_destroy: the regions of `comm` are no longer found by
+ * lookups (their mappings stay until px_shm_free). */
+void px__shm_reg_detach(const px_comm_t *comm);
+
+#endif
