@@ -129,7 +129,7 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
         if (status == PX_OK) { /* issue 16: each placed device's memory (memfit.c) */
             const char **names = calloc((size_t)nn + 1, sizeof(*names));
             uint64_t *mem = calloc((size_t)nn + 1, sizeof(*mem));
-            int *cuda = calloc((size_t)nn + 1, sizeof(*cuda)); /* issue 12: IPC scratch */
+            int *cuda = calloc((size_t)nn + 1, sizeof(*cuda)); /* all-GPU nodes: IPC scratch */
             if (names && mem && cuda && px_nodes_device_memory(d, &sel, names, mem, nn) == nn &&
                 px_nodes_device_cuda(d, &sel, cuda, nn) == nn)
                 status = px_memfit_check(req->spec, counts, names, mem, cuda, nn, err,

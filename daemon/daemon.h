@@ -305,7 +305,7 @@ int px_nodes_device_counts(px_daemon_t *d, const px_devsel_t *sel, int *counts, 
  * reported). Returns the count. */
 int px_nodes_device_memory(px_daemon_t *d, const px_devsel_t *sel, const char **names,
                            uint64_t *mem, int max);
-/* The same nodes in the same order (issue 12, SubmitJob's memory check):
+/* The same nodes in the same order (SubmitJob's memory check):
  * cuda[n] = 1 when node n offers at least one device in `sel` (NULL: all)
  * and every such device is a GPU ("cuda:K"), so the job's ranks there run
  * on CUDA devices; else 0. Returns the count. */

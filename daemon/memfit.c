@@ -12,7 +12,7 @@
  * A device's memory: a GPU's own; a cpu:N device's share of the host's RAM
  * (MemTotal / the node's cpu devices), since they all draw on it. A node
  * that does not report its memory (an older daemon) is not checked.
- * On a node whose job devices are all GPUs (issue 12), each rank also holds
+ * On a node whose job devices are all GPUs, each rank also holds
  * the CUDA IPC scratch of its communicators whose ranks all share that
  * node (px_plan_ipc_node_bytes, the figure `pctl plan --device cuda`
  * prints): the most any rank there holds is added. A cpu or sim device has
@@ -119,7 +119,7 @@ px_status_t px_memfit_check(const Parallax__V1__JobSpec *spec, const int *node_d
     }
     for (int n = 0; n < nnodes; n++) {
         int comms = 0;
-        /* issue 12: CUDA IPC scratch, where the ranks run on this node's GPUs */
+        /* CUDA IPC scratch, where the ranks run on this node's GPUs */
         double ipc = used[n] && node_cuda && node_cuda[n]
                          ? (double)px_plan_ipc_node_bytes(&cfg.layout, cfg.experts, node_of_rank,
                                                           n, slot, &comms)

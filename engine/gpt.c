@@ -23,7 +23,7 @@
  * and the positions (wpe rows of this rank's two chunks). One thread per
  * model.
  *
- * bf16 activation storage (issue 12; ops->bf16_acts, the bf16 view of
+ * bf16 activation storage (ops->bf16_acts, the bf16 view of
  * px_kernels_with_precision): the activations whose only consumers are
  * bf16 GEMMs - fch_gelu (fcproj's input), and without sequence parallelism
  * ln1, ln2, lnf (the inputs of qkv, fc or the mixture of experts, the tied

@@ -30,7 +30,7 @@
  * host copies: the router's choices and probabilities are copied off the
  * backend after the router, and the slot lists and the aux loss's gradient
  * copied onto it (mem_copy_to_host_async, then one synchronize per layer /
- * mem_copy_from_host: host code never touches a device tensor; issue 12,
+ * mem_copy_from_host: host code never touches a device tensor;
  * checked on the simulated device by tests/engine/test_sim.py and, for the
  * one wait, test_moe_unit.c). The activations of every MoE
  * layer are sized at create for worst-case routing (plan.h). One training
@@ -610,7 +610,7 @@ px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, 
     const float *probs = moe->hprobs;
     copy_to_host_async(k, moe->hidx, a->idx, (size_t)N * K * sizeof(int32_t));
     copy_to_host_async(k, moe->hprobs, a->probs, (size_t)N * E * sizeof(float));
-    k->synchronize(); /* one wait for both (issue 12) */
+    k->synchronize(); /* one wait for both copies */
     /* 2. counts over the group, per token block (moe.h: the blocks' keys
      * give the single-rank token order), probability sums for the aux loss */
     const int nb = moe->nb, Tb = N / nb;

@@ -162,7 +162,7 @@ typedef struct px_kernel_ops {
                                           const float *delta, const px_attn_block_t *g,
                                           float *scratch);
 
-    /* ---- bf16 activations in memory (issue 12; as PyTorch autocast saves
+    /* ---- bf16 activations in memory (as PyTorch autocast saves
      * a linear layer's bf16 input cast for its backward): an activation
      * whose only consumers are bf16 GEMMs (LayerNorm outputs, GELU output)
      * is stored as bf16 bits (uint16_t, round to nearest even), 2 bytes an
@@ -325,7 +325,7 @@ typedef struct px_kernel_ops {
     void (*mem_copy_to_host)(void *host_dst, const void *src, size_t bytes);
     void (*mem_copy_from_host)(void *dst, const void *host_src, size_t bytes);
     /* A copy of `bytes` from this backend's memory to host memory that
-     * does not wait (issue 12: engine/moe.c issues the router's two copies,
+     * does not wait (engine/moe.c issues the router's two copies,
      * then one `synchronize`): ordered on the compute stream like every op
      * above (it copies src as the ops issued before it left it, whatever
      * later ops write there); host_dst (any host memory: pageable or

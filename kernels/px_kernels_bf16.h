@@ -31,8 +31,8 @@
  * operands with the GEMM-only activations STORED as bf16 (the table's
  * bf16_acts is 1: LayerNorm and GELU outputs, as autocast saves a linear
  * layer's bf16 input cast; engine/gpt.c); the same arithmetic with those
- * activations kept fp32 (bf16_acts 0: the storage before issue 12's second
- * step, bit for bit the same results, kept as the check of that claim). */
+ * activations kept fp32 (bf16_acts 0: every activation stored fp32, bit
+ * for bit the same results, kept as the check of that claim). */
 #define PX_KERNELS_FP32 0
 #define PX_KERNELS_BF16 1
 #define PX_KERNELS_BF16_F32ACTS 2

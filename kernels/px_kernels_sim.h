@@ -36,7 +36,7 @@ px_status_t px_kernels_sim_open(const px_kernel_ops_t **ops_p);
 int px_kernels_sim_is_device_ptr(const void *p);
 
 /* What the host asked of the simulated device since the process started
- * (issue 12: how often host code waits for device results). Each of
+ * (how often host code waits for device results). Each of
  * `synchronize` and `to_host` (mem_copy_to_host, which on CUDA waits for
  * the compute stream) is one wait; `to_host_async` (mem_copy_to_host_async)
  * is none; `from_host` counts mem_copy_from_host. */

@@ -19,7 +19,7 @@
  * stay fp32 (dbias sums the unrounded dout, as the fp32 op does).
  *
  * matmul_bf16in_*: the same with the activation operand already bf16 in
- * memory (issue 12, bf16 activation storage): it is widened instead of
+ * memory (bf16 activation storage): it is widened instead of
  * rounded, which gives the same doubles (rounding is idempotent), so the
  * same dgemm and the same bits. One body serves both (inp or inp16).
  *

@@ -270,7 +270,7 @@ int px_plan_ipc_comms(const px_layout_t *l, int experts, int rank, const int *no
  * `slot_bytes` (px_plan_ipc_slot_bytes): comms x PX_PLAN_IPC_SLOTS x slot. */
 uint64_t px_plan_ipc_bytes(int comms, uint64_t slot_bytes);
 
-/* The submit-time memory check's IPC figure (daemon/memfit.c, issue 12):
+/* The submit-time memory check's IPC figure (daemon/memfit.c):
  * the most IPC scratch any rank of the layout that `node_of_rank` (world
  * entries, from px_layout_place; not NULL) puts on node `node` holds,
  * px_plan_ipc_bytes(px_plan_ipc_comms(l, experts, rank, node_of_rank),

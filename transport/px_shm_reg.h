@@ -1,8 +1,7 @@
-/* px_shm_reg.h: buffers registered with a communicator's shared-memory path
- * (issue 13: "buffers registered once and reused, or a shared-memory path
- * for ranks of one node"), so that an in-place all-reduce over one reads
- * the peers' buffers where they lie instead of staging every byte through
- * the segment's slots (px_shm.h).
+/* px_shm_reg.h: buffers registered once with a communicator's
+ * shared-memory path and reused, so that an in-place all-reduce over one
+ * reads the peers' buffers where they lie instead of staging every byte
+ * through the segment's slots (px_shm.h).
  *
  * A registered buffer is one rank's part of a region every rank of the
  * communicator maps: the same number of bytes on every rank, rank p's part

@@ -485,7 +485,7 @@ static void test_token(void)
     unlink(path);
 }
 
-/* memfit.c (issue 12): SubmitJob's memory check counts the CUDA IPC
+/* memfit.c: SubmitJob's memory check counts the CUDA IPC
  * scratch of the communicators that stay on a node of GPUs. dp=4 of a
  * small model: on one node of 4 GPUs the dp group's ring holds 3 slots of
  * PX_IPC_SLOT_BYTES (4 MiB) = 12 MiB per rank, so a device with 6 MiB

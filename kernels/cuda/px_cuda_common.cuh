@@ -83,7 +83,7 @@ void px__cuda_matmul_bf16_forward(float *out, const float *inp, const float *wei
 void px__cuda_matmul_bf16_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                    const float *inp, const float *weight, int N, int C, int OC);
 /* ... with the activation operand bf16 in memory, and the conversions of
- * bf16-stored activations (issue 12) */
+ * bf16-stored activations */
 void px__cuda_matmul_bf16in_forward(float *out, const uint16_t *inp, const float *weight,
                                     const float *bias, int N, int C, int OC);
 void px__cuda_matmul_bf16in_backward(float *dinp, float *dweight, float *dbias,

@@ -10,7 +10,7 @@
  * them within 1e-2). Bias and dbias are fp32 (px__cuda_bias_set / _grad).
  *
  * matmul_bf16in_*: the same GEMMs with the activation operand already bf16
- * in device memory (issue 12, bf16 activation storage): cuBLAS reads it in
+ * in device memory (bf16 activation storage): cuBLAS reads it in
  * place, no conversion; the bits it reads are the ones to_bf16 would have
  * made from the fp32 tensor it was rounded from (px_cuda_f32_to_bf16 both
  * times), so the GEMMs are the same. bf16_from_f32 / bf16_to_f32 are the

@@ -447,7 +447,7 @@ static void test_plan(void)
            pa.floats == 1308 && pa.ring == 0, "activations cp 1 = without cp");
     EXPECT(px_plan_gpt_activations_cp(1, 2, 4, 64, 1, 3, 1, 0, 2, &pa) ==
            PX_ERR_INVALID_ARGUMENT, "local T 3 (odd) with cp 2");
-    /* bf16 storage (issue 12): ln1, ln2, lnf (16 each) and fch_gelu (64)
+    /* bf16 storage: ln1, ln2, lnf (16 each) and fch_gelu (64)
      * halve: 1308 - 8 - 8 - 8 - 32 = 1252; tp 2 + SP: only fch_gelu (32):
      * 700; tp 2: 752 - 8 - 8 - 8 - 16 = 712; bf16 0 is the fp32 table */
     EXPECT(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 1, 0, 1, 1, &pa) == PX_OK &&

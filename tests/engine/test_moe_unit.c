@@ -14,7 +14,7 @@
  *   gradcheck dropless, no skew: the backward (input, router, expert
  *             gradients, the load-balancing loss's included) against
  *             central finite differences of sum(out * R) + aux;
- *   simwaits  issue 12: on the simulated device (kernels/px_kernels_sim.h)
+ *   simwaits  on the simulated device (kernels/px_kernels_sim.h)
  *             the forward of one MoE layer waits for the device once (the
  *             router's choices and probabilities come back as two copies
  *             without a wait, then one synchronize; it was two waiting

@@ -424,7 +424,7 @@ static void test_moe(int N, int E, int K, int C)
     free(dl); free(src); free(dst); free(out); free(dy);
 }
 
-/* mem_copy_to_host_async (issue 12): copies into pageable host memory land
+/* mem_copy_to_host_async: copies into pageable host memory land
  * at synchronize, with the bytes the source held at their issue (a later
  * mem_set of the source is ordered after them), also when a large copy
  * outgrows the pinned staging buffer while a small one is pending; exact. */

@@ -1,5 +1,5 @@
-/* test_bf16_acts.c: the ops of bf16 activation storage (issue 12,
- * kernels/px_kernels.h: matmul_bf16in_forward / _backward, bf16_from_f32,
+/* test_bf16_acts.c: the ops of bf16 activation storage
+ * (kernels/px_kernels.h: matmul_bf16in_forward / _backward, bf16_from_f32,
  * bf16_to_f32) and the view modes of px_kernels_with_precision. Unit suite.
  *
  * Usage: test_bf16_acts CASE   (convert, forward, backward, view, sim; "all")
