@@ -60,6 +60,19 @@ void *px_mem_calloc_host(px_mem_cat_t cat, size_t n, size_t size)
     return tagged_calloc(cat, n, size, 1);
 }
 
+/* Puts block b (ptr set) on the live list as `bytes` of `cat` and updates
+ * the counters and peaks; returns b->ptr. */
+static void *track(block_t *b, px_mem_cat_t cat, uint64_t bytes)
+{
+    b->cat = cat;
+    b->bytes = bytes;
+    b->next = live;
+    live = b;
+    g.current[cat] += bytes;
+    note_peaks();
+    return b->ptr;
+}
+
 /* a block of the backend's memory, or (host) of the C library's */
 static void *tagged_calloc(px_mem_cat_t cat, size_t n, size_t size, int host)
 {
@@ -76,13 +89,7 @@ static void *tagged_calloc(px_mem_cat_t cat, size_t n, size_t size, int host)
         free(b);
         return NULL;
     }
-    b->cat = cat;
-    b->bytes = bytes;
-    b->next = live;
-    live = b;
-    g.current[cat] += bytes;
-    note_peaks();
-    return b->ptr;
+    return track(b, cat, bytes);
 }
 
 void *px_mem_adopt(px_mem_cat_t cat, void *ptr, size_t bytes, void (*release)(void *))
@@ -91,14 +98,8 @@ void *px_mem_adopt(px_mem_cat_t cat, void *ptr, size_t bytes, void (*release)(vo
     if (!ptr || cat < 0 || cat >= PX_MEM_NCAT || !release || !(b = calloc(1, sizeof(*b))))
         return NULL;
     b->ptr = ptr;
-    b->cat = cat;
-    b->bytes = bytes;
     b->release = release;
-    b->next = live;
-    live = b;
-    g.current[cat] += bytes;
-    note_peaks();
-    return ptr;
+    return track(b, cat, bytes);
 }
 
 void px_mem_free(void *ptr)
