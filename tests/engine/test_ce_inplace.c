@@ -11,7 +11,8 @@
  *     dlogits gets (what the engine computed before), padding columns 0;
  *   - the vocab-parallel steps (vp_max, vp_exp, vp_finish, vp_backward)
  *     likewise on two column shards [0,32) and [32,64) (the second holds
- *     the padding), with the target both inside and outside a shard.
+ *     the padding), with the target both inside and outside a shard;
+ *   - both tables declare the cpu attention's (T,T) state (att_lse_only 0).
  * usage: test_ce_inplace */
 #include <float.h>
 #include <stdint.h>
@@ -140,6 +141,9 @@ int main(void)
             CHECK(0, "select %s: %s", devs[d], err);
             continue;
         }
+        /* both run the cpu attention, which keeps the (B,NH,T,T)
+         * probabilities: the plan's (T,T) att and scratch (plan.h _dev) */
+        CHECK(k->att_lse_only == 0, "%s declares the fused attention's state", k->name);
         whole(k, logits, tg);
         shard(k, logits, tg, 0);
         shard(k, logits, tg, VP / 2);
