@@ -183,6 +183,9 @@ uint64_t px_plan_bf16_gemm_scratch_bytes(int dim, int padded_vocab, int tokens, 
  * Bytes: 2 per element on CUDA (bf16); the CPU op widens them to doubles
  * (8) plus an fp64 accumulator of the output's size. 0 for bad sizes. */
 uint64_t px_plan_bf16_gemm_elems(int dim, int padded_vocab, int tokens, int tp);
+/* (That count rounds every input, as matmul_bf16_* on fp32 activations do;
+ * with bf16 activation storage the bf16-input GEMMs skip it: `pctl plan`
+ * and memfit count px_plan_bf16_gemm_scratch_bytes, what is allocated.) */
 
 /* The same with context parallelism (engine/ring_attn.h): B, T the LOCAL
  * micro-batch (T = seq / cp tokens, two chunks); with cp > 1 the att entry
