@@ -7,7 +7,12 @@
  * a handful of reusable gradient buffers instead of a full mirror of the
  * activations: the residual-stream gradient `dres` accumulates from the top
  * of the network down (a residual add is the identity in backward, so it
- * needs no op).
+ * needs no op). The classifier keeps one (B,T,Vp) buffer, as llm.c does:
+ * the cross-entropy writes the probabilities over the logits and its
+ * backward the logits' gradient over those (in place, px_kernels.h), so a
+ * forward with targets leaves no logits behind. The attention's saved state
+ * is the backend's (ops->att_lse_only: (T,T) probabilities on cpu/sim, the
+ * log-sum-exp on cuda), sized by the plan.
  *
  * Layout: the tensor table of planner/model.h says everything (names,
  * shapes, units, init); this file only reads it. Parameters are units:
