@@ -568,7 +568,8 @@ static double memfit_need(const Parallax__V1__JobSpec *s, int cuda)
  *     425984 bytes less than fp32; the GPU's bf16 GEMM scratch is the
  *     head's backward: dout (N,Vp) 131072 + W (Vp,C) 8192 bf16 copies (lnf
  *     is read in place) = 278528 bytes (it was counted as the fp32 table
- *     plus 2 x (N Vp + Vp C + N C) = 311296 bytes). */
+ *     plus 2 x (N Vp + Vp C + N C) = 311296 bytes); a cpu device's is
+ *     doubles (px_matmul_bf16_cpu.c), counted too. */
 static void test_memfit_device(void)
 {
     Parallax__V1__JobSpec s;
@@ -596,8 +597,14 @@ static void test_memfit_device(void)
     EXPECT(bf16_gpu == need_gpu - 425984.0 + 278528.0,
            "bf16 on a GPU: %.0f bytes, want %.0f (fp32 %.0f - bf16 storage 425984 + GEMM "
            "scratch 278528)", bf16_gpu, need_gpu - 425984.0 + 278528.0, need_gpu);
-    printf("memfit: seq 256 one rank: cpu %.0f, GPU %.0f, GPU bf16 %.0f bytes\n", need_cpu,
-           need_gpu, bf16_gpu);
+    /* a cpu device: the cpu bf16 GEMMs' host scratch of doubles, the head's
+     * backward: dout 131072 + W 8192 + inp 16384 + accumulator 16384 */
+    double bf16_cpu = memfit_need(&s, 0);
+    EXPECT(bf16_cpu == need_cpu - 425984.0 + 8.0 * 172032,
+           "bf16 on a cpu device: %.0f bytes, want %.0f", bf16_cpu,
+           need_cpu - 425984.0 + 8.0 * 172032);
+    printf("memfit: seq 256 one rank: cpu %.0f, GPU %.0f, GPU bf16 %.0f, cpu bf16 %.0f bytes\n",
+           need_cpu, need_gpu, bf16_gpu, bf16_cpu);
 }
 
 int main(void)
