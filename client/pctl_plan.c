@@ -123,6 +123,11 @@ static void print_context(int cp, int seq, double ring_bytes)
         printf("  ... (cp rank i: chunks i and %d-i)\n", 2 * cp - 1);
 }
 
+/* --device cuda: the fused attention saves only the log-sum-exp (plan.h
+ * px_plan_gpt_activations_dev); set once by pctl_cmd_plan before any
+ * activation figure (pctl is single-threaded). */
+static int plan_att_lse_only;
+
 /* Interleaved 1F1B's activation bytes of stage st: each of its V chunks
  * (layers / (pp V) layers: one chunk model's buffers, as the engine cuts
  * them) times the micro-batches that chunk holds at once. *held_p = the
@@ -134,8 +139,9 @@ static double interleaved_stage_bytes(const px_pipe_schedule_t *sc, int st, int 
     px_plan_gpt_acts_t a;
     int per_chunk = layers / (sc->p * sc->v);
     /* seq: a context rank's seq/cp tokens (pctl_cmd_plan passes them) */
-    if (px_plan_gpt_activations_prec(per_chunk, heads, dim, px_job_config_padded_vocab(vocab),
-                                     micro, seq, tp, sp, cp, bf16, &a) != PX_OK)
+    if (px_plan_gpt_activations_dev(per_chunk, heads, dim, px_job_config_padded_vocab(vocab),
+                                    micro, seq, tp, sp, cp, bf16, plan_att_lse_only,
+                                    &a) != PX_OK)
         return -1.0;
     *held_p = px_pipe_schedule_slots(sc, st);
     return (double)a.bytes * *held_p;
@@ -237,9 +243,9 @@ static int print_pipeline(int layers, int heads, int dim, int vocab, int seq, in
         for (int st = 0; st < pp; st++) {
             px_plan_gpt_acts_t a;
             /* seq: a context rank's seq/cp tokens (pctl_cmd_plan passes them) */
-            if (px_plan_gpt_activations_prec(sl[st], heads, dim,
-                                             px_job_config_padded_vocab(vocab), micro, seq, tp,
-                                             sp, cp, bf16, &a) != PX_OK) {
+            if (px_plan_gpt_activations_dev(sl[st], heads, dim,
+                                            px_job_config_padded_vocab(vocab), micro, seq, tp,
+                                            sp, cp, bf16, plan_att_lse_only, &a) != PX_OK) {
                 px_pipe_schedule_destroy(sc);
                 json_decref(jst);
                 free(sl);
@@ -527,10 +533,12 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     }
     /* activations of one rank's micro-batch (GPT dims only) */
     px_plan_gpt_acts_t acts = {0};
+    plan_att_lse_only = !strcmp(device, "cuda"); /* sim runs the cpu attention: (T,T) */
     if (known && memory_planned &&
-        px_plan_gpt_activations_prec((int)layers, (int)heads, (int)dim,
-                                     px_job_config_padded_vocab((int)vocab), (int)micro,
-                                     (int)seq_local, (int)tp, sp, (int)cp, bf16, &acts) != PX_OK) {
+        px_plan_gpt_activations_dev((int)layers, (int)heads, (int)dim,
+                                    px_job_config_padded_vocab((int)vocab), (int)micro,
+                                    (int)seq_local, (int)tp, sp, (int)cp, bf16,
+                                    plan_att_lse_only, &acts) != PX_OK) {
         free(units);
         free(node_of_rank);
         return PCTL_EXIT_USAGE; /* the planner named the values */
@@ -548,11 +556,14 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                                                            (int)experts, (int)top_k, (int)dim,
                                                            dropless, capf)
                             : 0;
-    /* --precision bf16: the GEMM operands rounded per call (CUDA: 2 bytes each) */
+    /* --precision bf16: the GEMM operands rounded per call, as the device's
+     * backend allocates them (CUDA: bf16 copies, stored bf16 inputs read in
+     * place; cpu and sim: doubles in host memory) */
     const uint64_t bf16_scratch =
-        bf16 && known ? 2 * px_plan_bf16_gemm_elems((int)dim,
-                                                    px_job_config_padded_vocab((int)vocab),
-                                                    (int)(micro * seq_local), (int)tp)
+        bf16 && known ? px_plan_bf16_gemm_scratch_bytes((int)dim,
+                                                        px_job_config_padded_vocab((int)vocab),
+                                                        (int)(micro * seq_local), (int)tp, sp,
+                                                        !strcmp(device, "cuda"))
                       : 0;
     /* issue 12: CUDA IPC scratch ("comm"): rings of the communicators whose
      * device collectives stay on one node (plan.h px_plan_ipc_comms) */
@@ -604,9 +615,10 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
             if (bf16_scratch) {
                 char b[32];
                 fmt_gb((double)bf16_scratch, b, sizeof(b));
-                printf("bf16 GEMM operands per rank: %s of device scratch (no bf16 weight copy: "
+                printf("bf16 GEMM operands per rank: %s of %s (no bf16 weight copy: "
                        "the largest linear layer's weight and activations, rounded per GEMM)\n",
-                       b);
+                       b, !strcmp(device, "cuda") ? "device scratch, bf16"
+                                                  : "host scratch, widened to doubles");
             }
             if (known) {
                 char b[32];
@@ -618,6 +630,11 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
                        !bf16 ? "fp32 buffers"
                        : sp  ? "buffers, the GELU output bf16, the rest fp32"
                              : "buffers, LayerNorm and GELU outputs bf16, the rest fp32");
+                printf("  attention state: %s; classifier: one (N,Vp) buffer (probabilities "
+                       "and their gradient in place over the logits)\n",
+                       cp > 1 ? "each row's log-sum-exp (ring attention)"
+                       : plan_att_lse_only ? "each row's log-sum-exp (fused CUDA attention)"
+                                           : "the (B,NH,T,T) probabilities (cpu attention)");
                 if (cp > 1)
                     print_context((int)cp, (int)seq, (double)acts.ring * 4);
             }

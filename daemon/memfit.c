@@ -6,9 +6,13 @@
  *
  * Bytes per rank = the training state's peak (parameters, gradients and
  * AdamW moments in fp32, sharded by the ZeRO stage over dp:
- * px_plan_state_bytes) + the activations of one local micro-batch
- * (px_plan_gpt_activations), for the pipeline stage with the most layers
- * (embedding and head both counted: an upper bound by those two units).
+ * px_plan_state_bytes) + the activations of one local micro-batch as the
+ * engine allocates them on the node's kind of device
+ * (px_plan_gpt_activations_dev: on GPUs the fused attention keeps only the
+ * log-sum-exp; with --precision bf16 the bf16-stored activations and the
+ * bf16 GEMMs' scratch, px_plan_bf16_gemm_scratch_bytes), for the pipeline
+ * stage with the most layers (embedding and head both counted: an upper
+ * bound by those two units).
  * A device's memory: a GPU's own; a cpu:N device's share of the host's RAM
  * (MemTotal / the node's cpu devices), since they all draw on it. A node
  * that does not report its memory (an older daemon) is not checked.
@@ -45,9 +49,12 @@ static void fmt_bytes(double b, char *buf, size_t len)
 }
 
 /* Bytes one rank of `cfg` needs (see the file comment) into *state_p and
- * *acts_p. PX_ERR_INVALID_ARGUMENT where the planner cannot size it (the
- * validator has named those values already; not expected here). */
-static px_status_t rank_bytes(const px_job_config_t *cfg, double *state_p, double *acts_p)
+ * *acts_p, on a GPU (cuda 1: the CUDA backend's fused attention and bf16
+ * scratch) or a cpu device. PX_ERR_INVALID_ARGUMENT where the planner
+ * cannot size it (the validator has named those values already; not
+ * expected here). */
+static px_status_t rank_bytes(const px_job_config_t *cfg, int cuda, double *state_p,
+                              double *acts_p)
 {
     const px_layout_t *l = &cfg->layout;
     int pp = l->pp > 0 ? l->pp : 1, tp = l->tp > 0 ? l->tp : 1, cp = l->cp > 0 ? l->cp : 1;
@@ -73,16 +80,19 @@ static px_status_t rank_bytes(const px_job_config_t *cfg, double *state_p, doubl
         return status;
     *state_p = px_plan_state_bytes(plan);
     px_plan_destroy(plan);
-    status = px_plan_gpt_activations(stage_layers, cfg->heads, cfg->dim,
-                                     px_job_config_padded_vocab(cfg->vocab), B, T, tp,
-                                     cfg->sequence_parallel, &acts);
+    /* what the engine allocates on that backend: bf16 storage of the
+     * GEMM-only activations, the attention state, the bf16 GEMMs' scratch */
+    const int bf16 = cfg->precision == PX_PRECISION_BF16;
+    status = px_plan_gpt_activations_dev(stage_layers, cfg->heads, cfg->dim,
+                                         px_job_config_padded_vocab(cfg->vocab), B, T, tp,
+                                         cfg->sequence_parallel, cp, bf16, cuda, &acts);
     if (status != PX_OK)
         return status;
     *acts_p = (double)acts.bytes;
-    if (cfg->precision == PX_PRECISION_BF16) /* the bf16 GEMM operands (plan.h), 2 bytes each */
-        *acts_p += 2.0 * (double)px_plan_bf16_gemm_elems(cfg->dim,
-                                                         px_job_config_padded_vocab(cfg->vocab),
-                                                         B * T, tp);
+    if (bf16) /* GPU: bf16 copies in device memory; cpu: doubles in the host's */
+        *acts_p += (double)px_plan_bf16_gemm_scratch_bytes(
+            cfg->dim, px_job_config_padded_vocab(cfg->vocab), B * T, tp,
+            cfg->sequence_parallel, cuda);
     return PX_OK;
 }
 
@@ -91,7 +101,7 @@ px_status_t px_memfit_check(const Parallax__V1__JobSpec *spec, const int *node_d
                             const int *node_cuda, int nnodes, char *errbuf, size_t errlen)
 {
     px_job_config_t cfg;
-    double state = 0, acts = 0, need;
+    double state = 0, acts = 0, need, need_dev[2] = {0, 0}, acts_dev[2] = {0, 0};
     char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], ipc_why[160], why[256];
     int *node_of_rank, world, *used;
     const uint64_t slot = px_plan_ipc_slot_bytes(px_env_int("PX_IPC_SLOT_BYTES"));
@@ -99,9 +109,12 @@ px_status_t px_memfit_check(const Parallax__V1__JobSpec *spec, const int *node_d
     if (!spec->model)
         return PX_OK; /* px_validate_spec names it */
     px_jobspec_to_config(spec, &cfg);
-    if (rank_bytes(&cfg, &state, &acts) != PX_OK)
-        return PX_OK; /* not sizeable: the validator's business */
-    need = state + acts;
+    /* [0]: cpu devices, [1]: GPUs (the CUDA backend's buffers) */
+    for (int c = 0; c < 2; c++) {
+        if (rank_bytes(&cfg, c, &state, &acts_dev[c]) != PX_OK)
+            return PX_OK; /* not sizeable: the validator's business */
+        need_dev[c] = state + acts_dev[c];
+    }
     /* the nodes the placement puts ranks on (as px_validate_spec placed it) */
     world = px_layout_world(&cfg.layout);
     node_of_rank = malloc((size_t)(world > 0 ? world : 1) * sizeof(*node_of_rank));
@@ -118,9 +131,11 @@ px_status_t px_memfit_check(const Parallax__V1__JobSpec *spec, const int *node_d
                 used[node_of_rank[r]] = 1;
     }
     for (int n = 0; n < nnodes; n++) {
-        int comms = 0;
+        int comms = 0, gpu = node_cuda && node_cuda[n];
+        need = need_dev[gpu];
+        acts = acts_dev[gpu];
         /* CUDA IPC scratch, where the ranks run on this node's GPUs */
-        double ipc = used[n] && node_cuda && node_cuda[n]
+        double ipc = used[n] && gpu
                          ? (double)px_plan_ipc_node_bytes(&cfg.layout, cfg.experts, node_of_rank,
                                                           n, slot, &comms)
                          : 0.0;

@@ -7,7 +7,12 @@
  * a handful of reusable gradient buffers instead of a full mirror of the
  * activations: the residual-stream gradient `dres` accumulates from the top
  * of the network down (a residual add is the identity in backward, so it
- * needs no op).
+ * needs no op). The classifier keeps one (B,T,Vp) buffer, as llm.c does:
+ * the cross-entropy writes the probabilities over the logits and its
+ * backward the logits' gradient over those (in place, px_kernels.h), so a
+ * forward with targets leaves no logits behind. The attention's saved state
+ * is the backend's (ops->att_lse_only: (T,T) probabilities on cpu/sim, the
+ * log-sum-exp on cuda), sized by the plan.
  *
  * Layout: the tensor table of planner/model.h says everything (names,
  * shapes, units, init); this file only reads it. Parameters are units:
@@ -77,7 +82,8 @@ typedef struct gpt_acts {
     float *lnf_mean;  /* (R) */
     float *lnf_rstd;  /* (R) */
     float *logits;    /* (B,T,Vp) */
-    float *probs;     /* (B,T,Vp), 0 in the padding columns */
+    float *probs;     /* (B,T,Vp), 0 in the padding columns: == logits (the
+                         softmax writes over them, issue 12) */
     float *losses;    /* (B,T) */
     float *tmp;       /* (B,T,C): projection outputs before the residual add;
                          in backward, sequence parallelism's re-gathered
@@ -87,8 +93,9 @@ typedef struct gpt_acts {
     float *dbtc;      /* (B,T,C) */
     float *d4a;       /* (B,T,4C) also dqkv (B,T,3C) */
     float *d4b;       /* (B,T,4C) */
-    float *dlogits;   /* (B,T,Vp) */
-    float *scratch;   /* (T,T) attention backward */
+    float *dlogits;   /* (B,T,Vp): == probs (written over them in backward) */
+    float *scratch;   /* (T,T) attention backward; NULL with a fused
+                         attention (ops->att_lse_only, cp 1) */
     float *rowmax;    /* (B,T) vocab-parallel cross-entropy's row max */
     float *spbuf;     /* (B,T,C) sequence parallelism: a gathered LayerNorm
                          output (forward) or gradient (backward), or a
@@ -121,6 +128,9 @@ struct px_gpt {
                                       stream (encoded, residual2/3, LayerNorm
                                       outputs and stats, dres) holds this
                                       rank's BT/tp token rows */
+    size_t att_stride;             /* floats of one layer's att: B*NHl*T*T, or
+                                      B*NHl*T (the lse) with cp > 1 or a
+                                      fused attention (plan.h _dev) */
     int cp;                        /* context parallelism (ring_attn.h): T is
                                       this rank's two chunks of seq/cp tokens;
                                       att holds the (L,B,NHl,T) log-sum-exp */
@@ -323,12 +333,13 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
     gpt->rows = gpt->sp ? BT / tp : BT;
     px_plan_gpt_acts_t pa;
     gpt->cp = cfg->cp > 1 ? cfg->cp : 1;
-    if (px_plan_gpt_activations_prec(nlayers, NH, C, gpt->Vp, B, T, tp, gpt->sp, gpt->cp,
-                                     ops->bf16_acts, &pa) != PX_OK) {
+    if (px_plan_gpt_activations_dev(nlayers, NH, C, gpt->Vp, B, T, tp, gpt->sp, gpt->cp,
+                                    ops->bf16_acts, ops->att_lse_only, &pa) != PX_OK) {
         px_gpt_destroy(gpt); /* logged by the plan; the checks above make it unreachable */
         return PX_ERR_INVALID_ARGUMENT;
     }
     uint64_t *act_sizes = pa.count;
+    gpt->att_stride = act_sizes[offsetof(gpt_acts_t, att) / sizeof(float *)] / (size_t)nlayers;
     gpt->ln_bf16 = pa.bf16[offsetof(gpt_acts_t, ln1) / sizeof(float *)];
     gpt->fchg_bf16 = pa.bf16[offsetof(gpt_acts_t, fch_gelu) / sizeof(float *)];
     gpt->acts_count = 0;
@@ -355,6 +366,11 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
         aptr[i] = base;
         base += act_sizes[i];
     }
+    if (!act_sizes[offsetof(gpt_acts_t, scratch) / sizeof(float *)])
+        gpt->a.scratch = NULL; /* the fused attention needs none */
+    /* in place (px_kernels.h): the softmax over the logits, its gradient
+     * over the probabilities (the plan counts one buffer) */
+    gpt->a.probs = gpt->a.dlogits = gpt->a.logits;
     *gpt_p = gpt;
     return PX_OK;
 
@@ -884,8 +900,9 @@ static void layer_acts(px_gpt_t *gpt, int l, layer_acts_t *v)
     v->ln1_rstd = a->ln1_rstd + li * sr;
     v->qkv = a->qkv + li * sbtcl * 3;
     v->atty = a->atty + li * sbtcl;
-    /* cp > 1: the ring's log-sum-exp, (B,NHl,T) per layer */
-    v->att = a->att + li * gpt->B * gpt->NHl * gpt->T * (gpt->cp > 1 ? 1 : gpt->T);
+    /* (B,NHl,T,T) probabilities, or (B,NHl,T) log-sum-exp per layer (cp > 1:
+     * the ring's; the backend's fused attention: ops->att_lse_only) */
+    v->att = a->att + li * gpt->att_stride;
     v->res2 = a->residual2 + li * src;
     v->ln2 = a->ln2 + li * src;
     v->ln2_mean = a->ln2_mean + li * sr;
@@ -1172,8 +1189,8 @@ px_status_t px_gpt_head_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
     view(gpt->head_t, 2, hgb, &hg);
     view(gpt->embed_t, 2, eb, &e);
     view(gpt->embed_t, 2, egb, &eg);
-    /* loss = mean over BT tokens; padded columns get no gradient */
-    k->mem_set(a->dlogits, 0, (size_t)BT * Vl * sizeof(float));
+    /* loss = mean over BT tokens; padded columns get no gradient. In
+     * place: dlogits replaces the probabilities (no zeroing, px_kernels.h) */
     if (gpt->tp > 1)
         k->crossentropy_vp_backward(a->dlogits, a->probs, gpt->targets, 1.0f / BT, BT, Vl,
                                     gpt->v0, V);

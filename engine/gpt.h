@@ -168,7 +168,7 @@ px_status_t px_gpt_create_external(const px_gpt_config_t *cfg, const px_kernel_o
                                    int B, int T, const px_gpt_hooks_t *hooks, px_gpt_t **gpt_p);
 /* A pipeline stage's model (pipeline.h): as px_gpt_create_external, with
  * activations for layers [layer0, layer0 + nlayers) only (the plan's
- * table for nlayers layers: px_plan_gpt_activations), so a stage's
+ * table for nlayers layers: px_plan_gpt_activations_dev), so a stage's
  * activation memory falls with pp. block_forward / block_backward take
  * the global layer index l within that range; the stage's input x_layer0
  * lives in the embedding's output buffer (px_gpt_stage_io).
@@ -325,8 +325,9 @@ px_status_t px_gpt_backward(px_gpt_t *gpt);
 void px_gpt_update(px_gpt_t *gpt, float lr, float beta1, float beta2, float eps, float wd,
                    int t);
 
-/* Bytes of activations (exactly px_plan_gpt_activations' bytes for the
- * model's dims, local B, T, tp and sequence parallelism: the buffers are
+/* Bytes of activations (exactly px_plan_gpt_activations_dev's bytes for
+ * the model's dims, local B, T, tp, sequence parallelism, cp, the table's
+ * bf16 storage and attention state (ops->att_lse_only): the buffers are
  * cut from that table) and of parameter state (params + grads + 2
  * moments). */
 size_t px_gpt_activation_bytes(const px_gpt_t *gpt);

@@ -192,6 +192,19 @@ typedef struct px_kernel_ops {
      * the engine to store those activations as bf16; 0 otherwise (fp32
      * tables, and the view that keeps fp32 storage, PX_KERNELS_BF16_F32ACTS). */
     int bf16_acts;
+    /* What attention_forward / attention_bf16_forward save in `att` for
+     * their backward (issue 12), and so what the engine allocates (plan.h
+     * px_plan_gpt_activations_dev):
+     *   0 (cpu, and sim, which runs the cpu ops): the (B,NH,T,T)
+     *     probabilities, and attention_backward uses T*T floats of scratch;
+     *   1 (cuda: fused kernels that never materialise (T,T), online
+     *     softmax as flash attention): only each row's log-sum-exp, the
+     *     first B*NH*T floats of att, (B,NH,T); attention_backward ignores
+     *     its scratch (may be NULL).
+     * The blockwise ops (ring attention) are the same on every backend:
+     * lse (B,NH,T) and Tq*Tk (forward) / 2*Tq*Tk (backward) scratch. Views
+     * (px_kernels_with_precision) copy it with the table. */
+    int att_lse_only;
 
     /* GELU, tanh approximation (torch approximate='tanh'); N elements. */
     void (*gelu_forward)(float *out, const float *inp, size_t N);
@@ -206,13 +219,21 @@ typedef struct px_kernel_ops {
      * softmax runs over the first V columns of each row only, probs of the
      * padding columns [V, Vp) are written as exactly 0 (masked out of the
      * loss); losses (N) = -log probs[n, targets[n]] (computed as logsumexp -
-     * logit, for accuracy). targets (N) in [0,V); 1 <= V <= Vp. */
+     * logit, for accuracy). targets (N) in [0,V); 1 <= V <= Vp.
+     * probs may be logits (in place, as llm.c's classifier: the engine
+     * keeps one (N,Vp) buffer, issue 12): each row's logits, the target's
+     * included, are read before its probabilities are written, so the
+     * results are the same bits as with separate buffers. */
     void (*crossentropy_forward)(float *losses, float *probs, const float *logits,
                                  const int32_t *targets, int N, int V, int Vp);
     /* dlogits (N,Vp) += (probs - onehot(targets)) * dloss over the first V
      * columns, where dloss is the gradient of the total loss w.r.t. each
      * token's loss (1/N_total for a mean); the padding columns [V, Vp) get
-     * nothing (their gradient is 0, so a zeroed dlogits stays 0 there). */
+     * nothing (their gradient is 0, so a zeroed dlogits stays 0 there).
+     * dlogits may be probs (in place): the gradient then REPLACES the
+     * probabilities, computed as if dlogits had been zeroed (0 + probs *
+     * dloss, then - dloss at the target: the same bits), and the padding
+     * columns keep the probabilities' exact 0. */
     void (*crossentropy_backward)(float *dlogits, const float *probs, const int32_t *targets,
                                   float dloss, int N, int V, int Vp);
 
@@ -259,7 +280,9 @@ typedef struct px_kernel_ops {
      *              (N,2) doubles = (sum of those, the target's logit if
      *              local else 0); the caller all-reduces SUM;
      *   vp_finish: probs /= sum (padding columns 0), losses (N) =
-     *              log(sum) + rowmax - target logit. */
+     *              log(sum) + rowmax - target logit.
+     * probs may be logits (in place; vp_exp reads a row's target logit
+     * before it writes the row), as crossentropy_forward. */
     void (*crossentropy_vp_max)(float *rowmax, const float *logits, int N, int Vl, int v0, int V);
     void (*crossentropy_vp_exp)(double *stats, float *probs, const float *logits,
                                 const float *rowmax, const int32_t *targets, int N, int Vl,
@@ -267,7 +290,9 @@ typedef struct px_kernel_ops {
     void (*crossentropy_vp_finish)(float *losses, float *probs, const double *stats,
                                    const float *rowmax, int N, int Vl, int v0, int V);
     /* dlogits (N,Vl) += (probs - onehot(targets - v0)) * dloss over the
-     * local real columns (targets outside the range add no one-hot). */
+     * local real columns (targets outside the range add no one-hot).
+     * dlogits may be probs (in place): replaces them as
+     * crossentropy_backward does. */
     void (*crossentropy_vp_backward)(float *dlogits, const float *probs, const int32_t *targets,
                                      float dloss, int N, int Vl, int v0, int V);
     /* out (N,OC) += bias (OC) on every row: a row-parallel matmul's bias,

@@ -145,6 +145,7 @@ void px__cpu_crossentropy_forward(float *losses, float *probs, const float *logi
     for (int n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * Vp;
         float *p = probs + (size_t)n * Vp;
+        const float lt = l[targets[n]]; /* before p is written: probs may be logits */
         float mx = l[0];
         for (int v = 1; v < V; v++)
             mx = l[v] > mx ? l[v] : mx;
@@ -158,7 +159,7 @@ void px__cpu_crossentropy_forward(float *losses, float *probs, const float *logi
             p[v] *= inv;
         for (int v = V; v < Vp; v++) /* padding: masked out */
             p[v] = 0.0f;
-        losses[n] = (float)(log(sum) + mx - l[targets[n]]);
+        losses[n] = (float)(log(sum) + mx - lt);
     }
 }
 
@@ -168,8 +169,12 @@ void px__cpu_crossentropy_backward(float *dlogits, const float *probs, const int
     for (int n = 0; n < N; n++) {
         const float *p = probs + (size_t)n * Vp;
         float *d = dlogits + (size_t)n * Vp;
-        for (int v = 0; v < V; v++)
-            d[v] += p[v] * dloss;
+        if (d == p) /* in place: as if dlogits had been zeroed (px_kernels.h) */
+            for (int v = 0; v < V; v++)
+                d[v] = 0.0f + p[v] * dloss;
+        else
+            for (int v = 0; v < V; v++)
+                d[v] += p[v] * dloss;
         d[targets[n]] -= dloss;
     }
 }

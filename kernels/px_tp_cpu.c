@@ -87,14 +87,15 @@ void px__cpu_crossentropy_vp_exp(double *stats, float *probs, const float *logit
         const float *l = logits + (size_t)n * Vl;
         float *p = probs + (size_t)n * Vl;
         float mx = rowmax[n];
+        int t = targets[n] - v0;
+        /* the target logit before p is written: probs may be logits */
+        stats[2 * n + 1] = t >= 0 && t < Vl ? (double)l[t] : 0.0;
         double sum = 0.0;
         for (int v = 0; v < nv; v++) {
             p[v] = expf(l[v] - mx);
             sum += p[v];
         }
-        int t = targets[n] - v0;
         stats[2 * n] = sum;
-        stats[2 * n + 1] = t >= 0 && t < Vl ? (double)l[t] : 0.0;
     }
 }
 
@@ -121,8 +122,12 @@ void px__cpu_crossentropy_vp_backward(float *dlogits, const float *probs, const 
     for (int n = 0; n < N; n++) {
         const float *p = probs + (size_t)n * Vl;
         float *d = dlogits + (size_t)n * Vl;
-        for (int v = 0; v < nv; v++)
-            d[v] += p[v] * dloss;
+        if (d == p) /* in place: as if dlogits had been zeroed (px_kernels.h) */
+            for (int v = 0; v < nv; v++)
+                d[v] = 0.0f + p[v] * dloss;
+        else
+            for (int v = 0; v < nv; v++)
+                d[v] += p[v] * dloss;
         int t = targets[n] - v0;
         if (t >= 0 && t < Vl)
             d[t] -= dloss;

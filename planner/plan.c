@@ -191,14 +191,14 @@ px_status_t px_plan_gpt_activations(int layers, int heads, int dim, int padded_v
         L * R * C,            /* residual3 */
         R * C,                /* lnf */
         R, R,                 /* lnf mean, rstd */
-        N * Vl, N * Vl,       /* logits, probs */
+        N * Vl, 0,            /* logits; probs: in place over them */
         N,                    /* losses */
         N * C,                /* tmp */
         R * C,                /* dres */
         N * C,                /* dbtc */
         N * 4 * Cl,           /* d4a */
         N * 4 * Cl,           /* d4b */
-        N * Vl,               /* dlogits */
+        0,                    /* dlogits: in place over the probs */
         t * t,                /* attention scratch */
         tp > 1 ? N : 0,       /* cross-entropy row max */
         sp ? N * C : 0,       /* spbuf */
@@ -380,4 +380,62 @@ px_status_t px_plan_gpt_activations_prec(int layers, int heads, int dim, int pad
     }
     acts->bytes = 4 * acts->floats + 8 * acts->doubles;
     return PX_OK;
+}
+
+px_status_t px_plan_gpt_activations_dev(int layers, int heads, int dim, int padded_vocab, int B,
+                                        int T, int tp, int sequence_parallel, int cp, int bf16,
+                                        int att_lse_only, px_plan_gpt_acts_t *acts)
+{
+    enum { ATT = 6, SCRATCH = 26 }; /* px_plan_gpt_activations' entries */
+    PX_CHECK(px_plan_gpt_activations_prec(layers, heads, dim, padded_vocab, B, T, tp,
+                                          sequence_parallel, cp, bf16, acts));
+    if (!att_lse_only || cp > 1) /* cp > 1: lse already; the blockwise ops need the scratch */
+        return PX_OK;
+    uint64_t lse = (uint64_t)layers * B * (uint64_t)(heads / tp) * T;
+    acts->floats -= acts->count[ATT] + acts->count[SCRATCH];
+    acts->count[ATT] = lse;
+    acts->count[SCRATCH] = 0;
+    acts->floats += lse;
+    acts->bytes = 4 * acts->floats + 8 * acts->doubles;
+    return PX_OK;
+}
+
+/* n rounded up to 64 elements, as px_matmul_bf16_cuda.cu aligns its operands */
+static uint64_t al64(uint64_t n)
+{
+    return (n + 63) & ~(uint64_t)63;
+}
+
+/* One linear layer's bf16 scratch (plan.h), bytes: inp (N,C) already
+ * bf16 in memory when `stored` */
+static uint64_t gemm_scratch(uint64_t N, uint64_t C, uint64_t OC, int stored, int cuda)
+{
+    uint64_t f, b;
+    if (cuda) { /* bf16 copies; the stored input is read in place */
+        f = (stored ? 0 : al64(N * C)) + OC * C;
+        b = al64(N * OC) + al64(OC * C) + (stored ? 0 : N * C);
+        return 2 * (f > b ? f : b);
+    }
+    /* doubles: every operand widened, and the fp64 accumulator */
+    f = N * C + OC * C + N * OC;
+    b = N * OC + OC * C + N * C + (N * C > OC * C ? N * C : OC * C);
+    return 8 * (f > b ? f : b);
+}
+
+uint64_t px_plan_bf16_gemm_scratch_bytes(int dim, int padded_vocab, int tokens, int tp,
+                                         int sequence_parallel, int cuda)
+{
+    if (dim <= 0 || padded_vocab <= 0 || tokens <= 0 || tp <= 0)
+        return 0;
+    const uint64_t C = (uint64_t)dim, N = (uint64_t)tokens, t = (uint64_t)tp;
+    const int ln = !(tp > 1 && sequence_parallel); /* ln1, ln2, lnf stored bf16 */
+    uint64_t m = gemm_scratch(N, C, 3 * C / t, ln, cuda), e; /* qkv: ln1 */
+    e = gemm_scratch(N, C / t, C, 0, cuda);                 /* attention projection: atty */
+    m = e > m ? e : m;
+    e = gemm_scratch(N, C, 4 * C / t, ln, cuda);            /* fc: ln2 */
+    m = e > m ? e : m;
+    e = gemm_scratch(N, 4 * C / t, C, 1, cuda);             /* fc projection: the GELU output */
+    m = e > m ? e : m;
+    e = gemm_scratch(N, C, (uint64_t)padded_vocab / t, ln, cuda); /* the tied head: lnf */
+    return e > m ? e : m;
 }

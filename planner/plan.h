@@ -104,8 +104,11 @@ uint64_t px_plan_gpt_units_tp(int layers, int dim, int vocab, int max_seq, int t
  *     mean/rstd (L,R) x2, residual3 (L,R,C), lnf (R,C), lnf mean/rstd (R)
  *     x2, dres (R,C);
  *   split by tp: qkv (L,N,3Cl), atty (L,N,Cl), att (L,B,NHl,T,T), fch and
- *     its gelu (L,N,4Cl) x2, logits and probs (N,Vl) x2, backward d4a and
- *     d4b (N,4Cl) x2, dlogits (N,Vl);
+ *     its gelu (L,N,4Cl) x2, logits (N,Vl), backward d4a and d4b (N,4Cl)
+ *     x2; probs and dlogits count 0: the cross-entropy writes the
+ *     probabilities over the logits and its backward the gradient over
+ *     those (in place, px_kernels.h; llm.c keeps one buffer too), so gpt.c
+ *     points all three at the logits;
  *   whole: losses (N), tmp (N,C), dbtc (N,C), attention scratch (T,T);
  *   tp > 1: the cross-entropy's row max (N) and sums (N,2) doubles;
  *   sequence parallelism: spbuf (N,C), the LayerNorm gradients (4,C).
@@ -139,6 +142,35 @@ px_status_t px_plan_gpt_activations(int layers, int heads, int dim, int padded_v
                                     int T, int tp, int sequence_parallel,
                                     px_plan_gpt_acts_t *acts);
 
+/* The table for a device: as px_plan_gpt_activations_prec, and with
+ * att_lse_only (the op table's att_lse_only, px_kernels.h: the CUDA fused
+ * attention) and cp <= 1, att holds each layer's log-sum-exp (L,B,NHl,T)
+ * and the attention scratch counts 0 (the fused backward needs none); cp > 1
+ * is the same on every device (the blockwise ops). cpu and sim (which runs
+ * the cpu ops): att_lse_only 0, (L,B,NHl,T,T) and (T,T). Engine/gpt.c
+ * allocates from this table. Errors as _prec. */
+px_status_t px_plan_gpt_activations_dev(int layers, int heads, int dim, int padded_vocab, int B,
+                                        int T, int tp, int sequence_parallel, int cp, int bf16,
+                                        int att_lse_only, px_plan_gpt_acts_t *acts);
+
+/* The bf16 GEMMs' scratch of --precision bf16 with bf16 activation storage
+ * (px_plan_gpt_activations_prec), in BYTES, as the backends allocate it:
+ * the most one linear layer's call takes, over a GPT layer's four GEMMs and
+ * the tied head, forward and backward; N = `tokens` rows, OC and C of one
+ * tensor rank's shard (as px_plan_bf16_gemm_elems).
+ *   cuda 1 (px_matmul_bf16_cuda.cu): bf16 copies, 2 bytes an element, each
+ *     operand's start rounded up to 64 elements: forward inp + W, backward
+ *     dout + W + inp; an input STORED as bf16 (the LayerNorm outputs
+ *     without sequence parallelism, the GELU output) is read in place and
+ *     not counted (matmul_bf16in_*);
+ *   cuda 0 (px_matmul_bf16_cpu.c, cpu and sim; host memory): every operand
+ *     widened to doubles, 8 bytes, stored input included, plus the fp64
+ *     accumulator: forward inp + W + out, backward dout + W + inp + max(inp,
+ *     W).
+ * 0 for bad sizes. */
+uint64_t px_plan_bf16_gemm_scratch_bytes(int dim, int padded_vocab, int tokens, int tp,
+                                         int sequence_parallel, int cuda);
+
 /* precision=bf16 ("bf16 GEMM and attention operands, fp32 elsewhere", kernels/px_kernels_bf16.h):
  * the engine keeps no bf16 weight copy - each GEMM rounds its weight and
  * activation operands on the fly into the backend's scratch - so bf16 adds
@@ -151,6 +183,9 @@ px_status_t px_plan_gpt_activations(int layers, int heads, int dim, int padded_v
  * Bytes: 2 per element on CUDA (bf16); the CPU op widens them to doubles
  * (8) plus an fp64 accumulator of the output's size. 0 for bad sizes. */
 uint64_t px_plan_bf16_gemm_elems(int dim, int padded_vocab, int tokens, int tp);
+/* (That count rounds every input, as matmul_bf16_* on fp32 activations do;
+ * with bf16 activation storage the bf16-input GEMMs skip it: `pctl plan`
+ * and memfit count px_plan_bf16_gemm_scratch_bytes, what is allocated.) */
 
 /* The same with context parallelism (engine/ring_attn.h): B, T the LOCAL
  * micro-batch (T = seq / cp tokens, two chunks); with cp > 1 the att entry

@@ -500,7 +500,7 @@ static void test_memfit_ipc(void)
     const char *one[1] = {"n0"}, *two[2] = {"n0", "n1"};
     int dev_one[1] = {4}, dev_two[2] = {2, 2}, gpu[2] = {1, 1}, cpu[2] = {0, 0};
     uint64_t tiny[2] = {1, 1}, mem[2];
-    double need = 0;
+    double need = 0, need_gpu = 0;
 
     spec_init(&s, &m, "/tmp/unused.bin");
     /* the plan's bytes without IPC, from the refusal of a 1-byte device */
@@ -509,24 +509,102 @@ static void test_memfit_ipc(void)
     const char *p = strstr(err, "MiB (");
     EXPECT(p && sscanf(p, "MiB (%lf bytes", &need) == 1 && need > 0, "no byte figure: %s", err);
     EXPECT(!strstr(err, "IPC"), "IPC counted on cpu devices: %s", err);
+    /* on GPUs the plan differs (the fused attention's state): the figure
+     * without IPC from two nodes of 1-byte GPUs (dp across nodes: staged) */
+    EXPECT(px_memfit_check(&s, dev_two, two, tiny, gpu, 2, err, sizeof(err)) ==
+               PX_ERR_INVALID_ARGUMENT, "a 1-byte GPU accepted");
+    p = strstr(err, "MiB (");
+    EXPECT(p && sscanf(p, "MiB (%lf bytes", &need_gpu) == 1 && need_gpu > 0 && need_gpu <= need,
+           "no GPU byte figure: %s", err);
     mem[0] = mem[1] = (uint64_t)need + (6u << 20);
     EXPECT(px_memfit_check(&s, dev_one, one, mem, cpu, 1, err, sizeof(err)) == PX_OK,
            "cpu node: refused: %s", err);
     EXPECT(px_memfit_check(&s, dev_one, one, mem, NULL, 1, err, sizeof(err)) == PX_OK,
            "no cuda flags: refused: %s", err);
     err[0] = '\0';
+    mem[0] = mem[1] = (uint64_t)need_gpu + (6u << 20);
     EXPECT(px_memfit_check(&s, dev_one, one, mem, gpu, 1, err, sizeof(err)) ==
                PX_ERR_INVALID_ARGUMENT, "GPU node: accepted without room for IPC scratch");
-    snprintf(want, sizeof(want), "(%.0f bytes", need + 12.0 * (1 << 20));
+    snprintf(want, sizeof(want), "(%.0f bytes", need_gpu + 12.0 * (1 << 20));
     EXPECT(strstr(err, want) != NULL, "message lacks '%s': %s", want, err);
     EXPECT(strstr(err, "CUDA IPC scratch 12.0 MiB (1 communicator x 3 slots x 4.0 MiB)") != NULL,
            "message lacks the IPC figure: %s", err);
     printf("memfit: state + activations %.0f bytes; one node of 4 GPUs: %s\n", need, err);
     EXPECT(px_memfit_check(&s, dev_two, two, mem, gpu, 2, err, sizeof(err)) == PX_OK,
            "dp across two GPU nodes (staged, no IPC): refused: %s", err);
-    mem[0] = mem[1] = (uint64_t)need + (12u << 20);
+    mem[0] = mem[1] = (uint64_t)need_gpu + (12u << 20);
     EXPECT(px_memfit_check(&s, dev_one, one, mem, gpu, 1, err, sizeof(err)) == PX_OK,
            "GPU node with exactly room for the IPC scratch: refused: %s", err);
+}
+
+/* The byte figure of a refusal on one node of one 1-byte device (cpu or
+ * GPU), or -1 when the job was accepted or the message has none. */
+static double memfit_need(const Parallax__V1__JobSpec *s, int cuda)
+{
+    char err[1024] = "";
+    const char *one[1] = {"n0"};
+    int dev[1] = {1}, kind[1] = {cuda};
+    uint64_t tiny[1] = {1};
+    double need = -1;
+    if (px_memfit_check(s, dev, one, tiny, kind, 1, err, sizeof(err)) != PX_ERR_INVALID_ARGUMENT)
+        return -1;
+    const char *p = strstr(err, "MiB (");
+    if (!p || sscanf(p, "MiB (%lf bytes", &need) != 1)
+        return -1;
+    return need;
+}
+
+/* issue 12: memfit counts what the engine allocates on the node's kind of
+ * device. One rank (dp 1), 2 layers, 2 heads, dim 32, seq 256, batch 2
+ * (N = 512 tokens), vocab 256:
+ *   - GPUs run the fused CUDA attention, which keeps each row's
+ *     log-sum-exp (L,B,NH,T) = 2048 floats instead of the cpu's (L,B,NH,T,T)
+ *     = 524288 probabilities and (T,T) = 65536 of scratch: 587776 floats,
+ *     2351104 bytes less. A GPU with 1 MiB over the GPU figure takes the job
+ *     (it was refused when the T*T state was counted there too); a cpu
+ *     device of that size does not.
+ *   - --precision bf16 stores ln1, ln2 (L,N,C) = 32768 each, lnf (N,C) =
+ *     16384 and the GELU output (L,N,4C) = 131072 as bf16: 106496 floats,
+ *     425984 bytes less than fp32; the GPU's bf16 GEMM scratch is the
+ *     head's backward: dout (N,Vp) 131072 + W (Vp,C) 8192 bf16 copies (lnf
+ *     is read in place) = 278528 bytes (it was counted as the fp32 table
+ *     plus 2 x (N Vp + Vp C + N C) = 311296 bytes); a cpu device's is
+ *     doubles (px_matmul_bf16_cpu.c), counted too. */
+static void test_memfit_device(void)
+{
+    Parallax__V1__JobSpec s;
+    Parallax__V1__ModelSpec m;
+    char err[1024] = "";
+    const char *one[1] = {"n0"};
+    int dev[1] = {1}, gpu[1] = {1}, cpu[1] = {0};
+    uint64_t mem[1];
+
+    spec_init(&s, &m, "/tmp/unused.bin");
+    m.seq = 256;
+    s.dp = 1;
+    s.batch = 2;
+    double need_cpu = memfit_need(&s, 0), need_gpu = memfit_need(&s, 1);
+    EXPECT(need_cpu > 0 && need_gpu > 0, "no figures: cpu %.0f gpu %.0f", need_cpu, need_gpu);
+    EXPECT(need_cpu - need_gpu == 2351104.0, "cpu %.0f - GPU %.0f bytes = %.0f, want 2351104",
+           need_cpu, need_gpu, need_cpu - need_gpu);
+    mem[0] = (uint64_t)need_gpu + (1u << 20);
+    EXPECT(px_memfit_check(&s, dev, one, mem, gpu, 1, err, sizeof(err)) == PX_OK,
+           "a GPU with room for the lse-only attention refused: %s", err);
+    EXPECT(px_memfit_check(&s, dev, one, mem, cpu, 1, err, sizeof(err)) ==
+               PX_ERR_INVALID_ARGUMENT, "a cpu device without room for (T,T) accepted");
+    s.precision = "bf16";
+    double bf16_gpu = memfit_need(&s, 1);
+    EXPECT(bf16_gpu == need_gpu - 425984.0 + 278528.0,
+           "bf16 on a GPU: %.0f bytes, want %.0f (fp32 %.0f - bf16 storage 425984 + GEMM "
+           "scratch 278528)", bf16_gpu, need_gpu - 425984.0 + 278528.0, need_gpu);
+    /* a cpu device: the cpu bf16 GEMMs' host scratch of doubles, the head's
+     * backward: dout 131072 + W 8192 + inp 16384 + accumulator 16384 */
+    double bf16_cpu = memfit_need(&s, 0);
+    EXPECT(bf16_cpu == need_cpu - 425984.0 + 8.0 * 172032,
+           "bf16 on a cpu device: %.0f bytes, want %.0f", bf16_cpu,
+           need_cpu - 425984.0 + 8.0 * 172032);
+    printf("memfit: seq 256 one rank: cpu %.0f, GPU %.0f, GPU bf16 %.0f, cpu bf16 %.0f bytes\n",
+           need_cpu, need_gpu, bf16_gpu, bf16_cpu);
 }
 
 int main(void)
@@ -542,6 +620,7 @@ int main(void)
     test_config();
     test_token();
     test_memfit_ipc();
+    test_memfit_device();
     {
         char cmd[600];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);

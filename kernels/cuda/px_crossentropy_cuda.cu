@@ -46,10 +46,12 @@ __global__ void ce_forward_kernel(float *losses, float *probs, const float *logi
     const int n = blockIdx.x;
     const float *l = logits + (size_t)n * Vp;
     float *p = probs + (size_t)n * Vp;
+    /* read before any thread writes p: probs may be logits (in place) */
+    const float lt = threadIdx.x == 0 ? l[targets[n]] : 0.0f;
     float mx = -FLT_MAX;
     for (int v = threadIdx.x; v < V; v += blockDim.x)
         mx = fmaxf(mx, l[v]);
-    mx = block_max(mx, shf);
+    mx = block_max(mx, shf); /* its __syncthreads orders lt's read before the writes */
     double s = 0.0;
     for (int v = threadIdx.x; v < V; v += blockDim.x) {
         float e = expf(l[v] - mx);
@@ -61,11 +63,12 @@ __global__ void ce_forward_kernel(float *losses, float *probs, const float *logi
     for (int v = threadIdx.x; v < Vp; v += blockDim.x)
         p[v] = v < V ? p[v] * inv : 0.0f; /* padding: masked out */
     if (threadIdx.x == 0)
-        losses[n] = (float)(log(sum) + mx - l[targets[n]]);
+        losses[n] = (float)(log(sum) + mx - lt);
 }
 
 /* dlogits (N,Vl) += probs * dloss - onehot * dloss over the valid columns,
- * two roundings in the CPU's order */
+ * two roundings in the CPU's order; dlogits == probs (in place): replaced,
+ * as if it had been zeroed (each element read and written by one thread) */
 __global__ void ce_backward_kernel(float *dlogits, const float *probs, const int32_t *targets,
                                    float dloss, int N, int Vl, int v0, int nv)
 {
@@ -74,7 +77,7 @@ __global__ void ce_backward_kernel(float *dlogits, const float *probs, const int
          i += (size_t)gridDim.x * blockDim.x) {
         int n = (int)(i / nv), v = (int)(i % nv);
         size_t at = (size_t)n * Vl + v;
-        float d = dlogits[at] + probs[at] * dloss;
+        float d = (dlogits == probs ? 0.0f : dlogits[at]) + probs[at] * dloss;
         if (targets[n] - v0 == v)
             d -= dloss;
         dlogits[at] = d;
@@ -101,6 +104,10 @@ __global__ void vp_exp_kernel(double *stats, float *probs, const float *logits,
     const float *l = logits + (size_t)n * Vl;
     float *p = probs + (size_t)n * Vl;
     float mx = rowmax[n];
+    const int t = targets[n] - v0;
+    /* the target logit before any thread writes p (probs may be logits) */
+    const double lt = threadIdx.x == 0 && t >= 0 && t < Vl ? (double)l[t] : 0.0;
+    __syncthreads();
     double s = 0.0;
     for (int v = threadIdx.x; v < nv; v += blockDim.x) {
         float e = expf(l[v] - mx);
@@ -109,9 +116,8 @@ __global__ void vp_exp_kernel(double *stats, float *probs, const float *logits,
     }
     double sum = block_sum_d(s, shd);
     if (threadIdx.x == 0) {
-        int t = targets[n] - v0;
         stats[2 * n] = sum;
-        stats[2 * n + 1] = t >= 0 && t < Vl ? (double)l[t] : 0.0;
+        stats[2 * n + 1] = lt;
     }
 }
 

@@ -765,6 +765,7 @@ static const px_kernel_ops_t cuda_ops = {
     .bf16_from_f32 = px__cuda_bf16_from_f32,
     .bf16_to_f32 = px__cuda_bf16_to_f32,
     .bf16_acts = 0, /* set by the bf16 view (px_kernels_with_precision) */
+    .att_lse_only = 1, /* the fused attention saves the lse only (px_attention_cuda.cu) */
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,
     .residual_forward = cuda_residual_forward,

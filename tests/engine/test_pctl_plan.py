@@ -88,10 +88,11 @@ def test_tp(pctl):
     = 288, layer 16 (ln1) + 12*8 (qkvw) + 12 + 4*8 (attprojw) + 8 + 16 (ln2)
     + 16*8 (fcw) + 16 + 8*16 (fcprojw) + 8 = 460, head 16: 1224.
     Activations (floats; plan.h): tp 1: residual stream and LayerNorms (R = 8
-    rows) 784, split buffers 3712, whole 152: 4648 = 18592 bytes. tp 2:
-    split halves to 1856, + row max 8: 2800 floats + 16 doubles = 11328
+    rows) 784, split buffers 2688 (one (N,Vp) classifier buffer: probs and
+    dlogits in place over the logits), whole 152: 3624 = 14496 bytes. tp 2:
+    split halves to 1344, + row max 8: 2288 floats + 16 doubles = 9280
     bytes. tp 2 + SP: R = 4 rows halves the 784 to 392, + spbuf 64 + dln 32:
-    2504 floats + 16 doubles = 10144 bytes."""
+    1992 floats + 16 doubles = 8096 bytes."""
     failures = 0
     base = [pctl, 'plan', '--layers', '2', '--dim', '8', '--heads', '2', '--vocab', '16',
             '--seq', '4', '--batch', '2', '--zero', '0', '--precision', 'fp32', '--json']
@@ -103,12 +104,21 @@ def test_tp(pctl):
         st = j['stages'][0]
         got[name] = (st['params_count'], st['params_bytes'], st['grads_bytes'],
                      st['optimizer_bytes'], j['activations_bytes'], j['memory_planned'])
-    want = {'tp1': (2304, 2304 * 4.0, 2304 * 4.0, 2304 * 8.0, 18592, True),
-            'tp2': (1224, 1224 * 4.0, 1224 * 4.0, 1224 * 8.0, 11328, True),
-            'tp2sp': (1224, 1224 * 4.0, 1224 * 4.0, 1224 * 8.0, 10144, True)}
+    want = {'tp1': (2304, 2304 * 4.0, 2304 * 4.0, 2304 * 8.0, 14496, True),
+            'tp2': (1224, 1224 * 4.0, 1224 * 4.0, 1224 * 8.0, 9280, True),
+            'tp2sp': (1224, 1224 * 4.0, 1224 * 4.0, 1224 * 8.0, 8096, True)}
     for name in want:
         failures += check('plan %s (params, bytes p/g/o, activations)' % name,
                           got[name] == want[name], '%s want %s' % (got[name], want[name]))
+    # --device (issue 12): cuda's fused attention keeps the (L,B,NH,T) lse
+    # (2*2*2*4 = 32 floats) instead of (L,B,NH,T,T) (128) and no (T,T)
+    # scratch (16): 112 floats, 448 bytes fewer; sim runs the cpu attention
+    for dev, want_b in (('cuda', 14496 - 448), ('sim', 14496), ('cpu', 14496)):
+        j = json.loads(subprocess.run(base + ['--device', dev], capture_output=True, text=True,
+                                      check=True).stdout)
+        failures += check('plan --device %s activations' % dev,
+                          j['activations_bytes'] == want_b,
+                          '%s want %s' % (j['activations_bytes'], want_b))
     failures += check('bytes fall with tp, activations further with SP',
                       got['tp2'][1] < got['tp1'][1] and
                       got['tp2sp'][4] < got['tp2'][4] < got['tp1'][4])
@@ -122,12 +132,12 @@ def test_tp(pctl):
     w = ((612 + 288 + 460 + 460) * 4.0, (612 + 288 + 460 + 16) * 4.0, 612 * 8.0)
     g = (st['params_bytes'], st['grads_bytes'], st['optimizer_bytes'])
     failures += check('plan dp2 x tp2 ZeRO-3', g == w and j['micro_batch'] == 2 and
-                      j['activations_bytes'] == 11328, '%s want %s' % (g, w))
+                      j['activations_bytes'] == 9280, '%s want %s' % (g, w))
     # text: the activation line, and the errors
     out = subprocess.run(base[:-1] + ['--tp', '2', '--sequence-parallel'], capture_output=True,
                          text=True, check=True).stdout
     failures += check('text names the activations',
-                      'activations per rank: 10.1 kB (micro-batch 2 x seq 4, tp 2, sequence '
+                      'activations per rank: 8.1 kB (micro-batch 2 x seq 4, tp 2, sequence '
                       'parallelism on' in out, out)
     for argv, msg in ((['--sequence-parallel'], '--sequence-parallel needs --tp > 1'),
                       (['--tp', '2', '--dp', '2', '--batch', '3'],

@@ -525,6 +525,8 @@ static void test_crossentropy(int N, int V, int Vp)
     float *d_logits = dev(logits, nv * 4), *d_probs = dev(probs, nv * 4);
     float *d_losses = dev(losses, N * 4), *d_dl = dev(dl, nv * 4);
     int32_t *d_tg = dev(tg, N * 4);
+    float *logits0 = malloc(nv * 4); /* the logits as drawn, for the in-place run */
+    memcpy(logits0, logits, nv * 4);
     H->crossentropy_forward(losses, probs, logits, tg, N, V, Vp);
     G->crossentropy_forward(d_losses, d_probs, d_logits, d_tg, N, V, Vp);
     check("crossentropy_forward", "losses", losses, d_losses, N, 1e-5);
@@ -532,6 +534,25 @@ static void test_crossentropy(int N, int V, int Vp)
     H->crossentropy_backward(dl, probs, tg, 1.0f / N, N, V, Vp);
     G->crossentropy_backward(d_dl, d_probs, d_tg, 1.0f / N, N, V, Vp);
     check("crossentropy_backward", "dlogits", dl, d_dl, nv, 1e-5);
+    /* in place (issue 12: the engine's one classifier buffer): the device's
+     * own separate-buffer results, bit for bit (tolerance 0) */
+    {
+        float *gp = malloc(nv * 4), *gz = malloc(nv * 4), *gl = malloc((size_t)N * 4);
+        float *d_one = dev(logits0, nv * 4), *d_z = G->mem_alloc(nv * 4);
+        float *d_l2 = G->mem_alloc((size_t)N * 4);
+        G->crossentropy_backward(d_z, d_probs, d_tg, 1.0f / N, N, V, Vp); /* zeroed dlogits */
+        G->mem_copy_to_host(gp, d_probs, nv * 4);
+        G->mem_copy_to_host(gz, d_z, nv * 4);
+        G->mem_copy_to_host(gl, d_losses, (size_t)N * 4);
+        G->synchronize();
+        G->crossentropy_forward(d_l2, d_one, d_one, d_tg, N, V, Vp);
+        check("crossentropy_fwd_inplace", "losses", gl, d_l2, N, 0);
+        check("crossentropy_fwd_inplace", "probs", gp, d_one, nv, 0);
+        G->crossentropy_backward(d_one, d_one, d_tg, 1.0f / N, N, V, Vp);
+        check("crossentropy_bwd_inplace", "dlogits", gz, d_one, nv, 0);
+        G->mem_free(d_one); G->mem_free(d_z); G->mem_free(d_l2);
+        free(gp); free(gz); free(gl);
+    }
     /* vocab-parallel steps on the second half of a 2-way split */
     int Vl = Vp / 2, v0 = Vl;
     float *lg = host_rand((size_t)N * Vl, 8), *pr = host_rand((size_t)N * Vl, 1);
@@ -567,11 +588,32 @@ static void test_crossentropy(int N, int V, int Vp)
     H->crossentropy_vp_backward(dlv, pr, tg, 0.5f, N, Vl, v0, V);
     G->crossentropy_vp_backward(d_dlv, d_pr, d_tg, 0.5f, N, Vl, v0, V);
     check("crossentropy_vp_backward", "dlogits", dlv, d_dlv, (size_t)N * Vl, 1e-5);
+    /* vp in place: exp over the logits, finish and backward over them */
+    {
+        size_t nl = (size_t)N * Vl;
+        float *gp = malloc(nl * 4), *gz = malloc(nl * 4), *gl = malloc((size_t)N * 4);
+        float *d_one = dev(lg, nl * 4), *d_z = G->mem_alloc(nl * 4);
+        float *d_l2 = G->mem_alloc((size_t)N * 4);
+        double *d_s2 = G->mem_alloc((size_t)N * 2 * sizeof(double));
+        G->crossentropy_vp_backward(d_z, d_pr, d_tg, 0.5f, N, Vl, v0, V); /* zeroed */
+        G->mem_copy_to_host(gp, d_pr, nl * 4);
+        G->mem_copy_to_host(gz, d_z, nl * 4);
+        G->mem_copy_to_host(gl, d_losses, (size_t)N * 4);
+        G->synchronize();
+        G->crossentropy_vp_exp(d_s2, d_one, d_one, d_rowmax, d_tg, N, Vl, v0, V);
+        G->crossentropy_vp_finish(d_l2, d_one, d_s2, d_rowmax, N, Vl, v0, V);
+        check("crossentropy_vp_inplace", "losses", gl, d_l2, N, 0);
+        check("crossentropy_vp_inplace", "probs", gp, d_one, nl, 0);
+        G->crossentropy_vp_backward(d_one, d_one, d_tg, 0.5f, N, Vl, v0, V);
+        check("crossentropy_vp_inplace", "dlogits", gz, d_one, nl, 0);
+        G->mem_free(d_one); G->mem_free(d_z); G->mem_free(d_l2); G->mem_free(d_s2);
+        free(gp); free(gz); free(gl);
+    }
     check_status("crossentropy");
     G->mem_free(d_logits); G->mem_free(d_probs); G->mem_free(d_losses); G->mem_free(d_dl);
     G->mem_free(d_tg); G->mem_free(d_lg); G->mem_free(d_pr); G->mem_free(d_rowmax);
     G->mem_free(d_stats); G->mem_free(d_dlv);
-    free(logits); free(probs); free(losses); free(dl); free(tg); free(lg); free(pr);
+    free(logits); free(logits0); free(probs); free(losses); free(dl); free(tg); free(lg); free(pr);
     free(rowmax); free(stats); free(dlv);
 }
 
