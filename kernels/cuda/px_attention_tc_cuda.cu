@@ -32,46 +32,52 @@
  * kernels and the CPU reference keep it.
  *
  * Backward (FlashAttention-2's, deterministic: no atomics, every sum in a
- * fixed order, so results repeat bitwise):
+ * fixed order, so results repeat bitwise). Per query row, L = lse log2 e,
+ * mb = floor(L), c = 2^(mb - L), E = 2^(z - mb): P = E c, and bf16(E) is
+ * the very value the forward rounded (bf16 commutes with powers of two).
  *   kernel dq, a block per (batch, head, 64-query tile):
- *     pass 1 over its causal key tiles: P = exp2(z - lse log2 e), the
- *       output rows O = bf16(P) V^ (register fragments; no rescale: P is
- *       normalised), then D_i = sum_d dout_id O_id with the fp32 dout.
- *       (The op is given no `out`, so D = rowsum(dout * out) needs the
- *       forward's output rows recomputed, as the CPU reference does.) D is
- *       written to a device scratch (B,NH,T) for kernel dkv.
- *     pass 2: S, P again, dP = dO^ V^T, dS = bf16(P (dP - D) scale),
- *       dQ += dS K^ (register fragments); dinp's q columns += dQ.
+ *     pass 1 over its causal key tiles: the forward's output rows
+ *       O = c (bf16(E) V^) (register fragments, c applied once at the end),
+ *       then D_i = sum_d dout_id O_id with the fp32 dout. (The op is given
+ *       no `out`, so D = rowsum(dout * out) needs the output rows
+ *       recomputed, as the CPU reference does; FlashAttention-2 reads out.)
+ *       D goes to a device scratch (B,NH,T) for kernel dkv.
+ *     pass 2: S again, dP = dO^ V^T, dS' = bf16(E (dP - D) scale),
+ *       dQ = c (dS' K^) (register fragments); dinp's q columns += dQ.
  *   kernel dkv, a block per (batch, head, 64-key tile), after dq: K^, V^
  *     staged once, then over query tiles t >= the key tile: S, dP (warps by
- *     query rows), P, dS as above to shared memory, then (warps by key
- *     rows) dV += bf16(P)^T dO^, dK += dS^T Q^ (register fragments);
- *     dinp's k and v columns += dK, dV.
- * The extra passes cost 9 tile products per (query, key) tile pair where an
- * atomic dQ would need 5; the FLOP figure of px-opcheck counts the usual
- * 2.5x the forward's.
+ *     query rows), bf16(P) and dS = bf16(P (dP - D) scale) to shared
+ *     memory, then (warps by key rows) dV += bf16(P)^T dO^, dK += dS^T Q^
+ *     (register fragments); dinp's k and v columns += dK, dV.
+ * The extra passes cost 9 tile products per (query, key) tile pair where
+ * FlashAttention-2 with an atomic dQ and a stored out needs 5; px-opcheck's
+ * FLOP figure counts the usual 2.5x the forward's (what the work is worth,
+ * not what these kernels execute).
  *
  * Numerics against the CPU reference (both: bf16 operands q^ k^ v^ dout^,
  * exact bf16 x bf16 products; the reference sums in double, these kernels
- * in fp32 by the tensor cores): the forward rounds the same E values and so
- * differs by fp32 summation only (~1e-6 relative). The backward rounds
- * bf16(P) and bf16(P (dP - D) scale) where the reference rounds bf16(E) and
- * bf16(E (dP - D) scale) and multiplies by the row's c = P/E after: two
- * roundings of the same real value, each within u = 2^-8 relative, so each
- * term of dV, dK, dQ differs by at most 2u |term| and a sum of n terms by
- * at most 2u sum |term| (when the terms share a sign that is <= 2u = 7.8e-3
- * of the result; with mixed signs the errors are independent and the
- * normwise error is ~u/sqrt(n)). D differs from the reference's (an fp32
- * rowsum of dout * out) by the rounding of P in the recomputed O, <= u
- * sum_j P_ij |v_j| <= u max|v|, which moves dS_ij by P_ij u max|v| scale,
- * the size of one operand rounding of dP itself. Both are within the op
- * check's normwise 1e-2; tests/gpu/test_attention_tc_model.c runs the same
- * tiling, masks, online softmax and two-pass dQ in C on the CPU, rounding
- * where these kernels round, and measures the difference (~2e-3).
+ * in fp32 on the tensor cores): the forward rounds the same E values and
+ * so differs by fp32 summation only (~1e-6 relative). In the backward, D
+ * and dQ round exactly what the reference rounds (as above), so they too
+ * differ by fp32 sums (~1e-6; D is not moved by a rounding the reference
+ * does not make, which mattered: D enters dS through the cancelling
+ * dP - D, and an O rebuilt from bf16(P) instead put dq 9e-3 away). dV and
+ * dK take the row factor c inside the sum over query rows, where no
+ * per-row scaling of the result can carry it, so they round P = E c and
+ * P (dP - D) scale where the reference rounds E and E (dP - D) scale and
+ * multiplies by c after: two roundings of the same real value, each within
+ * u = 2^-8 relative, after the subtraction. So each term of dV_j, dK_j
+ * differs by at most 2u |term| and the sum by at most 2u sum|term|: 7.8e-3
+ * of the result where the terms share a sign, ~2u/sqrt(n) of it where n
+ * terms of mixed sign add up. That is within px-opcheck's normwise 1e-2;
+ * tests/gpu/test_attention_tc_model.c runs the same tiling, masks, online
+ * softmax and two-pass dQ in C, rounding where these kernels round, and
+ * measures (dq ~1e-6, dk and dv 2-3e-3 of the reference: about the
+ * distance of the reference itself from exact-arithmetic attention).
  *
  * Shared memory is dynamic (opt-in above 48 KiB, sm_80+: up to 163 KiB on
- * A100, 227 KiB on H100): forward 70 KiB (HS 64) / 110 KiB (HS 128), dq
- * 88 / 120 KiB, dkv 88 / 120 KiB. Stream: the backend's. Runs on the
+ * A100, 227 KiB on H100): forward 70 KiB (HS 64) / 110 KiB (HS 128), dq and
+ * dkv 89 / 121 KiB. Registers (sm_90, ptxas): at most 241, no spills. Stream: the backend's. Runs on the
  * rank's compute thread. */
 #include "px_cuda_common.cuh"
 
@@ -109,8 +115,8 @@ template <int HS> struct tc_dims {
     /* forward: Q K V, S, P, O, 1/l */
     static constexpr size_t FWD = 3 * OPND + SF32 + PB16 + OF32 + ROWS;
     /* dq and dkv: Q dO K V, S dP (the (64, HS) fp32 staging of the results
-     * aliases them: OF32 <= 2 SF32), P dS, lse D */
-    static constexpr size_t BWD = 4 * OPND + 2 * SF32 + 2 * PB16 + 2 * ROWS;
+     * aliases them: OF32 <= 2 SF32), P dS, lse D c */
+    static constexpr size_t BWD = 4 * OPND + 2 * SF32 + 2 * PB16 + 3 * ROWS;
     static_assert(OF32 <= 2 * SF32, "result staging must fit over S and dP");
 };
 
@@ -276,7 +282,8 @@ template <int HS> struct tc_bwd_smem {
     float *Ss, *dPs;           /* (64, 68): scores, then z; dP */
     float *Rs;                 /* (64, HS+4) result staging, over Ss and dPs */
     bf16_t *Ps, *dSs;          /* (64, 72): bf16(P), bf16(dS) */
-    float *Ls, *Ds;            /* (64): lse log2 e, D of the query rows */
+    float *Ls, *Ds, *Cs;       /* (64) per query row: lse log2 e (dq: its floor mb), D,
+                                * (dq) c = 2^(mb - lse log2 e) */
     __device__ explicit tc_bwd_smem(unsigned char *p)
     {
         typedef tc_dims<HS> D;
@@ -291,15 +298,17 @@ template <int HS> struct tc_bwd_smem {
         dSs = (bf16_t *)(p + 4 * D::OPND + 2 * D::SF32 + D::PB16);
         Ls = (float *)(p + 4 * D::OPND + 2 * D::SF32 + 2 * D::PB16);
         Ds = Ls + TC_TILE;
+        Cs = Ds + TC_TILE;
     }
 };
 
 /* Stores the warp's fragments acc[HS/16] (rows warp*16..) into Rs, then
- * (after a block barrier) adds Rs rows [0, 64) to dst rows r0.. (ld `ld`,
- * columns [0, hs)) for rows < T. Every thread calls it; ends synchronised. */
+ * (after a block barrier) adds Rs rows [0, 64), each times rowscale[row]
+ * (1 where rowscale is NULL), to dst rows r0.. (ld `ld`, columns [0, hs))
+ * for rows < T. Every thread calls it; ends synchronised. */
 template <int HS>
 __device__ __forceinline__ void add_result(float *dst, size_t ld, float *Rs, frag_acc *acc,
-                                           int r0, int T, int hs)
+                                           const float *rowscale, int r0, int T, int hs)
 {
     typedef tc_dims<HS> D;
     const int warp = threadIdx.x / 32;
@@ -312,7 +321,8 @@ __device__ __forceinline__ void add_result(float *dst, size_t ld, float *Rs, fra
     for (int i = threadIdx.x; i < TC_TILE * HS; i += TC_THREADS) {
         const int rr = i / HS, d = i % HS;
         if (r0 + rr < T && d < hs)
-            dst[(size_t)(r0 + rr) * ld + d] += Rs[rr * D::LDO + d];
+            dst[(size_t)(r0 + rr) * ld + d] +=
+                rowscale ? Rs[rr * D::LDO + d] * rowscale[rr] : Rs[rr * D::LDO + d];
     }
     __syncthreads();
 }
@@ -320,7 +330,10 @@ __device__ __forceinline__ void add_result(float *dst, size_t ld, float *Rs, fra
 /* The probabilities of this lane's 32 entries of row r of the (query tile
  * q0, key tile k0) pair: Ss row (raw q^.k^) -> P = exp2(S zscale - L),
  * zero where key > query or query >= T; rounded to bf16 into prow. When
- * dprow is given, also dS = bf16(P (dP - Di) scale) from the dP row. */
+ * dsrow is given, also dS = bf16(P (dP - Di) scale) from the dP row. With
+ * L = lse log2 e these are the probabilities and dS; with L = its floor
+ * mb, the unnormalised E = 2^(z - mb) the forward rounded (bf16 commutes
+ * with the power of two) and E (dP - D) scale, P and dS over c. */
 __device__ __forceinline__ void bwd_row(bf16_t *prow, bf16_t *dsrow, const float *srow,
                                         const float *dprow, int t, int j0, int T, float zscale,
                                         float L, float Di, float scale)
@@ -355,13 +368,20 @@ tc_dq_kernel(float *dinp, float *Dbuf, const float *dout, const float *inp, cons
     stage_bf16<HS>(s.Qs, base, C3, q0, T, hs);
     stage_bf16<HS>(s.Gs, gbase, C, q0, T, hs);
     if (threadIdx.x < TC_TILE) {
+        /* E = 2^(z - mb) as the forward rounded it, c = P / E outside the
+         * rounding (as px_attention_bf16_cpu.c): the recomputed output rows
+         * are the forward's, so D is the reference's rowsum(dout * out) up
+         * to fp32 sums, and dQ = c (bf16(E (dP - D) scale) k^) exactly the
+         * reference's product */
         const int tt = q0 + threadIdx.x;
-        s.Ls[threadIdx.x] = tt < T ? lse[(size_t)bh * T + tt] * TC_LOG2E : 0.0f;
+        const float L = tt < T ? lse[(size_t)bh * T + tt] * TC_LOG2E : 0.0f;
+        s.Ls[threadIdx.x] = floorf(L);
+        s.Cs[threadIdx.x] = exp2f(floorf(L) - L);
     }
     const int kend = min(q0 + TC_TILE, T);
     frag_acc acc[HS / 16];
 
-    /* pass 1: the output rows O = P v^, then D = rowsum(dout * O) */
+    /* pass 1: the output rows O = c bf16(E) v^, then D = rowsum(dout * O) */
 #pragma unroll
     for (int n = 0; n < HS / 16; n++)
         wmma::fill_fragment(acc[n], 0.0f);
@@ -386,10 +406,10 @@ tc_dq_kernel(float *dinp, float *Dbuf, const float *dout, const float *inp, cons
     __syncwarp();
     {
         float Di = 0.0f;
-        const float *orow = s.Rs + r * D::LDO;
+        const float *orow = s.Rs + r * D::LDO, c = s.Cs[r];
         if (t < T)
             for (int d = half; d < hs; d += 2)
-                Di += gbase[(size_t)t * C + d] * orow[d];
+                Di += gbase[(size_t)t * C + d] * (orow[d] * c);
         Di += __shfl_xor_sync(0xffffffffu, Di, 1);
         if (half == 0) {
             s.Ds[r] = Di;
@@ -398,7 +418,7 @@ tc_dq_kernel(float *dinp, float *Dbuf, const float *dout, const float *inp, cons
         }
     }
 
-    /* pass 2: dS = P (dP - D) scale, dQ = dS k^ */
+    /* pass 2: dS / c = bf16(E (dP - D) scale), dQ = c (dS / c) k^ */
 #pragma unroll
     for (int n = 0; n < HS / 16; n++)
         wmma::fill_fragment(acc[n], 0.0f);
@@ -417,7 +437,7 @@ tc_dq_kernel(float *dinp, float *Dbuf, const float *dout, const float *inp, cons
         __syncwarp();
         warp_ab_acc<HS>(acc, s.dSs + warp * 16 * TC_LDP, TC_LDP, s.Ks, D::LDH);
     }
-    add_result<HS>(dinp + (size_t)b * T * C3 + (size_t)h * hs, C3, s.Rs, acc, q0, T, hs);
+    add_result<HS>(dinp + (size_t)b * T * C3 + (size_t)h * hs, C3, s.Rs, acc, s.Cs, q0, T, hs);
 }
 
 template <int HS>
@@ -486,8 +506,8 @@ tc_dkv_kernel(float *dinp, const float *Dbuf, const float *dout, const float *in
         }
     }
     float *dst = dinp + (size_t)b * T * C3 + (size_t)h * hs;
-    add_result<HS>(dst + 2 * C, C3, s.Rs, dv, k0, T, hs);
-    add_result<HS>(dst + C, C3, s.Rs, dk, k0, T, hs);
+    add_result<HS>(dst + 2 * C, C3, s.Rs, dv, NULL, k0, T, hs);
+    add_result<HS>(dst + C, C3, s.Rs, dk, NULL, k0, T, hs);
 }
 
 /* ---------------------------------------------------------------- launch */
