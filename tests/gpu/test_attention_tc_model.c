@@ -12,9 +12,11 @@
  * (b, h, tile) with the same staging (bf16 of the fp32 input, zeros past T
  * and past hs), the same per-row work split in two 32-column halves (a
  * lane pair: their partial maxima and sums combined as the shuffles do),
- * and the same rounding points (bf16 of E, P, dS; fp32 accumulation of
- * every bf16 x bf16 product, in k order where the tensor cores' order is
- * unspecified). Checks (normwise: max |model - ref| / max |ref| per tensor):
+ * and the same rounding points (forward: bf16(E); dq kernel: bf16(E) and
+ * bf16(E (dP - D) scale) with E relative to floor(lse log2 e) and the row
+ * factor c applied after; dkv kernel: bf16(P), bf16(P (dP - D) scale);
+ * fp32 accumulation of every bf16 x bf16 product, in k order where the
+ * tensor cores' order is unspecified). Checks (normwise: max |model - ref| / max |ref| per tensor):
  * out, lse (against the reference's natural-log lse recomputed in double
  * from the same scores) and dinp within TOL = 1e-2 (px-opcheck's bf16
  * limit), at head sizes 16, 32, 64 (padded to 64), 80, 128 (padded to
