@@ -24,10 +24,14 @@
  * m is an integer, so the rescale 2^(m - m') is exact and bf16(E) 2^m does
  * not depend on the running m: the probabilities rounded here are those of
  * the reference (bf16(E) with E relative to floor(max z) of the row), up to
- * exp2f's last bit. O (64, HS) fp32 lives in shared memory (each warp
- * rescales its own rows, then loads them as accumulator fragments, adds
- * P V^ and stores them back), because a WMMA accumulator's element-to-row
- * map is unspecified. At the end out = O / l and lse = m ln2 + ln l, the
+ * exp2f's last bit. Each warp keeps its 16 rows of O (16, HS) in
+ * accumulator fragments; as a WMMA accumulator's element-to-row map is
+ * unspecified, a rescale goes through shared memory (store, scale the
+ * rows, load), and only on the tiles where some row of the warp has
+ * m' != m (with an integer m, rare after the first tiles). The lanes of a
+ * row pair visit the tile's columns interleaved and rotated by the row
+ * (lane_col), so the softmax's shared-memory accesses are free of bank
+ * conflicts. At the end out = O / l and lse = m ln2 + ln l, the
  * log-sum-exp in the first B*NH*T floats of `att` as the CUDA-core
  * kernels and the CPU reference keep it.
  *
@@ -176,6 +180,17 @@ __device__ __forceinline__ void warp_ab_acc(frag_acc *acc, const bf16_t *a, int 
     }
 }
 
+/* The column of a (64, 64) score tile that a lane visits i-th (i < 32):
+ * the lane pair of row r takes the even (half 0) and odd (half 1) columns,
+ * starting at a rotation by r, so that a warp's 32 lanes (rows r..r+15, ld
+ * 68 floats: bank 4 r + col) hit 32 different banks of the fp32 tile
+ * (bank 6 r + 2 i + half mod 32) and 32-bit words of the bf16 tile (ld 72
+ * bf16 = 36 words: word 5 r + i). */
+__device__ __forceinline__ int lane_col(int i, int r, int half)
+{
+    return 2 * ((i + r) & 31) + half;
+}
+
 /* ---------------------------------------------------------------- forward */
 
 template <int HS>
@@ -200,8 +215,10 @@ tc_forward_kernel(float *out, float *lse, const float *inp, int T, int C, int NH
     const float *base = inp + (size_t)b * T * C3 + (size_t)h * hs;
 
     stage_bf16<HS>(Qs, base, C3, q0, T, hs);
-    for (int i = threadIdx.x; i < TC_TILE * D::LDO; i += TC_THREADS)
-        Os[i] = 0.0f;
+    frag_acc o[HS / 16]; /* the warp's 16 rows of O */
+#pragma unroll
+    for (int n = 0; n < HS / 16; n++)
+        wmma::fill_fragment(o[n], 0.0f);
     float m = -INFINITY, l = 0.0f; /* m: an integer in the log2 domain, or -inf */
     const int kend = min(q0 + TC_TILE, T);
     for (int k0 = 0; k0 < kend; k0 += TC_TILE) {
@@ -212,23 +229,25 @@ tc_forward_kernel(float *out, float *lse, const float *inp, int T, int C, int NH
         warp_abt<HS>(Ss + warp * 16 * TC_LDS, TC_LDS, Qs + warp * 16 * D::LDH, D::LDH, Ks,
                      D::LDH);
         __syncwarp();
-        float *srow = Ss + r * TC_LDS + half * 32;
-        bf16_t *prow = Ps + r * TC_LDP + half * 32;
-        const int j0 = k0 + half * 32;
+        float *srow = Ss + r * TC_LDS;
+        bf16_t *prow = Ps + r * TC_LDP;
         float zmax = -INFINITY;
 #pragma unroll 8
-        for (int c = 0; c < 32; c++) {
-            const float z = (j0 + c <= t && t < T) ? srow[c] * zscale : -INFINITY;
+        for (int i = 0; i < 32; i++) {
+            const int c = lane_col(i, r, half);
+            const float z = (k0 + c <= t && t < T) ? srow[c] * zscale : -INFINITY;
             srow[c] = z;
             zmax = fmaxf(zmax, z);
         }
         zmax = fmaxf(zmax, __shfl_xor_sync(0xffffffffu, zmax, 1));
         const float mnew = fmaxf(m, floorf(zmax));
-        const float corr = m == -INFINITY ? 0.0f : exp2f(m - mnew); /* exact: integers */
-        const float mref = mnew == -INFINITY ? 0.0f : mnew;         /* a masked row: E = 0 */
+        /* exact (integers); 1 while the row has seen no key (O and l are 0) */
+        const float corr = m == -INFINITY ? 1.0f : exp2f(m - mnew);
+        const float mref = mnew == -INFINITY ? 0.0f : mnew; /* a masked row: E = 0 */
         float psum = 0.0f;
 #pragma unroll 8
-        for (int c = 0; c < 32; c++) {
+        for (int i = 0; i < 32; i++) {
+            const int c = lane_col(i, r, half);
             const float e = exp2f(srow[c] - mref);
             psum += e;
             prow[c] = __float2bfloat16_rn(e);
@@ -236,31 +255,32 @@ tc_forward_kernel(float *out, float *lse, const float *inp, int T, int C, int NH
         psum += __shfl_xor_sync(0xffffffffu, psum, 1);
         l = l * corr + psum;
         m = mnew;
-        if (corr != 1.0f) {
-            float *orow = Os + r * D::LDO + half * (HS / 2);
+        /* O *= corr through shared memory (the accumulator's element-to-row
+         * map is unspecified), only when some row of the warp needs it: the
+         * integer m changes rarely after the first tiles */
+        if (__any_sync(0xffffffffu, corr != 1.0f)) {
+            float *ow = Os + warp * 16 * D::LDO;
+#pragma unroll
+            for (int n = 0; n < HS / 16; n++)
+                wmma::store_matrix_sync(ow + n * 16, o[n], D::LDO, wmma::mem_row_major);
+            __syncwarp();
+            float *orow = Os + r * D::LDO;
 #pragma unroll 8
-            for (int d = 0; d < HS / 2; d++)
+            for (int d = half; d < HS; d += 2)
                 orow[d] *= corr;
+            __syncwarp();
+#pragma unroll
+            for (int n = 0; n < HS / 16; n++)
+                wmma::load_matrix_sync(o[n], ow + n * 16, D::LDO, wmma::mem_row_major);
         }
         __syncwarp();
         /* O (this warp's 16 rows) += P V^ */
-        float *ow = Os + warp * 16 * D::LDO;
-        const bf16_t *pw = Ps + warp * 16 * TC_LDP;
-#pragma unroll
-        for (int n = 0; n < HS / 16; n++) {
-            frag_acc acc;
-            wmma::load_matrix_sync(acc, ow + n * 16, D::LDO, wmma::mem_row_major);
-#pragma unroll
-            for (int k = 0; k < TC_TILE / 16; k++) {
-                frag_a_row fa;
-                frag_b_row fb;
-                wmma::load_matrix_sync(fa, pw + k * 16, TC_LDP);
-                wmma::load_matrix_sync(fb, Vs + k * 16 * D::LDH + n * 16, D::LDH);
-                wmma::mma_sync(acc, fa, fb, acc);
-            }
-            wmma::store_matrix_sync(ow + n * 16, acc, D::LDO, wmma::mem_row_major);
-        }
+        warp_ab_acc<HS>(o, Ps + warp * 16 * TC_LDP, TC_LDP, Vs, D::LDH);
     }
+#pragma unroll
+    for (int n = 0; n < HS / 16; n++)
+        wmma::store_matrix_sync(Os + warp * 16 * D::LDO + n * 16, o[n], D::LDO,
+                                wmma::mem_row_major);
     if (half == 0) {
         rinv[r] = l > 0.0f ? 1.0f / l : 0.0f;
         if (t < T)
@@ -327,20 +347,21 @@ __device__ __forceinline__ void add_result(float *dst, size_t ld, float *Rs, fra
     __syncthreads();
 }
 
-/* The probabilities of this lane's 32 entries of row r of the (query tile
- * q0, key tile k0) pair: Ss row (raw q^.k^) -> P = exp2(S zscale - L),
+/* The probabilities of this lane's 32 entries (lane_col) of row r of the
+ * (query tile q0, key tile k0) pair: Ss row (raw q^.k^) -> P = exp2(S zscale - L),
  * zero where key > query or query >= T; rounded to bf16 into prow. When
  * dsrow is given, also dS = bf16(P (dP - Di) scale) from the dP row. With
  * L = lse log2 e these are the probabilities and dS; with L = its floor
  * mb, the unnormalised E = 2^(z - mb) the forward rounded (bf16 commutes
  * with the power of two) and E (dP - D) scale, P and dS over c. */
 __device__ __forceinline__ void bwd_row(bf16_t *prow, bf16_t *dsrow, const float *srow,
-                                        const float *dprow, int t, int j0, int T, float zscale,
-                                        float L, float Di, float scale)
+                                        const float *dprow, int r, int half, int t, int k0,
+                                        int T, float zscale, float L, float Di, float scale)
 {
-#pragma unroll 8
-    for (int c = 0; c < 32; c++) {
-        const bool ok = j0 + c <= t && t < T;
+#pragma unroll 16
+    for (int i = 0; i < 32; i++) {
+        const int c = lane_col(i, r, half);
+        const bool ok = k0 + c <= t && t < T;
         const float p = ok ? exp2f(srow[c] * zscale - L) : 0.0f;
         if (prow)
             prow[c] = __float2bfloat16_rn(p);
@@ -361,7 +382,7 @@ tc_dq_kernel(float *dinp, float *Dbuf, const float *dout, const float *inp, cons
     const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_TILE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r = warp * 16 + lane / 2, half = lane & 1;
-    const int t = q0 + r, cofs = half * 32;
+    const int t = q0 + r;
     const float *base = inp + (size_t)b * T * C3 + (size_t)h * hs;
     const float *gbase = dout + (size_t)b * T * C + (size_t)h * hs;
 
@@ -393,8 +414,8 @@ tc_dq_kernel(float *dinp, float *Dbuf, const float *dout, const float *inp, cons
         warp_abt<HS>(s.Ss + warp * 16 * TC_LDS, TC_LDS, s.Qs + warp * 16 * D::LDH, D::LDH, s.Ks,
                      D::LDH);
         __syncwarp();
-        bwd_row(s.Ps + r * TC_LDP + cofs, NULL, s.Ss + r * TC_LDS + cofs, NULL, t, k0 + cofs, T,
-                zscale, s.Ls[r], 0.0f, 0.0f);
+        bwd_row(s.Ps + r * TC_LDP, NULL, s.Ss + r * TC_LDS, NULL, r, half, t, k0, T, zscale,
+                s.Ls[r], 0.0f, 0.0f);
         __syncwarp();
         warp_ab_acc<HS>(acc, s.Ps + warp * 16 * TC_LDP, TC_LDP, s.Vs, D::LDH);
     }
@@ -432,8 +453,8 @@ tc_dq_kernel(float *dinp, float *Dbuf, const float *dout, const float *inp, cons
         warp_abt<HS>(s.dPs + warp * 16 * TC_LDS, TC_LDS, s.Gs + warp * 16 * D::LDH, D::LDH, s.Vs,
                      D::LDH);
         __syncwarp();
-        bwd_row(NULL, s.dSs + r * TC_LDP + cofs, s.Ss + r * TC_LDS + cofs,
-                s.dPs + r * TC_LDS + cofs, t, k0 + cofs, T, zscale, s.Ls[r], s.Ds[r], scale);
+        bwd_row(NULL, s.dSs + r * TC_LDP, s.Ss + r * TC_LDS, s.dPs + r * TC_LDS, r, half, t, k0,
+                T, zscale, s.Ls[r], s.Ds[r], scale);
         __syncwarp();
         warp_ab_acc<HS>(acc, s.dSs + warp * 16 * TC_LDP, TC_LDP, s.Ks, D::LDH);
     }
@@ -452,7 +473,6 @@ tc_dkv_kernel(float *dinp, const float *Dbuf, const float *dout, const float *in
     const int k0 = blockIdx.x * TC_TILE; /* the first key tiles see the most queries */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r = warp * 16 + lane / 2, half = lane & 1;
-    const int cofs = half * 32;
     const float *base = inp + (size_t)b * T * C3 + (size_t)h * hs;
     const float *gbase = dout + (size_t)b * T * C + (size_t)h * hs;
 
@@ -480,9 +500,8 @@ tc_dkv_kernel(float *dinp, const float *Dbuf, const float *dout, const float *in
         warp_abt<HS>(s.dPs + warp * 16 * TC_LDS, TC_LDS, s.Gs + warp * 16 * D::LDH, D::LDH, s.Vs,
                      D::LDH);
         __syncwarp();
-        bwd_row(s.Ps + r * TC_LDP + cofs, s.dSs + r * TC_LDP + cofs, s.Ss + r * TC_LDS + cofs,
-                s.dPs + r * TC_LDS + cofs, q0 + r, k0 + cofs, T, zscale, s.Ls[r], s.Ds[r],
-                scale);
+        bwd_row(s.Ps + r * TC_LDP, s.dSs + r * TC_LDP, s.Ss + r * TC_LDS, s.dPs + r * TC_LDS, r,
+                half, q0 + r, k0, T, zscale, s.Ls[r], s.Ds[r], scale);
         __syncthreads();
         /* warps by key rows: dV += P^T dO^, dK += dS^T q^ (the k loop
          * rolled: 2 HS/16 accumulators live already, no spills at HS 128) */

@@ -97,6 +97,14 @@ static void ab_acc(float *acc, const float *a, int at, const float *b, int HS)
         }
 }
 
+/* the kernels' lane_col: the i-th column (of 64) the lane pair of row r
+ * visits in half `half` (even / odd columns, rotated by r); every column
+ * once per row, the model's sums in the kernels' order */
+static int lane_col(int i, int r, int half)
+{
+    return 2 * ((i + r) & 31) + half;
+}
+
 static int valid(int j, int t, int T)
 {
     return j <= t + mask_shift && t < T && j < T;
@@ -132,17 +140,19 @@ static void model_forward(float *out, float *lse, const float *inp, int B, int T
                     float *srow = Ss + r * TILE;
                     float zmax[2] = {-INFINITY, -INFINITY}, psum[2] = {0.0f, 0.0f};
                     for (int half = 0; half < 2; half++)
-                        for (int c = half * 32; c < half * 32 + 32; c++) {
+                        for (int i = 0; i < 32; i++) {
+                            const int c = lane_col(i, r, half);
                             float z = valid(k0 + c, t, T) ? srow[c] * zscale : -INFINITY;
                             srow[c] = z;
                             zmax[half] = fmaxf(zmax[half], z);
                         }
                     const float zm = fmaxf(zmax[0], zmax[1]);
                     const float mnew = fmaxf(m[r], floorf(zm));
-                    const float corr = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - mnew);
+                    const float corr = m[r] == -INFINITY ? 1.0f : exp2f(m[r] - mnew);
                     const float mref = mnew == -INFINITY ? 0.0f : mnew;
                     for (int half = 0; half < 2; half++)
-                        for (int c = half * 32; c < half * 32 + 32; c++) {
+                        for (int i = 0; i < 32; i++) {
+                            const int c = lane_col(i, r, half);
                             float e = exp2f(srow[c] - mref);
                             psum[half] += e;
                             Ps[r * TILE + c] = rb(e);
@@ -174,7 +184,8 @@ static void probs(float *Ps, float *dSs, const float *Ss, const float *dPs, int 
                   int T, float zscale, const float *Ls, const float *Ds, float scale)
 {
     for (int r = 0; r < TILE; r++)
-        for (int c = 0; c < TILE; c++) {
+        for (int x = 0; x < TILE; x++) {
+            const int c = lane_col(x % 32, r, x / 32);
             const int ok = valid(k0 + c, q0 + r, T);
             const float p = ok ? exp2f(Ss[r * TILE + c] * zscale - Ls[r]) : 0.0f;
             if (Ps)
