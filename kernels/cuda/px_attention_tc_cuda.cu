@@ -2,8 +2,9 @@
  * tensor cores (the op table's attention_bf16_forward / _backward,
  * px_kernels.h; the CPU reference is px_attention_bf16_cpu.c). Selected per
  * call by px__cuda_attention_sel_bf16_*: these kernels where the head size
- * hs = C/NH is a multiple of 16 up to 128, else (or with PX_CUDA_ATTN=simt)
- * the CUDA-core kernels of px_attention_cuda.cu.
+ * hs = C/NH is a multiple of 16 up to 128 (and the device's shared memory
+ * per block holds their tiles), else (or with PX_CUDA_ATTN=simt) the
+ * CUDA-core kernels of px_attention_cuda.cu.
  *
  * Structure: FlashAttention-2 (Dao, "FlashAttention-2: Faster Attention
  * with Better Parallelism and Work Partitioning", 2023), written with the
@@ -605,13 +606,39 @@ extern "C" px_status_t px_cuda_attention_kernels_set(const char *name)
     return PX_ERR_INVALID_ARGUMENT;
 }
 
+/* 1 when the open device lets a block have `bytes` of shared memory (the
+ * opt-in limit: 227 KiB on H100, 163 KiB on A100, 99 KiB on sm_86/89, where
+ * the HS 128 backward's 121 KiB does not fit); also 1 while no device is
+ * open (nothing runs then; the answer is taken again once one is). */
+static int smem_fits(size_t bytes)
+{
+    static int optin = -1; /* bytes, once known */
+    if (optin < 0) {
+        int v;
+        if (px__cuda.device < 0)
+            return 1;
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                   px__cuda.device) != cudaSuccess) {
+            cudaGetLastError(); /* not an op's error: clear it */
+            v = 48 * 1024;      /* the limit without opt-in */
+        }
+        optin = v;
+    }
+    return bytes <= (size_t)optin;
+}
+
 /* 1 when the tensor-core kernels take a (C, NH) attention */
 static int use_tc(int C, int NH)
 {
     if (force_simt || NH <= 0 || C % NH)
         return 0;
     const int hs = C / NH;
-    return hs % 16 == 0 && hs <= 128;
+    if (hs % 16 || hs > 128)
+        return 0;
+    return hs <= 64 ? smem_fits(tc_dims<64>::FWD > tc_dims<64>::BWD ? tc_dims<64>::FWD
+                                                                    : tc_dims<64>::BWD)
+                    : smem_fits(tc_dims<128>::FWD > tc_dims<128>::BWD ? tc_dims<128>::FWD
+                                                                      : tc_dims<128>::BWD);
 }
 
 extern "C" const char *px_cuda_attention_kernels_name(int C, int NH)

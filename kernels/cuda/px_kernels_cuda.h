@@ -82,7 +82,9 @@ void px_cuda_matmul_forward_bf16(uint16_t *out, const uint16_t *inp, const uint1
 /* Which kernels the bf16 attention ops (attention_bf16_forward/_backward)
  * run: "auto" or "tc" (NULL and "" too): the tensor-core kernels
  * (px_attention_tc_cuda.cu) where the head size C/NH is a multiple of 16 up
- * to 128, the CUDA-core ones elsewhere; "simt": always the CUDA-core ones
+ * to 128 and the open device's shared memory per block holds their tiles
+ * (not the 99 KiB of sm_86/89 at head sizes past 64), the CUDA-core ones
+ * elsewhere; "simt": always the CUDA-core ones
  * (the fallback should a GPU check find a fault in the others).
  * px_kernels_cuda_open applies the environment's PX_CUDA_ATTN through it.
  * Errors: PX_ERR_INVALID_ARGUMENT for any other name (logged, naming it;
