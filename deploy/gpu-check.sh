@@ -4,7 +4,8 @@
 # nothing else needed). One command, at most ~8 minutes, every figure on
 # stdout:
 #   1. px-opcheck: each CUDA op against its CPU reference (fp32 1e-5, bf16 1e-2)
-#   2. the bf16 cuBLAS GEMM peak (8192^3)
+#   2. the bf16 cuBLAS GEMM peak (8192^3), and the bf16 attention's rate at
+#      the 124M shape on the tensor cores and on the CUDA cores (simt)
 #   3. the GPT-2 124M shape (12 x 768, 12 heads, seq 1024, vocab 50257 padded
 #      to 50304) in bf16 (--precision bf16: bf16 GEMMs, fp32 elsewhere):
 #      parallax's tokens/s and MFU (llm.c's count, 6N + 6*L*C*T FLOPs per
@@ -67,6 +68,9 @@ timeout 60 "$bin/px-opcheck" --gemm-peak > "$work/gemm.txt" 2>&1
 cat "$work/gemm.txt"
 gemm=$(awk '/^gemm-peak/ {print $(NF-1)}' "$work/gemm.txt")
 gemm=${gemm:-0}
+# the bf16 attention at the 124M shape: the tensor-core kernels beside the
+# CUDA-core ones (TFLOP/s by the causal count, forward + 2.5x backward)
+timeout 60 "$bin/px-opcheck" --attn-rate || echo "px-opcheck --attn-rate failed (exit $?)"
 
 section "3. GPT-2 124M shape"
 $py "$here/py/make_tokens.py" "$work/tok.bin" 2000000 50257

@@ -756,8 +756,8 @@ static const px_kernel_ops_t cuda_ops = {
     .attention_block_forward = px__cuda_attention_block_forward,
     .attention_block_backward = px__cuda_attention_block_backward,
     .attention_block_delta = px__cuda_attention_block_delta,
-    .attention_bf16_forward = px__cuda_attention_bf16_forward,
-    .attention_bf16_backward = px__cuda_attention_bf16_backward,
+    .attention_bf16_forward = px__cuda_attention_sel_bf16_forward, /* tc or CUDA cores */
+    .attention_bf16_backward = px__cuda_attention_sel_bf16_backward,
     .attention_block_bf16_forward = px__cuda_attention_block_bf16_forward,
     .attention_block_bf16_backward = px__cuda_attention_block_bf16_backward,
     .matmul_bf16in_forward = px__cuda_matmul_bf16in_forward,
@@ -826,6 +826,9 @@ extern "C" px_status_t px_kernels_cuda_open(int device, const px_kernel_ops_t **
         *ops_p = &cuda_ops;
         return PX_OK;
     }
+    /* PX_CUDA_ATTN: the bf16 attention's kernels (auto / tc / simt) */
+    if (px_cuda_attention_kernels_set(getenv("PX_CUDA_ATTN")) != PX_OK)
+        return PX_ERR_INVALID_ARGUMENT;
     int n = px_cuda_device_count();
     if (device < 0 || device >= n) {
         px_error("CUDA device %d does not exist (%d visible device%s)", device, n,

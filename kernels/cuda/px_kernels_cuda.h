@@ -79,6 +79,22 @@ void px_cuda_bf16_to_f32(float *dst, const uint16_t *src, size_t count);
 void px_cuda_matmul_forward_bf16(uint16_t *out, const uint16_t *inp, const uint16_t *weight,
                                  int N, int C, int OC);
 
+/* Which kernels the bf16 attention ops (attention_bf16_forward/_backward)
+ * run: "auto" or "tc" (NULL and "" too): the tensor-core kernels
+ * (px_attention_tc_cuda.cu) where the head size C/NH is a multiple of 16 up
+ * to 128 and the open device's shared memory per block holds their tiles
+ * (not the 99 KiB of sm_86/89 at head sizes past 64), the CUDA-core ones
+ * elsewhere; "simt": always the CUDA-core ones
+ * (the fallback should a GPU check find a fault in the others).
+ * px_kernels_cuda_open applies the environment's PX_CUDA_ATTN through it.
+ * Errors: PX_ERR_INVALID_ARGUMENT for any other name (logged, naming it;
+ * the choice is unchanged). Process-wide; call between ops. */
+px_status_t px_cuda_attention_kernels_set(const char *name);
+
+/* "tc" or "simt": the kernels the bf16 attention ops run now for a model
+ * of width C with NH heads (px-opcheck's labels). */
+const char *px_cuda_attention_kernels_name(int C, int NH);
+
 #ifdef __cplusplus
 }
 #endif

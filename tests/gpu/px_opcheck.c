@@ -11,8 +11,15 @@
  * each attention head size template (32, 64, 128) and the GPT-2 padded
  * vocab (50257 in rows of 50304).
  *
+ * The bf16 attention runs on the tensor cores where the head size allows
+ * (px_attention_tc_cuda.cu) and on the CUDA cores elsewhere: both are
+ * checked (labels "tc" / "simt"; PX_CUDA_ATTN=simt forced for the second
+ * round), at T not a multiple of 64, head sizes 64 and 128 and the
+ * fallback's 24, and the bf16 backward must repeat bit for bit.
+ *
  * Usage: px-opcheck [--device cuda:K] [--gemm-peak] (only the bf16 GEMM
- * rate, TFLOP/s). Prints one line per check and a
+ * rate, TFLOP/s) [--attn-rate] (only the bf16 attention's rate at the GPT-2
+ * 124M shape, each kernel family). Prints one line per check and a
  * summary; exits 0 when all pass, 1 when any fails, 77 (meson's "skipped")
  * where this build has no CUDA or no GPU is visible. */
 #include <math.h>
@@ -254,10 +261,16 @@ static void test_attention(int B, int T, int C, int NH, int bf16)
     float *inp = host_rand(n3, 1), *out = host_rand(n, 1), *dout = host_rand(n, 1);
     float *dinp = host_rand(n3, 1), *att = calloc(natt, 4), *scratch = calloc((size_t)T * T, 4);
     float *d_inp = dev(inp, n3 * 4), *d_out = dev(out, n * 4), *d_dout = dev(dout, n * 4);
-    float *d_dinp = dev(dinp, n3 * 4);
+    float *d_dinp = dev(dinp, n3 * 4), *dinp0 = malloc(n3 * 4);
+    memcpy(dinp0, dinp, n3 * 4); /* the gradient's prefill, for the repeat */
     float *d_att = G->mem_alloc(natt * 4), *d_scratch = G->mem_alloc((size_t)T * T * 4);
     char what[32];
-    snprintf(what, sizeof(what), "out hs%d", C / NH);
+#if PX_HAVE_CUDA
+    const char *kn = bf16 ? px_cuda_attention_kernels_name(C, NH) : "";
+#else
+    const char *kn = "";
+#endif
+    snprintf(what, sizeof(what), "out hs%d%s%s", C / NH, *kn ? " " : "", kn);
     (bf16 ? H->attention_bf16_forward : H->attention_forward)(out, att, inp, B, T, C, NH);
     (bf16 ? G->attention_bf16_forward : G->attention_forward)(d_out, d_att, d_inp, B, T, C, NH);
     check(fn, what, out, d_out, n, tol);
@@ -265,12 +278,22 @@ static void test_attention(int B, int T, int C, int NH, int bf16)
                                                                 T, C, NH);
     (bf16 ? G->attention_bf16_backward : G->attention_backward)(d_dinp, d_scratch, d_dout, d_inp,
                                                                 d_att, B, T, C, NH);
-    snprintf(what, sizeof(what), "dinp hs%d", C / NH);
+    snprintf(what, sizeof(what), "dinp hs%d%s%s", C / NH, *kn ? " " : "", kn);
     check(bn, what, dinp, d_dinp, n3, tol);
+    if (bf16) { /* deterministic: a second backward from the same dinp repeats bitwise */
+        float *first = malloc(n3 * 4);
+        G->mem_copy_to_host(first, d_dinp, n3 * 4);
+        float *d_again = dev(dinp0, n3 * 4);
+        G->attention_bf16_backward(d_again, d_scratch, d_dout, d_inp, d_att, B, T, C, NH);
+        snprintf(what, sizeof(what), "repeat hs%d%s%s", C / NH, *kn ? " " : "", kn);
+        check(bn, what, first, d_again, n3, 0.0);
+        G->mem_free(d_again);
+        free(first);
+    }
     check_status("attention");
     G->mem_free(d_inp); G->mem_free(d_out); G->mem_free(d_dout); G->mem_free(d_dinp);
     G->mem_free(d_att); G->mem_free(d_scratch);
-    free(inp); free(out); free(dout); free(dinp); free(att); free(scratch);
+    free(inp); free(out); free(dout); free(dinp); free(dinp0); free(att); free(scratch);
 }
 
 /* ring attention's blocks (px_attn_block_t): q read in place from a fused
@@ -747,20 +770,64 @@ static int gemm_peak(void)
     G->mem_free(a); G->mem_free(b); G->mem_free(c);
     return px_kernels_check(G) == PX_OK ? 0 : 1;
 }
+
+/* --attn-rate: the bf16 attention (forward + backward) at the GPT-2 124M
+ * shape (B 8, T 1024, 12 heads of 64), for each kernel family: ms and
+ * TFLOP/s by the causal count, 4 B NH T^2 hs / 2 forward and 2.5x that
+ * backward (what the work is worth; the kernels may execute more) */
+static int attn_rate(void)
+{
+    const int B = 8, T = 1024, NH = 12, C = 768, reps = 10;
+    const size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
+    float *h = host_rand(n3, 1), *g = host_rand(n, 1);
+    float *d_inp = dev(h, n3 * 4), *d_dout = dev(g, n * 4);
+    float *d_out = G->mem_alloc(n * 4), *d_dinp = G->mem_alloc(n3 * 4);
+    float *d_lse = G->mem_alloc((size_t)B * NH * T * 4); /* the CUDA ops keep only lse */
+    G->mem_set(d_dinp, 0, n3 * 4);
+    const double fwd = 4.0 * B * NH * (double)T * T * (C / NH) / 2, flops = fwd * 3.5;
+    double ms[2] = {0, 0};
+    const char *names[2] = {"tc", "simt"};
+    for (int k = 0; k < 2; k++) {
+        px_cuda_attention_kernels_set(k ? "simt" : "auto");
+        const char *used = px_cuda_attention_kernels_name(C, NH);
+        G->attention_bf16_forward(d_out, d_lse, d_inp, B, T, C, NH); /* warm-up */
+        G->attention_bf16_backward(d_dinp, NULL, d_dout, d_inp, d_lse, B, T, C, NH);
+        G->synchronize();
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int i = 0; i < reps; i++) {
+            G->attention_bf16_forward(d_out, d_lse, d_inp, B, T, C, NH);
+            G->attention_bf16_backward(d_dinp, NULL, d_dout, d_inp, d_lse, B, T, C, NH);
+        }
+        G->synchronize();
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        ms[k] = ((t1.tv_sec - t0.tv_sec) * 1e3 + 1e-6 * (t1.tv_nsec - t0.tv_nsec)) / reps;
+        printf("attn-rate bf16 %s (%s) B %d T %d NH %d hs %d: %.3f ms fwd+bwd, %.1f TFLOP/s\n",
+               names[k], used, B, T, NH, C / NH, ms[k], flops / (ms[k] * 1e-3) / 1e12);
+    }
+    printf("attn-rate tc/simt speed-up: %.2fx\n", ms[0] > 0 ? ms[1] / ms[0] : 0.0);
+    px_cuda_attention_kernels_set(getenv("PX_CUDA_ATTN"));
+    G->mem_free(d_inp); G->mem_free(d_dout); G->mem_free(d_out); G->mem_free(d_dinp);
+    G->mem_free(d_lse);
+    free(h); free(g);
+    return px_kernels_check(G) == PX_OK ? 0 : 1;
+}
 #endif
 
 int main(int argc, char **argv)
 {
     const char *device = "cuda:0";
     char err[256];
-    int peak = 0;
+    int peak = 0, arate = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc)
             device = argv[++i];
         else if (!strcmp(argv[i], "--gemm-peak"))
             peak = 1;
+        else if (!strcmp(argv[i], "--attn-rate"))
+            arate = 1;
         else {
-            fprintf(stderr, "usage: px-opcheck [--device cuda:K] [--gemm-peak]\n");
+            fprintf(stderr, "usage: px-opcheck [--device cuda:K] [--gemm-peak] [--attn-rate]\n");
             return 2;
         }
     }
@@ -780,8 +847,11 @@ int main(int argc, char **argv)
 #if PX_HAVE_CUDA
     if (peak)
         return gemm_peak();
+    if (arate)
+        return attn_rate();
 #else
     (void)peak; /* unreachable without CUDA: px_kernels_have_cuda() returned 77 above */
+    (void)arate;
 #endif
     printf("px-opcheck: CUDA table on %s against the CPU table\n", device);
     test_encoder(4, 100, 96, 300);
@@ -799,6 +869,22 @@ int main(int argc, char **argv)
         test_attention_block(2, 100, 96, 3, bf16);  /* partial warps, hs 32 */
         test_attention_block(1, 256, 768, 12, bf16); /* GPT-2's heads, a 256-row block */
     }
+#if PX_HAVE_CUDA
+    /* the bf16 attention's two kernel families (1e-2): the tensor cores where
+     * the head size is a multiple of 16 up to 128 (hs 80: padded to 128),
+     * the CUDA cores at hs 24; then the CUDA cores forced (PX_CUDA_ATTN=simt) */
+    for (int k = 0; k < 2; k++) {
+        px_cuda_attention_kernels_set(k ? "simt" : "auto");
+        if (k) {
+            test_attention(2, 130, 128, 2, 1); /* hs 64 */
+            test_attention(1, 70, 256, 2, 1);  /* hs 128 */
+        }
+        test_attention(2, 100, 72, 3, 1);  /* hs 24: the CUDA cores either way */
+        test_attention(1, 65, 160, 2, 1);  /* hs 80; one row past a tile */
+        test_attention(2, 128, 128, 2, 1); /* T a multiple of 64 */
+    }
+    px_cuda_attention_kernels_set(getenv("PX_CUDA_ATTN"));
+#endif
     test_moe(300, 8, 2, 96);
     test_moe(77, 4, 1, 33);
     test_copy_to_host_async(1000, 1 << 20); /* 4 MiB: past the first 64 KiB of staging */
