@@ -221,6 +221,11 @@ struct px__shm {
     int yielded_peer;         /* the wait (peer, value) whose yield window ran out: */
     uint32_t yielded_val;     /* its later sleep slices go straight to the futex */
     px__cma_t *cma;           /* single copy (px_shm_cma.h), NULL when off */
+    /* which wait tier ended each blocking wait (PX_SHM_WAIT_STATS=1 prints
+     * them at px__shm_destroy): waits that came to px__shm_sleep, of them
+     * those that spun and those that yielded (the tier chosen), those the
+     * spin or the yield window ended, and futex sleeps made */
+    uint64_t n_wait, n_spin, n_yield, n_spin_hit, n_yield_hit, n_futex;
     /* what the blocked request waits for (px__shm_sleep) */
     px_request_t *wait_req;
     int wait_peer;
@@ -467,6 +472,14 @@ void px__shm_destroy(px_comm_t *comm)
 {
     if (!comm || !comm->shm)
         return;
+    if (px_env_int("PX_SHM_WAIT_STATS") > 0) {
+        const px__shm_t *s = comm->shm;
+        fprintf(stderr, "px-shm-wait-stats comm %u rank %d/%d: waits %llu spin %llu (hit %llu) "
+                "yield %llu (hit %llu) futex %llu\n", comm->id, s->me, s->n,
+                (unsigned long long)s->n_wait, (unsigned long long)s->n_spin,
+                (unsigned long long)s->n_spin_hit, (unsigned long long)s->n_yield,
+                (unsigned long long)s->n_yield_hit, (unsigned long long)s->n_futex);
+    }
     munmap(comm->shm->base, comm->shm->bytes);
     free(comm->shm->spare);
     px__cma_destroy(comm->shm->cma);
@@ -1108,15 +1121,19 @@ int px__shm_sleep(px_comm_t *comm, int timeout_ms)
         ts.tv_nsec = (long)(ms % 1000) * 1000000L;
         long spin = blocked->spin_us >= 0 ? blocked->spin_us
                     : px__spin_allowed(comm) ? AUTO_SPIN_US : 0;
+        blocked->n_wait++;
         if (spin > 0 && !others) {
+            blocked->n_spin++;
             /* a peer with a core of its own publishes within microseconds:
              * look at its counter for a bounded time before the futex costs
              * a sleep and a wake-up (Open MPI's sm polls without a bound) */
             int64_t end = px_time_mono_us() + spin;
             do {
                 for (int i = 0; i < 64; i++) {
-                    if (atomic_load_explicit(&c->ctr, memory_order_relaxed) != blocked->wait_val)
+                    if (atomic_load_explicit(&c->ctr, memory_order_relaxed) != blocked->wait_val) {
+                        blocked->n_spin_hit++;
                         return 1;
+                    }
                     cpu_relax();
                 }
             } while (px_time_mono_us() < end);
@@ -1124,13 +1141,17 @@ int px__shm_sleep(px_comm_t *comm, int timeout_ms)
         if (!others && spin == 0 && (blocked->yielded_peer != blocked->wait_peer ||
                                      blocked->yielded_val != blocked->wait_val)) {
             long yield = blocked->yield_us >= 0 ? blocked->yield_us : AUTO_YIELD_US;
-            if (yield > 0 && yield_poll(&c->ctr, blocked->wait_val, yield))
+            blocked->n_yield++;
+            if (yield > 0 && yield_poll(&c->ctr, blocked->wait_val, yield)) {
+                blocked->n_yield_hit++;
                 return 1;
+            }
             /* a slow peer: one window per wait, then only futex slices (a
              * rank waiting long at a barrier uses no CPU) */
             blocked->yielded_peer = blocked->wait_peer;
             blocked->yielded_val = blocked->wait_val;
         }
+        blocked->n_futex++;
         atomic_fetch_add(&c->waiters, 1);
         if (atomic_load(&c->ctr) == blocked->wait_val &&
             futex(&c->ctr, FUTEX_WAIT, blocked->wait_val, &ts) != 0 && errno != EAGAIN)
