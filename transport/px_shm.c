@@ -333,19 +333,104 @@ static void *map_fd(int fd, size_t bytes)
     return p == MAP_FAILED ? NULL : p;
 }
 
+px_status_t px__shm_segment(px_comm_t *comm, int want, const char *prefix, const char *fallback,
+                            size_t *bytes_p, int adopt_bytes, void *extra, size_t extra_len,
+                            int local_ok, void **base_p)
+{
+    struct {
+        int32_t ok;
+        char name[NAME_LEN];
+        uint64_t bytes;
+        unsigned char extra[PX__SHM_SEG_EXTRA_MAX];
+    } msg;
+    int32_t ok, all_ok;
+    int created = 0;
+    char *base = NULL;
+    px_status_t status;
+
+    *base_p = NULL;
+    if (extra_len > PX__SHM_SEG_EXTRA_MAX) {
+        px_error("px__shm_segment: %zu bytes of rank 0's data: at most %d", extra_len,
+                 PX__SHM_SEG_EXTRA_MAX);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    ok = want != 0;
+    status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1);
+    if (status != PX_OK || !all_ok)
+        return status;
+
+    memset(&msg, 0, sizeof(msg));
+    if (comm->rank == 0) {
+        msg.bytes = *bytes_p;
+        if (extra_len)
+            memcpy(msg.extra, extra, extra_len);
+        for (int tries = 0; tries < 4 && !created; tries++) {
+            int fd;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            snprintf(msg.name, sizeof(msg.name), "/%s-%d-%u-%u-%08lx", prefix, (int)getpid(),
+                     comm->id, generation++,
+                     (unsigned long)(ts.tv_nsec ^ (long)rand()) & 0xffffffffUL);
+            fd = shm_open(msg.name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+            if (fd < 0) {
+                if (errno == EEXIST)
+                    continue;
+                px_warn("shm_open(%s): %s: %s", msg.name, strerror(errno), fallback);
+                break;
+            }
+            created = 1;
+            if (ftruncate(fd, (off_t)*bytes_p) == 0)
+                base = map_fd(fd, *bytes_p);
+            if (!base)
+                px_warn("shared-memory segment %s of %zu bytes: %s: %s", msg.name, *bytes_p,
+                        strerror(errno), fallback);
+            close(fd);
+        }
+        msg.ok = base != NULL;
+    }
+    status = px_broadcast(comm, &msg, sizeof(msg), 0, -1);
+    if (status != PX_OK)
+        goto out_unlink;
+    if (comm->rank != 0) {
+        if (adopt_bytes)
+            *bytes_p = (size_t)msg.bytes;
+        if (extra_len)
+            memcpy(extra, msg.extra, extra_len);
+    }
+    if (comm->rank != 0 && msg.ok) {
+        int fd = shm_open(msg.name, O_RDWR | O_CLOEXEC, 0);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == *bytes_p)
+            base = map_fd(fd, *bytes_p);
+        if (!base)
+            px_warn("shared-memory segment %s: %s: %s", msg.name, strerror(errno), fallback);
+        if (fd >= 0)
+            close(fd);
+    }
+    ok = base != NULL && local_ok;
+    status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1); /* every rank mapped it */
+out_unlink:
+    if (created)
+        shm_unlink(msg.name);
+    if (status != PX_OK || !all_ok) {
+        if (base)
+            munmap(base, *bytes_p);
+        return status;
+    }
+    *base_p = base;
+    return PX_OK;
+}
+
 /* px__shm_setup with rank 0's staging buffer size `want_slot` (bytes; 0:
  * PX_SHM_SLOT_BYTES) instead of the knob: px__shm_setup and
  * px__shm_reslot. */
 static px_status_t shm_setup(px_comm_t *comm, size_t want_slot)
 {
     struct {
-        int32_t ok;
-        char name[NAME_LEN];
         uint64_t slot, a2a, min_bytes; /* rank 0's knobs: every rank uses the same */
-    } msg;
+    } knobs;
     px__shm_t *s = NULL;
-    int32_t ok, all_ok;
-    int created = 0;
+    void *base;
     size_t slot, a2a, ctl_bytes, hdr_bytes, bytes;
     px_status_t status;
 
@@ -358,70 +443,23 @@ static px_status_t shm_setup(px_comm_t *comm, size_t want_slot)
     ctl_bytes = align_up((size_t)comm->size * sizeof(ctl_t), 4096);
     hdr_bytes = align_up((size_t)comm->size * RING * sizeof(hent_t), 4096);
     bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * a2a;
+    knobs.slot = slot;
+    knobs.a2a = a2a;
+    knobs.min_bytes = (uint64_t)px_env_int("PX_SHM_MIN_BYTES");
 
-    /* everyone agrees whether to try: PX_SHM on every rank, one node */
-    ok = px_env_int("PX_SHM") != 0 && px__comm_one_node(comm);
-    status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1);
-    if (status != PX_OK || !all_ok)
-        return status;
-
+    /* everyone agrees whether to try: PX_SHM on every rank, one node; the
+     * segment's size and the knobs are rank 0's */
     s = calloc(1, sizeof(*s));
-    memset(&msg, 0, sizeof(msg));
-    msg.slot = slot;
-    msg.a2a = a2a;
-    msg.min_bytes = (uint64_t)px_env_int("PX_SHM_MIN_BYTES");
-    if (comm->rank == 0 && s) {
-        for (int tries = 0; tries < 4 && !created; tries++) {
-            int fd;
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            snprintf(msg.name, sizeof(msg.name), "/px-%d-%u-%u-%08lx", (int)getpid(), comm->id,
-                     generation++, (unsigned long)(ts.tv_nsec ^ (long)rand()) & 0xffffffffUL);
-            fd = shm_open(msg.name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-            if (fd < 0) {
-                if (errno == EEXIST)
-                    continue;
-                px_warn("shm_open(%s): %s: collectives use UCX", msg.name, strerror(errno));
-                break;
-            }
-            created = 1;
-            if (ftruncate(fd, (off_t)bytes) == 0)
-                s->base = map_fd(fd, bytes);
-            if (!s->base)
-                px_warn("shared-memory segment %s of %zu bytes: %s: collectives use UCX",
-                        msg.name, bytes, strerror(errno));
-            close(fd);
-        }
-        msg.ok = s->base != NULL;
-    }
-    status = px_broadcast(comm, &msg, sizeof(msg), 0, -1);
-    if (status != PX_OK)
-        goto out_unlink;
-    slot = (size_t)msg.slot;
-    a2a = (size_t)msg.a2a;
-    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * a2a;
-    if (comm->rank != 0 && msg.ok && s) {
-        int fd = shm_open(msg.name, O_RDWR | O_CLOEXEC, 0);
-        struct stat st;
-        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == bytes)
-            s->base = map_fd(fd, bytes);
-        if (!s->base)
-            px_warn("shared-memory segment %s: %s: collectives use UCX", msg.name,
-                    strerror(errno));
-        if (fd >= 0)
-            close(fd);
-    }
-    ok = s && s->base;
-    status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1); /* every rank mapped it */
-out_unlink:
-    if (created)
-        shm_unlink(msg.name);
-    if (status != PX_OK || !all_ok) {
-        if (s && s->base)
-            munmap(s->base, bytes);
+    status = px__shm_segment(comm, px_env_int("PX_SHM") != 0 && px__comm_one_node(comm), "px",
+                             "collectives use UCX", &bytes, 1, &knobs, sizeof(knobs),
+                             s != NULL, &base);
+    if (status != PX_OK || !base) {
         free(s);
         return status;
     }
+    slot = (size_t)knobs.slot;
+    a2a = (size_t)knobs.a2a;
+    s->base = base;
     s->bytes = bytes;
     s->n = comm->size;
     s->me = comm->rank;
@@ -430,7 +468,7 @@ out_unlink:
     s->ctl = (ctl_t *)s->base;
     s->hdr = (hent_t *)(s->base + ctl_bytes);
     s->slots = s->base + ctl_bytes + hdr_bytes;
-    s->min_bytes = msg.min_bytes;
+    s->min_bytes = knobs.min_bytes;
     s->spin_us = px_env_int("PX_SHM_SPIN_US"); /* < 0: auto, px__spin_allowed per wait */
     s->yield_us = px_env_int("PX_SHM_YIELD_US"); /* < 0: auto, where the spin is not allowed */
     s->wait_peer = -1;
