@@ -197,7 +197,8 @@ typedef struct ctl {
     _Atomic uint32_t abandoned;
     _Atomic int32_t left_dead; /* with `left`: comm rank + 1 of the peer whose death made
                                 * this rank leave, 0 for any other cause */
-    char pad[104];
+    _Atomic int32_t cpu;      /* the CPU this rank last published from, + 1 (0: not yet) */
+    char pad[100];
 } ctl_t;
 
 _Static_assert(sizeof(ctl_t) == 128, "one control block per two cache lines");
@@ -659,6 +660,7 @@ static void publish(px__shm_t *s)
 {
     ctl_t *c = &s->ctl[s->me];
     s->pub++;
+    atomic_store_explicit(&c->cpu, sched_getcpu() + 1, memory_order_relaxed);
     atomic_store(&c->ctr, s->pub); /* seq_cst: orders the slot writes before it */
     if (atomic_load(&c->waiters))
         futex(&c->ctr, FUTEX_WAKE, INT_MAX, NULL);
@@ -1186,10 +1188,14 @@ int px__shm_sleep(px_comm_t *comm, int timeout_ms)
             ms = timeout_ms < 0 ? 0 : timeout_ms;
         ts.tv_sec = ms / 1000;
         ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-        /* auto: spin where px__spin_allowed and the last spins paid
-         * (px__spin_backoff_try); a spin that ran out is noted, a wait
-         * that came from a spin too short to tell is not */
+        /* auto: spin where px__spin_allowed, the peer last published from
+         * another CPU than ours (on ours it cannot publish while we spin:
+         * measured, issue 13, other engineers' load 3 on 2 cores, the two
+         * ranks of px-coll-bench were on one CPU at every wait, where Open
+         * MPI's ranks, never sleeping, are spread) and the last spins paid
+         * (px__spin_backoff_try); a spin that ran out is noted */
         int auto_spin = blocked->spin_us < 0 && !others && px__spin_allowed(comm) &&
+                        atomic_load_explicit(&c->cpu, memory_order_relaxed) != sched_getcpu() + 1 &&
                         px__spin_backoff_try(&blocked->backoff);
         long spin = blocked->spin_us >= 0 ? blocked->spin_us : auto_spin ? AUTO_SPIN_US : 0;
         blocked->n_wait++;
