@@ -29,8 +29,9 @@ static px_knob_t knobs[] = {
     {"PX_SHM_CMA", "0", "large shared-memory collectives read the peer's buffer directly (process_vm_readv: one copy instead of two): 0 never (two copies through the segment; measured no slower on the 2-core VM); 1 all-to-all; 2 all-to-all, all-gather and broadcast", NULL},
     {"PX_SHM_CMA_MIN_BYTES", "1048576", "smallest shared-memory all-gather / all-to-all / broadcast (bytes of its largest buffer) taking the single copy", NULL},
     {"PX_SHM_REG", "1", "px_shm_alloc registers buffers with the shared-memory path (the engine's stage-0 gradients): in-place all-reduces over them from 64 KiB read the peers' buffers where they lie instead of staging through the segment (0: plain memory, the slot path)", NULL},
-    {"PX_SHM_SPIN_US", "-1", "shared-memory waits poll the peer's counter this long (us) before sleeping on its futex; -1: auto (50 us while the job's ranks on this node are no more than its CPUs and the load average is not above them, else 0)", NULL},
+    {"PX_SHM_SPIN_US", "-1", "shared-memory waits poll the peer's counter this long (us) before sleeping on its futex; -1: auto (50 us while the job's ranks on this node are no more than its CPUs and the load average is not above them, and not for the next 16..1024 waits after a spin the peer did not end; else, and after such a spin, the sched_yield window)", NULL},
     {"PX_SHM_YIELD_US", "-1", "where shared-memory waits do not spin (PX_SHM_SPIN_US 0, or auto on an oversubscribed or loaded node), they poll the peer's counter calling sched_yield this long (us) before sleeping on its futex, once per wait; -1: auto (500 us), 0: never", NULL},
+    {"PX_SHM_WAIT_STATS", "0", "1: each rank prints to stderr, when a communicator's shared-memory segment is freed, how its blocking waits ended (spin, sched_yield window, futex sleeps): which wait tier ran", NULL},
     {"PX_SPIN_US", "0", "collective waits poll this long (us) before sleeping on the event fd; -1: "
      "auto (200 us while the job's ranks on this node are no more than its CPUs and the load average "
      "is not above them, else 0)", NULL},

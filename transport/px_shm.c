@@ -93,7 +93,15 @@
  * load average not above them; measured at 2 ranks on 2 idle cores: 4-64
  * KiB collectives 1.1-2x faster, 16 KiB all-gather 8.9 -> 4.3 us; an
  * unconditional spin was 3-10x slower on 2 loaded cores); PX_SHM_SPIN_US
- * >= 0 sets the poll time (0: never). Where it does not spin (more ranks
+ * >= 0 sets the poll time (0: never). An auto spin that runs out (the
+ * peer did not publish within it: the scheduler, balancing by load, had put
+ * both ranks on one core whenever anything else ran) backs off: the next 16
+ * waits, doubling per miss to 1024, do not spin (px__spin_backoff_try;
+ * measured, issue 13: other engineers' load 4-6 on 2 cores with the load
+ * average taken as quiet, 4 KiB all-to-all 0.01-0.03 GB/s spinning every
+ * wait, 0.44 backing off, 0.57-0.6 never spinning, while on a quiet machine
+ * the spin hit every wait and made it 3.8 against 2.3 yielding), and such
+ * a wait goes on to the yield window. Where it does not spin (more ranks
  * than cores, or a loaded machine) it polls the counter calling sched_yield
  * for up to PX_SHM_YIELD_US (auto 500 us), once per wait (yield_poll): the
  * peer we wait for is often runnable on our core, and a yield hands it the
@@ -189,7 +197,8 @@ typedef struct ctl {
     _Atomic uint32_t abandoned;
     _Atomic int32_t left_dead; /* with `left`: comm rank + 1 of the peer whose death made
                                 * this rank leave, 0 for any other cause */
-    char pad[104];
+    _Atomic int32_t cpu;      /* the CPU this rank last published from, + 1 (0: not yet) */
+    char pad[100];
 } ctl_t;
 
 _Static_assert(sizeof(ctl_t) == 128, "one control block per two cache lines");
@@ -220,7 +229,13 @@ struct px__shm {
     long yield_us;            /* where it does not spin: poll with sched_yield this long */
     int yielded_peer;         /* the wait (peer, value) whose yield window ran out: */
     uint32_t yielded_val;     /* its later sleep slices go straight to the futex */
+    px__spin_backoff_t backoff; /* auto spin: waits left without it after a miss */
     px__cma_t *cma;           /* single copy (px_shm_cma.h), NULL when off */
+    /* which wait tier ended each blocking wait (PX_SHM_WAIT_STATS=1 prints
+     * them at px__shm_destroy): waits that came to px__shm_sleep, of them
+     * those that spun and those that yielded (the tier chosen), those the
+     * spin or the yield window ended, and futex sleeps made */
+    uint64_t n_wait, n_spin, n_yield, n_spin_hit, n_yield_hit, n_futex;
     /* what the blocked request waits for (px__shm_sleep) */
     px_request_t *wait_req;
     int wait_peer;
@@ -319,19 +334,104 @@ static void *map_fd(int fd, size_t bytes)
     return p == MAP_FAILED ? NULL : p;
 }
 
+px_status_t px__shm_segment(px_comm_t *comm, int want, const char *prefix, const char *fallback,
+                            size_t *bytes_p, int adopt_bytes, void *extra, size_t extra_len,
+                            int local_ok, void **base_p)
+{
+    struct {
+        int32_t ok;
+        char name[NAME_LEN];
+        uint64_t bytes;
+        unsigned char extra[PX__SHM_SEG_EXTRA_MAX];
+    } msg;
+    int32_t ok, all_ok;
+    int created = 0;
+    char *base = NULL;
+    px_status_t status;
+
+    *base_p = NULL;
+    if (extra_len > PX__SHM_SEG_EXTRA_MAX) {
+        px_error("px__shm_segment: %zu bytes of rank 0's data: at most %d", extra_len,
+                 PX__SHM_SEG_EXTRA_MAX);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    ok = want != 0;
+    status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1);
+    if (status != PX_OK || !all_ok)
+        return status;
+
+    memset(&msg, 0, sizeof(msg));
+    if (comm->rank == 0) {
+        msg.bytes = *bytes_p;
+        if (extra_len)
+            memcpy(msg.extra, extra, extra_len);
+        for (int tries = 0; tries < 4 && !created; tries++) {
+            int fd;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            snprintf(msg.name, sizeof(msg.name), "/%s-%d-%u-%u-%08lx", prefix, (int)getpid(),
+                     comm->id, generation++,
+                     (unsigned long)(ts.tv_nsec ^ (long)rand()) & 0xffffffffUL);
+            fd = shm_open(msg.name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+            if (fd < 0) {
+                if (errno == EEXIST)
+                    continue;
+                px_warn("shm_open(%s): %s: %s", msg.name, strerror(errno), fallback);
+                break;
+            }
+            created = 1;
+            if (ftruncate(fd, (off_t)*bytes_p) == 0)
+                base = map_fd(fd, *bytes_p);
+            if (!base)
+                px_warn("shared-memory segment %s of %zu bytes: %s: %s", msg.name, *bytes_p,
+                        strerror(errno), fallback);
+            close(fd);
+        }
+        msg.ok = base != NULL;
+    }
+    status = px_broadcast(comm, &msg, sizeof(msg), 0, -1);
+    if (status != PX_OK)
+        goto out_unlink;
+    if (comm->rank != 0) {
+        if (adopt_bytes)
+            *bytes_p = (size_t)msg.bytes;
+        if (extra_len)
+            memcpy(extra, msg.extra, extra_len);
+    }
+    if (comm->rank != 0 && msg.ok) {
+        int fd = shm_open(msg.name, O_RDWR | O_CLOEXEC, 0);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == *bytes_p)
+            base = map_fd(fd, *bytes_p);
+        if (!base)
+            px_warn("shared-memory segment %s: %s: %s", msg.name, strerror(errno), fallback);
+        if (fd >= 0)
+            close(fd);
+    }
+    ok = base != NULL && local_ok;
+    status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1); /* every rank mapped it */
+out_unlink:
+    if (created)
+        shm_unlink(msg.name);
+    if (status != PX_OK || !all_ok) {
+        if (base)
+            munmap(base, *bytes_p);
+        return status;
+    }
+    *base_p = base;
+    return PX_OK;
+}
+
 /* px__shm_setup with rank 0's staging buffer size `want_slot` (bytes; 0:
  * PX_SHM_SLOT_BYTES) instead of the knob: px__shm_setup and
  * px__shm_reslot. */
 static px_status_t shm_setup(px_comm_t *comm, size_t want_slot)
 {
     struct {
-        int32_t ok;
-        char name[NAME_LEN];
         uint64_t slot, a2a, min_bytes; /* rank 0's knobs: every rank uses the same */
-    } msg;
+    } knobs;
     px__shm_t *s = NULL;
-    int32_t ok, all_ok;
-    int created = 0;
+    void *base;
     size_t slot, a2a, ctl_bytes, hdr_bytes, bytes;
     px_status_t status;
 
@@ -344,70 +444,23 @@ static px_status_t shm_setup(px_comm_t *comm, size_t want_slot)
     ctl_bytes = align_up((size_t)comm->size * sizeof(ctl_t), 4096);
     hdr_bytes = align_up((size_t)comm->size * RING * sizeof(hent_t), 4096);
     bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * a2a;
+    knobs.slot = slot;
+    knobs.a2a = a2a;
+    knobs.min_bytes = (uint64_t)px_env_int("PX_SHM_MIN_BYTES");
 
-    /* everyone agrees whether to try: PX_SHM on every rank, one node */
-    ok = px_env_int("PX_SHM") != 0 && px__comm_one_node(comm);
-    status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1);
-    if (status != PX_OK || !all_ok)
-        return status;
-
+    /* everyone agrees whether to try: PX_SHM on every rank, one node; the
+     * segment's size and the knobs are rank 0's */
     s = calloc(1, sizeof(*s));
-    memset(&msg, 0, sizeof(msg));
-    msg.slot = slot;
-    msg.a2a = a2a;
-    msg.min_bytes = (uint64_t)px_env_int("PX_SHM_MIN_BYTES");
-    if (comm->rank == 0 && s) {
-        for (int tries = 0; tries < 4 && !created; tries++) {
-            int fd;
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            snprintf(msg.name, sizeof(msg.name), "/px-%d-%u-%u-%08lx", (int)getpid(), comm->id,
-                     generation++, (unsigned long)(ts.tv_nsec ^ (long)rand()) & 0xffffffffUL);
-            fd = shm_open(msg.name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-            if (fd < 0) {
-                if (errno == EEXIST)
-                    continue;
-                px_warn("shm_open(%s): %s: collectives use UCX", msg.name, strerror(errno));
-                break;
-            }
-            created = 1;
-            if (ftruncate(fd, (off_t)bytes) == 0)
-                s->base = map_fd(fd, bytes);
-            if (!s->base)
-                px_warn("shared-memory segment %s of %zu bytes: %s: collectives use UCX",
-                        msg.name, bytes, strerror(errno));
-            close(fd);
-        }
-        msg.ok = s->base != NULL;
-    }
-    status = px_broadcast(comm, &msg, sizeof(msg), 0, -1);
-    if (status != PX_OK)
-        goto out_unlink;
-    slot = (size_t)msg.slot;
-    a2a = (size_t)msg.a2a;
-    bytes = ctl_bytes + hdr_bytes + (size_t)comm->size * NBUF * a2a;
-    if (comm->rank != 0 && msg.ok && s) {
-        int fd = shm_open(msg.name, O_RDWR | O_CLOEXEC, 0);
-        struct stat st;
-        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == bytes)
-            s->base = map_fd(fd, bytes);
-        if (!s->base)
-            px_warn("shared-memory segment %s: %s: collectives use UCX", msg.name,
-                    strerror(errno));
-        if (fd >= 0)
-            close(fd);
-    }
-    ok = s && s->base;
-    status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1); /* every rank mapped it */
-out_unlink:
-    if (created)
-        shm_unlink(msg.name);
-    if (status != PX_OK || !all_ok) {
-        if (s && s->base)
-            munmap(s->base, bytes);
+    status = px__shm_segment(comm, px_env_int("PX_SHM") != 0 && px__comm_one_node(comm), "px",
+                             "collectives use UCX", &bytes, 1, &knobs, sizeof(knobs),
+                             s != NULL, &base);
+    if (status != PX_OK || !base) {
         free(s);
         return status;
     }
+    slot = (size_t)knobs.slot;
+    a2a = (size_t)knobs.a2a;
+    s->base = base;
     s->bytes = bytes;
     s->n = comm->size;
     s->me = comm->rank;
@@ -416,7 +469,7 @@ out_unlink:
     s->ctl = (ctl_t *)s->base;
     s->hdr = (hent_t *)(s->base + ctl_bytes);
     s->slots = s->base + ctl_bytes + hdr_bytes;
-    s->min_bytes = msg.min_bytes;
+    s->min_bytes = knobs.min_bytes;
     s->spin_us = px_env_int("PX_SHM_SPIN_US"); /* < 0: auto, px__spin_allowed per wait */
     s->yield_us = px_env_int("PX_SHM_YIELD_US"); /* < 0: auto, where the spin is not allowed */
     s->wait_peer = -1;
@@ -467,6 +520,14 @@ void px__shm_destroy(px_comm_t *comm)
 {
     if (!comm || !comm->shm)
         return;
+    if (px_env_int("PX_SHM_WAIT_STATS") > 0) {
+        const px__shm_t *s = comm->shm;
+        fprintf(stderr, "px-shm-wait-stats comm %u rank %d/%d: waits %llu spin %llu (hit %llu) "
+                "yield %llu (hit %llu) futex %llu\n", comm->id, s->me, s->n,
+                (unsigned long long)s->n_wait, (unsigned long long)s->n_spin,
+                (unsigned long long)s->n_spin_hit, (unsigned long long)s->n_yield,
+                (unsigned long long)s->n_yield_hit, (unsigned long long)s->n_futex);
+    }
     munmap(comm->shm->base, comm->shm->bytes);
     free(comm->shm->spare);
     px__cma_destroy(comm->shm->cma);
@@ -599,6 +660,7 @@ static void publish(px__shm_t *s)
 {
     ctl_t *c = &s->ctl[s->me];
     s->pub++;
+    atomic_store_explicit(&c->cpu, sched_getcpu() + 1, memory_order_relaxed);
     atomic_store(&c->ctr, s->pub); /* seq_cst: orders the slot writes before it */
     if (atomic_load(&c->waiters))
         futex(&c->ctr, FUTEX_WAKE, INT_MAX, NULL);
@@ -1059,6 +1121,26 @@ int px__shm_waiting_for(const px_request_t *req)
     return s && s->wait_req == req ? s->wait_peer : -1;
 }
 
+int px__spin_backoff_try(px__spin_backoff_t *b)
+{
+    if (b->skip > 0) {
+        b->skip--;
+        return 0;
+    }
+    return 1;
+}
+
+void px__spin_backoff_note(px__spin_backoff_t *b, int hit)
+{
+    if (hit) {
+        b->next = 0;
+        return;
+    }
+    b->next = b->next == 0 ? PX__SPIN_BACKOFF_MIN
+              : b->next >= PX__SPIN_BACKOFF_MAX / 2 ? PX__SPIN_BACKOFF_MAX : b->next * 2;
+    b->skip = b->next;
+}
+
 /* Polls *ctr until it is no longer `val`, calling sched_yield between two
  * looks, for at most `us` microseconds; 1 when it moved. Where ranks share
  * cores (more ranks than CPUs, or other load) the peer we wait for is often
@@ -1106,31 +1188,53 @@ int px__shm_sleep(px_comm_t *comm, int timeout_ms)
             ms = timeout_ms < 0 ? 0 : timeout_ms;
         ts.tv_sec = ms / 1000;
         ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-        long spin = blocked->spin_us >= 0 ? blocked->spin_us
-                    : px__spin_allowed(comm) ? AUTO_SPIN_US : 0;
+        /* auto: spin where px__spin_allowed, the peer last published from
+         * another CPU than ours (on ours it cannot publish while we spin:
+         * measured, issue 13, other engineers' load 3 on 2 cores, the two
+         * ranks of px-coll-bench were on one CPU at every wait, where Open
+         * MPI's ranks, never sleeping, are spread) and the last spins paid
+         * (px__spin_backoff_try); a spin that ran out is noted */
+        int auto_spin = blocked->spin_us < 0 && !others && px__spin_allowed(comm) &&
+                        atomic_load_explicit(&c->cpu, memory_order_relaxed) != sched_getcpu() + 1 &&
+                        px__spin_backoff_try(&blocked->backoff);
+        long spin = blocked->spin_us >= 0 ? blocked->spin_us : auto_spin ? AUTO_SPIN_US : 0;
+        blocked->n_wait++;
         if (spin > 0 && !others) {
+            blocked->n_spin++;
             /* a peer with a core of its own publishes within microseconds:
              * look at its counter for a bounded time before the futex costs
              * a sleep and a wake-up (Open MPI's sm polls without a bound) */
             int64_t end = px_time_mono_us() + spin;
             do {
                 for (int i = 0; i < 64; i++) {
-                    if (atomic_load_explicit(&c->ctr, memory_order_relaxed) != blocked->wait_val)
+                    if (atomic_load_explicit(&c->ctr, memory_order_relaxed) != blocked->wait_val) {
+                        blocked->n_spin_hit++;
+                        if (auto_spin)
+                            px__spin_backoff_note(&blocked->backoff, 1);
                         return 1;
+                    }
                     cpu_relax();
                 }
             } while (px_time_mono_us() < end);
+            if (auto_spin)
+                px__spin_backoff_note(&blocked->backoff, 0);
         }
-        if (!others && spin == 0 && (blocked->yielded_peer != blocked->wait_peer ||
+        /* after an auto spin that ran out, the yield window too: the peer
+         * is most often runnable on our core, which the spin held */
+        if (!others && (spin == 0 || auto_spin) && (blocked->yielded_peer != blocked->wait_peer ||
                                      blocked->yielded_val != blocked->wait_val)) {
             long yield = blocked->yield_us >= 0 ? blocked->yield_us : AUTO_YIELD_US;
-            if (yield > 0 && yield_poll(&c->ctr, blocked->wait_val, yield))
+            blocked->n_yield++;
+            if (yield > 0 && yield_poll(&c->ctr, blocked->wait_val, yield)) {
+                blocked->n_yield_hit++;
                 return 1;
+            }
             /* a slow peer: one window per wait, then only futex slices (a
              * rank waiting long at a barrier uses no CPU) */
             blocked->yielded_peer = blocked->wait_peer;
             blocked->yielded_val = blocked->wait_val;
         }
+        blocked->n_futex++;
         atomic_fetch_add(&c->waiters, 1);
         if (atomic_load(&c->ctr) == blocked->wait_val &&
             futex(&c->ctr, FUTEX_WAIT, blocked->wait_val, &ts) != 0 && errno != EAGAIN)

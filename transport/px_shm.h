@@ -90,6 +90,46 @@ void px__shm_off(px_comm_t *comm);
  * ms so that pidfds, the watch fd and UCX requests are looked at again)
  * and returns 1; else returns 0 (the caller polls its fds). */
 int px__shm_sleep(px_comm_t *comm, int timeout_ms);
+/* Most bytes of rank 0's data px__shm_segment broadcasts with the name. */
+#define PX__SHM_SEG_EXTRA_MAX 64
+/* Creates and agrees on one named shared-memory segment, collectively over
+ * `comm` (every rank calls it, in the same order): the ranks first agree
+ * that every one `want`s it (MIN), then rank 0 creates a unique name
+ * ("/PREFIX-pid-comm-generation-random", O_EXCL, 4 tries), sizes it to
+ * *bytes_p and maps it, and broadcasts the name, its size and `extra`
+ * (extra_len bytes, at most PX__SHM_SEG_EXTRA_MAX; may be 0), which every
+ * other rank takes (*extra becomes rank 0's, and *bytes_p too with
+ * `adopt_bytes`; without it a rank whose *bytes_p differs from rank 0's
+ * fails the size check, and so does every rank) before it opens and maps
+ * the segment (its size checked against *bytes_p); at last every rank agrees that
+ * every one mapped it and that its `local_ok` holds. The name is unlinked
+ * before return on every path (nothing is left in /dev/shm). *base_p: the
+ * mapping (*bytes_p bytes, the caller's to munmap), or NULL where any rank
+ * did not want it or failed (each failure logs a warning naming the
+ * segment, ending with `fallback`: what the caller does instead); returns
+ * the collectives' failure, or PX_OK (also when *base_p is NULL). */
+px_status_t px__shm_segment(px_comm_t *comm, int want, const char *prefix, const char *fallback,
+                            size_t *bytes_p, int adopt_bytes, void *extra, size_t extra_len,
+                            int local_ok, void **base_p);
+/* The auto spin's back-off (PX_SHM_SPIN_US=-1): a spin that runs out
+ * (the peer did not publish within it: it is off a core, or slow) costs
+ * its whole bound (and held the core the peer may need), so after a miss the next
+ * `next` waits (16, doubling on every further miss up to 1024; a hit
+ * resets it) take the sched_yield window instead. Measured (issue 13,
+ * 2 ranks, other engineers' load 4-13 on 2 cores): the 50 us spin then
+ * caught 1 wait in 100-200 and 4 KiB all-to-all ran at 0.01-0.03 GB/s
+ * against 0.6 in the yield window; the 1-minute load average
+ * (px__spin_allowed) misses such load below its threshold. Zeroed: spin. */
+typedef struct px__spin_backoff {
+    uint32_t skip; /* waits still to take without spinning */
+    uint32_t next; /* the skip the next miss sets (0: no miss since the last hit) */
+} px__spin_backoff_t;
+#define PX__SPIN_BACKOFF_MIN 16u
+#define PX__SPIN_BACKOFF_MAX 1024u
+/* 1 when this wait may spin, else 0 (and one skipped wait is counted). */
+int px__spin_backoff_try(px__spin_backoff_t *b);
+/* Notes how a spin ended: `hit` 1 when the peer published within it. */
+void px__spin_backoff_note(px__spin_backoff_t *b, int hit);
 /* Frees a shared-memory request (req->shm set; called by the request's
  * free once it is unlinked): the request and its state are one
  * allocation, which the communicator keeps for its next px__shm_start

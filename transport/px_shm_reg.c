@@ -4,8 +4,8 @@
  * the requested bytes rounded up to pages), created by rank 0 and mapped
  * by every rank of the communicator; rank p's buffer is bytes
  * [p * stride, p * stride + bytes) of it, in every rank's mapping. The name
- * is unlinked before px_shm_alloc returns on every path (as px_shm.c's
- * segment): nothing is left in /dev/shm. Each rank touches only its own
+ * is unlinked before px_shm_alloc returns on every path: the segment is
+ * made by px__shm_segment, as px_shm.c's is; nothing is left in /dev/shm. Each rank touches only its own
  * part when it computes (the pages of the others are read, never written,
  * by the collective below), so the node holds n * bytes, as n private
  * buffers would.
@@ -45,22 +45,18 @@
  * of the transport); the region list is process-wide. */
 #include "px_shm_reg.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "px_env.h"
 #include "px_log.h"
 #include "px_reduce.h"
+#include "px_shm.h"
 #include "px_transport_int.h"
 
-#define NAME_LEN 64
 #define DESC_MAGIC 0x52656731u /* "Reg1" */
 /* bytes of the phase-1 temporary where n > 2 (fits L1 with its inputs' lines) */
 #define TMP_BYTES 16384
@@ -77,7 +73,6 @@ typedef struct region {
 
 static region_t *regions;
 static uint32_t next_id;
-static unsigned generation;
 
 static size_t page_up(size_t x)
 {
@@ -87,84 +82,23 @@ static size_t page_up(size_t x)
 
 px_status_t px_shm_alloc(px_comm_t *comm, size_t bytes, int want, void **ptr_p)
 {
-    struct {
-        int32_t ok;
-        char name[NAME_LEN];
-    } msg;
-    int32_t ok, all_ok;
-    int created = 0;
     size_t stride = page_up(bytes), map_bytes;
-    char *base = NULL;
-    region_t *r = NULL;
+    void *base;
+    region_t *r;
     px_status_t status;
 
     *ptr_p = NULL;
     if (bytes == 0 || !comm || comm->size < 2 || !comm->shm) /* comm->shm: agreed at setup */
         return PX_OK;
     map_bytes = stride * (size_t)comm->size;
-    ok = want && px_env_int("PX_SHM_REG") != 0;
-    status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1);
-    if (status != PX_OK || !all_ok)
-        return status;
-
-    memset(&msg, 0, sizeof(msg));
-    if (comm->rank == 0) {
-        for (int tries = 0; tries < 4 && !created; tries++) {
-            struct timespec ts;
-            int fd;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            snprintf(msg.name, sizeof(msg.name), "/px-reg-%d-%u-%u-%08lx", (int)getpid(),
-                     comm->id, generation++,
-                     (unsigned long)(ts.tv_nsec ^ (long)rand()) & 0xffffffffUL);
-            fd = shm_open(msg.name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-            if (fd < 0) {
-                if (errno == EEXIST)
-                    continue;
-                px_warn("shm_open(%s): %s: buffer not registered", msg.name, strerror(errno));
-                break;
-            }
-            created = 1;
-            if (ftruncate(fd, (off_t)map_bytes) == 0) {
-                base = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-                if (base == MAP_FAILED)
-                    base = NULL;
-            }
-            if (!base)
-                px_warn("registered region %s of %zu bytes: %s: buffer not registered", msg.name,
-                        map_bytes, strerror(errno));
-            close(fd);
-        }
-        msg.ok = base != NULL;
-    }
-    status = px_broadcast(comm, &msg, sizeof(msg), 0, -1);
-    if (status != PX_OK)
-        goto out_unlink;
-    if (comm->rank != 0 && msg.ok) {
-        int fd = shm_open(msg.name, O_RDWR | O_CLOEXEC, 0);
-        struct stat st;
-        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == map_bytes) {
-            base = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-            if (base == MAP_FAILED)
-                base = NULL;
-        }
-        if (!base)
-            px_warn("registered region %s: %s: buffer not registered", msg.name, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-    }
-    r = base ? calloc(1, sizeof(*r)) : NULL;
+    r = calloc(1, sizeof(*r));
     if (r && !(r->peer = calloc((size_t)comm->size, sizeof(char *)))) {
         free(r);
         r = NULL;
     }
-    ok = r != NULL;
-    status = px_allreduce(comm, &ok, &all_ok, 1, PX_INT32, PX_MIN, -1); /* every rank mapped it */
-out_unlink:
-    if (created)
-        shm_unlink(msg.name);
-    if (status != PX_OK || !all_ok) {
-        if (base)
-            munmap(base, map_bytes);
+    status = px__shm_segment(comm, want && px_env_int("PX_SHM_REG") != 0, "px-reg",
+                             "buffer not registered", &map_bytes, 0, NULL, 0, r != NULL, &base);
+    if (status != PX_OK || !base) {
         if (r)
             free(r->peer);
         free(r);
@@ -179,7 +113,7 @@ out_unlink:
     r->n = comm->size;
     r->me = comm->rank;
     for (int p = 0; p < r->n; p++)
-        r->peer[p] = base + (size_t)p * stride;
+        r->peer[p] = (char *)base + (size_t)p * stride;
     r->next = regions;
     regions = r;
     px_debug("comm %u: registered region %u: %zu bytes per rank", comm->id, r->id, bytes);

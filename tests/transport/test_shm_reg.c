@@ -15,6 +15,8 @@
  *               and the communicator still works.
  *   off N       PX_SHM_REG=0 on one rank: px_shm_alloc gives NULL on every
  *               rank.
+ *   sizes N     rank 1 asks for two pages more than the others: NULL on
+ *               every rank; then equal sizes register.
  *   bench N     (not a test) in-place all-reduce 1-64 MiB, registered vs
  *               plain memory, median ms and bus bandwidth (rank 0 prints). */
 #include <stdio.h>
@@ -197,6 +199,22 @@ static int rank_off(px_launch_rank_t *ctx)
     return 0;
 }
 
+/* `sizes`: sizes that differ (rank 1 two pages more): no rank adopts rank
+ * 0's, every rank gets NULL (px__shm_segment without adopt_bytes); then
+ * equal sizes register. */
+static int rank_sizes(px_launch_rank_t *ctx)
+{
+    void *p = (void *)1;
+
+    if (px_shm_alloc(ctx->comm, (1 << 20) + (ctx->rank == 1 ? 8192 : 0), 1, &p) != PX_OK || p)
+        FAIL("sizes differ on rank 1: px_shm_alloc gave %p", p);
+    /* and the same sizes after it register */
+    if (px_shm_alloc(ctx->comm, 1 << 20, 1, &p) != PX_OK || !p)
+        FAIL("equal sizes after a refused region: px_shm_alloc gave NULL");
+    px_shm_free(p);
+    return 0;
+}
+
 static int dcmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -260,8 +278,10 @@ int main(int argc, char **argv)
         failed = px_launch(n, rank_bench, NULL, &opts, NULL);
     else if (!strcmp(what, "off"))
         failed = px_launch(n, rank_off, NULL, &opts, NULL);
+    else if (!strcmp(what, "sizes"))
+        failed = px_launch(n, rank_sizes, NULL, &opts, NULL);
     else {
-        fprintf(stderr, "usage: %s equal|mismatch|off|bench N\n", argv[0]);
+        fprintf(stderr, "usage: %s equal|mismatch|off|sizes|bench N\n", argv[0]);
         return 2;
     }
     if (failed)
