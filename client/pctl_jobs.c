@@ -414,8 +414,6 @@ static int submit_bad_name(void *arg, const char *flag, const char *s)
     (void)arg;
     if (!strcmp(flag, "--schedule"))
         pctl_usage_error("submit", "--schedule '%s': gpipe, 1f1b, zb1 or interleaved", s);
-    else if (!strcmp(flag, "--cpu-bind"))
-        pctl_usage_error("submit", "--cpu-bind '%s': none, cores or auto", s);
     else
         pctl_usage_error("submit", "%s '%s': fp32 or bf16", flag, s);
     return -1;

@@ -38,7 +38,7 @@ static const pctl_command_t commands[] = {
      "                   [--precision fp32|bf16] [--devices cpu|cuda|sim|KIND:I[,J..]]\n"
      "                   [--batch N] [--steps N] [--lr F] [--seed N] [--warmup N]\n"
      "                   [--weight-decay F] [--min-lr-ratio F] [--zero 0-3] [--grad-accum N]\n"
-     "                   [--clip F] [--bucket-mb F] [--cpu-bind none|cores|auto]\n"
+     "                   [--clip F] [--bucket-mb F]\n"
      "                   [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
      "                   [--export-safetensors FILE] [--max-restarts N] [--follow] [--json]\n"
      "                   [--val-data FILE | --no-val] [--eval-every N] [--eval-batches K]\n"

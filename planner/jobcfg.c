@@ -47,19 +47,6 @@ const char *px_job_config_precision_name(int precision)
     return precision == PX_PRECISION_FP32 ? "fp32" : precision == PX_PRECISION_BF16 ? "bf16" : "?";
 }
 
-int px_job_config_cpu_bind_parse(const char *name)
-{
-    if (!name || !*name || !strcmp(name, "auto"))
-        return PX_CPU_BIND_AUTO;
-    return !strcmp(name, "none") ? PX_CPU_BIND_NONE : !strcmp(name, "cores") ? PX_CPU_BIND_CORES : -1;
-}
-
-const char *px_job_config_cpu_bind_name(int mode)
-{
-    return mode == PX_CPU_BIND_AUTO ? "auto" : mode == PX_CPU_BIND_NONE ? "none"
-         : mode == PX_CPU_BIND_CORES ? "cores" : "?";
-}
-
 void px_job_config_defaults(px_job_config_t *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
@@ -87,7 +74,6 @@ void px_job_config_defaults(px_job_config_t *cfg)
     cfg->aux_loss_coef = 0.01f;
     cfg->eval_every = -1;
     cfg->eval_batches = 4;
-    cfg->cpu_bind = PX_CPU_BIND_AUTO;
 }
 
 int px_job_config_eval_every(const px_job_config_t *cfg)
@@ -185,12 +171,6 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
                           cfg->precision_name);
     if (cfg->precision != PX_PRECISION_FP32 && cfg->precision != PX_PRECISION_BF16)
         return px_invalid(errbuf, errlen, "precision=%d is not fp32 or bf16", cfg->precision);
-    if (cfg->cpu_bind < 0 && cfg->cpu_bind_name)
-        return px_invalid(errbuf, errlen, "cpu_bind='%s' is not none, cores or auto",
-                          cfg->cpu_bind_name);
-    if (cfg->cpu_bind != PX_CPU_BIND_AUTO && cfg->cpu_bind != PX_CPU_BIND_NONE &&
-        cfg->cpu_bind != PX_CPU_BIND_CORES)
-        return px_invalid(errbuf, errlen, "cpu_bind=%d is not none, cores or auto", cfg->cpu_bind);
 
     if (l->pp >= 1 && cfg->layers >= l->pp) { /* layers checked above: a small array */
         int sl[l->pp];

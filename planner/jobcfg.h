@@ -77,11 +77,6 @@ typedef struct px_job_config {
      * (-1), borrowed from the input (a JobSpec, argv); NULL otherwise. The
      * check names them as sent ("precision='fp64' ...") instead of the -1 */
     const char *precision_name, *schedule_name;
-    /* issue 13: binding each rank to one CPU (rank/cpubind.h), Slurm's
-     * --cpu-bind: PX_CPU_BIND_AUTO (default), _NONE or _CORES; -1 an
-     * unknown name, kept in cpu_bind_name (borrowed) for the check */
-    int cpu_bind;
-    const char *cpu_bind_name;
 } px_job_config_t;
 
 /* Compute precision: fp32 everywhere (the default and the equivalence
@@ -90,17 +85,6 @@ typedef struct px_job_config {
  * fp32 accumulation; master weights, activations in memory, gradients,
  * optimizer state, reductions and collectives stay fp32. Every layout. */
 enum { PX_PRECISION_FP32 = 0, PX_PRECISION_BF16 = 1 };
-
-/* --cpu-bind (rank/cpubind.h has the rules): auto binds rank i of the
- * job's ranks on a machine to its i-th allowed CPU when they fit the
- * allowed CPUs; none never binds; cores always binds (sharing CPUs in turn
- * when there are more ranks than CPUs). AUTO is 0: the zeroed default. */
-enum { PX_CPU_BIND_AUTO = 0, PX_CPU_BIND_NONE = 1, PX_CPU_BIND_CORES = 2 };
-
-/* "auto" / "none" / "cores" -> PX_CPU_BIND_*; NULL or "" -> auto; else -1. */
-int px_job_config_cpu_bind_parse(const char *name);
-/* PX_CPU_BIND_* -> "auto" / "none" / "cores" ("?" otherwise); static string. */
-const char *px_job_config_cpu_bind_name(int mode);
 
 /* "fp32" / "bf16" -> PX_PRECISION_*; NULL or "" -> fp32; else -1. */
 int px_job_config_precision_parse(const char *name);
@@ -112,7 +96,7 @@ const char *px_job_config_precision_name(int precision);
  * min_lr_ratio 0.1, warmup -1 (steps/20), weight_decay 0.1, betas 0.9/0.95,
  * eps 1e-8, grad_clip 1.0, seed 1337, zero 0, prefetch 1, bucket_mb 0 (auto);
  * experts 0 (dense), top_k 2, moe_every 1, capacity_factor 1.25, aux_loss_coef 0.01;
- * eval_every -1 (steps / 10), eval_batches 4, cpu_bind auto. Sizes, steps and paths are left 0 / NULL. */
+ * eval_every -1 (steps / 10), eval_batches 4. Sizes, steps and paths are left 0 / NULL. */
 void px_job_config_defaults(px_job_config_t *cfg);
 
 /* What px_job_config_check looks at beyond the config itself. */

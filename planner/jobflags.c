@@ -33,7 +33,6 @@ const px_job_flag_t px_job_flags[] = {
     {"dropless", NULL, PX_JOB_FLAG_SET, F(dropless), 1, 0, 0, PX_JOB_FLAG_BOTH},
     INT("moe-every", moe_every, 1), FLT("aux-loss-coef", aux_loss_coef, 0.0, 1e6),
     {"precision", NULL, PX_JOB_FLAG_PRECISION, F(precision), 0, 0, 0, PX_JOB_FLAG_BOTH},
-    {"cpu-bind", NULL, PX_JOB_FLAG_CPU_BIND, F(cpu_bind), 0, 0, 0, PX_JOB_FLAG_BOTH},
     /* the run and the optimizer */
     INT("batch", batch, 1), INT("steps", steps, 1),
     FLT("lr", lr, 1e-12, 10.0),
@@ -113,9 +112,6 @@ int px_job_flag_apply(const px_job_flag_t *f, unsigned where, const char *s,
     case PX_JOB_FLAG_PRECISION:
         cfg->precision = px_job_config_precision_parse(s);
         return cfg->precision < 0 ? p->bad_name(p->arg, flag, s) : 0;
-    case PX_JOB_FLAG_CPU_BIND:
-        cfg->cpu_bind = px_job_config_cpu_bind_parse(s);
-        return cfg->cpu_bind < 0 ? p->bad_name(p->arg, flag, s) : 0;
     }
     return p->bad_name(p->arg, flag, s);
 }

@@ -29,7 +29,6 @@ typedef enum {
     PX_JOB_FLAG_SET,       /* no value: the int field is set to lo */
     PX_JOB_FLAG_SCHEDULE,  /* a pipeline schedule name (pipesched.h) */
     PX_JOB_FLAG_PRECISION, /* a precision name (px_job_config_precision_parse) */
-    PX_JOB_FLAG_CPU_BIND,  /* none / cores / auto (px_job_config_cpu_bind_parse) */
 } px_job_flag_kind_t;
 
 /* Which tool takes a flag. */

@@ -80,9 +80,6 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
     cfg->precision = px_job_config_precision_parse(spec->precision);
     if (cfg->precision < 0) /* the check names it as sent */
         cfg->precision_name = spec->precision;
-    cfg->cpu_bind = px_job_config_cpu_bind_parse(spec->cpu_bind);
-    if (cfg->cpu_bind < 0) /* the check names it as sent */
-        cfg->cpu_bind_name = spec->cpu_bind;
     cfg->batch = to_int(spec->batch);
     cfg->steps = to_int(spec->steps);
     if (spec->grad_accum)
@@ -166,7 +163,6 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     s->zero = u32(cfg->zero);
     s->bucket_mb = cfg->bucket_mb;
     s->precision = (char *)px_job_config_precision_name(cfg->precision);
-    s->cpu_bind = (char *)px_job_config_cpu_bind_name(cfg->cpu_bind);
     s->checkpoint_every = u32(cfg->checkpoint_every);
     s->checkpoint_dir = (char *)(cfg->checkpoint_dir ? cfg->checkpoint_dir : "");
     s->resume_dir = (char *)(cfg->resume_dir ? cfg->resume_dir : "");

@@ -15,7 +15,7 @@
  *                 [--dump-steps N] [--zero 0-3] [--grad-accum N]
  *                 [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]
  *                 [--export-safetensors FILE] [--no-prefetch] [--bucket-mb F]
- *                 [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--cpu-bind MODE]
+ *                 [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]
  * (or --spec-file PATH instead of the job flags). The layout's world must be
  * PX_WORLD_SIZE (1 when unset); --dp defaults to PX_WORLD_SIZE / (tp x pp x
  * cp), so the data-parallel invocations of old keep working.
@@ -45,7 +45,6 @@
 #include "jobflags.h"
 #include "jobspec.h"
 #include "px_blas_core.h"
-#include "cpubind.h"
 #include "px_env.h"
 #include "px_log.h"
 #include "pipesched.h"
@@ -92,8 +91,6 @@ static void usage(FILE *out)
             "         [--device cpu|cuda|cuda:K|sim] (default cpu; sim: the simulated\n"
             "          device for tests, with PX_SIM_DEVICE=1)\n"
             "         [--precision fp32|bf16] (default fp32; bf16: bf16 GEMM and attention operands, fp32 elsewhere)\n"
-            "         [--cpu-bind none|cores|auto] (default auto: each rank of the job on this machine\n"
-            "          to its own allowed CPU when they fit; rank/cpubind.h)\n"
             "         [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--sequence-parallel]\n"
             "         [--micro-batches M] [--schedule gpipe|1f1b|zb1|interleaved]\n"
             "         [--virtual-stages V] (interleaved: model chunks per stage) [--stage-layers 2,2,1,1]\n"
@@ -218,8 +215,6 @@ static int flag_bad_name(void *arg, const char *flag, const char *s)
     if (!strcmp(flag, "--schedule"))
         fprintf(stderr, "parallax-rank: --schedule: '%s' is not gpipe, 1f1b, zb1 or interleaved\n",
                 s);
-    else if (!strcmp(flag, "--cpu-bind"))
-        fprintf(stderr, "parallax-rank: --cpu-bind: '%s' is not none, cores or auto\n", s);
     else
         fprintf(stderr, "parallax-rank: %s: '%s' is not fp32 or bf16\n", flag, s);
     return -1;
@@ -509,9 +504,6 @@ int main(int argc, char **argv)
         wo.rendezvous_arg = ctx.link;
     }
     PX_CHECK_GOTO(px_world_open(&wo, &pw), status, out);
-    /* issue 13: --cpu-bind, before training starts any work */
-    const char *device = a.device ? a.device : getenv("PX_DEVICE");
-    PX_CHECK_GOTO(px_cpubind_apply(a.cfg.cpu_bind, px_world_comm(pw), device, NULL), status, out);
 
     px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps,
                             .test_norm_ones = a.test_norm_ones,
@@ -519,7 +511,7 @@ int main(int argc, char **argv)
                             .router_skew = a.router_skew,
                             /* the daemon names the rank's device in PX_DEVICE (cpu:K, or
                              * cuda:0 with CUDA_VISIBLE_DEVICES its one GPU) */
-                            .device = device};
+                            .device = a.device ? a.device : getenv("PX_DEVICE")};
     status = px_train_run_ex(&a.cfg, px_world_comm(pw), on_step, &ctx, &o);
     if (status == PX_OK || status == PX_ERR_ABORTED)
         ret = 0;

@@ -576,28 +576,6 @@ static void test_jobspec(void)
                px_job_config_precision_parse(NULL) == PX_PRECISION_FP32 &&
                !strcmp(px_job_config_precision_name(PX_PRECISION_BF16), "bf16"), "names");
     }
-    /* issue 13: cpu_bind "" (an old client) is auto; names round trip; an
-     * unknown name is what the daemon's submit check rejects, named as sent */
-    EXPECT(c.cpu_bind == PX_CPU_BIND_AUTO, "cpu_bind \"\" is auto");
-    {
-        px_job_config_t bc, bb;
-        px_jobspec_msg_t bm;
-        char berr[256];
-        base(&bc);
-        bc.cpu_bind = PX_CPU_BIND_CORES;
-        px_jobspec_from_config(&bc, &bm);
-        Parallax__V1__JobSpec *bu = wire(&bm.spec);
-        EXPECT(bu && !strcmp(bu->cpu_bind, "cores"), "cpu_bind on the wire");
-        px_jobspec_to_config(bu, &bb);
-        EXPECT(bb.cpu_bind == PX_CPU_BIND_CORES, "cpu_bind round trip");
-        parallax__v1__job_spec__free_unpacked(bu, NULL);
-        s.cpu_bind = "sockets";
-        px_jobspec_to_config(&s, &bb);
-        EXPECT(bb.cpu_bind == -1 && px_job_config_check(&bb, PX_JOBCFG_LAYOUT_ONLY, berr, sizeof(berr)) ==
-               PX_ERR_INVALID_ARGUMENT && strstr(berr, "cpu_bind='sockets' is not none, cores or auto"),
-               "unknown cpu_bind rejected, named as sent: %s", berr);
-        s.cpu_bind = "";
-    }
     Parallax__V1__ParallelSpec p = PARALLAX__V1__PARALLEL_SPEC__INIT;
     s.parallel = &p;
     p.tp = 2;
@@ -720,12 +698,6 @@ static void test_jobflags(void)
                    c.precision == PX_PRECISION_BF16, "--precision bf16");
             EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "fp64", &c, &p) == -2 &&
                    !strcmp(last_flag, "--precision=fp64"), "--precision fp64: %s", last_flag);
-            break;
-        case PX_JOB_FLAG_CPU_BIND: /* issue 13 */
-            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "cores", &c, &p) == 0 &&
-                   c.cpu_bind == PX_CPU_BIND_CORES, "--cpu-bind cores");
-            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "sockets", &c, &p) == -2 &&
-                   !strcmp(last_flag, "--cpu-bind=sockets"), "--cpu-bind sockets: %s", last_flag);
             break;
         }
     }
