@@ -12,7 +12,11 @@
 # (users do not bind it). With perf installed, each rank process runs
 # under `perf stat -e cpu-migrations,context-switches,task-clock`, and the
 # end prints, per variant, the rank processes' migrations (each), mean
-# context switches and mean CPUs utilized (task-clock / wall).
+# context switches and mean CPUs utilized (task-clock / wall). With
+# BIND_SCHED=1 in the environment, instead of perf: each rank's
+# /proc/PID/schedstat at its end, and per variant the mean time a rank ran
+# and the mean time it was runnable but waiting for a CPU (run_delay: the
+# time a peer stalls on it, whatever the code does).
 #
 # Output: WORK/{zero,ddp}_b{0,1}_rN.txt (each bench's own table, with the
 # load average) and the perf summary on stdout.
@@ -32,12 +36,23 @@ cat > "$WORK/wrap/rank/parallax-rank" <<EOF
 core=\${PX_RANK:-0}
 case "\$*" in *single_1_*) core=1;; esac
 core=\$((core % $NCPU))
+pin=""
+[ "\$BIND" = 1 ] && pin="taskset -c \$core"
+if [ "\$BIND_SCHED" = 1 ]; then
+  # the kernel's account of the rank (/proc/PID/schedstat: on-CPU ns,
+  # run-queue wait ns, timeslices), read until it exits
+  \$pin $BUILD/rank/parallax-rank "\$@" &
+  pid=\$!; last=""
+  while kill -0 \$pid 2>/dev/null; do s=\$(cat /proc/\$pid/schedstat 2>/dev/null) && last=\$s; sleep 0.1; done
+  wait \$pid; rc=\$?
+  echo "\$last" > \$BIND_PERF_DIR/sched.\$pid.txt
+  exit \$rc
+fi
 pre=""
 if command -v perf >/dev/null 2>&1; then
   pre="perf stat -e cpu-migrations,context-switches,task-clock -x, -o \$BIND_PERF_DIR/perf.\$\$.txt"
 fi
-if [ "\$BIND" = 1 ]; then exec \$pre taskset -c \$core $BUILD/rank/parallax-rank "\$@"; fi
-exec \$pre $BUILD/rank/parallax-rank "\$@"
+exec \$pre \$pin $BUILD/rank/parallax-rank "\$@"
 EOF
 chmod +x "$WORK/wrap/rank/parallax-rank"
 
@@ -73,6 +88,9 @@ for k in $kinds; do
             /context-switches/ {c += $1}
             /task-clock/ {u += $6}
             END {if (n) printf "%d rank processes, migrations each:%s; context switches mean %.0f; CPUs utilized mean %.3f\n", n, m, c / n, u / n; else print "no perf figures"}'
+        cat "$WORK/perf_${k}_b$b"/sched.*.txt 2>/dev/null | awk '
+            {n++; cpu += $1 / 1e9; wait += $2 / 1e9; sl += $3}
+            END {if (n) printf "  schedstat: %d rank processes, on CPU %.2f s, runnable but waiting for a CPU %.2f s, %.0f timeslices (means)\n", n, cpu / n, wait / n, sl / n}'
     done
 done
 echo "work dir: $WORK"
