@@ -12,6 +12,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifndef ATT_BLOCK
@@ -61,12 +62,173 @@ static inline void softmax_row_backward(float *restrict d, const float *restrict
         d[j] = a[j] * (d[j] - dot) * scale;
 }
 
+/* ---- the GEMMs of one (batch, head), register-tiled ----
+ *
+ * At head size 64 the score GEMMs are small (K = 64; 64-row blocks), and
+ * OpenBLAS spent about a third of their time packing operands per call and
+ * zeroing C (beta 0) rather than multiplying (bench_attn.c, perf). Here the
+ * one operand that needs a transposed layout (k or v as (hs, T)) is packed
+ * once per (batch, head) and reused by every row tile; the others are read
+ * in place. */
+
+#define MR 6  /* rows of C per register tile */
+#define NR 16 /* columns of C per register tile (two 8-lane vectors) */
+
+/* c (mr, N) = alpha * a (mr, K) @ b (K, N)  [+ c when acc], mr <= MR.
+ * a(i, k) = a[i * ars + k * acs] (any strides: rows of q, or a transposed
+ * view of att / dscores), b row k at b + k * ldb (unit stride), c row i at
+ * c + i * ldc. Every element is summed in k order from 0, each term a
+ * product then an add (no FMA contraction in ISO C), then scaled by alpha
+ * once, so the bits of an element depend on neither the tile it falls in
+ * nor the ISA the clone runs: the vector tiles and the scalar column tail
+ * do the same operations. */
+static inline __attribute__((always_inline)) void panel(float *restrict c, size_t ldc, const float *a, size_t ars, size_t acs,
+                         const float *b, size_t ldb, int mr, int N, int K, float alpha, int acc)
+{
+    const float *ar[MR];
+    for (int i = 0; i < MR; i++) /* rows past mr repeat the last: computed, not stored */
+        ar[i] = a + (size_t)(i < mr ? i : mr - 1) * ars;
+    const px__v8f va = px__v8f_set1(alpha);
+    int j = 0;
+    for (; j + NR <= N; j += NR) {
+        px__v8f c0[MR], c1[MR];
+        for (int i = 0; i < MR; i++)
+            c0[i] = c1[i] = px__v8f_set1(0.0f);
+        const float *bk = b + j;
+        for (int k = 0; k < K; k++, bk += ldb) {
+            px__v8f b0 = px__v8f_load(bk), b1 = px__v8f_load(bk + 8);
+            size_t ko = (size_t)k * acs;
+#pragma GCC unroll 6
+            for (int i = 0; i < MR; i++) {
+                float x = ar[i][ko]; /* scalar * vector: one broadcast */
+                c0[i] += x * b0;
+                c1[i] += x * b1;
+            }
+        }
+        for (int i = 0; i < mr; i++) {
+            float *ci = c + (size_t)i * ldc + j;
+            px__v8f r0 = va * c0[i], r1 = va * c1[i];
+            if (acc) {
+                r0 += px__v8f_load(ci);
+                r1 += px__v8f_load(ci + 8);
+            }
+            px__v8f_store(ci, r0);
+            px__v8f_store(ci + 8, r1);
+        }
+    }
+    for (; j < N; j++) /* column tail, the same operations one by one */
+        for (int i = 0; i < mr; i++) {
+            float s = 0.0f;
+            for (int k = 0; k < K; k++)
+                s += ar[i][(size_t)k * acs] * b[(size_t)k * ldb + j];
+            float *ci = c + (size_t)i * ldc + j;
+            *ci = acc ? alpha * s + *ci : alpha * s;
+        }
+}
+
+/* dst (hs, T) <- src (T, hs) rows at stride ld: k or v transposed, packed;
+ * by 8 rows at a time, so the writes are 8 floats long and the 8 source
+ * rows stay in L1 */
+static void pack_t(float *restrict dst, const float *src, size_t ld, int T, int hs)
+{
+    for (int t0 = 0; t0 < T; t0 += 8) {
+        int n = T - t0 < 8 ? T - t0 : 8;
+        for (int d = 0; d < hs; d++)
+            for (int i = 0; i < n; i++)
+                dst[(size_t)d * T + t0 + i] = src[(size_t)(t0 + i) * ld + d];
+    }
+}
+
+/* dst (T, hs) <- src (T, hs) rows at stride ld, made contiguous (a GEMM
+ * operand walked row by row: 4 KiB apart in the fused qkv tensor they
+ * would cost a TLB entry each) */
+static void pack_rows(float *restrict dst, const float *src, size_t ld, int T, int hs)
+{
+    for (int t = 0; t < T; t++)
+        memcpy(dst + (size_t)t * hs, src + (size_t)t * ld, (size_t)hs * sizeof(float));
+}
+
+/* columns a row tile [i0, i0 + mr) needs of a (T, T) causal score matrix:
+ * keys [0, i0 + mr), rounded up to whole register tiles, at most T */
+static inline int tile_cols(int i0, int mr, int T)
+{
+    int n = (i0 + mr + NR - 1) / NR * NR;
+    return n < T ? n : T;
+}
+
+/* Forward of one (b, h) with the tiled GEMMs; kt: 2*hs*T floats of work
+ * (k transposed, then v's rows packed). */
+PX__CLONES
+static void forward_tiled(float *o, float *a, const float *q, const float *k, const float *v,
+                          float *kt, int T, int C, int hs, float scale)
+{
+    const size_t C3 = 3 * (size_t)C;
+    float *vc = kt + (size_t)hs * T;
+    pack_t(kt, k, C3, T, hs);
+    pack_rows(vc, v, C3, T, hs);
+    for (int i0 = 0; i0 < T; i0 += MR) {
+        int mr = T - i0 < MR ? T - i0 : MR;
+        /* scores[i0:i0+mr, 0:n] = scale * q @ k^T (beyond the diagonal
+         * computed, then overwritten by the softmax's zeros) */
+        panel(a + (size_t)i0 * T, T, q + (size_t)i0 * C3, C3, 1, kt, T, mr,
+              tile_cols(i0, mr, T), hs, scale, 0);
+        for (int t = i0; t < i0 + mr; t++)
+            softmax_row(a + (size_t)t * T, t + 1, T);
+        /* out[i0:i0+mr] = att[i0:i0+mr, 0:i0+mr] @ v[0:i0+mr] (the zeros
+         * past a row's diagonal add exact zeros) */
+        panel(o + (size_t)i0 * C, C, a + (size_t)i0 * T, T, 1, vc, hs, mr, hs, i0 + mr, 1.0f,
+              0);
+    }
+}
+
+/* Backward of one (b, h) with the tiled GEMMs (dq, dk, dv accumulate);
+ * ds: T*T floats of work, vt: 5*hs*T floats of work (v transposed, the
+ * rows of k, dout and q packed, dv^T; dk^T reuses the first). */
+PX__CLONES
+static void backward_tiled(float *dq, float *dk, float *dv, float *ds, float *vt,
+                           const float *q, const float *k, const float *v, const float *a,
+                           const float *d, int T, int C, int hs, float scale)
+{
+    const size_t C3 = 3 * (size_t)C;
+    const size_t th = (size_t)T * hs;
+    float *kc = vt + th, *dc = vt + 2 * th, *qc = vt + 3 * th;
+    pack_t(vt, v, C3, T, hs);
+    pack_rows(kc, k, C3, T, hs);
+    pack_rows(dc, d, (size_t)C, T, hs);
+    pack_rows(qc, q, C3, T, hs);
+    for (int i0 = 0; i0 < T; i0 += MR) {
+        int mr = T - i0 < MR ? T - i0 : MR;
+        /* datt[i0:i0+mr, 0:n] = dout @ v^T, then dscores in place */
+        panel(ds + (size_t)i0 * T, T, d + (size_t)i0 * C, C, 1, vt, T, mr,
+              tile_cols(i0, mr, T), hs, 1.0f, 0);
+        for (int t = i0; t < i0 + mr; t++) {
+            float *drow = ds + (size_t)t * T;
+            softmax_row_backward(drow, a + (size_t)t * T, t + 1, scale);
+            if (t + 1 < T)
+                memset(drow + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+        }
+        /* dq[i0:i0+mr] += ds[i0:i0+mr, 0:i0+mr] @ k[0:i0+mr] */
+        panel(dq + (size_t)i0 * C3, C3, ds + (size_t)i0 * T, T, 1, kc, hs, mr, hs, i0 + mr,
+              1.0f, 1);
+    }
+    /* dv += att^T @ dout, dk += ds^T @ q by sgemm over row blocks of
+     * ATT_BLOCK queries (block [r0, r1) touches keys [0, r1) only) */
+    for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, M = r1 - r0;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, M, 1.0f, a + (size_t)r0 * T,
+                    T, dc + (size_t)r0 * hs, hs, 1.0f, dv, (int)C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, M, 1.0f,
+                    ds + (size_t)r0 * T, T, qc + (size_t)r0 * hs, hs, 1.0f, dk, (int)C3);
+    }
+}
+
 PX__CLONES
 void px__cpu_attention_forward(float *out, float *att, const float *inp, int B, int T, int C,
                                int NH)
 {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
+    float *kt = malloc(2 * (size_t)hs * T * sizeof(float));
 
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
@@ -76,6 +238,12 @@ void px__cpu_attention_forward(float *out, float *att, const float *inp, int B, 
             float *a = att + ((size_t)b * NH + h) * T * T;
             float *o = out + (size_t)b * T * C + (size_t)h * hs;
 
+            if (kt) {
+                forward_tiled(o, a, q, k, v, kt, T, C, hs, scale);
+                continue;
+            }
+            /* no memory for the packed k: sgemm by row blocks (the same
+             * math; results may differ in the last bits) */
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
                 int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, M = r1 - r0;
                 /* scores[r0:r1, 0:r1] = scale * q[r0:r1] @ k[0:r1]^T */
@@ -89,6 +257,7 @@ void px__cpu_attention_forward(float *out, float *att, const float *inp, int B, 
             }
         }
     }
+    free(kt);
 }
 
 PX__CLONES
@@ -97,6 +266,7 @@ void px__cpu_attention_backward(float *dinp, float *scratch, const float *dout, 
 {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
+    float *vt = malloc(5 * (size_t)hs * T * sizeof(float));
 
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
@@ -106,6 +276,12 @@ void px__cpu_attention_backward(float *dinp, float *scratch, const float *dout, 
             const float *a = att + ((size_t)b * NH + h) * T * T;
             const float *d = dout + (size_t)b * T * C + (size_t)h * hs;
             float *ds = scratch; /* (T,T): datt, then dscores in place */
+
+            if (vt) {
+                backward_tiled(dq, dk, dv, ds, vt, q, k, v, a, d, T, C, hs, scale);
+                continue;
+            }
+            /* no memory for the packed v: sgemm by row blocks */
 
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
                 int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, M = r1 - r0;
@@ -133,4 +309,5 @@ void px__cpu_attention_backward(float *dinp, float *scratch, const float *dout, 
             }
         }
     }
+    free(vt);
 }
