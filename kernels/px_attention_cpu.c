@@ -1,9 +1,14 @@
 /* px_attention_cpu.c: causal multi-head self-attention on the CPU.
  *
- * Per (batch, head), q/k/v are read in place from the fused qkv tensor
- * (B,T,3C) with leading dimension 3C, so no copies. The T x T score matrix
- * is computed by sgemm in row blocks of ATT_BLOCK rows: block [r0,r1) only
- * needs key columns [0,r1), which skips most of the masked upper triangle.
+ * Per (batch, head), q/k/v are read from the fused qkv tensor (B,T,3C)
+ * with leading dimension 3C. The score, P@V, dP and dQ products run in
+ * register tiles of 6 rows x 16 columns (panel(), below) over the causal
+ * part only (a row tile's keys end at its last row, rounded up to 16),
+ * with the operand walked by rows packed once per (batch, head) (k and v
+ * transposed, k/v/dout/q rows made contiguous) into one malloc'd work
+ * buffer per call; dV and dK are sgemm over row blocks of ATT_BLOCK rows.
+ * Where that buffer cannot be had, everything falls back to sgemm in row
+ * blocks (block [r0,r1) only needs key columns [0,r1)).
  * Invariant: att rows are zero beyond the diagonal, for every (b,h,t).
  * Stateless; any thread. */
 #include "px_kernels_cpu.h"
