@@ -1,14 +1,14 @@
 /* px_attention_cpu.c: causal multi-head self-attention on the CPU.
  *
  * Per (batch, head), q/k/v are read from the fused qkv tensor (B,T,3C)
- * with leading dimension 3C. The score, P@V, dP and dQ products run in
- * register tiles of 6 rows x 16 columns (panel(), below) over the causal
- * part only (a row tile's keys end at its last row, rounded up to 16),
- * with the operand walked by rows packed once per (batch, head) (k and v
- * transposed, k/v/dout/q rows made contiguous) into one malloc'd work
- * buffer per call; dV and dK are sgemm over row blocks of ATT_BLOCK rows.
- * Where that buffer cannot be had, everything falls back to sgemm in row
- * blocks (block [r0,r1) only needs key columns [0,r1)).
+ * with leading dimension 3C. Forward: the scores and P@V run in register
+ * tiles of 6 rows x 16 columns (panel(), below) over the causal part only
+ * (a row tile's keys end at its last row, rounded up to 16), with k^T and
+ * v packed once per (batch, head) into one aligned work buffer per call;
+ * where that buffer cannot be had, sgemm in row blocks as the backward.
+ * Backward: sgemm in row blocks of ATT_BLOCK rows (block [r0,r1) only
+ * needs key columns [0,r1), which skips most of the masked upper
+ * triangle); tiling it as the forward measured no faster (issue 13).
  * Invariant: att rows are zero beyond the diagonal, for every (b,h,t).
  * Stateless; any thread. */
 #include "px_kernels_cpu.h"
@@ -69,26 +69,31 @@ static inline void softmax_row_backward(float *restrict d, const float *restrict
 
 /* ---- the GEMMs of one (batch, head), register-tiled ----
  *
- * At head size 64 the score GEMMs are small (K = 64; 64-row blocks), and
- * OpenBLAS spent about a third of their time packing operands per call and
- * zeroing C (beta 0) rather than multiplying (bench_attn.c, perf). Here the
- * one operand that needs a transposed layout (k or v as (hs, T)) is packed
- * once per (batch, head) and reused by every row tile; the others are read
- * in place. */
+ * At head size 64 the attention GEMMs are small (K = 64, or 64-row
+ * blocks), and OpenBLAS spent about a third of their time packing operands
+ * per call and zeroing C (beta 0) rather than multiplying (bench_attn.c,
+ * perf). Here the operand a tile streams through (k^T for the scores, v
+ * for P@V) is packed once per (batch, head) into
+ * 16-column panels, each panel K rows of 16 contiguous floats, so the k
+ * loop of a tile reads memory in order; the other operand is read in
+ * place, one float at a time, broadcast. */
 
 #define MR 6  /* rows of C per register tile */
 #define NR 16 /* columns of C per register tile (two 8-lane vectors) */
 
 /* c (mr, N) = alpha * a (mr, K) @ b (K, N)  [+ c when acc], mr <= MR.
- * a(i, k) = a[i * ars + k * acs] (any strides: rows of q, or a transposed
- * view of att / dscores), b row k at b + k * ldb (unit stride), c row i at
+ * a(i, k) = a[i * ars + k * acs] (rows of q, dout, att or dscores at any
+ * stride). b is packed by pack_panels(): element (k, j) at
+ * b[(j / NR) * bps + k * NR + j % NR], bps = NR * (the K it was packed
+ * with), so a caller may use the first K rows of a panel. c row i at
  * c + i * ldc. Every element is summed in k order from 0, each term a
  * product then an add (no FMA contraction in ISO C), then scaled by alpha
  * once, so the bits of an element depend on neither the tile it falls in
  * nor the ISA the clone runs: the vector tiles and the scalar column tail
  * do the same operations. */
-static inline __attribute__((always_inline)) void panel(float *restrict c, size_t ldc, const float *a, size_t ars, size_t acs,
-                         const float *b, size_t ldb, int mr, int N, int K, float alpha, int acc)
+static inline __attribute__((always_inline)) void
+panel(float *restrict c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
+      size_t bps, int mr, int N, int K, float alpha, int acc)
 {
     const float *ar[MR];
     for (int i = 0; i < MR; i++) /* rows past mr repeat the last: computed, not stored */
@@ -99,8 +104,8 @@ static inline __attribute__((always_inline)) void panel(float *restrict c, size_
         px__v8f c0[MR], c1[MR];
         for (int i = 0; i < MR; i++)
             c0[i] = c1[i] = px__v8f_set1(0.0f);
-        const float *bk = b + j;
-        for (int k = 0; k < K; k++, bk += ldb) {
+        const float *bk = b + (size_t)(j / NR) * bps;
+        for (int k = 0; k < K; k++, bk += NR) {
             px__v8f b0 = px__v8f_load(bk), b1 = px__v8f_load(bk + 8);
             size_t ko = (size_t)k * acs;
 #pragma GCC unroll 6
@@ -121,36 +126,47 @@ static inline __attribute__((always_inline)) void panel(float *restrict c, size_
             px__v8f_store(ci + 8, r1);
         }
     }
-    for (; j < N; j++) /* column tail, the same operations one by one */
+    for (; j < N; j++) { /* column tail, the same operations one by one */
+        const float *bj = b + (size_t)(j / NR) * bps + j % NR;
         for (int i = 0; i < mr; i++) {
             float s = 0.0f;
             for (int k = 0; k < K; k++)
-                s += ar[i][(size_t)k * acs] * b[(size_t)k * ldb + j];
+                s += ar[i][(size_t)k * acs] * bj[(size_t)k * NR];
             float *ci = c + (size_t)i * ldc + j;
             *ci = acc ? alpha * s + *ci : alpha * s;
         }
-}
-
-/* dst (hs, T) <- src (T, hs) rows at stride ld: k or v transposed, packed;
- * by 8 rows at a time, so the writes are 8 floats long and the 8 source
- * rows stay in L1 */
-static void pack_t(float *restrict dst, const float *src, size_t ld, int T, int hs)
-{
-    for (int t0 = 0; t0 < T; t0 += 8) {
-        int n = T - t0 < 8 ? T - t0 : 8;
-        for (int d = 0; d < hs; d++)
-            for (int i = 0; i < n; i++)
-                dst[(size_t)d * T + t0 + i] = src[(size_t)(t0 + i) * ld + d];
     }
 }
 
-/* dst (T, hs) <- src (T, hs) rows at stride ld, made contiguous (a GEMM
- * operand walked row by row: 4 KiB apart in the fused qkv tensor they
- * would cost a TLB entry each) */
-static void pack_rows(float *restrict dst, const float *src, size_t ld, int T, int hs)
+/* Pack a (K, N) operand into NR-column panels for panel(): element (k, j)
+ * = src[k * sk + j * sj] goes to dst[(j / NR) * NR * K + k * NR + j % NR];
+ * sk = 1, sj = ld packs the transpose of a (N, K) row-major matrix (k^T,
+ * v^T: K = hs, N = T), sk = ld, sj = 1 a (K, N) one (v, k: K = T, N = hs).
+ * dst holds ceil(N / NR) * NR * K floats; a last partial panel's unused
+ * columns are left as they are (never read). */
+static void pack_panels(float *restrict dst, const float *src, size_t sk, size_t sj, int K,
+                        int N)
 {
-    for (int t = 0; t < T; t++)
-        memcpy(dst + (size_t)t * hs, src + (size_t)t * ld, (size_t)hs * sizeof(float));
+    for (int j0 = 0; j0 < N; j0 += NR) {
+        int nj = N - j0 < NR ? N - j0 : NR;
+        float *pd = dst + (size_t)j0 * K;
+        if (sj == 1) {
+            for (int k = 0; k < K; k++)
+                memcpy(pd + (size_t)k * NR, src + (size_t)k * sk + j0, (size_t)nj * sizeof(float));
+        } else {
+            for (int jj = 0; jj < nj; jj++) { /* one source row at a time */
+                const float *sr = src + (size_t)(j0 + jj) * sj;
+                for (int k = 0; k < K; k++)
+                    pd[(size_t)k * NR + jj] = sr[(size_t)k * sk];
+            }
+        }
+    }
+}
+
+/* floats pack_panels() writes for N columns of K rows */
+static inline size_t panels_size(int K, int N)
+{
+    return (size_t)(N + NR - 1) / NR * NR * K;
 }
 
 /* columns a row tile [i0, i0 + mr) needs of a (T, T) causal score matrix:
@@ -161,70 +177,37 @@ static inline int tile_cols(int i0, int mr, int T)
     return n < T ? n : T;
 }
 
-/* Forward of one (b, h) with the tiled GEMMs; kt: 2*hs*T floats of work
- * (k transposed, then v's rows packed). */
+/* Forward of one (b, h) with the tiled GEMMs; work: work_floats(T, hs). */
 PX__CLONES
 static void forward_tiled(float *o, float *a, const float *q, const float *k, const float *v,
-                          float *kt, int T, int C, int hs, float scale)
+                          float *work, int T, int C, int hs, float scale)
 {
     const size_t C3 = 3 * (size_t)C;
-    float *vc = kt + (size_t)hs * T;
-    pack_t(kt, k, C3, T, hs);
-    pack_rows(vc, v, C3, T, hs);
+    float *kt = work, *vp = work + panels_size(hs, T);
+    pack_panels(kt, k, 1, C3, hs, T); /* k^T (hs, T) */
+    pack_panels(vp, v, C3, 1, T, hs); /* v (T, hs) */
     for (int i0 = 0; i0 < T; i0 += MR) {
         int mr = T - i0 < MR ? T - i0 : MR;
         /* scores[i0:i0+mr, 0:n] = scale * q @ k^T (beyond the diagonal
          * computed, then overwritten by the softmax's zeros) */
-        panel(a + (size_t)i0 * T, T, q + (size_t)i0 * C3, C3, 1, kt, T, mr,
+        panel(a + (size_t)i0 * T, T, q + (size_t)i0 * C3, C3, 1, kt, (size_t)NR * hs, mr,
               tile_cols(i0, mr, T), hs, scale, 0);
         for (int t = i0; t < i0 + mr; t++)
             softmax_row(a + (size_t)t * T, t + 1, T);
         /* out[i0:i0+mr] = att[i0:i0+mr, 0:i0+mr] @ v[0:i0+mr] (the zeros
          * past a row's diagonal add exact zeros) */
-        panel(o + (size_t)i0 * C, C, a + (size_t)i0 * T, T, 1, vc, hs, mr, hs, i0 + mr, 1.0f,
-              0);
+        panel(o + (size_t)i0 * C, C, a + (size_t)i0 * T, T, 1, vp, (size_t)NR * T, mr, hs,
+              i0 + mr, 1.0f, 0);
     }
 }
 
-/* Backward of one (b, h) with the tiled GEMMs (dq, dk, dv accumulate);
- * ds: T*T floats of work, vt: 5*hs*T floats of work (v transposed, the
- * rows of k, dout and q packed, dv^T; dk^T reuses the first). */
-PX__CLONES
-static void backward_tiled(float *dq, float *dk, float *dv, float *ds, float *vt,
-                           const float *q, const float *k, const float *v, const float *a,
-                           const float *d, int T, int C, int hs, float scale)
+/* the work buffer of forward_tiled: two packed operands,
+ * 64-byte aligned (whole cache lines per packed row); NULL when out of
+ * memory. Caller frees. */
+static float *work_alloc(int T, int hs)
 {
-    const size_t C3 = 3 * (size_t)C;
-    const size_t th = (size_t)T * hs;
-    float *kc = vt + th, *dc = vt + 2 * th, *qc = vt + 3 * th;
-    pack_t(vt, v, C3, T, hs);
-    pack_rows(kc, k, C3, T, hs);
-    pack_rows(dc, d, (size_t)C, T, hs);
-    pack_rows(qc, q, C3, T, hs);
-    for (int i0 = 0; i0 < T; i0 += MR) {
-        int mr = T - i0 < MR ? T - i0 : MR;
-        /* datt[i0:i0+mr, 0:n] = dout @ v^T, then dscores in place */
-        panel(ds + (size_t)i0 * T, T, d + (size_t)i0 * C, C, 1, vt, T, mr,
-              tile_cols(i0, mr, T), hs, 1.0f, 0);
-        for (int t = i0; t < i0 + mr; t++) {
-            float *drow = ds + (size_t)t * T;
-            softmax_row_backward(drow, a + (size_t)t * T, t + 1, scale);
-            if (t + 1 < T)
-                memset(drow + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
-        }
-        /* dq[i0:i0+mr] += ds[i0:i0+mr, 0:i0+mr] @ k[0:i0+mr] */
-        panel(dq + (size_t)i0 * C3, C3, ds + (size_t)i0 * T, T, 1, kc, hs, mr, hs, i0 + mr,
-              1.0f, 1);
-    }
-    /* dv += att^T @ dout, dk += ds^T @ q by sgemm over row blocks of
-     * ATT_BLOCK queries (block [r0, r1) touches keys [0, r1) only) */
-    for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, M = r1 - r0;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, M, 1.0f, a + (size_t)r0 * T,
-                    T, dc + (size_t)r0 * hs, hs, 1.0f, dv, (int)C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, M, 1.0f,
-                    ds + (size_t)r0 * T, T, qc + (size_t)r0 * hs, hs, 1.0f, dk, (int)C3);
-    }
+    size_t bytes = (panels_size(hs, T) + panels_size(T, hs)) * sizeof(float);
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
 }
 
 PX__CLONES
@@ -233,7 +216,7 @@ void px__cpu_attention_forward(float *out, float *att, const float *inp, int B, 
 {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-    float *kt = malloc(2 * (size_t)hs * T * sizeof(float));
+    float *kt = work_alloc(T, hs);
 
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
@@ -271,7 +254,6 @@ void px__cpu_attention_backward(float *dinp, float *scratch, const float *dout, 
 {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-    float *vt = malloc(5 * (size_t)hs * T * sizeof(float));
 
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
@@ -281,12 +263,6 @@ void px__cpu_attention_backward(float *dinp, float *scratch, const float *dout, 
             const float *a = att + ((size_t)b * NH + h) * T * T;
             const float *d = dout + (size_t)b * T * C + (size_t)h * hs;
             float *ds = scratch; /* (T,T): datt, then dscores in place */
-
-            if (vt) {
-                backward_tiled(dq, dk, dv, ds, vt, q, k, v, a, d, T, C, hs, scale);
-                continue;
-            }
-            /* no memory for the packed v: sgemm by row blocks */
 
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
                 int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, M = r1 - r0;
@@ -314,5 +290,4 @@ void px__cpu_attention_backward(float *dinp, float *scratch, const float *dout, 
             }
         }
     }
-    free(vt);
 }
