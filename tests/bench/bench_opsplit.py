@@ -10,6 +10,9 @@ charges every sample to one op:
     the sgemm and libm frames below it count for it);
   * else, with gpt.c/zero.c/train.c above it, the engine function nearest
     to the sample (memset/memcpy of the engine: gradient zeroing, copies);
+  * an OpenBLAS frame whose stack ends there (its assembly has no unwind
+    information: sgemm_beta, the C zeroing of beta-0 calls, mostly the
+    attention's) is 'blas, caller lost';
   * samples under the model's creation and initialisation (px_gpt_create*,
     px_zero_create, init_range) and before the first step are 'init' and
     left out of the step's total.
@@ -40,7 +43,8 @@ FAMILY = [('matmul', re.compile(r'matmul')), ('attention', re.compile(r'attentio
           ('layernorm', re.compile(r'layernorm')), ('gelu', re.compile(r'gelu')),
           ('residual', re.compile(r'residual')), ('crossentropy', re.compile(r'crossentropy')),
           ('encoder', re.compile(r'encoder')), ('adamw', re.compile(r'adamw')),
-          ('zero/copy', re.compile(r'memset|memmove|memcpy|mem_set|mem_copy|clear_page|fault'))]
+          ('zero/copy', re.compile(r'memset|memmove|memcpy|mem_set|mem_copy|clear_page|fault')),
+          ('blas, caller lost', re.compile(r'^blas'))]
 
 
 def classify(frames):
@@ -59,6 +63,8 @@ def classify(frames):
             if n.startswith('px_') or n in ('col_backward', 'row_backward'):
                 return 'zero/copy:' + n
         return 'zero/copy:?'
+    if inner.startswith('sgemm_'):  # OpenBLAS asm without unwind info
+        return 'blas, caller lost:' + inner
     for n in names:
         if n.startswith('px_') or n.startswith('h_'):
             return 'other:' + n
