@@ -351,6 +351,10 @@ static void test_attention(void)
     attention_case(2, 5, 8, 2);
     attention_case(1, 70, 8, 2); /* crosses the 64-row block boundary */
     attention_case(1, 37, 64, 2); /* rows of 8-lane chunks and tails, hs 32 */
+    /* hs 64, the models' head size, with T = 101: one whole 64-row block
+     * and a partial one, and rows not a multiple of 6, 8 or 16 (the tile
+     * sizes an optimised kernel would pick) */
+    attention_case(2, 101, 128, 2);
 }
 
 /* ---- blockwise attention (ring attention's kernels) ----
