@@ -10,17 +10,7 @@
 
 #include "px_shm.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
+#include "../px_check.h"
 
 /* Waits that px__spin_backoff_try refuses before it allows one again. */
 static unsigned skipped_before_spin(px__spin_backoff_t *b)
@@ -75,8 +65,8 @@ int main(void)
         }
     CHECK(spins == waits, "always hitting: %u spins in %u waits", spins, waits);
 
-    if (failures) {
-        fprintf(stderr, "test_wait_policy: %d failure(s)\n", failures);
+    if (fails) {
+        fprintf(stderr, "test_wait_policy: %d failure(s)\n", fails);
         return 1;
     }
     printf("test_wait_policy: ok\n");
