@@ -27,7 +27,37 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def ephemeral_range():
+    """The kernel's ephemeral port range (lo, hi) from
+    /proc/sys/net/ipv4/ip_local_port_range (Linux's default 32768-60999)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port():
+    """A TCP port of 127.0.0.1 that was free at the call, picked at random
+    below the ephemeral range: a port of that range (what bind(0) returns)
+    can be handed to any process's connect() or bind(0) - gRPC, UCX and the
+    other tests running beside this one - between this call and the
+    daemon's own bind, which then fails with "address in use". Falls back
+    to bind(0) when the range starts too low to leave room."""
+    import random
+    lo, _ = ephemeral_range()
+    if lo > 11000:
+        for _ in range(200):
+            port = random.randint(10000, lo - 1)
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+            finally:
+                s.close()
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -112,6 +142,10 @@ class Daemon:
         return a + list(self.extra)
 
     def start(self):
+        try:
+            self.log_start = os.path.getsize(self.log_path)
+        except OSError:
+            self.log_start = 0
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT,
                                      env=self.env)
@@ -130,6 +164,15 @@ class Daemon:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError("%s did not stop within %d s of SIGTERM" % (self.name, timeout))
+
+    def log_since_start(self):
+        """The daemon's log written since its last start()."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(getattr(self, "log_start", 0))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def log_tail(self, n=40):
         try:
@@ -157,22 +200,48 @@ class Cluster:
         for d in self.daemons:
             d.peers = [o.peer for o in self.daemons if o is not d]
 
-    def start(self, client_factory):
+    def repick_ports(self):
+        """New control and peer ports for every daemon (and the peer lists
+        that name them): after a daemon found a port taken at start."""
         for d in self.daemons:
-            d.start()
-        c = client_factory(self.daemons[0])
-        want = len(self.daemons)
+            d.control = "127.0.0.1:%d" % free_port()
+            d.peer = "127.0.0.1:%d" % free_port()
+        for d in self.daemons:
+            d.peers = [o.peer for o in self.daemons if o is not d]
 
-        def ready():
+    def start(self, client_factory, attempts=3):
+        """Starts the daemons and waits until each sees all. A daemon that
+        exits at start because another process took its port in the
+        moment since free_port() ("cannot listen" in its log) makes every
+        daemon start again on new ports, up to `attempts` times; any other
+        exit at start is an AssertionError with the daemon's log."""
+        for attempt in range(attempts):
             for d in self.daemons:
-                if not d.alive():
-                    raise AssertionError("daemon %s exited at start:\n%s" % (d.name, d.log_tail()))
-            try:
-                nodes = c.nodes()
-            except Exception:
-                return False
-            return sum(1 for n in nodes if n.get("alive")) == want
-        wait_for(ready, 20, "all %d daemons to see each other" % want)
+                d.start()
+            c = client_factory(self.daemons[0])
+            want = len(self.daemons)
+            taken = []
+
+            def ready():
+                for d in self.daemons:
+                    if not d.alive():
+                        if "cannot listen" in d.log_since_start() and attempt + 1 < attempts:
+                            taken.append(d.name)
+                            return True
+                        raise AssertionError("daemon %s exited at start:\n%s" % (d.name, d.log_tail()))
+                try:
+                    nodes = c.nodes()
+                except Exception:
+                    return False
+                return sum(1 for n in nodes if n.get("alive")) == want
+            wait_for(ready, 20, "all %d daemons to see each other" % want)
+            if not taken:
+                return
+            sys.stderr.write("pxcluster: %s found its port taken at start; new ports (attempt %d)\n"
+                             % (taken[0], attempt + 2))
+            for d in self.daemons:
+                d.stop()
+            self.repick_ports()
 
     def stop(self):
         codes = [d.stop() for d in self.daemons]
