@@ -120,6 +120,32 @@ def wait_for(pred, timeout, what, interval=0.2):
         time.sleep(interval)
 
 
+def wait_all_alive(daemons, client, timeout, what, port_retry=False):
+    """Waits (wait_for, `timeout` s, `what` in its message) until `client`
+    lists every one of `daemons` alive. A daemon that exits first is an
+    AssertionError with its log - unless `port_retry` and its log since its
+    start says "cannot listen" (another process took its port after
+    free_port()): then returns that daemon's name, for the caller to start
+    again on new ports. Returns None once all are up."""
+    want = len(daemons)
+    taken = []
+
+    def ready():
+        for d in daemons:
+            if not d.alive():
+                if port_retry and "cannot listen" in d.log_since_start():
+                    taken.append(d.name)
+                    return True
+                raise AssertionError("daemon %s exited at start:\n%s" % (d.name, d.log_tail()))
+        try:
+            nodes = client.nodes()
+        except Exception:
+            return False
+        return sum(1 for n in nodes if n.get("alive")) == want
+    wait_for(ready, timeout, what)
+    return taken[0] if taken else None
+
+
 class Daemon:
     def __init__(self, exe, name, workdir, devices, env):
         self.exe, self.name, self.env = exe, name, env
@@ -218,27 +244,13 @@ class Cluster:
         for attempt in range(attempts):
             for d in self.daemons:
                 d.start()
-            c = client_factory(self.daemons[0])
-            want = len(self.daemons)
-            taken = []
-
-            def ready():
-                for d in self.daemons:
-                    if not d.alive():
-                        if "cannot listen" in d.log_since_start() and attempt + 1 < attempts:
-                            taken.append(d.name)
-                            return True
-                        raise AssertionError("daemon %s exited at start:\n%s" % (d.name, d.log_tail()))
-                try:
-                    nodes = c.nodes()
-                except Exception:
-                    return False
-                return sum(1 for n in nodes if n.get("alive")) == want
-            wait_for(ready, 20, "all %d daemons to see each other" % want)
+            taken = wait_all_alive(self.daemons, client_factory(self.daemons[0]), 20,
+                                   "all %d daemons to see each other" % len(self.daemons),
+                                   port_retry=attempt + 1 < attempts)
             if not taken:
                 return
             sys.stderr.write("pxcluster: %s found its port taken at start; new ports (attempt %d)\n"
-                             % (taken[0], attempt + 2))
+                             % (taken, attempt + 2))
             for d in self.daemons:
                 d.stop()
             self.repick_ports()

@@ -150,19 +150,8 @@ class Hosts:
         self.make()
         for d in self.daemons:
             d.start()
-        c = client_factory(self.daemons[0])
-        want = len(self.daemons)
-
-        def ready():
-            for d in self.daemons:
-                if not d.alive():
-                    raise AssertionError("daemon %s exited at start:\n%s" % (d.name, d.log_tail()))
-            try:
-                nodes = c.nodes()
-            except Exception:
-                return False
-            return sum(1 for n in nodes if n.get("alive")) == want
-        pc.wait_for(ready, 30, "all %d namespace hosts' daemons to see each other" % want)
+        pc.wait_all_alive(self.daemons, client_factory(self.daemons[0]), 30,
+                          "all %d namespace hosts' daemons to see each other" % len(self.daemons))
 
     def link(self, i, up):
         sh("ip", "-n", self.sw, "link", "set", self.veth(i)[1], "up" if up else "down")
