@@ -163,20 +163,13 @@ void px__cpu_crossentropy_forward(float *losses, float *probs, const float *logi
     }
 }
 
+/* The whole vocabulary is the one shard at column 0 of width Vp: the same
+ * additions as px__cpu_crossentropy_vp_backward (px_tp_cpu.c), in place or
+ * accumulating alike. */
 void px__cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
                                    float dloss, int N, int V, int Vp)
 {
-    for (int n = 0; n < N; n++) {
-        const float *p = probs + (size_t)n * Vp;
-        float *d = dlogits + (size_t)n * Vp;
-        if (d == p) /* in place: as if dlogits had been zeroed (px_kernels.h) */
-            for (int v = 0; v < V; v++)
-                d[v] = 0.0f + p[v] * dloss;
-        else
-            for (int v = 0; v < V; v++)
-                d[v] += p[v] * dloss;
-        d[targets[n]] -= dloss;
-    }
+    px__cpu_crossentropy_vp_backward(dlogits, probs, targets, dloss, N, Vp, 0, V);
 }
 
 /* AdamW touches 4 floats per parameter: built for AVX2 too (ifunc). */
