@@ -83,7 +83,7 @@ typedef struct gpt_acts {
     float *lnf_rstd;  /* (R) */
     float *logits;    /* (B,T,Vp) */
     float *probs;     /* (B,T,Vp), 0 in the padding columns: == logits (the
-                         softmax writes over them, issue 12) */
+                         softmax writes over them) */
     float *losses;    /* (B,T) */
     float *tmp;       /* (B,T,C): projection outputs before the residual add;
                          in backward, sequence parallelism's re-gathered

@@ -193,7 +193,7 @@ typedef struct px_kernel_ops {
      * tables, and the view that keeps fp32 storage, PX_KERNELS_BF16_F32ACTS). */
     int bf16_acts;
     /* What attention_forward / attention_bf16_forward save in `att` for
-     * their backward (issue 12), and so what the engine allocates (plan.h
+     * their backward, and so what the engine allocates (plan.h
      * px_plan_gpt_activations_dev):
      *   0 (cpu, and sim, which runs the cpu ops): the (B,NH,T,T)
      *     probabilities, and attention_backward uses T*T floats of scratch;
@@ -221,7 +221,7 @@ typedef struct px_kernel_ops {
      * loss); losses (N) = -log probs[n, targets[n]] (computed as logsumexp -
      * logit, for accuracy). targets (N) in [0,V); 1 <= V <= Vp.
      * probs may be logits (in place, as llm.c's classifier: the engine
-     * keeps one (N,Vp) buffer, issue 12): each row's logits, the target's
+     * keeps one (N,Vp) buffer): each row's logits, the target's
      * included, are read before its probabilities are written, so the
      * results are the same bits as with separate buffers. */
     void (*crossentropy_forward)(float *losses, float *probs, const float *logits,

@@ -97,7 +97,7 @@
  * peer did not publish within it: the scheduler, balancing by load, had put
  * both ranks on one core whenever anything else ran) backs off: the next 16
  * waits, doubling per miss to 1024, do not spin (px__spin_backoff_try;
- * measured, issue 13: other engineers' load 4-6 on 2 cores with the load
+ * measured: other engineers' load 4-6 on 2 cores with the load
  * average taken as quiet, 4 KiB all-to-all 0.01-0.03 GB/s spinning every
  * wait, 0.44 backing off, 0.57-0.6 never spinning, while on a quiet machine
  * the spin hit every wait and made it 3.8 against 2.3 yielding), and such
@@ -1190,7 +1190,7 @@ int px__shm_sleep(px_comm_t *comm, int timeout_ms)
         ts.tv_nsec = (long)(ms % 1000) * 1000000L;
         /* auto: spin where px__spin_allowed, the peer last published from
          * another CPU than ours (on ours it cannot publish while we spin:
-         * measured, issue 13, other engineers' load 3 on 2 cores, the two
+         * measured, other engineers' load 3 on 2 cores, the two
          * ranks of px-coll-bench were on one CPU at every wait, where Open
          * MPI's ranks, never sleeping, are spread) and the last spins paid
          * (px__spin_backoff_try); a spin that ran out is noted */

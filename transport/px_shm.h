@@ -115,8 +115,8 @@ px_status_t px__shm_segment(px_comm_t *comm, int want, const char *prefix, const
  * (the peer did not publish within it: it is off a core, or slow) costs
  * its whole bound (and held the core the peer may need), so after a miss the next
  * `next` waits (16, doubling on every further miss up to 1024; a hit
- * resets it) take the sched_yield window instead. Measured (issue 13,
- * 2 ranks, other engineers' load 4-13 on 2 cores): the 50 us spin then
+ * resets it) take the sched_yield window instead. Measured
+ * (2 ranks, other engineers' load 4-13 on 2 cores): the 50 us spin then
  * caught 1 wait in 100-200 and 4 KiB all-to-all ran at 0.01-0.03 GB/s
  * against 0.6 in the yield window; the 1-minute load average
  * (px__spin_allowed) misses such load below its threshold. Zeroed: spin. */

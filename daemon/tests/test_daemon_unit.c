@@ -554,7 +554,7 @@ static double memfit_need(const Parallax__V1__JobSpec *s, int cuda)
     return need;
 }
 
-/* issue 12: memfit counts what the engine allocates on the node's kind of
+/* memfit counts what the engine allocates on the node's kind of
  * device. One rank (dp 1), 2 layers, 2 heads, dim 32, seq 256, batch 2
  * (N = 512 tokens), vocab 256:
  *   - GPUs run the fused CUDA attention, which keeps each row's

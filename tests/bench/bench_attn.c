@@ -2,7 +2,7 @@
  * attention ops (px_kernels.h attention_forward / attention_backward) at a
  * GPT model's shapes, and of the other per-element ops of a block
  * (LayerNorm, GELU, residual) for scale. Not a test: a benchmark
- * (issue 13's per-op profile; tests/bench/bench_opsplit.py gives the
+ * (the per-op profile; tests/bench/bench_opsplit.py gives the
  * split in a real run).
  *
  * usage: px-attn-bench B T C NH [REPS]   (REPS default 20)

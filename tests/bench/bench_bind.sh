@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench_bind.sh: does binding each rank to its own core pay? (issue 13;
+# bench_bind.sh: does binding each rank to its own core pay? (a
 # benchmark, run by hand, not by meson)
 #
 # Runs bench_zero.py (--dp 2 --stages 0,3,3np) and, with --ddp,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench_opsplit.py: where one rank's training step spends its CPU time, op by
-op (benchmark, not a test; issue 13's "profile first").
+op (benchmark, not a test: profile before changing kernels).
 
 Runs one standalone single-rank parallax-rank (the bootstrap bench_ddp.py
 uses, OPENBLAS_NUM_THREADS=1) under `perf record --call-graph dwarf` and

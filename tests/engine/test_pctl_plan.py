@@ -110,7 +110,7 @@ def test_tp(pctl):
     for name in want:
         failures += check('plan %s (params, bytes p/g/o, activations)' % name,
                           got[name] == want[name], '%s want %s' % (got[name], want[name]))
-    # --device (issue 12): cuda's fused attention keeps the (L,B,NH,T) lse
+    # --device: cuda's fused attention keeps the (L,B,NH,T) lse
     # (2*2*2*4 = 32 floats) instead of (L,B,NH,T,T) (128) and no (T,T)
     # scratch (16): 112 floats, 448 bytes fewer; sim runs the cpu attention
     for dev, want_b in (('cuda', 14496 - 448), ('sim', 14496), ('cpu', 14496)):

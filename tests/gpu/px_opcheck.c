@@ -557,7 +557,7 @@ static void test_crossentropy(int N, int V, int Vp)
     H->crossentropy_backward(dl, probs, tg, 1.0f / N, N, V, Vp);
     G->crossentropy_backward(d_dl, d_probs, d_tg, 1.0f / N, N, V, Vp);
     check("crossentropy_backward", "dlogits", dl, d_dl, nv, 1e-5);
-    /* in place (issue 12: the engine's one classifier buffer): the device's
+    /* in place (the engine's one classifier buffer): the device's
      * own separate-buffer results, bit for bit (tolerance 0) */
     {
         float *gp = malloc(nv * 4), *gz = malloc(nv * 4), *gl = malloc((size_t)N * 4);

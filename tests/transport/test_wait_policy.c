@@ -3,7 +3,7 @@
  * spin outcomes: a fresh state spins; a miss skips the next 16 waits,
  * every further miss doubles the skip up to 1024, and a hit resets it; a
  * machine where the spin always misses spins on fewer than 1% of its waits
- * (issue 13: the 50 us spin that the peer's shared core made miss every
+ * (measured: the 50 us spin that the peer's shared core made miss every
  * time cost 4 KiB all-to-all 20x). Pure: no ranks, no clock. */
 #include <stdio.h>
 #include <stdlib.h>
