@@ -12,15 +12,11 @@ busbw (nccl-tests factor 2(n-1)/n), and whether the result was exact.
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+from pxport import free_port  # noqa: E402
 
 
 def worker(rank, n, nbytes, iters, port, q):

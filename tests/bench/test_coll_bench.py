@@ -12,9 +12,11 @@ and table outputs agree in shape, and bad values exit 2 naming the flag.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+from pxport import free_port  # noqa: E402
 
 FACTOR = {"all_reduce": lambda n: 2.0 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
           "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
@@ -61,14 +63,6 @@ def check_rows(doc, op, n, minb, maxb, dtype="float"):
             rel = 1e-5 + 1e-6 / r["time_us"]
             assert abs(r["algbw"] - r["size"] / (r["time_us"] * 1e3)) <= rel * r["algbw"] + 2e-6, r
     assert doc["ranks"] == n and doc["op"] == op and doc["wrong"] == 0, doc
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def main():

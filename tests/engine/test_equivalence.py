@@ -15,23 +15,17 @@ usage: test_equivalence.py RANK_BIN MAKE_TOKENS_PY WORKDIR
 Stdlib only. 4 ranks on 2 cores are fine: the transport's waits block."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+from pxport import free_port  # noqa: E402
 
 ARGS = ['--layers', '2', '--heads', '4', '--dim', '64', '--seq', '64', '--batch', '8',
         '--steps', '10', '--lr', '1e-3', '--seed', '1337']
 TOL_LOSS, TOL_NORM = 1e-5, 1e-4
 DEADLINE_S = 240
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def run(rank_bin, data, work, dp):

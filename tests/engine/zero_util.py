@@ -3,10 +3,12 @@
 per-step metrics. Shared by test_zero.py and test_resume.py. Stdlib only."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+from pxport import free_port  # noqa: E402
 
 
 def license_tokens(make_tokens, work):
@@ -18,14 +20,6 @@ def license_tokens(make_tokens, work):
     subprocess.run([sys.executable, make_tokens, data] + lic, check=True,
                    stdout=subprocess.DEVNULL)
     return data
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def run_world(rank_bin, args, work, tag, dp, deadline_s=180, expect_fail=False):
