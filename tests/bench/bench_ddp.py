@@ -13,7 +13,10 @@ Per model, REPS rounds (default 3), each running in turn:
              global batch each, started together: the sum of their tokens/s
              (what dp=2 could reach with free communication on these cores)
 Every process runs one thread (OPENBLAS_NUM_THREADS=1; the peer gets the
-BLAS core parallax-rank logs as OPENBLAS_CORETYPE, as bench_tokens.sh does).
+BLAS core parallax-rank logs as OPENBLAS_CORETYPE, as bench_tokens.sh does;
+the line after round 1 names it). Debian's PyTorch computes its GEMMs with
+the same OpenBLAS (libblas.so.3), so the core moves both sides alike; a
+machine that presets OPENBLAS_CORETYPE keeps it (px_blas_core.h).
 Ours: the median of the per-step global tokens/s over the steps after 3
 warm-up steps; each figure is the best of the rounds (the least disturbed
 on a shared machine). Prints each figure, the ratios ours/ddp and
@@ -36,22 +39,16 @@ Env: TORCH_DDP_BENCH (peer script), PYTHON (the peer's python, /usr/bin/python3)
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+from pxport import free_port  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = {'quick': (4, 4, 128, 128, 16), 'big': (6, 6, 384, 256, 8)}
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def model_args(m, batch=None):
@@ -177,6 +174,9 @@ def main():
             got['limit'] = limit(rank_bin, m, steps, data, work, world) if peers else float('inf')
             for k in runs:
                 runs[k].append(got[k])
+            if rnd == 0:  # which kernels both sides ran: figures differ ~2x by it
+                print('BLAS core (ours and the peer): %s; OPENBLAS_CORETYPE at start: %s'
+                      % (core or 'OpenBLAS default', os.environ.get('OPENBLAS_CORETYPE', 'unset')))
             print('%-6s %-5d' % (name, rnd + 1) +
                   ''.join(' %6.0f %2s %4.0f' % (got[c], nb[c], wait[c]) for c in cols) +
                   ' %8.0f %8.0f %9.2f %9.2f' % (got['ddp'], got['limit'], got['ours'] / got['ddp'],

@@ -35,8 +35,14 @@ progress hook between kernels (zero.c h_progress): the collectives' own CPU
 work done under the compute (on one host the shared-memory path's copies
 and reductions, which the calling rank makes itself), averaged over ranks.
 
+--rounds N runs the stage list N times in turn (so prefetch and no-prefetch
+alternate under the same drifting load) and ends with the issue's measure on
+the mean blocked time of all rounds' steps, beside each round's own figure:
+on two shared cores one round's figure moves by tens of points between
+identical runs (one stalled step dominates a 10-step mean).
+
 usage: bench_zero.py RANK_BIN MAKE_TOKENS_PY WORKDIR [STEPS] [--dp 2,4]
-                     [--stages 0,1,2,3,3np]   (3np: stage 3 --no-prefetch)"""
+                     [--stages 0,1,2,3,3np] [--rounds N]   (3np: stage 3 --no-prefetch)"""
 import os
 import re
 import statistics
@@ -73,10 +79,54 @@ def waits(work, tag, dp):
     return [t / dp for t in tot]
 
 
+def run_round(rank_bin, data, work, dp, steps, cases):
+    """One round: every stage of `cases` once, a row each, then the hidden
+    figures of the round; returns {stage name: (AG, AG + RS) blocked
+    ms/step} or None when a run failed."""
+    blocked, blocked_all, blocked_steps = {}, {}, {}
+    for zero, extra, name in cases:
+        tag = 'bench_dp%d_z%s' % (dp, name.replace(' ', '_'))
+        runs = run_world(rank_bin, MODEL + ['--steps', str(steps), '--data', data,
+                                            '--zero', str(zero)] + extra, work, tag, dp,
+                         deadline_s=600)
+        if runs is None:
+            print('dp %d zero %s failed' % (dp, name))
+            return None
+        tps = [m['tokens_per_second'] for m in runs[0][2:]]
+        times = [16 * 64 / t * 1e3 for t in tps]
+        step_ms, best_ms = statistics.median(times), min(times)
+        ag, rs, other, hook, wcpu, smin, smed, strim = waits(work, tag, dp)
+        blocked[name] = ag
+        blocked_all[name] = ag + rs
+        blocked_steps[name] = (smin, smed, strim)
+        print('%-4d %-14s %10.1f %10.1f %9.0f %11.2f %11.2f %11.2f %9.2f %13.2f' % (
+            dp, name, best_ms, step_ms, 16 * 64 / best_ms * 1e3, ag, rs, other, hook,
+            wcpu), flush=True)
+    if blocked.get('3 no-prefetch') and '3' in blocked:
+        hidden = 1 - blocked['3'] / blocked['3 no-prefetch']
+        hidden_all = 1 - blocked_all['3'] / blocked_all['3 no-prefetch']
+        print('dp %d: stage 3 all-gather blocked %.2f ms/step with prefetch, %.2f without: '
+              '%.0f%% hidden behind compute; all-gather + reduce-scatter blocked %.2f vs '
+              '%.2f ms: %.0f%% hidden' % (dp, blocked['3'], blocked['3 no-prefetch'],
+                                          100 * hidden, blocked_all['3'],
+                                          blocked_all['3 no-prefetch'], 100 * hidden_all))
+        (pmin, pmed, ptrim), (nmin, nmed, ntrim) = (blocked_steps['3'],
+                                                    blocked_steps['3 no-prefetch'])
+        print('dp %d: stage 3 all-gather + reduce-scatter blocked in the least blocked step '
+              '%.2f vs %.2f ms: %.0f%% hidden; median step %.2f vs %.2f ms: %.0f%% hidden' % (
+                  dp, pmin, nmin, 100 * (1 - pmin / nmin), pmed, nmed,
+                  100 * (1 - pmed / nmed)))
+        print('dp %d: robust estimator (not the issue\'s measure): all-gather + '
+              'reduce-scatter blocked, interquartile (trimmed) mean over steps 3.., %.2f vs '
+              '%.2f ms: %.0f%% hidden' % (dp, ptrim, ntrim, 100 * (1 - ptrim / ntrim)))
+    return dict((k, (blocked[k], blocked_all[k])) for k in blocked)
+
+
 def main():
     argv = sys.argv[1:]
     dps, stages = [2, 4], ['0', '1', '2', '3', '3np']
-    for flag in ('--dp', '--stages'):
+    rounds = 1
+    for flag in ('--dp', '--stages', '--rounds'):
         if flag in argv:
             i = argv.index(flag)
             if i + 1 >= len(argv):
@@ -86,6 +136,8 @@ def main():
             del argv[i:i + 2]
             if flag == '--dp':
                 dps = [int(v) for v in vals]
+            elif flag == '--rounds':
+                rounds = int(vals[0])
             else:
                 stages = vals
     if len(argv) not in (3, 4) or '--help' in argv or '-h' in argv:
@@ -103,42 +155,28 @@ def main():
     cases = {'0': (0, [], '0'), '1': (1, [], '1'), '2': (2, [], '2'), '3': (3, [], '3'),
              '3np': (3, ['--no-prefetch'], '3 no-prefetch')}
     for dp in dps:
-        blocked, blocked_all, blocked_steps = {}, {}, {}
-        for zero, extra, name in (cases[s] for s in stages):
-            tag = 'bench_dp%d_z%s' % (dp, name.replace(' ', '_'))
-            runs = run_world(rank_bin, MODEL + ['--steps', str(steps), '--data', data,
-                                                '--zero', str(zero)] + extra, work, tag, dp,
-                             deadline_s=600)
-            if runs is None:
-                print('dp %d zero %s failed' % (dp, name))
+        pooled = {'3': [], '3 no-prefetch': []}  # per round: (AG, AG + RS) blocked ms/step
+        for rnd in range(rounds):
+            if rounds > 1:
+                print('dp %d round %d of %d (load %s)' % (dp, rnd + 1, rounds,
+                                                       open('/proc/loadavg').read().split()[0]))
+            got = run_round(rank_bin, data, work, dp, steps, [cases[s] for s in stages])
+            if got is None:
                 return 1
-            tps = [m['tokens_per_second'] for m in runs[0][2:]]
-            times = [16 * 64 / t * 1e3 for t in tps]
-            step_ms, best_ms = statistics.median(times), min(times)
-            ag, rs, other, hook, wcpu, smin, smed, strim = waits(work, tag, dp)
-            blocked[name] = ag
-            blocked_all[name] = ag + rs
-            blocked_steps[name] = (smin, smed, strim)
-            print('%-4d %-14s %10.1f %10.1f %9.0f %11.2f %11.2f %11.2f %9.2f %13.2f' % (
-                dp, name, best_ms, step_ms, 16 * 64 / best_ms * 1e3, ag, rs, other, hook,
-                wcpu), flush=True)
-        if blocked.get('3 no-prefetch') and '3' in blocked:
-            hidden = 1 - blocked['3'] / blocked['3 no-prefetch']
-            hidden_all = 1 - blocked_all['3'] / blocked_all['3 no-prefetch']
-            print('dp %d: stage 3 all-gather blocked %.2f ms/step with prefetch, %.2f without: '
-                  '%.0f%% hidden behind compute; all-gather + reduce-scatter blocked %.2f vs '
-                  '%.2f ms: %.0f%% hidden' % (dp, blocked['3'], blocked['3 no-prefetch'],
-                                              100 * hidden, blocked_all['3'],
-                                              blocked_all['3 no-prefetch'], 100 * hidden_all))
-            (pmin, pmed, ptrim), (nmin, nmed, ntrim) = (blocked_steps['3'],
-                                                        blocked_steps['3 no-prefetch'])
-            print('dp %d: stage 3 all-gather + reduce-scatter blocked in the least blocked step '
-                  '%.2f vs %.2f ms: %.0f%% hidden; median step %.2f vs %.2f ms: %.0f%% hidden' % (
-                      dp, pmin, nmin, 100 * (1 - pmin / nmin), pmed, nmed,
-                      100 * (1 - pmed / nmed)))
-            print('dp %d: robust estimator (not the issue\'s measure): all-gather + '
-                  'reduce-scatter blocked, interquartile (trimmed) mean over steps 3.., %.2f vs '
-                  '%.2f ms: %.0f%% hidden' % (dp, ptrim, ntrim, 100 * (1 - ptrim / ntrim)))
+            for name in pooled:
+                if name in got:
+                    pooled[name].append(got[name])
+        if rounds > 1 and pooled['3'] and pooled['3 no-prefetch']:
+            per = [100 * (1 - p[1] / n[1]) for p, n in zip(pooled['3'], pooled['3 no-prefetch'])]
+            ag_p = statistics.mean(p[0] for p in pooled['3'])
+            ag_n = statistics.mean(n[0] for n in pooled['3 no-prefetch'])
+            all_p = statistics.mean(p[1] for p in pooled['3'])
+            all_n = statistics.mean(n[1] for n in pooled['3 no-prefetch'])
+            print('dp %d over %d rounds (the issue\'s measure on the mean blocked time of all '
+                  'rounds\' steps): all-gather blocked %.2f vs %.2f ms/step: %.0f%% hidden; '
+                  'all-gather + reduce-scatter %.2f vs %.2f ms: %.0f%% hidden; per round %s' % (
+                      dp, rounds, ag_p, ag_n, 100 * (1 - ag_p / ag_n), all_p, all_n,
+                      100 * (1 - all_p / all_n), ' '.join('%.0f%%' % h for h in per)))
     print('load average at end: %s' % open('/proc/loadavg').read().split()[:3])
     return 0
 
