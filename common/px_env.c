@@ -38,6 +38,7 @@ static px_knob_t knobs[] = {
     {"PX_ZERO_SHM_SLOT_BYTES", "0", "bytes one rank stages per shared-memory step on the data-parallel communicator of ZeRO stages 2-3 (px_comm_set_shm_slot at px_zero_create; 0: PX_SHM_SLOT_BYTES)", NULL},
     {"PX_ZERO_WAIT_LOG", "0", "1: each ZeRO-3 rank logs, at its end, every all-gather and reduce-scatter wait by place and unit (count, mean wall and CPU ms): where stage 3's blocked time goes", NULL},
     {"PX_IPC", "1", "collectives of device buffers between the ranks of one node go through the peers' mapped device memory (CUDA IPC; 0: staged through host memory)", NULL},
+    {"PX_CUDA_ATTN", "auto", "kernels of the CUDA bf16 attention: auto (the tensor-core kernels where the head size is a multiple of 16 up to 128 and the device's shared memory holds their tiles, else the CUDA-core ones), tc (the same), simt (the CUDA-core kernels always)", NULL},
     {"PX_IPC_SLOT_BYTES", "4194304", "bytes of one slot of a rank's device scratch ring for IPC collectives (two slots per rank and communicator)", NULL},
     {"PX_BF16_ACTS", "1", "--precision bf16: 1 stores the activations only bf16 GEMMs read (LayerNorm and GELU outputs) as bf16; 0 keeps them fp32 (the same results bit for bit, twice their memory: the check of that claim)", NULL},
     {"PX_SIM_DEVICE", "0", "1: the simulated device (tests: the CPU ops on memory the host cannot touch) may be used: parallax-rank --device sim, parallaxd --devices sim:N", NULL},

@@ -13,6 +13,7 @@
 
 extern "C" {
 #include "px_kernels_cuda.h"
+#include "px_env.h"
 #include "px_log.h"
 }
 

@@ -826,8 +826,8 @@ extern "C" px_status_t px_kernels_cuda_open(int device, const px_kernel_ops_t **
         *ops_p = &cuda_ops;
         return PX_OK;
     }
-    /* PX_CUDA_ATTN: the bf16 attention's kernels (auto / tc / simt) */
-    if (px_cuda_attention_kernels_set(getenv("PX_CUDA_ATTN")) != PX_OK)
+    /* PX_CUDA_ATTN: the bf16 attention's kernels (auto / tc / simt; common/px_env.c) */
+    if (px_cuda_attention_kernels_set(px_env_str("PX_CUDA_ATTN")) != PX_OK)
         return PX_ERR_INVALID_ARGUMENT;
     int n = px_cuda_device_count();
     if (device < 0 || device >= n) {
