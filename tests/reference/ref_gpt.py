@@ -60,10 +60,12 @@ Exit 0 pass, 1 fail, 77 skip (no torch)."""
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+from pxport import free_port  # noqa: E402
 
 try:
     import numpy as np
@@ -328,10 +330,7 @@ def launch(cmd, tp, cp=1, ep_world=0):
         subprocess.run(cmd, check=True, env=dict(os.environ, PX_WORLD_SIZE='1'),
                        stdout=subprocess.DEVNULL)
         return
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     procs = [subprocess.Popen(cmd + flag,
                               stdout=subprocess.DEVNULL,
                               env=dict(os.environ, PX_RANK=str(r), PX_WORLD_SIZE=str(world),
