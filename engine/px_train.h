@@ -102,6 +102,10 @@ typedef int (*px_step_cb_t)(void *arg, const px_step_report_t *report);
 px_status_t px_train_run(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,
                          void *arg);
 
+/* The warm-up steps: cfg->warmup_steps, or steps / 20 when it is negative
+ * (the default). */
+int px_train_warmup(const px_train_config_t *cfg);
+
 /* Learning rate of 0-based step `step`: linear warm-up lr*(step+1)/warmup
  * over the warm-up steps, then cosine from lr down to lr*min_lr_ratio at
  * step `steps` (llm.c / nanoGPT schedule). */

@@ -1,0 +1,732 @@
+/* trainer.c: the trainer's assembly and its steps (trainer.h).
+ *
+ * The world is cut into the layout's process groups (groups.h); data
+ * parallelism and ZeRO run on the dp group, the global grad norm is
+ * completed over the mp group (tp x pp). With context parallelism (cp > 1)
+ * the cp ranks of a dp index take the same sequences, each its two chunks
+ * (cp_cut, ring_attn.h), and data parallelism and ZeRO run on the dp x cp
+ * group instead: every rank holds T/cp tokens of each sequence, so the
+ * average of the local means is still the global mean.
+ * A step: for each of grad_accum micro-batches (or pipeline rounds), cut
+ * this rank's share of the micro-batch (micro m of the global batch is
+ * sequences [m*B/A, (m+1)*B/A); dp rank r takes its r-th part), forward,
+ * backward (ZeRO 2/3 reduce-scatter during backward); then px_zero_reduce
+ * (stage 0: one all-reduce with the local mean loss in the spare slot;
+ * equal token counts per rank, so the average of local means is the global
+ * mean), the global grad norm, and AdamW after clipping (as
+ * torch.nn.utils.clip_grad_norm_) with warm-up + cosine on this rank's
+ * slice, parameters re-gathered where replicated. Memory is laid out by
+ * plan.h and tagged (memacct.h). */
+#include "trainer.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint.h"
+#include "data.h"
+#include "jobcfg.h"
+#include "memacct.h"
+#include "moe_checkpoint.h"
+#include "plan.h"
+#include "ring_attn.h"
+#include "tp.h"
+#include "px_env.h"
+#include "px_kernels_bf16.h"
+#include "px_kernels_select.h"
+#include "px_devmem.h"
+#include "px_log.h"
+#include "px_time.h"
+
+/* ---- the batch cut ---- */
+
+static void cp_cut(const int32_t *src, int32_t *dst, int B, int T, int cp, int i)
+{
+    int Tl = T / cp, c = Tl / 2;
+    for (int b = 0; b < B; b++)
+        for (int half = 0; half < 2; half++)
+            memcpy(dst + (size_t)b * Tl + half * c,
+                   src + (size_t)b * T + px_ring_position(i, cp, Tl, half * c),
+                   (size_t)c * sizeof(int32_t));
+}
+
+/* Context parallelism's batch: this rank's chunks (cp_cut) of the whole
+ * sequences seq_in, seq_tg (B, T; host memory) into inputs and targets (B,
+ * T/cp; either may be NULL: skipped), the backend's memory. A device backend
+ * (host non-NULL: 2 B T host int32s) has them cut on the host, then copied
+ * over: the host never writes device memory. */
+static void cp_load(const px_kernel_ops_t *ops, int32_t *host, const int32_t *seq_in,
+                    const int32_t *seq_tg, int32_t *inputs, int32_t *targets, int B, int T,
+                    int cp, int i)
+{
+    const size_t nl = (size_t)B * (T / cp);
+    if (inputs) {
+        cp_cut(seq_in, host ? host : inputs, B, T, cp, i);
+        if (host)
+            ops->mem_copy_from_host(inputs, host, nl * sizeof(int32_t));
+    }
+    if (targets) {
+        cp_cut(seq_tg, host ? host + nl : targets, B, T, cp, i);
+        if (host)
+            ops->mem_copy_from_host(targets, host + nl, nl * sizeof(int32_t));
+    }
+}
+
+/* The capacity's fill order (moe.h px_moe_set_token_blocks): this rank's
+ * Bm x Tl tokens of a micro-batch are, with cp, 2 Bm blocks (row b, chunk
+ * half) at global row dp_rank x Bm + b and chunk px_ring_position's; the
+ * single-rank order is (row, chunk). Without cp: one block per row. */
+static px_status_t set_moe_blocks(px_moe_t *moe, int Bm, int cp, int dp_rank, int cp_rank)
+{
+    const int halves = cp > 1 ? 2 : 1, nb = Bm * halves, chunks = 2 * cp;
+    int64_t *keys = malloc((size_t)nb * sizeof(int64_t));
+    if (!keys)
+        return PX_ERR_NO_MEMORY;
+    for (int b = 0; b < Bm; b++)
+        for (int h = 0; h < halves; h++) {
+            int64_t row = (int64_t)dp_rank * Bm + b;
+            int chunk = cp > 1 ? (h == 0 ? cp_rank : chunks - 1 - cp_rank) : 0;
+            keys[b * halves + h] = row * chunks + chunk;
+        }
+    px_status_t status = px_moe_set_token_blocks(moe, nb, keys);
+    free(keys);
+    return status;
+}
+
+/* The canonical MoE buffer (moe.h px_moe_gather_canonical) on every
+ * rank: with pp, each stage wrote its own MoE layers (zeros elsewhere), so
+ * the stages' buffers are summed. */
+static px_status_t moe_canonical(px_moe_t *moe, int which, float *dst, px_groups_t *groups,
+                                 int pp)
+{
+    PX_CHECK(px_moe_gather_canonical(moe, which, dst));
+    if (pp < 2)
+        return PX_OK;
+    px_status_t status = px_allreduce(px_groups_comm(groups, PX_GROUP_PP), dst, dst,
+                                      px_moe_num_params(px_moe_config(moe)), PX_FLOAT32, PX_SUM,
+                                      -1);
+    if (status != PX_OK)
+        px_error("train: summing the stages' MoE layers failed: %s", px_status_str(status));
+    return status;
+}
+
+void px_batch_cut_load(void *arg, int m, int32_t *inputs, int32_t *targets)
+{
+    px_batch_cut_t *ld = arg;
+    int first = (ld->round * ld->M + m) * ld->per_micro + ld->dp_rank * ld->Bm;
+    size_t n = (size_t)ld->Bm * ld->T;
+    if (ld->cp > 1) {
+        px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, ld->seq_in,
+                      ld->seq_tg);
+        cp_load(ld->ops, ld->host, ld->seq_in, ld->seq_tg, inputs, targets, ld->Bm, ld->T,
+                ld->cp, ld->cp_rank);
+        return;
+    }
+    if (ld->ops != px_kernels_cpu()) { /* device buffers: cut on the host, then copy */
+        px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, ld->host,
+                      ld->host + n);
+        if (inputs)
+            ld->ops->mem_copy_from_host(inputs, ld->host, n * sizeof(int32_t));
+        if (targets)
+            ld->ops->mem_copy_from_host(targets, ld->host + n, n * sizeof(int32_t));
+        return;
+    }
+    int32_t *tmp_in = inputs, *tmp_tg = targets, *spare = NULL;
+    if (!inputs || !targets) { /* px_data_batch writes both */
+        spare = malloc(n * sizeof(int32_t));
+        if (!spare)
+            return; /* the stage then computes on stale tokens; never on small n */
+        if (!tmp_in)
+            tmp_in = spare;
+        else
+            tmp_tg = spare;
+    }
+    px_data_batch(ld->data, ld->seed, ld->step, first, ld->Bm, ld->T, tmp_in, tmp_tg);
+    free(spare);
+}
+
+/* eval.h's loader over the validation file's cut: validation batch k is
+ * cut as training step k. */
+static void eval_load(void *arg, int k, int round, int micro, int32_t *inputs, int32_t *targets)
+{
+    px_batch_cut_t *ld = arg;
+    ld->step = k;
+    ld->round = round;
+    px_batch_cut_load(ld, micro, inputs, targets);
+}
+
+/* 1 when the checkpoint directory holds the MoE files (moe_checkpoint.h) */
+static int moe_files_in(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/moe.json", dir);
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static void set_blas_threads(void)
+{
+    const char *e = getenv("OPENBLAS_NUM_THREADS");
+    if (!e || !*e)
+        openblas_set_num_threads(1); /* several ranks share the cores */
+}
+
+static void fill_mem(px_step_report_t *rep, const px_plan_t *plan, size_t act_bytes)
+{
+    px_mem_stats_t ms;
+    px_mem_stats(&ms);
+    for (int c = 0; c < PX_MEM_NCAT; c++) {
+        rep->mem_current[c] = ms.current[c];
+        rep->mem_peak[c] = ms.peak[c];
+        rep->mem_plan[c] = plan->bytes[c];
+    }
+    /* the activation buffers are laid out by the plan's table (plan.h) */
+    rep->mem_plan[PX_MEM_ACTS] = (double)act_bytes;
+    rep->mem_state_peak = ms.state_peak;
+    rep->mem_plan_state_peak = px_plan_state_bytes(plan);
+    rep->mem_device_used = ms.device_used;
+    rep->mem_device_total = ms.device_total;
+}
+
+
+/* ---- the assembly ---- */
+
+/* Logs err under "train: " and returns status (for the assembly's
+ * configuration errors). */
+static px_status_t fail(px_status_t status, const char *what, const char *err)
+{
+    px_error("train: %s%s", what, err);
+    return status;
+}
+
+/* The units this pipeline stage holds (pipeline.h): the others' sizes set
+ * to 0 in tr->usizes, the held layers into tr->held_layers. */
+static px_status_t assemble_stage(px_trainer_t *tr)
+{
+    const px_train_config_t *cfg = tr->cfg;
+    const int pp = tr->pp, V = tr->V, L = tr->gc.layers;
+    unsigned char held[L + 2];
+    char err[512];
+    tr->stage_layers = calloc((size_t)pp * V, sizeof(int));
+    tr->held_layers = malloc((size_t)cfg->layers + 1);
+    if (!tr->stage_layers || !tr->held_layers)
+        return PX_ERR_NO_MEMORY;
+    /* layers per virtual stage: pp x V of them (V = 1: the stages) */
+    px_status_t status = px_pipe_stage_layers(L, pp * V, V > 1 ? NULL : cfg->stage_layers,
+                                              tr->stage_layers, err, sizeof(err));
+    if (status != PX_OK)
+        return fail(status, "", err);
+    px_pipe_stage_units(L, pp, V, tr->stage_layers, tr->stage, held);
+    for (int u = 0; u < L + 2; u++)
+        if (!held[u])
+            tr->usizes[u] = 0;
+    for (int l = 0; l < L; l++)
+        tr->held_layers[l] = held[1 + l];
+    return PX_OK;
+}
+
+/* The mixture of experts: the MoE layers' routers and this rank's experts
+ * (moe.h). The router is replicated over dp x cp (dp_comm), like every
+ * dense parameter: its gradient is averaged over dp x cp ranks and the A x
+ * M micro-batches; a pipeline stage holds its own MoE layers, with an
+ * activation slot per micro-batch in flight. */
+static px_status_t assemble_moe(px_trainer_t *tr, float router_skew)
+{
+    px_groups_t *g = tr->groups;
+    PX_CHECK(px_moe_create_stage(&tr->mc, tr->mops, tr->Bm * tr->Tl,
+                                 px_groups_comm(g, PX_GROUP_EP), tr->dp_comm,
+                                 px_groups_comm(g, PX_GROUP_EDP), tr->dp * tr->cp, tr->A * tr->M,
+                                 tr->held_layers,
+                                 tr->pipe ? px_pipe_chunk_slots_max(tr->pipe) : 1, &tr->moe));
+    PX_CHECK(set_moe_blocks(tr->moe, tr->Bm, tr->cp, tr->dp_rank, tr->cp_rank));
+    px_moe_init_params(tr->moe, tr->cfg->seed);
+    if (router_skew != 0.0f)
+        px_moe_set_router_skew(tr->moe, router_skew);
+    return tr->pipe ? px_pipe_set_moe(tr->pipe, tr->moe) : px_gpt_set_moe(tr->gpt, tr->moe);
+}
+
+/* The batch buffers: (Bm, Tl) device tokens; with cp whole host sequences;
+ * on a device backend host staging. */
+static px_status_t assemble_batch(px_trainer_t *tr)
+{
+    const size_t nt = (size_t)tr->Bm * tr->T;
+    tr->inputs = px_mem_calloc(PX_MEM_WORK, nt, sizeof(int32_t));
+    tr->targets = px_mem_calloc(PX_MEM_WORK, nt, sizeof(int32_t));
+    if (tr->cp > 1) { /* whole sequences, cut into this rank's chunks on the host (cp_load) */
+        tr->seq_in = px_mem_calloc_host(PX_MEM_WORK, nt, sizeof(int32_t));
+        tr->seq_tg = px_mem_calloc_host(PX_MEM_WORK, nt, sizeof(int32_t));
+        if (!tr->seq_in || !tr->seq_tg)
+            return PX_ERR_NO_MEMORY;
+    }
+    if (tr->ops != px_kernels_cpu())
+        tr->host_tokens = malloc(2 * nt * sizeof(int32_t));
+    if (!tr->inputs || !tr->targets || (tr->ops != px_kernels_cpu() && !tr->host_tokens))
+        return PX_ERR_NO_MEMORY;
+    return PX_OK;
+}
+
+/* Resumes from cfg->resume_dir: the dense shards (checkpoint.h), the
+ * routers, experts and their moments (moe_checkpoint.h). */
+static px_status_t resume(px_trainer_t *tr)
+{
+    const px_train_config_t *cfg = tr->cfg;
+    PX_CHECK(px_checkpoint_load(cfg->resume_dir, tr->zero, &tr->gc, tr->plan, cfg->heads,
+                                &tr->start_step));
+    if (tr->moe)
+        PX_CHECK(px_moe_checkpoint_load(cfg->resume_dir, tr->moe));
+    else if (moe_files_in(cfg->resume_dir)) {
+        px_error("train: checkpoint %s holds a mixture of experts (moe.json); this model "
+                 "has experts=0", cfg->resume_dir);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (tr->start_step >= cfg->steps) {
+        px_error("train: checkpoint %s is at step %d; nothing left of %d steps",
+                 cfg->resume_dir, tr->start_step, cfg->steps);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    return PX_OK;
+}
+
+static void log_assembly(const px_trainer_t *tr)
+{
+    const px_train_config_t *cfg = tr->cfg;
+    const px_plan_t *plan = tr->plan;
+    px_info("train: %zu parameters (%llu per tensor rank), zero %d, dp %d, tp %d, cp %d, "
+            "grad_accum %d, pp %d (%s, %d micro-batches, %d chunks per stage), micro-batch "
+            "%d x %d, precision %s%s, device %s; plan per rank: params %.2f MB, grads %.2f MB, "
+            "optimizer %.2f MB, activations %.2f MB",
+            tr->n, (unsigned long long)plan->params, cfg->zero, tr->dp, tr->layout.tp, tr->cp,
+            tr->A, tr->pp, px_pipe_schedule_name(cfg->schedule), tr->M, tr->V, tr->Bm, tr->Tl,
+            px_job_config_precision_name(cfg->precision),
+            cfg->precision == PX_PRECISION_BF16
+                ? " (bf16 GEMM and attention operands, fp32 elsewhere)" : "",
+            tr->ops->name, plan->bytes[PX_MEM_PARAMS] / 1e6, plan->bytes[PX_MEM_GRADS] / 1e6,
+            plan->bytes[PX_MEM_OPTIM] / 1e6, tr->act_bytes / 1e6);
+}
+
+/* The device's op table, the layout (checked by the one validator) and
+ * its groups. */
+static px_status_t assemble_layout(px_trainer_t *tr, const char *device)
+{
+    const px_train_config_t *cfg = tr->cfg;
+    char err[512];
+    px_status_t status = px_kernels_select(device, &tr->ops, err, sizeof(err));
+    if (status != PX_OK)
+        return fail(status, "", err);
+    /* device tensors travel through the collectives staged in host memory
+     * (transport/px_devmem.h) */
+    if (tr->ops != px_kernels_cpu()) {
+        px_transport_set_device_memory(tr->ops, px_kernels_is_device_ptr);
+        px_transport_set_pinned_memory(px_kernels_host_alloc, px_kernels_host_free);
+    }
+    px_mem_set_backend(tr->ops);
+    const int wsize = tr->world ? px_comm_size(tr->world) : 1;
+    status = px_train_layout(cfg, wsize, &tr->layout, err, sizeof(err));
+    if (status == PX_OK) {
+        /* the one validator (jobcfg.h), on the layout this world runs */
+        px_job_config_t checked = *cfg;
+        checked.layout = tr->layout;
+        status = px_job_config_check(&checked, PX_JOBCFG_CHECK_DATA, err, sizeof(err));
+    }
+    if (status != PX_OK)
+        return fail(status, "", err);
+    /* the layout's groups, split from the world; the dp group carries data
+     * parallelism and ZeRO, the mp group completes the global grad norm */
+    PX_CHECK(px_groups_create(tr->world, &tr->layout, &tr->groups));
+    const px_coord_t *co = px_groups_coord(tr->groups);
+    tr->cp = tr->layout.cp > 1 ? tr->layout.cp : 1;
+    /* context parallelism: the cp ranks of a dp index see the same
+     * sequences (their own chunks), so the replicated parameters' gradients
+     * are averaged, and ZeRO shards, over dp x cp (the DPCP group) */
+    tr->dp_comm = px_groups_comm(tr->groups, tr->cp > 1 ? PX_GROUP_DPCP : PX_GROUP_DP);
+    tr->canon_comm = px_groups_comm(tr->groups, PX_GROUP_MP);
+    tr->dp = tr->layout.dp;
+    tr->rank = px_groups_rank(tr->groups);
+    tr->dp_rank = co->dp;
+    tr->cp_rank = co->cp;
+    tr->pp = tr->layout.pp;
+    tr->stage = co->pp;
+    tr->last_stage = tr->stage == tr->pp - 1;
+    tr->M = tr->pp > 1 ? cfg->micro_batches : 1;
+    tr->V = tr->pp > 1 && cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
+    tr->T = cfg->seq;
+    tr->Tl = tr->T / tr->cp;
+    tr->A = cfg->grad_accum;
+    tr->Bm = cfg->batch / (tr->dp * tr->A * tr->M);
+    return PX_OK;
+}
+
+/* The data, the plan, ZeRO and the model (or this stage's runner). */
+static px_status_t assemble_model(px_trainer_t *tr, float router_skew)
+{
+    const px_train_config_t *cfg = tr->cfg;
+    char err[512];
+    px_status_t status = px_data_open(cfg->data_path, cfg->vocab, err, sizeof(err), &tr->data);
+    if (status != PX_OK)
+        return fail(status, "", err);
+    if (cfg->val_path && *cfg->val_path) {
+        status = px_data_open(cfg->val_path, cfg->vocab, err, sizeof(err), &tr->val);
+        if (status != PX_OK)
+            return fail(status, "validation data: ", err);
+    }
+    tr->gc = (px_gpt_config_t){.layers = cfg->layers, .heads = cfg->heads, .dim = cfg->dim,
+                               .max_seq = cfg->seq, .vocab = cfg->vocab,
+                               .padded_vocab = px_job_config_padded_vocab(cfg->vocab),
+                               .tp = tr->layout.tp, .tp_rank = px_groups_coord(tr->groups)->tp,
+                               .sequence_parallel = cfg->sequence_parallel, .cp = tr->cp};
+    /* the plan lays the memory out (plan.h), the same code as `pctl plan`:
+     * this tp rank's units */
+    if (!px_plan_gpt_units_tp(tr->gc.layers, tr->gc.dim, tr->gc.vocab, tr->gc.max_seq,
+                              tr->layout.tp, &tr->usizes))
+        return PX_ERR_NO_MEMORY;
+    if (tr->pp > 1) /* this stage's units only (pipeline.h); the others are empty */
+        PX_CHECK(assemble_stage(tr));
+    px_plan_precision_t prec;
+    px_plan_precision_fp32(&prec);
+    /* the model computes with `mops`: the device's table, or its view whose
+     * linear layers and attention products take bf16 operands
+     * (px_kernels_bf16.h: "bf16 GEMM and attention operands, fp32
+     * elsewhere"); weights, gradients, optimizer state and collectives stay
+     * fp32 (zero, the loader and every "is it the CPU" question use ops) */
+    tr->mops = px_kernels_with_precision(
+        tr->ops, cfg->precision != PX_PRECISION_BF16 ? PX_KERNELS_FP32
+                 : px_env_int("PX_BF16_ACTS") ? PX_KERNELS_BF16 : PX_KERNELS_BF16_F32ACTS);
+    if (!tr->mops) {
+        px_invalid(err, sizeof(err), "precision=bf16: the %s op table has no bf16 GEMM",
+                   tr->ops->name);
+        return fail(PX_ERR_INVALID_ARGUMENT, "", err);
+    }
+    PX_CHECK(px_plan_create(tr->usizes, px_gpt_num_units(&tr->gc), 1, tr->dp * tr->cp,
+                            cfg->zero, &prec, &tr->plan));
+    tr->mc = (px_moe_config_t){.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
+                               .top_k = cfg->top_k, .moe_every = cfg->moe_every,
+                               .dropless = cfg->dropless,
+                               .capacity_factor = cfg->capacity_factor,
+                               .aux_loss_coef = cfg->aux_loss_coef};
+    if (cfg->experts) /* the routers and this rank's (stage's) experts, outside ZeRO (moe.h) */
+        px_plan_add_unsharded(tr->plan, px_moe_stage_params(&tr->mc, tr->layout.ep,
+                                                            tr->held_layers));
+    PX_CHECK(px_zero_create(&tr->gc, tr->plan, tr->dp_comm, tr->ops, tr->A * tr->M,
+                            cfg->prefetch, &tr->zero));
+    px_zero_set_model_group(tr->zero, px_groups_comm(tr->groups, PX_GROUP_MP));
+    if (tr->pp > 1) {
+        if (tr->stage == 0 || tr->last_stage) /* the tied wte; the copy counts on the first */
+            px_zero_set_tied(tr->zero, PX_MODEL_UNIT_EMBED, tr->last_stage);
+        PX_CHECK(px_pipe_create(&tr->gc, tr->mops, tr->zero, tr->groups, cfg->schedule, tr->M,
+                                tr->V, tr->stage_layers, tr->Bm, tr->Tl, &tr->pipe));
+    } else {
+        PX_CHECK(px_gpt_create_external(&tr->gc, tr->mops, tr->Bm, tr->Tl,
+                                        px_zero_hooks(tr->zero), &tr->gpt));
+        /* whole-model backward: gradient buckets reduced during it */
+        PX_CHECK(px_zero_set_buckets(tr->zero, cfg->bucket_mb));
+    }
+    px_zero_init_params(tr->zero, cfg->seed);
+    if (cfg->experts)
+        PX_CHECK(assemble_moe(tr, router_skew));
+    return PX_OK;
+}
+
+px_status_t px_trainer_create(const px_train_config_t *cfg, px_comm_t *world,
+                              const char *device, float router_skew, px_trainer_t **tr_p)
+{
+    px_trainer_t *tr = calloc(1, sizeof(*tr));
+    px_status_t status;
+    *tr_p = NULL;
+    if (!tr)
+        return PX_ERR_NO_MEMORY;
+    tr->cfg = cfg;
+    tr->world = world;
+    tr->ops = px_kernels_cpu();
+    PX_CHECK_GOTO(assemble_layout(tr, device), status, fail);
+    set_blas_threads();
+    PX_CHECK_GOTO(assemble_model(tr, router_skew), status, fail);
+    PX_CHECK_GOTO(assemble_batch(tr), status, fail);
+    /* n: the canonical model (dumps, exports); plan->params: this tp
+     * rank's share of it */
+    tr->n = (size_t)px_model_num_params(&tr->gc);
+    if (tr->gpt) {
+        tr->ctx = px_gpt_ctx_default(tr->gpt);
+        tr->ctx.groups = tr->groups; /* the tensor group, for the blocks' collectives */
+    }
+    tr->act_bytes = tr->gpt ? px_gpt_activation_bytes(tr->gpt)
+                            : px_pipe_activation_bytes(tr->pipe);
+    if (tr->rank == 0)
+        log_assembly(tr);
+    if (cfg->resume_dir && *cfg->resume_dir)
+        PX_CHECK_GOTO(resume(tr), status, fail);
+    /* the validation batches: the training cut of the validation file,
+     * batch k in place of step k */
+    tr->val_cut = (px_batch_cut_t){.data = tr->val, .seed = cfg->seed, .M = tr->M,
+                                   .per_micro = cfg->batch / (tr->A * tr->M),
+                                   .dp_rank = tr->dp_rank, .Bm = tr->Bm, .T = tr->T,
+                                   .cp = tr->cp, .cp_rank = tr->cp_rank, .seq_in = tr->seq_in,
+                                   .seq_tg = tr->seq_tg, .ops = tr->ops,
+                                   .host = tr->host_tokens};
+    tr->ev = (px_eval_t){.gpt = tr->gpt, .ctx = &tr->ctx, .pipe = tr->pipe, .M = tr->M,
+                         .load = eval_load, .load_arg = &tr->val_cut, .dp_comm = tr->dp_comm,
+                         .pp_comm = tr->pipe ? px_groups_comm(tr->groups, PX_GROUP_PP) : NULL,
+                         .batches = cfg->eval_batches, .accum = tr->A, .dp = tr->dp,
+                         .cp = tr->cp, .inputs = tr->inputs, .targets = tr->targets};
+    tr->eval_every = px_job_config_eval_every(cfg);
+    *tr_p = tr;
+    return PX_OK;
+fail:
+    px_trainer_destroy(tr);
+    return status;
+}
+
+void px_trainer_destroy(px_trainer_t *tr)
+{
+    if (!tr)
+        return;
+    free(tr->held_layers);
+    px_moe_destroy(tr->moe);
+    free(tr->host_tokens);
+    px_mem_free(tr->inputs);
+    px_mem_free(tr->targets);
+    px_mem_free(tr->seq_in);
+    px_mem_free(tr->seq_tg);
+    px_gpt_destroy(tr->gpt);
+    px_pipe_destroy(tr->pipe);
+    free(tr->stage_layers);
+    px_zero_destroy(tr->zero);
+    px_groups_destroy(tr->groups); /* after zero: its requests ride the dp group */
+    px_plan_destroy(tr->plan);
+    free(tr->usizes);
+    px_data_close(tr->data);
+    px_data_close(tr->val);
+    free(tr);
+}
+
+/* ---- the step ---- */
+
+/* Micro-batch mb of step s (no pipeline) into tr->inputs / tr->targets. */
+static void load_micro(px_trainer_t *tr, int s, int mb)
+{
+    const px_train_config_t *cfg = tr->cfg;
+    const int Bm = tr->Bm, T = tr->T;
+    int first = mb * (cfg->batch / tr->A) + tr->dp_rank * Bm;
+    if (tr->cp > 1) {
+        px_data_batch(tr->data, cfg->seed, s, first, Bm, T, tr->seq_in, tr->seq_tg);
+        cp_load(tr->ops, tr->host_tokens, tr->seq_in, tr->seq_tg, tr->inputs, tr->targets, Bm,
+                T, tr->cp, tr->cp_rank);
+    } else if (tr->host_tokens) { /* a device backend: cut on the host, copy over */
+        const size_t nt = (size_t)Bm * T;
+        px_data_batch(tr->data, cfg->seed, s, first, Bm, T, tr->host_tokens,
+                      tr->host_tokens + nt);
+        tr->ops->mem_copy_from_host(tr->inputs, tr->host_tokens, nt * sizeof(int32_t));
+        tr->ops->mem_copy_from_host(tr->targets, tr->host_tokens + nt, nt * sizeof(int32_t));
+    } else
+        px_data_batch(tr->data, cfg->seed, s, first, Bm, T, tr->inputs, tr->targets);
+}
+
+/* Forward and backward of step s: this rank's mean loss into *loss_p (the
+ * last stage's with a pipeline, plus every stage's load-balancing losses). */
+static px_status_t forward_backward(px_trainer_t *tr, int s, float *loss_p)
+{
+    const px_train_config_t *cfg = tr->cfg;
+    const int A = tr->A, M = tr->M;
+    float loss_local = 0.0f;
+    if (tr->pipe) {
+        px_batch_cut_t ld = {.data = tr->data, .seed = cfg->seed, .step = s, .M = M,
+                             .per_micro = cfg->batch / (A * M), .dp_rank = tr->dp_rank,
+                             .Bm = tr->Bm, .T = tr->T, .cp = tr->cp, .cp_rank = tr->cp_rank,
+                             .seq_in = tr->seq_in, .seq_tg = tr->seq_tg, .ops = tr->ops,
+                             .host = tr->host_tokens};
+        for (ld.round = 0; ld.round < A; ld.round++) {
+            float lsum = 0.0f;
+            PX_CHECK(px_pipe_round(tr->pipe, px_batch_cut_load, &ld, &lsum));
+            loss_local += lsum;
+        }
+        PX_CHECK(px_zero_end_micro(tr->zero));
+        PX_CHECK(px_pipe_tied_sum(tr->pipe));
+        loss_local = tr->last_stage ? loss_local / (float)(A * M) : 0.0f;
+        if (tr->moe) /* every stage's load-balancing losses (summed over pp later) */
+            loss_local += (float)(px_moe_aux_loss_step(tr->moe) / (double)(A * M));
+        *loss_p = loss_local;
+        return PX_OK;
+    }
+    for (int mb = 0; mb < A; mb++) {
+        float l = 0.0f;
+        load_micro(tr, s, mb);
+        PX_CHECK(px_gpt_forward_ctx(tr->gpt, &tr->ctx, tr->inputs, tr->targets, &l));
+        if (tr->moe) /* the load-balancing losses join the objective */
+            l += px_moe_aux_loss(tr->moe);
+        PX_CHECK(px_gpt_backward_ctx(tr->gpt, &tr->ctx));
+        PX_CHECK(px_zero_end_micro(tr->zero));
+        loss_local += l;
+    }
+    *loss_p = loss_local / (float)A;
+    return PX_OK;
+}
+
+px_status_t px_trainer_grads(px_trainer_t *tr, int s, float *loss_p, float *norm_p)
+{
+    float loss_local = 0.0f, loss = 0.0f, norm = 0.0f;
+    px_status_t status;
+    px_zero_begin_step(tr->zero);
+    if (tr->moe)
+        px_moe_begin_step(tr->moe);
+    PX_CHECK(forward_backward(tr, s, &loss_local));
+    status = px_zero_reduce(tr->zero, loss_local, &loss, &norm);
+    if (status != PX_OK) {
+        px_error("train: step %d: gradient reduction failed: %s", s + 1, px_status_str(status));
+        return status;
+    }
+    if (tr->moe) { /* the global norm counts the router and every expert once */
+        double sx = 0.0;
+        PX_CHECK(px_moe_reduce(tr->moe, &sx));
+        if (tr->pipe) /* each stage holds its own MoE layers */
+            PX_CHECK(px_allreduce(px_groups_comm(tr->groups, PX_GROUP_PP), &sx, &sx, 1,
+                                  PX_FLOAT64, PX_SUM, -1));
+        norm = (float)sqrt((double)norm * norm + sx);
+    }
+    status = px_kernels_check(tr->ops); /* a device op's error (sticky), once a step */
+    if (status != PX_OK) {
+        px_error("train: step %d: a %s kernel failed: %s", s + 1, tr->ops->name,
+                 px_status_str(status));
+        return status;
+    }
+    if (tr->pipe) { /* the loss is the last stage's; the others add 0 exactly */
+        status = px_allreduce(px_groups_comm(tr->groups, PX_GROUP_PP), &loss, &loss, 1,
+                              PX_FLOAT32, PX_SUM, -1);
+        if (status != PX_OK) {
+            px_error("train: step %d: the pipeline's loss all-reduce failed: %s", s + 1,
+                     px_status_str(status));
+            return status;
+        }
+    }
+    if (!isfinite(loss)) {
+        px_error("train: step %d: loss is %f", s + 1, loss);
+        return PX_ERR_INTERNAL;
+    }
+    *loss_p = loss;
+    *norm_p = norm;
+    return PX_OK;
+}
+
+px_status_t px_trainer_update(px_trainer_t *tr, int s, float norm, float lr)
+{
+    const px_train_config_t *cfg = tr->cfg;
+    px_zero_adamw_t hp = {.lr = lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2, .eps = cfg->eps,
+                          .weight_decay = cfg->weight_decay, .t = s + 1,
+                          .more = s + 1 < cfg->steps};
+    if (tr->moe)
+        px_moe_update(tr->moe, cfg->grad_clip, norm, lr, cfg->beta1, cfg->beta2, cfg->eps,
+                      cfg->weight_decay, s + 1);
+    px_status_t status = px_zero_update(tr->zero, cfg->grad_clip, norm, &hp);
+    if (status != PX_OK)
+        px_error("train: step %d: update failed: %s", s + 1, px_status_str(status));
+    return status;
+}
+
+px_status_t px_trainer_checkpoint(px_trainer_t *tr, int s)
+{
+    const px_train_config_t *cfg = tr->cfg;
+    if (cfg->checkpoint_every <= 0 ||
+        ((s + 1) % cfg->checkpoint_every != 0 && s + 1 != cfg->steps))
+        return PX_OK;
+    /* over the world; the dp rank is the ZeRO shard a rank writes, the tp
+     * rank (gc) the tensor shard. The MoE files before the dense shards:
+     * their meta.json, written last, marks the whole step directory
+     * complete */
+    if (tr->moe)
+        PX_CHECK(px_moe_checkpoint_save(cfg->checkpoint_dir, s + 1, tr->moe,
+                                        tr->pp > 1 ? px_groups_comm(tr->groups, PX_GROUP_PP)
+                                                   : NULL,
+                                        tr->rank == 0));
+    return px_checkpoint_save(cfg->checkpoint_dir, s + 1, tr->zero, &tr->gc, tr->plan,
+                              cfg->heads, tr->dp_comm, tr->world);
+}
+
+px_status_t px_trainer_report(px_trainer_t *tr, int s, float loss, float norm, float lr,
+                              double t0, double t1, uint64_t *moe_counts,
+                              px_step_report_t *rep)
+{
+    const px_train_config_t *cfg = tr->cfg;
+    px_tp_times_t tt = {0};
+    double pp_busy = 0.0, pp_idle = 0.0;
+    if (tr->gpt)
+        px_gpt_tp_times(tr->gpt, &tt);
+    if (tr->pipe)
+        px_pipe_take_times(tr->pipe, &pp_busy, &pp_idle);
+    *rep = (px_step_report_t){.step = s + 1, .loss = loss, .grad_norm = norm, .lr = lr,
+                              .tokens_per_second = (double)cfg->batch * tr->T / (t1 - t0),
+                              .elapsed_s = t1 - tr->t_start, .rank = tr->rank,
+                              .replicated_digest =
+                                  tr->digests ? px_zero_replicated_digest(tr->zero) : 0,
+                              .tp_comm_s = tt.comm_s, .tp_wait_s = tt.wait_s,
+                              .tp_hidden_s = tt.hidden_s, .step_s = t1 - t0, .pp = tr->pp,
+                              .pp_stage = tr->stage, .pp_busy_s = pp_busy,
+                              .pp_idle_s = pp_idle,
+                              .tied_digest = tr->digests && tr->pipe &&
+                                                     (tr->stage == 0 || tr->last_stage)
+                                                 ? px_zero_unit_digest(tr->zero,
+                                                                       PX_MODEL_UNIT_EMBED)
+                                                 : 0};
+    fill_mem(rep, tr->plan, tr->act_bytes);
+    if (!tr->moe)
+        return PX_OK;
+    uint64_t *mrec = moe_counts, *mdrop = moe_counts + cfg->experts;
+    px_moe_token_stats(tr->moe, mrec, mdrop);
+    /* each stage routed its own MoE layers: the report is the model's
+     * (int64 sums of counts far below 2^63) */
+    if (tr->pipe) {
+        px_status_t status = px_allreduce(px_groups_comm(tr->groups, PX_GROUP_PP), mrec, mrec,
+                                          2 * (uint64_t)cfg->experts, PX_INT64, PX_SUM, -1);
+        if (status != PX_OK) {
+            px_error("train: step %d: summing the stages' expert token counts failed: %s",
+                     s + 1, px_status_str(status));
+            return status;
+        }
+    }
+    rep->experts = cfg->experts;
+    rep->moe_received = mrec;
+    rep->moe_dropped = mdrop;
+    double a2a = px_moe_alltoall_s(tr->moe);
+    rep->moe_alltoall_s = a2a - tr->moe_a2a_prev;
+    tr->moe_a2a_prev = a2a;
+    return PX_OK;
+}
+
+/* ---- the canonical model ---- */
+
+px_status_t px_trainer_canonical(px_trainer_t *tr, int which, float *canon, float *moe_canon)
+{
+    PX_CHECK(which ? px_zero_gather_grads_canonical(tr->zero, canon)
+                   : px_zero_gather_canonical(tr->zero, canon));
+    PX_CHECK(px_tp_combine_canonical(tr->canon_comm, canon, tr->n));
+    if (tr->moe && moe_canon)
+        PX_CHECK(moe_canonical(tr->moe, which, moe_canon, tr->groups, tr->pp));
+    return PX_OK;
+}
+
+px_status_t px_trainer_export(px_trainer_t *tr)
+{
+    const char *path = tr->cfg->export_safetensors;
+    size_t moe_n = tr->moe ? (size_t)px_moe_num_params(px_moe_config(tr->moe)) : 0;
+    float *canon = calloc(tr->n, sizeof(float));
+    float *moe_canon = tr->moe ? calloc(moe_n ? moe_n : 1, sizeof(float)) : NULL;
+    px_status_t status = PX_ERR_NO_MEMORY;
+    if (!canon || (tr->moe && !moe_canon))
+        goto out;
+    /* collective: the routers and experts of every rank and stage */
+    PX_CHECK_GOTO(px_trainer_canonical(tr, 0, canon, moe_canon), status, out);
+    if (tr->rank == 0 && tr->moe) {
+        PX_CHECK_GOTO(px_moe_safetensors_write(path, &tr->gc, canon, px_moe_config(tr->moe),
+                                               moe_canon), status, out);
+        px_info("train: weights and experts exported to %s", path);
+    } else if (tr->rank == 0) {
+        PX_CHECK_GOTO(px_safetensors_write(path, &tr->gc, canon), status, out);
+        px_info("train: weights exported to %s", path);
+    }
+    status = PX_OK;
+out:
+    free(canon);
+    free(moe_canon);
+    return status;
+}
