@@ -929,6 +929,161 @@ void px_gpt_stage_io(px_gpt_t *gpt, int l, float **x_p, float **dx_p, size_t *n_
     *n_p = gpt->rows * (size_t)gpt->cfg.dim;
 }
 
+/* ---- a block's seams: its working set, LayerNorm, the row-parallel
+ * linear and attention, each in one place for the forward and every
+ * backward ---- */
+
+/* A transformer block's working set: the shapes, the tensor group, the
+ * layer's activations, its input and its parameters (and gradients). */
+typedef struct block {
+    px_comm_t *tpc;           /* the tensor group (NULL: tp 1) */
+    int B, T, BT, C, Cl, NHl; /* Cl = C/tp, NHl = NH/tp: this rank's channels
+                                 and heads of the split matrices (tp.h) */
+    int R;                    /* rows of the residual stream here (BT/tp with
+                                 sequence parallelism: this rank's tokens) */
+    int u;                    /* the layer's unit */
+    size_t rc;                /* R x C */
+    layer_acts_t la;
+    const float *res;         /* the residual stream entering the layer */
+    layer_view_t p, g;        /* parameters (phase >= 0), gradients (grads) */
+} block_t;
+
+/* Checks the context and acquires layer l's parameters for `phase` (0
+ * forward, 1 backward; -1: none) and its gradients (grads), in that
+ * order (ZeRO's hooks gather and reduce in it). */
+static px_status_t block_begin(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l, int phase,
+                               int grads, block_t *b)
+{
+    float *lb, *lgb;
+    PX_CHECK(ctx_check(gpt, ctx, l));
+    PX_CHECK(tp_comm(gpt, ctx, &b->tpc));
+    b->B = ctx->B;
+    b->T = ctx->T;
+    b->BT = b->B * b->T;
+    b->C = gpt->cfg.dim;
+    b->Cl = gpt->Cl;
+    b->NHl = gpt->NHl;
+    b->R = gpt->sp ? b->BT / gpt->tp : b->BT;
+    b->rc = (size_t)b->R * b->C;
+    b->u = px_model_unit_layer(&gpt->cfg, l);
+    layer_acts(gpt, l, &b->la);
+    b->res = residual_in(gpt, l);
+    if (phase >= 0) {
+        PX_CHECK(p_acquire(gpt, b->u, phase, &lb));
+        view(gpt->layer_t, 12, lb, &b->p);
+    }
+    if (grads) {
+        PX_CHECK(g_acquire(gpt, b->u, &lgb));
+        view(gpt->layer_t, 12, lgb, &b->g);
+    }
+    return PX_OK;
+}
+
+/* LayerNorm of the block's R rows of x into its stored activation: fp32
+ * `out`, or with bf16 storage (out_h set) fp32 in `scratch`, rounded into
+ * out_h. *in_p: what the column-parallel matmul after it reads (with
+ * sequence parallelism the rows all-gathered to (B,T,C) in spbuf); *f_p:
+ * the same as fp32 values (the experts' router reads them). */
+static px_status_t ln_forward(px_gpt_t *gpt, const block_t *b, float *out, uint16_t *out_h,
+                              float *scratch, float *mean, float *rstd, const float *x,
+                              const float *w, const float *bias, const char *what,
+                              act_t *in_p, float **f_p)
+{
+    float *f = out_h ? scratch : out;
+    gpt->ops->layernorm_forward(f, mean, rstd, x, w, bias, b->R, b->C);
+    if (out_h)
+        gpt->ops->bf16_from_f32(out_h, f, b->rc);
+    *in_p = act_of(f, out_h);
+    if (gpt->sp) {
+        PX_CHECK(px_tp_allgather(b->tpc, out, gpt->a.spbuf, b->rc, what, &gpt->tp_times));
+        f = gpt->a.spbuf;
+        *in_p = act_of(f, NULL);
+    }
+    *f_p = f;
+    return PX_OK;
+}
+
+/* Backward of a LayerNorm pass: adds its input gradient to dres (the
+ * residual stream's); its gradient source is dbtc, or with sequence
+ * parallelism this rank's rows in spbuf, whose weight and bias gradients
+ * go to dln's pair `slot` (summed over the tensor group by sp_ln_grads)
+ * instead of dw and db. */
+static void ln_backward(px_gpt_t *gpt, const block_t *b, int slot, float *dw, float *db,
+                        const float *x, const float *w, const float *mean, const float *rstd)
+{
+    gpt_acts_t *a = &gpt->a;
+    if (gpt->sp)
+        gpt->ops->layernorm_backward(a->dres, a->dln + (size_t)2 * slot * b->C,
+                                     a->dln + (size_t)(2 * slot + 1) * b->C, a->spbuf, x, w,
+                                     mean, rstd, b->R, b->C);
+    else
+        gpt->ops->layernorm_backward(a->dres, dw, db, a->dbtc, x, w, mean, rstd, b->BT, b->C);
+}
+
+/* Forward of a row-parallel linear (Megatron-LM's g; Shoeybi et al. 2019):
+ * this rank's partial sums (BT,C) = in (BT,Cin) @ w^T, the sum over the
+ * tensor group (with sequence parallelism a reduce-scatter to this rank's
+ * tokens, Korthikanti et al. 2022), then the replicated bias once; tp 1:
+ * one matmul with its bias. *out_p: the (R,C) result (tmp or spbuf). */
+static px_status_t row_forward(px_gpt_t *gpt, const block_t *b, act_t in, const float *w,
+                               const float *bias, int Cin, const char *what, float **out_p)
+{
+    gpt_acts_t *a = &gpt->a;
+    const int split = gpt->tp > 1;
+    float *out = a->tmp;
+    matmul_forward_poked(gpt, a->tmp, in, w, split ? NULL : bias, b->BT, Cin, b->C);
+    if (gpt->sp) {
+        PX_CHECK(px_tp_reduce_scatter(b->tpc, a->tmp, a->spbuf, b->rc, what, &gpt->tp_times));
+        out = a->spbuf;
+    } else if (split) {
+        PX_CHECK(px_tp_allreduce(b->tpc, a->tmp, (size_t)b->BT * b->C, what, &gpt->tp_times));
+    }
+    if (split)
+        gpt->ops->bias_forward(out, bias, b->R, b->C);
+    *out_p = out;
+    return PX_OK;
+}
+
+/* Causal attention of this rank's heads: atty (B,T,Cl) and att (the
+ * probabilities, or the log-sum-exp) from qkv (B,T,3Cl); with context
+ * parallelism ring attention over the context group (ring_attn.h). */
+static px_status_t attn_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const block_t *b,
+                                float *atty, float *att, const float *qkv)
+{
+    if (gpt->cp > 1) {
+        px_comm_t *cpc;
+        PX_CHECK(cp_comm(gpt, ctx, &cpc));
+        PX_CHECK(px_ring_attn_forward(gpt->ring, cpc, atty, att, qkv, gpt->a.scratch, ring_poke,
+                                      gpt));
+    } else
+        gpt->ops->attention_forward(atty, att, qkv, b->B, b->T, b->Cl, b->NHl);
+    poke(gpt);
+    return PX_OK;
+}
+
+/* Backward of attn_forward: dqkv (B,T,3Cl) from datty (B,T,Cl). */
+static px_status_t attn_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const block_t *b,
+                                 float *dqkv, float *datty, const float *qkv, const float *atty,
+                                 const float *att)
+{
+    if (gpt->cp > 1) {
+        px_comm_t *cpc;
+        PX_CHECK(cp_comm(gpt, ctx, &cpc));
+        PX_CHECK(px_ring_attn_backward(gpt->ring, cpc, dqkv, datty, qkv, atty, att,
+                                       gpt->a.scratch, ring_poke, gpt));
+    } else
+        gpt->ops->attention_backward(dqkv, gpt->a.scratch, datty, qkv, att, b->B, b->T, b->Cl,
+                                     b->NHl);
+    poke(gpt);
+    return PX_OK;
+}
+
+/* Whether layer l computes the mixture of experts instead of the MLP */
+static int moe_layer(const px_gpt_t *gpt, int l)
+{
+    return gpt->moe && px_moe_is_layer(px_moe_config(gpt->moe), l);
+}
+
 px_status_t px_gpt_embed_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *inputs)
 {
     embed_view_t e;
@@ -968,114 +1123,51 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
-    px_comm_t *tpc;
-    PX_CHECK(ctx_check(gpt, ctx, l));
-    PX_CHECK(tp_comm(gpt, ctx, &tpc));
-    /* C: the residual stream; Cl = C/tp, NHl = NH/tp: this rank's channels
-     * and heads of the split matrices (tp.h) */
-    int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, Cl = gpt->Cl, NHl = gpt->NHl, BT = B * T;
-    int split = gpt->tp > 1;
-    layer_acts_t la;
-    layer_acts(gpt, l, &la);
-    const float *res = residual_in(gpt, l);
-    float *ln1 = la.ln1, *qkv = la.qkv, *atty = la.atty, *att = la.att, *res2 = la.res2;
-    float *ln2 = la.ln2, *fch = la.fch, *fchg = la.fchg, *res3 = la.res3;
-    act_t ln1_in, ln2_in; /* what the column-parallel matmuls read */
-    float *lb;
-    layer_view_t p;
+    block_t b;
+    act_t ln_in; /* what a column-parallel matmul reads */
+    float *ln_f, *proj;
+    PX_CHECK(block_begin(gpt, ctx, l, 0, 0, &b));
+    const layer_acts_t *la = &b.la;
+    const layer_view_t *p = &b.p;
+    const int BT = b.BT, C = b.C, Cl = b.Cl;
 
-    /* R: rows of the residual stream here (BT/tp with sequence
-     * parallelism: this rank's tokens, tp.h) */
-    int R = gpt->sp ? BT / gpt->tp : BT;
-    size_t rc = (size_t)R * C;
-
-    PX_CHECK(p_acquire(gpt, px_model_unit_layer(&gpt->cfg, l), 0, &lb));
-    view(gpt->layer_t, 12, lb, &p);
-    /* ln1 of this rank's R tokens (all of them without sequence
-     * parallelism; with it, kept for R rows and all-gathered to (B,T,C)
-     * for the matmul, and gathered again in backward) */
-    if (la.ln1_h) { /* bf16 storage (no sp): fp32 in tmp (free until attproj), rounded */
-        k->layernorm_forward(a->tmp, la.ln1_mean, la.ln1_rstd, res, p.ln1w, p.ln1b, R, C);
-        k->bf16_from_f32(la.ln1_h, a->tmp, rc);
-        ln1_in = act_of(NULL, la.ln1_h);
-    } else {
-        k->layernorm_forward(ln1, la.ln1_mean, la.ln1_rstd, res, p.ln1w, p.ln1b, R, C);
-        ln1_in = act_of(ln1, NULL);
-    }
-    if (gpt->sp) {
-        PX_CHECK(px_tp_allgather(tpc, ln1, a->spbuf, rc, "ln1", &gpt->tp_times));
-        ln1_in = act_of(a->spbuf, NULL);
-    }
-    /* qkv (B,T,3Cl): column-parallel, q | k | v of this rank's heads */
-    matmul_forward_poked(gpt, qkv, ln1_in, p.qkvw, p.qkvb, BT, C, 3 * Cl);
-    if (gpt->cp > 1) { /* ring attention over the context group (att: the lse) */
-        px_comm_t *cpc;
-        PX_CHECK(cp_comm(gpt, ctx, &cpc));
-        PX_CHECK(px_ring_attn_forward(gpt->ring, cpc, atty, att, qkv, a->scratch, ring_poke,
-                                      gpt));
-    } else
-        k->attention_forward(atty, att, qkv, B, T, Cl, NHl);
-    poke(gpt);
-    /* attproj: row-parallel; partial sums (B,T,C), g = all-reduce (with
-     * sequence parallelism: reduce-scatter to this rank's tokens), then
-     * the replicated bias once */
-    matmul_forward_poked(gpt, a->tmp, act_of(atty, NULL), p.attprojw,
-                         split ? NULL : p.attprojb, BT, Cl, C);
-    float *proj = a->tmp;
-    if (gpt->sp) {
-        PX_CHECK(px_tp_reduce_scatter(tpc, a->tmp, a->spbuf, rc, "attproj", &gpt->tp_times));
-        proj = a->spbuf;
-    } else if (split) {
-        PX_CHECK(px_tp_allreduce(tpc, a->tmp, (size_t)BT * C, "attproj", &gpt->tp_times));
-    }
-    if (split)
-        k->bias_forward(proj, p.attprojb, R, C);
-    k->residual_forward(res2, res, proj, rc);
-    /* bf16 storage: the fp32 LayerNorm output in dbtc (a backward work
-     * buffer, free here: tmp holds the mixture of experts' output below),
-     * rounded into ln2 */
-    float *ln2_f = la.ln2_h ? a->dbtc : ln2;
-    k->layernorm_forward(ln2_f, la.ln2_mean, la.ln2_rstd, res2, p.ln2w, p.ln2b, R, C);
-    if (la.ln2_h)
-        k->bf16_from_f32(la.ln2_h, ln2_f, rc);
-    ln2_in = act_of(ln2_f, la.ln2_h);
-    if (gpt->sp) {
-        PX_CHECK(px_tp_allgather(tpc, ln2, a->spbuf, rc, "ln2", &gpt->tp_times));
-        ln2_f = a->spbuf;
-        ln2_in = act_of(a->spbuf, NULL);
-    }
-    if (gpt->moe && px_moe_is_layer(px_moe_config(gpt->moe), l)) {
+    /* attention: ln1 (bf16 storage: fp32 in tmp, free until attproj), qkv
+     * (B,T,3Cl) column-parallel (q | k | v of this rank's heads), attention,
+     * attproj row-parallel, the residual */
+    PX_CHECK(ln_forward(gpt, &b, la->ln1, la->ln1_h, a->tmp, la->ln1_mean, la->ln1_rstd, b.res,
+                        p->ln1w, p->ln1b, "ln1", &ln_in, &ln_f));
+    matmul_forward_poked(gpt, la->qkv, ln_in, p->qkvw, p->qkvb, BT, C, 3 * Cl);
+    PX_CHECK(attn_forward(gpt, ctx, &b, la->atty, la->att, la->qkv));
+    PX_CHECK(row_forward(gpt, &b, act_of(la->atty, NULL), p->attprojw, p->attprojb, Cl,
+                         "attproj", &proj));
+    k->residual_forward(la->res2, b.res, proj, b.rc);
+    /* MLP: ln2 (bf16 storage: fp32 in dbtc, a backward work buffer free here:
+     * tmp holds the experts' output below) */
+    PX_CHECK(ln_forward(gpt, &b, la->ln2, la->ln2_h, a->dbtc, la->ln2_mean, la->ln2_rstd,
+                        la->res2, p->ln2w, p->ln2b, "ln2", &ln_in, &ln_f));
+    if (moe_layer(gpt, l)) {
         /* the mixture of experts instead of the dense MLP; with tp every
          * tensor rank computes it whole on the whole ln2 (moe.h: experts
          * replicated over the tensor group), so no tp collective follows;
          * with sequence parallelism this rank adds its R rows */
-        PX_CHECK(px_moe_forward_slot(gpt->moe, gpt->moe_slot, l, ln2_f, a->tmp, BT));
-        k->residual_forward(res3, res2, a->tmp + (gpt->sp ? (size_t)gpt->cfg.tp_rank * rc : 0),
-                            rc);
-        return p_release(gpt, px_model_unit_layer(&gpt->cfg, l), 0);
+        PX_CHECK(px_moe_forward_slot(gpt->moe, gpt->moe_slot, l, ln_f, a->tmp, BT));
+        k->residual_forward(la->res3, la->res2,
+                            a->tmp + (gpt->sp ? (size_t)gpt->cfg.tp_rank * b.rc : 0), b.rc);
+        return p_release(gpt, b.u, 0);
     }
-    /* fc (B,T,4Cl): column-parallel */
-    matmul_forward_poked(gpt, fch, ln2_in, p.fcw, p.fcb, BT, C, 4 * Cl);
-    if (la.fchg_h) { /* bf16 storage: fp32 in d4a (backward work space), rounded */
-        k->gelu_forward(a->d4a, fch, (size_t)BT * 4 * Cl);
-        k->bf16_from_f32(la.fchg_h, a->d4a, (size_t)BT * 4 * Cl);
+    /* fc (B,T,4Cl) column-parallel, GELU (bf16 storage: fp32 in d4a, the
+     * backward's work space, rounded), fcproj row-parallel */
+    matmul_forward_poked(gpt, la->fch, ln_in, p->fcw, p->fcb, BT, C, 4 * Cl);
+    if (la->fchg_h) {
+        k->gelu_forward(a->d4a, la->fch, (size_t)BT * 4 * Cl);
+        k->bf16_from_f32(la->fchg_h, a->d4a, (size_t)BT * 4 * Cl);
     } else {
-        k->gelu_forward(fchg, fch, (size_t)BT * 4 * Cl);
+        k->gelu_forward(la->fchg, la->fch, (size_t)BT * 4 * Cl);
     }
-    /* fcproj: row-parallel, as attproj */
-    matmul_forward_poked(gpt, a->tmp, act_of(fchg, la.fchg_h), p.fcprojw,
-                         split ? NULL : p.fcprojb, BT, 4 * Cl, C);
-    proj = a->tmp;
-    if (gpt->sp) {
-        PX_CHECK(px_tp_reduce_scatter(tpc, a->tmp, a->spbuf, rc, "fcproj", &gpt->tp_times));
-        proj = a->spbuf;
-    } else if (split) {
-        PX_CHECK(px_tp_allreduce(tpc, a->tmp, (size_t)BT * C, "fcproj", &gpt->tp_times));
-    }
-    if (split)
-        k->bias_forward(proj, p.fcprojb, R, C);
-    k->residual_forward(res3, res2, proj, rc);
-    return p_release(gpt, px_model_unit_layer(&gpt->cfg, l), 0);
+    PX_CHECK(row_forward(gpt, &b, act_of(la->fchg, la->fchg_h), p->fcprojw, p->fcprojb, 4 * Cl,
+                         "fcproj", &proj));
+    k->residual_forward(la->res3, la->res2, proj, b.rc);
+    return p_release(gpt, b.u, 0);
 }
 
 px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *targets,
@@ -1228,105 +1320,77 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
-    px_comm_t *tpc;
-    PX_CHECK(ctx_check(gpt, ctx, l));
-    PX_CHECK(tp_comm(gpt, ctx, &tpc));
-    int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, Cl = gpt->Cl, NHl = gpt->NHl, BT = B * T;
-    int u = px_model_unit_layer(&gpt->cfg, l);
-    size_t btcl = (size_t)BT * Cl;
-    layer_acts_t la;
-    layer_acts(gpt, l, &la);
-    const float *res = residual_in(gpt, l);
-    const float *qkv = la.qkv, *atty = la.atty, *att = la.att;
-    const float *res2 = la.res2, *fch = la.fch;
-    const act_t ln1 = act_of(la.ln1, la.ln1_h), ln2 = act_of(la.ln2, la.ln2_h);
-    const act_t fchg = act_of(la.fchg, la.fchg_h);
-    float *lb, *lgb;
-    layer_view_t p, g;
+    block_t b;
+    PX_CHECK(block_begin(gpt, ctx, l, 1, 1, &b));
+    const layer_acts_t *la = &b.la;
+    const layer_view_t *p = &b.p, *g = &b.g;
+    const int BT = b.BT, C = b.C, Cl = b.Cl;
+    const size_t btcl = (size_t)BT * Cl;
+    const act_t ln1 = act_of(la->ln1, la->ln1_h), ln2 = act_of(la->ln2, la->ln2_h);
 
-    PX_CHECK(p_acquire(gpt, u, 1, &lb));
-    PX_CHECK(g_acquire(gpt, u, &lgb));
-    view(gpt->layer_t, 12, lb, &p);
-    view(gpt->layer_t, 12, lgb, &g);
-    /* dres is d(residual3): MLP branch. fcproj is row-parallel: its
-     * output gradient dres is replicated, so the replicated fcprojb's
-     * gradient is the same on every tp rank */
-    /* sequence parallelism: dres holds this rank's R tokens; the row-
-     * parallel matmuls need the whole (B,T,C) output gradient: all-gather
-     * it (the backward of the forward's reduce-scatter) */
-    int R = gpt->sp ? BT / gpt->tp : BT;
-    size_t rc = (size_t)R * C;
+    /* dres is d(residual3): the MLP branch. The row-parallel matmuls read
+     * the whole (B,T,C) output gradient: with sequence parallelism dres
+     * holds this rank's R tokens, all-gathered here (the backward of the
+     * forward's reduce-scatter); without, it is replicated, so the
+     * replicated biases' gradients are the same on every tp rank */
     const float *dout = a->dres;
     if (gpt->sp) {
-        PX_CHECK(px_tp_allgather(tpc, a->dres, a->spbuf, rc, "d(residual3)", &gpt->tp_times));
+        PX_CHECK(px_tp_allgather(b.tpc, a->dres, a->spbuf, b.rc, "d(residual3)",
+                                 &gpt->tp_times));
         dout = a->spbuf;
         k->mem_set(a->dln, 0, 4 * (size_t)C * sizeof(float));
     }
-    if (gpt->moe && px_moe_is_layer(px_moe_config(gpt->moe), l)) {
+    if (moe_layer(gpt, l)) {
         /* the mixture of experts: d ln2 (B,T,C) into dbtc, the same on
          * every tensor rank (computed whole: no sum over tp); with sequence
          * parallelism on the re-gathered ln2, this rank's R rows of it to
          * spbuf (where the dense path's reduce-scatter puts them) */
         const float *x2 = ln2.f;
         if (gpt->sp) {
-            PX_CHECK(px_tp_allgather(tpc, ln2.f, a->tmp, rc, "ln2", &gpt->tp_times));
+            PX_CHECK(px_tp_allgather(b.tpc, ln2.f, a->tmp, b.rc, "ln2", &gpt->tp_times));
             x2 = a->tmp;
         } else if (ln2.h) { /* widened: the router rounds it to these values again */
-            k->bf16_to_f32(a->tmp, ln2.h, rc);
+            k->bf16_to_f32(a->tmp, ln2.h, b.rc);
             x2 = a->tmp;
         }
         PX_CHECK(px_moe_backward_slot(gpt->moe, gpt->moe_slot, l, x2, dout, a->dbtc, BT));
         if (gpt->sp)
-            k->mem_copy(a->spbuf, a->dbtc + (size_t)gpt->cfg.tp_rank * rc, rc * sizeof(float));
+            k->mem_copy(a->spbuf, a->dbtc + (size_t)gpt->cfg.tp_rank * b.rc,
+                        b.rc * sizeof(float));
     } else {
         k->mem_set(a->d4a, 0, btcl * 4 * sizeof(float));
-        matmul_backward_poked(gpt, a->d4a, g.fcprojw, g.fcprojb, dout, fchg, p.fcprojw, BT,
-                              4 * Cl, C);
+        matmul_backward_poked(gpt, a->d4a, g->fcprojw, g->fcprojb, dout,
+                              act_of(la->fchg, la->fchg_h), p->fcprojw, BT, 4 * Cl, C);
         k->mem_set(a->d4b, 0, btcl * 4 * sizeof(float));
-        k->gelu_backward(a->d4b, fch, a->d4a, btcl * 4);
+        k->gelu_backward(a->d4b, la->fch, a->d4a, btcl * 4);
         /* fc is column-parallel: f sums its input gradient over tp (sequence
-         * parallelism: reduce-scatters it to this rank's tokens; the LayerNorm
-         * gradients of this rank's tokens go to dln, summed over tp below),
-         * overlapped with fcw's gradient GEMM */
-        PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, g.fcw, g.fcb, a->d4b, ln2, a->tmp,
-                              p.fcw, BT, C, 4 * Cl, "fc's input gradient", "ln2"));
+         * parallelism: reduce-scatters it to this rank's tokens), overlapped
+         * with fcw's gradient GEMM */
+        PX_CHECK(col_backward(gpt, b.tpc, a->dbtc, a->spbuf, g->fcw, g->fcb, a->d4b, ln2,
+                              a->tmp, p->fcw, BT, C, 4 * Cl, "fc's input gradient", "ln2"));
     }
-    if (gpt->sp) {
-        k->layernorm_backward(a->dres, a->dln + 2 * C, a->dln + 3 * C, a->spbuf, res2, p.ln2w,
-                              la.ln2_mean, la.ln2_rstd, R, C);
-        PX_CHECK(px_tp_allgather(tpc, a->dres, a->spbuf, rc, "d(residual2)", &gpt->tp_times));
-    } else {
-        k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, res2, p.ln2w,
-                              la.ln2_mean, la.ln2_rstd, BT, C);
-    }
-    /* dres is d(residual2): attention branch */
+    ln_backward(gpt, &b, 1, g->ln2w, g->ln2b, la->res2, p->ln2w, la->ln2_mean, la->ln2_rstd);
+    if (gpt->sp)
+        PX_CHECK(px_tp_allgather(b.tpc, a->dres, a->spbuf, b.rc, "d(residual2)",
+                                 &gpt->tp_times));
+    /* dres is d(residual2): the attention branch; attproj row-parallel,
+     * attention, qkv column-parallel (f, overlapped with qkvw's gradient
+     * GEMM) */
     k->mem_set(a->dbtc, 0, btcl * sizeof(float));
-    matmul_backward_poked(gpt, a->dbtc, g.attprojw, g.attprojb, dout, act_of(atty, NULL),
-                          p.attprojw, BT, Cl, C);
+    matmul_backward_poked(gpt, a->dbtc, g->attprojw, g->attprojb, dout, act_of(la->atty, NULL),
+                          p->attprojw, BT, Cl, C);
     k->mem_set(a->d4a, 0, btcl * 3 * sizeof(float));
-    if (gpt->cp > 1) {
-        px_comm_t *cpc;
-        PX_CHECK(cp_comm(gpt, ctx, &cpc));
-        PX_CHECK(px_ring_attn_backward(gpt->ring, cpc, a->d4a, a->dbtc, qkv, atty, att,
-                                       a->scratch, ring_poke, gpt));
-    } else
-        k->attention_backward(a->d4a, a->scratch, a->dbtc, qkv, att, B, T, Cl, NHl);
-    poke(gpt);
-    /* qkv is column-parallel: f, overlapped with qkvw's gradient GEMM */
-    PX_CHECK(col_backward(gpt, tpc, a->dbtc, a->spbuf, g.qkvw, g.qkvb, a->d4a, ln1, a->tmp,
-                          p.qkvw, BT, C, 3 * Cl, "qkv's input gradient", "ln1"));
+    PX_CHECK(attn_backward(gpt, ctx, &b, a->d4a, a->dbtc, la->qkv, la->atty, la->att));
+    PX_CHECK(col_backward(gpt, b.tpc, a->dbtc, a->spbuf, g->qkvw, g->qkvb, a->d4a, ln1, a->tmp,
+                          p->qkvw, BT, C, 3 * Cl, "qkv's input gradient", "ln1"));
+    ln_backward(gpt, &b, 0, g->ln1w, g->ln1b, b.res, p->ln1w, la->ln1_mean, la->ln1_rstd);
     if (gpt->sp) {
-        float *dst[4] = {g.ln1w, g.ln1b, g.ln2w, g.ln2b};
-        k->layernorm_backward(a->dres, a->dln, a->dln + C, a->spbuf, res, p.ln1w,
-                              la.ln1_mean, la.ln1_rstd, R, C);
-        PX_CHECK(sp_ln_grads(gpt, tpc, dst, 4));
-    } else {
-        k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w,
-                              la.ln1_mean, la.ln1_rstd, BT, C);
+        float *dst[4] = {g->ln1w, g->ln1b, g->ln2w, g->ln2b};
+        PX_CHECK(sp_ln_grads(gpt, b.tpc, dst, 4));
     }
     /* dres is now d(input of layer l) */
-    PX_CHECK(p_release(gpt, u, 1));
-    return g_release(gpt, u);
+    PX_CHECK(p_release(gpt, b.u, 1));
+    return g_release(gpt, b.u);
 }
 
 /* ---- split backward (zero bubble: Qi et al. 2024) ---- */
@@ -1347,96 +1411,78 @@ px_status_t px_gpt_set_split_backward(px_gpt_t *gpt)
 
 px_status_t px_gpt_block_backward_input(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
-    const int li = l - gpt->layer0;
     const px_kernel_ops_t *k = gpt->ops;
     gpt_acts_t *a = &gpt->a;
+    block_t b;
     if (!gpt->wstash) {
         px_error("gpt: block_backward_input needs px_gpt_set_split_backward");
         return PX_ERR_INVALID_ARGUMENT;
     }
-    PX_CHECK(ctx_check(gpt, ctx, l));
-    int B = ctx->B, T = ctx->T, C = gpt->cfg.dim, NH = gpt->NHl, BT = B * T;
-    int u = px_model_unit_layer(&gpt->cfg, l);
-    size_t btc = (size_t)BT * C, sbt = (size_t)gpt->B * gpt->T;
-    layer_acts_t la; /* tp 1 here (px_gpt_set_split_backward): rows = B*T, Cl = C */
-    layer_acts(gpt, l, &la);
-    const float *res = residual_in(gpt, l);
-    float *st = gpt->wstash + (size_t)li * sbt * 9 * C;
+    /* tp 1 here (px_gpt_set_split_backward): rows = B*T, Cl = C */
+    PX_CHECK(block_begin(gpt, ctx, l, 1, 1, &b));
+    const layer_acts_t *la = &b.la;
+    const layer_view_t *p = &b.p, *g = &b.g;
+    const int BT = b.BT, C = b.C;
+    const size_t btc = (size_t)BT * C, sbt = (size_t)gpt->B * gpt->T;
+    float *st = gpt->wstash + (size_t)(l - gpt->layer0) * sbt * 9 * C;
     float *d_fcproj = st, *d_fc = st + sbt * C, *d_attproj = st + sbt * 5 * C,
           *d_qkv = st + sbt * 6 * C;
-    float *lb, *lgb;
-    layer_view_t p, g;
 
-    PX_CHECK(p_acquire(gpt, u, 1, &lb));
-    PX_CHECK(g_acquire(gpt, u, &lgb));
-    view(gpt->layer_t, 12, lb, &p);
-    view(gpt->layer_t, 12, lgb, &g);
     /* MLP branch: dres is d(residual3) = d(fcproj out) */
     k->mem_copy(d_fcproj, a->dres, btc * sizeof(float));
     k->mem_set(a->d4a, 0, btc * 4 * sizeof(float));
-    k->matmul_backward(a->d4a, NULL, NULL, d_fcproj, NULL, p.fcprojw, BT, 4 * C, C);
+    k->matmul_backward(a->d4a, NULL, NULL, d_fcproj, NULL, p->fcprojw, BT, 4 * C, C);
     k->mem_set(d_fc, 0, btc * 4 * sizeof(float));
-    k->gelu_backward(d_fc, la.fch, a->d4a, btc * 4);
+    k->gelu_backward(d_fc, la->fch, a->d4a, btc * 4);
     poke(gpt);
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, NULL, NULL, d_fc, NULL, p.fcw, BT, C, 4 * C);
+    k->matmul_backward(a->dbtc, NULL, NULL, d_fc, NULL, p->fcw, BT, C, 4 * C);
     poke(gpt);
-    k->layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, la.res2, p.ln2w,
-                          la.ln2_mean, la.ln2_rstd, BT, C);
-    /* attention branch: dres is d(residual2) = d(attproj out) */
+    ln_backward(gpt, &b, 1, g->ln2w, g->ln2b, la->res2, p->ln2w, la->ln2_mean, la->ln2_rstd);
+    /* attention branch: dres is d(residual2) = d(attproj out); the ring's
+     * backward is an input gradient: B, not W */
     k->mem_copy(d_attproj, a->dres, btc * sizeof(float));
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, NULL, NULL, d_attproj, NULL, p.attprojw, BT, C, C);
+    k->matmul_backward(a->dbtc, NULL, NULL, d_attproj, NULL, p->attprojw, BT, C, C);
     k->mem_set(d_qkv, 0, btc * 3 * sizeof(float));
-    if (gpt->cp > 1) { /* the ring's backward is an input gradient: B, not W */
-        px_comm_t *cpc;
-        PX_CHECK(cp_comm(gpt, ctx, &cpc));
-        PX_CHECK(px_ring_attn_backward(gpt->ring, cpc, d_qkv, a->dbtc, la.qkv, la.atty, la.att,
-                                       a->scratch, ring_poke, gpt));
-    } else
-        k->attention_backward(d_qkv, a->scratch, a->dbtc, la.qkv, la.att, B, T, C, NH);
-    poke(gpt);
+    PX_CHECK(attn_backward(gpt, ctx, &b, d_qkv, a->dbtc, la->qkv, la->atty, la->att));
     k->mem_set(a->dbtc, 0, btc * sizeof(float));
-    k->matmul_backward(a->dbtc, NULL, NULL, d_qkv, NULL, p.qkvw, BT, C, 3 * C);
+    k->matmul_backward(a->dbtc, NULL, NULL, d_qkv, NULL, p->qkvw, BT, C, 3 * C);
     poke(gpt);
-    k->layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, res, p.ln1w,
-                          la.ln1_mean, la.ln1_rstd, BT, C);
-    PX_CHECK(p_release(gpt, u, 1));
-    return g_release(gpt, u);
+    ln_backward(gpt, &b, 0, g->ln1w, g->ln1b, b.res, p->ln1w, la->ln1_mean, la->ln1_rstd);
+    PX_CHECK(p_release(gpt, b.u, 1));
+    return g_release(gpt, b.u);
 }
 
 px_status_t px_gpt_block_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
 {
-    const int li = l - gpt->layer0;
     const px_kernel_ops_t *k = gpt->ops;
+    block_t b;
     if (!gpt->wstash) {
         px_error("gpt: block_backward_weight needs px_gpt_set_split_backward");
         return PX_ERR_INVALID_ARGUMENT;
     }
-    PX_CHECK(ctx_check(gpt, ctx, l));
-    int BT = ctx->B * ctx->T, C = gpt->cfg.dim;
-    int u = px_model_unit_layer(&gpt->cfg, l);
-    size_t sbt = (size_t)gpt->B * gpt->T;
-    layer_acts_t la; /* tp 1 here (px_gpt_set_split_backward): rows = B*T, Cl = C */
-    layer_acts(gpt, l, &la);
-    const float *atty = la.atty;
-    const act_t ln1 = act_of(la.ln1, la.ln1_h), ln2 = act_of(la.ln2, la.ln2_h);
-    const act_t fchg = act_of(la.fchg, la.fchg_h);
-    float *st = gpt->wstash + (size_t)li * sbt * 9 * C;
-    float *lgb;
-    layer_view_t g;
+    /* tp 1 here (px_gpt_set_split_backward): rows = B*T, Cl = C */
+    PX_CHECK(block_begin(gpt, ctx, l, -1, 1, &b));
+    const layer_acts_t *la = &b.la;
+    const layer_view_t *g = &b.g;
+    const int BT = b.BT, C = b.C;
+    const size_t sbt = (size_t)gpt->B * gpt->T;
+    float *st = gpt->wstash + (size_t)(l - gpt->layer0) * sbt * 9 * C;
 
-    PX_CHECK(g_acquire(gpt, u, &lgb));
-    view(gpt->layer_t, 12, lgb, &g);
-    mm_backward(k, NULL, g.fcprojw, g.fcprojb, st, fchg, NULL, BT, 4 * C, C);
+    mm_backward(k, NULL, g->fcprojw, g->fcprojb, st, act_of(la->fchg, la->fchg_h), NULL, BT,
+                4 * C, C);
     poke(gpt);
-    mm_backward(k, NULL, g.fcw, g.fcb, st + sbt * C, ln2, NULL, BT, C, 4 * C);
+    mm_backward(k, NULL, g->fcw, g->fcb, st + sbt * C, act_of(la->ln2, la->ln2_h), NULL, BT, C,
+                4 * C);
     poke(gpt);
-    k->matmul_backward(NULL, g.attprojw, g.attprojb, st + sbt * 5 * C, atty, NULL, BT, C, C);
+    k->matmul_backward(NULL, g->attprojw, g->attprojb, st + sbt * 5 * C, la->atty, NULL, BT, C,
+                       C);
     poke(gpt);
-    mm_backward(k, NULL, g.qkvw, g.qkvb, st + sbt * 6 * C, ln1, NULL, BT, C, 3 * C);
+    mm_backward(k, NULL, g->qkvw, g->qkvb, st + sbt * 6 * C, act_of(la->ln1, la->ln1_h), NULL,
+                BT, C, 3 * C);
     poke(gpt);
-    return g_release(gpt, u);
+    return g_release(gpt, b.u);
 }
 
 px_status_t px_gpt_head_backward_weight(px_gpt_t *gpt, const px_gpt_ctx_t *ctx)
