@@ -1555,17 +1555,15 @@ px_status_t px_gpt_backward(px_gpt_t *gpt)
     return px_gpt_backward_ctx(gpt, &ctx);
 }
 
-void px_gpt_update(px_gpt_t *gpt, float lr, float beta1, float beta2, float eps, float wd,
-                   int t)
+void px_gpt_update(px_gpt_t *gpt, const px_adamw_t *hp)
 {
     for (int u = 0; u < px_gpt_num_units(&gpt->cfg); u++) {
         px_gpt_unit_tensor_t ut[PX_MODEL_MAX_UNIT_TENSORS];
         int n = px_gpt_unit_tensors(&gpt->cfg, u, ut);
         for (int j = 0; j < n; j++) {
             size_t o = gpt->unit_off[u] + ut[j].unit_offset;
-            gpt->ops->adamw_update(gpt->params + o, gpt->grads + o, gpt->m + o, gpt->v + o,
-                                   ut[j].size, lr, beta1, beta2, eps, ut[j].decay ? wd : 0.0f, t,
-                                   1.0f);
+            px_adamw_step(gpt->ops, hp, ut[j].decay, 1.0f, gpt->params + o, gpt->grads + o,
+                          gpt->m + o, gpt->v + o, ut[j].size);
         }
     }
 }

@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "optim.h"
 #include "px_kernels.h"
 #include "px_status.h"
 #include "ring_attn.h"
@@ -320,10 +321,9 @@ void px_gpt_zero_grad(px_gpt_t *gpt);
  * block_backward from the top, embed_backward). */
 px_status_t px_gpt_backward(px_gpt_t *gpt);
 
-/* AdamW step t (1-based) over every tensor: weight decay `wd` on matrices
- * only (info.decay), 0 on biases and LayerNorm parameters. */
-void px_gpt_update(px_gpt_t *gpt, float lr, float beta1, float beta2, float eps, float wd,
-                   int t);
+/* AdamW step hp->t (optim.h) over every tensor, unclipped: weight decay on
+ * matrices only (info.decay), 0 on biases and LayerNorm parameters. */
+void px_gpt_update(px_gpt_t *gpt, const px_adamw_t *hp);
 
 /* Bytes of activations (exactly px_plan_gpt_activations_dev's bytes for
  * the model's dims, local B, T, tp, sequence parallelism, cp, the table's

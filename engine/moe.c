@@ -858,16 +858,10 @@ px_status_t px_moe_reduce(px_moe_t *moe, double *sumsq_p)
     return PX_OK;
 }
 
-void px_moe_update(px_moe_t *moe, float clip, float norm, float lr, float beta1, float beta2,
-                   float eps, float weight_decay, int t)
+void px_moe_update(px_moe_t *moe, float coef, const px_adamw_t *hp)
 {
     const px_kernel_ops_t *k = moe->k;
-    /* as zero.h (clip_grad_norm_), folded into the update (px_kernels.h) */
-    float coef = clip > 0.0f ? clip / (norm + 1e-6f) : 1.0f;
-    if (!(coef < 1.0f))
-        coef = 1.0f;
-    k->adamw_update(moe->params, moe->grads, moe->m, moe->v, moe->nrouter, lr, beta1, beta2, eps,
-                    weight_decay, t, coef);
+    px_adamw_step(k, hp, 1, coef, moe->params, moe->grads, moe->m, moe->v, moe->nrouter);
     size_t C = (size_t)moe->cfg.dim;
     for (int mi = 0; mi < moe->nm; mi++)
         for (int le = 0; le < moe->El; le++) {
@@ -876,9 +870,9 @@ void px_moe_update(px_moe_t *moe, float clip, float norm, float lr, float beta1,
             const size_t off[4] = {0, 4 * C * C, 4 * C * C + 4 * C, 8 * C * C + 4 * C};
             const size_t len[4] = {4 * C * C, 4 * C, 4 * C * C, C};
             for (int i = 0; i < 4; i++)
-                k->adamw_update(moe->params + o + off[i], moe->grads + o + off[i],
-                                moe->m + o + off[i], moe->v + o + off[i], len[i], lr, beta1,
-                                beta2, eps, i % 2 == 0 ? weight_decay : 0.0f, t, coef);
+                px_adamw_step(k, hp, i % 2 == 0, coef, moe->params + o + off[i],
+                              moe->grads + o + off[i], moe->m + o + off[i],
+                              moe->v + o + off[i], len[i]);
         }
 }
 

@@ -58,6 +58,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "optim.h"
 #include "px_kernels.h"
 #include "px_status.h"
 #include "px_transport.h"
@@ -178,11 +179,10 @@ void px_moe_begin_step(px_moe_t *moe);
  * squared L2 norm of every MoE gradient (each expert counted once: summed
  * over the ep group) into *sumsq_p, the same on every rank. */
 px_status_t px_moe_reduce(px_moe_t *moe, double *sumsq_p);
-/* Clip (scale clip/(norm+1e-6) when < 1, clip > 0: as zero.h, with the
- * global norm, folded into AdamW's pass; the gradients stay unscaled) and
- * AdamW (decay on router and expert matrices). */
-void px_moe_update(px_moe_t *moe, float clip, float norm, float lr, float beta1, float beta2,
-                   float eps, float weight_decay, int t);
+/* AdamW (optim.h; decay on router and expert matrices) with the gradients
+ * scaled by coef (px_adamw_clip_coef of the global norm), folded into its
+ * pass: the gradients stay unscaled. */
+void px_moe_update(px_moe_t *moe, float coef, const px_adamw_t *hp);
 
 /* The canonical MoE buffer (px_moe_num_params) of the parameters (which 0),
  * the last reduced gradients (1) or the AdamW moments m (2), v (3) into

@@ -612,13 +612,12 @@ px_status_t px_trainer_grads(px_trainer_t *tr, int s, float *loss_p, float *norm
 px_status_t px_trainer_update(px_trainer_t *tr, int s, float norm, float lr)
 {
     const px_train_config_t *cfg = tr->cfg;
-    px_zero_adamw_t hp = {.lr = lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2, .eps = cfg->eps,
-                          .weight_decay = cfg->weight_decay, .t = s + 1,
-                          .more = s + 1 < cfg->steps};
+    px_adamw_t hp = {.lr = lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2, .eps = cfg->eps,
+                     .weight_decay = cfg->weight_decay, .t = s + 1};
+    const float coef = px_adamw_clip_coef(cfg->grad_clip, norm);
     if (tr->moe)
-        px_moe_update(tr->moe, cfg->grad_clip, norm, lr, cfg->beta1, cfg->beta2, cfg->eps,
-                      cfg->weight_decay, s + 1);
-    px_status_t status = px_zero_update(tr->zero, cfg->grad_clip, norm, &hp);
+        px_moe_update(tr->moe, coef, &hp);
+    px_status_t status = px_zero_update(tr->zero, coef, &hp, s + 1 < cfg->steps);
     if (status != PX_OK)
         px_error("train: step %d: update failed: %s", s + 1, px_status_str(status));
     return status;

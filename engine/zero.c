@@ -1063,24 +1063,19 @@ px_status_t px_zero_sync_params(px_zero_t *z)
  * forward gathers (units 0 .. it, in the forward's order; -1 none): stage 3
  * with prefetch, dp > 1, a step following, and this rank holding the
  * embedding and the first layer (a whole model or a first pipeline stage). */
-static int update_prefetch_upto(const px_zero_t *z, const px_zero_adamw_t *hp)
+static int update_prefetch_upto(const px_zero_t *z, int more)
 {
     int l0 = px_model_unit_layer(&z->gc, 0);
-    if (z->stage != 3 || !z->prefetch || z->dp < 2 || !hp->more || l0 != 1 ||
+    if (z->stage != 3 || !z->prefetch || z->dp < 2 || !more || l0 != 1 ||
         !z->plan->unit_size[0] || !z->plan->unit_size[l0])
         return -1;
     return l0;
 }
 
-px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_adamw_t *hp)
+px_status_t px_zero_update(px_zero_t *z, float coef, const px_adamw_t *hp, int more)
 {
-    int upto = update_prefetch_upto(z, hp);
+    int upto = update_prefetch_upto(z, more);
     kept_free(z);
-    /* the clip coefficient rides in AdamW's one pass over the gradient
-     * (px_kernels.h adamw_update): no pass of its own over the slices */
-    float coef = clip > 0.0f ? clip / (norm + 1e-6f) : 1.0f; /* as clip_grad_norm_ */
-    if (!(coef < 1.0f))
-        coef = 1.0f;
     for (int u = 0; u < z->nunits; u++) {
         if (upto >= 0 && u > upto) /* the gathers below move under this unit's update */
             px_progress(z->comm);
@@ -1095,8 +1090,9 @@ px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_a
             if (lo >= hi)
                 continue;
             uint64_t o = lo - b;
-            z->k->adamw_update(P + o, G + o, M + o, V + o, hi - lo, hp->lr, hp->beta1, hp->beta2,
-                               hp->eps, t[j].decay ? hp->weight_decay : 0.0f, hp->t, coef);
+            /* the clip coefficient rides in AdamW's one pass over the
+             * gradient: no pass of its own over the slices */
+            px_adamw_step(z->k, hp, t[j].decay, coef, P + o, G + o, M + o, V + o, hi - lo);
         }
         /* the next forward's first units, updated: their gathers start
          * (every rank the same ones, in the same order); the forward's

@@ -39,19 +39,10 @@
 #include "plan.h"
 #include "px_status.h"
 #include "px_transport.h"
+#include "optim.h"
 
 typedef struct px_zero px_zero_t;
 
-/* AdamW hyper-parameters of one step. */
-typedef struct px_zero_adamw {
-    float lr, beta1, beta2, eps, weight_decay;
-    int t; /* 1-based step count */
-    int more; /* 1: a training step follows; stage 3 with prefetch then
-                 starts its first forward gathers (the embedding's and the
-                 first layer's) inside px_zero_update, as soon as their
-                 slices are updated, so they run under the rest of the
-                 update; 0 (the last step): none left in flight */
-} px_zero_adamw_t;
 
 /* Times of one rank, seconds, since create. */
 typedef struct px_zero_times {
@@ -156,12 +147,15 @@ px_status_t px_zero_end_micro(px_zero_t *z);
  * rank's mean loss over its micro-batches) and the global gradient L2 norm
  * before clipping. Same values on every rank. */
 px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float *norm_p);
-/* AdamW on this rank's slice (decay on matrices only) with the gradients
- * scaled by clip/(norm+1e-6) when that is < 1 (clip > 0), as
- * torch.nn.utils.clip_grad_norm_; the scale is applied inside the update's
- * pass (px_kernels.h adamw_update), so the gradient buffers keep their
- * unclipped values; stages 1/2 all-gather the parameters. */
-px_status_t px_zero_update(px_zero_t *z, float clip, float norm, const px_zero_adamw_t *hp);
+/* AdamW (optim.h) on this rank's slice (decay on matrices only) with the
+ * gradients scaled by coef (px_adamw_clip_coef); the scale is applied
+ * inside the update's pass, so the gradient buffers keep their unclipped
+ * values; stages 1/2 all-gather the parameters. more: 1 when a training
+ * step follows; stage 3 with prefetch then starts its first forward
+ * gathers (the embedding's and the first layer's) inside the update, as
+ * soon as their slices are updated, so they run under the rest of it; 0
+ * (the last step): none left in flight. */
+px_status_t px_zero_update(px_zero_t *z, float coef, const px_adamw_t *hp, int more);
 
 /* Full parameters in canonical layout into HOST memory dst[num_params]
  * (collective for stage 3: every rank must call it; the result is on every

@@ -255,7 +255,8 @@ static void test_gpt(void)
         EXPECT(px_gpt_block_forward(a, &ctx, 2) == PX_ERR_INVALID_ARGUMENT, "layer 2 of 2");
     }
     float before = px_gpt_params(a)[0];
-    px_gpt_update(a, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    px_gpt_update(a, &(px_adamw_t){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                     .weight_decay = 0.1f, .t = 1});
     EXPECT(px_gpt_params(a)[0] != before, "update moves parameters");
     px_gpt_destroy(a);
     px_gpt_destroy(b);
