@@ -14,9 +14,7 @@
 
 #include "bench.h"
 
-static int failures;
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", \
-    __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+#include "../px_check.h"
 
 static uint16_t bf16_rne(float f)
 {
@@ -84,16 +82,16 @@ static void expect_verdicts(const px_bench_cfg_t *cfg, int rank, int n, void *sb
     void *out = cfg->op == PX_BENCH_BROADCAST ? sbuf : rbuf;
     size_t es = px_dtype_size(cfg->dtype);
     int64_t w = px_bench_count_wrong(cfg, rank, n, sbuf, rbuf, count, per);
-    EXPECT(w == 0, "%s: %lld wrong in a correct result", what, (long long)w);
+    CHECK(w == 0, "%s: %lld wrong in a correct result", what, (long long)w);
     if (!out_count)
         return;
     double v = get(out, cfg->dtype, out_count / 2);
     set(out, cfg->dtype, out_count / 2, v == 1.0 ? 2.0 : 1.0);
     w = px_bench_count_wrong(cfg, rank, n, sbuf, rbuf, count, per);
-    EXPECT(w == 1, "%s: %lld wrong after changing one element", what, (long long)w);
+    CHECK(w == 1, "%s: %lld wrong after changing one element", what, (long long)w);
     memset(out, 0xff, out_count * es); /* as px_bench_fill poisons */
     w = px_bench_count_wrong(cfg, rank, n, sbuf, rbuf, count, per);
-    EXPECT(w == (int64_t)out_count, "%s: stale output: %lld wrong of %llu", what, (long long)w,
+    CHECK(w == (int64_t)out_count, "%s: stale output: %lld wrong of %llu", what, (long long)w,
            (unsigned long long)out_count);
 }
 
@@ -174,7 +172,7 @@ static void test_movement(void)
                 for (int r = 0; r < n; r++)
                     if (r != cfg.root) {
                         /* before the broadcast a non-root holds no root data */
-                        EXPECT(px_bench_count_wrong(&cfg, r, n, in[r], rbuf[r], count, 0) > 0,
+                        CHECK(px_bench_count_wrong(&cfg, r, n, in[r], rbuf[r], count, 0) > 0,
                                "broadcast: a non-root's unfilled buffer passed");
                         memcpy(in[r], in[cfg.root], count * es);
                     }
@@ -200,42 +198,42 @@ static void test_tables(void)
     px_bench_cfg_t cfg;
     char err[160];
 
-    EXPECT(fabs(px_bench_bus_factor(PX_BENCH_ALL_REDUCE, 4) - 1.5) < 1e-12, "all_reduce factor");
-    EXPECT(fabs(px_bench_bus_factor(PX_BENCH_ALL_GATHER, 4) - 0.75) < 1e-12, "all_gather factor");
-    EXPECT(fabs(px_bench_bus_factor(PX_BENCH_REDUCE_SCATTER, 3) - 2.0 / 3) < 1e-12, "rs factor");
-    EXPECT(fabs(px_bench_bus_factor(PX_BENCH_ALL_TO_ALL, 2) - 0.5) < 1e-12, "a2a factor");
-    EXPECT(px_bench_bus_factor(PX_BENCH_BROADCAST, 4) == 1.0, "broadcast factor");
-    EXPECT(px_bench_bus_factor(PX_BENCH_REDUCE, 4) == 1.0, "reduce factor");
-    EXPECT(px_bench_bus_factor(PX_BENCH_ALL_REDUCE, 1) == 0.0, "world 1 factor");
-    EXPECT(px_bench_parse_bytes("4K", &b) == PX_OK && b == 4096, "4K");
-    EXPECT(px_bench_parse_bytes("64MiB", &b) == PX_OK && b == 64u << 20, "64MiB");
-    EXPECT(px_bench_parse_bytes("1g", &b) == PX_OK && b == 1u << 30, "1g");
-    EXPECT(px_bench_parse_bytes("12", &b) == PX_OK && b == 12, "12");
-    EXPECT(px_bench_parse_bytes("-1", &b) == PX_ERR_INVALID_ARGUMENT, "-1");
-    EXPECT(px_bench_parse_bytes("4X", &b) == PX_ERR_INVALID_ARGUMENT, "4X");
-    EXPECT(px_bench_parse_bytes("", &b) == PX_ERR_INVALID_ARGUMENT, "empty");
+    CHECK(fabs(px_bench_bus_factor(PX_BENCH_ALL_REDUCE, 4) - 1.5) < 1e-12, "all_reduce factor");
+    CHECK(fabs(px_bench_bus_factor(PX_BENCH_ALL_GATHER, 4) - 0.75) < 1e-12, "all_gather factor");
+    CHECK(fabs(px_bench_bus_factor(PX_BENCH_REDUCE_SCATTER, 3) - 2.0 / 3) < 1e-12, "rs factor");
+    CHECK(fabs(px_bench_bus_factor(PX_BENCH_ALL_TO_ALL, 2) - 0.5) < 1e-12, "a2a factor");
+    CHECK(px_bench_bus_factor(PX_BENCH_BROADCAST, 4) == 1.0, "broadcast factor");
+    CHECK(px_bench_bus_factor(PX_BENCH_REDUCE, 4) == 1.0, "reduce factor");
+    CHECK(px_bench_bus_factor(PX_BENCH_ALL_REDUCE, 1) == 0.0, "world 1 factor");
+    CHECK(px_bench_parse_bytes("4K", &b) == PX_OK && b == 4096, "4K");
+    CHECK(px_bench_parse_bytes("64MiB", &b) == PX_OK && b == 64u << 20, "64MiB");
+    CHECK(px_bench_parse_bytes("1g", &b) == PX_OK && b == 1u << 30, "1g");
+    CHECK(px_bench_parse_bytes("12", &b) == PX_OK && b == 12, "12");
+    CHECK(px_bench_parse_bytes("-1", &b) == PX_ERR_INVALID_ARGUMENT, "-1");
+    CHECK(px_bench_parse_bytes("4X", &b) == PX_ERR_INVALID_ARGUMENT, "4X");
+    CHECK(px_bench_parse_bytes("", &b) == PX_ERR_INVALID_ARGUMENT, "empty");
     for (int i = 0; i <= PX_BENCH_REDUCE; i++)
-        EXPECT(px_bench_op_parse(px_bench_op_name((px_bench_op_t)i), &op) == PX_OK && (int)op == i,
+        CHECK(px_bench_op_parse(px_bench_op_name((px_bench_op_t)i), &op) == PX_OK && (int)op == i,
                "op name round trip %d", i);
-    EXPECT(px_bench_op_parse("allreduce", &op) == PX_OK && op == PX_BENCH_ALL_REDUCE, "alias");
-    EXPECT(px_bench_op_parse("all-reduce", &op) == PX_ERR_INVALID_ARGUMENT, "bad op");
+    CHECK(px_bench_op_parse("allreduce", &op) == PX_OK && op == PX_BENCH_ALL_REDUCE, "alias");
+    CHECK(px_bench_op_parse("all-reduce", &op) == PX_ERR_INVALID_ARGUMENT, "bad op");
     for (int i = PX_FLOAT32; i <= PX_UINT8; i++)
-        EXPECT(px_bench_dtype_parse(px_bench_dtype_name((px_dtype_t)i), &dt) == PX_OK && (int)dt == i,
+        CHECK(px_bench_dtype_parse(px_bench_dtype_name((px_dtype_t)i), &dt) == PX_OK && (int)dt == i,
                "dtype name round trip %d", i);
-    EXPECT(px_bench_dtype_parse("bf16", &dt) == PX_OK && dt == PX_BFLOAT16, "bf16 alias");
+    CHECK(px_bench_dtype_parse("bf16", &dt) == PX_OK && dt == PX_BFLOAT16, "bf16 alias");
     px_bench_cfg_init(&cfg);
-    EXPECT(px_bench_cfg_validate(&cfg, 4, err, sizeof err) == PX_OK, "defaults: %s", err);
+    CHECK(px_bench_cfg_validate(&cfg, 4, err, sizeof err) == PX_OK, "defaults: %s", err);
     cfg.max_bytes = 100;
     cfg.min_bytes = 200;
-    EXPECT(px_bench_cfg_validate(&cfg, 4, err, sizeof err) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_bench_cfg_validate(&cfg, 4, err, sizeof err) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "max_bytes"), "max < min: %s", err);
     px_bench_cfg_init(&cfg);
     cfg.root = 4;
-    EXPECT(px_bench_cfg_validate(&cfg, 4, err, sizeof err) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_bench_cfg_validate(&cfg, 4, err, sizeof err) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "root"), "root: %s", err);
     px_bench_cfg_init(&cfg);
     cfg.step_factor = 3;
-    EXPECT(px_bench_cfg_validate(&cfg, 4, err, sizeof err) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_bench_cfg_validate(&cfg, 4, err, sizeof err) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "step_factor"), "step: %s", err);
 }
 
@@ -244,8 +242,8 @@ int main(void)
     test_reductions();
     test_movement();
     test_tables();
-    if (failures) {
-        fprintf(stderr, "%d failures\n", failures);
+    if (fails) {
+        fprintf(stderr, "%d fails\n", fails);
         return 1;
     }
     printf("bench unit: check verdicts for 7 dtypes x 5 ops x 3 reductions and 3 movements, "

@@ -21,10 +21,7 @@
 #include "px_train.h"
 #include "zero.h"
 
-static int failures;
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
-    fprintf(stderr, "\n"); } } while (0)
+#include "../px_check.h"
 
 static char tmpdir[512];
 
@@ -59,32 +56,32 @@ static void test_data(void)
     snprintf(path, sizeof(path), "%s/good.bin", tmpdir);
     write_tokens(path, 20240520, 1, 1000, 1000, 0, -1);
     st = px_data_open(path, 256, err, sizeof(err), &d);
-    EXPECT(st == PX_OK, "open good file: %s", err);
+    CHECK(st == PX_OK, "open good file: %s", err);
     if (st != PX_OK)
         return;
-    EXPECT(px_data_num_tokens(d) == 1000, "token count");
-    EXPECT(px_data_tokens(d)[3] == 21, "token value");
+    CHECK(px_data_num_tokens(d) == 1000, "token count");
+    CHECK(px_data_tokens(d)[3] == 21, "token value");
     /* every offset in [0, ntok - T - 1]; the batch is the same for any split */
     int T = 16, B = 8;
     for (int s = 0; s < 50; s++)
         for (int i = 0; i < B; i++) {
             size_t off = px_data_offset(1, s, i, 1000, T);
-            EXPECT(off <= 1000 - (size_t)T - 1, "offset %zu out of range", off);
+            CHECK(off <= 1000 - (size_t)T - 1, "offset %zu out of range", off);
         }
-    EXPECT(px_data_offset(1, 0, 0, 1000, T) != px_data_offset(1, 0, 1, 1000, T) ||
+    CHECK(px_data_offset(1, 0, 0, 1000, T) != px_data_offset(1, 0, 1, 1000, T) ||
            px_data_offset(1, 0, 1, 1000, T) != px_data_offset(1, 1, 0, 1000, T),
            "offsets vary with sequence and step");
-    EXPECT(px_data_offset(1, 3, 2, 1000, T) == px_data_offset(1, 3, 2, 1000, T),
+    CHECK(px_data_offset(1, 3, 2, 1000, T) == px_data_offset(1, 3, 2, 1000, T),
            "offset is a function of its arguments");
     int32_t in1[8 * 16], tg1[8 * 16], in2[8 * 16], tg2[8 * 16];
     px_data_batch(d, 7, 3, 0, B, T, in1, tg1);
     for (int r = 0; r < 4; r++) /* dp = 4: rank r takes [2r, 2r+2) */
         px_data_batch(d, 7, 3, r * 2, 2, T, in2 + r * 2 * T, tg2 + r * 2 * T);
-    EXPECT(!memcmp(in1, in2, sizeof(in1)) && !memcmp(tg1, tg2, sizeof(tg1)),
+    CHECK(!memcmp(in1, in2, sizeof(in1)) && !memcmp(tg1, tg2, sizeof(tg1)),
            "dp=4 shards concatenate to the dp=1 batch");
     for (int i = 0; i < B * T; i++)
         if (i % T < T - 1)
-            EXPECT(tg1[i] == in1[i + 1], "targets are inputs shifted by one");
+            CHECK(tg1[i] == in1[i + 1], "targets are inputs shifted by one");
     px_data_close(d);
 
     const struct { int magic, version, count, ntok, extra, bad; const char *want; } bad[] = {
@@ -102,7 +99,7 @@ static void test_data(void)
                      bad[i].extra, bad[i].bad);
         err[0] = 0;
         st = px_data_open(path, 256, err, sizeof(err), &d);
-        EXPECT(st == PX_ERR_INVALID_ARGUMENT && strstr(err, bad[i].want),
+        CHECK(st == PX_ERR_INVALID_ARGUMENT && strstr(err, bad[i].want),
                "bad file %zu: status %d, message '%s' should contain '%s'", i, st, err,
                bad[i].want);
     }
@@ -111,10 +108,10 @@ static void test_data(void)
     fputs("hello", f);
     fclose(f);
     st = px_data_open(path, 256, err, sizeof(err), &d);
-    EXPECT(st == PX_ERR_INVALID_ARGUMENT && strstr(err, "shorter than the 1024-byte header"),
+    CHECK(st == PX_ERR_INVALID_ARGUMENT && strstr(err, "shorter than the 1024-byte header"),
            "short file: %s", err);
     st = px_data_open("/nonexistent/x.bin", 256, err, sizeof(err), &d);
-    EXPECT(st == PX_ERR_NOT_FOUND && strstr(err, "/nonexistent/x.bin"), "missing file: %s", err);
+    CHECK(st == PX_ERR_NOT_FOUND && strstr(err, "/nonexistent/x.bin"), "missing file: %s", err);
 }
 
 /* The parameters of a model in canonical (stacked) order; caller frees. */
@@ -136,70 +133,70 @@ static void test_gpt(void)
 {
     px_gpt_config_t c = {.layers = 2, .heads = 2, .dim = 16, .max_seq = 8, .vocab = 32};
     px_gpt_t *a, *b, *one;
-    EXPECT(px_gpt_create(&c, px_kernels_cpu(), 2, 8, &a) == PX_OK, "create");
-    EXPECT(px_gpt_create(&c, px_kernels_cpu(), 2, 8, &b) == PX_OK, "create");
-    EXPECT(px_gpt_create(&c, px_kernels_cpu(), 1, 8, &one) == PX_OK, "create");
+    CHECK(px_gpt_create(&c, px_kernels_cpu(), 2, 8, &a) == PX_OK, "create");
+    CHECK(px_gpt_create(&c, px_kernels_cpu(), 2, 8, &b) == PX_OK, "create");
+    CHECK(px_gpt_create(&c, px_kernels_cpu(), 1, 8, &one) == PX_OK, "create");
     size_t n = px_gpt_num_params(a);
     /* Vp*C + T*C + L*(2C + 3C*C + 3C + C*C + C + 2C + 4C*C + 4C + 4C*C + C) + 2C,
      * Vp = vocab 32 padded to 64 */
     size_t C = 16, L = 2;
     size_t want = 64 * C + 8 * C + L * (12 * C * C + 13 * C) + 2 * C;
-    EXPECT(n == want, "num params %zu, expected %zu", n, want);
+    CHECK(n == want, "num params %zu, expected %zu", n, want);
     px_gpt_tensor_info_t ti;
     px_gpt_tensor_info(a, 4, &ti);
-    EXPECT(!strcmp(ti.name, "qkvw") && ti.ndim == 3 && ti.shape[1] == 48 && ti.decay == 1 &&
+    CHECK(!strcmp(ti.name, "qkvw") && ti.ndim == 3 && ti.shape[1] == 48 && ti.decay == 1 &&
            ti.offset == 64 * C + 8 * C + 4 * C, "qkvw layout");
     px_gpt_tensor_info(a, 0, &ti);
-    EXPECT(!strcmp(ti.name, "wte") && ti.shape[0] == 64 && ti.valid == 32 * C &&
+    CHECK(!strcmp(ti.name, "wte") && ti.shape[0] == 64 && ti.valid == 32 * C &&
            ti.owner == PX_MODEL_OWNER_EMBED && ti.split == PX_MODEL_SPLIT_VOCAB, "wte (Vp, C)");
     px_gpt_tensor_info(a, 15, &ti);
-    EXPECT(ti.offset + ti.size == n && ti.decay == 0, "lnfb is last");
+    CHECK(ti.offset + ti.size == n && ti.decay == 0, "lnfb is last");
 
     px_gpt_init_params(a, 99);
     px_gpt_init_params(b, 99);
-    EXPECT(!memcmp(px_gpt_params(a), px_gpt_params(b), n * sizeof(float)), "same seed, same init");
+    CHECK(!memcmp(px_gpt_params(a), px_gpt_params(b), n * sizeof(float)), "same seed, same init");
     px_gpt_init_params(b, 100);
-    EXPECT(memcmp(px_gpt_params(a), px_gpt_params(b), n * sizeof(float)), "seed matters");
+    CHECK(memcmp(px_gpt_params(a), px_gpt_params(b), n * sizeof(float)), "seed matters");
     /* element e of a tensor depends on (seed, tensor, e) only: the same
      * element in a model with another vocab/max_seq is identical */
     px_gpt_config_t c2 = c;
     c2.vocab = 40;
     px_gpt_t *w;
-    EXPECT(px_gpt_create(&c2, px_kernels_cpu(), 1, 8, &w) == PX_OK, "create");
+    CHECK(px_gpt_create(&c2, px_kernels_cpu(), 1, 8, &w) == PX_OK, "create");
     px_gpt_init_params(w, 99);
     float *ca = canonical(a), *cw = canonical(w);
     px_gpt_tensor_info_t qa, qw;
     px_gpt_tensor_info(a, 4, &qa);
     px_gpt_tensor_info(w, 4, &qw);
-    EXPECT(!memcmp(cw, ca, 32 * C * sizeof(float)) &&
+    CHECK(!memcmp(cw, ca, 32 * C * sizeof(float)) &&
            !memcmp(cw + qw.offset, ca + qa.offset, L * 48 * C * sizeof(float)),
            "init is by global element index");
     free(cw);
     px_gpt_destroy(w);
     float *ln1w = tensor(a, ca, 2), *ln2b = tensor(a, ca, 9), *lnfw = tensor(a, ca, 14);
     float *qkvb = tensor(a, ca, 5), *wte = ca;
-    EXPECT(ln1w[5] == 1.0f && ln1w[C + 5] == 1.0f && ln2b[3] == 0.0f && lnfw[0] == 1.0f &&
+    CHECK(ln1w[5] == 1.0f && ln1w[C + 5] == 1.0f && ln2b[3] == 0.0f && lnfw[0] == 1.0f &&
            qkvb[7] == 0.0f, "LN 1/0, biases 0");
     double s2 = 0;
     for (size_t i = 0; i < 32 * C; i++)
         s2 += (double)wte[i] * wte[i];
     double sd = sqrt(s2 / (32 * C));
-    EXPECT(fabs(sd - 0.02) < 0.002, "wte std %.4f ~ 0.02", sd);
+    CHECK(fabs(sd - 0.02) < 0.002, "wte std %.4f ~ 0.02", sd);
     int pad_nonzero = 0;
     for (size_t i = 32 * C; i < 64 * C; i++)
         pad_nonzero += wte[i] != 0.0f;
-    EXPECT(!pad_nonzero, "padded wte rows start at 0 (%d nonzero)", pad_nonzero);
+    CHECK(!pad_nonzero, "padded wte rows start at 0 (%d nonzero)", pad_nonzero);
     /* unit layout: unit 0 (embedding) starts with wte, unit 1 (layer 0)
      * with ln1w, unit 3 (head) is lnfw, lnfb */
-    EXPECT(px_gpt_num_units(&c) == 4 && px_gpt_unit_size(&c, 1) == 12 * C * C + 13 * C &&
+    CHECK(px_gpt_num_units(&c) == 4 && px_gpt_unit_size(&c, 1) == 12 * C * C + 13 * C &&
            px_gpt_unit_size(&c, 0) == 64 * C + 8 * C && px_gpt_unit_size(&c, 3) == 2 * C,
            "unit sizes");
-    EXPECT(!memcmp(px_gpt_params(a), wte, 32 * C * sizeof(float)) &&
+    CHECK(!memcmp(px_gpt_params(a), wte, 32 * C * sizeof(float)) &&
            px_gpt_params(a)[px_gpt_unit_size(&c, 0)] == 1.0f, "unit-major storage");
     /* an init of any range of a unit equals the same range of the whole */
     float part[37];
     px_gpt_init_unit_range(&c, 99, 2, 100, 137, part);
-    EXPECT(!memcmp(part, px_gpt_params(a) + px_gpt_unit_size(&c, 0) + px_gpt_unit_size(&c, 1) +
+    CHECK(!memcmp(part, px_gpt_params(a) + px_gpt_unit_size(&c, 0) + px_gpt_unit_size(&c, 1) +
                              100, sizeof(part)), "ranged init");
     free(ca);
 
@@ -210,22 +207,22 @@ static void test_gpt(void)
         tg[i] = (i * 3 + 1) % 32;
     }
     float l2 = 0, la = 0, lb = 0;
-    EXPECT(px_gpt_forward(a, in, tg, &l2) == PX_OK, "forward");
-    EXPECT(fabsf(l2 - logf(32)) < 0.05f, "init loss %.4f ~ ln 32", l2);
+    CHECK(px_gpt_forward(a, in, tg, &l2) == PX_OK, "forward");
+    CHECK(fabsf(l2 - logf(32)) < 0.05f, "init loss %.4f ~ ln 32", l2);
     px_gpt_init_params(one, 99);
     px_gpt_forward(one, in, tg, &la);
     px_gpt_forward(one, in + 8, tg + 8, &lb);
-    EXPECT(fabsf(l2 - 0.5f * (la + lb)) < 1e-6f, "batch loss %.7f = mean %.7f", l2,
+    CHECK(fabsf(l2 - 0.5f * (la + lb)) < 1e-6f, "batch loss %.7f = mean %.7f", l2,
            0.5f * (la + lb));
     /* backward produces a gradient; one update changes parameters; decay
      * only on matrices (zero-grad ln weights stay exactly 1 with lr small) */
     px_gpt_zero_grad(a);
-    EXPECT(px_gpt_backward(a) == PX_OK, "backward");
+    CHECK(px_gpt_backward(a) == PX_OK, "backward");
     double g2 = px_kernels_cpu()->sumsq(px_gpt_grads(a), n);
-    EXPECT(g2 > 0 && isfinite(g2), "gradient norm^2 %g", g2);
+    CHECK(g2 > 0 && isfinite(g2), "gradient norm^2 %g", g2);
     /* the padded rows of wte get no gradient (their logits are masked) */
     double gpad = px_kernels_cpu()->sumsq(px_gpt_grads(a) + 32 * C, 32 * C);
-    EXPECT(gpad == 0.0, "padded wte rows: gradient norm^2 %g", gpad);
+    CHECK(gpad == 0.0, "padded wte rows: gradient norm^2 %g", gpad);
     /* the blocks one by one give the same loss and gradients as the whole
      * pass; a context the model cannot run is refused */
     {
@@ -233,14 +230,14 @@ static void test_gpt(void)
         float *g_whole = malloc(n * sizeof(float));
         memcpy(g_whole, px_gpt_grads(a), n * sizeof(float));
         px_gpt_ctx_t ctx = px_gpt_ctx_default(a);
-        EXPECT(px_gpt_forward(a, in, tg, &lw) == PX_OK, "forward");
-        EXPECT(px_gpt_embed_forward(a, &ctx, in) == PX_OK &&
+        CHECK(px_gpt_forward(a, in, tg, &lw) == PX_OK, "forward");
+        CHECK(px_gpt_embed_forward(a, &ctx, in) == PX_OK &&
                px_gpt_block_forward(a, &ctx, 0) == PX_OK &&
                px_gpt_block_forward(a, &ctx, 1) == PX_OK &&
                px_gpt_head_forward(a, &ctx, tg, &lk) == PX_OK && lk == lw,
                "blocks forward loss %.7f = %.7f", lk, lw);
         px_gpt_zero_grad(a);
-        EXPECT(px_gpt_head_backward(a, &ctx) == PX_OK &&
+        CHECK(px_gpt_head_backward(a, &ctx) == PX_OK &&
                px_gpt_block_backward(a, &ctx, 1) == PX_OK &&
                px_gpt_block_backward(a, &ctx, 0) == PX_OK &&
                px_gpt_embed_backward(a, &ctx) == PX_OK &&
@@ -248,22 +245,22 @@ static void test_gpt(void)
         free(g_whole);
         px_gpt_ctx_t bad = ctx;
         bad.micro = 1;
-        EXPECT(px_gpt_block_forward(a, &bad, 0) == PX_ERR_INVALID_ARGUMENT, "micro slot 1");
+        CHECK(px_gpt_block_forward(a, &bad, 0) == PX_ERR_INVALID_ARGUMENT, "micro slot 1");
         bad = ctx;
         bad.seq_offset = 1; /* T 8 from position 1 passes max_seq 8 */
-        EXPECT(px_gpt_embed_forward(a, &bad, in) == PX_ERR_INVALID_ARGUMENT, "seq offset");
-        EXPECT(px_gpt_block_forward(a, &ctx, 2) == PX_ERR_INVALID_ARGUMENT, "layer 2 of 2");
+        CHECK(px_gpt_embed_forward(a, &bad, in) == PX_ERR_INVALID_ARGUMENT, "seq offset");
+        CHECK(px_gpt_block_forward(a, &ctx, 2) == PX_ERR_INVALID_ARGUMENT, "layer 2 of 2");
     }
     float before = px_gpt_params(a)[0];
     px_gpt_update(a, &(px_adamw_t){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                      .weight_decay = 0.1f, .t = 1});
-    EXPECT(px_gpt_params(a)[0] != before, "update moves parameters");
+    CHECK(px_gpt_params(a)[0] != before, "update moves parameters");
     px_gpt_destroy(a);
     px_gpt_destroy(b);
     px_gpt_destroy(one);
     px_gpt_destroy(NULL);
     c.dim = 15;
-    EXPECT(px_gpt_create(&c, px_kernels_cpu(), 1, 8, &a) == PX_ERR_INVALID_ARGUMENT,
+    CHECK(px_gpt_create(&c, px_kernels_cpu(), 1, 8, &a) == PX_ERR_INVALID_ARGUMENT,
            "dim %% heads");
 }
 
@@ -275,14 +272,14 @@ static void test_schedule(void)
     cfg.lr = 1e-3f;
     cfg.warmup_steps = 10;
     cfg.min_lr_ratio = 0.1f;
-    EXPECT(fabsf(px_train_lr(&cfg, 0) - 1e-4f) < 1e-9f, "warm-up step 0");
-    EXPECT(fabsf(px_train_lr(&cfg, 9) - 1e-3f) < 1e-9f, "warm-up end");
-    EXPECT(fabsf(px_train_lr(&cfg, 10) - 1e-3f) < 1e-9f, "cosine start");
-    EXPECT(fabsf(px_train_lr(&cfg, 55) - 5.5e-4f) < 1e-8f, "cosine half way: %g",
+    CHECK(fabsf(px_train_lr(&cfg, 0) - 1e-4f) < 1e-9f, "warm-up step 0");
+    CHECK(fabsf(px_train_lr(&cfg, 9) - 1e-3f) < 1e-9f, "warm-up end");
+    CHECK(fabsf(px_train_lr(&cfg, 10) - 1e-3f) < 1e-9f, "cosine start");
+    CHECK(fabsf(px_train_lr(&cfg, 55) - 5.5e-4f) < 1e-8f, "cosine half way: %g",
            px_train_lr(&cfg, 55));
-    EXPECT(px_train_lr(&cfg, 99) > 1e-4f && px_train_lr(&cfg, 99) < 1.01e-4f, "near the floor");
+    CHECK(px_train_lr(&cfg, 99) > 1e-4f && px_train_lr(&cfg, 99) < 1.01e-4f, "near the floor");
     cfg.warmup_steps = -1; /* steps/20 = 5 */
-    EXPECT(fabsf(px_train_lr(&cfg, 0) - 2e-4f) < 1e-9f, "default warm-up steps/20");
+    CHECK(fabsf(px_train_lr(&cfg, 0) - 2e-4f) < 1e-9f, "default warm-up steps/20");
 }
 
 /* What a rank checks before training: the layout it runs on `world` ranks
@@ -308,7 +305,7 @@ static void test_config(void)
     cfg.layers = 2; cfg.heads = 4; cfg.dim = 64; cfg.seq = 32; cfg.batch = 8; cfg.steps = 5;
     cfg.layout.dp = 4;
     cfg.data_path = path;
-    EXPECT(px_job_config_check(&cfg, PX_JOBCFG_CHECK_DATA, err, sizeof(err)) == PX_OK,
+    CHECK(px_job_config_check(&cfg, PX_JOBCFG_CHECK_DATA, err, sizeof(err)) == PX_OK,
            "good config: %s", err);
     const struct { int field, value, dp; const char *want; px_status_t st; } cases[] = {
         {0, 130, 1, "dim=130 is not divisible by heads=4", PX_ERR_INVALID_ARGUMENT},
@@ -325,7 +322,7 @@ static void test_config(void)
         c.layout.dp = cases[i].dp;
         err[0] = 0;
         px_status_t st = px_job_config_check(&c, PX_JOBCFG_CHECK_DATA, err, sizeof(err));
-        EXPECT(st == cases[i].st && strstr(err, cases[i].want), "case %zu: '%s' wants '%s'", i,
+        CHECK(st == cases[i].st && strstr(err, cases[i].want), "case %zu: '%s' wants '%s'", i,
                err, cases[i].want);
     }
     /* the layout: all zeros is dp = world; it must fit the world, and the
@@ -346,21 +343,21 @@ static void test_config(void)
         c.micro_batches = lc[i].l.pp > 1 ? 3 : 1;
         err[0] = 0;
         px_status_t st = check_on_world(&c, lc[i].world, err, sizeof(err));
-        EXPECT(st == PX_ERR_INVALID_ARGUMENT && strstr(err, lc[i].want),
+        CHECK(st == PX_ERR_INVALID_ARGUMENT && strstr(err, lc[i].want),
                "layout case %zu: '%s' wants '%s'", i, err, lc[i].want);
     }
     {
         px_train_config_t c = cfg;
         px_layout_t got;
         c.layout = (px_layout_t){4, 1, 1, 1, 1};
-        EXPECT(check_on_world(&c, 4, err, sizeof(err)) == PX_OK, "dp 4: %s", err);
+        CHECK(check_on_world(&c, 4, err, sizeof(err)) == PX_OK, "dp 4: %s", err);
         c.layout = (px_layout_t){0, 0, 0, 0, 0};
-        EXPECT(px_train_layout(&c, 4, &got, err, sizeof(err)) == PX_OK && got.dp == 4 &&
+        CHECK(px_train_layout(&c, 4, &got, err, sizeof(err)) == PX_OK && got.dp == 4 &&
                got.tp == 1 && got.pp == 1 && got.cp == 1 && got.ep == 1, "zeros: dp = world");
     }
     px_train_config_t c = cfg;
     c.data_path = "/nonexistent/tokens.bin";
-    EXPECT(px_job_config_check(&c, PX_JOBCFG_CHECK_DATA, err, sizeof(err)) == PX_ERR_NOT_FOUND &&
+    CHECK(px_job_config_check(&c, PX_JOBCFG_CHECK_DATA, err, sizeof(err)) == PX_ERR_NOT_FOUND &&
            strstr(err, "/nonexistent/tokens.bin"), "missing file: %s", err);
 }
 
@@ -374,9 +371,9 @@ static void test_plan(void)
     const double want[4] = {120e9, 31.40625e9, 16.640625e9, 1.875e9};
     for (int z = 0; z < 4; z++) {
         px_plan_t *p;
-        EXPECT(px_plan_create(&psi, 1, 0, 64, z, &mixed, &p) == PX_OK, "plan");
+        CHECK(px_plan_create(&psi, 1, 0, 64, z, &mixed, &p) == PX_OK, "plan");
         double tot = p->bytes[PX_MEM_PARAMS] + p->bytes[PX_MEM_GRADS] + p->bytes[PX_MEM_OPTIM];
-        EXPECT(fabs(tot - want[z]) < 1.0 && fabs(px_plan_state_bytes(p) - want[z]) < 1.0,
+        CHECK(fabs(tot - want[z]) < 1.0 && fabs(px_plan_state_bytes(p) - want[z]) < 1.0,
                "ZeRO-%d of 7.5B on 64: %.6g bytes, paper %.6g", z, tot, want[z]);
         px_plan_destroy(p);
     }
@@ -384,40 +381,40 @@ static void test_plan(void)
     uint64_t u[3] = {10, 7, 5};
     px_plan_t *p;
     /* as a GPT: embedding 10, one layer 7, head 5 (E 12, M 8, H 8, L 1) */
-    EXPECT(px_plan_create(u, 3, 1, 4, 3, &fp32, &p) == PX_OK, "plan units");
-    EXPECT(p->padded == 28 && p->shard == 7 && p->unit_offset[2] == 20 &&
+    CHECK(px_plan_create(u, 3, 1, 4, 3, &fp32, &p) == PX_OK, "plan units");
+    CHECK(p->padded == 28 && p->shard == 7 && p->unit_offset[2] == 20 &&
            p->shard_offset[2] == 5 && p->max_layer == 8 && p->work_params == 12 + 2 * 8 &&
            p->work_grads == 12 + 8, "padding and offsets");
     /* stage 3 (plan.h): params (S + W) * 4 with W = E + M + H (one layer),
      * grads (S + E + max(H, M)) * 4, optimizer S * 8 */
-    EXPECT(p->bytes[PX_MEM_PARAMS] == (7 + 28) * 4.0 && p->bytes[PX_MEM_GRADS] == (7 + 20) * 4.0 &&
+    CHECK(p->bytes[PX_MEM_PARAMS] == (7 + 28) * 4.0 && p->bytes[PX_MEM_GRADS] == (7 + 20) * 4.0 &&
            p->bytes[PX_MEM_OPTIM] == 7 * 8.0, "stage 3 bytes");
     /* at once: the head's backward (S+E+H+M)p + (S+E+H)g + S o = 140 + 108
      * + 56 beats the forward (S+W)p + S g + S o = 140 + 28 + 56 and the
      * layer's backward (S+M)p + (S+E+max(H,M))g + S o = 60 + 108 + 56 */
-    EXPECT(p->state_peak == 140 + 108 + 56.0, "stage 3 state peak %g", p->state_peak);
+    CHECK(p->state_peak == 140 + 108 + 56.0, "stage 3 state peak %g", p->state_peak);
     px_plan_destroy(p);
-    EXPECT(px_plan_create(u, 3, 1, 0, 1, &fp32, &p) == PX_ERR_INVALID_ARGUMENT, "dp 0");
-    EXPECT(px_plan_create(u, 3, 1, 2, 4, &fp32, &p) == PX_ERR_INVALID_ARGUMENT, "zero 4");
+    CHECK(px_plan_create(u, 3, 1, 0, 1, &fp32, &p) == PX_ERR_INVALID_ARGUMENT, "dp 0");
+    CHECK(px_plan_create(u, 3, 1, 2, 4, &fp32, &p) == PX_ERR_INVALID_ARGUMENT, "zero 4");
     /* GPT units = the model's */
     uint64_t *gs;
     px_gpt_config_t c = {.layers = 3, .heads = 3, .dim = 33, .max_seq = 32, .vocab = 256};
     uint64_t total = px_plan_gpt_units(3, 33, 256, 32, &gs);
     px_gpt_t *g;
-    EXPECT(px_gpt_create(&c, px_kernels_cpu(), 1, 4, &g) == PX_OK, "create");
-    EXPECT(total == px_gpt_num_params(g) && total == 50061, "GPT params %llu",
+    CHECK(px_gpt_create(&c, px_kernels_cpu(), 1, 4, &g) == PX_OK, "create");
+    CHECK(total == px_gpt_num_params(g) && total == 50061, "GPT params %llu",
            (unsigned long long)total);
     for (int i = 0; i < 5; i++)
-        EXPECT(gs[i] == px_gpt_unit_size(&c, i), "unit %d", i);
+        CHECK(gs[i] == px_gpt_unit_size(&c, i), "unit %d", i);
     free(gs);
     /* memacct: the model's state is tagged */
     px_mem_stats_t ms;
     px_mem_stats(&ms);
-    EXPECT(ms.current[PX_MEM_PARAMS] >= total * 4 && ms.current[PX_MEM_OPTIM] >= total * 8 &&
+    CHECK(ms.current[PX_MEM_PARAMS] >= total * 4 && ms.current[PX_MEM_OPTIM] >= total * 8 &&
            ms.current[PX_MEM_ACTS] == px_gpt_activation_bytes(g), "memacct tags");
     px_gpt_destroy(g);
     px_mem_stats(&ms);
-    EXPECT(ms.current[PX_MEM_PARAMS] == 0 && ms.current[PX_MEM_ACTS] == 0 &&
+    CHECK(ms.current[PX_MEM_PARAMS] == 0 && ms.current[PX_MEM_ACTS] == 0 &&
            ms.peak[PX_MEM_OPTIM] >= total * 8, "memacct frees, keeps peaks");
     /* activations (plan.h), by hand: L 1, NH 2, C 4, Vp 64, B 1, T 4 (N 4).
      * tp 1: R 4: residual stream and LayerNorms 16*8 + 4*6 = 152, split
@@ -427,57 +424,57 @@ static void test_plan(void)
      * 24+8+16+32*4+128 + 4+16+16+16 + rowmax 4 + spbuf 16 + dln 16 = 460
      * floats and 8 doubles; tp 2 without SP: R 4: 496 floats, 8 doubles */
     px_plan_gpt_acts_t pa;
-    EXPECT(px_plan_gpt_activations(1, 2, 4, 64, 1, 4, 1, 0, &pa) == PX_OK && pa.floats == 796 &&
+    CHECK(px_plan_gpt_activations(1, 2, 4, 64, 1, 4, 1, 0, &pa) == PX_OK && pa.floats == 796 &&
            pa.doubles == 0 && pa.bytes == 3184 && pa.count[18] == 0 && pa.count[25] == 0, "activations tp 1: %llu floats",
            (unsigned long long)pa.floats);
-    EXPECT(px_plan_gpt_activations(1, 2, 4, 64, 1, 4, 2, 1, &pa) == PX_OK && pa.floats == 460 &&
+    CHECK(px_plan_gpt_activations(1, 2, 4, 64, 1, 4, 2, 1, &pa) == PX_OK && pa.floats == 460 &&
            pa.doubles == 8 && pa.bytes == 460 * 4 + 64, "activations tp 2 SP: %llu floats",
            (unsigned long long)pa.floats);
-    EXPECT(px_plan_gpt_activations(1, 2, 4, 64, 1, 4, 2, 0, &pa) == PX_OK && pa.floats == 496 &&
+    CHECK(px_plan_gpt_activations(1, 2, 4, 64, 1, 4, 2, 0, &pa) == PX_OK && pa.floats == 496 &&
            pa.bytes == 496 * 4 + 64, "activations tp 2: %llu floats",
            (unsigned long long)pa.floats);
-    EXPECT(px_plan_gpt_activations(1, 2, 4, 64, 1, 3, 2, 1, &pa) == PX_ERR_INVALID_ARGUMENT,
+    CHECK(px_plan_gpt_activations(1, 2, 4, 64, 1, 3, 2, 1, &pa) == PX_ERR_INVALID_ARGUMENT,
            "B*T = 3 with SP on tp 2");
     /* context parallelism (ring_attn.h), local T 4 of cp 2: att (T,T) per
      * head, 32 floats, becomes the log-sum-exp, 8; the ring's five (B,T,2C)
      * blocks and delta (B,NH,T): 5*4*8 + 8 = 168: 796 - 32 + 8 + 168 */
-    EXPECT(px_plan_gpt_activations_cp(1, 2, 4, 64, 1, 4, 1, 0, 2, &pa) == PX_OK &&
+    CHECK(px_plan_gpt_activations_cp(1, 2, 4, 64, 1, 4, 1, 0, 2, &pa) == PX_OK &&
            pa.floats == 940 && pa.ring == 168 && pa.count[6] == 8 && pa.bytes == 940 * 4,
            "activations cp 2: %llu floats", (unsigned long long)pa.floats);
-    EXPECT(px_plan_gpt_activations_cp(1, 2, 4, 64, 1, 4, 1, 0, 1, &pa) == PX_OK &&
+    CHECK(px_plan_gpt_activations_cp(1, 2, 4, 64, 1, 4, 1, 0, 1, &pa) == PX_OK &&
            pa.floats == 796 && pa.ring == 0, "activations cp 1 = without cp");
-    EXPECT(px_plan_gpt_activations_cp(1, 2, 4, 64, 1, 3, 1, 0, 2, &pa) ==
+    CHECK(px_plan_gpt_activations_cp(1, 2, 4, 64, 1, 3, 1, 0, 2, &pa) ==
            PX_ERR_INVALID_ARGUMENT, "local T 3 (odd) with cp 2");
     /* bf16 storage: ln1, ln2, lnf (16 each) and fch_gelu (64)
      * halve: 796 - 8 - 8 - 8 - 32 = 740; tp 2 + SP: only fch_gelu (32):
      * 444; tp 2: 496 - 8 - 8 - 8 - 16 = 456; bf16 0 is the fp32 table */
-    EXPECT(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 1, 0, 1, 1, &pa) == PX_OK &&
+    CHECK(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 1, 0, 1, 1, &pa) == PX_OK &&
            pa.floats == 740 && pa.count[1] == 8 && pa.bf16[1] && pa.bf16[8] && pa.bf16[12] &&
            pa.bf16[14] && !pa.bf16[0] && !pa.bf16[11] && pa.bytes == 740 * 4,
            "activations bf16: %llu floats", (unsigned long long)pa.floats);
-    EXPECT(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 2, 1, 1, 1, &pa) == PX_OK &&
+    CHECK(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 2, 1, 1, 1, &pa) == PX_OK &&
            pa.floats == 444 && !pa.bf16[1] && pa.bf16[12], "activations bf16 tp 2 SP: %llu",
            (unsigned long long)pa.floats);
-    EXPECT(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 2, 0, 1, 1, &pa) == PX_OK &&
+    CHECK(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 2, 0, 1, 1, &pa) == PX_OK &&
            pa.floats == 456, "activations bf16 tp 2: %llu", (unsigned long long)pa.floats);
-    EXPECT(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 1, 0, 1, 0, &pa) == PX_OK &&
+    CHECK(px_plan_gpt_activations_prec(1, 2, 4, 64, 1, 4, 1, 0, 1, 0, &pa) == PX_OK &&
            pa.floats == 796 && !pa.bf16[1], "activations bf16 0: the fp32 table");
     /* precision=bf16: the largest linear layer's rounded operands (plan.h);
      * dim 64, Vp 64, 16 tokens: fc and fc-proj (16*256 + 256*64 + 16*64);
      * GPT-2 124M, 8192 tokens: the head (N*Vp + Vp*C + N*C), halved by tp 2 */
-    EXPECT(px_plan_bf16_gemm_elems(64, 64, 16, 1) == 21504, "bf16 scratch, MLP-bound: %llu",
+    CHECK(px_plan_bf16_gemm_elems(64, 64, 16, 1) == 21504, "bf16 scratch, MLP-bound: %llu",
            (unsigned long long)px_plan_bf16_gemm_elems(64, 64, 16, 1));
-    EXPECT(px_plan_bf16_gemm_elems(768, 50304, 8192, 1) ==
+    CHECK(px_plan_bf16_gemm_elems(768, 50304, 8192, 1) ==
            8192ull * 50304 + 50304ull * 768 + 8192ull * 768, "bf16 scratch, head-bound");
-    EXPECT(px_plan_bf16_gemm_elems(768, 50304, 8192, 2) ==
+    CHECK(px_plan_bf16_gemm_elems(768, 50304, 8192, 2) ==
            8192ull * 25152 + 25152ull * 768 + 8192ull * 768, "bf16 scratch, tp 2");
-    EXPECT(px_plan_bf16_gemm_elems(0, 64, 16, 1) == 0, "bf16 scratch, bad dim");
+    CHECK(px_plan_bf16_gemm_elems(0, 64, 16, 1) == 0, "bf16 scratch, bad dim");
     /* the model allocates exactly the plan's bytes (memacct) */
     px_gpt_config_t c2 = {.layers = 1, .heads = 2, .dim = 4, .max_seq = 4, .vocab = 50,
                           .padded_vocab = 64, .tp = 2, .tp_rank = 1, .sequence_parallel = 1};
-    EXPECT(px_gpt_create(&c2, px_kernels_cpu(), 1, 4, &g) == PX_OK, "create tp 2 SP");
+    CHECK(px_gpt_create(&c2, px_kernels_cpu(), 1, 4, &g) == PX_OK, "create tp 2 SP");
     px_mem_stats(&ms);
-    EXPECT(ms.current[PX_MEM_ACTS] == 460 * 4 + 64 && px_gpt_activation_bytes(g) == 460 * 4 + 64,
+    CHECK(ms.current[PX_MEM_ACTS] == 460 * 4 + 64 && px_gpt_activation_bytes(g) == 460 * 4 + 64,
            "tp 2 SP model's activations %llu bytes", (unsigned long long)ms.current[PX_MEM_ACTS]);
     px_gpt_destroy(g);
 }
@@ -488,19 +485,19 @@ static void test_plan(void)
 static void test_buckets(void)
 {
     const uint64_t MiB = 1u << 20;
-    EXPECT(px_zero_bucket_bytes(2.0, 100 * MiB) == 2 * MiB, "explicit 2 MiB");
-    EXPECT(px_zero_bucket_bytes(0.01, 100 * MiB) == (uint64_t)(0.01 * MiB), "explicit 0.01 MiB");
+    CHECK(px_zero_bucket_bytes(2.0, 100 * MiB) == 2 * MiB, "explicit 2 MiB");
+    CHECK(px_zero_bucket_bytes(0.01, 100 * MiB) == (uint64_t)(0.01 * MiB), "explicit 0.01 MiB");
     /* up to the cap: one bucket of everything */
-    EXPECT(px_zero_bucket_bytes(0, 3 * MiB) == 3 * MiB, "3 MiB model: one bucket");
-    EXPECT(px_zero_bucket_bytes(0, 25 * MiB) == 25 * MiB, "25 MiB model: one bucket");
-    EXPECT(px_zero_bucket_bytes(0, 100) == 100, "tiny model: one bucket");
-    EXPECT(px_zero_bucket_bytes(0, 0) == 1, "empty: 1 byte, never 0");
+    CHECK(px_zero_bucket_bytes(0, 3 * MiB) == 3 * MiB, "3 MiB model: one bucket");
+    CHECK(px_zero_bucket_bytes(0, 25 * MiB) == 25 * MiB, "25 MiB model: one bucket");
+    CHECK(px_zero_bucket_bytes(0, 100) == 100, "tiny model: one bucket");
+    CHECK(px_zero_bucket_bytes(0, 0) == 1, "empty: 1 byte, never 0");
     /* above it: ceil(g / 25 MiB) equal buckets, no small remainder
      * (the big bench model: 10844160 floats, 2 buckets) */
-    EXPECT(px_zero_bucket_bytes(0, 25 * MiB + 1) == (25 * MiB + 1) / 2, "just over: 2 halves");
-    EXPECT(px_zero_bucket_bytes(0, 10844160ull * 4) == 10844160ull * 2, "big model: 2 halves");
-    EXPECT(px_zero_bucket_bytes(0, 60 * MiB) == 20 * MiB, "60 MiB: 3 of 20 MiB");
-    EXPECT(px_zero_bucket_bytes(0, 1000 * MiB) == 25 * MiB, "1000 MiB: 40 of 25 MiB");
+    CHECK(px_zero_bucket_bytes(0, 25 * MiB + 1) == (25 * MiB + 1) / 2, "just over: 2 halves");
+    CHECK(px_zero_bucket_bytes(0, 10844160ull * 4) == 10844160ull * 2, "big model: 2 halves");
+    CHECK(px_zero_bucket_bytes(0, 60 * MiB) == 20 * MiB, "60 MiB: 3 of 20 MiB");
+    CHECK(px_zero_bucket_bytes(0, 1000 * MiB) == 25 * MiB, "1000 MiB: 40 of 25 MiB");
 }
 
 int main(int argc, char **argv)
@@ -529,6 +526,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "could not remove %s\n", tmpdir);
     if (!ran)
         return 2;
-    printf(failures ? "FAILED (%d)\n" : "OK\n", failures);
-    return failures ? 1 : 0;
+    printf(fails ? "FAILED (%d)\n" : "OK\n", fails);
+    return fails ? 1 : 0;
 }

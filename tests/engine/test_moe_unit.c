@@ -33,10 +33,7 @@
 #include "px_kernels_select.h"
 #include "px_kernels_sim.h"
 
-static int failures;
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
-    fprintf(stderr, "\n"); } } while (0)
+#include "../px_check.h"
 
 static float urand(uint64_t *s)
 {
@@ -53,7 +50,7 @@ static void test_skew(void)
     float x[N * C], out[N * C];
     uint64_t seed = 7, rec[E], drop[E];
     if (px_moe_create(&mc, px_kernels_cpu(), N, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
-        EXPECT(0, "create");
+        CHECK(0, "create");
         return;
     }
     px_moe_init_params(moe, 1);
@@ -61,16 +58,16 @@ static void test_skew(void)
     for (int i = 0; i < N * C; i++)
         x[i] = urand(&seed);
     px_moe_begin_step(moe);
-    EXPECT(px_moe_forward(moe, 0, x, out, N) == PX_OK, "forward");
+    CHECK(px_moe_forward(moe, 0, x, out, N) == PX_OK, "forward");
     px_moe_token_stats(moe, rec, drop);
     int cap = (int)ceil((double)N * K / E * 1.0); /* 16 */
-    EXPECT(rec[0] == (uint64_t)cap && drop[0] == (uint64_t)(N - cap), "expert 0: %llu kept "
+    CHECK(rec[0] == (uint64_t)cap && drop[0] == (uint64_t)(N - cap), "expert 0: %llu kept "
            "%llu dropped, want %d and %d", (unsigned long long)rec[0],
            (unsigned long long)drop[0], cap, N - cap);
-    EXPECT(rec[1] == (uint64_t)cap && drop[1] == (uint64_t)(N - cap), "expert 1: %llu kept "
+    CHECK(rec[1] == (uint64_t)cap && drop[1] == (uint64_t)(N - cap), "expert 1: %llu kept "
            "%llu dropped", (unsigned long long)rec[1], (unsigned long long)drop[1]);
     for (int e = 2; e < E; e++)
-        EXPECT(rec[e] == 0 && drop[e] == 0, "expert %d got tokens", e);
+        CHECK(rec[e] == 0 && drop[e] == 0, "expert %d got tokens", e);
     int zero_rows = 0, live_rows = 0;
     for (int t = 0; t < N; t++) {
         int z = 1;
@@ -81,15 +78,15 @@ static void test_skew(void)
         else
             live_rows += !z;
     }
-    EXPECT(zero_rows == N - cap, "%d of the %d dropped tokens have a zero output", zero_rows,
+    CHECK(zero_rows == N - cap, "%d of the %d dropped tokens have a zero output", zero_rows,
            N - cap);
-    EXPECT(live_rows == cap, "%d of the %d kept tokens have an output", live_rows, cap);
+    CHECK(live_rows == cap, "%d of the %d kept tokens have an output", live_rows, cap);
     /* the residual add of the block: x + 0 is x exactly */
     for (int t = cap; t < N; t++)
         for (int c = 0; c < C; c++)
-            EXPECT(x[t * C + c] + out[t * C + c] == x[t * C + c], "residual changed");
+            CHECK(x[t * C + c] + out[t * C + c] == x[t * C + c], "residual changed");
     float dx[N * C];
-    EXPECT(px_moe_backward(moe, 0, x, out, dx, N) == PX_OK, "backward");
+    CHECK(px_moe_backward(moe, 0, x, out, dx, N) == PX_OK, "backward");
     printf("skew: capacity %d, expert 0 kept %llu dropped %llu, %d dropped tokens with output "
            "exactly 0\n", cap, (unsigned long long)rec[0], (unsigned long long)drop[0],
            zero_rows);
@@ -117,7 +114,7 @@ static void test_gradcheck(void)
         float x[N * C], R[N * C], out[N * C], dx[N * C];
         uint64_t seed = 11;
         if (px_moe_create(&mc, px_kernels_cpu(), N, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
-            EXPECT(0, "create");
+            CHECK(0, "create");
             return;
         }
         px_moe_init_params(moe, 3);
@@ -131,7 +128,7 @@ static void test_gradcheck(void)
         }
         px_moe_begin_step(moe);
         objective(moe, x, R, out, N, C);
-        EXPECT(px_moe_backward(moe, 0, x, R, dx, N) == PX_OK, "backward");
+        CHECK(px_moe_backward(moe, 0, x, R, dx, N) == PX_OK, "backward");
         float *g = malloc(np * sizeof(float));
         memcpy(g, G, np * sizeof(float));
         const double eps = 1e-2;
@@ -151,7 +148,7 @@ static void test_gradcheck(void)
             P[i] = keep;
             double num = (lp - lm) / (2 * eps), err = fabs(num - g[i]) / fmax(fabs(num), 1e-2);
             worst = fmax(worst, err);
-            EXPECT(err < 2e-2, "top-%d param %zu: analytic %g numeric %g", k, i, g[i], num);
+            CHECK(err < 2e-2, "top-%d param %zu: analytic %g numeric %g", k, i, g[i], num);
         }
         for (int i = 0; i < N * C; i += 7) {
             float keep = x[i];
@@ -162,7 +159,7 @@ static void test_gradcheck(void)
             x[i] = keep;
             double num = (lp - lm) / (2 * eps), err = fabs(num - dx[i]) / fmax(fabs(num), 1e-2);
             worst = fmax(worst, err);
-            EXPECT(err < 2e-2, "top-%d dx[%d]: analytic %g numeric %g", k, i, dx[i], num);
+            CHECK(err < 2e-2, "top-%d dx[%d]: analytic %g numeric %g", k, i, dx[i], num);
         }
         printf("gradcheck top-%d: worst relative error %.2e\n", k, worst);
         free(g);
@@ -177,12 +174,12 @@ static void test_router(void)
     float logits[2 * 4] = {0.5f, 2.0f, 0.5f, 2.0f, 1.0f, 1.0f, 1.0f, 1.0f}, probs[8], w[4];
     int32_t idx[4];
     k->moe_router_forward(probs, idx, w, logits, 2, 4, 2);
-    EXPECT(idx[0] == 1 && idx[1] == 3 && idx[2] == 0 && idx[3] == 1,
+    CHECK(idx[0] == 1 && idx[1] == 3 && idx[2] == 0 && idx[3] == 1,
            "ties: choices %d %d / %d %d, want 1 3 / 0 1", idx[0], idx[1], idx[2], idx[3]);
-    EXPECT(fabsf(w[0] + w[1] - 1.0f) < 1e-6f && w[0] == w[1] && w[2] == 0.5f,
+    CHECK(fabsf(w[0] + w[1] - 1.0f) < 1e-6f && w[0] == w[1] && w[2] == 0.5f,
            "top-2 gates %g %g %g", w[0], w[1], w[2]);
     k->moe_router_forward(probs, idx, w, logits, 2, 4, 1);
-    EXPECT(idx[0] == 1 && idx[1] == 0 && w[0] == probs[1] && w[1] == 0.25f,
+    CHECK(idx[0] == 1 && idx[1] == 0 && w[0] == probs[1] && w[1] == 0.25f,
            "top-1: choice %d gate %g (prob %g)", idx[0], w[0], probs[1]);
     printf("router: ties to the lower index, gates ok\n");
 }
@@ -196,7 +193,7 @@ static void test_plan(void)
         px_moe_t *moe = NULL;
         px_mem_stats(&a);
         if (px_moe_create(&mc, px_kernels_cpu(), 40, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
-            EXPECT(0, "create");
+            CHECK(0, "create");
             return;
         }
         px_mem_stats(&b);
@@ -204,13 +201,13 @@ static void test_plan(void)
         uint64_t want = px_plan_moe_activation_bytes(px_moe_num_layers(&mc), 40, 1, 6, 2, 24, dl,
                                                      mc.capacity_factor);
         uint64_t np = px_moe_rank_params(&mc, 1);
-        EXPECT(acts == want, "dropless %d: activations %llu bytes, plan %llu", dl,
+        CHECK(acts == want, "dropless %d: activations %llu bytes, plan %llu", dl,
                (unsigned long long)acts, (unsigned long long)want);
-        EXPECT(b.current[PX_MEM_PARAMS] - a.current[PX_MEM_PARAMS] == 4 * np &&
+        CHECK(b.current[PX_MEM_PARAMS] - a.current[PX_MEM_PARAMS] == 4 * np &&
                b.current[PX_MEM_GRADS] - a.current[PX_MEM_GRADS] == 4 * np &&
                b.current[PX_MEM_OPTIM] - a.current[PX_MEM_OPTIM] == 8 * np,
                "state bytes differ from 4/4/8 x %llu", (unsigned long long)np);
-        EXPECT(np == (uint64_t)px_moe_num_layers(&mc) * (6 * 24 + 6 * (8 * 24 * 24 + 5 * 24)),
+        CHECK(np == (uint64_t)px_moe_num_layers(&mc) * (6 * 24 + 6 * (8 * 24 * 24 + 5 * 24)),
                "rank params %llu", (unsigned long long)np);
         printf("plan dropless %d: activations %llu bytes (plan %llu), state 16 x %llu\n", dl,
                (unsigned long long)acts, (unsigned long long)want, (unsigned long long)np);
@@ -231,13 +228,13 @@ static void test_simwaits(void)
     setenv("PX_SIM_DEVICE", "1", 1);
     setenv("PX_SIM_DEVICE_MB", "64", 1);
     if (px_kernels_select("sim", &sim, err, sizeof err) != PX_OK) {
-        EXPECT(0, "sim device: %s", err);
+        CHECK(0, "sim device: %s", err);
         return;
     }
     px_moe_t *ms = NULL, *mc_ = NULL;
     if (px_moe_create(&mc, sim, N, NULL, NULL, NULL, 1, 1, &ms) != PX_OK ||
         px_moe_create(&mc, cpu, N, NULL, NULL, NULL, 1, 1, &mc_) != PX_OK) {
-        EXPECT(0, "create");
+        CHECK(0, "create");
         px_moe_destroy(ms);
         return;
     }
@@ -248,7 +245,7 @@ static void test_simwaits(void)
     for (int i = 0; i < N * C; i++)
         x[i] = urand(&seed);
     float *dx = sim->mem_alloc(sizeof x), *dout = sim->mem_alloc(sizeof x);
-    EXPECT(dx && dout, "device buffers");
+    CHECK(dx && dout, "device buffers");
     if (!dx || !dout)
         return;
     sim->mem_copy_from_host(dx, x, sizeof x);
@@ -256,18 +253,18 @@ static void test_simwaits(void)
     px_moe_begin_step(mc_);
     px_kernels_sim_counts_t a, b;
     px_kernels_sim_counts(&a);
-    EXPECT(px_moe_forward(ms, 0, dx, dout, N) == PX_OK, "sim forward");
+    CHECK(px_moe_forward(ms, 0, dx, dout, N) == PX_OK, "sim forward");
     px_kernels_sim_counts(&b);
     uint64_t waits = (b.synchronize - a.synchronize) + (b.to_host - a.to_host);
-    EXPECT(waits == 1, "one MoE layer's forward waited for the device %llu times (synchronize "
+    CHECK(waits == 1, "one MoE layer's forward waited for the device %llu times (synchronize "
            "%llu, waiting copies to host %llu), want 1", (unsigned long long)waits,
            (unsigned long long)(b.synchronize - a.synchronize),
            (unsigned long long)(b.to_host - a.to_host));
-    EXPECT(b.to_host_async - a.to_host_async == 2, "%llu copies to host without a wait, want 2",
+    CHECK(b.to_host_async - a.to_host_async == 2, "%llu copies to host without a wait, want 2",
            (unsigned long long)(b.to_host_async - a.to_host_async));
     sim->mem_copy_to_host(out_sim, dout, sizeof out_sim);
-    EXPECT(px_moe_forward(mc_, 0, x, out_cpu, N) == PX_OK, "cpu forward");
-    EXPECT(!memcmp(out_sim, out_cpu, sizeof out_cpu), "sim output differs from cpu's");
+    CHECK(px_moe_forward(mc_, 0, x, out_cpu, N) == PX_OK, "cpu forward");
+    CHECK(!memcmp(out_sim, out_cpu, sizeof out_cpu), "sim output differs from cpu's");
     printf("simwaits: one MoE layer's forward on sim: %llu wait(s) for the device "
            "(synchronize %llu, waiting copies %llu), %llu copies without a wait, "
            "%llu copies from host; output equals cpu's bit for bit: %s\n",
@@ -296,6 +293,6 @@ int main(int argc, char **argv)
         test_gradcheck();
     if (all || !strcmp(c, "simwaits"))
         test_simwaits();
-    printf(failures ? "FAIL (%d)\n" : "PASS\n", failures);
-    return failures ? 1 : 0;
+    printf(fails ? "FAIL (%d)\n" : "PASS\n", fails);
+    return fails ? 1 : 0;
 }

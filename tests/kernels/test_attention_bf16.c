@@ -40,11 +40,7 @@
 #define TOL_SAME_BWD 3e-5  /* backward: a rare flip of bf16(dS) (see above) */
 
 static const px_kernel_ops_t *K;
-static int failures;
-
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
-    fprintf(stderr, "\n"); } } while (0)
+#include "../px_check.h"
 
 enum { B = 2, NH = 2, HS = 24, C = NH * HS, C3 = 3 * C };
 
@@ -167,8 +163,8 @@ static void check_grads(const char *what, const float *got, const double *ref, s
 {
     double e = nrel(got, ref, n), e32 = nrel(fp32, ref, n);
     printf("%-28s bf16 vs ref %.2e (tol %.0e)   fp32 op vs ref %.2e\n", what, e, TOL, e32);
-    EXPECT(e < TOL, "%s: %.3e from the fp64 reference (tol %g)", what, e, TOL);
-    EXPECT(e32 > 10 * TOL, "%s: the fp32 op is only %.3e from the bf16 reference", what, e32);
+    CHECK(e < TOL, "%s: %.3e from the fp64 reference (tol %g)", what, e, TOL);
+    CHECK(e32 > 10 * TOL, "%s: the fp32 op is only %.3e from the bf16 reference", what, e32);
 }
 
 static void run_case(int T, int do_fwd, int do_bwd, int do_block)
@@ -196,9 +192,9 @@ static void run_case(int T, int do_fwd, int do_bwd, int do_block)
                     for (int j = 0; j < T; j++)
                         sum += a[j];
                     e = fmax(e, fabs(sum - 1.0));
-                    EXPECT(t + 1 >= T || a[t + 1] == 0.0f, "att beyond the diagonal is not 0");
+                    CHECK(t + 1 >= T || a[t + 1] == 0.0f, "att beyond the diagonal is not 0");
                 }
-        EXPECT(e < 1e-5, "att rows sum to 1 within %.2e", e);
+        CHECK(e < 1e-5, "att rows sum to 1 within %.2e", e);
     }
     float *dqkv = calloc(nin, 4), *dqkv32 = calloc(nin, 4);
     K->attention_bf16_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
@@ -212,7 +208,7 @@ static void run_case(int T, int do_fwd, int do_bwd, int do_block)
         K->attention_bf16_backward(twice, scratch, dout, qkv, att, B, T, C, NH);
         for (size_t i = 0; i < nin; i++)
             twice[i] *= 0.5f;
-        EXPECT(nrel_f(twice, dqkv, nin) < 1e-6, "backward does not accumulate into dinp");
+        CHECK(nrel_f(twice, dqkv, nin) < 1e-6, "backward does not accumulate into dinp");
         free(twice);
     }
     if (do_block) {
@@ -260,11 +256,11 @@ static void run_case(int T, int do_fwd, int do_bwd, int do_block)
         double lerr = 0.0;
         for (size_t i = 0; i < (size_t)B * NH * T; i++)
             lerr = fmax(lerr, fabs(lse[i] - r.lse[i]));
-        EXPECT(lerr < 1e-5, "block lse %.2e from the reference", lerr);
+        CHECK(lerr < 1e-5, "block lse %.2e from the reference", lerr);
         double so = nrel_f(bout, out, nout), sd = nrel_f(bd, dqkv, nin);
         printf("%-28s out %.2e (tol %.0e)  dqkv %.2e (tol %.0e)\n", "block vs full bf16 op", so,
                TOL_SAME, sd, TOL_SAME_BWD);
-        EXPECT(so < TOL_SAME && sd < TOL_SAME_BWD, "block vs full bf16: out %.2e dqkv %.2e", so,
+        CHECK(so < TOL_SAME && sd < TOL_SAME_BWD, "block vs full bf16: out %.2e dqkv %.2e", so,
                sd);
         free(bout), free(lse), free(delta), free(bd), free(bs);
     }
@@ -275,7 +271,7 @@ static void run_case(int T, int do_fwd, int do_bwd, int do_block)
 static void test_view(void)
 {
     const px_kernel_ops_t *v = px_kernels_with_precision(K, 1);
-    EXPECT(v && v->attention_forward == K->attention_bf16_forward &&
+    CHECK(v && v->attention_forward == K->attention_bf16_forward &&
            v->attention_backward == K->attention_bf16_backward &&
            v->attention_block_forward == K->attention_block_bf16_forward &&
            v->attention_block_backward == K->attention_block_bf16_backward &&
@@ -283,7 +279,7 @@ static void test_view(void)
            "bf16 view: the attention slots are the bf16 ops (delta stays fp32)");
     px_kernel_ops_t none = *K;
     none.attention_block_bf16_backward = NULL;
-    EXPECT(!px_kernels_with_precision(&none, 1), "a table without bf16 attention has no view");
+    CHECK(!px_kernels_with_precision(&none, 1), "a table without bf16 attention has no view");
 }
 
 int main(int argc, char **argv)
@@ -301,6 +297,6 @@ int main(int argc, char **argv)
     run_case(150, f, b, k);
     if (all || b)
         test_view();
-    printf("%s\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    printf("%s\n", fails ? "FAIL" : "PASS");
+    return fails ? 1 : 0;
 }

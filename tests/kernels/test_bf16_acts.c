@@ -22,11 +22,7 @@
 #include "px_reduce.h"
 
 static const px_kernel_ops_t *K;
-static int failures;
-
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
-    fprintf(stderr, "\n"); } } while (0)
+#include "../px_check.h"
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 /* uniform [-1, 1) times 2^(random in [-6, 6)): low bits set everywhere,
@@ -79,13 +75,13 @@ static void test_convert(const px_kernel_ops_t *k)
     k->bf16_to_f32(dw, dh, n);
     to_host(k, got, dh, n * 2);
     to_host(k, wide, dw, n * 4);
-    EXPECT(!memcmp(got, ref, n * 2), "%s: bf16_from_f32 differs from px_f32_to_bf16", k->name);
-    EXPECT(got[0] == 0x3f80 && got[1] == 0x3f82 && got[2] == 0x8000 && got[3] == 0x7f80 &&
+    CHECK(!memcmp(got, ref, n * 2), "%s: bf16_from_f32 differs from px_f32_to_bf16", k->name);
+    CHECK(got[0] == 0x3f80 && got[1] == 0x3f82 && got[2] == 0x8000 && got[3] == 0x7f80 &&
            (got[4] & 0x7f80) == 0x7f80 && (got[4] & 0x7f),
            "%s: ties to even, -0, inf, NaN (got %04x %04x %04x %04x %04x)", k->name, got[0],
            got[1], got[2], got[3], got[4]);
     px_f32_round_bf16(wref, x, n);
-    EXPECT(!memcmp(wide + 5, wref + 5, (n - 5) * 4) && isnan(wide[4]),
+    CHECK(!memcmp(wide + 5, wref + 5, (n - 5) * 4) && isnan(wide[4]),
            "%s: bf16_to_f32(bf16_from_f32(x)) is not x rounded to bf16", k->name);
     k->mem_free(dx), k->mem_free(dh), k->mem_free(dw);
     free(x), free(ref), free(got), free(wide), free(wref);
@@ -108,7 +104,7 @@ static void test_forward(const px_kernel_ops_t *k)
         to_host(k, ref, dout, N * OC * 4);
         k->matmul_bf16in_forward(dout, dh, dw, bias ? db : NULL, N, C, OC);
         to_host(k, got, dout, N * OC * 4);
-        EXPECT(!memcmp(ref, got, N * OC * 4), "%s: forward (bias %d) not bit for bit", k->name,
+        CHECK(!memcmp(ref, got, N * OC * 4), "%s: forward (bias %d) not bit for bit", k->name,
                bias);
     }
     /* and it is not the fp32 GEMM: the rounding happened */
@@ -116,7 +112,7 @@ static void test_forward(const px_kernel_ops_t *k)
     to_host(k, got, dout, N * OC * 4);
     k->matmul_bf16in_forward(dout, dh, dw, NULL, N, C, OC);
     to_host(k, ref, dout, N * OC * 4);
-    EXPECT(memcmp(ref, got, N * OC * 4), "%s: the bf16 GEMM equals the fp32 one", k->name);
+    CHECK(memcmp(ref, got, N * OC * 4), "%s: the bf16 GEMM equals the fp32 one", k->name);
     k->mem_free(di), k->mem_free(dw), k->mem_free(db), k->mem_free(dout), k->mem_free(dh);
     free(inp), free(w), free(b), free(h), free(ref), free(got);
 }
@@ -143,7 +139,7 @@ static void test_backward(const px_kernel_ops_t *k)
         k->mem_copy_from_host(g, g0, ng * 4);
         k->matmul_bf16in_backward(gi, gw, gb, dd, m == 1 ? NULL : dh, dw, N, C, OC);
         to_host(k, got, g, ng * 4);
-        EXPECT(!memcmp(ref, got, ng * 4), "%s: backward (outputs %d) not bit for bit", k->name,
+        CHECK(!memcmp(ref, got, ng * 4), "%s: backward (outputs %d) not bit for bit", k->name,
                m);
     }
     k->mem_free(di), k->mem_free(dw), k->mem_free(dd), k->mem_free(dh), k->mem_free(g);
@@ -154,20 +150,20 @@ static void test_view(void)
 {
     const px_kernel_ops_t *a = px_kernels_with_precision(K, PX_KERNELS_BF16);
     const px_kernel_ops_t *f = px_kernels_with_precision(K, PX_KERNELS_BF16_F32ACTS);
-    EXPECT(px_kernels_with_precision(K, PX_KERNELS_FP32) == K && !K->bf16_acts,
+    CHECK(px_kernels_with_precision(K, PX_KERNELS_FP32) == K && !K->bf16_acts,
            "fp32: the table itself, fp32 storage");
-    EXPECT(a && f && a != f && a->bf16_acts == 1 && f->bf16_acts == 0,
+    CHECK(a && f && a != f && a->bf16_acts == 1 && f->bf16_acts == 0,
            "bf16: two views, bf16 storage and fp32 storage");
-    EXPECT(a && f && a->matmul_forward == f->matmul_forward &&
+    CHECK(a && f && a->matmul_forward == f->matmul_forward &&
            a->matmul_backward == f->matmul_backward &&
            a->attention_forward == f->attention_forward &&
            a->matmul_forward == K->matmul_bf16_forward,
            "both views compute alike (the same bf16 ops)");
-    EXPECT(px_kernels_with_precision(K, PX_KERNELS_BF16) == a &&
+    CHECK(px_kernels_with_precision(K, PX_KERNELS_BF16) == a &&
            px_kernels_with_precision(K, PX_KERNELS_BF16_F32ACTS) == f, "one view per mode");
     px_kernel_ops_t none = *K;
     none.matmul_bf16in_forward = NULL;
-    EXPECT(!px_kernels_with_precision(&none, PX_KERNELS_BF16) &&
+    CHECK(!px_kernels_with_precision(&none, PX_KERNELS_BF16) &&
            px_kernels_with_precision(&none, PX_KERNELS_BF16_F32ACTS),
            "bf16 storage needs the bf16-input GEMM; fp32 storage does not");
 }
@@ -197,7 +193,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown case '%s'\n", c);
         return 2;
     }
-    if (failures)
+    if (fails)
         return 1;
     printf("ok %s\n", c);
     return 0;

@@ -24,11 +24,7 @@
 #include "px_vec_cpu.h"
 
 static const px_kernel_ops_t *K;
-static int failures;
-
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
-    fprintf(stderr, "\n"); } } while (0)
+#include "../px_check.h"
 
 static uint64_t rng_state = 0x1234567887654321ull;
 static float frand(void) /* uniform [-1, 1) */
@@ -102,8 +98,8 @@ static void fd_check(const char *what, float *x, const float *g, size_t n, loss_
     size_t cnt = fd_compare(x, g, n, loss, ctx, maxcheck, &rel, &maxerr, &maxnum);
     printf("  %-28s n=%-7zu checked=%-5zu rel=%.2e maxerr=%.2e (max|g|=%.2e)\n", what, n, cnt,
            rel, maxerr, maxnum);
-    EXPECT(maxnum > 0.0, "%s: numeric gradient is all zero", what);
-    EXPECT(fd_ok(rel, maxerr, maxnum), "%s: rel %.3e (tol %.0e), max element error %.3e", what,
+    CHECK(maxnum > 0.0, "%s: numeric gradient is all zero", what);
+    CHECK(fd_ok(rel, maxerr, maxnum), "%s: rel %.3e (tol %.0e), max element error %.3e", what,
            rel, FD_TOL_REL, maxerr);
 }
 
@@ -126,7 +122,7 @@ static void test_encoder(void)
     for (int i = 0; i < c.B * c.T; i++)
         c.inp[i] = (i * 3) % V; /* token 0 repeats: accumulation is tested */
     enc_loss(&c);
-    EXPECT(fabsf(c.out[1 * c.C + 2] - (c.wte[3 * c.C + 2] + c.wpe[1 * c.C + 2])) < 1e-6f,
+    CHECK(fabsf(c.out[1 * c.C + 2] - (c.wte[3 * c.C + 2] + c.wpe[1 * c.C + 2])) < 1e-6f,
            "encoder forward value");
     float *dwte = zeros((size_t)V * c.C), *dwpe = zeros((size_t)c.T * c.C);
     K->encoder_backward(dwte, dwpe, c.w, c.inp, c.B, c.T, c.C);
@@ -156,7 +152,7 @@ static void test_layernorm(void)
         double y = (c.out[i] - c.bs[i]) / c.wt[i];
         m += y; v += y * y;
     }
-    EXPECT(fabs(m / c.C) < 1e-5 && fabs(v / c.C - 1.0) < 1e-3, "layernorm normalises (m=%g v=%g)",
+    CHECK(fabs(m / c.C) < 1e-5 && fabs(v / c.C - 1.0) < 1e-3, "layernorm normalises (m=%g v=%g)",
            m / c.C, v / c.C);
     float *dinp = zeros(n), *dw = zeros(c.C), *db = zeros(c.C);
     K->layernorm_backward(dinp, dw, db, c.w, c.inp, c.wt, c.mean, c.rstd, c.N, c.C);
@@ -192,13 +188,13 @@ static void test_matmul(void)
             maxe = e > maxe ? e : maxe;
         }
     printf("  matmul forward vs naive loop: max err %.2e\n", maxe);
-    EXPECT(maxe < 1e-5, "matmul forward differs from naive loop by %g", maxe);
+    CHECK(maxe < 1e-5, "matmul forward differs from naive loop by %g", maxe);
     /* without bias */
     K->matmul_forward(c.out, c.inp, c.wt, NULL, c.N, c.C, c.OC);
     double s0 = 0;
     for (int i = 0; i < c.C; i++)
         s0 += (double)c.inp[i] * c.wt[i];
-    EXPECT(fabs(s0 - c.out[0]) < 1e-5, "matmul forward without bias");
+    CHECK(fabs(s0 - c.out[0]) < 1e-5, "matmul forward without bias");
     float *dinp = zeros((size_t)c.N * c.C), *dw = zeros((size_t)c.OC * c.C), *db = zeros(c.OC);
     K->matmul_backward(dinp, dw, db, c.w, c.inp, c.wt, c.N, c.C, c.OC);
     fd_check("matmul dinp", c.inp, dinp, (size_t)c.N * c.C, mm_loss, &c, 1000);
@@ -219,7 +215,7 @@ static void test_matmul(void)
         e_b = fmax(e_b, fabs(db2[i] - db[i]));
     printf("  matmul backward split (dinp alone; dweight, dbias in 2 row blocks): max err %.2e "
            "%.2e %.2e\n", e_in, e_w, e_b);
-    EXPECT(e_in == 0 && e_w < 1e-5 && e_b < 1e-5,
+    CHECK(e_in == 0 && e_w < 1e-5 && e_b < 1e-5,
            "split matmul backward differs: dinp %g dweight %g dbias %g", e_in, e_w, e_b);
     free(dinp2); free(dw2); free(db2);
     free(c.out); free(c.inp); free(c.wt); free(c.bs); free(c.w); free(dinp); free(dw); free(db);
@@ -253,8 +249,8 @@ static void attention_case(int B, int T, int C, int NH)
             if (fabs(s - 1) > maxrow)
                 maxrow = fabs(s - 1);
         }
-    EXPECT(maxrow < 1e-5, "attention rows sum to 1 (err %g)", maxrow);
-    EXPECT(maxupper == 0.0, "attention upper triangle is exactly zero (max %g)", maxupper);
+    CHECK(maxrow < 1e-5, "attention rows sum to 1 (err %g)", maxrow);
+    CHECK(maxupper == 0.0, "attention upper triangle is exactly zero (max %g)", maxupper);
     /* naive reference of the output (double) */
     int hs = C / NH;
     double maxe = 0;
@@ -284,7 +280,7 @@ static void attention_case(int B, int T, int C, int NH)
                 }
             }
     printf("  attention B=%d T=%d C=%d NH=%d forward vs naive: max err %.2e\n", B, T, C, NH, maxe);
-    EXPECT(maxe < 1e-5, "attention forward vs naive: %g", maxe);
+    CHECK(maxe < 1e-5, "attention forward vs naive: %g", maxe);
     /* causal: changing token t0's q/k/v leaves outputs at t < t0 unchanged */
     int t0 = T / 2;
     float *out0 = malloc(nout * sizeof(float));
@@ -306,8 +302,8 @@ static void attention_case(int B, int T, int C, int NH)
                 if (t >= t0 && c.out[idx] != out0[idx])
                     changed++;
             }
-    EXPECT(leaked == 0, "causal mask: %d outputs before t0 changed when the future changed", leaked);
-    EXPECT(changed > 0, "outputs at t >= t0 must change");
+    CHECK(leaked == 0, "causal mask: %d outputs before t0 changed when the future changed", leaked);
+    CHECK(changed > 0, "outputs at t >= t0 must change");
     memcpy(c.inp, saved, nin * sizeof(float));
     att_loss(&c);
     float *dinp = zeros(nin), *scratch = rand_buf((size_t)T * T, 100); /* garbage must not matter */
@@ -340,9 +336,9 @@ static void exp_fast_check(void)
     }
     float lo = px__exp1(-200.0f);
     printf("  fast exp on [-87, 0]: max rel err %.2e; exp(-200) -> %g\n", maxrel, lo);
-    EXPECT(maxrel < 5e-7, "fast exp max relative error %g", maxrel);
-    EXPECT(lanes_differ == 0, "fast exp: %d vector lanes differ from the scalar form", lanes_differ);
-    EXPECT(lo >= 0.0f && lo < 1e-37f, "fast exp(-200) = %g", lo);
+    CHECK(maxrel < 5e-7, "fast exp max relative error %g", maxrel);
+    CHECK(lanes_differ == 0, "fast exp: %d vector lanes differ from the scalar form", lanes_differ);
+    CHECK(lo >= 0.0f && lo < 1e-37f, "fast exp(-200) = %g", lo);
 }
 
 static void test_attention(void)
@@ -412,8 +408,8 @@ static void attention_block_case(int B, int T, int C, int NH, int blk)
     ed = sqrt(ed / nd);
     printf("  blockwise B=%d T=%d C=%d NH=%d blocks of %d vs attention: out rel %.2e, "
            "dqkv rel %.2e\n", B, T, C, NH, blk, eo, ed);
-    EXPECT(eo < 1e-6, "blockwise attention output rel err %g", eo);
-    EXPECT(ed < 1e-5, "blockwise attention gradient rel err %g", ed);
+    CHECK(eo < 1e-6, "blockwise attention output rel err %g", eo);
+    CHECK(ed < 1e-5, "blockwise attention gradient rel err %g", ed);
     free(inp); free(w); free(out); free(att); free(bout); free(lse); free(delta); free(dref);
     free(dblk); free(scratch);
 }
@@ -438,7 +434,7 @@ static void test_gelu(void)
     c.inp[0] = 1.0f;
     gelu_loss(&c);
     /* 0.5*(1+tanh(sqrt(2/pi)*(1+0.044715))) = 0.841191990607477 */
-    EXPECT(fabsf(c.out[0] - 0.8411919906f) < 1e-6f, "gelu(1) = %.9f", c.out[0]);
+    CHECK(fabsf(c.out[0] - 0.8411919906f) < 1e-6f, "gelu(1) = %.9f", c.out[0]);
     /* the polynomial tanh: GELU over [-12, 12] vs libm in double */
     {
         enum { M = 24001 };
@@ -454,7 +450,7 @@ static void test_gelu(void)
             maxe = e > maxe ? e : maxe;
         }
         printf("  gelu forward vs double tanh on [-12,12]: max err/(1+|x|) %.2e\n", maxe);
-        EXPECT(maxe < 5e-7, "gelu forward accuracy %g", maxe);
+        CHECK(maxe < 5e-7, "gelu forward accuracy %g", maxe);
         free(x);
         free(y);
     }
@@ -472,8 +468,8 @@ static void test_residual(void)
     K->residual_backward(da, db, d, n);
     K->residual_backward(da, db, d, n); /* accumulates */
     for (size_t i = 0; i < n; i++) {
-        EXPECT(o[i] == a[i] + b[i], "residual forward %zu", i);
-        EXPECT(da[i] == 2 * d[i] && db[i] == 2 * d[i], "residual backward accumulates %zu", i);
+        CHECK(o[i] == a[i] + b[i], "residual forward %zu", i);
+        CHECK(da[i] == 2 * d[i] && db[i] == 2 * d[i], "residual backward accumulates %zu", i);
     }
     free(a); free(b); free(o); free(d); free(da); free(db);
 }
@@ -506,11 +502,11 @@ static void test_crossentropy(void)
         double ref = -(c.logits[i * c.V + c.tg[i]] - log(s));
         maxe = fmax(maxe, fabs(ref - c.losses[i]));
     }
-    EXPECT(maxe < 1e-5, "cross-entropy forward vs naive: %g", maxe);
+    CHECK(maxe < 1e-5, "cross-entropy forward vs naive: %g", maxe);
     /* uniform logits: loss = log V */
     float *u = zeros(n);
     K->crossentropy_forward(c.losses, c.probs, u, c.tg, c.N, c.V, c.Vp);
-    EXPECT(fabsf(c.losses[0] - logf((float)c.V)) < 1e-6f, "uniform logits give log V");
+    CHECK(fabsf(c.losses[0] - logf((float)c.V)) < 1e-6f, "uniform logits give log V");
     float *dl = zeros(n);
     ce_loss(&c);
     K->crossentropy_backward(dl, c.probs, c.tg, 1.0f / c.N, c.N, c.V, c.Vp);
@@ -540,9 +536,9 @@ static void test_crossentropy(void)
                 real_e = fmax(real_e, fabs(pv - c.probs[(size_t)i * c.V + v]));
         }
     }
-    EXPECT(real_e == 0.0, "padded rows: losses and real probs equal the unpadded ones: %g",
+    CHECK(real_e == 0.0, "padded rows: losses and real probs equal the unpadded ones: %g",
            real_e);
-    EXPECT(pad_p == 0.0, "padded probs are exactly 0: %g", pad_p);
+    CHECK(pad_p == 0.0, "padded probs are exactly 0: %g", pad_p);
     float *dq = zeros(np);
     K->crossentropy_backward(dq, q.probs, q.tg, 1.0f / q.N, q.N, q.V, q.Vp);
     double pad_g = 0, real_g = 0;
@@ -554,7 +550,7 @@ static void test_crossentropy(void)
             else
                 real_g = fmax(real_g, fabs(g - dl[(size_t)i * c.V + v]));
         }
-    EXPECT(pad_g == 0.0 && real_g == 0.0, "padded dlogits 0 (%g), real ones as unpadded (%g)",
+    CHECK(pad_g == 0.0 && real_g == 0.0, "padded dlogits 0 (%g), real ones as unpadded (%g)",
            pad_g, real_g);
     free(q.losses); free(q.probs); free(q.logits); free(dq);
     free(c.losses); free(c.probs); free(c.logits); free(c.tg); free(u); free(dl);
@@ -575,17 +571,17 @@ static void test_adamw(void)
     float p[2] = {1.0f, -2.0f}, g[2] = {0.5f, -3.0f}, m[2] = {0, 0}, v[2] = {0, 0};
     K->adamw_update(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1.0f);
     printf("  adamw step 1: %.9f %.9f\n", p[0], p[1]);
-    EXPECT(fabs(p[0] - 0.899000002) < 2e-7, "adamw p0 = %.9f", p[0]);
-    EXPECT(fabs(p[1] - -1.898000000) < 2e-7, "adamw p1 = %.9f", p[1]);
-    EXPECT(fabsf(m[0] - 0.05f) < 1e-6f * 0.05f && fabsf(v[0] - 0.00025f) < 1e-4f * 0.00025f, "adamw moments");
+    CHECK(fabs(p[0] - 0.899000002) < 2e-7, "adamw p0 = %.9f", p[0]);
+    CHECK(fabs(p[1] - -1.898000000) < 2e-7, "adamw p1 = %.9f", p[1]);
+    CHECK(fabsf(m[0] - 0.05f) < 1e-6f * 0.05f && fabsf(v[0] - 0.00025f) < 1e-4f * 0.00025f, "adamw moments");
     K->adamw_update(p, g, m, v, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 2, 1.0f);
     printf("  adamw step 2: %.9f\n", p[0]);
-    EXPECT(fabs(p[0] - (0.899000002 * 0.999 - 0.1 * 0.5 / (0.5 + 1e-8))) < 5e-7,
+    CHECK(fabs(p[0] - (0.899000002 * 0.999 - 0.1 * 0.5 / (0.5 + 1e-8))) < 5e-7,
            "adamw step 2 p0 = %.9f", p[0]);
     /* zero weight decay, zero gradient: parameter unchanged */
     float q = 3.0f, gz = 0.0f, mq = 0, vq = 0;
     K->adamw_update(&q, &gz, &mq, &vq, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1.0f);
-    EXPECT(q == 3.0f, "zero grad, zero decay leaves the parameter");
+    CHECK(q == 3.0f, "zero grad, zero decay leaves the parameter");
 }
 
 /* The clip coefficient folded into AdamW (grad_scale) gives the bits of
@@ -612,11 +608,11 @@ static void test_adamw_grad_scale(void)
                 K->scale(gs, s, n);
                 K->adamw_update(pb, gs, mb, vb, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f);
             }
-            EXPECT(memcmp(pa, pb, n * sizeof(float)) == 0 &&
+            CHECK(memcmp(pa, pb, n * sizeof(float)) == 0 &&
                        memcmp(ma, mb, n * sizeof(float)) == 0 &&
                        memcmp(va, vb, n * sizeof(float)) == 0,
                    "adamw grad_scale %g, n %zu: not the bits of scale() then the update", s, n);
-            EXPECT(memcmp(g, g0, n * sizeof(float)) == 0,
+            CHECK(memcmp(g, g0, n * sizeof(float)) == 0,
                    "adamw grad_scale %g, n %zu: the gradient buffer was changed", s, n);
             free(g), free(g0), free(gs), free(pa), free(pb), free(ma), free(mb), free(va), free(vb);
         }
@@ -635,28 +631,28 @@ static void test_fd_sensitivity(void)
     float *dw = zeros(nw), *bad = malloc(nw * sizeof(float));
     K->matmul_backward(NULL, dw, NULL, c.w, c.inp, c.wt, c.N, c.C, c.OC);
     fd_compare(c.wt, dw, nw, mm_loss, &c, 1000, &rel, &maxerr, &maxnum);
-    EXPECT(fd_ok(rel, maxerr, maxnum), "exact gradient accepted (rel %.2e)", rel);
+    CHECK(fd_ok(rel, maxerr, maxnum), "exact gradient accepted (rel %.2e)", rel);
     for (size_t i = 0; i < nw; i++)
         bad[i] = dw[i] * 1.01f;
     fd_compare(c.wt, bad, nw, mm_loss, &c, 1000, &rel, &maxerr, &maxnum);
     printf("  gradient x1.01: rel=%.2e -> %s\n", rel, fd_ok(rel, maxerr, maxnum) ? "accepted" :
            "rejected");
-    EXPECT(!fd_ok(rel, maxerr, maxnum), "a 1%% gradient error must be rejected");
+    CHECK(!fd_ok(rel, maxerr, maxnum), "a 1%% gradient error must be rejected");
     memcpy(bad, dw, nw * sizeof(float));
     bad[nw / 2] += 0.02f * (float)maxnum;
     fd_compare(c.wt, bad, nw, mm_loss, &c, 1000, &rel, &maxerr, &maxnum);
     printf("  one element +2%% of max: rel=%.2e maxerr=%.2e -> %s\n", rel, maxerr,
            fd_ok(rel, maxerr, maxnum) ? "accepted" : "rejected");
-    EXPECT(!fd_ok(rel, maxerr, maxnum), "a single wrong element must be rejected");
+    CHECK(!fd_ok(rel, maxerr, maxnum), "a single wrong element must be rejected");
     free(c.out); free(c.inp); free(c.wt); free(c.bs); free(c.w); free(dw); free(bad);
 }
 
 static void test_norm(void)
 {
     float x[3] = {3, 4, 12};
-    EXPECT(K->sumsq(x, 3) == 169.0, "sumsq");
+    CHECK(K->sumsq(x, 3) == 169.0, "sumsq");
     K->scale(x, 0.5f, 3);
-    EXPECT(x[0] == 1.5f && x[2] == 6.0f, "scale");
+    CHECK(x[0] == 1.5f && x[2] == 6.0f, "scale");
 }
 
 /* The memory ops: alloc gives zeroed, 64-byte aligned, distinct blocks;
@@ -665,16 +661,16 @@ static void test_memory(void)
 {
     enum { N = 1000 };
     unsigned char *a = K->mem_alloc(N), *b = K->mem_alloc(N), host[N];
-    EXPECT(a && b && a != b, "two blocks");
+    CHECK(a && b && a != b, "two blocks");
     if (!a || !b)
         return;
-    EXPECT(((uintptr_t)a & 63) == 0 && ((uintptr_t)b & 63) == 0, "64-byte aligned");
+    CHECK(((uintptr_t)a & 63) == 0 && ((uintptr_t)b & 63) == 0, "64-byte aligned");
     int nonzero = 0;
     K->mem_copy_to_host(host, a, N);
     K->synchronize();
     for (int i = 0; i < N; i++)
         nonzero += host[i] != 0;
-    EXPECT(nonzero == 0, "mem_alloc zero-fills (%d non-zero bytes)", nonzero);
+    CHECK(nonzero == 0, "mem_alloc zero-fills (%d non-zero bytes)", nonzero);
     K->mem_set(a, 0x5a, N - 1);
     for (int i = 0; i < N; i++)
         host[i] = (unsigned char)i;
@@ -682,11 +678,11 @@ static void test_memory(void)
     K->mem_copy(b + 10, a + 10, 100);
     K->mem_copy_to_host(host, b, N);
     K->synchronize();
-    EXPECT(host[9] == 9 && host[10] == 0x5a && host[109] == 0x5a && host[110] == 110,
+    CHECK(host[9] == 9 && host[10] == 0x5a && host[109] == 0x5a && host[110] == 110,
            "copy moves exactly bytes [10, 110)");
     K->mem_copy_to_host(host, a, N);
     K->synchronize();
-    EXPECT(host[N - 2] == 0x5a && host[N - 1] == 0, "set writes exactly N-1 bytes");
+    CHECK(host[N - 2] == 0x5a && host[N - 1] == 0, "set writes exactly N-1 bytes");
     K->mem_free(a);
     K->mem_free(b);
     K->mem_free(NULL);
@@ -720,6 +716,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown case %s\n", which);
         return 2;
     }
-    printf(failures ? "FAILED (%d)\n" : "OK\n", failures);
-    return failures ? 1 : 0;
+    printf(fails ? "FAILED (%d)\n" : "OK\n", fails);
+    return fails ? 1 : 0;
 }

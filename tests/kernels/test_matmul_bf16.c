@@ -24,11 +24,7 @@
 #include "px_reduce.h"
 
 static const px_kernel_ops_t *K;
-static int failures;
-
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
-    fprintf(stderr, "\n"); } } while (0)
+#include "../px_check.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 /* uniform [-1, 1) times 2^(random in [-6, 6)): several binades, so the
@@ -120,18 +116,18 @@ static void test_round(void)
                    INFINITY, NAN};
     float out[6];
     px_f32_round_bf16(out, in, 6);
-    EXPECT(out[0] == 1.0f, "tie 1 + 2^-8 -> 1 (even): %.9g", out[0]);
-    EXPECT(out[1] == 1.0f + 0x1p-6f, "tie 1 + 3 2^-8 -> 1 + 2^-6 (even): %.9g", out[1]);
-    EXPECT(out[2] == 1.0f + 0x1p-7f, "above the tie rounds up: %.9g", out[2]);
-    EXPECT(out[3] == -3.0f && isinf(out[4]) && isnan(out[5]), "exact, inf, NaN");
+    CHECK(out[0] == 1.0f, "tie 1 + 2^-8 -> 1 (even): %.9g", out[0]);
+    CHECK(out[1] == 1.0f + 0x1p-6f, "tie 1 + 3 2^-8 -> 1 + 2^-6 (even): %.9g", out[1]);
+    CHECK(out[2] == 1.0f + 0x1p-7f, "above the tie rounds up: %.9g", out[2]);
+    CHECK(out[3] == -3.0f && isinf(out[4]) && isnan(out[5]), "exact, inf, NaN");
     float *x = rand_buf(4096), *y = malloc(4096 * sizeof(float));
     px_f32_round_bf16(y, x, 4096);
     size_t bad = 0;
     for (int i = 0; i < 4096; i++)
         bad += (double)y[i] != ref_round(x[i]);
-    EXPECT(!bad, "%zu of 4096 values rounded unlike the reference", bad);
+    CHECK(!bad, "%zu of 4096 values rounded unlike the reference", bad);
     px_f32_round_bf16(x, x, 4096); /* in place */
-    EXPECT(!memcmp(x, y, 4096 * sizeof(float)), "in-place rounding differs");
+    CHECK(!memcmp(x, y, 4096 * sizeof(float)), "in-place rounding differs");
     free(x);
     free(y);
 }
@@ -153,17 +149,17 @@ static void test_forward(void)
                 bb[(size_t)n * OC + o] = bias ? bias[o] : 0.0f;
         double worst;
         size_t bad = outside(out, bb, &r, (size_t)N * OC, &worst);
-        EXPECT(!bad, "forward (bias %d): %zu elements outside the fp32 accumulation bound "
+        CHECK(!bad, "forward (bias %d): %zu elements outside the fp32 accumulation bound "
                "(worst %.2f x bound)", !pass, bad, worst);
         printf("forward bias %d: worst |err| = %.3f x the fp32 accumulation bound\n", !pass,
                worst);
         /* the plain fp32 GEMM of the same (unrounded) inputs is not it */
         K->matmul_forward(o32, inp, w, bias, N, C, OC);
         size_t off = outside(o32, bb, &r, (size_t)N * OC, NULL);
-        EXPECT(off > 0, "the fp32 GEMM is within the bf16 bound everywhere: no rounding seen");
+        CHECK(off > 0, "the fp32 GEMM is within the bf16 bound everywhere: no rounding seen");
         free(bb);
     }
-    EXPECT(!memcmp(inp, inp0, (size_t)N * C * 4) && !memcmp(w, w0, (size_t)OC * C * 4),
+    CHECK(!memcmp(inp, inp0, (size_t)N * C * 4) && !memcmp(w, w0, (size_t)OC * C * 4),
            "forward modified its inputs");
     free(inp), free(w), free(b), free(inp0), free(w0), free(out), free(o32);
     free(r.ref), free(r.tol);
@@ -184,7 +180,7 @@ static void test_backward(void)
     ref_gemm(&rw, dout, 1, OC, inp, C, 1, OC, C, N, 1);
     double wi, ww;
     size_t bi = outside(dinp, dinp0, &ri, nc, &wi), bw = outside(dw, dw0, &rw, oc, &ww);
-    EXPECT(!bi && !bw, "backward: dinp %zu, dweight %zu elements outside the bound", bi, bw);
+    CHECK(!bi && !bw, "backward: dinp %zu, dweight %zu elements outside the bound", bi, bw);
     printf("backward: worst |err| dinp %.3f, dweight %.3f x the accumulation bound\n", wi, ww);
     /* dbias: fp32 column sums of the UNROUNDED dout */
     size_t bb = 0;
@@ -196,13 +192,13 @@ static void test_backward(void)
         }
         bb += fabs(db[o] - s) > (N + 2) * ldexp(sa, -24);
     }
-    EXPECT(!bb, "dbias: %zu columns are not the fp32 sums of the unrounded dout", bb);
+    CHECK(!bb, "dbias: %zu columns are not the fp32 sums of the unrounded dout", bb);
     /* NULL outputs are skipped; each alone gives the same as together */
     float *d1 = copy_buf(dinp0, nc), *w1 = copy_buf(dw0, oc), *b1 = copy_buf(db0, OC);
     K->matmul_bf16_backward(d1, NULL, NULL, dout, NULL, w, N, C, OC);
     K->matmul_bf16_backward(NULL, w1, NULL, dout, inp, NULL, N, C, OC);
     K->matmul_bf16_backward(NULL, NULL, b1, dout, NULL, NULL, N, C, OC);
-    EXPECT(!memcmp(d1, dinp, nc * 4) && !memcmp(w1, dw, oc * 4) && !memcmp(b1, db, OC * 4),
+    CHECK(!memcmp(d1, dinp, nc * 4) && !memcmp(w1, dw, oc * 4) && !memcmp(b1, db, OC * 4),
            "the outputs computed one at a time differ from all at once");
     free(inp), free(w), free(dout), free(dinp0), free(dw0), free(db0), free(dinp), free(dw);
     free(db), free(d1), free(w1), free(b1), free(ri.ref), free(ri.tol), free(rw.ref);
@@ -212,18 +208,18 @@ static void test_backward(void)
 static void test_view(void)
 {
     const px_kernel_ops_t *v = px_kernels_with_precision(K, 1);
-    EXPECT(px_kernels_with_precision(K, 0) == K, "fp32: the table itself");
-    EXPECT(v && v != K && v->matmul_forward == K->matmul_bf16_forward &&
+    CHECK(px_kernels_with_precision(K, 0) == K, "fp32: the table itself");
+    CHECK(v && v != K && v->matmul_forward == K->matmul_bf16_forward &&
            v->matmul_backward == K->matmul_bf16_backward, "bf16 view: matmul_* are the bf16 ops");
-    EXPECT(v && v->layernorm_forward == K->layernorm_forward &&
+    CHECK(v && v->layernorm_forward == K->layernorm_forward &&
            v->attention_block_delta == K->attention_block_delta &&
            v->adamw_update == K->adamw_update &&
            v->mem_alloc == K->mem_alloc && !strcmp(v->name, K->name),
            "bf16 view: every other entry is the base's (attention: test_attention_bf16.c)");
-    EXPECT(px_kernels_with_precision(K, 1) == v, "one view per base table");
+    CHECK(px_kernels_with_precision(K, 1) == v, "one view per base table");
     px_kernel_ops_t none = *K;
     none.matmul_bf16_forward = NULL;
-    EXPECT(!px_kernels_with_precision(&none, 1), "a table without a bf16 GEMM has no bf16 view");
+    CHECK(!px_kernels_with_precision(&none, 1), "a table without a bf16 GEMM has no bf16 view");
 }
 
 int main(int argc, char **argv)
@@ -243,6 +239,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown case '%s' (round, forward, backward, view, all)\n", c);
         return 2;
     }
-    printf("%s\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    printf("%s\n", fails ? "FAIL" : "PASS");
+    return fails ? 1 : 0;
 }

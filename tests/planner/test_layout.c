@@ -18,10 +18,7 @@
 #include "layout.h"
 #include "layout_ref.h"
 
-static int failures;
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
-    fprintf(stderr, "\n"); } } while (0)
+#include "../px_check.h"
 
 static const char *lstr(const px_layout_t *l)
 {
@@ -38,31 +35,31 @@ static void check_layout(const px_layout_t *l)
     int *owner = malloc(sizeof(int) * (size_t)world); /* colour -> first rank seen with it */
     char err[200];
 
-    EXPECT(px_layout_check(l, err, sizeof(err)) == PX_OK, "%s: %s", lstr(l), err);
+    CHECK(px_layout_check(l, err, sizeof(err)) == PX_OK, "%s: %s", lstr(l), err);
     for (int r = 0; r < world; r++) {
         px_coord_t c;
         ref_coord_t rc = ref_coord(l, r);
         px_layout_coord(l, r, &c);
-        EXPECT(c.tp == rc.tp && c.cp == rc.cp && c.dp == rc.dp && c.pp == rc.pp &&
+        CHECK(c.tp == rc.tp && c.cp == rc.cp && c.dp == rc.dp && c.pp == rc.pp &&
                c.ep == rc.ep && c.edp == rc.edp,
                "%s rank %d: coord tp%d cp%d dp%d pp%d ep%d edp%d", lstr(l), r, c.tp, c.cp, c.dp,
                c.pp, c.ep, c.edp);
-        EXPECT(px_layout_rank(l, &c) == r, "%s: rank %d round-trips to %d", lstr(l), r,
+        CHECK(px_layout_rank(l, &c) == r, "%s: rank %d round-trips to %d", lstr(l), r,
                px_layout_rank(l, &c));
     }
     for (int k = 0; k < PX_GROUP_NKINDS; k++) {
         int size = px_layout_group_size(l, k), ngroups = 0;
-        EXPECT(size >= 1 && world % size == 0, "%s %s: size %d", lstr(l), px_group_name(k), size);
+        CHECK(size >= 1 && world % size == 0, "%s %s: size %d", lstr(l), px_group_name(k), size);
         for (int r = 0; r < world; r++)
             owner[r] = -1;
         for (int r = 0; r < world; r++) {
             int index = -1, color = -1, n, cnt = 0;
             n = px_layout_group(l, k, r, members, &index, &color);
-            EXPECT(n == size, "%s %s rank %d: %d members, size %d", lstr(l), px_group_name(k), r,
+            CHECK(n == size, "%s %s rank %d: %d members, size %d", lstr(l), px_group_name(k), r,
                    n, size);
-            EXPECT(color >= 0 && color < world, "%s %s rank %d: colour %d", lstr(l),
+            CHECK(color >= 0 && color < world, "%s %s rank %d: colour %d", lstr(l),
                    px_group_name(k), r, color);
-            EXPECT(index == ref_index(l, k, r) && members[index] == r,
+            CHECK(index == ref_index(l, k, r) && members[index] == r,
                    "%s %s rank %d: index %d, want %d", lstr(l), px_group_name(k), r, index,
                    ref_index(l, k, r));
             /* exactly the ranks the definition names, in axis order */
@@ -70,17 +67,17 @@ static void check_layout(const px_layout_t *l)
                 if (ref_same_group(l, k, r, q)) {
                     int j = ref_index(l, k, q);
                     cnt++;
-                    EXPECT(j >= 0 && j < n && members[j] == q,
+                    CHECK(j >= 0 && j < n && members[j] == q,
                            "%s %s rank %d: member %d is %d, want %d", lstr(l), px_group_name(k),
                            r, j, j >= 0 && j < n ? members[j] : -1, q);
                 }
-            EXPECT(cnt == n, "%s %s rank %d: the definition names %d ranks, the layout %d",
+            CHECK(cnt == n, "%s %s rank %d: the definition names %d ranks, the layout %d",
                    lstr(l), px_group_name(k), r, cnt, n);
             /* every member agrees: same members, same colour */
             for (int j = 0; j < n && j < 1 + (n > 1); j++) {
                 int oc = -1;
                 px_layout_group(l, k, members[n - 1 - j], other, NULL, &oc);
-                EXPECT(oc == color && !memcmp(other, members, sizeof(int) * (size_t)n),
+                CHECK(oc == color && !memcmp(other, members, sizeof(int) * (size_t)n),
                        "%s %s: ranks %d and %d disagree", lstr(l), px_group_name(k), r,
                        members[n - 1 - j]);
             }
@@ -88,13 +85,13 @@ static void check_layout(const px_layout_t *l)
                 owner[color] = r;
                 ngroups++;
             } else {
-                EXPECT(ref_same_group(l, k, owner[color], r),
+                CHECK(ref_same_group(l, k, owner[color], r),
                        "%s %s: colour %d shared by ranks %d and %d of different groups",
                        lstr(l), px_group_name(k), color, owner[color], r);
             }
         }
         /* a partition: world / size groups, each with its own colour */
-        EXPECT(ngroups * size == world, "%s %s: %d colours of %d ranks for a world of %d",
+        CHECK(ngroups * size == world, "%s %s: %d colours of %d ranks for a world of %d",
                lstr(l), px_group_name(k), ngroups, size, world);
     }
     free(members);
@@ -135,18 +132,18 @@ static void test_known(void)
 {
     px_layout_t a = {.dp = 2, .tp = 2, .pp = 2, .cp = 1, .ep = 1};
     /* rank 5: tp 1, dp 0, pp 1 */
-    EXPECT(members_are(&a, PX_GROUP_DP, 5, (int[]){5, 7}, 2), "dp2tp2pp2: dp group of 5");
-    EXPECT(members_are(&a, PX_GROUP_TP, 5, (int[]){4, 5}, 2), "dp2tp2pp2: tp group of 5");
-    EXPECT(members_are(&a, PX_GROUP_PP, 5, (int[]){1, 5}, 2), "dp2tp2pp2: pp group of 5");
-    EXPECT(members_are(&a, PX_GROUP_MP, 2, (int[]){2, 3, 6, 7}, 4), "dp2tp2pp2: mp group of 2");
-    EXPECT(members_are(&a, PX_GROUP_DPCP, 6, (int[]){4, 6}, 2), "dp2tp2pp2: dpcp group of 6");
-    EXPECT(members_are(&a, PX_GROUP_CP, 3, (int[]){3}, 1), "dp2tp2pp2: cp group of 3");
+    CHECK(members_are(&a, PX_GROUP_DP, 5, (int[]){5, 7}, 2), "dp2tp2pp2: dp group of 5");
+    CHECK(members_are(&a, PX_GROUP_TP, 5, (int[]){4, 5}, 2), "dp2tp2pp2: tp group of 5");
+    CHECK(members_are(&a, PX_GROUP_PP, 5, (int[]){1, 5}, 2), "dp2tp2pp2: pp group of 5");
+    CHECK(members_are(&a, PX_GROUP_MP, 2, (int[]){2, 3, 6, 7}, 4), "dp2tp2pp2: mp group of 2");
+    CHECK(members_are(&a, PX_GROUP_DPCP, 6, (int[]){4, 6}, 2), "dp2tp2pp2: dpcp group of 6");
+    CHECK(members_are(&a, PX_GROUP_CP, 3, (int[]){3}, 1), "dp2tp2pp2: cp group of 3");
     px_layout_t b = {.dp = 4, .tp = 1, .pp = 1, .cp = 2, .ep = 4};
     /* rank = cp + 2 dp; grid i = rank; ep groups i / 4, edp groups i % 4 */
-    EXPECT(members_are(&b, PX_GROUP_EP, 5, (int[]){4, 5, 6, 7}, 4), "dp4cp2ep4: ep group of 5");
-    EXPECT(members_are(&b, PX_GROUP_EDP, 5, (int[]){1, 5}, 2), "dp4cp2ep4: edp group of 5");
-    EXPECT(members_are(&b, PX_GROUP_DP, 5, (int[]){1, 3, 5, 7}, 4), "dp4cp2ep4: dp group of 5");
-    EXPECT(members_are(&b, PX_GROUP_CP, 5, (int[]){4, 5}, 2), "dp4cp2ep4: cp group of 5");
+    CHECK(members_are(&b, PX_GROUP_EP, 5, (int[]){4, 5, 6, 7}, 4), "dp4cp2ep4: ep group of 5");
+    CHECK(members_are(&b, PX_GROUP_EDP, 5, (int[]){1, 5}, 2), "dp4cp2ep4: edp group of 5");
+    CHECK(members_are(&b, PX_GROUP_DP, 5, (int[]){1, 3, 5, 7}, 4), "dp4cp2ep4: dp group of 5");
+    CHECK(members_are(&b, PX_GROUP_CP, 5, (int[]){4, 5}, 2), "dp4cp2ep4: cp group of 5");
 }
 
 static void test_check(void)
@@ -165,17 +162,17 @@ static void test_check(void)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err[0] = 0;
         px_status_t st = px_layout_check(&bad[i].l, err, sizeof(err));
-        EXPECT(st == PX_ERR_INVALID_ARGUMENT && strstr(err, bad[i].want),
+        CHECK(st == PX_ERR_INVALID_ARGUMENT && strstr(err, bad[i].want),
                "case %zu: status %d '%s' wants '%s'", i, st, err, bad[i].want);
     }
     px_layout_t ok = {65536, 1, 1, 1, 65536};
-    EXPECT(px_layout_check(&ok, err, sizeof(err)) == PX_OK, "dp=ep=65536: %s", err);
+    CHECK(px_layout_check(&ok, err, sizeof(err)) == PX_OK, "dp=ep=65536: %s", err);
     px_layout_t one;
     px_layout_init(&one);
-    EXPECT(px_layout_world(&one) == 1 && one.ep == 1, "px_layout_init");
+    CHECK(px_layout_world(&one) == 1 && one.ep == 1, "px_layout_init");
     px_layout_t s = {2, 2, 2, 1, 1};
-    EXPECT(!strcmp(lstr(&s), "dp=2 tp=2 pp=2 cp=1 ep=1 (world 8)"), "str: %s", lstr(&s));
-    EXPECT(!strcmp(px_group_name(PX_GROUP_DPCP), "dpcp") && !strcmp(px_group_name(PX_GROUP_MP),
+    CHECK(!strcmp(lstr(&s), "dp=2 tp=2 pp=2 cp=1 ep=1 (world 8)"), "str: %s", lstr(&s));
+    CHECK(!strcmp(px_group_name(PX_GROUP_DPCP), "dpcp") && !strcmp(px_group_name(PX_GROUP_MP),
            "mp") && !strcmp(px_group_name(PX_GROUP_NKINDS), "?"), "group names");
 }
 
@@ -186,35 +183,35 @@ static void test_place(void)
     px_layout_t l = {.dp = 2, .tp = 2, .pp = 2, .cp = 1, .ep = 1};
     /* 4 + 2 + 2 free: two tensor groups on node 0, one on each other */
     int free1[] = {4, 2, 2};
-    EXPECT(px_layout_place(&l, free1, 3, node, err, sizeof(err)) == PX_OK, "4+2+2: %s", err);
+    CHECK(px_layout_place(&l, free1, 3, node, err, sizeof(err)) == PX_OK, "4+2+2: %s", err);
     const int want1[] = {0, 0, 0, 0, 1, 1, 2, 2};
-    EXPECT(!memcmp(node, want1, sizeof(want1)), "4+2+2: %d %d %d %d %d %d %d %d", node[0],
+    CHECK(!memcmp(node, want1, sizeof(want1)), "4+2+2: %d %d %d %d %d %d %d %d", node[0],
            node[1], node[2], node[3], node[4], node[5], node[6], node[7]);
     /* 3 + 3 + 2 = 8 free, but one device of each 3-node is left over: only 3
      * whole tensor groups of 2 fit */
     int frag[] = {3, 3, 2};
     err[0] = 0;
-    EXPECT(px_layout_place(&l, frag, 3, node, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_layout_place(&l, frag, 3, node, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "only 3 whole tensor groups of 4 fit"), "3+3+2: %s", err);
     int free2[] = {4, 4};
-    EXPECT(px_layout_place(&l, free2, 2, node, err, sizeof(err)) == PX_OK, "4+4: %s", err);
+    CHECK(px_layout_place(&l, free2, 2, node, err, sizeof(err)) == PX_OK, "4+4: %s", err);
     const int want2[] = {0, 0, 0, 0, 1, 1, 1, 1};
-    EXPECT(!memcmp(node, want2, sizeof(want2)), "4+4: rank order fills node 0 first");
+    CHECK(!memcmp(node, want2, sizeof(want2)), "4+4: rank order fills node 0 first");
     px_layout_t t4 = {.dp = 1, .tp = 4, .pp = 1, .cp = 1, .ep = 1};
     int free3[] = {2, 2, 2};
     err[0] = 0;
-    EXPECT(px_layout_place(&t4, free3, 3, node, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_layout_place(&t4, free3, 3, node, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "tp=4 needs 4 devices on one node") && strstr(err, "largest node has 2"),
            "tp too large: %s", err);
     int free4[] = {2, 2, 2};
     err[0] = 0;
-    EXPECT(px_layout_place(&l, free4, 3, node, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_layout_place(&l, free4, 3, node, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "world=8 (dp=2 x tp=2 x pp=2 x cp=1) needs 8 devices; the cluster has 6 "
                   "free"), "too few: %s", err);
     px_layout_t d3 = {.dp = 3, .tp = 2, .pp = 1, .cp = 1, .ep = 1};
     int free5[] = {3, 3};
     err[0] = 0;
-    EXPECT(px_layout_place(&d3, free5, 2, node, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_layout_place(&d3, free5, 2, node, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "only 2 whole tensor groups of 3 fit"), "fragmented: %s", err);
 }
 
@@ -231,7 +228,7 @@ static void test_reporting(void)
         int r = px_layout_reporting_rank(&c[i].l);
         px_coord_t co;
         px_layout_coord(&c[i].l, r, &co);
-        EXPECT(r == c[i].want && co.pp == c[i].l.pp - 1 && co.dp == 0 && co.tp == 0 &&
+        CHECK(r == c[i].want && co.pp == c[i].l.pp - 1 && co.dp == 0 && co.tp == 0 &&
                co.cp == 0, "%s: reporting rank %d, want %d", lstr(&c[i].l), r, c[i].want);
     }
 }
@@ -243,6 +240,6 @@ int main(void)
     test_check();
     test_place();
     test_reporting();
-    printf(failures ? "FAILED (%d)\n" : "OK\n", failures);
-    return failures ? 1 : 0;
+    printf(fails ? "FAILED (%d)\n" : "OK\n", fails);
+    return fails ? 1 : 0;
 }

@@ -14,17 +14,7 @@
 
 #include "pipesched.h"
 
-static int failures;
-
-#define EXPECT(cond, ...)                                                                         \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                  \
-            fprintf(stderr, __VA_ARGS__);                                                         \
-            fputc('\n', stderr);                                                                  \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
+#include "../px_check.h"
 
 int main(void)
 {
@@ -34,17 +24,17 @@ int main(void)
         for (int p = 1; p <= 8 && k != PX_PIPE_INTERLEAVED; p++)
             for (int m = 1; m <= 16; m++) {
                 px_pipe_schedule_t *sc = NULL;
-                EXPECT(px_pipe_schedule_create(k, p, m, &sc) == PX_OK, "create %d %d %d", k, p, m);
+                CHECK(px_pipe_schedule_create(k, p, m, &sc) == PX_OK, "create %d %d %d", k, p, m);
                 if (!sc)
                     continue;
                 px_status_t st = px_pipe_schedule_check(sc, err, sizeof(err));
-                EXPECT(st == PX_OK, "%s p=%d m=%d: %s", px_pipe_schedule_name(k), p, m, err);
+                CHECK(st == PX_OK, "%s p=%d m=%d: %s", px_pipe_schedule_name(k), p, m, err);
                 for (int s = 0; s < p; s++) {
                     /* ZB1: a micro-batch holds its slot until its W;
                      * p-s-1 warm-up forwards + 1 + s pending W = p */
                     int cap = k == PX_PIPE_GPIPE ? m : k == PX_PIPE_1F1B ? p - s : p;
                     int want = cap < m ? cap : m;
-                    EXPECT(px_pipe_schedule_slots(sc, s) == want, "%s p=%d m=%d stage %d: %d slots, "
+                    CHECK(px_pipe_schedule_slots(sc, s) == want, "%s p=%d m=%d stage %d: %d slots, "
                            "want %d", px_pipe_schedule_name(k), p, m, s,
                            px_pipe_schedule_slots(sc, s), want);
                     int fwd = 0, bwd = 0, wgt = 0;
@@ -53,13 +43,13 @@ int main(void)
                         bwd += sc->stage[s].a[i].op == PX_PIPE_BWD;
                         wgt += sc->stage[s].a[i].op == PX_PIPE_WGT;
                     }
-                    EXPECT(fwd == m && bwd == m && wgt == (k == PX_PIPE_ZB1 ? m : 0),
+                    CHECK(fwd == m && bwd == m && wgt == (k == PX_PIPE_ZB1 ? m : 0),
                            "stage %d: %d forwards %d backwards %d weight passes", s, fwd, bwd, wgt);
                 }
                 px_pipe_schedule_destroy(sc);
                 checked++;
             }
-    EXPECT(checked == (PX_PIPE_NKINDS - 1) * 8 * 16, "checked %d", checked);
+    CHECK(checked == (PX_PIPE_NKINDS - 1) * 8 * 16, "checked %d", checked);
 
     /* interleaved 1F1B */
     int ichecked = 0;
@@ -70,26 +60,26 @@ int main(void)
                 px_status_t cs = px_pipe_schedule_create_v(PX_PIPE_INTERLEAVED, p, m, v, &sc);
                 /* Megatron-LM's rule: micro-batches a multiple of the stages
                  * (the groups-of-p order deadlocks otherwise, e.g. p=4 m=5) */
-                EXPECT(cs == (m % p ? PX_ERR_INVALID_ARGUMENT : PX_OK),
+                CHECK(cs == (m % p ? PX_ERR_INVALID_ARGUMENT : PX_OK),
                        "create interleaved %d %d %d: %d", p, m, v, cs);
                 if (!sc)
                     continue;
                 px_status_t st = px_pipe_schedule_check(sc, err, sizeof(err));
-                EXPECT(st == PX_OK, "interleaved p=%d m=%d v=%d: %s", p, m, v, err);
+                CHECK(st == PX_OK, "interleaved p=%d m=%d v=%d: %s", p, m, v, err);
                 for (int s = 0; s < p; s++) {
                     int per[4][PX_PIPE_NOPS] = {{0}};
                     for (int i = 0; i < sc->stage[s].n; i++)
                         per[sc->stage[s].a[i].chunk][sc->stage[s].a[i].op]++;
                     for (int c = 0; c < v; c++) {
                         int j = c * p + s;
-                        EXPECT(per[c][PX_PIPE_FWD] == m && per[c][PX_PIPE_BWD] == m &&
+                        CHECK(per[c][PX_PIPE_FWD] == m && per[c][PX_PIPE_BWD] == m &&
                                per[c][PX_PIPE_WGT] == 0 &&
                                per[c][PX_PIPE_RECV_ACT] == (j > 0 ? m : 0) &&
                                per[c][PX_PIPE_SEND_ACT] == (j < p * v - 1 ? m : 0),
                                "interleaved p=%d m=%d v=%d stage %d chunk %d: %d F %d B", p, m,
                                v, s, c, per[c][PX_PIPE_FWD], per[c][PX_PIPE_BWD]);
                         int ns = px_pipe_schedule_chunk_slots(sc, s, c);
-                        EXPECT(ns >= 1 && ns <= m, "interleaved p=%d m=%d v=%d stage %d chunk "
+                        CHECK(ns >= 1 && ns <= m, "interleaved p=%d m=%d v=%d stage %d chunk "
                                "%d: %d slots", p, m, v, s, c, ns);
                     }
                 }
@@ -97,7 +87,7 @@ int main(void)
                 for (int s = 0; s < p; s++)
                     for (int i = 0; i < sc->stage[s].n; i++)
                         if (sc->stage[s].a[i].op == PX_PIPE_RECV_GRAD)
-                            EXPECT(i > 0 && sc->stage[s].a[i - 1].op == PX_PIPE_SEND_ACT &&
+                            CHECK(i > 0 && sc->stage[s].a[i - 1].op == PX_PIPE_SEND_ACT &&
                                    sc->stage[s].a[i - 1].micro == sc->stage[s].a[i].micro &&
                                    sc->stage[s].a[i - 1].chunk == sc->stage[s].a[i].chunk,
                                    "interleaved p=%d m=%d v=%d stage %d: <g at %d not after its "
@@ -105,69 +95,69 @@ int main(void)
                 px_pipe_schedule_destroy(sc);
                 ichecked++;
             }
-    EXPECT(ichecked == (16 + 8 + 5 + 4 + 3 + 2 + 2 + 2) * 3, "checked %d interleaved", ichecked);
+    CHECK(ichecked == (16 + 8 + 5 + 4 + 3 + 2 + 2 + 2) * 3, "checked %d interleaved", ichecked);
     /* p=4 m=8 v=2 (the bench's shape): stage 0 holds all 8 micro-batches of
      * chunk 0 (its 10 warm-up forwards reach B0.0 only after the 8th) and 4
      * of chunk 1; the last stage 5 and 1 */
     px_pipe_schedule_t *is = NULL;
-    EXPECT(px_pipe_schedule_create_v(PX_PIPE_INTERLEAVED, 4, 8, 2, &is) == PX_OK, "create");
-    EXPECT(is && px_pipe_schedule_chunk_slots(is, 0, 0) == 8 &&
+    CHECK(px_pipe_schedule_create_v(PX_PIPE_INTERLEAVED, 4, 8, 2, &is) == PX_OK, "create");
+    CHECK(is && px_pipe_schedule_chunk_slots(is, 0, 0) == 8 &&
            px_pipe_schedule_chunk_slots(is, 0, 1) == 4 && px_pipe_schedule_slots(is, 3) == 6,
            "p=4 m=8 v=2 slots");
     px_pipe_schedule_destroy(is);
     /* a chunk index V or more is caught; so is V with the other schedules */
     px_pipe_schedule_t *bad = NULL;
-    EXPECT(px_pipe_schedule_create_v(PX_PIPE_1F1B, 2, 4, 2, &bad) == PX_ERR_INVALID_ARGUMENT,
+    CHECK(px_pipe_schedule_create_v(PX_PIPE_1F1B, 2, 4, 2, &bad) == PX_ERR_INVALID_ARGUMENT,
            "1f1b with v 2");
-    EXPECT(px_pipe_schedule_create_v(PX_PIPE_INTERLEAVED, 2, 4, 1, &bad) ==
+    CHECK(px_pipe_schedule_create_v(PX_PIPE_INTERLEAVED, 2, 4, 1, &bad) ==
            PX_ERR_INVALID_ARGUMENT, "interleaved with v 1");
-    EXPECT(px_pipe_interleaved_check(6, 2, 2, 4, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_pipe_interleaved_check(6, 2, 2, 4, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "layers=6") && strstr(err, "pp=2") && strstr(err, "virtual_stages=2"),
            "layers not divisible: %s", err);
-    EXPECT(px_pipe_interleaved_check(8, 2, 2, 4, err, sizeof(err)) == PX_OK, "8 on 2x2");
-    EXPECT(px_pipe_interleaved_check(8, 2, 2, 3, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_pipe_interleaved_check(8, 2, 2, 4, err, sizeof(err)) == PX_OK, "8 on 2x2");
+    CHECK(px_pipe_interleaved_check(8, 2, 2, 3, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "micro_batches=3") && strstr(err, "pp=2"), "m 3: %s", err);
-    EXPECT(px_pipe_interleaved_check(8, 2, 1, 4, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_pipe_interleaved_check(8, 2, 1, 4, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "virtual_stages=1"), "v 1: %s", err);
 
     /* broken lists are caught: a backward moved before its forward, and a
      * deadlock (stage 1 waits for a gradient before sending its activation) */
     px_pipe_schedule_t *sc = NULL;
-    EXPECT(px_pipe_schedule_create(PX_PIPE_GPIPE, 2, 2, &sc) == PX_OK, "create");
+    CHECK(px_pipe_schedule_create(PX_PIPE_GPIPE, 2, 2, &sc) == PX_OK, "create");
     px_pipe_action_t save = sc->stage[0].a[0];
     sc->stage[0].a[0] = sc->stage[0].a[sc->stage[0].n - 1];
     sc->stage[0].a[sc->stage[0].n - 1] = save;
-    EXPECT(px_pipe_schedule_check(sc, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_pipe_schedule_check(sc, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "before"), "swapped: %s", err);
     px_pipe_schedule_destroy(sc);
-    EXPECT(px_pipe_schedule_create(PX_PIPE_1F1B, 2, 2, &sc) == PX_OK, "create");
+    CHECK(px_pipe_schedule_create(PX_PIPE_1F1B, 2, 2, &sc) == PX_OK, "create");
     /* stage 0: <g0 first (before F0): a receive for a micro-batch without a slot */
     sc->stage[0].a[0] = (px_pipe_action_t){PX_PIPE_RECV_GRAD, 0};
-    EXPECT(px_pipe_schedule_check(sc, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT, "early recv");
+    CHECK(px_pipe_schedule_check(sc, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT, "early recv");
     px_pipe_schedule_destroy(sc);
     /* a real deadlock: stage 0 of GPipe p=2 m=1 is F0 >a0 <g0 B0; as
      * F0 <g0 B0 >a0 its B0 waits for a gradient stage 1 cannot make before
      * the activation stage 0 sends only after B0 */
-    EXPECT(px_pipe_schedule_create(PX_PIPE_GPIPE, 2, 1, &sc) == PX_OK, "create");
+    CHECK(px_pipe_schedule_create(PX_PIPE_GPIPE, 2, 1, &sc) == PX_OK, "create");
     sc->stage[0].a[1] = (px_pipe_action_t){PX_PIPE_RECV_GRAD, 0};
     sc->stage[0].a[2] = (px_pipe_action_t){PX_PIPE_BWD, 0};
     sc->stage[0].a[3] = (px_pipe_action_t){PX_PIPE_SEND_ACT, 0};
-    EXPECT(px_pipe_schedule_check(sc, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_pipe_schedule_check(sc, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "deadlock"), "deadlock: %s", err);
     px_pipe_schedule_destroy(sc);
 
     int sl[4];
-    EXPECT(px_pipe_stage_layers(6, 4, NULL, sl, err, sizeof(err)) == PX_OK && sl[0] == 2 &&
+    CHECK(px_pipe_stage_layers(6, 4, NULL, sl, err, sizeof(err)) == PX_OK && sl[0] == 2 &&
            sl[1] == 2 && sl[2] == 1 && sl[3] == 1, "6 on 4");
-    EXPECT(px_pipe_stage_layers(6, 4, "1,1,2,2", sl, err, sizeof(err)) == PX_OK && sl[3] == 2,
+    CHECK(px_pipe_stage_layers(6, 4, "1,1,2,2", sl, err, sizeof(err)) == PX_OK && sl[3] == 2,
            "spec");
-    EXPECT(px_pipe_stage_layers(6, 4, "1,1,2", sl, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_pipe_stage_layers(6, 4, "1,1,2", sl, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "3 entries"), "short spec: %s", err);
-    EXPECT(px_pipe_stage_layers(6, 4, "2,2,2,2", sl, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_pipe_stage_layers(6, 4, "2,2,2,2", sl, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
            strstr(err, "sums to 8"), "sum: %s", err);
-    EXPECT(px_pipe_stage_layers(3, 4, NULL, sl, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT,
+    CHECK(px_pipe_stage_layers(3, 4, NULL, sl, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT,
            "too few layers");
-    if (failures)
+    if (fails)
         return 1;
     printf("pipesched: %d schedules and %d interleaved checked\n", checked, ichecked);
     return 0;

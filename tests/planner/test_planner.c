@@ -19,10 +19,7 @@
 #include "jobspec.h"
 #include "pipesched.h"
 
-static int failures;
-#define EXPECT(cond, ...) do { if (!(cond)) { failures++; \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
-    fprintf(stderr, "\n"); } } while (0)
+#include "../px_check.h"
 
 static char tmpdir[512], good[600];
 
@@ -60,7 +57,7 @@ static void expect_check(const px_job_config_t *c, unsigned flags, px_status_t w
     char err[512] = "";
     px_status_t st = px_job_config_check(c, flags, err, sizeof(err));
     if (st != want || (needle && !strstr(err, needle))) {
-        failures++;
+        fails++;
         fprintf(stderr, "FAIL %s:%d: status %d (want %d), message '%s' (want '%s')\n", __FILE__,
                 line, st, want, err, needle ? needle : "");
     }
@@ -73,17 +70,17 @@ static void test_defaults(void)
     px_job_config_t c;
     memset(&c, 0x5a, sizeof(c));
     px_job_config_defaults(&c);
-    EXPECT(c.vocab == PX_DEFAULT_VOCAB && PX_DEFAULT_VOCAB == 256, "vocab %d", c.vocab);
-    EXPECT(c.layout.dp == 1 && c.layout.tp == 1 && c.layout.pp == 1 && c.layout.cp == 1 &&
+    CHECK(c.vocab == PX_DEFAULT_VOCAB && PX_DEFAULT_VOCAB == 256, "vocab %d", c.vocab);
+    CHECK(c.layout.dp == 1 && c.layout.tp == 1 && c.layout.pp == 1 && c.layout.cp == 1 &&
            c.layout.ep == 1, "layout all 1");
-    EXPECT(c.grad_accum == 1 && c.lr == 2e-3f && c.min_lr_ratio == 0.1f && c.warmup_steps == -1 &&
+    CHECK(c.grad_accum == 1 && c.lr == 2e-3f && c.min_lr_ratio == 0.1f && c.warmup_steps == -1 &&
            c.weight_decay == 0.1f && c.beta1 == 0.9f && c.beta2 == 0.95f && c.eps == 1e-8f &&
            c.grad_clip == 1.0f && c.seed == 1337 && c.zero == 0 && c.prefetch == 1,
            "optimizer and state defaults");
-    EXPECT(c.layers == 0 && c.heads == 0 && c.dim == 0 && c.seq == 0 && c.batch == 0 &&
+    CHECK(c.layers == 0 && c.heads == 0 && c.dim == 0 && c.seq == 0 && c.batch == 0 &&
            c.steps == 0 && c.checkpoint_every == 0 && !c.data_path && !c.checkpoint_dir &&
            !c.resume_dir && !c.export_safetensors, "sizes, steps and paths 0 / NULL");
-    EXPECT(px_job_config_padded_vocab(256) == 256 && px_job_config_padded_vocab(50257) == 50304 &&
+    CHECK(px_job_config_padded_vocab(256) == 256 && px_job_config_padded_vocab(50257) == 50304 &&
            px_job_config_padded_vocab(1) == 64, "padded vocab");
 }
 
@@ -459,29 +456,29 @@ static void test_jobspec(void)
     c.virtual_stages = 3;
     c.micro_batches = 6;
     px_jobspec_from_config(&c, &msg);
-    EXPECT(msg.spec.dp == 2 && msg.spec.parallel == &msg.parallel && msg.parallel.tp == 2 &&
+    CHECK(msg.spec.dp == 2 && msg.spec.parallel == &msg.parallel && msg.parallel.tp == 2 &&
            msg.parallel.pp == 3 && msg.parallel.cp == 2 && msg.parallel.ep == 4,
            "JobSpec.dp is the data-parallel degree, parallel the layout");
     u = wire(&msg.spec);
-    EXPECT(u != NULL, "unpack");
+    CHECK(u != NULL, "unpack");
     px_jobspec_to_config(u, &back);
-    EXPECT(back.layers == c.layers && back.heads == c.heads && back.dim == c.dim &&
+    CHECK(back.layers == c.layers && back.heads == c.heads && back.dim == c.dim &&
            back.seq == c.seq && back.vocab == 300, "model round trip");
-    EXPECT(!memcmp(&back.layout, &c.layout, sizeof(c.layout)), "layout round trip: %d %d %d %d %d",
+    CHECK(!memcmp(&back.layout, &c.layout, sizeof(c.layout)), "layout round trip: %d %d %d %d %d",
            back.layout.dp, back.layout.tp, back.layout.pp, back.layout.cp, back.layout.ep);
-    EXPECT(msg.parallel.sequence_parallel && back.sequence_parallel == 1,
+    CHECK(msg.parallel.sequence_parallel && back.sequence_parallel == 1,
            "sequence parallelism round trip");
-    EXPECT(back.schedule == PX_PIPE_INTERLEAVED && back.virtual_stages == 3 &&
+    CHECK(back.schedule == PX_PIPE_INTERLEAVED && back.virtual_stages == 3 &&
            back.micro_batches == 6, "interleaved round trip: %d %d %d", back.schedule,
            back.virtual_stages, back.micro_batches);
-    EXPECT(back.batch == 24 && back.grad_accum == 3 && back.steps == 77 && back.lr == 3e-4f &&
+    CHECK(back.batch == 24 && back.grad_accum == 3 && back.steps == 77 && back.lr == 3e-4f &&
            back.min_lr_ratio == 0.0f && back.warmup_steps == 7 && back.weight_decay == 0.0f &&
            back.grad_clip == 0.5f && back.seed == 0 && back.zero == 3 &&
            back.checkpoint_every == 5 && back.bucket_mb == 0.25f, "training round trip");
-    EXPECT(!strcmp(back.data_path, good) && !strcmp(back.checkpoint_dir, "/ck") &&
+    CHECK(!strcmp(back.data_path, good) && !strcmp(back.checkpoint_dir, "/ck") &&
            !strcmp(back.resume_dir, "/ck/step_5") &&
            !strcmp(back.export_safetensors, "/out.safetensors"), "paths round trip");
-    EXPECT(back.beta1 == 0.9f && back.beta2 == 0.95f && back.eps == 1e-8f && back.prefetch == 1,
+    CHECK(back.beta1 == 0.9f && back.beta2 == 0.95f && back.eps == 1e-8f && back.prefetch == 1,
            "not on the wire: defaults");
     parallax__v1__job_spec__free_unpacked(u, NULL);
 
@@ -489,11 +486,11 @@ static void test_jobspec(void)
     base(&c);
     c.grad_clip = 0.0f;
     px_jobspec_from_config(&c, &msg);
-    EXPECT(msg.spec.grad_clip < 0.0f && msg.spec.warmup_steps == 0 &&
+    CHECK(msg.spec.grad_clip < 0.0f && msg.spec.warmup_steps == 0 &&
            !strcmp(msg.spec.checkpoint_dir, ""), "clip off is < 0, warmup -1 is 0");
     u = wire(&msg.spec);
     px_jobspec_to_config(u, &back);
-    EXPECT(back.grad_clip == 0.0f && back.warmup_steps == -1 && !back.checkpoint_dir &&
+    CHECK(back.grad_clip == 0.0f && back.warmup_steps == -1 && !back.checkpoint_dir &&
            !back.resume_dir && !back.export_safetensors, "defaults round trip");
     parallax__v1__job_spec__free_unpacked(u, NULL);
 
@@ -501,7 +498,7 @@ static void test_jobspec(void)
      * field round trips, aux loss coef 0 as < 0, zero fields the defaults */
     base(&c);
     px_jobspec_from_config(&c, &msg);
-    EXPECT(msg.spec.moe == NULL, "a dense job sends no MoeSpec");
+    CHECK(msg.spec.moe == NULL, "a dense job sends no MoeSpec");
     c.experts = 16;
     c.top_k = 1;
     c.capacity_factor = 2.5f;
@@ -511,7 +508,7 @@ static void test_jobspec(void)
     px_jobspec_from_config(&c, &msg);
     u = wire(&msg.spec);
     px_jobspec_to_config(u, &back);
-    EXPECT(back.experts == 16 && back.top_k == 1 && back.capacity_factor == 2.5f &&
+    CHECK(back.experts == 16 && back.top_k == 1 && back.capacity_factor == 2.5f &&
            back.dropless == 1 && back.moe_every == 2 && back.aux_loss_coef == 0.0f,
            "moe round trip: %d %d %g %d %d %g", back.experts, back.top_k,
            (double)back.capacity_factor, back.dropless, back.moe_every,
@@ -523,7 +520,7 @@ static void test_jobspec(void)
         e0.experts = 4;
         s0.moe = &e0;
         px_jobspec_to_config(&s0, &back);
-        EXPECT(back.experts == 4 && back.top_k == 2 && back.capacity_factor == 1.25f &&
+        CHECK(back.experts == 4 && back.top_k == 2 && back.capacity_factor == 1.25f &&
                !back.dropless && back.moe_every == 1 && back.aux_loss_coef == 0.01f,
                "MoeSpec zeros: the defaults");
     }
@@ -540,15 +537,15 @@ static void test_jobspec(void)
     s.batch = 8;
     s.steps = 10;
     px_jobspec_to_config(&s, &c);
-    EXPECT(c.vocab == PX_DEFAULT_VOCAB && c.grad_accum == 1 && c.warmup_steps == -1 &&
+    CHECK(c.vocab == PX_DEFAULT_VOCAB && c.grad_accum == 1 && c.warmup_steps == -1 &&
            c.grad_clip == 1.0f && c.lr == 2e-3f && c.virtual_stages == 1, "wire zeros: vocab %d accum %d warmup %d "
            "clip %g lr %g", c.vocab, c.grad_accum, c.warmup_steps, c.grad_clip, c.lr);
-    EXPECT(c.layout.dp == 4 && c.layout.tp == 1 && c.layout.pp == 1 && c.layout.cp == 1 &&
+    CHECK(c.layout.dp == 4 && c.layout.tp == 1 && c.layout.pp == 1 && c.layout.cp == 1 &&
            c.layout.ep == 1, "no `parallel`: dp = JobSpec.dp");
     /* issue 12: precision "" (an old client) is fp32; names round trip; an
      * unknown name is rejected, named; bf16 passes the whole check (the
      * engine runs it in every layout: "bf16 GEMM and attention operands, fp32 elsewhere") */
-    EXPECT(c.precision == PX_PRECISION_FP32, "precision \"\" is fp32");
+    CHECK(c.precision == PX_PRECISION_FP32, "precision \"\" is fp32");
     {
         px_job_config_t pc, pb;
         px_jobspec_msg_t pm;
@@ -557,22 +554,22 @@ static void test_jobspec(void)
         pc.precision = PX_PRECISION_BF16;
         px_jobspec_from_config(&pc, &pm);
         Parallax__V1__JobSpec *pu = wire(&pm.spec);
-        EXPECT(pu && !strcmp(pu->precision, "bf16"), "precision on the wire");
+        CHECK(pu && !strcmp(pu->precision, "bf16"), "precision on the wire");
         px_jobspec_to_config(pu, &pb);
-        EXPECT(pb.precision == PX_PRECISION_BF16, "precision round trip");
-        EXPECT(px_job_config_check(&pb, 0, perr, sizeof(perr)) == PX_OK, "bf16 rejected: %s",
+        CHECK(pb.precision == PX_PRECISION_BF16, "precision round trip");
+        CHECK(px_job_config_check(&pb, 0, perr, sizeof(perr)) == PX_OK, "bf16 rejected: %s",
                perr);
-        EXPECT(px_job_config_check(&pb, PX_JOBCFG_LAYOUT_ONLY, perr, sizeof(perr)) == PX_OK,
+        CHECK(px_job_config_check(&pb, PX_JOBCFG_LAYOUT_ONLY, perr, sizeof(perr)) == PX_OK,
                "bf16 planned: %s", perr);
         parallax__v1__job_spec__free_unpacked(pu, NULL);
         s.precision = "fp16";
         px_jobspec_to_config(&s, &pb);
-        EXPECT(pb.precision == -1 && px_job_config_check(&pb, PX_JOBCFG_LAYOUT_ONLY, perr,
+        CHECK(pb.precision == -1 && px_job_config_check(&pb, PX_JOBCFG_LAYOUT_ONLY, perr,
                sizeof(perr)) == PX_ERR_INVALID_ARGUMENT &&
                strstr(perr, "precision='fp16' is not fp32 or bf16"),
                "unknown precision rejected, named as sent: %s", perr);
         s.precision = "";
-        EXPECT(px_job_config_precision_parse("fp32") == PX_PRECISION_FP32 &&
+        CHECK(px_job_config_precision_parse("fp32") == PX_PRECISION_FP32 &&
                px_job_config_precision_parse(NULL) == PX_PRECISION_FP32 &&
                !strcmp(px_job_config_precision_name(PX_PRECISION_BF16), "bf16"), "names");
     }
@@ -580,12 +577,12 @@ static void test_jobspec(void)
     s.parallel = &p;
     p.tp = 2;
     px_jobspec_to_config(&s, &c);
-    EXPECT(c.layout.dp == 4 && c.layout.tp == 2 && c.layout.pp == 1,
+    CHECK(c.layout.dp == 4 && c.layout.tp == 2 && c.layout.pp == 1,
            "parallel.dp 0: JobSpec.dp; other zeros: 1");
     p.dp = 2;
     s.grad_clip = -3.0f;
     px_jobspec_to_config(&s, &c);
-    EXPECT(c.layout.dp == 2 && c.grad_clip == 0.0f, "parallel.dp wins; clip < 0 is off");
+    CHECK(c.layout.dp == 2 && c.grad_clip == 0.0f, "parallel.dp wins; clip < 0 is off");
     s.dp = 0;
     s.parallel = NULL;
     px_jobspec_to_config(&s, &c);
@@ -645,17 +642,17 @@ static void test_jobflags(void)
     size_t nr = px_job_flags_options(PX_JOB_FLAG_RANK, 1000, ro, 256);
     size_t both = 0, rank_only = 0, aliases = 0;
 
-    EXPECT(px_job_flags_n >= 40, "only %zu job flags", px_job_flags_n);
+    CHECK(px_job_flags_n >= 40, "only %zu job flags", px_job_flags_n);
     for (size_t i = 0; i < px_job_flags_n; i++) {
         const px_job_flag_t *f = &px_job_flags[i];
         px_job_config_t c;
         char *field;
 
-        EXPECT(f->where && f->offset < sizeof(px_job_config_t), "--%s: where %u offset %zu",
+        CHECK(f->where && f->offset < sizeof(px_job_config_t), "--%s: where %u offset %zu",
                f->name, f->where, f->offset);
         for (size_t j = 0; j < i; j++)
-            EXPECT(strcmp(f->name, px_job_flags[j].name) != 0, "--%s twice", f->name);
-        EXPECT(px_job_flag_of(1000 + (int)i, 1000) == f, "--%s: px_job_flag_of", f->name);
+            CHECK(strcmp(f->name, px_job_flags[j].name) != 0, "--%s twice", f->name);
+        CHECK(px_job_flag_of(1000 + (int)i, 1000) == f, "--%s: px_job_flag_of", f->name);
         both += f->where == PX_JOB_FLAG_BOTH;
         rank_only += f->where == PX_JOB_FLAG_RANK;
         aliases += f->pctl_alias != NULL && (f->where & PX_JOB_FLAG_PCTL);
@@ -664,54 +661,54 @@ static void test_jobflags(void)
         field = (char *)&c + f->offset;
         switch (f->kind) {
         case PX_JOB_FLAG_INT:
-            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "77", &c, &p) == 0 &&
+            CHECK(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "77", &c, &p) == 0 &&
                    *(int *)(void *)field == 77, "--%s 77", f->name);
             break;
         case PX_JOB_FLAG_FLOAT:
-            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "0.25", &c, &p) == 0 &&
+            CHECK(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "0.25", &c, &p) == 0 &&
                    *(float *)(void *)field == 0.25f, "--%s 0.25", f->name);
             break;
         case PX_JOB_FLAG_U64:
-            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "99", &c, &p) == 0 && c.seed == 99,
+            CHECK(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "99", &c, &p) == 0 && c.seed == 99,
                    "--%s 99", f->name);
             break;
         case PX_JOB_FLAG_STR:
         case PX_JOB_FLAG_PATH: {
             const char *v = "some/path";
-            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, v, &c, &p) == 0 &&
+            CHECK(px_job_flag_apply(f, PX_JOB_FLAG_RANK, v, &c, &p) == 0 &&
                    *(const char **)(void *)field == v, "--%s borrows its value", f->name);
             break;
         }
         case PX_JOB_FLAG_SET:
             *(int *)(void *)field = 5;
-            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, NULL, &c, &p) == 0 &&
+            CHECK(px_job_flag_apply(f, PX_JOB_FLAG_RANK, NULL, &c, &p) == 0 &&
                    *(int *)(void *)field == f->lo, "--%s sets %d", f->name, f->lo);
             break;
         case PX_JOB_FLAG_SCHEDULE:
-            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "gpipe", &c, &p) == 0 &&
+            CHECK(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "gpipe", &c, &p) == 0 &&
                    c.schedule == PX_PIPE_GPIPE, "--schedule gpipe");
-            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "zigzag", &c, &p) == -2 &&
+            CHECK(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "zigzag", &c, &p) == -2 &&
                    !strcmp(last_flag, "--schedule=zigzag"), "--schedule zigzag: %s", last_flag);
             break;
         case PX_JOB_FLAG_PRECISION:
-            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "bf16", &c, &p) == 0 &&
+            CHECK(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "bf16", &c, &p) == 0 &&
                    c.precision == PX_PRECISION_BF16, "--precision bf16");
-            EXPECT(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "fp64", &c, &p) == -2 &&
+            CHECK(px_job_flag_apply(f, PX_JOB_FLAG_RANK, "fp64", &c, &p) == -2 &&
                    !strcmp(last_flag, "--precision=fp64"), "--precision fp64: %s", last_flag);
             break;
         }
     }
     /* pctl registers every shared flag and its aliases, parallax-rank every
      * shared flag and its own; getopt_long hands back base + index */
-    EXPECT(np == both + aliases && nr == both + rank_only, "options: pctl %zu (want %zu), rank "
+    CHECK(np == both + aliases && nr == both + rank_only, "options: pctl %zu (want %zu), rank "
            "%zu (want %zu)", np, both + aliases, nr, both + rank_only);
     for (size_t i = 0; i < nr; i++)
-        EXPECT(px_job_flag_of(ro[i].val, 1000) &&
+        CHECK(px_job_flag_of(ro[i].val, 1000) &&
                !strcmp(px_job_flag_of(ro[i].val, 1000)->name, ro[i].name) &&
                ro[i].has_arg == (px_job_flag_of(ro[i].val, 1000)->kind == PX_JOB_FLAG_SET
                                      ? no_argument : required_argument),
                "rank option --%s", ro[i].name);
-    EXPECT(px_job_flag_of(999, 1000) == NULL && px_job_flag_of(1000 + (int)px_job_flags_n,
+    CHECK(px_job_flag_of(999, 1000) == NULL && px_job_flag_of(1000 + (int)px_job_flags_n,
                                                                 1000) == NULL,
            "px_job_flag_of out of range");
     /* pctl's messages say --clip for --grad-clip; parallax-rank's --grad-clip */
@@ -721,14 +718,14 @@ static void test_jobflags(void)
             continue;
         px_job_config_defaults(&c);
         px_job_flag_apply(&px_job_flags[i], PX_JOB_FLAG_PCTL, "1", &c, &p);
-        EXPECT(!strcmp(last_flag, "--clip"), "pctl's label: %s", last_flag);
+        CHECK(!strcmp(last_flag, "--clip"), "pctl's label: %s", last_flag);
         px_job_flag_apply(&px_job_flags[i], PX_JOB_FLAG_RANK, "1", &c, &p);
-        EXPECT(!strcmp(last_flag, "--grad-clip"), "rank's label: %s", last_flag);
+        CHECK(!strcmp(last_flag, "--grad-clip"), "rank's label: %s", last_flag);
     }
     for (size_t i = 0; i < np; i++)
         if (!strcmp(po[i].name, "clip"))
             aliases--;
-    EXPECT(aliases == 0, "pctl's --clip alias not registered");
+    CHECK(aliases == 0, "pctl's --clip alias not registered");
 }
 
 int main(int argc, char **argv)
@@ -760,6 +757,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "could not remove %s\n", tmpdir);
     if (!ran)
         return 2;
-    printf(failures ? "FAILED (%d)\n" : "OK\n", failures);
-    return failures ? 1 : 0;
+    printf(fails ? "FAILED (%d)\n" : "OK\n", fails);
+    return fails ? 1 : 0;
 }
