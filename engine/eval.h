@@ -1,4 +1,4 @@
-/* eval.h: the validation loss of the training engine (issue 14).
+/* eval.h: the validation loss of the training engine.
  *
  * Every eval_every steps and after the last step (jobcfg.h), the ranks
  * compute the mean cross-entropy over eval_batches FIXED batches of the

@@ -128,8 +128,8 @@ void px_mem_stats(px_mem_stats_t *out)
 {
     uint64_t scratch, scratch_peak;
     *out = g;
-    /* issue 12: the transport's device scratch (CUDA IPC rings) is the
-     * "comm" category: no engine allocation is tagged comm */
+    /* the transport's device scratch (CUDA IPC rings) is the "comm"
+     * category: no engine allocation is tagged comm */
     px_transport_device_scratch(&scratch, &scratch_peak);
     out->current[PX_MEM_COMM] += scratch;
     out->peak[PX_MEM_COMM] += scratch_peak;

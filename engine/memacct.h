@@ -2,8 +2,8 @@
  * with a category (plan.h's px_mem_cat_t), current and peak bytes per
  * category, and the peak of params + grads + optimizer held at once.
  *
- * The "comm" category is the transport's own device memory (issue 12: the
- * CUDA IPC scratch rings, px_devmem.h px_transport_device_scratch), added at
+ * The "comm" category is the transport's own device memory (the CUDA
+ * IPC scratch rings, px_devmem.h px_transport_device_scratch), added at
  * each snapshot; planner/plan.h px_plan_ipc_comms predicts it.
  *
  * Process-wide counters; the engine runs on one training thread, so the
@@ -22,7 +22,7 @@ typedef struct px_mem_stats {
     uint64_t current[PX_MEM_NCAT];
     uint64_t peak[PX_MEM_NCAT];
     uint64_t state_peak; /* peak of params + grads + optimizer at one time */
-    /* issue 12: the backend's device memory at the snapshot as its runtime
+    /* the backend's device memory at the snapshot as its runtime
      * reports it (kernel table mem_info: cudaMemGetInfo), bytes; both 0 on
      * a backend without device memory (cpu) or when the runtime failed */
     uint64_t device_used, device_total;
@@ -38,7 +38,7 @@ void px_mem_set_backend(const px_kernel_ops_t *k);
  * Free with px_mem_free. */
 void *px_mem_calloc(px_mem_cat_t cat, size_t n, size_t size);
 /* The same for host memory (calloc) whatever the backend: bookkeeping the
- * host reads (issue 12: on a device backend, tensor memory is the device's,
+ * host reads (on a device backend, tensor memory is the device's,
  * which host code must not touch), counted in `cat` as px_mem_calloc's.
  * Free with px_mem_free. */
 void *px_mem_calloc_host(px_mem_cat_t cat, size_t n, size_t size);

@@ -35,7 +35,7 @@
  * divided by dp x accum, the same factor as every other gradient: each
  * parameter's gradient is d(global loss), never counted twice.
  *
- * With the other strategies (issue 11): cp ranks hold sequence chunks
+ * With the other strategies: cp ranks hold sequence chunks
  * and are part of the ep group (ep inside dp x cp; the capacity's fill
  * order follows the single-rank token order through the token blocks);
  * pp stages hold their own MoE layers, with an activation slot per

@@ -51,7 +51,7 @@ typedef struct px_step_report {
     uint64_t mem_state_peak;           /* params + grads + optimizer at once */
     double mem_plan[PX_MEM_NCAT];      /* plan.h prediction (state categories) */
     double mem_plan_state_peak;        /* plan.h prediction of mem_state_peak */
-    uint64_t mem_device_used;          /* issue 12: the device's memory in use
+    uint64_t mem_device_used;          /* the device's memory in use
                                           and its size (cudaMemGetInfo), bytes;
                                           0 / 0 on a CPU rank (memacct.h) */
     uint64_t mem_device_total;
@@ -85,7 +85,7 @@ typedef struct px_step_report {
                                           expert's capacity, likewise */
     double moe_alltoall_s;             /* this step's time in the dispatch /
                                           combine all-to-alls, s */
-    float val_loss;                    /* issue 14: the validation loss after
+    float val_loss;                    /* the validation loss after
                                           this step (eval.h), 0 when the step
                                           was not followed by an evaluation */
 } px_step_report_t;

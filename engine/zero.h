@@ -70,7 +70,7 @@ px_status_t px_zero_create(const px_gpt_config_t *gc, const px_plan_t *plan, px_
 void px_zero_destroy(px_zero_t *z); /* NULL no-op; waits nothing: only after a failure-free
                                        step or a comm abort */
 
-/* Data-parallel gradient buckets (stages 0 and 1, issue 13; as PyTorch DDP's
+/* Data-parallel gradient buckets (stages 0 and 1; as PyTorch DDP's
  * bucket_cap_mb): the units from the head down to layer 0 are grouped into
  * buckets of at least px_zero_bucket_bytes(bucket_mb, gradient bytes)
  * (whole units, contiguous in the flat gradient buffer), and each bucket's
@@ -95,7 +95,7 @@ long px_zero_buckets_early(const px_zero_t *z);
  * larger one the fewest buckets DDP's cap allows, none of them a small
  * remainder. Why not smaller: on CPU ranks the all-reduce's copies run on
  * the cores backward computes on (overlap hides little), while each bucket
- * adds a collective and its blocking wake-ups; issue 13's bench_ddp.py
+ * adds a collective and its blocking wake-ups; tests/bench/bench_ddp.py
  * measured one bucket ahead of a quarter of the gradients (3 buckets) on
  * both of its models. */
 uint64_t px_zero_bucket_bytes(double bucket_mb, uint64_t grad_bytes);

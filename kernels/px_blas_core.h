@@ -1,5 +1,5 @@
 /* px_blas_core.h: which OpenBLAS kernel set ("core") a process runs, and
- * making it the best the CPU supports (issue 15).
+ * making it the best the CPU supports.
  *
  * Debian's OpenBLAS (DYNAMIC_ARCH) picks its kernels when the library loads,
  * from the CPU model; on a model it does not know (most cloud VMs) it falls

@@ -79,8 +79,8 @@ typedef struct px_kernel_ops {
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
 
-    /* ---- the same linear layer as a bf16 GEMM (mixed precision, issue 12;
-     * as PyTorch autocast and Megatron-LM run linear layers): the GEMMs'
+    /* ---- the same linear layer as a bf16 GEMM (mixed precision, as
+     * PyTorch autocast and Megatron-LM run linear layers): the GEMMs'
      * inputs are rounded to bf16 (nearest even) - inp and weight in
      * forward; dout and weight (dinp), dout and inp (dweight) in backward -
      * and multiplied into fp32 outputs; the bias add and dbias (column
@@ -134,7 +134,7 @@ typedef struct px_kernel_ops {
     void (*attention_block_delta)(float *delta, const float *out, const float *dout,
                                   const px_attn_block_t *g);
 
-    /* ---- attention with bf16 products (mixed precision, issue 12; as
+    /* ---- attention with bf16 products (mixed precision, as
      * flash attention and PyTorch's scaled_dot_product_attention run under
      * bf16 autocast): the same ops, arguments and layouts as the four
      * above, with every operand of the batched products rounded to bf16

@@ -1,4 +1,4 @@
-/* px_kernels_bf16.h: an op table's mixed-precision view (issue 12).
+/* px_kernels_bf16.h: an op table's mixed-precision view.
  *
  * Mixed precision in parallax is "bf16 GEMM and attention operands, fp32
  * elsewhere", as PyTorch autocast runs a GPT (its linear layers, and
