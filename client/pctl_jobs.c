@@ -79,6 +79,54 @@ static int parse_common(const char *cmd, int argc, char **argv, int want_job, in
     return 0;
 }
 
+static int job_active(const Parallax__V1__Job *j)
+{
+    return j->state != PARALLAX__V1__JOB_STATE__JOB_COMPLETED &&
+           j->state != PARALLAX__V1__JOB_STATE__JOB_FAILED &&
+           j->state != PARALLAX__V1__JOB_STATE__JOB_CANCELLED;
+}
+
+const char *pctl_job_id(pctl_ctx_t *ctx, const char *ref, char *buf, size_t len)
+{
+    Parallax__V1__ListJobsRequest req = PARALLAX__V1__LIST_JOBS_REQUEST__INIT;
+    Parallax__V1__ListJobsResponse *resp = NULL;
+    px_rpc_result_t res = {GRPC_STATUS_OK, NULL};
+    px_rpc_channel_t *ch = pctl_channel(ctx);
+    const Parallax__V1__Job *pick = NULL;
+    size_t named = 0;
+
+    snprintf(buf, len, "%s", ref);
+    if (!ch || px_rpc_call_unary(ch, M_LIST, &req.base,
+                                 &parallax__v1__list_jobs_response__descriptor, ctx->timeout_ms,
+                                 (ProtobufCMessage **)&resp, &res) != PX_OK) {
+        free(res.message);
+        return buf;
+    }
+    free(res.message);
+    for (size_t i = 0; i < resp->n_jobs; i++)
+        if (!strcmp(resp->jobs[i]->id, ref)) { /* an id: as given */
+            protobuf_c_message_free_unpacked(&resp->base, NULL);
+            return buf;
+        }
+    for (size_t i = 0; i < resp->n_jobs; i++) {
+        const Parallax__V1__Job *j = resp->jobs[i];
+        if (!j->spec || !j->spec->name || strcmp(j->spec->name, ref))
+            continue;
+        named++;
+        if (!pick || (job_active(j) && !job_active(pick)) ||
+            (job_active(j) == job_active(pick) && j->created_ms > pick->created_ms))
+            pick = j;
+    }
+    if (pick) {
+        snprintf(buf, len, "%s", pick->id);
+        if (named > 1 && !job_active(pick))
+            fprintf(stderr, "pctl: %zu finished jobs are named '%s'; this is the newest, %s "
+                    "(give an id for another)\n", named, pctl_esc(ref), pctl_esc(pick->id));
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return buf;
+}
+
 /* Age of `ms` as the answering daemon saw it: now_ms is its clock when it
  * answered (Job.now_ms, NodeInfo.now_ms; 0 from an older daemon: this
  * machine's clock), so a daemon whose clock is off still shows true ages. */
@@ -891,9 +939,10 @@ int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv)
     const char *id = NULL;
     int json, rc;
 
+    char idbuf[256];
     if (parse_common("status", argc, argv, 1, &json, &id, &rc))
         return rc;
-    req.job_id = (char *)id;
+    req.job_id = (char *)pctl_job_id(ctx, id, idbuf, sizeof(idbuf));
     if (pctl_call(ctx, "status", M_GET, &req.base, &parallax__v1__job__descriptor,
                   (ProtobufCMessage **)&job))
         return PCTL_EXIT_FAIL;
@@ -918,9 +967,10 @@ int pctl_cmd_watch(pctl_ctx_t *ctx, int argc, char **argv)
 {
     const char *id = NULL;
     int json, rc;
+    char idbuf[256];
     if (parse_common("watch", argc, argv, 1, &json, &id, &rc))
         return rc;
-    return follow_job_run(ctx, "watch", id, json);
+    return follow_job_run(ctx, "watch", pctl_job_id(ctx, id, idbuf, sizeof(idbuf)), json);
 }
 
 int pctl_cmd_cancel(pctl_ctx_t *ctx, int argc, char **argv)
@@ -930,9 +980,10 @@ int pctl_cmd_cancel(pctl_ctx_t *ctx, int argc, char **argv)
     const char *id = NULL;
     int json, rc;
 
+    char idbuf[256];
     if (parse_common("cancel", argc, argv, 1, &json, &id, &rc))
         return rc;
-    req.job_id = (char *)id;
+    req.job_id = (char *)pctl_job_id(ctx, id, idbuf, sizeof(idbuf));
     if (pctl_call(ctx, "cancel", M_CANCEL, &req.base, &parallax__v1__job__descriptor,
                   (ProtobufCMessage **)&job))
         return PCTL_EXIT_FAIL;
@@ -984,7 +1035,8 @@ int pctl_cmd_logs(pctl_ctx_t *ctx, int argc, char **argv)
     }
     if (optind >= argc)
         return pctl_usage_error("logs", "missing JOB");
-    req.job_id = argv[optind++];
+    char idbuf[256];
+    req.job_id = (char *)pctl_job_id(ctx, argv[optind++], idbuf, sizeof(idbuf));
     if (optind < argc)
         return pctl_usage_error("logs", "unexpected argument '%s'", argv[optind]);
     req.rank = (uint32_t)rank;

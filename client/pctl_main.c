@@ -114,6 +114,7 @@ static const pctl_command_t commands[] = {
     {"status", "show one job",
      "usage: pctl status JOB [--json]\n"
      "\n"
+     "JOB: a job's id, or the --name it was submitted with.\n"
      "Shows a job: state, reason, progress, loss, rates, spec, its layout and its ranks:\n"
      "per rank its coordinates (dp, tp, pp, cp, ep), node and device; the rank marked *\n"
      "reports the job's step figures (the last pipeline stage's first tensor rank).\n",
@@ -121,6 +122,7 @@ static const pctl_command_t commands[] = {
     {"watch", "follow a job until it ends",
      "usage: pctl watch JOB [--json]\n"
      "\n"
+     "JOB: a job's id, or the --name it was submitted with.\n"
      "Follows a job (Control.WatchJob) with a progress line until it ends; falls back\n"
      "to polling if the stream breaks. Exit 0 only if the job completed.\n",
      pctl_cmd_watch},
@@ -128,6 +130,7 @@ static const pctl_command_t commands[] = {
      "usage: pctl metrics JOB [JOB...] [--json | --csv | --plot [--log] [--width N]\n"
      "                    [--height N]] [--from-json FILE]\n"
      "\n"
+     "JOB: a job's id, or the --name it was submitted with.\n"
      "Prints step, loss, validation loss, grad norm, lr and tokens/s of every recorded\n"
      "step (the validation loss after the steps that were followed by one).\n"
      "  --csv         the same as comma-separated values, one row per job and step\n"
@@ -140,11 +143,13 @@ static const pctl_command_t commands[] = {
     {"logs", "output of a job's rank",
      "usage: pctl logs JOB [--rank R] [--tail N]\n"
      "\n"
+     "JOB: a job's id, or the --name it was submitted with.\n"
      "Prints the captured stdout/stderr of rank R (default 0); --tail N: the last N lines.\n",
      pctl_cmd_logs},
     {"cancel", "cancel a job",
      "usage: pctl cancel JOB [--json]\n"
      "\n"
+     "JOB: a job's id, or the --name it was submitted with.\n"
      "Cancels a job: its ranks are stopped and it ends CANCELLED.\n",
      pctl_cmd_cancel},
     {"nodes", "list the cluster's nodes",
@@ -156,6 +161,7 @@ static const pctl_command_t commands[] = {
     {"mem", "memory per rank of a job, by category, next to the plan",
      "usage: pctl mem JOB [--json]\n"
      "\n"
+     "JOB: a job's id, or the --name it was submitted with.\n"
      "One row per rank, with its dp and tp coordinates in the job's layout (a tensor\n"
      "rank holds its shard of the split tensors): bytes of parameters, gradients,\n"
      "optimizer state, activations, communication buffers and workspace, current\n"

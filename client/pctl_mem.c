@@ -54,7 +54,8 @@ int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
     }
     if (optind + 1 != argc)
         return pctl_usage_error("mem", optind < argc ? "one JOB only" : "missing JOB");
-    req.job_id = argv[optind];
+    char idbuf[256];
+    req.job_id = (char *)pctl_job_id(ctx, argv[optind], idbuf, sizeof(idbuf));
     if (pctl_call(ctx, "mem", M_GET_MEMORY, &req.base,
                   &parallax__v1__get_memory_response__descriptor, (ProtobufCMessage **)&resp))
         return PCTL_EXIT_FAIL;

@@ -258,7 +258,9 @@ int pctl_cmd_metrics(pctl_ctx_t *ctx, int argc, char **argv)
         for (; optind < argc; optind++) {
             Parallax__V1__GetMetricsRequest req = PARALLAX__V1__GET_METRICS_REQUEST__INIT;
             Parallax__V1__GetMetricsResponse *resp = NULL;
-            req.job_id = argv[optind];
+            char idbuf[256];
+            /* an id or a name; the legend shows it as given */
+            req.job_id = (char *)pctl_job_id(ctx, argv[optind], idbuf, sizeof(idbuf));
             if (pctl_call(ctx, "metrics", M_METRICS, &req.base,
                           &parallax__v1__get_metrics_response__descriptor,
                           (ProtobufCMessage **)&resp))
