@@ -127,7 +127,8 @@ static const pctl_command_t commands[] = {
      "to polling if the stream breaks. Exit 0 only if the job completed.\n",
      pctl_cmd_watch},
     {"metrics", "per-step metrics of a job",
-     "usage: pctl metrics JOB [JOB...] [--json | --csv | --plot [--log] [--width N]\n"
+     "usage: pctl metrics JOB [JOB...] [--json | --csv | --tensorboard DIR |\n"
+     "                    --plot [--log] [--width N]\n"
      "                    [--height N]] [--from-json FILE]\n"
      "\n"
      "JOB: a job's id, or the --name it was submitted with.\n"
@@ -138,7 +139,10 @@ static const pctl_command_t commands[] = {
      "                steps in the terminal, every JOB overlaid; --log: log-scale loss;\n"
      "                --width (default: the terminal's) and --height (16) in characters\n"
      "  --json        an array of steps; several jobs: an object of arrays by job id\n"
-     "  --from-json FILE  read what --json printed instead of asking the daemon\n",
+     "  --from-json FILE  read what --json printed instead of asking the daemon\n"
+     "  --tensorboard DIR  write TensorBoard event files, one run per job (DIR/JOB/):\n"
+     "                train/loss, train/grad_norm, train/lr, train/tokens_per_second,\n"
+     "                val/loss; then `tensorboard --logdir DIR`\n",
      pctl_cmd_metrics},
     {"logs", "output of a job's rank",
      "usage: pctl logs JOB [--rank R] [--tail N]\n"

@@ -13,6 +13,7 @@
 
 #include "pctl.h"
 #include "pctl_plot.h"
+#include "pctl_tensorboard.h"
 
 #define M_METRICS "/parallax.v1.Control/GetMetrics"
 
@@ -201,6 +202,48 @@ static int plot(const job_rows_t *jobs, size_t n, const pctl_plot_opts_t *o)
     return rc;
 }
 
+/* A run name for a job label: '/' would make a directory level of it. */
+static void run_name(const char *label, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", label);
+    for (char *c = buf; *c; c++)
+        if (*c == '/')
+            *c = '_';
+}
+
+/* --tensorboard DIR: one run per job (DIR/<job>/), the scalars train/loss,
+ * train/grad_norm, train/lr, train/tokens_per_second and, after the steps
+ * that had one, val/loss; each at its step and the time it was recorded. */
+static int tensorboard(const job_rows_t *jobs, size_t n, const char *dir)
+{
+    for (size_t k = 0; k < n; k++) {
+        char err[4400], run[256];
+        run_name(jobs[k].id, run, sizeof(run));
+        pctl_tb_t *tb = pctl_tb_open(dir, run, err, sizeof(err));
+        int bad = !tb;
+        for (size_t i = 0; tb && !bad && i < jobs[k].n; i++) {
+            const row_t *r = &jobs[k].rows[i];
+            int64_t s = (int64_t)r->step;
+            double t = r->time_ms > 0 ? r->time_ms / 1e3 : 0.0;
+            bad = pctl_tb_scalar(tb, "train/loss", s, t, (float)r->loss) ||
+                  pctl_tb_scalar(tb, "train/grad_norm", s, t, (float)r->grad_norm) ||
+                  pctl_tb_scalar(tb, "train/lr", s, t, (float)r->lr) ||
+                  pctl_tb_scalar(tb, "train/tokens_per_second", s, t, (float)r->tps) ||
+                  (isfinite(r->val_loss) &&
+                   pctl_tb_scalar(tb, "val/loss", s, t, (float)r->val_loss));
+        }
+        if (tb && !bad)
+            printf("%s: %zu steps -> %s\n", pctl_esc(jobs[k].id), jobs[k].n, pctl_tb_path(tb));
+        else if (tb)
+            snprintf(err, sizeof(err), "cannot write %s: %s", pctl_tb_path(tb), strerror(errno));
+        if (pctl_tb_close(tb) || bad) {
+            fprintf(stderr, "pctl: metrics: %s\n", err);
+            return PCTL_EXIT_FAIL;
+        }
+    }
+    return PCTL_EXIT_OK;
+}
+
 int pctl_cmd_metrics(pctl_ctx_t *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -208,10 +251,11 @@ int pctl_cmd_metrics(pctl_ctx_t *ctx, int argc, char **argv)
         {"plot", no_argument, NULL, 'p'},   {"log", no_argument, NULL, 'l'},
         {"width", required_argument, NULL, 'w'}, {"height", required_argument, NULL, 'H'},
         {"from-json", required_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'},
+        {"tensorboard", required_argument, NULL, 't'},
         {NULL, 0, NULL, 0},
     };
     int json = 0, csv = 0, do_plot = 0, opt, rc = PCTL_EXIT_FAIL;
-    const char *file = NULL;
+    const char *file = NULL, *tbdir = NULL;
     uint64_t v;
     pctl_plot_opts_t po = {.width = 0, .height = 16, .log = 0, .color = 0};
     job_rows_t *jobs = NULL;
@@ -235,13 +279,15 @@ int pctl_cmd_metrics(pctl_ctx_t *ctx, int argc, char **argv)
             po.height = (int)v;
             break;
         case 'f': file = optarg; break;
+        case 't': tbdir = optarg; break;
         case 'h': return pctl_help("metrics");
         case ':': return pctl_usage_error("metrics", "option %s needs a value", argv[optind - 1]);
         default: return pctl_usage_error("metrics", "unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (json + csv + do_plot > 1)
-        return pctl_usage_error("metrics", "--json, --csv and --plot exclude each other");
+    if (json + csv + do_plot + (tbdir != NULL) > 1)
+        return pctl_usage_error("metrics",
+                                "--json, --csv, --plot and --tensorboard exclude each other");
     if (po.log && !do_plot)
         return pctl_usage_error("metrics", "--log goes with --plot");
     if (!file && optind >= argc)
@@ -273,7 +319,9 @@ int pctl_cmd_metrics(pctl_ctx_t *ctx, int argc, char **argv)
                 goto out;
         }
     }
-    if (json) {
+    if (tbdir) {
+        rc = tensorboard(jobs, n, tbdir);
+    } else if (json) {
         json_t *o;
         if (n == 1) {
             o = rows_json(&jobs[0]);

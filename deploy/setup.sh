@@ -86,4 +86,13 @@ else
   meson setup "$build" "$root"
 fi
 ninja -C "$build"
+# The tests' Python packages that Debian does not ship, into the build
+# (build/pydeps; never the system's site-packages): TensorBoard, whose own
+# reader checks the event files `pctl metrics --tensorboard` writes.
+if ((tests)) && ! PYTHONPATH="$build/pydeps" /usr/bin/python3 -c 'import tensorboard' 2>/dev/null; then
+  echo "setup: installing the tensorboard package into $build/pydeps (pip)"
+  /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+    --target "$build/pydeps" tensorboard ||
+    echo "setup: cannot install tensorboard: its test will be skipped" >&2
+fi
 echo "setup: done; binaries: $build/daemon/parallaxd $build/client/pctl $build/rank/parallax-rank"
