@@ -184,7 +184,7 @@ static void rank_gone(px_local_rank_t *lr, int exit_code)
         kill(-(pid_t)lr->pid, SIGKILL); /* its group: whatever the rank started */
     /* and its cgroup: what left the group (setsid) too; the device is
      * freed below only once no process of the rank is left */
-    px_cgroup_kill_remove(lr->cgroup);
+    px_cgroup_kill_remove(d, lr->cgroup);
     if (exit_code == PXD_EXIT_UNKNOWN)
         px_info("job %s rank %d (adopted pid %d, %s) exited; status unknown", lr->job_id,
                 lr->rank, lr->pid, lr->device);
@@ -257,7 +257,7 @@ static void on_kill_timer(uv_timer_t *t)
         return;
     px_warn("job %s rank %d (pid %d) ignored SIGTERM for %ld ms: SIGKILL", lr->job_id, lr->rank,
             lr->pid, px_env_int("PX_KILL_GRACE_MS"));
-    px_cgroup_signal(lr->cgroup, SIGKILL);
+    px_cgroup_signal(lr->d, lr->cgroup, SIGKILL);
     if (kill(-(pid_t)lr->pid, SIGKILL) != 0 && !lr->adopted)
         uv_process_kill(&lr->proc, SIGKILL);
 }
@@ -267,7 +267,7 @@ static void rank_stop(px_local_rank_t *lr)
     if (lr->exited || lr->stopping)
         return;
     lr->stopping = 1;
-    px_cgroup_signal(lr->cgroup, SIGTERM); /* setsid children too */
+    px_cgroup_signal(lr->d, lr->cgroup, SIGTERM); /* setsid children too */
     if ((lr->pid <= 0 || kill(-(pid_t)lr->pid, SIGTERM) != 0) && !lr->adopted)
         uv_process_kill(&lr->proc, SIGTERM); /* the rank and what it started */
     uv_timer_start(&lr->kill_timer, on_kill_timer, (uint64_t)px_env_int("PX_KILL_GRACE_MS"), 0);
@@ -756,12 +756,10 @@ px_status_t px_supervisor_adopt(px_daemon_t *d, const char *job_id, int rank, in
     snprintf(lr->coordinator, sizeof(lr->coordinator), "%s", d->cfg.name);
     snprintf(lr->coordinator_peer_addr, sizeof(lr->coordinator_peer_addr), "%s", d->peer_addr);
     px_supervisor_log_path(d, job_id, rank, lr->log_path, sizeof(lr->log_path));
-    if (d->cgroup_base[0]) { /* the cgroup its first daemon made for it, if any */
-        if ((size_t)snprintf(lr->cgroup, sizeof(lr->cgroup), "%s/%s.r%d", d->cgroup_base,
-                             job_id, rank) >= sizeof(lr->cgroup) ||
-            access(lr->cgroup, F_OK) != 0)
-            lr->cgroup[0] = '\0';
-    }
+    /* the cgroup its first daemon (this one, before the restart) made for it */
+    if (px_cgroup_rank_path(d, job_id, rank, lr->cgroup, sizeof(lr->cgroup)) != PX_OK ||
+        access(lr->cgroup, F_OK) != 0 || !px_cgroup_owned(d, lr->cgroup))
+        lr->cgroup[0] = '\0';
     ret = uv_poll_init(d->loop, &lr->poll, fd);
     if (ret != 0) {
         px_warn("job %s rank %d: cannot watch pidfd: %s", job_id, rank, uv_strerror(ret));
