@@ -469,13 +469,21 @@ void px_supervisor_stop_job(px_daemon_t *d, const char *job_id, const char *reas
 void px_supervisor_stop_coordinated_by(px_daemon_t *d, const char *coordinator);
 void px_supervisor_stop_all(px_daemon_t *d);
 int px_supervisor_count(px_daemon_t *d);
-/* At start: SIGKILLs parallax-rank processes of this node name left running
- * by a previous parallaxd that died (their parent is gone), so a restarted
- * node starts with its devices really free. */
+/* At start: SIGKILLs parallax-rank processes this daemon started (its node
+ * name in their argv and its state directory in PXD_RANK_OWNER_ENV) left
+ * running by its previous run that died (their parent is gone), so a
+ * restarted node starts with its devices really free. Another daemon's
+ * ranks are never touched, whatever their node name. */
 void px_supervisor_kill_orphans(px_daemon_t *d);
-/* 1 if `pid` is a live parallax-rank of job `job_id`, rank `rank`, node
- * `node` (from /proc/<pid>/cmdline). */
-int px_supervisor_is_rank(int pid, const char *job_id, int rank, const char *node);
+/* Every rank's environment holds PXD_RANK_OWNER_ENV=<the canonical state
+ * directory of the daemon that started it>, read back through
+ * /proc/PID/environ: a pid is only ever adopted or killed as a rank by the
+ * daemon whose marker it carries. */
+#define PXD_RANK_OWNER_ENV "PX_RANK_OWNER"
+/* 1 if `pid` is a live parallax-rank of job `job_id`, rank `rank` of this
+ * daemon: its node name (from /proc/<pid>/cmdline) and its state directory
+ * (PXD_RANK_OWNER_ENV). */
+int px_supervisor_is_rank(px_daemon_t *d, int pid, const char *job_id, int rank);
 /* Watches rank `rank` (process `pid`, on `device`) of job `job_id` (this
  * node coordinates it), left running by a daemon that died, through
  * pidfd_open(2): marks its device held; its exit is reported like a
