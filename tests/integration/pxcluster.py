@@ -13,6 +13,7 @@ parallax.proto by protoc at run time. Both return plain dicts with the
 proto's snake_case field names, every field present, and job states as
 "PENDING", "RUNNING", "COMPLETED", ...
 """
+import atexit
 import json
 import math
 import os
@@ -158,8 +159,29 @@ def remove_cgroup(path, timeout=5.0):
     return found + [path]
 
 
+_DAEMONS = []  # every Daemon of this process, for _reap_at_exit
+
+
+def _reap_at_exit():
+    """At interpreter exit: the cgroups of daemons that are down but were
+    never stop()ped (a test that ended early) go too."""
+    for d in _DAEMONS:
+        try:
+            left = d.reap_cgroups()
+        except AssertionError as e:
+            sys.stderr.write("pxcluster: %s\n" % e)
+            continue
+        if left:
+            sys.stderr.write("pxcluster: at exit, removed cgroup(s) %s left by %s\n"
+                             % (", ".join(left), d.name))
+
+
+atexit.register(_reap_at_exit)
+
+
 class Daemon:
     def __init__(self, exe, name, workdir, devices, env):
+        _DAEMONS.append(self)
         self.exe, self.name, self.env = exe, name, env
         self.devices = devices
         self.control = "127.0.0.1:%d" % free_port()
