@@ -20,9 +20,11 @@
  * cgroup is signalled or killed unless it lies directly under this daemon's
  * base and carries its state directory (kernels without user xattrs on
  * cgroupfs, before 5.7: the path alone, which the lock makes ours). A clean
- * stop removes the empty rank cgroups and the base. Under systemd the unit says Delegate=yes so the subtree is the
- * daemon's to write; no controller is enabled in it (tracking only), so
- * the no-internal-process rule does not apply and parallaxd stays where it
+ * stop removes the empty rank cgroups and the base.
+ *
+ * Under systemd the unit says Delegate=yes so the subtree is the daemon's
+ * to write; no controller is enabled in it (tracking only), so the
+ * no-internal-process rule does not apply and parallaxd stays where it
  * is. Where no writable cgroup2 is found the daemon says so once at start
  * and ranks are tracked by their process group only (a setsid child then
  * escapes, as before).
