@@ -290,6 +290,32 @@ void px_cgroup_fini(px_daemon_t *d)
     d->cgroup_base[0] = '\0';
 }
 
+void px_cgroup_sweep(px_daemon_t *d)
+{
+    DIR *dir;
+    struct dirent *e;
+
+    if (!d->cgroup_base[0] || !(dir = opendir(d->cgroup_base)))
+        return;
+    while ((e = readdir(dir))) {
+        char path[PXD_CGROUP_PATH_MAX];
+        int adopted = 0;
+        if (e->d_type != DT_DIR || e->d_name[0] == '.' ||
+            (size_t)snprintf(path, sizeof(path), "%s/%s", d->cgroup_base, e->d_name) >=
+                sizeof(path) ||
+            !px_cgroup_owned(d, path))
+            continue;
+        for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next)
+            adopted |= !strcmp(lr->cgroup, path);
+        if (adopted)
+            continue;
+        if (populated(path))
+            px_warn("killing what is left in cgroup %s by the previous parallaxd", path);
+        px_cgroup_kill_remove(d, path);
+    }
+    closedir(dir);
+}
+
 px_status_t px_cgroup_rank_path(px_daemon_t *d, const char *job_id, int rank, char *path,
                                 size_t len)
 {

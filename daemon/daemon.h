@@ -349,6 +349,11 @@ uint32_t px_cgroup_key(const char *state_dir);
 /* At exit: removes this daemon's empty rank cgroups, then its base when
  * empty (logged when not), and lets the base's lock go. No-op without one. */
 void px_cgroup_fini(px_daemon_t *d);
+/* At start, after adoption: kills and removes every rank cgroup of this
+ * daemon that no adopted rank holds (what its previous run left: an orphan
+ * rank, or a child a dead rank started that left its group), so nothing of
+ * a dead predecessor outlives the restart. */
+void px_cgroup_sweep(px_daemon_t *d);
 /* Path of rank `rank` of `job_id`'s cgroup under this daemon's base into
  * path[len], whether or not it exists; PX_ERR_NOT_FOUND ("") when cgroups
  * are off. */

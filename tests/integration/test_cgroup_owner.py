@@ -23,13 +23,18 @@
    adopts them.
 6. A cgroup under the base that the daemon did not make is left alone at
    its stop, and pxcluster's stop check fails on it (then removes it).
+7. A daemon and its ranks SIGKILLed, the ranks' children that left their
+   process group (setsid) live on in the rank cgroups; the daemon's restart
+   kills them (the job, not adoptable, is FAILED).
 
 Skips (77) where the daemon finds no writable cgroup v2 hierarchy."""
 import fcntl
 import os
+import stat
 import subprocess
 import sys
 import time
+import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pxcluster as pc  # noqa: E402
@@ -45,6 +50,24 @@ def cgroup_of(pid):
     except OSError:
         pass
     return ""
+
+
+def procs_with_arg(marker):
+    """PIDs of live (not zombie) processes with `marker` in their argv."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                argv = f.read().split(b"\0")
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if st != "Z" and marker.encode() in argv:
+            out.append(int(d))
+    return out
 
 
 def run_refused(d, timeout=20):
@@ -74,6 +97,7 @@ def main():
     data = os.path.join(cl1.workdir, "licenses.bin")
     pc.write_llmc_tokens(data, max_tokens=20000)
     extra = []  # daemons started here beside the clusters, stopped on failure
+    extra_pids = []  # markers of processes started here, killed on failure
     try:
         cl1.start(client)
         if not d1.cgroup_base():
@@ -205,6 +229,39 @@ def main():
         assert not os.path.exists(b1), "pxcluster did not remove %s" % b1
         print("6. a foreign cgroup under the base was left alone by the daemon; the stop check "
               "failed on it: %s" % caught)
+
+        # 7. what a crashed daemon's dead rank left in its cgroup (a child
+        # that left the rank's process group) goes when that daemon restarts
+        marker = "3600.%d" % (uuid.uuid4().int % 1000000)  # `sleep 3600.N`: ours alone
+        wrapper = os.path.join(cl1.workdir, "rank-wrapper.sh")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\nsetsid sleep %s </dev/null >/dev/null 2>&1 &\nexec %s \"$@\"\n"
+                    % (marker, args.rank))
+        os.chmod(wrapper, stat.S_IRWXU)
+        cl1.env["PX_RANK_BIN"] = wrapper
+        extra_pids.append(marker)
+        cl1.start(client)
+        c1 = client(d1)
+        job4 = c1.submit(data, dp=2, batch=4, steps=100000)
+        pc.wait_state(c1, job4, ("RUNNING",), 120)
+        kids = pc.wait_for(lambda: len(procs_with_arg(marker)) == 2 and procs_with_arg(marker),
+                           30, "both ranks' setsid children")
+        d1.proc.kill()
+        d1.proc.wait()
+        for pid in pc.rank_pids(job4):
+            os.kill(pid, 9)
+        pc.wait_for(lambda: not pc.rank_pids(job4), 10, "the ranks of %s to die" % job4)
+        assert sorted(procs_with_arg(marker)) == sorted(kids), (procs_with_arg(marker), kids)
+        cl1.start(client)
+        j4 = client(d1).job(job4)
+        assert pc.job_state(j4) == "FAILED", j4
+        left = procs_with_arg(marker)
+        assert not left, "setsid children %s of %s's dead ranks outlived their daemon's " \
+            "restart (cgroups %s)" % (left, job4, [cgroup_of(p) for p in left])
+        codes = cl1.stop()
+        assert codes == [0], codes
+        print("7. %s: daemon and ranks SIGKILLed, the ranks' setsid children %s killed by the "
+              "daemon's restart (job FAILED: %s)" % (job4, kids, j4.get("reason")))
     except BaseException:
         print(cl1.logs())
         print(cl2.logs())
@@ -215,6 +272,9 @@ def main():
                 d.stop()
             except AssertionError as e:
                 print(e)
+        for marker in extra_pids:
+            for pid in procs_with_arg(marker):
+                os.kill(pid, 9)
         raise
     cl1.cleanup()
     cl2.cleanup()
