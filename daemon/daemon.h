@@ -207,9 +207,16 @@ struct px_daemon {
     px_rpc_server_t *control_srv;
     px_rpc_server_t *peer_srv;
     px_store_t *store;
-    int lock_fd;
-    int sock_lock_fd;
-    char cgroup_base[PXD_CGROUP_PATH_MAX - 200]; /* cgroup.c: parallax-<node>/, "" = none */      /* runtime-dir/control.sock.lock, flocked; -1 before */
+    int lock_fd;                       /* state-dir/parallaxd.lock, flocked; -1 before */
+    int sock_lock_fd;                  /* runtime-dir/control.sock.lock, flocked; -1 before */
+    char state_dir_real[1024];         /* realpath of cfg.state_dir: what this daemon's
+                                        * cgroups, ranks and locks are keyed by */
+    char owner[1700];                  /* "pid N, state dir S, listen L, peer P": who
+                                        * holds this daemon's locks, for a second one */
+    char cgroup_base[PXD_CGROUP_PATH_MAX - 200]; /* cgroup.c: parallax-<node>-<key>/,
+                                        * "" = none */
+    int cgroup_lock_fd;                /* cgroup_base opened and flocked; -1 = none */
+    int cgroup_marked;                 /* its cgroups carry the owner xattr (cgroup.c) */
     char sock_path[1024];
     char control_addr[PXD_ADDR_MAX];   /* advertised host:port */
     char peer_addr[PXD_ADDR_MAX];      /* advertised host:port */
@@ -328,17 +335,38 @@ void px_nodes_peer_device_release(px_daemon_t *d, const char *node, const char *
 const char *px_nodes_self_conflict(px_daemon_t *d);
 
 /* cgroup.c: rank tracking by cgroup v2 (see the file comment).
- * px_cgroup_init finds a writable cgroup2 hierarchy and creates this
- * node's parallax-<name>/ in the daemon's own cgroup, or says at start
- * that ranks are tracked by process group only (always PX_OK). */
+ * px_cgroup_init finds a writable cgroup2 hierarchy, creates this daemon's
+ * parallax-<name>-<key>/ in its own cgroup (<key>: px_cgroup_key of
+ * d->state_dir_real, so the same after a restart) and takes it (flock, held
+ * until px_cgroup_fini; owner xattrs from d->owner), or says at start that
+ * ranks are tracked by process group only (PX_OK). PX_ERR_UNAVAILABLE,
+ * logged naming the holder (pid, state dir, listen address), when another
+ * live parallaxd holds that base: the daemon must not start. */
 px_status_t px_cgroup_init(px_daemon_t *d);
-/* Removes parallax-<name>/ at exit when it is empty. */
+/* The 32-bit key of a canonical state directory (FNV-1a folded), printed
+ * as %08x in the base's name. */
+uint32_t px_cgroup_key(const char *state_dir);
+/* At exit: removes this daemon's empty rank cgroups, then its base when
+ * empty (logged when not), and lets the base's lock go. No-op without one. */
 void px_cgroup_fini(px_daemon_t *d);
-/* Creates <base>/<job_id>.r<rank>; its path into path[len] ("" when
- * cgroups are off or this failed: logged, the rank is then tracked by its
- * process group). */
+/* At start, after adoption: kills and removes every rank cgroup of this
+ * daemon that no adopted rank holds (what its previous run left: an orphan
+ * rank, or a child a dead rank started that left its group), so nothing of
+ * a dead predecessor outlives the restart. */
+void px_cgroup_sweep(px_daemon_t *d);
+/* Path of rank `rank` of `job_id`'s cgroup under this daemon's base into
+ * path[len], whether or not it exists; PX_ERR_NOT_FOUND ("") when cgroups
+ * are off. */
+px_status_t px_cgroup_rank_path(px_daemon_t *d, const char *job_id, int rank, char *path,
+                                size_t len);
+/* Creates <base>/<job_id>.r<rank>, marked as this daemon's; its path into
+ * path[len] ("" when cgroups are off or this failed: logged, the rank is
+ * then tracked by its process group). */
 px_status_t px_cgroup_rank_create(px_daemon_t *d, const char *job_id, int rank, char *path,
                                   size_t len);
+/* 1 if `path` is a rank cgroup of this daemon: directly under its base and
+ * marked with its state directory. */
+int px_cgroup_owned(px_daemon_t *d, const char *path);
 /* Moves `pid` into the cgroup at `path` ("" no-op); on failure logs, and
  * removes the cgroup and clears path. */
 void px_cgroup_rank_attach(const char *job_id, int rank, int pid, char *path);
@@ -349,11 +377,13 @@ void px_cgroup_rank_attach(const char *job_id, int rank, int pid, char *path);
  * when the exec failed. */
 #define PXD_EXEC_IN_CGROUP "--exec-in-cgroup"
 int px_cgroup_exec(const char *path, char **argv);
-/* Sends `sig` to every process of the cgroup at `path` ("" no-op). */
-void px_cgroup_signal(const char *path, int sig);
+/* Sends `sig` to every process of the cgroup at `path` ("" no-op); only
+ * when px_cgroup_owned (else logged, nothing sent). */
+void px_cgroup_signal(px_daemon_t *d, const char *path, int sig);
 /* Kills every process of the cgroup at `path` (cgroup.kill), waits until
- * the kernel reports it empty (at most 2 s), removes it. "" no-op. */
-void px_cgroup_kill_remove(const char *path);
+ * the kernel reports it empty (at most 2 s), removes it. "" no-op; a
+ * cgroup that is not px_cgroup_owned is logged and left alone. */
+void px_cgroup_kill_remove(px_daemon_t *d, const char *path);
 
 /* memfit.c: the host's RAM in bytes (0 if unknown). */
 uint64_t px_memfit_host_ram(void);
@@ -444,13 +474,21 @@ void px_supervisor_stop_job(px_daemon_t *d, const char *job_id, const char *reas
 void px_supervisor_stop_coordinated_by(px_daemon_t *d, const char *coordinator);
 void px_supervisor_stop_all(px_daemon_t *d);
 int px_supervisor_count(px_daemon_t *d);
-/* At start: SIGKILLs parallax-rank processes of this node name left running
- * by a previous parallaxd that died (their parent is gone), so a restarted
- * node starts with its devices really free. */
+/* At start: SIGKILLs parallax-rank processes this daemon started (its node
+ * name in their argv and its state directory in PXD_RANK_OWNER_ENV) left
+ * running by its previous run that died (their parent is gone), so a
+ * restarted node starts with its devices really free. Another daemon's
+ * ranks are never touched, whatever their node name. */
 void px_supervisor_kill_orphans(px_daemon_t *d);
-/* 1 if `pid` is a live parallax-rank of job `job_id`, rank `rank`, node
- * `node` (from /proc/<pid>/cmdline). */
-int px_supervisor_is_rank(int pid, const char *job_id, int rank, const char *node);
+/* Every rank's environment holds PXD_RANK_OWNER_ENV=<the canonical state
+ * directory of the daemon that started it>, read back through
+ * /proc/PID/environ: a pid is only ever adopted or killed as a rank by the
+ * daemon whose marker it carries. */
+#define PXD_RANK_OWNER_ENV "PX_RANK_OWNER"
+/* 1 if `pid` is a live parallax-rank of job `job_id`, rank `rank` of this
+ * daemon: its node name (from /proc/<pid>/cmdline) and its state directory
+ * (PXD_RANK_OWNER_ENV). */
+int px_supervisor_is_rank(px_daemon_t *d, int pid, const char *job_id, int rank);
 /* Watches rank `rank` (process `pid`, on `device`) of job `job_id` (this
  * node coordinates it), left running by a daemon that died, through
  * pidfd_open(2): marks its device held; its exit is reported like a

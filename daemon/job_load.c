@@ -59,7 +59,7 @@ static void on_load(void *arg, px_job_t *t, Parallax__V1__JobSpec *spec)
         for (int r = 0; r < job->world; r++)
             if (!strcmp(job->ranks[r].node, d->cfg.name) &&
                 strcmp(job->ranks[r].state, "exited") &&
-                !px_supervisor_is_rank(job->ranks[r].pid, job->id, r, d->cfg.name))
+                !px_supervisor_is_rank(d, job->ranks[r].pid, job->id, r))
                 alive = 0;
         job->adopting = alive;
     }

@@ -19,6 +19,7 @@
  * thread (the loop), except gRPC's queue thread inside px_rpc. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,12 +72,14 @@ static int mkdir_p(const char *path, mode_t mode)
     return 0;
 }
 
-/* Takes an exclusive flock on `path` (created 0640) and writes this pid
- * into it; fails naming the holder's pid and `what` it guards. *fd_p:
- * the descriptor, held (and the lock with it) until the daemon exits. */
-static px_status_t lock_file(const char *path, const char *what, int *fd_p)
+/* Takes an exclusive flock on `path` (created 0640) and writes `owner`
+ * (d->owner: this pid, state dir and addresses) into it; fails naming the
+ * holder as it wrote itself there and `what` the file guards. *fd_p: the
+ * descriptor, held (and the lock with it) until the daemon exits; a dead
+ * holder's lock went with it, so its file is simply taken over. */
+static px_status_t lock_file(const char *path, const char *what, const char *owner, int *fd_p)
 {
-    char buf[32];
+    char buf[1800];
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
 
     if (fd < 0) {
@@ -86,13 +89,15 @@ static px_status_t lock_file(const char *path, const char *what, int *fd_p)
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
         buf[n > 0 ? n : 0] = '\0';
-        px_error("%s is in use by another parallaxd (pid %s): %s", what,
-                 n > 0 ? strtok(buf, "\n") : "?", strerror(errno));
+        /* an older daemon wrote its bare pid */
+        px_error("%s is in use by another parallaxd (%s%s): %s", what,
+                 n > 0 && strncmp(buf, "pid ", 4) ? "pid " : "",
+                 n > 0 ? strtok(buf, "\n") : "pid ?", strerror(errno));
         close(fd);
         return PX_ERR_UNAVAILABLE;
     }
     if (ftruncate(fd, 0) == 0) {
-        int len = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+        int len = snprintf(buf, sizeof(buf), "%s\n", owner);
         if (pwrite(fd, buf, (size_t)len, 0) < 0)
             px_warn("cannot write pid to %s", path);
     }
@@ -107,7 +112,7 @@ static px_status_t take_lock(px_daemon_t *d)
 
     snprintf(path, sizeof(path), "%s/parallaxd.lock", d->cfg.state_dir);
     snprintf(what, sizeof(what), "state directory %s", d->cfg.state_dir);
-    return lock_file(path, what, &d->lock_fd);
+    return lock_file(path, what, d->owner, &d->lock_fd);
 }
 
 /* Removes a stale control.sock; fails if a live daemon answers on it. */
@@ -129,7 +134,7 @@ static px_status_t prepare_socket(px_daemon_t *d)
         char lpath[sizeof(d->sock_path) + 8], what[sizeof(d->sock_path) + 32];
         snprintf(lpath, sizeof(lpath), "%s.lock", d->sock_path);
         snprintf(what, sizeof(what), "control socket %s", d->sock_path);
-        if (lock_file(lpath, what, &d->sock_lock_fd) != PX_OK) {
+        if (lock_file(lpath, what, d->owner, &d->sock_lock_fd) != PX_OK) {
             d->sock_path[0] = '\0';
             return PX_ERR_UNAVAILABLE;
         }
@@ -343,6 +348,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     d->lock_fd = -1;
     d->sock_lock_fd = -1;
+    d->cgroup_lock_fd = -1;
     status = px_daemon_config_parse(argc, argv, &d->cfg);
     if (status == PX_ERR_ABORTED)
         return 0;
@@ -393,9 +399,29 @@ int main(int argc, char **argv)
         px_error("cannot create --runtime-dir %s: %s", d->cfg.runtime_dir, strerror(errno));
         goto out_config;
     }
+    /* what this daemon's locks, cgroups and ranks are keyed by: the same
+     * directory however it is spelled, and the same after a restart */
+    {
+        char real[PATH_MAX];
+        if (!realpath(d->cfg.state_dir, real)) {
+            px_error("--state-dir %s: cannot resolve it: %s", d->cfg.state_dir, strerror(errno));
+            goto out_config;
+        }
+        if ((size_t)snprintf(d->state_dir_real, sizeof(d->state_dir_real), "%s", real) >=
+            sizeof(d->state_dir_real)) {
+            px_error("--state-dir %s: path too long", real);
+            goto out_config;
+        }
+    }
+    snprintf(d->owner, sizeof(d->owner), "pid %d, state dir %.1023s, listen %.250s, peer %.250s",
+             (int)getpid(), d->state_dir_real, d->cfg.listen, d->cfg.peer_listen);
     if (take_lock(d) != PX_OK)
         goto out_config;
     if (prepare_socket(d) != PX_OK)
+        goto out_lock;
+    /* refuses when a live daemon owns this cgroup base; says at start when
+     * ranks are tracked by process group only */
+    if (px_cgroup_init(d) != PX_OK)
         goto out_lock;
     snprintf(dbpath, sizeof(dbpath), "%s/parallax.db", d->cfg.state_dir);
     if (px_store_open(dbpath, &d->store) != PX_OK)
@@ -472,13 +498,13 @@ int main(int argc, char **argv)
     if (socket_group(d) != PX_OK)
         goto out_servers;
 
-    px_cgroup_init(d); /* says at start when ranks are tracked by process group only */
     if (px_nodes_init(d) != PX_OK)
         goto out_servers;
     /* ranks a dead predecessor left running: those of RUNNING jobs this
      * node coordinates are adopted, every other one is killed */
     px_job_adopt_all(d);
     px_supervisor_kill_orphans(d);
+    px_cgroup_sweep(d); /* and what they started, in their cgroups */
     px_nodes_start(d);
     if (px_metrics_start(d) != PX_OK) /* issue 14: --metrics-listen */
         goto out_servers;
@@ -491,12 +517,15 @@ int main(int argc, char **argv)
 
     uv_run(d->loop, UV_RUN_DEFAULT);
 
-    /* stopped: anything still running gets SIGKILL */
-    for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next)
+    /* stopped: anything still running gets SIGKILL, with its cgroup */
+    for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next) {
         if (!lr->exited && lr->adopted)
             kill(-(pid_t)lr->pid, SIGKILL);
         else if (!lr->exited)
             uv_process_kill(&lr->proc, SIGKILL);
+        if (!lr->exited)
+            px_cgroup_kill_remove(d, lr->cgroup);
+    }
     ret = 0;
 
 out_servers:
@@ -520,7 +549,6 @@ out_jobs:
     px_job_free_all(d);
 out_loop:
     px_nodes_fini(d);
-    px_cgroup_fini(d);
     uv_walk(d->loop, close_walk, NULL);
     uv_run(d->loop, UV_RUN_DEFAULT);
     uv_loop_close(d->loop);
@@ -530,6 +558,7 @@ out_loop:
     if (ret == 0)
         px_info("node %s stopped", d->cfg.name);
 out_lock:
+    px_cgroup_fini(d); /* its empty cgroups and base: nothing of this daemon left */
     if (d->sock_lock_fd >= 0)
         close(d->sock_lock_fd);
     close(d->lock_fd);

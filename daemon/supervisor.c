@@ -184,7 +184,7 @@ static void rank_gone(px_local_rank_t *lr, int exit_code)
         kill(-(pid_t)lr->pid, SIGKILL); /* its group: whatever the rank started */
     /* and its cgroup: what left the group (setsid) too; the device is
      * freed below only once no process of the rank is left */
-    px_cgroup_kill_remove(lr->cgroup);
+    px_cgroup_kill_remove(d, lr->cgroup);
     if (exit_code == PXD_EXIT_UNKNOWN)
         px_info("job %s rank %d (adopted pid %d, %s) exited; status unknown", lr->job_id,
                 lr->rank, lr->pid, lr->device);
@@ -257,7 +257,7 @@ static void on_kill_timer(uv_timer_t *t)
         return;
     px_warn("job %s rank %d (pid %d) ignored SIGTERM for %ld ms: SIGKILL", lr->job_id, lr->rank,
             lr->pid, px_env_int("PX_KILL_GRACE_MS"));
-    px_cgroup_signal(lr->cgroup, SIGKILL);
+    px_cgroup_signal(lr->d, lr->cgroup, SIGKILL);
     if (kill(-(pid_t)lr->pid, SIGKILL) != 0 && !lr->adopted)
         uv_process_kill(&lr->proc, SIGKILL);
 }
@@ -267,7 +267,7 @@ static void rank_stop(px_local_rank_t *lr)
     if (lr->exited || lr->stopping)
         return;
     lr->stopping = 1;
-    px_cgroup_signal(lr->cgroup, SIGTERM); /* setsid children too */
+    px_cgroup_signal(lr->d, lr->cgroup, SIGTERM); /* setsid children too */
     if ((lr->pid <= 0 || kill(-(pid_t)lr->pid, SIGTERM) != 0) && !lr->adopted)
         uv_process_kill(&lr->proc, SIGTERM); /* the rank and what it started */
     uv_timer_start(&lr->kill_timer, on_kill_timer, (uint64_t)px_env_int("PX_KILL_GRACE_MS"), 0);
@@ -357,6 +357,7 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
 {
     const Parallax__V1__JobSpec *s = req->spec;
     char num[32][32], bnum[8][32], dir[1024], spec_path[1100], env_dev[64], env_cvd[64];
+    char env_owner[sizeof(d->state_dir_real) + 32];
     char *env_token = NULL, *env_ca = NULL;
     char *args[64], *env[256], self_exe[PATH_MAX] = "";
     const char *blas_env[2];
@@ -424,6 +425,7 @@ common_args:
             strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) &&
             strncmp(*e, PX_AUTH_RANK_ENV "=", sizeof(PX_AUTH_RANK_ENV)) &&
             strncmp(*e, "PX_TLS_CA_FILE=", 15) && strncmp(*e, "PX_BLAS_CORE_REJECTED=", 22) &&
+            strncmp(*e, PXD_RANK_OWNER_ENV "=", sizeof(PXD_RANK_OWNER_ENV)) &&
             !(n_blas && (!strncmp(*e, "OPENBLAS_CORETYPE=", 18) ||
                          !strncmp(*e, "PX_BLAS_CORE_SET=", 17))))
             env[ne++] = *e;
@@ -444,6 +446,9 @@ common_args:
     if (px_auth_ca_file(d) && asprintf(&env_ca, "PX_TLS_CA_FILE=%s", px_auth_ca_file(d)) > 0)
         env[ne++] = env_ca;
     env[ne++] = (char *)"OPENBLAS_NUM_THREADS=1";
+    /* whose rank it is, for this daemon after a restart (adoption, orphans) */
+    snprintf(env_owner, sizeof(env_owner), "%s=%s", PXD_RANK_OWNER_ENV, d->state_dir_real);
+    env[ne++] = env_owner;
     env[ne] = NULL;
 
     memset(&opt, 0, sizeof(opt));
@@ -670,15 +675,51 @@ static int cmdline_has(const char *buf, size_t n, const char *flag, const char *
     return 0;
 }
 
-/* 1 if /proc/<pid> is a parallax-rank started for node `name` (its argv has
- * "--node name") whose parent is not a live process of ours. */
-static int is_orphan_rank(const char *pid, const char *name)
+/* 1 if process `pid` was started by the daemon of state directory
+ * `state_dir` (canonical): its environment has PXD_RANK_OWNER_ENV=state_dir,
+ * which the supervisor gives every rank. Another daemon's rank, even of the
+ * same node name and job id, is not. */
+static int rank_owned_by(long pid, const char *state_dir)
+{
+    char path[64], buf[8192], want[1100];
+    size_t want_len, have = 0;
+    ssize_t n;
+    int fd, found = 0;
+
+    want_len = (size_t)snprintf(want, sizeof(want), "%s=%s", PXD_RANK_OWNER_ENV, state_dir) + 1;
+    if (want_len > sizeof(want))
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%ld/environ", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    /* NUL-separated entries, read in pieces; buf keeps the unfinished tail */
+    while (!found && (n = read(fd, buf + have, sizeof(buf) - have)) > 0) {
+        char *p = buf, *end = buf + have + (size_t)n, *z;
+        while (!found && (z = memchr(p, '\0', (size_t)(end - p)))) {
+            found = (size_t)(z - p) + 1 == want_len && !memcmp(p, want, want_len);
+            p = z + 1;
+        }
+        have = (size_t)(end - p);
+        if (have == sizeof(buf)) /* one entry longer than buf: not ours, skip it */
+            have = 0;
+        memmove(buf, p, have);
+    }
+    close(fd);
+    return found;
+}
+
+/* 1 if /proc/<pid> is a parallax-rank started by this daemon (its node
+ * name in "--node", its state directory in its environment) whose parent is
+ * not a live process of ours. */
+static int is_orphan_rank(px_daemon_t *d, const char *pid)
 {
     char buf[8192], stat[512], *rp;
     size_t n = rank_cmdline(atol(pid), buf, sizeof(buf));
     long ppid;
 
-    if (!n || !cmdline_has(buf, n, "--node", name))
+    if (!n || !cmdline_has(buf, n, "--node", d->cfg.name) ||
+        !rank_owned_by(atol(pid), d->state_dir_real))
         return 0;
     if (!proc_read(atol(pid), "stat", stat, sizeof(stat)))
         return 0;
@@ -704,7 +745,7 @@ void px_supervisor_kill_orphans(px_daemon_t *d)
         for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next)
             if (lr->adopted && lr->pid == atoi(e->d_name))
                 adopted = 1;
-        if (!adopted && is_orphan_rank(e->d_name, d->cfg.name)) {
+        if (!adopted && is_orphan_rank(d, e->d_name)) {
             px_warn("killing parallax-rank pid %s of node %s left by a previous parallaxd",
                     e->d_name, d->cfg.name);
             kill((pid_t)atoi(e->d_name), SIGKILL);
@@ -715,7 +756,7 @@ void px_supervisor_kill_orphans(px_daemon_t *d)
 
 /* ------------------------------------------------------------- adoption */
 
-int px_supervisor_is_rank(int pid, const char *job_id, int rank, const char *node)
+int px_supervisor_is_rank(px_daemon_t *d, int pid, const char *job_id, int rank)
 {
     char buf[8192], want_rank[16];
     size_t n;
@@ -724,7 +765,7 @@ int px_supervisor_is_rank(int pid, const char *job_id, int rank, const char *nod
         return 0;
     snprintf(want_rank, sizeof(want_rank), "%d", rank);
     return cmdline_has(buf, n, "--job", job_id) && cmdline_has(buf, n, "--rank", want_rank) &&
-           cmdline_has(buf, n, "--node", node);
+           cmdline_has(buf, n, "--node", d->cfg.name) && rank_owned_by(pid, d->state_dir_real);
 }
 
 px_status_t px_supervisor_adopt(px_daemon_t *d, const char *job_id, int rank, int pid,
@@ -733,7 +774,7 @@ px_status_t px_supervisor_adopt(px_daemon_t *d, const char *job_id, int rank, in
     px_local_rank_t *lr;
     int fd, ret;
 
-    if (!px_supervisor_is_rank(pid, job_id, rank, d->cfg.name))
+    if (!px_supervisor_is_rank(d, pid, job_id, rank))
         return PX_ERR_NOT_FOUND;
     fd = pidfd_open((pid_t)pid, 0);
     if (fd < 0) {
@@ -756,12 +797,10 @@ px_status_t px_supervisor_adopt(px_daemon_t *d, const char *job_id, int rank, in
     snprintf(lr->coordinator, sizeof(lr->coordinator), "%s", d->cfg.name);
     snprintf(lr->coordinator_peer_addr, sizeof(lr->coordinator_peer_addr), "%s", d->peer_addr);
     px_supervisor_log_path(d, job_id, rank, lr->log_path, sizeof(lr->log_path));
-    if (d->cgroup_base[0]) { /* the cgroup its first daemon made for it, if any */
-        if ((size_t)snprintf(lr->cgroup, sizeof(lr->cgroup), "%s/%s.r%d", d->cgroup_base,
-                             job_id, rank) >= sizeof(lr->cgroup) ||
-            access(lr->cgroup, F_OK) != 0)
-            lr->cgroup[0] = '\0';
-    }
+    /* the cgroup its first daemon (this one, before the restart) made for it */
+    if (px_cgroup_rank_path(d, job_id, rank, lr->cgroup, sizeof(lr->cgroup)) != PX_OK ||
+        access(lr->cgroup, F_OK) != 0 || !px_cgroup_owned(d, lr->cgroup))
+        lr->cgroup[0] = '\0';
     ret = uv_poll_init(d->loop, &lr->poll, fd);
     if (ret != 0) {
         px_warn("job %s rank %d: cannot watch pidfd: %s", job_id, rank, uv_strerror(ret));

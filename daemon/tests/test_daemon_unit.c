@@ -1,15 +1,18 @@
 /* test_daemon_unit.c: unit tests of parallaxd's pure parts: job spec
  * validation (validate.c: the planner's validator at submit, placement on
  * the nodes' devices, old specs without `parallel`), the SQLite store (store.c: save, reload, ranks,
- * metrics, events), the command line / config file (config.c) and the
- * memory check's CUDA IPC scratch (memfit.c).
+ * metrics, events), the command line / config file (config.c), the
+ * memory check's CUDA IPC scratch (memfit.c) and which cgroups a daemon
+ * calls its own (cgroup.c, on plain directories standing in for cgroupfs).
  * Single-threaded; writes only under a mkdtemp directory. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -607,6 +610,56 @@ static void test_memfit_device(void)
            need_cpu, need_gpu, bf16_gpu, bf16_cpu);
 }
 
+/* px_cgroup_key is a fixed function of the state directory (a restarted
+ * daemon finds its ranks' cgroups again); px_cgroup_owned accepts only a
+ * rank cgroup directly under the daemon's base that carries its state
+ * directory, so a daemon never signals another's cgroup. */
+static void test_cgroup_owned(void)
+{
+    static px_daemon_t d;
+    char base[600], path[800], other_base[600];
+    const char *mine = "/var/lib/parallax", *theirs = "/var/lib/parallax-b";
+
+    EXPECT(px_cgroup_key(mine) == 0xd5b25d3eu, "key %08x", px_cgroup_key(mine));
+    EXPECT(px_cgroup_key(mine) != px_cgroup_key(theirs), "same key for two state dirs");
+    snprintf(base, sizeof(base), "%s/parallax-bar-a-%08x", tmpdir, px_cgroup_key(mine));
+    snprintf(other_base, sizeof(other_base), "%s/parallax-bar-a-%08x", tmpdir,
+             px_cgroup_key(theirs));
+    mkdir(base, 0755);
+    mkdir(other_base, 0755);
+    snprintf(d.cgroup_base, sizeof(d.cgroup_base), "%s", base);
+    snprintf(d.state_dir_real, sizeof(d.state_dir_real), "%s", mine);
+    d.cgroup_marked = 0; /* no xattrs: the path decides */
+    snprintf(path, sizeof(path), "%s/bar-a-1.r0", base);
+    EXPECT(px_cgroup_owned(&d, path), "%s", path);
+    snprintf(path, sizeof(path), "%s/bar-a-1.r0", other_base);
+    EXPECT(!px_cgroup_owned(&d, path), "another daemon's base: %s", path);
+    snprintf(path, sizeof(path), "%sx/bar-a-1.r0", base);
+    EXPECT(!px_cgroup_owned(&d, path), "a base that only starts like ours: %s", path);
+    EXPECT(!px_cgroup_owned(&d, base), "the base itself is no rank's");
+    snprintf(path, sizeof(path), "%s/a/b", base);
+    EXPECT(!px_cgroup_owned(&d, path), "nested: %s", path);
+    EXPECT(!px_cgroup_owned(&d, ""), "empty path");
+
+    /* with owner marks: a cgroup under our base marked by another daemon,
+     * or not marked, is not ours */
+    snprintf(path, sizeof(path), "%s/bar-a-1.r0", base);
+    mkdir(path, 0755);
+    if (setxattr(path, "user.parallax.state_dir", mine, strlen(mine), 0) != 0) {
+        printf("cgroup: no user xattrs in %s (%s): marks not checked\n", tmpdir,
+               strerror(errno));
+        return;
+    }
+    d.cgroup_marked = 1;
+    EXPECT(px_cgroup_owned(&d, path), "marked as ours: %s", path);
+    setxattr(path, "user.parallax.state_dir", theirs, strlen(theirs), 0);
+    EXPECT(!px_cgroup_owned(&d, path), "marked as another daemon's: %s", path);
+    snprintf(path, sizeof(path), "%s/bar-a-2.r0", base);
+    mkdir(path, 0755);
+    EXPECT(!px_cgroup_owned(&d, path), "not marked: %s", path);
+    printf("cgroup: key %08x; ownership by path and state-dir mark\n", px_cgroup_key(mine));
+}
+
 int main(void)
 {
     unsetenv("PX_IPC_SLOT_BYTES"); /* the default 4 MiB slots (px_env.c) */
@@ -621,6 +674,7 @@ int main(void)
     test_token();
     test_memfit_ipc();
     test_memfit_device();
+    test_cgroup_owned();
     {
         char cmd[600];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);

@@ -13,6 +13,7 @@ parallax.proto by protoc at run time. Both return plain dicts with the
 proto's snake_case field names, every field present, and job states as
 "PENDING", "RUNNING", "COMPLETED", ...
 """
+import atexit
 import json
 import math
 import os
@@ -110,8 +111,77 @@ def wait_all_alive(daemons, client, timeout, what, port_retry=False):
     return taken[0] if taken else None
 
 
+CGROUP_LINE = "ranks are tracked by cgroup v2 under "
+
+
+def cgroup_bases(log):
+    """The cgroup bases a daemon log names (cgroup.c's start-up line), in
+    order."""
+    return [l.split(CGROUP_LINE, 1)[1].strip() for l in log.splitlines() if CGROUP_LINE in l]
+
+
+def remove_cgroup(path, timeout=5.0):
+    """Kills every process in cgroup `path` and its children (cgroup.kill,
+    else SIGKILL to each pid), waits until each is empty, removes them
+    deepest first. Returns the paths that existed; an AssertionError names
+    one that could not be removed."""
+    found = []
+    try:
+        children = [e.path for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return found
+    for child in children:
+        found += remove_cgroup(child, timeout)
+    try:
+        with open(os.path.join(path, "cgroup.kill"), "w") as f:
+            f.write("1")
+    except OSError:
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as f:
+                for pid in f.read().split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except OSError:
+                        pass
+        except OSError:
+            pass
+    end = time.time() + timeout
+    while True:
+        try:
+            os.rmdir(path)
+            break
+        except FileNotFoundError:
+            break
+        except OSError as e:
+            if time.time() > end:
+                raise AssertionError("cannot remove cgroup %s: %s" % (path, e))
+            time.sleep(0.05)
+    return found + [path]
+
+
+_DAEMONS = []  # every Daemon of this process, for _reap_at_exit
+
+
+def _reap_at_exit():
+    """At interpreter exit: the cgroups of daemons that are down but were
+    never stop()ped (a test that ended early) go too."""
+    for d in _DAEMONS:
+        try:
+            left = d.reap_cgroups()
+        except AssertionError as e:
+            sys.stderr.write("pxcluster: %s\n" % e)
+            continue
+        if left:
+            sys.stderr.write("pxcluster: at exit, removed cgroup(s) %s left by %s\n"
+                             % (", ".join(left), d.name))
+
+
+atexit.register(_reap_at_exit)
+
+
 class Daemon:
     def __init__(self, exe, name, workdir, devices, env):
+        _DAEMONS.append(self)
         self.exe, self.name, self.env = exe, name, env
         self.devices = devices
         self.control = "127.0.0.1:%d" % free_port()
@@ -145,6 +215,21 @@ class Daemon:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout=20):
+        """SIGTERM, then waits; returns the exit code. Then removes what is
+        left of the daemon's cgroups (reap_cgroups): after a clean stop
+        (exit 0) anything left is the daemon's fault, an AssertionError;
+        after a crash or SIGKILL the test's leftovers simply go."""
+        rc = self._stop(timeout)
+        left = self.reap_cgroups()
+        if left and rc == 0:
+            raise AssertionError("%s stopped cleanly (exit 0) but left cgroup(s) behind: %s"
+                                 % (self.name, ", ".join(left)))
+        if left:
+            sys.stderr.write("pxcluster: removed cgroup(s) %s left by %s (exit %s)\n"
+                             % (", ".join(left), self.name, rc))
+        return rc
+
+    def _stop(self, timeout):
         if not self.alive():
             return self.proc.returncode if self.proc else None
         self.proc.send_signal(signal.SIGTERM)
@@ -154,6 +239,29 @@ class Daemon:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError("%s did not stop within %d s of SIGTERM" % (self.name, timeout))
+
+    def cgroup_base(self):
+        """The cgroup the daemon said at its last start it tracks ranks
+        under, or None (process groups only, or not started)."""
+        bases = cgroup_bases(self.log_since_start())
+        return bases[-1] if bases else None
+
+    def reap_cgroups(self):
+        """Removes every cgroup base the daemon ever named in its log (with
+        the rank cgroups in it: their processes are killed first), unless
+        the daemon is still running. Returns the paths that were there."""
+        if self.alive():
+            return []
+        try:
+            with open(self.log_path, errors="replace") as f:
+                bases = cgroup_bases(f.read())
+        except OSError:
+            return []
+        left = []
+        for base in sorted(set(bases)):
+            if os.path.isdir(base):
+                left += remove_cgroup(base)
+        return left
 
     def log_since_start(self):
         """The daemon's log written since its last start()."""

@@ -72,7 +72,7 @@ class NsDaemon(pc.Daemon):
                 return int(d)
         return None
 
-    def stop(self, timeout=20):
+    def _stop(self, timeout=20):
         """SIGTERM to unshare, which sends it to parallaxd (the namespace's
         init); waits for parallaxd itself to be gone."""
         pid = self.daemon_pid()

@@ -5,7 +5,7 @@ Every rank is started through a wrapper (PX_RANK_BIN) that first leaves a
 child behind which calls setsid(1) (a new session and process group: the
 process-group kill that stopped ranks before cannot reach it), then execs
 parallax-rank. While the job runs, each such child is in its rank's cgroup
-(/proc/PID/cgroup names parallax-<node>/<job>.r<rank>). After `pctl cancel`
+(/proc/PID/cgroup names parallax-<node>-<key>/<job>.r<rank>). After `pctl cancel`
 returns: the job is CANCELLED, no process of the job is left (by /proc, as
 ps sees it, and by the daemon's cgroups: none left, or all empty), and
 `pctl nodes` shows every device free at once. The daemon's start-up line
@@ -94,7 +94,7 @@ def main():
             sid = int(fields[3])
             assert sid == pid, "child %d did not start its own session (sid %d)" % (pid, sid)
             cg = cgroup_of(pid)
-            assert ("parallax-%s/%s.r" % (d0.name, job_id)) in cg, \
+            assert ("%s/%s.r" % (os.path.basename(base), job_id)) in cg, \
                 "setsid child %d is in cgroup %r" % (pid, cg)
         print("running: setsid children %s in cgroups %s" % (
             kids, sorted(cgroup_of(p).rsplit("/", 1)[1] for p in kids)))
