@@ -321,10 +321,12 @@ static px_status_t run_report_end(void *arg, px_trainer_t *tr)
     px_mem_stats(&ms);
     px_info("train: zero %d: per step all-gather wait %.2f ms (%d gathers, %d started under "
             "compute after a reduce-scatter), reduce-scatter wait %.2f ms, other collectives "
-            "%.2f ms, progress hook %.2f ms; peak state %.3f MB (plan %.3f MB)",
+            "%.2f ms, progress hook %.2f ms, device wait %.2f ms; peak state %.3f MB (plan %.3f "
+            "MB)",
             cfg->zero, 1e3 * zt.gather_wait_s / steps_run, zt.gathers, zt.deferred_gathers,
             1e3 * zt.rs_wait_s / steps_run, 1e3 * zt.comm_other_s / steps_run,
-            1e3 * zt.progress_s / steps_run, ms.state_peak / 1e6,
+            1e3 * zt.progress_s / steps_run, 1e3 * zt.device_wait_s / steps_run,
+            ms.state_peak / 1e6,
             px_plan_state_bytes(tr->plan) / 1e6);
     if (px_zero_nbuckets(tr->zero))
         px_info("train: dp gradient buckets: %d (bucket %.3f MiB), %.2f per step started "

@@ -938,6 +938,13 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
     double t0 = px_time_mono_s();
     float loss = local_loss;
 
+    /* the backward's kernels still queued on a device finish here, so what
+     * the collectives' figures count below is theirs alone (a no-op on the
+     * CPU; the reduction's first device-buffer access would wait anyway) */
+    z->k->synchronize();
+    z->times.device_wait_s += px_time_mono_s() - t0;
+    t0 = px_time_mono_s();
+
     if (z->stage == 0) {
         z->k->mem_copy_from_host(z->full_grads + p->padded, &local_loss, sizeof(float));
         /* a tied unit (unit 0) on its own: its copies on other ranks go
@@ -984,6 +991,7 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
             if (status != PX_OK)
                 return coll_fail(z, "all-reduce", -1, status);
         }
+        z->times.comm_other_s += px_time_mono_s() - t0;
         z->k->mem_copy_to_host(&loss, z->full_grads + p->padded, sizeof(float));
         if (z->accum > 1)
             z->k->scale(z->full_grads, 1.0f / (float)z->accum, p->padded);
@@ -993,12 +1001,13 @@ px_status_t px_zero_reduce(px_zero_t *z, float local_loss, float *loss_p, float 
                 ss += unit_sumsq(z, z->full_grads + p->unit_offset[u], u, 0, p->unit_padded[u]);
         else
             ss = z->k->sumsq(z->full_grads, p->padded);
+        t0 = px_time_mono_s();
         status = model_sumsq(z, &ss);
+        z->times.comm_other_s += px_time_mono_s() - t0;
         if (status != PX_OK)
             return status;
         *norm_p = (float)sqrt(ss);
         *loss_p = loss;
-        z->times.comm_other_s += px_time_mono_s() - t0;
         return PX_OK;
     }
     if (z->stage == 1) {

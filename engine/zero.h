@@ -49,6 +49,10 @@ typedef struct px_zero_times {
     double gather_wait_s;  /* blocked waiting for all-gathers (stage 3) */
     double rs_wait_s;      /* blocked waiting for reduce-scatters */
     double comm_other_s;   /* other collectives (all-reduce, norm, stage 1/2 gathers) */
+    double device_wait_s;  /* waiting, before the gradient reduction, for the
+                              kernels still queued on a device (the
+                              backward's compute, not a collective's: 0 on
+                              the CPU) */
     double progress_s;     /* inside the progress hook between kernels: the
                               collectives' own CPU work (shared-memory copies
                               and reductions) done under the compute */

@@ -500,11 +500,82 @@ static void test_buckets(void)
     CHECK(px_zero_bucket_bytes(0, 1000 * MiB) == 25 * MiB, "1000 MiB: 40 of 25 MiB");
 }
 
+/* A device whose kernels are still queued when the gradient reduction
+ * starts (as a GPU's backward is): `queued` set, the first operation that
+ * waits for the device - synchronize, a copy to the host, a sum read back -
+ * waits QUEUE_MS and clears it. */
+#define QUEUE_MS 60
+static int queued;
+static px_kernel_ops_t queued_ops;
+
+static void queue_drain(void)
+{
+    if (queued)
+        usleep(QUEUE_MS * 1000);
+    queued = 0;
+}
+static void queued_sync(void) { queue_drain(); }
+static void queued_to_host(void *dst, const void *src, size_t bytes)
+{
+    queue_drain();
+    px_kernels_cpu()->mem_copy_to_host(dst, src, bytes);
+}
+static double queued_sumsq(const float *x, size_t n)
+{
+    queue_drain();
+    return px_kernels_cpu()->sumsq(x, n);
+}
+
+/* The rank log's collective figures count collectives only: the wait for
+ * the device's queued backward before the gradient reduction is its own
+ * figure (device_wait_s), not "other collectives" (on an H200 at dp 1 the
+ * log said 90-170 ms of other collectives a step). */
+static void test_device_wait(void)
+{
+    px_gpt_config_t c = {.layers = 1, .heads = 2, .dim = 16, .max_seq = 8, .vocab = 32};
+    px_plan_precision_t fp32;
+    px_plan_t *plan = NULL;
+    px_zero_t *z = NULL;
+    uint64_t *units = NULL;
+    queued_ops = *px_kernels_cpu();
+    queued_ops.synchronize = queued_sync;
+    queued_ops.mem_copy_to_host = queued_to_host;
+    queued_ops.sumsq = queued_sumsq;
+    px_plan_precision_fp32(&fp32);
+    CHECK(px_plan_gpt_units(c.layers, c.dim, c.vocab, c.max_seq, &units) > 0, "units");
+    for (int stage = 0; stage <= 3; stage++) {
+        CHECK(px_plan_create(units, px_gpt_num_units(&c), 1, 1, stage, &fp32, &plan) == PX_OK,
+              "plan zero %d", stage);
+        CHECK(plan && px_zero_create(&c, plan, NULL, &queued_ops, 1, 1, &z) == PX_OK,
+              "zero %d", stage);
+        if (!z)
+            break;
+        px_zero_begin_step(z);
+        float loss = 0.0f, norm = 0.0f;
+        queued = 1;
+        CHECK(px_zero_reduce(z, 2.5f, &loss, &norm) == PX_OK, "reduce, zero %d", stage);
+        px_zero_times_t t;
+        px_zero_times(z, &t);
+        CHECK(loss == 2.5f, "zero %d: loss %g", stage, loss);
+        CHECK(t.comm_other_s < 0.5 * QUEUE_MS / 1e3,
+              "zero %d: %.1f ms of other collectives at dp 1 (the device's queue is %d ms)",
+              stage, 1e3 * t.comm_other_s, QUEUE_MS);
+        CHECK(t.device_wait_s >= 0.9 * QUEUE_MS / 1e3, "zero %d: device wait %.1f ms", stage,
+              1e3 * t.device_wait_s);
+        px_zero_destroy(z);
+        px_plan_destroy(plan);
+        z = NULL;
+        plan = NULL;
+    }
+    free(units);
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
         {"data", test_data}, {"gpt", test_gpt}, {"schedule", test_schedule},
-        {"config", test_config}, {"plan", test_plan}, {"buckets", test_buckets}};
+        {"config", test_config}, {"plan", test_plan}, {"buckets", test_buckets},
+        {"device_wait", test_device_wait}};
     const char *which = argc > 1 ? argv[1] : "all";
     const char *t = getenv("TMPDIR");
     int ran = 0;
