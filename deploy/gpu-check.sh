@@ -4,18 +4,23 @@
 # nothing else needed). One command, at most ~8 minutes, every figure on
 # stdout:
 #   1. px-opcheck: each CUDA op against its CPU reference (fp32 1e-5, bf16 1e-2)
+#      (with cuDNN's fused attention, PX_CUDA_ATTN=cudnn, against the same
+#      reference at 1e-2, and its lse against the tensor-core kernels')
 #   2. the bf16 cuBLAS GEMM peak (8192^3), and the bf16 attention's rate at
-#      the 124M shape on the tensor cores and on the CUDA cores (simt)
+#      the 124M shape on the tensor cores, on the CUDA cores (simt) and
+#      through cuDNN (ms forward and backward apart; goal <= 0.6 ms)
 #   3. the GPT-2 124M shape (12 x 768, 12 heads, seq 1024, vocab 50257 padded
 #      to 50304) in bf16 (--precision bf16: bf16 GEMMs, fp32 elsewhere):
 #      parallax's tokens/s and MFU (llm.c's count, 6N + 6*L*C*T FLOPs per
 #      token, over the spec peak and over the measured GEMM peak) beside
 #      PyTorch bf16 autocast on the same GPU, model and batch, and the ratio;
-#      parallax fp32 beside it for reference
+#      parallax fp32 beside it for reference; and parallax bf16 with
+#      PX_CUDA_ATTN=cudnn (tokens/s beside the tensor-core kernels')
 #   4. equivalence on the GPU: one CUDA rank against one CPU rank, and dp=2
 #      (two ranks on the one GPU) against one rank, 5 steps, fp32, loss 1e-5;
 #      and one CUDA rank in bf16 against it in fp32 (loss 1e-2) and against
-#      one CPU rank in bf16 (1e-3: the same rounding, different accumulation)
+#      one CPU rank in bf16 (1e-3: the same rounding, different accumulation);
+#      and bf16 with PX_CUDA_ATTN=cudnn against bf16 on the tensor cores (1e-3)
 #   5. collectives: px-ipc-check (2 ranks on the GPU all-reducing, reduce-
 #      scattering, gathering, broadcasting and exchanging device buffers
 #      through CUDA IPC, bit for bit the staged and host paths), then
@@ -69,7 +74,9 @@ cat "$work/gemm.txt"
 gemm=$(awk '/^gemm-peak/ {print $(NF-1)}' "$work/gemm.txt")
 gemm=${gemm:-0}
 # the bf16 attention at the 124M shape: the tensor-core kernels beside the
-# CUDA-core ones (TFLOP/s by the causal count, forward + 2.5x backward)
+# CUDA-core ones and cuDNN's fused attention (TFLOP/s by the causal count,
+# forward + 2.5x backward); cuDNN comes from the machine (libcudnn.so.9 in
+# its library path; the bundle packs none)
 timeout 60 "$bin/px-opcheck" --attn-rate || echo "px-opcheck --attn-rate failed (exit $?)"
 
 section "3. GPT-2 124M shape"
@@ -93,6 +100,12 @@ grep -m1 -o 'precision bf16[^;]*' "$work/ours_bf16.err"
 [ $rc -eq 0 ] || { echo "parallax-rank --precision bf16 exit $rc:"; tail -20 "$work/ours_bf16.err"; }
 ours_tps=$(tps_of "$work/ours_bf16.txt")
 echo "parallax bf16 (bf16 GEMMs on tensor cores via cublasGemmEx, fp32 elsewhere): tokens/s $ours_tps, MFU $(mfu "$ours_tps" "$peak")% of spec bf16 peak, $(mfu "$ours_tps" "$gemm")% of measured GEMM peak"
+PX_CUDA_ATTN=cudnn timeout 200 "$bin/parallax-rank" --device cuda --precision bf16 $model --steps $ours_steps > "$work/ours_dnn.txt" 2> "$work/ours_dnn.err"
+rc=$?
+[ $rc -eq 0 ] || { echo "parallax-rank --precision bf16 PX_CUDA_ATTN=cudnn exit $rc:"; tail -20 "$work/ours_dnn.err"; }
+grep -m3 -i 'cudnn' "$work/ours_dnn.err"
+ours_dnn=$(tps_of "$work/ours_dnn.txt")
+echo "parallax bf16 with PX_CUDA_ATTN=cudnn: tokens/s $ours_dnn, MFU $(mfu "$ours_dnn" "$peak")% of spec bf16 peak (tensor-core attention: $ours_tps)"
 timeout 200 "$bin/parallax-rank" --device cuda $model --steps $ours_steps > "$work/ours.txt" 2> "$work/ours.err"
 rc=$?
 [ $rc -eq 0 ] || { echo "parallax-rank fp32 exit $rc:"; tail -20 "$work/ours.err"; }
@@ -137,6 +150,9 @@ timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/
 timeout 120 "$bin/parallax-rank" --device cpu --precision bf16 $small > "$work/cpu1b.txt" 2> "$work/cpu1b.err"
 compare "bf16 1 CUDA rank vs fp32 1 CUDA rank" "$work/gpu1b.txt" "$work/gpu1.txt" 1e-2 || { fail=1; tail -5 "$work/gpu1b.err"; }
 compare "bf16 1 CUDA rank vs bf16 1 CPU rank" "$work/gpu1b.txt" "$work/cpu1b.txt" 1e-3 || { fail=1; tail -5 "$work/cpu1b.err"; }
+PX_CUDA_ATTN=cudnn timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/gpu1d.txt" 2> "$work/gpu1d.err"
+grep -m2 -i 'cudnn' "$work/gpu1d.err"
+compare "bf16 1 CUDA rank, PX_CUDA_ATTN=cudnn vs tensor-core attention" "$work/gpu1d.txt" "$work/gpu1b.txt" 1e-3 || { fail=1; tail -5 "$work/gpu1d.err"; }
 
 section "5. collectives busbw (GB/s), 2 ranks"
 echo "-- px-ipc-check: dp=2 ranks on GPU 0, device buffers through CUDA IPC vs staged vs host, bit for bit"

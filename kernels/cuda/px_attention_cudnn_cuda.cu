@@ -120,3 +120,13 @@ extern "C" int px__cuda_attention_cudnn_backward(float *dinp, const float *dout,
     PX_CUDA_LAUNCHED();
     return 1;
 }
+
+extern "C" const char *px_cuda_attention_cudnn_status(void)
+{
+    return px__cudnn_sdpa_unavailable();
+}
+
+extern "C" long px_cuda_attention_cudnn_version(void)
+{
+    return px__cudnn_sdpa_version();
+}

@@ -102,6 +102,16 @@ px_status_t px_cuda_attention_kernels_set(const char *name);
  * is loaded on the first op, so before that "cudnn" is the intent). */
 const char *px_cuda_attention_kernels_name(int C, int NH);
 
+/* PX_CUDA_ATTN=cudnn's state, for reports (px-opcheck): NULL while cuDNN
+ * ran every shape asked of it (or none yet); else why not: libcudnn.so.9
+ * not loaded (and why), or the reason of the last shape it refused (those
+ * calls ran the tensor-core kernels). Borrowed, valid until the next op. */
+const char *px_cuda_attention_cudnn_status(void);
+
+/* cudnnGetVersion() of the libcudnn.so.9 that PX_CUDA_ATTN=cudnn loaded
+ * (e.g. 91400); 0 while none is loaded (not yet asked, or it failed). */
+long px_cuda_attention_cudnn_version(void);
+
 #ifdef __cplusplus
 }
 #endif
