@@ -1309,7 +1309,9 @@ px_status_t px_gpt_block_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l)
         PX_CHECK(cp_comm(gpt, ctx, &cpc));
         PX_CHECK(px_ring_attn_backward(gpt->ring, cpc, a->d4a, a->dbtc, qkv, atty, att,
                                        a->scratch, ring_poke, gpt));
-    } else
+    } else if (k->attention_backward_out) /* the backend reads the saved output rows */
+        k->attention_backward_out(a->d4a, a->scratch, a->dbtc, qkv, atty, att, B, T, Cl, NHl);
+    else
         k->attention_backward(a->d4a, a->scratch, a->dbtc, qkv, att, B, T, Cl, NHl);
     poke(gpt);
     /* qkv is column-parallel: f, overlapped with qkvw's gradient GEMM */
@@ -1393,7 +1395,10 @@ px_status_t px_gpt_block_backward_input(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, 
         PX_CHECK(cp_comm(gpt, ctx, &cpc));
         PX_CHECK(px_ring_attn_backward(gpt->ring, cpc, d_qkv, a->dbtc, la.qkv, la.atty, la.att,
                                        a->scratch, ring_poke, gpt));
-    } else
+    } else if (k->attention_backward_out)
+        k->attention_backward_out(d_qkv, a->scratch, a->dbtc, la.qkv, la.atty, la.att, B, T, C,
+                                  NH);
+    else
         k->attention_backward(d_qkv, a->scratch, a->dbtc, la.qkv, la.att, B, T, C, NH);
     poke(gpt);
     k->mem_set(a->dbtc, 0, btc * sizeof(float));

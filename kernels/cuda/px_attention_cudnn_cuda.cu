@@ -9,11 +9,13 @@
  * plan's work space included):
  *   forward:  qkv (B,T,3C) -> bf16, graph (out bf16, lse fp32 straight into
  *             att), out -> fp32.
- *   backward: qkv and dout -> bf16; the forward graph again for the bf16
- *             output rows (the op is given no `out`, and cuDNN's backward
- *             needs them for rowsum(dout * out), as the tensor-core kernels
- *             recompute them too); the backward graph with the saved lse
- *             into bf16 dq | dk | dv; dinp (fp32) += them.
+ *   backward: qkv and dout -> bf16; the output rows bf16: from `out` where
+ *             the caller has it (attention_bf16_backward_out: the engine
+ *             keeps the output; its fp32 copy of cuDNN's bf16 output rounds
+ *             back to the same bits), else the forward graph again (the
+ *             plain op is given no `out`, and cuDNN's backward needs the
+ *             rows for rowsum(dout * out)); the backward graph with the
+ *             saved lse into bf16 dq | dk | dv; dinp (fp32) += them.
  * The rounding of q, k, v and dout to bf16 is the reference's (nearest
  * even, px_f32_to_bf16); cuDNN then rounds P and dS to bf16 for its
  * products and accumulates in fp32, and dq through fp32 atomics: the
@@ -79,14 +81,16 @@ extern "C" int px__cuda_attention_cudnn_forward(float *out, float *att, const fl
 }
 
 extern "C" int px__cuda_attention_cudnn_backward(float *dinp, const float *dout,
-                                                 const float *inp, const float *att, int B,
-                                                 int T, int C, int NH)
+                                                 const float *inp, const float *out,
+                                                 const float *att, int B, int T, int C, int NH)
 {
     px_sdpa_key_t kf, kb;
     px_sdpa_layout_t l;
     size_t wsf, wsb;
-    if (!keys_of(B, T, C, NH, &kf, &kb, &l) ||
-        px__cudnn_sdpa_plan(&kf, px__cuda.stream, &wsf) != PX_OK ||
+    if (!keys_of(B, T, C, NH, &kf, &kb, &l))
+        return 0;
+    wsf = 0; /* the forward's plan only where out must be recomputed */
+    if ((!out && px__cudnn_sdpa_plan(&kf, px__cuda.stream, &wsf) != PX_OK) ||
         px__cudnn_sdpa_plan(&kb, px__cuda.stream, &wsb) != PX_OK)
         return 0;
     const size_t b_qkv = al256(l.qkv_elems * 2), b_o = al256(l.o_elems * 2);
@@ -106,10 +110,13 @@ extern "C" int px__cuda_attention_cudnn_backward(float *dinp, const float *dout,
     p.workspace = ws ? base + 2 * b_qkv + 2 * b_o + 2 * b_st + b_acc : NULL;
     px__cuda_bf16_from_f32((uint16_t *)p.qkv, inp, l.qkv_elems);
     px__cuda_bf16_from_f32((uint16_t *)p.dout, dout, l.o_elems);
-    /* the output rows again (their lse aside: the backward takes att's) */
-    p.stats = lse_again;
-    if (px__cudnn_sdpa_run(&kf, &p, px__cuda.stream) != PX_OK)
-        return 0;
+    if (out) { /* the forward's output rows, rounded as the forward rounded them */
+        px__cuda_bf16_from_f32((uint16_t *)p.o, out, l.o_elems);
+    } else { /* the output rows again (their lse aside: the backward takes att's) */
+        p.stats = lse_again;
+        if (px__cudnn_sdpa_run(&kf, &p, px__cuda.stream) != PX_OK)
+            return 0;
+    }
     if (px__cudnn_sdpa_dqacc_zeroed())
         PX_CUDA_CHECK(cudaMemsetAsync(p.dqacc, 0, l.dqacc_elems * 4, px__cuda.stream));
     p.stats = (float *)att; /* read only */

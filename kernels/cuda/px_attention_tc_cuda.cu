@@ -687,13 +687,10 @@ void px__cuda_attention_sel_bf16_forward(float *out, float *att, const float *in
         tc_forward<128>(out, att, inp, B, T, C, NH);
 }
 
-void px__cuda_attention_sel_bf16_backward(float *dinp, float *scratch, const float *dout,
-                                          const float *inp, const float *att, int B, int T,
-                                          int C, int NH)
+/* the backward on these kernels or the CUDA-core ones (not cuDNN) */
+static void own_backward(float *dinp, float *scratch, const float *dout, const float *inp,
+                         const float *att, int B, int T, int C, int NH)
 {
-    if (want_cudnn(C, NH) &&
-        px__cuda_attention_cudnn_backward(dinp, dout, inp, att, B, T, C, NH))
-        return;
     if (!use_tc(C, NH)) {
         px__cuda_attention_bf16_backward(dinp, scratch, dout, inp, att, B, T, C, NH);
         return;
@@ -704,4 +701,25 @@ void px__cuda_attention_sel_bf16_backward(float *dinp, float *scratch, const flo
         tc_backward<64>(dinp, dout, inp, att, B, T, C, NH);
     else
         tc_backward<128>(dinp, dout, inp, att, B, T, C, NH);
+}
+
+void px__cuda_attention_sel_bf16_backward(float *dinp, float *scratch, const float *dout,
+                                          const float *inp, const float *att, int B, int T,
+                                          int C, int NH)
+{
+    if (want_cudnn(C, NH) &&
+        px__cuda_attention_cudnn_backward(dinp, dout, inp, NULL, att, B, T, C, NH))
+        return;
+    own_backward(dinp, scratch, dout, inp, att, B, T, C, NH);
+}
+
+void px__cuda_attention_sel_bf16_backward_out(float *dinp, float *scratch, const float *dout,
+                                              const float *inp, const float *out,
+                                              const float *att, int B, int T, int C, int NH)
+{
+    if (want_cudnn(C, NH) &&
+        px__cuda_attention_cudnn_backward(dinp, dout, inp, out, att, B, T, C, NH))
+        return;
+    /* these kernels rebuild the rows they need from their own rounding */
+    own_backward(dinp, scratch, dout, inp, att, B, T, C, NH);
 }

@@ -120,15 +120,20 @@ void px__cuda_attention_sel_bf16_forward(float *out, float *att, const float *in
 void px__cuda_attention_sel_bf16_backward(float *dinp, float *scratch, const float *dout,
                                           const float *inp, const float *att, int B, int T,
                                           int C, int NH);
+/* ... with the forward's output (cuDNN reads it; the others ignore it) */
+void px__cuda_attention_sel_bf16_backward_out(float *dinp, float *scratch, const float *dout,
+                                              const float *inp, const float *out,
+                                              const float *att, int B, int T, int C, int NH);
 /* px_attention_cudnn_cuda.cu: the same two ops through cuDNN's fused
  * attention (PX_CUDA_ATTN=cudnn); 1 when done, 0 when cuDNN cannot (not
  * loaded, shape or graph refused, execution failed: logged; nothing written
- * then, the caller runs its own kernels) */
+ * then, the caller runs its own kernels). backward's out: the forward's
+ * output (B,T,C), or NULL to recompute it */
 extern "C" int px__cuda_attention_cudnn_forward(float *out, float *att, const float *inp, int B,
                                                 int T, int C, int NH);
 extern "C" int px__cuda_attention_cudnn_backward(float *dinp, const float *dout,
-                                                 const float *inp, const float *att, int B,
-                                                 int T, int C, int NH);
+                                                 const float *inp, const float *out,
+                                                 const float *att, int B, int T, int C, int NH);
 /* px_crossentropy_cuda.cu */
 void px__cuda_crossentropy_forward(float *losses, float *probs, const float *logits,
                                    const int32_t *targets, int N, int V, int Vp);

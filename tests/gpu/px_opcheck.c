@@ -285,6 +285,14 @@ static void test_attention(int B, int T, int C, int NH, int bf16)
                                                                 d_att, B, T, C, NH);
     snprintf(what, sizeof(what), "dinp hs%d%s%s", C / NH, *kn ? " " : "", kn);
     check(bn, what, dinp, d_dinp, n3, tol);
+    if (bf16 && G->attention_bf16_backward_out) { /* given the forward's out (the engine's call) */
+        float *d_dinp2 = dev(dinp0, n3 * 4);
+        G->attention_bf16_backward_out(d_dinp2, d_scratch, d_dout, d_inp, d_out, d_att, B, T, C,
+                                       NH);
+        snprintf(what, sizeof(what), "dinp+out hs%d%s%s", C / NH, *kn ? " " : "", kn);
+        check(bn, what, dinp, d_dinp2, n3, tol);
+        G->mem_free(d_dinp2);
+    }
     if (bf16) { /* deterministic: a second backward from the same dinp repeats bitwise;
                  * cuDNN's sums dq with atomics, so its repeat may differ by a rounding
                  * of a bf16 dq (held to the bf16 tolerance) */
@@ -866,17 +874,32 @@ static int attn_rate(void)
             break;
         }
         struct timespec t0, t1, t2;
-        double f = 0, b = 0;
+        double f = 0, b = 0, bplain = 0;
         for (int i = 0; i < reps; i++) { /* forward and backward timed apart */
             clock_gettime(CLOCK_MONOTONIC, &t0);
             G->attention_bf16_forward(d_out, d_lse, d_inp, B, T, C, NH);
             G->synchronize();
             clock_gettime(CLOCK_MONOTONIC, &t1);
-            G->attention_bf16_backward(d_dinp, NULL, d_dout, d_inp, d_lse, B, T, C, NH);
+            if (G->attention_bf16_backward_out) /* the engine's call: out given */
+                G->attention_bf16_backward_out(d_dinp, NULL, d_dout, d_inp, d_out, d_lse, B, T,
+                                               C, NH);
+            else
+                G->attention_bf16_backward(d_dinp, NULL, d_dout, d_inp, d_lse, B, T, C, NH);
             G->synchronize();
             clock_gettime(CLOCK_MONOTONIC, &t2);
             f += (t1.tv_sec - t0.tv_sec) * 1e3 + 1e-6 * (t1.tv_nsec - t0.tv_nsec);
             b += (t2.tv_sec - t1.tv_sec) * 1e3 + 1e-6 * (t2.tv_nsec - t1.tv_nsec);
+        }
+        if (k == 2) { /* cuDNN's backward without out: the forward run again inside */
+            for (int i = 0; i < reps; i++) {
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                G->attention_bf16_backward(d_dinp, NULL, d_dout, d_inp, d_lse, B, T, C, NH);
+                G->synchronize();
+                clock_gettime(CLOCK_MONOTONIC, &t2);
+                bplain += (t2.tv_sec - t1.tv_sec) * 1e3 + 1e-6 * (t2.tv_nsec - t1.tv_nsec);
+            }
+            printf("attn-rate bf16 cudnn backward without out (forward recomputed): %.3f ms\n",
+                   bplain / reps);
         }
         ms[k] = (f + b) / reps;
         printf("attn-rate bf16 %s (%s) B %d T %d NH %d hs %d: %.3f ms fwd+bwd (fwd %.3f, bwd "

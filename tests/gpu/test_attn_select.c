@@ -3,7 +3,8 @@
  * the tensor cores where the head size C/NH is a multiple of 16 up to 128,
  * the CUDA cores elsewhere or when "simt" is asked for (PX_CUDA_ATTN), and
  * an unknown name is PX_ERR_INVALID_ARGUMENT that leaves the choice as it
- * was. Needs a CUDA build, not a GPU (no device call is made); exits 77
+ * was; "cudnn" names cuDNN's fused attention where the head size is a
+ * multiple of 8 up to 128 and auto's kernels elsewhere. Needs a CUDA build, not a GPU (no device call is made); exits 77
  * (skipped) in a build without CUDA. Unit suite. */
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +52,24 @@ int main(void)
     EXPECT(px_cuda_attention_kernels_set("") == PX_OK &&
                !strcmp(px_cuda_attention_kernels_name(72, 3), "simt"),
            "empty is auto; hs 24 still on the CUDA cores");
+    /* cudnn: cuDNN's fused attention where the head size is a multiple of 8
+     * up to 128 (named so before the library is first loaded: no op has
+     * run here), auto's kernels elsewhere */
+    EXPECT(px_cuda_attention_kernels_set("cudnn") == PX_OK, "cudnn accepted");
+    EXPECT(!strcmp(px_cuda_attention_kernels_name(768, 12), "cudnn"), "cudnn: GPT-2");
+    EXPECT(!strcmp(px_cuda_attention_kernels_name(72, 3), "cudnn"), "cudnn: hs 24");
+    EXPECT(!strcmp(px_cuda_attention_kernels_name(256, 2), "cudnn"), "cudnn: hs 128");
+    EXPECT(!strcmp(px_cuda_attention_kernels_name(24, 2), "simt"),
+           "cudnn asked, hs 12: not cuDNN's, the CUDA cores' (not a multiple of 16)");
+    EXPECT(!strcmp(px_cuda_attention_kernels_name(288, 1), "simt"), "cudnn asked, hs 288");
+    EXPECT(!strcmp(px_cuda_attention_kernels_name(100, 3), "simt"), "cudnn asked, C %% NH");
+    EXPECT(px_cuda_attention_cudnn_version() == 0, "nothing loaded before an op runs");
+    EXPECT(px_cuda_attention_kernels_set("CUDNN") == PX_ERR_INVALID_ARGUMENT,
+           "names are case sensitive");
+    EXPECT(!strcmp(px_cuda_attention_kernels_name(768, 12), "cudnn"), "cudnn kept after a bad name");
+    EXPECT(px_cuda_attention_kernels_set("auto") == PX_OK &&
+               !strcmp(px_cuda_attention_kernels_name(768, 12), "tc"),
+           "auto after cudnn: the tensor cores again");
     printf("%s\n", failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;
 #else
