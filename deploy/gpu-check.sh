@@ -27,7 +27,10 @@
 #      px-coll-bench all-reduce / all-gather busbw, 1-256 MiB, on host
 #      buffers, device buffers staged (PX_IPC=0) and through CUDA IPC, and
 #      NCCL's through torch.distributed
-# Usage: ./gpu-check.sh [--quick]   (--quick: 5 steps instead of 30)
+# Usage: ./gpu-check.sh [--quick | --attn]   (--quick: 5 steps instead of 30;
+#   --attn: only what concerns the bf16 attention, about a minute: the op
+#   checks, --attn-rate, the cudnn/tensor-core loss comparison and the 124M
+#   shape's tokens/s with each)
 # Exit status: 0 when the op checks, the equivalence checks and px-ipc-check pass.
 set -uo pipefail
 
@@ -46,9 +49,27 @@ done
 export LD_LIBRARY_PATH="$here/lib:$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 steps=30
 [ "${1:-}" = "--quick" ] && steps=5
+attn_only=0
+[ "${1:-}" = "--attn" ] && attn_only=1
 fail=0
 t_start=$(date +%s)
 section() { echo; echo "=== $* ($(( $(date +%s) - t_start )) s)"; }
+compare() { # name, file a, file b [tolerance, default 1e-5]
+  $py - "$@" <<'PY'
+import sys
+name, fa, fb = sys.argv[1:4]
+tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5
+def losses(f):
+    return [float(l.split()[3]) for l in open(f) if l.startswith("step")]
+a, b = losses(fa), losses(fb)
+if len(a) < 5 or len(b) < 5:
+    print(f"{name}: FAIL (steps: {len(a)} vs {len(b)})"); sys.exit(1)
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print(f"{name}: losses {' '.join('%.6f' % x for x in a)} vs {' '.join('%.6f' % y for y in b)}; "
+      f"max rel diff {worst:.2e} (tol {tol:g}): {'PASS' if worst <= tol else 'FAIL'}")
+sys.exit(0 if worst <= tol else 1)
+PY
+}
 
 section "machine"
 [ -f "$here/COMMIT" ] && echo "parallax commit $(cat "$here/COMMIT")"
@@ -67,6 +88,26 @@ section "1. op checks (CUDA vs CPU)"
 timeout 240 "$bin/px-opcheck"; rc=$?
 echo "px-opcheck exit $rc"
 [ $rc -eq 0 ] || fail=1
+
+if [ $attn_only -eq 1 ]; then
+  section "attention: rate at the 124M shape (tc, simt, cudnn; goal <= 0.6 ms fwd+bwd)"
+  timeout 120 "$bin/px-opcheck" --attn-rate || { echo "px-opcheck --attn-rate failed (exit $?)"; fail=1; }
+  section "attention: PX_CUDA_ATTN=cudnn in training (bf16)"
+  $py "$here/py/make_tokens.py" "$work/tok.bin" 2000000 50257
+  small="--layers 2 --heads 4 --dim 128 --seq 64 --vocab 50257 --batch 8 --steps 5 --data $work/tok.bin"
+  timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/gpu1b.txt" 2> "$work/gpu1b.err"
+  PX_CUDA_ATTN=cudnn timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/gpu1d.txt" 2> "$work/gpu1d.err"
+  grep -m2 -i 'cudnn' "$work/gpu1d.err"
+  compare "bf16 1 CUDA rank, PX_CUDA_ATTN=cudnn vs tensor-core attention" "$work/gpu1d.txt" "$work/gpu1b.txt" 1e-3 || { fail=1; tail -5 "$work/gpu1d.err"; }
+  model="--layers 12 --heads 12 --dim 768 --seq 1024 --vocab 50257 --batch 8 --data $work/tok.bin --lr 6e-4 --steps 8"
+  tps_of() { awk '/^step/ && $2 > 2 {s += $10; n++} END {if (n) printf "%.0f", s / n; else print 0}' "$1"; }
+  for a in tc cudnn; do
+    PX_CUDA_ATTN=$a timeout 200 "$bin/parallax-rank" --device cuda --precision bf16 $model > "$work/m_$a.txt" 2> "$work/m_$a.err" || { echo "124M with PX_CUDA_ATTN=$a failed:"; tail -5 "$work/m_$a.err"; fail=1; }
+    echo "GPT-2 124M bf16, batch 8, PX_CUDA_ATTN=$a: tokens/s $(tps_of "$work/m_$a.txt") (steps 3-8)"
+  done
+  section "done: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"
+  exit $fail
+fi
 
 section "2. cuBLAS bf16 GEMM peak"
 timeout 60 "$bin/px-opcheck" --gemm-peak > "$work/gemm.txt" 2>&1
@@ -128,22 +169,6 @@ port=$((29500 + RANDOM % 1000))
 PX_WORLD_SIZE=2 PX_RANK=1 PX_MASTER_PORT=$port timeout 120 "$bin/parallax-rank" --device cuda $small > "$work/dp2_r1.txt" 2> "$work/dp2_r1.err" &
 PX_WORLD_SIZE=2 PX_RANK=0 PX_MASTER_PORT=$port timeout 120 "$bin/parallax-rank" --device cuda $small > "$work/dp2.txt" 2> "$work/dp2.err"
 wait
-compare() { # name, file a, file b [tolerance, default 1e-5]
-  $py - "$@" <<'PY'
-import sys
-name, fa, fb = sys.argv[1:4]
-tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5
-def losses(f):
-    return [float(l.split()[3]) for l in open(f) if l.startswith("step")]
-a, b = losses(fa), losses(fb)
-if len(a) < 5 or len(b) < 5:
-    print(f"{name}: FAIL (steps: {len(a)} vs {len(b)})"); sys.exit(1)
-worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
-print(f"{name}: losses {' '.join('%.6f' % x for x in a)} vs {' '.join('%.6f' % y for y in b)}; "
-      f"max rel diff {worst:.2e} (tol {tol:g}): {'PASS' if worst <= tol else 'FAIL'}")
-sys.exit(0 if worst <= tol else 1)
-PY
-}
 compare "1 CUDA rank vs 1 CPU rank" "$work/gpu1.txt" "$work/cpu1.txt" || { fail=1; tail -5 "$work/gpu1.err"; }
 compare "dp=2 on one GPU vs 1 CUDA rank" "$work/dp2.txt" "$work/gpu1.txt" || { fail=1; tail -5 "$work/dp2.err"; }
 timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/gpu1b.txt" 2> "$work/gpu1b.err"

@@ -32,8 +32,8 @@
  * first use (heuristics mode A, the first engine configuration whose plan
  * finalises) and kept with every descriptor they were made from for the
  * life of the process; the work space size comes from the plan and the
- * caller allocates it. A key whose graph cuDNN refuses is remembered as
- * failed and not retried.
+ * caller allocates it. A key whose graph cuDNN refuses, or whose plan
+ * fails to execute, is remembered as failed and not retried.
  *
  * Runs on the rank's compute thread (the op table's thread); not thread
  * safe. Errors are logged once per cause. */
@@ -536,6 +536,7 @@ typedef struct plan_entry {
     graph_t *g;                    /* NULL: the key failed */
     cudnnBackendDescriptor_t plan; /* one of g's descriptors */
     int64_t ws;
+    int refused;                   /* 1 once an execution failed: not run again */
 } plan_entry_t;
 
 static px_sdpa_key_t keys[MAX_PLANS];
@@ -574,7 +575,7 @@ static plan_entry_t *lookup(const px_sdpa_key_t *key, void *stream, px_status_t 
         goto err;
     int i = px_sdpa_cache_find(keys, nplans, key);
     if (i >= 0) {
-        if (plans[i].g)
+        if (plans[i].g && !plans[i].refused)
             return &plans[i];
         status = PX_ERR_INTERNAL; /* failed before, logged then */
         goto err;
@@ -694,9 +695,12 @@ px_status_t px__cudnn_sdpa_run(const px_sdpa_key_t *key, const px_sdpa_ptrs_t *p
     if (s != CUDNN_STATUS_SUCCESS) {
         char msg[256] = "";
         api.GetLastErrorString(msg, sizeof(msg));
-        px_error("cuDNN attention %s: %s failed: %s%s%s",
-                 key->dir == PX_SDPA_FWD ? "forward" : "backward", what, api.GetErrorString(s),
+        snprintf(key_why, sizeof(key_why), "%s failed: %s%s%s", what, api.GetErrorString(s),
                  *msg ? ": " : "", msg);
+        px_error("cuDNN attention %s, B %d T %d NH %d hs %d: %s; this shape runs on the "
+                 "tensor-core kernels from now on", key->dir == PX_SDPA_FWD ? "forward" :
+                 "backward", key->B, key->T, key->NH, key->hs, key_why);
+        e->refused = 1;
         return PX_ERR_INTERNAL;
     }
     return PX_OK;

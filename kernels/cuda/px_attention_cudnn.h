@@ -52,7 +52,8 @@ px_status_t px__cudnn_sdpa_plan(const px_sdpa_key_t *key, void *stream, size_t *
 /* Runs key's plan (px__cudnn_sdpa_plan first) on stream with p's tensors.
  * Scale 1/sqrt(hs); causal per key. Asynchronous, as a kernel launch.
  * Errors: as px__cudnn_sdpa_plan; PX_ERR_INTERNAL when cuDNN refuses the
- * variant pack or the execution (logged). */
+ * variant pack or the execution (logged; the key is then refused for the
+ * rest of the process, so a persistent failure is logged once). */
 px_status_t px__cudnn_sdpa_run(const px_sdpa_key_t *key, const px_sdpa_ptrs_t *p, void *stream);
 
 /* Builds key's graph (every tensor, pointwise, matmul, reduction and
