@@ -4,25 +4,33 @@
 # nothing else needed). One command, at most ~8 minutes, every figure on
 # stdout:
 #   1. px-opcheck: each CUDA op against its CPU reference (fp32 1e-5, bf16 1e-2)
+#      (with cuDNN's fused attention, PX_CUDA_ATTN=cudnn, against the same
+#      reference at 1e-2, and its lse against the tensor-core kernels')
 #   2. the bf16 cuBLAS GEMM peak (8192^3), and the bf16 attention's rate at
-#      the 124M shape on the tensor cores and on the CUDA cores (simt)
+#      the 124M shape on the tensor cores, on the CUDA cores (simt) and
+#      through cuDNN (ms forward and backward apart; goal <= 0.6 ms)
 #   3. the GPT-2 124M shape (12 x 768, 12 heads, seq 1024, vocab 50257 padded
 #      to 50304) in bf16 (--precision bf16: bf16 GEMMs, fp32 elsewhere):
 #      parallax's tokens/s and MFU (llm.c's count, 6N + 6*L*C*T FLOPs per
 #      token, over the spec peak and over the measured GEMM peak) beside
 #      PyTorch bf16 autocast on the same GPU, model and batch, and the ratio;
-#      parallax fp32 beside it for reference
+#      parallax fp32 beside it for reference; and parallax bf16 with
+#      PX_CUDA_ATTN=cudnn (tokens/s beside the tensor-core kernels')
 #   4. equivalence on the GPU: one CUDA rank against one CPU rank, and dp=2
 #      (two ranks on the one GPU) against one rank, 5 steps, fp32, loss 1e-5;
 #      and one CUDA rank in bf16 against it in fp32 (loss 1e-2) and against
-#      one CPU rank in bf16 (1e-3: the same rounding, different accumulation)
+#      one CPU rank in bf16 (1e-3: the same rounding, different accumulation);
+#      and bf16 with PX_CUDA_ATTN=cudnn against bf16 on the tensor cores (1e-3)
 #   5. collectives: px-ipc-check (2 ranks on the GPU all-reducing, reduce-
 #      scattering, gathering, broadcasting and exchanging device buffers
 #      through CUDA IPC, bit for bit the staged and host paths), then
 #      px-coll-bench all-reduce / all-gather busbw, 1-256 MiB, on host
 #      buffers, device buffers staged (PX_IPC=0) and through CUDA IPC, and
 #      NCCL's through torch.distributed
-# Usage: ./gpu-check.sh [--quick]   (--quick: 5 steps instead of 30)
+# Usage: ./gpu-check.sh [--quick | --attn]   (--quick: 5 steps instead of 30;
+#   --attn: only what concerns the bf16 attention, about a minute: the op
+#   checks, --attn-rate, the cudnn/tensor-core loss comparison and the 124M
+#   shape's tokens/s with each)
 # Exit status: 0 when the op checks, the equivalence checks and px-ipc-check pass.
 set -uo pipefail
 
@@ -41,9 +49,27 @@ done
 export LD_LIBRARY_PATH="$here/lib:$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 steps=30
 [ "${1:-}" = "--quick" ] && steps=5
+attn_only=0
+[ "${1:-}" = "--attn" ] && attn_only=1
 fail=0
 t_start=$(date +%s)
 section() { echo; echo "=== $* ($(( $(date +%s) - t_start )) s)"; }
+compare() { # name, file a, file b [tolerance, default 1e-5]
+  $py - "$@" <<'PY'
+import sys
+name, fa, fb = sys.argv[1:4]
+tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5
+def losses(f):
+    return [float(l.split()[3]) for l in open(f) if l.startswith("step")]
+a, b = losses(fa), losses(fb)
+if len(a) < 5 or len(b) < 5:
+    print(f"{name}: FAIL (steps: {len(a)} vs {len(b)})"); sys.exit(1)
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print(f"{name}: losses {' '.join('%.6f' % x for x in a)} vs {' '.join('%.6f' % y for y in b)}; "
+      f"max rel diff {worst:.2e} (tol {tol:g}): {'PASS' if worst <= tol else 'FAIL'}")
+sys.exit(0 if worst <= tol else 1)
+PY
+}
 
 section "machine"
 [ -f "$here/COMMIT" ] && echo "parallax commit $(cat "$here/COMMIT")"
@@ -63,13 +89,35 @@ timeout 240 "$bin/px-opcheck"; rc=$?
 echo "px-opcheck exit $rc"
 [ $rc -eq 0 ] || fail=1
 
+if [ $attn_only -eq 1 ]; then
+  section "attention: rate at the 124M shape (tc, simt, cudnn; goal <= 0.6 ms fwd+bwd)"
+  timeout 120 "$bin/px-opcheck" --attn-rate || { echo "px-opcheck --attn-rate failed (exit $?)"; fail=1; }
+  section "attention: PX_CUDA_ATTN=cudnn in training (bf16)"
+  $py "$here/py/make_tokens.py" "$work/tok.bin" 2000000 50257
+  small="--layers 2 --heads 4 --dim 128 --seq 64 --vocab 50257 --batch 8 --steps 5 --data $work/tok.bin"
+  timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/gpu1b.txt" 2> "$work/gpu1b.err"
+  PX_CUDA_ATTN=cudnn timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/gpu1d.txt" 2> "$work/gpu1d.err"
+  grep -m2 -i 'cudnn' "$work/gpu1d.err"
+  compare "bf16 1 CUDA rank, PX_CUDA_ATTN=cudnn vs tensor-core attention" "$work/gpu1d.txt" "$work/gpu1b.txt" 1e-3 || { fail=1; tail -5 "$work/gpu1d.err"; }
+  model="--layers 12 --heads 12 --dim 768 --seq 1024 --vocab 50257 --batch 8 --data $work/tok.bin --lr 6e-4 --steps 8"
+  tps_of() { awk '/^step/ && $2 > 2 {s += $10; n++} END {if (n) printf "%.0f", s / n; else print 0}' "$1"; }
+  for a in tc cudnn; do
+    PX_CUDA_ATTN=$a timeout 200 "$bin/parallax-rank" --device cuda --precision bf16 $model > "$work/m_$a.txt" 2> "$work/m_$a.err" || { echo "124M with PX_CUDA_ATTN=$a failed:"; tail -5 "$work/m_$a.err"; fail=1; }
+    echo "GPT-2 124M bf16, batch 8, PX_CUDA_ATTN=$a: tokens/s $(tps_of "$work/m_$a.txt") (steps 3-8)"
+  done
+  section "done: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"
+  exit $fail
+fi
+
 section "2. cuBLAS bf16 GEMM peak"
 timeout 60 "$bin/px-opcheck" --gemm-peak > "$work/gemm.txt" 2>&1
 cat "$work/gemm.txt"
 gemm=$(awk '/^gemm-peak/ {print $(NF-1)}' "$work/gemm.txt")
 gemm=${gemm:-0}
 # the bf16 attention at the 124M shape: the tensor-core kernels beside the
-# CUDA-core ones (TFLOP/s by the causal count, forward + 2.5x backward)
+# CUDA-core ones and cuDNN's fused attention (TFLOP/s by the causal count,
+# forward + 2.5x backward); cuDNN comes from the machine (libcudnn.so.9 in
+# its library path; the bundle packs none)
 timeout 60 "$bin/px-opcheck" --attn-rate || echo "px-opcheck --attn-rate failed (exit $?)"
 
 section "3. GPT-2 124M shape"
@@ -93,6 +141,12 @@ grep -m1 -o 'precision bf16[^;]*' "$work/ours_bf16.err"
 [ $rc -eq 0 ] || { echo "parallax-rank --precision bf16 exit $rc:"; tail -20 "$work/ours_bf16.err"; }
 ours_tps=$(tps_of "$work/ours_bf16.txt")
 echo "parallax bf16 (bf16 GEMMs on tensor cores via cublasGemmEx, fp32 elsewhere): tokens/s $ours_tps, MFU $(mfu "$ours_tps" "$peak")% of spec bf16 peak, $(mfu "$ours_tps" "$gemm")% of measured GEMM peak"
+PX_CUDA_ATTN=cudnn timeout 200 "$bin/parallax-rank" --device cuda --precision bf16 $model --steps $ours_steps > "$work/ours_dnn.txt" 2> "$work/ours_dnn.err"
+rc=$?
+[ $rc -eq 0 ] || { echo "parallax-rank --precision bf16 PX_CUDA_ATTN=cudnn exit $rc:"; tail -20 "$work/ours_dnn.err"; }
+grep -m3 -i 'cudnn' "$work/ours_dnn.err"
+ours_dnn=$(tps_of "$work/ours_dnn.txt")
+echo "parallax bf16 with PX_CUDA_ATTN=cudnn: tokens/s $ours_dnn, MFU $(mfu "$ours_dnn" "$peak")% of spec bf16 peak (tensor-core attention: $ours_tps)"
 timeout 200 "$bin/parallax-rank" --device cuda $model --steps $ours_steps > "$work/ours.txt" 2> "$work/ours.err"
 rc=$?
 [ $rc -eq 0 ] || { echo "parallax-rank fp32 exit $rc:"; tail -20 "$work/ours.err"; }
@@ -115,28 +169,15 @@ port=$((29500 + RANDOM % 1000))
 PX_WORLD_SIZE=2 PX_RANK=1 PX_MASTER_PORT=$port timeout 120 "$bin/parallax-rank" --device cuda $small > "$work/dp2_r1.txt" 2> "$work/dp2_r1.err" &
 PX_WORLD_SIZE=2 PX_RANK=0 PX_MASTER_PORT=$port timeout 120 "$bin/parallax-rank" --device cuda $small > "$work/dp2.txt" 2> "$work/dp2.err"
 wait
-compare() { # name, file a, file b [tolerance, default 1e-5]
-  $py - "$@" <<'PY'
-import sys
-name, fa, fb = sys.argv[1:4]
-tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5
-def losses(f):
-    return [float(l.split()[3]) for l in open(f) if l.startswith("step")]
-a, b = losses(fa), losses(fb)
-if len(a) < 5 or len(b) < 5:
-    print(f"{name}: FAIL (steps: {len(a)} vs {len(b)})"); sys.exit(1)
-worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
-print(f"{name}: losses {' '.join('%.6f' % x for x in a)} vs {' '.join('%.6f' % y for y in b)}; "
-      f"max rel diff {worst:.2e} (tol {tol:g}): {'PASS' if worst <= tol else 'FAIL'}")
-sys.exit(0 if worst <= tol else 1)
-PY
-}
 compare "1 CUDA rank vs 1 CPU rank" "$work/gpu1.txt" "$work/cpu1.txt" || { fail=1; tail -5 "$work/gpu1.err"; }
 compare "dp=2 on one GPU vs 1 CUDA rank" "$work/dp2.txt" "$work/gpu1.txt" || { fail=1; tail -5 "$work/dp2.err"; }
 timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/gpu1b.txt" 2> "$work/gpu1b.err"
 timeout 120 "$bin/parallax-rank" --device cpu --precision bf16 $small > "$work/cpu1b.txt" 2> "$work/cpu1b.err"
 compare "bf16 1 CUDA rank vs fp32 1 CUDA rank" "$work/gpu1b.txt" "$work/gpu1.txt" 1e-2 || { fail=1; tail -5 "$work/gpu1b.err"; }
 compare "bf16 1 CUDA rank vs bf16 1 CPU rank" "$work/gpu1b.txt" "$work/cpu1b.txt" 1e-3 || { fail=1; tail -5 "$work/cpu1b.err"; }
+PX_CUDA_ATTN=cudnn timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/gpu1d.txt" 2> "$work/gpu1d.err"
+grep -m2 -i 'cudnn' "$work/gpu1d.err"
+compare "bf16 1 CUDA rank, PX_CUDA_ATTN=cudnn vs tensor-core attention" "$work/gpu1d.txt" "$work/gpu1b.txt" 1e-3 || { fail=1; tail -5 "$work/gpu1d.err"; }
 
 section "5. collectives busbw (GB/s), 2 ranks"
 echo "-- px-ipc-check: dp=2 ranks on GPU 0, device buffers through CUDA IPC vs staged vs host, bit for bit"

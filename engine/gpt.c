@@ -1061,7 +1061,9 @@ static px_status_t attn_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const bl
     return PX_OK;
 }
 
-/* Backward of attn_forward: dqkv (B,T,3Cl) from datty (B,T,Cl). */
+/* Backward of attn_forward: dqkv (B,T,3Cl) from datty (B,T,Cl); atty is
+ * the forward's output, which a backend's attention_backward_out reads
+ * instead of computing it again. */
 static px_status_t attn_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const block_t *b,
                                  float *dqkv, float *datty, const float *qkv, const float *atty,
                                  const float *att)
@@ -1071,7 +1073,10 @@ static px_status_t attn_backward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const b
         PX_CHECK(cp_comm(gpt, ctx, &cpc));
         PX_CHECK(px_ring_attn_backward(gpt->ring, cpc, dqkv, datty, qkv, atty, att,
                                        gpt->a.scratch, ring_poke, gpt));
-    } else
+    } else if (gpt->ops->attention_backward_out) /* the backend reads the saved output */
+        gpt->ops->attention_backward_out(dqkv, gpt->a.scratch, datty, qkv, atty, att, b->B, b->T,
+                                         b->Cl, b->NHl);
+    else
         gpt->ops->attention_backward(dqkv, gpt->a.scratch, datty, qkv, att, b->B, b->T, b->Cl,
                                      b->NHl);
     poke(gpt);

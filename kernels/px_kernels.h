@@ -109,6 +109,17 @@ typedef struct px_kernel_ops {
      * content); dout (B,T,C); inp, att as saved by forward. */
     void (*attention_backward)(float *dinp, float *scratch, const float *dout, const float *inp,
                                const float *att, int B, int T, int C, int NH);
+    /* Optional (NULL where not offered: every fp32 table): the same
+     * backward given also the forward's output out (B,T,C), as the forward
+     * wrote it (the engine keeps it for the projection's backward). A
+     * backend whose fused backward needs the output rows, for FlashAttention-
+     * 2's D = rowsum(dout * out), reads them instead of running the forward
+     * again. Same op, arguments and accumulation otherwise. The precision
+     * view (px_kernels_with_precision) fills it from
+     * attention_bf16_backward_out. */
+    void (*attention_backward_out)(float *dinp, float *scratch, const float *dout,
+                                   const float *inp, const float *out, const float *att, int B,
+                                   int T, int C, int NH);
 
     /* ---- blockwise attention with an online softmax (context parallelism:
      * ring attention, Liu et al. 2023; the merge is FlashAttention-2's,
@@ -155,6 +166,12 @@ typedef struct px_kernel_ops {
     void (*attention_bf16_backward)(float *dinp, float *scratch, const float *dout,
                                     const float *inp, const float *att, int B, int T, int C,
                                     int NH);
+    /* Optional: attention_bf16_backward with the forward's out, as
+     * attention_backward_out above (the CUDA table: cuDNN's fused backward,
+     * PX_CUDA_ATTN=cudnn, reads it; its other kernels ignore it). */
+    void (*attention_bf16_backward_out)(float *dinp, float *scratch, const float *dout,
+                                        const float *inp, const float *out, const float *att,
+                                        int B, int T, int C, int NH);
     void (*attention_block_bf16_forward)(float *out, float *lse, const float *q, const float *kv,
                                          const px_attn_block_t *g, float *scratch);
     void (*attention_block_bf16_backward)(float *dq, float *dkv, const float *dout,

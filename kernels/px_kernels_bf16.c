@@ -33,6 +33,7 @@ const px_kernel_ops_t *px_kernels_with_precision(const px_kernel_ops_t *base, in
             views[i].matmul_backward = base->matmul_bf16_backward;
             views[i].attention_forward = base->attention_bf16_forward;
             views[i].attention_backward = base->attention_bf16_backward;
+            views[i].attention_backward_out = base->attention_bf16_backward_out;
             views[i].attention_block_forward = base->attention_block_bf16_forward;
             views[i].attention_block_backward = base->attention_block_bf16_backward;
             views[i].bf16_acts = store;

@@ -4,7 +4,9 @@
  * call by px__cuda_attention_sel_bf16_*: these kernels where the head size
  * hs = C/NH is a multiple of 16 up to 128 (and the device's shared memory
  * per block holds their tiles), else (or with PX_CUDA_ATTN=simt) the
- * CUDA-core kernels of px_attention_cuda.cu.
+ * CUDA-core kernels of px_attention_cuda.cu. With PX_CUDA_ATTN=cudnn,
+ * cuDNN's fused attention (px_attention_cudnn_cuda.cu) first, these
+ * kernels wherever it cannot take the call.
  *
  * Structure: FlashAttention-2 (Dao, "FlashAttention-2: Faster Attention
  * with Better Parallelism and Work Partitioning", 2023), written with the
@@ -85,6 +87,11 @@
  * dkv 89 / 121 KiB. Registers (sm_90, ptxas): at most 241, no spills. Stream: the backend's. Runs on the
  * rank's compute thread. */
 #include "px_cuda_common.cuh"
+
+extern "C" {
+#include "px_attention_cudnn.h"
+#include "px_sdpa_layout.h"
+}
 
 #include <math.h>
 #include <mma.h>
@@ -589,20 +596,25 @@ static void tc_backward(float *dinp, const float *dout, const float *inp, const 
 
 /* ---------------------------------------------------------------- selection */
 
-/* 1 while PX_CUDA_ATTN=simt (or px_cuda_attention_kernels_set("simt")) */
-static int force_simt;
+/* the kernel family PX_CUDA_ATTN (px_cuda_attention_kernels_set) asks for */
+enum { ATTN_AUTO, ATTN_SIMT, ATTN_CUDNN };
+static int attn_choice = ATTN_AUTO;
 
 extern "C" px_status_t px_cuda_attention_kernels_set(const char *name)
 {
     if (!name || !*name || !strcmp(name, "auto") || !strcmp(name, "tc")) {
-        force_simt = 0;
+        attn_choice = ATTN_AUTO;
         return PX_OK;
     }
     if (!strcmp(name, "simt")) {
-        force_simt = 1;
+        attn_choice = ATTN_SIMT;
         return PX_OK;
     }
-    px_error("PX_CUDA_ATTN='%s' is not a kernel choice (auto, tc or simt)", name);
+    if (!strcmp(name, "cudnn")) {
+        attn_choice = ATTN_CUDNN;
+        return PX_OK;
+    }
+    px_error("PX_CUDA_ATTN='%s' is not a kernel choice (auto, tc, simt or cudnn)", name);
     return PX_ERR_INVALID_ARGUMENT;
 }
 
@@ -630,7 +642,7 @@ static int smem_fits(size_t bytes)
 /* 1 when the tensor-core kernels take a (C, NH) attention */
 static int use_tc(int C, int NH)
 {
-    if (force_simt || NH <= 0 || C % NH)
+    if (attn_choice == ATTN_SIMT || NH <= 0 || C % NH)
         return 0;
     const int hs = C / NH;
     if (hs % 16 || hs > 128)
@@ -641,14 +653,28 @@ static int use_tc(int C, int NH)
                                                                       : tc_dims<128>::BWD);
 }
 
+/* 1 when cuDNN is asked for, takes the shape, and has not failed to load
+ * (a shape it refused falls back call by call, logged once) */
+static int want_cudnn(int C, int NH)
+{
+    if (attn_choice != ATTN_CUDNN || !px_sdpa_supported(C, NH))
+        return 0;
+    const char *why = px__cudnn_sdpa_unavailable();
+    return !why || px__cudnn_sdpa_version() > 0; /* loaded: refusals are per shape */
+}
+
 extern "C" const char *px_cuda_attention_kernels_name(int C, int NH)
 {
+    if (want_cudnn(C, NH))
+        return "cudnn";
     return use_tc(C, NH) ? "tc" : "simt";
 }
 
 void px__cuda_attention_sel_bf16_forward(float *out, float *att, const float *inp, int B, int T,
                                          int C, int NH)
 {
+    if (want_cudnn(C, NH) && px__cuda_attention_cudnn_forward(out, att, inp, B, T, C, NH))
+        return;
     if (!use_tc(C, NH)) {
         px__cuda_attention_bf16_forward(out, att, inp, B, T, C, NH);
         return;
@@ -661,9 +687,9 @@ void px__cuda_attention_sel_bf16_forward(float *out, float *att, const float *in
         tc_forward<128>(out, att, inp, B, T, C, NH);
 }
 
-void px__cuda_attention_sel_bf16_backward(float *dinp, float *scratch, const float *dout,
-                                          const float *inp, const float *att, int B, int T,
-                                          int C, int NH)
+/* the backward on these kernels or the CUDA-core ones (not cuDNN) */
+static void own_backward(float *dinp, float *scratch, const float *dout, const float *inp,
+                         const float *att, int B, int T, int C, int NH)
 {
     if (!use_tc(C, NH)) {
         px__cuda_attention_bf16_backward(dinp, scratch, dout, inp, att, B, T, C, NH);
@@ -675,4 +701,25 @@ void px__cuda_attention_sel_bf16_backward(float *dinp, float *scratch, const flo
         tc_backward<64>(dinp, dout, inp, att, B, T, C, NH);
     else
         tc_backward<128>(dinp, dout, inp, att, B, T, C, NH);
+}
+
+void px__cuda_attention_sel_bf16_backward(float *dinp, float *scratch, const float *dout,
+                                          const float *inp, const float *att, int B, int T,
+                                          int C, int NH)
+{
+    if (want_cudnn(C, NH) &&
+        px__cuda_attention_cudnn_backward(dinp, dout, inp, NULL, att, B, T, C, NH))
+        return;
+    own_backward(dinp, scratch, dout, inp, att, B, T, C, NH);
+}
+
+void px__cuda_attention_sel_bf16_backward_out(float *dinp, float *scratch, const float *dout,
+                                              const float *inp, const float *out,
+                                              const float *att, int B, int T, int C, int NH)
+{
+    if (want_cudnn(C, NH) &&
+        px__cuda_attention_cudnn_backward(dinp, dout, inp, out, att, B, T, C, NH))
+        return;
+    /* these kernels rebuild the rows they need from their own rounding */
+    own_backward(dinp, scratch, dout, inp, att, B, T, C, NH);
 }

@@ -111,14 +111,29 @@ void px__cuda_attention_block_bf16_backward(float *dq, float *dkv, const float *
 void px__cuda_attention_backward(float *dinp, float *scratch, const float *dout,
                                  const float *inp, const float *att, int B, int T, int C,
                                  int NH);
-/* px_attention_tc_cuda.cu: the table's attention_bf16_* - the tensor-core
- * kernels where the head size is a multiple of 16 up to 128 and
+/* px_attention_tc_cuda.cu: the table's attention_bf16_* - cuDNN's fused
+ * attention with PX_CUDA_ATTN=cudnn where it takes the call, else the
+ * tensor-core kernels where the head size is a multiple of 16 up to 128 and
  * PX_CUDA_ATTN is not simt, else the px_attention_cuda.cu ones above */
 void px__cuda_attention_sel_bf16_forward(float *out, float *att, const float *inp, int B, int T,
                                          int C, int NH);
 void px__cuda_attention_sel_bf16_backward(float *dinp, float *scratch, const float *dout,
                                           const float *inp, const float *att, int B, int T,
                                           int C, int NH);
+/* ... with the forward's output (cuDNN reads it; the others ignore it) */
+void px__cuda_attention_sel_bf16_backward_out(float *dinp, float *scratch, const float *dout,
+                                              const float *inp, const float *out,
+                                              const float *att, int B, int T, int C, int NH);
+/* px_attention_cudnn_cuda.cu: the same two ops through cuDNN's fused
+ * attention (PX_CUDA_ATTN=cudnn); 1 when done, 0 when cuDNN cannot (not
+ * loaded, shape or graph refused, execution failed: logged; nothing written
+ * then, the caller runs its own kernels). backward's out: the forward's
+ * output (B,T,C), or NULL to recompute it */
+extern "C" int px__cuda_attention_cudnn_forward(float *out, float *att, const float *inp, int B,
+                                                int T, int C, int NH);
+extern "C" int px__cuda_attention_cudnn_backward(float *dinp, const float *dout,
+                                                 const float *inp, const float *out,
+                                                 const float *att, int B, int T, int C, int NH);
 /* px_crossentropy_cuda.cu */
 void px__cuda_crossentropy_forward(float *losses, float *probs, const float *logits,
                                    const int32_t *targets, int N, int V, int Vp);

@@ -758,6 +758,7 @@ static const px_kernel_ops_t cuda_ops = {
     .attention_block_delta = px__cuda_attention_block_delta,
     .attention_bf16_forward = px__cuda_attention_sel_bf16_forward, /* tc or CUDA cores */
     .attention_bf16_backward = px__cuda_attention_sel_bf16_backward,
+    .attention_bf16_backward_out = px__cuda_attention_sel_bf16_backward_out, /* cuDNN reads out */
     .attention_block_bf16_forward = px__cuda_attention_block_bf16_forward,
     .attention_block_bf16_backward = px__cuda_attention_block_bf16_backward,
     .matmul_bf16in_forward = px__cuda_matmul_bf16in_forward,

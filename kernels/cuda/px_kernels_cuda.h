@@ -85,15 +85,32 @@ void px_cuda_matmul_forward_bf16(uint16_t *out, const uint16_t *inp, const uint1
  * to 128 and the open device's shared memory per block holds their tiles
  * (not the 99 KiB of sm_86/89 at head sizes past 64), the CUDA-core ones
  * elsewhere; "simt": always the CUDA-core ones
- * (the fallback should a GPU check find a fault in the others).
+ * (the fallback should a GPU check find a fault in the others); "cudnn":
+ * cuDNN's fused flash attention (libcudnn.so.9 opened at run time;
+ * px_attention_cudnn_cuda.cu) where the head size is a multiple of 8 up to
+ * 128, and "auto"'s kernels wherever cuDNN is missing or refuses the
+ * shape (logged once). "auto" stays on the tensor-core kernels until a GPU
+ * check has shown cuDNN correct and faster there (px-opcheck --attn-rate).
  * px_kernels_cuda_open applies the environment's PX_CUDA_ATTN through it.
  * Errors: PX_ERR_INVALID_ARGUMENT for any other name (logged, naming it;
  * the choice is unchanged). Process-wide; call between ops. */
 px_status_t px_cuda_attention_kernels_set(const char *name);
 
-/* "tc" or "simt": the kernels the bf16 attention ops run now for a model
- * of width C with NH heads (px-opcheck's labels). */
+/* "cudnn", "tc" or "simt": the kernels the bf16 attention ops run now for
+ * a model of width C with NH heads (px-opcheck's labels). "cudnn" while
+ * cuDNN is asked for, takes the head size and has not failed to load (it
+ * is loaded on the first op, so before that "cudnn" is the intent). */
 const char *px_cuda_attention_kernels_name(int C, int NH);
+
+/* PX_CUDA_ATTN=cudnn's state, for reports (px-opcheck): NULL while cuDNN
+ * ran every shape asked of it (or none yet); else why not: libcudnn.so.9
+ * not loaded (and why), or the reason of the last shape it refused (those
+ * calls ran the tensor-core kernels). Borrowed, valid until the next op. */
+const char *px_cuda_attention_cudnn_status(void);
+
+/* cudnnGetVersion() of the libcudnn.so.9 that PX_CUDA_ATTN=cudnn loaded
+ * (e.g. 91400); 0 while none is loaded (not yet asked, or it failed). */
+long px_cuda_attention_cudnn_version(void);
 
 #ifdef __cplusplus
 }

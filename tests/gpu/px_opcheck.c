@@ -15,11 +15,16 @@
  * (px_attention_tc_cuda.cu) and on the CUDA cores elsewhere: both are
  * checked (labels "tc" / "simt"; PX_CUDA_ATTN=simt forced for the second
  * round), at T not a multiple of 64, head sizes 64 and 128 and the
- * fallback's 24, and the bf16 backward must repeat bit for bit.
+ * fallback's 24, and the bf16 backward must repeat bit for bit. Then
+ * cuDNN's fused attention (PX_CUDA_ATTN=cudnn, label "cudnn") at the same
+ * tolerance over those shapes and GPT-2's (its dq sums with atomics: the
+ * repeat is held to 1e-2, not bitwise); skipped, and said so, where
+ * libcudnn.so.9 is not loadable.
  *
  * Usage: px-opcheck [--device cuda:K] [--gemm-peak] (only the bf16 GEMM
  * rate, TFLOP/s) [--attn-rate] (only the bf16 attention's rate at the GPT-2
- * 124M shape, each kernel family). Prints one line per check and a
+ * 124M shape, each kernel family: tc, simt, cudnn; ms of forward and of
+ * backward apart, and cuDNN's speed-up over tc). Prints one line per check and a
  * summary; exits 0 when all pass, 1 when any fails, 77 (meson's "skipped")
  * where this build has no CUDA or no GPU is visible. */
 #include <math.h>
@@ -280,13 +285,23 @@ static void test_attention(int B, int T, int C, int NH, int bf16)
                                                                 d_att, B, T, C, NH);
     snprintf(what, sizeof(what), "dinp hs%d%s%s", C / NH, *kn ? " " : "", kn);
     check(bn, what, dinp, d_dinp, n3, tol);
-    if (bf16) { /* deterministic: a second backward from the same dinp repeats bitwise */
+    if (bf16 && G->attention_bf16_backward_out) { /* given the forward's out (the engine's call) */
+        float *d_dinp2 = dev(dinp0, n3 * 4);
+        G->attention_bf16_backward_out(d_dinp2, d_scratch, d_dout, d_inp, d_out, d_att, B, T, C,
+                                       NH);
+        snprintf(what, sizeof(what), "dinp+out hs%d%s%s", C / NH, *kn ? " " : "", kn);
+        check(bn, what, dinp, d_dinp2, n3, tol);
+        G->mem_free(d_dinp2);
+    }
+    if (bf16) { /* deterministic: a second backward from the same dinp repeats bitwise;
+                 * cuDNN's sums dq with atomics, so its repeat may differ by a rounding
+                 * of a bf16 dq (held to the bf16 tolerance) */
         float *first = malloc(n3 * 4);
         G->mem_copy_to_host(first, d_dinp, n3 * 4);
         float *d_again = dev(dinp0, n3 * 4);
         G->attention_bf16_backward(d_again, d_scratch, d_dout, d_inp, d_att, B, T, C, NH);
         snprintf(what, sizeof(what), "repeat hs%d%s%s", C / NH, *kn ? " " : "", kn);
-        check(bn, what, first, d_again, n3, 0.0);
+        check(bn, what, first, d_again, n3, strcmp(kn, "cudnn") ? 0.0 : tol);
         G->mem_free(d_again);
         free(first);
     }
@@ -771,6 +786,67 @@ static int gemm_peak(void)
     return px_kernels_check(G) == PX_OK ? 0 : 1;
 }
 
+/* PX_CUDA_ATTN=cudnn: cuDNN's fused attention against the CPU reference at
+ * the bf16 tolerance, the shapes of the tensor-core round and GPT-2's. A
+ * machine without libcudnn.so.9 skips the round (reported); a shape cuDNN
+ * loaded but refused, which ran the tensor-core kernels instead, fails. */
+/* The lse cuDNN's forward leaves in att against the tensor-core kernels':
+ * the same (B,NH,T) layout and units (natural log of the scaled scores),
+ * so a forward by one family and a backward by the other agree */
+static void cudnn_lse_agrees(int B, int T, int C, int NH)
+{
+    size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *inp = host_rand(n3, 1), *lse_tc = malloc(nl * 4);
+    float *d_inp = dev(inp, n3 * 4), *d_out = G->mem_alloc(n * 4), *d_lse = G->mem_alloc(nl * 4);
+    px_cuda_attention_kernels_set("tc");
+    G->attention_bf16_forward(d_out, d_lse, d_inp, B, T, C, NH);
+    G->mem_copy_to_host(lse_tc, d_lse, nl * 4);
+    px_cuda_attention_kernels_set("cudnn");
+    G->mem_set(d_lse, 0, nl * 4);
+    G->attention_bf16_forward(d_out, d_lse, d_inp, B, T, C, NH);
+    char what[32];
+    snprintf(what, sizeof(what), "lse vs tc hs%d", C / NH);
+    check("attention_bf16_fwd", what, lse_tc, d_lse, nl, 1e-4); /* check reads d_lse */
+    check_status("attention lse");
+    G->mem_free(d_inp); G->mem_free(d_out); G->mem_free(d_lse);
+    free(inp); free(lse_tc);
+}
+
+static void cudnn_round(void)
+{
+    static const int shapes[][4] = { /* B, T, C, NH */
+        {1, 1024, 768, 12}, /* GPT-2 124M's heads, one sequence */
+        {2, 130, 128, 2},   /* hs 64, T past a 64-row tile */
+        {1, 70, 256, 2},    /* hs 128 */
+        {2, 100, 96, 3},    /* hs 32 */
+        {2, 100, 72, 3},    /* hs 24 (the CUDA-core kernels' case elsewhere) */
+        {1, 65, 160, 2},    /* hs 80 */
+        {2, 128, 128, 2},   /* T a multiple of 64 */
+    };
+    px_cuda_attention_kernels_set("cudnn");
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        const int *sh = shapes[i];
+        test_attention(sh[0], sh[1], sh[2], sh[3], 1);
+        const char *why = px_cuda_attention_cudnn_status();
+        if (i == 0 && px_cuda_attention_cudnn_version() == 0) {
+            printf("attention cudnn: SKIP: %s (the round above ran the tensor-core kernels)\n",
+                   why ? why : "not loaded");
+            break;
+        }
+        if (i == 0) {
+            printf("attention cudnn: libcudnn %ld\n", px_cuda_attention_cudnn_version());
+            cudnn_lse_agrees(sh[0], sh[1], sh[2], sh[3]);
+        }
+        if (why) {
+            checks++;
+            failures++;
+            printf("attention_cudnn        B %d T %d C %d NH %d: cuDNN refused it (%s): FAIL\n",
+                   sh[0], sh[1], sh[2], sh[3], why);
+        }
+    }
+    px_cuda_attention_kernels_set(getenv("PX_CUDA_ATTN"));
+}
+
 /* --attn-rate: the bf16 attention (forward + backward) at the GPT-2 124M
  * shape (B 8, T 1024, 12 heads of 64), for each kernel family: ms and
  * TFLOP/s by the causal count, 4 B NH T^2 hs / 2 forward and 2.5x that
@@ -785,27 +861,56 @@ static int attn_rate(void)
     float *d_lse = G->mem_alloc((size_t)B * NH * T * 4); /* the CUDA ops keep only lse */
     G->mem_set(d_dinp, 0, n3 * 4);
     const double fwd = 4.0 * B * NH * (double)T * T * (C / NH) / 2, flops = fwd * 3.5;
-    double ms[2] = {0, 0};
-    const char *names[2] = {"tc", "simt"};
-    for (int k = 0; k < 2; k++) {
-        px_cuda_attention_kernels_set(k ? "simt" : "auto");
-        const char *used = px_cuda_attention_kernels_name(C, NH);
-        G->attention_bf16_forward(d_out, d_lse, d_inp, B, T, C, NH); /* warm-up */
+    double ms[3] = {0, 0, 0};
+    const char *names[3] = {"tc", "simt", "cudnn"}, *sets[3] = {"auto", "simt", "cudnn"};
+    for (int k = 0; k < 3; k++) {
+        px_cuda_attention_kernels_set(sets[k]);
+        G->attention_bf16_forward(d_out, d_lse, d_inp, B, T, C, NH); /* warm-up (plans) */
         G->attention_bf16_backward(d_dinp, NULL, d_dout, d_inp, d_lse, B, T, C, NH);
         G->synchronize();
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (int i = 0; i < reps; i++) {
-            G->attention_bf16_forward(d_out, d_lse, d_inp, B, T, C, NH);
-            G->attention_bf16_backward(d_dinp, NULL, d_dout, d_inp, d_lse, B, T, C, NH);
+        const char *used = px_cuda_attention_kernels_name(C, NH);
+        if (k == 2 && px_cuda_attention_cudnn_status()) {
+            printf("attn-rate bf16 cudnn: not run: %s\n", px_cuda_attention_cudnn_status());
+            break;
         }
-        G->synchronize();
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        ms[k] = ((t1.tv_sec - t0.tv_sec) * 1e3 + 1e-6 * (t1.tv_nsec - t0.tv_nsec)) / reps;
-        printf("attn-rate bf16 %s (%s) B %d T %d NH %d hs %d: %.3f ms fwd+bwd, %.1f TFLOP/s\n",
-               names[k], used, B, T, NH, C / NH, ms[k], flops / (ms[k] * 1e-3) / 1e12);
+        struct timespec t0, t1, t2;
+        double f = 0, b = 0, bplain = 0;
+        for (int i = 0; i < reps; i++) { /* forward and backward timed apart */
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            G->attention_bf16_forward(d_out, d_lse, d_inp, B, T, C, NH);
+            G->synchronize();
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if (G->attention_bf16_backward_out) /* the engine's call: out given */
+                G->attention_bf16_backward_out(d_dinp, NULL, d_dout, d_inp, d_out, d_lse, B, T,
+                                               C, NH);
+            else
+                G->attention_bf16_backward(d_dinp, NULL, d_dout, d_inp, d_lse, B, T, C, NH);
+            G->synchronize();
+            clock_gettime(CLOCK_MONOTONIC, &t2);
+            f += (t1.tv_sec - t0.tv_sec) * 1e3 + 1e-6 * (t1.tv_nsec - t0.tv_nsec);
+            b += (t2.tv_sec - t1.tv_sec) * 1e3 + 1e-6 * (t2.tv_nsec - t1.tv_nsec);
+        }
+        if (k == 2) { /* cuDNN's backward without out: the forward run again inside */
+            for (int i = 0; i < reps; i++) {
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                G->attention_bf16_backward(d_dinp, NULL, d_dout, d_inp, d_lse, B, T, C, NH);
+                G->synchronize();
+                clock_gettime(CLOCK_MONOTONIC, &t2);
+                bplain += (t2.tv_sec - t1.tv_sec) * 1e3 + 1e-6 * (t2.tv_nsec - t1.tv_nsec);
+            }
+            printf("attn-rate bf16 cudnn backward without out (forward recomputed): %.3f ms\n",
+                   bplain / reps);
+        }
+        ms[k] = (f + b) / reps;
+        printf("attn-rate bf16 %s (%s) B %d T %d NH %d hs %d: %.3f ms fwd+bwd (fwd %.3f, bwd "
+               "%.3f), %.1f TFLOP/s\n",
+               names[k], used, B, T, NH, C / NH, ms[k], f / reps, b / reps,
+               flops / (ms[k] * 1e-3) / 1e12);
     }
     printf("attn-rate tc/simt speed-up: %.2fx\n", ms[0] > 0 ? ms[1] / ms[0] : 0.0);
+    if (ms[2] > 0)
+        printf("attn-rate cudnn/tc speed-up: %.2fx (cudnn %.3f ms fwd+bwd; goal <= 0.6 ms)\n",
+               ms[0] / ms[2], ms[2]);
     px_cuda_attention_kernels_set(getenv("PX_CUDA_ATTN"));
     G->mem_free(d_inp); G->mem_free(d_dout); G->mem_free(d_out); G->mem_free(d_dinp);
     G->mem_free(d_lse);
@@ -884,6 +989,7 @@ int main(int argc, char **argv)
         test_attention(2, 128, 128, 2, 1); /* T a multiple of 64 */
     }
     px_cuda_attention_kernels_set(getenv("PX_CUDA_ATTN"));
+    cudnn_round(); /* then cuDNN's fused attention (PX_CUDA_ATTN=cudnn) */
 #endif
     test_moe(300, 8, 2, 96);
     test_moe(77, 4, 1, 33);

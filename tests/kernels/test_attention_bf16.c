@@ -280,6 +280,20 @@ static void test_view(void)
     px_kernel_ops_t none = *K;
     none.attention_block_bf16_backward = NULL;
     CHECK(!px_kernels_with_precision(&none, 1), "a table without bf16 attention has no view");
+    /* the optional backward given out: NULL on the CPU table and its view;
+     * a table offering it (the CUDA one) has it in the view's fp32 slot */
+    CHECK(!K->attention_backward_out && !K->attention_bf16_backward_out && v &&
+               !v->attention_backward_out,
+           "the CPU table offers no attention backward with out");
+    static px_kernel_ops_t with_out;
+    with_out = *K;
+    with_out.attention_bf16_backward_out = (void (*)(float *, float *, const float *,
+                                                     const float *, const float *,
+                                                     const float *, int, int, int, int))1;
+    const px_kernel_ops_t *wv = px_kernels_with_precision(&with_out, 1);
+    CHECK(wv && wv->attention_backward_out == with_out.attention_bf16_backward_out,
+           "bf16 view: attention_backward_out is the bf16 op with out");
+    CHECK(!with_out.attention_backward_out, "the fp32 table itself keeps none");
 }
 
 int main(int argc, char **argv)
