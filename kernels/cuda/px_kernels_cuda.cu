@@ -753,6 +753,7 @@ static const px_kernel_ops_t cuda_ops = {
     .matmul_bf16_backward = px__cuda_matmul_bf16_backward,
     .attention_forward = px__cuda_attention_forward,
     .attention_backward = px__cuda_attention_backward,
+    .attention_backward_out = NULL, /* fp32: no fused backward reading out */
     .attention_block_forward = px__cuda_attention_block_forward,
     .attention_block_backward = px__cuda_attention_block_backward,
     .attention_block_delta = px__cuda_attention_block_delta,
