@@ -515,8 +515,11 @@ int main(int argc, char **argv)
     status = px_train_run_ex(&a.cfg, px_world_comm(pw), on_step, &ctx, &o);
     if (status == PX_OK || status == PX_ERR_ABORTED)
         ret = 0;
-    else
-        px_error("training failed: %s", px_status_str(status));
+    else { /* the last line of the log (what the daemon reports) holds the cause */
+        char first[PX_LOG_FIRST_ERROR_MAX];
+        px_log_first_error(first, sizeof(first));
+        px_error("training failed: %s (first error: %s)", px_status_str(status), first);
+    }
     if (status == PX_OK)
         px_world_finish(pw);
 

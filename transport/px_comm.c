@@ -506,6 +506,26 @@ void px_comm_abort(px_comm_t *comm, const char *reason)
     }
 }
 
+int px_comm_abort_peers(px_comm_t *comm, const char *reason)
+{
+    px_comm_t *w;
+
+    if (!comm)
+        return 0;
+    w = comm->root;
+    /* failing because a peer died or the job was stopped: that news is
+     * theirs to spread (px__verdict_tell at destroy), not an abort of ours */
+    if (w->failed == PX_ERR_PEER_FAILURE || w->failed == PX_ERR_ABORTED)
+        return 0;
+    if (!px__verdict_abort(w, reason))
+        return 0;
+    px_info("comm %u rank %d: aborted the world (told %d peer(s)): %s", w->id, w->rank,
+            w->size - 1, reason && *reason ? reason : "no reason given");
+    /* no goodbye exchange at destroy: the peers are failing, not finishing */
+    w->failed = PX_ERR_ABORTED;
+    return 1;
+}
+
 /* MPI_Comm_split (MPI 4.0, section 7.4.2). One all-gather over the parent
  * of (color, key, next free id): members of a color sort by (key, parent
  * rank); the new communicator's tag id is the largest next free id of all

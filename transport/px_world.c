@@ -127,6 +127,14 @@ void px_world_close(px_world_t *world, int success)
 {
     if (!world)
         return;
+    if (!success && world->comm && px_comm_size(world->comm) > 1) {
+        /* abort the world: the peers fail now, naming us and our first
+         * error, instead of waiting for us until their deadline (and we for
+         * their goodbyes) */
+        char reason[PX_LOG_FIRST_ERROR_MAX];
+        px_log_first_error(reason, sizeof(reason));
+        px_comm_abort_peers(world->comm, reason);
+    }
     px_comm_destroy(world->comm);
     /* the worker goes first: rank 0 waits in px_bootstrap_destroy for every
      * goodbye, and a worker kept alive there without progress stalls the

@@ -8,7 +8,8 @@
  * PX_MASTER_ADDR / PX_MASTER_PORT, px_bootstrap.h), the world communicator,
  * and a check that it has the size the caller expects.
  *
- * Teardown order (px_world_close): the communicator, then the transport
+ * Teardown order (px_world_close): an abort when the rank failed, the
+ * communicator, then the transport
  * (its worker), then, only when the rank finished, the bootstrap's clean
  * close. The worker goes first because rank 0 waits in px_bootstrap_destroy
  * for every rank's goodbye, and a worker kept alive there without progress
@@ -75,7 +76,12 @@ int px_world_size(const px_world_t *world);
 px_status_t px_world_finish(px_world_t *world);
 
 /* Tears the world down in the order above; `success` (the rank finished
- * its work) allows the bootstrap's clean close. NULL is a no-op. */
+ * its work) allows the bootstrap's clean close. Without it the rank aborts
+ * its world first (px_comm_abort_peers, with the first error this process
+ * logged as the reason): every peer fails within one sleep slice naming
+ * this rank and that reason, and nobody waits for anyone's goodbye; a rank
+ * failing because a peer died or the job was stopped sends nothing. NULL
+ * is a no-op. */
 void px_world_close(px_world_t *world, int success);
 
 #endif

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""test_abort.py: a failing rank aborts its world (integration; standalone
+bootstrap, two ranks, as srun / mpirun launch them).
+
+With the default PX_COMM_TIMEOUT_MS (60 s), every case must end on both
+ranks in under LIMIT_S seconds, both exit codes non-zero, and the reason on
+each rank's stderr:
+  1. dump:  rank 0 fails after start-up (--dump-dir under /proc: I/O); rank
+            1 must name rank 0 and "cannot create dump dir".
+  2. device: rank 1 fails after start-up (--device cuda:99, a device no
+            machine has); rank 0 must name rank 1 and its device error.
+  3. kill:  rank 1 is SIGKILLed after its first step; rank 0 must fail
+            naming rank 1 within LIMIT_S of the kill.
+Before the abort, cases 1 and 2 took 60 s (the failing rank's world close
+waited for goodbyes from peers that were waiting for it).
+usage: test_abort.py RANK_BIN MAKE_TOKENS_PY WORKDIR"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from zero_util import free_port, license_tokens  # noqa: E402
+
+LIMIT_S = 5.0
+HANG_S = 20.0  # a rank still running then is killed and the case fails
+
+
+def launch(rank_bin, work, tag, per_rank):
+    port = free_port()
+    procs = []
+    for r, args in enumerate(per_rank):
+        env = dict(os.environ, PX_RANK=str(r), PX_WORLD_SIZE=str(len(per_rank)),
+                   PX_MASTER_ADDR='127.0.0.1', PX_MASTER_PORT=str(port))
+        env.pop('PX_COMM_TIMEOUT_MS', None)  # the default: a deadline must not end it
+        out = open(os.path.join(work, '%s_rank%d.out' % (tag, r)), 'w')
+        err = open(os.path.join(work, '%s_rank%d.err' % (tag, r)), 'w')
+        procs.append((subprocess.Popen([rank_bin] + args, env=env, stdout=out, stderr=err),
+                      out, err))
+    return procs
+
+
+def wait_all(procs, t0):
+    """Exit codes ('hung' past HANG_S) and each rank's seconds since t0."""
+    rcs, took = [], []
+    for p, out, err in procs:
+        try:
+            rcs.append(p.wait(timeout=max(0.1, t0 + HANG_S - time.time())))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            rcs.append('hung')
+        took.append(time.time() - t0)
+        out.close()
+        err.close()
+    return rcs, took
+
+
+def stderr_of(work, tag, r):
+    with open(os.path.join(work, '%s_rank%d.err' % (tag, r))) as f:
+        return f.read()
+
+
+def check(work, tag, rcs, took, want):
+    """want[r]: strings rank r's stderr must hold. Prints one line."""
+    logs = [stderr_of(work, tag, r) for r in range(len(rcs))]
+    missing = [[w for w in want[r] if w not in logs[r]] for r in range(len(rcs))]
+    ok = (all(rc not in (0, 'hung') for rc in rcs) and all(t < LIMIT_S for t in took) and
+          not any(missing))
+    print('%-7s exit %s after %s s, reasons missing %s %s' % (
+        tag, rcs, ['%.2f' % t for t in took], missing, 'ok' if ok else 'FAIL'))
+    if not ok:
+        for r, lg in enumerate(logs):
+            print('--- rank %d stderr (end):\n%s' % (r, lg[-3000:]))
+    return ok
+
+
+def run_case(rank_bin, work, tag, per_rank, want):
+    t0 = time.time()
+    procs = launch(rank_bin, work, tag, per_rank)
+    rcs, took = wait_all(procs, t0)
+    return check(work, tag, rcs, took, want)
+
+
+def main():
+    if len(sys.argv) < 4:
+        print(__doc__)
+        return 2
+    rank_bin, make_tokens, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    data = license_tokens(make_tokens, work)
+    job = ['--layers', '4', '--heads', '4', '--dim', '64', '--seq', '32', '--batch', '8',
+           '--steps', '5', '--data', data]
+    failures = 0
+
+    failures += not run_case(
+        rank_bin, work, 'dump', [job + ['--dump-dir', '/proc/x/d']] * 2,
+        [['cannot create dump dir'],
+         ['rank 0', 'aborted: train: cannot create dump dir /proc/x/d']])
+    failures += not run_case(
+        rank_bin, work, 'device', [job, job + ['--device', 'cuda:99']],
+        [['rank 1: peer failure (it aborted: train: device \'cuda:99\''],
+         ['device \'cuda:99\'']])
+    # a rank killed by a signal: its peers notice the closed connection / pidfd
+    long = [a if a != '5' else '100000' for a in job]
+    procs = launch(rank_bin, work, 'kill', [long, long])
+    deadline = time.time() + 60
+    while time.time() < deadline and 'step 1 ' not in open(
+            os.path.join(work, 'kill_rank1.out')).read():
+        time.sleep(0.05)
+    procs[1][0].send_signal(signal.SIGKILL)
+    t0 = time.time()
+    rcs, took = wait_all(procs, t0)
+    rcs[1] = 1 if rcs[1] == -signal.SIGKILL else rcs[1]  # the victim: killed, as it should be
+    failures += not check(work, 'kill', rcs, took, [['rank 1', 'peer failure'], []])
+
+    print('FAIL (%d)' % failures if failures else 'PASS')
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
