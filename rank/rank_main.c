@@ -497,7 +497,14 @@ int main(int argc, char **argv)
 
     /* daemon mode: the coordinator's rendezvous; otherwise the standalone
      * bootstrap, or alone without a transport */
-    px_world_opts_t wo = {.rank = rank, .size = world};
+    /* the job flags every rank must share, compared at world start so that
+     * a flag given differently is named, not found as a collective's count */
+    char agree[PX_WORLD_AGREE_MAX];
+    if (px_job_config_canon(&a.cfg, agree, sizeof(agree)) < 0) {
+        px_error("the job config does not fit %d bytes", PX_WORLD_AGREE_MAX);
+        goto out_spec;
+    }
+    px_world_opts_t wo = {.rank = rank, .size = world, .agree = agree};
     if (a.coord) {
         PX_CHECK_GOTO(px_rank_link_open(a.coord, a.job, a.rank, a.node, &ctx.link), status, out);
         wo.rendezvous = px_rank_link_world_rendezvous;

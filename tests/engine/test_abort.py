@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""test_abort.py: a failing rank aborts its world (integration; standalone
+"""test_abort.py: a failing rank aborts its world; ranks started with
+different job flags are told so at world start (integration; standalone
 bootstrap, two ranks, as srun / mpirun launch them).
 
 With the default PX_COMM_TIMEOUT_MS (60 s), every case must end on both
@@ -9,9 +10,13 @@ each rank's stderr:
             1 must name rank 0 and "cannot create dump dir".
   2. device: rank 1 fails after start-up (--device cuda:99, a device no
             machine has); rank 0 must name rank 1 and its device error.
-  3. kill:  rank 1 is SIGKILLed after its first step; rank 0 must fail
+  3. seq:   the ranks disagree on --seq; both must name --seq=32 and
+            --seq=16 (not an all-reduce's element counts).
+  4. layout: --tp 2 on rank 0, --cp 2 on rank 1 (the issue's report);
+            both must name --tp with both values.
+  5. kill:  rank 1 is SIGKILLed after its first step; rank 0 must fail
             naming rank 1 within LIMIT_S of the kill.
-Before the abort, cases 1 and 2 took 60 s (the failing rank's world close
+Before the abort, cases 1, 2 and 4 took 60 s (the failing rank's world close
 waited for goodbyes from peers that were waiting for it).
 usage: test_abort.py RANK_BIN MAKE_TOKENS_PY WORKDIR"""
 import os
@@ -27,13 +32,14 @@ LIMIT_S = 5.0
 HANG_S = 20.0  # a rank still running then is killed and the case fails
 
 
-def launch(rank_bin, work, tag, per_rank):
+def launch(rank_bin, work, tag, per_rank, extra_env=None):
     port = free_port()
     procs = []
     for r, args in enumerate(per_rank):
         env = dict(os.environ, PX_RANK=str(r), PX_WORLD_SIZE=str(len(per_rank)),
                    PX_MASTER_ADDR='127.0.0.1', PX_MASTER_PORT=str(port))
         env.pop('PX_COMM_TIMEOUT_MS', None)  # the default: a deadline must not end it
+        env.update(extra_env or {})
         out = open(os.path.join(work, '%s_rank%d.out' % (tag, r)), 'w')
         err = open(os.path.join(work, '%s_rank%d.err' % (tag, r)), 'w')
         procs.append((subprocess.Popen([rank_bin] + args, env=env, stdout=out, stderr=err),
@@ -76,9 +82,9 @@ def check(work, tag, rcs, took, want):
     return ok
 
 
-def run_case(rank_bin, work, tag, per_rank, want):
+def run_case(rank_bin, work, tag, per_rank, want, extra_env=None):
     t0 = time.time()
-    procs = launch(rank_bin, work, tag, per_rank)
+    procs = launch(rank_bin, work, tag, per_rank, extra_env)
     rcs, took = wait_all(procs, t0)
     return check(work, tag, rcs, took, want)
 
@@ -102,6 +108,12 @@ def main():
         rank_bin, work, 'device', [job, job + ['--device', 'cuda:99']],
         [['rank 1: peer failure (it aborted: train: device \'cuda:99\''],
          ['device \'cuda:99\'']])
+    seq16 = [a if a != '32' else '16' for a in job]
+    want = ['different job configs', 'rank 0 has --seq=32, rank 1 has --seq=16']
+    failures += not run_case(rank_bin, work, 'seq', [job, seq16], [want, want])
+    want = ['different job configs', 'rank 0 has --tp=2, rank 1 has --tp=1']
+    failures += not run_case(rank_bin, work, 'layout', [job + ['--tp', '2'], job + ['--cp', '2']],
+                             [want, want])
     # a rank killed by a signal: its peers notice the closed connection / pidfd
     long = [a if a != '5' else '100000' for a in job]
     procs = launch(rank_bin, work, 'kill', [long, long])
