@@ -14,7 +14,10 @@ each rank's stderr:
             --seq=16 (not an all-reduce's element counts).
   4. layout: --tp 2 on rank 0, --cp 2 on rank 1 (the issue's report);
             both must name --tp with both values.
-  5. kill:  rank 1 is SIGKILLed after its first step; rank 0 must fail
+  5. groups: the same with PX_WORLD_CONFIG_CHECK=0: rank 0's group check
+            fails with an invalid argument (it said "internal error"), and
+            rank 1 must name rank 0 and that check.
+  6. kill:  rank 1 is SIGKILLed after its first step; rank 0 must fail
             naming rank 1 within LIMIT_S of the kill.
 Before the abort, cases 1, 2 and 4 took 60 s (the failing rank's world close
 waited for goodbyes from peers that were waiting for it).
@@ -114,6 +117,14 @@ def main():
     want = ['different job configs', 'rank 0 has --tp=2, rank 1 has --tp=1']
     failures += not run_case(rank_bin, work, 'layout', [job + ['--tp', '2'], job + ['--cp', '2']],
                              [want, want])
+    # the same without the world-start comparison: the engine's group check
+    # fails rank 0 (an argument error, not an internal one), which aborts
+    want = ['groups: tp group of rank 0 has 1 ranks, the layout says 2',
+            'training failed: invalid argument']
+    failures += not run_case(rank_bin, work, 'groups', [job + ['--tp', '2'], job + ['--cp', '2']],
+                             [want, ['rank 0', 'aborted: groups: tp group of rank 0']],
+                             {'PX_WORLD_CONFIG_CHECK': '0'})
+
     # a rank killed by a signal: its peers notice the closed connection / pidfd
     long = [a if a != '5' else '100000' for a in job]
     procs = launch(rank_bin, work, 'kill', [long, long])
