@@ -1,9 +1,21 @@
 /* px_bootstrap.c: standalone bootstrap over TCP (torchrun / srun style).
  *
  * Setup (deadline PX_CONNECT_TIMEOUT_MS): rank 0 listens on PX_MASTER_PORT;
- * every other rank connects (retrying while refused) and sends
+ * every other rank connects (retrying while refused). Rank 0 sends each
+ * connection a challenge
+ *   { u32 challenge magic, 16 random bytes (nonce) }
+ * and the rank answers with
  *   hello = { u32 magic, i32 rank, i32 world, u32 addr_len, u32 node_len }
- *           addr bytes, node bytes                       (big-endian ints)
+ *           proof (32 bytes), addr bytes, node bytes      (big-endian ints)
+ * where proof = HMAC-SHA256(job secret, nonce || the 20 hello bytes): the
+ * job secret (PX_JOB_SECRET; the daemon derives one per job from its
+ * cluster token; empty when unset) is proven without being sent. A
+ * connection whose hello does not come within HELLO_MS, has not the magic,
+ * or whose proof is wrong is refused (closed, logged with its address) and
+ * setup goes on waiting for the real ranks: a stranger on the port (a port
+ * scanner, another job's rank, a rogue) can neither take a rank's place nor
+ * stall or crash the job. An authenticated hello that disagrees (world
+ * size, a rank twice) fails setup, as a configuration error.
  * Rank 0 answers each with the whole table, rank by rank:
  *   { u32 addr_len, u32 node_len } addr bytes, node bytes
  * followed by a PX_WATCH_HUP_RANK(0) watch record (px_transport.h), so a
@@ -33,15 +45,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "px_env.h"
 #include "px_log.h"
+#include "px_sha256.h"
 #include "px_time.h"
 
 #define HELLO_MAGIC 0x50584253u /* "PXBS" */
+#define CHALLENGE_MAGIC 0x50584348u /* "PXCH" */
+#define NONCE_BYTES 16
+#define HELLO_BYTES 20
+/* Bound (ms) of a hello after the connection is accepted: the ranks send it
+ * at once; a connection silent this long is not one of them. */
+#define HELLO_MS 3000
 #define PX_BOOT_BYE 0x42594500u /* record kind: clean exit of the sender */
 #define MAX_ADDR (1u << 20)
 #define MAX_NODE 256u
@@ -155,6 +175,63 @@ static px_status_t read_all(int fd, void *buf, size_t len, int64_t deadline)
         len -= (size_t)got;
     }
     return PX_OK;
+}
+
+/* The job secret (borrowed from the environment; "" when unset). Read
+ * with getenv, not the knob table: --print-config must not print it. */
+static const char *job_secret(void)
+{
+    const char *v = getenv("PX_JOB_SECRET");
+    return v ? v : "";
+}
+
+/* proof = HMAC-SHA256(secret, nonce || hello). */
+static void hello_proof(const unsigned char *nonce, const unsigned char *hello,
+                        unsigned char proof[PX_SHA256_BYTES])
+{
+    unsigned char msg[NONCE_BYTES + HELLO_BYTES];
+    const char *secret = job_secret();
+
+    memcpy(msg, nonce, NONCE_BYTES);
+    memcpy(msg + NONCE_BYTES, hello, HELLO_BYTES);
+    px_hmac_sha256(secret, strlen(secret), msg, sizeof(msg), proof);
+}
+
+/* 16 unpredictable bytes (getrandom; /dev/urandom's pool). */
+static px_status_t make_nonce(unsigned char nonce[NONCE_BYTES])
+{
+    size_t have = 0;
+    while (have < NONCE_BYTES) {
+        ssize_t got = getrandom(nonce + have, NONCE_BYTES - have, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return PX_ERR_IO;
+        have += (size_t)got;
+    }
+    return PX_OK;
+}
+
+/* "a.b.c.d:port" of the connection's peer, for the refusal's log line. */
+static void peer_name(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char host[64] = "?";
+    int port = 0;
+
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+            port = ntohs(a->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+            port = ntohs(a->sin6_port);
+        }
+    }
+    snprintf(buf, len, "%s:%d", host, port);
 }
 
 static void put_u32(unsigned char *p, uint32_t v)
@@ -293,14 +370,15 @@ static px_status_t master_setup(px_bootstrap_t *bs, int port, int64_t deadline,
         status = PX_ERR_IO;
         goto out_close;
     }
-    /* accept world-1 connections; read each hello */
+    /* accept world-1 connections; challenge each, read and check its hello */
     while (accepted < bs->world - 1) {
         struct pollfd pfd = {.fd = lfd, .events = POLLIN};
-        unsigned char hello[20];
+        unsigned char hello[HELLO_BYTES], chal[4 + NONCE_BYTES];
+        unsigned char proof[PX_SHA256_BYTES], want[PX_SHA256_BYTES];
         uint32_t alen, nlen;
         int32_t r, w;
-        char *abuf = NULL, nbuf[MAX_NODE + 1];
-        int64_t left = deadline - px_time_mono_ms();
+        char *abuf = NULL, nbuf[MAX_NODE + 1], who[96];
+        int64_t left = deadline - px_time_mono_ms(), hello_end;
         int fd;
 
         if (left <= 0) {
@@ -315,9 +393,33 @@ static px_status_t master_setup(px_bootstrap_t *bs, int port, int64_t deadline,
         if (fd < 0)
             continue;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (read_all(fd, hello, sizeof(hello), deadline) != PX_OK ||
-            get_u32(hello) != HELLO_MAGIC) {
-            px_warn("bootstrap: dropped a connection without a valid hello");
+        peer_name(fd, who, sizeof(who));
+        hello_end = px_time_mono_ms() + HELLO_MS < deadline ? px_time_mono_ms() + HELLO_MS
+                                                            : deadline;
+        put_u32(chal, CHALLENGE_MAGIC);
+        if (make_nonce(chal + 4) != PX_OK) {
+            px_error("bootstrap: no random bytes for the challenge: %s", strerror(errno));
+            close(fd);
+            status = PX_ERR_IO;
+            goto out_close;
+        }
+        if (write_all(fd, chal, sizeof(chal)) != PX_OK ||
+            read_all(fd, hello, sizeof(hello), hello_end) != PX_OK) {
+            px_warn("bootstrap: refused a connection from %s: no hello within %d ms", who,
+                    HELLO_MS);
+            close(fd);
+            continue;
+        }
+        if (get_u32(hello) != HELLO_MAGIC) {
+            px_warn("bootstrap: refused a connection from %s: not a bootstrap hello", who);
+            close(fd);
+            continue;
+        }
+        hello_proof(chal + 4, hello, want);
+        if (read_all(fd, proof, sizeof(proof), hello_end) != PX_OK ||
+            !px_secret_equal(proof, want, sizeof(want))) {
+            px_warn("bootstrap: refused a connection from %s: it does not hold this job's "
+                    "secret (PX_JOB_SECRET)", who);
             close(fd);
             continue;
         }
@@ -386,7 +488,7 @@ static px_status_t worker_setup(px_bootstrap_t *bs, const char *host, int port, 
 {
     struct addrinfo hints, *res = NULL;
     char portstr[16];
-    unsigned char hello[20];
+    unsigned char hello[HELLO_BYTES], chal[4 + NONCE_BYTES], proof[PX_SHA256_BYTES];
     int fd = -1, one = 1, gai;
     px_status_t status;
 
@@ -423,19 +525,41 @@ static px_status_t worker_setup(px_bootstrap_t *bs, const char *host, int port, 
     freeaddrinfo(res);
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     bs->socks[0] = fd;
+    status = read_all(fd, chal, sizeof(chal), deadline);
+    if (status != PX_OK || get_u32(chal) != CHALLENGE_MAGIC) {
+        px_error("bootstrap: rank %d: %s:%d sent no bootstrap challenge (%s)", bs->rank, host,
+                 port, status != PX_OK ? px_status_str(status) : "wrong magic");
+        return status != PX_OK ? status : PX_ERR_IO;
+    }
     put_u32(hello, HELLO_MAGIC);
     put_u32(hello + 4, (uint32_t)bs->rank);
     put_u32(hello + 8, (uint32_t)bs->world);
     put_u32(hello + 12, (uint32_t)len);
     put_u32(hello + 16, (uint32_t)strlen(node));
+    hello_proof(chal + 4, hello, proof);
     status = write_all(fd, hello, sizeof(hello));
+    if (status == PX_OK)
+        status = write_all(fd, proof, sizeof(proof));
     if (status == PX_OK)
         status = write_all(fd, addr, len);
     if (status == PX_OK)
         status = write_all(fd, node, strlen(node));
-    if (status != PX_OK) {
-        px_error("bootstrap: rank %d: sending hello failed", bs->rank);
+    if (status != PX_OK) { /* rank 0 closes as soon as the proof is wrong */
+        px_error("bootstrap: rank %d: sending hello failed: rank 0 closed the connection (it "
+                 "refuses ranks whose PX_JOB_SECRET is not its own)", bs->rank);
         return status;
+    }
+    {
+        /* rank 0 answers with the table, or closes: refused */
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        char c;
+        int64_t left = deadline - px_time_mono_ms();
+        if (poll(&pfd, 1, left > 0 ? (int)left : 0) == 1 &&
+            recv(fd, &c, 1, MSG_PEEK) == 0) {
+            px_error("bootstrap: rank %d: rank 0 refused this rank (its PX_JOB_SECRET is not "
+                     "this rank's)", bs->rank);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
     }
     for (int r = 0; r < bs->world; r++) {
         unsigned char lens[8];
