@@ -66,7 +66,11 @@ int px_transport_cuda_memory(const px_transport_t *transport);
 
 /* Builds the world communicator: `rank` is this process's rank in `table`,
  * `node` its node name. Connects endpoints to every other rank and checks
- * them with a first exchange (PX_CONNECT_TIMEOUT_MS). `watch_fd` (or -1) is
+ * them with a first exchange (PX_CONNECT_TIMEOUT_MS) in which every rank
+ * proves it holds the job's secret (PX_JOB_SECRET, "" when unset: an
+ * HMAC-SHA256 of its wire-up message); a peer without it is refused, the
+ * error names it, and creation fails with PX_ERR_INVALID_ARGUMENT on
+ * every rank that saw it. `watch_fd` (or -1) is
  * a descriptor that becomes readable/hung-up when the job must abort (the
  * standalone bootstrap's socket): waits poll it beside the worker's event fd
  * and return PX_ERR_ABORTED (or PX_ERR_PEER_FAILURE naming the rank, when
