@@ -122,7 +122,7 @@ def main():
     rank_bin, make_tokens, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
     data = license_tokens(make_tokens, work)
-    steps = 60
+    steps = 300
     job = ['--layers', '2', '--heads', '2', '--dim', '32', '--seq', '16', '--batch', '4',
            '--steps', str(steps), '--data', data]
     failures = 0
@@ -171,7 +171,7 @@ def main():
     refused = err0.count('bootstrap: refused a connection from 127.0.0.1')
     secret_refused = err0.count('does not hold this job\'s secret')
     ran = all(('step %d ' % steps) in o for o in outs)
-    ok = rcs == [0, 0] and ran and refused >= 3 and secret_refused == 2
+    ok = rcs == [0, 0] and ran and refused >= 3 and secret_refused == 2 and hit > 0
     print('rogue on the bootstrap (4 connections) and on %d UCX ports: exit %s, all %d steps '
           '%s, %d refusals logged (%d for the secret) %s' % (
               hit, rcs, steps, ran, refused, secret_refused, 'ok' if ok else 'FAIL'))
