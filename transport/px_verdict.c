@@ -70,7 +70,7 @@ struct px__verdict {
     void **reqs;      /* [n] posted receive per peer (NULL: none / taken in) */
     notice_t *in;     /* [n] their notices */
     int *named;       /* [n] world rank peer r says died, -1 none yet */
-    int aborted;      /* a peer's abort notice failed the world (reported once) */
+    int aborted;      /* 1 + the rank whose abort notice came first, 0 none */
     notice_t out;     /* ours: lives with v, as long as its sends may */
     int told;         /* we sent ours */
 };
@@ -134,7 +134,8 @@ static void took_abort(px_comm_t *w, struct px__verdict *v, int r)
         p->why = v->in[r].reason; /* lives until px__verdict_close */
     if (w->first_dead < 0 || w->first_dead == r)
         w->first_dead = r;
-    v->aborted = 1;
+    if (!v->aborted)
+        v->aborted = 1 + r;
     px_debug("comm %u: rank %d aborts: %s", w->id, r, v->in[r].reason);
 }
 
@@ -212,9 +213,12 @@ px_status_t px__verdict_poll(px_comm_t *w)
         take_in(w, v);
     if (!v->aborted)
         return PX_OK;
-    d = w->first_dead;
-    return px__comm_set_error(w, PX_ERR_PEER_FAILURE, "rank %d: peer failure (it aborted: %s)",
-                              d, w->peers[d].why ? w->peers[d].why : "no reason given");
+    d = w->first_dead; /* the aborting rank, unless another had died before */
+    if (d == v->aborted - 1)
+        return px__comm_set_error(w, PX_ERR_PEER_FAILURE,
+                                  "rank %d: peer failure (it aborted: %s)", d, w->peers[d].why);
+    return px__comm_set_error(w, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", d,
+                              w->peers[d].why ? w->peers[d].why : "dead");
 }
 
 /* Sends `out` to every live peer and waits (bounded, TELL_MS, sleeping on
