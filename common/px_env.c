@@ -18,6 +18,7 @@ static px_knob_t knobs[] = {
     {"PX_LOG_LEVEL", "info", "log level: error, warn, info, debug", NULL},
     {"PX_COMM_TIMEOUT_MS", "60000", "deadline of one blocking collective or send/recv (ms)", NULL},
     {"PX_CONNECT_TIMEOUT_MS", "30000", "deadline of the rank rendezvous and endpoint wire-up (ms)", NULL},
+    {"PX_WORLD_CONFIG_CHECK", "1", "1: ranks compare their job flags at world start and name the one that differs; 0: they do not (tests of the collectives' own mismatch checks)", NULL},
     {"PX_ALLREDUCE_CHUNK_BYTES", "1048576", "ring all-reduce pipeline chunk size (bytes)", NULL},
     {"PX_ALGO_ALLREDUCE", "auto", "all-reduce algorithm: auto, ring, rabenseifner, rd (recursive doubling)", NULL},
     {"PX_ALGO_BCAST", "auto", "broadcast algorithm: auto, tree (binomial), ring (scatter + ring all-gather)", NULL},

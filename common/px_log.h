@@ -7,6 +7,7 @@
 #ifndef PX_LOG_H
 #define PX_LOG_H
 
+#include <stddef.h>
 #include <stdio.h>
 #include "px_status.h"
 
@@ -17,6 +18,18 @@ void px_log_set_tag(const char *tag);
 int px_log_enabled(px_log_level_t level);
 void px_log_write(px_log_level_t level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Longest first-error text kept (bytes, with the NUL). */
+#define PX_LOG_FIRST_ERROR_MAX 512
+/* Copies the first ERROR message logged since the start (or the last
+ * px_log_first_error_reset) into buf (`len` bytes, NUL-terminated,
+ * truncated; "" if none). The first function that sees an error logs it
+ * with context, so this is the root cause a failing rank reports to its
+ * peers; the PX_CHECK lines that follow it are not. Any thread. Messages
+ * below the PX_LOG_LEVEL are not seen. */
+void px_log_first_error(char *buf, size_t len);
+/* Forgets the first error (an error that was handled, not fatal). */
+void px_log_first_error_reset(void);
 
 #define px_error(...) px_log_write(PX_LOG_ERROR, __FILE__, __LINE__, __VA_ARGS__)
 #define px_warn(...)  px_log_write(PX_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)

@@ -17,6 +17,11 @@
  * grpc.health.v1 stays open (load balancers and probes carry no token);
  * unknown methods are UNIMPLEMENTED whatever the token.
  *
+ * Each job's ranks also get a secret of their own, PX_JOB_SECRET, derived
+ * from the token and the job id (px_auth_job_secret): they prove it to each
+ * other at their world's wire-up (px_transport.h), so a rank of another job,
+ * or a stranger, is refused on the rank plane; the token itself stays off it.
+ *
  * The comparison is constant-time (px_rpc_secret_equal). A missing or wrong
  * token ends the call UNAUTHENTICATED with a message saying which; nothing
  * about the expected token is revealed. Main (loop) thread only. */
@@ -28,6 +33,7 @@
 #include <sys/stat.h>
 
 #include "px_log.h"
+#include "px_sha256.h"
 
 /* Longest token accepted (bytes). */
 #define PX_AUTH_TOKEN_MAX 4096
@@ -148,4 +154,23 @@ const char *px_auth_ca_file(const px_daemon_t *d)
     if (d->cfg.tls_ca_file)
         return d->cfg.tls_ca_file;
     return d->cfg.tls_cert_file; /* a self-signed cluster certificate is its own CA */
+}
+
+int px_auth_job_secret(const px_daemon_t *d, const char *job_id, char *hex, size_t len)
+{
+    static const char label[] = "parallax job secret ";
+    uint8_t mac[PX_SHA256_BYTES];
+    char msg[sizeof(label) + 256];
+    int n;
+
+    if (!d->token || !job_id || len < 2 * PX_SHA256_BYTES + 1)
+        return -1;
+    n = snprintf(msg, sizeof(msg), "%s%s", label, job_id);
+    if (n < 0 || (size_t)n >= sizeof(msg))
+        return -1;
+    px_hmac_sha256(d->token, strlen(d->token), msg, (size_t)n, mac);
+    for (int i = 0; i < PX_SHA256_BYTES; i++)
+        snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+    explicit_bzero(mac, sizeof(mac));
+    return 0;
 }

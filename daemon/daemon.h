@@ -273,6 +273,15 @@ px_status_t px_auth_channel_create(px_daemon_t *d, const char *target, int peer_
                                    px_rpc_channel_t **channel_p);
 /* CA file verifying the other daemons' certificates, or NULL: no TLS. */
 const char *px_auth_ca_file(const px_daemon_t *d);
+/* Environment variable through which a rank gets its job's secret (the
+ * bootstrap's and the wire-up's proof, px_bootstrap.h / px_transport.h). */
+#define PX_AUTH_JOB_SECRET_ENV "PX_JOB_SECRET"
+/* The secret of job `job_id`: hex(HMAC-SHA256(cluster token, "parallax job
+ * secret " job_id)), 64 hex digits into hex (at least 65 bytes). Every
+ * daemon of the cluster derives the same one for a job, and it says nothing
+ * about the token or another job's secret. Returns 0, or -1 when the
+ * daemon has no token (ranks then run without a secret, as before). */
+int px_auth_job_secret(const px_daemon_t *d, const char *job_id, char *hex, size_t len);
 
 /* ------------------------------------------------------------ validate.c */
 

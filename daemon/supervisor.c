@@ -359,6 +359,7 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
     char num[32][32], bnum[8][32], dir[1024], spec_path[1100], env_dev[64], env_cvd[64];
     char env_owner[sizeof(d->state_dir_real) + 32];
     char *env_token = NULL, *env_ca = NULL;
+    char env_secret[sizeof(PX_AUTH_JOB_SECRET_ENV "=") + 2 * 32 + 1];
     char *args[64], *env[256], self_exe[PATH_MAX] = "";
     const char *blas_env[2];
     int n_blas;
@@ -426,6 +427,7 @@ common_args:
             strncmp(*e, PX_AUTH_RANK_ENV "=", sizeof(PX_AUTH_RANK_ENV)) &&
             strncmp(*e, "PX_TLS_CA_FILE=", 15) && strncmp(*e, "PX_BLAS_CORE_REJECTED=", 22) &&
             strncmp(*e, PXD_RANK_OWNER_ENV "=", sizeof(PXD_RANK_OWNER_ENV)) &&
+            strncmp(*e, PX_AUTH_JOB_SECRET_ENV "=", sizeof(PX_AUTH_JOB_SECRET_ENV)) &&
             !(n_blas && (!strncmp(*e, "OPENBLAS_CORETYPE=", 18) ||
                          !strncmp(*e, "PX_BLAS_CORE_SET=", 17))))
             env[ne++] = *e;
@@ -443,6 +445,11 @@ common_args:
      * by its own user and root via /proc, never shown by ps). */
     if (d->token && asprintf(&env_token, "%s=%s", PX_AUTH_RANK_ENV, d->token) > 0)
         env[ne++] = env_token;
+    /* the job's own secret (auth.c), which its ranks prove to each other */
+    memcpy(env_secret, PX_AUTH_JOB_SECRET_ENV "=", sizeof(PX_AUTH_JOB_SECRET_ENV));
+    if (px_auth_job_secret(d, req->job_id, env_secret + sizeof(PX_AUTH_JOB_SECRET_ENV),
+                           sizeof(env_secret) - sizeof(PX_AUTH_JOB_SECRET_ENV)) == 0)
+        env[ne++] = env_secret;
     if (px_auth_ca_file(d) && asprintf(&env_ca, "PX_TLS_CA_FILE=%s", px_auth_ca_file(d)) > 0)
         env[ne++] = env_ca;
     env[ne++] = (char *)"OPENBLAS_NUM_THREADS=1";
@@ -492,6 +499,7 @@ common_args:
         explicit_bzero(env_token, strlen(env_token));
         free(env_token);
     }
+    explicit_bzero(env_secret, sizeof(env_secret));
     free(env_ca);
     if (ret != 0) {
         snprintf(errbuf, errlen, "spawn of %s failed: %s", d->rank_bin, uv_strerror(ret));

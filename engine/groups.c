@@ -31,14 +31,14 @@ static px_status_t check_group(const px_groups_t *g, px_group_kind_t kind, const
     if (px_comm_size(c) != n) {
         px_error("groups: %s group of rank %d has %d ranks, the layout says %d",
                  px_group_name(kind), g->rank, px_comm_size(c), n);
-        return PX_ERR_INTERNAL;
+        return PX_ERR_INVALID_ARGUMENT; /* ranks started with different layouts */
     }
     for (int i = 0; i < n; i++)
         if (px_comm_world_rank(c, i) != members[i]) {
             px_error("groups: %s group of rank %d: member %d is world rank %d, the layout "
                      "says %d", px_group_name(kind), g->rank, i, px_comm_world_rank(c, i),
                      members[i]);
-            return PX_ERR_INTERNAL;
+            return PX_ERR_INVALID_ARGUMENT;
         }
     return PX_OK;
 }

@@ -5,6 +5,7 @@
 #include "jobflags.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "pipesched.h"
 
@@ -114,4 +115,60 @@ int px_job_flag_apply(const px_job_flag_t *f, unsigned where, const char *s,
         return cfg->precision < 0 ? p->bad_name(p->arg, flag, s) : 0;
     }
     return p->bad_name(p->arg, flag, s);
+}
+
+int px_job_config_canon(const px_job_config_t *cfg, char *buf, size_t len)
+{
+    size_t off = 0;
+
+    if (!buf || !len)
+        return -1;
+    buf[0] = '\0';
+    for (size_t i = 0; i < px_job_flags_n; i++) {
+        const px_job_flag_t *f = &px_job_flags[i];
+        const char *field = (const char *)cfg + f->offset;
+        char val[256];
+        int n;
+
+        /* where the data and files lie may differ from node to node */
+        if (f->kind == PX_JOB_FLAG_PATH || !strcmp(f->name, "data") ||
+            !strcmp(f->name, "val-data"))
+            continue;
+        switch (f->kind) {
+        case PX_JOB_FLAG_INT:
+        case PX_JOB_FLAG_SET:
+            snprintf(val, sizeof(val), "%d", *(const int *)(const void *)field);
+            break;
+        case PX_JOB_FLAG_FLOAT: /* %a: exact, so equal text is equal bits */
+            snprintf(val, sizeof(val), "%.9g (%a)", (double)*(const float *)(const void *)field,
+                     (double)*(const float *)(const void *)field);
+            break;
+        case PX_JOB_FLAG_U64:
+            snprintf(val, sizeof(val), "%llu",
+                     (unsigned long long)*(const uint64_t *)(const void *)field);
+            break;
+        case PX_JOB_FLAG_STR:
+        case PX_JOB_FLAG_PATH: {
+            const char *v = *(const char *const *)(const void *)field;
+            snprintf(val, sizeof(val), "%s", v ? v : "");
+            for (char *c = val; *c; c++)
+                if (*c == '\n')
+                    *c = ' '; /* one line per flag */
+            break;
+        }
+        case PX_JOB_FLAG_SCHEDULE:
+            snprintf(val, sizeof(val), "%s", px_pipe_schedule_name(cfg->schedule));
+            break;
+        case PX_JOB_FLAG_PRECISION:
+            snprintf(val, sizeof(val), "%s", px_job_config_precision_name(cfg->precision));
+            break;
+        default:
+            val[0] = '\0';
+        }
+        n = snprintf(buf + off, len - off, "--%s=%s\n", f->name, val);
+        if (n < 0 || (size_t)n >= len - off)
+            return -1;
+        off += (size_t)n;
+    }
+    return (int)off;
 }

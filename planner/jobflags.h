@@ -79,4 +79,14 @@ typedef struct {
 int px_job_flag_apply(const px_job_flag_t *f, unsigned where, const char *s,
                       px_job_config_t *cfg, const px_job_flag_parsers_t *p);
 
+/* The job's configuration as every rank of one world must hold it: one line
+ * "--NAME=VALUE\n" per job flag of the table, in table order (floats as
+ * "%.9g (%a)", exact; schedule and precision by name), leaving out the
+ * flags that name files (PATH flags, --data, --val-data: where they lie may
+ * differ between nodes). Ranks compare it at world start (px_world.h) so
+ * that a flag given differently is named with both values. Writes at most
+ * `len` bytes into buf (NUL-terminated); returns the text's length, or -1
+ * if it does not fit (4 KiB always does). */
+int px_job_config_canon(const px_job_config_t *cfg, char *buf, size_t len);
+
 #endif

@@ -497,7 +497,14 @@ int main(int argc, char **argv)
 
     /* daemon mode: the coordinator's rendezvous; otherwise the standalone
      * bootstrap, or alone without a transport */
-    px_world_opts_t wo = {.rank = rank, .size = world};
+    /* the job flags every rank must share, compared at world start so that
+     * a flag given differently is named, not found as a collective's count */
+    char agree[PX_WORLD_AGREE_MAX];
+    if (px_job_config_canon(&a.cfg, agree, sizeof(agree)) < 0) {
+        px_error("the job config does not fit %d bytes", PX_WORLD_AGREE_MAX);
+        goto out_spec;
+    }
+    px_world_opts_t wo = {.rank = rank, .size = world, .agree = agree};
     if (a.coord) {
         PX_CHECK_GOTO(px_rank_link_open(a.coord, a.job, a.rank, a.node, &ctx.link), status, out);
         wo.rendezvous = px_rank_link_world_rendezvous;
@@ -515,8 +522,11 @@ int main(int argc, char **argv)
     status = px_train_run_ex(&a.cfg, px_world_comm(pw), on_step, &ctx, &o);
     if (status == PX_OK || status == PX_ERR_ABORTED)
         ret = 0;
-    else
-        px_error("training failed: %s", px_status_str(status));
+    else { /* the last line of the log (what the daemon reports) holds the cause */
+        char first[PX_LOG_FIRST_ERROR_MAX];
+        px_log_first_error(first, sizeof(first));
+        px_error("training failed: %s (first error: %s)", px_status_str(status), first);
+    }
     if (status == PX_OK)
         px_world_finish(pw);
 

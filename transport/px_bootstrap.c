@@ -1,9 +1,22 @@
 /* px_bootstrap.c: standalone bootstrap over TCP (torchrun / srun style).
  *
  * Setup (deadline PX_CONNECT_TIMEOUT_MS): rank 0 listens on PX_MASTER_PORT;
- * every other rank connects (retrying while refused) and sends
+ * every other rank connects (retrying while refused). Rank 0 sends each
+ * connection a challenge
+ *   { u32 challenge magic, 16 random bytes (nonce) }
+ * and the rank answers with
  *   hello = { u32 magic, i32 rank, i32 world, u32 addr_len, u32 node_len }
- *           addr bytes, node bytes                       (big-endian ints)
+ *           proof (32 bytes), addr bytes, node bytes      (big-endian ints)
+ * where proof = HMAC-SHA256(job secret, nonce || the 20 hello bytes): the
+ * job secret (PX_JOB_SECRET; the daemon derives one per job from its
+ * cluster token; empty when unset) is proven without being sent. A
+ * connection whose hello does not come within HELLO_MS, has not the magic,
+ * or whose proof is wrong is refused (closed, logged with its address) and
+ * setup goes on waiting for the real ranks: a stranger on the port (a port
+ * scanner, another job's rank, a rogue) can neither take a rank's place nor
+ * stall or crash the job. Rank 0 judges up to MAX_PENDING connections at
+ * once (one poll), so a silent one delays nobody. An authenticated hello that disagrees (world
+ * size, a rank twice) fails setup, as a configuration error.
  * Rank 0 answers each with the whole table, rank by rank:
  *   { u32 addr_len, u32 node_len } addr bytes, node bytes
  * followed by a PX_WATCH_HUP_RANK(0) watch record (px_transport.h), so a
@@ -33,15 +46,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "px_env.h"
 #include "px_log.h"
+#include "px_sha256.h"
 #include "px_time.h"
 
 #define HELLO_MAGIC 0x50584253u /* "PXBS" */
+#define CHALLENGE_MAGIC 0x50584348u /* "PXCH" */
+#define NONCE_BYTES 16
+#define HELLO_BYTES 20
+/* Bound (ms) of a hello after the connection is accepted: the ranks send it
+ * at once; a connection silent this long is not one of them. */
+#define HELLO_MS 3000
+/* Connections rank 0 judges at once; more wait in the listen backlog. */
+#define MAX_PENDING 64
 #define PX_BOOT_BYE 0x42594500u /* record kind: clean exit of the sender */
 #define MAX_ADDR (1u << 20)
 #define MAX_NODE 256u
@@ -157,6 +180,63 @@ static px_status_t read_all(int fd, void *buf, size_t len, int64_t deadline)
     return PX_OK;
 }
 
+/* The job secret (borrowed from the environment; "" when unset). Read
+ * with getenv, not the knob table: --print-config must not print it. */
+static const char *job_secret(void)
+{
+    const char *v = getenv("PX_JOB_SECRET");
+    return v ? v : "";
+}
+
+/* proof = HMAC-SHA256(secret, nonce || hello). */
+static void hello_proof(const unsigned char *nonce, const unsigned char *hello,
+                        unsigned char proof[PX_SHA256_BYTES])
+{
+    unsigned char msg[NONCE_BYTES + HELLO_BYTES];
+    const char *secret = job_secret();
+
+    memcpy(msg, nonce, NONCE_BYTES);
+    memcpy(msg + NONCE_BYTES, hello, HELLO_BYTES);
+    px_hmac_sha256(secret, strlen(secret), msg, sizeof(msg), proof);
+}
+
+/* 16 unpredictable bytes (getrandom; /dev/urandom's pool). */
+static px_status_t make_nonce(unsigned char nonce[NONCE_BYTES])
+{
+    size_t have = 0;
+    while (have < NONCE_BYTES) {
+        ssize_t got = getrandom(nonce + have, NONCE_BYTES - have, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return PX_ERR_IO;
+        have += (size_t)got;
+    }
+    return PX_OK;
+}
+
+/* "a.b.c.d:port" of the connection's peer, for the refusal's log line. */
+static void peer_name(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char host[64] = "?";
+    int port = 0;
+
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+            port = ntohs(a->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+            port = ntohs(a->sin6_port);
+        }
+    }
+    snprintf(buf, len, "%s:%d", host, port);
+}
+
 static void put_u32(unsigned char *p, uint32_t v)
 {
     v = htonl(v);
@@ -268,19 +348,145 @@ static px_status_t table_put(px_addr_table_t *table, int r, const void *addr, si
     return PX_OK;
 }
 
+/* A connection rank 0 accepted and challenged, whose hello is not judged
+ * yet. */
+typedef struct {
+    int fd;                  /* -1: decided (refused, or taken as a rank) */
+    int64_t end;             /* ms (monotonic): refused when its hello is not in by then */
+    unsigned char nonce[NONCE_BYTES];
+    unsigned char in[HELLO_BYTES + PX_SHA256_BYTES]; /* hello, then proof */
+    size_t have;
+    char who[96];            /* its address, for the log */
+} pending_t;
+
+static void refuse(pending_t *p, const char *why)
+{
+    px_warn("bootstrap: refused a connection from %s: %s", p->who, why);
+    close(p->fd);
+    p->fd = -1;
+}
+
+/* Accepts one connection into *p and sends it the challenge. PX_OK (p
+ * filled), PX_INPROGRESS (nothing to take: a connection that went away),
+ * or PX_ERR_IO (no random bytes). */
+static px_status_t challenge(int lfd, pending_t *p, int64_t now)
+{
+    unsigned char chal[4 + NONCE_BYTES];
+    int one = 1;
+
+    memset(p, 0, sizeof(*p));
+    p->fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (p->fd < 0)
+        return PX_INPROGRESS;
+    setsockopt(p->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    peer_name(p->fd, p->who, sizeof(p->who));
+    p->end = now + HELLO_MS;
+    if (make_nonce(p->nonce) != PX_OK) {
+        px_error("bootstrap: no random bytes for the challenge: %s", strerror(errno));
+        close(p->fd);
+        return PX_ERR_IO;
+    }
+    put_u32(chal, CHALLENGE_MAGIC);
+    memcpy(chal + 4, p->nonce, NONCE_BYTES);
+    /* 20 bytes into a new socket's empty buffer: never blocks */
+    if (write_all(p->fd, chal, sizeof(chal)) != PX_OK) {
+        refuse(p, "it closed before the challenge");
+        return PX_INPROGRESS;
+    }
+    return PX_OK;
+}
+
+/* An authenticated hello: checks it against the world (a mismatch is a
+ * configuration error: fails setup) and reads the rank's address and node
+ * name into the table; the socket becomes socks[rank]. */
+static px_status_t admit(px_bootstrap_t *bs, pending_t *p, int64_t deadline,
+                         px_addr_table_t *table)
+{
+    int32_t r = (int32_t)get_u32(p->in + 4), w = (int32_t)get_u32(p->in + 8);
+    uint32_t alen = get_u32(p->in + 12), nlen = get_u32(p->in + 16);
+    char *abuf, nbuf[MAX_NODE + 1];
+    px_status_t status;
+
+    if (w != bs->world || r <= 0 || r >= bs->world || bs->socks[r] >= 0 || alen > MAX_ADDR ||
+        nlen > MAX_NODE) {
+        px_error("bootstrap: bad hello from %s (rank %d, world %d, expected world %d%s)", p->who,
+                 r, w, bs->world, r > 0 && r < bs->world && bs->socks[r] >= 0 ?
+                 "; that rank is already connected" : "");
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    abuf = malloc(alen ? alen : 1);
+    if (!abuf)
+        return PX_ERR_NO_MEMORY;
+    status = read_all(p->fd, abuf, alen, deadline);
+    if (status == PX_OK)
+        status = read_all(p->fd, nbuf, nlen, deadline);
+    if (status != PX_OK)
+        px_error("bootstrap: rank %d's hello was cut short", r);
+    else
+        status = table_put(table, r, abuf, alen, nbuf, nlen);
+    free(abuf);
+    if (status == PX_OK) {
+        bs->socks[r] = p->fd;
+        p->fd = -1;
+    }
+    return status;
+}
+
+/* Reads what a pending connection sent (`revents` from poll) and decides
+ * it when it can: refused (junk, a wrong proof, closed, or its time is up)
+ * or admitted (*accepted + 1). Errors: admit's, which end setup. */
+static px_status_t judge(px_bootstrap_t *bs, pending_t *p, short revents, int64_t now,
+                         int64_t deadline, px_addr_table_t *table, int *accepted)
+{
+    unsigned char want[PX_SHA256_BYTES];
+    px_status_t status;
+
+    if (revents) {
+        ssize_t got = recv(p->fd, p->in + p->have, sizeof(p->in) - p->have, MSG_DONTWAIT);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+            refuse(p, "it closed before its hello");
+            return PX_OK;
+        }
+        if (got > 0)
+            p->have += (size_t)got;
+    }
+    if (p->have >= 4 && get_u32(p->in) != HELLO_MAGIC) {
+        refuse(p, "not a bootstrap hello");
+        return PX_OK;
+    }
+    if (p->have < sizeof(p->in)) {
+        if (now >= p->end) {
+            char why[64];
+            snprintf(why, sizeof(why), "no hello within %d ms", HELLO_MS);
+            refuse(p, why);
+        }
+        return PX_OK;
+    }
+    hello_proof(p->nonce, p->in, want);
+    if (!px_secret_equal(want, p->in + HELLO_BYTES, sizeof(want))) {
+        refuse(p, "it does not hold this job's secret (PX_JOB_SECRET)");
+        return PX_OK;
+    }
+    status = admit(bs, p, deadline, table);
+    if (status != PX_OK)
+        return status; /* p->fd closed with the others at out_close */
+    (*accepted)++;
+    return PX_OK;
+}
+
 static px_status_t master_setup(px_bootstrap_t *bs, int port, int64_t deadline,
                                 px_addr_table_t *table)
 {
     struct sockaddr_in sa;
-    int one = 1, lfd, accepted = 0;
+    int one = 1, lfd, accepted = 0, npend = 0;
     px_status_t status = PX_OK;
-    int *pending = calloc((size_t)bs->world, sizeof(int));
+    pending_t *pend = calloc(MAX_PENDING, sizeof(*pend));
 
-    if (!pending)
+    if (!pend)
         return PX_ERR_NO_MEMORY;
     lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (lfd < 0) {
-        free(pending);
+        free(pend);
         return PX_ERR_IO;
     }
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -293,68 +499,49 @@ static px_status_t master_setup(px_bootstrap_t *bs, int port, int64_t deadline,
         status = PX_ERR_IO;
         goto out_close;
     }
-    /* accept world-1 connections; read each hello */
+    /* accept world-1 connections; challenge each and judge its hello, all
+     * of them at once (a silent stranger delays nobody) */
     while (accepted < bs->world - 1) {
-        struct pollfd pfd = {.fd = lfd, .events = POLLIN};
-        unsigned char hello[20];
-        uint32_t alen, nlen;
-        int32_t r, w;
-        char *abuf = NULL, nbuf[MAX_NODE + 1];
-        int64_t left = deadline - px_time_mono_ms();
-        int fd;
+        struct pollfd fds[1 + MAX_PENDING];
+        int64_t now = px_time_mono_ms(), wake = deadline;
+        int n = 0;
 
-        if (left <= 0) {
+        if (now >= deadline) {
             px_error("bootstrap: only %d of %d ranks connected before the deadline", accepted + 1,
                      bs->world);
             status = PX_ERR_TIMEOUT;
             goto out_close;
         }
-        if (poll(&pfd, 1, (int)left) <= 0)
-            continue;
-        fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0)
-            continue;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (read_all(fd, hello, sizeof(hello), deadline) != PX_OK ||
-            get_u32(hello) != HELLO_MAGIC) {
-            px_warn("bootstrap: dropped a connection without a valid hello");
-            close(fd);
-            continue;
+        fds[0].fd = lfd;
+        fds[0].events = npend < MAX_PENDING ? POLLIN : 0;
+        for (int i = 0; i < npend; i++) {
+            fds[1 + i].fd = pend[i].fd;
+            fds[1 + i].events = POLLIN;
+            wake = pend[i].end < wake ? pend[i].end : wake;
         }
-        r = (int32_t)get_u32(hello + 4);
-        w = (int32_t)get_u32(hello + 8);
-        alen = get_u32(hello + 12);
-        nlen = get_u32(hello + 16);
-        if (w != bs->world || r <= 0 || r >= bs->world || bs->socks[r] >= 0 || alen > MAX_ADDR ||
-            nlen > MAX_NODE) {
-            px_error("bootstrap: bad hello (rank %d, world %d, expected world %d)", r, w,
-                     bs->world);
-            close(fd);
-            status = PX_ERR_INVALID_ARGUMENT;
-            goto out_close;
-        }
-        abuf = malloc(alen ? alen : 1);
-        if (!abuf) {
-            close(fd);
-            status = PX_ERR_NO_MEMORY;
-            goto out_close;
-        }
-        if (read_all(fd, abuf, alen, deadline) != PX_OK ||
-            read_all(fd, nbuf, nlen, deadline) != PX_OK) {
-            free(abuf);
-            close(fd);
-            px_error("bootstrap: rank %d's hello was cut short", r);
+        if (poll(fds, 1 + (nfds_t)npend, (int)(wake > now ? wake - now : 0)) < 0 &&
+            errno != EINTR) {
             status = PX_ERR_IO;
             goto out_close;
         }
-        status = table_put(table, r, abuf, alen, nbuf, nlen);
-        free(abuf);
-        if (status != PX_OK) {
-            close(fd);
-            goto out_close;
+        now = px_time_mono_ms();
+        for (int i = 0; i < npend; i++) {
+            status = judge(bs, &pend[i], fds[1 + i].revents, now, deadline, table, &accepted);
+            if (status != PX_OK)
+                goto out_close;
         }
-        bs->socks[r] = fd;
-        accepted++;
+        for (int i = 0; i < npend; i++) /* keep those still undecided */
+            if (pend[i].fd >= 0)
+                pend[n++] = pend[i];
+        npend = n;
+        if (fds[0].revents & POLLIN) {
+            status = challenge(lfd, &pend[npend], now);
+            if (status == PX_OK)
+                npend++;
+            else if (status != PX_INPROGRESS)
+                goto out_close;
+            status = PX_OK;
+        }
     }
     /* send the table to everyone */
     for (int dst = 1; dst < bs->world && status == PX_OK; dst++) {
@@ -375,8 +562,10 @@ static px_status_t master_setup(px_bootstrap_t *bs, int port, int64_t deadline,
             px_error("bootstrap: sending the table to rank %d failed", dst);
     }
 out_close:
+    for (int i = 0; i < npend; i++)
+        close(pend[i].fd);
     close(lfd);
-    free(pending);
+    free(pend);
     return status;
 }
 
@@ -386,7 +575,7 @@ static px_status_t worker_setup(px_bootstrap_t *bs, const char *host, int port, 
 {
     struct addrinfo hints, *res = NULL;
     char portstr[16];
-    unsigned char hello[20];
+    unsigned char hello[HELLO_BYTES], chal[4 + NONCE_BYTES], proof[PX_SHA256_BYTES];
     int fd = -1, one = 1, gai;
     px_status_t status;
 
@@ -423,19 +612,41 @@ static px_status_t worker_setup(px_bootstrap_t *bs, const char *host, int port, 
     freeaddrinfo(res);
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     bs->socks[0] = fd;
+    status = read_all(fd, chal, sizeof(chal), deadline);
+    if (status != PX_OK || get_u32(chal) != CHALLENGE_MAGIC) {
+        px_error("bootstrap: rank %d: %s:%d sent no bootstrap challenge (%s)", bs->rank, host,
+                 port, status != PX_OK ? px_status_str(status) : "wrong magic");
+        return status != PX_OK ? status : PX_ERR_IO;
+    }
     put_u32(hello, HELLO_MAGIC);
     put_u32(hello + 4, (uint32_t)bs->rank);
     put_u32(hello + 8, (uint32_t)bs->world);
     put_u32(hello + 12, (uint32_t)len);
     put_u32(hello + 16, (uint32_t)strlen(node));
+    hello_proof(chal + 4, hello, proof);
     status = write_all(fd, hello, sizeof(hello));
+    if (status == PX_OK)
+        status = write_all(fd, proof, sizeof(proof));
     if (status == PX_OK)
         status = write_all(fd, addr, len);
     if (status == PX_OK)
         status = write_all(fd, node, strlen(node));
-    if (status != PX_OK) {
-        px_error("bootstrap: rank %d: sending hello failed", bs->rank);
+    if (status != PX_OK) { /* rank 0 closes as soon as the proof is wrong */
+        px_error("bootstrap: rank %d: sending hello failed: rank 0 closed the connection (it "
+                 "refuses ranks whose PX_JOB_SECRET is not its own)", bs->rank);
         return status;
+    }
+    {
+        /* rank 0 answers with the table, or closes: refused */
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        char c;
+        int64_t left = deadline - px_time_mono_ms();
+        if (poll(&pfd, 1, left > 0 ? (int)left : 0) == 1 &&
+            recv(fd, &c, 1, MSG_PEEK) == 0) {
+            px_error("bootstrap: rank %d: rank 0 refused this rank (its PX_JOB_SECRET is not "
+                     "this rank's)", bs->rank);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
     }
     for (int r = 0; r < bs->world; r++) {
         unsigned char lens[8];

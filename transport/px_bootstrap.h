@@ -2,8 +2,11 @@
  * style). Reads PX_RANK, PX_WORLD_SIZE, PX_MASTER_ADDR (default 127.0.0.1),
  * PX_MASTER_PORT and PX_NODE (default: hostname). Rank 0 listens on the
  * master port, every other rank connects (retrying until
- * PX_CONNECT_TIMEOUT_MS), sends its UCX address and node name, and gets the
- * whole table back.
+ * PX_CONNECT_TIMEOUT_MS), proves it holds the job's secret (PX_JOB_SECRET,
+ * "" when unset; an HMAC of rank 0's challenge, the secret never travels),
+ * sends its UCX address and node name, and gets the whole table back.
+ * Connections that do not prove the secret are refused and logged; setup
+ * goes on (px_bootstrap.c).
  *
  * The TCP connections stay open for the job's life: when a rank dies, rank 0
  * sees its socket close and tells every other rank "rank R died" (or closes

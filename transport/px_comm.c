@@ -22,6 +22,7 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@
 #include "px_env.h"
 #include "px_log.h"
 #include "px_ipc.h"
+#include "px_sha256.h"
 #include "px_shm.h"
 #include "px_time.h"
 
@@ -45,7 +47,20 @@ typedef struct {
     int32_t size;
     int32_t pid;    /* for same-node death detection (pidfd) */
     int32_t pad;
+    /* HMAC-SHA256(PX_JOB_SECRET, the 24 bytes above): the sender holds this
+     * job's secret (a rank of another job in the table is refused) */
+    uint8_t proof[PX_SHA256_BYTES];
 } wireup_msg_t;
+
+/* The proof of a wire-up message (fields above it, as sent). */
+static void wireup_proof(const wireup_msg_t *m, uint8_t proof[PX_SHA256_BYTES])
+{
+    const char *secret = getenv("PX_JOB_SECRET"); /* not a knob: never printed */
+
+    if (!secret)
+        secret = "";
+    px_hmac_sha256(secret, strlen(secret), m, offsetof(wireup_msg_t, proof), proof);
+}
 
 static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
@@ -111,13 +126,15 @@ static px_status_t create_eps(px_comm_t *comm, const px_addr_table_t *table)
 static px_status_t wireup(px_comm_t *comm)
 {
     int64_t deadline = px_time_mono_ms() + px_env_int("PX_CONNECT_TIMEOUT_MS");
-    wireup_msg_t mine = {WIREUP_MAGIC, comm->id, comm->rank, comm->size, (int32_t)getpid(), 0};
+    wireup_msg_t mine = {WIREUP_MAGIC, comm->id, comm->rank, comm->size, (int32_t)getpid(), 0,
+                         {0}};
     wireup_msg_t *theirs = calloc((size_t)comm->size, sizeof(*theirs));
     px__op_t *op;
     px_status_t status = PX_OK;
 
     if (!theirs)
         return PX_ERR_NO_MEMORY;
+    wireup_proof(&mine, mine.proof);
     for (int r = 0; r < comm->size; r++) {
         if (r == comm->rank)
             continue;
@@ -139,6 +156,19 @@ static px_status_t wireup(px_comm_t *comm)
                                         "expected rank %d of %d (comm %u)",
                                         r, theirs[r].rank, theirs[r].size, theirs[r].comm_id, r,
                                         comm->size, comm->id);
+            goto out_free;
+        }
+    }
+    for (int r = 0; r < comm->size; r++) {
+        uint8_t want[PX_SHA256_BYTES];
+        if (r == comm->rank)
+            continue;
+        wireup_proof(&theirs[r], want);
+        if (!px_secret_equal(want, theirs[r].proof, sizeof(want))) {
+            status = px__comm_set_error(comm, PX_ERR_INVALID_ARGUMENT,
+                                        "rank %d (pid %d, node %s): refused: its wire-up does "
+                                        "not prove this job's secret (PX_JOB_SECRET)",
+                                        r, theirs[r].pid, comm->nodes[r]);
             goto out_free;
         }
     }
@@ -504,6 +534,26 @@ void px_comm_abort(px_comm_t *comm, const char *reason)
     if (write(comm->abort_efd, &one, sizeof(one)) < 0) {
         /* counter saturated: already readable */
     }
+}
+
+int px_comm_abort_peers(px_comm_t *comm, const char *reason)
+{
+    px_comm_t *w;
+
+    if (!comm)
+        return 0;
+    w = comm->root;
+    /* failing because a peer died or the job was stopped: that news is
+     * theirs to spread (px__verdict_tell at destroy), not an abort of ours */
+    if (w->failed == PX_ERR_PEER_FAILURE || w->failed == PX_ERR_ABORTED)
+        return 0;
+    if (!px__verdict_abort(w, reason))
+        return 0;
+    px_info("comm %u rank %d: aborted the world (told %d peer(s)): %s", w->id, w->rank,
+            w->size - 1, reason && *reason ? reason : "no reason given");
+    /* no goodbye exchange at destroy: the peers are failing, not finishing */
+    w->failed = PX_ERR_ABORTED;
+    return 1;
 }
 
 /* MPI_Comm_split (MPI 4.0, section 7.4.2). One all-gather over the parent

@@ -376,8 +376,12 @@ static px_status_t check_world(px_comm_t *w)
     if (w->news_us && now - w->news_us < NEWS_US)
         return PX_OK;
     w->news_us = now;
-    /* the watch fd first: it names the rank that died first; pidfds name
-     * local ranks that exited; the UCX callback marks failed endpoints */
+    /* a peer's abort notice first: sent before its exit, it says why; then
+     * the watch fd: it names the rank that died first; pidfds name local
+     * ranks that exited; the UCX callback marks failed endpoints */
+    status = px__verdict_poll(w);
+    if (status != PX_OK)
+        return status;
     if (w->watch_fd >= 0 && !w->watch_closed) {
         status = read_watch(w);
         if (status != PX_OK)

@@ -66,7 +66,11 @@ int px_transport_cuda_memory(const px_transport_t *transport);
 
 /* Builds the world communicator: `rank` is this process's rank in `table`,
  * `node` its node name. Connects endpoints to every other rank and checks
- * them with a first exchange (PX_CONNECT_TIMEOUT_MS). `watch_fd` (or -1) is
+ * them with a first exchange (PX_CONNECT_TIMEOUT_MS) in which every rank
+ * proves it holds the job's secret (PX_JOB_SECRET, "" when unset: an
+ * HMAC-SHA256 of its wire-up message); a peer without it is refused, the
+ * error names it, and creation fails with PX_ERR_INVALID_ARGUMENT on
+ * every rank that saw it. `watch_fd` (or -1) is
  * a descriptor that becomes readable/hung-up when the job must abort (the
  * standalone bootstrap's socket): waits poll it beside the worker's event fd
  * and return PX_ERR_ABORTED (or PX_ERR_PEER_FAILURE naming the rank, when
@@ -98,6 +102,19 @@ const char *px_comm_last_error(const px_comm_t *comm);
 /* Makes every pending and future operation on `comm` return PX_ERR_ABORTED.
  * Safe from any thread (writes to an eventfd the waits poll). */
 void px_comm_abort(px_comm_t *comm, const char *reason);
+
+/* This rank fails on its own (a bad argument, I/O, CUDA, memory, a
+ * deadline): tells every rank of `comm`'s world, as MPI_Abort and
+ * ncclCommAbort do, so that their pending and later waits on the world and
+ * every split of it return PX_ERR_PEER_FAILURE naming this rank and
+ * `reason` (borrowed for the call; at most 247 bytes are sent) within one
+ * sleep slice, instead of running into their deadline. Waits at most
+ * 200 ms for the notices to leave; afterwards `comm`'s world is failed
+ * (px_comm_destroy closes without the goodbye exchange). Does nothing, and
+ * returns 0, when the world already failed on a peer's death or an abort
+ * (that news is spread at destroy) or when it was already called; 1 when
+ * the notices went out. The thread using the communicator. */
+int px_comm_abort_peers(px_comm_t *comm, const char *reason);
 
 /* Tagged point-to-point, blocking with deadline. `bytes` may be 0. The tag
  * space is private to the communicator (collectives use their own bits).

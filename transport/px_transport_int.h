@@ -418,6 +418,19 @@ void px__verdict_settle(px_comm_t *w);
  * die, once, waiting at most 200 ms for the sends; call before its
  * endpoints are closed. */
 void px__verdict_tell(px_comm_t *w);
+/* Longest abort reason a notice carries (bytes, with the NUL). */
+#define PX__ABORT_REASON_MAX 248
+/* Takes in the notices that arrived (no progress); when one is a peer's
+ * abort, fails `w` (sticky) with PX_ERR_PEER_FAILURE naming that peer and
+ * its reason and returns it, else PX_OK. Cheap: one status check per peer
+ * with a notice outstanding. */
+px_status_t px__verdict_poll(px_comm_t *w);
+/* This rank aborts: sends every live peer of world `w` an abort notice
+ * carrying `reason` (copied, truncated to PX__ABORT_REASON_MAX - 1),
+ * waiting at most 200 ms for the sends. Once per communicator, and not
+ * after px__verdict_tell; returns 1 if the notices went out, 0 if not
+ * (no peers, or already told). */
+int px__verdict_abort(px_comm_t *w, const char *reason);
 /* Cancels the posted receives and frees the state; after the endpoints
  * are closed (a pending notice send reads it until then). */
 void px__verdict_close(px_comm_t *w);

@@ -30,24 +30,39 @@
  * of test_transport kill_late with PX_SHM=0 named rank 1 (peer mode and
  * the shared-memory path: none in 60).
  *
+ * The same channel carries a rank's abort (px_comm_abort_peers, as
+ * MPI_Abort / ncclCommAbort): a rank that fails on its own (bad argument,
+ * I/O, CUDA, memory, a deadline) sends every peer an abort notice { magic,
+ * its rank, its reason } before it closes, and does not wait for their
+ * goodbyes. A peer takes notices in while it checks the world
+ * (px__verdict_poll, every check_world of px_progress.c, so within one sleep
+ * slice of a wait); an abort notice fails the whole world communicator (and
+ * so every wait on it and its splits) with PX_ERR_PEER_FAILURE naming the
+ * sender and its reason. The notice is sent before the sender exits, so it
+ * is taken in before the sender's exit is seen (as above), and the reason,
+ * not "its process exited", is what the survivors report.
+ *
  * World communicators only (sub-communicators name ranks through the
  * world's records). The thread using the communicator. */
 #include "px_transport_int.h"
 
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "px_log.h"
 #include "px_time.h"
 
-#define NOTICE_MAGIC 0x50585644u /* "PXVD" */
+#define NOTICE_MAGIC 0x50585644u /* "PXVD": the sender saw `dead` die first */
+#define ABORT_MAGIC 0x50584142u  /* "PXAB": the sender (`dead`) aborts, for `reason` */
 #define NOTICE_LOW 2u            /* low tag word: 0 wire-up, 1 goodbye, 2 notice */
 #define TELL_MS 200              /* bound of the wait for our notices to leave */
 
 typedef struct {
     uint32_t magic;
-    int32_t dead; /* world rank the sender saw die first */
+    int32_t dead; /* world rank the sender saw die first; the sender itself (abort) */
+    char reason[PX__ABORT_REASON_MAX]; /* abort: the sender's error, NUL-terminated */
 } notice_t;
 
 struct px__verdict {
@@ -55,6 +70,7 @@ struct px__verdict {
     void **reqs;      /* [n] posted receive per peer (NULL: none / taken in) */
     notice_t *in;     /* [n] their notices */
     int *named;       /* [n] world rank peer r says died, -1 none yet */
+    int aborted;      /* 1 + the rank whose abort notice came first, 0 none */
     notice_t out;     /* ours: lives with v, as long as its sends may */
     int told;         /* we sent ours */
 };
@@ -100,6 +116,29 @@ px_status_t px__verdict_listen(px_comm_t *w)
     return PX_OK;
 }
 
+static void send_to_all(px_comm_t *w, struct px__verdict *v);
+
+/* Rank r's abort notice: r is dead for us, for its own reason (which
+ * replaces a "process exited" seen first), and the world fails naming it
+ * unless a rank already died before (that one stays the one named). */
+static void took_abort(px_comm_t *w, struct px__verdict *v, int r)
+{
+    px__peer_t *p = &w->peers[r];
+
+    v->in[r].reason[sizeof(v->in[r].reason) - 1] = '\0';
+    if (!v->in[r].reason[0])
+        snprintf(v->in[r].reason, sizeof(v->in[r].reason), "no reason given");
+    if (!p->failed)
+        px__peer_dead(w, r, v->in[r].reason);
+    else if (w->first_dead == r || w->first_dead < 0)
+        p->why = v->in[r].reason; /* lives until px__verdict_close */
+    if (w->first_dead < 0 || w->first_dead == r)
+        w->first_dead = r;
+    if (!v->aborted)
+        v->aborted = 1 + r;
+    px_debug("comm %u: rank %d aborts: %s", w->id, r, v->in[r].reason);
+}
+
 /* Takes in the notices that have completed (no progress). */
 static void take_in(px_comm_t *w, struct px__verdict *v)
 {
@@ -117,6 +156,8 @@ static void take_in(px_comm_t *w, struct px__verdict *v)
             v->in[r].dead < w->size && v->in[r].dead != r) {
             v->named[r] = v->in[r].dead;
             px_debug("comm %u: rank %d says rank %d died first", w->id, r, v->named[r]);
+        } else if (st == UCS_OK && v->in[r].magic == ABORT_MAGIC && v->in[r].dead == r) {
+            took_abort(w, v, r);
         }
     }
 }
@@ -152,17 +193,46 @@ void px__verdict_settle(px_comm_t *w)
 void px__verdict_tell(px_comm_t *w)
 {
     struct px__verdict *v = w->verdict;
-    void **reqs;
-    int64_t end = px_time_mono_ms() + TELL_MS;
 
     if (!v || v->told || w->first_dead < 0)
         return;
     v->told = 1;
-    reqs = calloc((size_t)w->size, sizeof(*reqs));
-    if (!reqs)
-        return;
     v->out.magic = NOTICE_MAGIC;
     v->out.dead = w->first_dead;
+    send_to_all(w, v);
+}
+
+px_status_t px__verdict_poll(px_comm_t *w)
+{
+    struct px__verdict *v = w->verdict;
+    int d;
+
+    if (!v)
+        return PX_OK;
+    if (!v->aborted)
+        take_in(w, v);
+    if (!v->aborted)
+        return PX_OK;
+    d = w->first_dead; /* the aborting rank, unless another had died before */
+    if (d == v->aborted - 1)
+        return px__comm_set_error(w, PX_ERR_PEER_FAILURE,
+                                  "rank %d: peer failure (it aborted: %s)", d, w->peers[d].why);
+    return px__comm_set_error(w, PX_ERR_PEER_FAILURE, "rank %d: peer failure (%s)", d,
+                              w->peers[d].why ? w->peers[d].why : "dead");
+}
+
+/* Sends `out` to every live peer and waits (bounded, TELL_MS, sleeping on
+ * the worker's event fd) until the sends have left. A send still pending
+ * at the bound is released to UCX: the forced close that follows completes
+ * it, and v->out outlives the endpoints (px__verdict_close runs after
+ * them). */
+static void send_to_all(px_comm_t *w, struct px__verdict *v)
+{
+    void **reqs = calloc((size_t)w->size, sizeof(*reqs));
+    int64_t end = px_time_mono_ms() + TELL_MS;
+
+    if (!reqs)
+        return;
     for (int r = 0; r < w->size; r++) {
         ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
                                      .datatype = ucp_dt_make_contig(1)};
@@ -176,9 +246,6 @@ void px__verdict_tell(px_comm_t *w)
         if (UCS_PTR_IS_PTR(req))
             reqs[r] = req;
     }
-    /* wait (bounded) until they have left; one still pending at the bound is
-     * released to UCX: the forced close that follows completes it, and
-     * v->out outlives the endpoints (px__verdict_close runs after them) */
     for (int r = 0; r < w->size; r++) {
         while (reqs[r] && ucp_request_check_status(reqs[r]) == UCS_INPROGRESS &&
                px_time_mono_ms() < end) {
@@ -192,6 +259,21 @@ void px__verdict_tell(px_comm_t *w)
             ucp_request_free(reqs[r]);
     }
     free(reqs);
+}
+
+int px__verdict_abort(px_comm_t *w, const char *reason)
+{
+    struct px__verdict *v = w->verdict;
+
+    if (!v || v->told)
+        return 0;
+    v->told = 1;
+    memset(&v->out, 0, sizeof(v->out));
+    v->out.magic = ABORT_MAGIC;
+    v->out.dead = w->rank;
+    snprintf(v->out.reason, sizeof(v->out.reason), "%s", reason && *reason ? reason : "");
+    send_to_all(w, v);
+    return 1;
 }
 
 void px__verdict_close(px_comm_t *w)

@@ -6,9 +6,13 @@
  * px_world_open (the communicator copies it). The rank's one thread. */
 #include "px_world.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "px_bootstrap.h"
+#include "px_coll.h"
+#include "px_env.h"
 #include "px_launcher.h"
 #include "px_log.h"
 
@@ -60,6 +64,79 @@ out_table:
     return status;
 }
 
+/* The line of `text` that starts at `p`, without its newline, into out. */
+static void line_at(const char *p, char *out, size_t len)
+{
+    size_t n = strcspn(p, "\n");
+    snprintf(out, len, "%.*s", (int)n, p);
+}
+
+/* The first line where texts a and b differ, compared key by key (the part
+ * before '='): *la / *lb get the two lines ("" for one missing). Returns 0
+ * when they are equal. */
+static int first_difference(const char *a, const char *b, char *la, char *lb, size_t len)
+{
+    while (*a || *b) {
+        size_t na = strcspn(a, "\n"), nb = strcspn(b, "\n");
+        if (na != nb || memcmp(a, b, na)) {
+            line_at(a, la, len);
+            line_at(b, lb, len);
+            return 1;
+        }
+        a += na + (a[na] == '\n');
+        b += nb + (b[nb] == '\n');
+    }
+    return 0;
+}
+
+/* Every rank's `agree` text (an all-gather of fixed slots); every rank
+ * finds the same first difference, so every rank fails with the same
+ * message. */
+static px_status_t check_agree(px_world_t *w, const char *agree)
+{
+    size_t len = strlen(agree);
+    char *all, la[256], lb[256];
+    int bad = -1, ndiff = 0;
+    px_coll_opts_t co = {.timeout_ms = (int)px_env_int("PX_CONNECT_TIMEOUT_MS")};
+    px_status_t status;
+
+    if (len >= PX_WORLD_AGREE_MAX) {
+        px_error("world: the job config text has %zu bytes, more than %d", len,
+                 PX_WORLD_AGREE_MAX - 1);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    all = calloc((size_t)w->size + 1, PX_WORLD_AGREE_MAX);
+    if (!all)
+        return PX_ERR_NO_MEMORY;
+    memcpy(all + (size_t)w->size * PX_WORLD_AGREE_MAX, agree, len); /* the send slot */
+    status = px_allgather(w->comm, all + (size_t)w->size * PX_WORLD_AGREE_MAX, all,
+                          PX_WORLD_AGREE_MAX, PX_UINT8, &co);
+    if (status != PX_OK) {
+        px_error("world: exchanging the job config failed: %s (%s)", px_status_str(status),
+                 px_comm_last_error(w->comm));
+        goto out;
+    }
+    for (int r = 1; r < w->size; r++) {
+        char *t = all + (size_t)r * PX_WORLD_AGREE_MAX;
+        t[PX_WORLD_AGREE_MAX - 1] = '\0';
+        if (bad >= 0) {
+            ndiff += strcmp(all, t) != 0;
+        } else if (first_difference(all, t, la, lb, sizeof(la))) {
+            ndiff++;
+            bad = r;
+        }
+    }
+    if (bad >= 0) {
+        px_error("world: ranks were started with different job configs: rank 0 has %s, rank %d "
+                 "has %s%s", la[0] ? la : "(nothing)", bad, lb[0] ? lb : "(nothing)",
+                 ndiff > 1 ? " (more ranks differ from rank 0)" : "");
+        status = PX_ERR_MISMATCH;
+    }
+out:
+    free(all);
+    return status;
+}
+
 px_status_t px_world_open(const px_world_opts_t *opts, px_world_t **world_p)
 {
     px_world_t *w;
@@ -85,6 +162,8 @@ px_status_t px_world_open(const px_world_opts_t *opts, px_world_t **world_p)
         status = PX_ERR_MISMATCH;
         goto err_destroy;
     }
+    if (opts->agree && w->size > 1 && px_env_int("PX_WORLD_CONFIG_CHECK"))
+        PX_CHECK_GOTO(check_agree(w, opts->agree), status, err_destroy);
 out_ok:
     *world_p = w;
     return PX_OK;
@@ -127,6 +206,14 @@ void px_world_close(px_world_t *world, int success)
 {
     if (!world)
         return;
+    if (!success && world->comm && px_comm_size(world->comm) > 1) {
+        /* abort the world: the peers fail now, naming us and our first
+         * error, instead of waiting for us until their deadline (and we for
+         * their goodbyes) */
+        char reason[PX_LOG_FIRST_ERROR_MAX];
+        px_log_first_error(reason, sizeof(reason));
+        px_comm_abort_peers(world->comm, reason);
+    }
     px_comm_destroy(world->comm);
     /* the worker goes first: rank 0 waits in px_bootstrap_destroy for every
      * goodbye, and a worker kept alive there without progress stalls the

@@ -8,7 +8,8 @@
  * PX_MASTER_ADDR / PX_MASTER_PORT, px_bootstrap.h), the world communicator,
  * and a check that it has the size the caller expects.
  *
- * Teardown order (px_world_close): the communicator, then the transport
+ * Teardown order (px_world_close): an abort when the rank failed, the
+ * communicator, then the transport
  * (its worker), then, only when the rank finished, the bootstrap's clean
  * close. The worker goes first because rank 0 waits in px_bootstrap_destroy
  * for every rank's goodbye, and a worker kept alive there without progress
@@ -42,7 +43,18 @@ typedef struct px_world_opts {
      * transport (px_comm_create_self); 0 = no transport and no
      * communicator at all (px_world_comm returns NULL) */
     int self_when_alone;
+    /* NULL, or text every rank of the world must hold identically (the
+     * job's configuration: "--NAME=VALUE" lines, px_job_config_canon),
+     * borrowed for px_world_open, at most PX_WORLD_AGREE_MAX - 1 bytes. The
+     * ranks compare it right after the communicator is up; on a difference
+     * every rank fails with PX_ERR_MISMATCH naming the first differing line
+     * of the lowest rank that differs from rank 0, with both values.
+     * PX_WORLD_CONFIG_CHECK=0 skips the comparison. */
+    const char *agree;
 } px_world_opts_t;
+
+/* Largest `agree` text (bytes, with the NUL). */
+#define PX_WORLD_AGREE_MAX 4096
 
 /* The world's shape from the standalone bootstrap's environment: first,
  * with neither PX_RANK nor PX_WORLD_SIZE set, a launcher's variables
@@ -55,9 +67,10 @@ px_status_t px_world_env(int *rank_p, int *size_p);
 /* Brings the world up as the header says. Collective with every other rank
  * of the world (their rendezvous / bootstrap must run too). Deadlines: the
  * rendezvous's own, PX_CONNECT_TIMEOUT_MS for the bootstrap and the
- * communicator's wire-up. Errors: the failing step's (logged with this
- * rank's number), PX_ERR_MISMATCH when the communicator's size is not
- * opts->size, PX_ERR_INVALID_ARGUMENT for a bad rank / size. On failure
+ * communicator's wire-up (and for the `agree` exchange). Errors: the
+ * failing step's (logged with this rank's number), PX_ERR_MISMATCH when the
+ * communicator's size is not opts->size or the ranks' `agree` texts differ,
+ * PX_ERR_INVALID_ARGUMENT for a bad rank / size or a too long `agree`. On failure
  * everything is released except a bootstrap connection, which is left for
  * the process exit to hang up (see above): the caller should exit. */
 px_status_t px_world_open(const px_world_opts_t *opts, px_world_t **world_p);
@@ -75,7 +88,12 @@ int px_world_size(const px_world_t *world);
 px_status_t px_world_finish(px_world_t *world);
 
 /* Tears the world down in the order above; `success` (the rank finished
- * its work) allows the bootstrap's clean close. NULL is a no-op. */
+ * its work) allows the bootstrap's clean close. Without it the rank aborts
+ * its world first (px_comm_abort_peers, with the first error this process
+ * logged as the reason): every peer fails within one sleep slice naming
+ * this rank and that reason, and nobody waits for anyone's goodbye; a rank
+ * failing because a peer died or the job was stopped sends nothing. NULL
+ * is a no-op. */
 void px_world_close(px_world_t *world, int success);
 
 #endif

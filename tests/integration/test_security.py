@@ -16,7 +16,9 @@ Debian's python3-grpcio as the raw client.
 5. max-message-bytes 1 MiB: a 2 MiB request is RESOURCE_EXHAUSTED.
 6. A dp=2 job over both nodes completes with tokens on (ranks reach their
    coordinator's Peer service with the token from their environment, which
-   never appears on their command line).
+   never appears on their command line; both nodes give the job's ranks
+   the same PX_JOB_SECRET, HMAC(token, job id), which they prove to each
+   other at wire-up).
 7. pctl submit --max-restarts reaches JobSpec.max_restarts.
 8. ListJobs on either daemon lists both nodes' jobs (local_only lists one
    node's); with the other daemon SIGSTOPped the answer still comes within
@@ -26,6 +28,8 @@ Debian's python3-grpcio as the raw client.
    dp=2 job; a plaintext client gets no answer from the Peer port, a TLS
    client that trusts the certificate does.
 Exit 77 when parallax-rank was not built."""
+import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -279,6 +283,12 @@ def main():
                 if b"parallax-rank" in cmd:
                     assert token.encode() not in cmd, "token on a rank's command line"
                     assert b"PX_CLUSTER_TOKEN=" + token.encode() in envb.split(b"\0")
+                    # the job's own secret, derived from the token and the
+                    # job id (auth.c), which its ranks prove at wire-up
+                    want = hmac.new(token.encode(), b"parallax job secret " + job_id.encode(),
+                                    hashlib.sha256).hexdigest().encode()
+                    assert b"PX_JOB_SECRET=" + want in envb.split(b"\0"), \
+                        [e for e in envb.split(b"\0") if e.startswith(b"PX_JOB_SECRET")]
                     seen_cmdline += 1
             if pc.job_state(j) in ("COMPLETED", "FAILED", "CANCELLED"):
                 break

@@ -728,11 +728,42 @@ static void test_jobflags(void)
     CHECK(aliases == 0, "pctl's --clip alias not registered");
 }
 
+/* The canonical job text ranks compare at world start: one line per flag
+ * that must agree, a changed flag changes exactly its line, file paths are
+ * left out (they may differ between nodes), floats are exact. */
+static void test_canon(void)
+{
+    px_job_config_t a, b;
+    char ta[4096], tb[4096];
+    int la, lb;
+
+    px_job_config_defaults(&a);
+    a.layers = 4, a.heads = 4, a.dim = 64, a.seq = 32, a.batch = 8, a.steps = 5;
+    a.data_path = "/node-a/tokens.bin";
+    b = a;
+    b.data_path = "/node-b/tokens.bin";
+    b.checkpoint_dir = "/node-b/ckpt";
+    la = px_job_config_canon(&a, ta, sizeof(ta));
+    lb = px_job_config_canon(&b, tb, sizeof(tb));
+    EXPECT(la > 0 && la == lb && !strcmp(ta, tb), "paths changed the text:\n%s\n%s", ta, tb);
+    EXPECT(strstr(ta, "--seq=32\n") && strstr(ta, "--tp=1\n") && strstr(ta, "--schedule=") &&
+           !strstr(ta, "--data=") && !strstr(ta, "--checkpoint-dir="), "text:\n%s", ta);
+    b.seq = 16;
+    px_job_config_canon(&b, tb, sizeof(tb));
+    EXPECT(strstr(tb, "--seq=16\n") && strcmp(ta, tb), "--seq 16 not in:\n%s", tb);
+    b = a;
+    b.lr = nextafterf(a.lr, 1.0f); /* one ulp: a different run */
+    px_job_config_canon(&b, tb, sizeof(tb));
+    EXPECT(strcmp(ta, tb) != 0, "lr one ulp apart gave the same text");
+    EXPECT(px_job_config_canon(&a, ta, 16) == -1, "a 16-byte buffer did not fail");
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
         {"defaults", test_defaults}, {"check", test_check}, {"flags", test_flags},
-        {"data", test_data}, {"jobspec", test_jobspec}, {"jobflags", test_jobflags}};
+        {"data", test_data}, {"jobspec", test_jobspec}, {"jobflags", test_jobflags},
+        {"canon", test_canon}};
     const char *which = argc > 1 ? argv[1] : "all";
     const char *t = getenv("TMPDIR");
     int ran = 0;

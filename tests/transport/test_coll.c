@@ -23,6 +23,9 @@
  *                         sub-communicator, destroy) and 20 x (a second world
  *                         communicator: endpoints, wire-up, pidfds; destroy):
  *                         file descriptors, communicators and RSS do not grow
+ *   test_coll secret N    a second world connects when its ranks share
+ *                         PX_JOB_SECRET and is refused on every rank when
+ *                         rank 1 holds another; the first world still works
  *
  * Reference: each rank fills its input from (rank, index, op) with small
  * integers, so every result is exact in every dtype; the expected output is
@@ -806,6 +809,36 @@ static px_status_t world_again(px_launch_rank_t *ctx, px_comm_t **comm_p)
     return status;
 }
 
+/* The world wire-up admits only ranks of this job: a second world whose
+ * ranks hold the same PX_JOB_SECRET connects; one where rank 1 holds
+ * another is refused on both sides (PX_ERR_INVALID_ARGUMENT), and the first
+ * world still works afterwards. */
+static int rank_secret(px_launch_rank_t *ctx)
+{
+    px_comm_t *again = NULL;
+    px_status_t status;
+    float x = 1.0f;
+
+    setenv("PX_JOB_SECRET", "this job", 1);
+    CALL("world with one secret", world_again(ctx, &again));
+    px_comm_destroy(again);
+    again = NULL;
+    CALL("barrier", px_barrier(ctx->comm, -1));
+    setenv("PX_JOB_SECRET", ctx->rank == 1 ? "another job" : "this job", 1);
+    status = world_again(ctx, &again);
+    if (status != PX_ERR_INVALID_ARGUMENT) {
+        px_comm_destroy(again);
+        FAIL("world with rank 1 of another job: %s, want invalid argument (refused)",
+             px_status_str(status));
+    }
+    setenv("PX_JOB_SECRET", "this job", 1);
+    CALL("all-reduce after the refusal", px_allreduce(ctx->comm, &x, &x, 1, PX_FLOAT32, PX_SUM,
+                                                       -1));
+    if (x != (float)ctx->world)
+        FAIL("all-reduce after the refusal: %g", x);
+    return 0;
+}
+
 static int rank_leak(px_launch_rank_t *ctx)
 {
     int fds0 = 0, comms0 = 0;
@@ -899,6 +932,8 @@ int main(int argc, char **argv)
         failed = px_launch(n, rank_exitrace, NULL, &opts, NULL);
     else if (!strcmp(what, "leak"))
         failed = px_launch(n, rank_leak, NULL, &opts, NULL);
+    else if (!strcmp(what, "secret"))
+        failed = px_launch(n, rank_secret, NULL, &opts, NULL);
     else {
         fprintf(stderr, "usage: %s matrix|leak N | mismatch4\n", argv[0]);
         return 2;
