@@ -118,7 +118,8 @@ px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_
                                 int accum, const unsigned char *held, int slots,
                                 px_moe_t **moe_p);
 /* Parameter elements of px_moe_create_stage's state: px_moe_rank_params
- * for the held MoE layers only. */
+ * for the held MoE layers only (planner/model.h px_model_moe_stage_params,
+ * the rule the plan counts). */
 uint64_t px_moe_stage_params(const px_moe_config_t *cfg, int ep, const unsigned char *held);
 void px_moe_destroy(px_moe_t *moe); /* NULL no-op */
 const px_moe_config_t *px_moe_config(const px_moe_t *moe);
