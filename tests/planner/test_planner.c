@@ -145,6 +145,20 @@ static void test_check(void)
     REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "seq=30 is not divisible by tp=4 (sequence parallelism");
     c.sequence_parallel = 0;
     ACCEPT(&c, PX_JOBCFG_LAYOUT_ONLY);
+    /* with context parallelism the tensor group splits each rank's B x
+     * seq/cp tokens: seq 24 over cp 2 is 12 tokens a sequence, one sequence
+     * a micro-batch, which tp 8 cannot split (the engine's gpt.c refuses it
+     * at start) though seq % tp = 0; two sequences a micro-batch can */
+    base(&c);
+    c.layout = (px_layout_t){1, 8, 1, 2, 1};
+    c.heads = 8;
+    c.dim = 64;
+    c.seq = 24;
+    c.batch = 1;
+    c.sequence_parallel = 1;
+    REJECT(&c, 0, "a micro-batch of 1 x seq=24/cp=2 tokens per rank is not divisible by tp=8");
+    c.batch = 2;
+    ACCEPT(&c, 0);
     base(&c);
     c.layout.pp = 3;
     REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "layers=2 is fewer than pp=3 pipeline stages");
