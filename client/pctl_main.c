@@ -42,6 +42,7 @@ static const pctl_command_t commands[] = {
      "                   [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
      "                   [--export-safetensors FILE] [--max-restarts N] [--follow] [--json]\n"
      "                   [--val-data FILE | --no-val] [--eval-every N] [--eval-batches K]\n"
+     "                   [--dry-run]\n"
      "\n"
      "Submits a GPT training job and prints its id.\n"
      "  --data FILE        token file (llm.c layout, see `pctl data prepare`); sent as an\n"
@@ -103,6 +104,9 @@ static const pctl_command_t commands[] = {
      "  --eval-every N     validation loss every N steps and after the last (default\n"
      "                     steps/10; 0: after the last only)\n"
      "  --eval-batches K   fixed validation batches of --batch sequences (default 4)\n"
+     "  --dry-run          check the job with the daemon's validator here and submit\n"
+     "                     nothing: \"valid\" (exit 0) or the rule it breaks (exit 2);\n"
+     "                     placement and memory are checked when it is submitted\n"
      "  --follow           watch the job until it ends; exit 0 only if it completed\n"
      "  --json             print {\"job_id\": ...} (with --follow: the final job)\n",
      pctl_cmd_submit},
