@@ -64,6 +64,17 @@ void pctl_job_defaults(px_job_config_t *cfg);
 int pctl_job_flag_apply(const char *cmd, const px_job_flag_t *f, const char *value,
                         px_job_config_t *cfg);
 
+/* pctl plan's usage line (its --help starts with it). */
+#define PCTL_PLAN_USAGE                                                                      \
+    "usage: pctl plan [JOB FLAGS of pctl submit] [--params N] [--paper]\n"                   \
+    "                 [--optimizer-bytes-per-param K] [--device cpu|cuda|sim]\n"             \
+    "                 [--nodes N] [--devices-per-node K] [--ranks] [--print-schedule]\n"     \
+    "                 [--json]\n"
+
+/* pctl plan's --help: its own flags, then the job flags' help generated
+ * from the shared table (jobflags.h). */
+int pctl_plan_help(void);
+
 /* The channel to ctx->server (created on first use). */
 px_rpc_channel_t *pctl_channel(pctl_ctx_t *ctx);
 
