@@ -2,7 +2,8 @@
 """test_plan_engine.py: `pctl plan` per rank is the plan the engine lays out (integration).
 
 For each layout (dp with ZeRO 1-3, tp + sequence parallelism, pp with 1F1B,
-zb1 and interleaved, cp, experts over ep, bf16, a cp x dp ZeRO-3 mix) a
+zb1 and interleaved, cp, experts over ep, bf16, a cp x dp ZeRO-3 mix, tp
+with bf16 on the simulated device) a
 standalone world of parallax-rank trains one step; every rank reports its
 plan by category in its metrics (the figures `pctl mem` shows as "plan"),
 and rank 0 logs its "plan per rank" line. The plan of that rank's ZeRO
@@ -39,6 +40,10 @@ CASES = [
                 '--zero', '1']),
     ('bf16', 2, ['--dp', '2', '--batch', '4', '--zero', '2', '--precision', 'bf16']),
     ('dp2cp2z3', 4, ['--dp', '2', '--cp', '2', '--batch', '4', '--zero', '3']),
+    # the simulated device (its buffers device memory, the cpu ops): pctl plan
+    # and parallax-rank both take --device
+    ('sim_tp2bf16', 2, ['--tp', '2', '--batch', '2', '--zero', '1', '--precision', 'bf16',
+                        '--device', 'sim']),
 ]
 
 CATS = (('params', 'params_bytes'), ('grads', 'grads_bytes'), ('optimizer', 'optimizer_bytes'),
@@ -54,6 +59,7 @@ def main():
     rank_bin, pctl, make_tokens, work = sys.argv[1:5]
     only = sys.argv[5:]
     os.makedirs(work, exist_ok=True)
+    os.environ['PX_SIM_DEVICE'] = '1'  # the simulated device is for tests (px_kernels_select)
     data = license_tokens(make_tokens, work)
     failures = 0
     for name, world, flags in CASES:
