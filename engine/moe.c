@@ -273,12 +273,6 @@ static int held_moe_layers(const px_moe_config_t *cfg, const unsigned char *held
     return n;
 }
 
-uint64_t px_moe_stage_params(const px_moe_config_t *cfg, int ep, const unsigned char *held)
-{
-    px_model_moe_t m = model_of(cfg);
-    return px_model_moe_stage_params(&m, ep, held); /* the plan's rule (model.h) */
-}
-
 px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
                                 px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size,
                                 int accum, const unsigned char *held, int slots,

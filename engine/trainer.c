@@ -16,7 +16,8 @@
  * mean), the global grad norm, and AdamW after clipping (as
  * torch.nn.utils.clip_grad_norm_) with warm-up + cosine on this rank's
  * slice, parameters re-gathered where replicated. Memory is laid out by
- * plan.h and tagged (memacct.h). */
+ * the plan (planner/jobplan.h px_plan_job, the recipe pctl plan and the
+ * daemon's memory check share) and tagged (memacct.h). */
 #include "trainer.h"
 
 #include <cblas.h>
