@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "jobflags.h"
 #include "layout.h"
 #include "parallax.pb-c.h"
 #include "px_rpc.h"
@@ -50,6 +51,29 @@ int pctl_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t mi
                    uint64_t *out_p);
 int pctl_parse_float(const char *cmd, const char *flag, const char *s, double min, double max,
                      double *out_p);
+
+/* The job's defaults as pctl submits them: the planner's
+ * (px_job_config_defaults) with the quickstart model's size and run length
+ * (layers 4, heads 4, dim 128, seq 128, batch 16, steps 300). `pctl submit`
+ * and `pctl plan` start from them, so both read the same job. */
+void pctl_job_defaults(px_job_config_t *cfg);
+
+/* Applies job flag f (jobflags.h) with `value` (NULL for a flag without
+ * one) to cfg, with pctl's parsers: a bad value is a usage error of
+ * command `cmd` naming the flag. PCTL_EXIT_OK or PCTL_EXIT_USAGE (printed). */
+int pctl_job_flag_apply(const char *cmd, const px_job_flag_t *f, const char *value,
+                        px_job_config_t *cfg);
+
+/* pctl plan's usage line (its --help starts with it). */
+#define PCTL_PLAN_USAGE                                                                      \
+    "usage: pctl plan [JOB FLAGS of pctl submit] [--params N] [--paper]\n"                   \
+    "                 [--optimizer-bytes-per-param K] [--device cpu|cuda|sim]\n"             \
+    "                 [--nodes N] [--devices-per-node K] [--ranks] [--print-schedule]\n"     \
+    "                 [--json]\n"
+
+/* pctl plan's --help: its own flags, then the job flags' help generated
+ * from the shared table (jobflags.h). */
+int pctl_plan_help(void);
 
 /* The channel to ctx->server (created on first use). */
 px_rpc_channel_t *pctl_channel(pctl_ctx_t *ctx);

@@ -429,48 +429,70 @@ out:
 
 /* ------------------------------------------------------------- submit */
 
-/* The job flags' parsers (jobflags.h), with pctl's messages (usage errors). */
-static int submit_int(void *arg, const char *flag, const char *s, int lo, int *out)
+/* The job flags' parsers (jobflags.h), with pctl's messages (usage errors);
+ * arg: the command's name ("submit", "plan"). */
+static int job_int(void *arg, const char *flag, const char *s, int lo, int *out)
 {
     uint64_t v;
-    (void)arg;
-    if (pctl_parse_u64("submit", flag, s, (uint64_t)lo, INT32_MAX, &v))
+    if (pctl_parse_u64(arg, flag, s, (uint64_t)lo, INT32_MAX, &v))
         return -1;
     *out = (int)v;
     return 0;
 }
 
-static int submit_float(void *arg, const char *flag, const char *s, double fmin, double fmax,
-                        float *out)
+static int job_float(void *arg, const char *flag, const char *s, double fmin, double fmax,
+                     float *out)
 {
     double d;
-    (void)arg;
-    if (pctl_parse_float("submit", flag, s, fmin, fmax, &d))
+    if (pctl_parse_float(arg, flag, s, fmin, fmax, &d))
         return -1;
     *out = (float)d;
     return 0;
 }
 
-static int submit_u64(void *arg, const char *flag, const char *s, uint64_t *out)
+static int job_u64(void *arg, const char *flag, const char *s, uint64_t *out)
 {
-    (void)arg;
-    return pctl_parse_u64("submit", flag, s, 0, UINT64_MAX, out) ? -1 : 0;
+    return pctl_parse_u64(arg, flag, s, 0, UINT64_MAX, out) ? -1 : 0;
 }
 
-static int submit_bad_name(void *arg, const char *flag, const char *s)
+static int job_bad_name(void *arg, const char *flag, const char *s)
 {
-    (void)arg;
     if (!strcmp(flag, "--schedule"))
-        pctl_usage_error("submit", "--schedule '%s': gpipe, 1f1b, zb1 or interleaved", s);
+        pctl_usage_error(arg, "--schedule '%s': gpipe, 1f1b, zb1 or interleaved", s);
     else
-        pctl_usage_error("submit", "%s '%s': fp32 or bf16", flag, s);
+        pctl_usage_error(arg, "%s '%s': fp32 or bf16", flag, s);
     return -1;
+}
+
+void pctl_job_defaults(px_job_config_t *cfg)
+{
+    /* the job's defaults are the planner's (jobcfg.h); pctl's own are the
+     * quickstart model's size and run length */
+    px_job_config_defaults(cfg);
+    cfg->layers = 4;
+    cfg->heads = 4;
+    cfg->dim = 128;
+    cfg->seq = 128;
+    cfg->batch = 16;
+    cfg->steps = 300;
+}
+
+int pctl_job_flag_apply(const char *cmd, const px_job_flag_t *f, const char *value,
+                        px_job_config_t *cfg)
+{
+    const px_job_flag_parsers_t parsers = {job_int, job_float, job_u64, job_bad_name,
+                                           (void *)cmd};
+    if (px_job_flag_apply(f, PX_JOB_FLAG_PCTL, value, cfg, &parsers))
+        return PCTL_EXIT_USAGE;
+    if (f->offset == offsetof(px_job_config_t, warmup_steps) && cfg->warmup_steps == 0)
+        cfg->warmup_steps = -1; /* 0 on the wire: steps/20 */
+    return PCTL_EXIT_OK;
 }
 
 int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
 {
     /* submit's own flags; the job flags (jobflags.h) from O_JOB_FLAG on */
-    enum { O_NAME = 256, O_FOLLOW, O_JSON, O_MAX_RESTARTS, O_NO_VAL, O_DEVICES,
+    enum { O_NAME = 256, O_FOLLOW, O_JSON, O_MAX_RESTARTS, O_NO_VAL, O_DEVICES, O_DRY_RUN,
            O_JOB_FLAG = 1024 };
     static const struct option own[] = {
         {"name", required_argument, NULL, O_NAME},
@@ -479,10 +501,9 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"devices", required_argument, NULL, O_DEVICES},           /* issue 12 */
         {"follow", no_argument, NULL, O_FOLLOW},
         {"json", no_argument, NULL, O_JSON},
+        {"dry-run", no_argument, NULL, O_DRY_RUN},
         {"help", no_argument, NULL, 'h'},
     };
-    const px_job_flag_parsers_t parsers = {submit_int, submit_float, submit_u64, submit_bad_name,
-                                           NULL};
     struct option opts[sizeof(own) / sizeof(own[0]) + 2 * 64 + 1];
     size_t nopt = sizeof(own) / sizeof(own[0]);
     Parallax__V1__SubmitJobRequest req = PARALLAX__V1__SUBMIT_JOB_REQUEST__INIT;
@@ -497,7 +518,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     char abs_buf[3][PATH_MAX + 1];
     char *abs_paths[3] = {NULL, NULL, NULL};
     const char **rel_paths[3];
-    int follow = 0, json = 0, opt, rc = PCTL_EXIT_FAIL;
+    int follow = 0, json = 0, dry_run = 0, opt, rc = PCTL_EXIT_FAIL;
     uint32_t max_restarts = 0;
     uint64_t v;
 
@@ -505,24 +526,14 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     nopt += px_job_flags_options(PX_JOB_FLAG_PCTL, O_JOB_FLAG, opts + nopt,
                                  sizeof(opts) / sizeof(opts[0]) - nopt - 1);
     memset(&opts[nopt], 0, sizeof(opts[nopt]));
-    /* the job's defaults are the planner's (jobcfg.h); pctl's own are the
-     * quickstart model's size and run length */
-    px_job_config_defaults(&cfg);
-    cfg.layers = 4;
-    cfg.heads = 4;
-    cfg.dim = 128;
-    cfg.seq = 128;
-    cfg.batch = 16;
-    cfg.steps = 300;
+    pctl_job_defaults(&cfg);
 
     opterr = 0;
     while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         const px_job_flag_t *f = px_job_flag_of(opt, O_JOB_FLAG);
         if (f) { /* a job flag: the table says where it goes */
-            if (px_job_flag_apply(f, PX_JOB_FLAG_PCTL, optarg, &cfg, &parsers))
+            if (pctl_job_flag_apply("submit", f, optarg, &cfg))
                 return PCTL_EXIT_USAGE;
-            if (f->offset == offsetof(px_job_config_t, warmup_steps) && cfg.warmup_steps == 0)
-                cfg.warmup_steps = -1; /* 0 on the wire: steps/20 */
             continue;
         }
         switch (opt) {
@@ -542,6 +553,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         }
         case O_NAME: name = optarg; break;
         case O_FOLLOW: follow = 1; break;
+        case O_DRY_RUN: dry_run = 1; break;
         case O_JSON: json = 1; break;
         case 'h': return pctl_help("submit");
         case ':': return pctl_usage_error("submit", "option %s needs a value", argv[optind - 1]);
@@ -618,6 +630,26 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     cfg.export_safetensors = abs_paths[2];
     if (cfg.checkpoint_every && !abs_paths[0]) {
         rc = pctl_usage_error("submit", "--checkpoint-every needs --checkpoint-dir");
+        goto out;
+    }
+    if (dry_run) {
+        /* the daemon's rules without a daemon: its validator over the same
+         * config (daemon/validate.c: the job's rules, the files, what the
+         * engine runs); placement and memory need the cluster's devices and
+         * are checked at submit */
+        char err[1024];
+        if (px_job_config_check(&cfg, PX_JOBCFG_CHECK_DATA | PX_JOBCFG_ABSOLUTE_PATHS, err,
+                                sizeof(err)) != PX_OK) {
+            rc = pctl_usage_error("submit", "%s", err);
+            goto out;
+        }
+        if (json)
+            rc = pctl_json_print(json_pack("{s:b}", "valid", 1));
+        else {
+            printf("valid: the job passes the daemon's checks (placement and memory are "
+                   "checked when it is submitted)\n");
+            rc = PCTL_EXIT_OK;
+        }
         goto out;
     }
     px_jobspec_from_config(&cfg, &msg);

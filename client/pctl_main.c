@@ -42,6 +42,7 @@ static const pctl_command_t commands[] = {
      "                   [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]\n"
      "                   [--export-safetensors FILE] [--max-restarts N] [--follow] [--json]\n"
      "                   [--val-data FILE | --no-val] [--eval-every N] [--eval-batches K]\n"
+     "                   [--dry-run]\n"
      "\n"
      "Submits a GPT training job and prints its id.\n"
      "  --data FILE        token file (llm.c layout, see `pctl data prepare`); sent as an\n"
@@ -103,6 +104,9 @@ static const pctl_command_t commands[] = {
      "  --eval-every N     validation loss every N steps and after the last (default\n"
      "                     steps/10; 0: after the last only)\n"
      "  --eval-batches K   fixed validation batches of --batch sequences (default 4)\n"
+     "  --dry-run          check the job with the daemon's validator here and submit\n"
+     "                     nothing: \"valid\" (exit 0) or the rule it breaks (exit 2);\n"
+     "                     placement and memory are checked when it is submitted\n"
      "  --follow           watch the job until it ends; exit 0 only if it completed\n"
      "  --json             print {\"job_id\": ...} (with --follow: the final job)\n",
      pctl_cmd_submit},
@@ -173,58 +177,9 @@ static const pctl_command_t commands[] = {
      "prediction (`pctl plan`) of the peak of parameters + gradients + optimizer\n"
      "held at once.\n",
      pctl_cmd_mem},
-    {"plan", "memory per device by ZeRO stage and the parallel layout (local, no daemon)",
-     "usage: pctl plan [--params N | --layers N --dim N [--heads N] [--vocab N] [--seq N]]\n"
-     "                 [--dp N] [--tp N [--sequence-parallel]] [--pp N] [--cp N] [--ep N]\n"
-     "                 [--experts E [--top-k K] [--moe-every N] [--capacity-factor F]\n"
-     "                  [--dropless]]\n"
-     "                 [--batch N] [--grad-accum N] [--micro-batches M]\n"
-     "                 [--schedule gpipe|1f1b|zb1|interleaved|all] [--virtual-stages V]\n"
-     "                 [--stage-layers 2,2,1,1]\n"
-     "                 [--print-schedule]\n"
-     "                 [--nodes N] [--devices-per-node K] [--device cpu|cuda|sim]\n"
-     "                 [--zero 0|1|2|3|all] [--precision mixed|fp32|bf16]\n"
-     "                 [--optimizer-bytes-per-param K] [--json]\n"
-     "\n"
-     "Prints the bytes each data-parallel rank holds for parameters, gradients and\n"
-     "optimizer state under ZeRO stage 0-3 (GB = 10^9 bytes), computed by the engine's\n"
-     "own planning code. Shards are padded per unit to a multiple of dp. Then the\n"
-     "layout: world = dp x tp x pp x cp, every rank's coordinates (ranks ordered tp\n"
-     "innermost, then cp, dp, pp outermost; ep within the dp x cp grid), the rank that\n"
-     "reports the step's figures, and the node each rank would be placed on (tensor\n"
-     "groups whole on one node). With GPT dims, tp > 1 counts one tensor rank's\n"
-     "shards (Megatron-LM splits) and the activations of one rank's micro-batch\n"
-     "(fewer with --sequence-parallel). With pp > 1 and GPT dims: each pipeline\n"
-     "stage's layers and activation bytes per schedule (the micro-batches each stage\n"
-     "holds at once; --print-schedule prints every stage's action list); the state\n"
-     "of pp/cp/ep > 1 is not planned yet.\n"
-     "  --params N         parameter count (e.g. 7.5e9); the model is one unit\n"
-     "  --layers/--dim/--heads/--vocab/--seq  GPT dims (defaults 4/128/4/"
-     PCTL_STR(PX_DEFAULT_VOCAB) "/128);\n"
-     "                     stages 2/3 then also count the gathered / in-flight layers\n"
-     "  --dp N             data-parallel degree (default 1)\n"
-     "  --tp/--pp/--cp N   tensor, pipeline, context-parallel degrees (default 1)\n"
-     "  --sequence-parallel  split the residual stream over the tensor group\n"
-     "                     (Korthikanti et al. 2022): activations fall further\n"
-     "  --batch N          global batch in sequences, as pctl submit (default dp x\n"
-     "                     grad-accum: micro-batch 1); activations are of batch /\n"
-     "                     (dp x grad-accum) sequences of --seq tokens\n"
-     "  --grad-accum N     micro-batches per step (default 1)\n"
-     "  --ep N             expert-parallel degree, dividing dp x cp (default 1)\n"
-     "  --device D         cpu (default), cuda: also each rank's CUDA IPC scratch (3 slots\n"
-     "                     of PX_IPC_SLOT_BYTES per communicator whose ranks share a node;\n"
-     "                     `pctl mem` category comm), sim (none: staged)\n"
-     "  --nodes N          nodes to place the ranks on (default 1)\n"
-     "  --devices-per-node K  free devices per node (default: world / nodes, rounded\n"
-     "                     up); a layout that does not fit is an error (exit 2)\n"
-     "  --zero Z           one stage (default: all four)\n"
-     "  --precision P      mixed (default: 2-byte params and grads) or fp32 (4 + 4, and\n"
-     "                     8 bytes of AdamW moments: what parallax-rank trains with),\n"
-     "                     or bf16 (fp32's state plus the bf16 GEMM operands' scratch:\n"
-     "                     what --precision bf16 trains with)\n"
-     "  --optimizer-bytes-per-param K  optimizer bytes per parameter (default 12 for\n"
-     "                     mixed: fp32 master weights, momentum, variance; 8 for fp32)\n"
-     "  --json             one JSON object with every stage's bytes and the layout\n",
+    {"plan", "memory per rank by ZeRO and pipeline stage, and the parallel layout (local, no "
+     "daemon)",
+     PCTL_PLAN_USAGE, /* the whole help: pctl_plan_help, from the job flags' table */
      pctl_cmd_plan},
     {"data", "prepare token files (local, no daemon)",
      "usage: pctl data prepare --text IN.txt --out OUT.bin [--val-fraction F]\n"
@@ -297,6 +252,8 @@ int pctl_help(const char *cmd)
         print_main_help(stdout);
         return PCTL_EXIT_OK;
     }
+    if (c->run == pctl_cmd_plan) /* generated from the job flags' table */
+        return pctl_plan_help();
     fputs(c->usage, stdout);
     return PCTL_EXIT_OK;
 }

@@ -273,13 +273,6 @@ static int held_moe_layers(const px_moe_config_t *cfg, const unsigned char *held
     return n;
 }
 
-uint64_t px_moe_stage_params(const px_moe_config_t *cfg, int ep, const unsigned char *held)
-{
-    int nm = px_moe_num_layers(cfg);
-    return nm ? px_moe_rank_params(cfg, ep) / (uint64_t)nm * (uint64_t)held_moe_layers(cfg, held)
-              : 0;
-}
-
 px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
                                 px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size,
                                 int accum, const unsigned char *held, int slots,

@@ -111,16 +111,14 @@ px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops
  * the call; NULL: every layer), with `slots` activation slots per layer
  * (the micro-batches a schedule keeps in flight: forward and backward of
  * slot k go together, px_moe_forward_slot). Parameters, gradients and
- * moments of the held layers only (px_moe_stage_params elements); the
+ * moments of the held layers only (planner/model.h
+ * px_model_moe_stage_params elements, what the plan counts); the
  * canonical indices stay the model's. accum: micro-batches per step (A x
  * M with a pipeline). Errors as px_moe_create (slots < 1: invalid). */
 px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
                                 px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size,
                                 int accum, const unsigned char *held, int slots,
                                 px_moe_t **moe_p);
-/* Parameter elements of px_moe_create_stage's state: px_moe_rank_params
- * for the held MoE layers only. */
-uint64_t px_moe_stage_params(const px_moe_config_t *cfg, int ep, const unsigned char *held);
 void px_moe_destroy(px_moe_t *moe); /* NULL no-op */
 const px_moe_config_t *px_moe_config(const px_moe_t *moe);
 

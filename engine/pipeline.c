@@ -63,20 +63,6 @@ struct px_pipe {
     double idle_s, busy_s;
 };
 
-void px_pipe_stage_units(int layers, int p, int v, const int *sl, int s, unsigned char *held)
-{
-    memset(held, 0, (size_t)layers + 2);
-    held[0] = s == 0 || s == p - 1;
-    held[layers + 1] = s == p - 1;
-    for (int c = 0; c < v; c++) {
-        int j = c * p + s, l0 = 0;
-        for (int i = 0; i < j; i++)
-            l0 += sl[i];
-        for (int l = l0; l < l0 + sl[j]; l++)
-            held[1 + l] = 1;
-    }
-}
-
 /* ---- hooks: the ZeRO state's, plus progress of the pipeline's requests ---- */
 
 static px_status_t h_pacq(void *arg, int u, int phase, float **p)

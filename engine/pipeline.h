@@ -45,11 +45,6 @@
 
 typedef struct px_pipe px_pipe_t;
 
-/* Which units stage s of p holds, with v chunks per stage and layer counts
- * per virtual stage sl[p * v] (v = 1: per stage): held[u] = 1 for u in
- * 0..layers+1 (held[layers + 2]). */
-void px_pipe_stage_units(int layers, int p, int v, const int *sl, int s, unsigned char *held);
-
 /* Fills one micro-batch: inputs and targets (Bm,T) of micro-batch `micro`
  * of the current round (either may be NULL: not needed on this stage). */
 typedef void (*px_pipe_load_fn)(void *arg, int micro, int32_t *inputs, int32_t *targets);

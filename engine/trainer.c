@@ -16,7 +16,8 @@
  * mean), the global grad norm, and AdamW after clipping (as
  * torch.nn.utils.clip_grad_norm_) with warm-up + cosine on this rank's
  * slice, parameters re-gathered where replicated. Memory is laid out by
- * plan.h and tagged (memacct.h). */
+ * the plan (planner/jobplan.h px_plan_job, the recipe pctl plan and the
+ * daemon's memory check share) and tagged (memacct.h). */
 #include "trainer.h"
 
 #include <cblas.h>
@@ -30,6 +31,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "jobcfg.h"
+#include "jobplan.h"
 #include "memacct.h"
 #include "moe_checkpoint.h"
 #include "plan.h"
@@ -203,8 +205,9 @@ static px_status_t fail(px_status_t status, const char *what, const char *err)
     return status;
 }
 
-/* The units this pipeline stage holds (pipeline.h): the others' sizes set
- * to 0 in tr->usizes, the held layers into tr->held_layers. */
+/* The layers per (virtual) stage into tr->stage_layers and the layers this
+ * pipeline stage holds into tr->held_layers (pipesched.h; the plan,
+ * jobplan.h, zeroes the other stages' units the same way). */
 static px_status_t assemble_stage(px_trainer_t *tr)
 {
     const px_train_config_t *cfg = tr->cfg;
@@ -221,9 +224,6 @@ static px_status_t assemble_stage(px_trainer_t *tr)
     if (status != PX_OK)
         return fail(status, "", err);
     px_pipe_stage_units(L, pp, V, tr->stage_layers, tr->stage, held);
-    for (int u = 0; u < L + 2; u++)
-        if (!held[u])
-            tr->usizes[u] = 0;
     for (int l = 0; l < L; l++)
         tr->held_layers[l] = held[1 + l];
     return PX_OK;
@@ -378,15 +378,8 @@ static px_status_t assemble_model(px_trainer_t *tr, float router_skew)
                                .padded_vocab = px_job_config_padded_vocab(cfg->vocab),
                                .tp = tr->layout.tp, .tp_rank = px_groups_coord(tr->groups)->tp,
                                .sequence_parallel = cfg->sequence_parallel, .cp = tr->cp};
-    /* the plan lays the memory out (plan.h), the same code as `pctl plan`:
-     * this tp rank's units */
-    if (!px_plan_gpt_units_tp(tr->gc.layers, tr->gc.dim, tr->gc.vocab, tr->gc.max_seq,
-                              tr->layout.tp, &tr->usizes))
-        return PX_ERR_NO_MEMORY;
-    if (tr->pp > 1) /* this stage's units only (pipeline.h); the others are empty */
+    if (tr->pp > 1) /* this stage's layers (pipeline.h) */
         PX_CHECK(assemble_stage(tr));
-    px_plan_precision_t prec;
-    px_plan_precision_fp32(&prec);
     /* the model computes with `mops`: the device's table, or its view whose
      * linear layers and attention products take bf16 operands
      * (px_kernels_bf16.h: "bf16 GEMM and attention operands, fp32
@@ -400,16 +393,23 @@ static px_status_t assemble_model(px_trainer_t *tr, float router_skew)
                    tr->ops->name);
         return fail(PX_ERR_INVALID_ARGUMENT, "", err);
     }
-    PX_CHECK(px_plan_create(tr->usizes, px_gpt_num_units(&tr->gc), 1, tr->dp * tr->cp,
-                            cfg->zero, &prec, &tr->plan));
+    /* the plan lays the memory out: the one recipe (jobplan.h) `pctl plan`
+     * and the daemon's memory check use, for this rank's stage and device:
+     * this tp rank's (stage's) units, ZeRO over dp x cp, the routers and
+     * this rank's experts outside ZeRO */
+    px_job_config_t job = *cfg;
+    px_job_plan_t jp;
+    job.layout = tr->layout;
+    PX_CHECK(px_plan_job(&job, px_plan_dev_parse(tr->ops->name), tr->stage, &jp));
+    tr->plan = jp.state;
+    jp.state = NULL;
+    tr->plan_act_bytes = jp.act_bytes;
+    px_job_plan_free(&jp);
     tr->mc = (px_moe_config_t){.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
                                .top_k = cfg->top_k, .moe_every = cfg->moe_every,
                                .dropless = cfg->dropless,
                                .capacity_factor = cfg->capacity_factor,
                                .aux_loss_coef = cfg->aux_loss_coef};
-    if (cfg->experts) /* the routers and this rank's (stage's) experts, outside ZeRO (moe.h) */
-        px_plan_add_unsharded(tr->plan, px_moe_stage_params(&tr->mc, tr->layout.ep,
-                                                            tr->held_layers));
     PX_CHECK(px_zero_create(&tr->gc, tr->plan, tr->dp_comm, tr->ops, tr->A * tr->M,
                             cfg->prefetch, &tr->zero));
     px_zero_set_model_group(tr->zero, px_groups_comm(tr->groups, PX_GROUP_MP));
@@ -454,6 +454,9 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_comm_t *world,
     }
     tr->act_bytes = tr->gpt ? px_gpt_activation_bytes(tr->gpt)
                             : px_pipe_activation_bytes(tr->pipe);
+    if (tr->act_bytes != tr->plan_act_bytes) /* the recipe and the model disagree: say so */
+        px_warn("train: the activation buffers take %zu bytes, the plan says %llu (jobplan.h)",
+                tr->act_bytes, (unsigned long long)tr->plan_act_bytes);
     if (tr->rank == 0)
         log_assembly(tr);
     if (cfg->resume_dir && *cfg->resume_dir)
@@ -496,7 +499,6 @@ void px_trainer_destroy(px_trainer_t *tr)
     px_zero_destroy(tr->zero);
     px_groups_destroy(tr->groups); /* after zero: its requests ride the dp group */
     px_plan_destroy(tr->plan);
-    free(tr->usizes);
     px_data_close(tr->data);
     px_data_close(tr->val);
     free(tr);

@@ -64,7 +64,6 @@ typedef struct px_trainer {
     px_gpt_config_t gc;
     px_moe_config_t mc;
     px_data_t *data, *val; /* val NULL without a validation file */
-    uint64_t *usizes;      /* (units) this tp rank's (stage's) unit sizes */
     int *stage_layers;     /* pp > 1: (pp x V) layers per virtual stage */
     unsigned char *held_layers; /* pp > 1: (layers) 1 where this stage holds it */
     px_plan_t *plan;
@@ -78,6 +77,7 @@ typedef struct px_trainer {
     int32_t *host_tokens;      /* device backends: (2, Bm, T) host staging */
     size_t n;                  /* parameters of the canonical (whole) model */
     size_t act_bytes;          /* activation buffers, bytes */
+    uint64_t plan_act_bytes;   /* what the plan (jobplan.h) says they take, bytes */
     int start_step;            /* 0, or the checkpoint's step on resume */
     int eval_every;
     px_batch_cut_t val_cut;    /* the validation file's cut */

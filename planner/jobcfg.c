@@ -146,6 +146,17 @@ static px_status_t check_layout(const px_job_config_t *cfg, char *errbuf, size_t
         return px_invalid(errbuf, errlen, "batch=%d is not divisible by dp=%d x grad_accum=%d x "
                           "micro_batches=%d", cfg->batch, l->dp, cfg->grad_accum,
                           cfg->micro_batches);
+    /* sequence parallelism splits the rows of each rank's micro-batch, B x
+     * seq/cp tokens, over the tensor group (engine/gpt.c): with context
+     * parallelism seq % tp alone does not make them divisible */
+    if (cfg->sequence_parallel && l->tp > 1 && l->cp > 1) {
+        long long bm = cfg->batch / ((long long)l->dp * cfg->grad_accum *
+                                     (l->pp > 1 ? cfg->micro_batches : 1));
+        if (bm * (cfg->seq / l->cp) % l->tp)
+            return px_invalid(errbuf, errlen, "a micro-batch of %lld x seq=%d/cp=%d tokens per "
+                              "rank is not divisible by tp=%d (sequence parallelism splits "
+                              "them over the tensor group)", bm, cfg->seq, l->cp, l->tp);
+    }
     if (cfg->schedule < 0 && cfg->schedule_name)
         return px_invalid(errbuf, errlen, "schedule='%s' is not a pipeline schedule (gpipe, 1f1b, "
                           "zb1, interleaved)", cfg->schedule_name);

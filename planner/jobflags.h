@@ -14,6 +14,7 @@
 #include <getopt.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "jobcfg.h"
 
@@ -43,6 +44,8 @@ typedef struct {
     int lo;                 /* INT: smallest value; SET: the value stored */
     double fmin, fmax;      /* FLOAT: pctl's accepted range */
     unsigned where;         /* PX_JOB_FLAG_PCTL / _RANK / _BOTH */
+    const char *arg;        /* the value's name in help texts ("N", "FILE"); NULL: none */
+    const char *help;       /* one sentence for help texts, with the default */
 } px_job_flag_t;
 
 /* The table, px_job_flags_n entries. */
@@ -59,6 +62,11 @@ size_t px_job_flags_options(unsigned where, int base, struct option *opts, size_
 /* The flag getopt_long returned as `val` (base as above), or NULL when val
  * is not one of them. */
 const px_job_flag_t *px_job_flag_of(int val, int base);
+
+/* Writes the help of every flag of tool `where` to `out`, one entry per
+ * flag ("  --name ARG" then its help wrapped at 79 columns), in the table's
+ * order: the part of a tool's --help that the table owns. */
+void px_job_flags_help(unsigned where, FILE *out);
 
 /* A tool's value parsers: each returns 0 and writes *out, or prints the
  * tool's own message naming `flag` ("--lr") and `s`, and returns non-zero;

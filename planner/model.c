@@ -279,3 +279,11 @@ uint64_t px_model_moe_rank_params(const px_model_moe_t *m, int ep)
     return (uint64_t)px_model_moe_num_layers(m) *
            (E * C + E / (uint64_t)ep * px_model_moe_expert_size(m->dim));
 }
+
+uint64_t px_model_moe_stage_params(const px_model_moe_t *m, int ep, const unsigned char *held)
+{
+    int nm = px_model_moe_num_layers(m), n = 0;
+    for (int l = 0; l < m->layers; l++)
+        n += px_model_moe_is_layer(m, l) && (!held || held[l]);
+    return nm ? px_model_moe_rank_params(m, ep) / (uint64_t)nm * (uint64_t)n : 0;
+}

@@ -194,5 +194,11 @@ uint64_t px_model_moe_expert_size(int dim);
  * of `ep` holds (routers + its experts); 0 without experts. */
 uint64_t px_model_moe_num_params(const px_model_moe_t *m);
 uint64_t px_model_moe_rank_params(const px_model_moe_t *m, int ep);
+/* What one rank of an ep group of `ep` holds of a pipeline stage's MoE
+ * layers, in elements: px_model_moe_rank_params for the MoE layers l with
+ * held[l] != 0 only (held: m->layers entries; NULL: every layer). The
+ * engine keeps them whole (not ZeRO-sharded) on every rank that holds them
+ * (engine/moe.h px_moe_create_stage). 0 without experts. */
+uint64_t px_model_moe_stage_params(const px_model_moe_t *m, int ep, const unsigned char *held);
 
 #endif

@@ -557,3 +557,17 @@ px_status_t px_pipe_stage_layers(int layers, int p, const char *spec, int *out, 
         return px_invalid(errbuf, errlen, "stage_layers='%s' sums to %d, layers=%d", spec, sum, layers);
     return PX_OK;
 }
+
+void px_pipe_stage_units(int layers, int p, int v, const int *sl, int s, unsigned char *held)
+{
+    memset(held, 0, (size_t)layers + 2);
+    held[0] = s == 0 || s == p - 1;
+    held[layers + 1] = s == p - 1;
+    for (int c = 0; c < v; c++) {
+        int j = c * p + s, l0 = 0;
+        for (int i = 0; i < j; i++)
+            l0 += sl[i];
+        for (int l = l0; l < l0 + sl[j]; l++)
+            held[1 + l] = 1;
+    }
+}

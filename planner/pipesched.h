@@ -170,4 +170,10 @@ px_status_t px_pipe_interleaved_check(int layers, int p, int v, int m, char *err
 px_status_t px_pipe_stage_layers(int layers, int p, const char *spec, int *out, char *errbuf,
                                  size_t errlen);
 
+/* Which units stage s of p holds (pipeline runner, engine/pipeline.h, and
+ * the plan of a stage, jobplan.h), with v chunks per stage and layer counts
+ * per virtual stage sl[p * v] (v = 1: per stage): held[u] = 1 for u in
+ * 0..layers+1 (held[layers + 2]). */
+void px_pipe_stage_units(int layers, int p, int v, const int *sl, int s, unsigned char *held);
+
 #endif

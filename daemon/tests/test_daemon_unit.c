@@ -17,6 +17,8 @@
 
 #include "config.h"
 #include "daemon.h"
+#include "jobplan.h"
+#include "jobspec.h"
 #include "nvml.h"
 #include "store.h"
 
@@ -660,6 +662,72 @@ static void test_cgroup_owned(void)
     printf("cgroup: key %08x; ownership by path and state-dir mark\n", px_cgroup_key(mine));
 }
 
+/* memfit sizes a rank with the plan the ranks lay out (planner/jobplan.h):
+ * ZeRO shards over dp x cp, the experts held whole, the pipeline stage's
+ * own units and slots. It used to shard over dp alone, leave the experts
+ * out and approximate the stage: for dp 2 x cp 2, ZeRO-3, 4 experts over
+ * ep 2, and for pp 2 with 1F1B, its figure on a cpu device must be the
+ * plan's total for the stage that needs the most. */
+static double memfit_need_world(const Parallax__V1__JobSpec *s)
+{
+    char err[1024] = "";
+    const char *one[1] = {"n0"};
+    int dev[1] = {8}, kind[1] = {0};
+    uint64_t tiny[1] = {1};
+    double need = -1;
+    if (px_memfit_check(s, dev, one, tiny, kind, 1, err, sizeof(err)) != PX_ERR_INVALID_ARGUMENT)
+        return -1;
+    const char *p = strstr(err, "MiB (");
+    if (!p || sscanf(p, "MiB (%lf bytes", &need) != 1)
+        return -1;
+    return need;
+}
+
+static void test_memfit_recipe(void)
+{
+    Parallax__V1__JobSpec s;
+    Parallax__V1__ModelSpec m;
+    Parallax__V1__ParallelSpec par;
+    Parallax__V1__MoeSpec moe;
+    px_job_config_t cfg;
+    px_job_plan_t jp;
+
+    spec_init(&s, &m, "/tmp/unused.bin");
+    parallax__v1__parallel_spec__init(&par);
+    parallax__v1__moe_spec__init(&moe);
+    par.dp = 2;
+    par.cp = 2;
+    par.ep = 2;
+    moe.experts = 4;
+    s.dp = 2;
+    s.zero = 3;
+    s.parallel = &par;
+    s.moe = &moe;
+    px_jobspec_to_config(&s, &cfg);
+    EXPECT(px_plan_job(&cfg, PX_PLAN_DEV_CPU, -1, &jp) == PX_OK, "no plan");
+    double need = memfit_need_world(&s);
+    EXPECT(jp.moe_params > 0 && need == jp.total,
+           "dp 2 x cp 2 ZeRO-3 with experts: memfit %.0f bytes, the plan %.0f", need, jp.total);
+    px_job_plan_free(&jp);
+    /* two pipeline stages, 4 micro-batches: stage 0 holds 2 in flight */
+    s.moe = NULL;
+    s.zero = 1;
+    par.dp = 1;
+    par.cp = 1;
+    par.ep = 1;
+    par.pp = 2;
+    par.micro_batches = 4;
+    s.dp = 1;
+    m.layers = 4;
+    px_jobspec_to_config(&s, &cfg);
+    EXPECT(px_plan_job(&cfg, PX_PLAN_DEV_CPU, -1, &jp) == PX_OK, "no pipeline plan");
+    need = memfit_need_world(&s);
+    EXPECT(need == jp.total && jp.slots == 2 && jp.stage == 0,
+           "pp 2: memfit %.0f bytes, the plan %.0f (stage %d, %d slots)", need, jp.total,
+           jp.stage, jp.slots);
+    px_job_plan_free(&jp);
+}
+
 int main(void)
 {
     unsetenv("PX_IPC_SLOT_BYTES"); /* the default 4 MiB slots (px_env.c) */
@@ -675,6 +743,7 @@ int main(void)
     test_memfit_ipc();
     test_memfit_device();
     test_cgroup_owned();
+    test_memfit_recipe();
     {
         char cmd[600];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);

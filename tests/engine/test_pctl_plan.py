@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""test_pctl_plan.py: `pctl plan` prints the ZeRO paper's figures (unit).
+"""test_pctl_plan.py: `pctl plan` prints the ZeRO paper's figures and the engine's (unit).
 
-pctl plan --params 7.5e9 --dp 64 --zero Z prints 120.0, 31.4, 16.6 and 1.9 GB
-totals (Psi = 7.5B, N_d = 64, K = 12; Rajbhandari et al. 2020, Figure 1);
---json gives the exact bytes; GPT dims count the working buffers; bad input is
-a usage error (exit 2) naming the value. The layout table: --dp 2 --tp 2
---pp 2 lists every rank's coordinates (tp innermost, then cp, dp, pp), the
-reporting rank and the node of each rank; --nodes/--devices-per-node that
-cannot hold whole tensor groups exit 2 naming the values; pp/ep > 1
-print no memory figures (not planned yet); cp > 1 prints each context rank's
-slice and activations falling with cp. Tensor parallelism (issue 9):
+pctl plan --params 7.5e9 --dp 64 --zero Z --paper prints 120.0, 31.4, 16.6
+and 1.9 GB totals (Psi = 7.5B, N_d = 64, K = 12; Rajbhandari et al. 2020,
+Figure 1); without --paper the accounting is the engine's fp32 AdamW (4 + 4
++ 8 bytes), as --precision's default trains; --json gives the exact bytes;
+64 ranks print a summary, --ranks every row; GPT dims count the working
+buffers; bad input is a usage error (exit 2) naming the value. The layout
+table: --dp 2 --tp 2 --pp 2 lists every rank's coordinates (tp innermost,
+then cp, dp, pp), the reporting rank and the node of each rank, and each
+pipeline stage's memory for ZeRO 0 and 1 (what pp runs with);
+--nodes/--devices-per-node that cannot hold whole tensor groups exit 2
+naming the values; cp > 1 prints each context rank's slice and activations
+falling with cp. Tensor parallelism (issue 9):
 --tp 2 prints one tensor rank's parameter bytes and the activations of the
 local micro-batch (--batch, --seq), fewer still with --sequence-parallel,
 values worked out by hand from the tensor table and plan.h's activation
@@ -25,19 +28,32 @@ def main():
     pctl = sys.argv[1]
     failures = 0
     for z, want in enumerate(('120.0 GB', '31.4 GB', '16.6 GB', '1.9 GB')):
-        out = subprocess.run([pctl, 'plan', '--params', '7.5e9', '--dp', '64', '--zero', str(z)],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([pctl, 'plan', '--params', '7.5e9', '--dp', '64', '--zero', str(z),
+                              '--paper'], capture_output=True, text=True, check=True).stdout
         row = [ln for ln in out.splitlines() if ln.startswith(str(z) + ' ')]
         total = row[0].split()[-4:-2] if row else []
         ok = ' '.join(total) == want
         print('zero %d: %s %s' % (z, ' '.join(total), 'ok' if ok else 'FAIL (want %s)' % want))
         failures += not ok
-    j = json.loads(subprocess.run([pctl, 'plan', '--params', '7.5e9', '--dp', '64', '--json'],
-                                  capture_output=True, text=True, check=True).stdout)
+    j = json.loads(subprocess.run([pctl, 'plan', '--params', '7.5e9', '--dp', '64', '--json',
+                                   '--paper'], capture_output=True, text=True, check=True).stdout)
     exact = [s['total_bytes'] for s in j['stages']]
-    ok = exact == [120e9, 31.40625e9, 16.640625e9, 1.875e9]
+    ok = exact == [120e9, 31.40625e9, 16.640625e9, 1.875e9] and j['accounting'] == 'paper'
     print('json totals %s %s' % (exact, 'ok' if ok else 'FAIL'))
     failures += not ok
+    # the default accounting is the engine's: fp32 params (4 bytes), not 2
+    j = json.loads(subprocess.run([pctl, 'plan', '--params', '1000', '--zero', '0', '--json'],
+                                  capture_output=True, text=True, check=True).stdout)
+    failures += check('default accounting fp32', j['accounting'] == 'engine' and
+                      j['stages'][0]['params_bytes'] == 4000 and j['param_bytes'] == 4, j)
+    # 64 ranks: a summary, not 64 rows; --ranks lists them
+    out = subprocess.run([pctl, 'plan', '--params', '7.5e9', '--dp', '64'], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    full = subprocess.run([pctl, 'plan', '--params', '7.5e9', '--dp', '64', '--ranks'],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    failures += check('dp 64 summarised', len(out) < 16 and
+                      '  node 0: 64 ranks (0..63)' in out and len(full) >= 64 + 8,
+                      (len(out), len(full)))
     # K and precision
     j = json.loads(subprocess.run([pctl, 'plan', '--params', '1000', '--zero', '0',
                                    '--precision', 'fp32', '--json'],
@@ -63,7 +79,7 @@ def main():
     failures += not ok
     p = subprocess.run([pctl, 'plan', '--params', '100', '--zero', '5'], capture_output=True,
                        text=True)
-    ok = p.returncode == 2 and "'5'" in p.stderr
+    ok = p.returncode == 2 and "zero=5" in p.stderr
     print('--zero 5: exit %d %s' % (p.returncode, 'ok' if ok else 'FAIL'))
     failures += not ok
     # a bad value names its flag, in both the "--dp 0" and "--dp=0" forms
@@ -136,12 +152,15 @@ def test_tp(pctl):
     # text: the activation line, and the errors
     out = subprocess.run(base[:-1] + ['--tp', '2', '--sequence-parallel'], capture_output=True,
                          text=True, check=True).stdout
+    row = [ln.split() for ln in out.splitlines() if ln.startswith('0 ')]
     failures += check('text names the activations',
-                      'activations per rank: 8.1 kB (micro-batch 2 x seq 4, tp 2, sequence '
-                      'parallelism on' in out, out)
-    for argv, msg in ((['--sequence-parallel'], '--sequence-parallel needs --tp > 1'),
-                      (['--tp', '2', '--dp', '2', '--batch', '3'],
-                       'batch=3 is not divisible by dp=2 x grad_accum=1')):
+                      'activations per rank: micro-batch 2 x seq 4, tp 2, sequence '
+                      'parallelism on' in out and row and row[0][11:13] == ['8.1', 'kB'], out)
+    # sequence parallelism with tp 1 is a no-op submit accepts: so does plan
+    p = subprocess.run(base[:-1] + ['--sequence-parallel'], capture_output=True, text=True)
+    failures += check('--sequence-parallel with tp 1', p.returncode == 0, p.stderr)
+    for argv, msg in ((['--tp', '2', '--dp', '2', '--batch', '3'],
+                       'batch=3 is not divisible by dp=2 x grad_accum=1'),):
         p = subprocess.run(base[:-1] + argv, capture_output=True, text=True)
         failures += check(' '.join(argv), p.returncode == 2 and msg in p.stderr, p.stderr)
     return failures
@@ -171,9 +190,10 @@ def test_layout(pctl):
                       'layout: dp=2 tp=2 pp=2 cp=1 ep=1 (world 8); reporting rank 4' in out and
                       'placement: 1 node x 8 devices (tensor groups whole on one node)' in out,
                       out[:4])
-    failures += check('tp/pp: no memory figures',
-                      not any(ln.startswith('zero ') for ln in out) and
-                      any('future work' in ln for ln in out), out[:3])
+    # pipeline parallelism runs ZeRO 0 and 1: a row per (ZeRO stage, pipeline stage)
+    rows = [ln.split()[:2] for ln in out if ln[:2] in ('0 ', '1 ', '2 ', '3 ')]
+    failures += check('pp: memory per stage', rows == [['0', '0'], ['0', '1'], ['1', '0'],
+                                                       ['1', '1']], out)
     # two nodes of 4: tensor groups {0,1} {2,3} on node 0, {4,5} {6,7} on node 1
     j = json.loads(subprocess.run([pctl, 'plan', '--dp', '2', '--tp', '2', '--pp', '2',
                                    '--nodes', '2', '--devices-per-node', '4', '--json'],
@@ -183,12 +203,13 @@ def test_layout(pctl):
                       [r['node'] for r in lay['ranks']] == [0, 0, 0, 0, 1, 1, 1, 1] and
                       [(r['dp'], r['tp'], r['pp']) for r in lay['ranks']] ==
                       [w[1:4] for w in want] and lay['world'] == 8 and
-                      lay['reporting_rank'] == 4 and j['stages'] == [] and
-                      j['memory_planned'] is False, lay)
+                      lay['reporting_rank'] == 4 and
+                      [(s['zero'], s['pipeline_stage']) for s in j['stages']] ==
+                      [(0, 0), (0, 1), (1, 0), (1, 1)] and j['memory_planned'] is True, lay)
     # dp 4 x cp 2, ep 4 in the dp x cp grid: rank = cp + 2 dp, ep = rank % 4,
     # edp = rank / 4; 2 nodes (default 4 devices each)
     j = json.loads(subprocess.run([pctl, 'plan', '--dp', '4', '--cp', '2', '--ep', '4',
-                                   '--nodes', '2', '--json'],
+                                   '--experts', '4', '--nodes', '2', '--json'],
                                   capture_output=True, text=True, check=True).stdout)
     lay = j['layout']
     got = [(r['rank'], r['dp'], r['cp'], r['ep'], r['edp'], r['node']) for r in lay['ranks']]
@@ -241,13 +262,14 @@ def test_layout(pctl):
              'largest node has 2 free'),
             (['--dp', '2', '--tp', '2', '--pp', '2', '--nodes', '2', '--devices-per-node', '3'],
              'world=8 (dp=2 x tp=2 x pp=2 x cp=1) needs 8 devices; the cluster has 6 free'),
-            (['--dp', '3', '--tp', '2', '--nodes', '2', '--devices-per-node', '3'],
+            (['--dp', '3', '--tp', '2', '--nodes', '2', '--devices-per-node', '3',
+              '--batch', '6'],
              'only 2 whole tensor groups of 3 fit'),
             (['--dp', '2', '--cp', '2', '--ep', '3'], 'ep=3 does not divide dp x cp = 4'),
             (['--cp', '2', '--seq', '18'], 'seq=18 is not divisible by 2 x cp=2'),
             (['--dp', '4', '--ep', '4', '--experts', '6'], 'experts=6 is not divisible by ep=4'),
-            (['--heads', '4', '--tp', '3'], 'heads 4 is not divisible by tp 3'),
-            (['--layers', '2', '--pp', '4'], 'layers 2 are fewer than pp 4 pipeline stages')):
+            (['--heads', '4', '--tp', '3'], 'heads=4 is not divisible by tp=3'),
+            (['--layers', '2', '--pp', '4'], 'layers=2 is fewer than pp=4 pipeline stages')):
         p = subprocess.run([pctl, 'plan'] + argv, capture_output=True, text=True)
         failures += check(' '.join(argv), p.returncode == 2 and want_err in p.stderr and
                           not p.stdout, (p.returncode, p.stderr.strip()))

@@ -142,6 +142,20 @@ static void test_check(void)
     REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "seq=30 is not divisible by tp=4 (sequence parallelism");
     c.sequence_parallel = 0;
     ACCEPT(&c, PX_JOBCFG_LAYOUT_ONLY);
+    /* with context parallelism the tensor group splits each rank's B x
+     * seq/cp tokens: seq 24 over cp 2 is 12 tokens a sequence, one sequence
+     * a micro-batch, which tp 8 cannot split (the engine's gpt.c refuses it
+     * at start) though seq % tp = 0; two sequences a micro-batch can */
+    base(&c);
+    c.layout = (px_layout_t){1, 8, 1, 2, 1};
+    c.heads = 8;
+    c.dim = 64;
+    c.seq = 24;
+    c.batch = 1;
+    c.sequence_parallel = 1;
+    REJECT(&c, 0, "a micro-batch of 1 x seq=24/cp=2 tokens per rank is not divisible by tp=8");
+    c.batch = 2;
+    ACCEPT(&c, 0);
     base(&c);
     c.layout.pp = 3;
     REJECT(&c, PX_JOBCFG_LAYOUT_ONLY, "layers=2 is fewer than pp=3 pipeline stages");
@@ -634,6 +648,29 @@ static int jf_bad(void *arg, const char *flag, const char *s)
     return -2;
 }
 
+/* The help the table generates: pctl's aliases, value names, wrapping. */
+static void test_jobflags_help(void)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return;
+    px_job_flags_help(PX_JOB_FLAG_PCTL, f);
+    fclose(f);
+    CHECK(strstr(buf, "  --clip F (or --grad-clip)") &&
+               strstr(buf, "\n  --precision fp32|bf16\n                     fp32 (default) or bf16") &&
+               strstr(buf, "\n  --stage-layers 2,2,1,1\n") && !strstr(buf, "--no-prefetch"),
+           "pctl's job flags help:\n%s", buf);
+    for (char *line = buf; line && *line;) {
+        char *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        CHECK(n <= 79, "help line of %zu columns: %.*s", n, (int)n, line);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(buf);
+}
+
 static void test_jobflags(void)
 {
     const px_job_flag_parsers_t p = {jf_int, jf_float, jf_u64, jf_bad, NULL};
@@ -650,6 +687,10 @@ static void test_jobflags(void)
 
         CHECK(f->where && f->offset < sizeof(px_job_config_t), "--%s: where %u offset %zu",
                f->name, f->where, f->offset);
+        /* pctl's help is generated from the table: every flag says what it is */
+        CHECK(f->help && *f->help && (f->kind == PX_JOB_FLAG_SET) == !f->arg,
+               "--%s: help '%s', value name '%s'", f->name, f->help ? f->help : "",
+               f->arg ? f->arg : "");
         for (size_t j = 0; j < i; j++)
             CHECK(strcmp(f->name, px_job_flags[j].name) != 0, "--%s twice", f->name);
         CHECK(px_job_flag_of(1000 + (int)i, 1000) == f, "--%s: px_job_flag_of", f->name);
@@ -763,7 +804,7 @@ int main(int argc, char **argv)
     static const struct { const char *name; void (*fn)(void); } cases[] = {
         {"defaults", test_defaults}, {"check", test_check}, {"flags", test_flags},
         {"data", test_data}, {"jobspec", test_jobspec}, {"jobflags", test_jobflags},
-        {"canon", test_canon}};
+        {"canon", test_canon}, {"jobflags_help", test_jobflags_help}};
     const char *which = argc > 1 ? argv[1] : "all";
     const char *t = getenv("TMPDIR");
     int ran = 0;
