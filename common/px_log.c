@@ -47,6 +47,7 @@ void px_log_write(px_log_level_t level, const char *file, int line, const char *
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (level == PX_LOG_ERROR) {
+        px__log_error_pending = 1;
         pthread_mutex_lock(&first_lock);
         if (!first_error[0]) { /* truncated to its size on purpose */
             size_t n = strnlen(msg, sizeof(first_error) - 1);
@@ -61,6 +62,18 @@ void px_log_write(px_log_level_t level, const char *file, int line, const char *
     base = base ? base + 1 : file;
     fprintf(stderr, "%02d:%02d:%02d.%03ld %-5s [%s] %s:%d: %s\n", tm.tm_hour, tm.tm_min,
             tm.tm_sec, ts.tv_nsec / 1000000, names[level], log_tag, base, line, msg);
+}
+
+__thread int px__log_error_pending;
+
+void px__check_failed(const char *file, int line, const char *call, px_status_t status)
+{
+    if (px__log_error_pending) {
+        if (px_log_enabled(PX_LOG_DEBUG))
+            px_log_write(PX_LOG_DEBUG, file, line, "%s -> %s", call, px_status_str(status));
+        return;
+    }
+    px_log_write(PX_LOG_ERROR, file, line, "%s failed: %s", call, px_status_str(status));
 }
 
 void px_log_first_error(char *buf, size_t len)

@@ -37,13 +37,27 @@ void px_log_first_error_reset(void);
 #define px_debug(...) do { if (px_log_enabled(PX_LOG_DEBUG)) \
     px_log_write(PX_LOG_DEBUG, __FILE__, __LINE__, __VA_ARGS__); } while (0)
 
-/* Evaluate a px_status_t expression; on failure log it with file:line and
- * return it from the enclosing function. */
+/* 1 while an ERROR line written on this thread has not been followed by a
+ * PX_CHECK that passed: the error on its way up was logged where it was
+ * made. */
+extern __thread int px__log_error_pending;
+
+/* A PX_CHECK that failed at file:line. An error is logged once, where it is
+ * made (px_error there, with what only that frame knows); the frames it
+ * passes on the way up add a DEBUG line "call -> status" each
+ * (PX_LOG_LEVEL=debug shows its path). An error whose origin said nothing
+ * is logged at ERROR by the first PX_CHECK that sees it. */
+void px__check_failed(const char *file, int line, const char *call, px_status_t status);
+
+/* Evaluates a px_status_t expression; on failure (px__check_failed) returns
+ * it from the enclosing function. */
 #define PX_CHECK(call) do { px_status_t px__s = (call); if (px__s < 0) { \
-    px_error("%s failed: %s", #call, px_status_str(px__s)); return px__s; } } while (0)
+    px__check_failed(__FILE__, __LINE__, #call, px__s); return px__s; } \
+    px__log_error_pending = 0; } while (0)
 
 /* Same, but store into `status` and jump to `label` (cleanup with goto). */
 #define PX_CHECK_GOTO(call, status, label) do { (status) = (call); if ((status) < 0) { \
-    px_error("%s failed: %s", #call, px_status_str(status)); goto label; } } while (0)
+    px__check_failed(__FILE__, __LINE__, #call, (status)); goto label; } \
+    px__log_error_pending = 0; } while (0)
 
 #endif
