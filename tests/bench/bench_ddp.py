@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """bench_ddp.py: data-parallel training throughput of parallax-rank at dp=2
 beside PyTorch DDP over Gloo (tests/bench/torch_ddp_bench.py) and beside
 the machine's limit, in the same run (benchmark, not a test; issue 13).
