@@ -410,9 +410,9 @@ def main():
     # parallax-rank --help opens with its usage, not with a log line
     p = subprocess.run([os.path.join(build, 'rank', 'parallax-rank'), '--help'],
                        capture_output=True, text=True, timeout=60)
-    first = (p.stdout + p.stderr).lstrip().split('\n')[0]
-    if p.returncode != 0 or not first.startswith('usage:'):
-        chk.fail('parallax-rank --help: rc %d, starts %r' % (p.returncode, first))
+    if p.returncode != 0 or not p.stdout.startswith('usage:') or p.stderr.strip():
+        chk.fail('parallax-rank --help: rc %d, stdout starts %r, stderr %r'
+                 % (p.returncode, p.stdout[:40], p.stderr[:200]))
 
     w = Walk(src, build, chk)
     w.standalone = [(ln, c) for ln, c in cmds if c.startswith('job=') or 'PX_RANK=' in c]
