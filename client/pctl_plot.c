@@ -1,6 +1,9 @@
 /* pctl_plot.c: Braille loss charts (pctl_plot.h). The canvas is a grid of
  * cells, each a Braille dot mask and the index of the series that drew into
- * it last; markers replace a cell's glyph. Output is UTF-8. Pure code. */
+ * it last; markers replace a cell's glyph. Without colour, Braille lines all
+ * look alike, so with two or more line series each writes its letter (a,
+ * b, ...; the legend says whose) into some of its cells. Output is UTF-8.
+ * Pure code. */
 #include "pctl_plot.h"
 
 #include <math.h>
@@ -25,7 +28,20 @@ typedef struct canvas {
     unsigned char *dots;   /* [w*h] Braille masks */
     signed char *owner;    /* [w*h] series that drew last, -1 none */
     signed char *marker;   /* [w*h] marker series, -1 none */
+    signed char *tag;      /* [w*h] line series whose letter the cell shows, -1 none */
 } canvas_t;
+
+#define TAG_EVERY 10 /* a line's letter every TAG_EVERY columns, lines staggered by 3 */
+
+/* The letter of each line series (a, b, ...), in `letter_p[nseries]`
+ * (0 for marker series); returns the number of line series. */
+static int line_letters(const pctl_series_t *series, size_t nseries, char *letter_p)
+{
+    int n = 0;
+    for (size_t s = 0; s < nseries; s++)
+        letter_p[s] = series[s].markers ? 0 : (char)('a' + n++ % 26);
+    return n;
+}
 
 static void put_dot(canvas_t *c, int px, int py, int s)
 {
@@ -110,15 +126,21 @@ int pctl_plot(FILE *out, const pctl_series_t *series, size_t nseries,
     c.dots = calloc((size_t)c.w * c.h, 1);
     c.owner = malloc((size_t)c.w * c.h);
     c.marker = malloc((size_t)c.w * c.h);
-    if (!c.dots || !c.owner || !c.marker) {
+    c.tag = malloc((size_t)c.w * c.h);
+    char *letter = malloc(nseries ? nseries : 1);
+    if (!c.dots || !c.owner || !c.marker || !c.tag || !letter) {
         free(c.dots);
         free(c.owner);
         free(c.marker);
+        free(c.tag);
+        free(letter);
         fprintf(stderr, "pctl: plot: out of memory\n");
         return -1;
     }
     memset(c.owner, -1, (size_t)c.w * c.h);
     memset(c.marker, -1, (size_t)c.w * c.h);
+    memset(c.tag, -1, (size_t)c.w * c.h);
+    const int tags = !o->color && line_letters(series, nseries, letter) > 1;
     const double xs = xmax > xmin ? (2.0 * c.w - 1) / (xmax - xmin) : 0.0;
     const double ys = ymax > ymin ? (4.0 * c.h - 1) / (ymax - ymin) : 0.0;
     for (size_t s = 0; s < nseries; s++) {
@@ -140,6 +162,20 @@ int pctl_plot(FILE *out, const pctl_series_t *series, size_t nseries,
             px0 = px, py0 = py, have = 1;
         }
     }
+    /* each line's letter in the topmost cell it owns, on its own columns
+     * (never the first or last, where the ends of the lines are) */
+    for (int x = 1; tags && x < c.w - 1; x++)
+        for (size_t s = 0; s < nseries; s++) {
+            if (!letter[s] || x % TAG_EVERY != (3 * (letter[s] - 'a') + 3) % TAG_EVERY)
+                continue;
+            for (int r = 0; r < c.h; r++) {
+                int i = r * c.w + x;
+                if (c.owner[i] == (signed char)s && c.marker[i] < 0) {
+                    c.tag[i] = (signed char)s;
+                    break;
+                }
+            }
+        }
     /* legend, wrapped at the width */
     int col = 0;
     for (size_t s = 0; s < nseries; s++) {
@@ -148,8 +184,10 @@ int pctl_plot(FILE *out, const pctl_series_t *series, size_t nseries,
             fputc('\n', out);
             col = 0;
         }
+        char line_glyph[8];
+        snprintf(line_glyph, sizeof(line_glyph), tags ? "⣀%c" : "⣀⣀", letter[s]);
         fprintf(out, "%s%s%s %s%s", col ? "  " : "", o->color ? colors[s % NSTYLE] : "",
-                series[s].markers ? markers[s % NSTYLE] : "⣀⣀", series[s].label,
+                series[s].markers ? markers[s % NSTYLE] : line_glyph, series[s].label,
                 o->color ? "\033[0m" : "");
         col += len;
     }
@@ -172,6 +210,8 @@ int pctl_plot(FILE *out, const pctl_series_t *series, size_t nseries,
                 fputs(colors[s % NSTYLE], out);
             if (c.marker[i] >= 0)
                 fputs(markers[c.marker[i] % NSTYLE], out);
+            else if (c.tag[i] >= 0)
+                fputc(letter[c.tag[i]], out);
             else
                 utf8_braille(out, c.dots[i]);
             if (o->color && s >= 0)
@@ -191,5 +231,7 @@ int pctl_plot(FILE *out, const pctl_series_t *series, size_t nseries,
     free(c.dots);
     free(c.owner);
     free(c.marker);
+    free(c.tag);
+    free(letter);
     return 0;
 }

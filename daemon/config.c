@@ -109,10 +109,14 @@ static int set_str(char **dst, const char *v)
     return 0;
 }
 
-/* a non-negative integer below `max` spelled by all of s; -1 otherwise */
+/* a non-negative integer below `max` spelled by all of s in decimal digits
+ * (no sign, no blanks: strtol alone would take "+1" and " 1" and so accept
+ * cuda:+1 while refusing cuda:-1); -1 otherwise */
 static long parse_index(const char *s, long max)
 {
     char *end;
+    if (*s < '0' || *s > '9')
+        return -1;
     errno = 0;
     long n = strtol(s, &end, 10);
     return errno || end == s || *end || n < 0 || n >= max ? -1 : n;

@@ -55,6 +55,10 @@ files = {
     "unknown-key.conf": b"[parallaxd]\ndevices = cpu:2\nbogus = 1\n",
     "bad-values.conf": b"devices = gpu:1\nheartbeat-ms = -5\nlog-level = loud\n",
     "syntax.conf": b"[unterminated\nkey without equals\n; comment\n",
+    # GPU-only nodes (no cpu devices), and a signed index, which is refused
+    "gpu-only.conf": b"[parallaxd]\nname = g1\ndevices = cuda:1,3\n",
+    "gpu-all.conf": b"[parallaxd]\ndevices = cuda\n",
+    "gpu-signed.conf": b"[parallaxd]\ndevices = cuda:+1\n",
 }
 for name, text in files.items():
     with open(os.path.join(conf, name), "wb") as f:

@@ -4,7 +4,7 @@
  * other daemons), pctl (blocking client, unary and server-streaming), and the
  * rank process (blocking client to its coordinator).
  *
- * Threading (see ../shared/notes/grpc-core-c.md): a px_rpc_cq_t owns one
+ * Threading (see docs/notes/grpc-core-c.md): a px_rpc_cq_t owns one
  * gRPC completion queue and a thread that waits in grpc_completion_queue_next.
  * That thread never runs user code: it queues (tag, ok) pairs and calls the
  * `notify` callback given at creation (the daemon passes uv_async_send). The

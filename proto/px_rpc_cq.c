@@ -7,7 +7,7 @@
  * and runs their callbacks, so a callback may destroy a server (which drains
  * recursively) without leaving stale events in a local list. Every tag given
  * to gRPC on a px_rpc_cq is a `rpc_tag_t *` embedded in the object it
- * belongs to (px_rpc_int.h). See ../shared/notes/grpc-core-c.md. */
+ * belongs to (px_rpc_int.h). See docs/notes/grpc-core-c.md. */
 #include "px_rpc_int.h"
 
 

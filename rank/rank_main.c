@@ -57,6 +57,7 @@ typedef struct rank_args {
     px_train_config_t cfg;
     const char *metrics_out, *export_dir, *dump_dir;
     int dump_steps;
+    int print_all_ranks;         /* --print-all-ranks: every rank prints its step lines */
     int test_norm_ones;          /* --test-norm-ones (px_train_options_t) */
     int replica_digests;         /* --replica-digests (px_train_options_t) */
     float router_skew;           /* --test-router-skew B (px_train_options_t) */
@@ -72,6 +73,7 @@ typedef struct rank_args {
 typedef struct step_ctx {
     FILE *metrics;
     int rank;
+    int print; /* print the step line on stdout */
     px_rank_link_t *link;
 } step_ctx_t;
 
@@ -81,8 +83,8 @@ static void usage(FILE *out)
             "usage: parallax-rank --layers N --heads N --dim N --seq N [--vocab N]\n"
             "         --batch N --steps N [--lr F] [--seed N] --data PATH [--warmup N]\n"
             "         [--weight-decay F] [--min-lr-ratio F] [--grad-clip F]\n"
-            "         [--metrics-out FILE (%%r: the rank)] [--export-init DIR] [--dump-dir DIR]\n"
-            "         [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
+            "         [--metrics-out FILE (%%r: the rank)] [--print-all-ranks] [--export-init DIR]\n"
+            "         [--dump-dir DIR] [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
             "         [--bucket-mb F (data-parallel gradient bucket, MiB; 0 = auto)]\n"
@@ -226,7 +228,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     /* the rank's own flags; the job flags (jobflags.h) from O_JOB_FLAG on */
     enum { O_METRICS = 256, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
            O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS, O_SKEW, O_DEVICE,
-           O_JOB_FLAG = 1024 };
+           O_PRINT_ALL, O_JOB_FLAG = 1024 };
     static const struct option own[] = {
         {"metrics-out", 1, 0, O_METRICS}, {"export-init", 1, 0, O_EXPORT},
         {"dump-dir", 1, 0, O_DUMP}, {"dump-steps", 1, 0, O_DUMPSTEPS},
@@ -235,7 +237,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"print-schedule", 0, 0, O_PRINT_SCHED},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
         {"replica-digests", 0, 0, O_DIGESTS}, {"test-router-skew", 1, 0, O_SKEW},
-        {"device", 1, 0, O_DEVICE}};
+        {"device", 1, 0, O_DEVICE}, {"print-all-ranks", 0, 0, O_PRINT_ALL}};
     const px_job_flag_parsers_t parsers = {flag_int, flag_float, flag_u64, flag_bad_name, NULL};
     struct option opts[sizeof(own) / sizeof(own[0]) + 2 * 64 + 1];
     size_t nopt = sizeof(own) / sizeof(own[0]);
@@ -283,6 +285,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_DIGESTS: a->replica_digests = 1; break;
         case O_SKEW: r = parse_float(name, optarg, &a->router_skew); break;
         case O_DEVICE: a->device = optarg; break;
+        case O_PRINT_ALL: a->print_all_ranks = 1; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "parallax-rank: unknown or incomplete option '%s'\n",
@@ -370,12 +373,14 @@ static int on_step(void *arg, const px_step_report_t *r)
     step_ctx_t *ctx = arg;
     int stop = 0;
 
-    printf("step %d loss %.6f grad_norm %.4f lr %.6g tok/s %.0f", r->step, r->loss,
-           r->grad_norm, r->lr, r->tokens_per_second);
-    if (r->val_loss > 0.0f)
-        printf(" val_loss %.6f", r->val_loss);
-    printf("\n");
-    fflush(stdout);
+    if (ctx->print) {
+        printf("step %d loss %.6f grad_norm %.4f lr %.6g tok/s %.0f", r->step, r->loss,
+               r->grad_norm, r->lr, r->tokens_per_second);
+        if (r->val_loss > 0.0f)
+            printf(" val_loss %.6f", r->val_loss);
+        printf("\n");
+        fflush(stdout);
+    }
     if (ctx->metrics) {
         json_t *o = json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "step", r->step, "loss",
                               (double)r->loss, "grad_norm", (double)r->grad_norm, "lr",
@@ -436,6 +441,17 @@ static int on_step(void *arg, const px_step_report_t *r)
     return stop;
 }
 
+/* --help and --print-schedule answer from the arguments alone and exit in
+ * parse_args: they need no BLAS core, so nothing is probed or logged before
+ * their output (a log line used to open both). */
+static int answers_from_args(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "--print-schedule"))
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     rank_args_t a;
@@ -448,8 +464,10 @@ int main(int argc, char **argv)
 
     /* issue 15: OpenBLAS's best kernels for this CPU, before anything else
      * runs (may re-execute this process once or twice) */
-    px_blas_core_ensure(argv, &blas);
-    px_blas_core_log(&blas);
+    if (!answers_from_args(argc, argv)) {
+        px_blas_core_ensure(argv, &blas);
+        px_blas_core_log(&blas);
+    }
     if (px_rank_bench_requested(argc, argv))
         return px_rank_bench_main(argc, argv);
     if (parse_args(argc, argv, &a))
@@ -494,6 +512,11 @@ int main(int argc, char **argv)
         }
     }
     ctx.rank = rank;
+    /* Standalone (torchrun, mpirun, srun) every rank shares one terminal:
+     * rank 0 alone prints the step lines, which are the job's (the loss
+     * and norm are global), unless --print-all-ranks. Under a daemon each
+     * rank's stdout is its own log (pctl logs JOB --rank N): all print. */
+    ctx.print = rank == 0 || a.print_all_ranks || a.coord;
 
     /* daemon mode: the coordinator's rendezvous; otherwise the standalone
      * bootstrap, or alone without a transport */

@@ -366,7 +366,10 @@ static void test_config(void)
     }
     {
         static const char *bad[] = {"cuda:x", "cuda:0,0", "gpu:1", "cuda,cuda:1", "cpu:2,cpu:1",
-                                    "cuda:64", "", "sim:0", "sim:65", "sim:1,sim:2", "sim"};
+                                    "cuda:64", "", "sim:0", "sim:65", "sim:1,sim:2", "sim",
+                                    /* an index is digits only: no sign, no blank */
+                                    "cuda:+1", "cuda:-1", "cuda:0,+1", "cuda: 1", "cpu:+2",
+                                    "sim:+1", "cuda:-0"};
         for (unsigned i = 0; i < sizeof bad / sizeof *bad; i++) {
             char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", (char *)bad[i],
                             NULL};

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """bench_cp.py: context parallelism (ring attention) at sequence 1024
 (benchmark, not a test; issue 11).
 

@@ -1,6 +1,6 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """bench_ddp.py: data-parallel training throughput of parallax-rank at dp=2
-beside PyTorch DDP over Gloo (../shared/peers/torch_ddp_bench.py) and beside
+beside PyTorch DDP over Gloo (tests/bench/torch_ddp_bench.py) and beside
 the machine's limit, in the same run (benchmark, not a test; issue 13).
 
 Per model, REPS rounds (default 3), each running in turn:
@@ -141,9 +141,7 @@ def main():
             print(__doc__)
             return 2
     rank_bin = os.path.join(build, 'rank', 'parallax-rank')
-    peer = os.environ.get('TORCH_DDP_BENCH',
-                          os.path.join(HERE, '..', '..', '..', 'shared', 'peers',
-                                       'torch_ddp_bench.py'))
+    peer = os.environ.get('TORCH_DDP_BENCH', os.path.join(HERE, 'torch_ddp_bench.py'))
     python = os.environ.get('PYTHON', '/usr/bin/python3')
     work = tempfile.mkdtemp(prefix='px_bench_ddp.')
     data = os.path.join(work, 'tokens.bin')

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """bench_moe.py: the mixture of experts' throughput over expert parallelism
 (benchmark, not a test; issue 11).
 

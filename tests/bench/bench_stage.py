@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """bench_stage.py: the cost of staging device buffers (issue 12).
 
 Runs px-coll-bench on host buffers and on `--device fake` buffers (host

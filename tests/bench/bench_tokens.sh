@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench_tokens.sh: single-rank training throughput (tokens/s) of parallax-rank
-# beside the PyTorch peer (../shared/peers/torch_gpt_bench.py beside the repo, 1 thread) on
+# beside the PyTorch peer (tests/bench/torch_gpt_bench.py, 1 thread) on
 # the same model and batch, and the ratio ours/torch. Not a test: a benchmark.
 #
 # usage: tests/bench/bench_tokens.sh [BUILD_DIR] [STEPS] [RUNS]
@@ -9,7 +9,8 @@
 #   RUNS       runs per side and model, alternating ours / PyTorch, of which
 #              the best is reported (default 3: on a shared machine the best
 #              run is the one least disturbed by other load)
-# Env: TORCH_BENCH (peer script path), PYTHON (default /usr/bin/python3).
+# Env: TORCH_BENCH (peer script path), PYTHON (default /usr/bin/python3, which
+# has Debian's python3-torch; a pyenv python3 first on PATH usually has not).
 # Prints the load average before each model (figures under load are low).
 # CLOCK=cpu counts CPU seconds instead of wall seconds, for a machine other
 # jobs load: each side runs twice, long and short (ours STEPS+3 and 3 steps,
@@ -34,7 +35,7 @@ clock=${CLOCK:-wall}
 case $clock in wall|cpu) ;; *) echo "CLOCK must be wall or cpu, not '$clock'" >&2; exit 2;; esac
 rank_bin=$build/rank/parallax-rank
 sgemm_bin=$build/tests/bench/px-sgemm-bench
-torch_bench=${TORCH_BENCH:-$here/../../../shared/peers/torch_gpt_bench.py}
+torch_bench=${TORCH_BENCH:-$here/torch_gpt_bench.py}
 python=${PYTHON:-/usr/bin/python3}
 [ -x "$rank_bin" ] || { echo "no $rank_bin (build first)" >&2; exit 1; }
 [ -x "$sgemm_bin" ] || { echo "no $sgemm_bin (build first)" >&2; exit 1; }

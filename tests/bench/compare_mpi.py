@@ -6,7 +6,7 @@ ranks, same sizes, one after the other, on this machine.
                                [-b 4K] [-e 64M] [--gloo] [--json OUT]
 
 For each world size and op it runs build/transport/tools/px-coll-bench (forks
-its own ranks, standalone bootstrap) and then ../shared/peers/mpi_coll_bench.c
+its own ranks, standalone bootstrap) and then tests/bench/mpi_coll_bench.c
 (built here with mpicc into BUILD/tests/bench/, run with
 `mpirun --allow-run-as-root --oversubscribe -np N`), both fp32 SUM, sizes x4,
 200 timed iterations below 1 MiB and 20 from 1 MiB up, and prints per size
@@ -29,7 +29,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-PEER = os.path.join(os.path.dirname(ROOT), "shared", "peers", "mpi_coll_bench.c")
+PEER = os.path.join(HERE, "mpi_coll_bench.c")
 
 
 def parse_bytes(s):
@@ -44,8 +44,7 @@ def build_peer(build, peer_src):
     os.makedirs(out_dir, exist_ok=True)
     exe = os.path.join(out_dir, "mpi_coll_bench")
     if not os.path.isfile(peer_src):
-        sys.exit("compare_mpi: the Open MPI peer %s is not there: it lives in the shared/ "
-                 "folder beside the repository (../shared/peers/); pass --peer PATH" % peer_src)
+        sys.exit("compare_mpi: the Open MPI peer %s is not there (--peer PATH)" % peer_src)
     if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(peer_src):
         subprocess.run(["mpicc", "-O2", "-o", exe, peer_src], check=True)
     return exe
@@ -138,7 +137,7 @@ def main():
     ap.add_argument("--gloo", action="store_true", help="also Gloo all-reduce at 16 MiB")
     ap.add_argument("--gloo-bytes", type=parse_bytes, default=16 << 20)
     ap.add_argument("--json", help="write all figures to this file")
-    ap.add_argument("--peer", default=PEER, help="mpi_coll_bench.c (default ../shared/peers/)")
+    ap.add_argument("--peer", default=PEER, help="mpi_coll_bench.c (default tests/bench/)")
     a = ap.parse_args()
 
     bench = os.path.join(a.build, "transport", "tools", "px-coll-bench")

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """bench_zero.py: step time of ZeRO stages 0-3 at dp 2 and 4, and how much
 of stage 3's all-gather time is hidden behind compute (benchmark, not a test).
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """make_tokens.py: write text files as an llm.c-layout token file (byte-level
 tokens: token = byte value, vocab 256).
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """test_bf16.py: --precision bf16 (bf16 GEMM and attention operands, fp32
 elsewhere; issue 12)
 in the engine (integration; standalone bootstrap, CPU ranks).

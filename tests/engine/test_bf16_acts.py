@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """test_bf16_acts.py: bf16 activation storage (issue 12) is bit for bit the
 bf16 run with fp32 storage (integration; standalone bootstrap, CPU ranks).
 

@@ -109,7 +109,14 @@ def main():
     two = os.path.join(work, 'two.json')
     json.dump({'jobA': rows, 'jobB': [dict(r, loss=2 * r['loss'], val_loss=None) for r in rows]},
               open(two, 'w'))
-    legend, chart, _, _, dots, _ = decode(plot(pctl, two))
+    legend, chart, _, _, dots, marks = decode(plot(pctl, two))
+    # no colour (a pipe, NO_COLOR): each job's line shows its letter, the
+    # legend says whose, so two Braille lines can be told apart
+    letters = set(marks.values())
+    check({'a', 'b'} <= letters, 'overlay without colour: line letters %s, want a and b'
+          % sorted(letters))
+    check('⣀a jobA train' in ' '.join(legend) and '⣀b jobB train' in ' '.join(legend),
+          'overlay legend names each line\'s letter: %r' % legend)
     top = float(chart[0][:8])
     check(abs(top - 10.0) < 1e-3, 'overlay: top label %g, expected 10 (jobB)' % top)
     left = sorted(y for x, y in dots if x == 0)

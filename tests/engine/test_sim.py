@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """test_sim.py: the engine's device path on the simulated device (issue 12;
 kernels/px_kernels_sim.h), against the same run on cpu.
 

@@ -688,7 +688,7 @@ def main():
 
     def check(what, value, tol):
         ok = value < tol
-        checks.append(ok)
+        checks.append((what, value, tol, ok))
         print('%-44s %.3e  (tol %.0e) %s' % (what, value, tol, 'ok' if ok else 'FAIL'))
 
     only = sys.argv[4:]  # case names (all by default), or --planted
@@ -699,9 +699,14 @@ def main():
             continue
         run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, tp, cp, check,
                  moe_flags)
-    ok = all(checks)
-    print('PASS' if ok else 'FAIL', '(%d checks, workdir %s)' % (len(checks), work))
-    return 0 if ok else 1
+    failed = [c for c in checks if not c[3]]
+    if failed:  # how many and which, so the end of a long log says what broke
+        print('FAIL: %d of %d checks failed (workdir %s):' % (len(failed), len(checks), work))
+        for what, value, tol, _ in failed:
+            print('  %-42s %.3e > tol %.0e' % (what, value, tol))
+    else:
+        print('PASS (%d checks, workdir %s)' % (len(checks), work))
+    return 1 if failed else 0
 
 
 def planted(rank_bin, make_tokens, work, lic):

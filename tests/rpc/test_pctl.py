@@ -11,6 +11,7 @@ RPC errors in the `pctl: <command>: <STATUS>: <message>` form, PX_SERVER and
 a unix socket."""
 import json
 import math
+import re
 import os
 import shutil
 import struct
@@ -109,6 +110,12 @@ def test_usage(data):
     check(rc == 0 and "submit" in so and "data" in so, "pctl --help")
     rc, so, se = pctl("submit", "--help")
     check(rc == 0 and "--min-lr-ratio" in so and "--follow" in so, "pctl submit --help")
+    # every flag of the synopsis is described below it (named in a description line)
+    synopsis, _, described = so.partition("\n\n")
+    undescribed = sorted(f for f in set(re.findall(r"--[a-z][a-z-]*", synopsis))
+                         if f not in re.findall(r"--[a-z][a-z-]*", described))
+    check(not undescribed, "pctl submit --help describes every flag (missing: %s)"
+          % " ".join(undescribed))
 
 
 def test_unreachable():
