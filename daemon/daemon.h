@@ -133,6 +133,8 @@ typedef struct px_job {
     px_watcher_t *watchers;
     int adopting;                   /* RUNNING at load with its local ranks alive:
                                      * px_job_adopt_all() takes them over */
+    int restart_at_start;           /* FAILED at load (its ranks died with the
+                                     * daemon): px_job_adopt_all() restarts it */
     int n_exited_unknown;           /* adopted ranks gone with PXD_EXIT_UNKNOWN */
     int64_t reconcile_ms;           /* mono ms of the last StopRanks sent for a
                                      * node still running ranks of this ended job */
