@@ -337,10 +337,15 @@ class Soak:
             # the heartbeat timeout and the collective deadline
             settle = time.time() + (30 if f.get("expect") else
                                     (PEER_DEAD_MS + COMM_MS) / 1000.0)
+            t_end, end_step, t_adv = time.time(), None, None
             while time.time() < settle:
                 j = self.follow()
                 if len(self.chain) > f["chain_len"] or pc.job_state(j) == "COMPLETED":
                     break
+                if end_step is None:
+                    end_step = j.get("step", 0)
+                elif t_adv is None and j.get("step", 0) > end_step:
+                    t_adv = time.time()
                 time.sleep(0.4)
             if f.get("expect") and len(self.chain) == f["chain_len"] and \
                     pc.job_state(j) != "COMPLETED":
@@ -355,7 +360,12 @@ class Soak:
             for k in range(f["chain_len"] - 1, len(self.chain) - 1):
                 old_j, new_j = self.job(self.chain[k]), self.job(self.chain[k + 1])
                 f["lost"] += max(0, old_j.get("step", 0) - self.resume_step(new_j))
-            f["recovery_s"] = time.time() - ti
+            # the cost in time: with a restart, from the fault to training
+            # past the resumed step; without, how long training stood still
+            # (from the fault until a step after the injection had ended)
+            f["recovery_s"] = time.time() - ti if f["restarts"] else \
+                ((t_adv or time.time()) - ti if kind in ("rank-kill", "daemon-kill") else
+                 (t_adv or time.time()) - t_end)
             self.faults.append(f)
             log("  -> %d restart(s), %d step(s) lost, progressing again after %.1f s (job %s "
                 "step %d)" % (f["restarts"], f["lost"], f["recovery_s"], self.chain[-1],
@@ -577,16 +587,20 @@ def main():
                       "seq %d batch %d, %d steps, checkpoint every %d on a %d MiB tmpfs"
                       % (MODEL["layers"], MODEL["dim"], MODEL["seq"], MODEL["batch"], steps,
                          CKPT_EVERY, TMPFS_MB))
-        report.append("%-3s %7s  %-11s %-9s %5s  %3s %5s %7s  %s" % (
-            "#", "t(s)", "fault", "job", "step", "rst", "lost", "recov", "what"))
+        report.append("recov: seconds from the fault until training passed its resumed "
+                      "step (with a restart); stall: without one, seconds training stood "
+                      "still after the fault ended")
+        report.append("%-3s %7s  %-11s %-9s %5s  %3s %5s %13s  %s" % (
+            "#", "t(s)", "fault", "job", "step", "rst", "lost", "recov/stall", "what"))
         for f in s.faults:
-            report.append("%-3d %7.1f  %-11s %-9s %5d  %3d %5d %6.1fs  %s" % (
+            report.append("%-3d %7.1f  %-11s %-9s %5d  %3d %5d %13s  %s" % (
                 f["n"], f["t"], f["kind"], f["job"].rsplit("-", 1)[-1], f["step"],
-                f["restarts"], f["lost"], f["recovery_s"], f["what"]))
+                f["restarts"], f["lost"], ("recov %.1fs" if f["restarts"] else "stall %.1fs")
+                % f["recovery_s"], f["what"]))
         report.append("by kind:")
         for k, (n, r, lost, rec) in sorted(by_kind.items()):
-            report.append("  %-11s %3d faults, %3d restarts, %5d steps lost, %.1f s mean "
-                          "recovery" % (k, n, r, lost, rec / n))
+            report.append("  %-11s %3d faults, %3d restarts, %5d steps lost, %.1f s "
+                          "recovery/stall on average" % (k, n, r, lost, rec / n))
         report.append("totals: %d faults, %d restarts (jobs %s), %d steps lost and redone"
                       % (len(s.faults), len(s.chain) - 1,
                          " -> ".join(x.rsplit("-", 1)[-1] for x in s.chain),
@@ -598,7 +612,13 @@ def main():
         report.append("parameters: %s (%d bytes, sha256 %s) %s the uninterrupted run's"
                       % (os.path.basename(soak_export), size, sha(soak_export)[:16],
                          "BITWISE EQUAL to" if same else "DIFFER from"))
+        no_cg = [d.name for d in s.h.daemons
+                 if "no cgroup v2 hierarchy" in open(d.log_path, errors="replace").read()]
         report.append("left behind while the daemons ran: %s" % (left_running or "nothing"))
+        if no_cg:
+            report.append("  (cgroups: %s found no cgroup v2 hierarchy in their namespaces and "
+                          "tracked ranks by process group; no cgroup named for a job exists)"
+                          % ", ".join(no_cg))
         report.append("left behind after they stopped (%d of %d logged a clean stop): %s"
                       % (sum(clean), len(clean), left_stopped or "nothing"))
         report.append("faults that did not do what they must: %s" % (s.problems or "none"))
