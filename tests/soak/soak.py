@@ -85,6 +85,7 @@ class Soak:
         self.problems = []    # what the faults did that they must not
         self.chain = []       # job ids, first to last
         self.filler = os.path.join(self.ckpt, "filler")
+        self.shm_others = []
 
     # ------------------------------------------------------------ setup
     def start(self):
@@ -364,8 +365,7 @@ class Soak:
             # past the resumed step; without, how long training stood still
             # (from the fault until a step after the injection had ended)
             f["recovery_s"] = time.time() - ti if f["restarts"] else \
-                ((t_adv or time.time()) - ti if kind in ("rank-kill", "daemon-kill") else
-                 (t_adv or time.time()) - t_end)
+                (t_adv or time.time()) - t_end
             self.faults.append(f)
             log("  -> %d restart(s), %d step(s) lost, progressing again after %.1f s (job %s "
                 "step %d)" % (f["restarts"], f["lost"], f["recovery_s"], self.chain[-1],
@@ -398,9 +398,20 @@ class Soak:
                 tmps = [x for x in os.listdir(sd) if x.endswith(".tmp")]
                 if tmps or not os.path.exists(os.path.join(sd, "meta.json")):
                     found.append("checkpoint %s: %s" % (e, tmps or "no meta.json"))
-        after_shm = set(os.listdir("/dev/shm"))
-        if after_shm - before_shm:
-            found.append("/dev/shm here: %s" % sorted(after_shm - before_shm))
+        # this namespace's /dev/shm is shared with whatever else runs on the
+        # machine: a new file is ours to answer for only if it outlives a
+        # few seconds with no process mapping it (an orphan); the hosts'
+        # ranks see a private /dev/shm each (checked above) and cannot write
+        # here at all
+        new = set(os.listdir("/dev/shm")) - before_shm
+        if new and stopped:
+            time.sleep(5)
+            new &= set(os.listdir("/dev/shm"))
+            mapped = _mapped_shm()
+            orphans = sorted(x for x in new if x not in mapped)
+            if orphans:
+                found.append("/dev/shm here: %s" % orphans)
+            self.shm_others = sorted(new - set(orphans))
         for i, d in enumerate(self.h.daemons):
             ns = self.h.ns[i]
             if not stopped:
@@ -504,6 +515,26 @@ def _all_rank_pids():
     return out
 
 
+def _mapped_shm():
+    """Names of /dev/shm files some live process maps or holds open."""
+    names = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/maps" % d) as f:
+                for ln in f:
+                    if " /dev/shm/" in ln:
+                        names.add(ln.rsplit("/dev/shm/", 1)[1].split()[0])
+            for fd in os.listdir("/proc/%s/fd" % d):
+                t = os.readlink("/proc/%s/fd/%s" % (d, fd))
+                if t.startswith("/dev/shm/"):
+                    names.add(t[9:].split()[0])
+        except OSError:
+            continue
+    return names
+
+
 def sha(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -554,7 +585,7 @@ def main():
             # settling the job trains through, with room to spare
             global CKPT_EVERY
             CKPT_EVERY = max(10, int(rate * 2.0 / 10) * 10)
-            steps = int(rate * 18.0 * args.faults / CKPT_EVERY + 1) * CKPT_EVERY
+            steps = int(rate * 22.0 * args.faults / CKPT_EVERY + 1) * CKPT_EVERY
             log("probe: %.1f steps/s with start-up; the soak job gets %d steps, a checkpoint "
                 "every %d" % (rate, steps, CKPT_EVERY))
         s.size_tmpfs(steps)
@@ -605,7 +636,8 @@ def main():
                       % (len(s.faults), len(s.chain) - 1,
                          " -> ".join(x.rsplit("-", 1)[-1] for x in s.chain),
                          sum(f["lost"] for f in s.faults)))
-        report.append("time: uninterrupted %.1f s, under chaos %.1f s (+%.1f s, x%.2f)"
+        report.append("time: uninterrupted %.1f s, under chaos %.1f s (%+.1f s, x%.2f; "
+                      "the machine is shared, so its speed varies between the two)"
                       % (ref_s, soak_s, soak_s - ref_s, soak_s / ref_s))
         report.append("final: %s COMPLETED step %d, loss %.6f" % (s.chain[-1], final["step"],
                                                                   final["loss"]))
@@ -621,6 +653,9 @@ def main():
                           % ", ".join(no_cg))
         report.append("left behind after they stopped (%d of %d logged a clean stop): %s"
                       % (sum(clean), len(clean), left_stopped or "nothing"))
+        if s.shm_others:
+            report.append("  (/dev/shm here also got %s meanwhile, held by other processes "
+                          "of this machine, not the soak's)" % s.shm_others)
         report.append("faults that did not do what they must: %s" % (s.problems or "none"))
         report.append("history: %s; %s" % (history or "every daemon lists all %d jobs of the "
                                            "chain, each failed one naming its successor"
