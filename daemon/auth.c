@@ -24,7 +24,19 @@
  *
  * The comparison is constant-time (px_rpc_secret_equal). A missing or wrong
  * token ends the call UNAUTHENTICATED with a message saying which; nothing
- * about the expected token is revealed. Main (loop) thread only. */
+ * about the expected token is revealed; each is logged with the caller.
+ *
+ * Guessing is rate-limited per source address (the gRPC peer without its
+ * port; a table of PXD_AUTH_SOURCES, the stalest unlocked one reused): after
+ * cfg.auth_max_wrong wrong tokens within cfg.auth_lockout_ms, every call from
+ * that address that needs the token is refused RESOURCE_EXHAUSTED for
+ * auth_lockout_ms without its token being compared (one log line when the
+ * lockout starts, one with the count when a call finds it over), so a guesser
+ * learns nothing more in that time. The right token does not lift it: a
+ * correct answer would tell the guesser it guessed (sshd's per-source
+ * penalties and fail2ban cut a source off the same way, with the same cost:
+ * honest callers behind that address wait too). A call without a token is
+ * not a guess and is not counted. Main (loop) thread only. */
 #include "daemon.h"
 
 #include <errno.h>
@@ -34,6 +46,7 @@
 
 #include "px_log.h"
 #include "px_sha256.h"
+#include "px_time.h"
 
 /* Longest token accepted (bytes). */
 #define PX_AUTH_TOKEN_MAX 4096
@@ -92,13 +105,101 @@ px_status_t px_auth_load_token(const char *path, char **token_p)
     return PX_OK;
 }
 
-/* UNAUTHENTICATED unless the call carries the daemon's token. */
+/* The source address of a gRPC peer string: "ipv4:10.0.0.2:41234" ->
+ * "ipv4:10.0.0.2", "ipv6:[fd00::2]:5000" -> "ipv6:[fd00::2]"; "unix:..."
+ * as it is. */
+static void source_addr(const char *peer, char *out, size_t len)
+{
+    const char *colon = strrchr(peer, ':');
+    size_t n = strlen(peer);
+
+    if (strncmp(peer, "unix:", 5) && colon && colon[1] && strspn(colon + 1, "0123456789") ==
+                                                              strlen(colon + 1))
+        n = (size_t)(colon - peer);
+    if (n >= len)
+        n = len - 1;
+    memcpy(out, peer, n);
+    out[n] = '\0';
+}
+
+/* The table entry of `addr`; with `make`, a new one (reusing the stalest
+ * entry not locked, else the stalest) when it has none; else NULL. */
+static px_auth_source_t *source_find(px_daemon_t *d, const char *addr, int make, int64_t now)
+{
+    px_auth_source_t *free_slot = NULL, *stale = NULL, *stale_any = NULL;
+
+    for (int i = 0; i < PXD_AUTH_SOURCES; i++) {
+        px_auth_source_t *s = &d->auth_sources[i];
+        if (!s->addr[0]) {
+            if (!free_slot)
+                free_slot = s;
+            continue;
+        }
+        if (!strcmp(s->addr, addr))
+            return s;
+        if (!stale_any || s->last_ms < stale_any->last_ms)
+            stale_any = s;
+        if (s->locked_until_ms <= now && (!stale || s->last_ms < stale->last_ms))
+            stale = s;
+    }
+    if (!make)
+        return NULL;
+    px_auth_source_t *s = free_slot ? free_slot : stale ? stale : stale_any;
+    memset(s, 0, sizeof(*s));
+    snprintf(s->addr, sizeof(s->addr), "%s", addr);
+    return s;
+}
+
+/* Counts a wrong token from `addr`; starts its lockout at the limit. */
+static void source_wrong(px_daemon_t *d, const char *addr, int64_t now)
+{
+    px_auth_source_t *s = source_find(d, addr, 1, now);
+    long window = d->cfg.auth_lockout_ms;
+
+    if (s->wrong == 0 || now - s->first_ms > window) {
+        s->wrong = 0;
+        s->first_ms = now;
+    }
+    s->wrong++;
+    s->last_ms = now;
+    if (s->wrong >= d->cfg.auth_max_wrong) {
+        px_warn("%s sent %d wrong cluster tokens in %.1f s: its calls are refused for %.1f s "
+                "(auth-max-wrong, auth-lockout-ms)", addr, s->wrong,
+                (double)(now - s->first_ms) / 1e3, (double)window / 1e3);
+        s->locked_until_ms = now + window;
+        s->refused = 0;
+        s->wrong = 0;
+    }
+}
+
+/* UNAUTHENTICATED unless the call carries the daemon's token;
+ * RESOURCE_EXHAUSTED while its source address is locked out. */
 static grpc_status_code check_token(px_daemon_t *d, px_rpc_call_t *call, const char *path,
                                     char *why, size_t why_len)
 {
     const char *v = NULL;
     size_t len = 0;
+    char addr[PXD_AUTH_ADDR_MAX];
+    int64_t now = px_time_mono_ms();
+    int limit = d->cfg.auth_max_wrong > 0;
+    px_auth_source_t *s;
 
+    source_addr(px_rpc_call_peer(call), addr, sizeof(addr));
+    s = limit ? source_find(d, addr, 0, now) : NULL;
+    if (s && s->locked_until_ms > now) {
+        s->refused++;
+        s->last_ms = now;
+        snprintf(why, why_len, "%s: too many wrong cluster tokens from %s; refused for "
+                 "another %.1f s", path, addr, (double)(s->locked_until_ms - now) / 1e3);
+        px_debug("refused %s from %s: locked out (%ld calls refused so far)", path, addr,
+                 s->refused);
+        return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    }
+    if (s && s->locked_until_ms && s->locked_until_ms <= now) {
+        px_info("%s: lockout over (%ld calls refused during it)", addr, s->refused);
+        s->locked_until_ms = 0;
+        s->refused = 0;
+    }
     if (!px_rpc_call_metadata(call, PX_AUTH_MD_KEY, &v, &len)) {
         snprintf(why, why_len, "%s needs the cluster token (metadata %s; pctl --token-file)",
                  path, PX_AUTH_MD_KEY);
@@ -108,6 +209,8 @@ static grpc_status_code check_token(px_daemon_t *d, px_rpc_call_t *call, const c
     if (!px_rpc_secret_equal(v, len, d->token, d->token_len)) {
         snprintf(why, why_len, "%s: wrong cluster token", path);
         px_warn("refused %s from %s: wrong cluster token", path, px_rpc_call_peer(call));
+        if (limit)
+            source_wrong(d, addr, now);
         return GRPC_STATUS_UNAUTHENTICATED;
     }
     return GRPC_STATUS_OK;

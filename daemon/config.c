@@ -21,7 +21,8 @@
 /* Keys: index into cfg->source; option value = OPT_BASE + index. */
 enum { K_NAME, K_LISTEN, K_PEER_LISTEN, K_STATE_DIR, K_RUNTIME_DIR, K_DEVICES, K_PEERS,
        K_HEARTBEAT, K_PEER_DEAD, K_COLL_TIMEOUT, K_KILL_GRACE, K_LOG_LEVEL, K_TOKEN_FILE,
-       K_CONTROL_GROUP, K_CONTROL_REMOTE, K_MAX_MSG, K_TLS_CERT, K_TLS_KEY, K_TLS_CA, K_METRICS_LISTEN, K_COUNT };
+       K_CONTROL_GROUP, K_CONTROL_REMOTE, K_MAX_MSG, K_TLS_CERT, K_TLS_KEY, K_TLS_CA, K_METRICS_LISTEN,
+       K_AUTH_MAX_WRONG, K_AUTH_LOCKOUT, K_COUNT };
 _Static_assert(K_COUNT == PXD_CFG_KEYS, "PXD_CFG_KEYS matches the key table");
 
 enum { OPT_BASE = 1000, OPT_CONFIG = 2000, OPT_PRINT_CONFIG, OPT_HELP };
@@ -66,6 +67,12 @@ static const key_t_ keys[K_COUNT] = {
     [K_METRICS_LISTEN] = {"metrics-listen", NULL, "",
                           "Prometheus metrics over HTTP at host:port or [IPv6]:port (/metrics; "
                           "a bare :port or port: loopback; empty: off)"},
+    [K_AUTH_MAX_WRONG] = {"auth-max-wrong", NULL, "10",
+                          "wrong cluster tokens from one address within auth-lockout-ms "
+                          "before its calls are refused for auth-lockout-ms (0: no limit)"},
+    [K_AUTH_LOCKOUT] = {"auth-lockout-ms", NULL, "60000",
+                        "how long an address that sent auth-max-wrong wrong tokens is "
+                        "refused (ms)"},
 };
 
 static struct option long_opts[K_COUNT + 4];
@@ -291,6 +298,19 @@ static px_status_t apply(px_daemon_config_t *cfg, int k, const char *v)
     case K_PEER_DEAD: return set_ms(&cfg->peer_dead_ms, keys[k].key, v, 100, 86400000);
     case K_COLL_TIMEOUT: return set_ms(&cfg->coll_timeout_ms, keys[k].key, v, 100, 86400000);
     case K_KILL_GRACE: return set_ms(&cfg->kill_grace_ms, keys[k].key, v, 0, 600000);
+    case K_AUTH_LOCKOUT: return set_ms(&cfg->auth_lockout_ms, keys[k].key, v, 1, 86400000);
+    case K_AUTH_MAX_WRONG: {
+        char *end;
+        long n;
+        errno = 0;
+        n = strtol(v, &end, 10);
+        if (errno || end == v || *end || n < 0 || n > 1000000) {
+            px_error("auth-max-wrong '%s': expected an integer in 0..1000000", v);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        cfg->auth_max_wrong = (int)n;
+        return PX_OK;
+    }
     case K_LOG_LEVEL:
         if (strcasecmp(v, "error") && strcasecmp(v, "warn") && strcasecmp(v, "info") &&
             strcasecmp(v, "debug")) {
@@ -606,6 +626,10 @@ void px_daemon_config_print(const px_daemon_config_t *cfg, FILE *out)
     print_kv(out, cfg, K_TLS_KEY, cfg->tls_key_file ? cfg->tls_key_file : "");
     print_kv(out, cfg, K_TLS_CA, cfg->tls_ca_file ? cfg->tls_ca_file : "");
     print_kv(out, cfg, K_METRICS_LISTEN, cfg->metrics_listen ? cfg->metrics_listen : "");
+    snprintf(buf, sizeof(buf), "%d", cfg->auth_max_wrong);
+    print_kv(out, cfg, K_AUTH_MAX_WRONG, buf);
+    snprintf(buf, sizeof(buf), "%ld", cfg->auth_lockout_ms);
+    print_kv(out, cfg, K_AUTH_LOCKOUT, buf);
 }
 
 void px_daemon_config_free(px_daemon_config_t *cfg)

@@ -7,7 +7,8 @@
  * state-dir, runtime-dir, devices, peers, name, heartbeat-ms, peer-dead-ms,
  * collective-timeout-ms, kill-grace-ms, log-level, token-file,
  * control-group, control-remote, max-message-bytes, tls-cert-file,
- * tls-key-file, tls-ca-file), in any section or none; an unknown key is
+ * tls-key-file, tls-ca-file, metrics-listen, auth-max-wrong,
+ * auth-lockout-ms), in any section or none; an unknown key is
  * an error naming the key and its line. Each value remembers where it came
  * from, for --print-config. Main thread only. */
 #ifndef PXD_CONFIG_H
@@ -19,7 +20,7 @@
 
 #define PXD_DEFAULT_CONFIG "/etc/parallax/parallaxd.conf"
 #define PXD_CFG_SOURCE_MAX 1100
-#define PXD_CFG_KEYS 20
+#define PXD_CFG_KEYS 22
 
 typedef struct px_daemon_config {
     char *listen;          /* Control host:port */
@@ -48,6 +49,8 @@ typedef struct px_daemon_config {
     char *tls_key_file;    /* its PEM key, or NULL */
     char *tls_ca_file;     /* CA verifying peers (NULL: tls_cert_file) */
     char *metrics_listen;  /* Prometheus HTTP host:port (metrics.h), or NULL: off */
+    int auth_max_wrong;    /* wrong tokens from one address before it is refused (auth.c) */
+    long auth_lockout_ms;  /* ... for this long (ms); also the window they are counted in */
     char *config_file;     /* file read, or NULL */
     int print_config;      /* --print-config */
     /* where each key's value came from, indexed like the key table:

@@ -133,6 +133,8 @@ typedef struct px_job {
     px_watcher_t *watchers;
     int adopting;                   /* RUNNING at load with its local ranks alive:
                                      * px_job_adopt_all() takes them over */
+    int restart_at_start;           /* FAILED at load (its ranks died with the
+                                     * daemon): px_job_adopt_all() restarts it */
     int n_exited_unknown;           /* adopted ranks gone with PXD_EXIT_UNKNOWN */
     int64_t reconcile_ms;           /* mono ms of the last StopRanks sent for a
                                      * node still running ranks of this ended job */
@@ -196,6 +198,19 @@ typedef void (*px_peerc_local_fn)(px_daemon_t *d, const ProtobufCMessage *reques
 #define PXD_PEERC_LOCAL_MAX 8
 #define PXD_NODE_SUBS_MAX 8
 
+/* auth.c: wrong cluster tokens from one source address (the gRPC peer
+ * without its port), for the lockout after cfg.auth_max_wrong of them. */
+#define PXD_AUTH_SOURCES 64
+#define PXD_AUTH_ADDR_MAX 96
+
+typedef struct px_auth_source {
+    char addr[PXD_AUTH_ADDR_MAX];      /* "ipv4:10.0.0.2"; "" = unused slot */
+    int wrong;                         /* wrong tokens since first_ms */
+    int64_t first_ms, last_ms;         /* mono ms of the first and latest of them */
+    int64_t locked_until_ms;           /* mono ms; refused until then */
+    long refused;                      /* calls refused in the current lockout */
+} px_auth_source_t;
+
 struct px_daemon {
     px_daemon_config_t cfg;
     uv_loop_t *loop;
@@ -233,6 +248,7 @@ struct px_daemon {
     int rebooted;                      /* boot id differs from the last run's */
     char *token;                       /* cluster token (auth.c), or NULL: none */
     size_t token_len;
+    px_auth_source_t auth_sources[PXD_AUTH_SOURCES]; /* auth.c: wrong tokens by address */
     int64_t stop_deadline_ms;
     int exit_code;
     struct px_metrics *metrics;        /* --metrics-listen (metrics.h), or NULL */

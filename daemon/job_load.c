@@ -5,7 +5,11 @@
  * unless it was RUNNING and every one of its local ranks outlived the
  * daemon (and the host did not reboot): it is then adopted once devices are
  * known (px_job_adopt_all), its ranks watched through pidfds by the
- * supervisor. Loop thread only. */
+ * supervisor. A job FAILED so is restarted from its newest checkpoint when
+ * it has restarts left (--max-restarts), as a job whose rank died is: a
+ * coordinator killed with its ranks must not lose the job. That waits for
+ * px_job_adopt_all too, so the restart is placed once devices are known.
+ * Loop thread only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,8 +74,7 @@ static void on_load(void *arg, px_job_t *t, Parallax__V1__JobSpec *spec)
                              : "coordinator daemon restarted (crashed or killed) while the "
                                "job was active; its ranks were stopped");
         job->finished_ms = px_time_wall_ms();
-        px__job_save(job);
-        px__job_event(job, "FAILED: %s", job->reason);
+        job->restart_at_start = 1;
     }
 }
 
@@ -86,6 +89,13 @@ void px_job_adopt_all(px_daemon_t *d)
 {
     for (px_job_t *j = d->jobs; j; j = j->next) {
         int n_local = 0, lost = -1;
+        if (j->restart_at_start) {
+            j->restart_at_start = 0;
+            px__job_restart(j); /* appends "; restarted as ..." to the reason */
+            px__job_save(j);
+            px__job_event(j, "FAILED: %s", j->reason);
+            continue;
+        }
         if (!j->adopting)
             continue;
         j->adopting = 0;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets the machine up (deploy/setup.sh --tests: the build's packages and the
 # tests' own: PyTorch, Open MPI, clang, Prometheus, ...) and runs every test suite that this
-# machine can run: unit, integration and reference (gpu runs only where a GPU
-# is present; bench is not a test). Exits non-zero if any test fails.
+# machine can run: unit, fuzz, integration and reference (gpu runs only where a GPU
+# is present; bench is not a test, and the chaos soak, suite soak, runs alone:
+# tests/soak/run.sh). Exits non-zero if any test fails.
 #
 # Usage: deploy/test.sh [meson test args...]   e.g. deploy/test.sh --suite unit
 set -euo pipefail
@@ -12,7 +13,7 @@ build=${PX_BUILD_DIR:-$root/build}
 
 "$root/deploy/setup.sh" --tests
 set +e
-meson test -C "$build" --print-errorlogs --no-suite bench "$@"
+meson test -C "$build" --print-errorlogs --no-suite bench --no-suite soak "$@"
 rc=$?
 set -e
 # One plain closing line with the totals, read from meson's own log.

@@ -48,6 +48,10 @@ static const ProtobufCMessageDescriptor *const descs[] = {
     &parallax__v1__list_nodes_response__descriptor,
     &parallax__v1__submit_job_response__descriptor,
     &parallax__v1__job_spec__descriptor,
+    /* added later, so the corpus's selector bytes keep their messages */
+    &parallax__v1__get_memory_request__descriptor,  /* Control.GetMemory */
+    &parallax__v1__reserve_name_request__descriptor, /* Peer.ReserveName */
+    &parallax__v1__get_memory_response__descriptor, /* relayed from the coordinator */
 };
 #define N_DESCS (sizeof(descs) / sizeof(descs[0]))
 

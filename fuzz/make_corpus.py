@@ -36,6 +36,8 @@ msgs = [  # same order as descs[] in fuzz_messages.c
     pb.GetLogsResponse(text=b"step 1 loss 2.5\n"), pb.HeartbeatResponse(node=node),
     pb.LaunchRanksResponse(ranks=[pb.RankInfo(rank=2, node="b", device="cpu:0", pid=4)]),
     pb.ListNodesResponse(nodes=[node]), pb.SubmitJobResponse(job_id="a-1"), spec,
+    pb.GetMemoryRequest(job_id="a-1"), pb.ReserveNameRequest(name="demo", node="b"),
+    pb.GetMemoryResponse(job_id="a-1", zero=1, dp=4),
 ]
 out = os.path.join(root, "fuzz", "corpus", "messages")
 for i, m in enumerate(msgs):

@@ -8,7 +8,8 @@ Model: 3 layers, 3 heads, dim 33, seq 32 (odd unit sizes), batch 16, 10 steps.
  2. Resume from step_5 for steps 6-10 on: the same layout (ZeRO-3 dp=4),
     dp=2 ZeRO-3, dp=2 ZeRO-1 and one rank ZeRO-0. The losses and grad norms
     of steps 6-10 equal the uninterrupted run's within 1e-5 relative, and the
-    final exported weights equal within 1e-5 (max abs over max abs).
+    final exported weights equal within 1e-5 (max abs over max abs); on the
+    same layout all of it bit for bit, the export byte for byte.
     A copy of step_5 rewritten as the format before tensor parallelism
     ("parallax-zero-2", no "tp", shard_<k>.bin) resumes the same way.
  3. Errors: resuming into another model (dim 36) fails with a message naming
@@ -83,11 +84,15 @@ def header_bytes(path):
         return f.read(n)
 
 
-def resume_case(rank_bin, args, work, tag, world, base, ref_w, first):
+def resume_case(rank_bin, args, work, tag, world, base, ref_w, first, exact_st=None):
     """Runs a resume (args carry --resume) exporting its weights; its steps
     must be first..10 with loss and grad norm within TOL of base (step ->
     metrics of the run that saved the checkpoint) and its final weights
-    within TOL of ref_w. Returns the number of failures (0 or 1)."""
+    within TOL of ref_w. With exact_st (the saving run's export, same
+    layout): the losses, norms and exported file must be those bit for bit,
+    as a job restarted from its checkpoint must end where an uninterrupted
+    one does (data order and every update a function of the step).
+    Returns the number of failures (0 or 1)."""
     st = os.path.join(work, tag + '.safetensors')
     runs = run_world(rank_bin, args + ['--export-safetensors', st], work, tag, world)
     if runs is None:
@@ -100,8 +105,14 @@ def resume_case(rank_bin, args, work, tag, world, base, ref_w, first):
         worst = max(worst, rel(m['loss'], b['loss']), rel(m['grad_norm'], b['grad_norm']))
     wdiff = weights_rel(read_safetensors(st), ref_w)
     ok = steps == list(range(first, 11)) and worst <= TOL and wdiff <= TOL
-    print('%-22s steps %s  worst loss/norm rel %.1e  weights rel %.1e %s' % (
-        tag, steps, worst, wdiff, 'ok' if ok else 'FAIL'))
+    exact = ''
+    if exact_st:
+        with open(st, 'rb') as f, open(exact_st, 'rb') as g:
+            same = f.read() == g.read()
+        ok = ok and same and worst == 0.0
+        exact = '  bitwise %s' % ('equal' if same and worst == 0.0 else 'DIFFERENT')
+    print('%-22s steps %s  worst loss/norm rel %.1e  weights rel %.1e%s %s' % (
+        tag, steps, worst, wdiff, exact, 'ok' if ok else 'FAIL'))
     return 0 if ok else 1
 
 
@@ -200,7 +211,8 @@ def main():
         failures += resume_case(rank_bin, MODEL + TRAIN + ['--data', data, '--zero', str(zero),
                                                            '--resume',
                                                            os.path.join(ck, 'step_5')],
-                                work, 'resume_z%d_dp%d' % (zero, dp), dp, base, ref_w, 6)
+                                work, 'resume_z%d_dp%d' % (zero, dp), dp, base, ref_w, 6,
+                                exact_st=full_st if (zero, dp) == (3, 4) else None)
     # the format before tensor parallelism: no "tp", files shard_<k>.bin
     legacy = os.path.join(work, 'legacy_step_5')
     shutil.copytree(os.path.join(ck, 'step_5'), legacy)

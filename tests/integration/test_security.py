@@ -23,6 +23,14 @@ Debian's python3-grpcio as the raw client.
 8. ListJobs on either daemon lists both nodes' jobs (local_only lists one
    node's); with the other daemon SIGSTOPped the answer still comes within
    a few seconds, without that node's jobs.
+10. Every RPC of the proto (each `rpc` of each service in
+   proto/parallax.proto, enumerated from the file) sent to a daemon with a
+   cluster token without one and with a wrong one: all UNAUTHENTICATED
+   (Peer over loopback, Control over the node's non-loopback address), the
+   wrong ones logged naming the caller; and the rate limit: after
+   auth-max-wrong wrong tokens from one address its calls are refused
+   RESOURCE_EXHAUSTED (the right token too) while another address is still
+   answered, until auth-lockout-ms has passed.
 9. TLS on the Peer plane (a self-signed certificate made here by openssl):
    two daemons with tls-cert-file/tls-key-file see each other and run a
    dp=2 job; a plaintext client gets no answer from the Peer port, a TLS
@@ -32,6 +40,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -145,6 +154,143 @@ def check_tls(args, token_file, token):
         ok = True
         print("TLS: peer plane over TLS (self-signed, openssl): dp=2 job COMPLETED; plaintext "
               "client -> %s; TLS client: health SERVING, token still required" % plain_code)
+    finally:
+        if not ok:
+            print(cl.logs())
+        cl.stop()
+        if ok:
+            cl.cleanup()
+
+
+def proto_rpcs(proto):
+    """[(service, method, request type, server-streaming)] of every rpc in
+    the .proto file, in file order."""
+    with open(proto) as f:
+        text = re.sub(r"//[^\n]*", "", f.read())
+    out = []
+    for svc, body in re.findall(r"service\s+(\w+)\s*{(.*?)}", text, re.S):
+        for m, req, stream in re.findall(
+                r"rpc\s+(\w+)\s*\(\s*(\w+)\s*\)\s*returns\s*\(\s*(stream\s+)?\w+\s*\)",
+                body):
+            out.append((svc, m, req, bool(stream)))
+    return out
+
+
+def rpc_code(channel, svc, method, stream, payload, md):
+    """The status code name of one raw call (OK when answered)."""
+    import grpc
+    path = "/parallax.v1.%s/%s" % (svc, method)
+    ident = lambda m: m  # noqa: E731
+    try:
+        if stream:
+            for _ in channel.unary_stream(path, request_serializer=ident,
+                                          response_deserializer=ident)(payload, timeout=5,
+                                                                       metadata=md):
+                break
+        else:
+            channel.unary_unary(path, request_serializer=ident,
+                                response_deserializer=ident)(payload, timeout=5, metadata=md)
+        return "OK"
+    except grpc.RpcError as e:
+        return e.code().name
+
+
+def check_every_rpc(args, token_file, token):
+    """Every rpc of the proto without the token and with a wrong one."""
+    import grpc
+    rpcs = proto_rpcs(args.proto)
+    services = sorted({s for s, _, _, _ in rpcs})
+    assert services == ["Control", "Peer"] and len(rpcs) >= 15, rpcs
+    cl = pc.Cluster(args.parallaxd, n=1, devices=1, tag="secrpc")
+    d = cl.daemons[0]
+    ip = host_ipv4()
+    d.extra = ["--token-file", token_file, "--auth-max-wrong", "1000"]
+    if ip:
+        d.control = "0.0.0.0:%d" % pc.free_port()
+        d.extra += ["--control-remote", "yes"]
+    pb = pc.Grpc(d, args.proto).pb
+    ok = False
+    try:
+        cl.start(lambda x: pc.Grpc(x, args.proto))
+        peer = grpc.insecure_channel(d.peer)
+        ctl = grpc.insecure_channel("%s:%s" % (ip, d.control.rsplit(":", 1)[1])) if ip else None
+        wrong = token[:-1] + ("x" if token[-1] != "x" else "y")
+        tried = []
+        for svc, method, req, stream in rpcs:
+            ch = peer if svc == "Peer" else ctl
+            if ch is None:
+                continue
+            payload = getattr(pb, req)().SerializeToString()
+            for what, md in (("none", None), ("wrong", (("x-parallax-token", wrong),))):
+                code = rpc_code(ch, svc, method, stream, payload, md)
+                assert code == "UNAUTHENTICATED", (svc, method, what, code)
+            tried.append("%s.%s" % (svc, method))
+        log = d.log_since_start()
+        for name in tried:
+            path = "/parallax.v1.%s" % name.replace(".", "/")
+            for why in ("no cluster token", "wrong cluster token"):
+                assert re.search(r"refused %s from \S+: %s" % (re.escape(path), why), log), \
+                    (name, why)
+        assert token not in log and wrong not in log
+        assert d.alive()
+        print("every rpc of %s (%d: %s) without the token and with a wrong one: "
+              "UNAUTHENTICATED, each logged with its caller%s"
+              % (os.path.basename(args.proto), len(tried), ", ".join(tried),
+                 "" if ip else "; Control skipped: no non-loopback address here"))
+        assert cl.stop() == [0], cl.logs()
+        ok = True
+    finally:
+        if not ok:
+            print(cl.logs())
+        cl.stop()
+        if ok:
+            cl.cleanup()
+
+
+def check_rate_limit(args, token_file, token):
+    """auth-max-wrong 5, auth-lockout-ms 3000 on the Peer plane: the 6th call
+    after 5 wrong tokens is refused whatever it carries; another source
+    address is not; after the lockout the right token is answered again."""
+    import grpc
+    cl = pc.Cluster(args.parallaxd, n=1, devices=1, tag="seclim")
+    d = cl.daemons[0]
+    ip = host_ipv4()
+    lockout_s = 3.0
+    d.extra = ["--token-file", token_file, "--auth-max-wrong", "5",
+               "--auth-lockout-ms", str(int(lockout_s * 1000))]
+    if ip:
+        d.peer = "0.0.0.0:%d" % pc.free_port()
+    pb = pc.Grpc(d, args.proto).pb
+    payload = pb.GetLogsRequest(job_id="no-such-job", rank=0).SerializeToString()
+    right = (("x-parallax-token", token),)
+    wrong = (("x-parallax-token", "not-" + token),)
+    ok = False
+    try:
+        cl.start(lambda x: pc.Grpc(x, args.proto))
+        port = d.peer.rsplit(":", 1)[1]
+        lo = grpc.insecure_channel("127.0.0.1:%s" % port)
+        code = lambda ch, md: rpc_code(ch, "Peer", "GetRankLog", False, payload, md)  # noqa
+        assert code(lo, right) == "NOT_FOUND"
+        firsts = [code(lo, wrong) for _ in range(5)]
+        assert firsts == ["UNAUTHENTICATED"] * 5, firsts
+        t_locked = time.time()
+        after = [code(lo, wrong), code(lo, right), code(lo, None)]
+        assert after == ["RESOURCE_EXHAUSTED"] * 3, after
+        other = "not tried (no non-loopback address)"
+        if ip:
+            other = code(grpc.insecure_channel("%s:%s" % (ip, port)), right)
+            assert other == "NOT_FOUND", other
+        log = d.log_since_start()
+        assert "ipv4:127.0.0.1 sent 5 wrong cluster tokens" in log, log
+        time.sleep(max(0.0, t_locked + lockout_s + 0.3 - time.time()))
+        back = code(lo, right)
+        assert back == "NOT_FOUND", back
+        assert "lockout over (3 calls refused" in d.log_since_start()
+        print("rate limit: 5 wrong tokens from 127.0.0.1 -> its next calls RESOURCE_EXHAUSTED "
+              "(wrong, right and no token alike); %s from %s meanwhile; after %.0f s the right "
+              "token is answered again" % (other, ip or "-", lockout_s))
+        assert cl.stop() == [0], cl.logs()
+        ok = True
     finally:
         if not ok:
             print(cl.logs())
@@ -366,6 +512,8 @@ def main():
         pc.wait_state(gb, mr_id, ("CANCELLED", "COMPLETED", "FAILED"), 30)
         codes = cl.stop()
         assert codes == [0, 0], (codes, cl.logs())
+        check_every_rpc(args, tok, token)
+        check_rate_limit(args, tok, token)
         check_tls(args, tok, token)
         ok = True
     finally:
