@@ -151,7 +151,7 @@ char *pctl_val_path(const char *out);
 /* Dumps `value` (stolen) to stdout with a newline; returns 0 or 1. */
 int pctl_json_print(json_t *value);
 
-/* ---- pctl_memfmt.c: `pctl mem`'s device figures (issue 12) */
+/* ---- pctl_memfmt.c: `pctl mem`'s device figures */
 
 /* A rank's device memory as cudaMemGetInfo reported it, "used/total" in GB
  * (10^9 bytes, two decimals: "1.50/80.00"), into `buf`; "-" for a rank
@@ -167,7 +167,7 @@ json_t *pctl_mem_device_json(const Parallax__V1__RankMemory *m);
 /* `pctl data prepare`: see pctl_data.c. */
 int pctl_cmd_data(pctl_ctx_t *ctx, int argc, char **argv);
 
-/* ---- pctl_plan.c, pctl_mem.c (issue 4) */
+/* ---- pctl_plan.c, pctl_mem.c */
 int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv);
 int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv);
 
@@ -181,7 +181,7 @@ int pctl_cmd_metrics(pctl_ctx_t *ctx, int argc, char **argv);
 int pctl_cmd_logs(pctl_ctx_t *ctx, int argc, char **argv);
 int pctl_cmd_cancel(pctl_ctx_t *ctx, int argc, char **argv);
 int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv);
-/* ---- pctl_bench.c (issue 3) */
+/* ---- pctl_bench.c */
 int pctl_cmd_bench(pctl_ctx_t *ctx, int argc, char **argv);
 
 #endif

@@ -1,5 +1,5 @@
 /* pctl_bench.c: `pctl bench`, a collectives benchmark job on the cluster's
- * ranks (issue 3), printed as nccl-tests prints its table.
+ * ranks, printed as nccl-tests prints its table.
  *
  * Submits a JobSpec of kind "bench" (dp = --ranks) with Control.SubmitJob,
  * then polls Control.GetJob (every 200 ms) and prints each new row of

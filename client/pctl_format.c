@@ -280,7 +280,7 @@ json_t *pctl_json_metrics(const Parallax__V1__StepMetrics *m)
     json_object_set_new(o, "tokens_per_second", json_real(m->tokens_per_second));
     json_object_set_new(o, "elapsed_s", json_real(m->elapsed_s));
     json_object_set_new(o, "time_ms", json_integer(m->time_ms));
-    /* issue 14: null on the steps not followed by a validation */
+    /* null on the steps not followed by a validation */
     json_object_set_new(o, "val_loss", m->val_loss > 0.0f ? pctl_json_float(m->val_loss) : json_null());
     return o;
 }

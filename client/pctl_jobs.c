@@ -237,7 +237,7 @@ static void follow_show(follow_t *f, const Parallax__V1__StepMetrics *m)
         memset(bar, '#', (size_t)fill);
         memset(bar + fill, '-', (size_t)(width - fill));
         bar[width] = '\0';
-        if (step > 0 && job->val_step > 0) /* issue 14: the last validation loss too */
+        if (step > 0 && job->val_step > 0) /* the last validation loss too */
             printf("\r\033[K[%s] %u/%u  loss %.4f  val %.4f  %s tok/s  ETA %s  %s", bar, step,
                    steps, loss, job->val_loss, tps_s, eta_s, pctl_state_name(job->state));
         else if (step > 0)
@@ -496,9 +496,9 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
            O_JOB_FLAG = 1024 };
     static const struct option own[] = {
         {"name", required_argument, NULL, O_NAME},
-        {"max-restarts", required_argument, NULL, O_MAX_RESTARTS}, /* issue 5 */
-        {"no-val", no_argument, NULL, O_NO_VAL},                   /* issue 14 */
-        {"devices", required_argument, NULL, O_DEVICES},           /* issue 12 */
+        {"max-restarts", required_argument, NULL, O_MAX_RESTARTS},
+        {"no-val", no_argument, NULL, O_NO_VAL},
+        {"devices", required_argument, NULL, O_DEVICES},
         {"follow", no_argument, NULL, O_FOLLOW},
         {"json", no_argument, NULL, O_JSON},
         {"dry-run", no_argument, NULL, O_DRY_RUN},
@@ -757,7 +757,7 @@ static void print_job(const Parallax__V1__Job *j)
         printf("lr           %.6g\n", j->lr);
         printf("tokens/s     %.0f\n", j->tokens_per_second);
     }
-    if (j->val_step > 0) /* issue 14 */
+    if (j->val_step > 0)
         printf("val loss     %.4f (after step %u)\n", j->val_loss, j->val_step);
     printf("created      %s (%s ago)\n", fmt_time(j->now_ms, j->created_ms, b1, sizeof(b1)),
            fmt_age(j->now_ms, j->created_ms, b2, sizeof(b2)));
@@ -780,9 +780,9 @@ static void print_job(const Parallax__V1__Job *j)
                s->dp, s->batch, s->steps, s->lr, (unsigned long long)s->seed, s->warmup_steps,
                s->weight_decay, s->min_lr_ratio);
         printf("data         %s\n", pctl_esc(s->data_path));
-        if (s->devices && *s->devices) /* issue 12: --devices at submit */
+        if (s->devices && *s->devices) /* --devices at submit */
             printf("devices      %s\n", pctl_esc(s->devices));
-        /* issue 12: an empty field is the default, fp32 */
+        /* an empty field is the default, fp32 */
         printf("precision    %s\n", s->precision && *s->precision
                ? (!strcmp(s->precision, "bf16") ? "bf16 (bf16 GEMM and attention operands, fp32 elsewhere)"
                                                 : pctl_esc(s->precision))
@@ -1091,7 +1091,7 @@ int pctl_cmd_logs(pctl_ctx_t *ctx, int argc, char **argv)
         p += i;
         len -= i;
     }
-    /* on a terminal the rank's control bytes are shown, not obeyed (issue 16);
+    /* on a terminal the rank's control bytes are shown, not obeyed;
      * into a pipe or file the log goes byte for byte */
     if (len > 0 && (isatty(STDOUT_FILENO) ? pctl_esc_write(stdout, p, len) != 0
                                           : fwrite(p, 1, len, stdout) != len)) {

@@ -1,6 +1,6 @@
 /* pctl_mem.c: `pctl mem JOB [--json]`, the memory of a job's ranks
  * (Control.GetMemory, answered by the job's coordinator from the ranks'
- * latest reports; issue 4).
+ * latest reports).
  *
  * Table: one row per rank with its dp and tp coordinates (a tensor rank
  * holds its shard of the split tensors, so its plan is its own), for each
@@ -82,7 +82,7 @@ int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv)
                                    "categories", c, "state_peak",
                                    (json_int_t)m->state_peak_bytes,
                                    "plan_state_peak", m->plan_state_peak_bytes);
-            if (jr) /* issue 12: cudaMemGetInfo beside the categories; null on CPU */
+            if (jr) /* cudaMemGetInfo beside the categories; null on CPU */
                 json_object_set_new(jr, "device", pctl_mem_device_json(m));
             if (jr && cp > 1) {
                 unsigned i0 = m->cp_rank, i1 = 2 * cp - 1 - m->cp_rank;

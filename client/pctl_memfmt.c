@@ -1,4 +1,4 @@
-/* pctl_memfmt.c: `pctl mem`'s device-memory figures (issue 12), apart from
+/* pctl_memfmt.c: `pctl mem`'s device-memory figures, apart from
  * the command so that a unit test can check them without a daemon.
  *
  * A rank on a GPU reports cudaMemGetInfo's used (total - free: every

@@ -1,4 +1,4 @@
-/* pctl_metrics.c: `pctl metrics JOB [JOB...]` (issue 14): every recorded
+/* pctl_metrics.c: `pctl metrics JOB [JOB...]`: every recorded
  * step of one or more jobs as a table (training and validation loss side by
  * side), --csv, --json, or --plot: the loss curves in the terminal
  * (pctl_plot.h), several jobs overlaid. --from-json FILE reads what

@@ -1,5 +1,5 @@
 /* pctl_pbjson.c: any protobuf-c message as JSON, generated from its
- * descriptor (issue 14: `pctl status --json` carries every field of the
+ * descriptor (`pctl status --json` carries every field of the
  * job's spec, so a field added to parallax.proto cannot be left out).
  *
  * The walk follows protobuf-c's descriptor tables: each field's type,

@@ -1,5 +1,5 @@
 /* pctl_plot.h: loss curves drawn in the terminal with Unicode Braille
- * characters (`pctl metrics JOB... --plot`, issue 14).
+ * characters (`pctl metrics JOB... --plot`).
  *
  * Each character cell holds 2 x 4 Braille dots, so a chart of W x H cells
  * has 2W x 4H dots. x (the step) is mapped linearly from the smallest to

@@ -1,4 +1,4 @@
-/* auth.c: parallaxd's cluster token and TLS settings (issue 5, security).
+/* auth.c: parallaxd's cluster token and TLS settings (security).
  *
  * The cluster token is a shared secret read once at start from
  * `token-file` (first line, surrounding whitespace trimmed; the file must not

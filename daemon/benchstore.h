@@ -1,4 +1,4 @@
-/* benchstore.h: collectives benchmark jobs in parallaxd (issue 3, `pctl
+/* benchstore.h: collectives benchmark jobs in parallaxd (`pctl
  * bench`): recognising and validating a bench JobSpec, turning it into
  * parallax-rank's --bench-* flags, and keeping the rows rank 0 reports.
  *

@@ -1,6 +1,6 @@
 /* cgroup.c: each rank this node runs in a cgroup v2 of its own, so that
  * everything it starts is found and killed with it, even a child that left
- * the rank's process group with setsid(2) (issue 16), as slurmstepd and
+ * the rank's process group with setsid(2), as slurmstepd and
  * systemd track a job's processes.
  *
  * Layout: the daemon's own cgroup (from /proc/self/cgroup, "0::/path")

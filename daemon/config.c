@@ -158,7 +158,7 @@ static px_status_t set_devices(px_daemon_config_t *cfg, const char *v)
             in_cuda = 0;
             continue;
         }
-        if (!strncmp(t, "sim:", 4)) { /* issue 12: simulated devices for tests */
+        if (!strncmp(t, "sim:", 4)) { /* simulated devices for tests */
             k = parse_index(t + 4, 65);
             if (k < 1 || nsim) {
                 px_error("devices %s: '%s': sim:N once, N an integer in 1..64", v, t);

@@ -32,7 +32,7 @@ typedef struct px_daemon_config {
     int cuda_all;          /* "cuda": every GPU NVML finds (nodes.c) */
     int n_cuda;            /* "cuda:I,J,...": these GPUs */
     int cuda_ids[64];
-    int n_sim;             /* "sim:N": N simulated devices (issue 12, tests; nodes.c) */
+    int n_sim;             /* "sim:N": N simulated devices (tests; nodes.c) */
     char **peers;          /* Peer addresses of the other daemons */
     int n_peers;
     char *name;            /* node name */

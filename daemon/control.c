@@ -111,10 +111,10 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
         px_rpc_call_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: missing");
         return;
     }
-    if (px_bench_spec_is(req->spec)) { /* issue 3: a collectives benchmark job */
+    if (px_bench_spec_is(req->spec)) { /* a collectives benchmark job */
         status = px_bench_spec_validate(req->spec, px_nodes_cluster_devices(d), err, sizeof(err));
     } else { /* this node's devices first, then the alive peers' */
-        px_devsel_t sel; /* issue 12: only the devices the job asks for */
+        px_devsel_t sel; /* only the devices the job asks for */
         int *counts = malloc(sizeof(*counts) * (size_t)(d->n_peers + 1));
         if (!counts) {
             px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -126,7 +126,7 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
             nn = px_nodes_device_counts(d, &sel, counts, d->n_peers + 1);
             status = px_validate_spec(req->spec, counts, nn, err, sizeof(err));
         }
-        if (status == PX_OK) { /* issue 16: each placed device's memory (memfit.c) */
+        if (status == PX_OK) { /* each placed device's memory (memfit.c) */
             const char **names = calloc((size_t)nn + 1, sizeof(*names));
             uint64_t *mem = calloc((size_t)nn + 1, sizeof(*mem));
             int *cuda = calloc((size_t)nn + 1, sizeof(*cuda)); /* all-GPU nodes: IPC scratch */
@@ -160,7 +160,7 @@ static void h_get_job(px_rpc_call_t *call, const ProtobufCMessage *request, void
     if (!job)
         return;
     px_job_to_msg(job, &msg);
-    px_benchstore_fill(d->store, &msg); /* issue 3: a bench job's rows */
+    px_benchstore_fill(d->store, &msg); /* a bench job's rows */
     px_rpc_call_reply(call, &msg.base);
     px_benchstore_msg_free(&msg);
     px_job_msg_free(&msg);
@@ -602,7 +602,7 @@ static void h_metrics(px_rpc_call_t *call, const ProtobufCMessage *request, void
         return;
     status = px_store_metrics_get(d->store, job->id, &resp);
     if (status == PX_OK)
-        status = px_valstore_fill(d->store, job->id, &resp); /* issue 14 */
+        status = px_valstore_fill(d->store, job->id, &resp);
     if (status != PX_OK)
         px_rpc_call_fail(call, px_rpc_code_from_status(status), "metrics of %s: %s", job->id,
                          px_status_str(status));
@@ -611,7 +611,7 @@ static void h_metrics(px_rpc_call_t *call, const ProtobufCMessage *request, void
     px_store_metrics_free(&resp);
 }
 
-/* issue 4: the latest memory report of every rank (memstore.h), from the
+/* the latest memory report of every rank (memstore.h), from the
  * coordinator, each with its dp and tp coordinates in the job's layout */
 static void h_memory(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
 {

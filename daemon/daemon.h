@@ -116,7 +116,7 @@ typedef struct px_job {
     uint32_t step;
     float loss, grad_norm, lr;
     double tokens_per_second;
-    float val_loss;                 /* issue 14: the last validation loss (0: none) */
+    float val_loss;                 /* the last validation loss (0: none) */
     uint32_t val_step;              /* the step it followed (valstore.h) */
     int64_t created_ms, started_ms, finished_ms;
     char coordinator[PXD_NAME_MAX];

@@ -115,9 +115,9 @@ void px_job_to_msg(const px_job_t *job, Parallax__V1__Job *out)
     out->grad_norm = job->grad_norm;
     out->lr = job->lr;
     out->tokens_per_second = job->tokens_per_second;
-    out->val_loss = job->val_loss, out->val_step = job->val_step; /* issue 14 */
+    out->val_loss = job->val_loss, out->val_step = job->val_step;
     out->created_ms = job->created_ms;
-    out->now_ms = px_time_wall_ms(); /* the clock of every time here (issue 16) */
+    out->now_ms = px_time_wall_ms(); /* the clock of every time here */
     out->started_ms = job->started_ms;
     out->finished_ms = job->finished_ms;
     out->coordinator = (char *)job->coordinator;
@@ -252,7 +252,7 @@ px_status_t px_job_submit(px_daemon_t *d, const Parallax__V1__JobSpec *spec, px_
     job->next = d->jobs;
     d->jobs = job;
     px__job_save(job);
-    if (px_bench_spec_is(copy)) /* issue 3: no model */
+    if (px_bench_spec_is(copy)) /* no model */
         px__job_event(job, "submitted: name %s, bench %s on %u ranks, %llu..%llu bytes", copy->name,
                   copy->bench->op, copy->dp, (unsigned long long)copy->bench->min_bytes,
                   (unsigned long long)copy->bench->max_bytes);
@@ -480,7 +480,7 @@ void px_job_check_peer(px_daemon_t *d, const px_peer_t *peer)
         if (!px_job_is_active(j) && j->world > 0 && j->ranks && peer->name[0] &&
             !strcmp(j->coordinator, d->cfg.name) && now - j->reconcile_ms > 2000 &&
             px_time_wall_ms() - j->finished_ms > px_env_int("PX_KILL_GRACE_MS") + 2000) {
-            /* issue 5: the node still runs ranks of a job that ended here
+            /* the node still runs ranks of a job that ended here
              * (e.g. failed at a restart of this daemon): stop them */
             for (int i = 0; i < peer->n_devices; i++) {
                 if (strcmp(peer->devices[i].job_id, j->id))
@@ -558,14 +558,14 @@ int px_job_progress(px_daemon_t *d, const Parallax__V1__ReportProgressRequest *r
         job->lr = m->lr;
         job->tokens_per_second = m->tokens_per_second;
         px_store_metric_add(d->store, job->id, m);
-        px_valstore_record(d->store, job, m); /* issue 14 */
+        px_valstore_record(d->store, job, m);
         px__job_save(job);
         px__job_watchers_notify(job, m);
     }
-    if (req->memory) /* issue 4: every rank's memory, the last step's always kept */
+    if (req->memory) /* every rank's memory, the last step's always kept */
         px_memstore_put(job->d->store, job->id, req->memory,
                         job->spec && req->memory->step >= job->spec->steps);
-    if (req->rank == 0 && req->n_bench_rows) { /* issue 3: a bench job's rows */
+    if (req->rank == 0 && req->n_bench_rows) { /* a bench job's rows */
         px_benchstore_add(job->d->store, job->id, req->bench_rows, req->n_bench_rows);
         px__job_watchers_notify(job, NULL);
     }
@@ -614,7 +614,7 @@ void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char
         return;
     }
     if (exit_code == PXD_EXIT_UNKNOWN) {
-        /* an adopted rank (issue 5): its status went to its new parent; the
+        /* an adopted rank: its status went to its new parent; the
          * job completed if every rank is gone and some rank that was still
          * our child, or the job's progress, says so */
         job->n_exited_unknown++;

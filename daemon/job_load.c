@@ -1,4 +1,4 @@
-/* job_load.c: the jobs of the store at start, and adoption (issue 5).
+/* job_load.c: the jobs of the store at start, and adoption.
  *
  * Every job is loaded so GetJob/ListJobs/GetMetrics answer about it. A job
  * this node coordinates that was placed when the daemon stopped is FAILED,
@@ -57,7 +57,7 @@ static void on_load(void *arg, px_job_t *t, Parallax__V1__JobSpec *spec)
     note_seq(d, job->id);
     if (px__job_is_placed_active(job) && !strcmp(job->coordinator, d->cfg.name) && !d->rebooted &&
         job->state == PARALLAX__V1__JOB_STATE__JOB_RUNNING && job->ranks) {
-        /* issue 5: a RUNNING job whose local ranks outlived the daemon is
+        /* a RUNNING job whose local ranks outlived the daemon is
          * adopted (px_job_adopt_all, once devices are known) */
         int alive = 1;
         for (int r = 0; r < job->world; r++)

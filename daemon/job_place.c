@@ -35,7 +35,7 @@ typedef struct {
     const px_device_t *devices;
     int n_devices;
     int n_free, next; /* free devices; next device index to hand out */
-    const px_devsel_t *sel; /* issue 12: the job's devices (JobSpec.devices) */
+    const px_devsel_t *sel; /* the job's devices (JobSpec.devices) */
 } place_node_t;
 
 /* 1 if device i of node n is free for a new job. */

@@ -1,4 +1,4 @@
-/* job_restart.c: --max-restarts (issue 5): a failed job with restarts left
+/* job_restart.c: --max-restarts: a failed job with restarts left
  * is submitted again from its newest complete checkpoint, under a new id.
  * Loop thread only. */
 #include <dirent.h>
@@ -38,7 +38,7 @@ static long newest_checkpoint(const char *dir, char *out, size_t len)
     return best;
 }
 
-/* issue 5, --max-restarts: `job` just FAILED after placement; if it has
+/* --max-restarts: `job` just FAILED after placement; if it has
  * restarts left and a complete checkpoint, submit it again (a new id, same
  * spec, resume_dir = the checkpoint) and say so in its reason. A new id
  * keeps late reports of the failed attempt's ranks from touching the new

@@ -1,5 +1,5 @@
 /* jobnames.c: job names unique cluster-wide, with no node holding a
- * registry (issue 16).
+ * registry.
  *
  * A node submitting a named job first reserves the name for itself: an
  * entry in its in-flight list, which also serialises two submits of one

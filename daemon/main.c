@@ -447,7 +447,7 @@ int main(int argc, char **argv)
     px_supervisor_attach(d);
     if (px_job_load_all(d) != PX_OK)
         goto out_loop;
-    for (px_job_t *j = d->jobs; j; j = j->next) /* issue 14: `pctl status` after a restart */
+    for (px_job_t *j = d->jobs; j; j = j->next) /* `pctl status` after a restart */
         px_valstore_load_last(d->store, j);
     if (px_rpc_cq_create(cq_notify, d, &d->cq) != PX_OK)
         goto out_jobs;
@@ -506,7 +506,7 @@ int main(int argc, char **argv)
     px_supervisor_kill_orphans(d);
     px_cgroup_sweep(d); /* and what they started, in their cgroups */
     px_nodes_start(d);
-    if (px_metrics_start(d) != PX_OK) /* issue 14: --metrics-listen */
+    if (px_metrics_start(d) != PX_OK) /* --metrics-listen */
         goto out_servers;
     px_info("node %s ready: control %s + %s, peer %s, %d devices (%s), %d peers, state %s",
             d->cfg.name, d->control_addr, unix_addr, d->peer_addr, d->n_devices,

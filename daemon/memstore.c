@@ -23,7 +23,7 @@ typedef struct cached {
     char job_id[64];
     uint32_t rank, step;
     uint64_t state_peak, sum_peaks;
-    uint64_t device_used; /* issue 12: a change of the device's use is written too */
+    uint64_t device_used; /* a change of the device's use is written too */
 } cached_t;
 static cached_t cache[256];
 static int cache_next;

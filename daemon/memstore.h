@@ -1,4 +1,4 @@
-/* memstore.h: memory reports of training ranks in parallaxd (issue 4, `pctl
+/* memstore.h: memory reports of training ranks in parallaxd (`pctl
  * mem`). (A JobSpec's ZeRO and checkpoint fields are checked by the
  * planner's one validator, px_job_config_check.)
  *

@@ -1,4 +1,4 @@
-/* metrics.h: parallaxd's Prometheus endpoint (issue 14).
+/* metrics.h: parallaxd's Prometheus endpoint.
  *
  * `parallaxd --metrics-listen ADDR` (config key metrics-listen; empty, the
  * default: off) serves GET /metrics in the Prometheus text exposition format

@@ -72,7 +72,7 @@ static px_status_t nodes_gpus(px_daemon_t *d, px_gpu_info_t *gpus, int *n_p)
     return PX_OK;
 }
 
-/* The simulated devices --devices sim:N asks for (issue 12): offered only
+/* The simulated devices --devices sim:N asks for: offered only
  * where PX_SIM_DEVICE=1, as the ranks accept them only there
  * (kernels/px_kernels_sim.h); else an error naming both (the daemon does
  * not start). Each is one rank's own arena of PX_SIM_DEVICE_MB MiB, so a

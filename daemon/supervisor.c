@@ -397,7 +397,7 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
     snprintf(num[n / 2], sizeof(num[0]), fmt, val); args[n] = num[n / 2]; n++; } while (0)
 #define SARG(flag, val) do { args[n++] = (char *)(flag); args[n++] = (char *)(val); } while (0)
     args[n++] = d->rank_bin;
-    if (px_bench_spec_is(s)) { /* issue 3: a benchmark job, --bench-* flags instead */
+    if (px_bench_spec_is(s)) { /* a benchmark job, --bench-* flags instead */
         n = px_bench_spec_args(s, args, n, bnum, 8);
         goto common_args;
     }
@@ -417,7 +417,7 @@ common_args:
 #undef ARG
 #undef SARG
 
-    /* issue 15: the rank runs the node's BLAS core (px_blas_core.h); a
+    /* the rank runs the node's BLAS core (px_blas_core.h); a
      * choice of ours replaces an inherited OPENBLAS_CORETYPE only where
      * px_blas_core_decide says so (PX_BLAS_CORETYPE; a preset is kept) */
     n_blas = px_blas_core_child_env(blas_env);
@@ -434,7 +434,7 @@ common_args:
     for (int i = 0; i < n_blas; i++)
         env[ne++] = (char *)blas_env[i];
     if (!strncmp(a->device, "cuda:", 5)) {
-        /* issue 12: the rank sees its one GPU, as CUDA device 0 */
+        /* the rank sees its one GPU, as CUDA device 0 */
         snprintf(env_cvd, sizeof(env_cvd), "CUDA_VISIBLE_DEVICES=%s", a->device + 5);
         env[ne++] = env_cvd;
         snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=cuda:0");

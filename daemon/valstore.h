@@ -1,4 +1,4 @@
-/* valstore.h: the validation losses of training jobs in parallaxd (issue 14).
+/* valstore.h: the validation losses of training jobs in parallaxd.
  *
  * A rank's step report (StepMetrics) carries val_loss > 0 after the steps
  * it evaluated (engine/eval.h). The coordinator keeps every such figure in

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device check of issue 12, run on a GPU machine from the folder
+# The device check, run on a GPU machine from the folder
 # deploy/gpu-bundle.sh made (CUDA driver/runtime, cuBLAS and PyTorch there;
 # nothing else needed). One command, at most ~8 minutes, every figure on
 # stdout:

@@ -292,7 +292,7 @@ static px_status_t check_moe(const px_job_config_t *cfg, char *errbuf, size_t er
  * context and expert parallel (+ ZeRO), not every combination. */
 static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t errlen)
 {
-    /* precision=bf16 (issue 12) runs in every layout below: its bf16 GEMMs
+    /* precision=bf16 runs in every layout below: its bf16 GEMMs
      * are a property of the op table (kernels/px_kernels_bf16.h), and the
      * state and collectives every layout shares stay fp32 */
     const px_layout_t *l = &cfg->layout;

@@ -52,7 +52,7 @@ typedef struct px_job_config {
     int zero;              /* ZeRO stage 0..3 */
     int prefetch;          /* ZeRO-3 gather prefetch (1) */
     float bucket_mb;       /* data-parallel gradient bucket, MiB; 0 = by the model's size
-                            * (engine/zero.h px_zero_bucket_bytes); issue 13 */
+                            * (engine/zero.h px_zero_bucket_bytes) */
     int checkpoint_every;  /* steps; 0 = never */
     const char *checkpoint_dir, *resume_dir, *export_safetensors;
     /* mixture of experts (engine/moe.h): experts 0 = a dense model; else
@@ -64,14 +64,14 @@ typedef struct px_job_config {
      * aux_loss_coef. The experts are divided over layout.ep. */
     int experts, top_k, moe_every, dropless;
     float capacity_factor, aux_loss_coef;
-    /* validation (issue 14): val_path, a token file like data_path (NULL /
+    /* validation: val_path, a token file like data_path (NULL /
      * "": no validation); every eval_every steps (-1: steps / 10, at least
      * 1; 0: only at the end) and after the last step the ranks compute the
      * mean loss over eval_batches fixed batches of `batch` sequences
      * (engine/eval.h) */
     const char *val_path;
     int eval_every, eval_batches;
-    int precision;         /* issue 12: PX_PRECISION_FP32 (default) or _BF16;
+    int precision;         /* PX_PRECISION_FP32 (default) or _BF16;
                               -1 an unknown name (the check names it) */
     /* the names as given when precision / schedule could not be parsed
      * (-1), borrowed from the input (a JobSpec, argv); NULL otherwise. The

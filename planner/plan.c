@@ -294,7 +294,7 @@ uint64_t px_plan_bf16_gemm_elems(int dim, int padded_vocab, int tokens, int tp)
     return e > m ? e : m;
 }
 
-/* ---- issue 12: CUDA IPC scratch (plan.h) ---- */
+/* ---- CUDA IPC scratch (plan.h) ---- */
 
 uint64_t px_plan_ipc_slot_bytes(long slot_env)
 {

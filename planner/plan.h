@@ -271,7 +271,7 @@ uint64_t px_plan_moe_rows(int N, int ep, int experts, int top_k, int dropless,
 uint64_t px_plan_moe_activation_bytes(int moe_layers, int N, int ep, int experts, int top_k,
                                       int dim, int dropless, double capacity_factor);
 
-/* issue 12: the device scratch of CUDA IPC (transport/px_ipc.c): at a
+/* the device scratch of CUDA IPC (transport/px_ipc.c): at a
  * communicator's first collective of device buffers, when all its ranks
  * are on one node, each rank allocates PX_PLAN_IPC_SLOTS slots of
  * px_plan_ipc_slot_bytes(PX_IPC_SLOT_BYTES) of device memory (two ring

@@ -191,7 +191,7 @@ px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *re
     req.job_id = link->job_id;
     req.rank = (uint32_t)link->rank;
     req.metrics = &m;
-    /* issue 4: this rank's memory by category (memacct.h) and the plan's */
+    /* this rank's memory by category (memacct.h) and the plan's */
     Parallax__V1__RankMemory mem = PARALLAX__V1__RANK_MEMORY__INIT;
     Parallax__V1__MemoryCategory cats[PX_MEM_NCAT], *catp[PX_MEM_NCAT];
     for (int c = 0; c < PX_MEM_NCAT; c++) {
@@ -208,7 +208,7 @@ px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *re
     mem.n_categories = PX_MEM_NCAT;
     mem.state_peak_bytes = report->mem_state_peak;
     mem.plan_state_peak_bytes = report->mem_plan_state_peak;
-    mem.device_used_bytes = report->mem_device_used; /* issue 12: 0 / 0 on a CPU rank */
+    mem.device_used_bytes = report->mem_device_used; /* 0 / 0 on a CPU rank */
     mem.device_total_bytes = report->mem_device_total;
     mem.pp = (uint32_t)(report->pp > 0 ? report->pp : 1);
     mem.pp_stage = (uint32_t)report->pp_stage;

@@ -396,7 +396,7 @@ static int on_step(void *arg, const px_step_report_t *r)
                                               r->mem_plan[c]));
             json_object_set_new(mem, "state_peak", json_integer((json_int_t)r->mem_state_peak));
             json_object_set_new(mem, "plan_state_peak", json_real(r->mem_plan_state_peak));
-            if (r->mem_device_total) /* issue 12: cudaMemGetInfo on a device rank */
+            if (r->mem_device_total) /* cudaMemGetInfo on a device rank */
                 json_object_set_new(mem, "device", json_pack("{s:I, s:I}", "used",
                                                              (json_int_t)r->mem_device_used,
                                                              "total",
@@ -462,7 +462,7 @@ int main(int argc, char **argv)
     px_world_t *pw = NULL;
     px_blas_core_info_t blas;
 
-    /* issue 15: OpenBLAS's best kernels for this CPU, before anything else
+    /* OpenBLAS's best kernels for this CPU, before anything else
      * runs (may re-execute this process once or twice) */
     if (!answers_from_args(argc, argv)) {
         px_blas_core_ensure(argv, &blas);

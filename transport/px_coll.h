@@ -123,7 +123,7 @@ px_status_t px_wait_all(px_request_t **reqs, int n, int timeout_ms);
  * without blocking (no sleep, bounded work: it returns when nothing more
  * moves), and returns at once when none is pending. The engine calls it
  * between kernels so that nonblocking collectives run while it computes
- * (issue 13: the overlap mechanism; px_request.c says why not a thread).
+ * (the overlap mechanism; px_request.c says why not a thread).
  * Failures are recorded in the requests and returned by their px_test /
  * px_wait; this call reports nothing. NULL: no-op. */
 void px_progress(px_comm_t *comm);

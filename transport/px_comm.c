@@ -5,7 +5,7 @@
  * UCP_ERR_HANDLING_MODE_PEER for ranks whose node name differs from ours
  * (tcp / InfiniBand carry it cheaply) and plain mode for same-node ranks,
  * whose shared-memory transports lose their speed (or refuse) in peer mode
- * (../shared/notes/ucx-1.13.md); "always" and "never" force one mode. A dead
+ * (docs/notes/ucx-1.13.md); "always" and "never" force one mode. A dead
  * same-node peer is caught by a pidfd of its process (pid exchanged in the
  * wire-up message), the watch fd, an abort or the deadline; its endpoint is
  * then force-closed before the worker progresses again (px__peer_dead).

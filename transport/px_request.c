@@ -17,7 +17,7 @@
  * of the wrong size is held as a mismatch until the headers name it).
  * All-to-all-v checks the headers first.
  *
- * Header in data (issue 13): an all-reduce of at most PX__INLINE_MAX_BYTES
+ * Header in data: an all-reduce of at most PX__INLINE_MAX_BYTES
  * run by recursive doubling posts no header exchange at all
  * (px__req_create_inline): each of its messages is the first and only one
  * from its sender to its receiver in that collective, so it travels on the
@@ -40,7 +40,7 @@
  * started earlier may be what the peers wait for), until nothing moves;
  * px_wait then sleeps on the worker's event fd (px__sleep). Nothing spins.
  *
- * Asynchronous progress (issue 13) is by progress calls between kernels:
+ * Asynchronous progress is by progress calls between kernels:
  * the engine calls px_progress after every op of its forward and backward
  * (gpt.c's poke, through zero.c's progress hook), so requests started
  * before a layer's compute (gradient buckets, ZeRO gathers and

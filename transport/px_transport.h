@@ -5,7 +5,7 @@
  * built from an address table (the rendezvous result, from the daemon or the
  * standalone bootstrap). Endpoints to ranks on another node use UCX peer error
  * handling; endpoints on the same node do not (shared memory loses its speed
- * in peer mode: ../shared/notes/ucx-1.13.md), and a dead same-node peer is
+ * in peer mode: docs/notes/ucx-1.13.md), and a dead same-node peer is
  * caught by a pidfd of its process (opened at wire-up), the bootstrap's
  * watch fd, the daemon's abort, or the deadline.
  * Known UCX 1.13 limit: a same-node peer killed while this process is inside

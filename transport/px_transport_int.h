@@ -609,7 +609,7 @@ extern int px__allreduce_algo;
  * with the header exchange, 32 us with the header in data). */
 #define PX__EAGER_GUESS_BYTES 8192u
 /* 1: small all-reduces run the header exchange instead of the header in
- * their data (what they did before issue 13); set by benchmarks comparing
+ * their data (what they did before communication overlapped compute); set by benchmarks comparing
  * the two in one binary (tests/bench/bench_small_lat.c), 0 otherwise. */
 extern int px__inline_disable;
 /* Auto spin bound (PX_SPIN_US=-1) on a node that is not oversubscribed (us). */

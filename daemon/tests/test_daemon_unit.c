@@ -341,7 +341,7 @@ static void test_config(void)
         char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", "cpu:0", NULL};
         EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_ERR_INVALID_ARGUMENT, "cpu:0");
     }
-    /* issue 12: GPUs as devices: cuda (all), cuda:I,J, with cpu:N */
+    /* GPUs as devices: cuda (all), cuda:I,J, with cpu:N */
     {
         char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", "cuda:0,1,cpu:2", NULL};
         EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_OK && cfg.n_cuda == 2 &&
@@ -355,7 +355,7 @@ static void test_config(void)
                cfg.n_devices == 0, "cuda");
         px_daemon_config_free(&cfg);
     }
-    /* issue 12: simulated devices beside cpu:N (offered only with
+    /* simulated devices beside cpu:N (offered only with
      * PX_SIM_DEVICE=1: nodes.c, tests/integration/test_simdev.py) */
     {
         char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", "cpu:2,sim:3", NULL};
@@ -429,7 +429,7 @@ static void test_config(void)
                PX_ERR_INVALID_ARGUMENT, "heartbeat below 10 ms");
     EXPECT(px_daemon_config_apply_ini(&cfg, "t.conf", "log-level = loud\n", 17) ==
                PX_ERR_INVALID_ARGUMENT, "bad log level");
-    /* issue 5: message size and TLS keys */
+    /* message size and TLS keys */
     EXPECT(cfg.max_message_bytes == 64 * 1024 * 1024, "default max %d", cfg.max_message_bytes);
     {
         const char *text = "max-message-bytes = 1048576\ntls-cert-file = /c.pem\n"

@@ -6,8 +6,7 @@
   nothing is copied), and every file:// URI of the configured systemd unit's
   Documentation= names one of the installed files;
 * the repository is self-contained: no tracked file refers to a `shared/`
-  folder beside it (`../shared`), except the files listed in
-  NOT_YET_REPOINTED, whose comments point at notes now in docs/notes/;
+  folder beside it (`../shared`);
 * every path under docs/ that README.md names exists.
 
 usage: test_docs_install.py SOURCE_ROOT BUILD_ROOT"""
@@ -16,11 +15,6 @@ import os
 import re
 import subprocess
 import sys
-
-# comments in transport/ still name ../shared/notes/ucx-1.13.md (the same
-# text is docs/notes/ucx-1.13.md); they belong to the transport's owners
-NOT_YET_REPOINTED = {'transport/px_comm.c', 'transport/px_transport.h'}
-
 
 def main():
     src, build = sys.argv[1], sys.argv[2]
@@ -47,7 +41,7 @@ def main():
                                check=True).stdout.decode().split('\0')
         for f in filter(None, files):
             path = os.path.join(src, f)
-            if f in NOT_YET_REPOINTED or f == 'tests/docs/test_docs_install.py' or \
+            if f == 'tests/docs/test_docs_install.py' or \
                     not os.path.isfile(path):
                 continue
             try:
