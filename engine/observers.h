@@ -34,10 +34,26 @@ px_status_t px_train_observed(const px_train_config_t *cfg, px_comm_t *world,
                               const char *device, float router_skew, px_step_cb_t cb,
                               void *arg, const px_train_observer_t *obs, int nobs);
 
-/* The dumps of px_train_options_t (px_train.h: layout.json, params_init,
- * every dumped step's global batch, averaged gradients, parameters, loss,
- * validation batches and losses; with experts their canonical buffers) into
- * `dir` (borrowed) for steps 1..steps; export_only: layout.json,
+/* The dumps tests compare against PyTorch, into `dir` (borrowed), written by
+ * rank 0 only as raw little-endian arrays:
+ *   layout.json            config, parameter count and every tensor's
+ *                          name, shape, offset (elements) and decay flag
+ *   params_init.bin        float32 (num_params) after initialisation
+ *   batch_<s>.bin          int32 inputs (B,T) then targets (B,T): the
+ *                          GLOBAL batch of step s (1-based)
+ *   grads_<s>.bin          float32 (num_params): averaged gradient of step s,
+ *                          before clipping
+ *   params_<s>.bin         float32 (num_params) after step s's update
+ *   loss_<s>.txt           "loss grad_norm lr" of step s (%.9g)
+ * with experts (moe.h; the canonical MoE buffer, gathered over the ep
+ * group):
+ *   moe_layout.json        every MoE tensor's name, layer, offset, shape
+ *   moe_params_init.bin, moe_grads_<s>.bin, moe_params_<s>.bin
+ *   val_batch_<k>.bin      int32 inputs (B,T) then targets (B,T): validation
+ *                          batch k (0-based; with a validation file)
+ *   val_loss_<s>.txt       "val_loss" after step s (%.9g), when evaluated
+ * for s = 1..steps (every ZeRO stage and tp: gathered to the canonical
+ * layout, collective over the world). export_only: layout.json,
  * params_init.bin and batch_1.bin, then the run ends without training.
  * PX_ERR_NO_MEMORY when the observer cannot be made. */
 px_status_t px_observer_dump(const char *dir, int steps, int export_only,

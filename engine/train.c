@@ -6,7 +6,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "observers.h"
 #include "trainer.h"
@@ -119,40 +118,6 @@ out:
 px_status_t px_train_run(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,
                          void *arg)
 {
-    return px_train_run_ex(cfg, world, cb, arg, NULL);
-}
-
-px_status_t px_train_run_ex(const px_train_config_t *cfg, px_comm_t *world, px_step_cb_t cb,
-                            void *arg, const px_train_options_t *opts)
-{
-    px_train_options_t none = {0};
-    px_train_observer_t obs[4];
-    px_train_config_t alone;
-    int nobs = 0;
-    px_status_t status;
-    if (!opts)
-        opts = &none;
-    if (opts->export_only && !world) {
-        /* an export is rank-local: one rank's view of the model and batch */
-        alone = *cfg;
-        memset(&alone.layout, 0, sizeof(alone.layout));
-        cfg = &alone;
-    }
-    if (opts->test_norm_ones)
-        obs[nobs++] = px_observer_norm_ones();
-    if (opts->replica_digests)
-        obs[nobs++] = px_observer_digests();
-    if (opts->dump_dir && *opts->dump_dir) {
-        status = px_observer_dump(opts->dump_dir, opts->dump_steps, opts->export_only,
-                                  &obs[nobs]);
-        if (status != PX_OK)
-            return status;
-        nobs++;
-    }
-    obs[nobs++] = px_observer_run_report();
-    status = px_train_observed(cfg, world, opts->device, opts->router_skew, cb, arg, obs, nobs);
-    for (int i = 0; i < nobs; i++)
-        if (obs[i].destroy)
-            obs[i].destroy(obs[i].arg);
-    return status;
+    px_train_observer_t report = px_observer_run_report();
+    return px_train_observed(cfg, world, NULL, 0.0f, cb, arg, &report, 1);
 }

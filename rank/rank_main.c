@@ -26,7 +26,7 @@
  * step; otherwise with PX_WORLD_SIZE > 1 the standalone bootstrap
  * (px_bootstrap.h) builds the world; otherwise it trains alone (comm NULL).
  * --export-init DIR writes the initial parameters, the layout and the first
- * global batch (px_train_options_t) and exits.
+ * global batch (observers.h px_observer_dump) and exits.
  *
  * Output: one line per step on stdout; with --metrics-out one JSON object
  * per line. Exit status: 0 success, 1 runtime error (logged), 2 bad
@@ -48,6 +48,7 @@
 #include "px_env.h"
 #include "px_log.h"
 #include "pipesched.h"
+#include "observers.h"
 #include "px_train.h"
 #include "px_rank_link.h"
 #include "px_world.h"
@@ -58,9 +59,9 @@ typedef struct rank_args {
     const char *metrics_out, *export_dir, *dump_dir;
     int dump_steps;
     int print_all_ranks;         /* --print-all-ranks: every rank prints its step lines */
-    int test_norm_ones;          /* --test-norm-ones (px_train_options_t) */
-    int replica_digests;         /* --replica-digests (px_train_options_t) */
-    float router_skew;           /* --test-router-skew B (px_train_options_t) */
+    int test_norm_ones;          /* --test-norm-ones (observers.h px_observer_norm_ones) */
+    int replica_digests;         /* --replica-digests (observers.h px_observer_digests) */
+    float router_skew;           /* --test-router-skew B (moe.h px_moe_set_router_skew) */
     const char *device;          /* --device cpu[:N] | cuda[:K] | sim (px_kernels_select.h) */
     const char *coord, *job, *node;
     int rank, world;
@@ -69,6 +70,35 @@ typedef struct rank_args {
     const char *job_flag;        /* first job flag given (not allowed with --spec-file) */
     int dp_set;                  /* --dp given */
 } rank_args_t;
+
+/* The observers (observers.h) the flags ask for into obs (4), in the order
+ * they run: the test hooks first (norm-ones ends the run at its start), the
+ * dumps (export_only: --export-init's, which end it too), the end-of-run
+ * figures. Their count, or -1 when one cannot be made; free them with
+ * observers_free. */
+static int observers_of(const rank_args_t *a, int export_only, px_train_observer_t *obs)
+{
+    int n = 0;
+    if (a->test_norm_ones)
+        obs[n++] = px_observer_norm_ones();
+    if (a->replica_digests)
+        obs[n++] = px_observer_digests();
+    const char *dir = export_only ? a->export_dir : a->dump_dir;
+    if (dir && *dir) {
+        if (px_observer_dump(dir, export_only ? 0 : a->dump_steps, export_only, &obs[n]) != PX_OK)
+            return -1;
+        n++;
+    }
+    obs[n++] = px_observer_run_report();
+    return n;
+}
+
+static void observers_free(px_train_observer_t *obs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (obs[i].destroy)
+            obs[i].destroy(obs[i].arg);
+}
 
 typedef struct step_ctx {
     FILE *metrics;
@@ -490,9 +520,15 @@ int main(int argc, char **argv)
     }
     if (check_world(&a, world))
         goto out_args;
-    if (a.export_dir) {
-        px_train_options_t o = {.dump_dir = a.export_dir, .export_only = 1};
-        status = px_train_run_ex(&a.cfg, NULL, NULL, NULL, &o);
+    if (a.export_dir) { /* rank-local: one rank's view of the model and batch */
+        px_train_config_t alone = a.cfg;
+        px_train_observer_t obs[4];
+        int nobs = observers_of(&a, 1, obs);
+        memset(&alone.layout, 0, sizeof(alone.layout));
+        status = nobs < 0 ? PX_ERR_NO_MEMORY
+                          : px_train_observed(&alone, NULL, NULL, a.router_skew, NULL, NULL, obs,
+                                              nobs);
+        observers_free(obs, nobs);
         ret = status == PX_OK ? 0 : 1;
         goto out_spec;
     }
@@ -535,14 +571,15 @@ int main(int argc, char **argv)
     }
     PX_CHECK_GOTO(px_world_open(&wo, &pw), status, out);
 
-    px_train_options_t o = {.dump_dir = a.dump_dir, .dump_steps = a.dump_steps,
-                            .test_norm_ones = a.test_norm_ones,
-                            .replica_digests = a.replica_digests,
-                            .router_skew = a.router_skew,
-                            /* the daemon names the rank's device in PX_DEVICE (cpu:K, or
-                             * cuda:0 with CUDA_VISIBLE_DEVICES its one GPU) */
-                            .device = a.device ? a.device : getenv("PX_DEVICE")};
-    status = px_train_run_ex(&a.cfg, px_world_comm(pw), on_step, &ctx, &o);
+    px_train_observer_t obs[4];
+    int nobs = observers_of(&a, 0, obs);
+    /* the daemon names the rank's device in PX_DEVICE (cpu:K, or cuda:0 with
+     * CUDA_VISIBLE_DEVICES its one GPU) */
+    status = nobs < 0 ? PX_ERR_NO_MEMORY
+                      : px_train_observed(&a.cfg, px_world_comm(pw),
+                                          a.device ? a.device : getenv("PX_DEVICE"),
+                                          a.router_skew, on_step, &ctx, obs, nobs);
+    observers_free(obs, nobs);
     if (status == PX_OK || status == PX_ERR_ABORTED)
         ret = 0;
     else { /* the last line of the log (what the daemon reports) holds the cause */
