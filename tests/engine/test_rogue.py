@@ -123,8 +123,9 @@ def main():
     os.makedirs(work, exist_ok=True)
     data = license_tokens(make_tokens, work)
     steps = 300
+    # every rank prints its step lines (standalone, rank 0 alone does by default)
     job = ['--layers', '2', '--heads', '2', '--dim', '32', '--seq', '16', '--batch', '4',
-           '--steps', str(steps), '--data', data]
+           '--steps', str(steps), '--data', data, '--print-all-ranks']
     failures = 0
     port = free_port()
 
