@@ -8,26 +8,16 @@
 
 #include "px_launcher.h"
 
-static int failures;
-
-#define EXPECT(cond, ...)                                                   \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);            \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-            failures++;                                                     \
-        }                                                                   \
-    } while (0)
+#include "../px_check.h"
 
 static void host(const char *list, const char *want)
 {
     char buf[64] = "";
     px_status_t st = px_launcher_first_host(list, buf, sizeof(buf));
     if (!want)
-        EXPECT(st != PX_OK, "'%s' should be refused, got '%s'", list, buf);
+        CHECK(st != PX_OK, "'%s' should be refused, got '%s'", list, buf);
     else
-        EXPECT(st == PX_OK && !strcmp(buf, want), "'%s' -> '%s' (status %d), want '%s'", list,
+        CHECK(st == PX_OK && !strcmp(buf, want), "'%s' -> '%s' (status %d), want '%s'", list,
                buf, st, want);
 }
 
@@ -69,20 +59,20 @@ int main(void)
     setenv("SLURM_NTASKS", "8", 1);
     setenv("SLURM_JOB_NODELIST", "gpu[07-08]", 1);
     setenv("SLURM_JOB_ID", "4242", 1);
-    EXPECT(px_launcher_import(&name) == PX_OK && name && !strcmp(name, "slurm"), "slurm");
-    EXPECT(!strcmp(get("PX_RANK"), "3") && !strcmp(get("PX_WORLD_SIZE"), "8") &&
+    CHECK(px_launcher_import(&name) == PX_OK && name && !strcmp(name, "slurm"), "slurm");
+    CHECK(!strcmp(get("PX_RANK"), "3") && !strcmp(get("PX_WORLD_SIZE"), "8") &&
                !strcmp(get("PX_MASTER_ADDR"), "gpu07"),
            "slurm: PX_RANK %s PX_WORLD_SIZE %s PX_MASTER_ADDR %s", get("PX_RANK"),
            get("PX_WORLD_SIZE"), get("PX_MASTER_ADDR"));
     int port = atoi(get("PX_MASTER_PORT"));
-    EXPECT(port >= 20000 && port < 40000, "slurm port %s", get("PX_MASTER_PORT"));
+    CHECK(port >= 20000 && port < 40000, "slurm port %s", get("PX_MASTER_PORT"));
     /* the same job gives every rank the same port */
     clear();
     setenv("SLURM_PROCID", "0", 1);
     setenv("SLURM_NTASKS", "8", 1);
     setenv("SLURM_JOB_NODELIST", "gpu[07-08]", 1);
     setenv("SLURM_JOB_ID", "4242", 1);
-    EXPECT(px_launcher_import(NULL) == PX_OK && atoi(get("PX_MASTER_PORT")) == port,
+    CHECK(px_launcher_import(NULL) == PX_OK && atoi(get("PX_MASTER_PORT")) == port,
            "rank 0's port %s, rank 3's %d", get("PX_MASTER_PORT"), port);
 
     /* PX_* variables win */
@@ -90,7 +80,7 @@ int main(void)
     setenv("PX_WORLD_SIZE", "2", 1);
     setenv("SLURM_PROCID", "1", 1);
     setenv("SLURM_NTASKS", "4", 1);
-    EXPECT(px_launcher_import(&name) == PX_OK && !name && !getenv("PX_RANK"),
+    CHECK(px_launcher_import(&name) == PX_OK && !name && !getenv("PX_RANK"),
            "PX_WORLD_SIZE set: nothing imported");
 
     /* Open MPI on one node; PX_MASTER_PORT kept */
@@ -99,8 +89,8 @@ int main(void)
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
     setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
     setenv("PX_MASTER_PORT", "29555", 1);
-    EXPECT(px_launcher_import(&name) == PX_OK && name && !strcmp(name, "openmpi"), "openmpi");
-    EXPECT(!strcmp(get("PX_RANK"), "1") && !strcmp(get("PX_WORLD_SIZE"), "4") &&
+    CHECK(px_launcher_import(&name) == PX_OK && name && !strcmp(name, "openmpi"), "openmpi");
+    CHECK(!strcmp(get("PX_RANK"), "1") && !strcmp(get("PX_WORLD_SIZE"), "4") &&
                !strcmp(get("PX_MASTER_ADDR"), "127.0.0.1") &&
                !strcmp(get("PX_MASTER_PORT"), "29555"),
            "openmpi: %s %s %s:%s", get("PX_RANK"), get("PX_WORLD_SIZE"), get("PX_MASTER_ADDR"),
@@ -111,22 +101,22 @@ int main(void)
     setenv("OMPI_COMM_WORLD_RANK", "0", 1);
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
     setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
-    EXPECT(px_launcher_import(NULL) == PX_ERR_INVALID_ARGUMENT, "multi-node mpirun refused");
+    CHECK(px_launcher_import(NULL) == PX_ERR_INVALID_ARGUMENT, "multi-node mpirun refused");
     setenv("PX_MASTER_ADDR", "10.0.0.1", 1);
-    EXPECT(px_launcher_import(NULL) == PX_OK && !strcmp(get("PX_MASTER_ADDR"), "10.0.0.1"),
+    CHECK(px_launcher_import(NULL) == PX_OK && !strcmp(get("PX_MASTER_ADDR"), "10.0.0.1"),
            "multi-node mpirun with PX_MASTER_ADDR");
 
     /* a bad value is named, not guessed at */
     clear();
     setenv("SLURM_PROCID", "x", 1);
     setenv("SLURM_NTASKS", "4", 1);
-    EXPECT(px_launcher_import(NULL) == PX_ERR_INVALID_ARGUMENT, "SLURM_PROCID=x refused");
+    CHECK(px_launcher_import(NULL) == PX_ERR_INVALID_ARGUMENT, "SLURM_PROCID=x refused");
     clear();
     setenv("OMPI_COMM_WORLD_RANK", "4", 1);
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
-    EXPECT(px_launcher_import(NULL) == PX_ERR_INVALID_ARGUMENT, "rank 4 of 4 refused");
+    CHECK(px_launcher_import(NULL) == PX_ERR_INVALID_ARGUMENT, "rank 4 of 4 refused");
 
-    if (failures)
+    if (fails)
         return 1;
     printf("ok: launcher variables\n");
     return 0;
