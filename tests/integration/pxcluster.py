@@ -52,9 +52,10 @@ def write_llmc_tokens(path, max_tokens=150000):
     return len(text)
 
 
-def rank_pids(job_id):
-    """PIDs of parallax-rank processes of `job_id` (read from /proc)."""
-    pids = []
+def live_procs():
+    """(pid, argv as a list of bytes) of every live (not zombie) process, read
+    from /proc."""
+    out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -65,12 +66,24 @@ def rank_pids(job_id):
                 st = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if st == "Z":
-            continue
+        if st != "Z":
+            out.append((int(d), argv))
+    return out
+
+
+def procs_with_arg(marker):
+    """PIDs of live processes with `marker` as one of their arguments."""
+    return [pid for pid, argv in live_procs() if marker.encode() in argv]
+
+
+def rank_pids(job_id):
+    """PIDs of parallax-rank processes of `job_id` (read from /proc)."""
+    pids = []
+    for pid, argv in live_procs():
         if argv and argv[0].endswith(b"parallax-rank") and b"--job" in argv:
             i = argv.index(b"--job")
             if i + 1 < len(argv) and argv[i + 1] == job_id.encode():
-                pids.append(int(d))
+                pids.append(pid)
     return pids
 
 

@@ -23,24 +23,6 @@ import pxcluster as pc  # noqa: E402
 from pxclient import make_client  # noqa: E402
 
 
-def procs_with_arg(marker):
-    """PIDs of live processes with `marker` in their command line."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                argv = f.read().split(b"\0")
-            with open("/proc/%s/stat" % d) as f:
-                st = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if st != "Z" and marker.encode() in argv:
-            out.append(int(d))
-    return out
-
-
 def cgroup_of(pid):
     with open("/proc/%d/cgroup" % pid) as f:
         for line in f:
@@ -86,7 +68,7 @@ def main():
         c = client(d0)
         job_id = c.submit(data, dp=2, batch=4, steps=100000)
         pc.wait_state(c, job_id, ("RUNNING",), 120)
-        kids = pc.wait_for(lambda: len(procs_with_arg(marker)) == 2 and procs_with_arg(marker),
+        kids = pc.wait_for(lambda: len(pc.procs_with_arg(marker)) == 2 and pc.procs_with_arg(marker),
                            30, "both ranks' setsid children")
         for pid in kids:
             with open("/proc/%d/stat" % pid) as f:
@@ -103,7 +85,7 @@ def main():
         dt = time.time() - t0
         nodes = c.nodes()  # right after cancel returned
         assert pc.job_state(j) == "CANCELLED", j
-        left = procs_with_arg(marker) + pc.rank_pids(job_id)
+        left = pc.procs_with_arg(marker) + pc.rank_pids(job_id)
         assert not left, "processes of the job left after cancel: %s" % left
         held = [(n["name"], dv["name"], dv["job_id"]) for n in nodes for dv in n["devices"]
                 if dv["job_id"]]
@@ -119,7 +101,7 @@ def main():
     except BaseException:
         print(cl.logs())
         cl.stop()
-        for pid in procs_with_arg(marker):
+        for pid in pc.procs_with_arg(marker):
             os.kill(pid, 9)
         raise
     cl.cleanup()

@@ -52,24 +52,6 @@ def cgroup_of(pid):
     return ""
 
 
-def procs_with_arg(marker):
-    """PIDs of live (not zombie) processes with `marker` in their argv."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                argv = f.read().split(b"\0")
-            with open("/proc/%s/stat" % d) as f:
-                st = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if st != "Z" and marker.encode() in argv:
-            out.append(int(d))
-    return out
-
-
 def run_refused(d, timeout=20):
     """Starts daemon `d`, which must exit by itself (non-zero) within
     `timeout` s; returns (exit code, its log since the start)."""
@@ -244,18 +226,18 @@ def main():
         c1 = client(d1)
         job4 = c1.submit(data, dp=2, batch=4, steps=100000)
         pc.wait_state(c1, job4, ("RUNNING",), 120)
-        kids = pc.wait_for(lambda: len(procs_with_arg(marker)) == 2 and procs_with_arg(marker),
+        kids = pc.wait_for(lambda: len(pc.procs_with_arg(marker)) == 2 and pc.procs_with_arg(marker),
                            30, "both ranks' setsid children")
         d1.proc.kill()
         d1.proc.wait()
         for pid in pc.rank_pids(job4):
             os.kill(pid, 9)
         pc.wait_for(lambda: not pc.rank_pids(job4), 10, "the ranks of %s to die" % job4)
-        assert sorted(procs_with_arg(marker)) == sorted(kids), (procs_with_arg(marker), kids)
+        assert sorted(pc.procs_with_arg(marker)) == sorted(kids), (pc.procs_with_arg(marker), kids)
         cl1.start(client)
         j4 = client(d1).job(job4)
         assert pc.job_state(j4) == "FAILED", j4
-        left = procs_with_arg(marker)
+        left = pc.procs_with_arg(marker)
         assert not left, "setsid children %s of %s's dead ranks outlived their daemon's " \
             "restart (cgroups %s)" % (left, job4, [cgroup_of(p) for p in left])
         codes = cl1.stop()
@@ -273,7 +255,7 @@ def main():
             except AssertionError as e:
                 print(e)
         for marker in extra_pids:
-            for pid in procs_with_arg(marker):
+            for pid in pc.procs_with_arg(marker):
                 os.kill(pid, 9)
         raise
     cl1.cleanup()

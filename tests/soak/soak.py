@@ -500,18 +500,9 @@ class Soak:
 
 def _all_rank_pids():
     out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                argv = f.read().split(b"\0")
-            with open("/proc/%s/stat" % d) as f:
-                st = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if st != "Z" and argv and argv[0].endswith(b"parallax-rank") and b"soak-" in b" ".join(argv):
-            out.append(int(d))
+    for pid, argv in pc.live_procs():
+        if argv and argv[0].endswith(b"parallax-rank") and b"soak-" in b" ".join(argv):
+            out.append(pid)
     return out
 
 
