@@ -88,8 +88,9 @@ int pctl_call(pctl_ctx_t *ctx, const char *cmd, const char *method,
 /* The job id a user's JOB argument names: `ref` itself when it is a job's
  * id, else the id of the job whose --name it is (the active one: names are
  * unique among active jobs cluster-wide; else the newest, with a note on
- * stderr when several finished jobs had that name), found in the cluster's
- * job list (ListJobs). `ref` unchanged when the list cannot be had or
+ * stderr when several finished jobs had that name): an id is known by
+ * GetJob answering it; a name is looked up in the cluster's job list
+ * (ListJobs, which asks every peer) only then. `ref` unchanged when the list cannot be had or
  * nothing matches (the call that follows then names the error). The id is
  * written to buf (len bytes) and returned. */
 const char *pctl_job_id(pctl_ctx_t *ctx, const char *ref, char *buf, size_t len);

@@ -96,7 +96,22 @@ const char *pctl_job_id(pctl_ctx_t *ctx, const char *ref, char *buf, size_t len)
     size_t named = 0;
 
     snprintf(buf, len, "%s", ref);
-    if (!ch || px_rpc_call_unary(ch, M_LIST, &req.base,
+    if (!ch)
+        return buf;
+    /* an id answers GetJob (local, or one forward to its coordinator): the
+     * cluster-wide list, which asks every peer, only for what is not */
+    Parallax__V1__GetJobRequest get = PARALLAX__V1__GET_JOB_REQUEST__INIT;
+    Parallax__V1__Job *job = NULL;
+    get.job_id = (char *)ref;
+    if (px_rpc_call_unary(ch, M_GET, &get.base, &parallax__v1__job__descriptor, ctx->timeout_ms,
+                          (ProtobufCMessage **)&job, &res) == PX_OK) {
+        protobuf_c_message_free_unpacked(&job->base, NULL);
+        free(res.message);
+        return buf;
+    }
+    free(res.message);
+    res = (px_rpc_result_t){GRPC_STATUS_OK, NULL};
+    if (px_rpc_call_unary(ch, M_LIST, &req.base,
                                  &parallax__v1__list_jobs_response__descriptor, ctx->timeout_ms,
                                  (ProtobufCMessage **)&resp, &res) != PX_OK) {
         free(res.message);
