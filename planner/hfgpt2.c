@@ -195,6 +195,13 @@ static px_status_t read_header(px_hf_gpt2_t *hf, json_t **hdr_p, uint64_t *data_
     return PX_OK;
 }
 
+/* The number of dims of tensor `name`'s shape (0: none). */
+static int nd_of(json_t *hdr, const char *name)
+{
+    json_t *sh = json_object_get(json_object_get(hdr, name), "shape");
+    return json_is_array(sh) ? (int)json_array_size(sh) : 0;
+}
+
 /* The dims from the shapes: wte (V, C), wpe (P, C), the h.<l> blocks. */
 static px_status_t infer_dims(px_hf_gpt2_t *hf, json_t *hdr, char *err, size_t errlen)
 {
@@ -204,10 +211,12 @@ static px_status_t infer_dims(px_hf_gpt2_t *hf, json_t *hdr, char *err, size_t e
     uint64_t b, e;
     hf->prefixed = json_object_get(hdr, "transformer.wte.weight") != NULL;
     px_hf_gpt2_name(0, 0, hf->prefixed, name, sizeof(name));
-    if (entry(hdr, hf->file, name, &nd, s, &b, &e, err, errlen) || nd != 2)
+    if (!json_object_get(hdr, name) || nd_of(hdr, name) != 2)
         return px_invalid(err, errlen, "%s has no 2-d tensor wte.weight or "
                           "transformer.wte.weight: not a GPT-2 checkpoint of transformers",
                           hf->file);
+    if (entry(hdr, hf->file, name, &nd, s, &b, &e, err, errlen))
+        return PX_ERR_INVALID_ARGUMENT;
     hf->vocab = (int)s[0];
     hf->dim = (int)s[1];
     px_hf_gpt2_name(1, 0, hf->prefixed, name, sizeof(name));

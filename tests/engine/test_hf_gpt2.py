@@ -267,6 +267,43 @@ def main():
         g.write(f.read()[:-100])
     refused('(d) rank: a truncated file', [rank_bin] + MODEL + [
         '--data', data, '--steps', '1', '--init-from', trunc], ['trunc.safetensors', 'inside'])
+    # a GPT-2 of other math, or a file that is not one, named (parallax-rank
+    # checks at start what pctl and the daemon check at submit)
+    def variant(tag, config=None, tensors=None, raw=None):
+        d = os.path.join(work, 'bad_' + tag)
+        os.makedirs(d)
+        c = json.load(open(os.path.join(hf_dir, 'config.json')))
+        c.update(config or {})
+        json.dump(c, open(os.path.join(d, 'config.json'), 'w'))
+        path = os.path.join(d, 'model.safetensors')
+        if raw is not None:
+            open(path, 'wb').write(raw)
+        else:
+            save_file(tensors or src, path, metadata={'format': 'pt'})
+        return d
+
+    untied = dict(src)
+    untied['lm_head.weight'] = src[prefix + 'wte.weight'] * 2
+    half = {k: v.astype(np.float16) for k, v in src.items()}
+    for tag, d, needles in (
+            ('relu', variant('relu', config={'activation_function': 'relu'}),
+             ["activation_function 'relu'", 'gelu_new']),
+            ('eps', variant('eps', config={'layer_norm_epsilon': 1e-6}),
+             ['layer_norm_epsilon 1e-06', '1e-5']),
+            ('inner', variant('inner', config={'n_inner': 3 * C}), ['n_inner']),
+            ('untied', variant('untied', config={'tie_word_embeddings': False}),
+             ['tie_word_embeddings']),
+            ('lmhead', variant('lmhead', tensors=untied), ['lm_head.weight differs']),
+            ('f16', variant('f16', tensors=half), ['is F16', 'only F32']),
+            ('notjson', variant('notjson', raw=b'\x10\0\0\0\0\0\0\0not json at all!'),
+             ['not a JSON object']),
+            ('missing', variant('missing', tensors={k: v for k, v in src.items()
+                                                    if 'h.2.mlp.c_fc.weight' not in k}),
+             ['no tensor transformer.h.2.mlp.c_fc.weight'])):
+        refused('(d) rank: ' + tag, [rank_bin] + MODEL + [
+            '--data', data, '--steps', '1', '--init-from', d], needles,
+            rc_want=1 if tag == 'lmhead' else 2)
+
     if pctl:
         refused('(d) pctl submit --dry-run: other n_layer named', [pctl, 'submit'] +
                 model_args(layers=3) + [
