@@ -57,8 +57,49 @@ static px_status_t hf_read(void *arg, int tensor, uint64_t c, size_t n, float *d
     return PX_OK;
 }
 
+/* Sparse upcycling (Komatsuzaki et al., "Sparse Upcycling: Training
+ * Mixture-of-Experts from Dense Checkpoints", 2022): every expert of MoE
+ * layer l starts as layer l's dense MLP of the checkpoint (fcw, fcb,
+ * fcprojw, fcprojb: the MoE tensors 1-4 have the dense shapes per expert);
+ * the routers keep their seeded values. The gates are renormalised over
+ * the chosen experts (moe.h), so before any step the layer computes the
+ * dense MLP. Collective over the ep group (the gather of the routers). */
+static px_status_t upcycle(px_moe_t *moe, hf_source_t *src)
+{
+    static const char *dense[PX_MOE_NUM_TENSORS] = {NULL, "fcw", "fcb", "fcprojw", "fcprojb"};
+    const px_moe_config_t *mc = px_moe_config(moe);
+    size_t n = (size_t)px_moe_num_params(mc);
+    float *buf = malloc((n ? n : 1) * sizeof(float));
+    if (!buf)
+        return PX_ERR_NO_MEMORY;
+    px_status_t status = px_moe_gather_canonical(moe, 0, buf);
+    size_t off = 0;
+    for (int l = 0; l < mc->layers && status == PX_OK; l++) {
+        if (!px_moe_is_layer(mc, l))
+            continue;
+        for (int i = 0; i < PX_MOE_NUM_TENSORS && status == PX_OK; i++) {
+            size_t size = (size_t)px_moe_tensor_size(mc, i), per = size / (size_t)mc->experts;
+            for (int t = 0; dense[i] && t < PX_GPT_NUM_TENSORS; t++) {
+                px_gpt_tensor_info_t ti;
+                px_gpt_tensor_info_of(src->gc, t, &ti);
+                if (strcmp(ti.name, dense[i]))
+                    continue;
+                /* expert 0 from the file, the others copies of it */
+                status = hf_read(src, t, ti.offset + (uint64_t)l * per, per, buf + off);
+                for (int e = 1; e < mc->experts && status == PX_OK; e++)
+                    memcpy(buf + off + (size_t)e * per, buf + off, per * sizeof(float));
+            }
+            off += size;
+        }
+    }
+    if (status == PX_OK)
+        px_moe_set_canonical(moe, 0, buf);
+    free(buf);
+    return status;
+}
+
 px_status_t px_hf_gpt2_load(const char *path, px_zero_t *z, const px_gpt_config_t *gc,
-                            const px_plan_t *plan, int heads)
+                            const px_plan_t *plan, int heads, px_moe_t *moe)
 {
     px_hf_gpt2_t hf;
     char err[1024];
@@ -88,10 +129,12 @@ px_status_t px_hf_gpt2_load(const char *path, px_zero_t *z, const px_gpt_config_
     }
     hf_source_t src = {&hf, map, gc};
     status = px_checkpoint_fill_params(z, gc, plan, hf_read, &src);
+    if (status == PX_OK && moe)
+        status = upcycle(moe, &src);
     if (status == PX_OK)
         px_info("init: parameters from the Hugging Face GPT-2 %s (n_layer %d, n_embd %d, "
-                "vocab %d padded to %d)", hf.file, hf.layers, hf.dim, hf.vocab,
-                px_model_padded_vocab(gc));
+                "vocab %d padded to %d%s)", hf.file, hf.layers, hf.dim, hf.vocab,
+                px_model_padded_vocab(gc), moe ? "; each expert its layer's MLP" : "");
 out:
     if (map != MAP_FAILED)
         munmap(map, hf.file_bytes);

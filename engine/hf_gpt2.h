@@ -6,7 +6,8 @@
  * safetensors file and reads only the elements it holds, through the path
  * a checkpoint resume takes (checkpoint.h px_checkpoint_fill_params). The
  * wte rows past the checkpoint's vocab (the padding to the padded vocab)
- * are 0, as the engine's own initialisation leaves them.
+ * are 0, as the engine's own initialisation leaves them. A model with
+ * experts starts each expert as its layer's dense MLP (sparse upcycling).
  * Out: config.json (GPT2Config's keys, with jansson) and model.safetensors
  * (GPT2LMHeadModel's own names and layout: "transformer." prefix, Conv1D
  * weights (in, out), wte's first vocab rows, no lm_head: tied) in one
@@ -16,19 +17,24 @@
 #define PX_HF_GPT2_H
 
 #include "gpt.h"
+#include "moe.h"
 #include "px_status.h"
 #include "trainer.h"
 #include "zero.h"
 
 /* Fills this rank's parameters (z, laid out by plan for gc's tp rank) from
  * the checkpoint at `path` (a directory or a .safetensors file), checked
- * against gc and heads first (nothing is touched on a mismatch). AdamW's
- * moments stay as they are (zero at the start). Errors (logged, naming the
- * file and the value): PX_ERR_NOT_FOUND, PX_ERR_INVALID_ARGUMENT (not a
- * GPT-2 of these dims; an lm_head.weight that is not wte: an untied head),
- * PX_ERR_IO, PX_ERR_NO_MEMORY. No communication. */
+ * against gc and heads first (nothing is touched on a mismatch); with moe
+ * (NULL: dense) every expert of a MoE layer gets that layer's MLP, the
+ * routers keep their seeded values (Komatsuzaki et al. 2022's sparse
+ * upcycling). AdamW's moments stay as they are (zero at the start).
+ * Errors (logged, naming the file and the value): PX_ERR_NOT_FOUND,
+ * PX_ERR_INVALID_ARGUMENT (not a GPT-2 of these dims; an lm_head.weight
+ * that is not wte: an untied head), PX_ERR_IO, PX_ERR_NO_MEMORY, the ep
+ * group's. Collective over the moe's ep group when there is one (every
+ * rank calls it), else no communication. */
 px_status_t px_hf_gpt2_load(const char *path, px_zero_t *z, const px_gpt_config_t *gc,
-                            const px_plan_t *plan, int heads);
+                            const px_plan_t *plan, int heads, px_moe_t *moe);
 
 /* Writes dir/config.json and dir/model.safetensors (dir made if missing;
  * each file written to .tmp and renamed) from the canonical parameters

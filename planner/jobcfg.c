@@ -317,9 +317,9 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
     if (has(cfg->init_from) && has(cfg->resume_dir))
         return px_invalid(errbuf, errlen, "init_from '%s' and resume_dir '%s': a run starts "
                           "from one of them", cfg->init_from, cfg->resume_dir);
-    if ((has(cfg->init_from) || has(cfg->export_hf)) && cfg->experts)
-        return px_invalid(errbuf, errlen, "experts=%d with %s: a Hugging Face GPT-2 has no "
-                          "experts", cfg->experts, has(cfg->init_from) ? "init_from" : "export_hf");
+    if (has(cfg->export_hf) && cfg->experts)
+        return px_invalid(errbuf, errlen, "experts=%d with export_hf: a Hugging Face GPT-2 has "
+                          "no experts (--export-safetensors writes them)", cfg->experts);
     /* context parallelism (engine/ring_attn.h) runs with dp, tp (and sequence
      * parallelism), ZeRO 0-3, gradient accumulation, checkpoints and every
      * pipeline schedule: no rule of its own beyond the sequence's split */

@@ -102,7 +102,7 @@ const px_job_flag_t px_job_flags[] = {
         "start from Hugging Face GPT-2 weights: a directory with config.json and "
         "model.safetensors (transformers' save_pretrained), or the .safetensors file; its "
         "n_layer, n_head, n_embd, n_positions and vocab_size must be --layers, --heads, --dim, "
-        "--seq and --vocab"),
+        "--seq and --vocab; with --experts each expert starts as its layer's MLP"),
     STR("export-hf", PX_JOB_FLAG_PATH, export_hf, "DIR",
         "write the final weights as a Hugging Face GPT-2 (config.json + model.safetensors, "
         "for GPT2LMHeadModel.from_pretrained(DIR))"),

@@ -6,7 +6,9 @@ A randomly initialised GPT2LMHeadModel (no download: 4 layers, 4 heads,
 n_embd 64, n_positions 32, vocab 300, which parallax pads to 320; its
 biases and LayerNorms moved off 0 and 1 so that a swapped or dropped one
 shows) is saved with save_pretrained. Then, in every layout (one rank,
-dp 2, tp 2, pp 2, cp 2, dp 2 with ZeRO-3), parallax-rank --init-from DIR
+dp 2, tp 2, pp 2, cp 2, dp 2 with ZeRO-3, and dp 2 x ep 2 with 4 experts
+in every second layer, where (a) also checks that each expert starts as
+its layer's MLP and nothing is exported), parallax-rank --init-from DIR
 trains 2 steps with --dump-dir and --export-hf:
   (a) the initial parameters it dumps are the checkpoint's tensors, mapped
       by the spec below (Conv1D transposes, wte padded with zero rows),
@@ -59,6 +61,11 @@ LAYOUTS = [  # (name, world, flags)
     ('pp2', 2, ['--pp', '2', '--micro-batches', '2']),
     ('cp2', 2, ['--cp', '2']),
     ('dp2z3', 2, ['--dp', '2', '--zero', '3']),
+    # experts: each starts as its layer's MLP (sparse upcycling); with the
+    # gates renormalised over the chosen two and no load-balancing loss the
+    # model computes the dense GPT-2; no export (a GPT-2 has no experts)
+    ('dp2ep2moe', 2, ['--dp', '2', '--ep', '2', '--experts', '4', '--top-k', '2',
+                      '--dropless', '--aux-loss-coef', '0', '--moe-every', '2']),
 ]
 
 # parallax's canonical tensors (model.h) -> transformers' names and whether
@@ -202,10 +209,11 @@ def main():
     # (a) and (c) in every layout
     for name, world, flags in LAYOUTS:
         dump, export = os.path.join(work, name + '_dump'), os.path.join(work, name + '_hf')
+        moe = '--experts' in flags
         args = MODEL + flags + ['--data', data, '--val-data', val, '--eval-batches', '1',
                                 '--eval-every', '0', '--steps', '2', '--lr', '1e-3',
-                                '--init-from', hf_dir, '--dump-dir', dump,
-                                '--export-hf', export]
+                                '--init-from', hf_dir, '--dump-dir', dump] + (
+                                    [] if moe else ['--export-hf', export])
         if run_world(rank_bin, args, work, name, world) is None:
             check(name + ': the run', False)
             continue
@@ -220,6 +228,21 @@ def main():
         ref = hf_loss(model, os.path.join(dump, 'batch_1.bin'))
         check(name + ': (a) step-1 loss = transformers\'', abs(ours - ref) <= TOL,
               'ours %.7f transformers %.7f diff %.1e' % (ours, ref, abs(ours - ref)))
+        if moe:
+            ml = json.load(open(os.path.join(dump, 'moe_layout.json')))
+            mp = np.fromfile(os.path.join(dump, 'moe_params_init.bin'), dtype=np.float32)
+            bad = []
+            for t in ml['tensors']:
+                if t['name'] == 'moe_router':
+                    continue
+                dense, tr = HF[t['name'][len('moe_'):]]
+                a = src[prefix + dense % t['layer']]
+                want = np.stack([a.T if tr else a] * ml['experts']).reshape(-1)
+                got = mp[t['offset']:t['offset'] + want.size]
+                if got.tobytes() != want.tobytes():
+                    bad.append('%s.%d' % (t['name'], t['layer']))
+            check(name + ': (a) every expert = its layer\'s MLP', not bad, ' '.join(bad))
+            continue
         final = np.fromfile(os.path.join(dump, 'params_2.bin'), dtype=np.float32)
         got = load_file(os.path.join(export, 'model.safetensors'))
         bad = bytes_equal(got, hf_from_canon(final, layout, prefix))
@@ -309,6 +332,10 @@ def main():
                 model_args(layers=3) + [
             '--data', data, '--steps', '1', '--init-from', hf_dir, '--dry-run'],
             ['n_layer=4', 'layers=3'], rc_want=0)
+        refused('(d) pctl submit --dry-run: experts with --export-hf', [pctl, 'submit'] +
+                MODEL + ['--data', data, '--steps', '1', '--experts', '2', '--export-hf',
+                         os.path.join(work, 'nope'), '--dry-run'],
+                ['experts=2 with export_hf'], rc_want=0)
 
     if fails:
         print('FAIL: %d checks: %s' % (len(fails), '; '.join(fails)))
