@@ -321,6 +321,12 @@ px_status_t px_hf_gpt2_open(const char *path, px_hf_gpt2_t *hf, char *err, size_
     if (S_ISDIR(st.st_mode)) {
         snprintf(hf->file, sizeof(hf->file), "%s/model.safetensors", path);
         snprintf(cpath, sizeof(cpath), "%s/config.json", path);
+        if (stat(hf->file, &st) < 0 && errno == ENOENT) {
+            px_invalid(err, errlen, "init_from '%s' has no model.safetensors (what "
+                       "save_pretrained writes; pytorch_model.bin and sharded checkpoints, "
+                       "model.safetensors.index.json, are not read)", path);
+            return PX_ERR_NOT_FOUND;
+        }
     } else {
         const char *slash = strrchr(path, '/');
         snprintf(hf->file, sizeof(hf->file), "%s", path);

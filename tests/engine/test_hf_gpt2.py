@@ -305,6 +305,11 @@ def main():
             save_file(tensors or src, path, metadata={'format': 'pt'})
         return d
 
+    nosafe = os.path.join(work, 'bad_nosafetensors')
+    os.makedirs(nosafe)
+    shutil.copy(os.path.join(hf_dir, 'config.json'), nosafe)
+    refused('(d) rank: a directory without model.safetensors', [rank_bin] + MODEL + [
+        '--data', data, '--steps', '1', '--init-from', nosafe], ['has no model.safetensors'])
     untied = dict(src)
     untied['lm_head.weight'] = src[prefix + 'wte.weight'] * 2
     half = {k: v.astype(np.float16) for k, v in src.items()}
