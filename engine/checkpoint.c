@@ -385,12 +385,12 @@ static px_status_t read_canonical(const char *path, const ckpt_layout_t *cl,
     return PX_OK;
 }
 
-/* Where load_held's pieces come from: read(arg, u, t, canon, n, dst) fills
+/* Where load_held's pieces come from: read(arg, i, t, canon, n, dst) fills
  * n backend floats at dst with the canonical elements from `canon` of the
- * slice of unit u's tensor t (px_model_shard_run's canonical index; one
- * tensor's run). */
+ * slice of t, the unit's tensor i (px_model_shard_run's canonical index;
+ * one tensor's run). */
 typedef struct held_source {
-    px_status_t (*read)(void *arg, int u, const px_model_unit_tensor_t *t, size_t canon,
+    px_status_t (*read)(void *arg, int i, const px_model_unit_tensor_t *t, size_t canon,
                         size_t n, float *dst);
     void *arg;
 } held_source_t;
@@ -412,34 +412,30 @@ static px_status_t load_held(const px_gpt_config_t *gc, const px_kernel_ops_t *k
             uint64_t e = lo + len < b + cnt ? lo + len : b + cnt;
             if (s >= e)
                 continue;
-            PX_CHECK(src->read(src->arg, u, &nt[i], canon + (s - lo), e - s, dst + (s - b)));
+            PX_CHECK(src->read(src->arg, i, &nt[i], canon + (s - lo), e - s, dst + (s - b)));
         }
     }
     return PX_OK;
 }
 
-/* A checkpoint as a held_source: array w of the shards described by cl. */
+/* A checkpoint as a held_source: array w of unit u of the shards
+ * described by cl; ot, the unit's tensors as the checkpoint cut them (the
+ * same tensors in the same order). */
 typedef struct ckpt_source {
     const char *path;
     const ckpt_layout_t *cl;
-    const px_gpt_config_t *gc;
     const px_kernel_ops_t *kops;
-    int w;
+    int u, w;
     float *bounce;
+    px_model_unit_tensor_t ot[PX_MODEL_MAX_UNIT_TENSORS];
 } ckpt_source_t;
 
-static px_status_t ckpt_read(void *arg, int u, const px_model_unit_tensor_t *t, size_t canon,
+static px_status_t ckpt_read(void *arg, int i, const px_model_unit_tensor_t *t, size_t canon,
                              size_t n, float *dst)
 {
     ckpt_source_t *cs = arg;
-    px_model_unit_tensor_t ot[PX_MODEL_MAX_UNIT_TENSORS];
-    px_model_config_t ocfg = *cs->gc;
-    ocfg.tp = (int)cs->cl->tp; /* the checkpoint's cut of the same tensors, same order */
-    ocfg.tp_rank = 0;
-    int no = px_model_unit_tensors(&ocfg, u, ot), k = 0;
-    while (k < no - 1 && ot[k].tensor != t->tensor)
-        k++;
-    return read_canonical(cs->path, cs->cl, cs->kops, u, cs->w, &ot[k], canon, n, dst,
+    (void)t;
+    return read_canonical(cs->path, cs->cl, cs->kops, cs->u, cs->w, &cs->ot[i], canon, n, dst,
                           cs->bounce);
 }
 
@@ -475,7 +471,11 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
         for (int w = 0; w < 3 && status == PX_OK; w++) {
             uint64_t b, cnt;
             float *dst = px_zero_held(z, w, u, &b, &cnt);
-            ckpt_source_t cs = {path, &cl, gc, px_zero_ops(z), w, bounce};
+            ckpt_source_t cs = {path, &cl, px_zero_ops(z), u, w, bounce, {{0}}};
+            px_model_config_t ocfg = *gc;
+            ocfg.tp = (int)cl.tp;
+            ocfg.tp_rank = 0;
+            px_model_unit_tensors(&ocfg, u, cs.ot);
             status = load_held(gc, px_zero_ops(z), u, dst, b, cnt,
                                &(held_source_t){ckpt_read, &cs});
         }
@@ -505,11 +505,11 @@ typedef struct canon_source {
     float *bounce;
 } canon_source_t;
 
-static px_status_t canon_read(void *arg, int u, const px_model_unit_tensor_t *t, size_t canon,
+static px_status_t canon_read(void *arg, int i, const px_model_unit_tensor_t *t, size_t canon,
                               size_t n, float *dst)
 {
     canon_source_t *cs = arg;
-    (void)u;
+    (void)i;
     for (size_t o = 0; o < n; o += BOUNCE_FLOATS) {
         size_t take = n - o < BOUNCE_FLOATS ? n - o : BOUNCE_FLOATS;
         PX_CHECK(cs->read(cs->arg, t->tensor, t->canon_offset + canon + o, take, cs->bounce));
