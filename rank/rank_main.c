@@ -120,6 +120,7 @@ static void usage(FILE *out)
             "         [--dump-dir DIR] [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
+            "         [--init-from HF_DIR_OR_FILE] [--export-hf DIR (Hugging Face GPT-2)]\n"
             "         [--bucket-mb F (data-parallel gradient bucket, MiB; 0 = auto)]\n"
             "         [--replica-digests] [--test-router-skew B]\n"
             "         [--val-data PATH [--eval-every N] [--eval-batches K]]\n"
