@@ -21,8 +21,9 @@ trains 2 steps with --dump-dir and --export-hf:
   (b) the round trip: --init-from then --export-hf with no step taken
       (--export-init ends the run before training; it runs each rank
       alone), the bytes of every tensor equal the input's: from the
-      directory, and from a bare safetensors file without the
-      "transformer." prefix and without config.json. In the layouts, (a)
+      directory, and from a bare safetensors file as the hub's (no
+      "transformer." prefix, mask buffers, the tied lm_head.weight) without
+      config.json. In the layouts, (a)
       and (c) hold each way bit for bit.
   (d) a checkpoint of other dims is refused, naming both values, by
       parallax-rank (exit 2) and at submit (pctl submit --dry-run, the
@@ -194,10 +195,16 @@ def main():
     src = load_file(os.path.join(hf_dir, 'model.safetensors'))
     prefix = 'transformer.'
     assert prefix + 'wte.weight' in src, sorted(src)[:4]
-    # the same weights as a bare file: no prefix, no config.json beside it
+    # the same weights as a bare file laid out as the hub's gpt2 file: no
+    # prefix, the attention's mask buffers (ignored), no config.json beside
+    # it; and the tied head written out (accepted: it is wte)
     bare = os.path.join(work, 'bare', 'gpt2.safetensors')
     os.makedirs(os.path.dirname(bare))
-    save_file({k[len(prefix):]: v for k, v in src.items()}, bare, metadata={'format': 'pt'})
+    hub = {k[len(prefix):]: v for k, v in src.items()}
+    hub.update({'h.%d.attn.bias' % l: np.tril(np.ones((1, 1, T, T), dtype=np.float32))
+                for l in range(L)})
+    hub['lm_head.weight'] = src[prefix + 'wte.weight'].copy()
+    save_file(hub, bare, metadata={'format': 'pt'})
 
     fails = []
 
