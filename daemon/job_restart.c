@@ -72,6 +72,11 @@ void px__job_restart(px_job_t *job)
     if (copy->resume_dir != protobuf_c_empty_string)
         free(copy->resume_dir);
     copy->resume_dir = strdup(ckpt);
+    /* the checkpoint holds the weights now: not the Hugging Face ones the
+     * first attempt started from (a run starts from one of them) */
+    if (copy->init_from != protobuf_c_empty_string)
+        free(copy->init_from);
+    copy->init_from = protobuf_c_empty_string;
     if (copy->restarted_from != protobuf_c_empty_string)
         free(copy->restarted_from);
     copy->restarted_from = strdup(job->id);

@@ -95,4 +95,15 @@ if ((tests)) && ! PYTHONPATH="$build/pydeps" /usr/bin/python3 -c 'import tensorb
     --target "$build/pydeps" tensorboard ||
     echo "setup: cannot install tensorboard: its test will be skipped" >&2
 fi
+# transformers, against which the Hugging Face GPT-2 import and export are
+# tested (tests/engine/test_hf_gpt2.py): 4.44, a release that runs on
+# Debian's torch 1.13. The test appends build/pydeps to sys.path, so
+# Debian's torch and numpy stay first.
+if ((tests)) && ! /usr/bin/python3 -c 'import sys; sys.path.append(sys.argv[1]); import transformers' \
+    "$build/pydeps" 2>/dev/null; then
+  echo "setup: installing the transformers package into $build/pydeps (pip)"
+  /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+    --target "$build/pydeps" 'transformers==4.44.2' ||
+    echo "setup: cannot install transformers: its test will be skipped" >&2
+fi
 echo "setup: done; binaries: $build/daemon/parallaxd $build/client/pctl $build/rank/parallax-rank"

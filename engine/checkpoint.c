@@ -385,18 +385,24 @@ static px_status_t read_canonical(const char *path, const ckpt_layout_t *cl,
     return PX_OK;
 }
 
-/* Fills the elements [b, b + cnt) of this rank's unit u, array w, at dst:
- * padding 0, each tensor run from the checkpoint. */
-static px_status_t load_held(const char *path, const ckpt_layout_t *cl,
-                             const px_gpt_config_t *gc, const px_kernel_ops_t *kops, int u,
-                             int w, float *dst, uint64_t b, uint64_t cnt, float *bounce)
+/* Where load_held's pieces come from: read(arg, i, t, canon, n, dst) fills
+ * n backend floats at dst with the canonical elements from `canon` of the
+ * slice of t, the unit's tensor i (px_model_shard_run's canonical index;
+ * one tensor's run). */
+typedef struct held_source {
+    px_status_t (*read)(void *arg, int i, const px_model_unit_tensor_t *t, size_t canon,
+                        size_t n, float *dst);
+    void *arg;
+} held_source_t;
+
+/* Fills the elements [b, b + cnt) of this rank's unit u at dst: padding 0,
+ * each tensor run from src. The one path every load into a layout takes
+ * (checkpoints, px_checkpoint_fill_params). */
+static px_status_t load_held(const px_gpt_config_t *gc, const px_kernel_ops_t *kops, int u,
+                             float *dst, uint64_t b, uint64_t cnt, const held_source_t *src)
 {
-    px_model_unit_tensor_t nt[PX_MODEL_MAX_UNIT_TENSORS], ot[PX_MODEL_MAX_UNIT_TENSORS];
-    px_model_config_t ocfg = *gc;
-    ocfg.tp = (int)cl->tp;
-    ocfg.tp_rank = 0;
+    px_model_unit_tensor_t nt[PX_MODEL_MAX_UNIT_TENSORS];
     int nn = px_model_unit_tensors(gc, u, nt);
-    px_model_unit_tensors(&ocfg, u, ot); /* the same tensors, in the same order */
     kops->mem_set(dst, 0, cnt * sizeof(float));
     for (int i = 0; i < nn; i++) {
         for (int j = 0; j < px_model_shard_nruns(&nt[i]); j++) {
@@ -406,11 +412,31 @@ static px_status_t load_held(const char *path, const ckpt_layout_t *cl,
             uint64_t e = lo + len < b + cnt ? lo + len : b + cnt;
             if (s >= e)
                 continue;
-            PX_CHECK(read_canonical(path, cl, kops, u, w, &ot[i], canon + (s - lo), e - s,
-                                    dst + (s - b), bounce));
+            PX_CHECK(src->read(src->arg, i, &nt[i], canon + (s - lo), e - s, dst + (s - b)));
         }
     }
     return PX_OK;
+}
+
+/* A checkpoint as a held_source: array w of unit u of the shards
+ * described by cl; ot, the unit's tensors as the checkpoint cut them (the
+ * same tensors in the same order). */
+typedef struct ckpt_source {
+    const char *path;
+    const ckpt_layout_t *cl;
+    const px_kernel_ops_t *kops;
+    int u, w;
+    float *bounce;
+    px_model_unit_tensor_t ot[PX_MODEL_MAX_UNIT_TENSORS];
+} ckpt_source_t;
+
+static px_status_t ckpt_read(void *arg, int i, const px_model_unit_tensor_t *t, size_t canon,
+                             size_t n, float *dst)
+{
+    ckpt_source_t *cs = arg;
+    (void)t;
+    return read_canonical(cs->path, cs->cl, cs->kops, cs->u, cs->w, &cs->ot[i], canon, n, dst,
+                          cs->bounce);
 }
 
 px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_config_t *gc,
@@ -445,7 +471,13 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
         for (int w = 0; w < 3 && status == PX_OK; w++) {
             uint64_t b, cnt;
             float *dst = px_zero_held(z, w, u, &b, &cnt);
-            status = load_held(path, &cl, gc, px_zero_ops(z), u, w, dst, b, cnt, bounce);
+            ckpt_source_t cs = {path, &cl, px_zero_ops(z), u, w, bounce, {{0}}};
+            px_model_config_t ocfg = *gc;
+            ocfg.tp = (int)cl.tp;
+            ocfg.tp_rank = 0;
+            px_model_unit_tensors(&ocfg, u, cs.ot);
+            status = load_held(gc, px_zero_ops(z), u, dst, b, cnt,
+                               &(held_source_t){ckpt_read, &cs});
         }
     }
     if (status == PX_OK)
@@ -462,6 +494,43 @@ out:
     free(cl.ooff);
     if (status == PX_OK)
         *step_p = (int)cl.step;
+    return status;
+}
+
+/* A canonical reader as a held_source: host pieces staged through bounce. */
+typedef struct canon_source {
+    px_canonical_read_fn read;
+    void *arg;
+    const px_kernel_ops_t *kops;
+    float *bounce;
+} canon_source_t;
+
+static px_status_t canon_read(void *arg, int i, const px_model_unit_tensor_t *t, size_t canon,
+                              size_t n, float *dst)
+{
+    canon_source_t *cs = arg;
+    (void)i;
+    for (size_t o = 0; o < n; o += BOUNCE_FLOATS) {
+        size_t take = n - o < BOUNCE_FLOATS ? n - o : BOUNCE_FLOATS;
+        PX_CHECK(cs->read(cs->arg, t->tensor, t->canon_offset + canon + o, take, cs->bounce));
+        cs->kops->mem_copy_from_host(dst + o, cs->bounce, take * sizeof(float));
+        cs->kops->synchronize(); /* the bounce buffer is reused next */
+    }
+    return PX_OK;
+}
+
+px_status_t px_checkpoint_fill_params(px_zero_t *z, const px_gpt_config_t *gc,
+                                      const px_plan_t *plan, px_canonical_read_fn read,
+                                      void *arg)
+{
+    canon_source_t cs = {read, arg, px_zero_ops(z), malloc(BOUNCE_FLOATS * sizeof(float))};
+    px_status_t status = cs.bounce ? PX_OK : PX_ERR_NO_MEMORY;
+    for (int u = 0; u < plan->nunits && status == PX_OK; u++) {
+        uint64_t b, cnt;
+        float *dst = px_zero_held(z, 0, u, &b, &cnt);
+        status = load_held(gc, cs.kops, u, dst, b, cnt, &(held_source_t){canon_read, &cs});
+    }
+    free(cs.bounce);
     return status;
 }
 

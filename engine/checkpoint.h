@@ -52,6 +52,23 @@ px_status_t px_checkpoint_save(const char *dir, int step, px_zero_t *z,
 px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_config_t *gc,
                                const px_plan_t *plan, int heads, int *step_p);
 
+/* A source of canonical parameters: fills host dst[n] with the elements
+ * [c, c + n) of the canonical buffer (px_gpt_tensor_info layout), all of
+ * them in canonical tensor `tensor` and one layer's slice of it. Returns
+ * PX_OK or an error it logged. */
+typedef px_status_t (*px_canonical_read_fn)(void *arg, int tensor, uint64_t c, size_t n,
+                                            float *dst);
+
+/* Fills the parameters this rank holds (px_zero_held: the whole units at
+ * ZeRO 0-2, its slices at ZeRO 3; its tp rank's shards; its pipeline
+ * stage's units) from `read`, through the path px_checkpoint_load takes
+ * (each held tensor run mapped to its canonical elements); padding 0.
+ * AdamW's moments are left as they are. Every rank reads for itself; no
+ * communication. Errors: read's, PX_ERR_NO_MEMORY. */
+px_status_t px_checkpoint_fill_params(px_zero_t *z, const px_gpt_config_t *gc,
+                                      const px_plan_t *plan, px_canonical_read_fn read,
+                                      void *arg);
+
 /* Writes the canonical parameters `params` (px_gpt_tensor_info layout, host
  * memory; wte with all padded_vocab rows, as llm.c's checkpoints: rows from
  * vocab on are the zero padding) as a safetensors file (8-byte little-endian header length, JSON header with

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "hf_gpt2.h"
 #include "observers.h"
 #include "trainer.h"
 #include "px_log.h"
@@ -76,8 +77,14 @@ px_status_t px_train_observed(const px_train_config_t *cfg, px_comm_t *world,
     for (int i = 0; i < nobs && !tr->finished; i++) /* a hook may end the run here */
         if (obs[i].on_init)
             PX_CHECK_GOTO(obs[i].on_init(obs[i].arg, tr), status, out);
-    if (tr->finished)
+    if (tr->finished) {
+        /* ended before training (parallax-rank --export-init): the weights
+         * the run holds are the initial ones, and a Hugging Face export
+         * still writes them (a conversion: --init-from in, --export-hf out) */
+        if (cfg->export_hf && *cfg->export_hf)
+            status = px_hf_gpt2_export(tr);
         goto out;
+    }
     tr->t_start = px_time_mono_s();
     for (int s = tr->start_step; s < cfg->steps; s++) {
         double t0 = px_time_mono_s();
@@ -107,6 +114,8 @@ px_status_t px_train_observed(const px_train_config_t *cfg, px_comm_t *world,
     }
     if (cfg->export_safetensors && *cfg->export_safetensors)
         PX_CHECK_GOTO(px_trainer_export(tr), status, out);
+    if (cfg->export_hf && *cfg->export_hf)
+        PX_CHECK_GOTO(px_hf_gpt2_export(tr), status, out);
     NOTIFY(obs, nobs, on_end, tr);
     status = PX_OK;
 out:

@@ -30,6 +30,7 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "hf_gpt2.h"
 #include "jobcfg.h"
 #include "jobplan.h"
 #include "memacct.h"
@@ -461,6 +462,9 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_comm_t *world,
         log_assembly(tr);
     if (cfg->resume_dir && *cfg->resume_dir)
         PX_CHECK_GOTO(resume(tr), status, fail);
+    else if (cfg->init_from && *cfg->init_from) /* Hugging Face weights (hf_gpt2.h) */
+        PX_CHECK_GOTO(px_hf_gpt2_load(cfg->init_from, tr->zero, &tr->gc, tr->plan, cfg->heads,
+                                      tr->moe), status, fail);
     /* the validation batches: the training cut of the validation file,
      * batch k in place of step k */
     tr->val_cut = (px_batch_cut_t){.data = tr->val, .seed = cfg->seed, .M = tr->M,

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "hfgpt2.h"
 
 /* Upper bounds of the sizes (the daemon's historical limits). */
 #define MAX_LAYERS 1024
@@ -227,7 +228,8 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
     const struct { const char *name; const char *v; } paths[] = {
         {"data", cfg->data_path}, {"checkpoint_dir", cfg->checkpoint_dir},
         {"resume_dir", cfg->resume_dir}, {"export_safetensors", cfg->export_safetensors},
-        {"val_data", cfg->val_path}};
+        {"val_data", cfg->val_path}, {"init_from", cfg->init_from},
+        {"export_hf", cfg->export_hf}};
 
     if (cfg->zero < 0 || cfg->zero > 3)
         return px_invalid(errbuf, errlen, "zero=%d must be 0, 1, 2 or 3", cfg->zero);
@@ -312,6 +314,12 @@ static px_status_t check_engine(const px_job_config_t *cfg, char *errbuf, size_t
         return px_invalid(errbuf, errlen, "pp=%d: checkpoints of pipeline stages are not "
                           "implemented yet (checkpoint_every=%d, resume_dir '%s')", l->pp,
                           cfg->checkpoint_every, has(cfg->resume_dir) ? cfg->resume_dir : "");
+    if (has(cfg->init_from) && has(cfg->resume_dir))
+        return px_invalid(errbuf, errlen, "init_from '%s' and resume_dir '%s': a run starts "
+                          "from one of them", cfg->init_from, cfg->resume_dir);
+    if (has(cfg->export_hf) && cfg->experts)
+        return px_invalid(errbuf, errlen, "experts=%d with export_hf: a Hugging Face GPT-2 has "
+                          "no experts (--export-safetensors writes them)", cfg->experts);
     /* context parallelism (engine/ring_attn.h) runs with dp, tp (and sequence
      * parallelism), ZeRO 0-3, gradient accumulation, checkpoints and every
      * pipeline schedule: no rule of its own beyond the sequence's split */
@@ -342,6 +350,19 @@ static px_status_t check_files(const px_job_config_t *cfg, char *errbuf, size_t 
         if ((size_t)cfg->seq + 1 > ntok)
             return px_invalid(errbuf, errlen, "seq=%d needs %d tokens but validation file %s has "
                               "%zu", cfg->seq, cfg->seq + 1, cfg->val_path, ntok);
+    }
+    if (has(cfg->init_from)) {
+        /* the checkpoint's dims against the job's, at submit */
+        px_hf_gpt2_t hf;
+        px_model_config_t mc = {.layers = cfg->layers, .heads = cfg->heads, .dim = cfg->dim,
+                                .max_seq = cfg->seq, .vocab = cfg->vocab};
+        status = px_hf_gpt2_open(cfg->init_from, &hf, errbuf, errlen);
+        if (status == PX_OK) {
+            status = px_hf_gpt2_check(&hf, &mc, cfg->heads, errbuf, errlen);
+            px_hf_gpt2_close(&hf);
+        }
+        if (status != PX_OK)
+            return status == PX_ERR_NOT_FOUND ? PX_ERR_NOT_FOUND : PX_ERR_INVALID_ARGUMENT;
     }
     if (has(cfg->resume_dir)) {
         /* a resume needs a complete checkpoint, whose meta.json is written

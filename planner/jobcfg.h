@@ -55,6 +55,13 @@ typedef struct px_job_config {
                             * (engine/zero.h px_zero_bucket_bytes) */
     int checkpoint_every;  /* steps; 0 = never */
     const char *checkpoint_dir, *resume_dir, *export_safetensors;
+    /* Hugging Face GPT-2 weights (planner/hfgpt2.h): init_from, a
+     * transformers checkpoint (a directory with config.json and
+     * model.safetensors, or the .safetensors file) the parameters start
+     * from instead of the seed's; export_hf, a directory the final weights
+     * go to as config.json + model.safetensors (GPT2LMHeadModel loads it).
+     * NULL / "": none */
+    const char *init_from, *export_hf;
     /* mixture of experts (engine/moe.h): experts 0 = a dense model; else
      * every moe_every-th layer (layers l with (l + 1) % moe_every == 0) has
      * `experts` MLP experts, each token routed to top_k (1 or 2) of them by
@@ -104,7 +111,9 @@ enum {
     PX_JOBCFG_CHECK_DATA = 1,     /* open the token file: header, size, seq + 1
                                      tokens, every token < vocab (names the
                                      largest token and the vocab); and a
-                                     resume_dir must hold meta.json */
+                                     resume_dir must hold meta.json; an
+                                     init_from checkpoint's dims must be the
+                                     job's (hfgpt2.h) */
     PX_JOBCFG_ABSOLUTE_PATHS = 2, /* paths must be absolute (the daemon's
                                      ranks run in other directories) */
     PX_JOBCFG_LAYOUT_ONLY = 4,    /* accept layouts the engine cannot run yet

@@ -98,6 +98,14 @@ const px_job_flag_t px_job_flags[] = {
         "stage"),
     STR("export-safetensors", PX_JOB_FLAG_PATH, export_safetensors, "FILE",
         "write the final weights as one safetensors file"),
+    STR("init-from", PX_JOB_FLAG_PATH, init_from, "PATH",
+        "start from Hugging Face GPT-2 weights: a directory with config.json and "
+        "model.safetensors (transformers' save_pretrained), or the .safetensors file; its "
+        "n_layer, n_head, n_embd, n_positions and vocab_size must be --layers, --heads, --dim, "
+        "--seq and --vocab; with --experts each expert starts as its layer's MLP"),
+    STR("export-hf", PX_JOB_FLAG_PATH, export_hf, "DIR",
+        "write the final weights as a Hugging Face GPT-2 (config.json + model.safetensors, "
+        "for GPT2LMHeadModel.from_pretrained(DIR))"),
     /* data and validation */
     STR("data", PX_JOB_FLAG_STR, data_path, "FILE",
         "token file (llm.c layout, see `pctl data prepare`)"),

@@ -102,6 +102,8 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
     cfg->checkpoint_dir = str_or_null(spec->checkpoint_dir);
     cfg->resume_dir = str_or_null(spec->resume_dir);
     cfg->export_safetensors = str_or_null(spec->export_safetensors);
+    cfg->init_from = str_or_null(spec->init_from);
+    cfg->export_hf = str_or_null(spec->export_hf);
     if (spec->moe) { /* zero fields: the defaults (proto) */
         const Parallax__V1__MoeSpec *e = spec->moe;
         cfg->experts = to_int(e->experts);
@@ -167,6 +169,8 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     s->checkpoint_dir = (char *)(cfg->checkpoint_dir ? cfg->checkpoint_dir : "");
     s->resume_dir = (char *)(cfg->resume_dir ? cfg->resume_dir : "");
     s->export_safetensors = (char *)(cfg->export_safetensors ? cfg->export_safetensors : "");
+    s->init_from = (char *)(cfg->init_from ? cfg->init_from : "");
+    s->export_hf = (char *)(cfg->export_hf ? cfg->export_hf : "");
     parallax__v1__moe_spec__init(&msg->moe);
     if (cfg->experts > 0) {
         Parallax__V1__MoeSpec *e = &msg->moe;

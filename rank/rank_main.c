@@ -15,6 +15,7 @@
  *                 [--dump-steps N] [--zero 0-3] [--grad-accum N]
  *                 [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]
  *                 [--export-safetensors FILE] [--no-prefetch] [--bucket-mb F]
+ *                 [--init-from HF_DIR_OR_FILE] [--export-hf DIR]
  *                 [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]
  * (or --spec-file PATH instead of the job flags). The layout's world must be
  * PX_WORLD_SIZE (1 when unset); --dp defaults to PX_WORLD_SIZE / (tp x pp x
@@ -26,7 +27,9 @@
  * step; otherwise with PX_WORLD_SIZE > 1 the standalone bootstrap
  * (px_bootstrap.h) builds the world; otherwise it trains alone (comm NULL).
  * --export-init DIR writes the initial parameters, the layout and the first
- * global batch (observers.h px_observer_dump) and exits.
+ * global batch (observers.h px_observer_dump) and exits; with --export-hf
+ * the initial weights are exported there too (with --init-from: a
+ * Hugging Face GPT-2 read in and written out, no step taken).
  *
  * Output: one line per step on stdout; with --metrics-out one JSON object
  * per line. Exit status: 0 success, 1 runtime error (logged), 2 bad
@@ -117,6 +120,7 @@ static void usage(FILE *out)
             "         [--dump-dir DIR] [--dump-steps N] [--zero 0-3] [--grad-accum N]\n"
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
+            "         [--init-from HF_DIR_OR_FILE] [--export-hf DIR (Hugging Face GPT-2)]\n"
             "         [--bucket-mb F (data-parallel gradient bucket, MiB; 0 = auto)]\n"
             "         [--replica-digests] [--test-router-skew B]\n"
             "         [--val-data PATH [--eval-every N] [--eval-batches K]]\n"

@@ -186,7 +186,7 @@ class Walk:
     def subst(self, cmd):
         for old, new in self.ports.items():
             cmd = re.sub(r'(?<![\d.])%d(?!\d)' % old, str(new), cmd)
-        cmd = re.sub(r'/tmp/(px[ab]|ck|w\.safetensors)\b',
+        cmd = re.sub(r'/tmp/(px[ab]|ck|w\.safetensors|gpt2-hf)\b',
                      lambda m: os.path.join(self.work, m.group(1)), cmd)
         cmd = re.sub(r'\bnode-([ab])\b', r'node-\1-' + self.suffix, cmd)
         if re.match(r'build/client/pctl submit\b', cmd):

@@ -9,10 +9,13 @@ of the job are SIGKILLed, then a is started again on the same state. The job
 is then FAILED ("coordinator daemon restarted ...") and, like a job whose rank
 died, restarted from its newest checkpoint under a new id, which COMPLETEs
 all its steps; the history (both jobs, the reason naming the new id) is in
-a's store.
+a's store. The job starts from Hugging Face GPT-2 weights (--init-from, a
+directory parallax-rank --export-hf wrote): the restart resumes from the
+checkpoint alone, with no init_from in its spec.
 Exit 77 when parallax-rank was not built."""
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -33,13 +36,21 @@ def main():
     data = os.path.join(cl.workdir, "licenses.bin")
     pc.write_llmc_tokens(data, max_tokens=20000)
     ck = os.path.join(cl.workdir, "ckpt")
+    hf = os.path.join(cl.workdir, "hf")
+    # the model's initial weights as a Hugging Face GPT-2 (no step taken)
+    subprocess.run([args.rank, "--layers", "1", "--heads", "2", "--dim", "16", "--seq", "16",
+                    "--batch", "4", "--steps", "1", "--data", data, "--export-init",
+                    os.path.join(cl.workdir, "init"), "--export-hf", hf],
+                   check=True, env=dict(os.environ, PX_WORLD_SIZE="1"),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
     ok = False
     try:
         cl.start(client)
         g = client(a)
         job_id = g.submit(data, dp=2, batch=4, steps=STEPS, layers=1, heads=2, dim=16, seq=16,
                           name="coord-restart", checkpoint_every=200, checkpoint_dir=ck,
-                          max_restarts=2)
+                          max_restarts=2, init_from=hf)
+        assert g.job(job_id)["spec"]["init_from"] == hf
 
         def checkpointed():
             j = g.job(job_id)
@@ -49,6 +60,9 @@ def main():
                 os.path.exists(os.path.join(ck, e, "meta.json"))
                 for e in (os.listdir(ck) if os.path.isdir(ck) else []))
         pc.wait_for(checkpointed, 120, "job %s to write a checkpoint" % job_id)
+        # the spec's init_from reached the rank through the daemon
+        assert "init: parameters from the Hugging Face GPT-2 %s/model.safetensors" % hf in \
+            g.logs(job_id, 0), g.logs(job_id, 0)[-2000:]
         step = g.job(job_id).get("step", 0)
         assert step < STEPS, step
         ranks = pc.rank_pids(job_id)
@@ -75,6 +89,7 @@ def main():
         spec = done["spec"]
         assert spec["restarted_from"] == job_id and spec["restart"] == 1, spec
         assert spec["resume_dir"].startswith(ck + "/step_"), spec
+        assert not spec.get("init_from"), spec  # a run starts from one of them
         ids = {x["id"]: pc.job_state(x) for x in g.jobs()}
         assert ids.get(job_id) == "FAILED" and ids.get(new_id) == "COMPLETED", ids
         assert not pc.rank_pids(new_id)

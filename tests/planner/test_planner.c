@@ -464,6 +464,8 @@ static void test_jobspec(void)
     c.checkpoint_dir = "/ck";
     c.resume_dir = "/ck/step_5";
     c.export_safetensors = "/out.safetensors";
+    c.init_from = "/hf/gpt2";
+    c.export_hf = "/hf/out";
     c.sequence_parallel = 1;
     c.bucket_mb = 0.25f;
     c.schedule = PX_PIPE_INTERLEAVED;
@@ -491,7 +493,9 @@ static void test_jobspec(void)
            back.checkpoint_every == 5 && back.bucket_mb == 0.25f, "training round trip");
     CHECK(!strcmp(back.data_path, good) && !strcmp(back.checkpoint_dir, "/ck") &&
            !strcmp(back.resume_dir, "/ck/step_5") &&
-           !strcmp(back.export_safetensors, "/out.safetensors"), "paths round trip");
+           !strcmp(back.export_safetensors, "/out.safetensors") &&
+           !strcmp(back.init_from, "/hf/gpt2") && !strcmp(back.export_hf, "/hf/out"),
+           "paths round trip");
     CHECK(back.beta1 == 0.9f && back.beta2 == 0.95f && back.eps == 1e-8f && back.prefetch == 1,
            "not on the wire: defaults");
     parallax__v1__job_spec__free_unpacked(u, NULL);
@@ -505,7 +509,8 @@ static void test_jobspec(void)
     u = wire(&msg.spec);
     px_jobspec_to_config(u, &back);
     CHECK(back.grad_clip == 0.0f && back.warmup_steps == -1 && !back.checkpoint_dir &&
-           !back.resume_dir && !back.export_safetensors, "defaults round trip");
+           !back.resume_dir && !back.export_safetensors && !back.init_from && !back.export_hf,
+           "defaults round trip");
     parallax__v1__job_spec__free_unpacked(u, NULL);
 
     /* the mixture of experts (JobSpec.moe, issue 11): absent when dense; every
