@@ -560,6 +560,17 @@ void px_jobnames_reserve(px_rpc_call_t *call, const ProtobufCMessage *request, v
 extern const px_rpc_method_t px_peer_methods[];
 extern const size_t px_peer_n_methods;
 
+/* -------------------------------------------------------------- sample.c */
+
+/* Handler of Control.Sample (arg: the daemon): `pctl sample`, see sample.c. */
+void px_sample_handle(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
+/* Daemon shutdown: SIGKILL to the sample runs of this node (their calls are
+ * answered as they exit). */
+void px_sample_stop_all(px_daemon_t *d);
+/* Where this node's ranks of job `job_id` export its final weights when the
+ * job names no --export-safetensors: state-dir/jobs/<id>/weights.safetensors. */
+void px_sample_default_weights(px_daemon_t *d, const char *job_id, char *buf, size_t len);
+
 /* --------------------------------------------------------------- calls.c */
 
 /* px_rpc_call_async wrapper that counts in-flight calls (shutdown waits).

@@ -314,6 +314,7 @@ static void begin_stop(px_daemon_t *d, int signum)
     px_job_fail_all_active(d, "coordinator daemon stopped");
     uv_timer_stop(&d->hb_timer);
     px_supervisor_stop_all(d);
+    px_sample_stop_all(d);
     d->stop_deadline_ms = px_time_mono_ms() + px_env_int("PX_KILL_GRACE_MS") + 3000;
     d->stop_timer.data = d;
     uv_timer_start(&d->stop_timer, on_stop_timer, 0, 50);
