@@ -15,6 +15,7 @@ few steps with --export-safetensors and a checkpoint, then checks:
   * the checkpoint (step_<N>/, re-cut to one rank) gives the same ids as
     the exported file; so does a tp 2 x dp 2 ZeRO-1 run's checkpoint
     against that run's export;
+  * the simulated device (--device sim) gives the cpu's ids;
   * seeded sampling: the same seed gives the same text, another seed
     another text; top-k 1 at temperature 1 is the greedy text; with top-k
     5 every sampled id is among the reference's 5 best logits of its
@@ -85,7 +86,7 @@ def ref_greedy(P, prompt, n):
     return ids[-n:], min(gaps)
 
 
-def sample(rank_bin, work, weights, tag, prompt=b'', extra=()):
+def sample(rank_bin, work, weights, tag, prompt=b'', extra=(), env=None):
     """Runs our sample mode; returns (ids, stdout bytes, exit status, stderr)."""
     pf = os.path.join(work, tag + '.prompt')
     out = os.path.join(work, tag + '.ids.json')
@@ -95,7 +96,8 @@ def sample(rank_bin, work, weights, tag, prompt=b'', extra=()):
         os.unlink(out)
     r = subprocess.run([rank_bin] + MODEL + ['--sample', weights, '--sample-prompt-file', pf,
                                              '--sample-ids', out] + list(extra),
-                       capture_output=True, timeout=120)
+                       capture_output=True, timeout=120,
+                       env=dict(os.environ, **env) if env else None)
     ids = json.load(open(out))['ids'] if r.returncode == 0 else None
     return ids, r.stdout, r.returncode, r.stderr.decode(errors='replace')
 
@@ -177,6 +179,12 @@ def main():
     check('tp 2 x dp 2 ZeRO-1 checkpoint re-cut to one rank: its export\'s ids',
           x is not None and x == y, '' if x == y else 'exit %d %d: %s %s' % (rc1, rc2, e1[-300:],
                                                                             e2[-300:]))
+
+    sim, _, rc, err = sample(rank_bin, work, weights, 'sim', prompt,
+                             ['--sample-tokens', str(n), '--sample-temperature', '0',
+                              '--device', 'sim'], env={'PX_SIM_DEVICE': '1'})
+    check('the simulated device (host code never touches device memory) gives the cpu\'s ids',
+          sim == greedy, '' if sim == greedy else 'exit %d: %s' % (rc, err[-300:]))
 
     seeded = ['--sample-tokens', str(n), '--sample-temperature', '1.0']
     a, _, _, _ = sample(rank_bin, work, weights, 's7a', prompt, seeded + ['--sample-seed', '7'])
