@@ -15,6 +15,8 @@ forwards to the coordinator, which hands the run to rank 0's node):
     --temperature -1, --tokens 0 and --tokens 5000 usage errors (exit 2)
     naming the value; --top-k 300 (past the vocab) INVALID_ARGUMENT from the
     rank naming top_k=300; a running job NOT_FOUND (no final weights yet);
+    and the daemon's own INVALID_ARGUMENT for such values sent by another
+    client (tokens 0 and 5000, top_k -3, temperature -0.5 and nan);
   * afterwards every device is free and no sample directory is left.
 Two daemons, one device each."""
 import json
@@ -100,6 +102,18 @@ def main():
         refused(a, ["smp", "--tokens", "0"], 2, "--tokens", "'0'")
         refused(a, ["smp", "--tokens", "5000"], 2, "--tokens", "'5000'")
         refused(b, ["smp", "--top-k", "300"], 1, "INVALID_ARGUMENT", "top_k=300")
+        # the daemon's own checks, for clients other than pctl
+        pb = g.pb
+        for fields, word in (({"tokens": 0}, "tokens=0"), ({"tokens": 5000}, "tokens=5000"),
+                             ({"tokens": 5, "top_k": -3}, "top_k=-3"),
+                             ({"tokens": 5, "temperature": -0.5}, "temperature=-0.5"),
+                             ({"tokens": 5, "temperature": float("nan")}, "temperature=nan")):
+            try:
+                g._call("Sample", pb.SampleRequest(job_id=job, **fields), pb.SampleResponse)
+                raise AssertionError("Sample %s was answered" % fields)
+            except pc.ClientError as e:
+                assert "INVALID_ARGUMENT" in str(e) and word in str(e), (fields, str(e))
+                print("daemon refused %s: %s" % (fields, e))
 
         r = pctl(a, "submit", "--name", "busy", "--data", data, "--layers", "1", "--heads", "2",
                  "--dim", "16", "--seq", "16", "--batch", "2", "--steps", "1000000", "--json")
