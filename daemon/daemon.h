@@ -15,7 +15,8 @@
  * checkpoint), jobnames.c (cluster-wide names); supervisor.c (rank
  * processes), control.c (Control service), peer.c (Peer service),
  * peerc.c (the Peer client, local dispatch, node event delivery), calls.c
- * (counted and retried async calls, message copies).
+ * (counted and retried async calls, message copies), sample.c (pctl
+ * sample: a short parallax-rank --sample run on a free device).
  *
  * Layering: control.c and peer.c (services) use everything below; the
  * coordinator (job*.c) may use the supervisor for adoption only; the
