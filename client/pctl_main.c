@@ -175,7 +175,8 @@ static const pctl_command_t commands[] = {
      "                   logits / T (default 1.0)\n"
      "  --top-k K        draw from the K most likely tokens only (default: all)\n"
      "  --seed S         the draws' seed (default 1337): the same seed, the same text\n"
-     "  --json           the text, its bytes, the node, device, weights and seconds\n",
+     "  --json           the text, its bytes, the node, device, weights and seconds\n"
+     "The run has 120 s (pctl --timeout MS above 150000: MS - 30 s).\n",
      pctl_cmd_sample},
     {"cancel", "cancel a job",
      "usage: pctl cancel JOB [--json]\n"

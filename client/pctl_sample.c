@@ -13,7 +13,8 @@
 #define M_SAMPLE "/parallax.v1.Control/Sample"
 /* engine/sample.h PX_SAMPLE_MAX_TOKENS (the daemon and the rank check it too) */
 #define SAMPLE_MAX_TOKENS 4096
-/* the run's deadline on its node; the call waits that long and a little more */
+/* the run's deadline on its node (a longer pctl --timeout raises it); the
+ * call waits that long and a little more */
 #define SAMPLE_RUN_MS 120000
 #define SAMPLE_CALL_SLACK_MS 30000
 
@@ -122,10 +123,10 @@ int pctl_cmd_sample(pctl_ctx_t *ctx, int argc, char **argv)
     req.top_k = (int32_t)topk;
     req.seed = seed;
     req.checkpoint_step = (uint32_t)ckpt;
-    req.timeout_ms = SAMPLE_RUN_MS;
     int saved = ctx->timeout_ms;
     if (ctx->timeout_ms < SAMPLE_RUN_MS + SAMPLE_CALL_SLACK_MS)
         ctx->timeout_ms = SAMPLE_RUN_MS + SAMPLE_CALL_SLACK_MS;
+    req.timeout_ms = (uint32_t)(ctx->timeout_ms - SAMPLE_CALL_SLACK_MS);
     int failed = pctl_call(ctx, "sample", M_SAMPLE, &req.base,
                            &parallax__v1__sample_response__descriptor, (ProtobufCMessage **)&resp);
     ctx->timeout_ms = saved;

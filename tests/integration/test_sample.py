@@ -17,6 +17,7 @@ forwards to the coordinator, which hands the run to rank 0's node):
     rank naming top_k=300; a running job NOT_FOUND (no final weights yet);
     and the daemon's own INVALID_ARGUMENT for such values sent by another
     client (tokens 0 and 5000, top_k -3, temperature -0.5 and nan);
+  * a run past its deadline (timeout_ms 50) is killed: DEADLINE_EXCEEDED;
   * afterwards every device is free and no sample directory is left.
 Two daemons, one device each."""
 import json
@@ -114,6 +115,14 @@ def main():
             except pc.ClientError as e:
                 assert "INVALID_ARGUMENT" in str(e) and word in str(e), (fields, str(e))
                 print("daemon refused %s: %s" % (fields, e))
+        # the run's deadline: killed, DEADLINE_EXCEEDED, its device freed (checked below)
+        try:
+            g._call("Sample", pb.SampleRequest(job_id=job, tokens=4000, timeout_ms=50),
+                    pb.SampleResponse, timeout=60)
+            raise AssertionError("a Sample with a 50 ms deadline was answered")
+        except pc.ClientError as e:
+            assert "DEADLINE_EXCEEDED" in str(e) and "50 ms" in str(e), str(e)
+            print("deadline: %s" % e)
 
         r = pctl(a, "submit", "--name", "busy", "--data", data, "--layers", "1", "--heads", "2",
                  "--dim", "16", "--seq", "16", "--batch", "2", "--steps", "1000000", "--json")
