@@ -568,6 +568,9 @@ void px_sample_handle(px_rpc_call_t *call, const ProtobufCMessage *request, void
 /* Daemon shutdown: SIGKILL to the sample runs of this node (their calls are
  * answered as they exit). */
 void px_sample_stop_all(px_daemon_t *d);
+/* At start, after the orphans are killed: removes what sample runs of a
+ * previous parallaxd left in state-dir/samples/. */
+void px_sample_sweep(px_daemon_t *d);
 /* Where this node's ranks of job `job_id` export its final weights when the
  * job names no --export-safetensors: state-dir/jobs/<id>/weights.safetensors. */
 void px_sample_default_weights(px_daemon_t *d, const char *job_id, char *buf, size_t len);

@@ -505,6 +505,7 @@ int main(int argc, char **argv)
      * node coordinates are adopted, every other one is killed */
     px_job_adopt_all(d);
     px_supervisor_kill_orphans(d);
+    px_sample_sweep(d);
     px_cgroup_sweep(d); /* and what they started, in their cgroups */
     px_nodes_start(d);
     if (px_metrics_start(d) != PX_OK) /* --metrics-listen */

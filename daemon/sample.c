@@ -12,7 +12,10 @@
  * state-dir/samples/<n>/ (removed after), the process gets a deadline
  * (SIGKILL at timeout_ms) and the call its answer when the process has
  * exited: the text; or INVALID_ARGUMENT / NOT_FOUND / INTERNAL with the
- * last line of its log (exit 2 / 3 / other), DEADLINE_EXCEEDED.
+ * last line of its log (exit 2 / 3 / other), DEADLINE_EXCEEDED. A run a
+ * dead daemon left is killed by its successor as an orphan rank (it
+ * carries --node and the owner marker), which also removes the run's
+ * directory (px_sample_sweep).
  *
  * The job's final weights: a job submitted without --export-safetensors
  * exports them anyway to state-dir/jobs/<id>/weights.safetensors of each
@@ -20,6 +23,7 @@
  * into the spec its ranks read), so rank 0's node holds them there.
  *
  * Loop thread only. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -128,7 +132,7 @@ static void run_unlink(sample_run_t *r)
 static void remove_dir(const char *dir)
 {
     static const char *const files[] = {"spec.pb", "prompt.bin", "out.bin", "log.txt"};
-    char path[1200];
+    char path[1500];
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
         unlink(path);
@@ -296,6 +300,7 @@ static void run_here(px_daemon_t *d, px_rpc_call_t *call, const Parallax__V1__Sa
 {
     char err[1024], spec_path[1200], prompt_path[1200], out_path[1200], log_path[1200];
     char tokens[16], temp[32], topk[16], seed[24], env_dev[64], env_cvd[64], holder[160];
+    char env_owner[sizeof(d->state_dir_real) + 32];
     const char *bin = px_supervisor_rank_bin(d, err, sizeof(err)), *dev;
     sample_run_t *r;
     uint8_t *packed = NULL;
@@ -361,7 +366,7 @@ static void run_here(px_daemon_t *d, px_rpc_call_t *call, const Parallax__V1__Sa
     char *args[] = {(char *)bin, "--spec-file", spec_path, "--sample", r->weights,
                     "--sample-prompt-file", prompt_path, "--sample-tokens", tokens,
                     "--sample-temperature", temp, "--sample-top-k", topk, "--sample-seed", seed,
-                    NULL};
+                    "--node", d->cfg.name, NULL};
     /* the environment of a rank (supervisor.c), less the job's secrets:
      * this process talks to no one */
     extern char **environ;
@@ -369,7 +374,8 @@ static void run_here(px_daemon_t *d, px_rpc_call_t *call, const Parallax__V1__Sa
     int ne = 0;
     for (char **e = environ; *e && ne < 250; e++)
         if (strncmp(*e, "PX_DEVICE=", 10) && strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) &&
-            strncmp(*e, "OPENBLAS_NUM_THREADS=", 21))
+            strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) &&
+            strncmp(*e, PXD_RANK_OWNER_ENV "=", sizeof(PXD_RANK_OWNER_ENV)))
             env[ne++] = *e;
     if (!strncmp(dev, "cuda:", 5)) {
         snprintf(env_cvd, sizeof(env_cvd), "CUDA_VISIBLE_DEVICES=%s", dev + 5);
@@ -380,6 +386,10 @@ static void run_here(px_daemon_t *d, px_rpc_call_t *call, const Parallax__V1__Sa
     }
     env[ne++] = env_dev;
     env[ne++] = (char *)"OPENBLAS_NUM_THREADS=1";
+    /* with `--node NAME` above: a run its daemon did not live to reap is
+     * killed by the next one as an orphan rank (px_supervisor_kill_orphans) */
+    snprintf(env_owner, sizeof(env_owner), "%s=%s", PXD_RANK_OWNER_ENV, d->state_dir_real);
+    env[ne++] = env_owner;
     env[ne] = NULL;
     uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
                                      {.flags = UV_INHERIT_FD, .data.fd = out_fd},
@@ -423,6 +433,27 @@ fail:
     free(packed);
     remove_dir(r->dir);
     free(r);
+}
+
+void px_sample_sweep(px_daemon_t *d)
+{
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/samples", d->cfg.state_dir);
+    DIR *dir = opendir(path);
+    struct dirent *e;
+    if (!dir)
+        return;
+    while ((e = readdir(dir))) {
+        char sub[1400];
+        if (strlen(path) + strlen(e->d_name) + 2 > sizeof(sub))
+            continue;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+        remove_dir(sub);
+        px_info("removed %s, a sample run of a previous parallaxd", sub);
+    }
+    closedir(dir);
 }
 
 void px_sample_stop_all(px_daemon_t *d)

@@ -18,7 +18,8 @@ forwards to the coordinator, which hands the run to rank 0's node):
     and the daemon's own INVALID_ARGUMENT for such values sent by another
     client (tokens 0 and 5000, top_k -3, temperature -0.5 and nan);
   * a run past its deadline (timeout_ms 50) is killed: DEADLINE_EXCEEDED;
-  * afterwards every device is free and no sample directory is left.
+  * afterwards every device is free and no sample directory is left; a
+    daemon removes what a dead predecessor's runs left at its start.
 Two daemons, one device each."""
 import json
 import os
@@ -141,6 +142,14 @@ def main():
             sd = os.path.join(d.state_dir, "samples")
             left = os.listdir(sd) if os.path.isdir(sd) else []
             assert not left, (d.name, left)
+        # what a dead daemon's run left in samples/ goes when its successor starts
+        stale = os.path.join(b.state_dir, "samples", "1-1")
+        b.stop()
+        os.makedirs(stale)
+        open(os.path.join(stale, "out.bin"), "wb").write(b"x")
+        b.start()
+        pc.wait_for(lambda: not os.path.exists(stale), 30, "the stale sample run removed")
+        print("a previous daemon's sample directory removed at start")
         ok = True
     finally:
         cl.stop()
