@@ -92,30 +92,32 @@ static int by_rank(const void *a, const void *b)
     return x->id - y->id;
 }
 
+size_t px_sample_scratch_bytes(int vocab)
+{
+    return (size_t)vocab * (sizeof(double) + sizeof(ranked_t) + 1);
+}
+
 int px_sample_pick(const float *logits, int vocab, float temperature, int top_k, uint64_t *rng,
-                   double *scratch)
+                   void *scratch)
 {
     if (temperature == 0.0f)
         return argmax(logits, vocab);
-    double *p = scratch;            /* (vocab) unnormalised probabilities, 0: left out */
-    double *keep = scratch + vocab; /* (vocab) 1: among the top k */
-    for (int i = 0; i < vocab; i++)
-        keep[i] = 1.0;
+    double *p = scratch; /* (vocab) unnormalised probabilities, 0: left out */
+    ranked_t *r = (ranked_t *)(p + vocab);        /* (vocab) the top-k ranking */
+    unsigned char *keep = (unsigned char *)(r + vocab); /* (vocab) 1: among the top k */
+    memset(keep, 1, (size_t)vocab);
     if (top_k > 0 && top_k < vocab) {
-        ranked_t *r = (ranked_t *)p; /* vocab x 8 bytes: fits p until it is written */
-        _Static_assert(sizeof(ranked_t) <= sizeof(double), "ranked_t fits a double");
         for (int i = 0; i < vocab; i++)
             r[i] = (ranked_t){logits[i], i};
         qsort(r, (size_t)vocab, sizeof(*r), by_rank);
-        for (int i = 0; i < vocab; i++)
-            keep[i] = 0.0;
+        memset(keep, 0, (size_t)vocab);
         for (int i = 0; i < top_k; i++)
-            keep[r[i].id] = 1.0;
+            keep[r[i].id] = 1;
     }
     float zmax = logits[argmax(logits, vocab)]; /* always kept */
     double sum = 0.0;
     for (int i = 0; i < vocab; i++) {
-        p[i] = keep[i] != 0.0 ? exp(((double)logits[i] - zmax) / temperature) : 0.0;
+        p[i] = keep[i] ? exp(((double)logits[i] - zmax) / temperature) : 0.0;
         sum += p[i];
     }
     /* llm.c sample_mult: the first id whose cumulative probability passes
@@ -378,7 +380,7 @@ px_status_t px_sample_generate(const px_gpt_config_t *gc, const px_kernel_ops_t 
     size_t nctx = (nprompt ? nprompt : 1) + (size_t)o->tokens;
     int32_t *ctx_ids = malloc(nctx * sizeof(int32_t));
     float *row = malloc((size_t)Vp * sizeof(float));
-    double *scratch = malloc(2 * (size_t)V * sizeof(double));
+    void *scratch = malloc(px_sample_scratch_bytes(V));
     int32_t *dev_in = NULL;
     uint64_t rng = px_sample_rng_init(o->seed);
 

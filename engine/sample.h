@@ -57,11 +57,16 @@ uint64_t px_sample_rng_init(uint64_t seed);
 uint32_t px_sample_rng_u32(uint64_t *state);
 float px_sample_rng_f32(uint64_t *state);
 
+/* Bytes of the scratch px_sample_pick needs for `vocab` ids (malloc'd
+ * memory: it holds doubles and the top-k ranking). */
+size_t px_sample_scratch_bytes(int vocab);
+
 /* The next token from `logits` (host, `vocab` floats: the real vocab's
  * columns) as the file comment says; `rng` advances by one draw when
- * temperature > 0 (none when greedy). `scratch` holds 2 x vocab doubles. */
+ * temperature > 0 (none when greedy). `scratch`: px_sample_scratch_bytes
+ * of malloc'd memory, borrowed. */
 int px_sample_pick(const float *logits, int vocab, float temperature, int top_k, uint64_t *rng,
-                   double *scratch);
+                   void *scratch);
 
 /* Token ids <-> text. encode: text[len] into *ids_p (malloc'd, caller
  * frees) and *n_p; decode: ids[n] into *text_p (malloc'd, NUL-terminated

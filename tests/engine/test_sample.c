@@ -2,7 +2,8 @@
  *   rng:   the generator's first draws for seed 1 (splitmix64 then llm.c's
  *          xorshift64*, computed independently in Python), seeds differ
  *   greedy: the first largest logit; top-k 1 is greedy for any seed
- *   topk:  top-k 2 never picks outside the two best; ties to the lower id
+ *   topk:  top-k 2 never picks outside the two best; of three equal best,
+ *          the two lower ids
  *   dist:  temperature 1 over logits (0, ln 2, ln 3, -inf-ish) draws ids
  *          1:2:3 within 2% of 60000 draws; temperature 0.5 squares them
  *   opts:  the checks name the bad value */
@@ -33,7 +34,7 @@ static void test_rng(void)
 static void test_greedy(void)
 {
     float z[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f, 0.0f};
-    double scratch[12];
+    void *scratch = malloc(px_sample_scratch_bytes(6));
     uint64_t rng = px_sample_rng_init(3);
     CHECK(px_sample_pick(z, 6, 0.0f, 0, &rng, scratch) == 1, "greedy: the first largest");
     CHECK(px_sample_pick(z, 6, 0.0f, 3, &rng, scratch) == 1, "greedy ignores top-k");
@@ -42,12 +43,13 @@ static void test_greedy(void)
         int id = px_sample_pick(z, 6, 1.0f, 1, &rng, scratch);
         CHECK(id == 1, "top-k 1, seed %llu: %d", (unsigned long long)seed, id);
     }
+    free(scratch);
 }
 
 static void test_topk(void)
 {
     float z[5] = {1.0f, 3.0f, 1.0f, 3.0f, 2.9f};
-    double scratch[10];
+    void *scratch = malloc(px_sample_scratch_bytes(5));
     uint64_t rng = px_sample_rng_init(11);
     int seen[5] = {0};
     for (int i = 0; i < 2000; i++)
@@ -55,12 +57,21 @@ static void test_topk(void)
     CHECK(seen[1] > 800 && seen[3] > 800 && seen[0] + seen[2] + seen[4] == 0,
           "top-k 2 of (1, 3, 1, 3, 2.9): %d %d %d %d %d", seen[0], seen[1], seen[2], seen[3],
           seen[4]);
+    /* three equal best logits, top-k 2: the two lower ids */
+    float t[4] = {3.0f, 1.0f, 3.0f, 3.0f};
+    int tie[4] = {0};
+    for (int i = 0; i < 2000; i++)
+        tie[px_sample_pick(t, 4, 1.0f, 2, &rng, scratch)]++;
+    CHECK(tie[0] > 800 && tie[2] > 800 && tie[1] + tie[3] == 0,
+          "top-k 2 of (3, 1, 3, 3): %d %d %d %d (ties go to the lower id)", tie[0], tie[1], tie[2],
+          tie[3]);
+    free(scratch);
 }
 
 static void test_dist(void)
 {
     float z[4] = {0.0f, logf(2.0f), logf(3.0f), -30.0f};
-    double scratch[8];
+    void *scratch = malloc(px_sample_scratch_bytes(4));
     for (int pass = 0; pass < 2; pass++) {
         float temp = pass ? 0.5f : 1.0f;
         double w[3] = {1, 2, 3}, sum = 0;
@@ -76,6 +87,7 @@ static void test_dist(void)
                   (double)seen[i] / n, w[i] / sum);
         CHECK(seen[3] == 0, "an id of probability e^-30 drawn %d times", seen[3]);
     }
+    free(scratch);
 }
 
 static void test_opts(void)
