@@ -168,6 +168,25 @@ static const pctl_command_t commands[] = {
      "JOB: a job's id, or the --name it was submitted with.\n"
      "Prints the captured stdout/stderr of rank R (default 0); --tail N: the last N lines.\n",
      pctl_cmd_logs},
+    {"sample", "text generated from a trained job's weights",
+     "usage: pctl sample JOB [--prompt TEXT | --prompt-file FILE] [--tokens N]\n"
+     "                   [--temperature T] [--top-k K] [--seed S] [--checkpoint STEP]\n"
+     "                   [--json]\n"
+     "\n"
+     "JOB: a job's id, or the --name it was submitted with.\n"
+     "Generates N tokens (default 256, at most 4096) after the prompt from the job's\n"
+     "final weights (a COMPLETED job's: its --export-safetensors file, else the export\n"
+     "its daemon keeps in state-dir/jobs/JOB/weights.safetensors on rank 0's node), or\n"
+     "from its checkpoint step_STEP (--checkpoint, any state), on a free device of\n"
+     "that node, and prints the prompt and the text (byte-level models: vocab 256).\n"
+     "The context is the prompt and the text so far, cropped to the job's --seq.\n"
+     "  --temperature T  0: greedy (the most likely token); else the softmax of the\n"
+     "                   logits / T (default 1.0)\n"
+     "  --top-k K        draw from the K most likely tokens only (default: all)\n"
+     "  --seed S         the draws' seed (default 1337): the same seed, the same text\n"
+     "  --json           the text, its bytes, the node, device, weights and seconds\n"
+     "The run has 120 s (pctl --timeout MS above 150000: MS - 30 s).\n",
+     pctl_cmd_sample},
     {"cancel", "cancel a job",
      "usage: pctl cancel JOB [--json]\n"
      "\n"

@@ -707,5 +707,6 @@ const px_rpc_method_t px_control_methods[] = {
     {P_CONTROL "GetMetrics", &parallax__v1__get_metrics_request__descriptor, 0, h_metrics, NULL},
     {P_CONTROL "GetLogs", &parallax__v1__get_logs_request__descriptor, 0, h_logs, NULL},
     {P_CONTROL "GetMemory", &parallax__v1__get_memory_request__descriptor, 0, h_memory, NULL},
+    {P_CONTROL "Sample", &parallax__v1__sample_request__descriptor, 0, px_sample_handle, NULL},
 };
 const size_t px_control_n_methods = sizeof(px_control_methods) / sizeof(px_control_methods[0]);

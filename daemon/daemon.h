@@ -15,7 +15,8 @@
  * checkpoint), jobnames.c (cluster-wide names); supervisor.c (rank
  * processes), control.c (Control service), peer.c (Peer service),
  * peerc.c (the Peer client, local dispatch, node event delivery), calls.c
- * (counted and retried async calls, message copies).
+ * (counted and retried async calls, message copies), sample.c (pctl
+ * sample: a short parallax-rank --sample run on a free device).
  *
  * Layering: control.c and peer.c (services) use everything below; the
  * coordinator (job*.c) may use the supervisor for adoption only; the
@@ -559,6 +560,20 @@ void px_jobnames_submit(px_daemon_t *d, px_rpc_call_t *call,
 void px_jobnames_reserve(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
 extern const px_rpc_method_t px_peer_methods[];
 extern const size_t px_peer_n_methods;
+
+/* -------------------------------------------------------------- sample.c */
+
+/* Handler of Control.Sample (arg: the daemon): `pctl sample`, see sample.c. */
+void px_sample_handle(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
+/* Daemon shutdown: SIGKILL to the sample runs of this node (their calls are
+ * answered as they exit). */
+void px_sample_stop_all(px_daemon_t *d);
+/* At start, after the orphans are killed: removes what sample runs of a
+ * previous parallaxd left in state-dir/samples/. */
+void px_sample_sweep(px_daemon_t *d);
+/* Where this node's ranks of job `job_id` export its final weights when the
+ * job names no --export-safetensors: state-dir/jobs/<id>/weights.safetensors. */
+void px_sample_default_weights(px_daemon_t *d, const char *job_id, char *buf, size_t len);
 
 /* --------------------------------------------------------------- calls.c */
 

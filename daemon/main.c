@@ -314,6 +314,7 @@ static void begin_stop(px_daemon_t *d, int signum)
     px_job_fail_all_active(d, "coordinator daemon stopped");
     uv_timer_stop(&d->hb_timer);
     px_supervisor_stop_all(d);
+    px_sample_stop_all(d);
     d->stop_deadline_ms = px_time_mono_ms() + px_env_int("PX_KILL_GRACE_MS") + 3000;
     d->stop_timer.data = d;
     uv_timer_start(&d->stop_timer, on_stop_timer, 0, 50);
@@ -504,6 +505,7 @@ int main(int argc, char **argv)
      * node coordinates are adopted, every other one is killed */
     px_job_adopt_all(d);
     px_supervisor_kill_orphans(d);
+    px_sample_sweep(d);
     px_cgroup_sweep(d); /* and what they started, in their cgroups */
     px_nodes_start(d);
     if (px_metrics_start(d) != PX_OK) /* --metrics-listen */

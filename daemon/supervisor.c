@@ -2,7 +2,8 @@
  *
  * LaunchRanks spawns one `parallax-rank` per assigned rank with uv_spawn:
  * `--spec-file state-dir/jobs/<id>/spec.pb` (the job's packed JobSpec, mode
- * 0600, the rank converts it with planner/jobspec.h) and `--coord --job
+ * 0600, the rank converts it with planner/jobspec.h; a dense job without
+ * an export path gets this node's default, sample.c) and `--coord --job
  * --rank --world --node` (what adoption recognises a rank by in
  * /proc/PID/cmdline); stdout+stderr appended to
  * state-dir/jobs/<id>/rank-<R>.log, env
@@ -318,10 +319,21 @@ const char *px_supervisor_rank_bin(px_daemon_t *d, char *errbuf, size_t errlen)
  * the job's files; written to a temporary name and renamed, so a rank
  * never reads half a spec) and its path into path. The ranks of one job on
  * this node share it; every LaunchRanks rewrites it with the same bytes. */
-static px_status_t write_spec_file(const Parallax__V1__LaunchRanksRequest *req, const char *dir,
-                                   char *path, size_t len, char *errbuf, size_t errlen)
+static px_status_t write_spec_file(px_daemon_t *d, const Parallax__V1__LaunchRanksRequest *req,
+                                   const char *dir, char *path, size_t len, char *errbuf,
+                                   size_t errlen)
 {
-    size_t n = protobuf_c_message_get_packed_size(&req->spec->base);
+    /* a dense job without --export-safetensors exports its final weights
+     * here (pctl sample reads them on rank 0's node: sample.c); the path is
+     * one of the flags that may differ between nodes (jobflags.h) */
+    Parallax__V1__JobSpec spec = *req->spec;
+    char weights[1200];
+    if ((!spec.export_safetensors || !*spec.export_safetensors) &&
+        !(spec.moe && spec.moe->experts)) {
+        px_sample_default_weights(d, req->job_id, weights, sizeof(weights));
+        spec.export_safetensors = weights;
+    }
+    size_t n = protobuf_c_message_get_packed_size(&spec.base);
     uint8_t *buf = malloc(n ? n : 1);
     char tmp[1200];
     int fd;
@@ -331,7 +343,7 @@ static px_status_t write_spec_file(const Parallax__V1__LaunchRanksRequest *req, 
         snprintf(errbuf, errlen, "out of memory packing the job's spec (%zu bytes)", n);
         return PX_ERR_NO_MEMORY;
     }
-    protobuf_c_message_pack(&req->spec->base, buf);
+    protobuf_c_message_pack(&spec.base, buf);
     snprintf(path, len, "%s/spec.pb", dir);
     snprintf(tmp, sizeof(tmp), "%s/.spec.pb.%d", dir, (int)getpid());
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -401,7 +413,7 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
         n = px_bench_spec_args(s, args, n, bnum, 8);
         goto common_args;
     }
-    if (write_spec_file(req, dir, spec_path, sizeof(spec_path), errbuf, errlen) != PX_OK) {
+    if (write_spec_file(d, req, dir, spec_path, sizeof(spec_path), errbuf, errlen) != PX_OK) {
         close(fd);
         free(lr);
         return PX_ERR_IO;

@@ -4,7 +4,8 @@
 # with data parallelism over all 4 devices (dp=4) on Shakespeare's plays
 # (deploy/fetch-corpus.sh), validated on the held-out 5% of them every 40
 # steps, progress shown while it runs, the final training and validation loss
-# and tokens/s printed, then the daemons stopped.
+# and tokens/s printed, a 200-character sample of the model's Shakespeare
+# (pctl sample), then the daemons stopped.
 #
 # Usage: deploy/quickstart.sh        (sets the machine up first: deploy/setup.sh,
 #                                     without the tests' packages)
@@ -73,6 +74,10 @@ import json,sys; j=json.load(sys.stdin)
 print("final loss %.4f after %d steps, validation loss %s, %.0f tokens/s, state %s" % (
     j["loss"], j["step"], "%.4f" % j["val_loss"] if j.get("val_loss") is not None else "-",
     j["tokens_per_second"], j["state"]))'
+if [ "$rc" = 0 ]; then
+  echo "== a sample of the model: pctl sample $job --tokens 200"
+  "$pctl" --server "$a_ctl" sample "$job" --tokens 200 || rc=$?
+fi
 echo "== stopping the daemons"
 stop_daemons
 exit $rc

@@ -1227,6 +1227,11 @@ px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const in
     return PX_OK;
 }
 
+const float *px_gpt_logits(const px_gpt_t *gpt)
+{
+    return gpt->a.logits;
+}
+
 px_status_t px_gpt_forward_ctx(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *inputs,
                                const int32_t *targets, float *loss_p)
 {

@@ -281,6 +281,11 @@ px_status_t px_gpt_block_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, int l);
  * no loss, *loss_p untouched. */
 px_status_t px_gpt_head_forward(px_gpt_t *gpt, const px_gpt_ctx_t *ctx, const int32_t *targets,
                                 float *loss_p);
+/* The logits of the last head_forward without targets (with targets the
+ * probabilities overwrite them): (B,T,Vl) of that context's B and T, Vl =
+ * Vp/tp columns, in the backend's memory; borrowed until the next
+ * forward. For sampling (sample.h). */
+const float *px_gpt_logits(const px_gpt_t *gpt);
 /* head_backward: d(mean loss) into the head's and wte's gradients and into
  * dx_L (the model's residual-stream gradient); needs a head_forward with
  * targets. */

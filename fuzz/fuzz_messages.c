@@ -52,6 +52,8 @@ static const ProtobufCMessageDescriptor *const descs[] = {
     &parallax__v1__get_memory_request__descriptor,  /* Control.GetMemory */
     &parallax__v1__reserve_name_request__descriptor, /* Peer.ReserveName */
     &parallax__v1__get_memory_response__descriptor, /* relayed from the coordinator */
+    &parallax__v1__sample_request__descriptor,      /* Control.Sample (with a JobSpec) */
+    &parallax__v1__sample_response__descriptor,     /* relayed from the node that ran it */
 };
 #define N_DESCS (sizeof(descs) / sizeof(descs[0]))
 

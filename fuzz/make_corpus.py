@@ -38,6 +38,10 @@ msgs = [  # same order as descs[] in fuzz_messages.c
     pb.ListNodesResponse(nodes=[node]), pb.SubmitJobResponse(job_id="a-1"), spec,
     pb.GetMemoryRequest(job_id="a-1"), pb.ReserveNameRequest(name="demo", node="b"),
     pb.GetMemoryResponse(job_id="a-1", zero=1, dp=4),
+    pb.SampleRequest(job_id="a-1", prompt=b"To be", tokens=50, temperature=0.8, top_k=40,
+                     seed=1, timeout_ms=120000, spec=spec, weights="/tmp/w.safetensors"),
+    pb.SampleResponse(text=b"\nor not", node="a", device="cpu:0", weights="/tmp/w.safetensors",
+                      seconds=0.5),
 ]
 out = os.path.join(root, "fuzz", "corpus", "messages")
 for i, m in enumerate(msgs):

@@ -55,6 +55,7 @@
 #include "px_train.h"
 #include "px_rank_link.h"
 #include "px_world.h"
+#include "sample_rank.h"
 #include "bench.h" /* --bench-* flags: collectives benchmark mode (bench_rank.c) */
 
 typedef struct rank_args {
@@ -72,6 +73,7 @@ typedef struct rank_args {
     Parallax__V1__JobSpec *spec; /* unpacked --spec-file; cfg's strings point into it */
     const char *job_flag;        /* first job flag given (not allowed with --spec-file) */
     int dp_set;                  /* --dp given */
+    px_rank_sample_args_t sample; /* --sample WEIGHTS: the sample mode (sample_rank.h) */
 } rank_args_t;
 
 /* The observers (observers.h) the flags ask for into obs (4), in the order
@@ -134,6 +136,12 @@ static void usage(FILE *out)
             "         [--experts E [--top-k 1|2] [--capacity-factor F | --dropless]\n"
             "          [--moe-every N] [--aux-loss-coef C]] (mixture of experts, over --ep)\n"
             "         [--coord HOST:PORT --job ID --rank R --world N --node NAME]\n"
+            "   or: parallax-rank (--spec-file PATH | the model flags) --sample WEIGHTS\n"
+            "         [--sample-prompt TEXT | --sample-prompt-file FILE] [--sample-tokens N]\n"
+            "         [--sample-temperature T (0: greedy)] [--sample-top-k K (0: all)]\n"
+            "         [--sample-seed S] [--sample-ids FILE] (text from a safetensors file or a\n"
+            "          step_<N>/ checkpoint of the model on stdout; defaults 256 tokens,\n"
+            "          temperature 1, seed 1337)\n"
             "   or: parallax-rank --spec-file PATH [--coord ... --job ... --rank ... --world ...\n"
             "         --node ...] (the job's packed JobSpec instead of the job flags)\n"
             "Defaults: --vocab %d --lr 2e-3 --seed 1337 --warmup steps/20 --weight-decay 0.1\n"
@@ -154,6 +162,20 @@ static int parse_int(const char *opt, const char *s, int min, int *out)
     if (errno || end == s || *end || v < min || v > INT_MAX) {
         fprintf(stderr, "parallax-rank: --%s: bad value '%s' (integer >= %d expected)\n", opt, s,
                 min);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* An integer of any sign (the range is the caller's check, which names it). */
+static int parse_int_any(const char *opt, const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < INT_MIN || v > INT_MAX) {
+        fprintf(stderr, "parallax-rank: --%s: bad value '%s' (integer expected)\n", opt, s);
         return -1;
     }
     *out = (int)v;
@@ -262,7 +284,8 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     /* the rank's own flags; the job flags (jobflags.h) from O_JOB_FLAG on */
     enum { O_METRICS = 256, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
            O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS, O_SKEW, O_DEVICE,
-           O_PRINT_ALL, O_JOB_FLAG = 1024 };
+           O_PRINT_ALL, O_SAMPLE, O_S_PROMPT, O_S_PROMPT_FILE, O_S_TOKENS, O_S_TEMP, O_S_TOPK,
+           O_S_SEED, O_S_IDS, O_JOB_FLAG = 1024 };
     static const struct option own[] = {
         {"metrics-out", 1, 0, O_METRICS}, {"export-init", 1, 0, O_EXPORT},
         {"dump-dir", 1, 0, O_DUMP}, {"dump-steps", 1, 0, O_DUMPSTEPS},
@@ -271,7 +294,11 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"print-schedule", 0, 0, O_PRINT_SCHED},
         {"spec-file", 1, 0, O_SPEC_FILE}, {"test-norm-ones", 0, 0, O_NORM_ONES},
         {"replica-digests", 0, 0, O_DIGESTS}, {"test-router-skew", 1, 0, O_SKEW},
-        {"device", 1, 0, O_DEVICE}, {"print-all-ranks", 0, 0, O_PRINT_ALL}};
+        {"device", 1, 0, O_DEVICE}, {"print-all-ranks", 0, 0, O_PRINT_ALL},
+        {"sample", 1, 0, O_SAMPLE}, {"sample-prompt", 1, 0, O_S_PROMPT},
+        {"sample-prompt-file", 1, 0, O_S_PROMPT_FILE}, {"sample-tokens", 1, 0, O_S_TOKENS},
+        {"sample-temperature", 1, 0, O_S_TEMP}, {"sample-top-k", 1, 0, O_S_TOPK},
+        {"sample-seed", 1, 0, O_S_SEED}, {"sample-ids", 1, 0, O_S_IDS}};
     const px_job_flag_parsers_t parsers = {flag_int, flag_float, flag_u64, flag_bad_name, NULL};
     struct option opts[sizeof(own) / sizeof(own[0]) + 2 * 64 + 1];
     size_t nopt = sizeof(own) / sizeof(own[0]);
@@ -283,6 +310,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     memset(&opts[nopt], 0, sizeof(opts[nopt]));
     memset(a, 0, sizeof(*a));
     px_job_config_defaults(&a->cfg);
+    px_rank_sample_defaults(&a->sample);
     a->rank = -1;
     a->world = 0;
     a->dump_steps = 5;
@@ -320,6 +348,14 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_SKEW: r = parse_float(name, optarg, &a->router_skew); break;
         case O_DEVICE: a->device = optarg; break;
         case O_PRINT_ALL: a->print_all_ranks = 1; break;
+        case O_SAMPLE: a->sample.weights = optarg; break;
+        case O_S_PROMPT: a->sample.prompt = optarg; break;
+        case O_S_PROMPT_FILE: a->sample.prompt_file = optarg; break;
+        case O_S_TOKENS: r = parse_int(name, optarg, 0, &a->sample.opts.tokens); break;
+        case O_S_TEMP: r = parse_float(name, optarg, &a->sample.opts.temperature); break;
+        case O_S_TOPK: r = parse_int_any(name, optarg, &a->sample.opts.top_k); break;
+        case O_S_SEED: r = flag_u64(NULL, "--sample-seed", optarg, &a->sample.opts.seed); break;
+        case O_S_IDS: a->sample.ids_out = optarg; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "parallax-rank: unknown or incomplete option '%s'\n",
@@ -506,6 +542,10 @@ int main(int argc, char **argv)
         return px_rank_bench_main(argc, argv);
     if (parse_args(argc, argv, &a))
         goto out_args;
+    if (a.sample.weights) { /* one process, no world: text from the job's weights */
+        ret = px_rank_sample_main(&a.cfg, &a.sample, a.device ? a.device : getenv("PX_DEVICE"));
+        goto out_spec;
+    }
     if (a.coord) {
         rank = a.rank;
         world = a.world;

@@ -42,7 +42,7 @@ from pxport import free_port  # noqa: E402
 # Commands run (regex on the joined command line, after any VAR=value words).
 RUN = [
     r'build/daemon/parallaxd .*&$',
-    r'build/client/pctl (nodes|list|status|metrics|logs|cancel|submit|plan|mem|bench)\b',
+    r'build/client/pctl (nodes|list|status|metrics|logs|cancel|submit|plan|mem|bench|sample)\b',
     r'build/client/pctl data prepare\b',
     r'cp data/corpus\.txt book\.txt',
     r'job=',
@@ -202,7 +202,8 @@ class Walk:
         t0 = time.time()
         try:
             p = subprocess.run(['bash', '-c', cmd], cwd=self.work, env=self.env,
-                               capture_output=True, text=True, timeout=timeout)
+                               capture_output=True, text=True, errors='replace',
+                               timeout=timeout)
         except subprocess.TimeoutExpired as e:
             text = [x.decode(errors='replace') if isinstance(x, bytes) else (x or '')
                     for x in (e.stdout, e.stderr)]
@@ -327,7 +328,7 @@ def run_command(w, chk, ln, cmd, block):
     line = w.subst(cmd)
     m = re.search(r'build/client/pctl (\w+)', bare)
     sub = m.group(1) if m else None
-    if sub in ('status', 'metrics', 'logs', 'mem') and 'JOB' in line:
+    if sub in ('status', 'metrics', 'logs', 'mem', 'sample') and 'JOB' in line:
         done = [j for j in w.jobs if j]
         if 'JOB2' in line:  # the two latest jobs (the first twice before there are two)
             line = line.replace('JOB1', done[-2 if len(done) > 1 else -1])
@@ -363,6 +364,8 @@ def run_command(w, chk, ln, cmd, block):
         j = w.wait_job(victim, ('CANCELLED',), 30)
         if not j or str(j.get('state')).upper() != 'CANCELLED':
             chk.fail('%s: the cancelled job is %s' % (where, j and j.get('state')))
+    elif sub == 'sample' and not out.endswith('\n'):
+        chk.fail('%s: pctl sample printed no text ending in a newline: %r' % (where, out[-300:]))
     elif sub == 'nodes':
         alive = sum(1 for n in (w.pctl_json('nodes') or []) if n.get('alive'))
         if alive != 2:

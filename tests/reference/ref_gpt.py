@@ -358,6 +358,16 @@ def gpt_loss(P, inputs, targets, vocab, moe=None, with_aux=True):
     mixture of experts' settings (MoE layers' MLPs from moe_mlp, P's moe_*
     tensors stacked over the MoE layers), plus each MoE layer's aux loss
     unless with_aux is False (the validation loss: the LM loss alone)."""
+    logits, aux = gpt_logits(P, inputs, vocab, moe)
+    ce = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+    return ce + aux if with_aux else ce
+
+
+def gpt_logits(P, inputs, vocab, moe=None):
+    """The forward of gpt_loss up to the logits over the first `vocab`
+    columns (B,T,vocab), and the MoE layers' summed aux loss (0.0 dense).
+    The dims are the module's LAYERS, HEADS, DIM (a caller with another
+    model sets them first)."""
     B, T = inputs.shape
     C, NH, L = DIM, HEADS, LAYERS
     hs = C // NH
@@ -388,9 +398,7 @@ def gpt_loss(P, inputs, targets, vocab, moe=None, with_aux=True):
         h = F.gelu(lin(h, P['fcw'][l], fcb), approximate='tanh')
         x = x + lin(h, P['fcprojw'][l], P['fcprojb'][l])
     x = F.layer_norm(x, (C,), P['lnfw'], P['lnfb'], 1e-5)
-    logits = lin(x, P['wte'])[..., :vocab]
-    ce = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
-    return ce + aux if with_aux else ce
+    return lin(x, P['wte'])[..., :vocab], aux
 
 
 def rel(a, b):

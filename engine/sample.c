@@ -1,0 +1,435 @@
+/* sample.c: text generation from a trained GPT (sample.h): the generator,
+ * the token pick, the byte codec, reading a job's weights, and the
+ * autoregressive loop.
+ *
+ * Weights: a safetensors file is read tensor by tensor into the canonical
+ * buffer (its JSON header parsed by jansson); a checkpoint is loaded by
+ * checkpoint.h's re-cutting reader into a one-rank ZeRO stage 0 state on
+ * the CPU and gathered to the canonical layout. Either way the canonical
+ * tensors are then copied into the unit layout of a px_gpt_create model on
+ * the rank's device. Runs on the rank's one thread. */
+#include "sample.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "plan.h"
+#include "px_kernels_select.h"
+#include "px_log.h"
+#include "zero.h"
+
+px_status_t px_sample_opts_check(const px_sample_opts_t *o, int vocab, char *err, size_t errlen)
+{
+    if (o->tokens < 1 || o->tokens > PX_SAMPLE_MAX_TOKENS) {
+        snprintf(err, errlen, "tokens=%d: must be 1..%d", o->tokens, PX_SAMPLE_MAX_TOKENS);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (!isfinite(o->temperature) || o->temperature < 0.0f) {
+        snprintf(err, errlen, "temperature=%g: must be a finite number >= 0 (0: greedy)",
+                 (double)o->temperature);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    if (o->top_k < 0 || o->top_k > vocab) {
+        snprintf(err, errlen, "top_k=%d: must be 1..%d (the vocab), or 0 for no limit", o->top_k,
+                 vocab);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    return PX_OK;
+}
+
+/* ------------------------------------------------------------ generator */
+
+uint64_t px_sample_rng_init(uint64_t seed)
+{
+    uint64_t s = px_init_hash(seed);
+    return s ? s : 1337;
+}
+
+uint32_t px_sample_rng_u32(uint64_t *state)
+{
+    /* llm.c train_gpt2.c random_u32: xorshift64* */
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    return (uint32_t)((*state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+float px_sample_rng_f32(uint64_t *state)
+{
+    return (float)(px_sample_rng_u32(state) >> 8) / 16777216.0f;
+}
+
+/* ----------------------------------------------------------------- pick */
+
+static int argmax(const float *z, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (z[i] > z[best])
+            best = i;
+    return best;
+}
+
+/* Sorting key of top-k: larger logit first, then the lower id. */
+typedef struct {
+    float z;
+    int id;
+} ranked_t;
+
+static int by_rank(const void *a, const void *b)
+{
+    const ranked_t *x = a, *y = b;
+    if (x->z != y->z)
+        return x->z > y->z ? -1 : 1;
+    return x->id - y->id;
+}
+
+size_t px_sample_scratch_bytes(int vocab)
+{
+    return (size_t)vocab * (sizeof(double) + sizeof(ranked_t) + 1);
+}
+
+int px_sample_pick(const float *logits, int vocab, float temperature, int top_k, uint64_t *rng,
+                   void *scratch)
+{
+    if (temperature == 0.0f)
+        return argmax(logits, vocab);
+    double *p = scratch; /* (vocab) unnormalised probabilities, 0: left out */
+    ranked_t *r = (ranked_t *)(p + vocab);        /* (vocab) the top-k ranking */
+    unsigned char *keep = (unsigned char *)(r + vocab); /* (vocab) 1: among the top k */
+    memset(keep, 1, (size_t)vocab);
+    if (top_k > 0 && top_k < vocab) {
+        for (int i = 0; i < vocab; i++)
+            r[i] = (ranked_t){logits[i], i};
+        qsort(r, (size_t)vocab, sizeof(*r), by_rank);
+        memset(keep, 0, (size_t)vocab);
+        for (int i = 0; i < top_k; i++)
+            keep[r[i].id] = 1;
+    }
+    float zmax = logits[argmax(logits, vocab)]; /* always kept */
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++) {
+        p[i] = keep[i] ? exp(((double)logits[i] - zmax) / temperature) : 0.0;
+        sum += p[i];
+    }
+    /* llm.c sample_mult: the first id whose cumulative probability passes
+     * the coin; rounding can leave the cdf just under it: the last kept id */
+    double coin = (double)px_sample_rng_f32(rng) * sum, cdf = 0.0;
+    int last = 0;
+    for (int i = 0; i < vocab; i++) {
+        if (p[i] == 0.0)
+            continue;
+        cdf += p[i];
+        last = i;
+        if (coin < cdf)
+            return i;
+    }
+    return last;
+}
+
+/* ---------------------------------------------------------------- codec */
+
+static px_status_t bytes_encode(void *arg, const char *text, size_t len, int32_t **ids_p,
+                                size_t *n_p, char *err, size_t errlen)
+{
+    (void)arg, (void)err, (void)errlen;
+    int32_t *ids = malloc((len ? len : 1) * sizeof(*ids));
+    if (!ids)
+        return PX_ERR_NO_MEMORY;
+    for (size_t i = 0; i < len; i++)
+        ids[i] = (unsigned char)text[i];
+    *ids_p = ids;
+    *n_p = len;
+    return PX_OK;
+}
+
+static px_status_t bytes_decode(void *arg, const int32_t *ids, size_t n, char **text_p,
+                                size_t *len_p, char *err, size_t errlen)
+{
+    (void)arg;
+    char *t = malloc(n + 1);
+    if (!t)
+        return PX_ERR_NO_MEMORY;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] > 255) {
+            snprintf(err, errlen, "token %d at %zu is not a byte", (int)ids[i], i);
+            free(t);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        t[i] = (char)ids[i];
+    }
+    t[n] = 0;
+    *text_p = t;
+    *len_p = n;
+    return PX_OK;
+}
+
+px_status_t px_sample_codec_for(int vocab, px_sample_codec_t *codec, char *err, size_t errlen)
+{
+    /* the seam for a tokenizer module: its codec is chosen here */
+    if (vocab == 256) {
+        *codec = (px_sample_codec_t){.name = "bytes", .vocab = 256, .start_id = '\n',
+                                     .encode = bytes_encode, .decode = bytes_decode};
+        return PX_OK;
+    }
+    snprintf(err, errlen, "vocab=%d: no tokenizer for it; text is decoded byte by byte, which "
+             "needs vocab 256", vocab);
+    return PX_ERR_INVALID_ARGUMENT;
+}
+
+/* -------------------------------------------------------------- weights */
+
+static px_status_t read_exact(int fd, void *buf, size_t n, off_t off, const char *path)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            px_error("sample: read %s: %s", path, r < 0 ? strerror(errno) : "short file");
+            return r < 0 ? PX_ERR_IO : PX_ERR_INVALID_ARGUMENT;
+        }
+        p += r;
+        n -= (size_t)r;
+        off += r;
+    }
+    return PX_OK;
+}
+
+/* The largest safetensors header read (GPT-2's is a few KiB). */
+#define ST_HEADER_MAX ((uint64_t)100 << 20)
+
+static px_status_t load_safetensors(const char *path, const px_gpt_config_t *gc, float *canon)
+{
+    px_status_t status = PX_ERR_INVALID_ARGUMENT;
+    unsigned char len8[8];
+    char *txt = NULL;
+    json_t *h = NULL;
+    json_error_t jerr;
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        px_error("sample: open %s: %s", path, strerror(errno));
+        return errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO;
+    }
+    if (fstat(fd, &st) < 0 || (status = read_exact(fd, len8, 8, 0, path)) != PX_OK)
+        goto out;
+    status = PX_ERR_INVALID_ARGUMENT;
+    uint64_t hl = 0;
+    for (int b = 7; b >= 0; b--)
+        hl = hl << 8 | len8[b];
+    if (hl == 0 || hl > ST_HEADER_MAX || 8 + hl > (uint64_t)st.st_size) {
+        px_error("sample: %s is not a safetensors file (header length %llu, file %lld bytes)",
+                 path, (unsigned long long)hl, (long long)st.st_size);
+        goto out;
+    }
+    txt = malloc(hl);
+    if (!txt) {
+        status = PX_ERR_NO_MEMORY;
+        goto out;
+    }
+    if ((status = read_exact(fd, txt, hl, 8, path)) != PX_OK)
+        goto out;
+    status = PX_ERR_INVALID_ARGUMENT;
+    h = json_loadb(txt, hl, 0, &jerr);
+    if (!json_is_object(h)) {
+        px_error("sample: %s: bad safetensors header: %s", path, h ? "not an object" : jerr.text);
+        goto out;
+    }
+    uint64_t data0 = 8 + hl, size = (uint64_t)st.st_size - data0;
+    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
+        px_gpt_tensor_info_t ti;
+        px_gpt_tensor_info_of(gc, i, &ti);
+        json_t *t = json_object_get(h, ti.name), *shape = json_object_get(t, "shape");
+        json_t *offs = json_object_get(t, "data_offsets");
+        const char *dtype = json_string_value(json_object_get(t, "dtype"));
+        char want[64], have[64] = "";
+        int n = 0, same = json_is_array(shape) && json_array_size(shape) == (size_t)ti.ndim;
+        for (int dd = 0; dd < ti.ndim; dd++)
+            n += snprintf(want + n, sizeof(want) - (size_t)n, "%s%d", dd ? "," : "",
+                          ti.shape[dd]);
+        n = 0;
+        for (size_t dd = 0; json_is_array(shape) && dd < json_array_size(shape) && n < 48; dd++) {
+            json_int_t v = json_integer_value(json_array_get(shape, dd));
+            n += snprintf(have + n, sizeof(have) - (size_t)n, "%s%lld", dd ? "," : "",
+                          (long long)v);
+            if ((int)dd < ti.ndim && v != ti.shape[dd])
+                same = 0;
+        }
+        if (!t) {
+            px_error("sample: %s has no tensor '%s' (not this model's weights)", path, ti.name);
+            goto out;
+        }
+        if (!dtype || strcmp(dtype, "F32") || !same) {
+            px_error("sample: %s: tensor '%s' is %s (%s), this model's is F32 (%s)", path,
+                     ti.name, dtype ? dtype : "?", have, want);
+            goto out;
+        }
+        json_int_t b = json_integer_value(json_array_get(offs, 0));
+        json_int_t e = json_integer_value(json_array_get(offs, 1));
+        if (json_array_size(offs) != 2 || b < 0 || e - b != (json_int_t)(ti.size * 4) ||
+            (uint64_t)e > size) {
+            px_error("sample: %s: tensor '%s' has data_offsets [%lld, %lld] for %zu floats in a "
+                     "data section of %llu bytes", path, ti.name, (long long)b, (long long)e,
+                     ti.size, (unsigned long long)size);
+            goto out;
+        }
+        status = read_exact(fd, canon + ti.offset, ti.size * sizeof(float),
+                            (off_t)(data0 + (uint64_t)b), path);
+        if (status != PX_OK)
+            goto out;
+        status = PX_ERR_INVALID_ARGUMENT;
+    }
+    status = PX_OK;
+out:
+    json_decref(h);
+    free(txt);
+    close(fd);
+    return status;
+}
+
+static px_status_t load_checkpoint(const char *path, const px_gpt_config_t *gc, int heads,
+                                   float *canon)
+{
+    px_status_t status;
+    px_plan_t *plan = NULL;
+    px_zero_t *z = NULL;
+    px_plan_precision_t prec;
+    uint64_t *units = NULL;
+    int step;
+
+    px_plan_precision_fp32(&prec);
+    if (!px_plan_gpt_units(gc->layers, gc->dim, gc->vocab, gc->max_seq, &units))
+        return PX_ERR_NO_MEMORY;
+    status = px_plan_create(units, px_model_num_units(gc), 1, 1, 0, &prec, &plan);
+    if (status == PX_OK)
+        status = px_zero_create(gc, plan, NULL, px_kernels_cpu(), 1, 0, &z);
+    if (status == PX_OK)
+        status = px_checkpoint_load(path, z, gc, plan, heads, &step);
+    if (status == PX_OK)
+        status = px_zero_gather_canonical(z, canon);
+    px_zero_destroy(z);
+    px_plan_destroy(plan);
+    free(units);
+    return status;
+}
+
+px_status_t px_sample_load_weights(const char *path, const px_gpt_config_t *gc, int heads,
+                                   float **canon_p)
+{
+    struct stat st;
+    px_status_t status;
+    size_t n = (size_t)px_model_num_params(gc);
+    if (stat(path, &st) < 0) {
+        px_error("sample: weights %s: %s", path, strerror(errno));
+        return errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO;
+    }
+    float *canon = malloc(n * sizeof(float));
+    if (!canon)
+        return PX_ERR_NO_MEMORY;
+    status = S_ISDIR(st.st_mode) ? load_checkpoint(path, gc, heads, canon)
+                                 : load_safetensors(path, gc, canon);
+    if (status != PX_OK) {
+        free(canon);
+        return status;
+    }
+    *canon_p = canon;
+    return PX_OK;
+}
+
+/* ----------------------------------------------------------- generation */
+
+/* Copies the canonical tensors into the model's unit layout (tp 1: each
+ * unit tensor is one run of its canonical slice). */
+static void canonical_to_units(px_gpt_t *gpt, const px_kernel_ops_t *ops, const float *canon)
+{
+    const px_gpt_config_t *gc = px_gpt_config(gpt);
+    float *params = px_gpt_params(gpt);
+    size_t off = 0;
+    for (int u = 0; u < px_gpt_num_units(gc); u++) {
+        px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
+        int n = px_gpt_unit_tensors(gc, u, t);
+        for (int k = 0; k < n; k++)
+            for (int j = 0; j < px_model_shard_nruns(&t[k]); j++) {
+                size_t lo, co, len;
+                px_model_shard_run(&t[k], j, &lo, &co, &len);
+                ops->mem_copy_from_host(params + off + t[k].unit_offset + lo,
+                                        canon + t[k].canon_offset + co, len * sizeof(float));
+            }
+        off += t[n - 1].unit_offset + t[n - 1].size;
+    }
+    ops->synchronize();
+}
+
+px_status_t px_sample_generate(const px_gpt_config_t *gc, const px_kernel_ops_t *ops,
+                               const float *canon, const int32_t *prompt, size_t nprompt,
+                               int start_id, const px_sample_opts_t *o, int32_t *out)
+{
+    px_status_t status;
+    px_gpt_t *gpt = NULL;
+    int T = gc->max_seq, V = gc->vocab, Vp = px_model_padded_vocab(gc);
+    size_t nctx = (nprompt ? nprompt : 1) + (size_t)o->tokens;
+    int32_t *ctx_ids = malloc(nctx * sizeof(int32_t));
+    float *row = malloc((size_t)Vp * sizeof(float));
+    void *scratch = malloc(px_sample_scratch_bytes(V));
+    int32_t *dev_in = NULL;
+    uint64_t rng = px_sample_rng_init(o->seed);
+
+    if (!ctx_ids || !row || !scratch) {
+        status = PX_ERR_NO_MEMORY;
+        goto out;
+    }
+    size_t len = 0;
+    if (nprompt == 0)
+        ctx_ids[len++] = start_id;
+    for (size_t i = 0; i < nprompt; i++)
+        ctx_ids[len++] = prompt[i];
+    for (size_t i = 0; i < len; i++)
+        if (ctx_ids[i] < 0 || ctx_ids[i] >= V) {
+            px_error("sample: prompt token %d at %zu is not below the vocab %d", (int)ctx_ids[i],
+                     i, V);
+            status = PX_ERR_INVALID_ARGUMENT;
+            goto out;
+        }
+    PX_CHECK_GOTO(px_gpt_create(gc, ops, 1, T, &gpt), status, out);
+    canonical_to_units(gpt, ops, canon);
+    dev_in = ops->mem_alloc((size_t)T * sizeof(int32_t));
+    if (!dev_in) {
+        status = PX_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (int s = 0; s < o->tokens; s++) {
+        /* the context cropped to the block size (nanoGPT's generate) */
+        size_t from = len > (size_t)T ? len - (size_t)T : 0;
+        int t = (int)(len - from);
+        px_gpt_ctx_t ctx = px_gpt_ctx_default(gpt);
+        ctx.T = t;
+        ops->mem_copy_from_host(dev_in, ctx_ids + from, (size_t)t * sizeof(int32_t));
+        PX_CHECK_GOTO(px_gpt_forward_ctx(gpt, &ctx, dev_in, NULL, NULL), status, out);
+        PX_CHECK_GOTO(px_gpt_forward_end(gpt), status, out);
+        ops->mem_copy_to_host(row, px_gpt_logits(gpt) + (size_t)(t - 1) * Vp,
+                              (size_t)Vp * sizeof(float));
+        ops->synchronize();
+        PX_CHECK_GOTO(px_kernels_check(ops), status, out);
+        int id = px_sample_pick(row, V, o->temperature, o->top_k, &rng, scratch);
+        out[s] = id;
+        ctx_ids[len++] = id;
+    }
+    status = PX_OK;
+out:
+    ops->mem_free(dev_in);
+    px_gpt_destroy(gpt);
+    free(scratch);
+    free(row);
+    free(ctx_ids);
+    return status;
+}
