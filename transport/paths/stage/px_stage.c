@@ -1,7 +1,8 @@
 /* px_stage.c: collectives on device buffers, staged through pinned host
  * buffers in chunks (px_devmem.h; ARCHITECTURE.md section 4, "GPU buffers
  * travel ... otherwise staged through pinned host buffers in chunks,
- * overlapping copy and send").
+ * overlapping copy and send"). The core reaches it only through its
+ * entry in the table, px__path_stage (px_path.h), at the end of this file.
  *
  * The transport's algorithms read and write host memory. A collective on
  * device buffers is cut into chunks of about px_transport_set_stage_chunk
@@ -82,6 +83,7 @@
 
 #include "px_devmem.h"
 #include "px_log.h"
+#include "px_path.h"
 #include "px_reduce.h"
 
 enum { ST_AR_RING = 1, ST_AR_FLAT, ST_RS, ST_AG, ST_BCAST, ST_A2A, ST_A2AV };
@@ -127,7 +129,11 @@ static void copy_wait(uint64_t *t)
     *t = 0;
 }
 
-void px__stage_drain(struct px__stage *st)
+/* Waits for the staging copies still in flight (asynchronous copies of
+ * the device backend), so that the host buffers may be reused: called when
+ * a staged request ends, failed or not, before its temporaries go back.
+ * NULL no-op. */
+static void stage_drain(struct px__stage *st)
 {
     if (!st)
         return;
@@ -137,9 +143,10 @@ void px__stage_drain(struct px__stage *st)
     }
 }
 
-void px__stage_free(struct px__stage *st)
+/* Frees the staging state of a request (drains first); NULL no-op. */
+static void stage_free(struct px__stage *st)
 {
-    px__stage_drain(st);
+    stage_drain(st);
     if (st)
         free(st->a2a);
     free(st);
@@ -472,7 +479,7 @@ static px_status_t stage_advance(px_request_t *req, int *progressed_p)
     } while (moved);
     if (st->stored < st->nchunks)
         return PX_INPROGRESS;
-    px__stage_drain(st); /* the last results are in device memory */
+    stage_drain(st); /* the last results are in device memory */
     return PX_OK;
 }
 
@@ -503,7 +510,7 @@ static px_status_t stage_begin(px_request_t *req, px__stage_t *st, uint64_t buf_
     if (!all) {
         px_error("staged %s: no memory for %d host buffers of %zu bytes", "collective",
                  st->nbuf, one);
-        px__stage_free(st);
+        stage_free(st);
         return PX_ERR_NO_MEMORY;
     }
     for (int b = 0; b < st->nbuf; b++)
@@ -521,7 +528,7 @@ static px_status_t stage_begin(px_request_t *req, px__stage_t *st, uint64_t buf_
  * at least one. */
 static uint64_t blocked_pc(const px_request_t *req)
 {
-    uint64_t pc = (uint64_t)px__stage_chunk() / ((uint64_t)req->comm->size * req->esz);
+    uint64_t pc = (uint64_t)px__dev_chunk() / ((uint64_t)req->comm->size * req->esz);
     return pc ? pc : 1;
 }
 
@@ -548,7 +555,7 @@ static px_status_t begin_flat(px_request_t *req, int what, px_algo_t algo, const
                               void *dst, uint64_t count)
 {
     px__stage_t *st = calloc(1, sizeof(*st));
-    uint64_t pc = (uint64_t)px__stage_chunk() / req->esz;
+    uint64_t pc = (uint64_t)px__dev_chunk() / req->esz;
 
     if (!st)
         return PX_ERR_NO_MEMORY;
@@ -562,8 +569,13 @@ static px_status_t begin_flat(px_request_t *req, int what, px_algo_t algo, const
     return stage_begin(req, st, st->pc < count ? st->pc : count);
 }
 
-px_status_t px__stage_allreduce(px_request_t *req, const void *sendbuf, void *recvbuf,
-                                uint64_t count, px_algo_t algo)
+/* The collectives on device buffers: make `req` (created, nothing posted
+ * but its headers) run chunk by chunk through pinned host buffers. The
+ * arguments are those of the public call (elements; all-reduce: `algo` the
+ * algorithm the host path picks for the whole buffer). Copies the first
+ * chunk off the device. PX_ERR_NO_MEMORY; the caller discards req on error. */
+static px_status_t stage_allreduce(px_request_t *req, const void *sendbuf, void *recvbuf,
+                                   uint64_t count, px_algo_t algo)
 {
     const uint64_t n = (uint64_t)req->comm->size;
     if (algo == PX_ALGO_RING)
@@ -571,25 +583,25 @@ px_status_t px__stage_allreduce(px_request_t *req, const void *sendbuf, void *re
     return begin_flat(req, ST_AR_FLAT, algo, sendbuf, recvbuf, count);
 }
 
-px_status_t px__stage_reduce_scatter(px_request_t *req, const void *sendbuf, void *recvbuf,
-                                     uint64_t recvcount)
+static px_status_t stage_reduce_scatter(px_request_t *req, const void *sendbuf, void *recvbuf,
+                                        uint64_t recvcount)
 {
     return begin_blocked(req, ST_RS, sendbuf, recvbuf, recvcount, 0);
 }
 
-px_status_t px__stage_allgather(px_request_t *req, const void *sendbuf, void *recvbuf,
-                                uint64_t sendcount)
+static px_status_t stage_allgather(px_request_t *req, const void *sendbuf, void *recvbuf,
+                                   uint64_t sendcount)
 {
     return begin_blocked(req, ST_AG, sendbuf, recvbuf, sendcount, 0);
 }
 
-px_status_t px__stage_bcast(px_request_t *req, void *buf, uint64_t count)
+static px_status_t stage_bcast(px_request_t *req, void *buf, uint64_t count)
 {
     return begin_flat(req, ST_BCAST, PX_ALGO_TREE, buf, buf, count);
 }
 
-px_status_t px__stage_alltoall(px_request_t *req, const void *sendbuf, void *recvbuf,
-                               uint64_t count, px_algo_t algo)
+static px_status_t stage_alltoall(px_request_t *req, const void *sendbuf, void *recvbuf,
+                                  uint64_t count, px_algo_t algo)
 {
     px__stage_t *st = calloc(1, sizeof(*st));
     const int n = req->comm->size;
@@ -609,10 +621,14 @@ px_status_t px__stage_alltoall(px_request_t *req, const void *sendbuf, void *rec
     return stage_begin(req, st, 2 * (uint64_t)n * (st->pc < count ? st->pc : count));
 }
 
-px_status_t px__stage_alltoallv(px_request_t *req, const void *sendbuf,
-                                const uint64_t *sendcounts, const uint64_t *sdispls,
-                                void *recvbuf, const uint64_t *recvcounts,
-                                const uint64_t *rdispls, px_algo_t algo)
+/* All-to-all-v on device buffers: chunk i carries slice i of every send
+ * and receive block (see the top of this file), the host algorithm (`algo`:
+ * linear or pairwise, as the host path picks) run on each; bit for bit the
+ * host path (bytes only). */
+static px_status_t stage_alltoallv(px_request_t *req, const void *sendbuf,
+                                   const uint64_t *sendcounts, const uint64_t *sdispls,
+                                   void *recvbuf, const uint64_t *recvcounts,
+                                   const uint64_t *rdispls, px_algo_t algo)
 {
     px__stage_t *st = calloc(1, sizeof(*st));
     const int n = req->comm->size;
@@ -646,3 +662,77 @@ px_status_t px__stage_alltoallv(px_request_t *req, const void *sendbuf,
     uint64_t rhalf = (uint64_t)n * (rmax < st->pc ? rmax : st->pc);
     return stage_begin(req, st, st->sext + rhalf ? st->sext + rhalf : 1);
 }
+
+/* --- the path's entry in the table (px_path.h) ----------------------------------- */
+
+/* Every collective with a staged form whose buffer (either one) is device
+ * memory and that no path before this one took (CUDA IPC: ranks on
+ * several nodes, IPC off, fp16/bf16 reductions, one rank). */
+static int path_wants(px_comm_t *comm, const px__coll_args_t *a)
+{
+    (void)comm;
+    switch (a->kind) {
+    case PX__COLL_ALLREDUCE:
+    case PX__COLL_REDUCE_SCATTER:
+    case PX__COLL_ALLGATHER:
+    case PX__COLL_BCAST:
+    case PX__COLL_ALLTOALL:
+    case PX__COLL_ALLTOALLV:
+        return px__on_device(a->sendbuf, a->recvbuf);
+    default:
+        return 0;
+    }
+}
+
+/* req->algo as the host path reports it: all-reduce and all-to-all(-v)
+ * the algorithm chosen (whose order the chunks follow), reduce-scatter and
+ * all-gather the ring, broadcast the tree. */
+static px_status_t path_start(px_request_t *req, const px__coll_args_t *a)
+{
+    px_status_t status;
+
+    switch (a->kind) {
+    case PX__COLL_ALLREDUCE:
+        req->algo = a->algo;
+        return stage_allreduce(req, a->sendbuf, a->recvbuf, a->count, a->algo);
+    case PX__COLL_REDUCE_SCATTER:
+        status = stage_reduce_scatter(req, a->sendbuf, a->recvbuf, a->count);
+        break;
+    case PX__COLL_ALLGATHER:
+        status = stage_allgather(req, a->sendbuf, a->recvbuf, a->count);
+        break;
+    case PX__COLL_BCAST:
+        req->algo = PX_ALGO_TREE;
+        return stage_bcast(req, a->recvbuf, a->count);
+    case PX__COLL_ALLTOALL:
+        req->algo = a->algo;
+        return a->count ? stage_alltoall(req, a->sendbuf, a->recvbuf, a->count, a->algo) : PX_OK;
+    default: /* all-to-all-v */
+        req->algo = a->algo;
+        return stage_alltoallv(req, a->sendbuf, a->sendcounts, a->sdispls, a->recvbuf,
+                               a->recvcounts, a->rdispls, a->algo);
+    }
+    if (status == PX_OK)
+        req->algo = PX_ALGO_RING;
+    return status;
+}
+
+static void path_req_end(px_request_t *req, px_status_t status)
+{
+    (void)status;
+    stage_drain(req->staged); /* no staging copy still uses the buffers */
+}
+
+static int path_req_free(px_request_t *req)
+{
+    stage_free(req->staged);
+    return 0;
+}
+
+const px__path_t px__path_stage = {
+    .name = "stage",
+    .wants = path_wants,
+    .start = path_start,
+    .req_end = path_req_end,
+    .req_free = path_req_free,
+};
