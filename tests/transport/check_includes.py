@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The transport's layering, read from the compiler and the linker.
 
 transport/ is a core (the top folder and coll/) and paths, one folder each
