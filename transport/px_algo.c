@@ -1,5 +1,6 @@
 /* px_algo.c: the host algorithms (coll/) chosen and set up for a
- * collective that no path (px_path.h) took: host buffers over UCX.
+ * collective that no path (px_path.h) took: host buffers over UCX; and a
+ * send or receive no path took: one UCX message of the caller's buffer.
  *
  * Algorithm choice (PX_ALGO_AUTO): all-reduce uses recursive doubling up to
  * PX__RD_MAX_BYTES (32 KiB), Rabenseifner up to 1 MiB and the pipelined ring
@@ -288,6 +289,43 @@ static px_status_t alltoall(px_request_t *req, const px__coll_args_t *a)
     return status;
 }
 
+static px_status_t p2p_advance(px_request_t *req, int *progressed_p)
+{
+    px__op_t *op = req->ops[0];
+    px_status_t status;
+
+    if (!op->done)
+        return PX_INPROGRESS;
+    status = px__op_status(req->comm, op);
+    if (status != PX_OK)
+        return status;
+    px__op_reap(req->comm, op);
+    req->ops[0] = NULL;
+    *progressed_p = 1;
+    return PX_OK;
+}
+
+/* One UCX message of the caller's buffer: host memory, or device memory
+ * where UCX moves it itself (px_transport_cuda_memory; the staging path
+ * took the other device buffers). */
+static px_status_t p2p(px_request_t *req, const px__coll_args_t *a)
+{
+    px_status_t status;
+
+    if (a->kind == PX__COLL_SEND) {
+        if (a->count && px__on_device(a->sendbuf, NULL))
+            px__dev_ops()->synchronize(); /* the kernels that wrote buf are done */
+        status = px__req_send(req, a->peer, a->p2p_tag, a->sendbuf, (size_t)a->count,
+                              &req->ops[0]);
+    } else {
+        status = px__req_recv(req, a->peer, a->p2p_tag, a->recvbuf, (size_t)a->count,
+                              &req->ops[0]);
+    }
+    if (status == PX_OK)
+        req->advance = p2p_advance;
+    return status;
+}
+
 px_status_t px__algo_start(px_request_t *req, const px__coll_args_t *a)
 {
     switch (a->kind) {
@@ -315,6 +353,9 @@ px_status_t px__algo_start(px_request_t *req, const px__coll_args_t *a)
         return px__pairwise_alltoallv_build(req, a->sendbuf, a->sendcounts, a->sdispls,
                                             a->recvbuf, a->recvcounts, a->rdispls,
                                             a->algo == PX_ALGO_PAIRWISE);
+    case PX__COLL_SEND:
+    case PX__COLL_RECV:
+        return p2p(req, a);
     default: /* barrier: the header exchange is all */
         return PX_OK;
     }

@@ -269,7 +269,8 @@ static int run_local(px_request_t *req, const px__coll_args_t *a)
         return a->count == 0;
     case PX__COLL_BARRIER: /* every rank hears from every rank: the header exchange is it */
         return 1;
-    default: /* all-to-all(-v): the path or the algorithm, even on one rank */
+    default: /* all-to-all(-v), send / receive: the path or the algorithm, even on
+              * one rank (a message of no bytes is still a message) */
         return 0;
     }
 }
@@ -504,35 +505,9 @@ px_status_t px_barrier_start(px_comm_t *comm, const px_coll_opts_t *opts, px_req
     return enqueue(comm, &a, req_p);
 }
 
-static px_status_t p2p_advance(px_request_t *req, int *progressed_p)
-{
-    px__op_t *op = req->ops[0];
-    px_status_t status;
-
-    if (!op->done)
-        return PX_INPROGRESS;
-    status = px__op_status(req->comm, op);
-    if (status != PX_OK)
-        return status;
-    px__op_reap(req->comm, op);
-    req->ops[0] = NULL;
-    *progressed_p = 1;
-    return PX_OK;
-}
-
-/* --- point-to-point on device buffers: chunks staged through host buffers ---
- *
- * A device buffer of `bytes` travels as ceil(bytes / chunk) messages of the
- * same tag (UCX matches a sender's messages of one tag in posting order, so
- * the k-th receive posted gets the k-th chunk). Two host buffers of one chunk
- * each (request slots 0 and 1: pinned where the device backend registered a
- * pinned allocator, px_transport_set_pinned_memory) alternate: the sender
- * copies chunk k+1 off the device while chunk k is on the wire; the receiver
- * has chunks k and k+1 posted and copies k onto the device while k+1
- * arrives. Both ends must stage (a device buffer on both sides, as every rank
- * of a job shares one backend): a host receiver of a staged send sees
- * only the first chunk, a short message, which fails the receive. */
-
+/* The chunk of a device buffer's transfer (px_devmem.h): collectives and
+ * point-to-point on device buffers staged through host buffers
+ * (paths/stage), and the IPC path's chunks. */
 static size_t stage_chunk = PX_STAGE_CHUNK_DEFAULT;
 
 void px_transport_set_stage_chunk(size_t bytes)
@@ -545,61 +520,12 @@ size_t px__dev_chunk(void)
     return stage_chunk;
 }
 
-static px_status_t p2p_dev_advance(px_request_t *req, int *progressed_p)
-{
-    px_comm_t *comm = req->comm;
-    const int is_send = req->kind == PX__COLL_SEND;
-    px_status_t status;
-    int again = 1;
-
-    while (again) {
-        again = 0;
-        for (int i = 0; i < 2; i++) {
-            px__op_t *op = req->ops[i];
-            if (op) {
-                if (!op->done)
-                    continue;
-                status = px__op_status(comm, op);
-                if (status != PX_OK)
-                    return status;
-                px__op_reap(comm, op);
-                req->ops[i] = NULL;
-                if (!is_send) /* the chunk is here: onto the device */
-                    dev_ops->mem_copy_from_host(req->p2p_dev + req->p2p_off[i], req->tmp[i],
-                                                req->p2p_len[i]);
-                req->p2p_done += req->p2p_len[i];
-                *progressed_p = 1;
-            }
-            if (req->p2p_next < req->p2p_total) {
-                size_t len = req->p2p_total - req->p2p_next;
-                len = len < req->p2p_chunk ? len : req->p2p_chunk;
-                req->p2p_off[i] = req->p2p_next;
-                req->p2p_len[i] = len;
-                req->p2p_next += len;
-                if (is_send) {
-                    dev_ops->mem_copy_to_host(req->tmp[i], req->p2p_dev + req->p2p_off[i], len);
-                    status = px__req_send(req, req->p2p_peer, req->p2p_tag, req->tmp[i], len,
-                                          &req->ops[i]);
-                } else {
-                    status = px__req_recv(req, req->p2p_peer, req->p2p_tag, req->tmp[i], len,
-                                          &req->ops[i]);
-                }
-                if (status != PX_OK)
-                    return status;
-                *progressed_p = 1;
-                again = 1; /* a send may have completed at once */
-            }
-        }
-    }
-    return req->p2p_done == req->p2p_total ? PX_OK : PX_INPROGRESS;
-}
-
 static px_status_t p2p_start(px_comm_t *comm, int is_send, int peer, uint32_t tag, void *buf,
                              uint64_t bytes, const px_coll_opts_t *opts, px_request_t **req_p)
 {
-    px_request_t *req;
     px_status_t status = comm_usable(comm);
-    ucp_tag_t t;
+    px__coll_args_t a = args(is_send ? PX__COLL_SEND : PX__COLL_RECV, is_send ? buf : NULL,
+                             is_send ? NULL : buf, bytes, PX_UINT8, PX_SUM, -1, opts);
 
     if (status != PX_OK)
         return status;
@@ -609,41 +535,9 @@ static px_status_t p2p_start(px_comm_t *comm, int is_send, int peer, uint32_t ta
                  peer, comm->size, (unsigned long long)bytes);
         return PX_ERR_INVALID_ARGUMENT;
     }
-    status = px__req_create(comm, is_send ? PX__COLL_SEND : PX__COLL_RECV, PX_UINT8, PX_SUM,
-                            bytes, -1, NULL, NULL, opts, &req);
-    if (status != PX_OK)
-        return status;
-    t = px__tag(comm->id, PX__TAG_KIND_P2P, (unsigned)(is_send ? comm->rank : peer), tag);
-    if (bytes && px__on_device(buf, NULL) && px_transport_cuda_memory(comm->tr)) {
-        /* UCX moves device memory itself: the pointer goes to it as it is */
-        if (is_send)
-            dev_ops->synchronize(); /* the kernels that wrote buf are done */
-    } else if (bytes && px__on_device(buf, NULL)) {
-        size_t chunk = stage_chunk < bytes ? stage_chunk : (size_t)bytes;
-        if (!px__req_tmp(req, 0, chunk) || !px__req_tmp(req, 1, chunk))
-            return start_fail(req, PX_ERR_NO_MEMORY);
-        if (is_send)
-            dev_ops->synchronize(); /* the kernels that wrote buf are done */
-        req->p2p_dev = buf;
-        req->p2p_peer = peer;
-        req->p2p_tag = t;
-        req->p2p_total = (size_t)bytes;
-        req->p2p_chunk = chunk;
-        req->advance = p2p_dev_advance;
-        int progressed = 0;
-        status = p2p_dev_advance(req, &progressed); /* post the first two chunks */
-        if (status != PX_OK && status != PX_INPROGRESS)
-            return start_fail(req, status);
-        *req_p = req;
-        return PX_OK;
-    }
-    status = is_send ? px__req_send(req, peer, t, buf, (size_t)bytes, &req->ops[0])
-                     : px__req_recv(req, peer, t, buf, (size_t)bytes, &req->ops[0]);
-    if (status != PX_OK)
-        return start_fail(req, status);
-    req->advance = p2p_advance;
-    *req_p = req;
-    return PX_OK;
+    a.peer = peer;
+    a.p2p_tag = px__tag(comm->id, PX__TAG_KIND_P2P, (unsigned)(is_send ? comm->rank : peer), tag);
+    return enqueue(comm, &a, req_p);
 }
 
 px_status_t px_send_start(px_comm_t *comm, int peer, uint32_t tag, const void *buf,

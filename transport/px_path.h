@@ -12,9 +12,10 @@
  * NCCL engine, UCX with CUDA memory) is a folder under paths/ and one line
  * of the table.
  *
- * A collective's start (px_coll.c) asks the paths in table order whether
- * they want it (shm, ipc, stage); the first that does runs it, and when
- * none does the host algorithm runs it. Every operation but `wants` may be
+ * A collective's start, and a send's or a receive's (px_coll.c), asks the
+ * paths in table order whether they want it (shm, ipc, stage); the first
+ * that does runs it, and when none does the host algorithm (px_algo.c)
+ * runs it. Every operation but `wants` may be
  * NULL (nothing to do). Runs on the thread using the communicator. */
 #ifndef PX_PATH_H
 #define PX_PATH_H

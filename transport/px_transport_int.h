@@ -334,7 +334,7 @@ struct px_request {
     int stage_tag;
     uint64_t stage_chunk_idx;
 
-    /* point-to-point on a device buffer (px_coll.c): chunks of p2p_chunk
+    /* point-to-point on a device buffer (paths/stage): chunks of p2p_chunk
      * bytes through slots 0 and 1; p2p_off/len the chunk each slot holds */
     char *p2p_dev;
     int p2p_peer;
@@ -351,12 +351,12 @@ struct px_request {
 /* The arguments of one collective, as the public call took them. */
 typedef struct px__coll_args {
     int kind;                   /* PX__COLL_* */
-    const void *sendbuf;        /* broadcast: the buffer */
-    void *recvbuf;              /* broadcast: the buffer */
+    const void *sendbuf;        /* broadcast: the buffer; receive: NULL */
+    void *recvbuf;              /* broadcast: the buffer; send: NULL */
     uint64_t count;             /* the header's count: all-reduce, reduce, broadcast,
                                  * scatter, gather elements; reduce-scatter recvcount;
                                  * all-gather sendcount; all-to-all per peer; 0 for
-                                 * all-to-all-v and barrier */
+                                 * all-to-all-v and barrier; send / receive bytes */
     const uint64_t *sendcounts; /* all-to-all-v: per peer, elements (else NULL) */
     const uint64_t *sdispls;
     const uint64_t *recvcounts;
@@ -367,6 +367,8 @@ typedef struct px__coll_args {
     px_algo_t algo;             /* the host algorithm's choice (all-reduce, all-to-all;
                                  * the device paths sum in its order); else AUTO */
     const px_coll_opts_t *opts; /* may be NULL */
+    int peer;                   /* send / receive: the other rank */
+    ucp_tag_t p2p_tag;          /* send / receive: the messages' UCX tag */
 } px__coll_args_t;
 
 /* fp16 / bf16: reductions of these run in fp32 temporaries on the host. */

@@ -663,15 +663,106 @@ static px_status_t stage_alltoallv(px_request_t *req, const void *sendbuf,
     return stage_begin(req, st, st->sext + rhalf ? st->sext + rhalf : 1);
 }
 
+/* --- point-to-point on device buffers: chunks staged through host buffers ---
+ *
+ * A device buffer of `bytes` travels as ceil(bytes / chunk) messages of the
+ * same tag (UCX matches a sender's messages of one tag in posting order, so
+ * the k-th receive posted gets the k-th chunk). Two host buffers of one chunk
+ * each (request slots 0 and 1: pinned where the device backend registered a
+ * pinned allocator, px_transport_set_pinned_memory) alternate: the sender
+ * copies chunk k+1 off the device while chunk k is on the wire; the receiver
+ * has chunks k and k+1 posted and copies k onto the device while k+1
+ * arrives. Both ends must stage (a device buffer on both sides, as every rank
+ * of a job shares one backend): a host receiver of a staged send sees
+ * only the first chunk, a short message, which fails the receive. */
+
+static px_status_t p2p_dev_advance(px_request_t *req, int *progressed_p)
+{
+    px_comm_t *comm = req->comm;
+    const px_kernel_ops_t *dev_ops = px__dev_ops();
+    const int is_send = req->kind == PX__COLL_SEND;
+    px_status_t status;
+    int again = 1;
+
+    while (again) {
+        again = 0;
+        for (int i = 0; i < 2; i++) {
+            px__op_t *op = req->ops[i];
+            if (op) {
+                if (!op->done)
+                    continue;
+                status = px__op_status(comm, op);
+                if (status != PX_OK)
+                    return status;
+                px__op_reap(comm, op);
+                req->ops[i] = NULL;
+                if (!is_send) /* the chunk is here: onto the device */
+                    dev_ops->mem_copy_from_host(req->p2p_dev + req->p2p_off[i], req->tmp[i],
+                                                req->p2p_len[i]);
+                req->p2p_done += req->p2p_len[i];
+                *progressed_p = 1;
+            }
+            if (req->p2p_next < req->p2p_total) {
+                size_t len = req->p2p_total - req->p2p_next;
+                len = len < req->p2p_chunk ? len : req->p2p_chunk;
+                req->p2p_off[i] = req->p2p_next;
+                req->p2p_len[i] = len;
+                req->p2p_next += len;
+                if (is_send) {
+                    dev_ops->mem_copy_to_host(req->tmp[i], req->p2p_dev + req->p2p_off[i], len);
+                    status = px__req_send(req, req->p2p_peer, req->p2p_tag, req->tmp[i], len,
+                                          &req->ops[i]);
+                } else {
+                    status = px__req_recv(req, req->p2p_peer, req->p2p_tag, req->tmp[i], len,
+                                          &req->ops[i]);
+                }
+                if (status != PX_OK)
+                    return status;
+                *progressed_p = 1;
+                again = 1; /* a send may have completed at once */
+            }
+        }
+    }
+    return req->p2p_done == req->p2p_total ? PX_OK : PX_INPROGRESS;
+}
+
+/* Starts a staged send or receive of a->count bytes: the two host buffers,
+ * the device's work on the buffer done (send), the first two chunks
+ * posted. */
+static px_status_t stage_p2p(px_request_t *req, const px__coll_args_t *a)
+{
+    const int is_send = a->kind == PX__COLL_SEND;
+    size_t chunk = px__dev_chunk() < a->count ? px__dev_chunk() : (size_t)a->count;
+    px_status_t status;
+    int progressed = 0;
+
+    if (!px__req_tmp(req, 0, chunk) || !px__req_tmp(req, 1, chunk))
+        return PX_ERR_NO_MEMORY;
+    if (is_send)
+        px__dev_ops()->synchronize(); /* the kernels that wrote buf are done */
+    req->p2p_dev = is_send ? (char *)a->sendbuf : a->recvbuf;
+    req->p2p_peer = a->peer;
+    req->p2p_tag = a->p2p_tag;
+    req->p2p_total = (size_t)a->count;
+    req->p2p_chunk = chunk;
+    req->advance = p2p_dev_advance;
+    status = p2p_dev_advance(req, &progressed); /* post the first two chunks */
+    return status == PX_INPROGRESS ? PX_OK : status;
+}
+
 /* --- the path's entry in the table (px_path.h) ----------------------------------- */
 
 /* Every collective with a staged form whose buffer (either one) is device
  * memory and that no path before this one took (CUDA IPC: ranks on
- * several nodes, IPC off, fp16/bf16 reductions, one rank). */
+ * several nodes, IPC off, fp16/bf16 reductions, one rank); a send or
+ * receive of a device buffer where UCX does not move CUDA memory itself. */
 static int path_wants(px_comm_t *comm, const px__coll_args_t *a)
 {
-    (void)comm;
     switch (a->kind) {
+    case PX__COLL_SEND:
+    case PX__COLL_RECV:
+        return a->count && px__on_device(a->sendbuf, a->recvbuf) &&
+               !px_transport_cuda_memory(comm->tr);
     case PX__COLL_ALLREDUCE:
     case PX__COLL_REDUCE_SCATTER:
     case PX__COLL_ALLGATHER:
@@ -707,6 +798,9 @@ static px_status_t path_start(px_request_t *req, const px__coll_args_t *a)
     case PX__COLL_ALLTOALL:
         req->algo = a->algo;
         return a->count ? stage_alltoall(req, a->sendbuf, a->recvbuf, a->count, a->algo) : PX_OK;
+    case PX__COLL_SEND:
+    case PX__COLL_RECV:
+        return stage_p2p(req, a);
     default: /* all-to-all-v */
         req->algo = a->algo;
         return stage_alltoallv(req, a->sendbuf, a->sendcounts, a->sdispls, a->recvbuf,
