@@ -403,7 +403,7 @@ int px__algo_inline(const px_comm_t *comm, const px__coll_args_t *a);
  * set. PX_ERR_NO_MEMORY; the caller discards req on error. */
 px_status_t px__algo_start(px_request_t *req, const px__coll_args_t *a);
 
-/* --- px_coll.c: device staging (px_devmem.h) --- */
+/* --- px_coll.c: the registered device memory (px_devmem.h), for the paths --- */
 
 /* The registered device backend (px_transport_set_device_memory), or NULL. */
 const px_kernel_ops_t *px__dev_ops(void);
