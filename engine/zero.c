@@ -33,7 +33,6 @@
 
 #include "memacct.h"
 #include "px_coll.h"
-#include "px_shm_reg.h"
 #include "model.h"
 #include "px_env.h"
 #include "px_kernels.h"

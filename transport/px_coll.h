@@ -213,6 +213,29 @@ int px_comm_world_rank(const px_comm_t *comm, int rank);
  * MiB, or a request pending. */
 px_status_t px_comm_set_shm_slot(px_comm_t *comm, uint64_t slot_bytes);
 
+/* Buffers registered with a communicator's shared-memory path
+ * (paths/shm/px_shm_reg.h): an in-place all-reduce over one reads the
+ * peers' buffers where they lie instead of staging every byte through the
+ * segment. */
+/* Collective over `comm` (every rank calls it, same `bytes`, in the same
+ * order as its other collectives): `want` says whether this rank can use
+ * host memory there (0 on a device backend); the ranks agree (MIN over
+ * want, PX_SHM_REG and the mapping's success on every rank). On agreement
+ * *ptr_p is this rank's zero-filled part of a new region of `bytes` (page
+ * aligned; the caller owns it: px_shm_free); otherwise *ptr_p is NULL on
+ * every rank and the caller allocates as usual (no shared-memory path on
+ * comm: several nodes or PX_SHM=0, PX_SHM_REG=0 on a rank, want 0 on a
+ * rank, or shm_open/mmap failed on a rank). Returns the status of the
+ * agreement's collectives (*ptr_p then NULL). bytes 0: *ptr_p NULL, no
+ * collective. */
+px_status_t px_shm_alloc(px_comm_t *comm, size_t bytes, int want, void **ptr_p);
+
+/* Unmaps the region whose part `ptr` is (a px_shm_alloc result; NULL:
+ * no-op). Local, no collective: the peers keep their own mappings of the
+ * pages. Must not be called while a collective over ptr is in flight. A
+ * pointer px_shm_alloc did not return aborts. */
+void px_shm_free(void *ptr);
+
 /* Name of an algorithm / dtype / op ("ring", "bf16", "sum"); static. And the
  * parsers for them (PX_ERR_INVALID_ARGUMENT on an unknown name). */
 const char *px_algo_name(px_algo_t algo);

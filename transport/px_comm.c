@@ -32,9 +32,8 @@
 
 #include "px_env.h"
 #include "px_log.h"
-#include "px_ipc.h"
+#include "px_path.h"
 #include "px_sha256.h"
-#include "px_shm.h"
 #include "px_time.h"
 
 #define WIREUP_MAGIC 0x50585755u /* "PXWU" */
@@ -269,7 +268,7 @@ px_status_t px_comm_create_world(px_transport_t *transport, const px_addr_table_
         goto err_destroy;
     px_debug("comm %u: rank %d of %d connected", comm->id, rank, comm->size);
     px__comm_link(comm);
-    status = px__shm_setup(comm);
+    status = px__paths_comm_setup(comm);
     if (status != PX_OK)
         goto err_destroy;
     *comm_p = comm;
@@ -443,8 +442,7 @@ void px_comm_destroy(px_comm_t *comm)
         return;
     px__comm_unlink(comm);
     px__comm_drop_requests(comm);
-    px__shm_destroy(comm);
-    px__ipc_destroy(comm);
+    px__paths_comm_destroy(comm);
     if (comm->peers && comm->size > 1 && !comm->active && !comm->failed)
         goodbye(comm);
     if (comm->active)
@@ -647,7 +645,7 @@ px_status_t px_comm_split(px_comm_t *comm, int color, int key, px_comm_t **newco
     }
     comm->tr->n_comms++;
     px__comm_link(sub);
-    status = px__shm_setup(sub);
+    status = px__paths_comm_setup(sub);
     if (status != PX_OK) {
         px_comm_destroy(sub);
         goto out;
@@ -662,13 +660,6 @@ err_free:
 out:
     free(all);
     return status;
-}
-
-px_status_t px_comm_set_shm_slot(px_comm_t *comm, uint64_t slot_bytes)
-{
-    if (!comm)
-        return PX_ERR_INVALID_ARGUMENT;
-    return px__shm_reslot(comm, slot_bytes);
 }
 
 int px_comm_world_rank(const px_comm_t *comm, int rank)

@@ -35,7 +35,7 @@
 #include <arpa/inet.h>
 
 #include "px_log.h"
-#include "px_shm.h"
+#include "px_path.h"
 #include "px_time.h"
 
 /* Bound of the drain after a failure (ms): a healthy comm (mismatch) waits
@@ -249,8 +249,8 @@ void px__sleep(px_comm_t *comm, int timeout_ms)
     nfds_t n = 0, cap = 4 + (nfds_t)w->n_pid;
     ucs_status_t st;
 
-    if (px__shm_sleep(comm, timeout_ms))
-        return; /* slept (or spun) on a shared-memory counter */
+    if (px__paths_sleep(comm, timeout_ms))
+        return; /* slept (or spun) on a path's counter (shm) */
     w->news_us = 0; /* after the poll below, look at the watch fd and pidfds again */
     st = ucp_worker_arm(comm->tr->worker);
     if (st == UCS_ERR_BUSY)
@@ -359,7 +359,7 @@ static px_status_t read_watch(px_comm_t *comm)
  * flags are read on every call; the descriptors (two poll() syscalls, about
  * 1 us each, several per small collective when every step of every pending
  * request looked) at most every NEWS_US, and at the first check after any
- * sleep (px__sleep and px__shm_sleep set news_us to 0 when they slept): a
+ * sleep (px__sleep and the paths' sleep hooks set news_us to 0 when they slept): a
  * wait that sleeps looks right after it wakes, so a dead peer is still seen
  * within one sleep slice; a caller polling px_test without sleeping sees it
  * within NEWS_US. */
@@ -533,8 +533,8 @@ void px__pending_ranks(px_comm_t *comm, px_request_t *owner, char *buf, size_t l
     size_t used = 0;
     int shown = 0;
     buf[0] = '\0';
-    if (owner && px__shm_waiting_for(owner) >= 0) { /* shared memory: the counter it waits on */
-        snprintf(buf, len, "%d", px__shm_waiting_for(owner));
+    if (owner && px__path_waiting_for(owner) >= 0) { /* a path's counter (shm) it waits on */
+        snprintf(buf, len, "%d", px__path_waiting_for(owner));
         return;
     }
     for (int r = 0; r < comm->size && shown < 8; r++) {

@@ -79,9 +79,8 @@
 
 #include "px_env.h"
 #include "px_log.h"
+#include "px_path.h"
 #include "px_reduce.h"
-#include "px_ipc.h"
-#include "px_shm.h"
 #include "px_time.h"
 
 #define HDR_MAGIC 0x50584844u /* "PXHD" */
@@ -220,15 +219,11 @@ static void req_free(px_request_t *req)
     unlink_req(req);
     release_tmps(req);
     px__sched_free(&req->sched);
-    px__stage_free(req->staged);
-    px__ipc_req_free(req->ipc);
     free(req->hdr_out);
     free(req->hdr_in);
     free(req->hdr_expect);
     free(req->sent_to);
-    if (req->shm)
-        px__shm_req_free(req); /* one allocation with its state, maybe kept for reuse */
-    else
+    if (!px__path_req_free(req)) /* a path that made the request frees (or keeps) it */
         free(req);
 }
 
@@ -299,7 +294,7 @@ px_status_t px__req_create(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop
         req->stage = 1;
         goto link;
     }
-    px__shm_note(comm, req->seq, kind, dtype, (int)op, root, count); /* shm ranks compare it */
+    px__paths_note(req); /* a path's ranks that skip the header exchange compare it */
     req->hdr_out = calloc((size_t)n, sizeof(px__hdr_t));
     req->hdr_in = calloc((size_t)n, sizeof(px__hdr_t));
     if (!req->hdr_out || !req->hdr_in) {
@@ -678,13 +673,12 @@ static void half_finish(px_request_t *req)
 static void req_end(px_request_t *req, px_status_t status)
 {
     if (status == PX_ERR_MISMATCH)
-        px__shm_off(req->comm); /* every rank sees it: all leave the segment */
+        px__paths_mismatch(req->comm); /* every rank sees it: all leave the paths' state */
     if (status != PX_OK)
         px__cancel_ops(req->comm, req);
     else
         half_finish(req);
-    px__stage_drain(req->staged); /* no staging copy still uses the buffers */
-    px__ipc_req_end(req, status);
+    px__path_req_end(req, status); /* nothing of the path still uses the buffers */
     req->status = status;
     release_tmps(req);
 }
@@ -702,8 +696,9 @@ static px_status_t req_step(px_request_t *req, int *progressed_p)
         return req->status;
     }
     if (req->stage == 0) {
-        /* a rank that took the shared-memory path sends no UCX header */
-        status = px__shm_ring_check(req);
+        /* a rank that took a path without the header exchange (shm) sends
+         * no UCX header: that path compares ours */
+        status = px__paths_hdr_check(req);
         if (status == PX_OK)
             status = header_step(req, progressed_p);
         if (status != PX_OK && status != PX_INPROGRESS) {
@@ -1012,10 +1007,8 @@ void px_request_cancel(px_request_t *req)
 {
     if (!req)
         return;
-    if (req->shm && req->status == PX_INPROGRESS)
-        px__shm_off(req->comm); /* the ranks' segment counters no longer agree */
     if (req->status == PX_INPROGRESS)
-        px__ipc_req_end(req, PX_ERR_ABORTED); /* nor do the device rings' */
+        px__path_req_cancel(req); /* the ranks' path state no longer agrees */
     px__cancel_ops(req->comm, req);
     req_free(req);
 }

@@ -45,7 +45,7 @@
 #define PX__TAG_KIND_P2P    0u
 #define PX__TAG_KIND_COLL   1u
 #define PX__TAG_KIND_WIREUP 2u
-#define PX__TAG_KIND_STAGE  3u /* a staged device collective's chunks (px_stage.c) */
+#define PX__TAG_KIND_STAGE  3u /* a staged device collective's chunks (paths/stage) */
 
 #define PX__PHASE_HDR   0u
 #define PX__PHASE_RS    1u
@@ -169,9 +169,11 @@ struct px_comm {
     int default_timeout_ms;
     size_t chunk_bytes;   /* PX_ALLREDUCE_CHUNK_BYTES */
     px__buf_t bufs[PX__NBUF]; /* cached temporaries, grow-only, freed at destroy */
-    struct px__shm *shm;  /* the shared-memory path (px_shm.h), NULL when off */
-    struct px__ipc *ipc;  /* device buffers through the peers' mapped rings (px_ipc.h) */
-    int ipc_state;        /* 0 not set up yet, 1 on, -1 off (device buffers staged) */
+    /* the paths' state of this communicator (px_path.h), each read only by
+     * its own path: */
+    struct px__shm *shm;  /* the shared-memory segment (paths/shm), NULL when off */
+    struct px__ipc *ipc;  /* the peers' mapped device rings (paths/ipc) */
+    int ipc_state;        /* IPC: 0 not set up yet, 1 on, -1 off (device buffers staged) */
     struct px__verdict *verdict; /* world: the peers' failure notices (px_verdict.c) */
 };
 
@@ -197,7 +199,7 @@ enum {
                        * into dst (staging), sent to peer on the header tag */
     PX__ACT_HRECV,    /* header-in-data: header then n bytes from peer into dst
                        * (capacity PX__INLINE_MAX_BYTES), checked at the WAIT */
-    /* device memory through the registered backend (px__dev_ops; px_ipc.c) */
+    /* device memory through the registered backend (px__dev_ops; paths/ipc) */
     PX__ACT_DEV_COPY,   /* mem_copy(dst, src, n bytes) */
     PX__ACT_DEV_REDUCE, /* dst = src OP dst (swap: dst OP src), n elements */
     PX__ACT_DEV_AVG,    /* dst /= comm size, n elements (AVG only) */
@@ -320,15 +322,19 @@ struct px_request {
     const float *half_src;
     uint64_t half_count;
 
+    /* the path that runs this request (px_path.h), NULL: the host
+     * algorithm; the fields below up to `ipc` are the paths' own */
+    const struct px__path *path;
+
     /* a collective on device buffers, run chunk by chunk through pinned
-     * host buffers (px_stage.c; NULL otherwise). While a chunk runs,
+     * host buffers (paths/stage; NULL otherwise). While a chunk runs,
      * stage_tag is set and the request's messages carry kind STAGE with
      * the chunk index (px__req_tag) */
     struct px__stage *staged;
     int stage_tag;
     uint64_t stage_chunk_idx;
 
-    /* point-to-point on a device buffer (px_coll.c): chunks of p2p_chunk
+    /* point-to-point on a device buffer (paths/stage): chunks of p2p_chunk
      * bytes through slots 0 and 1; p2p_off/len the chunk each slot holds */
     char *p2p_dev;
     int p2p_peer;
@@ -336,18 +342,77 @@ struct px_request {
     size_t p2p_total, p2p_chunk, p2p_next, p2p_done;
     size_t p2p_off[2], p2p_len[2];
 
-    void *shm;             /* shared-memory path state (px_shm.c), freed with the request */
-    struct px__ipcreq *ipc; /* device buffers through the peers' rings (px_ipc.c), or NULL */
+    void *shm;             /* shared-memory path state (paths/shm), freed with the request */
+    struct px__ipcreq *ipc; /* device buffers through the peers' rings (paths/ipc), or NULL */
     void *tmp[4];          /* temporaries (comm cache or owned): 0, 1 algorithm, 2 ring
                             * slots, 3 fp16/bf16 or device staging */
 };
 
-/* --- px_coll.c: device staging (px_devmem.h) --- */
+/* The arguments of one collective, as the public call took them. */
+typedef struct px__coll_args {
+    int kind;                   /* PX__COLL_* */
+    const void *sendbuf;        /* broadcast: the buffer; receive: NULL */
+    void *recvbuf;              /* broadcast: the buffer; send: NULL */
+    uint64_t count;             /* the header's count: all-reduce, reduce, broadcast,
+                                 * scatter, gather elements; reduce-scatter recvcount;
+                                 * all-gather sendcount; all-to-all per peer; 0 for
+                                 * all-to-all-v and barrier; send / receive bytes */
+    const uint64_t *sendcounts; /* all-to-all-v: per peer, elements (else NULL) */
+    const uint64_t *sdispls;
+    const uint64_t *recvcounts;
+    const uint64_t *rdispls;
+    px_dtype_t dtype;
+    px_redop_t op;              /* PX_SUM where the collective does not reduce */
+    int root;                   /* -1 where the collective has none */
+    px_algo_t algo;             /* the host algorithm's choice (all-reduce, all-to-all;
+                                 * the device paths sum in its order); else AUTO */
+    const px_coll_opts_t *opts; /* may be NULL */
+    int peer;                   /* send / receive: the other rank */
+    ucp_tag_t p2p_tag;          /* send / receive: the messages' UCX tag */
+} px__coll_args_t;
+
+/* fp16 / bf16: reductions of these run in fp32 temporaries on the host. */
+static inline int px__is_half(px_dtype_t dtype)
+{
+    return dtype == PX_FLOAT16 || dtype == PX_BFLOAT16;
+}
+
+/* Whether collective kind `kind` reduces (all-reduce, reduce-scatter,
+ * reduce): fp16/bf16 reductions run in fp32 on the host algorithms. */
+static inline int px__coll_reduces(int kind)
+{
+    return kind == PX__COLL_ALLREDUCE || kind == PX__COLL_REDUCE_SCATTER ||
+           kind == PX__COLL_REDUCE;
+}
+
+/* --- px_algo.c: the host algorithms (coll/) chosen and set up ------------ */
+
+/* The algorithm collective `a` runs on the host (all-reduce: by size,
+ * PX_ALGO_ALLREDUCE, px__allreduce_algo and the hint; all-to-all(-v):
+ * linear or pairwise by PX_ALGO_ALLTOALL, the hint and the ranks); AUTO for
+ * the others (their choice is made where they start). The device paths run
+ * their chunks in the order of this choice, so it is made first. */
+px_algo_t px__algo_choose(const px_comm_t *comm, const px__coll_args_t *a);
+/* 1 when all-reduce `a` (algorithm chosen, host buffers) sends its header
+ * in its data messages (px__req_create_inline) instead of a header
+ * exchange beside them. */
+int px__algo_inline(const px_comm_t *comm, const px__coll_args_t *a);
+/* Sets up collective `a` on `req` (created, elements to move, more than one
+ * rank where the collective needs it, host buffers): fp16/bf16 reductions
+ * staged into fp32, the algorithm's schedule or ring state built, req->algo
+ * set. PX_ERR_NO_MEMORY; the caller discards req on error. */
+px_status_t px__algo_start(px_request_t *req, const px__coll_args_t *a);
+
+/* --- px_coll.c: the registered device memory (px_devmem.h), for the paths --- */
 
 /* The registered device backend (px_transport_set_device_memory), or NULL. */
 const px_kernel_ops_t *px__dev_ops(void);
-/* The staging chunk in bytes (px_transport_set_stage_chunk). */
-size_t px__stage_chunk(void);
+/* 1 when `p` is the registered backend's device memory (0 without one). */
+int px__is_device(const void *p);
+/* 1 when `a` or `b` (NULL: none) is device memory. */
+int px__on_device(const void *a, const void *b);
+/* The chunk of a device buffer's transfer in bytes (px_transport_set_stage_chunk). */
+size_t px__dev_chunk(void);
 /* Host memory for temporaries and staging: the registered pinned allocator
  * (px_transport_set_pinned_memory) or malloc/free. */
 void *px__host_alloc(size_t bytes);
@@ -448,7 +513,7 @@ void px__comm_unlink(px_comm_t *comm);
  * dtype, op, root, count, element size, deadline (opts' timeout or the
  * communicator's), algorithm hint; in progress, no sequence number, not
  * linked anywhere. NULL when out of memory. The caller owns it until it
- * links it (px__req_create, px__req_create_inline, px__shm_start). */
+ * links it (px__req_create, px__req_create_inline, a path's enqueue). */
 px_request_t *px__req_alloc(px_comm_t *comm, int kind, px_dtype_t dtype, px_redop_t op,
                             uint64_t count, int root, const px_coll_opts_t *opts);
 /* px__req_alloc's field setup on memory the caller provides (zeroed here):
@@ -535,38 +600,6 @@ px_status_t px__sched_add(px__sched_t *s, int kind, int peer, unsigned unit, voi
 /* The schedule's advance function (steps req->sched). */
 px_status_t px__sched_advance(px_request_t *req, int *progressed_p);
 void px__sched_free(px__sched_t *s);
-
-/* --- px_stage.c: collectives on device buffers, chunked (px_devmem.h) --- */
-
-/* Makes `req` (created, nothing posted but its headers) run its collective
- * on device buffers chunk by chunk through pinned host buffers. The
- * arguments are those of the public call (elements; all-reduce: `algo` the
- * algorithm the host path picks for the whole buffer). Copies the first
- * chunk off the device. PX_ERR_NO_MEMORY; the caller discards req on error. */
-px_status_t px__stage_allreduce(px_request_t *req, const void *sendbuf, void *recvbuf,
-                                uint64_t count, px_algo_t algo);
-px_status_t px__stage_reduce_scatter(px_request_t *req, const void *sendbuf, void *recvbuf,
-                                     uint64_t recvcount);
-px_status_t px__stage_allgather(px_request_t *req, const void *sendbuf, void *recvbuf,
-                                uint64_t sendcount);
-px_status_t px__stage_bcast(px_request_t *req, void *buf, uint64_t count);
-px_status_t px__stage_alltoall(px_request_t *req, const void *sendbuf, void *recvbuf,
-                               uint64_t count, px_algo_t algo);
-/* All-to-all-v on device buffers (px_devmem.h): the send blocks copied
- * into one host buffer at their displacements, the host algorithm (`algo`:
- * linear or pairwise, as the host path picks) run once on it, the receive
- * blocks copied back; bit for bit the host path (bytes only). */
-px_status_t px__stage_alltoallv(px_request_t *req, const void *sendbuf,
-                                const uint64_t *sendcounts, const uint64_t *sdispls,
-                                void *recvbuf, const uint64_t *recvcounts,
-                                const uint64_t *rdispls, px_algo_t algo);
-/* Waits for the staging copies still in flight (asynchronous copies of
- * the device backend), so that the host buffers may be reused: called when
- * a staged request ends, failed or not, before its temporaries go back.
- * NULL no-op. */
-void px__stage_drain(struct px__stage *st);
-/* Frees the staging state of a request (req_free; drains first); NULL no-op. */
-void px__stage_free(struct px__stage *st);
 
 /* --- algorithms (coll/ files): each builds req's schedule or ring state ---- */
 px_status_t px__ring_setup(px_request_t *req, int o, int do_rs, int do_ag, const void *src,

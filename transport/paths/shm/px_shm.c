@@ -147,6 +147,7 @@
 
 #include "px_env.h"
 #include "px_log.h"
+#include "px_path.h"
 #include "px_reduce.h"
 #include "px_shm_cma.h"
 #include "px_shm_reg.h"
@@ -1053,6 +1054,7 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
     req = &r->req;
     o = &r->op;
     px__req_init(req, comm, kind, dtype, op, count, root, opts);
+    req->path = &px__path_shm;
     memset(o, 0, sizeof(*o));
     req->seq = comm->coll_seq++ & PX__SEQ_MASK;
     req->stage = 1; /* no UCX header exchange: the ring holds the headers */
@@ -1245,3 +1247,86 @@ int px__shm_sleep(px_comm_t *comm, int timeout_ms)
     }
     return 1;
 }
+
+/* --- the path's entry in the table (px_path.h) ----------------------------------- */
+
+px_status_t px_comm_set_shm_slot(px_comm_t *comm, uint64_t slot_bytes)
+{
+    if (!comm)
+        return PX_ERR_INVALID_ARGUMENT;
+    return px__shm_reslot(comm, slot_bytes);
+}
+
+/* Host buffers of all-reduce, reduce-scatter, all-gather, broadcast and
+ * all-to-all (not in place) on a communicator with a segment, sized for
+ * it by px__shm_wants (bytes of the buffer that holds every rank's data);
+ * not fp16/bf16 reductions (they reduce in fp32 on the host algorithms). */
+static int path_wants(px_comm_t *comm, const px__coll_args_t *a)
+{
+    uint64_t esz = px_dtype_size(a->dtype), n = (uint64_t)comm->size, bytes;
+
+    switch (a->kind) {
+    case PX__COLL_ALLREDUCE:
+    case PX__COLL_BCAST:
+        bytes = a->count * esz;
+        break;
+    case PX__COLL_REDUCE_SCATTER:
+    case PX__COLL_ALLGATHER:
+        bytes = n * a->count * esz;
+        break;
+    case PX__COLL_ALLTOALL:
+        if (!a->count || !a->sendbuf || !a->recvbuf || a->sendbuf == a->recvbuf)
+            return 0;
+        bytes = n * a->count * esz;
+        break;
+    default:
+        return 0;
+    }
+    return comm->shm && comm->size > 1 && !(px__coll_reduces(a->kind) && px__is_half(a->dtype)) &&
+           !px__on_device(a->sendbuf, a->recvbuf) && px__shm_wants(comm, a->kind, bytes);
+}
+
+static px_status_t path_enqueue(px_comm_t *comm, const px__coll_args_t *a, px_request_t **req_p)
+{
+    const void *src = a->kind == PX__COLL_BCAST ? NULL : a->sendbuf;
+    return px__shm_start(comm, a->kind, src, a->recvbuf, a->count, a->dtype, a->op, a->root,
+                         a->opts, req_p);
+}
+
+static void path_req_cancel(px_request_t *req)
+{
+    px__shm_off(req->comm); /* the ranks' segment counters no longer agree */
+}
+
+static int path_req_free(px_request_t *req)
+{
+    px__shm_req_free(req); /* one allocation with its state, maybe kept for reuse */
+    return 1;
+}
+
+static int path_checks_headers(const px_comm_t *comm)
+{
+    return comm->shm != NULL;
+}
+
+static void path_note(const px_request_t *req)
+{
+    px__shm_note(req->comm, req->seq, req->kind, req->dtype, (int)req->op, req->root,
+                 req->count);
+}
+
+const px__path_t px__path_shm = {
+    .name = "shm",
+    .wants = path_wants,
+    .enqueue = path_enqueue,
+    .req_cancel = path_req_cancel,
+    .req_free = path_req_free,
+    .waiting_for = px__shm_waiting_for,
+    .comm_setup = px__shm_setup,
+    .comm_destroy = px__shm_destroy,
+    .checks_headers = path_checks_headers,
+    .note = path_note,
+    .hdr_check = px__shm_ring_check,
+    .mismatch = px__shm_off,
+    .sleep = px__shm_sleep,
+};

@@ -57,6 +57,7 @@
 
 #include "px_env.h"
 #include "px_log.h"
+#include "px_path.h"
 
 struct px__ipc {
     const px_kernel_ops_t *k; /* the backend that allocated and mapped */
@@ -506,7 +507,7 @@ static px_status_t begin(px_request_t *req, int what, const void *src, void *dst
 {
     const int n = req->comm->size;
     const size_t slot = req->comm->ipc->slot;
-    size_t chunk = px__stage_chunk() < slot ? px__stage_chunk() : slot;
+    size_t chunk = px__dev_chunk() < slot ? px__dev_chunk() : slot;
     struct px__ipcreq *ir = calloc(1, sizeof(*ir));
 
     if (!ir || !(ir->rbuf = calloc((size_t)n, sizeof(uint64_t)))) {
@@ -599,3 +600,75 @@ void px__ipc_req_free(struct px__ipcreq *ir)
     free(ir->rbuf);
     free(ir);
 }
+
+/* --- the path's entry in the table (px_path.h) ----------------------------------- */
+
+/* Device buffers (both, where the collective has two) of all-reduce,
+ * reduce-scatter, all-gather, broadcast and all-to-all with elements to
+ * move on more than one rank, not an fp16/bf16 reduction, and IPC on for
+ * the communicator: px__ipc_ready, whose first call on a communicator is
+ * the collective setup (the same arguments on every rank make the same
+ * call), with the call's own timeout. */
+static int path_wants(px_comm_t *comm, const px__coll_args_t *a)
+{
+    const void *b = a->kind == PX__COLL_BCAST ? NULL : a->recvbuf;
+
+    if (a->kind != PX__COLL_ALLREDUCE && a->kind != PX__COLL_REDUCE_SCATTER &&
+        a->kind != PX__COLL_ALLGATHER && a->kind != PX__COLL_BCAST &&
+        a->kind != PX__COLL_ALLTOALL)
+        return 0;
+    return px__dev_ops() && comm->size > 1 && a->count > 0 &&
+           !(px__coll_reduces(a->kind) && px__is_half(a->dtype)) && px__is_device(a->sendbuf) &&
+           (!b || px__is_device(b)) &&
+           px__ipc_ready(comm, a->opts && a->opts->timeout_ms > 0 ? a->opts->timeout_ms : -1);
+}
+
+/* req->algo as the host path reports it: all-reduce and all-to-all the
+ * algorithm chosen (whose order the sums follow), reduce-scatter and
+ * all-gather the ring, broadcast the tree. */
+static px_status_t path_start(px_request_t *req, const px__coll_args_t *a)
+{
+    px_status_t status;
+
+    switch (a->kind) {
+    case PX__COLL_ALLREDUCE:
+        req->algo = a->algo;
+        return px__ipc_allreduce(req, a->sendbuf, a->recvbuf, a->count, a->algo);
+    case PX__COLL_REDUCE_SCATTER:
+        status = px__ipc_reduce_scatter(req, a->sendbuf, a->recvbuf, a->count);
+        break;
+    case PX__COLL_ALLGATHER:
+        status = px__ipc_allgather(req, a->sendbuf, a->recvbuf, a->count);
+        break;
+    case PX__COLL_BCAST:
+        req->algo = PX_ALGO_TREE;
+        return px__ipc_bcast(req, a->recvbuf, a->count);
+    default: /* all-to-all */
+        req->algo = a->algo;
+        return px__ipc_alltoall(req, a->sendbuf, a->recvbuf, a->count);
+    }
+    if (status == PX_OK)
+        req->algo = PX_ALGO_RING;
+    return status;
+}
+
+static void path_req_cancel(px_request_t *req)
+{
+    px__ipc_req_end(req, PX_ERR_ABORTED); /* the device rings' state no longer agrees */
+}
+
+static int path_req_free(px_request_t *req)
+{
+    px__ipc_req_free(req->ipc);
+    return 0;
+}
+
+const px__path_t px__path_ipc = {
+    .name = "ipc",
+    .wants = path_wants,
+    .start = path_start,
+    .req_end = px__ipc_req_end,
+    .req_cancel = path_req_cancel,
+    .req_free = path_req_free,
+    .comm_destroy = px__ipc_destroy,
+};

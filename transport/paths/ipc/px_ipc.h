@@ -1,7 +1,9 @@
 /* px_ipc.h: collectives on device buffers between the ranks of one node
  * through device memory the peers map (CUDA IPC, as NCCL's P2P transport;
  * internal to the transport, px__ prefixed; ARCHITECTURE.md section 4: "GPU
- * buffers travel ... CUDA IPC between the GPUs of one node").
+ * buffers travel ... CUDA IPC between the GPUs of one node"). The path's
+ * private header: the core reaches it through its entry in the table,
+ * px__path_ipc (px_path.h), defined at the end of px_ipc.c.
  *
  * Life: the first collective on device buffers of a communicator (all
  * ranks call it at the same point, as every collective) runs the setup:

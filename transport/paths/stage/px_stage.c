@@ -1,7 +1,8 @@
 /* px_stage.c: collectives on device buffers, staged through pinned host
  * buffers in chunks (px_devmem.h; ARCHITECTURE.md section 4, "GPU buffers
  * travel ... otherwise staged through pinned host buffers in chunks,
- * overlapping copy and send").
+ * overlapping copy and send"). The core reaches it only through its
+ * entry in the table, px__path_stage (px_path.h), at the end of this file.
  *
  * The transport's algorithms read and write host memory. A collective on
  * device buffers is cut into chunks of about px_transport_set_stage_chunk
@@ -82,6 +83,7 @@
 
 #include "px_devmem.h"
 #include "px_log.h"
+#include "px_path.h"
 #include "px_reduce.h"
 
 enum { ST_AR_RING = 1, ST_AR_FLAT, ST_RS, ST_AG, ST_BCAST, ST_A2A, ST_A2AV };
@@ -127,7 +129,11 @@ static void copy_wait(uint64_t *t)
     *t = 0;
 }
 
-void px__stage_drain(struct px__stage *st)
+/* Waits for the staging copies still in flight (asynchronous copies of
+ * the device backend), so that the host buffers may be reused: called when
+ * a staged request ends, failed or not, before its temporaries go back.
+ * NULL no-op. */
+static void stage_drain(struct px__stage *st)
 {
     if (!st)
         return;
@@ -137,9 +143,10 @@ void px__stage_drain(struct px__stage *st)
     }
 }
 
-void px__stage_free(struct px__stage *st)
+/* Frees the staging state of a request (drains first); NULL no-op. */
+static void stage_free(struct px__stage *st)
 {
-    px__stage_drain(st);
+    stage_drain(st);
     if (st)
         free(st->a2a);
     free(st);
@@ -472,7 +479,7 @@ static px_status_t stage_advance(px_request_t *req, int *progressed_p)
     } while (moved);
     if (st->stored < st->nchunks)
         return PX_INPROGRESS;
-    px__stage_drain(st); /* the last results are in device memory */
+    stage_drain(st); /* the last results are in device memory */
     return PX_OK;
 }
 
@@ -503,7 +510,7 @@ static px_status_t stage_begin(px_request_t *req, px__stage_t *st, uint64_t buf_
     if (!all) {
         px_error("staged %s: no memory for %d host buffers of %zu bytes", "collective",
                  st->nbuf, one);
-        px__stage_free(st);
+        stage_free(st);
         return PX_ERR_NO_MEMORY;
     }
     for (int b = 0; b < st->nbuf; b++)
@@ -521,7 +528,7 @@ static px_status_t stage_begin(px_request_t *req, px__stage_t *st, uint64_t buf_
  * at least one. */
 static uint64_t blocked_pc(const px_request_t *req)
 {
-    uint64_t pc = (uint64_t)px__stage_chunk() / ((uint64_t)req->comm->size * req->esz);
+    uint64_t pc = (uint64_t)px__dev_chunk() / ((uint64_t)req->comm->size * req->esz);
     return pc ? pc : 1;
 }
 
@@ -548,7 +555,7 @@ static px_status_t begin_flat(px_request_t *req, int what, px_algo_t algo, const
                               void *dst, uint64_t count)
 {
     px__stage_t *st = calloc(1, sizeof(*st));
-    uint64_t pc = (uint64_t)px__stage_chunk() / req->esz;
+    uint64_t pc = (uint64_t)px__dev_chunk() / req->esz;
 
     if (!st)
         return PX_ERR_NO_MEMORY;
@@ -562,8 +569,13 @@ static px_status_t begin_flat(px_request_t *req, int what, px_algo_t algo, const
     return stage_begin(req, st, st->pc < count ? st->pc : count);
 }
 
-px_status_t px__stage_allreduce(px_request_t *req, const void *sendbuf, void *recvbuf,
-                                uint64_t count, px_algo_t algo)
+/* The collectives on device buffers: make `req` (created, nothing posted
+ * but its headers) run chunk by chunk through pinned host buffers. The
+ * arguments are those of the public call (elements; all-reduce: `algo` the
+ * algorithm the host path picks for the whole buffer). Copies the first
+ * chunk off the device. PX_ERR_NO_MEMORY; the caller discards req on error. */
+static px_status_t stage_allreduce(px_request_t *req, const void *sendbuf, void *recvbuf,
+                                   uint64_t count, px_algo_t algo)
 {
     const uint64_t n = (uint64_t)req->comm->size;
     if (algo == PX_ALGO_RING)
@@ -571,25 +583,25 @@ px_status_t px__stage_allreduce(px_request_t *req, const void *sendbuf, void *re
     return begin_flat(req, ST_AR_FLAT, algo, sendbuf, recvbuf, count);
 }
 
-px_status_t px__stage_reduce_scatter(px_request_t *req, const void *sendbuf, void *recvbuf,
-                                     uint64_t recvcount)
+static px_status_t stage_reduce_scatter(px_request_t *req, const void *sendbuf, void *recvbuf,
+                                        uint64_t recvcount)
 {
     return begin_blocked(req, ST_RS, sendbuf, recvbuf, recvcount, 0);
 }
 
-px_status_t px__stage_allgather(px_request_t *req, const void *sendbuf, void *recvbuf,
-                                uint64_t sendcount)
+static px_status_t stage_allgather(px_request_t *req, const void *sendbuf, void *recvbuf,
+                                   uint64_t sendcount)
 {
     return begin_blocked(req, ST_AG, sendbuf, recvbuf, sendcount, 0);
 }
 
-px_status_t px__stage_bcast(px_request_t *req, void *buf, uint64_t count)
+static px_status_t stage_bcast(px_request_t *req, void *buf, uint64_t count)
 {
     return begin_flat(req, ST_BCAST, PX_ALGO_TREE, buf, buf, count);
 }
 
-px_status_t px__stage_alltoall(px_request_t *req, const void *sendbuf, void *recvbuf,
-                               uint64_t count, px_algo_t algo)
+static px_status_t stage_alltoall(px_request_t *req, const void *sendbuf, void *recvbuf,
+                                  uint64_t count, px_algo_t algo)
 {
     px__stage_t *st = calloc(1, sizeof(*st));
     const int n = req->comm->size;
@@ -609,10 +621,14 @@ px_status_t px__stage_alltoall(px_request_t *req, const void *sendbuf, void *rec
     return stage_begin(req, st, 2 * (uint64_t)n * (st->pc < count ? st->pc : count));
 }
 
-px_status_t px__stage_alltoallv(px_request_t *req, const void *sendbuf,
-                                const uint64_t *sendcounts, const uint64_t *sdispls,
-                                void *recvbuf, const uint64_t *recvcounts,
-                                const uint64_t *rdispls, px_algo_t algo)
+/* All-to-all-v on device buffers: chunk i carries slice i of every send
+ * and receive block (see the top of this file), the host algorithm (`algo`:
+ * linear or pairwise, as the host path picks) run on each; bit for bit the
+ * host path (bytes only). */
+static px_status_t stage_alltoallv(px_request_t *req, const void *sendbuf,
+                                   const uint64_t *sendcounts, const uint64_t *sdispls,
+                                   void *recvbuf, const uint64_t *recvcounts,
+                                   const uint64_t *rdispls, px_algo_t algo)
 {
     px__stage_t *st = calloc(1, sizeof(*st));
     const int n = req->comm->size;
@@ -646,3 +662,171 @@ px_status_t px__stage_alltoallv(px_request_t *req, const void *sendbuf,
     uint64_t rhalf = (uint64_t)n * (rmax < st->pc ? rmax : st->pc);
     return stage_begin(req, st, st->sext + rhalf ? st->sext + rhalf : 1);
 }
+
+/* --- point-to-point on device buffers: chunks staged through host buffers ---
+ *
+ * A device buffer of `bytes` travels as ceil(bytes / chunk) messages of the
+ * same tag (UCX matches a sender's messages of one tag in posting order, so
+ * the k-th receive posted gets the k-th chunk). Two host buffers of one chunk
+ * each (request slots 0 and 1: pinned where the device backend registered a
+ * pinned allocator, px_transport_set_pinned_memory) alternate: the sender
+ * copies chunk k+1 off the device while chunk k is on the wire; the receiver
+ * has chunks k and k+1 posted and copies k onto the device while k+1
+ * arrives. Both ends must stage (a device buffer on both sides, as every rank
+ * of a job shares one backend): a host receiver of a staged send sees
+ * only the first chunk, a short message, which fails the receive. */
+
+static px_status_t p2p_dev_advance(px_request_t *req, int *progressed_p)
+{
+    px_comm_t *comm = req->comm;
+    const px_kernel_ops_t *dev_ops = px__dev_ops();
+    const int is_send = req->kind == PX__COLL_SEND;
+    px_status_t status;
+    int again = 1;
+
+    while (again) {
+        again = 0;
+        for (int i = 0; i < 2; i++) {
+            px__op_t *op = req->ops[i];
+            if (op) {
+                if (!op->done)
+                    continue;
+                status = px__op_status(comm, op);
+                if (status != PX_OK)
+                    return status;
+                px__op_reap(comm, op);
+                req->ops[i] = NULL;
+                if (!is_send) /* the chunk is here: onto the device */
+                    dev_ops->mem_copy_from_host(req->p2p_dev + req->p2p_off[i], req->tmp[i],
+                                                req->p2p_len[i]);
+                req->p2p_done += req->p2p_len[i];
+                *progressed_p = 1;
+            }
+            if (req->p2p_next < req->p2p_total) {
+                size_t len = req->p2p_total - req->p2p_next;
+                len = len < req->p2p_chunk ? len : req->p2p_chunk;
+                req->p2p_off[i] = req->p2p_next;
+                req->p2p_len[i] = len;
+                req->p2p_next += len;
+                if (is_send) {
+                    dev_ops->mem_copy_to_host(req->tmp[i], req->p2p_dev + req->p2p_off[i], len);
+                    status = px__req_send(req, req->p2p_peer, req->p2p_tag, req->tmp[i], len,
+                                          &req->ops[i]);
+                } else {
+                    status = px__req_recv(req, req->p2p_peer, req->p2p_tag, req->tmp[i], len,
+                                          &req->ops[i]);
+                }
+                if (status != PX_OK)
+                    return status;
+                *progressed_p = 1;
+                again = 1; /* a send may have completed at once */
+            }
+        }
+    }
+    return req->p2p_done == req->p2p_total ? PX_OK : PX_INPROGRESS;
+}
+
+/* Starts a staged send or receive of a->count bytes: the two host buffers,
+ * the device's work on the buffer done (send), the first two chunks
+ * posted. */
+static px_status_t stage_p2p(px_request_t *req, const px__coll_args_t *a)
+{
+    const int is_send = a->kind == PX__COLL_SEND;
+    size_t chunk = px__dev_chunk() < a->count ? px__dev_chunk() : (size_t)a->count;
+    px_status_t status;
+    int progressed = 0;
+
+    if (!px__req_tmp(req, 0, chunk) || !px__req_tmp(req, 1, chunk))
+        return PX_ERR_NO_MEMORY;
+    if (is_send)
+        px__dev_ops()->synchronize(); /* the kernels that wrote buf are done */
+    req->p2p_dev = is_send ? (char *)a->sendbuf : a->recvbuf;
+    req->p2p_peer = a->peer;
+    req->p2p_tag = a->p2p_tag;
+    req->p2p_total = (size_t)a->count;
+    req->p2p_chunk = chunk;
+    req->advance = p2p_dev_advance;
+    status = p2p_dev_advance(req, &progressed); /* post the first two chunks */
+    return status == PX_INPROGRESS ? PX_OK : status;
+}
+
+/* --- the path's entry in the table (px_path.h) ----------------------------------- */
+
+/* Every collective with a staged form whose buffer (either one) is device
+ * memory and that no path before this one took (CUDA IPC: ranks on
+ * several nodes, IPC off, fp16/bf16 reductions, one rank); a send or
+ * receive of a device buffer where UCX does not move CUDA memory itself. */
+static int path_wants(px_comm_t *comm, const px__coll_args_t *a)
+{
+    switch (a->kind) {
+    case PX__COLL_SEND:
+    case PX__COLL_RECV:
+        return a->count && px__on_device(a->sendbuf, a->recvbuf) &&
+               !px_transport_cuda_memory(comm->tr);
+    case PX__COLL_ALLREDUCE:
+    case PX__COLL_REDUCE_SCATTER:
+    case PX__COLL_ALLGATHER:
+    case PX__COLL_BCAST:
+    case PX__COLL_ALLTOALL:
+    case PX__COLL_ALLTOALLV:
+        return px__on_device(a->sendbuf, a->recvbuf);
+    default:
+        return 0;
+    }
+}
+
+/* req->algo as the host path reports it: all-reduce and all-to-all(-v)
+ * the algorithm chosen (whose order the chunks follow), reduce-scatter and
+ * all-gather the ring, broadcast the tree. */
+static px_status_t path_start(px_request_t *req, const px__coll_args_t *a)
+{
+    px_status_t status;
+
+    switch (a->kind) {
+    case PX__COLL_ALLREDUCE:
+        req->algo = a->algo;
+        return stage_allreduce(req, a->sendbuf, a->recvbuf, a->count, a->algo);
+    case PX__COLL_REDUCE_SCATTER:
+        status = stage_reduce_scatter(req, a->sendbuf, a->recvbuf, a->count);
+        break;
+    case PX__COLL_ALLGATHER:
+        status = stage_allgather(req, a->sendbuf, a->recvbuf, a->count);
+        break;
+    case PX__COLL_BCAST:
+        req->algo = PX_ALGO_TREE;
+        return stage_bcast(req, a->recvbuf, a->count);
+    case PX__COLL_ALLTOALL:
+        req->algo = a->algo;
+        return a->count ? stage_alltoall(req, a->sendbuf, a->recvbuf, a->count, a->algo) : PX_OK;
+    case PX__COLL_SEND:
+    case PX__COLL_RECV:
+        return stage_p2p(req, a);
+    default: /* all-to-all-v */
+        req->algo = a->algo;
+        return stage_alltoallv(req, a->sendbuf, a->sendcounts, a->sdispls, a->recvbuf,
+                               a->recvcounts, a->rdispls, a->algo);
+    }
+    if (status == PX_OK)
+        req->algo = PX_ALGO_RING;
+    return status;
+}
+
+static void path_req_end(px_request_t *req, px_status_t status)
+{
+    (void)status;
+    stage_drain(req->staged); /* no staging copy still uses the buffers */
+}
+
+static int path_req_free(px_request_t *req)
+{
+    stage_free(req->staged);
+    return 0;
+}
+
+const px__path_t px__path_stage = {
+    .name = "stage",
+    .wants = path_wants,
+    .start = path_start,
+    .req_end = path_req_end,
+    .req_free = path_req_free,
+};

@@ -10,8 +10,9 @@
  * stage-0 gradients there (engine/zero.c). See px_shm_reg.c for the
  * algorithm and its barrier rules.
  *
- * Public: px_shm_alloc / px_shm_free. The px__ functions are the hooks the
- * shared-memory collectives (px_shm.c) call. */
+ * The public calls, px_shm_alloc / px_shm_free, are declared in px_coll.h;
+ * the px__ functions here are the hooks the shared-memory collectives
+ * (px_shm.c) call. */
 #ifndef PX_SHM_REG_H
 #define PX_SHM_REG_H
 
@@ -21,25 +22,6 @@
 #include "px_dtype.h"
 #include "px_status.h"
 #include "px_transport.h"
-
-/* Collective over `comm` (every rank calls it, same `bytes`, in the same
- * order as its other collectives): `want` says whether this rank can use
- * host memory there (0 on a device backend); the ranks agree (MIN over
- * want, PX_SHM_REG and the mapping's success on every rank). On agreement
- * *ptr_p is this rank's zero-filled part of a new region of `bytes` (page
- * aligned; the caller owns it: px_shm_free); otherwise *ptr_p is NULL on
- * every rank and the caller allocates as usual (no shared-memory path on
- * comm: several nodes or PX_SHM=0, PX_SHM_REG=0 on a rank, want 0 on a
- * rank, or shm_open/mmap failed on a rank). Returns the status of the
- * agreement's collectives (*ptr_p then NULL). bytes 0: *ptr_p NULL, no
- * collective. */
-px_status_t px_shm_alloc(px_comm_t *comm, size_t bytes, int want, void **ptr_p);
-
-/* Unmaps the region whose part `ptr` is (a px_shm_alloc result; NULL:
- * no-op). Local, no collective: the peers keep their own mappings of the
- * pages. Must not be called while a collective over ptr is in flight. A
- * pointer px_shm_alloc did not return aborts. */
-void px_shm_free(void *ptr);
 
 /* --- hooks for px_shm.c (internal) ------------------------------------------- */
 

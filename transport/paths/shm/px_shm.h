@@ -1,6 +1,8 @@
 /* px_shm.h: the shared-memory path of the collectives for communicators
  * whose ranks all run on one host (internal to the transport; px__
- * prefixed). The CPU analogue of NCCL's SHM transport and of Open MPI's
+ * prefixed; the path's private header: the core reaches it through its
+ * entry in the table, px__path_shm (px_path.h), defined at the end of
+ * px_shm.c). The CPU analogue of NCCL's SHM transport and of Open MPI's
  * vader/sm: instead of UCX messages, every rank copies its part into its
  * own slot of one POSIX shared-memory segment and reads the others' slots.
  *

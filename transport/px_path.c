@@ -1,0 +1,105 @@
+/* px_path.c: the table of the transport's paths (px_path.h) and the core's
+ * only way to them.
+ *
+ * Order matters: a collective takes the first path that wants it. The
+ * shared-memory path wants host buffers only, CUDA IPC and staging device
+ * buffers only, and IPC comes before staging (staging takes every device
+ * buffer IPC leaves: ranks on several nodes, IPC off, fp16/bf16
+ * reductions). */
+#include "px_path.h"
+
+#include <stddef.h>
+
+static const px__path_t *const paths[] = {&px__path_shm, &px__path_ipc, &px__path_stage};
+#define NPATHS (sizeof(paths) / sizeof(*paths))
+
+const px__path_t *px__path_choose(px_comm_t *comm, const px__coll_args_t *a)
+{
+    for (size_t i = 0; i < NPATHS; i++)
+        if (paths[i]->wants(comm, a))
+            return paths[i];
+    return NULL;
+}
+
+px_status_t px__paths_comm_setup(px_comm_t *comm)
+{
+    for (size_t i = 0; i < NPATHS; i++) {
+        if (paths[i]->comm_setup) {
+            px_status_t status = paths[i]->comm_setup(comm);
+            if (status != PX_OK)
+                return status;
+        }
+    }
+    return PX_OK;
+}
+
+void px__paths_comm_destroy(px_comm_t *comm)
+{
+    for (size_t i = 0; i < NPATHS; i++)
+        if (paths[i]->comm_destroy)
+            paths[i]->comm_destroy(comm);
+}
+
+int px__paths_check_headers(const px_comm_t *comm)
+{
+    for (size_t i = 0; i < NPATHS; i++)
+        if (paths[i]->checks_headers && paths[i]->checks_headers(comm))
+            return 1;
+    return 0;
+}
+
+void px__paths_note(const px_request_t *req)
+{
+    for (size_t i = 0; i < NPATHS; i++)
+        if (paths[i]->note)
+            paths[i]->note(req);
+}
+
+px_status_t px__paths_hdr_check(px_request_t *req)
+{
+    for (size_t i = 0; i < NPATHS; i++) {
+        if (paths[i]->hdr_check) {
+            px_status_t status = paths[i]->hdr_check(req);
+            if (status != PX_OK)
+                return status;
+        }
+    }
+    return PX_OK;
+}
+
+void px__paths_mismatch(px_comm_t *comm)
+{
+    for (size_t i = 0; i < NPATHS; i++)
+        if (paths[i]->mismatch)
+            paths[i]->mismatch(comm);
+}
+
+int px__paths_sleep(px_comm_t *comm, int timeout_ms)
+{
+    for (size_t i = 0; i < NPATHS; i++)
+        if (paths[i]->sleep && paths[i]->sleep(comm, timeout_ms))
+            return 1;
+    return 0;
+}
+
+void px__path_req_end(px_request_t *req, px_status_t status)
+{
+    if (req->path && req->path->req_end)
+        req->path->req_end(req, status);
+}
+
+void px__path_req_cancel(px_request_t *req)
+{
+    if (req->path && req->path->req_cancel)
+        req->path->req_cancel(req);
+}
+
+int px__path_req_free(px_request_t *req)
+{
+    return req->path && req->path->req_free ? req->path->req_free(req) : 0;
+}
+
+int px__path_waiting_for(const px_request_t *req)
+{
+    return req->path && req->path->waiting_for ? req->path->waiting_for(req) : -1;
+}
