@@ -740,11 +740,13 @@ px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, 
     return PX_OK;
 }
 
-float px_moe_aux_loss(const px_moe_t *moe)
+float px_moe_aux_loss(const px_moe_t *moe) { return px_moe_aux_loss_slot(moe, 0); }
+
+float px_moe_aux_loss_slot(const px_moe_t *moe, int slot)
 {
     float s = 0.0f;
     for (int mi = 0; mi < moe->nm; mi++)
-        s += moe->L[(size_t)mi * moe->slots].aux;
+        s += moe->L[(size_t)mi * moe->slots + slot].aux;
     return s;
 }
 

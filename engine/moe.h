@@ -165,6 +165,8 @@ px_status_t px_moe_backward_slot(px_moe_t *moe, int slot, int l, const float *x,
 /* Sum over the MoE layers of slot 0's last forward's load-balancing
  * losses. */
 float px_moe_aux_loss(const px_moe_t *moe);
+/* The same of activation slot `slot` (0 .. slots-1). */
+float px_moe_aux_loss_slot(const px_moe_t *moe, int slot);
 /* Sum of the load-balancing losses of every forward (layer, micro-batch)
  * since px_moe_begin_step. */
 double px_moe_aux_loss_step(const px_moe_t *moe);

@@ -4,7 +4,8 @@
  * px_trainer_create reads the job's configuration and builds what its
  * layout needs: the device's op table, the process groups split from the
  * world, the data, the memory plan, ZeRO's sharded state (zero.h), the
- * model (one gpt.h model, or this stage's pipeline runner, pipeline.h), the
+ * runner of this stage's model (pipeline.h; without pipelining the one
+ * stage is the whole model), the
  * mixture of experts (moe.h), the batch buffers and the evaluation; it
  * resumes from a checkpoint where the configuration says so. The loop then
  * calls px_trainer_grads, px_trainer_update, px_trainer_checkpoint and
@@ -64,15 +65,12 @@ typedef struct px_trainer {
     px_gpt_config_t gc;
     px_moe_config_t mc;
     px_data_t *data, *val; /* val NULL without a validation file */
-    int *stage_layers;     /* pp > 1: (pp x V) layers per virtual stage */
-    unsigned char *held_layers; /* pp > 1: (layers) 1 where this stage holds it */
+    int *stage_layers;     /* (pp x V) layers per virtual stage */
+    unsigned char *held_layers; /* (layers) 1 where this stage holds it */
     px_plan_t *plan;
     px_zero_t *zero;
-    px_gpt_t *gpt;   /* the whole model (pp 1), else NULL */
-    px_gpt_ctx_t ctx;
-    px_pipe_t *pipe; /* this stage's runner (pp > 1), else NULL */
+    px_pipe_t *pipe; /* the runner of this stage's model (every layout) */
     px_moe_t *moe;   /* NULL when dense */
-    int32_t *inputs, *targets; /* (Bm, Tl) device tokens */
     int32_t *seq_in, *seq_tg;  /* cp > 1: (Bm, T) host sequences */
     int32_t *host_tokens;      /* device backends: (2, Bm, T) host staging */
     size_t n;                  /* parameters of the canonical (whole) model */
