@@ -1,12 +1,12 @@
 /* moe_checkpoint.c: the MoE files of a checkpoint (moe_checkpoint.h).
  *
- * Save: the canonical parameters, m and v are gathered (moe.h
- * px_moe_gather_canonical over the ep group, summed over the pipeline
+ * Save: the canonical parameters, m and v are gathered (experts.h
+ * px_experts_gather_canonical over the ep group, summed over the pipeline
  * stages, each of which wrote only its MoE layers), then one rank writes
  * moe.bin and moe.json through .tmp files, fsync and rename. Load: moe.json
  * is parsed (jansson) and checked against the model, moe.bin's size
  * against num_params, the three arrays read whole and scattered into this
- * rank's layers and experts (px_moe_set_canonical). Runs on the training
+ * rank's layers and experts (px_experts_set_canonical). Runs on the training
  * thread. */
 #include "moe_checkpoint.h"
 
@@ -67,9 +67,9 @@ static px_status_t write_file(const char *path, int n, const void *const *ptr,
     return PX_OK;
 }
 
-static px_status_t gather(px_moe_t *moe, int which, float *dst, px_comm_t *pp, size_t n)
+static px_status_t gather(px_experts_t *ex, int which, float *dst, px_comm_t *pp, size_t n)
 {
-    PX_CHECK(px_moe_gather_canonical(moe, which, dst));
+    PX_CHECK(px_experts_gather_canonical(ex, which, dst));
     if (!pp || px_comm_size(pp) < 2)
         return PX_OK;
     px_status_t status = px_allreduce(pp, dst, dst, n, PX_FLOAT32, PX_SUM, -1);
@@ -79,10 +79,10 @@ static px_status_t gather(px_moe_t *moe, int which, float *dst, px_comm_t *pp, s
     return status;
 }
 
-px_status_t px_moe_checkpoint_save(const char *dir, int step, px_moe_t *moe, px_comm_t *pp,
+px_status_t px_moe_checkpoint_save(const char *dir, int step, px_experts_t *ex, px_comm_t *pp,
                                    int writer)
 {
-    const px_moe_config_t *c = px_moe_config(moe);
+    const px_moe_config_t *c = px_experts_config(ex);
     size_t n = (size_t)px_moe_num_params(c);
     px_status_t status = PX_OK;
     float *buf = calloc(3 * (n ? n : 1), sizeof(float));
@@ -90,7 +90,7 @@ px_status_t px_moe_checkpoint_save(const char *dir, int step, px_moe_t *moe, px_
         return PX_ERR_NO_MEMORY;
     const int which[3] = {0, 2, 3}; /* parameters, m, v */
     for (int i = 0; i < 3 && status == PX_OK; i++)
-        status = gather(moe, which[i], buf + i * n, pp, n);
+        status = gather(ex, which[i], buf + i * n, pp, n);
     if (status != PX_OK || !writer)
         goto out;
     char sdir[4096], path[4200];
@@ -114,9 +114,9 @@ out:
     return status;
 }
 
-px_status_t px_moe_checkpoint_load(const char *path, px_moe_t *moe)
+px_status_t px_moe_checkpoint_load(const char *path, px_experts_t *ex)
 {
-    const px_moe_config_t *c = px_moe_config(moe);
+    const px_moe_config_t *c = px_experts_config(ex);
     size_t n = (size_t)px_moe_num_params(c);
     char mpath[4200];
     snprintf(mpath, sizeof(mpath), "%s/moe.json", path);
@@ -173,7 +173,7 @@ px_status_t px_moe_checkpoint_load(const char *path, px_moe_t *moe)
     }
     const int which[3] = {0, 2, 3};
     for (int i = 0; i < 3; i++)
-        px_moe_set_canonical(moe, which[i], buf + i * n);
+        px_experts_set_canonical(ex, which[i], buf + i * n);
 out_buf:
     free(buf);
 out_file:

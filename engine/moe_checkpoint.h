@@ -21,6 +21,7 @@
 #define PX_MOE_CHECKPOINT_H
 
 #include "gpt.h"
+#include "experts.h"
 #include "moe.h"
 #include "px_status.h"
 #include "px_transport.h"
@@ -30,7 +31,7 @@
  * `writer` != 0 (world rank 0) writes DIR/step_<step>/moe.json and moe.bin
  * (creating the directories). Errors: the collectives', PX_ERR_IO (logged
  * with the path), PX_ERR_NO_MEMORY. */
-px_status_t px_moe_checkpoint_save(const char *dir, int step, px_moe_t *moe, px_comm_t *pp,
+px_status_t px_moe_checkpoint_save(const char *dir, int step, px_experts_t *ex, px_comm_t *pp,
                                    int writer);
 
 /* Loads `path` (a step_<N>/ directory)'s MoE files into this rank's
@@ -38,7 +39,7 @@ px_status_t px_moe_checkpoint_save(const char *dir, int step, px_moe_t *moe, px_
  * a checkpoint of a dense model, named), PX_ERR_INVALID_ARGUMENT (another
  * model: the mismatched value and both sides named; a short moe.bin),
  * PX_ERR_IO. Nothing is changed on error. Every rank reads for itself. */
-px_status_t px_moe_checkpoint_load(const char *path, px_moe_t *moe);
+px_status_t px_moe_checkpoint_load(const char *path, px_experts_t *ex);
 
 /* The safetensors export of a model with experts (checkpoint.h's
  * px_safetensors_write for the dense tensors, then the MoE layers'): the

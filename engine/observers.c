@@ -182,7 +182,7 @@ static px_status_t dump_init(void *arg, px_trainer_t *tr)
     }
     if (!d->canon || (tr->moe && !d->moe_canon))
         return PX_ERR_NO_MEMORY;
-    PX_CHECK(px_trainer_canonical(tr, 0, d->canon, d->moe_canon));
+    PX_CHECK(px_params_canonical(&tr->params, 0, d->canon, d->moe_canon));
     if (tr->rank == 0) {
         if (mkdir(d->dir, 0755) < 0 && errno != EEXIST) {
             px_error("train: cannot create dump dir %s: %s", d->dir, strerror(errno));
@@ -216,7 +216,7 @@ static px_status_t dump_grads(void *arg, px_trainer_t *tr, int s, float loss, fl
     (void)norm;
     if (s >= d->steps)
         return PX_OK;
-    PX_CHECK(px_trainer_canonical(tr, 1, d->canon, d->moe_canon));
+    PX_CHECK(px_params_canonical(&tr->params, 1, d->canon, d->moe_canon));
     if (tr->rank != 0)
         return PX_OK;
     PX_CHECK(dump_raw(d->dir, "grads", s + 1, d->canon, tr->n * sizeof(float)));
@@ -234,7 +234,7 @@ static px_status_t dump_step(void *arg, px_trainer_t *tr, const px_step_report_t
     dump_obs_t *d = arg;
     const int s = rep->step - 1;
     if (s < d->steps) {
-        PX_CHECK(px_trainer_canonical(tr, 0, d->canon, d->moe_canon));
+        PX_CHECK(px_params_canonical(&tr->params, 0, d->canon, d->moe_canon));
         if (tr->rank == 0) {
             char path[4096];
             PX_CHECK(dump_raw(d->dir, "params", s + 1, d->canon, tr->n * sizeof(float)));

@@ -31,12 +31,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoint.h"
 #include "data.h"
 #include "jobcfg.h"
 #include "jobplan.h"
 #include "memacct.h"
-#include "moe_checkpoint.h"
 #include "plan.h"
 #include "ring_attn.h"
 #include "tp.h"
@@ -102,23 +100,6 @@ static px_status_t set_moe_blocks(px_moe_t *moe, int Bm, int cp, int dp_rank, in
     return status;
 }
 
-/* The canonical MoE buffer (moe.h px_moe_gather_canonical) on every
- * rank: with pp, each stage wrote its own MoE layers (zeros elsewhere), so
- * the stages' buffers are summed. */
-static px_status_t moe_canonical(px_moe_t *moe, int which, float *dst, px_groups_t *groups,
-                                 int pp)
-{
-    PX_CHECK(px_moe_gather_canonical(moe, which, dst));
-    if (pp < 2)
-        return PX_OK;
-    px_status_t status = px_allreduce(px_groups_comm(groups, PX_GROUP_PP), dst, dst,
-                                      px_moe_num_params(px_moe_config(moe)), PX_FLOAT32, PX_SUM,
-                                      -1);
-    if (status != PX_OK)
-        px_error("train: summing the stages' MoE layers failed: %s", px_status_str(status));
-    return status;
-}
-
 void px_batch_cut_load(void *arg, int m, int32_t *inputs, int32_t *targets)
 {
     px_batch_cut_t *ld = arg;
@@ -162,15 +143,6 @@ static void eval_load(void *arg, int k, int round, int micro, int32_t *inputs, i
     ld->step = k;
     ld->round = round;
     px_batch_cut_load(ld, micro, inputs, targets);
-}
-
-/* 1 when the checkpoint directory holds the MoE files (moe_checkpoint.h) */
-static int moe_files_in(const char *dir)
-{
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/moe.json", dir);
-    struct stat st;
-    return stat(path, &st) == 0;
 }
 
 static void set_blas_threads(void)
@@ -234,20 +206,24 @@ static px_status_t assemble_stage(px_trainer_t *tr)
     return PX_OK;
 }
 
-/* The mixture of experts: the MoE layers' routers and this rank's experts
- * (moe.h). The router is replicated over dp x cp (dp_comm), like every
- * dense parameter: its gradient is averaged over dp x cp ranks and the A x
- * M micro-batches; a stage holds its own MoE layers, with an activation
+/* The mixture of experts: the expert parameter group (experts.h: the MoE
+ * layers' routers and this rank's experts) and the routing (moe.h). The
+ * router is replicated over dp x cp (dp_comm), like every dense
+ * parameter: its gradient is averaged over dp x cp ranks and the A x M
+ * micro-batches; a stage holds its own MoE layers, with an activation
  * slot per micro-batch in flight. */
 static px_status_t assemble_moe(px_trainer_t *tr, float router_skew)
 {
     px_groups_t *g = tr->groups;
-    PX_CHECK(px_moe_create_stage(&tr->mc, tr->mops, tr->Bm * tr->Tl,
-                                 px_groups_comm(g, PX_GROUP_EP), tr->dp_comm,
-                                 px_groups_comm(g, PX_GROUP_EDP), tr->dp * tr->cp, tr->A * tr->M,
-                                 tr->held_layers, px_pipe_chunk_slots_max(tr->pipe), &tr->moe));
+    px_comm_t *ep = px_groups_comm(g, PX_GROUP_EP);
+    PX_CHECK(px_experts_create(&tr->mc, tr->mops, ep, tr->dp_comm,
+                               px_groups_comm(g, PX_GROUP_EDP), tr->dp * tr->cp, tr->A * tr->M,
+                               tr->held_layers, &tr->experts));
+    PX_CHECK(px_moe_create_stage(&tr->mc, tr->mops, tr->Bm * tr->Tl, ep, tr->dp_comm,
+                                 tr->dp * tr->cp, tr->experts,
+                                 px_pipe_chunk_slots_max(tr->pipe), &tr->moe));
     PX_CHECK(set_moe_blocks(tr->moe, tr->Bm, tr->cp, tr->dp_rank, tr->cp_rank));
-    px_moe_init_params(tr->moe, tr->cfg->seed);
+    px_experts_init(tr->experts, tr->cfg->seed);
     if (router_skew != 0.0f)
         px_moe_set_router_skew(tr->moe, router_skew);
     return px_pipe_set_moe(tr->pipe, tr->moe);
@@ -271,20 +247,11 @@ static px_status_t assemble_batch(px_trainer_t *tr)
     return PX_OK;
 }
 
-/* Resumes from cfg->resume_dir: the dense shards (checkpoint.h), the
- * routers, experts and their moments (moe_checkpoint.h). */
+/* Resumes from cfg->resume_dir: every parameter group (params.h). */
 static px_status_t resume(px_trainer_t *tr)
 {
     const px_train_config_t *cfg = tr->cfg;
-    PX_CHECK(px_checkpoint_load(cfg->resume_dir, tr->zero, &tr->gc, tr->plan, cfg->heads,
-                                &tr->start_step));
-    if (tr->moe)
-        PX_CHECK(px_moe_checkpoint_load(cfg->resume_dir, tr->moe));
-    else if (moe_files_in(cfg->resume_dir)) {
-        px_error("train: checkpoint %s holds a mixture of experts (moe.json); this model "
-                 "has experts=0", cfg->resume_dir);
-        return PX_ERR_INVALID_ARGUMENT;
-    }
+    PX_CHECK(px_params_checkpoint_load(&tr->params, cfg->resume_dir, &tr->start_step));
     if (tr->start_step >= cfg->steps) {
         px_error("train: checkpoint %s is at step %d; nothing left of %d steps",
                  cfg->resume_dir, tr->start_step, cfg->steps);
@@ -446,6 +413,11 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_comm_t *world,
      * rank's share of it */
     tr->n = (size_t)px_model_num_params(&tr->gc);
     tr->act_bytes = px_pipe_activation_bytes(tr->pipe);
+    tr->params = (px_params_t){.dense = tr->zero, .experts = tr->experts, .gc = &tr->gc,
+                               .plan = tr->plan, .heads = cfg->heads, .dp = tr->dp_comm,
+                               .mp = tr->canon_comm,
+                               .pp = px_groups_comm(tr->groups, PX_GROUP_PP),
+                               .world = tr->world, .rank = tr->rank};
     if (tr->act_bytes != tr->plan_act_bytes) /* the recipe and the model disagree: say so */
         px_warn("train: the activation buffers take %zu bytes, the plan says %llu (jobplan.h)",
                 tr->act_bytes, (unsigned long long)tr->plan_act_bytes);
@@ -480,6 +452,7 @@ void px_trainer_destroy(px_trainer_t *tr)
         return;
     free(tr->held_layers);
     px_moe_destroy(tr->moe);
+    px_experts_destroy(tr->experts);
     free(tr->host_tokens);
     px_mem_free(tr->seq_in);
     px_mem_free(tr->seq_tg);
@@ -538,21 +511,14 @@ px_status_t px_trainer_grads(px_trainer_t *tr, int s, float *loss_p, float *norm
 {
     float loss_local = 0.0f, loss = 0.0f, norm = 0.0f;
     px_status_t status;
-    px_zero_begin_step(tr->zero);
+    px_params_begin_step(&tr->params);
     if (tr->moe)
         px_moe_begin_step(tr->moe);
     PX_CHECK(forward_backward(tr, s, &loss_local));
-    status = px_zero_reduce(tr->zero, loss_local, &loss, &norm);
+    status = px_params_reduce(&tr->params, loss_local, &loss, &norm);
     if (status != PX_OK) {
         px_error("train: step %d: gradient reduction failed: %s", s + 1, px_status_str(status));
         return status;
-    }
-    if (tr->moe) { /* the global norm counts the router and every expert once */
-        double sx = 0.0;
-        PX_CHECK(px_moe_reduce(tr->moe, &sx));
-        /* each stage holds its own MoE layers */
-        PX_CHECK(pp_sum(tr, s, &sx, 1, PX_FLOAT64, "the experts' squared gradient norms"));
-        norm = (float)sqrt((double)norm * norm + sx);
     }
     status = px_kernels_check(tr->ops); /* a device op's error (sticky), once a step */
     if (status != PX_OK) {
@@ -578,9 +544,7 @@ px_status_t px_trainer_update(px_trainer_t *tr, int s, float norm, float lr)
     px_adamw_t hp = {.lr = lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2, .eps = cfg->eps,
                      .weight_decay = cfg->weight_decay, .t = s + 1};
     const float coef = px_adamw_clip_coef(cfg->grad_clip, norm);
-    if (tr->moe)
-        px_moe_update(tr->moe, coef, &hp);
-    px_status_t status = px_zero_update(tr->zero, coef, &hp, s + 1 < cfg->steps);
+    px_status_t status = px_params_update(&tr->params, coef, &hp, s + 1 < cfg->steps);
     if (status != PX_OK)
         px_error("train: step %d: update failed: %s", s + 1, px_status_str(status));
     return status;
@@ -592,17 +556,7 @@ px_status_t px_trainer_checkpoint(px_trainer_t *tr, int s)
     if (cfg->checkpoint_every <= 0 ||
         ((s + 1) % cfg->checkpoint_every != 0 && s + 1 != cfg->steps))
         return PX_OK;
-    /* over the world; the dp rank is the ZeRO shard a rank writes, the tp
-     * rank (gc) the tensor shard. The MoE files before the dense shards:
-     * their meta.json, written last, marks the whole step directory
-     * complete */
-    if (tr->moe)
-        PX_CHECK(px_moe_checkpoint_save(cfg->checkpoint_dir, s + 1, tr->moe,
-                                        tr->pp > 1 ? px_groups_comm(tr->groups, PX_GROUP_PP)
-                                                   : NULL,
-                                        tr->rank == 0));
-    return px_checkpoint_save(cfg->checkpoint_dir, s + 1, tr->zero, &tr->gc, tr->plan,
-                              cfg->heads, tr->dp_comm, tr->world);
+    return px_params_checkpoint_save(&tr->params, cfg->checkpoint_dir, s + 1);
 }
 
 px_status_t px_trainer_report(px_trainer_t *tr, int s, float loss, float norm, float lr,
@@ -644,42 +598,4 @@ px_status_t px_trainer_report(px_trainer_t *tr, int s, float loss, float norm, f
     rep->moe_alltoall_s = a2a - tr->moe_a2a_prev;
     tr->moe_a2a_prev = a2a;
     return PX_OK;
-}
-
-/* ---- the canonical model ---- */
-
-px_status_t px_trainer_canonical(px_trainer_t *tr, int which, float *canon, float *moe_canon)
-{
-    PX_CHECK(which ? px_zero_gather_grads_canonical(tr->zero, canon)
-                   : px_zero_gather_canonical(tr->zero, canon));
-    PX_CHECK(px_tp_combine_canonical(tr->canon_comm, canon, tr->n));
-    if (tr->moe && moe_canon)
-        PX_CHECK(moe_canonical(tr->moe, which, moe_canon, tr->groups, tr->pp));
-    return PX_OK;
-}
-
-px_status_t px_trainer_export(px_trainer_t *tr)
-{
-    const char *path = tr->cfg->export_safetensors;
-    size_t moe_n = tr->moe ? (size_t)px_moe_num_params(px_moe_config(tr->moe)) : 0;
-    float *canon = calloc(tr->n, sizeof(float));
-    float *moe_canon = tr->moe ? calloc(moe_n ? moe_n : 1, sizeof(float)) : NULL;
-    px_status_t status = PX_ERR_NO_MEMORY;
-    if (!canon || (tr->moe && !moe_canon))
-        goto out;
-    /* collective: the routers and experts of every rank and stage */
-    PX_CHECK_GOTO(px_trainer_canonical(tr, 0, canon, moe_canon), status, out);
-    if (tr->rank == 0 && tr->moe) {
-        PX_CHECK_GOTO(px_moe_safetensors_write(path, &tr->gc, canon, px_moe_config(tr->moe),
-                                               moe_canon), status, out);
-        px_info("train: weights and experts exported to %s", path);
-    } else if (tr->rank == 0) {
-        PX_CHECK_GOTO(px_safetensors_write(path, &tr->gc, canon), status, out);
-        px_info("train: weights exported to %s", path);
-    }
-    status = PX_OK;
-out:
-    free(canon);
-    free(moe_canon);
-    return status;
 }

@@ -8,7 +8,8 @@
  *             the block's output is its residual input); the token counts;
  *   router    the op table's router: ties go to the lower expert index,
  *             top-2 gates sum to 1, the top-1 gate is the probability;
- *   plan      the bytes px_moe_create allocates per memacct category equal
+ *   plan      the bytes the expert group (experts.h) and px_moe_create
+ *             allocate per memacct category equal
  *             the plan's (plan.h px_plan_moe_activation_bytes, model.h
  *             px_model_moe_rank_params), dropless and with a capacity;
  *   gradcheck dropless, no skew: the backward (input, router, expert
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "experts.h"
 #include "memacct.h"
 #include "moe.h"
 #include "plan.h"
@@ -41,19 +43,36 @@ static float urand(uint64_t *s)
     return (float)((*s >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
 }
 
+/* The expert group (experts.h) and its mixture, one rank, every layer;
+ * 0 on success. */
+static int make_moe(const px_moe_config_t *mc, const px_kernel_ops_t *ops, int N,
+                    px_experts_t **ex, px_moe_t **moe)
+{
+    *moe = NULL;
+    if (px_experts_create(mc, ops, NULL, NULL, NULL, 1, 1, NULL, ex) != PX_OK)
+        return -1;
+    if (px_moe_create(mc, ops, N, NULL, NULL, 1, *ex, moe) != PX_OK) {
+        px_experts_destroy(*ex);
+        *ex = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 static void test_skew(void)
 {
     enum { N = 64, C = 16, E = 8, K = 2 };
     px_moe_config_t mc = {.layers = 1, .dim = C, .experts = E, .top_k = K, .moe_every = 1,
                           .capacity_factor = 1.0f, .aux_loss_coef = 0.01f};
     px_moe_t *moe = NULL;
+    px_experts_t *ex = NULL;
     float x[N * C], out[N * C];
     uint64_t seed = 7, rec[E], drop[E];
-    if (px_moe_create(&mc, px_kernels_cpu(), N, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
+    if (make_moe(&mc, px_kernels_cpu(), N, &ex, &moe) != 0) {
         CHECK(0, "create");
         return;
     }
-    px_moe_init_params(moe, 1);
+    px_experts_init(ex, 1);
     px_moe_set_router_skew(moe, 30.0f); /* every token: expert 0 first, 1 second */
     for (int i = 0; i < N * C; i++)
         x[i] = urand(&seed);
@@ -91,6 +110,7 @@ static void test_skew(void)
            "exactly 0\n", cap, (unsigned long long)rec[0], (unsigned long long)drop[0],
            zero_rows);
     px_moe_destroy(moe);
+    px_experts_destroy(ex);
 }
 
 /* sum(out * R) + aux for the current parameters, in double */
@@ -111,14 +131,15 @@ static void test_gradcheck(void)
     for (int k = 1; k <= 2; k++) {
         mc.top_k = k;
         px_moe_t *moe = NULL;
+        px_experts_t *ex = NULL;
         float x[N * C], R[N * C], out[N * C], dx[N * C];
         uint64_t seed = 11;
-        if (px_moe_create(&mc, px_kernels_cpu(), N, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
+        if (make_moe(&mc, px_kernels_cpu(), N, &ex, &moe) != 0) {
             CHECK(0, "create");
             return;
         }
-        px_moe_init_params(moe, 3);
-        float *P = px_moe_params(moe), *G = px_moe_grads(moe);
+        px_experts_init(ex, 3);
+        float *P = px_experts_params(ex), *G = px_experts_grads(ex);
         size_t np = (size_t)px_moe_rank_params(&mc, 1);
         for (size_t i = 0; i < np; i++) /* larger weights than the init: visible gradients */
             P[i] = 0.5f * urand(&seed);
@@ -127,6 +148,7 @@ static void test_gradcheck(void)
             R[i] = urand(&seed);
         }
         px_moe_begin_step(moe);
+        px_experts_zero_grads(ex);
         objective(moe, x, R, out, N, C);
         CHECK(px_moe_backward(moe, 0, x, R, dx, N) == PX_OK, "backward");
         float *g = malloc(np * sizeof(float));
@@ -164,6 +186,7 @@ static void test_gradcheck(void)
         printf("gradcheck top-%d: worst relative error %.2e\n", k, worst);
         free(g);
         px_moe_destroy(moe);
+        px_experts_destroy(ex);
     }
 }
 
@@ -191,8 +214,9 @@ static void test_plan(void)
                               .dropless = dl, .capacity_factor = dl ? 1.5f : 0.5f};
         px_mem_stats_t a, b;
         px_moe_t *moe = NULL;
+        px_experts_t *ex = NULL;
         px_mem_stats(&a);
-        if (px_moe_create(&mc, px_kernels_cpu(), 40, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
+        if (make_moe(&mc, px_kernels_cpu(), 40, &ex, &moe) != 0) {
             CHECK(0, "create");
             return;
         }
@@ -212,6 +236,7 @@ static void test_plan(void)
         printf("plan dropless %d: activations %llu bytes (plan %llu), state 16 x %llu\n", dl,
                (unsigned long long)acts, (unsigned long long)want, (unsigned long long)np);
         px_moe_destroy(moe);
+        px_experts_destroy(ex);
     }
 }
 
@@ -232,14 +257,15 @@ static void test_simwaits(void)
         return;
     }
     px_moe_t *ms = NULL, *mc_ = NULL;
-    if (px_moe_create(&mc, sim, N, NULL, NULL, NULL, 1, 1, &ms) != PX_OK ||
-        px_moe_create(&mc, cpu, N, NULL, NULL, NULL, 1, 1, &mc_) != PX_OK) {
+    px_experts_t *exs = NULL, *exc = NULL;
+    if (make_moe(&mc, sim, N, &exs, &ms) != 0 || make_moe(&mc, cpu, N, &exc, &mc_) != 0) {
         CHECK(0, "create");
         px_moe_destroy(ms);
+        px_experts_destroy(exs);
         return;
     }
-    px_moe_init_params(ms, 3);
-    px_moe_init_params(mc_, 3);
+    px_experts_init(exs, 3);
+    px_experts_init(exc, 3);
     float x[N * C], out_cpu[N * C], out_sim[N * C];
     uint64_t seed = 11;
     for (int i = 0; i < N * C; i++)
@@ -277,6 +303,8 @@ static void test_simwaits(void)
     sim->mem_free(dout);
     px_moe_destroy(ms);
     px_moe_destroy(mc_);
+    px_experts_destroy(exs);
+    px_experts_destroy(exc);
 }
 
 int main(int argc, char **argv)
