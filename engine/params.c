@@ -116,14 +116,13 @@ px_status_t px_params_export(px_params_t *p, const char *path)
         goto out;
     /* collective: the routers and experts of every rank and stage */
     PX_CHECK_GOTO(px_params_canonical(p, 0, canon, moe_canon), status, out);
-    if (p->rank == 0 && p->experts) {
-        PX_CHECK_GOTO(px_moe_safetensors_write(path, p->gc, canon,
-                                               px_experts_config(p->experts), moe_canon),
+    if (p->rank == 0) {
+        PX_CHECK_GOTO(px_safetensors_write_groups(path, p->gc, canon,
+                                                  p->experts ? px_experts_config(p->experts)
+                                                             : NULL,
+                                                  moe_canon),
                       status, out);
-        px_info("train: weights and experts exported to %s", path);
-    } else if (p->rank == 0) {
-        PX_CHECK_GOTO(px_safetensors_write(path, p->gc, canon), status, out);
-        px_info("train: weights exported to %s", path);
+        px_info("train: weights%s exported to %s", p->experts ? " and experts" : "", path);
     }
     status = PX_OK;
 out:
