@@ -47,7 +47,7 @@ typedef struct px_eval {
     px_eval_load_fn load;    /* the batch cut */
     void *load_arg;
     px_comm_t *dp_comm;      /* the dp (x cp) group (NULL: dp x cp = 1) */
-    px_comm_t *pp_comm;      /* the pipeline group (NULL: pp 1) */
+    px_comm_t *pp_comm;      /* the pipeline group (NULL or one rank: pp 1) */
     int batches;             /* K, eval_batches */
     int accum;               /* grad_accum A: pieces per batch */
     int dp, cp;              /* the divisor: dp x cp ranks hold equal tokens */

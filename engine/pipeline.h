@@ -58,7 +58,10 @@ typedef void (*px_pipe_load_fn)(void *arg, int micro, int32_t *inputs, int32_t *
  * virtual stage sl[pp * V] (read during the call). `zero` (borrowed) holds
  * the stage's units and gives their hooks; `gc`, `ops` as for
  * px_gpt_create_external. Allocates the schedule's slots for each chunk
- * (px_pipe_schedule_chunk_slots: GPipe M, 1F1B at most pp - s). Errors:
+ * (px_pipe_schedule_chunk_slots: GPipe M, 1F1B at most pp - s). With pp 1
+ * (V 1) the stage is the whole model and runs the one-stage list
+ * (px_pipe_schedule_create_single, one slot) whatever `kind`; the pp group
+ * may then be NULL (a rank alone). Errors:
  * PX_ERR_INVALID_ARGUMENT (logged: a schedule that cannot be built, M x V
  * past the tags' 2^18), PX_ERR_NO_MEMORY. */
 px_status_t px_pipe_create(const px_gpt_config_t *gc, const px_kernel_ops_t *ops, px_zero_t *zero,
