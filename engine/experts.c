@@ -145,6 +145,7 @@ void px_experts_init(px_experts_t *ex, uint64_t seed)
     const px_moe_config_t *c = &ex->cfg;
     const size_t C = (size_t)c->dim, E = (size_t)c->experts;
     const double stds[PX_MOE_NUM_TENSORS] = {0.02, 0.02, 0.0, 0.02 / sqrt(2.0 * c->layers), 0.0};
+    ex->k->mem_set(ex->params, 0, ex->n * sizeof(float)); /* the biases: 0 */
     for (int i = 0; i < PX_MOE_NUM_TENSORS; i++) {
         if (stds[i] == 0.0)
             continue; /* biases: 0 */

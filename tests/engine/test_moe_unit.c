@@ -15,6 +15,10 @@
  *   gradcheck dropless, no skew: the backward (input, router, expert
  *             gradients, the load-balancing loss's included) against
  *             central finite differences of sum(out * R) + aux;
+ *   experts   the expert group (experts.h) of a stage holding some MoE
+ *             layers: its local layers, its bytes, the canonical re-cut
+ *             (set then gather) exact with zeros for the layers not held,
+ *             the initial values the whole model's;
  *   simwaits  on the simulated device (kernels/px_kernels_sim.h)
  *             the forward of one MoE layer waits for the device once (the
  *             router's choices and probabilities come back as two copies
@@ -240,6 +244,75 @@ static void test_plan(void)
     }
 }
 
+/* The experts case (see the file comment): a stage holding layers 0 and 2
+ * of three MoE layers. */
+static void test_experts(void)
+{
+    px_moe_config_t mc = {.layers = 3, .dim = 8, .experts = 4, .top_k = 2, .moe_every = 1,
+                          .dropless = 1};
+    const unsigned char held[3] = {1, 0, 1};
+    const px_kernel_ops_t *cpu = px_kernels_cpu();
+    px_experts_t *ex = NULL, *whole = NULL;
+    px_mem_stats_t a, b;
+    px_mem_stats(&a);
+    if (px_experts_create(&mc, cpu, NULL, NULL, NULL, 1, 1, held, &ex) != PX_OK ||
+        px_experts_create(&mc, cpu, NULL, NULL, NULL, 1, 1, NULL, &whole) != PX_OK) {
+        CHECK(0, "create");
+        px_experts_destroy(ex);
+        return;
+    }
+    px_mem_stats(&b);
+    CHECK(px_experts_layers(ex) == 2 && px_experts_local(ex, 0) == 0 &&
+              px_experts_local(ex, 1) == -1 && px_experts_local(ex, 2) == 1 &&
+              px_experts_local(ex, 3) == -1 && px_experts_layers(whole) == 3,
+          "held layers: %d (local of 0, 1, 2: %d %d %d)", px_experts_layers(ex),
+          px_experts_local(ex, 0), px_experts_local(ex, 1), px_experts_local(ex, 2));
+    /* the stage's and the whole model's parameters: 2 + 3 layers' worth */
+    uint64_t per_layer = px_moe_rank_params(&mc, 1) / 3;
+    CHECK(b.current[PX_MEM_PARAMS] - a.current[PX_MEM_PARAMS] == 4 * 5 * per_layer,
+          "params %llu bytes, want %llu", (unsigned long long)(b.current[PX_MEM_PARAMS] -
+                                                              a.current[PX_MEM_PARAMS]),
+          (unsigned long long)(4 * 5 * per_layer));
+    size_t n = (size_t)px_moe_num_params(&mc), nl = n / 3;
+    float *src = malloc(n * sizeof(float)), *dst = malloc(n * sizeof(float));
+    float *ref = malloc(n * sizeof(float));
+    if (!src || !dst || !ref) {
+        CHECK(0, "memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        src[i] = 0.001f * (float)(i + 1);
+    /* a re-cut: canonical -> the stage's layers -> canonical; the layer
+     * not held comes back as zeros */
+    for (int which = 0; which <= 3; which += 2) {
+        px_experts_set_canonical(ex, which, src);
+        CHECK(px_experts_gather_canonical(ex, which, dst) == PX_OK, "gather %d", which);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += dst[i] != (i / nl == 1 ? 0.0f : src[i]);
+        CHECK(bad == 0, "buffer %d: %zu elements differ after set + gather", which, bad);
+    }
+    CHECK(px_experts_gather_canonical(ex, 4, dst) == PX_ERR_INVALID_ARGUMENT, "buffer 4");
+    /* the initial values are the canonical element's, whichever layers a
+     * stage holds */
+    px_experts_init(ex, 9);
+    px_experts_init(whole, 9);
+    CHECK(px_experts_gather_canonical(ex, 0, dst) == PX_OK &&
+              px_experts_gather_canonical(whole, 0, ref) == PX_OK, "gather after init");
+    CHECK(!memcmp(dst, ref, nl * sizeof(float)) &&
+              !memcmp(dst + 2 * nl, ref + 2 * nl, nl * sizeof(float)),
+          "the stage's initial experts differ from the whole model's");
+    printf("experts: a stage of 2 of 3 MoE layers holds %llu parameters, re-cuts the "
+           "canonical buffer exactly, initialises as the whole model\n",
+           (unsigned long long)(2 * per_layer));
+out:
+    free(src);
+    free(dst);
+    free(ref);
+    px_experts_destroy(ex);
+    px_experts_destroy(whole);
+}
+
 /* The simwaits case (see the file comment): one MoE layer, top-2 of 4
  * experts with a capacity, forward on "sim" and on "cpu" from the same
  * parameters and input. */
@@ -321,6 +394,8 @@ int main(int argc, char **argv)
         test_gradcheck();
     if (all || !strcmp(c, "simwaits"))
         test_simwaits();
+    if (all || !strcmp(c, "experts"))
+        test_experts();
     printf(fails ? "FAIL (%d)\n" : "PASS\n", fails);
     return fails ? 1 : 0;
 }
