@@ -534,25 +534,59 @@ px_status_t px_checkpoint_fill_params(px_zero_t *z, const px_gpt_config_t *gc,
     return status;
 }
 
-px_status_t px_safetensors_write(const char *path, const px_gpt_config_t *gc,
-                                 const float *params)
+/* the header's entry for a tensor of `nd` dims at element offset off */
+static void st_entry(json_t *h, const char *name, int nd, const json_int_t *shape, size_t off,
+                     size_t size)
+{
+    json_t *sh = json_array();
+    for (int d = 0; d < nd; d++)
+        json_array_append_new(sh, json_integer(shape[d]));
+    json_object_set_new(h, name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", sh,
+                                           "data_offsets", (json_int_t)(off * 4),
+                                           (json_int_t)((off + size) * 4)));
+}
+
+/* The expert group's entries after the dense ones (element offset off):
+ * per MoE layer l in layer order its px_moe_tensor_name(i).<l>; returns
+ * the end offset. */
+static size_t st_moe_entries(json_t *h, const px_moe_config_t *mc, size_t off)
+{
+    const json_int_t E = mc->experts, C = mc->dim;
+    const json_int_t shapes[PX_MOE_NUM_TENSORS][3] = {
+        {E, C, 0}, {E, 4 * C, C}, {E, 4 * C, 0}, {E, C, 4 * C}, {E, C, 0}};
+    const int ndim[PX_MOE_NUM_TENSORS] = {2, 3, 2, 3, 2};
+    char name[64];
+    for (int l = 0; l < mc->layers; l++) {
+        if (!px_moe_is_layer(mc, l))
+            continue;
+        for (int i = 0; i < PX_MOE_NUM_TENSORS; i++) {
+            size_t sz = (size_t)px_moe_tensor_size(mc, i);
+            snprintf(name, sizeof(name), "%s.%d", px_moe_tensor_name(i), l); /* moe_router.1 */
+            st_entry(h, name, ndim[i], shapes[i], off, sz);
+            off += sz;
+        }
+    }
+    return off;
+}
+
+px_status_t px_safetensors_write_groups(const char *path, const px_gpt_config_t *gc,
+                                        const float *params, const px_moe_config_t *mc,
+                                        const float *moe_params)
 {
     json_t *h = json_object();
-    size_t off = 0;
+    size_t nd = 0;
     px_status_t status = PX_OK;
     char tmp[4300];
     for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
         px_gpt_tensor_info_t ti;
         px_gpt_tensor_info_of(gc, i, &ti);
-        json_t *shape = json_array();
-        for (int d = 0; d < ti.ndim; d++)
-            json_array_append_new(shape, json_integer(ti.shape[d]));
-        json_object_set_new(h, ti.name,
-                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
-                                      "data_offsets", (json_int_t)(ti.offset * 4),
-                                      (json_int_t)((ti.offset + ti.size) * 4)));
-        off = ti.offset + ti.size;
+        json_int_t shape[8];
+        for (int d = 0; d < ti.ndim && d < 8; d++)
+            shape[d] = ti.shape[d];
+        st_entry(h, ti.name, ti.ndim, shape, ti.offset, ti.size);
+        nd = ti.offset + ti.size;
     }
+    const size_t nm = mc ? st_moe_entries(h, mc, nd) - nd : 0;
     json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
     char *txt = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(h);
@@ -578,9 +612,17 @@ px_status_t px_safetensors_write(const char *path, const px_gpt_config_t *gc,
     status = write_all(fd, hdr, 8 + padded, path);
     free(hdr);
     if (status == PX_OK)
-        status = write_all(fd, params, off * sizeof(float), path);
+        status = write_all(fd, params, nd * sizeof(float), path);
+    if (status == PX_OK && nm)
+        status = write_all(fd, moe_params, nm * sizeof(float), path);
     if (status == PX_OK)
         return commit_file(fd, tmp, path);
     close(fd);
     return status;
+}
+
+px_status_t px_safetensors_write(const char *path, const px_gpt_config_t *gc,
+                                 const float *params)
+{
+    return px_safetensors_write_groups(path, gc, params, NULL, NULL);
 }

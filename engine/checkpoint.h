@@ -30,6 +30,7 @@
 #define PX_CHECKPOINT_H
 
 #include "gpt.h"
+#include "moe.h"
 #include "px_status.h"
 #include "px_transport.h"
 #include "zero.h"
@@ -77,5 +78,17 @@ px_status_t px_checkpoint_fill_params(px_zero_t *z, const px_gpt_config_t *gc,
  * (L, 3C, C) ...). PX_ERR_IO on a file error. */
 px_status_t px_safetensors_write(const char *path, const px_gpt_config_t *gc,
                                  const float *params);
+
+/* The same file over the parameter groups (params.h): the dense tensors,
+ * then with experts (mc non-NULL) for each MoE layer l in layer order
+ * "moe_router.<l>" (E,C), "moe_fcw.<l>" (E,4C,C), "moe_fcb.<l>" (E,4C),
+ * "moe_fcprojw.<l>" (E,C,4C), "moe_fcprojb.<l>" (E,C) from the canonical
+ * MoE buffer moe_params (moe.h px_moe_num_params floats, HOST memory);
+ * one file, data contiguous. The dense fcw..fcprojb of a MoE layer
+ * (unused, moe.h) are written as the model holds them. Errors as
+ * px_safetensors_write. */
+px_status_t px_safetensors_write_groups(const char *path, const px_gpt_config_t *gc,
+                                        const float *params, const px_moe_config_t *mc,
+                                        const float *moe_params);
 
 #endif

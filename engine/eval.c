@@ -1,6 +1,7 @@
-/* eval.c: the validation loss (eval.h). Forward passes over fixed batches
- * of the validation file, summed in double on each rank, then all-reduces
- * of the sum: over the pipeline group (only the last stage holds losses)
+/* eval.c: the validation loss (eval.h). Forward passes of the runner
+ * over fixed batches of the validation file, summed in double on each
+ * rank, then all-reduces of the sum: over the pipeline group (only the
+ * last stage holds losses)
  * and over the data-parallel group (dp x cp with context parallelism).
  * Runs on the rank's training thread, between steps. */
 #include "eval.h"
@@ -40,20 +41,13 @@ px_status_t px_eval_loss(const px_eval_t *ev, float *loss_p)
 {
     px_status_t status;
     double sum = 0.0;
-    const int M = ev->pipe ? ev->M : 1;
 
     for (int k = 0; k < ev->batches; k++) {
         for (int a = 0; a < ev->accum; a++) {
+            /* M micro-batches through the stages, forward only */
             float l = 0.0f;
-            if (ev->pipe) { /* M micro-batches through the stages, forward only */
-                eval_pipe_arg_t pa = {.ev = ev, .k = k, .round = a};
-                status = px_pipe_eval_round(ev->pipe, eval_pipe_load, &pa, &l);
-            } else {
-                ev->load(ev->load_arg, k, a, 0, ev->inputs, ev->targets);
-                status = px_gpt_forward_ctx(ev->gpt, ev->ctx, ev->inputs, ev->targets, &l);
-                if (status == PX_OK)
-                    status = px_gpt_forward_end(ev->gpt);
-            }
+            eval_pipe_arg_t pa = {.ev = ev, .k = k, .round = a};
+            status = px_pipe_eval_round(ev->pipe, eval_pipe_load, &pa, &l);
             if (status != PX_OK) {
                 px_error("eval: validation batch %d: forward failed: %s", k,
                          px_status_str(status));
@@ -69,6 +63,6 @@ px_status_t px_eval_loss(const px_eval_t *ev, float *loss_p)
     PX_CHECK(sum_over(ev->dp_comm, &sum, "data-parallel"));
     PX_CHECK(sum_over(ev->pp_comm, &sum, "pipeline"));
     /* every piece holds the same number of tokens: the mean of the means */
-    *loss_p = (float)(sum / ((double)ev->batches * ev->accum * M * ev->dp * ev->cp));
+    *loss_p = (float)(sum / ((double)ev->batches * ev->accum * ev->M * ev->dp * ev->cp));
     return PX_OK;
 }

@@ -15,10 +15,10 @@
  *
  * Context parallelism (cp > 1): each cp rank computes the mean over its
  * load-balanced chunks of each sequence (ring_attn.h), Bm x T/cp tokens,
- * and the sums are all-reduced over dp x cp. Pipeline parallelism (pp >
- * 1): each piece is cut into the pipeline's M micro-batches and passed
- * forward through the stages (px_pipe_eval_round); the last stage holds
- * the losses, summed over the pp group. Mixture of experts: the experts
+ * and the sums are all-reduced over dp x cp. Each piece is cut into the
+ * runner's M micro-batches (1 without pipelining) and passed forward
+ * through the stages (px_pipe_eval_round; one stage without pipelining);
+ * the last stage holds the losses, summed over the pp group. Mixture of experts: the experts
  * run forward as in training (same routing and capacity); the
  * load-balancing aux loss is not part of the validation loss (it is a
  * regulariser of the router, as nanoGPT-MoE and Megatron report the LM
@@ -29,7 +29,6 @@
 #include <stdint.h>
 
 #include "data.h"
-#include "gpt.h"
 #include "pipeline.h"
 #include "px_status.h"
 #include "px_transport.h"
@@ -43,18 +42,15 @@ typedef void (*px_eval_load_fn)(void *arg, int k, int round, int micro, int32_t 
 
 /* What one evaluation needs; everything borrowed. */
 typedef struct px_eval {
-    px_gpt_t *gpt;           /* the model (NULL with a pipeline) */
-    const px_gpt_ctx_t *ctx; /* the model's context (the tensor group) */
-    px_pipe_t *pipe;         /* this stage's runner (pp > 1), else NULL */
-    int M;                   /* the pipeline's micro-batches per piece */
+    px_pipe_t *pipe;         /* the runner (pipeline.h) */
+    int M;                   /* the runner's micro-batches per piece */
     px_eval_load_fn load;    /* the batch cut */
     void *load_arg;
     px_comm_t *dp_comm;      /* the dp (x cp) group (NULL: dp x cp = 1) */
-    px_comm_t *pp_comm;      /* the pipeline group (NULL: pp 1) */
+    px_comm_t *pp_comm;      /* the pipeline group (NULL or one rank: pp 1) */
     int batches;             /* K, eval_batches */
     int accum;               /* grad_accum A: pieces per batch */
     int dp, cp;              /* the divisor: dp x cp ranks hold equal tokens */
-    int32_t *inputs, *targets; /* (Bm, T/cp) scratch, as the training loop's */
 } px_eval_t;
 
 /* The mean validation loss into *loss_p (collective over the dp, pp, tp,

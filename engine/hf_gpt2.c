@@ -64,15 +64,15 @@ static px_status_t hf_read(void *arg, int tensor, uint64_t c, size_t n, float *d
  * the routers keep their seeded values. The gates are renormalised over
  * the chosen experts (moe.h), so before any step the layer computes the
  * dense MLP. Collective over the ep group (the gather of the routers). */
-static px_status_t upcycle(px_moe_t *moe, hf_source_t *src)
+static px_status_t upcycle(px_experts_t *ex, hf_source_t *src)
 {
     static const char *dense[PX_MOE_NUM_TENSORS] = {NULL, "fcw", "fcb", "fcprojw", "fcprojb"};
-    const px_moe_config_t *mc = px_moe_config(moe);
+    const px_moe_config_t *mc = px_experts_config(ex);
     size_t n = (size_t)px_moe_num_params(mc);
     float *buf = malloc((n ? n : 1) * sizeof(float));
     if (!buf)
         return PX_ERR_NO_MEMORY;
-    px_status_t status = px_moe_gather_canonical(moe, 0, buf);
+    px_status_t status = px_experts_gather_canonical(ex, 0, buf);
     size_t off = 0;
     for (int l = 0; l < mc->layers && status == PX_OK; l++) {
         if (!px_moe_is_layer(mc, l))
@@ -93,13 +93,13 @@ static px_status_t upcycle(px_moe_t *moe, hf_source_t *src)
         }
     }
     if (status == PX_OK)
-        px_moe_set_canonical(moe, 0, buf);
+        px_experts_set_canonical(ex, 0, buf);
     free(buf);
     return status;
 }
 
 px_status_t px_hf_gpt2_load(const char *path, px_zero_t *z, const px_gpt_config_t *gc,
-                            const px_plan_t *plan, int heads, px_moe_t *moe)
+                            const px_plan_t *plan, int heads, px_experts_t *ex)
 {
     px_hf_gpt2_t hf;
     char err[1024];
@@ -129,12 +129,12 @@ px_status_t px_hf_gpt2_load(const char *path, px_zero_t *z, const px_gpt_config_
     }
     hf_source_t src = {&hf, map, gc};
     status = px_checkpoint_fill_params(z, gc, plan, hf_read, &src);
-    if (status == PX_OK && moe)
-        status = upcycle(moe, &src);
+    if (status == PX_OK && ex)
+        status = upcycle(ex, &src);
     if (status == PX_OK)
         px_info("init: parameters from the Hugging Face GPT-2 %s (n_layer %d, n_embd %d, "
                 "vocab %d padded to %d%s)", hf.file, hf.layers, hf.dim, hf.vocab,
-                px_model_padded_vocab(gc), moe ? "; each expert its layer's MLP" : "");
+                px_model_padded_vocab(gc), ex ? "; each expert its layer's MLP" : "");
 out:
     if (map != MAP_FAILED)
         munmap(map, hf.file_bytes);
@@ -332,7 +332,7 @@ px_status_t px_hf_gpt2_export(px_trainer_t *tr)
     float *canon = calloc(tr->n, sizeof(float));
     px_status_t status = canon ? PX_OK : PX_ERR_NO_MEMORY;
     if (status == PX_OK) /* collective: every rank gathers */
-        status = px_trainer_canonical(tr, 0, canon, NULL);
+        status = px_params_canonical(&tr->params, 0, canon, NULL);
     if (status == PX_OK && tr->rank == 0) {
         status = px_hf_gpt2_write(tr->cfg->export_hf, &tr->gc, tr->cfg->heads, canon);
         if (status == PX_OK)

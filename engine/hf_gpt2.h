@@ -17,24 +17,24 @@
 #define PX_HF_GPT2_H
 
 #include "gpt.h"
-#include "moe.h"
+#include "experts.h"
 #include "px_status.h"
 #include "trainer.h"
 #include "zero.h"
 
 /* Fills this rank's parameters (z, laid out by plan for gc's tp rank) from
  * the checkpoint at `path` (a directory or a .safetensors file), checked
- * against gc and heads first (nothing is touched on a mismatch); with moe
+ * against gc and heads first (nothing is touched on a mismatch); with ex
  * (NULL: dense) every expert of a MoE layer gets that layer's MLP, the
  * routers keep their seeded values (Komatsuzaki et al. 2022's sparse
  * upcycling). AdamW's moments stay as they are (zero at the start).
  * Errors (logged, naming the file and the value): PX_ERR_NOT_FOUND,
  * PX_ERR_INVALID_ARGUMENT (not a GPT-2 of these dims; an lm_head.weight
  * that is not wte: an untied head), PX_ERR_IO, PX_ERR_NO_MEMORY, the ep
- * group's. Collective over the moe's ep group when there is one (every
+ * group's. Collective over the experts' ep group when there is one (every
  * rank calls it), else no communication. */
 px_status_t px_hf_gpt2_load(const char *path, px_zero_t *z, const px_gpt_config_t *gc,
-                            const px_plan_t *plan, int heads, px_moe_t *moe);
+                            const px_plan_t *plan, int heads, px_experts_t *ex);
 
 /* Writes dir/config.json and dir/model.safetensors (dir made if missing;
  * each file written to .tmp and renamed) from the canonical parameters

@@ -36,6 +36,7 @@
  * layer are sized at create for worst-case routing (plan.h). One training
  * thread. */
 #include "moe.h"
+#include "experts.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -76,18 +77,12 @@ typedef struct keyed {
 struct px_moe {
     px_moe_config_t cfg;
     const px_kernel_ops_t *k;
-    px_comm_t *ep, *dp, *edp;
-    int P, me, El, dp_size, accum, Nmax, Rmax, nm;
-    int *layer_of;        /* [layers]: local MoE index of layer l, or -1 (not
-                             a MoE layer, or not held here) */
-    int *gmi;             /* [nm]: the model's MoE index of local MoE layer mi */
+    px_comm_t *ep, *dp;
+    px_experts_t *ex;     /* the routers and experts (borrowed) */
+    int P, me, El, dp_size, Nmax, Rmax, nm;
     int slots;            /* activation slots per MoE layer (micro-batches in
                              flight); L[mi * slots + slot] */
     double aux_step;      /* load-balancing losses of this step's forwards */
-    size_t se;            /* elements of one expert */
-    size_t nrouter, nexp; /* router region, local expert region (elements) */
-    size_t n;             /* nrouter + nexp */
-    float *params, *grads, *m, *v;
     moe_layer_t *L;
     float *sendbuf, *recvbuf, *logits, *dw, *dg, *dh;
     uint64_t *scnt, *sdis, *rcnt, *rdis;
@@ -106,7 +101,6 @@ struct px_moe {
     float *hprobs;               /* (Nmax,E) its probabilities; the skewed logits */
     int32_t *hslot_tok, *hslot_g; /* (Nmax*K) the slot lists, built here */
     float *hdaux;                /* (E) */
-    float *hinit;                /* (max(E*C, 4C*C)) one tensor's initial values */
     double a2a_s;
     float skew;           /* test hook: router logit bias of experts 0 (1/2) */
 };
@@ -135,11 +129,6 @@ int px_moe_num_layers(const px_moe_config_t *cfg)
 {
     px_model_moe_t m = model_of(cfg);
     return px_model_moe_num_layers(&m);
-}
-
-static uint64_t expert_size(const px_moe_config_t *cfg)
-{
-    return px_model_moe_expert_size(cfg->dim);
 }
 
 uint64_t px_moe_num_params(const px_moe_config_t *cfg)
@@ -176,12 +165,6 @@ void px_moe_destroy(px_moe_t *moe)
         px_mem_free(a->daux);
     }
     free(moe->L);
-    free(moe->layer_of);
-    free(moe->gmi);
-    px_mem_free(moe->params);
-    px_mem_free(moe->grads);
-    px_mem_free(moe->m);
-    px_mem_free(moe->v);
     px_mem_free(moe->sendbuf);
     px_mem_free(moe->recvbuf);
     px_mem_free(moe->logits);
@@ -199,7 +182,6 @@ void px_moe_destroy(px_moe_t *moe)
     free(moe->hslot_tok);
     free(moe->hslot_g);
     free(moe->hdaux);
-    free(moe->hinit);
     free(moe->key);
     free(moe->gbuf);
     free(moe->keptb);
@@ -258,32 +240,23 @@ static int keyed_cmp(const void *a, const void *b)
 }
 
 px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
-                          px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size, int accum,
+                          px_comm_t *ep, px_comm_t *dp, int dp_size, px_experts_t *ex,
                           px_moe_t **moe_p)
 {
-    return px_moe_create_stage(cfg, ops, N, ep, dp, edp, dp_size, accum, NULL, 1, moe_p);
-}
-
-/* MoE layers among the held layers (held NULL: all) */
-static int held_moe_layers(const px_moe_config_t *cfg, const unsigned char *held)
-{
-    int n = 0;
-    for (int l = 0; l < cfg->layers; l++)
-        n += px_moe_is_layer(cfg, l) && (!held || held[l]);
-    return n;
+    return px_moe_create_stage(cfg, ops, N, ep, dp, dp_size, ex, 1, moe_p);
 }
 
 px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
-                                px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size,
-                                int accum, const unsigned char *held, int slots,
-                                px_moe_t **moe_p)
+                                px_comm_t *ep, px_comm_t *dp, int dp_size, px_experts_t *ex,
+                                int slots, px_moe_t **moe_p)
 {
     int P = ep ? px_comm_size(ep) : 1;
     if (cfg->experts < 1 || cfg->top_k < 1 || cfg->top_k > 2 || cfg->top_k > cfg->experts ||
         cfg->experts % P || N < 1 || cfg->dim < 1 || cfg->layers < 1 || dp_size < 1 ||
-        accum < 1 || slots < 1) {
-        px_error("moe: cannot build experts=%d top_k=%d over ep=%d (N %d, dim %d, dp %d, accum "
-                 "%d)", cfg->experts, cfg->top_k, P, N, cfg->dim, dp_size, accum);
+        slots < 1 || !ex || px_experts_per_rank(ex) != cfg->experts / P) {
+        px_error("moe: cannot build experts=%d top_k=%d over ep=%d (N %d, dim %d, dp %d, slots "
+                 "%d, %d experts held per rank)", cfg->experts, cfg->top_k, P, N, cfg->dim,
+                 dp_size, slots, ex ? px_experts_per_rank(ex) : 0);
         return PX_ERR_INVALID_ARGUMENT;
     }
     px_moe_t *moe = calloc(1, sizeof(*moe));
@@ -293,20 +266,15 @@ px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_
     moe->k = ops;
     moe->ep = ep;
     moe->dp = dp;
-    moe->edp = edp;
+    moe->ex = ex;
     moe->P = P;
     moe->me = ep ? px_comm_rank(ep) : 0;
     moe->El = cfg->experts / P;
     moe->dp_size = dp_size;
-    moe->accum = accum;
     moe->Nmax = N;
-    moe->nm = held_moe_layers(cfg, held);
+    moe->nm = px_experts_layers(ex);
     moe->slots = slots;
     const int E = cfg->experts, K = cfg->top_k, C = cfg->dim;
-    moe->se = expert_size(cfg);
-    moe->nrouter = (size_t)moe->nm * E * C;
-    moe->nexp = (size_t)moe->nm * moe->El * moe->se;
-    moe->n = moe->nrouter + moe->nexp;
     /* the plan's arithmetic (plan.h), which `pctl plan` prints */
     uint64_t rows = px_plan_moe_rows(N, P, E, K, cfg->dropless, cfg->capacity_factor);
     if (rows > INT32_MAX / 4 / (uint64_t)C) {
@@ -317,19 +285,13 @@ px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_
     }
     moe->Rmax = (int)rows;
     size_t NK = (size_t)N * K, big = NK > (size_t)moe->Rmax ? NK : (size_t)moe->Rmax;
-    moe->layer_of = calloc((size_t)cfg->layers, sizeof(int));
     moe->L = calloc((size_t)(moe->nm ? moe->nm * slots : 1), sizeof(moe_layer_t));
-    moe->gmi = calloc((size_t)(moe->nm ? moe->nm : 1), sizeof(int));
     moe->scnt = calloc((size_t)P, sizeof(uint64_t));
     moe->sdis = calloc((size_t)P, sizeof(uint64_t));
     moe->rcnt = calloc((size_t)P, sizeof(uint64_t));
     moe->rdis = calloc((size_t)P, sizeof(uint64_t));
     moe->received = calloc((size_t)E, sizeof(uint64_t));
     moe->dropped = calloc((size_t)E, sizeof(uint64_t));
-    moe->params = px_mem_calloc(PX_MEM_PARAMS, moe->n, sizeof(float));
-    moe->grads = px_mem_calloc(PX_MEM_GRADS, moe->n, sizeof(float));
-    moe->m = px_mem_calloc(PX_MEM_OPTIM, moe->n, sizeof(float));
-    moe->v = px_mem_calloc(PX_MEM_OPTIM, moe->n, sizeof(float));
     moe->sendbuf = px_mem_calloc(PX_MEM_ACTS, big * C, sizeof(float));
     moe->recvbuf = px_mem_calloc(PX_MEM_ACTS, big * C, sizeof(float));
     moe->logits = px_mem_calloc(PX_MEM_ACTS, (size_t)N * E, sizeof(float));
@@ -341,30 +303,16 @@ px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_
     moe->hslot_tok = calloc(NK, sizeof(int32_t));
     moe->hslot_g = calloc(NK, sizeof(int32_t));
     moe->hdaux = calloc((size_t)E, sizeof(float));
-    moe->hinit = calloc((size_t)E * C > (size_t)4 * C * C ? (size_t)E * C : (size_t)4 * C * C,
-                        sizeof(float));
-    if (!moe->hidx || !moe->hprobs || !moe->hslot_tok || !moe->hslot_g || !moe->hdaux ||
-        !moe->hinit)
+    if (!moe->hidx || !moe->hprobs || !moe->hslot_tok || !moe->hslot_g || !moe->hdaux)
         goto err_nomem;
-    if (!moe->layer_of || !moe->L || !moe->gmi || !moe->scnt || !moe->sdis || !moe->rcnt || !moe->rdis ||
-        !moe->received || !moe->dropped || !moe->params || !moe->grads || !moe->m || !moe->v ||
-        !moe->sendbuf || !moe->recvbuf || !moe->logits || !moe->dw || !moe->dg || !moe->dh)
+    if (!moe->L || !moe->scnt || !moe->sdis || !moe->rcnt || !moe->rdis ||
+        !moe->received || !moe->dropped || !moe->sendbuf || !moe->recvbuf || !moe->logits || !moe->dw || !moe->dg || !moe->dh)
         goto err_nomem;
     /* one block per rank, in ep rank order (dp x ep: the ranks' slices of
      * the batch follow the ep ranks) until the caller says otherwise */
     int64_t key0 = moe->me;
     if (px_moe_set_token_blocks(moe, 1, &key0) != PX_OK)
         goto err_nomem;
-    for (int l = 0, mi = 0, g = 0; l < cfg->layers; l++) {
-        moe->layer_of[l] = -1;
-        if (!px_moe_is_layer(cfg, l))
-            continue;
-        if (!held || held[l]) {
-            moe->gmi[mi] = g;
-            moe->layer_of[l] = mi++;
-        }
-        g++;
-    }
     for (int mi = 0; mi < moe->nm * slots; mi++) {
         moe_layer_t *a = &moe->L[mi];
         a->probs = px_mem_calloc(PX_MEM_ACTS, (size_t)N * E, sizeof(float));
@@ -391,73 +339,6 @@ err_nomem:
              moe->nm, moe->El, N, moe->Rmax);
     px_moe_destroy(moe);
     return PX_ERR_NO_MEMORY;
-}
-
-/* ---- parameters ---- */
-
-/* Pointers of MoE layer mi: the router (E,C) and local expert le's four
- * tensors, in a buffer laid out as the parameters. */
-typedef struct expert_view {
-    float *fcw, *fcb, *fcprojw, *fcprojb;
-} expert_view_t;
-
-static float *router_of(const px_moe_t *moe, float *buf, int mi)
-{
-    return buf + (size_t)mi * moe->cfg.experts * moe->cfg.dim;
-}
-
-static expert_view_t expert_of(const px_moe_t *moe, float *buf, int mi, int le)
-{
-    size_t C = (size_t)moe->cfg.dim;
-    float *b = buf + moe->nrouter + ((size_t)mi * moe->El + le) * moe->se;
-    return (expert_view_t){b, b + 4 * C * C, b + 4 * C * C + 4 * C, b + 8 * C * C + 4 * C};
-}
-
-/* Canonical offset of tensor i of MoE layer mi, and its per-expert size. */
-static size_t canon_off(const px_moe_config_t *c, int mi, int i)
-{
-    size_t off = 0;
-    for (int j = 0; j < PX_MOE_NUM_TENSORS; j++)
-        off += px_moe_tensor_size(c, j);
-    off *= (size_t)mi;
-    for (int j = 0; j < i; j++)
-        off += px_moe_tensor_size(c, j);
-    return off;
-}
-
-void px_moe_init_params(px_moe_t *moe, uint64_t seed)
-{
-    const px_moe_config_t *c = &moe->cfg;
-    const size_t C = (size_t)c->dim, E = (size_t)c->experts;
-    const double stds[PX_MOE_NUM_TENSORS] = {0.02, 0.02, 0.0, 0.02 / sqrt(2.0 * c->layers), 0.0};
-    for (int i = 0; i < PX_MOE_NUM_TENSORS; i++) {
-        if (stds[i] == 0.0)
-            continue; /* biases: 0 */
-        uint64_t key = px_init_hash(px_init_hash(seed) ^ (0xD1B54A32D192ED03ull * (uint64_t)(101 + i)));
-        size_t per = (size_t)px_moe_tensor_size(c, i) / E; /* one expert's (or router row) */
-        for (int mi = 0; mi < moe->nm; mi++) {
-            /* element index within the tensor stacked over the MoE layers */
-            size_t e0 = (size_t)moe->gmi[mi] * px_moe_tensor_size(c, i);
-            /* each tensor made on the host, then copied to the backend's memory */
-            float *h = moe->hinit;
-            if (i == 0) {
-                for (size_t e = 0; e < E * C; e++)
-                    h[e] = (float)(px_init_normal(key, e0 + e) * stds[i]);
-                moe->k->mem_copy_from_host(router_of(moe, moe->params, mi), h,
-                                           E * C * sizeof(float));
-                continue;
-            }
-            for (int le = 0; le < moe->El; le++) {
-                size_t ge = (size_t)moe->me * moe->El + le;
-                expert_view_t x = expert_of(moe, moe->params, mi, le);
-                for (size_t e = 0; e < per; e++)
-                    h[e] = (float)(px_init_normal(key, e0 + ge * per + e) * stds[i]);
-                moe->k->mem_copy_from_host(i == 1 ? x.fcw : x.fcprojw, h, per * sizeof(float));
-            }
-        }
-    }
-    moe->k->mem_set(moe->m, 0, moe->n * sizeof(float));
-    moe->k->mem_set(moe->v, 0, moe->n * sizeof(float));
 }
 
 /* ---- forward ---- */
@@ -577,7 +458,7 @@ px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, 
     const int E = moe->cfg.experts, K = moe->cfg.top_k, C = moe->cfg.dim, P = moe->P,
               El = moe->El;
     px_status_t status;
-    int mi = l >= 0 && l < moe->cfg.layers ? moe->layer_of[l] : -1;
+    int mi = px_experts_local(moe->ex, l);
     if (mi < 0 || N < 1 || N > moe->Nmax || slot < 0 || slot >= moe->slots) {
         px_error("moe: layer %d is not a MoE layer held here, or N %d is outside 1..%d, or "
                  "slot %d outside 0..%d", l, N, moe->Nmax, slot, moe->slots - 1);
@@ -586,7 +467,7 @@ px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, 
     moe_layer_t *a = &moe->L[(size_t)mi * moe->slots + slot];
     a->N = N;
     /* 1. router */
-    k->matmul_forward(moe->logits, x, router_of(moe, moe->params, mi), NULL, N, C, E);
+    k->matmul_forward(moe->logits, x, px_experts_router(moe->ex, 0, mi), NULL, N, C, E);
     if (moe->skew != 0.0f) { /* on the host: the logits are the backend's */
         float *lg = moe->hprobs;
         k->mem_copy_to_host(lg, moe->logits, (size_t)N * E * sizeof(float));
@@ -718,7 +599,7 @@ px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, 
         size_t r0, n = expert_rows(moe, a, le, &r0);
         if (!n)
             continue;
-        expert_view_t p = expert_of(moe, moe->params, mi, le);
+        px_expert_view_t p = px_experts_expert(moe->ex, 0, mi, le);
         float *h = a->h + r0 * 4 * C, *hg = a->hg + r0 * 4 * C;
         k->matmul_forward(h, a->xe + r0 * C, p.fcw, p.fcb, (int)n, C, 4 * C);
         k->gelu_forward(hg, h, n * 4 * C);
@@ -740,11 +621,13 @@ px_status_t px_moe_forward_slot(px_moe_t *moe, int slot, int l, const float *x, 
     return PX_OK;
 }
 
-float px_moe_aux_loss(const px_moe_t *moe)
+float px_moe_aux_loss(const px_moe_t *moe) { return px_moe_aux_loss_slot(moe, 0); }
+
+float px_moe_aux_loss_slot(const px_moe_t *moe, int slot)
 {
     float s = 0.0f;
     for (int mi = 0; mi < moe->nm; mi++)
-        s += moe->L[(size_t)mi * moe->slots].aux;
+        s += moe->L[(size_t)mi * moe->slots + slot].aux;
     return s;
 }
 
@@ -764,7 +647,7 @@ px_status_t px_moe_backward_slot(px_moe_t *moe, int slot, int l, const float *x,
     const px_kernel_ops_t *k = moe->k;
     const int E = moe->cfg.experts, K = moe->cfg.top_k, C = moe->cfg.dim, P = moe->P,
               El = moe->El;
-    int mi = l >= 0 && l < moe->cfg.layers ? moe->layer_of[l] : -1;
+    int mi = px_experts_local(moe->ex, l);
     if (mi < 0 || slot < 0 || slot >= moe->slots ||
         N != moe->L[(size_t)mi * moe->slots + slot].N) {
         px_error("moe: backward of layer %d slot %d with N %d does not follow its forward", l,
@@ -784,8 +667,8 @@ px_status_t px_moe_backward_slot(px_moe_t *moe, int slot, int l, const float *x,
         size_t r0, n = expert_rows(moe, a, le, &r0);
         if (!n)
             continue;
-        expert_view_t p = expert_of(moe, moe->params, mi, le);
-        expert_view_t g = expert_of(moe, moe->grads, mi, le);
+        px_expert_view_t p = px_experts_expert(moe->ex, 0, mi, le);
+        px_expert_view_t g = px_experts_expert(moe->ex, 1, mi, le);
         float *dg = moe->dg, *dh = moe->dh;
         k->mem_set(dg, 0, n * 4 * C * sizeof(float));
         k->matmul_backward(dg, g.fcprojw, g.fcprojb, moe->sendbuf + r0 * C, a->hg + r0 * 4 * C,
@@ -809,8 +692,8 @@ px_status_t px_moe_backward_slot(px_moe_t *moe, int slot, int l, const float *x,
     k->moe_combine(dx, dy, a->slot_tok, NULL, NULL, a->nslots, C);
     /* the router: through the gates and the load-balancing loss */
     k->moe_router_backward(moe->logits, a->probs, a->idx, a->w, moe->dw, a->daux, N, E, K);
-    k->matmul_backward(dx, router_of(moe, moe->grads, mi), NULL, moe->logits, x,
-                       router_of(moe, moe->params, mi), N, C, E);
+    k->matmul_backward(dx, px_experts_router(moe->ex, 1, mi), NULL, moe->logits, x,
+                       px_experts_router(moe->ex, 0, mi), N, C, E);
     return PX_OK;
 }
 
@@ -818,114 +701,9 @@ px_status_t px_moe_backward_slot(px_moe_t *moe, int slot, int l, const float *x,
 
 void px_moe_begin_step(px_moe_t *moe)
 {
-    moe->k->mem_set(moe->grads, 0, moe->n * sizeof(float));
     memset(moe->received, 0, (size_t)moe->cfg.experts * sizeof(uint64_t));
     memset(moe->dropped, 0, (size_t)moe->cfg.experts * sizeof(uint64_t));
     moe->aux_step = 0.0;
-}
-
-px_status_t px_moe_reduce(px_moe_t *moe, double *sumsq_p)
-{
-    px_status_t status = PX_OK;
-    float *rg = moe->grads, *eg = moe->grads + moe->nrouter;
-    if (moe->dp && px_comm_size(moe->dp) > 1 && moe->nrouter)
-        status = px_allreduce(moe->dp, rg, rg, moe->nrouter, PX_FLOAT32, PX_SUM, -1);
-    if (status == PX_OK && moe->edp && px_comm_size(moe->edp) > 1 && moe->nexp)
-        status = px_allreduce(moe->edp, eg, eg, moe->nexp, PX_FLOAT32, PX_SUM, -1);
-    if (status != PX_OK) {
-        px_error("moe: the router / expert gradient reduction failed: %s",
-                 px_status_str(status));
-        return status;
-    }
-    moe->k->scale(moe->grads, 1.0f / ((float)moe->dp_size * (float)moe->accum), moe->n);
-    double sx = moe->k->sumsq(eg, moe->nexp);
-    if (moe->ep && moe->P > 1) {
-        status = px_allreduce(moe->ep, &sx, &sx, 1, PX_FLOAT64, PX_SUM, -1);
-        if (status != PX_OK) {
-            px_error("moe: the expert gradient norm over the ep group failed: %s",
-                     px_status_str(status));
-            return status;
-        }
-    }
-    *sumsq_p = moe->k->sumsq(rg, moe->nrouter) + sx;
-    return PX_OK;
-}
-
-void px_moe_update(px_moe_t *moe, float coef, const px_adamw_t *hp)
-{
-    const px_kernel_ops_t *k = moe->k;
-    px_adamw_step(k, hp, 1, coef, moe->params, moe->grads, moe->m, moe->v, moe->nrouter);
-    size_t C = (size_t)moe->cfg.dim;
-    for (int mi = 0; mi < moe->nm; mi++)
-        for (int le = 0; le < moe->El; le++) {
-            size_t o = moe->nrouter + ((size_t)mi * moe->El + le) * moe->se;
-            /* fcw (decay), fcb, fcprojw (decay), fcprojb */
-            const size_t off[4] = {0, 4 * C * C, 4 * C * C + 4 * C, 8 * C * C + 4 * C};
-            const size_t len[4] = {4 * C * C, 4 * C, 4 * C * C, C};
-            for (int i = 0; i < 4; i++)
-                px_adamw_step(k, hp, i % 2 == 0, coef, moe->params + o + off[i],
-                              moe->grads + o + off[i], moe->m + o + off[i],
-                              moe->v + o + off[i], len[i]);
-        }
-}
-
-px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst)
-{
-    const px_moe_config_t *c = &moe->cfg;
-    size_t n = (size_t)px_moe_num_params(c), C = (size_t)c->dim;
-    float *bufs[4] = {moe->params, moe->grads, moe->m, moe->v};
-    if (which < 0 || which > 3)
-        return PX_ERR_INVALID_ARGUMENT;
-    float *src = bufs[which];
-    memset(dst, 0, n * sizeof(float));
-    for (int mi = 0; mi < moe->nm; mi++) {
-        if (moe->me == 0)
-            moe->k->mem_copy_to_host(dst + canon_off(c, moe->gmi[mi], 0), router_of(moe, src, mi),
-                                     (size_t)c->experts * C * sizeof(float));
-        for (int le = 0; le < moe->El; le++) {
-            size_t ge = (size_t)moe->me * moe->El + le;
-            expert_view_t x = expert_of(moe, src, mi, le);
-            float *parts[4] = {x.fcw, x.fcb, x.fcprojw, x.fcprojb};
-            for (int i = 1; i < PX_MOE_NUM_TENSORS; i++) {
-                size_t per = (size_t)px_moe_tensor_size(c, i) / (size_t)c->experts;
-                moe->k->mem_copy_to_host(dst + canon_off(c, moe->gmi[mi], i) + ge * per, parts[i - 1],
-                                         per * sizeof(float));
-            }
-        }
-    }
-    moe->k->synchronize();
-    if (moe->ep && moe->P > 1) {
-        px_status_t status = px_allreduce(moe->ep, dst, dst, n, PX_FLOAT32, PX_SUM, -1);
-        if (status != PX_OK) {
-            px_error("moe: gathering the experts over the ep group failed: %s",
-                     px_status_str(status));
-            return status;
-        }
-    }
-    return PX_OK;
-}
-
-void px_moe_set_canonical(px_moe_t *moe, int which, const float *src)
-{
-    const px_moe_config_t *c = &moe->cfg;
-    size_t C = (size_t)c->dim;
-    float *bufs[3] = {moe->params, moe->m, moe->v};
-    float *dst = bufs[which == 0 ? 0 : which == 2 ? 1 : 2];
-    for (int mi = 0; mi < moe->nm; mi++) {
-        moe->k->mem_copy_from_host(router_of(moe, dst, mi), src + canon_off(c, moe->gmi[mi], 0),
-                                   (size_t)c->experts * C * sizeof(float));
-        for (int le = 0; le < moe->El; le++) {
-            size_t ge = (size_t)moe->me * moe->El + le;
-            expert_view_t x = expert_of(moe, dst, mi, le);
-            float *parts[4] = {x.fcw, x.fcb, x.fcprojw, x.fcprojb};
-            for (int i = 1; i < PX_MOE_NUM_TENSORS; i++) {
-                size_t per = (size_t)px_moe_tensor_size(c, i) / (size_t)c->experts;
-                moe->k->mem_copy_from_host(parts[i - 1], src + canon_off(c, moe->gmi[mi], i) +
-                                                             ge * per, per * sizeof(float));
-            }
-        }
-    }
-    moe->k->synchronize();
 }
 
 void px_moe_token_stats(const px_moe_t *moe, uint64_t *received, uint64_t *dropped)
@@ -937,5 +715,3 @@ void px_moe_token_stats(const px_moe_t *moe, uint64_t *received, uint64_t *dropp
 double px_moe_alltoall_s(const px_moe_t *moe) { return moe->a2a_s; }
 
 void px_moe_set_router_skew(px_moe_t *moe, float skew) { moe->skew = skew; }
-float *px_moe_params(px_moe_t *moe) { return moe->params; }
-float *px_moe_grads(px_moe_t *moe) { return moe->grads; }

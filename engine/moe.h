@@ -47,18 +47,19 @@
  * experts' matmuls over tp (Megatron's expert tensor parallelism) would
  * cut their memory and time by tp at the price of two tp collectives per
  * MoE layer and is not built.
- * State: the router and this rank's experts live here, outside the model's
- * units (and outside ZeRO: replicated over dp / edp at every stage), in
- * one flat buffer each of parameters, gradients and AdamW moments,
- * [routers of every MoE layer | local experts of every MoE layer].
- * One training thread; collectives on the groups given at create. */
+ * State: the routers and this rank's experts are the expert parameter
+ * group (experts.h), outside the model's units and outside ZeRO; this
+ * file routes, dispatches, runs the experts' math and combines, reading
+ * the group's parameters and adding into its gradients. Their
+ * reduction, norm, update, initialisation and canonical re-cut are the
+ * group's. One training thread; collectives on the groups given at
+ * create. */
 #ifndef PX_MOE_H
 #define PX_MOE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "optim.h"
 #include "px_kernels.h"
 #include "px_status.h"
 #include "px_transport.h"
@@ -92,33 +93,28 @@ uint64_t px_moe_rank_params(const px_moe_config_t *cfg, int ep);
 int px_moe_is_layer(const px_moe_config_t *cfg, int l);
 
 typedef struct px_moe px_moe_t;
+typedef struct px_experts px_experts_t; /* experts.h */
 
-/* Creates the state for tokens batches of at most N tokens per forward.
- * ep: the expert-parallel group (NULL: alone); dp: the group the router is
- * replicated over (the data-parallel group; NULL: alone); edp: the replicas
- * of this rank's experts (NULL: none); dp_size: dp (x cp) ranks, accum:
- * micro-batches per step (the 1/(dp x accum) of the reduction). Groups
- * borrowed for the object's life; ops borrowed. Memory: parameters,
- * gradients, moments (memacct categories params/grads/optimizer) and the
- * activations of every MoE layer for N tokens at worst-case routing
- * (activations). Errors: PX_ERR_INVALID_ARGUMENT (logged: E not divisible
- * by the ep group, K out of range), PX_ERR_NO_MEMORY. */
+/* Creates the mixture for token batches of at most N tokens per forward
+ * over the expert group `ex` (experts.h, made for the same cfg and ep
+ * group; borrowed for the object's life: its layers are the ones run
+ * here). ep: the expert-parallel group (NULL: alone); dp: the group the
+ * load-balancing loss's router probabilities are summed over (the
+ * data-parallel group; NULL: alone), dp_size its ranks (dp x cp). Groups
+ * and ops borrowed. Memory: the activations of every MoE layer for N
+ * tokens at worst-case routing (memacct activations). Errors:
+ * PX_ERR_INVALID_ARGUMENT (logged: E not divisible by the ep group, K out
+ * of range, an expert group of another split), PX_ERR_NO_MEMORY. */
 px_status_t px_moe_create(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
-                          px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size, int accum,
+                          px_comm_t *ep, px_comm_t *dp, int dp_size, px_experts_t *ex,
                           px_moe_t **moe_p);
-/* A pipeline stage's state (pipeline.h): as px_moe_create, for the MoE
- * layers l with held[l] != 0 only (held: cfg->layers entries, read during
- * the call; NULL: every layer), with `slots` activation slots per layer
- * (the micro-batches a schedule keeps in flight: forward and backward of
- * slot k go together, px_moe_forward_slot). Parameters, gradients and
- * moments of the held layers only (planner/model.h
- * px_model_moe_stage_params elements, what the plan counts); the
- * canonical indices stay the model's. accum: micro-batches per step (A x
- * M with a pipeline). Errors as px_moe_create (slots < 1: invalid). */
+/* A stage's mixture (pipeline.h): as px_moe_create, with `slots`
+ * activation slots per MoE layer (the micro-batches a schedule keeps in
+ * flight: forward and backward of slot k go together,
+ * px_moe_forward_slot). Errors as px_moe_create (slots < 1: invalid). */
 px_status_t px_moe_create_stage(const px_moe_config_t *cfg, const px_kernel_ops_t *ops, int N,
-                                px_comm_t *ep, px_comm_t *dp, px_comm_t *edp, int dp_size,
-                                int accum, const unsigned char *held, int slots,
-                                px_moe_t **moe_p);
+                                px_comm_t *ep, px_comm_t *dp, int dp_size, px_experts_t *ex,
+                                int slots, px_moe_t **moe_p);
 void px_moe_destroy(px_moe_t *moe); /* NULL no-op */
 const px_moe_config_t *px_moe_config(const px_moe_t *moe);
 
@@ -134,11 +130,6 @@ const px_moe_config_t *px_moe_config(const px_moe_t *moe);
  * PX_ERR_INVALID_ARGUMENT (nb does not divide the create-time N; logged),
  * PX_ERR_NO_MEMORY. */
 px_status_t px_moe_set_token_blocks(px_moe_t *moe, int nb, const int64_t *keys);
-
-/* Parameters from the seed, by canonical element index (counter-based, as
- * the model's: any ep gives the same values): router and fcw N(0, 0.02),
- * fcprojw N(0, 0.02/sqrt(2L)), biases 0. Moments zeroed. */
-void px_moe_init_params(px_moe_t *moe, uint64_t seed);
 
 /* Layer l's MoE forward: out (N,C) (overwritten) from x (N,C), N <= the
  * create-time N, the same N on every rank of the ep group. Collective over
@@ -165,48 +156,22 @@ px_status_t px_moe_backward_slot(px_moe_t *moe, int slot, int l, const float *x,
 /* Sum over the MoE layers of slot 0's last forward's load-balancing
  * losses. */
 float px_moe_aux_loss(const px_moe_t *moe);
+/* The same of activation slot `slot` (0 .. slots-1). */
+float px_moe_aux_loss_slot(const px_moe_t *moe, int slot);
 /* Sum of the load-balancing losses of every forward (layer, micro-batch)
  * since px_moe_begin_step. */
 double px_moe_aux_loss_step(const px_moe_t *moe);
 
-/* Before a step's first micro-batch: zero the gradients and the step's
- * token counts. */
+/* Before a step's first micro-batch: zero the step's token counts and
+ * load-balancing losses (the gradients are the expert group's,
+ * experts.h). */
 void px_moe_begin_step(px_moe_t *moe);
-/* After the last micro-batch: sums the router gradients over dp and the
- * experts' over edp, scales both by 1/(dp_size x accum) and writes the
- * squared L2 norm of every MoE gradient (each expert counted once: summed
- * over the ep group) into *sumsq_p, the same on every rank. */
-px_status_t px_moe_reduce(px_moe_t *moe, double *sumsq_p);
-/* AdamW (optim.h; decay on router and expert matrices) with the gradients
- * scaled by coef (px_adamw_clip_coef of the global norm), folded into its
- * pass: the gradients stay unscaled. */
-void px_moe_update(px_moe_t *moe, float coef, const px_adamw_t *hp);
-
-/* The canonical MoE buffer (px_moe_num_params) of the parameters (which 0),
- * the last reduced gradients (1) or the AdamW moments m (2), v (3) into
- * HOST memory dst (this rank's MoE layers; zeros for a stage's others); collective
- * over the ep group (an all-reduce of the pieces), the result on every
- * rank. */
-px_status_t px_moe_gather_canonical(px_moe_t *moe, int which, float *dst);
-
-/* The inverse for a checkpoint's load: this rank's routers and experts of
- * the parameters (which 0) or the AdamW moments m (2) or v (3) from the
- * canonical MoE buffer src (HOST memory, px_moe_num_params elements, read
- * during the call), whatever ep and stages wrote it. No communication. */
-void px_moe_set_canonical(px_moe_t *moe, int which, const float *src);
 
 /* Tokens of the last step's micro-batches, summed over the MoE layers, per
  * expert (E each, host memory): choices routed to it and kept (received),
  * and choices dropped at its capacity; the ep group's figures (every rank
  * of it has them). */
 void px_moe_token_stats(const px_moe_t *moe, uint64_t *received, uint64_t *dropped);
-
-/* This rank's flat parameter and gradient buffers (px_moe_rank_params
- * elements each, borrowed): the routers of every MoE layer (E,C) each,
- * then this rank's experts of every MoE layer, each fcw (4C,C) fcb (4C)
- * fcprojw (C,4C) fcprojb (C). For tests. */
-float *px_moe_params(px_moe_t *moe);
-float *px_moe_grads(px_moe_t *moe);
 
 /* Test hook: from now on `skew` is added to expert 0's router logit and
  * skew/2 to expert 1's (a constant: no gradient), so most tokens route to

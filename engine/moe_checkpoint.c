@@ -1,12 +1,12 @@
 /* moe_checkpoint.c: the MoE files of a checkpoint (moe_checkpoint.h).
  *
- * Save: the canonical parameters, m and v are gathered (moe.h
- * px_moe_gather_canonical over the ep group, summed over the pipeline
+ * Save: the canonical parameters, m and v are gathered (experts.h
+ * px_experts_gather_canonical over the ep group, summed over the pipeline
  * stages, each of which wrote only its MoE layers), then one rank writes
  * moe.bin and moe.json through .tmp files, fsync and rename. Load: moe.json
  * is parsed (jansson) and checked against the model, moe.bin's size
  * against num_params, the three arrays read whole and scattered into this
- * rank's layers and experts (px_moe_set_canonical). Runs on the training
+ * rank's layers and experts (px_experts_set_canonical). Runs on the training
  * thread. */
 #include "moe_checkpoint.h"
 
@@ -67,9 +67,9 @@ static px_status_t write_file(const char *path, int n, const void *const *ptr,
     return PX_OK;
 }
 
-static px_status_t gather(px_moe_t *moe, int which, float *dst, px_comm_t *pp, size_t n)
+static px_status_t gather(px_experts_t *ex, int which, float *dst, px_comm_t *pp, size_t n)
 {
-    PX_CHECK(px_moe_gather_canonical(moe, which, dst));
+    PX_CHECK(px_experts_gather_canonical(ex, which, dst));
     if (!pp || px_comm_size(pp) < 2)
         return PX_OK;
     px_status_t status = px_allreduce(pp, dst, dst, n, PX_FLOAT32, PX_SUM, -1);
@@ -79,10 +79,10 @@ static px_status_t gather(px_moe_t *moe, int which, float *dst, px_comm_t *pp, s
     return status;
 }
 
-px_status_t px_moe_checkpoint_save(const char *dir, int step, px_moe_t *moe, px_comm_t *pp,
+px_status_t px_moe_checkpoint_save(const char *dir, int step, px_experts_t *ex, px_comm_t *pp,
                                    int writer)
 {
-    const px_moe_config_t *c = px_moe_config(moe);
+    const px_moe_config_t *c = px_experts_config(ex);
     size_t n = (size_t)px_moe_num_params(c);
     px_status_t status = PX_OK;
     float *buf = calloc(3 * (n ? n : 1), sizeof(float));
@@ -90,7 +90,7 @@ px_status_t px_moe_checkpoint_save(const char *dir, int step, px_moe_t *moe, px_
         return PX_ERR_NO_MEMORY;
     const int which[3] = {0, 2, 3}; /* parameters, m, v */
     for (int i = 0; i < 3 && status == PX_OK; i++)
-        status = gather(moe, which[i], buf + i * n, pp, n);
+        status = gather(ex, which[i], buf + i * n, pp, n);
     if (status != PX_OK || !writer)
         goto out;
     char sdir[4096], path[4200];
@@ -114,9 +114,9 @@ out:
     return status;
 }
 
-px_status_t px_moe_checkpoint_load(const char *path, px_moe_t *moe)
+px_status_t px_moe_checkpoint_load(const char *path, px_experts_t *ex)
 {
-    const px_moe_config_t *c = px_moe_config(moe);
+    const px_moe_config_t *c = px_experts_config(ex);
     size_t n = (size_t)px_moe_num_params(c);
     char mpath[4200];
     snprintf(mpath, sizeof(mpath), "%s/moe.json", path);
@@ -173,78 +173,12 @@ px_status_t px_moe_checkpoint_load(const char *path, px_moe_t *moe)
     }
     const int which[3] = {0, 2, 3};
     for (int i = 0; i < 3; i++)
-        px_moe_set_canonical(moe, which[i], buf + i * n);
+        px_experts_set_canonical(ex, which[i], buf + i * n);
 out_buf:
     free(buf);
 out_file:
     fclose(f);
 out_meta:
     json_decref(m);
-    return status;
-}
-
-/* the header's entry for a tensor of `nd` dims at element offset off */
-static void st_entry(json_t *h, const char *name, int nd, const json_int_t *shape, size_t off,
-                     size_t size)
-{
-    json_t *sh = json_array();
-    for (int d = 0; d < nd; d++)
-        json_array_append_new(sh, json_integer(shape[d]));
-    json_object_set_new(h, name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", sh,
-                                           "data_offsets", (json_int_t)(off * 4),
-                                           (json_int_t)((off + size) * 4)));
-}
-
-px_status_t px_moe_safetensors_write(const char *path, const px_gpt_config_t *gc,
-                                     const float *params, const px_moe_config_t *mc,
-                                     const float *moe_params)
-{
-    json_t *h = json_object();
-    size_t nd = 0, nm = (size_t)px_moe_num_params(mc);
-    char name[64];
-    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
-        px_gpt_tensor_info_t ti;
-        px_gpt_tensor_info_of(gc, i, &ti);
-        json_int_t shape[8];
-        for (int d = 0; d < ti.ndim && d < 8; d++)
-            shape[d] = ti.shape[d];
-        st_entry(h, ti.name, ti.ndim, shape, ti.offset, ti.size);
-        nd = ti.offset + ti.size;
-    }
-    const json_int_t E = mc->experts, C = mc->dim;
-    const json_int_t shapes[PX_MOE_NUM_TENSORS][3] = {
-        {E, C, 0}, {E, 4 * C, C}, {E, 4 * C, 0}, {E, C, 4 * C}, {E, C, 0}};
-    const int ndim[PX_MOE_NUM_TENSORS] = {2, 3, 2, 3, 2};
-    size_t off = nd;
-    for (int l = 0; l < mc->layers; l++) {
-        if (!px_moe_is_layer(mc, l))
-            continue;
-        for (int i = 0; i < PX_MOE_NUM_TENSORS; i++) {
-            size_t sz = (size_t)px_moe_tensor_size(mc, i);
-            snprintf(name, sizeof(name), "%s.%d", px_moe_tensor_name(i), l); /* moe_router.1 */
-            st_entry(h, name, ndim[i], shapes[i], off, sz);
-            off += sz;
-        }
-    }
-    json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
-    char *txt = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(h);
-    if (!txt)
-        return PX_ERR_NO_MEMORY;
-    size_t hl = strlen(txt), padded = (hl + 7) / 8 * 8; /* 8-byte aligned data */
-    char *hdr = malloc(8 + padded);
-    if (!hdr) {
-        free(txt);
-        return PX_ERR_NO_MEMORY;
-    }
-    for (int b = 0; b < 8; b++)
-        hdr[b] = (char)(((uint64_t)padded >> (8 * b)) & 0xff);
-    memcpy(hdr + 8, txt, hl);
-    memset(hdr + 8 + hl, ' ', padded - hl);
-    free(txt);
-    const void *ptr[3] = {hdr, params, moe_params};
-    size_t bytes[3] = {8 + padded, nd * sizeof(float), nm * sizeof(float)};
-    px_status_t status = write_file(path, 3, ptr, bytes);
-    free(hdr);
     return status;
 }

@@ -21,6 +21,7 @@
 #define PX_MOE_CHECKPOINT_H
 
 #include "gpt.h"
+#include "experts.h"
 #include "moe.h"
 #include "px_status.h"
 #include "px_transport.h"
@@ -30,7 +31,7 @@
  * `writer` != 0 (world rank 0) writes DIR/step_<step>/moe.json and moe.bin
  * (creating the directories). Errors: the collectives', PX_ERR_IO (logged
  * with the path), PX_ERR_NO_MEMORY. */
-px_status_t px_moe_checkpoint_save(const char *dir, int step, px_moe_t *moe, px_comm_t *pp,
+px_status_t px_moe_checkpoint_save(const char *dir, int step, px_experts_t *ex, px_comm_t *pp,
                                    int writer);
 
 /* Loads `path` (a step_<N>/ directory)'s MoE files into this rank's
@@ -38,19 +39,6 @@ px_status_t px_moe_checkpoint_save(const char *dir, int step, px_moe_t *moe, px_
  * a checkpoint of a dense model, named), PX_ERR_INVALID_ARGUMENT (another
  * model: the mismatched value and both sides named; a short moe.bin),
  * PX_ERR_IO. Nothing is changed on error. Every rank reads for itself. */
-px_status_t px_moe_checkpoint_load(const char *path, px_moe_t *moe);
-
-/* The safetensors export of a model with experts (checkpoint.h's
- * px_safetensors_write for the dense tensors, then the MoE layers'): the
- * canonical params (px_gpt_tensor_info layout, HOST memory) under their
- * names, then for each MoE layer l (in layer order) "moe_router.<l>"
- * (E,C), "moe_fcw.<l>" (E,4C,C), "moe_fcb.<l>" (E,4C), "moe_fcprojw.<l>"
- * (E,C,4C), "moe_fcprojb.<l>" (E,C) from the canonical MoE buffer
- * moe_params (moe.h, HOST memory); one file, data contiguous. The dense
- * fcw..fcprojb of a MoE layer (unused, moe.h) are written as the model
- * holds them. PX_ERR_IO (logged) on a file error, PX_ERR_NO_MEMORY. */
-px_status_t px_moe_safetensors_write(const char *path, const px_gpt_config_t *gc,
-                                     const float *params, const px_moe_config_t *mc,
-                                     const float *moe_params);
+px_status_t px_moe_checkpoint_load(const char *path, px_experts_t *ex);
 
 #endif

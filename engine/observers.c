@@ -182,7 +182,7 @@ static px_status_t dump_init(void *arg, px_trainer_t *tr)
     }
     if (!d->canon || (tr->moe && !d->moe_canon))
         return PX_ERR_NO_MEMORY;
-    PX_CHECK(px_trainer_canonical(tr, 0, d->canon, d->moe_canon));
+    PX_CHECK(px_params_canonical(&tr->params, 0, d->canon, d->moe_canon));
     if (tr->rank == 0) {
         if (mkdir(d->dir, 0755) < 0 && errno != EEXIST) {
             px_error("train: cannot create dump dir %s: %s", d->dir, strerror(errno));
@@ -216,7 +216,7 @@ static px_status_t dump_grads(void *arg, px_trainer_t *tr, int s, float loss, fl
     (void)norm;
     if (s >= d->steps)
         return PX_OK;
-    PX_CHECK(px_trainer_canonical(tr, 1, d->canon, d->moe_canon));
+    PX_CHECK(px_params_canonical(&tr->params, 1, d->canon, d->moe_canon));
     if (tr->rank != 0)
         return PX_OK;
     PX_CHECK(dump_raw(d->dir, "grads", s + 1, d->canon, tr->n * sizeof(float)));
@@ -234,7 +234,7 @@ static px_status_t dump_step(void *arg, px_trainer_t *tr, const px_step_report_t
     dump_obs_t *d = arg;
     const int s = rep->step - 1;
     if (s < d->steps) {
-        PX_CHECK(px_trainer_canonical(tr, 0, d->canon, d->moe_canon));
+        PX_CHECK(px_params_canonical(&tr->params, 0, d->canon, d->moe_canon));
         if (tr->rank == 0) {
             char path[4096];
             PX_CHECK(dump_raw(d->dir, "params", s + 1, d->canon, tr->n * sizeof(float)));
@@ -337,10 +337,7 @@ static px_status_t run_report_end(void *arg, px_trainer_t *tr)
                 (double)px_zero_buckets_early(tr->zero) / steps_run, cfg->zero);
     if (tr->cp > 1) {
         px_ring_times_t rt;
-        if (tr->gpt)
-            px_gpt_ring_times(tr->gpt, &rt);
-        else
-            px_pipe_ring_times(tr->pipe, &rt);
+        px_pipe_ring_times(tr->pipe, &rt);
         px_info("train: cp %d: ring attention %d tokens of %d per sequence; per step %.2f ms "
                 "of ring transfers (%.2f MB sent), %.2f ms of it blocked: %.0f%% of ring "
                 "communication hidden behind compute", tr->cp, tr->Tl, tr->T,
@@ -348,9 +345,9 @@ static px_status_t run_report_end(void *arg, px_trainer_t *tr)
                 1e3 * rt.wait_s / steps_run,
                 rt.total_s > 0 ? 100.0 * (rt.total_s - rt.wait_s) / rt.total_s : 0.0);
     }
-    if (tr->layout.tp > 1 && tr->gpt) {
+    if (tr->layout.tp > 1) {
         px_tp_times_t tt;
-        px_gpt_tp_times(tr->gpt, &tt);
+        px_pipe_tp_times(tr->pipe, &tt);
         double all = tt.comm_s + tt.hidden_s;
         px_info("train: tp %d: per step %.2f ms blocked in tensor-parallel collectives (%d "
                 "per step, %d overlapped; %.2f ms of it waiting for them) and %.2f ms hidden "

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "memacct.h"
+#include "moe.h"
 #include "px_coll.h"
 #include "px_log.h"
 #include "px_time.h"
@@ -55,6 +56,7 @@ struct px_pipe {
     px_groups_t *groups;
     px_comm_t *comm; /* the pp group: rank = stage */
     px_pipe_schedule_t *sched;
+    struct px_moe *moe; /* px_pipe_set_moe's; NULL when dense */
     int p, s, M, V, Bm, T;
     uint32_t gen;    /* round counter, in the tags */
     chunk_t *ch;     /* [V] */
@@ -188,13 +190,14 @@ px_status_t px_pipe_create(const px_gpt_config_t *gc, const px_kernel_ops_t *ops
                                  .progress = h_progress};
     pp->groups = groups;
     pp->comm = px_groups_comm(groups, PX_GROUP_PP);
-    pp->p = px_groups_layout(groups)->pp;
-    pp->s = px_groups_coord(groups)->pp;
+    pp->p = px_groups_layout(groups)->pp > 1 ? px_groups_layout(groups)->pp : 1;
+    pp->s = pp->p > 1 ? px_groups_coord(groups)->pp : 0;
     pp->M = M;
     pp->V = V;
     pp->Bm = Bm;
     pp->T = T;
-    if (!pp->comm || px_comm_size(pp->comm) != pp->p || px_comm_rank(pp->comm) != pp->s) {
+    if (pp->p > 1 && (!pp->comm || px_comm_size(pp->comm) != pp->p ||
+                      px_comm_rank(pp->comm) != pp->s)) {
         px_error("pipeline: the pp group does not match the layout (pp %d, stage %d)", pp->p,
                  pp->s);
         status = PX_ERR_INVALID_ARGUMENT;
@@ -206,7 +209,9 @@ px_status_t px_pipe_create(const px_gpt_config_t *gc, const px_kernel_ops_t *ops
         status = PX_ERR_INVALID_ARGUMENT;
         goto err;
     }
-    status = px_pipe_schedule_create_v(kind, pp->p, M, V, &pp->sched);
+    /* one stage (no pipelining): the one-stage list whatever the kind */
+    status = pp->p == 1 && V == 1 ? px_pipe_schedule_create_single(M, &pp->sched)
+                                  : px_pipe_schedule_create_v(kind, pp->p, M, V, &pp->sched);
     if (status != PX_OK) {
         px_error("pipeline: cannot build schedule %s for pp %d, %d micro-batches, %d chunks per "
                  "stage", px_pipe_schedule_name(kind), pp->p, M, V);
@@ -346,8 +351,12 @@ static px_status_t start(px_pipe_t *pp, chunk_t *ch, int kind, int m, void *buf,
     return status;
 }
 
+/* The forward of micro-batch m through chunk ch; its loss (the last
+ * chunk) added to *loss_sum. In training (`train`) a chunk that is the
+ * whole model adds the micro-batch's load-balancing losses to it (the
+ * objective, as px_pipe_step_loss says); the evaluation leaves them out. */
 static px_status_t forward(px_pipe_t *pp, chunk_t *ch, int m, px_pipe_load_fn load, void *arg,
-                           float *loss_sum)
+                           int train, float *loss_sum)
 {
     int k;
     if (ch->first)
@@ -368,6 +377,8 @@ static px_status_t forward(px_pipe_t *pp, chunk_t *ch, int m, px_pipe_load_fn lo
     if (ch->last) {
         float loss = 0.0f;
         PX_CHECK(px_gpt_head_forward(g, &ctx, ch->targets[k], &loss));
+        if (train && ch->first && pp->moe)
+            loss += px_moe_aux_loss_slot(pp->moe, k);
         *loss_sum += loss;
     }
     return PX_OK;
@@ -427,7 +438,7 @@ static px_status_t run_action(px_pipe_t *pp, const px_pipe_action_t *a, px_pipe_
         px_gpt_stage_io(ch->slot[k], ch->l0, &x, &dx, &n);
         return start(pp, ch, REQ_ACT_RECV, m, x, n);
     case PX_PIPE_FWD:
-        return forward(pp, ch, m, load, arg, loss_sum);
+        return forward(pp, ch, m, load, arg, 1, loss_sum);
     case PX_PIPE_SEND_ACT:
         px_gpt_stage_io(ch->slot[ch->slot_of[m]], ch->l1, &x, &dx, &n);
         return start(pp, ch, REQ_ACT_SEND, m, x, n);
@@ -509,7 +520,9 @@ px_status_t px_pipe_eval_round(px_pipe_t *pp, px_pipe_load_fn load, void *arg,
                 status = start(pp, ch, REQ_ACT_RECV, m, x, n);
             }
             if (status == PX_OK) /* waits for the receive */
-                status = forward(pp, ch, m, load, arg, &loss_sum);
+                status = forward(pp, ch, m, load, arg, 0, &loss_sum);
+            if (status == PX_OK && ch->last) /* no backward comes: release the head's */
+                status = px_gpt_forward_end(ch->slot[0]);
             if (status == PX_OK && !ch->last) {
                 px_gpt_stage_io(ch->slot[0], ch->l1, &x, &dx, &n);
                 status = start(pp, ch, REQ_ACT_SEND, m, x, n);
@@ -525,6 +538,15 @@ px_status_t px_pipe_eval_round(px_pipe_t *pp, px_pipe_load_fn load, void *arg,
     else
         *loss_sum_p = loss_sum;
     return status;
+}
+
+float px_pipe_step_loss(const px_pipe_t *pp, float loss_sum, int rounds)
+{
+    const int n = rounds * pp->M;
+    float loss = pp->s == pp->p - 1 ? loss_sum / (float)n : 0.0f;
+    if (pp->moe && pp->p * pp->V > 1)
+        loss += (float)(px_moe_aux_loss_step(pp->moe) / (double)n);
+    return loss;
 }
 
 px_status_t px_pipe_tied_sum(px_pipe_t *pp)
@@ -598,6 +620,21 @@ void px_pipe_ring_times(const px_pipe_t *pp, px_ring_times_t *out)
         }
 }
 
+void px_pipe_tp_times(const px_pipe_t *pp, px_tp_times_t *out)
+{
+    *out = (px_tp_times_t){0};
+    for (int c = 0; c < pp->V; c++)
+        for (int k = 0; k < pp->ch[c].nslots; k++) {
+            px_tp_times_t t;
+            px_gpt_tp_times(pp->ch[c].slot[k], &t);
+            out->comm_s += t.comm_s;
+            out->wait_s += t.wait_s;
+            out->hidden_s += t.hidden_s;
+            out->colls += t.colls;
+            out->overlapped += t.overlapped;
+        }
+}
+
 int px_pipe_stage(const px_pipe_t *pp) { return pp->s; }
 
 int px_pipe_slots(const px_pipe_t *pp)
@@ -618,6 +655,7 @@ int px_pipe_chunk_slots_max(const px_pipe_t *pp)
 
 px_status_t px_pipe_set_moe(px_pipe_t *pp, struct px_moe *moe)
 {
+    pp->moe = moe;
     for (int c = 0; c < pp->V; c++)
         for (int k = 0; k < pp->ch[c].nslots; k++)
             PX_CHECK(px_gpt_set_moe_slot(pp->ch[c].slot[k], moe, k));

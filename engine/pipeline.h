@@ -1,4 +1,7 @@
-/* pipeline.h: pipeline parallelism of the GPT engine: one stage's runner.
+/* pipeline.h: the GPT engine's runner: one stage of a pipeline, or the
+ * whole model as the one stage of a layout without pipelining (pp 1: the
+ * one-stage list of pipesched.h, forward then backward of each micro-batch,
+ * one slot, no messages), so every layout runs through it.
  *
  * The layers are split over the pp stages (pipesched.h,
  * px_pipe_stage_layers: 6 on 4 is 2/2/1/1); stage s holds units 1+l for
@@ -55,7 +58,10 @@ typedef void (*px_pipe_load_fn)(void *arg, int micro, int32_t *inputs, int32_t *
  * virtual stage sl[pp * V] (read during the call). `zero` (borrowed) holds
  * the stage's units and gives their hooks; `gc`, `ops` as for
  * px_gpt_create_external. Allocates the schedule's slots for each chunk
- * (px_pipe_schedule_chunk_slots: GPipe M, 1F1B at most pp - s). Errors:
+ * (px_pipe_schedule_chunk_slots: GPipe M, 1F1B at most pp - s). With pp 1
+ * (V 1) the stage is the whole model and runs the one-stage list
+ * (px_pipe_schedule_create_single, one slot) whatever `kind`; the pp group
+ * may then be NULL (a rank alone). Errors:
  * PX_ERR_INVALID_ARGUMENT (logged: a schedule that cannot be built, M x V
  * past the tags' 2^18), PX_ERR_NO_MEMORY. */
 px_status_t px_pipe_create(const px_gpt_config_t *gc, const px_kernel_ops_t *ops, px_zero_t *zero,
@@ -80,6 +86,16 @@ px_status_t px_pipe_round(px_pipe_t *pipe, px_pipe_load_fn load, void *arg, floa
 px_status_t px_pipe_eval_round(px_pipe_t *pipe, px_pipe_load_fn load, void *arg,
                                float *loss_sum_p);
 
+/* This rank's share of a step's mean loss from the sum of its `rounds`
+ * rounds' loss sums (px_pipe_round): on the last stage their mean over the
+ * rounds x M micro-batches, 0 elsewhere; with experts over several stages
+ * plus this stage's load-balancing losses of the step (moe.h
+ * px_moe_aux_loss_step / (rounds x M); the pp group sums the stages'
+ * shares). A stage that is the whole model counts each micro-batch's
+ * load-balancing losses in its loss instead (the float sums of a model's
+ * objective, loss + aux, micro-batch by micro-batch). */
+float px_pipe_step_loss(const px_pipe_t *pipe, float loss_sum, int rounds);
+
 /* After the last round of a step, before px_zero_reduce: the first and
  * the last stage exchange the accumulated gradients of the embedding unit
  * and each sets them to their sum (pp > 1; a no-op on the other stages).
@@ -93,6 +109,10 @@ void px_pipe_take_times(px_pipe_t *pipe, double *busy_s_p, double *idle_s_p);
 /* Ring attention's transfer times (cp > 1) summed over the stage's chunks
  * and micro-batch slots (ring_attn.h; zeros when cp is 1). */
 void px_pipe_ring_times(const px_pipe_t *pipe, px_ring_times_t *out);
+
+/* Tensor parallelism's collective times (tp.h) summed over the stage's
+ * chunks and micro-batch slots, since the runner was created. */
+void px_pipe_tp_times(const px_pipe_t *pipe, px_tp_times_t *out);
 
 /* Activation bytes this stage holds (the sum over its chunks of slots x
  * one chunk model's activations). */

@@ -113,7 +113,7 @@ px_status_t px_train_observed(const px_train_config_t *cfg, px_comm_t *world,
         }
     }
     if (cfg->export_safetensors && *cfg->export_safetensors)
-        PX_CHECK_GOTO(px_trainer_export(tr), status, out);
+        PX_CHECK_GOTO(px_params_export(&tr->params, cfg->export_safetensors), status, out);
     if (cfg->export_hf && *cfg->export_hf)
         PX_CHECK_GOTO(px_hf_gpt2_export(tr), status, out);
     NOTIFY(obs, nobs, on_end, tr);

@@ -7,10 +7,13 @@
  * (cp_cut, ring_attn.h), and data parallelism and ZeRO run on the dp x cp
  * group instead: every rank holds T/cp tokens of each sequence, so the
  * average of the local means is still the global mean.
- * A step: for each of grad_accum micro-batches (or pipeline rounds), cut
- * this rank's share of the micro-batch (micro m of the global batch is
- * sequences [m*B/A, (m+1)*B/A); dp rank r takes its r-th part), forward,
- * backward (ZeRO 2/3 reduce-scatter during backward); then px_zero_reduce
+ * The runner (pipeline.h) runs every layout: a pipeline stage, or without
+ * pipelining the whole model as the one stage of the one-stage list.
+ * A step: for each of grad_accum rounds of the runner's M micro-batches
+ * (M 1 without pipelining), cut this rank's share of each micro-batch
+ * (micro j of the A x M of the global batch is sequences [j*B/(AM),
+ * (j+1)*B/(AM)); dp rank r takes its r-th part), forward, backward (ZeRO
+ * 2/3 reduce-scatter during backward); then px_zero_reduce
  * (stage 0: one all-reduce with the local mean loss in the spare slot;
  * equal token counts per rank, so the average of local means is the global
  * mean), the global grad norm, and AdamW after clipping (as
@@ -28,13 +31,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoint.h"
 #include "data.h"
 #include "hf_gpt2.h"
 #include "jobcfg.h"
 #include "jobplan.h"
 #include "memacct.h"
-#include "moe_checkpoint.h"
 #include "plan.h"
 #include "ring_attn.h"
 #include "tp.h"
@@ -100,23 +101,6 @@ static px_status_t set_moe_blocks(px_moe_t *moe, int Bm, int cp, int dp_rank, in
     return status;
 }
 
-/* The canonical MoE buffer (moe.h px_moe_gather_canonical) on every
- * rank: with pp, each stage wrote its own MoE layers (zeros elsewhere), so
- * the stages' buffers are summed. */
-static px_status_t moe_canonical(px_moe_t *moe, int which, float *dst, px_groups_t *groups,
-                                 int pp)
-{
-    PX_CHECK(px_moe_gather_canonical(moe, which, dst));
-    if (pp < 2)
-        return PX_OK;
-    px_status_t status = px_allreduce(px_groups_comm(groups, PX_GROUP_PP), dst, dst,
-                                      px_moe_num_params(px_moe_config(moe)), PX_FLOAT32, PX_SUM,
-                                      -1);
-    if (status != PX_OK)
-        px_error("train: summing the stages' MoE layers failed: %s", px_status_str(status));
-    return status;
-}
-
 void px_batch_cut_load(void *arg, int m, int32_t *inputs, int32_t *targets)
 {
     px_batch_cut_t *ld = arg;
@@ -162,15 +146,6 @@ static void eval_load(void *arg, int k, int round, int micro, int32_t *inputs, i
     px_batch_cut_load(ld, micro, inputs, targets);
 }
 
-/* 1 when the checkpoint directory holds the MoE files (moe_checkpoint.h) */
-static int moe_files_in(const char *dir)
-{
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/moe.json", dir);
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
 static void set_blas_threads(void)
 {
     const char *e = getenv("OPENBLAS_NUM_THREADS");
@@ -207,8 +182,9 @@ static px_status_t fail(px_status_t status, const char *what, const char *err)
 }
 
 /* The layers per (virtual) stage into tr->stage_layers and the layers this
- * pipeline stage holds into tr->held_layers (pipesched.h; the plan,
- * jobplan.h, zeroes the other stages' units the same way). */
+ * stage holds into tr->held_layers (pipesched.h; the plan, jobplan.h,
+ * zeroes the other stages' units the same way). Without pipelining: one
+ * stage of every layer. */
 static px_status_t assemble_stage(px_trainer_t *tr)
 {
     const px_train_config_t *cfg = tr->cfg;
@@ -220,7 +196,8 @@ static px_status_t assemble_stage(px_trainer_t *tr)
     if (!tr->stage_layers || !tr->held_layers)
         return PX_ERR_NO_MEMORY;
     /* layers per virtual stage: pp x V of them (V = 1: the stages) */
-    px_status_t status = px_pipe_stage_layers(L, pp * V, V > 1 ? NULL : cfg->stage_layers,
+    px_status_t status = px_pipe_stage_layers(L, pp * V, V > 1 || pp < 2 ? NULL
+                                                                      : cfg->stage_layers,
                                               tr->stage_layers, err, sizeof(err));
     if (status != PX_OK)
         return fail(status, "", err);
@@ -230,33 +207,34 @@ static px_status_t assemble_stage(px_trainer_t *tr)
     return PX_OK;
 }
 
-/* The mixture of experts: the MoE layers' routers and this rank's experts
- * (moe.h). The router is replicated over dp x cp (dp_comm), like every
- * dense parameter: its gradient is averaged over dp x cp ranks and the A x
- * M micro-batches; a pipeline stage holds its own MoE layers, with an
- * activation slot per micro-batch in flight. */
+/* The mixture of experts: the expert parameter group (experts.h: the MoE
+ * layers' routers and this rank's experts) and the routing (moe.h). The
+ * router is replicated over dp x cp (dp_comm), like every dense
+ * parameter: its gradient is averaged over dp x cp ranks and the A x M
+ * micro-batches; a stage holds its own MoE layers, with an activation
+ * slot per micro-batch in flight. */
 static px_status_t assemble_moe(px_trainer_t *tr, float router_skew)
 {
     px_groups_t *g = tr->groups;
-    PX_CHECK(px_moe_create_stage(&tr->mc, tr->mops, tr->Bm * tr->Tl,
-                                 px_groups_comm(g, PX_GROUP_EP), tr->dp_comm,
-                                 px_groups_comm(g, PX_GROUP_EDP), tr->dp * tr->cp, tr->A * tr->M,
-                                 tr->held_layers,
-                                 tr->pipe ? px_pipe_chunk_slots_max(tr->pipe) : 1, &tr->moe));
+    px_comm_t *ep = px_groups_comm(g, PX_GROUP_EP);
+    PX_CHECK(px_experts_create(&tr->mc, tr->mops, ep, tr->dp_comm,
+                               px_groups_comm(g, PX_GROUP_EDP), tr->dp * tr->cp, tr->A * tr->M,
+                               tr->held_layers, &tr->experts));
+    PX_CHECK(px_moe_create_stage(&tr->mc, tr->mops, tr->Bm * tr->Tl, ep, tr->dp_comm,
+                                 tr->dp * tr->cp, tr->experts,
+                                 px_pipe_chunk_slots_max(tr->pipe), &tr->moe));
     PX_CHECK(set_moe_blocks(tr->moe, tr->Bm, tr->cp, tr->dp_rank, tr->cp_rank));
-    px_moe_init_params(tr->moe, tr->cfg->seed);
+    px_experts_init(tr->experts, tr->cfg->seed);
     if (router_skew != 0.0f)
         px_moe_set_router_skew(tr->moe, router_skew);
-    return tr->pipe ? px_pipe_set_moe(tr->pipe, tr->moe) : px_gpt_set_moe(tr->gpt, tr->moe);
+    return px_pipe_set_moe(tr->pipe, tr->moe);
 }
 
-/* The batch buffers: (Bm, Tl) device tokens; with cp whole host sequences;
- * on a device backend host staging. */
+/* The batch cut's buffers (the runner's slots hold the device tokens):
+ * with cp whole host sequences; on a device backend host staging. */
 static px_status_t assemble_batch(px_trainer_t *tr)
 {
     const size_t nt = (size_t)tr->Bm * tr->T;
-    tr->inputs = px_mem_calloc(PX_MEM_WORK, nt, sizeof(int32_t));
-    tr->targets = px_mem_calloc(PX_MEM_WORK, nt, sizeof(int32_t));
     if (tr->cp > 1) { /* whole sequences, cut into this rank's chunks on the host (cp_load) */
         tr->seq_in = px_mem_calloc_host(PX_MEM_WORK, nt, sizeof(int32_t));
         tr->seq_tg = px_mem_calloc_host(PX_MEM_WORK, nt, sizeof(int32_t));
@@ -265,25 +243,16 @@ static px_status_t assemble_batch(px_trainer_t *tr)
     }
     if (tr->ops != px_kernels_cpu())
         tr->host_tokens = malloc(2 * nt * sizeof(int32_t));
-    if (!tr->inputs || !tr->targets || (tr->ops != px_kernels_cpu() && !tr->host_tokens))
+    if (tr->ops != px_kernels_cpu() && !tr->host_tokens)
         return PX_ERR_NO_MEMORY;
     return PX_OK;
 }
 
-/* Resumes from cfg->resume_dir: the dense shards (checkpoint.h), the
- * routers, experts and their moments (moe_checkpoint.h). */
+/* Resumes from cfg->resume_dir: every parameter group (params.h). */
 static px_status_t resume(px_trainer_t *tr)
 {
     const px_train_config_t *cfg = tr->cfg;
-    PX_CHECK(px_checkpoint_load(cfg->resume_dir, tr->zero, &tr->gc, tr->plan, cfg->heads,
-                                &tr->start_step));
-    if (tr->moe)
-        PX_CHECK(px_moe_checkpoint_load(cfg->resume_dir, tr->moe));
-    else if (moe_files_in(cfg->resume_dir)) {
-        px_error("train: checkpoint %s holds a mixture of experts (moe.json); this model "
-                 "has experts=0", cfg->resume_dir);
-        return PX_ERR_INVALID_ARGUMENT;
-    }
+    PX_CHECK(px_params_checkpoint_load(&tr->params, cfg->resume_dir, &tr->start_step));
     if (tr->start_step >= cfg->steps) {
         px_error("train: checkpoint %s is at step %d; nothing left of %d steps",
                  cfg->resume_dir, tr->start_step, cfg->steps);
@@ -361,7 +330,7 @@ static px_status_t assemble_layout(px_trainer_t *tr, const char *device)
     return PX_OK;
 }
 
-/* The data, the plan, ZeRO and the model (or this stage's runner). */
+/* The data, the plan, ZeRO and the runner of this stage's model. */
 static px_status_t assemble_model(px_trainer_t *tr, float router_skew)
 {
     const px_train_config_t *cfg = tr->cfg;
@@ -379,8 +348,7 @@ static px_status_t assemble_model(px_trainer_t *tr, float router_skew)
                                .padded_vocab = px_job_config_padded_vocab(cfg->vocab),
                                .tp = tr->layout.tp, .tp_rank = px_groups_coord(tr->groups)->tp,
                                .sequence_parallel = cfg->sequence_parallel, .cp = tr->cp};
-    if (tr->pp > 1) /* this stage's layers (pipeline.h) */
-        PX_CHECK(assemble_stage(tr));
+    PX_CHECK(assemble_stage(tr)); /* this stage's layers (pipeline.h) */
     /* the model computes with `mops`: the device's table, or its view whose
      * linear layers and attention products take bf16 operands
      * (px_kernels_bf16.h: "bf16 GEMM and attention operands, fp32
@@ -414,17 +382,13 @@ static px_status_t assemble_model(px_trainer_t *tr, float router_skew)
     PX_CHECK(px_zero_create(&tr->gc, tr->plan, tr->dp_comm, tr->ops, tr->A * tr->M,
                             cfg->prefetch, &tr->zero));
     px_zero_set_model_group(tr->zero, px_groups_comm(tr->groups, PX_GROUP_MP));
-    if (tr->pp > 1) {
-        if (tr->stage == 0 || tr->last_stage) /* the tied wte; the copy counts on the first */
-            px_zero_set_tied(tr->zero, PX_MODEL_UNIT_EMBED, tr->last_stage);
-        PX_CHECK(px_pipe_create(&tr->gc, tr->mops, tr->zero, tr->groups, cfg->schedule, tr->M,
-                                tr->V, tr->stage_layers, tr->Bm, tr->Tl, &tr->pipe));
-    } else {
-        PX_CHECK(px_gpt_create_external(&tr->gc, tr->mops, tr->Bm, tr->Tl,
-                                        px_zero_hooks(tr->zero), &tr->gpt));
-        /* whole-model backward: gradient buckets reduced during it */
+    if (tr->pp > 1 && (tr->stage == 0 || tr->last_stage))
+        /* the tied wte on two stages; the copy counts on the first */
+        px_zero_set_tied(tr->zero, PX_MODEL_UNIT_EMBED, tr->last_stage);
+    PX_CHECK(px_pipe_create(&tr->gc, tr->mops, tr->zero, tr->groups, cfg->schedule, tr->M, tr->V,
+                            tr->stage_layers, tr->Bm, tr->Tl, &tr->pipe));
+    if (tr->pp == 1) /* a whole-model backward: gradient buckets reduced during it */
         PX_CHECK(px_zero_set_buckets(tr->zero, cfg->bucket_mb));
-    }
     px_zero_init_params(tr->zero, cfg->seed);
     if (cfg->experts)
         PX_CHECK(assemble_moe(tr, router_skew));
@@ -449,12 +413,12 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_comm_t *world,
     /* n: the canonical model (dumps, exports); plan->params: this tp
      * rank's share of it */
     tr->n = (size_t)px_model_num_params(&tr->gc);
-    if (tr->gpt) {
-        tr->ctx = px_gpt_ctx_default(tr->gpt);
-        tr->ctx.groups = tr->groups; /* the tensor group, for the blocks' collectives */
-    }
-    tr->act_bytes = tr->gpt ? px_gpt_activation_bytes(tr->gpt)
-                            : px_pipe_activation_bytes(tr->pipe);
+    tr->act_bytes = px_pipe_activation_bytes(tr->pipe);
+    tr->params = (px_params_t){.dense = tr->zero, .experts = tr->experts, .gc = &tr->gc,
+                               .plan = tr->plan, .heads = cfg->heads, .dp = tr->dp_comm,
+                               .mp = tr->canon_comm,
+                               .pp = px_groups_comm(tr->groups, PX_GROUP_PP),
+                               .world = tr->world, .rank = tr->rank};
     if (tr->act_bytes != tr->plan_act_bytes) /* the recipe and the model disagree: say so */
         px_warn("train: the activation buffers take %zu bytes, the plan says %llu (jobplan.h)",
                 tr->act_bytes, (unsigned long long)tr->plan_act_bytes);
@@ -464,7 +428,7 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_comm_t *world,
         PX_CHECK_GOTO(resume(tr), status, fail);
     else if (cfg->init_from && *cfg->init_from) /* Hugging Face weights (hf_gpt2.h) */
         PX_CHECK_GOTO(px_hf_gpt2_load(cfg->init_from, tr->zero, &tr->gc, tr->plan, cfg->heads,
-                                      tr->moe), status, fail);
+                                      tr->experts), status, fail);
     /* the validation batches: the training cut of the validation file,
      * batch k in place of step k */
     tr->val_cut = (px_batch_cut_t){.data = tr->val, .seed = cfg->seed, .M = tr->M,
@@ -473,11 +437,11 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_comm_t *world,
                                    .cp = tr->cp, .cp_rank = tr->cp_rank, .seq_in = tr->seq_in,
                                    .seq_tg = tr->seq_tg, .ops = tr->ops,
                                    .host = tr->host_tokens};
-    tr->ev = (px_eval_t){.gpt = tr->gpt, .ctx = &tr->ctx, .pipe = tr->pipe, .M = tr->M,
-                         .load = eval_load, .load_arg = &tr->val_cut, .dp_comm = tr->dp_comm,
-                         .pp_comm = tr->pipe ? px_groups_comm(tr->groups, PX_GROUP_PP) : NULL,
+    tr->ev = (px_eval_t){.pipe = tr->pipe, .M = tr->M, .load = eval_load,
+                         .load_arg = &tr->val_cut, .dp_comm = tr->dp_comm,
+                         .pp_comm = px_groups_comm(tr->groups, PX_GROUP_PP),
                          .batches = cfg->eval_batches, .accum = tr->A, .dp = tr->dp,
-                         .cp = tr->cp, .inputs = tr->inputs, .targets = tr->targets};
+                         .cp = tr->cp};
     tr->eval_every = px_job_config_eval_every(cfg);
     *tr_p = tr;
     return PX_OK;
@@ -492,12 +456,10 @@ void px_trainer_destroy(px_trainer_t *tr)
         return;
     free(tr->held_layers);
     px_moe_destroy(tr->moe);
+    px_experts_destroy(tr->experts);
     free(tr->host_tokens);
-    px_mem_free(tr->inputs);
-    px_mem_free(tr->targets);
     px_mem_free(tr->seq_in);
     px_mem_free(tr->seq_tg);
-    px_gpt_destroy(tr->gpt);
     px_pipe_destroy(tr->pipe);
     free(tr->stage_layers);
     px_zero_destroy(tr->zero);
@@ -510,63 +472,42 @@ void px_trainer_destroy(px_trainer_t *tr)
 
 /* ---- the step ---- */
 
-/* Micro-batch mb of step s (no pipeline) into tr->inputs / tr->targets. */
-static void load_micro(px_trainer_t *tr, int s, int mb)
+/* The sum over the pipeline group of n values of `type` at buf, in place
+ * (a no-op without pipelining); `what` names it in the error. */
+static px_status_t pp_sum(px_trainer_t *tr, int s, void *buf, uint64_t n, px_dtype_t type,
+                          const char *what)
 {
-    const px_train_config_t *cfg = tr->cfg;
-    const int Bm = tr->Bm, T = tr->T;
-    int first = mb * (cfg->batch / tr->A) + tr->dp_rank * Bm;
-    if (tr->cp > 1) {
-        px_data_batch(tr->data, cfg->seed, s, first, Bm, T, tr->seq_in, tr->seq_tg);
-        cp_load(tr->ops, tr->host_tokens, tr->seq_in, tr->seq_tg, tr->inputs, tr->targets, Bm,
-                T, tr->cp, tr->cp_rank);
-    } else if (tr->host_tokens) { /* a device backend: cut on the host, copy over */
-        const size_t nt = (size_t)Bm * T;
-        px_data_batch(tr->data, cfg->seed, s, first, Bm, T, tr->host_tokens,
-                      tr->host_tokens + nt);
-        tr->ops->mem_copy_from_host(tr->inputs, tr->host_tokens, nt * sizeof(int32_t));
-        tr->ops->mem_copy_from_host(tr->targets, tr->host_tokens + nt, nt * sizeof(int32_t));
-    } else
-        px_data_batch(tr->data, cfg->seed, s, first, Bm, T, tr->inputs, tr->targets);
+    px_comm_t *c = px_groups_comm(tr->groups, PX_GROUP_PP);
+    if (!c || px_comm_size(c) < 2)
+        return PX_OK;
+    px_status_t status = px_allreduce(c, buf, buf, n, type, PX_SUM, -1);
+    if (status != PX_OK)
+        px_error("train: step %d: summing %s over the pipeline's stages failed: %s", s + 1, what,
+                 px_status_str(status));
+    return status;
 }
 
-/* Forward and backward of step s: this rank's mean loss into *loss_p (the
- * last stage's with a pipeline, plus every stage's load-balancing losses). */
+/* Forward and backward of step s: this rank's share of the mean loss into
+ * *loss_p (px_pipe_step_loss: the last stage's, plus the load-balancing
+ * losses). */
 static px_status_t forward_backward(px_trainer_t *tr, int s, float *loss_p)
 {
     const px_train_config_t *cfg = tr->cfg;
     const int A = tr->A, M = tr->M;
-    float loss_local = 0.0f;
-    if (tr->pipe) {
-        px_batch_cut_t ld = {.data = tr->data, .seed = cfg->seed, .step = s, .M = M,
-                             .per_micro = cfg->batch / (A * M), .dp_rank = tr->dp_rank,
-                             .Bm = tr->Bm, .T = tr->T, .cp = tr->cp, .cp_rank = tr->cp_rank,
-                             .seq_in = tr->seq_in, .seq_tg = tr->seq_tg, .ops = tr->ops,
-                             .host = tr->host_tokens};
-        for (ld.round = 0; ld.round < A; ld.round++) {
-            float lsum = 0.0f;
-            PX_CHECK(px_pipe_round(tr->pipe, px_batch_cut_load, &ld, &lsum));
-            loss_local += lsum;
-        }
+    float loss_sum = 0.0f;
+    px_batch_cut_t ld = {.data = tr->data, .seed = cfg->seed, .step = s, .M = M,
+                         .per_micro = cfg->batch / (A * M), .dp_rank = tr->dp_rank,
+                         .Bm = tr->Bm, .T = tr->T, .cp = tr->cp, .cp_rank = tr->cp_rank,
+                         .seq_in = tr->seq_in, .seq_tg = tr->seq_tg, .ops = tr->ops,
+                         .host = tr->host_tokens};
+    for (ld.round = 0; ld.round < A; ld.round++) {
+        float lsum = 0.0f;
+        PX_CHECK(px_pipe_round(tr->pipe, px_batch_cut_load, &ld, &lsum));
         PX_CHECK(px_zero_end_micro(tr->zero));
-        PX_CHECK(px_pipe_tied_sum(tr->pipe));
-        loss_local = tr->last_stage ? loss_local / (float)(A * M) : 0.0f;
-        if (tr->moe) /* every stage's load-balancing losses (summed over pp later) */
-            loss_local += (float)(px_moe_aux_loss_step(tr->moe) / (double)(A * M));
-        *loss_p = loss_local;
-        return PX_OK;
+        loss_sum += lsum;
     }
-    for (int mb = 0; mb < A; mb++) {
-        float l = 0.0f;
-        load_micro(tr, s, mb);
-        PX_CHECK(px_gpt_forward_ctx(tr->gpt, &tr->ctx, tr->inputs, tr->targets, &l));
-        if (tr->moe) /* the load-balancing losses join the objective */
-            l += px_moe_aux_loss(tr->moe);
-        PX_CHECK(px_gpt_backward_ctx(tr->gpt, &tr->ctx));
-        PX_CHECK(px_zero_end_micro(tr->zero));
-        loss_local += l;
-    }
-    *loss_p = loss_local / (float)A;
+    PX_CHECK(px_pipe_tied_sum(tr->pipe));
+    *loss_p = px_pipe_step_loss(tr->pipe, loss_sum, A);
     return PX_OK;
 }
 
@@ -574,22 +515,14 @@ px_status_t px_trainer_grads(px_trainer_t *tr, int s, float *loss_p, float *norm
 {
     float loss_local = 0.0f, loss = 0.0f, norm = 0.0f;
     px_status_t status;
-    px_zero_begin_step(tr->zero);
+    px_params_begin_step(&tr->params);
     if (tr->moe)
         px_moe_begin_step(tr->moe);
     PX_CHECK(forward_backward(tr, s, &loss_local));
-    status = px_zero_reduce(tr->zero, loss_local, &loss, &norm);
+    status = px_params_reduce(&tr->params, loss_local, &loss, &norm);
     if (status != PX_OK) {
         px_error("train: step %d: gradient reduction failed: %s", s + 1, px_status_str(status));
         return status;
-    }
-    if (tr->moe) { /* the global norm counts the router and every expert once */
-        double sx = 0.0;
-        PX_CHECK(px_moe_reduce(tr->moe, &sx));
-        if (tr->pipe) /* each stage holds its own MoE layers */
-            PX_CHECK(px_allreduce(px_groups_comm(tr->groups, PX_GROUP_PP), &sx, &sx, 1,
-                                  PX_FLOAT64, PX_SUM, -1));
-        norm = (float)sqrt((double)norm * norm + sx);
     }
     status = px_kernels_check(tr->ops); /* a device op's error (sticky), once a step */
     if (status != PX_OK) {
@@ -597,15 +530,9 @@ px_status_t px_trainer_grads(px_trainer_t *tr, int s, float *loss_p, float *norm
                  px_status_str(status));
         return status;
     }
-    if (tr->pipe) { /* the loss is the last stage's; the others add 0 exactly */
-        status = px_allreduce(px_groups_comm(tr->groups, PX_GROUP_PP), &loss, &loss, 1,
-                              PX_FLOAT32, PX_SUM, -1);
-        if (status != PX_OK) {
-            px_error("train: step %d: the pipeline's loss all-reduce failed: %s", s + 1,
-                     px_status_str(status));
-            return status;
-        }
-    }
+    /* the loss is the last stage's; the others add 0 exactly (and, with
+     * experts, their load-balancing losses) */
+    PX_CHECK(pp_sum(tr, s, &loss, 1, PX_FLOAT32, "the loss"));
     if (!isfinite(loss)) {
         px_error("train: step %d: loss is %f", s + 1, loss);
         return PX_ERR_INTERNAL;
@@ -621,9 +548,7 @@ px_status_t px_trainer_update(px_trainer_t *tr, int s, float norm, float lr)
     px_adamw_t hp = {.lr = lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2, .eps = cfg->eps,
                      .weight_decay = cfg->weight_decay, .t = s + 1};
     const float coef = px_adamw_clip_coef(cfg->grad_clip, norm);
-    if (tr->moe)
-        px_moe_update(tr->moe, coef, &hp);
-    px_status_t status = px_zero_update(tr->zero, coef, &hp, s + 1 < cfg->steps);
+    px_status_t status = px_params_update(&tr->params, coef, &hp, s + 1 < cfg->steps);
     if (status != PX_OK)
         px_error("train: step %d: update failed: %s", s + 1, px_status_str(status));
     return status;
@@ -635,17 +560,7 @@ px_status_t px_trainer_checkpoint(px_trainer_t *tr, int s)
     if (cfg->checkpoint_every <= 0 ||
         ((s + 1) % cfg->checkpoint_every != 0 && s + 1 != cfg->steps))
         return PX_OK;
-    /* over the world; the dp rank is the ZeRO shard a rank writes, the tp
-     * rank (gc) the tensor shard. The MoE files before the dense shards:
-     * their meta.json, written last, marks the whole step directory
-     * complete */
-    if (tr->moe)
-        PX_CHECK(px_moe_checkpoint_save(cfg->checkpoint_dir, s + 1, tr->moe,
-                                        tr->pp > 1 ? px_groups_comm(tr->groups, PX_GROUP_PP)
-                                                   : NULL,
-                                        tr->rank == 0));
-    return px_checkpoint_save(cfg->checkpoint_dir, s + 1, tr->zero, &tr->gc, tr->plan,
-                              cfg->heads, tr->dp_comm, tr->world);
+    return px_params_checkpoint_save(&tr->params, cfg->checkpoint_dir, s + 1);
 }
 
 px_status_t px_trainer_report(px_trainer_t *tr, int s, float loss, float norm, float lr,
@@ -655,10 +570,8 @@ px_status_t px_trainer_report(px_trainer_t *tr, int s, float loss, float norm, f
     const px_train_config_t *cfg = tr->cfg;
     px_tp_times_t tt = {0};
     double pp_busy = 0.0, pp_idle = 0.0;
-    if (tr->gpt)
-        px_gpt_tp_times(tr->gpt, &tt);
-    if (tr->pipe)
-        px_pipe_take_times(tr->pipe, &pp_busy, &pp_idle);
+    px_pipe_tp_times(tr->pipe, &tt);
+    px_pipe_take_times(tr->pipe, &pp_busy, &pp_idle);
     *rep = (px_step_report_t){.step = s + 1, .loss = loss, .grad_norm = norm, .lr = lr,
                               .tokens_per_second = (double)cfg->batch * tr->T / (t1 - t0),
                               .elapsed_s = t1 - tr->t_start, .rank = tr->rank,
@@ -668,7 +581,7 @@ px_status_t px_trainer_report(px_trainer_t *tr, int s, float loss, float norm, f
                               .tp_hidden_s = tt.hidden_s, .step_s = t1 - t0, .pp = tr->pp,
                               .pp_stage = tr->stage, .pp_busy_s = pp_busy,
                               .pp_idle_s = pp_idle,
-                              .tied_digest = tr->digests && tr->pipe &&
+                              .tied_digest = tr->digests && tr->pp > 1 &&
                                                      (tr->stage == 0 || tr->last_stage)
                                                  ? px_zero_unit_digest(tr->zero,
                                                                        PX_MODEL_UNIT_EMBED)
@@ -680,15 +593,8 @@ px_status_t px_trainer_report(px_trainer_t *tr, int s, float loss, float norm, f
     px_moe_token_stats(tr->moe, mrec, mdrop);
     /* each stage routed its own MoE layers: the report is the model's
      * (int64 sums of counts far below 2^63) */
-    if (tr->pipe) {
-        px_status_t status = px_allreduce(px_groups_comm(tr->groups, PX_GROUP_PP), mrec, mrec,
-                                          2 * (uint64_t)cfg->experts, PX_INT64, PX_SUM, -1);
-        if (status != PX_OK) {
-            px_error("train: step %d: summing the stages' expert token counts failed: %s",
-                     s + 1, px_status_str(status));
-            return status;
-        }
-    }
+    PX_CHECK(pp_sum(tr, s, mrec, 2 * (uint64_t)cfg->experts, PX_INT64,
+                    "the expert token counts"));
     rep->experts = cfg->experts;
     rep->moe_received = mrec;
     rep->moe_dropped = mdrop;
@@ -696,42 +602,4 @@ px_status_t px_trainer_report(px_trainer_t *tr, int s, float loss, float norm, f
     rep->moe_alltoall_s = a2a - tr->moe_a2a_prev;
     tr->moe_a2a_prev = a2a;
     return PX_OK;
-}
-
-/* ---- the canonical model ---- */
-
-px_status_t px_trainer_canonical(px_trainer_t *tr, int which, float *canon, float *moe_canon)
-{
-    PX_CHECK(which ? px_zero_gather_grads_canonical(tr->zero, canon)
-                   : px_zero_gather_canonical(tr->zero, canon));
-    PX_CHECK(px_tp_combine_canonical(tr->canon_comm, canon, tr->n));
-    if (tr->moe && moe_canon)
-        PX_CHECK(moe_canonical(tr->moe, which, moe_canon, tr->groups, tr->pp));
-    return PX_OK;
-}
-
-px_status_t px_trainer_export(px_trainer_t *tr)
-{
-    const char *path = tr->cfg->export_safetensors;
-    size_t moe_n = tr->moe ? (size_t)px_moe_num_params(px_moe_config(tr->moe)) : 0;
-    float *canon = calloc(tr->n, sizeof(float));
-    float *moe_canon = tr->moe ? calloc(moe_n ? moe_n : 1, sizeof(float)) : NULL;
-    px_status_t status = PX_ERR_NO_MEMORY;
-    if (!canon || (tr->moe && !moe_canon))
-        goto out;
-    /* collective: the routers and experts of every rank and stage */
-    PX_CHECK_GOTO(px_trainer_canonical(tr, 0, canon, moe_canon), status, out);
-    if (tr->rank == 0 && tr->moe) {
-        PX_CHECK_GOTO(px_moe_safetensors_write(path, &tr->gc, canon, px_moe_config(tr->moe),
-                                               moe_canon), status, out);
-        px_info("train: weights and experts exported to %s", path);
-    } else if (tr->rank == 0) {
-        PX_CHECK_GOTO(px_safetensors_write(path, &tr->gc, canon), status, out);
-        px_info("train: weights exported to %s", path);
-    }
-    status = PX_OK;
-out:
-    free(canon);
-    free(moe_canon);
-    return status;
 }

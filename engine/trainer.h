@@ -3,9 +3,11 @@
  *
  * px_trainer_create reads the job's configuration and builds what its
  * layout needs: the device's op table, the process groups split from the
- * world, the data, the memory plan, ZeRO's sharded state (zero.h), the
- * model (one gpt.h model, or this stage's pipeline runner, pipeline.h), the
- * mixture of experts (moe.h), the batch buffers and the evaluation; it
+ * world, the data, the memory plan, the trainable state's groups
+ * (params.h: ZeRO's sharded dense units, zero.h, and the routers and
+ * experts, experts.h), the runner of this stage's model (pipeline.h;
+ * without pipelining the one stage is the whole model), the mixture of
+ * experts' routing (moe.h), the batch buffers and the evaluation; it
  * resumes from a checkpoint where the configuration says so. The loop then
  * calls px_trainer_grads, px_trainer_update, px_trainer_checkpoint and
  * px_trainer_report once a step; observers (px_train_observer_t) read the
@@ -20,7 +22,9 @@
 #include "eval.h"
 #include "gpt.h"
 #include "groups.h"
+#include "experts.h"
 #include "moe.h"
+#include "params.h"
 #include "pipeline.h"
 #include "px_kernels.h"
 #include "px_train.h"
@@ -64,15 +68,14 @@ typedef struct px_trainer {
     px_gpt_config_t gc;
     px_moe_config_t mc;
     px_data_t *data, *val; /* val NULL without a validation file */
-    int *stage_layers;     /* pp > 1: (pp x V) layers per virtual stage */
-    unsigned char *held_layers; /* pp > 1: (layers) 1 where this stage holds it */
+    int *stage_layers;     /* (pp x V) layers per virtual stage */
+    unsigned char *held_layers; /* (layers) 1 where this stage holds it */
     px_plan_t *plan;
     px_zero_t *zero;
-    px_gpt_t *gpt;   /* the whole model (pp 1), else NULL */
-    px_gpt_ctx_t ctx;
-    px_pipe_t *pipe; /* this stage's runner (pp > 1), else NULL */
-    px_moe_t *moe;   /* NULL when dense */
-    int32_t *inputs, *targets; /* (Bm, Tl) device tokens */
+    px_pipe_t *pipe; /* the runner of this stage's model (every layout) */
+    px_experts_t *experts; /* the routers and experts; NULL when dense */
+    px_moe_t *moe;   /* their routing; NULL when dense */
+    px_params_t params; /* the trainable state's groups: zero and experts */
     int32_t *seq_in, *seq_tg;  /* cp > 1: (Bm, T) host sequences */
     int32_t *host_tokens;      /* device backends: (2, Bm, T) host staging */
     size_t n;                  /* parameters of the canonical (whole) model */
@@ -127,15 +130,6 @@ px_status_t px_trainer_checkpoint(px_trainer_t *tr, int s);
 px_status_t px_trainer_report(px_trainer_t *tr, int s, float loss, float norm, float lr,
                               double t0, double t1, uint64_t *moe_counts,
                               px_step_report_t *rep);
-
-/* The canonical (whole-model, px_model layout) parameters (which 0) or
- * averaged gradients (which 1) into canon (n floats, host memory) on every
- * rank, and with experts the canonical MoE buffer into moe_canon
- * (px_moe_num_params floats; NULL: skipped). Collective. */
-px_status_t px_trainer_canonical(px_trainer_t *tr, int which, float *canon, float *moe_canon);
-
-/* Writes cfg->export_safetensors (rank 0; collective gather). */
-px_status_t px_trainer_export(px_trainer_t *tr);
 
 /* The batch cut's loader (pipeline.h's px_pipe_load_fn): micro m of the
  * cut's step and round into inputs and targets (either may be NULL). */

@@ -210,6 +210,11 @@ err:
     return PX_ERR_NO_MEMORY;
 }
 
+px_status_t px_pipe_schedule_create_single(int m, px_pipe_schedule_t **sched_p)
+{
+    return px_pipe_schedule_create_v(PX_PIPE_1F1B, 1, m, 1, sched_p);
+}
+
 void px_pipe_schedule_destroy(px_pipe_schedule_t *sched)
 {
     if (!sched)

@@ -124,6 +124,13 @@ px_status_t px_pipe_schedule_create_v(int kind, int p, int m, int v,
                                       px_pipe_schedule_t **sched_p);
 void px_pipe_schedule_destroy(px_pipe_schedule_t *sched); /* NULL no-op */
 
+/* The one-stage list of a layout without pipelining (p = 1, v = 1): the
+ * forward then the backward of each of the m micro-batches in turn (1F1B
+ * on one stage: no warm-up, one slot, no messages), so the runner
+ * (engine/pipeline.h) executes every layout. Errors as
+ * px_pipe_schedule_create (m < 1). */
+px_status_t px_pipe_schedule_create_single(int m, px_pipe_schedule_t **sched_p);
+
 /* 1 when the schedule splits the backward (BWD = input pass, WGT =
  * weight pass: ZB1), else 0. */
 int px_pipe_schedule_split(const px_pipe_schedule_t *sched);

@@ -8,12 +8,17 @@
  *             the block's output is its residual input); the token counts;
  *   router    the op table's router: ties go to the lower expert index,
  *             top-2 gates sum to 1, the top-1 gate is the probability;
- *   plan      the bytes px_moe_create allocates per memacct category equal
+ *   plan      the bytes the expert group (experts.h) and px_moe_create
+ *             allocate per memacct category equal
  *             the plan's (plan.h px_plan_moe_activation_bytes, model.h
  *             px_model_moe_rank_params), dropless and with a capacity;
  *   gradcheck dropless, no skew: the backward (input, router, expert
  *             gradients, the load-balancing loss's included) against
  *             central finite differences of sum(out * R) + aux;
+ *   experts   the expert group (experts.h) of a stage holding some MoE
+ *             layers: its local layers, its bytes, the canonical re-cut
+ *             (set then gather) exact with zeros for the layers not held,
+ *             the initial values the whole model's;
  *   simwaits  on the simulated device (kernels/px_kernels_sim.h)
  *             the forward of one MoE layer waits for the device once (the
  *             router's choices and probabilities come back as two copies
@@ -26,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "experts.h"
 #include "memacct.h"
 #include "moe.h"
 #include "plan.h"
@@ -41,19 +47,36 @@ static float urand(uint64_t *s)
     return (float)((*s >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
 }
 
+/* The expert group (experts.h) and its mixture, one rank, every layer;
+ * 0 on success. */
+static int make_moe(const px_moe_config_t *mc, const px_kernel_ops_t *ops, int N,
+                    px_experts_t **ex, px_moe_t **moe)
+{
+    *moe = NULL;
+    if (px_experts_create(mc, ops, NULL, NULL, NULL, 1, 1, NULL, ex) != PX_OK)
+        return -1;
+    if (px_moe_create(mc, ops, N, NULL, NULL, 1, *ex, moe) != PX_OK) {
+        px_experts_destroy(*ex);
+        *ex = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 static void test_skew(void)
 {
     enum { N = 64, C = 16, E = 8, K = 2 };
     px_moe_config_t mc = {.layers = 1, .dim = C, .experts = E, .top_k = K, .moe_every = 1,
                           .capacity_factor = 1.0f, .aux_loss_coef = 0.01f};
     px_moe_t *moe = NULL;
+    px_experts_t *ex = NULL;
     float x[N * C], out[N * C];
     uint64_t seed = 7, rec[E], drop[E];
-    if (px_moe_create(&mc, px_kernels_cpu(), N, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
+    if (make_moe(&mc, px_kernels_cpu(), N, &ex, &moe) != 0) {
         CHECK(0, "create");
         return;
     }
-    px_moe_init_params(moe, 1);
+    px_experts_init(ex, 1);
     px_moe_set_router_skew(moe, 30.0f); /* every token: expert 0 first, 1 second */
     for (int i = 0; i < N * C; i++)
         x[i] = urand(&seed);
@@ -91,6 +114,7 @@ static void test_skew(void)
            "exactly 0\n", cap, (unsigned long long)rec[0], (unsigned long long)drop[0],
            zero_rows);
     px_moe_destroy(moe);
+    px_experts_destroy(ex);
 }
 
 /* sum(out * R) + aux for the current parameters, in double */
@@ -111,14 +135,15 @@ static void test_gradcheck(void)
     for (int k = 1; k <= 2; k++) {
         mc.top_k = k;
         px_moe_t *moe = NULL;
+        px_experts_t *ex = NULL;
         float x[N * C], R[N * C], out[N * C], dx[N * C];
         uint64_t seed = 11;
-        if (px_moe_create(&mc, px_kernels_cpu(), N, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
+        if (make_moe(&mc, px_kernels_cpu(), N, &ex, &moe) != 0) {
             CHECK(0, "create");
             return;
         }
-        px_moe_init_params(moe, 3);
-        float *P = px_moe_params(moe), *G = px_moe_grads(moe);
+        px_experts_init(ex, 3);
+        float *P = px_experts_params(ex), *G = px_experts_grads(ex);
         size_t np = (size_t)px_moe_rank_params(&mc, 1);
         for (size_t i = 0; i < np; i++) /* larger weights than the init: visible gradients */
             P[i] = 0.5f * urand(&seed);
@@ -127,6 +152,7 @@ static void test_gradcheck(void)
             R[i] = urand(&seed);
         }
         px_moe_begin_step(moe);
+        px_experts_zero_grads(ex);
         objective(moe, x, R, out, N, C);
         CHECK(px_moe_backward(moe, 0, x, R, dx, N) == PX_OK, "backward");
         float *g = malloc(np * sizeof(float));
@@ -164,6 +190,7 @@ static void test_gradcheck(void)
         printf("gradcheck top-%d: worst relative error %.2e\n", k, worst);
         free(g);
         px_moe_destroy(moe);
+        px_experts_destroy(ex);
     }
 }
 
@@ -191,8 +218,9 @@ static void test_plan(void)
                               .dropless = dl, .capacity_factor = dl ? 1.5f : 0.5f};
         px_mem_stats_t a, b;
         px_moe_t *moe = NULL;
+        px_experts_t *ex = NULL;
         px_mem_stats(&a);
-        if (px_moe_create(&mc, px_kernels_cpu(), 40, NULL, NULL, NULL, 1, 1, &moe) != PX_OK) {
+        if (make_moe(&mc, px_kernels_cpu(), 40, &ex, &moe) != 0) {
             CHECK(0, "create");
             return;
         }
@@ -212,7 +240,77 @@ static void test_plan(void)
         printf("plan dropless %d: activations %llu bytes (plan %llu), state 16 x %llu\n", dl,
                (unsigned long long)acts, (unsigned long long)want, (unsigned long long)np);
         px_moe_destroy(moe);
+        px_experts_destroy(ex);
     }
+}
+
+/* The experts case (see the file comment): a stage holding layers 0 and 2
+ * of three MoE layers. */
+static void test_experts(void)
+{
+    px_moe_config_t mc = {.layers = 3, .dim = 8, .experts = 4, .top_k = 2, .moe_every = 1,
+                          .dropless = 1};
+    const unsigned char held[3] = {1, 0, 1};
+    const px_kernel_ops_t *cpu = px_kernels_cpu();
+    px_experts_t *ex = NULL, *whole = NULL;
+    px_mem_stats_t a, b;
+    px_mem_stats(&a);
+    if (px_experts_create(&mc, cpu, NULL, NULL, NULL, 1, 1, held, &ex) != PX_OK ||
+        px_experts_create(&mc, cpu, NULL, NULL, NULL, 1, 1, NULL, &whole) != PX_OK) {
+        CHECK(0, "create");
+        px_experts_destroy(ex);
+        return;
+    }
+    px_mem_stats(&b);
+    CHECK(px_experts_layers(ex) == 2 && px_experts_local(ex, 0) == 0 &&
+              px_experts_local(ex, 1) == -1 && px_experts_local(ex, 2) == 1 &&
+              px_experts_local(ex, 3) == -1 && px_experts_layers(whole) == 3,
+          "held layers: %d (local of 0, 1, 2: %d %d %d)", px_experts_layers(ex),
+          px_experts_local(ex, 0), px_experts_local(ex, 1), px_experts_local(ex, 2));
+    /* the stage's and the whole model's parameters: 2 + 3 layers' worth */
+    uint64_t per_layer = px_moe_rank_params(&mc, 1) / 3;
+    CHECK(b.current[PX_MEM_PARAMS] - a.current[PX_MEM_PARAMS] == 4 * 5 * per_layer,
+          "params %llu bytes, want %llu", (unsigned long long)(b.current[PX_MEM_PARAMS] -
+                                                              a.current[PX_MEM_PARAMS]),
+          (unsigned long long)(4 * 5 * per_layer));
+    size_t n = (size_t)px_moe_num_params(&mc), nl = n / 3;
+    float *src = malloc(n * sizeof(float)), *dst = malloc(n * sizeof(float));
+    float *ref = malloc(n * sizeof(float));
+    if (!src || !dst || !ref) {
+        CHECK(0, "memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        src[i] = 0.001f * (float)(i + 1);
+    /* a re-cut: canonical -> the stage's layers -> canonical; the layer
+     * not held comes back as zeros */
+    for (int which = 0; which <= 3; which += 2) {
+        px_experts_set_canonical(ex, which, src);
+        CHECK(px_experts_gather_canonical(ex, which, dst) == PX_OK, "gather %d", which);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += dst[i] != (i / nl == 1 ? 0.0f : src[i]);
+        CHECK(bad == 0, "buffer %d: %zu elements differ after set + gather", which, bad);
+    }
+    CHECK(px_experts_gather_canonical(ex, 4, dst) == PX_ERR_INVALID_ARGUMENT, "buffer 4");
+    /* the initial values are the canonical element's, whichever layers a
+     * stage holds */
+    px_experts_init(ex, 9);
+    px_experts_init(whole, 9);
+    CHECK(px_experts_gather_canonical(ex, 0, dst) == PX_OK &&
+              px_experts_gather_canonical(whole, 0, ref) == PX_OK, "gather after init");
+    CHECK(!memcmp(dst, ref, nl * sizeof(float)) &&
+              !memcmp(dst + 2 * nl, ref + 2 * nl, nl * sizeof(float)),
+          "the stage's initial experts differ from the whole model's");
+    printf("experts: a stage of 2 of 3 MoE layers holds %llu parameters, re-cuts the "
+           "canonical buffer exactly, initialises as the whole model\n",
+           (unsigned long long)(2 * per_layer));
+out:
+    free(src);
+    free(dst);
+    free(ref);
+    px_experts_destroy(ex);
+    px_experts_destroy(whole);
 }
 
 /* The simwaits case (see the file comment): one MoE layer, top-2 of 4
@@ -232,14 +330,15 @@ static void test_simwaits(void)
         return;
     }
     px_moe_t *ms = NULL, *mc_ = NULL;
-    if (px_moe_create(&mc, sim, N, NULL, NULL, NULL, 1, 1, &ms) != PX_OK ||
-        px_moe_create(&mc, cpu, N, NULL, NULL, NULL, 1, 1, &mc_) != PX_OK) {
+    px_experts_t *exs = NULL, *exc = NULL;
+    if (make_moe(&mc, sim, N, &exs, &ms) != 0 || make_moe(&mc, cpu, N, &exc, &mc_) != 0) {
         CHECK(0, "create");
         px_moe_destroy(ms);
+        px_experts_destroy(exs);
         return;
     }
-    px_moe_init_params(ms, 3);
-    px_moe_init_params(mc_, 3);
+    px_experts_init(exs, 3);
+    px_experts_init(exc, 3);
     float x[N * C], out_cpu[N * C], out_sim[N * C];
     uint64_t seed = 11;
     for (int i = 0; i < N * C; i++)
@@ -277,6 +376,8 @@ static void test_simwaits(void)
     sim->mem_free(dout);
     px_moe_destroy(ms);
     px_moe_destroy(mc_);
+    px_experts_destroy(exs);
+    px_experts_destroy(exc);
 }
 
 int main(int argc, char **argv)
@@ -293,6 +394,8 @@ int main(int argc, char **argv)
         test_gradcheck();
     if (all || !strcmp(c, "simwaits"))
         test_simwaits();
+    if (all || !strcmp(c, "experts"))
+        test_experts();
     printf(fails ? "FAIL (%d)\n" : "PASS\n", fails);
     return fails ? 1 : 0;
 }

@@ -146,6 +146,25 @@ int main(void)
            strstr(err, "deadlock"), "deadlock: %s", err);
     px_pipe_schedule_destroy(sc);
 
+    /* the one-stage list (no pipelining): F0 B0 F1 B1 F2 B2, one slot */
+    CHECK(px_pipe_schedule_create_single(3, &sc) == PX_OK && sc->p == 1 && sc->v == 1,
+          "create single");
+    if (sc) {
+        CHECK(px_pipe_schedule_check(sc, err, sizeof(err)) == PX_OK, "single: %s", err);
+        CHECK(sc->stage[0].n == 6 && px_pipe_schedule_slots(sc, 0) == 1 &&
+                  !px_pipe_schedule_split(sc),
+              "single: %d actions, %d slots", sc->stage[0].n, px_pipe_schedule_slots(sc, 0));
+        for (int i = 0; i < sc->stage[0].n; i++)
+            CHECK(sc->stage[0].a[i].op == (i % 2 ? PX_PIPE_BWD : PX_PIPE_FWD) &&
+                      sc->stage[0].a[i].micro == i / 2,
+                  "single: action %d is %s %d", i, px_pipe_op_name(sc->stage[0].a[i].op),
+                  sc->stage[0].a[i].micro);
+        px_pipe_schedule_destroy(sc);
+    }
+    sc = NULL;
+    CHECK(px_pipe_schedule_create_single(0, &sc) == PX_ERR_INVALID_ARGUMENT && !sc,
+          "single with 0 micro-batches");
+
     int sl[4];
     CHECK(px_pipe_stage_layers(6, 4, NULL, sl, err, sizeof(err)) == PX_OK && sl[0] == 2 &&
            sl[1] == 2 && sl[2] == 1 && sl[3] == 1, "6 on 4");

@@ -503,7 +503,7 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
     P = {k: torch.nn.Parameter(v.clone()) for k, v in init.items()}
     decay_names = [t['name'] for t in layout['tensors'] if t['decay']]
     assert decay_names == ['wte', 'wpe', 'qkvw', 'attprojw', 'fcw', 'fcprojw']
-    if moe:  # matrices decay, biases do not (moe.c px_moe_update)
+    if moe:  # matrices decay, biases do not (experts.c px_experts_update)
         decay_names += ['moe_router', 'moe_fcw', 'moe_fcprojw']
 
     def adamw(T, wd=WD):
