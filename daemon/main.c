@@ -11,7 +11,7 @@
  * service timer sends STATUS= (jobs running / queued, local ranks) and,
  * when systemd asked for it (WatchdogSec), WATCHDOG=1 at half the watchdog
  * period; it runs on the loop, so a stuck loop stops the pings.
- * Stop (SIGINT/SIGTERM): sd_notify STOPPING=1, active jobs this node
+ * Stop (SIGINT/SIGTERM, or `pctl node stop`: px_daemon_stop): sd_notify STOPPING=1, active jobs this node
  * coordinates fail ("coordinator daemon stopped"), every local rank gets
  * SIGTERM (SIGKILL after PX_KILL_GRACE_MS); once they are gone and
  * in-flight peer calls finished (or a deadline passed) the servers, queue,
@@ -301,14 +301,14 @@ static void on_stop_timer(uv_timer_t *t)
     }
 }
 
-static void begin_stop(px_daemon_t *d, int signum)
+void px_daemon_stop(px_daemon_t *d, const char *why)
 {
     if (d->stopping) {
-        px_warn("signal %d again: stopping now", signum);
+        px_warn("%s again: stopping now", why);
         d->stop_deadline_ms = 0;
         return;
     }
-    px_info("signal %d: stopping (ranks first)", signum);
+    px_info("%s: stopping (ranks first)", why);
     notify("STOPPING=1");
     d->stopping = 1; /* before failing jobs: nothing new is placed */
     px_job_fail_all_active(d, "coordinator daemon stopped");
@@ -321,7 +321,9 @@ static void begin_stop(px_daemon_t *d, int signum)
 
 static void on_signal(uv_signal_t *s, int signum)
 {
-    begin_stop(s->data, signum);
+    char why[32];
+    snprintf(why, sizeof(why), "signal %d", signum);
+    px_daemon_stop(s->data, why);
 }
 
 static void close_walk(uv_handle_t *h, void *arg)
@@ -498,7 +500,7 @@ int main(int argc, char **argv)
     if (socket_group(d) != PX_OK)
         goto out_servers;
 
-    if (px_nodes_init(d) != PX_OK)
+    if (px_nodes_init(d) != PX_OK || px_drain_load(d) != PX_OK)
         goto out_servers;
     /* ranks a dead predecessor left running: those of RUNNING jobs this
      * node coordinates are adopted, every other one is killed */

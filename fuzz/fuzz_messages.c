@@ -52,6 +52,8 @@ static const ProtobufCMessageDescriptor *const descs[] = {
     &parallax__v1__get_memory_request__descriptor,  /* Control.GetMemory */
     &parallax__v1__reserve_name_request__descriptor, /* Peer.ReserveName */
     &parallax__v1__get_memory_response__descriptor, /* relayed from the coordinator */
+    &parallax__v1__set_node_state_request__descriptor, /* Control and Peer.SetNodeState */
+    &parallax__v1__node_info__descriptor, /* Peer.SetNodeState's answer, relayed */
 };
 #define N_DESCS (sizeof(descs) / sizeof(descs[0]))
 

@@ -38,6 +38,9 @@ msgs = [  # same order as descs[] in fuzz_messages.c
     pb.ListNodesResponse(nodes=[node]), pb.SubmitJobResponse(job_id="a-1"), spec,
     pb.GetMemoryRequest(job_id="a-1"), pb.ReserveNameRequest(name="demo", node="b"),
     pb.GetMemoryResponse(job_id="a-1", zero=1, dp=4),
+    pb.SetNodeStateRequest(node="b", action=pb.NODE_DRAIN),
+    pb.NodeInfo(name="b", devices=[pb.Device(name="cpu:0", job_id="a-1")], alive=True,
+                draining=True, state="DRAINING"),
 ]
 out = os.path.join(root, "fuzz", "corpus", "messages")
 for i, m in enumerate(msgs):
