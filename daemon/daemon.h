@@ -32,6 +32,7 @@
 
 #include "config.h"
 #include "devsel.h"
+#include "px_cpu_tier.h"
 #include "parallax.pb-c.h"
 #include "px_rpc.h"
 #include "px_status.h"
@@ -238,6 +239,8 @@ struct px_daemon {
     char control_addr[PXD_ADDR_MAX];   /* advertised host:port */
     char peer_addr[PXD_ADDR_MAX];      /* advertised host:port */
     char rank_bin[4200];
+    px_blas_probe_t blas;              /* blas.c: the core this node's ranks run */
+    char blas_env[2][64];              /* blas.c: their OPENBLAS_CORETYPE, PX_BLAS_CORE_SET */
     px_device_t *devices;
     int n_devices;
     px_peer_t *peers;
@@ -471,6 +474,18 @@ void px_drain_control(px_rpc_call_t *call, const ProtobufCMessage *request, void
 /* Handler of Peer.SetNodeState (arg: the daemon): applies it to this node
  * (NOT_FOUND when it names another). */
 void px_drain_peer(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
+
+/* ---------------------------------------------------------------- blas.c */
+
+/* At start, before the loop: runs `parallax-rank --blas-core` (the rank
+ * binary px_supervisor_rank_bin finds) in this daemon's environment, with
+ * a deadline, and keeps its answer in d->blas; on any failure (logged)
+ * d->blas stays empty. Never fails. */
+void px_blas_probe(px_daemon_t *d);
+/* The "NAME=value" strings (0 or 2, into env[0..1], owned by d) that make a
+ * rank run d->blas's core: OPENBLAS_CORETYPE and PX_BLAS_CORE_SET; 0 when
+ * the rank's environment is left as it is. */
+int px_blas_child_env(px_daemon_t *d, const char **env);
 
 /* ---------------------------------------------------------------- main.c */
 

@@ -31,7 +31,6 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "px_blas_core.h"
 #include "px_config.h"
 #include "px_env.h"
 #include "px_log.h"
@@ -363,11 +362,10 @@ int main(int argc, char **argv)
         px_daemon_config_print(&d->cfg, stdout);
         bin = px_supervisor_rank_bin(d, err, sizeof(err));
         printf("rank-bin = %s\n", bin ? bin : err);
-        {
-            const char *src, *core = px_blas_core_node(&src);
-            printf("blas-core = %s (%s; CPU best %s)\n", core, src,
-                   px_blas_cpu_tier() ? px_blas_tier_core(px_blas_cpu_tier()) : "below Haswell");
-        }
+        px_blas_probe(d); /* what the ranks would run (blas.c) */
+        printf("blas-core = %s (%s; CPU best %s)\n", d->blas.node_core[0] ? d->blas.node_core : "?",
+               d->blas.source[0] ? d->blas.source : "parallax-rank --blas-core did not answer",
+               px_blas_cpu_tier() ? px_blas_tier_core(px_blas_cpu_tier()) : "below Haswell");
         px_env_print(stdout);
         px_daemon_config_free(&d->cfg);
         return 0;
@@ -428,6 +426,7 @@ int main(int argc, char **argv)
     snprintf(dbpath, sizeof(dbpath), "%s/parallax.db", d->cfg.state_dir);
     if (px_store_open(dbpath, &d->store) != PX_OK)
         goto out_lock;
+    px_blas_probe(d); /* once, before the loop: the core our ranks run (blas.c) */
 
     d->loop = uv_default_loop();
     uv_async_init(d->loop, &d->cq_async, on_cq_async);

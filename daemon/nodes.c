@@ -11,7 +11,6 @@
 
 #include "daemon.h"
 #include "nvml.h"
-#include "px_blas_core.h"
 #include "px_config.h"
 #include "px_env.h"
 #include "px_log.h"
@@ -350,8 +349,6 @@ px_rpc_channel_t *px_nodes_control_channel(px_daemon_t *d, const char *name)
 
 void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info)
 {
-    const char *src;
-
     parallax__v1__node_info__init(info);
     info->name = d->cfg.name;
     info->control_addr = d->control_addr;
@@ -359,8 +356,8 @@ void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info)
     info->alive = 1;
     info->last_seen_ms = px_time_wall_ms();
     info->version = (char *)PX_VERSION;
-    info->blas_core = (char *)px_blas_core_node(&src);
-    info->blas_core_source = (char *)src;
+    info->blas_core = d->blas.node_core; /* blas.c */
+    info->blas_core_source = d->blas.source;
     info->draining = d->draining;
     info->state = (char *)px_nodes_state(d, NULL);
     info->n_devices = (size_t)d->n_devices;
