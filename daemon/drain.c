@@ -123,6 +123,7 @@ static void apply_here(px_daemon_t *d, px_rpc_call_t *call,
     if (req->action == PARALLAX__V1__NODE_ACTION__NODE_STOP && !d->stopping)
         px_daemon_stop(d, "pctl node stop"); /* the state below reads STOPPING */
     px_nodes_self_info(d, &self);
+    self.now_ms = px_time_wall_ms(); /* last_seen_ms's clock, as ListNodes */
     px_rpc_call_reply(call, &self.base);
     px_nodes_info_free(&self);
 }
