@@ -99,8 +99,9 @@ static px_status_t drain_set(px_daemon_t *d, int draining)
     return PX_OK;
 }
 
-/* Applies `req` to this node and answers `call` with the node's NodeInfo
- * (STOP: answered first, then the daemon stops). */
+/* Applies `req` to this node and answers `call` with the node's NodeInfo.
+ * STOP begins the stop here (px_daemon_stop), so the answer reads STOPPING;
+ * it goes out while the loop still runs (the ranks stop first). */
 static void apply_here(px_daemon_t *d, px_rpc_call_t *call,
                        const Parallax__V1__SetNodeStateRequest *req)
 {
