@@ -64,6 +64,20 @@ typedef struct px_device {
     uint64_t mem_used;              /* GPUs: bytes in use, from NVML at start; 0 for cpu */
 } px_device_t;
 
+/* blas.c's run of `parallax-rank --blas-core`. */
+typedef struct px_blas_run {
+    uv_process_t proc;
+    uv_pipe_t out;                  /* its stdout */
+    uv_timer_t timer;               /* its deadline */
+    char buf[256];                  /* what it printed */
+    size_t have;
+    int handles;                    /* open handles; the answer is read at 0 */
+    int64_t exit_status;            /* -signal when killed */
+    int exited;
+    int timed_out;
+    int running;
+} px_blas_run_t;
+
 /* Another daemon. Created from --peers (name unknown until it answers) or by
  * an incoming heartbeat. */
 typedef struct px_peer {
@@ -240,6 +254,7 @@ struct px_daemon {
     char peer_addr[PXD_ADDR_MAX];      /* advertised host:port */
     char rank_bin[4200];
     px_blas_probe_t blas;              /* blas.c: the core this node's ranks run */
+    px_blas_run_t blas_run;            /* blas.c: the probe asking it */
     char blas_env[2][64];              /* blas.c: their OPENBLAS_CORETYPE, PX_BLAS_CORE_SET */
     px_device_t *devices;
     int n_devices;
@@ -477,11 +492,14 @@ void px_drain_peer(px_rpc_call_t *call, const ProtobufCMessage *request, void *a
 
 /* ---------------------------------------------------------------- blas.c */
 
-/* At start, before the loop: runs `parallax-rank --blas-core` (the rank
- * binary px_supervisor_rank_bin finds) in this daemon's environment, with
- * a deadline, and keeps its answer in d->blas; on any failure (logged)
- * d->blas stays empty. Never fails. */
-void px_blas_probe(px_daemon_t *d);
+/* Starts `parallax-rank --blas-core` (the rank binary
+ * px_supervisor_rank_bin finds) on d->loop in this daemon's environment,
+ * killed after 10 s; its answer goes into d->blas (and the ranks' BLAS
+ * environment) when it exits 0 with a blas-core line, else d->blas stays
+ * empty (logged). Never fails; runs while the loop does. */
+void px_blas_probe_start(px_daemon_t *d);
+/* At shutdown: a probe still running is SIGKILLed. */
+void px_blas_probe_kill(px_daemon_t *d);
 /* The "NAME=value" strings (0 or 2, into env[0..1], owned by d) that make a
  * rank run d->blas's core: OPENBLAS_CORETYPE and PX_BLAS_CORE_SET; 0 when
  * the rank's environment is left as it is. */

@@ -362,7 +362,9 @@ int main(int argc, char **argv)
         px_daemon_config_print(&d->cfg, stdout);
         bin = px_supervisor_rank_bin(d, err, sizeof(err));
         printf("rank-bin = %s\n", bin ? bin : err);
-        px_blas_probe(d); /* what the ranks would run (blas.c) */
+        d->loop = uv_default_loop(); /* what the ranks would run (blas.c) */
+        px_blas_probe_start(d);
+        uv_run(d->loop, UV_RUN_DEFAULT); /* until the probe's handles are closed */
         printf("blas-core = %s (%s; CPU best %s)\n", d->blas.node_core[0] ? d->blas.node_core : "?",
                d->blas.source[0] ? d->blas.source : "parallax-rank --blas-core did not answer",
                px_blas_cpu_tier() ? px_blas_tier_core(px_blas_cpu_tier()) : "below Haswell");
@@ -426,7 +428,6 @@ int main(int argc, char **argv)
     snprintf(dbpath, sizeof(dbpath), "%s/parallax.db", d->cfg.state_dir);
     if (px_store_open(dbpath, &d->store) != PX_OK)
         goto out_lock;
-    px_blas_probe(d); /* once, before the loop: the core our ranks run (blas.c) */
 
     d->loop = uv_default_loop();
     uv_async_init(d->loop, &d->cq_async, on_cq_async);
@@ -501,6 +502,7 @@ int main(int argc, char **argv)
 
     if (px_nodes_init(d) != PX_OK || px_drain_load(d) != PX_OK)
         goto out_servers;
+    px_blas_probe_start(d); /* the core our ranks run, asked once (blas.c) */
     /* ranks a dead predecessor left running: those of RUNNING jobs this
      * node coordinates are adopted, every other one is killed */
     px_job_adopt_all(d);
@@ -519,6 +521,7 @@ int main(int argc, char **argv)
     uv_run(d->loop, UV_RUN_DEFAULT);
 
     /* stopped: anything still running gets SIGKILL, with its cgroup */
+    px_blas_probe_kill(d);
     for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next) {
         if (!lr->exited && lr->adopted)
             kill(-(pid_t)lr->pid, SIGKILL);
