@@ -33,8 +33,7 @@ def main():
     data = os.path.join(cl.workdir, "licenses.bin")
     pc.write_llmc_tokens(data, max_tokens=20000)
     ck = os.path.join(cl.workdir, "ckpt")
-    ok = False
-    try:
+    with cl:
         cl.start(client)
         g = client(a)
         job_id = g.submit(data, dp=2, batch=4, steps=STEPS, layers=1, heads=2, dim=16, seq=16,
@@ -83,13 +82,6 @@ def main():
               % (a.name, job_id, step, job_id, reason, new_id, spec["resume_dir"], STEPS))
         codes = cl.stop()
         assert codes == [0, 0], (codes, cl.logs())
-        ok = True
-    finally:
-        if not ok:
-            print(cl.logs())
-        cl.stop()
-        if ok:
-            cl.cleanup()
     return 0
 
 
