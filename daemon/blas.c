@@ -10,8 +10,13 @@
  * re-execute with) and the core and reason `pctl nodes` shows. The probe
  * runs on the loop, so a rank binary that hangs delays nothing: until the
  * answer (or when it fails, logged) ranks choose their core themselves
- * (px_blas_core_ensure) and `pctl nodes` shows "-". Loop thread only. */
+ * (px_blas_core_ensure) and `pctl nodes` shows "-". Like a rank, the probe
+ * runs in a cgroup of its own where cgroups are on (cgroup.c), killed with
+ * whatever it left once it answered: a wrapper given as PX_RANK_BIN may
+ * start children that outlive it. Loop thread only. */
+#include <limits.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "px_log.h"
@@ -29,6 +34,7 @@ static void probe_closed(uv_handle_t *h)
     if (--r->handles > 0)
         return;
     r->running = 0;
+    px_cgroup_kill_remove(d, r->cgroup); /* what it left ("" no-op) */
     nl = memchr(r->buf, '\n', r->have);
     if (r->exit_status != 0 || !nl) {
         px_warn("BLAS core of this node's ranks unknown: %s --blas-core %s (ranks choose "
@@ -114,7 +120,8 @@ void px_blas_probe_start(px_daemon_t *d)
     px_blas_run_t *r = &d->blas_run;
     char err[512];
     const char *bin = px_supervisor_rank_bin(d, err, sizeof(err));
-    char *argv[] = {(char *)bin, "--blas-core", NULL};
+    char self_exe[PATH_MAX] = "";
+    char *argv[] = {(char *)bin, "--blas-core", NULL, NULL, NULL};
     uv_stdio_container_t stdio[3];
     uv_process_options_t opt;
     int rc;
@@ -136,6 +143,17 @@ void px_blas_probe_start(px_daemon_t *d)
     stdio[2].data.fd = 2;
     opt.file = bin;
     opt.args = argv;
+    /* in a cgroup of its own from its first instruction, as a rank */
+    if (px_cgroup_rank_create(d, "blas-probe", 0, r->cgroup, sizeof(r->cgroup)) == PX_OK &&
+        r->cgroup[0] && readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1) > 0) {
+        argv[0] = self_exe;
+        argv[1] = (char *)PXD_EXEC_IN_CGROUP;
+        argv[2] = r->cgroup;
+        argv[3] = (char *)bin;
+        argv[4] = "--blas-core";
+        opt.file = self_exe;
+    }
+    opt.flags = UV_PROCESS_DETACHED; /* own process group: a ^C to parallaxd is ours */
     opt.stdio = stdio;
     opt.stdio_count = 3;
     opt.exit_cb = on_probe_exit;
@@ -145,6 +163,8 @@ void px_blas_probe_start(px_daemon_t *d)
     if (rc != 0) {
         px_warn("BLAS core: cannot run %s --blas-core: %s", bin, uv_strerror(rc));
         r->exit_status = -1;
+        px_cgroup_kill_remove(d, r->cgroup);
+        r->cgroup[0] = '\0';
         uv_close((uv_handle_t *)&r->proc, NULL); /* uv_spawn's failure still inits it */
         probe_close((uv_handle_t *)&r->out);
         probe_close((uv_handle_t *)&r->timer);
@@ -157,8 +177,15 @@ void px_blas_probe_start(px_daemon_t *d)
 
 void px_blas_probe_kill(px_daemon_t *d)
 {
-    if (d->blas_run.running && !uv_is_closing((uv_handle_t *)&d->blas_run.proc))
-        uv_process_kill(&d->blas_run.proc, SIGKILL);
+    px_blas_run_t *r = &d->blas_run;
+    if (!r->running)
+        return;
+    if (r->cgroup[0]) {
+        px_cgroup_kill_remove(d, r->cgroup); /* it and what it started */
+        r->cgroup[0] = '\0';
+    } else if (!r->exited) {
+        uv_process_kill(&r->proc, SIGKILL);
+    }
 }
 
 int px_blas_child_env(px_daemon_t *d, const char **env)

@@ -64,6 +64,8 @@ typedef struct px_device {
     uint64_t mem_used;              /* GPUs: bytes in use, from NVML at start; 0 for cpu */
 } px_device_t;
 
+#define PXD_CGROUP_PATH_MAX 1400 /* a rank's (or the BLAS probe's) cgroup path */
+
 /* blas.c's run of `parallax-rank --blas-core`. */
 typedef struct px_blas_run {
     uv_process_t proc;
@@ -76,6 +78,7 @@ typedef struct px_blas_run {
     int exited;
     int timed_out;
     int running;
+    char cgroup[PXD_CGROUP_PATH_MAX]; /* its cgroup (cgroup.c), "" if none */
 } px_blas_run_t;
 
 /* Another daemon. Created from --peers (name unknown until it answers) or by
@@ -166,8 +169,6 @@ typedef struct px_job {
 } px_job_t;
 
 /* A rank process this node runs (for any coordinator). */
-#define PXD_CGROUP_PATH_MAX 1400
-
 typedef struct px_local_rank {
     px_daemon_t *d;
     char job_id[PXD_JOB_ID_MAX];
@@ -498,7 +499,7 @@ void px_drain_peer(px_rpc_call_t *call, const ProtobufCMessage *request, void *a
  * environment) when it exits 0 with a blas-core line, else d->blas stays
  * empty (logged). Never fails; runs while the loop does. */
 void px_blas_probe_start(px_daemon_t *d);
-/* At shutdown: a probe still running is SIGKILLed. */
+/* At shutdown: a probe still running is SIGKILLed, with its cgroup. */
 void px_blas_probe_kill(px_daemon_t *d);
 /* The "NAME=value" strings (0 or 2, into env[0..1], owned by d) that make a
  * rank run d->blas's core: OPENBLAS_CORETYPE and PX_BLAS_CORE_SET; 0 when

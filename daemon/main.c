@@ -502,12 +502,12 @@ int main(int argc, char **argv)
 
     if (px_nodes_init(d) != PX_OK || px_drain_load(d) != PX_OK)
         goto out_servers;
-    px_blas_probe_start(d); /* the core our ranks run, asked once (blas.c) */
     /* ranks a dead predecessor left running: those of RUNNING jobs this
      * node coordinates are adopted, every other one is killed */
     px_job_adopt_all(d);
     px_supervisor_kill_orphans(d);
     px_cgroup_sweep(d); /* and what they started, in their cgroups */
+    px_blas_probe_start(d); /* the core our ranks run, asked once (blas.c) */
     px_nodes_start(d);
     if (px_metrics_start(d) != PX_OK) /* --metrics-listen */
         goto out_servers;
