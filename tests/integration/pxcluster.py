@@ -307,7 +307,8 @@ class Cluster:
     not stop within 20 s of SIGTERM or left a cgroup behind after a clean
     exit is an AssertionError; when it failed, the daemons' log tails are
     printed, the workdir is kept for a look, and the body's exception goes
-    on."""
+    on (sys.exit in the body counts as passing). What a test starts beside
+    the cluster is undone first: on_exit."""
 
     def __init__(self, parallaxd, n=2, devices=2, tag="it", env=None):
         self.workdir = tempfile.mkdtemp(prefix="px-%s-" % tag)
@@ -374,12 +375,24 @@ class Cluster:
                 errors.append(str(e))
         return codes, errors
 
+    def on_exit(self, fn):
+        """`fn(failed)` runs when the context is left, before the daemons
+        stop (the last registered first, as nested contexts would): for
+        what a test starts beside the cluster (a Prometheus, stopped
+        daemons to continue, orphans to kill); `failed` says whether the
+        body raised."""
+        self._on_exit = getattr(self, "_on_exit", []) + [fn]
+
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        # sys.exit (a SKIP's 77, say) is no failure
+        failed = exc_type is not None and not issubclass(exc_type, SystemExit)
+        for fn in reversed(getattr(self, "_on_exit", [])):
+            fn(failed)
         _, errors = self.stop_all()
-        if exc_type is not None:
+        if failed:
             print(self.logs())
             for e in errors:
                 sys.stderr.write("pxcluster: also: %s\n" % e)
