@@ -184,6 +184,7 @@ int pctl_cmd_cancel(pctl_ctx_t *ctx, int argc, char **argv);
 int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv);
 /* ---- pctl_sample.c */
 int pctl_cmd_sample(pctl_ctx_t *ctx, int argc, char **argv);
+int pctl_cmd_node(pctl_ctx_t *ctx, int argc, char **argv);
 /* ---- pctl_bench.c */
 int pctl_cmd_bench(pctl_ctx_t *ctx, int argc, char **argv);
 

@@ -306,6 +306,9 @@ json_t *pctl_json_node(const Parallax__V1__NodeInfo *n)
     json_object_set_new(o, "control_addr", json_str(n->control_addr));
     json_object_set_new(o, "peer_addr", json_str(n->peer_addr));
     json_object_set_new(o, "alive", json_boolean(n->alive));
+    json_object_set_new(o, "draining", json_boolean(n->draining));
+    json_object_set_new(o, "state", json_str(n->state && *n->state ? n->state
+                                             : n->alive ? "UP" : "DOWN"));
     json_object_set_new(o, "last_seen_ms", json_integer(n->last_seen_ms));
     json_object_set_new(o, "version", json_str(n->version));
     json_object_set_new(o, "blas_core", json_str(n->blas_core));

@@ -33,6 +33,7 @@
 #define M_CANCEL "/parallax.v1.Control/CancelJob"
 #define M_WATCH "/parallax.v1.Control/WatchJob"
 #define M_NODES "/parallax.v1.Control/ListNodes"
+#define M_SET_NODE "/parallax.v1.Control/SetNodeState"
 #define M_METRICS "/parallax.v1.Control/GetMetrics"
 #define M_LOGS "/parallax.v1.Control/GetLogs"
 #define M_GET_MEMORY "/parallax.v1.Control/GetMemory"
@@ -1123,6 +1124,71 @@ int pctl_cmd_logs(pctl_ctx_t *ctx, int argc, char **argv)
 
 /* -------------------------------------------------------------- nodes */
 
+/* NodeInfo.state, or (a daemon from before it) what `alive` says */
+static const char *node_state(const Parallax__V1__NodeInfo *n)
+{
+    if (n->state && *n->state)
+        return pctl_esc(n->state);
+    return n->alive ? "UP" : "DOWN";
+}
+
+/* `pctl node VERB NODE`: Control.SetNodeState on any daemon (it relays to
+ * NODE); prints the node's state after the change. */
+int pctl_cmd_node(pctl_ctx_t *ctx, int argc, char **argv)
+{
+    static const struct {
+        const char *verb;
+        Parallax__V1__NodeAction action;
+    } verbs[] = {
+        {"drain", PARALLAX__V1__NODE_ACTION__NODE_DRAIN},
+        {"resume", PARALLAX__V1__NODE_ACTION__NODE_RESUME},
+        {"stop", PARALLAX__V1__NODE_ACTION__NODE_STOP},
+    };
+    Parallax__V1__SetNodeStateRequest req = PARALLAX__V1__SET_NODE_STATE_REQUEST__INIT;
+    Parallax__V1__NodeInfo *resp = NULL;
+    const char *verb, *job = NULL;
+    int json, rc;
+
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help"))
+            return pctl_help("node");
+    if (argc < 2)
+        return pctl_usage_error("node", "missing VERB (drain, resume or stop) and NODE");
+    verb = argv[1];
+    for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+        if (!strcmp(verb, verbs[i].verb))
+            req.action = verbs[i].action;
+    if (!req.action)
+        return pctl_usage_error("node", "unknown verb '%s' (expected drain, resume or stop)",
+                                verb);
+    rc = 0;
+    for (int i = 2; i < argc; i++)
+        rc |= argv[i][0] != '-';
+    if (!rc)
+        return pctl_usage_error("node", "missing NODE (`pctl nodes` lists them)");
+    /* NODE and --json after the verb; a job's parser takes NODE as its JOB */
+    if (parse_common("node", argc - 1, argv + 1, 1, &json, &job, &rc))
+        return rc;
+    req.node = (char *)job;
+    if (pctl_call(ctx, "node", M_SET_NODE, &req.base, &parallax__v1__node_info__descriptor,
+                  (ProtobufCMessage **)&resp))
+        return PCTL_EXIT_FAIL;
+    if (json) {
+        rc = pctl_json_print(pctl_json_node(resp));
+    } else {
+        size_t held = 0;
+        for (size_t k = 0; k < resp->n_devices; k++)
+            held += resp->devices[k]->job_id && *resp->devices[k]->job_id;
+        printf("node %s: %s", pctl_esc(resp->name), node_state(resp));
+        if (held)
+            printf(" (%zu of %zu devices still held by running jobs)", held, resp->n_devices);
+        printf("\n");
+        rc = PCTL_EXIT_OK;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+}
+
 int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
 {
     Parallax__V1__ListNodesRequest req = PARALLAX__V1__LIST_NODES_REQUEST__INIT;
@@ -1141,8 +1207,8 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
             json_array_append_new(a, pctl_json_node(resp->nodes[i]));
         rc = pctl_json_print(a);
     } else {
-        printf("%-16s %-22s %-22s %-6s %-8s %-12s %s\n", "NAME", "CONTROL", "PEER", "ALIVE",
-               "FREE/ALL", "BLAS", "LAST SEEN");
+        printf("%-16s %-22s %-22s %-6s %-9s %-8s %-12s %s\n", "NAME", "CONTROL", "PEER", "ALIVE",
+               "STATE", "FREE/ALL", "BLAS", "LAST SEEN");
         for (size_t i = 0; i < resp->n_nodes; i++) {
             const Parallax__V1__NodeInfo *n = resp->nodes[i];
             size_t free_devs = 0;
@@ -1152,9 +1218,9 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
                     free_devs++;
             snprintf(devs, sizeof(devs), "%zu/%zu", free_devs, n->n_devices);
             fmt_age(n->now_ms, n->last_seen_ms, seen, sizeof(seen));
-            printf("%-16s %-22s %-22s %-6s %-8s %-12s %s%s\n", pctl_esc(n->name),
+            printf("%-16s %-22s %-22s %-6s %-9s %-8s %-12s %s%s\n", pctl_esc(n->name),
                    pctl_esc(n->control_addr), pctl_esc(n->peer_addr),
-                   n->alive ? "yes" : "no", devs,
+                   n->alive ? "yes" : "no", node_state(n), devs,
                    n->blas_core && *n->blas_core ? pctl_esc(n->blas_core) : "-", seen,
                    n->last_seen_ms > 0 ? " ago" : "");
             if (n->error && *n->error)

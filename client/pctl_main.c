@@ -196,9 +196,25 @@ static const pctl_command_t commands[] = {
     {"nodes", "list the cluster's nodes",
      "usage: pctl nodes [--json]\n"
      "\n"
-     "Lists nodes: name, control and peer addresses, alive, devices free/total,\n"
-     "the OpenBLAS core its ranks run (BLAS; --json: blas_core, blas_core_source).\n",
+     "Lists nodes: name, control and peer addresses, alive, state, devices free/total,\n"
+     "the OpenBLAS core its ranks run (BLAS; --json: blas_core, blas_core_source).\n"
+     "STATE: UP; DRAINING (`pctl node drain`, jobs still run there); DRAINED\n"
+     "(draining, nothing runs there); STOPPING; DOWN (not heard from).\n",
      pctl_cmd_nodes},
+    {"node", "drain, resume or stop a node",
+     "usage: pctl node drain|resume|stop NODE [--json]\n"
+     "\n"
+     "NODE: a node's name as `pctl nodes` lists it; any daemon of the cluster relays\n"
+     "the request to it.\n"
+     "  drain    no new ranks are placed on NODE (by any daemon); the jobs running\n"
+     "           there go on to their end. `pctl nodes` shows it DRAINING, then\n"
+     "           DRAINED once none runs there. The node keeps the state across\n"
+     "           restarts of its daemon.\n"
+     "  resume   jobs are placed on NODE again.\n"
+     "  stop     NODE's daemon stops as on SIGTERM: its ranks first (their jobs end\n"
+     "           as when a rank is killed), then it exits 0.\n"
+     "Prints the node's state after the change (--json: as `pctl nodes --json`).\n",
+     pctl_cmd_node},
     {"mem", "memory per rank of a job, by category, next to the plan",
      "usage: pctl mem JOB [--json]\n"
      "\n"

@@ -96,6 +96,28 @@ static px_job_t *route(px_daemon_t *d, px_rpc_call_t *call, const char *job_id,
 
 #define PXD_LIST_PEER_TIMEOUT_MS 2000 /* a peer's ListJobs (ListJobs below) */
 
+/* SubmitJob refused `spec` with err (the cluster's devices without its
+ * draining nodes): when the spec passes with them, err gains which nodes
+ * are draining, so the user knows the job waits on `pctl node resume`. */
+static void draining_note(px_daemon_t *d, const Parallax__V1__JobSpec *spec,
+                          const px_devsel_t *sel, char *err, size_t errlen)
+{
+    char note[512], scratch[256];
+    int *all = malloc(sizeof(*all) * (size_t)(d->n_peers + 1));
+    int nn;
+
+    px_nodes_draining_note(d, sel, note, sizeof(note));
+    if (all && note[0]) {
+        nn = px_nodes_device_counts(d, sel, 1, all, d->n_peers + 1);
+        if (px_validate_spec(spec, all, nn, scratch, sizeof(scratch)) == PX_OK) {
+            size_t len = strlen(err);
+            snprintf(err + len, errlen - len, "; %s: its devices take no new ranks until "
+                     "`pctl node resume`", note);
+        }
+    }
+    free(all);
+}
+
 static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
 {
     px_daemon_t *d = arg;
@@ -123,8 +145,10 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
         int nn = 0;
         status = px_nodes_devsel(d, req->spec->devices, &sel, err, sizeof(err));
         if (status == PX_OK) {
-            nn = px_nodes_device_counts(d, &sel, counts, d->n_peers + 1);
+            nn = px_nodes_device_counts(d, &sel, 0, counts, d->n_peers + 1);
             status = px_validate_spec(req->spec, counts, nn, err, sizeof(err));
+            if (status != PX_OK) /* fits only with a draining node: say so */
+                draining_note(d, req->spec, &sel, err, sizeof(err));
         }
         if (status == PX_OK) { /* each placed device's memory (memfit.c) */
             const char **names = calloc((size_t)nn + 1, sizeof(*names));
@@ -561,6 +585,8 @@ static void h_list_nodes(px_rpc_call_t *call, const ProtobufCMessage *request, v
         ni->blas_core = p->blas_core;
         ni->blas_core_source = p->blas_core_source;
         ni->error = p->conflict;
+        ni->draining = p->draining;
+        ni->state = (char *)px_nodes_state(d, p);
         ni->devices = devs + k;
         for (int j = 0; j < p->n_devices; j++) {
             Parallax__V1__Device *dv = malloc(sizeof(*dv));
@@ -708,5 +734,7 @@ const px_rpc_method_t px_control_methods[] = {
     {P_CONTROL "GetLogs", &parallax__v1__get_logs_request__descriptor, 0, h_logs, NULL},
     {P_CONTROL "GetMemory", &parallax__v1__get_memory_request__descriptor, 0, h_memory, NULL},
     {P_CONTROL "Sample", &parallax__v1__sample_request__descriptor, 0, px_sample_handle, NULL},
+    {P_CONTROL "SetNodeState", &parallax__v1__set_node_state_request__descriptor, 0,
+     px_drain_control, NULL},
 };
 const size_t px_control_n_methods = sizeof(px_control_methods) / sizeof(px_control_methods[0]);

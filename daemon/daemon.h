@@ -12,7 +12,8 @@
  * the coordinator: job.c (state machine), job_place.c (placement),
  * job_launch.c (launch, rendezvous, stop), job_watch.c (WatchJob streams),
  * job_load.c (load at start, adoption), job_restart.c (restart from a
- * checkpoint), jobnames.c (cluster-wide names); supervisor.c (rank
+ * checkpoint), jobnames.c (cluster-wide names), drain.c (the node's drain
+ * state, pctl node drain/resume/stop); supervisor.c (rank
  * processes), control.c (Control service), peer.c (Peer service),
  * peerc.c (the Peer client, local dispatch, node event delivery), calls.c
  * (counted and retried async calls, message copies), sample.c (pctl
@@ -32,6 +33,7 @@
 
 #include "config.h"
 #include "devsel.h"
+#include "px_cpu_tier.h"
 #include "parallax.pb-c.h"
 #include "px_rpc.h"
 #include "px_status.h"
@@ -63,6 +65,23 @@ typedef struct px_device {
     uint64_t mem_used;              /* GPUs: bytes in use, from NVML at start; 0 for cpu */
 } px_device_t;
 
+#define PXD_CGROUP_PATH_MAX 1400 /* a rank's (or the BLAS probe's) cgroup path */
+
+/* blas.c's run of `parallax-rank --blas-core`. */
+typedef struct px_blas_run {
+    uv_process_t proc;
+    uv_pipe_t out;                  /* its stdout */
+    uv_timer_t timer;               /* its deadline */
+    char buf[256];                  /* what it printed */
+    size_t have;
+    int handles;                    /* open handles; the answer is read at 0 */
+    int64_t exit_status;            /* -signal when killed */
+    int exited;
+    int timed_out;
+    int running;
+    char cgroup[PXD_CGROUP_PATH_MAX]; /* its cgroup (cgroup.c), "" if none */
+} px_blas_run_t;
+
 /* Another daemon. Created from --peers (name unknown until it answers) or by
  * an incoming heartbeat. */
 typedef struct px_peer {
@@ -73,6 +92,7 @@ typedef struct px_peer {
     char blas_core[32];             /* NodeInfo.blas_core, "" from an older daemon */
     char blas_core_source[24];
     int alive;
+    int draining;                   /* NodeInfo.draining: it takes no new ranks (drain.c) */
     int64_t last_seen_ms;           /* wall clock, 0 = never */
     int64_t last_seen_mono_ms;
     px_device_t *devices;
@@ -150,8 +170,6 @@ typedef struct px_job {
 } px_job_t;
 
 /* A rank process this node runs (for any coordinator). */
-#define PXD_CGROUP_PATH_MAX 1400
-
 typedef struct px_local_rank {
     px_daemon_t *d;
     char job_id[PXD_JOB_ID_MAX];
@@ -237,6 +255,9 @@ struct px_daemon {
     char control_addr[PXD_ADDR_MAX];   /* advertised host:port */
     char peer_addr[PXD_ADDR_MAX];      /* advertised host:port */
     char rank_bin[4200];
+    px_blas_probe_t blas;              /* blas.c: the core this node's ranks run */
+    px_blas_run_t blas_run;            /* blas.c: the probe asking it */
+    char blas_env[2][64];              /* blas.c: their OPENBLAS_CORETYPE, PX_BLAS_CORE_SET */
     px_device_t *devices;
     int n_devices;
     px_peer_t *peers;
@@ -246,6 +267,7 @@ struct px_daemon {
     px_local_rank_t *local_ranks;
     int async_inflight;                /* px_rpc_call_async not yet completed */
     int stopping;
+    int draining;                      /* this node takes no new ranks (drain.c) */
     int rebooted;                      /* boot id differs from the last run's */
     char *token;                       /* cluster token (auth.c), or NULL: none */
     size_t token_len;
@@ -320,7 +342,8 @@ px_status_t px_nodes_init(px_daemon_t *d);
 void px_nodes_fini(px_daemon_t *d);
 /* Starts the heartbeat timer (first beat at once). */
 void px_nodes_start(px_daemon_t *d);
-/* Devices in the cluster: this node's plus every alive peer's. */
+/* Devices in the cluster: this node's plus every alive peer's, draining
+ * nodes left out. */
 int px_nodes_cluster_devices(px_daemon_t *d);
 /* Parses a job's device selection `spec` (JobSpec.devices, planner/devsel.h)
  * into *sel_p and checks that some device of the cluster (this node's or an
@@ -330,9 +353,23 @@ px_status_t px_nodes_devsel(px_daemon_t *d, const char *spec, px_devsel_t *sel_p
                             size_t errlen);
 /* Devices of each node, free or not, that the job's selection `sel`
  * (planner/devsel.h; NULL: every device) takes: this node's into
- * counts[0], then each alive peer's, at most `max` nodes. Returns the
- * number of nodes written. */
-int px_nodes_device_counts(px_daemon_t *d, const px_devsel_t *sel, int *counts, int max);
+ * counts[0], then each alive peer's, at most `max` nodes; a draining node
+ * counts 0 unless `with_draining`. Returns the number of nodes written. */
+int px_nodes_device_counts(px_daemon_t *d, const px_devsel_t *sel, int with_draining,
+                           int *counts, int max);
+/* The draining nodes (this one, then the alive peers) that offer devices
+ * in `sel`, as "node B is draining" (or "nodes B, C are draining") into
+ * buf[len]; "" when none. For SubmitJob's message when a job fits only
+ * with them. */
+void px_nodes_draining_note(px_daemon_t *d, const px_devsel_t *sel, char *buf, size_t len);
+/* A node's state as `pctl nodes` shows it (NodeInfo.state): `peer`, or
+ * this node when NULL: "DOWN" (a peer not alive), "STOPPING" (this
+ * daemon stops), "DRAINING" / "DRAINED" (draining, with / without a device
+ * held by a job), else "UP". Static string. */
+const char *px_nodes_state(px_daemon_t *d, const px_peer_t *peer);
+/* Sends this node's NodeInfo to every peer now instead of at the next
+ * heartbeat (a change the peers' placement must see: drain.c). */
+void px_nodes_beat_now(px_daemon_t *d);
 /* The same nodes in the same order: each one's name (borrowed) and the
  * smallest memory of its devices in `sel` (NULL: all) in bytes (0: not
  * reported). Returns the count. */
@@ -438,6 +475,45 @@ void px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info);
 void px_nodes_device_set(px_daemon_t *d, const char *device, const char *job_id);
 /* Control channel of node `name` (self excluded), NULL if unknown/dead. */
 px_rpc_channel_t *px_nodes_control_channel(px_daemon_t *d, const char *name);
+
+/* --------------------------------------------------------------- drain.c */
+
+/* At start (store open, cfg.name set): d->draining from this node's row of
+ * table node_state (none: not draining). PX_ERR_IO, logged. */
+px_status_t px_drain_load(px_daemon_t *d);
+/* Handler of Control.SetNodeState (arg: the daemon): applies it here when
+ * it names this node, else relays it to the named alive peer
+ * (Peer.SetNodeState) and answers with its answer; NOT_FOUND naming the
+ * node (and the cluster's nodes) when no node has that name, UNAVAILABLE
+ * when it is not alive, INVALID_ARGUMENT for an empty name or an unknown
+ * action. */
+void px_drain_control(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
+/* Handler of Peer.SetNodeState (arg: the daemon): applies it to this node
+ * (NOT_FOUND when it names another). */
+void px_drain_peer(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
+
+/* ---------------------------------------------------------------- blas.c */
+
+/* Starts `parallax-rank --blas-core` (the rank binary
+ * px_supervisor_rank_bin finds) on d->loop in this daemon's environment,
+ * killed after 10 s; its answer goes into d->blas (and the ranks' BLAS
+ * environment) when it exits 0 with a blas-core line, else d->blas stays
+ * empty (logged). Never fails; runs while the loop does. */
+void px_blas_probe_start(px_daemon_t *d);
+/* At shutdown: a probe still running is SIGKILLed, with its cgroup. */
+void px_blas_probe_kill(px_daemon_t *d);
+/* The "NAME=value" strings (0 or 2, into env[0..1], owned by d) that make a
+ * rank run d->blas's core: OPENBLAS_CORETYPE and PX_BLAS_CORE_SET; 0 when
+ * the rank's environment is left as it is. */
+int px_blas_child_env(px_daemon_t *d, const char **env);
+
+/* ---------------------------------------------------------------- main.c */
+
+/* Stops the daemon as SIGTERM does (`why` logged): STOPPING=1, active jobs
+ * this node coordinates fail, every local rank gets SIGTERM (SIGKILL after
+ * PX_KILL_GRACE_MS), and once they are gone and in-flight peer calls
+ * finished the loop ends and main exits 0. A second call stops at once. */
+void px_daemon_stop(px_daemon_t *d, const char *why);
 
 /* ----------------------------------------------------------------- job.c */
 

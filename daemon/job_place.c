@@ -5,7 +5,8 @@
  * never spans nodes. Jobs are placed oldest first, and the first that does
  * not fit stops the round (FIFO, no overtaking). A device is free for a
  * job when its node shows it free, no placed job of this coordinator holds
- * it and the job's device selection (JobSpec.devices, devsel.h) takes it.
+ * it and the job's device selection (JobSpec.devices, devsel.h) takes it;
+ * a draining node (drain.c) offers none.
  * Loop thread only. */
 #include <stdlib.h>
 #include <string.h>
@@ -69,9 +70,11 @@ static int place(px_job_t *job)
         px_error("job %s: %s", job->id, why);
         goto out;
     }
-    nodes[nn++] = (place_node_t){d->cfg.name, d->devices, d->n_devices, 0, 0, &sel};
+    /* a draining node takes no new ranks (drain.c) */
+    if (!d->draining)
+        nodes[nn++] = (place_node_t){d->cfg.name, d->devices, d->n_devices, 0, 0, &sel};
     for (int p = 0; p < d->n_peers; p++)
-        if (d->peers[p].alive && d->peers[p].name[0])
+        if (d->peers[p].alive && d->peers[p].name[0] && !d->peers[p].draining)
             nodes[nn++] = (place_node_t){d->peers[p].name, d->peers[p].devices,
                                          d->peers[p].n_devices, 0, 0, &sel};
     for (int n = 0; n < nn; n++) {

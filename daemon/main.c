@@ -11,7 +11,7 @@
  * service timer sends STATUS= (jobs running / queued, local ranks) and,
  * when systemd asked for it (WatchdogSec), WATCHDOG=1 at half the watchdog
  * period; it runs on the loop, so a stuck loop stops the pings.
- * Stop (SIGINT/SIGTERM): sd_notify STOPPING=1, active jobs this node
+ * Stop (SIGINT/SIGTERM, or `pctl node stop`: px_daemon_stop): sd_notify STOPPING=1, active jobs this node
  * coordinates fail ("coordinator daemon stopped"), every local rank gets
  * SIGTERM (SIGKILL after PX_KILL_GRACE_MS); once they are gone and
  * in-flight peer calls finished (or a deadline passed) the servers, queue,
@@ -31,7 +31,6 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "px_blas_core.h"
 #include "px_config.h"
 #include "px_env.h"
 #include "px_log.h"
@@ -301,14 +300,14 @@ static void on_stop_timer(uv_timer_t *t)
     }
 }
 
-static void begin_stop(px_daemon_t *d, int signum)
+void px_daemon_stop(px_daemon_t *d, const char *why)
 {
     if (d->stopping) {
-        px_warn("signal %d again: stopping now", signum);
+        px_warn("%s again: stopping now", why);
         d->stop_deadline_ms = 0;
         return;
     }
-    px_info("signal %d: stopping (ranks first)", signum);
+    px_info("%s: stopping (ranks first)", why);
     notify("STOPPING=1");
     d->stopping = 1; /* before failing jobs: nothing new is placed */
     px_job_fail_all_active(d, "coordinator daemon stopped");
@@ -322,7 +321,9 @@ static void begin_stop(px_daemon_t *d, int signum)
 
 static void on_signal(uv_signal_t *s, int signum)
 {
-    begin_stop(s->data, signum);
+    char why[32];
+    snprintf(why, sizeof(why), "signal %d", signum);
+    px_daemon_stop(s->data, why);
 }
 
 static void close_walk(uv_handle_t *h, void *arg)
@@ -362,11 +363,12 @@ int main(int argc, char **argv)
         px_daemon_config_print(&d->cfg, stdout);
         bin = px_supervisor_rank_bin(d, err, sizeof(err));
         printf("rank-bin = %s\n", bin ? bin : err);
-        {
-            const char *src, *core = px_blas_core_node(&src);
-            printf("blas-core = %s (%s; CPU best %s)\n", core, src,
-                   px_blas_cpu_tier() ? px_blas_tier_core(px_blas_cpu_tier()) : "below Haswell");
-        }
+        d->loop = uv_default_loop(); /* what the ranks would run (blas.c) */
+        px_blas_probe_start(d);
+        uv_run(d->loop, UV_RUN_DEFAULT); /* until the probe's handles are closed */
+        printf("blas-core = %s (%s; CPU best %s)\n", d->blas.node_core[0] ? d->blas.node_core : "?",
+               d->blas.source[0] ? d->blas.source : "parallax-rank --blas-core did not answer",
+               px_blas_cpu_tier() ? px_blas_tier_core(px_blas_cpu_tier()) : "below Haswell");
         px_env_print(stdout);
         px_daemon_config_free(&d->cfg);
         return 0;
@@ -499,7 +501,7 @@ int main(int argc, char **argv)
     if (socket_group(d) != PX_OK)
         goto out_servers;
 
-    if (px_nodes_init(d) != PX_OK)
+    if (px_nodes_init(d) != PX_OK || px_drain_load(d) != PX_OK)
         goto out_servers;
     /* ranks a dead predecessor left running: those of RUNNING jobs this
      * node coordinates are adopted, every other one is killed */
@@ -507,6 +509,7 @@ int main(int argc, char **argv)
     px_supervisor_kill_orphans(d);
     px_sample_sweep(d);
     px_cgroup_sweep(d); /* and what they started, in their cgroups */
+    px_blas_probe_start(d); /* the core our ranks run, asked once (blas.c) */
     px_nodes_start(d);
     if (px_metrics_start(d) != PX_OK) /* --metrics-listen */
         goto out_servers;
@@ -520,6 +523,7 @@ int main(int argc, char **argv)
     uv_run(d->loop, UV_RUN_DEFAULT);
 
     /* stopped: anything still running gets SIGKILL, with its cgroup */
+    px_blas_probe_kill(d);
     for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next) {
         if (!lr->exited && lr->adopted)
             kill(-(pid_t)lr->pid, SIGKILL);

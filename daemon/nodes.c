@@ -11,7 +11,6 @@
 
 #include "daemon.h"
 #include "nvml.h"
-#include "px_blas_core.h"
 #include "px_config.h"
 #include "px_env.h"
 #include "px_log.h"
@@ -150,11 +149,33 @@ void px_nodes_fini(px_daemon_t *d)
 
 int px_nodes_cluster_devices(px_daemon_t *d)
 {
-    int n = d->n_devices;
+    int n = d->draining ? 0 : d->n_devices;
     for (int i = 0; i < d->n_peers; i++)
-        if (d->peers[i].alive)
+        if (d->peers[i].alive && !d->peers[i].draining)
             n += d->peers[i].n_devices;
     return n;
+}
+
+/* 1 if one of devs[0, n) is held by a job */
+static int any_held(const px_device_t *devs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (devs[i].job_id[0])
+            return 1;
+    return 0;
+}
+
+const char *px_nodes_state(px_daemon_t *d, const px_peer_t *p)
+{
+    if (p && !p->alive)
+        return "DOWN";
+    if (!p && d->stopping)
+        return "STOPPING";
+    if (!(p ? p->draining : d->draining))
+        return "UP";
+    return (p ? any_held(p->devices, p->n_devices) : any_held(d->devices, d->n_devices))
+               ? "DRAINING"
+               : "DRAINED";
 }
 
 /* appends `name`'s kind ("cpu" of "cpu:3") to the list `kinds` unless there */
@@ -204,15 +225,45 @@ static int count_selected(const px_devsel_t *sel, const px_device_t *devs, int n
     return k;
 }
 
-int px_nodes_device_counts(px_daemon_t *d, const px_devsel_t *sel, int *counts, int max)
+int px_nodes_device_counts(px_daemon_t *d, const px_devsel_t *sel, int with_draining,
+                           int *counts, int max)
 {
     int n = 0;
     if (n < max)
-        counts[n++] = count_selected(sel, d->devices, d->n_devices);
+        counts[n++] = d->draining && !with_draining
+                          ? 0
+                          : count_selected(sel, d->devices, d->n_devices);
     for (int i = 0; i < d->n_peers && n < max; i++)
         if (d->peers[i].alive)
-            counts[n++] = count_selected(sel, d->peers[i].devices, d->peers[i].n_devices);
+            counts[n++] = d->peers[i].draining && !with_draining
+                              ? 0
+                              : count_selected(sel, d->peers[i].devices, d->peers[i].n_devices);
     return n;
+}
+
+void px_nodes_draining_note(px_daemon_t *d, const px_devsel_t *sel, char *buf, size_t len)
+{
+    char names[400] = "";
+    size_t off = 0;
+    int k = 0;
+
+    if (d->draining && count_selected(sel, d->devices, d->n_devices)) {
+        off += (size_t)snprintf(names + off, sizeof(names) - off, "%s", d->cfg.name);
+        k++;
+    }
+    for (int i = 0; i < d->n_peers && off < sizeof(names); i++) {
+        const px_peer_t *p = &d->peers[i];
+        if (p->alive && p->draining && count_selected(sel, p->devices, p->n_devices)) {
+            off += (size_t)snprintf(names + off, sizeof(names) - off, "%s%s", k ? ", " : "",
+                                    p->name);
+            k++;
+        }
+    }
+    if (!k)
+        buf[0] = '\0';
+    else
+        snprintf(buf, len, "node%s %s %s draining", k == 1 ? "" : "s", names,
+                 k == 1 ? "is" : "are");
 }
 
 static uint64_t min_memory(const px_devsel_t *sel, const px_device_t *devs, int n)
@@ -298,8 +349,6 @@ px_rpc_channel_t *px_nodes_control_channel(px_daemon_t *d, const char *name)
 
 void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info)
 {
-    const char *src;
-
     parallax__v1__node_info__init(info);
     info->name = d->cfg.name;
     info->control_addr = d->control_addr;
@@ -307,8 +356,10 @@ void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info)
     info->alive = 1;
     info->last_seen_ms = px_time_wall_ms();
     info->version = (char *)PX_VERSION;
-    info->blas_core = (char *)px_blas_core_node(&src);
-    info->blas_core_source = (char *)src;
+    info->blas_core = d->blas.node_core; /* blas.c */
+    info->blas_core_source = d->blas.source;
+    info->draining = d->draining;
+    info->state = (char *)px_nodes_state(d, NULL);
     info->n_devices = (size_t)d->n_devices;
     info->devices = calloc((size_t)d->n_devices, sizeof(*info->devices));
     for (int i = 0; info->devices && i < d->n_devices; i++) {
@@ -407,6 +458,12 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
         snprintf(p->blas_core, sizeof(p->blas_core), "%s", info->blas_core);
     if (info->blas_core_source)
         snprintf(p->blas_core_source, sizeof(p->blas_core_source), "%s", info->blas_core_source);
+    if (p->draining != (int)info->draining) {
+        px_info("peer %s %s", p->name, info->draining ? "is draining: no new ranks there"
+                                                      : "resumed: jobs are placed there again");
+        p->draining = info->draining;
+        px_nodes_emit(d, PXD_NODE_DEVICES, NULL); /* resumed: pending jobs may fit */
+    }
     devs = calloc(info->n_devices ? info->n_devices : 1, sizeof(*devs));
     if (devs) {
         for (size_t i = 0; i < info->n_devices; i++) {
@@ -536,4 +593,10 @@ void px_nodes_start(px_daemon_t *d)
         period = 10;
     d->hb_timer.data = d;
     uv_timer_start(&d->hb_timer, on_hb_timer, 0, (uint64_t)period);
+}
+
+void px_nodes_beat_now(px_daemon_t *d)
+{
+    if (!d->stopping && uv_is_active((uv_handle_t *)&d->hb_timer))
+        px_nodes_start(d); /* restarted: first beat at once, then every period */
 }

@@ -1,5 +1,6 @@
 /* peer.c: the Peer service, on --peer-listen: daemon <-> daemon
- * (Heartbeat, LaunchRanks, StopRanks, RankExited, GetRankLog) and rank ->
+ * (Heartbeat, LaunchRanks, StopRanks, RankExited, GetRankLog, ListJobs,
+ * ReserveName, SetNodeState: drain.c) and rank ->
  * coordinator (RegisterRank, held until the rendezvous completes;
  * ReportProgress). Handlers run on the loop thread. */
 #include <stdlib.h>
@@ -111,5 +112,7 @@ const px_rpc_method_t px_peer_methods[] = {
      NULL},
     {P_PEER "ReserveName", &parallax__v1__reserve_name_request__descriptor, 0,
      px_jobnames_reserve, NULL},
+    {P_PEER "SetNodeState", &parallax__v1__set_node_state_request__descriptor, 0, px_drain_peer,
+     NULL},
 };
 const size_t px_peer_n_methods = sizeof(px_peer_methods) / sizeof(px_peer_methods[0]);

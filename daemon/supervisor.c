@@ -36,7 +36,6 @@
 
 #include "benchstore.h"
 #include "daemon.h"
-#include "px_blas_core.h"
 #include "px_config.h"
 #include "px_env.h"
 #include "px_log.h"
@@ -429,10 +428,11 @@ common_args:
 #undef ARG
 #undef SARG
 
-    /* the rank runs the node's BLAS core (px_blas_core.h); a
-     * choice of ours replaces an inherited OPENBLAS_CORETYPE only where
-     * px_blas_core_decide says so (PX_BLAS_CORETYPE; a preset is kept) */
-    n_blas = px_blas_core_child_env(blas_env);
+    /* the rank runs the node's BLAS core (blas.c: as parallax-rank
+     * decided it in this environment); a choice of ours replaces an
+     * inherited OPENBLAS_CORETYPE only where it says so (PX_BLAS_CORETYPE;
+     * a preset is kept) */
+    n_blas = px_blas_child_env(d, blas_env);
     for (char **e = environ; *e && ne < 246; e++)
         if (strncmp(*e, "PX_DEVICE=", 10) && strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) &&
             strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) &&

@@ -54,6 +54,8 @@ static const ProtobufCMessageDescriptor *const descs[] = {
     &parallax__v1__get_memory_response__descriptor, /* relayed from the coordinator */
     &parallax__v1__sample_request__descriptor,      /* Control.Sample (with a JobSpec) */
     &parallax__v1__sample_response__descriptor,     /* relayed from the node that ran it */
+    &parallax__v1__set_node_state_request__descriptor, /* Control and Peer.SetNodeState */
+    &parallax__v1__node_info__descriptor, /* Peer.SetNodeState's answer, relayed */
 };
 #define N_DESCS (sizeof(descs) / sizeof(descs[0]))
 

@@ -42,6 +42,9 @@ msgs = [  # same order as descs[] in fuzz_messages.c
                      seed=1, timeout_ms=120000, spec=spec, weights="/tmp/w.safetensors"),
     pb.SampleResponse(text=b"\nor not", node="a", device="cpu:0", weights="/tmp/w.safetensors",
                       seconds=0.5),
+    pb.SetNodeStateRequest(node="b", action=pb.NODE_DRAIN),
+    pb.NodeInfo(name="b", devices=[pb.Device(name="cpu:0", job_id="a-1")], alive=True,
+                draining=True, state="DRAINING"),
 ]
 out = os.path.join(root, "fuzz", "corpus", "messages")
 for i, m in enumerate(msgs):

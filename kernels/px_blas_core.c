@@ -23,77 +23,8 @@
 #include "px_env.h"
 #include "px_log.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#define HAVE_X86 1
-#endif
-
-#define ENV_SET "PX_BLAS_CORE_SET"
+#define ENV_SET PX_BLAS_CORE_SET_ENV
 #define ENV_REJECTED "PX_BLAS_CORE_REJECTED"
-
-/* OpenBLAS 0.3.21 driver/others/dynamic.c corename table, by tier. */
-static const struct {
-    const char *name;
-    int tier;
-} core_tiers[] = {
-    {"Prescott", 0},    {"Core2", 0},      {"Penryn", 0},       {"Dunnington", 0},
-    {"Nehalem", 0},     {"Atom", 0},       {"Athlon", 0},       {"Opteron", 0},
-    {"Opteron_SSE3", 0}, {"Barcelona", 0}, {"Nano", 0},         {"Sandybridge", 0},
-    {"Bobcat", 0},      {"Bulldozer", 0},  {"Piledriver", 0},   {"Steamroller", 0},
-    {"Excavator", 0},   {"Katmai", 0},     {"Coppermine", 0},   {"Northwood", 0},
-    {"Banias", 0},      {"Haswell", 1},    {"Zen", 1},          {"SkylakeX", 2},
-    {"Cooperlake", 3},  {"Sapphirerapids", 3},
-};
-
-const char *px_blas_tier_core(px_blas_tier_t tier)
-{
-    switch (tier) {
-    case PX_BLAS_TIER_HASWELL: return "Haswell";
-    case PX_BLAS_TIER_SKYLAKEX: return "SkylakeX";
-    case PX_BLAS_TIER_COOPERLAKE: return "Cooperlake";
-    default: return "";
-    }
-}
-
-int px_blas_core_tier(const char *core)
-{
-    if (!core)
-        return -1;
-    for (size_t i = 0; i < sizeof(core_tiers) / sizeof(core_tiers[0]); i++)
-        if (!strcasecmp(core, core_tiers[i].name))
-            return core_tiers[i].tier;
-    return -1;
-}
-
-px_blas_tier_t px_blas_cpu_tier(void)
-{
-#ifdef HAVE_X86
-    unsigned a, b, c, d, xcr0_lo, xcr0_hi;
-    int avx2, fma, avx512, bf16;
-
-    if (!__get_cpuid(1, &a, &b, &c, &d))
-        return PX_BLAS_TIER_BASE;
-    fma = (c >> 12) & 1;
-    if (!((c >> 27) & 1) || !((c >> 28) & 1)) /* OSXSAVE, AVX */
-        return PX_BLAS_TIER_BASE;
-    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    if ((xcr0_lo & 0x6) != 0x6) /* the OS saves XMM and YMM state */
-        return PX_BLAS_TIER_BASE;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
-        return PX_BLAS_TIER_BASE;
-    avx2 = (b >> 5) & 1;
-    /* AVX512 F (16), DQ (17), BW (30), VL (31); opmask, ZMM_Hi256, Hi16_ZMM saved */
-    avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) &&
-             (xcr0_lo & 0xe6) == 0xe6;
-    if (avx512) {
-        bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
-        return bf16 ? PX_BLAS_TIER_COOPERLAKE : PX_BLAS_TIER_SKYLAKEX;
-    }
-    return avx2 && fma ? PX_BLAS_TIER_HASWELL : PX_BLAS_TIER_BASE;
-#else
-    return PX_BLAS_TIER_BASE;
-#endif
-}
 
 static const char *own_core(void)
 {
@@ -147,19 +78,16 @@ const char *px_blas_core_node(const char **source_p)
     return core ? core : own_core();
 }
 
-int px_blas_core_child_env(const char **env)
+void px_blas_core_probe(px_blas_probe_t *probe)
 {
-    static char coretype[64], set[64];
-    const char *core;
+    const char *core, *source, *node;
 
+    memset(probe, 0, sizeof(*probe));
     px_blas_core_decide(&core, NULL);
-    if (!core)
-        return 0;
-    snprintf(coretype, sizeof(coretype), "OPENBLAS_CORETYPE=%s", core);
-    snprintf(set, sizeof(set), ENV_SET "=%s", core);
-    env[0] = coretype;
-    env[1] = set;
-    return 2;
+    node = px_blas_core_node(&source);
+    snprintf(probe->child_core, sizeof(probe->child_core), "%s", core ? core : "");
+    snprintf(probe->node_core, sizeof(probe->node_core), "%s", node);
+    snprintf(probe->source, sizeof(probe->source), "%s", source);
 }
 
 /* C (m x n) = alpha op(A) op(B) + beta C, row-major, in double */

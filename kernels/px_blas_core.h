@@ -7,7 +7,8 @@
  * the CPU can run. The only way to choose is OPENBLAS_CORETYPE in the
  * environment before the library loads, so:
  *   - the daemon's supervisor puts the choice in each rank's environment
- *     (px_blas_core_child_env), and
+ *     (px_blas_core_probe, asked once through `parallax-rank --blas-core`:
+ *     the daemon does not load OpenBLAS), and
  *   - a process started otherwise (a standalone parallax-rank, the kernel
  *     tests) calls px_blas_core_ensure first thing in main(), which
  *     re-executes the process once with the variable set.
@@ -25,15 +26,8 @@
 #ifndef PX_BLAS_CORE_H
 #define PX_BLAS_CORE_H
 
+#include "px_cpu_tier.h" /* the tiers and cpuid (common/, no OpenBLAS) */
 #include "px_status.h"
-
-/* Kernel tiers, lowest first. */
-typedef enum {
-    PX_BLAS_TIER_BASE = 0,       /* SSE-class kernels (Prescott, Nehalem, ...) */
-    PX_BLAS_TIER_HASWELL = 1,    /* AVX2 + FMA: Haswell, Zen */
-    PX_BLAS_TIER_SKYLAKEX = 2,   /* AVX-512 F/BW/DQ/VL */
-    PX_BLAS_TIER_COOPERLAKE = 3, /* + AVX512-BF16 (Sapphirerapids counts here too) */
-} px_blas_tier_t;
 
 /* How the running core came about (px_blas_core_info_t.source). */
 #define PX_BLAS_SRC_OPENBLAS "openblas" /* OpenBLAS's own choice, not below the CPU's best */
@@ -51,17 +45,6 @@ typedef struct {
     double max_rel_err; /* with checked: its largest error, relative to sum |a||b| */
 } px_blas_core_info_t;
 
-/* The best tier this CPU and OS support, from cpuid (and XGETBV: the OS must
- * save the AVX / AVX-512 registers). PX_BLAS_TIER_BASE off x86-64. */
-px_blas_tier_t px_blas_cpu_tier(void);
-
-/* The OpenBLAS core name for `tier` ("Haswell", ...; "" for BASE). Static. */
-const char *px_blas_tier_core(px_blas_tier_t tier);
-
-/* The tier of an OpenBLAS core name (case-insensitive); -1 for a name this
- * file does not know (never raised: it may be newer than our table). */
-int px_blas_core_tier(const char *core);
-
 /* The core a child process should get in OPENBLAS_CORETYPE, decided from this
  * process's environment and the core OpenBLAS chose here (same machine):
  * *core_p is a static name, or NULL to leave the child's environment alone
@@ -76,13 +59,11 @@ void px_blas_core_decide(const char **core_p, const char **source_p);
  * borrowed for the process's life. Never fails. */
 const char *px_blas_core_node(const char **source_p);
 
-/* Fills `env` (at least 2 slots) with the "NAME=value" strings a child
- * should get so that it runs px_blas_core_decide's core and knows that
- * parallax chose it (so its own check may fall back): OPENBLAS_CORETYPE and
- * PX_BLAS_CORE_SET. Strings are static (valid for the process's life).
- * Returns how many it wrote (0 or 2). The caller drops any inherited
- * OPENBLAS_CORETYPE / PX_BLAS_CORE_SET when it writes 2. */
-int px_blas_core_child_env(const char **env);
+/* px_blas_core_decide's choice and px_blas_core_node's core and source in
+ * this process's environment, as `parallax-rank --blas-core` prints them
+ * for parallaxd (px_cpu_tier.h). Call before px_blas_core_ensure: it
+ * reads the environment the process was started with. Never fails. */
+void px_blas_core_probe(px_blas_probe_t *probe);
 
 /* Largest error px_blas_sgemm_error may report for a core to be kept. */
 #define PX_BLAS_SGEMM_TOL 1e-5

@@ -144,6 +144,8 @@ static void usage(FILE *out)
             "          temperature 1, seed 1337)\n"
             "   or: parallax-rank --spec-file PATH [--coord ... --job ... --rank ... --world ...\n"
             "         --node ...] (the job's packed JobSpec instead of the job flags)\n"
+            "   or: parallax-rank --blas-core (prints, for parallaxd, the OpenBLAS core this\n"
+            "         environment's ranks run: \"blas-core CHILD NODE SOURCE\", and exits)\n"
             "Defaults: --vocab %d --lr 2e-3 --seed 1337 --warmup steps/20 --weight-decay 0.1\n"
             "--min-lr-ratio 0.1 --grad-clip 1.0 --dump-steps 5 --eval-every steps/10 (0: at the end)\n"
             "--eval-batches 4, --dp PX_WORLD_SIZE / (tp x pp x cp),\n"
@@ -532,6 +534,16 @@ int main(int argc, char **argv)
     px_world_t *pw = NULL;
     px_blas_core_info_t blas;
 
+    /* parallaxd asks once which core its ranks will run (it loads no
+     * OpenBLAS itself): decided in this environment, before any re-exec */
+    if (argc == 2 && !strcmp(argv[1], "--blas-core")) {
+        px_blas_probe_t probe;
+        char line[128];
+        px_blas_core_probe(&probe);
+        px_blas_probe_format(&probe, line, sizeof(line));
+        fputs(line, stdout);
+        return fflush(stdout) == 0 ? 0 : 1;
+    }
     /* OpenBLAS's best kernels for this CPU, before anything else
      * runs (may re-execute this process once or twice) */
     if (!answers_from_args(argc, argv)) {

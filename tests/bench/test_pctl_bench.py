@@ -38,8 +38,7 @@ def main():
         return 77
     cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="bench")
     a, b = cl.daemons
-    ok = False
-    try:
+    with cl:
         g = pc.Grpc(a, args.proto)
         cl.start(lambda d: g)
 
@@ -102,14 +101,8 @@ def main():
         assert len(mine) == 5, g.jobs()
         print("pctl bench: 4-rank all_reduce (7 sizes), 2-rank broadcast, 3-rank others exact; "
               "bad values rejected")
-        ok = True
-    finally:
         codes = cl.stop()
-        if not ok:
-            print(cl.logs())
-        else:
-            cl.cleanup()
-    assert codes == [0, 0], codes
+        assert codes == [0, 0], codes
     return 0
 
 

@@ -15,8 +15,10 @@ test: a new command joins RUN or SKIP below, deliberately):
   daemons start from the README's lines; `data/corpus.txt` is real English
   text (/usr/share/common-licenses) standing in for the quickstart's
   corpus; every job must end COMPLETED, `cancel` must cancel a running job,
-  `kill %1 %2` is SIGTERM to both daemons, which must exit within 30 s
-  leaving no rank of theirs behind. Each must exit 0; a few outputs are
+  `pctl node drain/resume` must show the node DRAINED (or DRAINING) / UP in
+  `pctl nodes`, `pctl node stop NODE` must make that daemon exit 0 within
+  30 s, `kill %N...` is SIGTERM to those daemons, which must exit 0 within
+  30 s; once every daemon is down no rank of theirs may be left. Each must exit 0; a few outputs are
   checked for the values the README quotes.
 * skip: benchmarks, the deploy and fuzz scripts, GPU and Slurm commands,
   config snippets: not run here (minutes each, or other hardware).
@@ -42,7 +44,7 @@ from pxport import free_port  # noqa: E402
 # Commands run (regex on the joined command line, after any VAR=value words).
 RUN = [
     r'build/daemon/parallaxd .*&$',
-    r'build/client/pctl (nodes|list|status|metrics|logs|cancel|submit|plan|mem|bench|sample)\b',
+    r'build/client/pctl (nodes|node|list|status|metrics|logs|cancel|submit|plan|mem|bench|sample)\b',
     r'build/client/pctl data prepare\b',
     r'cp data/corpus\.txt book\.txt',
     r'job=',
@@ -51,7 +53,7 @@ RUN = [
     r'mpirun .*build/rank/parallax-rank',
     r'build/transport/tools/px-coll-bench ',
     r'build/tests/bench/px-sgemm-bench ',
-    r'kill %1 %2',
+    r'kill( %\d)+( |$)',
 ]
 # Commands not run here, and why.
 SKIP = [
@@ -160,6 +162,7 @@ class Walk:
         os.makedirs(os.path.join(self.work, 'data'))
         self.suffix = 'rdm%d' % (os.getpid() % 100000)
         self.daemons = []
+        self.names = {}  # node name (as substituted) -> its daemon's Popen
         self.jobs = []
         self.pick_ports()
         self.env = dict(os.environ, PX_SERVER='127.0.0.1:%d' % self.ports[7070],
@@ -229,6 +232,9 @@ class Walk:
         proc = subprocess.Popen(['bash', '-c', 'exec ' + line], cwd=self.work, env=self.env,
                                 start_new_session=True)
         self.daemons.append(proc)
+        m = re.search(r'--name (\S+)', line)
+        if m:
+            self.names[m.group(1)] = proc
         return proc
 
     def cluster_up(self, timeout=30):
@@ -257,19 +263,29 @@ class Walk:
                 pids.append(int(d))
         return pids
 
-    def stop(self):
-        for d in self.daemons:
+    def stop(self, which=None):
+        """SIGTERM to the daemons `which` (default: all), then waits; True
+        when each exited 0 within 30 s."""
+        which = self.daemons if which is None else which
+        for d in which:
             if d.poll() is None:
                 d.send_signal(signal.SIGTERM)
         ok = True
-        for d in self.daemons:
+        for d in which:
             try:
-                d.wait(timeout=30)
+                ok = d.wait(timeout=30) == 0 and ok
             except subprocess.TimeoutExpired:
                 ok = False
                 d.kill()
                 d.wait()
         return ok
+
+    def node_state(self, name):
+        """`pctl nodes`' state of node `name`, or None."""
+        for n in self.pctl_json('nodes') or []:
+            if n.get('name') == name:
+                return n.get('state')
+        return None
 
     def logs(self):
         out = ''
@@ -287,11 +303,12 @@ def run_command(w, chk, ln, cmd, block):
     if bare.startswith('build/daemon/parallaxd'):
         w.start_daemon(cmd)
         return 'started'
-    if bare.startswith('kill %1 %2'):
-        ok = w.stop()
-        left = w.our_ranks()
+    if bare.startswith('kill %'):  # bash's job numbers: the daemons in the order started
+        which = [w.daemons[int(n) - 1] for n in re.findall(r'%(\d+)', bare.split('#')[0])]
+        ok = w.stop(which)
+        left = w.our_ranks() if all(d.poll() is not None for d in w.daemons) else []
         if not ok:
-            chk.fail('%s: a daemon did not exit within 30 s of SIGTERM' % where)
+            chk.fail('%s: a daemon did not exit 0 within 30 s of SIGTERM' % where)
         if left:
             chk.fail('%s: ranks left running after the daemons stopped: %s' % (where, left))
         return 'daemons stopped' if ok and not left else 'FAILED'
@@ -366,6 +383,23 @@ def run_command(w, chk, ln, cmd, block):
             chk.fail('%s: the cancelled job is %s' % (where, j and j.get('state')))
     elif sub == 'sample' and not out.endswith('\n'):
         chk.fail('%s: pctl sample printed no text ending in a newline: %r' % (where, out[-300:]))
+    elif sub == 'node':
+        verb, name = line.split()[2:4]
+        if verb == 'stop':
+            proc = w.names.get(name)
+            try:
+                code = proc.wait(timeout=30) if proc else None
+            except subprocess.TimeoutExpired:
+                code = 'still running'
+            if code != 0 or 'STOPPING' not in out:
+                chk.fail('%s: pctl node stop %s printed %r; the daemon: exit %s (want 0 within '
+                         '30 s)' % (where, name, out.strip(), code))
+        else:
+            state = w.node_state(name)
+            want = ('DRAINED', 'DRAINING') if verb == 'drain' else ('UP',)
+            if state not in want:
+                chk.fail('%s: after pctl node %s %s, pctl nodes shows it %s' % (where, verb, name,
+                                                                             state))
     elif sub == 'nodes':
         alive = sum(1 for n in (w.pctl_json('nodes') or []) if n.get('alive'))
         if alive != 2:

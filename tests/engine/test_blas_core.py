@@ -14,9 +14,13 @@ OpenBLAS runs the Haswell kernels on Zen). Checks, on 3-step training runs:
   * PX_BLAS_CORETYPE above the CPU's tier: ignored with a warning;
   * PX_BLAS_CORE_REJECTED (what a failed sgemm check re-executes with): the
     rank keeps OpenBLAS's own core and warns;
-  * test_kernels logs the same core as the rank (the kernel tests run on it).
+  * test_kernels logs the same core as the rank (the kernel tests run on it);
+  * parallaxd links no OpenBLAS (its ELF needs no libopenblas) and still
+    reports, in each of the environments above, the core the rank runs and
+    why (`parallaxd --print-config`'s blas-core line, which `pctl nodes`
+    shows too: it asks `parallax-rank --blas-core` once at start).
 
-usage: test_blas_core.py RANK_BIN TEST_KERNELS_BIN MAKE_TOKENS_PY WORKDIR"""
+usage: test_blas_core.py RANK_BIN TEST_KERNELS_BIN MAKE_TOKENS_PY WORKDIR PARALLAXD"""
 import json
 import os
 import re
@@ -44,7 +48,7 @@ def cpu_tier():
 
 
 def main():
-    rank_bin, kern_bin, make_tokens, work = sys.argv[1:5]
+    rank_bin, kern_bin, make_tokens, work, daemon_bin = sys.argv[1:6]
     os.makedirs(work, exist_ok=True)
     data = os.path.join(work, 'tokens.bin')
     subprocess.run([sys.executable, make_tokens, data, '/usr/share/common-licenses/GPL-3'],
@@ -60,8 +64,13 @@ def main():
         if not ok:
             fails += 1
 
+    daemon_seen = []  # (environment, core the rank ran, its source, the daemon's blas-core)
+
     def run(name, extra):
         env = dict(base, **extra)
+        d = subprocess.run([daemon_bin, '--print-config', '--config', '/dev/null'],
+                           env=dict(env, PX_RANK_BIN=rank_bin), capture_output=True, text=True)
+        said = re.search(r'^blas-core = (\S+) \(([^;]+);', d.stdout, re.M)
         m = os.path.join(work, name + '.jsonl')
         p = subprocess.run([rank_bin, '--layers', '2', '--heads', '2', '--dim', '32', '--seq',
                             '32', '--batch', '2', '--steps', '3', '--data', data,
@@ -72,6 +81,9 @@ def main():
             losses = [json.loads(l)['loss'] for l in open(m) if l.strip()]
         if p.returncode != 0 or len(lines) != 1 or not lines[0] or len(losses) != 3:
             print(p.stderr[-2000:])
+        elif 'PX_BLAS_CORE_REJECTED' not in extra:  # a rank's own fallback, not the daemon's
+            daemon_seen.append((extra, lines[0].group(1), lines[0].group(2).split(':')[0],
+                                said.groups() if said else d.stdout[-500:] + d.stderr[-500:]))
         return p, lines, losses
 
     best = cpu_tier()
@@ -118,6 +130,15 @@ def main():
     kl = [LINE.search(l) for l in k.stderr.splitlines() if 'BLAS core ' in l]
     check(k.returncode == 0 and len(kl) == 1 and kl[0] and kl[0].group(1) == core,
           'test_kernels runs on the rank\'s core %s' % core)
+
+    for extra, core, source, said in daemon_seen:
+        check(said == (core, source), 'parallaxd %s: blas-core %s (%s), as the rank ran it'
+              % (' '.join('%s=%s' % kv for kv in extra.items()) or '(no BLAS variables)',
+                 said[0] if isinstance(said, tuple) else said, source))
+    rd = subprocess.run(['readelf', '-d', daemon_bin], capture_output=True, text=True)
+    needed = re.findall(r'\(NEEDED\)\s+Shared library: \[([^\]]+)\]', rd.stdout)
+    check(rd.returncode == 0 and needed and not [n for n in needed if 'blas' in n.lower()],
+          'parallaxd needs no OpenBLAS (NEEDED: %d libraries)' % len(needed))
     return 1 if fails else 0
 
 

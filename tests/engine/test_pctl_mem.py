@@ -104,8 +104,7 @@ def main():
     pc.write_llmc_tokens(data)
     ck = os.path.join(cl.workdir, "ck")
     st = os.path.join(cl.workdir, "weights.safetensors")
-    ok = False
-    try:
+    with cl:
         cl.start(lambda d: Pctl(args.pctl, d))
         c = Pctl(args.pctl, cl.daemons[0])
         a = c.json("submit", "--data", data, "--dp", 4, "--steps", 6, "--zero", 3,
@@ -161,11 +160,6 @@ def main():
             print("zero=4 refused: %s" % str(e).strip().splitlines()[0])
         tp_mem(c, cl, data)
         cp_mem(c, cl, data)
-        ok = True
-    finally:
-        cl.stop()
-        if ok:
-            cl.cleanup()
     print("PASS")
     return 0
 

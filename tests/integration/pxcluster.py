@@ -294,7 +294,21 @@ class Daemon:
 
 
 class Cluster:
-    """N daemons on loopback, each seeing the others as peers."""
+    """N daemons on loopback, each seeing the others as peers.
+
+    A test runs its cluster as a context:
+
+        with pc.Cluster(args.parallaxd, n=2, tag="x") as cl:
+            cl.start(client_factory)
+            ...
+
+    Leaving it stops every daemon still running (stop_all) whatever
+    happened; when the body passed, the workdir goes and a daemon that did
+    not stop within 20 s of SIGTERM or left a cgroup behind after a clean
+    exit is an AssertionError; when it failed, the daemons' log tails are
+    printed, the workdir is kept for a look, and the body's exception goes
+    on (sys.exit in the body counts as passing). What a test starts beside
+    the cluster is undone first: on_exit."""
 
     def __init__(self, parallaxd, n=2, devices=2, tag="it", env=None):
         self.workdir = tempfile.mkdtemp(prefix="px-%s-" % tag)
@@ -341,8 +355,54 @@ class Cluster:
             self.repick_ports()
 
     def stop(self):
-        codes = [d.stop() for d in self.daemons]
+        """Daemon.stop of each daemon, in order: their exit codes (None for
+        one never started). The first AssertionError is raised once every
+        daemon has been stopped."""
+        codes, errors = self.stop_all()
+        if errors:
+            raise AssertionError("; ".join(errors))
         return codes
+
+    def stop_all(self):
+        """Stops every daemon (Daemon.stop); returns (exit codes, the
+        AssertionError messages of the daemons that did not stop cleanly)."""
+        codes, errors = [], []
+        for d in self.daemons:
+            try:
+                codes.append(d.stop())
+            except AssertionError as e:
+                codes.append(d.proc.returncode if d.proc else None)
+                errors.append(str(e))
+        return codes, errors
+
+    def on_exit(self, fn):
+        """`fn(failed)` runs when the context is left, before the daemons
+        stop (the last registered first, as nested contexts would): for
+        what a test starts beside the cluster (a Prometheus, stopped
+        daemons to continue, orphans to kill); `failed` says whether the
+        body raised."""
+        self._on_exit = getattr(self, "_on_exit", []) + [fn]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        # sys.exit (a SKIP's 77, say) is no failure
+        failed = exc_type is not None and not issubclass(exc_type, SystemExit)
+        for fn in reversed(getattr(self, "_on_exit", [])):
+            fn(failed)
+        _, errors = self.stop_all()
+        if failed:
+            print(self.logs())
+            for e in errors:
+                sys.stderr.write("pxcluster: also: %s\n" % e)
+            sys.stderr.write("pxcluster: kept %s\n" % self.workdir)
+            return False
+        if errors:
+            print(self.logs())
+            raise AssertionError("; ".join(errors))
+        self.cleanup()
+        return False
 
     def cleanup(self):
         """Removes the state, logs and data of a passed run (kept on failure)."""

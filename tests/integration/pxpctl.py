@@ -74,23 +74,6 @@ def pctl_cluster(args, tag, env=None, daemon_args=(), tokens=20000):
     return cl, data, lambda d: Pctl(args.pctl, d)
 
 
-def kill_daemons(cl):
-    """Stops the cluster's daemons that still run (a test's last word, pass
-    or fail: nothing outlives it): SIGTERM, SIGKILL where one does not stop
-    within 20 s, then what their cgroups left goes (pxcluster's
-    Daemon.stop). SIGKILL alone left the ranks' cgroups, and ranks, behind.
-    An AssertionError, once every daemon is down, names a daemon that did
-    not stop in time or left a cgroup after a clean stop."""
-    errors = []
-    for d in cl.daemons:
-        try:
-            d.stop()
-        except AssertionError as e:
-            errors.append(str(e))
-    if errors:
-        raise AssertionError("; ".join(errors))
-
-
 def pctl_fail(c, what, args, needles, code=1):
     """Runs pctl (a Pctl `c`) with args and asserts what a user must see for
     bad input: exit status `code` (1: refused by the daemon, 2: by pctl

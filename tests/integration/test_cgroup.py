@@ -51,7 +51,13 @@ def main():
     cl = cl0
     data = os.path.join(cl.workdir, "licenses.bin")
     pc.write_llmc_tokens(data, max_tokens=20000)
-    try:
+
+    def kill_marked(failed):
+        """On failure, the wrapper's escaped children (marked) go too."""
+        for pid in pc.procs_with_arg(marker) if failed else []:
+            os.kill(pid, 9)
+    cl.on_exit(kill_marked)
+    with cl:
         cl.start(client)
         d0 = cl.daemons[0]
         log = d0.log_tail(200)
@@ -98,13 +104,6 @@ def main():
               "cgroups left), every device free" % (dt, len(cgs)))
         codes = cl.stop()
         assert codes == [0], codes
-    except BaseException:
-        print(cl.logs())
-        cl.stop()
-        for pid in pc.procs_with_arg(marker):
-            os.kill(pid, 9)
-        raise
-    cl.cleanup()
     print("PASS")
 
 

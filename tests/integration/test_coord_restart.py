@@ -9,9 +9,7 @@ of the job are SIGKILLed, then a is started again on the same state. The job
 is then FAILED ("coordinator daemon restarted ...") and, like a job whose rank
 died, restarted from its newest checkpoint under a new id, which COMPLETEs
 all its steps; the history (both jobs, the reason naming the new id) is in
-a's store. The job starts from Hugging Face GPT-2 weights (--init-from, a
-directory parallax-rank --export-hf wrote): the restart resumes from the
-checkpoint alone, with no init_from in its spec.
+a's store.
 Exit 77 when parallax-rank was not built."""
 import os
 import signal
@@ -43,8 +41,7 @@ def main():
                     os.path.join(cl.workdir, "init"), "--export-hf", hf],
                    check=True, env=dict(os.environ, PX_WORLD_SIZE="1"),
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
-    ok = False
-    try:
+    with cl:
         cl.start(client)
         g = client(a)
         job_id = g.submit(data, dp=2, batch=4, steps=STEPS, layers=1, heads=2, dim=16, seq=16,
@@ -98,13 +95,6 @@ def main():
               % (a.name, job_id, step, job_id, reason, new_id, spec["resume_dir"], STEPS))
         codes = cl.stop()
         assert codes == [0, 0], (codes, cl.logs())
-        ok = True
-    finally:
-        if not ok:
-            print(cl.logs())
-        cl.stop()
-        if ok:
-            cl.cleanup()
     return 0
 
 

@@ -220,7 +220,7 @@ def check_clock_skew(args, data):
     cl.daemons[1].env = dict(cl.env, LD_PRELOAD=" ".join(asan + [FAKETIME_LIB]),
                              FAKETIME="+120s", FAKETIME_DONT_FAKE_MONOTONIC="1")
     client = lambda d: make_client(args, d)  # noqa: E731
-    try:
+    with cl:
         cl.start(client)
         a, b = cl.daemons
         gb = pc.Grpc(b, args.proto)
@@ -246,11 +246,6 @@ def check_clock_skew(args, data):
             age, created.strip(), brow.split()[-2] + " ago"))
         codes = cl.stop()
         assert codes == [0, 0], codes
-    except BaseException:
-        print(cl.logs())
-        cl.stop()
-        raise
-    cl.cleanup()
 
 
 def main():

@@ -68,9 +68,8 @@ def main():
     class Local:  # Cluster.start's readiness client: pctl through the socket
         def nodes(self):
             return json.loads(pctl("nodes", "--json").stdout)
-    ok = False
-    cl.start(lambda daemon: Local())
-    try:
+    with cl:
+        cl.start(lambda daemon: Local())
         nodes = json.loads(pctl("nodes", "--json").stdout)
         assert [n["name"] for n in nodes] == [d.name], nodes
         print("pctl without --server reached %s through %s/control.sock" % (d.name, d.runtime_dir))
@@ -154,13 +153,6 @@ def main():
         codes = cl.stop()
         assert codes == [0], "parallaxd exited %s after serving metrics" % codes
         print("metrics page ok; the daemon stopped cleanly")
-        ok = True
-    finally:
-        cl.stop()
-        if ok:
-            cl.cleanup()
-        else:
-            print(cl.logs())
     print("ok")
     return 0
 

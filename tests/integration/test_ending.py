@@ -93,7 +93,7 @@ def main():
     client = lambda d: make_client(args, d)  # noqa: E731
     data = os.path.join(cl.workdir, "licenses.bin")
     pc.write_llmc_tokens(data, max_tokens=20000)
-    try:
+    with cl:
         cl.start(client)
         d0 = cl.daemons[0]
         c = client(d0)
@@ -137,11 +137,6 @@ def main():
                   % raw.count(b"\n"))
         codes = cl.stop()
         assert codes == [0, 0], codes
-    except BaseException:
-        print(cl.logs())
-        cl.stop()
-        raise
-    cl.cleanup()
     print("PASS")
 
 

@@ -74,7 +74,7 @@ def main():
         f.write(b"\0" * 4096)
     client = lambda d: make_client(args, d)  # noqa: E731
     ok = dict(data=data, dp=4, batch=8, steps=5)
-    try:
+    with cl:
         cl.start(client)
         d0 = cl.daemons[0]
         c = client(d0)
@@ -148,13 +148,7 @@ def main():
             check_sd_notify(args.parallaxd, cl)
         codes = cl.stop()
         assert codes == [0, 0], codes
-        cl.cleanup()
         return 0
-    finally:
-        for d in cl.daemons:
-            if d.alive():
-                d.proc.kill()
-                d.proc.wait()
 
 
 if __name__ == "__main__":

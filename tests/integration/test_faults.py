@@ -48,7 +48,17 @@ def main():
     client = lambda d: make_client(args, d)  # noqa: E731
     grpc_c = None
     jobs = []
-    try:
+
+    def kill_orphans(failed):
+        """The ranks a SIGKILLed daemon left (the jobs' own, by /proc)."""
+        for job_id in jobs:
+            for pid in pc.rank_pids(job_id):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+    cl.on_exit(kill_orphans)
+    with cl:
         cl.start(client)
         c = client(cl.daemons[0])
         grpc_c = pc.Grpc(cl.daemons[0], args.proto)
@@ -170,19 +180,7 @@ def main():
                     "all ranks to be gone")
         codes = [d.stop() for d in cl.daemons]
         assert codes == [0, 0], codes
-        cl.cleanup()
-        return 0
-    finally:
-        for d in cl.daemons:
-            if d.alive():
-                d.proc.kill()
-                d.proc.wait()
-        for job_id in jobs:  # orphans of the SIGKILLed daemon
-            for pid in pc.rank_pids(job_id):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+    return 0
 
 
 if __name__ == "__main__":

@@ -30,19 +30,18 @@ def main():
     (d,) = cl.daemons
     d.env = cl.env
     g = pc.Grpc(d, args.proto)
-    cl.start(lambda daemon: g)
-    ok = False
+    with cl:
+        cl.start(lambda daemon: g)
 
-    def pctl(*a):
-        return subprocess.run([args.pctl, "--server", d.control] + list(a), capture_output=True,
-                              text=True, timeout=60)
+        def pctl(*a):
+            return subprocess.run([args.pctl, "--server", d.control] + list(a), capture_output=True,
+                                  text=True, timeout=60)
 
-    def submit(steps):
-        r = pctl("submit", "--name", "eco1", "--data", data, "--layers", "1", "--heads", "2",
-                 "--dim", "16", "--seq", "16", "--batch", "2", "--steps", str(steps), "--json")
-        assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
-        return json.loads(r.stdout)["job_id"]
-    try:
+        def submit(steps):
+            r = pctl("submit", "--name", "eco1", "--data", data, "--layers", "1", "--heads", "2",
+                     "--dim", "16", "--seq", "16", "--batch", "2", "--steps", str(steps), "--json")
+            assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+            return json.loads(r.stdout)["job_id"]
         first = submit(2)
         pc.wait_state(g, first, ("COMPLETED",), 60)
         second = submit(3)
@@ -78,13 +77,6 @@ def main():
         assert r.returncode != 0 and "NOT_FOUND" in r.stderr and "no-such-job" in r.stderr, \
             (r.returncode, r.stdout, r.stderr)
         print("unknown name: %s" % r.stderr.strip())
-        ok = True
-    finally:
-        cl.stop()
-        if ok:
-            cl.cleanup()
-        else:
-            print(cl.logs())
     print("PASS")
     return 0
 

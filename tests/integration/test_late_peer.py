@@ -25,7 +25,7 @@ def main():
     a, b = cl.daemons
     data = os.path.join(cl.workdir, "licenses.bin")
     pc.write_llmc_tokens(data)
-    try:
+    with cl:
         b.start()
         time.sleep(1.3)
         a.start()
@@ -60,13 +60,7 @@ def main():
             job_id, pc.job_state(job), time.time() - t0, [r["exit_code"] for r in b_ranks]))
         codes = cl.stop()
         assert codes == [0, 0], codes
-        cl.cleanup()
         return 0
-    finally:
-        for d in cl.daemons:
-            if d.alive():
-                d.proc.kill()
-                d.proc.wait()
 
 
 if __name__ == "__main__":

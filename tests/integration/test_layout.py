@@ -32,7 +32,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pxcluster as pc  # noqa: E402
-from pxpctl import kill_daemons, pctl_cluster, pctl_fail  # noqa: E402
+from pxpctl import pctl_cluster, pctl_fail  # noqa: E402
 
 
 def write_tokens(path, tokens):
@@ -61,7 +61,7 @@ def main():
     big = os.path.join(cl.workdir, "big-token.bin")
     write_tokens(big, [5, 300, 17] * 100 + [7])
     small = ["--layers", 2, "--heads", 2, "--dim", 32, "--seq", 16, "--steps", 4, "--lr", 1e-3]
-    try:
+    with cl:
         cl.start(client)
         d0, d1 = cl.daemons
         c = client(d0)
@@ -212,10 +212,7 @@ def main():
 
         codes = cl.stop()
         assert codes == [0, 0], codes
-        cl.cleanup()
-        return 0
-    finally:
-        kill_daemons(cl)
+    return 0
 
 
 if __name__ == "__main__":

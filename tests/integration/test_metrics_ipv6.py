@@ -37,8 +37,7 @@ def main():
         return 77
     cl = pc.Cluster(args.parallaxd, n=1, devices=2, tag="m6")
     (d,) = cl.daemons
-    ok = False
-    try:
+    with cl:
         # 2. refused at start, naming the value
         for bad in ("::1:%d" % pc.free_port(), "[::1:9100", "[127.0.0.1]:9100", "[::1]:70000",
                     "[::1]:"):
@@ -79,13 +78,6 @@ def main():
         # 3. clean stop
         codes = cl.stop()
         assert codes == [0], "parallaxd exited %s after serving metrics over IPv6" % codes
-        ok = True
-    finally:
-        cl.stop()
-        if ok:
-            cl.cleanup()
-        else:
-            print(cl.logs())
     print("ok")
     return 0
 

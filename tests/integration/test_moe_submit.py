@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pxcluster as pc  # noqa: E402
-from pxpctl import kill_daemons, pctl_cluster, pctl_fail  # noqa: E402
+from pxpctl import pctl_cluster, pctl_fail  # noqa: E402
 
 
 def main():
@@ -31,7 +31,7 @@ def main():
         return 77
     cl, data, client = setup
     small = ["--layers", 2, "--heads", 2, "--dim", 32, "--seq", 16, "--lr", 1e-3]
-    try:
+    with cl:
         cl.start(client)
         c = client(cl.daemons[0])
         pctl_fail(c, "6 experts on ep 4", ["submit", "--data", data, "--dp", 4, "--ep", 4,
@@ -78,11 +78,6 @@ def main():
         print("pctl mem: params %d B per rank (pctl plan %d B, %d of them the experts')" % (
             mem["ranks"][0]["categories"]["params"]["peak"], want["params_bytes"],
             4 * plan["moe"]["rank_params"]))
-    except BaseException:
-        print(cl.logs())
-        raise
-    finally:
-        kill_daemons(cl)
     print("PASS")
     return 0
 

@@ -36,7 +36,7 @@ def main():
     client = lambda d: pc.Grpc(d, args.proto)  # noqa: E731
     data = os.path.join(cl.workdir, "licenses.bin")
     pc.write_llmc_tokens(data, max_tokens=20000)
-    try:
+    with cl:
         cl.start(client)
         ca, cb = client(cl.daemons[0]), client(cl.daemons[1])
         blocker = ca.submit(data, dp=1, batch=4, steps=100000, name="blocker")
@@ -89,11 +89,6 @@ def main():
         ca.cancel(blocker)
         codes = cl.stop()
         assert codes == [0, 0], codes
-    except BaseException:
-        print(cl.logs())
-        cl.stop()
-        raise
-    cl.cleanup()
     print("PASS")
 
 

@@ -39,7 +39,8 @@ def main():
     b.control = taken
     for d in cl.daemons:
         d.peers = [o.peer for o in cl.daemons if o is not d]
-    try:
+    cl.on_exit(lambda failed: held.close())
+    with cl:
         cl.start(lambda d: make_client(args, d))
         for d in cl.daemons:
             assert d.alive(), "daemon %s is not running:\n%s" % (d.name, d.log_tail())
@@ -48,15 +49,8 @@ def main():
         nodes = make_client(args, a).nodes()
         alive = sum(1 for n in nodes if n.get("alive"))
         assert alive == 2, "daemon a sees %d live nodes, want 2: %s" % (alive, nodes)
-    except AssertionError:
-        sys.stderr.write(cl.logs() + "\n")
-        cl.stop()
-        raise
-    finally:
-        held.close()
-    codes = cl.stop()
-    assert codes == [0, 0], "daemons exited %s" % codes
-    cl.cleanup()
+        codes = cl.stop()
+        assert codes == [0, 0], "daemons exited %s" % codes
     print("test_port_taken: ok (the cluster moved to new ports; free_port() below %d)" % lo)
 
 

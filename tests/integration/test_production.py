@@ -99,7 +99,20 @@ def main():
     pc.write_llmc_tokens(data, max_tokens=60000)
     a, b = cl.daemons
     pgids = set()
-    try:
+
+    def release(failed):
+        """A daemon the test stopped (SIGSTOP) continues, so it can stop; the
+        ranks of the process groups the test watched go."""
+        for d in cl.daemons:
+            if d.alive():
+                d.proc.send_signal(signal.SIGCONT)
+        for pid in group_pids(pgids):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    cl.on_exit(release)
+    with cl:
         cl.start(lambda d: pc.Grpc(d, args.proto))
         c = pc.Grpc(a, args.proto)
 
@@ -284,19 +297,7 @@ def main():
 
         codes = cl.stop()
         assert codes == [0, 0], codes
-        cl.cleanup()
-        return 0
-    finally:
-        for d in cl.daemons:
-            if d.alive():
-                d.proc.send_signal(signal.SIGCONT)
-                d.proc.kill()
-                d.proc.wait()
-        for pid in group_pids(pgids):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    return 0
 
 
 if __name__ == "__main__":

@@ -72,8 +72,18 @@ def main():
                               os.path.join(pdir, "data"), "--web.listen-address",
                               "127.0.0.1:%d" % pport], stdout=plog, stderr=subprocess.STDOUT)
     api = "http://127.0.0.1:%d/api/v1/" % pport
-    ok = False
-    try:
+
+    def stop_prometheus(failed):
+        pproc.terminate()
+        try:
+            pproc.wait(10)
+        except subprocess.TimeoutExpired:
+            pproc.kill()
+        plog.close()
+        if failed:
+            print(open(os.path.join(pdir, "log")).read()[-2000:])
+    cl.on_exit(stop_prometheus)
+    with cl:
         r = subprocess.run([args.pctl, "--server", d.control, "submit", "--data", data,
                             "--val-data", val, "--dp", "2", "--batch", "8", "--steps", "100000",
                             "--eval-every", "30", "--eval-batches", "2", "--layers", "2",
@@ -146,20 +156,6 @@ def main():
               % (len(loss), loss[0][1], loss[-1][1], len(vloss), jid))
         codes = cl.stop()
         assert codes == [0], codes
-        ok = True
-    finally:
-        pproc.terminate()
-        try:
-            pproc.wait(10)
-        except subprocess.TimeoutExpired:
-            pproc.kill()
-        plog.close()
-        cl.stop()
-        if ok:
-            cl.cleanup()
-        else:
-            print(cl.logs())
-            print(open(os.path.join(pdir, "log")).read()[-2000:])
     print("ok")
     return 0
 

@@ -32,14 +32,13 @@ def main():
     (d,) = cl.daemons
     d.env = cl.env
     g = pc.Grpc(d, args.proto)
-    cl.start(lambda daemon: g)
-    ok = False
-    base = [args.pctl, "--server", d.control, "submit", "--data", data, "--heads", "2",
-            "--dim", "16", "--seq", "16", "--batch", "2", "--json"]
+    with cl:
+        cl.start(lambda daemon: g)
+        base = [args.pctl, "--server", d.control, "submit", "--data", data, "--heads", "2",
+                "--dim", "16", "--seq", "16", "--batch", "2", "--json"]
 
-    def submit(*extra):
-        return subprocess.run(base + list(extra), capture_output=True, text=True, timeout=30)
-    try:
+        def submit(*extra):
+            return subprocess.run(base + list(extra), capture_output=True, text=True, timeout=30)
         r = submit("--layers", "1", "--steps", "5", "--resume", empty)
         assert r.returncode != 0 and "resume_dir" in r.stderr and "meta.json" in r.stderr, \
             (r.returncode, r.stdout, r.stderr)
@@ -59,13 +58,6 @@ def main():
         assert "rank 0" in reason and "ERROR" in reason and "re-cut" in reason, reason
         assert "training failed" not in reason, reason
         print("reason: %s" % reason)
-        ok = True
-    finally:
-        cl.stop()
-        if ok:
-            cl.cleanup()
-        else:
-            print(cl.logs())
     print("PASS")
     return 0
 

@@ -114,8 +114,7 @@ def check_tls(args, token_file, token):
     data = os.path.join(cl.workdir, "licenses.bin")
     pc.write_llmc_tokens(data, max_tokens=20000)
     client = lambda d: pc.Grpc(d, args.proto)  # noqa: E731
-    ok = False
-    try:
+    with cl:
         cl.start(client)
         a, b = cl.daemons
         g = client(a)
@@ -151,15 +150,8 @@ def check_tls(args, token_file, token):
         assert code_of(((MD, token),)) == "NOT_FOUND"
         codes = cl.stop()
         assert codes == [0, 0], (codes, cl.logs())
-        ok = True
         print("TLS: peer plane over TLS (self-signed, openssl): dp=2 job COMPLETED; plaintext "
               "client -> %s; TLS client: health SERVING, token still required" % plain_code)
-    finally:
-        if not ok:
-            print(cl.logs())
-        cl.stop()
-        if ok:
-            cl.cleanup()
 
 
 def proto_rpcs(proto):

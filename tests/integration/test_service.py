@@ -163,20 +163,14 @@ def main():
     args = pc.parse_args(sys.argv[1:])
     cl = pc.Cluster(args.parallaxd, n=1, devices=1, tag="svc",
                     env={"PX_RANK_BIN": "/bin/true"})
-    try:
+    with cl:
         check_config(args.parallaxd, cl.workdir, cl.env)
         check_notify(args.parallaxd, cl.workdir, cl.env)
         cl.start(lambda d: pc.Grpc(d, args.proto))
         check_grpc(cl, args.proto)
         codes = cl.stop()
         assert codes == [0], codes
-        cl.cleanup()
         return 0
-    finally:
-        for d in cl.daemons:
-            if d.alive():
-                d.proc.kill()
-                d.proc.wait()
 
 
 if __name__ == "__main__":

@@ -50,8 +50,7 @@ def main():
     if setup is None:
         return 77
     cl, data, client = setup
-    ok = False
-    try:
+    with cl:
         cl.start(client)
         c = client(cl.daemons[0])
 
@@ -121,14 +120,8 @@ def main():
         assert r.returncode != 0 and "PX_SIM_DEVICE=1" in out and "sim:2" in out, (r.returncode, out)
         print("daemon without PX_SIM_DEVICE=1: exit %d: %s" % (
             r.returncode, [l for l in out.splitlines() if "PX_SIM_DEVICE" in l][0].strip()))
-        ok = True
-    finally:
         codes = cl.stop()
-        if not ok:
-            print(cl.logs())
-        else:
-            cl.cleanup()
-    assert codes == [0, 0], codes
+        assert codes == [0, 0], codes
     print("PASS")
     return 0
 

@@ -7,6 +7,7 @@ never calls RegisterRank). The job must fail when the rendezvous deadline
 every fake rank must be gone after SIGTERM + PX_KILL_GRACE_MS + SIGKILL.
 Needs no parallax-rank."""
 import os
+import shutil
 import stat
 import sys
 import time
@@ -45,7 +46,8 @@ def main():
     data = os.path.join(cl.workdir, "licenses.bin")
     pc.write_llmc_tokens(data, max_tokens=5000)
     client = lambda d: make_client(args, d)  # noqa: E731
-    try:
+    cl.on_exit(lambda failed: shutil.rmtree(fake_dir, ignore_errors=True))
+    with cl:
         cl.start(client)
         c = client(cl.daemons[0])
         job_id = c.submit(data, dp=4, batch=8, steps=5)
@@ -68,15 +70,7 @@ def main():
               % (took, j["reason"], gone))
         codes = cl.stop()
         assert codes == [0, 0], codes
-        cl.cleanup()
-        return 0
-    finally:
-        for d in cl.daemons:
-            if d.alive():
-                d.proc.kill()
-                d.proc.wait()
-        import shutil
-        shutil.rmtree(fake_dir, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":

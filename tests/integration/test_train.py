@@ -26,7 +26,7 @@ def main():
     data = os.path.join(cl.workdir, "licenses.bin")
     ntok = pc.write_llmc_tokens(data)
     client = lambda d: make_client(args, d)  # noqa: E731
-    try:
+    with cl:
         cl.start(client)
         c = client(cl.daemons[0])
         job_id = c.submit(data, dp=4, batch=8, steps=20, layers=2, heads=2, dim=32, seq=32,
@@ -104,13 +104,7 @@ def main():
         print("after restart: %s %s loss %.4f" % (job_id, pc.job_state(j), j["loss"]))
         codes = cl.stop()
         assert codes == [0, 0], codes
-        cl.cleanup()
         return 0
-    finally:
-        for d in cl.daemons:
-            if d.alive():
-                d.proc.kill()
-                d.proc.wait()
 
 
 if __name__ == "__main__":
