@@ -17,7 +17,8 @@
 #include "px_status.h"
 
 #define PX_DATA_MAGIC 20240520
-#define PX_DATA_VERSION 1
+#define PX_DATA_VERSION 1     /* uint16 tokens */
+#define PX_DATA_VERSION_U32 2 /* uint32 tokens: a vocab past 65,536 */
 #define PX_DATA_HEADER_INTS 256
 
 typedef struct px_data px_data_t;
