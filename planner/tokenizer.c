@@ -243,7 +243,7 @@ static px_status_t add_step(px_tokenizer_t *tok, const char *path, const char *f
         return fail(errbuf, errlen, path, PX_ERR_INVALID_ARGUMENT,
                     "%s: more than %d pre-tokenizer splits", field, MAX_STEPS);
     re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-                       PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &code, &off, NULL);
+                       PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP), &code, &off, NULL);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof(msg));
