@@ -679,23 +679,75 @@ static int ids_push(px_token_ids_t *ids, uint32_t id)
     return 0;
 }
 
+/* A merge candidate: the pair starting at symbol `pos`, to become `id`. */
+typedef struct {
+    uint32_t rank, pos, id;
+} cand_t;
+
 typedef struct { /* one encode call's state */
     const px_tokenizer_t *tok;
     px_token_ids_t *ids;
     pcre2_match_data *md;
     pcre2_match_context *mctx;
-    uint32_t *sym; /* BPE symbols of the current piece */
+    uint32_t *sym;        /* BPE symbols of the current piece ... */
+    int32_t *next, *prev; /* ... linked (prev -2: merged into its left) */
+    cand_t *heap;         /* merge candidates, 3 per symbol */
     size_t sym_cap;
     char *errbuf;
     size_t errlen;
 } enc_t;
 
-/* models/bpe/word.rs merge_all: the leftmost pair of lowest rank, until no
- * adjacent pair has a merge. */
+static int cand_less(const cand_t *a, const cand_t *b)
+{
+    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
+}
+
+static void heap_push(cand_t *h, size_t *n, cand_t c)
+{
+    size_t i = (*n)++;
+    while (i > 0 && cand_less(&c, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = c;
+}
+
+static cand_t heap_pop(cand_t *h, size_t *n)
+{
+    cand_t top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && cand_less(&h[c + 1], &h[c]))
+            c++;
+        if (!cand_less(&h[c], &last))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n)
+        h[i] = last;
+    return top;
+}
+
+static void push_pair(enc_t *e, size_t *nh, int32_t pos)
+{
+    int32_t nx = e->next[pos];
+    const merge_t *m = nx >= 0 ? merge_find(e->tok, e->sym[pos], e->sym[nx]) : NULL;
+    if (m)
+        heap_push(e->heap, nh, (cand_t){m->rank, (uint32_t)pos, m->id});
+}
+
+/* models/bpe/word.rs merge_all: the pair of lowest merge rank, the leftmost
+ * of equal ranks, is merged until no adjacent pair has a merge; a heap of
+ * candidates (stale ones skipped when popped) keeps a long piece (a run of
+ * spaces or punctuation) O(n log n). */
 static px_status_t bpe(enc_t *e, const uint8_t *p, size_t n)
 {
     const px_tokenizer_t *tok = e->tok;
-    size_t ns = 0;
+    size_t ns = 0, nh = 0;
     if (tok->ignore_merges) {
         int64_t whole = vocab_find(tok, p, n);
         if (whole >= 0)
@@ -703,9 +755,15 @@ static px_status_t bpe(enc_t *e, const uint8_t *p, size_t n)
     }
     if (n > e->sym_cap) {
         uint32_t *s = realloc(e->sym, n * sizeof(*s));
-        if (!s)
+        int32_t *nx = s ? realloc(e->next, n * sizeof(*nx)) : NULL;
+        int32_t *pv = nx ? realloc(e->prev, n * sizeof(*pv)) : NULL;
+        cand_t *h = pv ? realloc(e->heap, 3 * n * sizeof(*h)) : NULL;
+        e->sym = s ? s : e->sym;
+        e->next = nx ? nx : e->next;
+        e->prev = pv ? pv : e->prev;
+        e->heap = h ? h : e->heap;
+        if (!h)
             return PX_ERR_NO_MEMORY;
-        e->sym = s;
         e->sym_cap = n;
     }
     for (size_t i = 0; i < n; i++) {
@@ -715,23 +773,31 @@ static px_status_t bpe(enc_t *e, const uint8_t *p, size_t n)
         if (id >= 0)
             e->sym[ns++] = (uint32_t)id;
     }
-    while (ns > 1) {
-        const merge_t *best = NULL;
-        size_t at = 0;
-        for (size_t i = 0; i + 1 < ns; i++) {
-            const merge_t *m = merge_find(tok, e->sym[i], e->sym[i + 1]);
-            if (m && (!best || m->rank < best->rank)) {
-                best = m;
-                at = i;
-            }
-        }
-        if (!best)
-            break;
-        e->sym[at] = best->id;
-        memmove(e->sym + at + 1, e->sym + at + 2, (ns - at - 2) * sizeof(*e->sym));
-        ns--;
+    for (size_t i = 0; i < ns; i++) {
+        e->prev[i] = (int32_t)i - 1;
+        e->next[i] = i + 1 < ns ? (int32_t)i + 1 : -1;
     }
-    for (size_t i = 0; i < ns; i++)
+    for (size_t i = 0; i + 1 < ns; i++) /* at most ns - 1 + 2 per merge <= 3n pushes */
+        push_pair(e, &nh, (int32_t)i);
+    while (nh) {
+        cand_t c = heap_pop(e->heap, &nh);
+        int32_t nx = e->next[c.pos];
+        const merge_t *m;
+        if (e->prev[c.pos] == -2 || nx < 0)
+            continue; /* merged away, or the last symbol now */
+        m = merge_find(tok, e->sym[c.pos], e->sym[nx]);
+        if (!m || m->id != c.id)
+            continue; /* the pair changed since */
+        e->sym[c.pos] = c.id;
+        e->next[c.pos] = e->next[nx];
+        if (e->next[nx] >= 0)
+            e->prev[e->next[nx]] = (int32_t)c.pos;
+        e->prev[nx] = -2;
+        if (e->prev[c.pos] >= 0)
+            push_pair(e, &nh, e->prev[c.pos]);
+        push_pair(e, &nh, (int32_t)c.pos);
+    }
+    for (int32_t i = ns ? 0 : -1; i >= 0; i = e->next[i])
         if (ids_push(e->ids, e->sym[i]))
             return PX_ERR_NO_MEMORY;
     return PX_OK;
@@ -885,7 +951,7 @@ static px_status_t added_split(enc_t *e, int pass, const uint8_t *p, size_t n)
 px_status_t px_tokenizer_encode(const px_tokenizer_t *tok, const char *text, size_t len,
                                 px_token_ids_t *ids, char *errbuf, size_t errlen)
 {
-    enc_t e = {tok, ids, NULL, NULL, NULL, 0, errbuf, errlen};
+    enc_t e = {.tok = tok, .ids = ids, .errbuf = errbuf, .errlen = errlen};
     pcre2_jit_stack *stack = NULL;
     px_status_t status = PX_ERR_NO_MEMORY;
     int rc;
@@ -911,6 +977,9 @@ px_status_t px_tokenizer_encode(const px_tokenizer_t *tok, const char *text, siz
         snprintf(errbuf, errlen, "tokenizer: out of memory");
 out:
     free(e.sym);
+    free(e.next);
+    free(e.prev);
+    free(e.heap);
     pcre2_jit_stack_free(stack);
     pcre2_match_context_free(e.mctx);
     pcre2_match_data_free(e.md);

@@ -194,6 +194,39 @@ static void test_split_behaviors(void)
     }
 }
 
+/* A piece of a million spaces (one \s+ piece) merges in O(n log n): the
+ * leftmost pairs first, so 999,999 spaces become 249,999 x 4 + 2 + 1, and
+ * the last space goes with the word. */
+static void test_long_piece(void)
+{
+    static const char *const merges[] = {"\xc4\xa0 \xc4\xa0", "\xc4\xa0\xc4\xa0 \xc4\xa0\xc4\xa0"};
+    px_tokenizer_t *tok = NULL;
+    char err[512] = "";
+    size_t n = 1000000;
+    char *text = malloc(n + 2);
+    px_token_ids_t ids = {0};
+    px_status_t st = load_json(make_tokenizer(merges, 2, bytelevel(1)), "spaces.json", err,
+                               sizeof(err), &tok);
+    CHECK(st == PX_OK && text, "load: %s", err);
+    if (!tok || !text)
+        goto out;
+    memset(text, ' ', n);
+    text[n] = 'x';
+    text[n + 1] = 0;
+    st = px_tokenizer_encode(tok, text, n + 1, &ids, err, sizeof(err));
+    CHECK(st == PX_OK && ids.len == 250003, "a million spaces: status %d (%s), %zu ids", st, err,
+          ids.len);
+    int shape = ids.len == 250003;
+    for (size_t i = 0; shape && i < 249999; i++)
+        shape = ids.ids[i] == 257;
+    CHECK(shape && ids.ids[249999] == 256 && ids.ids[250000] == ' ' &&
+          ids.ids[250001] == ' ' && ids.ids[250002] == 'x', "4-space tokens, then 2, 1, ' x'");
+out:
+    px_token_ids_free(&ids);
+    px_tokenizer_destroy(tok);
+    free(text);
+}
+
 static void test_bad_files(void)
 {
     char path[700], err[512];
@@ -342,6 +375,7 @@ int main(int argc, char **argv)
     }
     test_gpt2_style();
     test_split_behaviors();
+    test_long_piece();
     test_bad_files();
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);

@@ -2,8 +2,8 @@
 """`pctl data prepare --tokenizer`, against Hugging Face's `tokenizers` itself.
 
 Byte-level BPE tokenizers are trained here, at test time, on a corpus of
-Debian's license texts, a block of non-ASCII text, special tokens, CRLF and
-odd whitespace, and ~1 MB of random words over Latin, Greek and Cyrillic
+Debian's license texts, a block of non-ASCII text, special tokens, CRLF,
+odd whitespace, runs of thousands of spaces and punctuation (long pieces), and ~1 MB of random words over Latin, Greek and Cyrillic
 letters (so a large vocab can be learnt):
   gpt2-4k     GPT-2 style (ByteLevel pre-tokenizer with its regex), vocab 4,096
   gpt2-50k    the same, vocab 50,257 (GPT-2's size)
@@ -35,7 +35,8 @@ LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
 EXTRA = ("Ünïcödé naïve café — “quotes” ‘single’ 日本語のテキスト 中文 한국어 ١٢٣٤ 12345678 "
          "Ελληνικά кириллица\n<|endoftext|>Next document's text, it'll be fine; we'd "
          "SHOUT'S.\n\n\n  indented\tand\t\ttabs   \r\nCRLF line\r\n\u00a0nbsp\u2003em space "
-         "end.<|endoftext|>\n   \n\t\n")
+         "end.<|endoftext|>\n   \n\t\n" + "=" * 3000 + "\n" + " " * 4001 + "x\n" +
+         "-+" * 1500 + "\n")
 
 
 def corpus_text():
