@@ -111,20 +111,19 @@ static int printable_byte(unsigned b)
     return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
 }
 
-/* code point -> byte of the ByteLevel alphabet, -1 if not in it */
+/* code point -> byte of the ByteLevel alphabet, -1 if not in it: the
+ * printable bytes stand for themselves, the other 68 (0..32, 127..160, 173,
+ * in order) for 256.. 323 */
 static int byte_of_codepoint(uint32_t cp)
 {
+    uint32_t k = cp - 256;
     if (cp < 256)
         return printable_byte(cp) ? (int)cp : -1;
-    uint32_t n = 0;
-    for (unsigned b = 0; b < 256; b++) {
-        if (printable_byte(b))
-            continue;
-        if (256 + n == cp)
-            return (int)b;
-        n++;
-    }
-    return -1;
+    if (k < 33)
+        return (int)k;
+    if (k < 67)
+        return (int)(127 + (k - 33));
+    return k == 67 ? 173 : -1;
 }
 
 /* Decodes a vocab string of ByteLevel characters into bytes (out holds at
@@ -132,14 +131,7 @@ static int byte_of_codepoint(uint32_t cp)
  * character outside the alphabet. */
 static long bytelevel_decode(const char *s, size_t n, uint8_t *out, size_t *bad_p)
 {
-    static int table[324];
-    static int ready;
     size_t i = 0, k = 0;
-    if (!ready) { /* idempotent: racing loads write the same values */
-        for (uint32_t cp = 0; cp < 324; cp++)
-            table[cp] = byte_of_codepoint(cp);
-        ready = 1;
-    }
     while (i < n) {
         const uint8_t *u = (const uint8_t *)s + i;
         uint32_t cp;
@@ -154,11 +146,12 @@ static long bytelevel_decode(const char *s, size_t n, uint8_t *out, size_t *bad_
             *bad_p = i;
             return -1;
         }
-        if (cp >= 324 || table[cp] < 0) {
+        int b = byte_of_codepoint(cp);
+        if (b < 0) {
             *bad_p = i;
             return -1;
         }
-        out[k++] = (uint8_t)table[cp];
+        out[k++] = (uint8_t)b;
         i += w;
     }
     return (long)k;
@@ -441,10 +434,11 @@ static px_status_t load_model(px_tokenizer_t *tok, const char *path, json_t *mod
     tok->unk_id = -1;
     if (json_is_string(unk)) {
         size_t bad;
-        long blen = bytelevel_decode(json_string_value(unk), json_string_length(unk), tmp, &bad);
+        long blen = json_string_length(unk) <= sizeof(tmp)
+                        ? bytelevel_decode(json_string_value(unk), json_string_length(unk), tmp,
+                                           &bad) : -1;
         /* the unk token may also be an added token, whose content is raw */
-        tok->unk_id = blen >= 0 && json_string_length(unk) <= sizeof(tmp)
-                          ? vocab_find(tok, tmp, (size_t)blen) : -1;
+        tok->unk_id = blen >= 0 ? vocab_find(tok, tmp, (size_t)blen) : -1;
         for (size_t i = 0; tok->unk_id < 0 && i < json_array_size(added); i++) {
             json_t *a = json_array_get(added, i);
             if (json_is_string(json_object_get(a, "content")) &&

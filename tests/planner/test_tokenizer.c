@@ -140,6 +140,13 @@ static void test_gpt2_style(void)
           "decode(encode(x)) == x: status %d (%s), %zu bytes", st, err, len);
     free(back);
     px_token_ids_free(&ids);
+    /* the ByteLevel alphabet inverted: vocab entry b (bytes_to_unicode(b)) is byte b */
+    int all_bytes = 1;
+    for (uint32_t v = 0; v < 256; v++) {
+        const uint8_t *one = px_tokenizer_token_bytes(tok, v, &len);
+        all_bytes &= one && len == 1 && one[0] == v;
+    }
+    CHECK(all_bytes, "each of the 256 ByteLevel characters stands for its byte");
     const uint8_t *b = px_tokenizer_token_bytes(tok, ' ', &len);
     CHECK(b && len == 1 && b[0] == ' ', "token 32 is the space byte");
     b = px_tokenizer_token_bytes(tok, 261, &len);
