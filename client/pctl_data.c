@@ -233,6 +233,10 @@ static int encode_text(const px_tokenizer_t *tok, const char *text, size_t len, 
         job.chunks[job.nchunks++].end = end;
         start = end;
     }
+    if (job.nchunks == 1 && threads > 1 && len > 2 * want)
+        fprintf(stderr, "pctl: data prepare: note: one thread: %s has no line end where the "
+                "tokenizer's pieces are known not to cross (GPT-2's and Llama 3's regexes, no "
+                "prefix space, no added token holding a newline)\n", in_path);
     pthread_mutex_init(&job.mu, NULL);
     pthread_cond_init(&job.cv, NULL);
     if ((size_t)threads > job.nchunks)

@@ -10,13 +10,16 @@ vocab. Two daemons on loopback with one CPU device each:
 2. a dp=2 job across both daemons with --vocab taken from pctl's output
    completes 30 steps: every loss finite, the first near ln(512) (a fresh
    model's uniform guess over the vocab), the last five steps' mean well
-   below the first five's; validation loss finite.
+   below the first five's; validation loss finite;
+3. the same text written as uint32 tokens (--token-bytes 4, version 2)
+   trains to the same losses, bit for bit.
 Skipped (77) without the tokenizers package (deploy/setup.sh --tests puts it
 in build/pydeps, found beside pctl)."""
 import json
 import math
 import os
 import re
+import struct
 import subprocess
 import sys
 
@@ -107,6 +110,24 @@ def main():
         print("dp=2 over 2 daemons, vocab %d: loss %.3f (ln %d = %.3f) -> %.3f (mean of the "
               "first five %.3f, last five %.3f); val loss %.3f" % (
                   vocab, losses[0], vocab, math.log(vocab), losses[-1], first, last, val[-1]))
+
+        # the same tokens as uint32 (version 2): the ranks read them to the
+        # same batches, so every loss is bitwise the uint16 job's
+        data32 = os.path.join(cl.workdir, "lic32.bin")
+        pctl("data", "prepare", "--text", text, "--out", data32, "--tokenizer", tj,
+             "--val-fraction", "0.05", "--token-bytes", "4")
+        with open(data32, "rb") as f:
+            assert struct.unpack("<4i", f.read(16))[:2] == (20240520, 2)
+        common32 = [data32 if x == data else x for x in common]
+        r = pctl("submit", *common32, "--vocab", vocab, "--dp", "2", "--steps", "30", "--lr",
+                 "3e-3", "--eval-every", "30", "--eval-batches", "2", "--name", "bpe32",
+                 "--follow", "--json")
+        jid32 = json.loads(r.stdout)["id"]
+        steps32 = json.loads(pctl("metrics", jid32, "--json").stdout)
+        assert [s["loss"] for s in steps32] == losses, (steps32, losses)
+        assert [s["val_loss"] for s in steps32 if s.get("val_loss") is not None] == val
+        print("uint32 token file: the same %d losses and validation loss, bit for bit" %
+              len(losses))
         ok = True
     finally:
         cl.stop()
