@@ -411,9 +411,9 @@ static px_status_t load_model(px_tokenizer_t *tok, const char *path, json_t *mod
         size_t bad, n = strlen(key);
         long blen;
         json_int_t id = json_integer_value(val);
-        if (!json_is_integer(val) || id < 0 || id > INT32_MAX)
+        if (!json_is_integer(val) || id < 0 || id >= INT32_MAX)
             return fail(errbuf, errlen, path, PX_ERR_INVALID_ARGUMENT,
-                        "model.vocab['%s']: id is not an integer in [0, 2^31)", key);
+                        "model.vocab['%s']: id is not an integer in [0, 2^31 - 1)", key);
         blen = bytelevel_decode(key, n, arena + used, &bad);
         if (blen < 0)
             return fail(errbuf, errlen, path, PX_ERR_INVALID_ARGUMENT,
@@ -500,10 +500,10 @@ static px_status_t load_added(px_tokenizer_t *tok, const char *path, json_t *add
         json_t *id = json_object_get(a, "id");
         size_t len = json_string_length(content);
         if (!json_is_string(content) || !len || !json_is_integer(id) ||
-            json_integer_value(id) < 0 || json_integer_value(id) > INT32_MAX)
+            json_integer_value(id) < 0 || json_integer_value(id) >= INT32_MAX)
             return fail(errbuf, errlen, path, PX_ERR_INVALID_ARGUMENT,
                         "added_tokens[%zu]: needs a non-empty \"content\" and an \"id\" in "
-                        "[0, 2^31)", i);
+                        "[0, 2^31 - 1)", i);
         static const char *unsupported[] = {"lstrip", "rstrip", "single_word"};
         for (int k = 0; k < 3; k++)
             if (!is_false(json_object_get(a, unsupported[k])))
