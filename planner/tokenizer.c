@@ -343,25 +343,27 @@ static px_status_t load_pretokenizer(px_tokenizer_t *tok, const char *path, json
                 "a Sequence of Split ending in ByteLevel)", t);
 }
 
-/* one merge "a b" or ["a", "b"] -> its two strings */
-static int merge_parts(json_t *m, char *buf, size_t buflen, const char **a_p, const char **b_p)
+/* one merge "a b" or ["a", "b"] -> its two strings (borrowed from m) */
+static int merge_parts(json_t *m, const char **a_p, size_t *la_p, const char **b_p,
+                       size_t *lb_p)
 {
     if (json_is_string(m)) {
         const char *s = json_string_value(m);
         const char *sp = strchr(s, ' ');
-        size_t n = strlen(s);
-        if (!sp || strchr(sp + 1, ' ') || n + 1 > buflen)
+        if (!sp || strchr(sp + 1, ' '))
             return -1;
-        memcpy(buf, s, n + 1);
-        buf[sp - s] = '\0';
-        *a_p = buf;
-        *b_p = buf + (sp - s) + 1;
+        *a_p = s;
+        *la_p = (size_t)(sp - s);
+        *b_p = sp + 1;
+        *lb_p = strlen(sp + 1);
         return 0;
     }
     if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
         json_is_string(json_array_get(m, 1))) {
         *a_p = json_string_value(json_array_get(m, 0));
+        *la_p = json_string_length(json_array_get(m, 0));
         *b_p = json_string_value(json_array_get(m, 1));
+        *lb_p = json_string_length(json_array_get(m, 1));
         return 0;
     }
     return -1;
@@ -451,6 +453,8 @@ static px_status_t load_model(px_tokenizer_t *tok, const char *path, json_t *mod
                         "model.unk_token '%s' is not in model.vocab", json_string_value(unk));
     }
 
+    uint8_t *scratch = NULL; /* a merge's two tokens' bytes */
+    size_t scratch_len = 0;
     tok->nmerges = json_array_size(merges);
     tok->merges = calloc(tok->nmerges ? tok->nmerges : 1, sizeof(*tok->merges));
     if (!tok->merges)
@@ -458,27 +462,38 @@ static px_status_t load_model(px_tokenizer_t *tok, const char *path, json_t *mod
     for (size_t i = 0; i < tok->nmerges; i++) {
         json_t *m = json_array_get(merges, i);
         const char *a, *b;
-        char buf[1024];
-        uint8_t ab[2048];
+        size_t sa, sb, bad;
         long la, lb;
-        size_t bad;
         int64_t ida, idb, idab;
-        if (merge_parts(m, buf, sizeof(buf), &a, &b) || strlen(a) + strlen(b) > sizeof(ab))
+        if (merge_parts(m, &a, &sa, &b, &sb))
             return fail(errbuf, errlen, path, PX_ERR_INVALID_ARGUMENT,
                         "model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", i);
-        la = bytelevel_decode(a, strlen(a), ab, &bad);
-        lb = la < 0 ? -1 : bytelevel_decode(b, strlen(b), ab + la, &bad);
-        ida = la < 0 ? -1 : vocab_find(tok, ab, (size_t)la);
-        idb = lb < 0 ? -1 : vocab_find(tok, ab + la, (size_t)lb);
-        idab = lb < 0 ? -1 : vocab_find(tok, ab, (size_t)(la + lb));
-        if (ida < 0 || idb < 0 || idab < 0)
+        if (sa + sb > scratch_len) { /* a merge of two long tokens (runs of spaces) */
+            uint8_t *t = realloc(scratch, sa + sb);
+            if (!t) {
+                free(scratch);
+                return PX_ERR_NO_MEMORY;
+            }
+            scratch = t;
+            scratch_len = sa + sb;
+        }
+        la = bytelevel_decode(a, sa, scratch, &bad);
+        lb = la < 0 ? -1 : bytelevel_decode(b, sb, scratch + la, &bad);
+        ida = la < 0 ? -1 : vocab_find(tok, scratch, (size_t)la);
+        idb = lb < 0 ? -1 : vocab_find(tok, scratch + la, (size_t)lb);
+        idab = lb < 0 ? -1 : vocab_find(tok, scratch, (size_t)(la + lb));
+        if (ida < 0 || idb < 0 || idab < 0) {
+            free(scratch);
             return fail(errbuf, errlen, path, PX_ERR_INVALID_ARGUMENT,
-                        "model.merges[%zu] '%s %s': '%s%s' not in model.vocab", i, a, b,
-                        ida < 0 ? a : idb < 0 ? b : a, ida < 0 || idb < 0 ? "" : b);
+                        "model.merges[%zu] '%.*s %.*s': '%.*s%.*s' not in model.vocab", i,
+                        (int)sa, a, (int)sb, b, (int)(ida < 0 ? sa : idb < 0 ? sb : sa),
+                        ida < 0 ? a : idb < 0 ? b : a, (int)(ida < 0 || idb < 0 ? 0 : sb), b);
+        }
         tok->merges[i].pair = (uint64_t)ida << 32 | (uint64_t)idb;
         tok->merges[i].rank = (uint32_t)i;
         tok->merges[i].id = (uint32_t)idab;
     }
+    free(scratch);
     qsort(tok->merges, tok->nmerges, sizeof(*tok->merges), cmp_merge);
     *used_p = used;
     return PX_OK;
@@ -850,10 +865,11 @@ static px_status_t split_piece(enc_t *e, int k, const uint8_t *p, size_t n)
 {
     const step_t *st = &e->tok->steps[k];
     splitter_t sp = {e, k, st->behavior, p, 0, 0, 0, 0};
-    size_t off = 0, prev = 0; /* end of the last match */
+    size_t off = 0, prev = 0; /* the search's start; the end of the last match */
+    int matched = 0;
     px_status_t status;
 
-    while (off < n) {
+    while (off <= n) {
         int rc = pcre2_match(st->re, p, n, off, PCRE2_NO_UTF_CHECK, e->md, e->mctx);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
@@ -866,17 +882,25 @@ static px_status_t split_piece(enc_t *e, int k, const uint8_t *p, size_t n)
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md);
         size_t s = ov[0], t = ov[1];
-        if (t == s) { /* an empty match splits nothing: step over one character */
+        /* Rust's find_iter, as tokenizers runs it: an empty match right
+         * where the last match ended does not count; after an empty match
+         * the search moves on one character. An empty match still splits
+         * (the gap before it is a piece of its own) and counts as a match
+         * for the behaviours; the empty piece itself is dropped. */
+        if (!(t == s && matched && s == prev)) {
+            if (s > prev && (status = seg(&sp, prev, s, 0)) != PX_OK)
+                return status;
+            if ((status = seg(&sp, s, t, 1)) != PX_OK)
+                return status;
+            prev = t;
+            matched = 1;
+        }
+        off = t;
+        if (t == s) {
             off = s + 1;
             while (off < n && (p[off] & 0xC0) == 0x80)
                 off++;
-            continue;
         }
-        if (s > prev && (status = seg(&sp, prev, s, 0)) != PX_OK)
-            return status;
-        if ((status = seg(&sp, s, t, 1)) != PX_OK)
-            return status;
-        prev = off = t;
     }
     if (n > prev && (status = seg(&sp, prev, n, 0)) != PX_OK)
         return status;

@@ -13,7 +13,9 @@ letters (so a large vocab can be learnt):
 For each, the ids pctl writes (on 2 threads) equal tokenizers'
 encode(corpus, add_special_tokens=False) over the whole corpus; the header
 carries magic, version (1: uint16, 2: uint32), count and the vocab; one
-thread writes the same bytes as two; decode(encode(x)) == x (the C module,
+thread writes the same bytes as two; Split pre-tokenizers with each of the
+five behaviours, on regexes that also match empty strings, give tokenizers'
+ids; decode(encode(x)) == x (the C module,
 through test_tokenizer's roundtrip mode); --token-bytes 4 forces uint32 for
 a small vocab; --val-fraction splits the same ids. Bad files and text get
 a clear error naming the file and the field.
@@ -51,7 +53,7 @@ def corpus_text():
     alpha = [chr(c) for c in list(range(0x61, 0x7b)) + list(range(0x3b1, 0x3ca)) +
              list(range(0x430, 0x450))]
     words = ["".join(rng.choice(alpha) for _ in range(rng.randint(2, 9))) for _ in range(40000)]
-    for _ in range(12000):
+    for _ in range(8000):
         parts.append(" ".join(rng.choice(words) for _ in range(rng.randint(3, 14))) + ".\n")
     return "".join(parts)
 
@@ -136,6 +138,32 @@ def main():
         if name == "llama3-4k":
             r = run(test_tok, "chunks", tj, corpus)
             print("%s: %s" % (name, r.stdout.strip()))
+
+    # Split's five behaviours with regexes that match empty strings too
+    # (tokenizers' find_iter rules), on 20 KB of the corpus, vocab 400
+    from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
+    part = text[:20000]
+    ptxt = os.path.join(work, "part.txt")
+    with open(ptxt, "w", encoding="utf-8", newline="") as f:
+        f.write(part)
+    for pat in [r"\s*", r"[aeiou]*", r"(?=e)", r"[^\p{L}]+"]:
+        for beh in ["removed", "isolated", "merged_with_previous", "merged_with_next",
+                    "contiguous"]:
+            tok = tokenizers.Tokenizer(models.BPE())
+            tok.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Split(Regex(pat), behavior=beh),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+            tok.decoder = decoders.ByteLevel()
+            tok.train_from_iterator([part], trainers.BpeTrainer(
+                vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                show_progress=False))
+            tj = os.path.join(work, "split.json")
+            tok.save(tj)
+            out = os.path.join(work, "split.bin")
+            run(pctl, "data", "prepare", "--text", ptxt, "--out", out, "--tokenizer", tj)
+            _, ids = read_tokens(out)
+            assert ids == tok.encode(part, add_special_tokens=False).ids, (pat, beh)
+    print("Split: 4 regexes x 5 behaviours, the ids of tokenizers")
 
     # --token-bytes 4 on a small vocab: version 2, the same ids
     tj = os.path.join(work, "gpt2-4k.json")
