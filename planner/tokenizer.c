@@ -591,6 +591,11 @@ px_status_t px_tokenizer_load(const char *path, char *errbuf, size_t errlen,
         fail(errbuf, errlen, path, status, "no \"model\" object: not a tokenizers file");
         goto err_json;
     }
+    if (strcmp(type_of(model), "BPE")) { /* first: the plainest answer for a BERT file */
+        fail(errbuf, errlen, path, status,
+             "model.type '%s' is not supported (byte-level BPE only)", type_of(model));
+        goto err_json;
+    }
     if (norm && !json_is_null(norm)) {
         fail(errbuf, errlen, path, status, "normalizer.type '%s' is not supported (none only)",
              type_of(norm));

@@ -262,6 +262,7 @@ static void test_bad_files(void)
         {"prefix", "model.continuing_subword_prefix / end_of_word_suffix are set"},
         {"normalizer", "normalizer.type 'NFC' is not supported"},
         {"lstrip", "added_tokens[0] '<|endoftext|>': lstrip true is not supported"},
+        {"bert", "model.type 'WordPiece' is not supported (byte-level BPE only)"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const char *n = cases[i].name;
@@ -291,6 +292,12 @@ static void test_bad_files(void)
             json_object_set_new(model, "continuing_subword_prefix", json_string("##"));
         else if (!strcmp(n, "normalizer"))
             json_object_set_new(j, "normalizer", json_pack("{s:s}", "type", "NFC"));
+        else if (!strcmp(n, "bert")) { /* a BERT file: every part not byte-level */
+            json_object_set_new(model, "type", json_string("WordPiece"));
+            json_object_set_new(j, "normalizer", json_pack("{s:s}", "type", "BertNormalizer"));
+            json_object_set_new(j, "pre_tokenizer", json_pack("{s:s}", "type",
+                                                              "BertPreTokenizer"));
+        }
         else if (!strcmp(n, "lstrip"))
             json_object_set_new(json_array_get(json_object_get(j, "added_tokens"), 0), "lstrip",
                                 json_true());
