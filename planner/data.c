@@ -145,6 +145,21 @@ out_close:
     return status;
 }
 
+int px_data_header_vocab(const char *path)
+{
+    int32_t hdr[4];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t got;
+    if (fd < 0)
+        return 0;
+    got = read(fd, hdr, sizeof(hdr));
+    close(fd);
+    if (got != (ssize_t)sizeof(hdr) || hdr[0] != PX_DATA_MAGIC ||
+        (hdr[1] != PX_DATA_VERSION && hdr[1] != PX_DATA_VERSION_U32) || hdr[3] < 0)
+        return 0;
+    return hdr[3];
+}
+
 void px_data_close(px_data_t *data)
 {
     if (!data)

@@ -38,6 +38,12 @@ px_status_t px_data_open(const char *path, int vocab, char *errbuf, size_t errle
                          px_data_t **data_p);
 void px_data_close(px_data_t *data); /* NULL no-op */
 
+/* The tokenizer vocab a token file records (header[3]; pctl data prepare
+ * --tokenizer writes it), read from its header alone: 0 when the file
+ * records none (the byte tokenizer's, llm.c's), cannot be read or is not a
+ * token file (px_data_open says why). */
+int px_data_header_vocab(const char *path);
+
 /* Number of tokens in the file. */
 size_t px_data_num_tokens(const px_data_t *data);
 /* Bytes per token: 2 (version 1) or 4 (version 2). */

@@ -11,7 +11,8 @@ vocab. Two daemons on loopback with one CPU device each:
    completes 30 steps: every loss finite, the first near ln(512) (a fresh
    model's uniform guess over the vocab), the last five steps' mean well
    below the first five's; validation loss finite;
-3. the same text written as uint32 tokens (--token-bytes 4, version 2)
+3. a job submitted without --vocab gets the file's (512), pctl says so;
+4. the same text written as uint32 tokens (--token-bytes 4, version 2)
    trains to the same losses, bit for bit.
 Skipped (77) without the tokenizers package (deploy/setup.sh --tests puts it
 in build/pydeps, found beside pctl)."""
@@ -110,6 +111,13 @@ def main():
         print("dp=2 over 2 daemons, vocab %d: loss %.3f (ln %d = %.3f) -> %.3f (mean of the "
               "first five %.3f, last five %.3f); val loss %.3f" % (
                   vocab, losses[0], vocab, math.log(vocab), losses[-1], first, last, val[-1]))
+
+        # no --vocab: pctl takes the one the file records (the tokenizer's)
+        r = pctl("submit", *common, "--steps", "2", "--name", "bpe-auto", "--follow", "--json")
+        assert "--vocab 512, the tokenizer's" in r.stderr, r.stderr
+        st = json.loads(pctl("status", json.loads(r.stdout)["id"], "--json").stdout)
+        assert st["state"] == "completed" and st["spec"]["vocab"] == 512, st
+        print("no --vocab: %s" % r.stderr.strip())
 
         # the same tokens as uint32 (version 2): the ranks read them to the
         # same batches, so every loss is bitwise the uint16 job's
