@@ -149,6 +149,9 @@ static void test_data32(void)
     }
     fclose(f);
 
+    CHECK(px_data_header_vocab(p32) == 70000 && px_data_header_vocab(p16) == 256,
+          "the recorded vocabs: %d, %d", px_data_header_vocab(p32), px_data_header_vocab(p16));
+    CHECK(px_data_header_vocab("/nonexistent/x.bin") == 0, "no file: no vocab");
     st = px_data_open(p32, 4096, err, sizeof(err), &d32);
     CHECK(st == PX_ERR_INVALID_ARGUMENT && strstr(err, "tokenized with vocab 70000") &&
           strstr(err, "job's vocab 4096") && strstr(err, "tok32.bin"),
