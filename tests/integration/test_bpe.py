@@ -35,7 +35,7 @@ def main():
         return 77
     pydeps = os.environ.get("PX_PYDEPS") or os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(args.pctl))), "pydeps")
-    sys.path.insert(0, pydeps)
+    sys.path.append(pydeps)  # after Debian's packages, as the other pydeps tests
     try:
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     except ImportError:

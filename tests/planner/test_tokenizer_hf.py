@@ -89,7 +89,7 @@ def read_tokens(path):
 
 def main():
     pctl, test_tok, work, pydeps = sys.argv[1:5]
-    sys.path.insert(0, pydeps)
+    sys.path.append(pydeps)  # after Debian's packages, as the other pydeps tests
     try:
         import tokenizers
     except ImportError:
