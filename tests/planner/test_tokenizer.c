@@ -234,6 +234,64 @@ out:
     free(text);
 }
 
+/* 3,000 seeded random texts, half built of UTF-8 pieces (ASCII words,
+ * 2-4 byte characters, whitespace runs, the added token, apostrophes), half
+ * raw bytes: each either encodes and decodes back to itself, or (raw bytes
+ * only) is refused as not UTF-8; never anything else. */
+static void test_random_texts(void)
+{
+    static const char *const parts[] = {"hello", " world", "'s", "'ll", " ", "  ", "\n", "\r\n",
+                                        "\t", "<|endoftext|>", "<|endof", "\xc3\xa9", "\xe6\x97\xa5",
+                                        "\xf0\x9f\x98\x80", "123", "4", "!?", "\xe2\x80\x94",
+                                        "\xc2\xa0", "he", "ll", "or"};
+    px_tokenizer_t *tok = NULL;
+    char err[512] = "", text[256];
+    uint64_t x = 88172645463325252ull;
+    int refused = 0, bad = 0;
+    if (load_json(make_tokenizer(GPT2_MERGES, 6, bytelevel(1)), "rand.json", err, sizeof(err),
+                  &tok) != PX_OK) {
+        CHECK(0, "load: %s", err);
+        return;
+    }
+    for (int it = 0; it < 3000; it++) {
+        size_t n = 0;
+        int raw = it & 1;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t want = 1 + x % 200;
+        while (n < want) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            if (raw) {
+                text[n++] = (char)(x >> 24);
+                continue;
+            }
+            const char *p = parts[x % (sizeof(parts) / sizeof(parts[0]))];
+            size_t l = strlen(p);
+            if (n + l > want)
+                break;
+            memcpy(text + n, p, l);
+            n += l;
+        }
+        px_token_ids_t ids = {0};
+        char *back = NULL;
+        size_t blen = 0;
+        px_status_t st = px_tokenizer_encode(tok, text, n, &ids, err, sizeof(err));
+        if (st == PX_ERR_INVALID_ARGUMENT && raw && strstr(err, "not valid UTF-8")) {
+            refused++;
+        } else if (st != PX_OK ||
+                   px_tokenizer_decode(tok, ids.ids, ids.len, &back, &blen, err, sizeof(err)) !=
+                       PX_OK || blen != n || memcmp(back, text, n)) {
+            if (bad++ < 5)
+                fprintf(stderr, "text %d (%zu bytes, raw %d): status %d (%s)\n", it, n, raw, st,
+                        err);
+        }
+        free(back);
+        px_token_ids_free(&ids);
+    }
+    CHECK(bad == 0, "%d random texts neither round-tripped nor were refused as not UTF-8", bad);
+    CHECK(refused > 1000, "most raw-byte texts refused as not UTF-8 (%d)", refused);
+    px_tokenizer_destroy(tok);
+}
+
 static void test_bad_files(void)
 {
     char path[700], err[512];
@@ -390,6 +448,7 @@ int main(int argc, char **argv)
     test_gpt2_style();
     test_split_behaviors();
     test_long_piece();
+    test_random_texts();
     test_bad_files();
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
