@@ -65,20 +65,29 @@ px_status_t px_data_open(const char *path, int vocab, char *errbuf, size_t errle
         goto out_close;
     }
     const int32_t *hdr = map;
-    if (hdr[0] != PX_DATA_MAGIC) {
-        set_err(errbuf, errlen, "data file %s: bad magic %d (expected %d, llm.c token layout)",
-                path, hdr[0], PX_DATA_MAGIC);
+    int llmc32 = hdr[0] == PX_DATA_MAGIC_LLMC_U32;
+    if (hdr[0] != PX_DATA_MAGIC && !llmc32) {
+        set_err(errbuf, errlen, "data file %s: bad magic %d (expected %d, llm.c token layout, or "
+                "%d, llm.c's Llama 3 layout)", path, hdr[0], PX_DATA_MAGIC,
+                PX_DATA_MAGIC_LLMC_U32);
         status = PX_ERR_INVALID_ARGUMENT;
         goto out_unmap;
     }
-    if (hdr[1] != PX_DATA_VERSION && hdr[1] != PX_DATA_VERSION_U32) {
+    if (llmc32 && hdr[1] != PX_DATA_VERSION_LLMC_U32) {
+        set_err(errbuf, errlen, "data file %s: unsupported version %d of llm.c's Llama 3 "
+                "layout (magic %d; expected version %d)", path, hdr[1], PX_DATA_MAGIC_LLMC_U32,
+                PX_DATA_VERSION_LLMC_U32);
+        status = PX_ERR_INVALID_ARGUMENT;
+        goto out_unmap;
+    }
+    if (!llmc32 && hdr[1] != PX_DATA_VERSION && hdr[1] != PX_DATA_VERSION_U32) {
         set_err(errbuf, errlen, "data file %s: unsupported version %d (expected %d: uint16 "
                 "tokens, or %d: uint32 tokens)", path, hdr[1], PX_DATA_VERSION,
                 PX_DATA_VERSION_U32);
         status = PX_ERR_INVALID_ARGUMENT;
         goto out_unmap;
     }
-    size_t width = hdr[1] == PX_DATA_VERSION ? sizeof(uint16_t) : sizeof(uint32_t);
+    size_t width = !llmc32 && hdr[1] == PX_DATA_VERSION ? sizeof(uint16_t) : sizeof(uint32_t);
     if (hdr[2] <= 0) {
         set_err(errbuf, errlen, "data file %s: token count %d in header is not positive", path,
                 hdr[2]);
@@ -156,7 +165,7 @@ int px_data_header_vocab(const char *path)
     close(fd);
     if (got != (ssize_t)sizeof(hdr) || hdr[0] != PX_DATA_MAGIC ||
         (hdr[1] != PX_DATA_VERSION && hdr[1] != PX_DATA_VERSION_U32) || hdr[3] < 0)
-        return 0;
+        return 0; /* llm.c's Llama 3 files record no vocab either */
     return hdr[3];
 }
 

@@ -3,7 +3,8 @@
  * File: a header of 256 little-endian int32 (magic 20240520, version 1 or
  * 2, token count, the tokenizer's vocab size or 0 when not recorded, rest
  * 0), then `count` tokens: uint16 (version 1, llm.c's GPT-2 files) or
- * uint32 (version 2: a vocab past 65,536). Nothing else.
+ * uint32 (version 2: a vocab past 65,536). Nothing else. llm.c's Llama 3
+ * files (magic 20240801, version 7, uint32 tokens) are read too.
  *
  * Batches: sequence i (0 <= i < B) of step s (0-based) starts at offset
  * px_data_offset(seed, s, i, ntok, T) in [0, ntok - T - 1], a counter-based
@@ -21,6 +22,10 @@
 #define PX_DATA_MAGIC 20240520
 #define PX_DATA_VERSION 1     /* uint16 tokens */
 #define PX_DATA_VERSION_U32 2 /* uint32 tokens: a vocab past 65,536 */
+/* llm.c's Llama 3 files (dev/data/data_common.py): their own magic, version
+ * 7, uint32 tokens; read as version 2 is */
+#define PX_DATA_MAGIC_LLMC_U32 20240801
+#define PX_DATA_VERSION_LLMC_U32 7
 #define PX_DATA_HEADER_INTS 256
 
 typedef struct px_data px_data_t;

@@ -152,6 +152,28 @@ static void test_data32(void)
     CHECK(px_data_header_vocab(p32) == 70000 && px_data_header_vocab(p16) == 256,
           "the recorded vocabs: %d, %d", px_data_header_vocab(p32), px_data_header_vocab(p16));
     CHECK(px_data_header_vocab("/nonexistent/x.bin") == 0, "no file: no vocab");
+    /* llm.c's own uint32 layout (Llama 3): magic 20240801, version 7 */
+    char pl[600];
+    px_data_t *dl = NULL;
+    snprintf(pl, sizeof(pl), "%s/llmc32.bin", tmpdir);
+    f = fopen(pl, "wb");
+    int32_t lh[256] = {20240801, 7, 3};
+    uint32_t lt[3] = {5, 128000, 7};
+    fwrite(lh, sizeof(lh), 1, f);
+    fwrite(lt, sizeof(lt), 1, f);
+    fclose(f);
+    st = px_data_open(pl, 128256, err, sizeof(err), &dl);
+    CHECK(st == PX_OK && dl && px_data_token_bytes(dl) == 4 && px_data_tokens32(dl)[1] == 128000,
+          "llm.c Llama 3 file: %s", err);
+    px_data_close(dl);
+    lh[1] = 6;
+    f = fopen(pl, "wb");
+    fwrite(lh, sizeof(lh), 1, f);
+    fwrite(lt, sizeof(lt), 1, f);
+    fclose(f);
+    st = px_data_open(pl, 128256, err, sizeof(err), &dl);
+    CHECK(st == PX_ERR_INVALID_ARGUMENT && strstr(err, "unsupported version 6 of llm.c's Llama 3"),
+          "llm.c magic, other version: %s", err);
     st = px_data_open(p32, 4096, err, sizeof(err), &d32);
     CHECK(st == PX_ERR_INVALID_ARGUMENT && strstr(err, "tokenized with vocab 70000") &&
           strstr(err, "job's vocab 4096") && strstr(err, "tok32.bin"),
