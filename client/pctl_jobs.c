@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "data.h"
 #include "devsel.h"
 #include "jobflags.h"
 #include "jobname.h"
@@ -528,7 +529,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     px_jobspec_msg_t msg; /* the JobSpec, written from cfg (jobspec.h) */
     const char *data = NULL, *name = NULL, *val = NULL, *devices = NULL;
     char *data_abs = NULL, *val_abs = NULL;
-    int no_val = 0;
+    int no_val = 0, vocab_given = 0;
     /* checkpoint, resume and export paths made absolute: in stack buffers,
      * so the usage-error returns below leak nothing */
     char abs_buf[5][PATH_MAX + 1];
@@ -550,6 +551,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         if (f) { /* a job flag: the table says where it goes */
             if (pctl_job_flag_apply("submit", f, optarg, &cfg))
                 return PCTL_EXIT_USAGE;
+            vocab_given |= !strcmp(f->name, "vocab");
             continue;
         }
         switch (opt) {
@@ -622,6 +624,15 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         return pctl_usage_error("submit", "invalid value '%s' for --data: %s", data,
                                 strerror(errno));
     cfg.data_path = data_abs;
+    if (!vocab_given) {
+        /* a file that pctl data prepare --tokenizer wrote names its vocab */
+        int recorded = px_data_header_vocab(data_abs);
+        if (recorded > 0 && recorded != cfg.vocab) {
+            cfg.vocab = recorded;
+            fprintf(stderr, "pctl: submit: --vocab %d, the tokenizer's, from %s\n", recorded,
+                    data);
+        }
+    }
     if (val && no_val) {
         rc = pctl_usage_error("submit", "--val-data and --no-val contradict each other");
         goto out;

@@ -54,7 +54,8 @@ static const pctl_command_t commands[] = {
      "  --heads N          attention heads (default 4)\n"
      "  --dim N            model width (default 128)\n"
      "  --seq N            sequence length in tokens (default 128)\n"
-     "  --vocab N          token ids (default " PCTL_STR(PX_DEFAULT_VOCAB) ", bytes); every token\n"
+     "  --vocab N          token ids (default " PCTL_STR(PX_DEFAULT_VOCAB) ", bytes, or the vocab a data\n"
+     "                     file of `pctl data prepare --tokenizer` records); every token\n"
      "                     of the data file must be below it\n"
      "  --dp N             data-parallel degree (default 1)\n"
      "  --tp N --pp N --cp N --ep N  tensor, pipeline, context and expert parallel\n"
@@ -232,12 +233,20 @@ static const pctl_command_t commands[] = {
      pctl_cmd_plan},
     {"data", "prepare token files (local, no daemon)",
      "usage: pctl data prepare --text IN.txt --out OUT.bin [--val-fraction F]\n"
+     "                         [--tokenizer tokenizer.json [--threads N] [--token-bytes 2|4]]\n"
      "\n"
      "Tokenizes text byte by byte (vocab " PCTL_STR(PX_DEFAULT_VOCAB) ") into the llm.c token layout: a 256 x int32\n"
      "header (magic 20240520, version 1, token count) then uint16 tokens.\n"
-     "  --val-fraction F   put the last fraction F (0 <= F < 1) of the text into a\n"
-     "                     validation file next to OUT, named with \"_val\" before the\n"
-     "                     extension (OUT_val.bin)\n",
+     "  --val-fraction F   put the last fraction F (0 <= F < 1) of the text (of the\n"
+     "                     tokens with --tokenizer) into a validation file next to\n"
+     "                     OUT, named with \"_val\" before the extension (OUT_val.bin)\n"
+     "  --tokenizer FILE   encode with a Hugging Face tokenizers file instead: a\n"
+     "                     byte-level BPE (GPT-2, Llama 3 style; UTF-8 text); prints\n"
+     "                     the vocab to submit with (--vocab), which header[3] records\n"
+     "  --threads N        encoding threads (default: the online cores); the ids do\n"
+     "                     not depend on N\n"
+     "  --token-bytes B    2: uint16 tokens (version 1; the default while the vocab\n"
+     "                     fits), 4: uint32 tokens (version 2; the default past 65,536)\n",
      pctl_cmd_data},
     {"bench", "benchmark a collective on the cluster's ranks (nccl-tests table)",
      "usage: pctl bench [--op OP] [--ranks N] [--min-bytes N] [--max-bytes N] [--dtype T]\n"

