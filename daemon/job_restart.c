@@ -76,7 +76,7 @@ void px__job_restart(px_job_t *job)
      * first attempt started from (a run starts from one of them) */
     if (copy->init_from != protobuf_c_empty_string)
         free(copy->init_from);
-    copy->init_from = protobuf_c_empty_string;
+    copy->init_from = (char *)protobuf_c_empty_string; /* protobuf-c's own "unset" */
     if (copy->restarted_from != protobuf_c_empty_string)
         free(copy->restarted_from);
     copy->restarted_from = strdup(job->id);
