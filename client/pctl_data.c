@@ -16,7 +16,9 @@
  * floor(F * tokens) tokens (--tokenizer) go to a validation file next to
  * OUT ("x.bin" -> "x_val.bin"). Files are written to a temporary name in
  * the same directory and renamed into place, so a failure never leaves a
- * truncated OUT. Runs locally; no daemon. */
+ * truncated OUT. With --tokenizer the tokenizer file is copied beside OUT
+ * ("x.bin" -> "x.tokenizer.json", px_tokenizer_sidecar_path), where `pctl
+ * sample` of a job trained on OUT finds it. Runs locally; no daemon. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -370,8 +372,58 @@ out:
     return ret;
 }
 
+/* Copies the tokenizer file to the place beside OUT where sampling looks
+ * for it (px_tokenizer_sidecar_path), through a temporary name and a
+ * rename. 0, or -1 with the error printed. */
+static int copy_tokenizer(const char *tok_path, const char *outp)
+{
+    char side[4200], tmp[4300], buf[1 << 16];
+    FILE *in = NULL, *out = NULL;
+    size_t got;
+    int ret = -1;
+    if (px_tokenizer_sidecar_path(outp, side, sizeof(side))) {
+        fprintf(stderr, "pctl: data prepare: --out %s: path too long\n", outp);
+        return -1;
+    }
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", side, (int)getpid());
+    if (!(in = fopen(tok_path, "rb")) || !(out = fopen(tmp, "wb"))) {
+        fprintf(stderr, "pctl: data prepare: cannot copy %s to %s: %s\n", tok_path, side,
+                strerror(errno));
+        goto out;
+    }
+    while ((got = fread(buf, 1, sizeof(buf), in)) > 0)
+        if (fwrite(buf, 1, got, out) != got)
+            break;
+    if (ferror(in) || ferror(out) || fflush(out) || fsync(fileno(out))) {
+        fprintf(stderr, "pctl: data prepare: copying %s to %s: %s\n", tok_path, side,
+                strerror(errno));
+        goto out;
+    }
+    if (fclose(out)) {
+        out = NULL;
+        fprintf(stderr, "pctl: data prepare: writing %s: %s\n", side, strerror(errno));
+        goto out;
+    }
+    out = NULL;
+    if (rename(tmp, side)) {
+        fprintf(stderr, "pctl: data prepare: cannot rename %s to %s: %s\n", tmp, side,
+                strerror(errno));
+        goto out;
+    }
+    printf("copied the tokenizer to %s (pctl sample decodes with it)\n", side);
+    ret = 0;
+out:
+    if (in)
+        fclose(in);
+    if (out)
+        fclose(out);
+    if (ret)
+        unlink(tmp);
+    return ret;
+}
+
 /* --tokenizer: the whole text encoded, then split by tokens into OUT and
- * (frac > 0) its validation file */
+ * (frac > 0) its validation file; the tokenizer copied beside OUT */
 static int prepare_bpe(const char *tok_path, const char *text, const char *outp, double frac,
                        int threads, int token_bytes)
 {
@@ -443,6 +495,8 @@ static int prepare_bpe(const char *tok_path, const char *text, const char *outp,
         printf("wrote %zu validation tokens (last %.4g of the tokens) to %s\n", n_val, frac,
                vpath);
     }
+    if (copy_tokenizer(tok_path, outp) != 0)
+        goto out;
     printf("vocab %u (from %s): submit with --vocab %u\n", vocab, tok_path, vocab);
     rc = PCTL_EXIT_OK;
 out:

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "hf_gpt2.h"
 #include "plan.h"
 #include "px_kernels_select.h"
 #include "px_log.h"
@@ -172,16 +173,72 @@ static px_status_t bytes_decode(void *arg, const int32_t *ids, size_t n, char **
     return PX_OK;
 }
 
-px_status_t px_sample_codec_for(int vocab, px_sample_codec_t *codec, char *err, size_t errlen)
+/* The tokenizer's codec: its ids are uint32, the sampler's int32 (every id
+ * is below 2^31 - 1, tokenizer.h). */
+static px_status_t bpe_encode(void *arg, const char *text, size_t len, int32_t **ids_p,
+                              size_t *n_p, char *err, size_t errlen)
 {
-    /* the seam for a tokenizer module: its codec is chosen here */
+    px_token_ids_t ids = {0};
+    px_status_t status = px_tokenizer_encode(arg, text, len, &ids, err, errlen);
+    int32_t *out = status == PX_OK ? malloc((ids.len ? ids.len : 1) * sizeof(*out)) : NULL;
+    if (status == PX_OK && !out)
+        status = PX_ERR_NO_MEMORY;
+    for (size_t i = 0; out && i < ids.len; i++)
+        out[i] = (int32_t)ids.ids[i];
+    if (status == PX_OK) {
+        *ids_p = out;
+        *n_p = ids.len;
+    }
+    px_token_ids_free(&ids);
+    return status;
+}
+
+static px_status_t bpe_decode(void *arg, const int32_t *ids, size_t n, char **text_p,
+                              size_t *len_p, char *err, size_t errlen)
+{
+    uint32_t *u = malloc((n ? n : 1) * sizeof(*u));
+    if (!u)
+        return PX_ERR_NO_MEMORY;
+    for (size_t i = 0; i < n; i++)
+        u[i] = ids[i] < 0 ? UINT32_MAX : (uint32_t)ids[i]; /* refused by decode, named */
+    px_status_t status = px_tokenizer_decode(arg, u, n, text_p, len_p, err, errlen);
+    free(u);
+    return status;
+}
+
+px_status_t px_sample_codec_for(int vocab, const px_tokenizer_t *tok, const char *tok_name,
+                                px_sample_codec_t *codec, char *err, size_t errlen)
+{
+    if (tok) {
+        uint32_t tv = px_tokenizer_vocab_size(tok);
+        if (tv != (uint32_t)vocab) {
+            snprintf(err, errlen, "the tokenizer %s has vocab %u, the model vocab %d: sample "
+                     "with the tokenizer the model's data was prepared with", tok_name, tv,
+                     vocab);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        /* an empty prompt starts from "\n" as for bytes: its first token */
+        px_token_ids_t nl = {0};
+        px_status_t status = px_tokenizer_encode(tok, "\n", 1, &nl, err, errlen);
+        if (status == PX_OK && nl.len == 0) {
+            snprintf(err, errlen, "the tokenizer %s has no token for \"\\n\", which an "
+                     "empty prompt starts from: give a prompt", tok_name);
+            status = PX_ERR_INVALID_ARGUMENT;
+        }
+        if (status == PX_OK)
+            *codec = (px_sample_codec_t){.name = "bpe", .vocab = vocab,
+                                         .start_id = (int)nl.ids[0], .arg = (void *)tok,
+                                         .encode = bpe_encode, .decode = bpe_decode};
+        px_token_ids_free(&nl);
+        return status;
+    }
     if (vocab == 256) {
         *codec = (px_sample_codec_t){.name = "bytes", .vocab = 256, .start_id = '\n',
                                      .encode = bytes_encode, .decode = bytes_decode};
         return PX_OK;
     }
-    snprintf(err, errlen, "vocab=%d: no tokenizer for it; text is decoded byte by byte, which "
-             "needs vocab 256", vocab);
+    snprintf(err, errlen, "vocab=%d: no tokenizer for it (text is decoded byte by byte only "
+             "for vocab 256): give the tokenizer.json its data was prepared with", vocab);
     return PX_ERR_INVALID_ARGUMENT;
 }
 
@@ -208,7 +265,11 @@ static px_status_t read_exact(int fd, void *buf, size_t n, off_t off, const char
 /* The largest safetensors header read (GPT-2's is a few KiB). */
 #define ST_HEADER_MAX ((uint64_t)100 << 20)
 
-static px_status_t load_safetensors(const char *path, const px_gpt_config_t *gc, float *canon)
+/* A parallax export (px_safetensors_write's names) into canon; *hf_p = 1
+ * (nothing read, nothing logged) when the file holds a Hugging Face GPT-2
+ * instead (its wte under transformers' names). */
+static px_status_t load_safetensors(const char *path, const px_gpt_config_t *gc, float *canon,
+                                    int *hf_p)
 {
     px_status_t status = PX_ERR_INVALID_ARGUMENT;
     unsigned char len8[8];
@@ -243,6 +304,12 @@ static px_status_t load_safetensors(const char *path, const px_gpt_config_t *gc,
     h = json_loadb(txt, hl, 0, &jerr);
     if (!json_is_object(h)) {
         px_error("sample: %s: bad safetensors header: %s", path, h ? "not an object" : jerr.text);
+        goto out;
+    }
+    if (!json_object_get(h, "wte") && (json_object_get(h, "wte.weight") ||
+                                       json_object_get(h, "transformer.wte.weight"))) {
+        *hf_p = 1;
+        status = PX_OK;
         goto out;
     }
     uint64_t data0 = 8 + hl, size = (uint64_t)st.st_size - data0;
@@ -336,8 +403,15 @@ px_status_t px_sample_load_weights(const char *path, const px_gpt_config_t *gc, 
     float *canon = malloc(n * sizeof(float));
     if (!canon)
         return PX_ERR_NO_MEMORY;
-    status = S_ISDIR(st.st_mode) ? load_checkpoint(path, gc, heads, canon)
-                                 : load_safetensors(path, gc, canon);
+    /* a directory of save_pretrained (config.json, model.safetensors), or
+     * a checkpoint step_<N>/ (meta.json and the shards) */
+    char probe[4200];
+    snprintf(probe, sizeof(probe), "%s/model.safetensors", path);
+    int hf = S_ISDIR(st.st_mode) && access(probe, F_OK) == 0;
+    if (S_ISDIR(st.st_mode) && !hf)
+        status = load_checkpoint(path, gc, heads, canon);
+    else if (hf || (status = load_safetensors(path, gc, canon, &hf)) == PX_OK)
+        status = hf ? px_hf_gpt2_read_canonical(path, gc, heads, canon) : PX_OK;
     if (status != PX_OK) {
         free(canon);
         return status;
