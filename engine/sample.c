@@ -3,7 +3,7 @@
  * autoregressive loop.
  *
  * Weights: a safetensors file is read tensor by tensor into the canonical
- * buffer (its JSON header parsed by jansson); a checkpoint is loaded by
+ * buffer (its header read by planner/safetensors.h); a checkpoint is loaded by
  * checkpoint.h's re-cutting reader into a one-rank ZeRO stage 0 state on
  * the CPU and gathered to the canonical layout. Either way the canonical
  * tensors are then copied into the unit layout of a px_gpt_create model on
@@ -25,6 +25,7 @@
 #include "plan.h"
 #include "px_kernels_select.h"
 #include "px_log.h"
+#include "safetensors.h"
 #include "zero.h"
 
 px_status_t px_sample_opts_check(const px_sample_opts_t *o, int vocab, char *err, size_t errlen)
@@ -262,105 +263,69 @@ static px_status_t read_exact(int fd, void *buf, size_t n, off_t off, const char
     return PX_OK;
 }
 
-/* The largest safetensors header read (GPT-2's is a few KiB). */
-#define ST_HEADER_MAX ((uint64_t)100 << 20)
-
 /* A parallax export (px_safetensors_write's names) into canon; *hf_p = 1
  * (nothing read, nothing logged) when the file holds a Hugging Face GPT-2
- * instead (its wte under transformers' names). */
+ * instead (its wte under transformers' names). The header is read by
+ * planner/safetensors.h, each tensor's shape checked against gc's. */
 static px_status_t load_safetensors(const char *path, const px_gpt_config_t *gc, float *canon,
                                     int *hf_p)
 {
-    px_status_t status = PX_ERR_INVALID_ARGUMENT;
-    unsigned char len8[8];
-    char *txt = NULL;
+    char err[1024];
     json_t *h = NULL;
-    json_error_t jerr;
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        px_error("sample: open %s: %s", path, strerror(errno));
-        return errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO;
+    uint64_t data0, file_bytes;
+    px_status_t status = px_safetensors_header(path, &h, &data0, &file_bytes, err, sizeof(err));
+    if (status != PX_OK) {
+        px_error("sample: %s", err);
+        return status;
     }
-    if (fstat(fd, &st) < 0 || (status = read_exact(fd, len8, 8, 0, path)) != PX_OK)
-        goto out;
-    status = PX_ERR_INVALID_ARGUMENT;
-    uint64_t hl = 0;
-    for (int b = 7; b >= 0; b--)
-        hl = hl << 8 | len8[b];
-    if (hl == 0 || hl > ST_HEADER_MAX || 8 + hl > (uint64_t)st.st_size) {
-        px_error("sample: %s is not a safetensors file (header length %llu, file %lld bytes)",
-                 path, (unsigned long long)hl, (long long)st.st_size);
-        goto out;
-    }
-    txt = malloc(hl);
-    if (!txt) {
-        status = PX_ERR_NO_MEMORY;
-        goto out;
-    }
-    if ((status = read_exact(fd, txt, hl, 8, path)) != PX_OK)
-        goto out;
-    status = PX_ERR_INVALID_ARGUMENT;
-    h = json_loadb(txt, hl, 0, &jerr);
-    if (!json_is_object(h)) {
-        px_error("sample: %s: bad safetensors header: %s", path, h ? "not an object" : jerr.text);
-        goto out;
-    }
+    int fd = -1;
     if (!json_object_get(h, "wte") && (json_object_get(h, "wte.weight") ||
                                        json_object_get(h, "transformer.wte.weight"))) {
         *hf_p = 1;
-        status = PX_OK;
         goto out;
     }
-    uint64_t data0 = 8 + hl, size = (uint64_t)st.st_size - data0;
-    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        px_error("sample: open %s: %s", path, strerror(errno));
+        status = PX_ERR_IO;
+        goto out;
+    }
+    for (int i = 0; i < PX_GPT_NUM_TENSORS && status == PX_OK; i++) {
         px_gpt_tensor_info_t ti;
         px_gpt_tensor_info_of(gc, i, &ti);
-        json_t *t = json_object_get(h, ti.name), *shape = json_object_get(t, "shape");
-        json_t *offs = json_object_get(t, "data_offsets");
-        const char *dtype = json_string_value(json_object_get(t, "dtype"));
-        char want[64], have[64] = "";
-        int n = 0, same = json_is_array(shape) && json_array_size(shape) == (size_t)ti.ndim;
-        for (int dd = 0; dd < ti.ndim; dd++)
-            n += snprintf(want + n, sizeof(want) - (size_t)n, "%s%d", dd ? "," : "",
-                          ti.shape[dd]);
-        n = 0;
-        for (size_t dd = 0; json_is_array(shape) && dd < json_array_size(shape) && n < 48; dd++) {
-            json_int_t v = json_integer_value(json_array_get(shape, dd));
-            n += snprintf(have + n, sizeof(have) - (size_t)n, "%s%lld", dd ? "," : "",
-                          (long long)v);
-            if ((int)dd < ti.ndim && v != ti.shape[dd])
-                same = 0;
+        long long shape[PX_SAFETENSORS_MAX_DIMS];
+        uint64_t b, e;
+        int nd, same;
+        if (px_safetensors_entry(h, path, ti.name, PX_SAFETENSORS_MAX_DIMS, &nd, shape, data0,
+                                 file_bytes, &b, &e, err, sizeof(err))) {
+            px_error("sample: %s%s", err, json_object_get(h, ti.name) ? ""
+                                          : " (not this model's weights)");
+            status = PX_ERR_INVALID_ARGUMENT;
+            break;
         }
-        if (!t) {
-            px_error("sample: %s has no tensor '%s' (not this model's weights)", path, ti.name);
-            goto out;
-        }
-        if (!dtype || strcmp(dtype, "F32") || !same) {
-            px_error("sample: %s: tensor '%s' is %s (%s), this model's is F32 (%s)", path,
-                     ti.name, dtype ? dtype : "?", have, want);
-            goto out;
-        }
-        json_int_t b = json_integer_value(json_array_get(offs, 0));
-        json_int_t e = json_integer_value(json_array_get(offs, 1));
-        if (json_array_size(offs) != 2 || b < 0 || e - b != (json_int_t)(ti.size * 4) ||
-            (uint64_t)e > size) {
-            px_error("sample: %s: tensor '%s' has data_offsets [%lld, %lld] for %zu floats in a "
-                     "data section of %llu bytes", path, ti.name, (long long)b, (long long)e,
-                     ti.size, (unsigned long long)size);
-            goto out;
+        same = nd == ti.ndim;
+        for (int d = 0; same && d < nd; d++)
+            same = shape[d] == ti.shape[d];
+        if (!same) {
+            char want[64], have[64];
+            int n = 0, m = 0;
+            for (int d = 0; d < ti.ndim; d++)
+                n += snprintf(want + n, sizeof(want) - (size_t)n, "%s%d", d ? "," : "",
+                              ti.shape[d]);
+            for (int d = 0; d < nd; d++)
+                m += snprintf(have + m, sizeof(have) - (size_t)m, "%s%lld", d ? "," : "",
+                              shape[d]);
+            px_error("sample: %s: tensor '%s' has shape (%s), this model's is (%s)", path,
+                     ti.name, have, want);
+            status = PX_ERR_INVALID_ARGUMENT;
+            break;
         }
         status = read_exact(fd, canon + ti.offset, ti.size * sizeof(float),
-                            (off_t)(data0 + (uint64_t)b), path);
-        if (status != PX_OK)
-            goto out;
-        status = PX_ERR_INVALID_ARGUMENT;
+                            (off_t)(data0 + b), path);
     }
-    status = PX_OK;
 out:
+    if (fd >= 0)
+        close(fd);
     json_decref(h);
-    free(txt);
-    close(fd);
     return status;
 }
 
