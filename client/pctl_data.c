@@ -18,7 +18,8 @@
  * the same directory and renamed into place, so a failure never leaves a
  * truncated OUT. With --tokenizer the tokenizer file is copied beside OUT
  * ("x.bin" -> "x.tokenizer.json", px_tokenizer_sidecar_path), where `pctl
- * sample` of a job trained on OUT finds it. Runs locally; no daemon. */
+ * sample` of a job trained on OUT finds it; without, one left there by an
+ * earlier run is removed. Runs locally; no daemon. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -614,6 +615,11 @@ static int data_prepare(int argc, char **argv)
         printf("wrote %llu validation tokens (last %.4g of the text) to %s\n",
                (unsigned long long)n_val, frac, vpath);
     }
+    /* a tokenizer an earlier --tokenizer run left beside OUT no longer
+     * describes it: sampling would code the bytes with it */
+    char side[4200];
+    if (!px_tokenizer_sidecar_path(outp, side, sizeof(side)) && unlink(side) == 0)
+        printf("removed %s (OUT is byte-level now)\n", side);
     rc = PCTL_EXIT_OK;
 out:
     free(vpath);

@@ -18,7 +18,8 @@ logits on the way is printed (a near tie would make the exact comparison
 fragile). Then:
   * the tokenizer beside the data: `pctl data prepare --tokenizer` copies
     it to book.tokenizer.json beside book.bin, and --sample with --data
-    book.bin (no --tokenizer) codes the text with it: the same ids;
+    book.bin (no --tokenizer) codes the text with it: the same ids; the
+    same OUT prepared byte by byte removes it;
   * the safetensors file alone (DIR/model.safetensors) gives the same ids;
   * a tokenizer of another vocab than the model's is refused (exit 2,
     naming both), as is a model without a tokenizer whose vocab is not 256.
@@ -171,6 +172,11 @@ def main():
     _, ids, _ = sample(rank_bin, work, bpe_dir, V, pr, ['--data', book], 'beside')
     check('--data book.bin codes with book.tokenizer.json', ids == results[pr],
           '%s vs %s' % (ids, results[pr]))
+    # the same OUT prepared byte by byte: the tokenizer beside it goes
+    p = subprocess.run([pctl, 'data', 'prepare', '--text', corpus, '--out', book],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    check('pctl data prepare without --tokenizer removes the one beside OUT',
+          p.returncode == 0 and not os.path.exists(side), p.stdout.decode()[-300:])
 
     # ---- refusals
     _, _, p = sample(rank_bin, work, byte_dir, 256, 'x', ['--tokenizer', tj], 'mismatch')
