@@ -213,9 +213,9 @@ px_status_t px_sample_codec_for(int vocab, const px_tokenizer_t *tok, const char
     if (tok) {
         uint32_t tv = px_tokenizer_vocab_size(tok);
         if (tv != (uint32_t)vocab) {
-            snprintf(err, errlen, "the tokenizer %s has vocab %u, the model vocab %d: sample "
-                     "with the tokenizer the model's data was prepared with", tok_name, tv,
-                     vocab);
+            snprintf(err, errlen, "the tokenizer has vocab %u, the model vocab %d: sample "
+                     "with the tokenizer the model's data was prepared with (tokenizer %s)",
+                     tv, vocab, tok_name);
             return PX_ERR_INVALID_ARGUMENT;
         }
         /* an empty prompt starts from "\n" as for bytes: its first token */

@@ -85,7 +85,7 @@ static json_t *ids_json(const int32_t *ids, size_t n)
 int px_rank_sample_main(const px_job_config_t *cfg, const px_rank_sample_args_t *s,
                         const char *device)
 {
-    char err[512];
+    char err[1024];
     px_sample_codec_t codec;
     px_tokenizer_t *tok = NULL;
     char tok_path[4200] = "";
