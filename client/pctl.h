@@ -69,7 +69,8 @@ int pctl_job_flag_apply(const char *cmd, const px_job_flag_t *f, const char *val
     "usage: pctl plan [JOB FLAGS of pctl submit] [--params N] [--paper]\n"                   \
     "                 [--optimizer-bytes-per-param K] [--device cpu|cuda|sim]\n"             \
     "                 [--nodes N] [--devices-per-node K] [--ranks] [--print-schedule]\n"     \
-    "                 [--json]\n"
+    "                 [--cluster FILE|PRESET:NODESxGPUS [--search] [--top N]\n"             \
+    "                 [--engine parallax|megatron|torchtitan|llmc]] [--json]\n"
 
 /* pctl plan's --help: its own flags, then the job flags' help generated
  * from the shared table (jobflags.h). */
@@ -170,6 +171,23 @@ int pctl_cmd_data(pctl_ctx_t *ctx, int argc, char **argv);
 
 /* ---- pctl_plan.c, pctl_mem.c */
 int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv);
+
+/* ---- pctl_plantime.c (pctl plan --cluster / --search) */
+struct px_cluster;
+struct px_step_engine;
+/* "parallax" (*parallax_p = 1: the engine by device and precision),
+ * "megatron", "torchtitan", "llmc" into *e; -1 for another name. */
+int pctl_plan_engine_parse(const char *name, struct px_step_engine *e, int *parallax_p);
+/* The predicted step of cfg on cl run by eng (NULL: parallax) with memory
+ * of device kind dev: a line, or root's "time" object (root not NULL).
+ * PCTL_EXIT_OK or PCTL_EXIT_USAGE (the layout does not place; printed). */
+int pctl_plan_time(const px_job_config_t *cfg, const struct px_cluster *cl,
+                   const struct px_step_engine *eng, int dev, json_t *root);
+/* The `keep` fastest layouts of cfg's model and batch over all of cl's
+ * devices that fit memory, printed (or as root's "search" array, printed
+ * as JSON). PCTL_EXIT_FAIL when none fits. */
+int pctl_plan_search(const px_job_config_t *cfg, const struct px_cluster *cl,
+                     const struct px_step_engine *eng, int dev, int keep, json_t *root);
 int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv);
 
 /* ---- pctl_jobs.c */

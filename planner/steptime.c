@@ -72,7 +72,8 @@ void px_step_engine_parallax(int dev, int precision, px_step_engine_t *e)
                             .act_bytes = 4, .grad_bytes = 4, .param_bytes = 4,
                             .optim_bytes = 28, .elementwise = 1,
                             .fused_attention = dev == PX_PLAN_DEV_CUDA, .dp_overlap = 1,
-                            .kernels_per_layer = 60};
+                            .kernels_per_layer = 60, .max_zero = 3, .sequence_parallel = 1,
+                            .context_parallel = 1, .schedules = (1u << PX_PIPE_NKINDS) - 1};
 }
 
 void px_step_engine_megatron(px_step_engine_t *e)
@@ -82,7 +83,8 @@ void px_step_engine_megatron(px_step_engine_t *e)
     *e = (px_step_engine_t){.name = "megatron-lm 2021", .recompute = 1,
                             .act_bytes = 2, .grad_bytes = 2, .param_bytes = 2,
                             .optim_bytes = 28, .elementwise = 0.5, .fused_attention = 0,
-                            .dp_overlap = 0, .kernels_per_layer = 40};
+                            .dp_overlap = 0, .kernels_per_layer = 40, .max_zero = 0,
+                            .schedules = 1u << PX_PIPE_1F1B | 1u << PX_PIPE_INTERLEAVED};
 }
 
 void px_step_engine_torchtitan(px_step_engine_t *e)
@@ -90,7 +92,10 @@ void px_step_engine_torchtitan(px_step_engine_t *e)
     *e = (px_step_engine_t){.name = "torchtitan", .recompute = 0.5,
                             .act_bytes = 2, .grad_bytes = 4, .param_bytes = 2,
                             .optim_bytes = 28, .elementwise = 3, .fused_attention = 1,
-                            .dp_overlap = 1, .kernels_per_layer = 60};
+                            .dp_overlap = 1, .kernels_per_layer = 60, .max_zero = 3,
+                            .sequence_parallel = 1, .context_parallel = 1,
+                            .schedules = 1u << PX_PIPE_1F1B | 1u << PX_PIPE_GPIPE |
+                                         1u << PX_PIPE_INTERLEAVED};
 }
 
 void px_step_engine_llmc(px_step_engine_t *e)
@@ -98,7 +103,7 @@ void px_step_engine_llmc(px_step_engine_t *e)
     *e = (px_step_engine_t){.name = "llm.c", .recompute = 0,
                             .act_bytes = 2, .grad_bytes = 2, .param_bytes = 2,
                             .optim_bytes = 28, .elementwise = 0.5, .fused_attention = 1,
-                            .dp_overlap = 0, .kernels_per_layer = 30};
+                            .dp_overlap = 0, .kernels_per_layer = 30, .max_zero = 1};
 }
 
 /* ------------------------------------------------------- collectives */

@@ -77,10 +77,15 @@ typedef struct px_step_engine {
                                 micro-batch's backward; 0: after the step's
                                 backward */
     int kernels_per_layer;   /* kernels a layer's forward + backward launches */
+    /* what the engine can run (a layout search keeps to it) */
+    int max_zero;            /* the highest ZeRO stage (0: none) */
+    int sequence_parallel;   /* 1: Megatron's sequence parallelism */
+    int context_parallel;    /* 1: ring attention (cp > 1) */
+    unsigned schedules;      /* bit k: pipeline schedule k (pipesched.h) */
 } px_step_engine_t;
 
 /* parallax's engine as it runs on device kind `dev` (px_plan_dev_t) at
- * `precision` (jobcfg.h): no recomputation; fp32 activations and
+ * `precision` (jobcfg.h), every layout jobcfg.h validates: no recomputation; fp32 activations and
  * collectives (4 bytes; bf16 only rounds GEMM operands); fp32 AdamW
  * (reads p, g, m, v and writes p, m, v: 28 bytes a parameter); unfused
  * elementwise ops; the fused attention on cuda, the unfused (T x T) on cpu
@@ -91,7 +96,9 @@ void px_step_engine_parallax(int dev, int precision, px_step_engine_t *e);
  * sections 4-5): full activation recomputation (1), fp16 activations and
  * gradients (2 bytes), fused elementwise kernels (bias-GeLU, bias-dropout-
  * add, scale-mask-softmax: 0.5), the unfused T x T attention matmuls, the
- * data-parallel all-reduce after the pipeline flush (no overlap). */
+ * data-parallel all-reduce after the pipeline flush (no overlap); it ran
+ * tp, pp (1F1B, interleaved) and dp only: no ZeRO (the distributed
+ * optimizer came in 2022), no sequence or context parallelism. */
 void px_step_engine_megatron(px_step_engine_t *e);
 
 /* torchtitan (FSDP2, bf16 mixed precision; benchmarks/
@@ -101,12 +108,13 @@ void px_step_engine_megatron(px_step_engine_t *e);
  * elementwise ops (3): the eager RMSNorm upcasts to fp32 and runs x.float,
  * pow, mean, rsqrt, mul, type_as and the weight's mul (about 9 passes, 4
  * of them 4-byte, where the model counts one 2-byte read and write), and
- * the rotary embedding's complex multiply likewise. */
+ * the rotary embedding's complex multiply likewise. FSDP (ZeRO 3), tp with
+ * sequence parallelism, cp, 1F1B / GPipe / interleaved. */
 void px_step_engine_torchtitan(px_step_engine_t *e);
 
 /* llm.c (train_gpt2.cu): bf16 activations and gradients, fused kernels
  * (0.5), cuDNN flash attention, ZeRO-1 with the reduction after backward,
- * no recomputation. */
+ * no recomputation; dp and ZeRO 0-1 only. */
 void px_step_engine_llmc(px_step_engine_t *e);
 
 /* The costs a step is split into (each in seconds of the step). */
