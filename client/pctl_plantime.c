@@ -13,7 +13,9 @@
  * virtual stages, all within what the pricing engine can run (steptime.h:
  * Megatron-LM's 2021 runs had no ZeRO, sequence or context parallelism);
  * each candidate must pass the one validator
- * (px_job_config_check) and fit the device's memory. Single-threaded; no
+ * (px_job_config_check: with parallax's engine also its rules of what the
+ * engine runs today, so a layout found is one pctl submit accepts) and fit
+ * the device's memory. Single-threaded; no
  * I/O but stdout and stderr. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,8 +119,10 @@ static void consider(search_t *s, const px_job_config_t *c)
     px_job_plan_t jp;
     px_step_time_t t;
 
+    /* parallax's own engine: what pctl submit accepts; another engine's
+     * layouts are priced whether parallax runs them yet or not */
     s->tried++;
-    if (px_job_config_check(c, PX_JOBCFG_LAYOUT_ONLY, err, sizeof(err)) != PX_OK)
+    if (px_job_config_check(c, s->eng ? PX_JOBCFG_LAYOUT_ONLY : 0, err, sizeof(err)) != PX_OK)
         return;
     s->valid++;
     if (px_plan_job(c, s->dev, -1, &jp) != PX_OK)
