@@ -188,6 +188,14 @@ int pctl_plan_time(const px_job_config_t *cfg, const struct px_cluster *cl,
  * as JSON). PCTL_EXIT_FAIL when none fits. */
 int pctl_plan_search(const px_job_config_t *cfg, const struct px_cluster *cl,
                      const struct px_step_engine *eng, int dev, int keep, json_t *root);
+/* The search's fastest layout: cfg with its layout, ZeRO stage, sequence
+ * parallelism, grad_accum, micro_batches, schedule and virtual stages into
+ * *best, its prediction into *t_p, the layouts that fit into *fit_p.
+ * PCTL_EXIT_OK, or PCTL_EXIT_FAIL when none fits (nothing printed). */
+struct px_step_time;
+int pctl_plan_search_best(const px_job_config_t *cfg, const struct px_cluster *cl,
+                          const struct px_step_engine *eng, int dev, px_job_config_t *best,
+                          struct px_step_time *t_p, long *fit_p);
 int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv);
 
 /* ---- pctl_jobs.c */

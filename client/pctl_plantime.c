@@ -182,19 +182,17 @@ static void vary_batching(search_t *s, px_job_config_t c)
     }
 }
 
-int pctl_plan_search(const px_job_config_t *base, const px_cluster_t *cl,
-                     const px_step_engine_t *eng, int dev, int keep, json_t *root)
+/* Every layout of base's model and batch over cl's devices into s (the
+ * s->keep fastest kept). */
+static void search_run(search_t *s, const px_job_config_t *base)
 {
+    const px_cluster_t *cl = s->cl;
+    const px_step_engine_t *eng = s->eng;
     const int world = cl->nodes * cl->per_node;
     const int Vp = px_job_config_padded_vocab(base->vocab);
-    search_t s = {.cl = cl, .eng = eng, .dev = dev, .keep = keep};
     const int max_zero = eng ? eng->max_zero : 3, max_cp = eng && !eng->context_parallel ? 1 : 8;
     const int can_sp = !eng || eng->sequence_parallel;
-    s.best = calloc((size_t)keep, sizeof(cand_t));
-    if (!s.best) {
-        fprintf(stderr, "pctl: plan: out of memory\n");
-        return PCTL_EXIT_FAIL;
-    }
+
     for (int tp = 1; tp <= cl->per_node && tp <= world; tp++) {
         if (world % tp || base->heads % tp || base->dim % tp || Vp % tp)
             continue;
@@ -218,12 +216,48 @@ int pctl_plan_search(const px_job_config_t *base, const px_cluster_t *cl,
                             c.zero = z;
                             c.sequence_parallel = sp;
                             c.stage_layers = NULL;
-                            vary_batching(&s, c);
+                            vary_batching(s, c);
                         }
                 }
             }
         }
     }
+}
+
+int pctl_plan_search_best(const px_job_config_t *base, const px_cluster_t *cl,
+                          const px_step_engine_t *eng, int dev, px_job_config_t *best,
+                          px_step_time_t *t_p, long *fit_p)
+{
+    cand_t one;
+    search_t s = {.cl = cl, .eng = eng, .dev = dev, .keep = 1, .best = &one};
+    search_run(&s, base);
+    *fit_p = s.fit;
+    if (!s.n)
+        return PCTL_EXIT_FAIL;
+    *best = *base;
+    best->layout = one.cfg.layout;
+    best->zero = one.cfg.zero;
+    best->sequence_parallel = one.cfg.sequence_parallel;
+    best->grad_accum = one.cfg.grad_accum;
+    best->micro_batches = one.cfg.micro_batches;
+    best->schedule = one.cfg.schedule;
+    best->virtual_stages = one.cfg.virtual_stages;
+    best->stage_layers = NULL;
+    *t_p = one.t;
+    return PCTL_EXIT_OK;
+}
+
+int pctl_plan_search(const px_job_config_t *base, const px_cluster_t *cl,
+                     const px_step_engine_t *eng, int dev, int keep, json_t *root)
+{
+    const int world = cl->nodes * cl->per_node;
+    search_t s = {.cl = cl, .eng = eng, .dev = dev, .keep = keep};
+    s.best = calloc((size_t)keep, sizeof(cand_t));
+    if (!s.best) {
+        fprintf(stderr, "pctl: plan: out of memory\n");
+        return PCTL_EXIT_FAIL;
+    }
+    search_run(&s, base);
     if (root) {
         json_t *arr = json_array();
         for (int i = 0; i < s.n; i++) {
