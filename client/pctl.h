@@ -69,7 +69,8 @@ int pctl_job_flag_apply(const char *cmd, const px_job_flag_t *f, const char *val
     "usage: pctl plan [JOB FLAGS of pctl submit] [--params N] [--paper]\n"                   \
     "                 [--optimizer-bytes-per-param K] [--device cpu|cuda|sim]\n"             \
     "                 [--nodes N] [--devices-per-node K] [--ranks] [--print-schedule]\n"     \
-    "                 [--cluster FILE|PRESET:NODESxGPUS [--search] [--top N]\n"             \
+    "                 [--cluster FILE|PRESET:NODESxGPUS|local [--search] [--top N]\n"       \
+    "                  [--save-cluster FILE]\n"                                            \
     "                 [--engine parallax|megatron|torchtitan|llmc]] [--json]\n"
 
 /* pctl plan's --help: its own flags, then the job flags' help generated
@@ -171,6 +172,24 @@ int pctl_cmd_data(pctl_ctx_t *ctx, int argc, char **argv);
 
 /* ---- pctl_plan.c, pctl_mem.c */
 int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv);
+
+/* ---- pctl_calib.c (the daemon's cluster as a planner/cluster.h one) */
+struct px_cluster;
+/* The alive nodes' free devices (those `devices`, a --devices value or
+ * NULL, admits): *nodes_p nodes with any, *per_node_p the fewest a node has,
+ * *dev_p their kind (px_plan_dev_t), *mem_p the smallest device memory
+ * reported (0: none). PCTL_EXIT_OK or an exit code (printed, as `cmd`). */
+int pctl_cluster_topology(pctl_ctx_t *ctx, const char *cmd, const char *devices, int *nodes_p,
+                          int *per_node_p, int *dev_p, double *mem_p);
+/* `--cluster local`: that topology with its links measured by two bench
+ * jobs and the device's GEMM efficiency and kernel cost fitted to two
+ * short training jobs of cfg's model (cfg->data_path absolute) over every
+ * free device (pctl_calib.c says how). Prints the figures on stderr.
+ * PCTL_EXIT_OK or an exit code (printed). */
+int pctl_cluster_local(pctl_ctx_t *ctx, const px_job_config_t *cfg, const char *devices,
+                       struct px_cluster *cl, int *dev_p);
+/* Writes cl as an INI file planner/cluster.h reads. PCTL_EXIT_OK or FAIL. */
+int pctl_cluster_save(const struct px_cluster *cl, const char *path);
 
 /* ---- pctl_plantime.c (pctl plan --cluster / --search) */
 struct px_cluster;

@@ -513,67 +513,42 @@ int pctl_job_flag_apply(const char *cmd, const px_job_flag_t *f, const char *val
  * devices, those --devices admits; nodes x the fewest free devices of a
  * node, so every node can hold its share; device memory the smallest
  * reported) priced with the rates of `spec` (a cluster file or preset of
- * planner/cluster.h; NULL: the cpu preset for cpu and sim devices,
- * h100-sxm for cuda), and the fastest layout pctl plan --search finds
+ * planner/cluster.h, or "local": measured, pctl_cluster_local; NULL: the
+ * cpu preset for cpu and sim devices, h100-sxm for cuda), and the fastest layout pctl plan --search finds
  * there written into cfg. Says on stderr what it chose. PCTL_EXIT_OK, or
  * an exit code (printed). */
 static int layout_auto(pctl_ctx_t *ctx, const char *spec, const char *devices,
                        px_job_config_t *cfg)
 {
-    Parallax__V1__ListNodesRequest req = PARALLAX__V1__LIST_NODES_REQUEST__INIT;
-    Parallax__V1__ListNodesResponse *resp = NULL;
-    px_devsel_t sel;
     px_cluster_t cl;
     px_step_time_t t;
     px_job_config_t best;
     char err[512];
-    int nodes = 0, per_node = 0, dev = -1;
+    int nodes = 0, per_node = 0, dev = -1, rc;
     double mem = 0;
     long fit = 0;
 
-    if (px_devsel_parse(devices ? devices : "", &sel, err, sizeof(err)) != PX_OK)
-        return pctl_usage_error("submit", "invalid value for --devices: %s", err);
-    if (pctl_call(ctx, "submit", M_NODES, &req.base,
-                  &parallax__v1__list_nodes_response__descriptor, (ProtobufCMessage **)&resp))
-        return PCTL_EXIT_FAIL;
-    for (size_t i = 0; i < resp->n_nodes; i++) {
-        const Parallax__V1__NodeInfo *n = resp->nodes[i];
-        int nfree = 0;
-        if (!n->alive)
-            continue;
-        for (size_t k = 0; k < n->n_devices; k++) {
-            const Parallax__V1__Device *d = n->devices[k];
-            if ((d->job_id && *d->job_id) || !px_devsel_match(&sel, d->name))
-                continue;
-            nfree++;
-            if (dev < 0)
-                dev = px_plan_dev_parse(d->name);
-            if (d->memory_bytes && (mem == 0 || d->memory_bytes < mem))
-                mem = (double)d->memory_bytes;
-        }
-        if (nfree) {
-            nodes++;
-            per_node = per_node ? (nfree < per_node ? nfree : per_node) : nfree;
-        }
+    if (spec && !strcmp(spec, "local")) {
+        if ((rc = pctl_cluster_local(ctx, cfg, devices, &cl, &dev)) != PCTL_EXIT_OK)
+            return rc;
+        nodes = cl.nodes;
+        per_node = cl.per_node;
+        mem = cl.dev.mem_bytes;
+    } else if ((rc = pctl_cluster_topology(ctx, "submit", devices, &nodes, &per_node, &dev,
+                                           &mem)) != PCTL_EXIT_OK)
+        return rc;
+    if (!spec || strcmp(spec, "local")) {
+        if (spec) {
+            if (px_cluster_parse(spec, &cl, err, sizeof(err)) != PX_OK)
+                return pctl_usage_error("submit", "--cluster %s", err);
+        } else if (px_cluster_preset(dev == PX_PLAN_DEV_CUDA ? "h100-sxm" : "cpu", 1, 1, &cl) !=
+                   PX_OK)
+            return PCTL_EXIT_FAIL;
+        cl.nodes = nodes;
+        cl.per_node = per_node;
+        if (mem > 0)
+            cl.dev.mem_bytes = mem;
     }
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
-    if (!nodes) {
-        fprintf(stderr, "pctl: submit: --layout auto: the cluster has no free devices%s\n",
-                devices ? " that --devices admits" : "");
-        return PCTL_EXIT_FAIL;
-    }
-    if (dev < 0)
-        dev = PX_PLAN_DEV_CPU;
-    if (spec) {
-        if (px_cluster_parse(spec, &cl, err, sizeof(err)) != PX_OK)
-            return pctl_usage_error("submit", "--cluster %s", err);
-    } else if (px_cluster_preset(dev == PX_PLAN_DEV_CUDA ? "h100-sxm" : "cpu", 1, 1, &cl) !=
-               PX_OK)
-        return PCTL_EXIT_FAIL;
-    cl.nodes = nodes;
-    cl.per_node = per_node;
-    if (mem > 0)
-        cl.dev.mem_bytes = mem;
     snprintf(cl.name, sizeof(cl.name), "%d node%s x %d %s device%s", nodes, nodes == 1 ? "" : "s",
              per_node, px_plan_dev_name(dev), per_node == 1 ? "" : "s");
     if (pctl_plan_search_best(cfg, &cl, NULL, dev, &best, &t, &fit) != PCTL_EXIT_OK) {

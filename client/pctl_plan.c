@@ -19,7 +19,9 @@
  * puts it on (--nodes x --devices-per-node), summarised for large worlds
  * (--ranks lists them all). GB = 10^9 bytes. Single-threaded; no I/O but
  * stdout and stderr. */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -49,14 +51,16 @@ typedef struct plan_args {
     double k;             /* --optimizer-bytes-per-param; < 0: the accounting's */
     int paper, dev, json, ranks, print_sched;
     int nodes, per_node;  /* per_node 0: world / nodes, rounded up */
-    int zero_given, sched_given, have_dims;
+    int zero_given, sched_given, have_dims, data_given;
     const char *cluster;  /* --cluster FILE|PRESET:NxG; NULL: no time model */
     const char *engine;   /* --engine; NULL: parallax */
     int search, top, dev_given, nodes_given;
+    const char *save_cluster; /* --save-cluster FILE */
 } plan_args_t;
 
 enum { O_PARAMS = 256, O_NODES, O_PER_NODE, O_DEVICE, O_PAPER, O_K, O_RANKS, O_PRINT_SCHED,
-       O_JSON, O_HELP, O_CLUSTER, O_SEARCH, O_ENGINE, O_TOP, O_JOB_FLAG = 1024 };
+       O_JSON, O_HELP, O_CLUSTER, O_SEARCH, O_ENGINE, O_TOP, O_SAVE_CLUSTER,
+       O_JOB_FLAG = 1024 };
 
 static const struct option own_opts[] = {
     {"params", required_argument, NULL, O_PARAMS},
@@ -72,6 +76,7 @@ static const struct option own_opts[] = {
     {"search", no_argument, NULL, O_SEARCH},
     {"engine", required_argument, NULL, O_ENGINE},
     {"top", required_argument, NULL, O_TOP},
+    {"save-cluster", required_argument, NULL, O_SAVE_CLUSTER},
     {"help", no_argument, NULL, O_HELP},
 };
 #define N_OWN (sizeof(own_opts) / sizeof(own_opts[0]))
@@ -128,6 +133,13 @@ int pctl_plan_help(void)
           "                     that fits the device's memory, the fastest first; the\n"
           "                     layout flags given are ignored\n"
           "  --top N            the layouts --search prints (default 10)\n"
+          "  --cluster local    the cluster the daemon (--server) reports, measured: its\n"
+          "                     free devices (pctl nodes), its links by two all-reduce\n"
+          "                     bench jobs (within a node, across nodes), and the\n"
+          "                     device's GEMM efficiency and kernel cost fitted to two\n"
+          "                     short training jobs of this model over every free\n"
+          "                     device (needs --data: the token file they read)\n"
+          "  --save-cluster F   write the cluster used as an INI file --cluster reads\n"
           "  --engine E         price the step as engine E runs it: parallax (default),\n"
           "                     or a published run's engine to compare with it: megatron\n"
           "                     (full recomputation, fp16), torchtitan (FSDP, selective\n"
@@ -175,6 +187,7 @@ static int parse_args(int argc, char **argv, plan_args_t *a, int *done_p)
                 return PCTL_EXIT_USAGE;
             a->zero_given |= off == offsetof(px_job_config_t, zero);
             a->sched_given |= off == offsetof(px_job_config_t, schedule);
+            a->data_given |= off == offsetof(px_job_config_t, data_path);
             a->have_dims |= off == offsetof(px_job_config_t, layers) ||
                             off == offsetof(px_job_config_t, dim) ||
                             off == offsetof(px_job_config_t, heads) ||
@@ -198,6 +211,7 @@ static int parse_args(int argc, char **argv, plan_args_t *a, int *done_p)
             break;
         case O_CLUSTER: a->cluster = optarg; break;
         case O_SEARCH: a->search = 1; break;
+        case O_SAVE_CLUSTER: a->save_cluster = optarg; break;
         case O_ENGINE: a->engine = optarg; break;
         case O_TOP:
             if (pctl_parse_u64("plan", "--top", optarg, 1, 1000, &v))
@@ -227,8 +241,9 @@ static int parse_args(int argc, char **argv, plan_args_t *a, int *done_p)
     }
     if (optind < argc)
         return pctl_usage_error("plan", "unexpected argument '%s'", argv[optind]);
-    if ((a->search || a->engine || a->top) && !a->cluster)
-        return pctl_usage_error("plan", "--search, --top and --engine need --cluster");
+    if ((a->search || a->engine || a->top || a->save_cluster) && !a->cluster)
+        return pctl_usage_error("plan", "--search, --top, --engine and --save-cluster need "
+                                "--cluster");
     if (a->cluster && a->params > 0)
         return pctl_usage_error("plan", "--cluster needs the GPT dims, not --params");
     return PCTL_EXIT_OK;
@@ -787,7 +802,6 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     int done = 0, rc;
     int *node_of_rank;
     json_t *root = NULL;
-    (void)ctx;
 
     if ((rc = parse_args(argc, argv, &a, &done)) != PCTL_EXIT_OK || done)
         return rc;
@@ -796,8 +810,25 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     if (a.cluster) {
         char err[512];
         int parallax = 1;
-        if (px_cluster_parse(a.cluster, &cl, err, sizeof(err)) != PX_OK)
+        if (!strcmp(a.cluster, "local")) {
+            char *abs;
+            if (!a.data_given)
+                return pctl_usage_error("plan", "--cluster local needs --data FILE (the token "
+                                        "file its calibration jobs read)");
+            if (!(abs = realpath(a.cfg.data_path, NULL)))
+                return pctl_usage_error("plan", "invalid value '%s' for --data: %s",
+                                        a.cfg.data_path, strerror(errno));
+            px_job_config_t c = a.cfg;
+            c.data_path = abs;
+            rc = pctl_cluster_local(ctx, &c, NULL, &cl, &a.dev);
+            free(abs);
+            if (rc != PCTL_EXIT_OK)
+                return rc;
+            a.dev_given = 1;
+        } else if (px_cluster_parse(a.cluster, &cl, err, sizeof(err)) != PX_OK)
             return pctl_usage_error("plan", "--cluster %s", err);
+        if (a.save_cluster && (rc = pctl_cluster_save(&cl, a.save_cluster)) != PCTL_EXIT_OK)
+            return rc;
         if (a.engine && pctl_plan_engine_parse(a.engine, &eng, &parallax))
             return pctl_usage_error("plan", "--engine '%s': parallax, megatron, torchtitan or "
                                     "llmc", a.engine);
