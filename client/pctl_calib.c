@@ -4,10 +4,9 @@
  * `pctl plan --cluster local`:
  *   links: a `pctl bench` all-reduce job on two ranks of one node (the
  *     intra-node link) and on every free device (the ring crosses nodes:
- *     the inter-node link), 4 KiB and 4 MiB: the bus bandwidth of the
- *     larger is the link's bandwidth (efficiency 1: a measured figure), the
- *     smaller's time less its bytes' share is its latency (recursive
- *     doubling: log2 n messages);
+ *     the inter-node link), 4 KiB to 4 MiB: the alpha-beta model of the
+ *     algorithm px_coll.c runs at each size fitted to the rows by least
+ *     squares (relative error), efficiency 1 (a measured figure);
  *   kernels: two short training jobs of the planned model itself, data
  *     parallel over every free device (the devices' contention for the
  *     host's cores and memory included), with 1 and 4 sequences a rank;
@@ -131,8 +130,8 @@ static int wait_job(pctl_ctx_t *ctx, const char *id, Parallax__V1__Job **job_p)
     return PCTL_EXIT_OK;
 }
 
-/* A `pctl bench` all-reduce on `ranks` ranks at 4 KiB and 4 MiB into the
- * link *k (alpha, beta; efficiency 1). */
+/* A `pctl bench` all-reduce on `ranks` ranks from 4 KiB to 4 MiB into the
+ * link *k (alpha, beta fitted; efficiency 1). */
 static int bench_link(pctl_ctx_t *ctx, int ranks, const char *devices, px_link_spec_t *k)
 {
     Parallax__V1__SubmitJobRequest req = PARALLAX__V1__SUBMIT_JOB_REQUEST__INIT;
@@ -167,11 +166,39 @@ static int bench_link(pctl_ctx_t *ctx, int ranks, const char *devices, px_link_s
                 resp->job_id, job->n_bench_rows);
         goto out;
     }
-    const Parallax__V1__BenchRow *lo = job->bench_rows[0];
+    /* t = a alpha + b / beta per row, a and b as px_coll.c's algorithm for
+     * the size moves them (steptime.c cost_allreduce): least squares in
+     * (alpha, 1 / beta), each row weighted by 1 / t (relative error) */
+    double saa = 0, sab = 0, sbb = 0, sat = 0, sbt = 0;
+    const double n = ranks, lg = ceil(log2(n));
+    for (size_t i = 0; i < job->n_bench_rows; i++) {
+        const Parallax__V1__BenchRow *r = job->bench_rows[i];
+        double S = (double)r->size, t = r->time_us * 1e-6, a, b;
+        if (t <= 0)
+            continue;
+        if (S <= 32768) {
+            a = lg;
+            b = lg * S;
+        } else if (S <= 1048576 && ranks > 2) {
+            a = 2 * lg;
+            b = 2 * (n - 1) / n * S;
+        } else {
+            a = 2 * (n - 1);
+            b = 2 * (n - 1) / n * S;
+        }
+        a /= t, b /= t;
+        saa += a * a, sab += a * b, sbb += b * b, sat += a, sbt += b;
+    }
+    double det = saa * sbb - sab * sab, alpha = 0, inv_beta = 0;
+    if (det > 0) {
+        alpha = (sat * sbb - sbt * sab) / det;
+        inv_beta = (saa * sbt - sab * sat) / det;
+    }
     const Parallax__V1__BenchRow *hi = job->bench_rows[job->n_bench_rows - 1];
-    k->bw = hi->busbw * 1e9;
-    double lg = ceil(log2((double)ranks));
-    k->latency = fmax(1e-7, (lo->time_us * 1e-6 - lo->size / k->bw) / (lg > 0 ? lg : 1));
+    if (!(inv_beta > 0)) /* no fit: the largest row's bus bandwidth alone */
+        inv_beta = 1 / (hi->busbw * 1e9);
+    k->bw = 1 / inv_beta;
+    k->latency = fmax(1e-7, alpha);
     k->efficiency = 1;
     rc = PCTL_EXIT_OK;
 out:

@@ -8,8 +8,12 @@ preset's rates, planner/cluster.h) and submits the fastest layout that
 pctl submit accepts and that fits the devices' memory, saying on stderr
 which it chose; the job runs that layout (`pctl status --json`'s parallel
 spec) over all 4 devices and completes. `pctl plan --search --cluster
-cpu:2x2` on the same job ranks the same layout first. Bad uses are usage
-errors naming the value: --layout other than auto, --cluster without
+cpu:2x2` on the same job ranks the same layout first. `pctl plan --cluster
+local --data D --save-cluster F` measures this cluster (2 x 2 devices, the
+links' bandwidth and latency, the device's efficiency and kernel cost, all
+positive and in range) and writes an INI file that `--cluster F` reads back
+to the same prediction; without --data it is a usage error. Bad uses are
+usage errors naming the value: --layout other than auto, --cluster without
 --layout auto. Exit 77 when parallax-rank or pctl was not built.
 
 What this test does not show: that the chosen layout is the fastest here
@@ -74,6 +78,33 @@ def main():
             first["zero"] == chose["zero"], (first, chose)
         print("pctl plan --search --cluster cpu:2x2 ranks it first: %.4g tokens/s predicted"
               % first["tokens_per_s"])
+
+        # --cluster local: measured, saved, read back
+        base = [args.pctl, "--server", d0.control, "plan"] + [str(a) for a in model]
+        r = subprocess.run(base + ["--cluster", "local"], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and "--cluster local needs --data" in r.stderr, r.stderr
+        ini = os.path.join(cl.workdir, "local.ini")
+        r = subprocess.run(base + ["--cluster", "local", "--data", data, "--save-cluster", ini,
+                                   "--dp", "4", "--json"], capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, (r.stderr, r.stdout[-500:])
+        print(r.stderr.strip())
+        assert "calibrated on 2 nodes x 2 cpu devices" in r.stderr, r.stderr
+        local = json.loads(r.stdout)["time"]
+        with open(ini) as f:
+            text = f.read()
+        vals = dict(ln.split(" = ", 1) for ln in text.splitlines() if " = " in ln)
+        assert vals["nodes"] == "2" and vals["devices_per_node"] == "2", text
+        assert 0 < float(vals["efficiency"]) <= 1 and float(vals["launch_us"]) >= 0, text
+        assert float(vals["bandwidth_gbps"]) > 0 and float(vals["latency_us"]) > 0, text
+        r = subprocess.run([args.pctl, "plan", "--cluster", ini, "--dp", "4", "--json"] +
+                           [str(a) for a in model], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        again = json.loads(r.stdout)["time"]
+        assert abs(again["step_s"] / local["step_s"] - 1) < 1e-6, (again, local)
+        print("--cluster local: dp 4 predicted %.4g s a step; the saved file reads back the "
+              "same" % local["step_s"])
     except BaseException:
         print(cl.logs())
         raise
