@@ -60,7 +60,7 @@ static void preset_list(char *buf, size_t len)
         n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", presets[i].name);
 }
 
-px_status_t px_cluster_preset(const char *name, int nodes, int per_node, px_cluster_t *out)
+px_status_t px_cluster_preset(const char *name, int nodes, int per_node, px_cluster_t *cluster_p)
 {
     const struct preset *p = name ? find_preset(name) : NULL;
     char list[256];
@@ -73,17 +73,17 @@ px_status_t px_cluster_preset(const char *name, int nodes, int per_node, px_clus
         px_error("cluster %s: %d nodes x %d devices: both must be >= 1", name, nodes, per_node);
         return PX_ERR_INVALID_ARGUMENT;
     }
-    memset(out, 0, sizeof(*out));
-    snprintf(out->name, sizeof(out->name), "%s:%dx%d", name, nodes, per_node);
-    out->nodes = nodes;
-    out->per_node = per_node;
-    out->dev = p->dev;
-    out->intra = p->intra;
-    out->inter = p->inter;
+    memset(cluster_p, 0, sizeof(*cluster_p));
+    snprintf(cluster_p->name, sizeof(cluster_p->name), "%s:%dx%d", name, nodes, per_node);
+    cluster_p->nodes = nodes;
+    cluster_p->per_node = per_node;
+    cluster_p->dev = p->dev;
+    cluster_p->intra = p->intra;
+    cluster_p->inter = p->inter;
     return PX_OK;
 }
 
-px_status_t px_cluster_parse(const char *spec, px_cluster_t *out, char *errbuf, size_t errlen)
+px_status_t px_cluster_parse(const char *spec, px_cluster_t *cluster_p, char *errbuf, size_t errlen)
 {
     char name[64];
     const char *colon;
@@ -95,7 +95,7 @@ px_status_t px_cluster_parse(const char *spec, px_cluster_t *out, char *errbuf, 
         return PX_ERR_INVALID_ARGUMENT;
     }
     if (strchr(spec, '/') || (sl > 4 && !strcmp(spec + sl - 4, ".ini")))
-        return px_cluster_load(spec, out, errbuf, errlen);
+        return px_cluster_load(spec, cluster_p, errbuf, errlen);
     colon = strchr(spec, ':');
     n = colon ? (size_t)(colon - spec) : sl;
     if (n >= sizeof(name)) {
@@ -120,7 +120,7 @@ px_status_t px_cluster_parse(const char *spec, px_cluster_t *out, char *errbuf, 
                  spec, name, list);
         return PX_ERR_NOT_FOUND;
     }
-    return px_cluster_preset(name, nodes, per_node, out);
+    return px_cluster_preset(name, nodes, per_node, cluster_p);
 }
 
 /* ------------------------------------------------------------- the file */
@@ -184,9 +184,9 @@ static int on_key(void *user, const char *section, const char *key, const char *
         if (!strcmp(key, "preset")) {
             const struct preset *p = find_preset(value);
             if (!p) {
-                char list[256];
+                char list[128];
                 preset_list(list, sizeof(list));
-                snprintf(ctx->err, sizeof(ctx->err), "preset '%s' is unknown (presets: %s)",
+                snprintf(ctx->err, sizeof(ctx->err), "preset '%.40s' is unknown (presets: %s)",
                          value, list);
                 return 0;
             }
@@ -233,7 +233,8 @@ static int on_key(void *user, const char *section, const char *key, const char *
     return 0;
 }
 
-px_status_t px_cluster_load(const char *path, px_cluster_t *out, char *errbuf, size_t errlen)
+px_status_t px_cluster_load(const char *path, px_cluster_t *cluster_p, char *errbuf,
+                            size_t errlen)
 {
     ini_ctx_t ctx;
     FILE *f = fopen(path, "r");
@@ -256,7 +257,7 @@ px_status_t px_cluster_load(const char *path, px_cluster_t *out, char *errbuf, s
         return PX_ERR_INVALID_ARGUMENT;
     }
     snprintf(ctx.c.name, sizeof(ctx.c.name), "%s", path);
-    *out = ctx.c;
+    *cluster_p = ctx.c;
     return PX_OK;
 }
 

@@ -94,23 +94,27 @@ typedef struct px_cluster {
     px_link_spec_t intra, inter;
 } px_cluster_t;
 
-/* The preset `name` (above) with `nodes` x `per_node` devices into *out.
+/* The preset `name` (above) with `nodes` x `per_node` devices into
+ * *cluster_p (written only on success).
  * PX_ERR_NOT_FOUND for an unknown name (logged, listing the presets),
  * PX_ERR_INVALID_ARGUMENT for a count < 1. */
-px_status_t px_cluster_preset(const char *name, int nodes, int per_node, px_cluster_t *out);
+px_status_t px_cluster_preset(const char *name, int nodes, int per_node, px_cluster_t *cluster_p);
 
 /* The presets' names, NULL-terminated (static). */
 const char *const *px_cluster_preset_names(void);
 
 /* "PRESET:NODESxGPUS" (e.g. "h100-sxm:64x8"; "PRESET" alone: 1x1) or a
- * path to an INI file (anything with a '/' or ending in ".ini") into *out.
+ * path to an INI file (anything with a '/' or ending in ".ini") into
+ * *cluster_p.
  * Errors: PX_ERR_INVALID_ARGUMENT or PX_ERR_NOT_FOUND with the reason in
  * errbuf (naming the bad value, the file and line). */
-px_status_t px_cluster_parse(const char *spec, px_cluster_t *out, char *errbuf, size_t errlen);
+px_status_t px_cluster_parse(const char *spec, px_cluster_t *cluster_p, char *errbuf,
+                             size_t errlen);
 
-/* Reads the INI file at `path` (format above) into *out. Errors as
+/* Reads the INI file at `path` (format above) into *cluster_p. Errors as
  * px_cluster_parse. */
-px_status_t px_cluster_load(const char *path, px_cluster_t *out, char *errbuf, size_t errlen);
+px_status_t px_cluster_load(const char *path, px_cluster_t *cluster_p, char *errbuf,
+                            size_t errlen);
 
 /* The link a group of `size` ranks uses when all of them are on one node
  * (`one_node` 1): intra, else inter. */

@@ -525,7 +525,7 @@ static void top3(px_step_time_t *o)
 
 px_status_t px_step_predict(const px_job_config_t *cfg, const px_step_arch_t *arch,
                             const px_step_engine_t *eng, const px_cluster_t *cl, int dev,
-                            px_step_time_t *out, char *errbuf, size_t errlen)
+                            px_step_time_t *time_p, char *errbuf, size_t errlen)
 {
     const px_layout_t *l = &cfg->layout;
     const int world = px_layout_world(l);
@@ -697,7 +697,7 @@ px_status_t px_step_predict(const px_job_config_t *cfg, const px_step_arch_t *ar
     for (int s = 0; s < l->pp; s++)
         o.mem_bytes = fmax(o.mem_bytes, jps[s].total);
     o.fits = o.mem_bytes <= cl->dev.mem_bytes;
-    *out = o;
+    *time_p = o;
     status = PX_OK;
 out:
     if (jps)

@@ -153,11 +153,11 @@ typedef struct px_step_time {
  * PX_JOBCFG_LAYOUT_ONLY) with model `arch` (NULL: parallax's GPT) run by
  * `eng` (NULL: px_step_engine_parallax for dev and cfg->precision) on
  * cluster `cl`, its ranks placed by px_layout_place, memory planned for
- * device kind `dev` (px_plan_dev_t). Fills *out. Errors (errbuf names the
- * values): PX_ERR_INVALID_ARGUMENT when the layout needs more devices
+ * device kind `dev` (px_plan_dev_t). Fills *time_p (only on success).
+ * Errors (errbuf names the values): PX_ERR_INVALID_ARGUMENT when the layout needs more devices
  * than the cluster has or does not place, PX_ERR_NO_MEMORY. */
 px_status_t px_step_predict(const px_job_config_t *cfg, const px_step_arch_t *arch,
                             const px_step_engine_t *eng, const px_cluster_t *cl, int dev,
-                            px_step_time_t *out, char *errbuf, size_t errlen);
+                            px_step_time_t *time_p, char *errbuf, size_t errlen);
 
 #endif

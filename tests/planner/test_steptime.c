@@ -170,7 +170,8 @@ static void test_published(void)
     {
         px_job_config_t c;
         megatron_cfg(&c, 96, 96, 12288, 8, 12, 1536, 1536);
-        if (px_cluster_preset("a100-sxm-80g", 192, 8, &cl) == PX_OK && !predict(&c, NULL, &meg, &cl, &t)) {
+        if (px_cluster_preset("a100-sxm-80g", 192, 8, &cl) == PX_OK &&
+            !predict(&c, NULL, &meg, &cl, &t)) {
             double tf = megatron_flops(1536, 2048, 96, 12288, 51200) / t.step_s / 1536 / 1e12;
             row("megatron 174.6B t8 p12 1536 A100 B1536", "TFLOP/s", tf, 141,
                 "arXiv 2104.04473 Table 2 (PTD-P)", &t);
@@ -308,8 +309,9 @@ static void test_model(void)
     c.schedule = PX_PIPE_INTERLEAVED;
     c.virtual_stages = 2;
     predict(&c, NULL, NULL, &cl, &tv);
-    CHECK(tv.cost[PX_STEP_BUBBLE] < t8.cost[PX_STEP_BUBBLE], "interleaved bubble %.4g >= 1F1B's %.4g",
-          tv.cost[PX_STEP_BUBBLE], t8.cost[PX_STEP_BUBBLE]);
+    CHECK(tv.cost[PX_STEP_BUBBLE] < t8.cost[PX_STEP_BUBBLE],
+          "interleaved bubble %.4g >= 1F1B's %.4g", tv.cost[PX_STEP_BUBBLE],
+          t8.cost[PX_STEP_BUBBLE]);
 
     /* a tensor group across nodes pays the inter-node link: tp 2 on 2
      * nodes of 1 device is slower in tp collectives than on one node */
