@@ -125,7 +125,11 @@ static void consider(search_t *s, const px_job_config_t *c)
     if (px_job_config_check(c, s->eng ? PX_JOBCFG_LAYOUT_ONLY : 0, err, sizeof(err)) != PX_OK)
         return;
     s->valid++;
-    if (px_plan_job(c, s->dev, -1, &jp) != PX_OK)
+    /* the first stage alone first (the embedding's, and the most micro-
+     * batches in flight in 1F1B and interleaved): a layout one stage of
+     * which does not fit is out without planning the others; the
+     * prediction checks every stage */
+    if (px_plan_job(c, s->dev, 0, &jp) != PX_OK)
         return;
     double mem = jp.total;
     px_job_plan_free(&jp);
