@@ -36,7 +36,7 @@
 #define M_METRICS "/parallax.v1.Control/GetMetrics"
 #define POLL_MS 200
 #define CALIB_JOB_S 300.0 /* the most one calibration job may take */
-#define CALIB_STEPS 6     /* training steps of a kernel probe; the first is not timed */
+#define CALIB_STEPS 10    /* training steps of a kernel probe; the first is not timed */
 
 int pctl_cluster_topology(pctl_ctx_t *ctx, const char *cmd, const char *devices, int *nodes_p,
                           int *per_node_p, int *dev_p, double *mem_p)

@@ -36,7 +36,7 @@ from pxpctl import kill_daemons, pctl_cluster  # noqa: E402
 
 MODEL = ['--layers', '4', '--heads', '4', '--dim', '128', '--seq', '64', '--batch', '16',
          '--lr', '1e-3']
-STEPS = 8
+STEPS = 12
 LAYOUTS = [
     ('dp 4', ['--dp', '4']),
     ('dp 4 zero 3', ['--dp', '4', '--zero', '3']),
