@@ -32,7 +32,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'integration'))
 import pxcluster as pc  # noqa: E402
-from pxpctl import kill_daemons, pctl_cluster  # noqa: E402
+from pxpctl import pctl_cluster  # noqa: E402
 
 MODEL = ['--layers', '4', '--heads', '4', '--dim', '128', '--seq', '64', '--batch', '16',
          '--lr', '1e-3']
@@ -58,7 +58,7 @@ def main():
         return 77
     cl, data, client = setup
     fails = 0
-    try:
+    with cl:
         cl.start(client)
         server = cl.daemons[0].control
         pctl = [args.pctl, '--server', server]
@@ -130,8 +130,6 @@ def main():
         print('search ranks first %s zero %d (predicted %.4f s): measured %.4f s, the best '
               'measured %.4f s: %s' % (lay, best['zero'], best['step_s'], first, best_meas,
                                        'ok' if ok else 'OFF'))
-    finally:
-        kill_daemons(cl)
     print('PASS' if not fails else 'FAIL: %d' % fails)
     return 1 if fails else 0
 

@@ -12,7 +12,8 @@ cpu:2x2` on the same job ranks the same layout first. `pctl plan --cluster
 local --data D --save-cluster F` measures this cluster (2 x 2 devices, the
 links' bandwidth and latency, the device's efficiency and kernel cost, all
 positive and in range) and writes an INI file that `--cluster F` reads back
-to the same prediction; without --data it is a usage error. Bad uses are
+to the same prediction; without --data it is a usage error; `pctl submit
+--layout auto --cluster local` measures, chooses and runs. Bad uses are
 usage errors naming the value: --layout other than auto, --cluster without
 --layout auto. Exit 77 when parallax-rank or pctl was not built.
 
@@ -27,7 +28,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pxcluster as pc  # noqa: E402
-from pxpctl import kill_daemons, pctl_cluster, pctl_fail  # noqa: E402
+from pxpctl import pctl_cluster, pctl_fail  # noqa: E402
 
 
 def main():
@@ -37,7 +38,7 @@ def main():
         return 77
     cl, data, client = setup
     model = ["--layers", 2, "--heads", 2, "--dim", 32, "--seq", 16, "--batch", 8]
-    try:
+    with cl:
         cl.start(client)
         d0 = cl.daemons[0]
         c = client(d0)
@@ -105,11 +106,15 @@ def main():
         assert abs(again["step_s"] / local["step_s"] - 1) < 1e-6, (again, local)
         print("--cluster local: dp 4 predicted %.4g s a step; the saved file reads back the "
               "same" % local["step_s"])
-    except BaseException:
-        print(cl.logs())
-        raise
-    finally:
-        kill_daemons(cl)
+        # submit --layout auto --cluster local: measured, chosen, run
+        r = subprocess.run([args.pctl, "--server", d0.control, "submit", "--data", data,
+                            "--layout", "auto", "--cluster", "local", "--steps", "2", "--json"] +
+                           [str(a) for a in model], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0 and "rates: local" in r.stderr, (r.stderr, r.stdout)
+        job = pc.wait_state(c, json.loads(r.stdout)["job_id"],
+                            ("COMPLETED", "FAILED", "CANCELLED"), 240)
+        assert pc.job_state(job) == "COMPLETED", job
+        print("submit --layout auto --cluster local: %s" % r.stderr.strip().splitlines()[-1])
     print("PASS")
     return 0
 
