@@ -9,7 +9,8 @@ them:
  1. ep2 (dp 2 = ep 2) runs 10 steps uninterrupted, checkpointing at step 5
     (step_5/moe.json, moe.bin of 3 x the canonical MoE size, meta.json).
     Its step_5 resumes steps 6-10 on ep 2 (the same), one rank (every
-    expert on one rank), ep 4 and cp 2 x ep 2 (ZeRO 1): each ep group holds
+    expert on one rank), ep 4, cp 2 x ep 2 (ZeRO 1) and tp 2 (the units
+    re-cut over the tensor group): each ep group holds
     the whole batch, so routing and capacity are the uninterrupted run's,
     and losses and grad norms of steps 6-10 must equal it within 1e-5
     relative, the step-10 parameters (dense and MoE dumps) within 1e-5.
@@ -22,7 +23,9 @@ them:
     of the resume of step_5 itself.
  3. The uninterrupted run's --export-safetensors: one file, the dense
     tensors and moe_<tensor>.<layer> of each MoE layer (router (E,C), fcw
-    (E,4C,C) ...), data contiguous and bitwise the step-10 parameters.
+    (E,4C,C) ...), data contiguous and bitwise the step-10 parameters;
+    fcw, fcb, fcprojw, fcprojb keep their canonical shapes, all 0 (both
+    layers are MoE layers, which hold no dense MLP).
  4. Errors, each exiting non-zero naming the values: the checkpoint
     resumed by a model with 4 experts (experts=8 vs 4), and by a dense
     model (experts 0: the checkpoint holds a mixture of experts).
@@ -117,11 +120,16 @@ def check_export(path, dump):
     moe = open(os.path.join(dump, 'moe_params_%d.bin' % test_moe.STEPS), 'rb').read()
     r0 = hdr.get('moe_router.0', {})
     w1 = hdr.get('moe_fcprojw.1', {})
+    mlp = [data[hdr[k]['data_offsets'][0]:hdr[k]['data_offsets'][1]]
+           for k in ('fcw', 'fcb', 'fcprojw', 'fcprojb')]
     ok = (contiguous and data == dense + moe and r0.get('shape') == [8, 32] and
+          all(m and not any(m) for m in mlp) and
           w1.get('shape') == [8, 32, 128] and r0.get('data_offsets', [0])[0] == len(dense))
-    print('export %s: %d tensors, moe_router.0 %s, moe_fcprojw.1 %s, data %s the step-10 '
-          'parameters  %s' % (os.path.basename(path), len(hdr) - 1, r0.get('shape'),
-                              w1.get('shape'), '==' if data == dense + moe else '!=',
+    print('export %s: %d tensors, moe_router.0 %s, moe_fcprojw.1 %s, dense MLP %s, data %s '
+          'the step-10 parameters  %s' % (os.path.basename(path), len(hdr) - 1, r0.get('shape'),
+                                          w1.get('shape'), '0' if all(
+                                              m and not any(m) for m in mlp) else 'not 0',
+                                          '==' if data == dense + moe else '!=',
                               'ok' if ok else 'FAIL'))
     return 0 if ok else 1
 
@@ -163,7 +171,7 @@ def main():
     old_layout(s5, old5)
     cases = [('ep2', 2, ['--ep', '2']), ('one', 1, []), ('ep4', 4, ['--ep', '4']),
              ('cp2ep2z1', 2, ['--cp', '2', '--ep', '2', '--zero', '1']),
-             ('old_layout', 2, ['--ep', '2'])]
+             ('tp2', 2, ['--tp', '2']), ('old_layout', 2, ['--ep', '2'])]
     resumed = {}
     for name, world, extra in cases:
         tag = 'resume_' + name
