@@ -437,7 +437,9 @@ static void print_job(const plan_args_t *a, const px_job_plan_t *jp, const int *
     const px_layout_t *l = &c->layout;
     px_plan_precision_t prec;
     uint64_t *units = NULL;
-    uint64_t total = px_plan_gpt_units(c->layers, c->dim, c->vocab, c->seq, &units);
+    /* the dense units: a MoE layer's leave out the MLP its experts replace */
+    uint64_t total = px_plan_gpt_units_moe(c->layers, c->dim, c->vocab, c->seq, 1, c->experts,
+                                           c->moe_every, &units);
     free(units);
     accounting(a, &prec);
     printf("model: GPT %d layers, dim %d, heads %d, vocab %d, seq %d: %.4g parameters\n",
