@@ -69,7 +69,9 @@ int pctl_job_flag_apply(const char *cmd, const px_job_flag_t *f, const char *val
     "usage: pctl plan [JOB FLAGS of pctl submit] [--params N] [--paper]\n"                   \
     "                 [--optimizer-bytes-per-param K] [--device cpu|cuda|sim]\n"             \
     "                 [--nodes N] [--devices-per-node K] [--ranks] [--print-schedule]\n"     \
-    "                 [--json]\n"
+    "                 [--cluster FILE|PRESET:NODESxGPUS|local [--search] [--top N]\n"       \
+    "                  [--save-cluster FILE]\n"                                            \
+    "                 [--engine parallax|megatron|torchtitan|llmc]] [--json]\n"
 
 /* pctl plan's --help: its own flags, then the job flags' help generated
  * from the shared table (jobflags.h). */
@@ -170,6 +172,49 @@ int pctl_cmd_data(pctl_ctx_t *ctx, int argc, char **argv);
 
 /* ---- pctl_plan.c, pctl_mem.c */
 int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv);
+
+/* ---- pctl_calib.c (the daemon's cluster as a planner/cluster.h one) */
+struct px_cluster;
+/* The alive nodes' free devices (those `devices`, a --devices value or
+ * NULL, admits): *nodes_p nodes with any, *per_node_p the fewest a node has,
+ * *dev_p their kind (px_plan_dev_t), *mem_p the smallest device memory
+ * reported (0: none). PCTL_EXIT_OK or an exit code (printed, as `cmd`). */
+int pctl_cluster_topology(pctl_ctx_t *ctx, const char *cmd, const char *devices, int *nodes_p,
+                          int *per_node_p, int *dev_p, double *mem_p);
+/* `--cluster local`: that topology with its links measured by two bench
+ * jobs and the device's GEMM efficiency and kernel cost fitted to two
+ * short training jobs of cfg's model (cfg->data_path absolute) over every
+ * free device (pctl_calib.c says how). Prints the figures on stderr.
+ * PCTL_EXIT_OK or an exit code (printed). */
+int pctl_cluster_local(pctl_ctx_t *ctx, const px_job_config_t *cfg, const char *devices,
+                       struct px_cluster *cl, int *dev_p);
+/* Writes cl as an INI file planner/cluster.h reads. PCTL_EXIT_OK or FAIL. */
+int pctl_cluster_save(const struct px_cluster *cl, const char *path);
+
+/* ---- pctl_plantime.c (pctl plan --cluster / --search) */
+struct px_cluster;
+struct px_step_engine;
+/* "parallax" (*parallax_p = 1: the engine by device and precision),
+ * "megatron", "torchtitan", "llmc" into *e; -1 for another name. */
+int pctl_plan_engine_parse(const char *name, struct px_step_engine *e, int *parallax_p);
+/* The predicted step of cfg on cl run by eng (NULL: parallax) with memory
+ * of device kind dev: a line, or root's "time" object (root not NULL).
+ * PCTL_EXIT_OK or PCTL_EXIT_USAGE (the layout does not place; printed). */
+int pctl_plan_time(const px_job_config_t *cfg, const struct px_cluster *cl,
+                   const struct px_step_engine *eng, int dev, json_t *root);
+/* The `keep` fastest layouts of cfg's model and batch over all of cl's
+ * devices that fit memory, printed (or as root's "search" array, printed
+ * as JSON). PCTL_EXIT_FAIL when none fits. */
+int pctl_plan_search(const px_job_config_t *cfg, const struct px_cluster *cl,
+                     const struct px_step_engine *eng, int dev, int keep, json_t *root);
+/* The search's fastest layout: cfg with its layout, ZeRO stage, sequence
+ * parallelism, grad_accum, micro_batches, schedule and virtual stages into
+ * *best, its prediction into *t_p, the layouts that fit into *fit_p.
+ * PCTL_EXIT_OK, or PCTL_EXIT_FAIL when none fits (nothing printed). */
+struct px_step_time;
+int pctl_plan_search_best(const px_job_config_t *cfg, const struct px_cluster *cl,
+                          const struct px_step_engine *eng, int dev, px_job_config_t *best,
+                          struct px_step_time *t_p, long *fit_p);
 int pctl_cmd_mem(pctl_ctx_t *ctx, int argc, char **argv);
 
 /* ---- pctl_jobs.c */

@@ -71,6 +71,25 @@ static void put_le32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)(v >> 24);
 }
 
+/* Makes a token file durable under its name: flushes, fsyncs and closes
+ * `out` (always closed), then renames `tmp` (its temporary name) to `path`,
+ * so a reader never sees a partial file. Returns 0, or -1 with the error
+ * printed. */
+static int token_file_commit(FILE *out, const char *tmp, const char *path)
+{
+    int failed = fflush(out) != 0 || fsync(fileno(out)) != 0;
+    if (fclose(out) != 0 || failed) {
+        fprintf(stderr, "pctl: data prepare: writing %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (rename(tmp, path) != 0) {
+        fprintf(stderr, "pctl: data prepare: cannot rename %s to %s: %s\n", tmp, path,
+                strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* Copies `count` bytes of `in` as tokens into a new token file at `path`.
  * Returns 0, or -1 with the error printed. */
 static int write_tokens(FILE *in, const char *in_path, uint64_t count, const char *path)
@@ -120,19 +139,8 @@ static int write_tokens(FILE *in, const char *in_path, uint64_t count, const cha
             goto err_write;
         left -= got;
     }
-    if (fflush(out) != 0 || fsync(fileno(out)) != 0)
-        goto err_write;
-    if (fclose(out) != 0) {
-        out = NULL;
-        goto err_write;
-    }
+    ret = token_file_commit(out, tmp, path);
     out = NULL;
-    if (rename(tmp, path) != 0) {
-        fprintf(stderr, "pctl: data prepare: cannot rename %s to %s: %s\n", tmp, path,
-                strerror(errno));
-        goto out;
-    }
-    ret = 0;
     goto out;
 
 err_write:
@@ -346,19 +354,8 @@ static int write_ids(const uint32_t *ids, size_t n, int width, uint32_t vocab, c
         if (fwrite(buf, (size_t)width, k, out) != k)
             goto err_write;
     }
-    if (fflush(out) != 0 || fsync(fileno(out)) != 0)
-        goto err_write;
-    if (fclose(out) != 0) {
-        out = NULL;
-        goto err_write;
-    }
+    ret = token_file_commit(out, tmp, path);
     out = NULL;
-    if (rename(tmp, path) != 0) {
-        fprintf(stderr, "pctl: data prepare: cannot rename %s to %s: %s\n", tmp, path,
-                strerror(errno));
-        goto out;
-    }
-    ret = 0;
     goto out;
 
 err_write:

@@ -18,15 +18,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "data.h"
 #include "devsel.h"
 #include "jobflags.h"
+#include "jobplan.h"
 #include "jobname.h"
 #include "jobspec.h"
 #include "layout.h"
 #include "pctl.h"
 #include "pipesched.h"
 #include "px_time.h"
+#include "steptime.h"
 
 #define M_SUBMIT "/parallax.v1.Control/SubmitJob"
 #define M_GET "/parallax.v1.Control/GetJob"
@@ -506,11 +509,70 @@ int pctl_job_flag_apply(const char *cmd, const px_job_flag_t *f, const char *val
     return PCTL_EXIT_OK;
 }
 
+/* --layout auto: the cluster the daemon reports (its alive nodes' free
+ * devices, those --devices admits; nodes x the fewest free devices of a
+ * node, so every node can hold its share; device memory the smallest
+ * reported) priced with the rates of `spec` (a cluster file or preset of
+ * planner/cluster.h, or "local": measured, pctl_cluster_local; NULL: the
+ * cpu preset for cpu and sim devices, h100-sxm for cuda), and the fastest layout pctl plan --search finds
+ * there written into cfg. Says on stderr what it chose. PCTL_EXIT_OK, or
+ * an exit code (printed). */
+static int layout_auto(pctl_ctx_t *ctx, const char *spec, const char *devices,
+                       px_job_config_t *cfg)
+{
+    px_cluster_t cl;
+    px_step_time_t t;
+    px_job_config_t best;
+    char err[512];
+    int nodes = 0, per_node = 0, dev = -1, rc;
+    double mem = 0;
+    long fit = 0;
+
+    if (spec && !strcmp(spec, "local")) {
+        if ((rc = pctl_cluster_local(ctx, cfg, devices, &cl, &dev)) != PCTL_EXIT_OK)
+            return rc;
+        nodes = cl.nodes;
+        per_node = cl.per_node;
+        mem = cl.dev.mem_bytes;
+    } else if ((rc = pctl_cluster_topology(ctx, "submit", devices, &nodes, &per_node, &dev,
+                                           &mem)) != PCTL_EXIT_OK)
+        return rc;
+    if (!spec || strcmp(spec, "local")) {
+        if (spec) {
+            if (px_cluster_parse(spec, &cl, err, sizeof(err)) != PX_OK)
+                return pctl_usage_error("submit", "--cluster %s", err);
+        } else if (px_cluster_preset(dev == PX_PLAN_DEV_CUDA ? "h100-sxm" : "cpu", 1, 1, &cl) !=
+                   PX_OK)
+            return PCTL_EXIT_FAIL;
+        cl.nodes = nodes;
+        cl.per_node = per_node;
+        if (mem > 0)
+            cl.dev.mem_bytes = mem;
+    }
+    snprintf(cl.name, sizeof(cl.name), "%d node%s x %d %s device%s", nodes, nodes == 1 ? "" : "s",
+             per_node, px_plan_dev_name(dev), per_node == 1 ? "" : "s");
+    if (pctl_plan_search_best(cfg, &cl, NULL, dev, &best, &t, &fit) != PCTL_EXIT_OK) {
+        fprintf(stderr, "pctl: submit: --layout auto: no layout of the job fits %s (%.1f GB a "
+                "device)\n", cl.name, cl.dev.mem_bytes / 1e9);
+        return PCTL_EXIT_FAIL;
+    }
+    *cfg = best;
+    fprintf(stderr, "pctl: submit: --layout auto chose dp=%d tp=%d pp=%d cp=%d ep=%d zero=%d "
+            "sequence_parallel=%d grad_accum=%d micro_batches=%d schedule=%s "
+            "virtual_stages=%d: predicted %.4g s a step, %.4g tokens/s on %s (rates: %s; %ld "
+            "layouts fit)\n", best.layout.dp, best.layout.tp, best.layout.pp, best.layout.cp,
+            best.layout.ep, best.zero, best.sequence_parallel && best.layout.tp > 1,
+            best.grad_accum, best.micro_batches, px_pipe_schedule_name(best.schedule),
+            best.virtual_stages, t.step_s, t.tokens_per_s, cl.name,
+            spec ? spec : (dev == PX_PLAN_DEV_CUDA ? "h100-sxm" : "cpu"), fit);
+    return PCTL_EXIT_OK;
+}
+
 int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
 {
     /* submit's own flags; the job flags (jobflags.h) from O_JOB_FLAG on */
     enum { O_NAME = 256, O_FOLLOW, O_JSON, O_MAX_RESTARTS, O_NO_VAL, O_DEVICES, O_DRY_RUN,
-           O_JOB_FLAG = 1024 };
+           O_LAYOUT, O_CLUSTER, O_JOB_FLAG = 1024 };
     static const struct option own[] = {
         {"name", required_argument, NULL, O_NAME},
         {"max-restarts", required_argument, NULL, O_MAX_RESTARTS},
@@ -519,6 +581,8 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         {"follow", no_argument, NULL, O_FOLLOW},
         {"json", no_argument, NULL, O_JSON},
         {"dry-run", no_argument, NULL, O_DRY_RUN},
+        {"layout", required_argument, NULL, O_LAYOUT},
+        {"cluster", required_argument, NULL, O_CLUSTER},
         {"help", no_argument, NULL, 'h'},
     };
     struct option opts[sizeof(own) / sizeof(own[0]) + 2 * 64 + 1];
@@ -527,9 +591,9 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     Parallax__V1__SubmitJobResponse *resp = NULL;
     px_job_config_t cfg;
     px_jobspec_msg_t msg; /* the JobSpec, written from cfg (jobspec.h) */
-    const char *data = NULL, *name = NULL, *val = NULL, *devices = NULL;
+    const char *data = NULL, *name = NULL, *val = NULL, *devices = NULL, *cluster = NULL;
     char *data_abs = NULL, *val_abs = NULL;
-    int no_val = 0, vocab_given = 0;
+    int no_val = 0, vocab_given = 0, auto_layout = 0;
     /* checkpoint, resume and export paths made absolute: in stack buffers,
      * so the usage-error returns below leak nothing */
     char abs_buf[5][PATH_MAX + 1];
@@ -572,6 +636,13 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         case O_NAME: name = optarg; break;
         case O_FOLLOW: follow = 1; break;
         case O_DRY_RUN: dry_run = 1; break;
+        case O_LAYOUT:
+            if (strcmp(optarg, "auto"))
+                return pctl_usage_error("submit", "--layout '%s': only 'auto' (the fastest "
+                                        "layout pctl plan --search finds on the cluster)", optarg);
+            auto_layout = 1;
+            break;
+        case O_CLUSTER: cluster = optarg; break;
         case O_JSON: json = 1; break;
         case 'h': return pctl_help("submit");
         case ':': return pctl_usage_error("submit", "option %s needs a value", argv[optind - 1]);
@@ -605,6 +676,23 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
         return pctl_usage_error("submit", "unexpected argument '%s'", argv[optind]);
     if (!data)
         return pctl_usage_error("submit", "missing --data FILE");
+    if (cluster && !auto_layout)
+        return pctl_usage_error("submit", "--cluster prices --layout auto's search; give "
+                                "--layout auto too");
+    if (auto_layout) {
+        char err[1024];
+        /* the model and batch first: the search keeps them and varies the rest */
+        px_job_config_t probe = cfg;
+        probe.layout = (px_layout_t){1, 1, 1, 1, 1};
+        probe.zero = 0;
+        probe.sequence_parallel = 0;
+        probe.grad_accum = probe.micro_batches = probe.virtual_stages = 1;
+        probe.schedule = PX_PIPE_1F1B;
+        probe.stage_layers = NULL;
+        if (px_job_config_check(&probe, 0, err, sizeof(err)) != PX_OK)
+            return pctl_usage_error("submit", "%s", err);
+        cfg = probe; /* the layout flags given are replaced below */
+    }
     /* the flags among themselves (a usage error, exit 2); the job's other
      * rules are the daemon's to check, with the same validator */
     if (cfg.batch % ((long long)cfg.layout.dp * cfg.grad_accum) != 0)
@@ -633,6 +721,11 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
                     data);
         }
     }
+    /* the layout once the model is whole (its vocab) and the data path
+     * absolute (--cluster local's calibration jobs read it) */
+    if (auto_layout && (rc = layout_auto(ctx, cluster, devices, &cfg)) != PCTL_EXIT_OK)
+        goto out;
+    rc = PCTL_EXIT_FAIL;
     if (val && no_val) {
         rc = pctl_usage_error("submit", "--val-data and --no-val contradict each other");
         goto out;

@@ -19,13 +19,16 @@
  * puts it on (--nodes x --devices-per-node), summarised for large worlds
  * (--ranks lists them all). GB = 10^9 bytes. Single-threaded; no I/O but
  * stdout and stderr. */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "jobcfg.h"
 #include "jobflags.h"
 #include "jobplan.h"
@@ -36,6 +39,7 @@
 #include "plan.h"
 #include "px_env.h"
 #include "px_log.h"
+#include "steptime.h"
 
 /* Worlds up to this many ranks list every rank by default (the help says 16). */
 #define PLAN_RANK_ROWS 16
@@ -47,11 +51,16 @@ typedef struct plan_args {
     double k;             /* --optimizer-bytes-per-param; < 0: the accounting's */
     int paper, dev, json, ranks, print_sched;
     int nodes, per_node;  /* per_node 0: world / nodes, rounded up */
-    int zero_given, sched_given, have_dims;
+    int zero_given, sched_given, have_dims, data_given;
+    const char *cluster;  /* --cluster FILE|PRESET:NxG; NULL: no time model */
+    const char *engine;   /* --engine; NULL: parallax */
+    int search, top, dev_given, nodes_given;
+    const char *save_cluster; /* --save-cluster FILE */
 } plan_args_t;
 
 enum { O_PARAMS = 256, O_NODES, O_PER_NODE, O_DEVICE, O_PAPER, O_K, O_RANKS, O_PRINT_SCHED,
-       O_JSON, O_HELP, O_JOB_FLAG = 1024 };
+       O_JSON, O_HELP, O_CLUSTER, O_SEARCH, O_ENGINE, O_TOP, O_SAVE_CLUSTER,
+       O_JOB_FLAG = 1024 };
 
 static const struct option own_opts[] = {
     {"params", required_argument, NULL, O_PARAMS},
@@ -63,6 +72,11 @@ static const struct option own_opts[] = {
     {"ranks", no_argument, NULL, O_RANKS},
     {"print-schedule", no_argument, NULL, O_PRINT_SCHED},
     {"json", no_argument, NULL, O_JSON},
+    {"cluster", required_argument, NULL, O_CLUSTER},
+    {"search", no_argument, NULL, O_SEARCH},
+    {"engine", required_argument, NULL, O_ENGINE},
+    {"top", required_argument, NULL, O_TOP},
+    {"save-cluster", required_argument, NULL, O_SAVE_CLUSTER},
     {"help", no_argument, NULL, O_HELP},
 };
 #define N_OWN (sizeof(own_opts) / sizeof(own_opts[0]))
@@ -104,6 +118,32 @@ int pctl_plan_help(void)
           "                     backward, W weight pass, >a/<a send/receive activation,\n"
           "                     >g/<g gradient)\n"
           "  --json             one JSON object with every figure and the layout\n"
+          "  --cluster C        also predict the step on a described cluster: an INI file\n"
+          "                     (planner/cluster.h: [cluster] preset, nodes,\n"
+          "                     devices_per_node; [device] rates; [intra] / [inter]\n"
+          "                     links) or PRESET:NODESxGPUS with PRESET one of\n"
+          "                     a100-sxm-80g, a100-40g, h100-sxm, h200-sxm, cpu\n"
+          "                     (e.g. h100-sxm:64x8): step time, tokens/s, MFU, memory\n"
+          "                     per rank and the three largest costs (planner/\n"
+          "                     steptime.h); its nodes and devices place the ranks and\n"
+          "                     a GPU preset plans memory as --device cuda unless given\n"
+          "  --search           with --cluster: every layout of all its devices (dp, tp,\n"
+          "                     pp, cp, ep, ZeRO, sequence parallelism, micro-batches,\n"
+          "                     schedule, virtual stages) that the validator takes and\n"
+          "                     that fits the device's memory, the fastest first; the\n"
+          "                     layout flags given are ignored\n"
+          "  --top N            the layouts --search prints (default 10)\n"
+          "  --cluster local    the cluster the daemon (--server) reports, measured: its\n"
+          "                     free devices (pctl nodes), its links by two all-reduce\n"
+          "                     bench jobs (within a node, across nodes), and the\n"
+          "                     device's GEMM efficiency and kernel cost fitted to two\n"
+          "                     short training jobs of this model over every free\n"
+          "                     device (needs --data: the token file they read)\n"
+          "  --save-cluster F   write the cluster used as an INI file --cluster reads\n"
+          "  --engine E         price the step as engine E runs it: parallax (default),\n"
+          "                     or a published run's engine to compare with it: megatron\n"
+          "                     (full recomputation, fp16), torchtitan (FSDP, selective\n"
+          "                     recomputation), llmc; memory stays parallax's\n"
           "\n"
           "job flags (as pctl submit; its defaults: layers 4, heads 4, dim 128, seq 128,\n"
           "batch 16; --data is not read):\n",
@@ -147,6 +187,7 @@ static int parse_args(int argc, char **argv, plan_args_t *a, int *done_p)
                 return PCTL_EXIT_USAGE;
             a->zero_given |= off == offsetof(px_job_config_t, zero);
             a->sched_given |= off == offsetof(px_job_config_t, schedule);
+            a->data_given |= off == offsetof(px_job_config_t, data_path);
             a->have_dims |= off == offsetof(px_job_config_t, layers) ||
                             off == offsetof(px_job_config_t, dim) ||
                             off == offsetof(px_job_config_t, heads) ||
@@ -166,8 +207,19 @@ static int parse_args(int argc, char **argv, plan_args_t *a, int *done_p)
                                optarg, 1, PX_LAYOUT_MAX_WORLD, &v))
                 return PCTL_EXIT_USAGE;
             *(opt == O_NODES ? &a->nodes : &a->per_node) = (int)v;
+            a->nodes_given = 1;
+            break;
+        case O_CLUSTER: a->cluster = optarg; break;
+        case O_SEARCH: a->search = 1; break;
+        case O_SAVE_CLUSTER: a->save_cluster = optarg; break;
+        case O_ENGINE: a->engine = optarg; break;
+        case O_TOP:
+            if (pctl_parse_u64("plan", "--top", optarg, 1, 1000, &v))
+                return PCTL_EXIT_USAGE;
+            a->top = (int)v;
             break;
         case O_DEVICE:
+            a->dev_given = 1;
             a->dev = px_plan_dev_parse(optarg);
             if (a->dev < 0 || !*optarg)
                 return pctl_usage_error("plan", "--device '%s': cpu, cuda or sim", optarg);
@@ -189,6 +241,11 @@ static int parse_args(int argc, char **argv, plan_args_t *a, int *done_p)
     }
     if (optind < argc)
         return pctl_usage_error("plan", "unexpected argument '%s'", argv[optind]);
+    if ((a->search || a->engine || a->top || a->save_cluster) && !a->cluster)
+        return pctl_usage_error("plan", "--search, --top, --engine and --save-cluster need "
+                                "--cluster");
+    if (a->cluster && a->params > 0)
+        return pctl_usage_error("plan", "--cluster needs the GPT dims, not --params");
     return PCTL_EXIT_OK;
 }
 
@@ -380,7 +437,9 @@ static void print_job(const plan_args_t *a, const px_job_plan_t *jp, const int *
     const px_layout_t *l = &c->layout;
     px_plan_precision_t prec;
     uint64_t *units = NULL;
-    uint64_t total = px_plan_gpt_units(c->layers, c->dim, c->vocab, c->seq, &units);
+    /* the dense units: a MoE layer's leave out the MLP its experts replace */
+    uint64_t total = px_plan_gpt_units_moe(c->layers, c->dim, c->vocab, c->seq, 1, c->experts,
+                                           c->moe_every, &units);
     free(units);
     accounting(a, &prec);
     printf("model: GPT %d layers, dim %d, heads %d, vocab %d, seq %d: %.4g parameters\n",
@@ -739,15 +798,54 @@ static int plan_gpt(const plan_args_t *a, const int *node_of_rank, json_t *root)
 int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
 {
     plan_args_t a = {0};
+    px_cluster_t cl;
+    px_step_engine_t eng;
+    const px_step_engine_t *engp = NULL;
     int done = 0, rc;
     int *node_of_rank;
     json_t *root = NULL;
-    (void)ctx;
 
     if ((rc = parse_args(argc, argv, &a, &done)) != PCTL_EXIT_OK || done)
         return rc;
     if ((rc = check_job(&a)) != PCTL_EXIT_OK)
         return rc;
+    if (a.cluster) {
+        char err[512];
+        int parallax = 1;
+        if (!strcmp(a.cluster, "local")) {
+            char *abs;
+            if (!a.data_given)
+                return pctl_usage_error("plan", "--cluster local needs --data FILE (the token "
+                                        "file its calibration jobs read)");
+            if (!(abs = realpath(a.cfg.data_path, NULL)))
+                return pctl_usage_error("plan", "invalid value '%s' for --data: %s",
+                                        a.cfg.data_path, strerror(errno));
+            px_job_config_t c = a.cfg;
+            c.data_path = abs;
+            rc = pctl_cluster_local(ctx, &c, NULL, &cl, &a.dev);
+            free(abs);
+            if (rc != PCTL_EXIT_OK)
+                return rc;
+            a.dev_given = 1;
+        } else if (px_cluster_parse(a.cluster, &cl, err, sizeof(err)) != PX_OK)
+            return pctl_usage_error("plan", "--cluster %s", err);
+        if (a.save_cluster && (rc = pctl_cluster_save(&cl, a.save_cluster)) != PCTL_EXIT_OK)
+            return rc;
+        if (a.engine && pctl_plan_engine_parse(a.engine, &eng, &parallax))
+            return pctl_usage_error("plan", "--engine '%s': parallax, megatron, torchtitan or "
+                                    "llmc", a.engine);
+        engp = parallax ? NULL : &eng;
+        if (!a.dev_given)
+            a.dev = strcmp(cl.dev.name, "cpu") ? PX_PLAN_DEV_CUDA : PX_PLAN_DEV_CPU;
+        if (!a.nodes_given) {
+            a.nodes = cl.nodes;
+            a.per_node = cl.per_node;
+        }
+        if (a.search) {
+            json_t *sroot = a.json ? json_object() : NULL;
+            return pctl_plan_search(&a.cfg, &cl, engp, a.dev, a.top ? a.top : 10, sroot);
+        }
+    }
     if (!(node_of_rank = place(&a, &rc)))
         return rc;
     if (a.json) {
@@ -766,11 +864,18 @@ int pctl_cmd_plan(pctl_ctx_t *ctx, int argc, char **argv)
     rc = a.params > 0 ? plan_params(&a, root) : plan_gpt(&a, node_of_rank, root);
     if (rc == PCTL_EXIT_OK && root) {
         json_object_set_new(root, "layout", layout_json(&a, node_of_rank));
-        rc = pctl_json_print(root) ? PCTL_EXIT_FAIL : PCTL_EXIT_OK;
+        if (a.cluster)
+            rc = pctl_plan_time(&a.cfg, &cl, engp, a.dev, root);
+        if (rc == PCTL_EXIT_OK)
+            rc = pctl_json_print(root) ? PCTL_EXIT_FAIL : PCTL_EXIT_OK;
+        else
+            json_decref(root);
     } else {
         json_decref(root);
         if (rc == PCTL_EXIT_OK)
             print_layout(&a, node_of_rank);
+        if (rc == PCTL_EXIT_OK && a.cluster)
+            rc = pctl_plan_time(&a.cfg, &cl, engp, a.dev, NULL);
     }
     free(node_of_rank);
     return rc;

@@ -121,7 +121,8 @@ void px_blas_probe_start(px_daemon_t *d)
     char err[512];
     const char *bin = px_supervisor_rank_bin(d, err, sizeof(err));
     char self_exe[PATH_MAX] = "";
-    char *argv[] = {(char *)bin, "--blas-core", NULL, NULL, NULL};
+    /* room for the cgroup form below (5 arguments) and its NULL */
+    char *argv[6] = {(char *)bin, "--blas-core", NULL};
     uv_stdio_container_t stdio[3];
     uv_process_options_t opt;
     int rc;

@@ -230,6 +230,10 @@ typedef struct ckpt_layout {
     long long step, zero, dp, tp, nsh;
     int legacy; /* "parallax-zero-2": files shard_<k>.bin, tp 1 */
     int nunits;
+    px_model_config_t ocfg; /* the model's units as the checkpoint cut them:
+                               tp = its tp; experts = the model's, or 0 for a
+                               checkpoint whose MoE layers' units still held
+                               the unused dense MLP (read past, model.h) */
     uint64_t *osl;  /* [nunits] elements of unit u per shard file (per array) */
     uint64_t *ooff; /* [nunits] elements before unit u in a shard file */
     uint64_t per_shard; /* elements of one shard file */
@@ -245,9 +249,23 @@ static int jint(json_t *m, const char *key, long long *out)
     return 0;
 }
 
-/* Parses path/meta.json into *cl (step, zero, dp, tp, nshards) and checks
- * it describes this model (gc, heads): its unit sizes are the model's cut
- * for the checkpoint's tp. Errors as px_checkpoint_load. */
+/* 1 when meta.json's unit_sizes `us` are the units of cfg (cut for tp). */
+static int units_match(json_t *us, int nunits, const px_model_config_t *cfg, int tp)
+{
+    int ok = json_is_array(us) && json_array_size(us) == (size_t)nunits;
+    for (int u = 0; ok && u < nunits; u++) {
+        json_t *e = json_array_get(us, (size_t)u);
+        ok = json_is_integer(e) &&
+             (uint64_t)json_integer_value(e) == px_model_unit_size_tp(cfg, u, tp);
+    }
+    return ok;
+}
+
+/* Parses path/meta.json into *cl (step, zero, dp, tp, nshards, ocfg) and
+ * checks it describes this model (gc, heads): its unit sizes are the
+ * model's cut for the checkpoint's tp, or, for a model with MoE layers,
+ * the units that still held those layers' dense MLP (cl->ocfg.experts 0:
+ * their trailing four tensors are skipped). Errors as px_checkpoint_load. */
 static px_status_t read_meta(const char *path, const px_gpt_config_t *gc, int heads,
                              ckpt_layout_t *cl)
 {
@@ -297,11 +315,16 @@ static px_status_t read_meta(const char *path, const px_gpt_config_t *gc, int he
     }
     /* the unit sizes must be this model's cut for the checkpoint's tp */
     json_t *us = json_object_get(m, "unit_sizes");
-    int units_ok = json_is_array(us) && json_array_size(us) == (size_t)cl->nunits;
-    for (int u = 0; units_ok && u < cl->nunits; u++) {
-        json_t *e = json_array_get(us, (size_t)u);
-        units_ok = json_is_integer(e) && (uint64_t)json_integer_value(e) ==
-                                             px_model_unit_size_tp(gc, u, (int)cl->tp);
+    cl->ocfg = *gc;
+    cl->ocfg.tp = (int)cl->tp;
+    cl->ocfg.tp_rank = 0;
+    int units_ok = units_match(us, cl->nunits, gc, (int)cl->tp);
+    if (!units_ok && gc->experts > 0) { /* saved with the MoE layers' dense MLP */
+        cl->ocfg.experts = 0;
+        units_ok = units_match(us, cl->nunits, &cl->ocfg, (int)cl->tp);
+        if (units_ok)
+            px_info("checkpoint: %s holds the MoE layers' unused dense MLP tensors; they are "
+                    "skipped", path);
     }
     if (!units_ok) { /* same dims, other units: a layout this code does not cut */
         px_error("checkpoint: %s: its unit_sizes are not this model's %d units at tp %lld",
@@ -316,12 +339,12 @@ out:
 /* Opens every shard file of the checkpoint into cl->fds and checks its
  * size against the layout (cl->osl, cl->ooff, cl->per_shard, computed
  * here). */
-static px_status_t open_shards(const char *path, const px_gpt_config_t *gc, ckpt_layout_t *cl)
+static px_status_t open_shards(const char *path, ckpt_layout_t *cl)
 {
     long long nfiles = cl->tp * cl->nsh;
     cl->per_shard = 0;
     for (int u = 0; u < cl->nunits; u++) {
-        uint64_t size = px_model_unit_size_tp(gc, u, (int)cl->tp), dp = (uint64_t)cl->dp;
+        uint64_t size = px_model_unit_size(&cl->ocfg, u), dp = (uint64_t)cl->dp;
         uint64_t pad = (size + dp - 1) / dp * dp;
         cl->osl[u] = pad / (uint64_t)cl->nsh;
         cl->ooff[u] = cl->per_shard;
@@ -420,7 +443,8 @@ static px_status_t load_held(const px_gpt_config_t *gc, const px_kernel_ops_t *k
 
 /* A checkpoint as a held_source: array w of unit u of the shards
  * described by cl; ot, the unit's tensors as the checkpoint cut them (the
- * same tensors in the same order). */
+ * model's tensors in the same order, maybe followed by a MoE layer's dense
+ * MLP). */
 typedef struct ckpt_source {
     const char *path;
     const ckpt_layout_t *cl;
@@ -458,7 +482,7 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
     }
     for (long long f = 0; f < cl.tp * cl.nsh; f++)
         cl.fds[f] = -1;
-    status = open_shards(path, gc, &cl);
+    status = open_shards(path, &cl);
     if (status != PX_OK)
         goto out;
     /* everything checked: fill what this rank holds */
@@ -472,10 +496,9 @@ px_status_t px_checkpoint_load(const char *path, px_zero_t *z, const px_gpt_conf
             uint64_t b, cnt;
             float *dst = px_zero_held(z, w, u, &b, &cnt);
             ckpt_source_t cs = {path, &cl, px_zero_ops(z), u, w, bounce, {{0}}};
-            px_model_config_t ocfg = *gc;
-            ocfg.tp = (int)cl.tp;
-            ocfg.tp_rank = 0;
-            px_model_unit_tensors(&ocfg, u, cs.ot);
+            /* the same tensors in the same order; a unit saved with its
+             * dense MLP has four more at its end, never read */
+            px_model_unit_tensors(&cl.ocfg, u, cs.ot);
             status = load_held(gc, px_zero_ops(z), u, dst, b, cnt,
                                &(held_source_t){ckpt_read, &cs});
         }

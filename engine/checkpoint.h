@@ -46,7 +46,9 @@ px_status_t px_checkpoint_save(const char *dir, int step, px_zero_t *z,
 
 /* Loads the checkpoint directory `path` (a step_<N>/ directory) into z
  * (this rank's slices of tp rank gc->tp_rank's units, whatever the
- * checkpoint's dp, tp and stage); *step_p = N.
+ * checkpoint's dp, tp and stage); *step_p = N. A checkpoint of a MoE
+ * model saved when its MoE layers' units still held the unused dense MLP
+ * (fcw fcb fcprojw fcprojb, model.h) loads too, those tensors skipped.
  * Errors: PX_ERR_NOT_FOUND (no meta.json / shard), PX_ERR_INVALID_ARGUMENT
  * (other model, bad meta, short shard), PX_ERR_IO. Every rank reads for
  * itself; no communication. */

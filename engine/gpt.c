@@ -195,7 +195,9 @@ void px_gpt_units_to_canonical_ex(const px_gpt_config_t *cfg, const px_kernel_op
                                   const unsigned char *skip, float *dst)
 {
     size_t off = 0;
-    if (cfg->tp > 1 || skip) /* host memory: only this rank's pieces are written */
+    /* host memory: only this rank's pieces are written (and no MoE layer's
+     * dense MLP, which no unit holds) */
+    if (cfg->tp > 1 || skip || cfg->experts > 0)
         memset(dst, 0, (size_t)px_model_num_params(cfg) * sizeof(float));
     for (int u = 0; u < px_gpt_num_units(cfg); u++) {
         px_gpt_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
@@ -312,7 +314,11 @@ static px_status_t gpt_create(const px_gpt_config_t *cfg, const px_kernel_ops_t 
     /* this rank's parameters: the tp-local units (all of them when tp 1) */
     gpt->num_params = gpt->unit_off[nu - 1] + px_gpt_unit_size(cfg, nu - 1);
     px_model_unit_tensors(cfg, PX_MODEL_UNIT_EMBED, gpt->embed_t);
-    px_model_unit_tensors(cfg, px_model_unit_layer(cfg, 0), gpt->layer_t);
+    /* a block's twelve offsets: a MoE layer's unit (model.h) holds the
+     * first eight at the same offsets and its dense MLP views are unused */
+    px_model_config_t dense = *cfg;
+    dense.experts = 0;
+    px_model_unit_tensors(&dense, px_model_unit_layer(cfg, 0), gpt->layer_t);
     px_model_unit_tensors(cfg, px_model_unit_head(cfg), gpt->head_t);
     if (hooks) {
         gpt->hooks = *hooks;

@@ -192,7 +192,8 @@ void px_gpt_tensor_info(const px_gpt_t *gpt, int i, px_gpt_tensor_info_t *info);
 const px_gpt_config_t *px_gpt_config(const px_gpt_t *gpt);
 /* Copies a unit-major buffer in `ops`' backend memory (units back to back,
  * unit u starting at unit_offset[u]; NULL offsets = unpadded) into
- * canonical order in HOST memory dst[num_params] (ops->mem_copy_to_host). */
+ * canonical order in HOST memory dst[num_params] (ops->mem_copy_to_host).
+ * The dense MLP slices of MoE layers (no unit holds them, model.h) are 0. */
 void px_gpt_units_to_canonical(const px_gpt_config_t *cfg, const px_kernel_ops_t *ops,
                                const float *units, const uint64_t *unit_offset, float *dst);
 

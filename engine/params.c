@@ -93,15 +93,15 @@ static int moe_files_in(const char *dir)
 
 px_status_t px_params_checkpoint_load(px_params_t *p, const char *path, int *step_p)
 {
-    PX_CHECK(px_checkpoint_load(path, p->dense, p->gc, p->plan, p->heads, step_p));
-    if (p->experts)
-        return px_moe_checkpoint_load(path, p->experts);
-    if (moe_files_in(path)) {
+    /* named before the dense units are read: a MoE model's units are not
+     * a dense model's (model.h: its MoE layers hold no dense MLP) */
+    if (!p->experts && moe_files_in(path)) {
         px_error("train: checkpoint %s holds a mixture of experts (moe.json); this model "
                  "has experts=0", path);
         return PX_ERR_INVALID_ARGUMENT;
     }
-    return PX_OK;
+    PX_CHECK(px_checkpoint_load(path, p->dense, p->gc, p->plan, p->heads, step_p));
+    return p->experts ? px_moe_checkpoint_load(path, p->experts) : PX_OK;
 }
 
 px_status_t px_params_export(px_params_t *p, const char *path)

@@ -347,7 +347,8 @@ static px_status_t assemble_model(px_trainer_t *tr, float router_skew)
                                .max_seq = cfg->seq, .vocab = cfg->vocab,
                                .padded_vocab = px_job_config_padded_vocab(cfg->vocab),
                                .tp = tr->layout.tp, .tp_rank = px_groups_coord(tr->groups)->tp,
-                               .sequence_parallel = cfg->sequence_parallel, .cp = tr->cp};
+                               .sequence_parallel = cfg->sequence_parallel, .cp = tr->cp,
+                               .experts = cfg->experts, .moe_every = cfg->moe_every};
     PX_CHECK(assemble_stage(tr)); /* this stage's layers (pipeline.h) */
     /* the model computes with `mops`: the device's table, or its view whose
      * linear layers and attention products take bf16 operands

@@ -126,8 +126,10 @@ static px_status_t plan_stage(const px_job_config_t *cfg, int dev, const px_pipe
 
     jp->stage = s;
     jp->nunits = L + 2;
-    /* one tensor rank's units (model.h), the engine's layout */
-    if (!px_plan_gpt_units_tp(L, cfg->dim, cfg->vocab, cfg->seq, l->tp, &jp->units))
+    /* one tensor rank's units (model.h), the engine's layout: a MoE layer's
+     * without the dense MLP */
+    if (!px_plan_gpt_units_moe(L, cfg->dim, cfg->vocab, cfg->seq, l->tp, cfg->experts,
+                               cfg->moe_every, &jp->units))
         return PX_ERR_NO_MEMORY;
     memset(held, 1, sizeof(held));
     if (pp > 1) /* this stage's units only (pipesched.h); the others are empty */

@@ -132,13 +132,25 @@ px_model_owner_t px_model_unit_owner(const px_model_config_t *cfg, int u, int *l
 
 static int tp_of(const px_model_config_t *cfg) { return cfg->tp > 1 ? cfg->tp : 1; }
 
+/* The dense MLP's tensors: the block's last four (fcw fcb fcprojw fcprojb),
+ * which a MoE layer's unit leaves out. */
+#define MLP_FIRST 10
+
+int px_model_layer_is_moe(const px_model_config_t *cfg, int l)
+{
+    px_model_moe_t m = {.layers = cfg->layers, .dim = cfg->dim, .experts = cfg->experts,
+                        .moe_every = cfg->moe_every};
+    return px_model_moe_is_layer(&m, l);
+}
+
 int px_model_unit_tensors(const px_model_config_t *cfg, int u, px_model_unit_tensor_t *out)
 {
     int layer, n = 0, tp = tp_of(cfg);
     px_model_owner_t owner = px_model_unit_owner(cfg, u, &layer);
     size_t uoff = 0;
+    const int moe = owner == PX_MODEL_OWNER_BLOCK && px_model_layer_is_moe(cfg, layer);
     for (int i = 0; i < PX_MODEL_NUM_TENSORS; i++) {
-        if (table[i].owner != owner)
+        if (table[i].owner != owner || (moe && i >= MLP_FIRST))
             continue;
         px_model_tensor_t t;
         px_model_tensor(cfg, i, &t);

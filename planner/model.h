@@ -22,7 +22,11 @@
  * pipeline stage holds): unit 0 = EMBEDDING (wte, wpe; first stage), unit
  * 1+l = block l (its twelve tensors, each the slice l of the stacked
  * tensor; the stage holding layer l), unit L+1 = HEAD (lnfw, lnfb; last
- * stage). The LM head is tied to the embedding: its matmul reads wte of
+ * stage). A MoE layer's unit (px_model_config_t's experts, moe_every)
+ * holds its first eight tensors only: its MLP is the experts, so the four
+ * dense MLP tensors (fcw fcb fcprojw fcprojb) exist nowhere (no memory, no
+ * optimizer state, no gradient, no checkpoint bytes); their slices of the
+ * canonical buffer stay 0. The LM head is tied to the embedding: its matmul reads wte of
  * unit 0 and adds its gradient into unit 0's wte gradient. Units run in
  * the order of the forward pass, so a unit index is also its position in
  * the network.
@@ -56,6 +60,10 @@ typedef struct px_model_config {
     int cp;           /* context-parallel degree (0 or 1: none): the model
                          holds seq/cp tokens of each sequence and runs ring
                          attention (engine/ring_attn.h); not in the table */
+    int experts;      /* experts per MoE layer (0: no MoE layer) */
+    int moe_every;    /* with experts > 0: layer l is a MoE layer when
+                         (l + 1) % moe_every == 0 (px_model_moe_is_layer);
+                         its unit drops the dense MLP tensors */
 } px_model_config_t;
 
 /* How a tensor's values start (seeded by the canonical element index, see
@@ -149,8 +157,14 @@ const char *px_model_owner_name(px_model_owner_t owner);
 const char *px_model_init_name(px_model_init_t init);
 const char *px_model_split_name(px_model_split_t split);
 
-/* Tensors of unit u into out[PX_MODEL_MAX_UNIT_TENSORS] in canonical order;
- * returns their count (2 for the embedding and the head, 12 for a block).
+/* 1 when layer l of cfg is a MoE layer, whose unit holds no dense MLP
+ * (experts > 0 and (l + 1) % moe_every == 0, as px_model_moe_is_layer). */
+int px_model_layer_is_moe(const px_model_config_t *cfg, int l);
+
+/* Tensors of unit u into out[PX_MODEL_MAX_UNIT_TENSORS] in canonical order
+ * (a MoE layer's unit: the first eight, without the dense MLP);
+ * returns their count (2 for the embedding and the head, 12 for a block,
+ * 8 for a MoE block).
  * With cfg->tp > 1 the list is tp rank cfg->tp_rank's: each tensor its
  * shard, back to back (the tp-local unit the engine lays out). */
 int px_model_unit_tensors(const px_model_config_t *cfg, int u, px_model_unit_tensor_t *out);

@@ -43,10 +43,16 @@ uint64_t px_plan_gpt_units(int layers, int dim, int vocab, int max_seq, uint64_t
 uint64_t px_plan_gpt_units_tp(int layers, int dim, int vocab, int max_seq, int tp,
                               uint64_t **sizes_p)
 {
+    return px_plan_gpt_units_moe(layers, dim, vocab, max_seq, tp, 0, 0, sizes_p);
+}
+
+uint64_t px_plan_gpt_units_moe(int layers, int dim, int vocab, int max_seq, int tp, int experts,
+                               int moe_every, uint64_t **sizes_p)
+{
     if (layers <= 0 || dim <= 0 || vocab <= 0 || max_seq <= 0 || tp <= 0)
         return 0;
     px_model_config_t cfg = {.layers = layers, .dim = dim, .heads = 1, .max_seq = max_seq,
-                             .vocab = vocab};
+                             .vocab = vocab, .experts = experts, .moe_every = moe_every};
     int nu = px_model_num_units(&cfg);
     uint64_t total = 0, *s = malloc((size_t)nu * sizeof(*s));
     if (!s)

@@ -92,6 +92,12 @@ uint64_t px_plan_gpt_units(int layers, int dim, int vocab, int max_seq, uint64_t
  * divisible by tp (the caller checks: jobcfg.h). */
 uint64_t px_plan_gpt_units_tp(int layers, int dim, int vocab, int max_seq, int tp,
                               uint64_t **sizes_p);
+/* The same for a model with `experts` > 0 experts in every moe_every-th
+ * layer (model.h px_model_layer_is_moe): a MoE layer's unit holds no dense
+ * MLP (8C^2 + 5C elements fewer, over tp for the split ones). experts 0:
+ * px_plan_gpt_units_tp. */
+uint64_t px_plan_gpt_units_moe(int layers, int dim, int vocab, int max_seq, int tp, int experts,
+                               int moe_every, uint64_t **sizes_p);
 
 /* The activation buffers the GPT engine allocates (engine/gpt.c, one flat
  * buffer of floats plus the vocab-parallel cross-entropy's doubles), in

@@ -456,6 +456,65 @@ static void test_config(void)
 }
 
 /* plan.h: padding, offsets, the ZeRO paper's figures, and the GPT units */
+/* A MoE layer's unit holds no dense MLP (model.h): 4 layers, moe_every 2
+ * (layers 1 and 3), dim 32: those units are 8C^2 + 5C elements smaller
+ * (tp 2: fcw, fcb, fcprojw split, fcprojb whole); the canonical buffer
+ * keeps the tensors, their MoE slices 0. */
+static void test_plan_moe_units(void)
+{
+    const uint64_t C = 32, mlp = 8 * C * C + 5 * C, mlp2 = (8 * C * C + 4 * C) / 2 + C;
+    uint64_t *d = NULL, *m = NULL, *d2 = NULL, *m2 = NULL;
+    uint64_t td = px_plan_gpt_units_tp(4, (int)C, 256, 32, 1, &d);
+    uint64_t tm = px_plan_gpt_units_moe(4, (int)C, 256, 32, 1, 8, 2, &m);
+    uint64_t td2 = px_plan_gpt_units_tp(4, (int)C, 256, 32, 2, &d2);
+    uint64_t tm2 = px_plan_gpt_units_moe(4, (int)C, 256, 32, 2, 8, 2, &m2);
+    CHECK(td && tm && td2 && tm2, "units");
+    if (!td || !tm || !td2 || !tm2)
+        return;
+    CHECK(td - tm == 2 * mlp && td2 - tm2 == 2 * mlp2, "moe units: %llu %llu fewer",
+          (unsigned long long)(td - tm), (unsigned long long)(td2 - tm2));
+    for (int u = 0; u < 6; u++) {
+        int moe = u == 2 || u == 4;
+        CHECK(d[u] - m[u] == (moe ? mlp : 0) && d2[u] - m2[u] == (moe ? mlp2 : 0),
+              "moe unit %d: %llu vs %llu", u, (unsigned long long)m[u], (unsigned long long)d[u]);
+    }
+    free(d);
+    free(m);
+    free(d2);
+    free(m2);
+    px_gpt_config_t mc = {.layers = 4, .heads = 2, .dim = (int)C, .max_seq = 32, .vocab = 256,
+                          .experts = 8, .moe_every = 2};
+    px_model_unit_tensor_t t[PX_MODEL_MAX_UNIT_TENSORS];
+    CHECK(px_model_unit_tensors(&mc, 2, t) == 8 && t[7].tensor == 9 &&
+          px_model_unit_tensors(&mc, 1, t) == 12, "moe unit tensors");
+    CHECK(px_model_num_params(&mc) == td, "the canonical buffer keeps every tensor");
+    /* the model lays out the smaller units; its canonical copy has 0 in the
+     * MoE layers' dense MLP slices, the dense layers' initial values */
+    px_gpt_t *g = NULL;
+    CHECK(px_gpt_create(&mc, px_kernels_cpu(), 1, 4, &g) == PX_OK, "moe create");
+    if (!g)
+        return;
+    CHECK(px_gpt_num_params(g) == tm, "moe model params %zu", px_gpt_num_params(g));
+    px_gpt_init_params(g, 1);
+    size_t n = (size_t)td;
+    float *canon = malloc(n * sizeof(float));
+    for (size_t i = 0; canon && i < n; i++)
+        canon[i] = 9.0f;
+    if (canon)
+        px_gpt_units_to_canonical(&mc, px_kernels_cpu(), px_gpt_params(g), NULL, canon);
+    px_gpt_tensor_info_t fcw;
+    px_gpt_tensor_info_of(&mc, 10, &fcw);
+    size_t per = fcw.size / 4, zero1 = 0, set0 = 0;
+    for (size_t i = 0; canon && i < per; i++) {
+        zero1 += canon[fcw.offset + per + i] == 0.0f;
+        set0 += canon[fcw.offset + i] != 0.0f && canon[fcw.offset + i] != 9.0f;
+    }
+    CHECK(canon && zero1 == per && set0 > per / 2, "canonical fcw: layer 1 zeros %zu of %zu, "
+          "layer 0 initialised %zu", zero1, per, set0);
+    free(canon);
+    px_gpt_destroy(g);
+}
+
 static void test_plan(void)
 {
     px_plan_precision_t mixed, fp32;
@@ -501,6 +560,7 @@ static void test_plan(void)
     for (int i = 0; i < 5; i++)
         CHECK(gs[i] == px_gpt_unit_size(&c, i), "unit %d", i);
     free(gs);
+    test_plan_moe_units();
     /* memacct: the model's state is tagged */
     px_mem_stats_t ms;
     px_mem_stats(&ms);

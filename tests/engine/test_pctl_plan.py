@@ -255,6 +255,18 @@ def test_layout(pctl):
                       j4['moe']['rank_params'] == rank4 and j4['memory_planned'] is True and
                       j1['stages'][0]['total_bytes'] - j4['stages'][0]['total_bytes'] ==
                       16 * (2 * per - rank4), (j1.get('moe'), j4.get('moe')))
+    # a MoE layer's unit holds no dense MLP (model.h): 8C^2 + 5C parameters
+    # fewer per MoE layer than the same model without experts, 16 bytes each
+    # (fp32 params, grads and two AdamW moments at ZeRO 0)
+    j0 = json.loads(subprocess.run([pctl, 'plan', '--dp', '4'] + moe[:6] + ['--experts', '0'] +
+                                   moe[8:], capture_output=True, text=True, check=True).stdout)
+    mlp = 8 * 16 * 16 + 5 * 16
+    s0, s1 = j0['stages'][0], j1['stages'][0]
+    failures += check('moe plan: the MoE layers carry no dense MLP',
+                      s0['params_count'] - s1['params_count'] == 2 * mlp and
+                      s1['total_bytes'] - s0['total_bytes'] == 16 * (2 * per - 2 * mlp),
+                      (s0['params_count'], s1['params_count'], s0['total_bytes'],
+                       s1['total_bytes']))
     # layouts that cannot run or cannot be placed: exit 2, naming the values
     for argv, want_err in (
             (['--tp', '4', '--nodes', '2', '--devices-per-node', '2'],

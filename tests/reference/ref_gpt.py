@@ -529,9 +529,16 @@ def run_case(rank_bin, make_tokens, work, lic, name, vocab, seq, batch, steps, t
         twins.append((R, adamw(R)))
     # initialisation statistics (std 0.02 matrices, 0.02/sqrt(2L) projections, LN 1/0)
     check('init std wte vs 0.02', abs(float(init['wte'][:vocab].std()) - 0.02) / 0.02, 0.02)
+    # a MoE layer holds no dense MLP (planner/model.h): its slices are 0,
+    # the statistics are the dense layers'
+    dense = [l for l in range(LAYERS) if not moe or l not in moe['layers']]
     check('init std fcprojw vs 0.02/sqrt(2L)',
-          abs(float(init['fcprojw'].std()) - 0.02 / math.sqrt(2 * LAYERS)) /
+          abs(float(init['fcprojw'][dense].std()) - 0.02 / math.sqrt(2 * LAYERS)) /
           (0.02 / math.sqrt(2 * LAYERS)), 0.05)
+    if moe:
+        check('MoE layers: dense MLP slices 0', float(sum(
+            init[k][moe['layers']].abs().max() for k in ('fcw', 'fcb', 'fcprojw', 'fcprojb'))),
+            1e-30)
     check('init ln1w == 1, qkvb == 0',
           float((init['ln1w'] - 1).abs().max() + init['qkvb'].abs().max()), 1e-30)
     if vp > vocab:
