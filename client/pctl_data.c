@@ -371,8 +371,8 @@ out:
 }
 
 /* Copies the tokenizer file to the place beside OUT where sampling looks
- * for it (px_tokenizer_sidecar_path), through a temporary name and a
- * rename. 0, or -1 with the error printed. */
+ * for it (px_tokenizer_sidecar_path), under a temporary name then
+ * token_file_commit. 0, or -1 with the error printed. */
 static int copy_tokenizer(const char *tok_path, const char *outp)
 {
     char side[4200], tmp[4300], buf[1 << 16];
@@ -392,24 +392,15 @@ static int copy_tokenizer(const char *tok_path, const char *outp)
     while ((got = fread(buf, 1, sizeof(buf), in)) > 0)
         if (fwrite(buf, 1, got, out) != got)
             break;
-    if (ferror(in) || ferror(out) || fflush(out) || fsync(fileno(out))) {
+    if (ferror(in) || ferror(out)) {
         fprintf(stderr, "pctl: data prepare: copying %s to %s: %s\n", tok_path, side,
                 strerror(errno));
         goto out;
     }
-    if (fclose(out)) {
-        out = NULL;
-        fprintf(stderr, "pctl: data prepare: writing %s: %s\n", side, strerror(errno));
-        goto out;
-    }
+    ret = token_file_commit(out, tmp, side);
     out = NULL;
-    if (rename(tmp, side)) {
-        fprintf(stderr, "pctl: data prepare: cannot rename %s to %s: %s\n", tmp, side,
-                strerror(errno));
-        goto out;
-    }
-    printf("copied the tokenizer to %s (pctl sample decodes with it)\n", side);
-    ret = 0;
+    if (ret == 0)
+        printf("copied the tokenizer to %s (pctl sample decodes with it)\n", side);
 out:
     if (in)
         fclose(in);
