@@ -16,7 +16,10 @@
  * floor(F * tokens) tokens (--tokenizer) go to a validation file next to
  * OUT ("x.bin" -> "x_val.bin"). Files are written to a temporary name in
  * the same directory and renamed into place, so a failure never leaves a
- * truncated OUT. Runs locally; no daemon. */
+ * truncated OUT. With --tokenizer the tokenizer file is copied beside OUT
+ * ("x.bin" -> "x.tokenizer.json", px_tokenizer_sidecar_path), where `pctl
+ * sample` of a job trained on OUT finds it; without, one left there by an
+ * earlier run is removed. Runs locally; no daemon. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -367,8 +370,49 @@ out:
     return ret;
 }
 
+/* Copies the tokenizer file to the place beside OUT where sampling looks
+ * for it (px_tokenizer_sidecar_path), under a temporary name then
+ * token_file_commit. 0, or -1 with the error printed. */
+static int copy_tokenizer(const char *tok_path, const char *outp)
+{
+    char side[4200], tmp[4300], buf[1 << 16];
+    FILE *in = NULL, *out = NULL;
+    size_t got;
+    int ret = -1;
+    if (px_tokenizer_sidecar_path(outp, side, sizeof(side))) {
+        fprintf(stderr, "pctl: data prepare: --out %s: path too long\n", outp);
+        return -1;
+    }
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", side, (int)getpid());
+    if (!(in = fopen(tok_path, "rb")) || !(out = fopen(tmp, "wb"))) {
+        fprintf(stderr, "pctl: data prepare: cannot copy %s to %s: %s\n", tok_path, side,
+                strerror(errno));
+        goto out;
+    }
+    while ((got = fread(buf, 1, sizeof(buf), in)) > 0)
+        if (fwrite(buf, 1, got, out) != got)
+            break;
+    if (ferror(in) || ferror(out)) {
+        fprintf(stderr, "pctl: data prepare: copying %s to %s: %s\n", tok_path, side,
+                strerror(errno));
+        goto out;
+    }
+    ret = token_file_commit(out, tmp, side);
+    out = NULL;
+    if (ret == 0)
+        printf("copied the tokenizer to %s (pctl sample decodes with it)\n", side);
+out:
+    if (in)
+        fclose(in);
+    if (out)
+        fclose(out);
+    if (ret)
+        unlink(tmp);
+    return ret;
+}
+
 /* --tokenizer: the whole text encoded, then split by tokens into OUT and
- * (frac > 0) its validation file */
+ * (frac > 0) its validation file; the tokenizer copied beside OUT */
 static int prepare_bpe(const char *tok_path, const char *text, const char *outp, double frac,
                        int threads, int token_bytes)
 {
@@ -440,6 +484,8 @@ static int prepare_bpe(const char *tok_path, const char *text, const char *outp,
         printf("wrote %zu validation tokens (last %.4g of the tokens) to %s\n", n_val, frac,
                vpath);
     }
+    if (copy_tokenizer(tok_path, outp) != 0)
+        goto out;
     printf("vocab %u (from %s): submit with --vocab %u\n", vocab, tok_path, vocab);
     rc = PCTL_EXIT_OK;
 out:
@@ -557,6 +603,11 @@ static int data_prepare(int argc, char **argv)
         printf("wrote %llu validation tokens (last %.4g of the text) to %s\n",
                (unsigned long long)n_val, frac, vpath);
     }
+    /* a tokenizer an earlier --tokenizer run left beside OUT no longer
+     * describes it: sampling would code the bytes with it */
+    char side[4200];
+    if (!px_tokenizer_sidecar_path(outp, side, sizeof(side)) && unlink(side) == 0)
+        printf("removed %s (OUT is byte-level now)\n", side);
     rc = PCTL_EXIT_OK;
 out:
     free(vpath);

@@ -98,49 +98,94 @@ static px_status_t upcycle(px_experts_t *ex, hf_source_t *src)
     return status;
 }
 
+/* An opened checkpoint, mapped: px_hf_gpt2_open and check against gc and
+ * heads, the file mapped read-only, the head checked to be tied. Logs the
+ * error (prefixed by `who`); on success map_close releases it. */
+typedef struct hf_map {
+    px_hf_gpt2_t hf;
+    void *map;
+} hf_map_t;
+
+static void map_close(hf_map_t *m)
+{
+    if (m->map && m->map != MAP_FAILED)
+        munmap(m->map, m->hf.file_bytes);
+    m->map = NULL;
+    px_hf_gpt2_close(&m->hf);
+}
+
+static px_status_t map_open(const char *who, const char *path, const px_gpt_config_t *gc,
+                            int heads, hf_map_t *m)
+{
+    char err[1024];
+    m->map = NULL;
+    px_status_t status = px_hf_gpt2_open(path, &m->hf, err, sizeof(err));
+    if (status == PX_OK && (status = px_hf_gpt2_check(&m->hf, gc, heads, err, sizeof(err))) !=
+                               PX_OK)
+        px_hf_gpt2_close(&m->hf);
+    if (status != PX_OK) {
+        px_error("%s: %s", who, err);
+        return status;
+    }
+    int fd = open(m->hf.file, O_RDONLY | O_CLOEXEC);
+    m->map = fd >= 0 ? mmap(NULL, m->hf.file_bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (fd >= 0)
+        close(fd); /* the mapping stays */
+    if (m->map == MAP_FAILED) {
+        px_error("%s: cannot map %s: %s", who, m->hf.file, strerror(errno));
+        map_close(m);
+        return PX_ERR_IO;
+    }
+    const px_hf_gpt2_tensor_t *wte = &m->hf.t[0];
+    if (m->hf.has_lm_head &&
+        memcmp((const char *)m->map + m->hf.lm_head, (const char *)m->map + wte->offset,
+               (size_t)wte->rows * (size_t)wte->cols * sizeof(float))) {
+        px_error("%s: %s: lm_head.weight differs from wte.weight; parallax's LM head is the "
+                 "token embedding (tied)", who, m->hf.file);
+        map_close(m);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    return PX_OK;
+}
+
 px_status_t px_hf_gpt2_load(const char *path, px_zero_t *z, const px_gpt_config_t *gc,
                             const px_plan_t *plan, int heads, px_experts_t *ex)
 {
-    px_hf_gpt2_t hf;
-    char err[1024];
-    px_status_t status = px_hf_gpt2_open(path, &hf, err, sizeof(err));
-    if (status == PX_OK && (status = px_hf_gpt2_check(&hf, gc, heads, err, sizeof(err))) !=
-                               PX_OK)
-        px_hf_gpt2_close(&hf);
-    if (status != PX_OK) {
-        px_error("init: %s", err);
+    hf_map_t m;
+    px_status_t status = map_open("init", path, gc, heads, &m);
+    if (status != PX_OK)
         return status;
-    }
-    int fd = open(hf.file, O_RDONLY | O_CLOEXEC);
-    void *map = fd >= 0 ? mmap(NULL, hf.file_bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-    if (map == MAP_FAILED) {
-        px_error("init: cannot map %s: %s", hf.file, strerror(errno));
-        status = PX_ERR_IO;
-        goto out;
-    }
-    const px_hf_gpt2_tensor_t *wte = &hf.t[0];
-    if (hf.has_lm_head &&
-        memcmp((const char *)map + hf.lm_head, (const char *)map + wte->offset,
-               (size_t)wte->rows * (size_t)wte->cols * sizeof(float))) {
-        px_error("init: %s: lm_head.weight differs from wte.weight; parallax's LM head is the "
-                 "token embedding (tied)", hf.file);
-        status = PX_ERR_INVALID_ARGUMENT;
-        goto out;
-    }
-    hf_source_t src = {&hf, map, gc};
+    hf_source_t src = {&m.hf, m.map, gc};
     status = px_checkpoint_fill_params(z, gc, plan, hf_read, &src);
     if (status == PX_OK && ex)
         status = upcycle(ex, &src);
     if (status == PX_OK)
         px_info("init: parameters from the Hugging Face GPT-2 %s (n_layer %d, n_embd %d, "
-                "vocab %d padded to %d%s)", hf.file, hf.layers, hf.dim, hf.vocab,
+                "vocab %d padded to %d%s)", m.hf.file, m.hf.layers, m.hf.dim, m.hf.vocab,
                 px_model_padded_vocab(gc), ex ? "; each expert its layer's MLP" : "");
-out:
-    if (map != MAP_FAILED)
-        munmap(map, hf.file_bytes);
-    if (fd >= 0)
-        close(fd);
-    px_hf_gpt2_close(&hf);
+    map_close(&m);
+    return status;
+}
+
+px_status_t px_hf_gpt2_read_canonical(const char *path, const px_gpt_config_t *gc, int heads,
+                                      float *canon)
+{
+    hf_map_t m;
+    px_status_t status = map_open("sample", path, gc, heads, &m);
+    if (status != PX_OK)
+        return status;
+    hf_source_t src = {&m.hf, m.map, gc};
+    for (int i = 0; i < PX_GPT_NUM_TENSORS && status == PX_OK; i++) {
+        px_gpt_tensor_info_t ti;
+        px_gpt_tensor_info_of(gc, i, &ti);
+        /* hf_read reads within one layer's slice */
+        int nl = ti.owner == PX_MODEL_OWNER_BLOCK ? gc->layers : 1;
+        size_t per = ti.size / (size_t)nl;
+        for (int l = 0; l < nl && status == PX_OK; l++)
+            status = hf_read(&src, i, ti.offset + (uint64_t)l * per, per,
+                             canon + ti.offset + (size_t)l * per);
+    }
+    map_close(&m);
     return status;
 }
 

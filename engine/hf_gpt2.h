@@ -36,6 +36,14 @@
 px_status_t px_hf_gpt2_load(const char *path, px_zero_t *z, const px_gpt_config_t *gc,
                             const px_plan_t *plan, int heads, px_experts_t *ex);
 
+/* Reads the whole model from the checkpoint at `path` (as
+ * px_hf_gpt2_load: a directory or a .safetensors file, checked against gc
+ * and heads, the head tied) into `canon` (host, px_model_num_params(gc)
+ * floats, the gpt.h px_gpt_tensor_info layout; the wte padding rows 0):
+ * what sampling reads. Same errors, logged; no communication. */
+px_status_t px_hf_gpt2_read_canonical(const char *path, const px_gpt_config_t *gc, int heads,
+                                      float *canon);
+
 /* Writes dir/config.json and dir/model.safetensors (dir made if missing;
  * each file written to .tmp and renamed) from the canonical parameters
  * `canon` (px_gpt_tensor_info layout, host memory). PX_ERR_IO (logged,

@@ -3,7 +3,7 @@
  * autoregressive loop.
  *
  * Weights: a safetensors file is read tensor by tensor into the canonical
- * buffer (its JSON header parsed by jansson); a checkpoint is loaded by
+ * buffer (its header read by planner/safetensors.h); a checkpoint is loaded by
  * checkpoint.h's re-cutting reader into a one-rank ZeRO stage 0 state on
  * the CPU and gathered to the canonical layout. Either way the canonical
  * tensors are then copied into the unit layout of a px_gpt_create model on
@@ -21,9 +21,11 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "hf_gpt2.h"
 #include "plan.h"
 #include "px_kernels_select.h"
 #include "px_log.h"
+#include "safetensors.h"
 #include "zero.h"
 
 px_status_t px_sample_opts_check(const px_sample_opts_t *o, int vocab, char *err, size_t errlen)
@@ -172,16 +174,72 @@ static px_status_t bytes_decode(void *arg, const int32_t *ids, size_t n, char **
     return PX_OK;
 }
 
-px_status_t px_sample_codec_for(int vocab, px_sample_codec_t *codec, char *err, size_t errlen)
+/* The tokenizer's codec: its ids are uint32, the sampler's int32 (every id
+ * is below 2^31 - 1, tokenizer.h). */
+static px_status_t bpe_encode(void *arg, const char *text, size_t len, int32_t **ids_p,
+                              size_t *n_p, char *err, size_t errlen)
 {
-    /* the seam for a tokenizer module: its codec is chosen here */
+    px_token_ids_t ids = {0};
+    px_status_t status = px_tokenizer_encode(arg, text, len, &ids, err, errlen);
+    int32_t *out = status == PX_OK ? malloc((ids.len ? ids.len : 1) * sizeof(*out)) : NULL;
+    if (status == PX_OK && !out)
+        status = PX_ERR_NO_MEMORY;
+    for (size_t i = 0; out && i < ids.len; i++)
+        out[i] = (int32_t)ids.ids[i];
+    if (status == PX_OK) {
+        *ids_p = out;
+        *n_p = ids.len;
+    }
+    px_token_ids_free(&ids);
+    return status;
+}
+
+static px_status_t bpe_decode(void *arg, const int32_t *ids, size_t n, char **text_p,
+                              size_t *len_p, char *err, size_t errlen)
+{
+    uint32_t *u = malloc((n ? n : 1) * sizeof(*u));
+    if (!u)
+        return PX_ERR_NO_MEMORY;
+    for (size_t i = 0; i < n; i++)
+        u[i] = ids[i] < 0 ? UINT32_MAX : (uint32_t)ids[i]; /* refused by decode, named */
+    px_status_t status = px_tokenizer_decode(arg, u, n, text_p, len_p, err, errlen);
+    free(u);
+    return status;
+}
+
+px_status_t px_sample_codec_for(int vocab, const px_tokenizer_t *tok, const char *tok_name,
+                                px_sample_codec_t *codec, char *err, size_t errlen)
+{
+    if (tok) {
+        uint32_t tv = px_tokenizer_vocab_size(tok);
+        if (tv != (uint32_t)vocab) {
+            snprintf(err, errlen, "the tokenizer has vocab %u, the model vocab %d: sample "
+                     "with the tokenizer the model's data was prepared with (tokenizer %s)",
+                     tv, vocab, tok_name);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        /* an empty prompt starts from "\n" as for bytes: its first token */
+        px_token_ids_t nl = {0};
+        px_status_t status = px_tokenizer_encode(tok, "\n", 1, &nl, err, errlen);
+        if (status == PX_OK && nl.len == 0) {
+            snprintf(err, errlen, "the tokenizer %s has no token for \"\\n\", which an "
+                     "empty prompt starts from: give a prompt", tok_name);
+            status = PX_ERR_INVALID_ARGUMENT;
+        }
+        if (status == PX_OK)
+            *codec = (px_sample_codec_t){.name = "bpe", .vocab = vocab,
+                                         .start_id = (int)nl.ids[0], .arg = (void *)tok,
+                                         .encode = bpe_encode, .decode = bpe_decode};
+        px_token_ids_free(&nl);
+        return status;
+    }
     if (vocab == 256) {
         *codec = (px_sample_codec_t){.name = "bytes", .vocab = 256, .start_id = '\n',
                                      .encode = bytes_encode, .decode = bytes_decode};
         return PX_OK;
     }
-    snprintf(err, errlen, "vocab=%d: no tokenizer for it; text is decoded byte by byte, which "
-             "needs vocab 256", vocab);
+    snprintf(err, errlen, "vocab=%d: no tokenizer for it (text is decoded byte by byte only "
+             "for vocab 256): give the tokenizer.json its data was prepared with", vocab);
     return PX_ERR_INVALID_ARGUMENT;
 }
 
@@ -205,95 +263,69 @@ static px_status_t read_exact(int fd, void *buf, size_t n, off_t off, const char
     return PX_OK;
 }
 
-/* The largest safetensors header read (GPT-2's is a few KiB). */
-#define ST_HEADER_MAX ((uint64_t)100 << 20)
-
-static px_status_t load_safetensors(const char *path, const px_gpt_config_t *gc, float *canon)
+/* A parallax export (px_safetensors_write's names) into canon; *hf_p = 1
+ * (nothing read, nothing logged) when the file holds a Hugging Face GPT-2
+ * instead (its wte under transformers' names). The header is read by
+ * planner/safetensors.h, each tensor's shape checked against gc's. */
+static px_status_t load_safetensors(const char *path, const px_gpt_config_t *gc, float *canon,
+                                    int *hf_p)
 {
-    px_status_t status = PX_ERR_INVALID_ARGUMENT;
-    unsigned char len8[8];
-    char *txt = NULL;
+    char err[1024];
     json_t *h = NULL;
-    json_error_t jerr;
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    uint64_t data0, file_bytes;
+    px_status_t status = px_safetensors_header(path, &h, &data0, &file_bytes, err, sizeof(err));
+    if (status != PX_OK) {
+        px_error("sample: %s", err);
+        return status;
+    }
+    int fd = -1;
+    if (!json_object_get(h, "wte") && (json_object_get(h, "wte.weight") ||
+                                       json_object_get(h, "transformer.wte.weight"))) {
+        *hf_p = 1;
+        goto out;
+    }
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
         px_error("sample: open %s: %s", path, strerror(errno));
-        return errno == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO;
-    }
-    if (fstat(fd, &st) < 0 || (status = read_exact(fd, len8, 8, 0, path)) != PX_OK)
-        goto out;
-    status = PX_ERR_INVALID_ARGUMENT;
-    uint64_t hl = 0;
-    for (int b = 7; b >= 0; b--)
-        hl = hl << 8 | len8[b];
-    if (hl == 0 || hl > ST_HEADER_MAX || 8 + hl > (uint64_t)st.st_size) {
-        px_error("sample: %s is not a safetensors file (header length %llu, file %lld bytes)",
-                 path, (unsigned long long)hl, (long long)st.st_size);
+        status = PX_ERR_IO;
         goto out;
     }
-    txt = malloc(hl);
-    if (!txt) {
-        status = PX_ERR_NO_MEMORY;
-        goto out;
-    }
-    if ((status = read_exact(fd, txt, hl, 8, path)) != PX_OK)
-        goto out;
-    status = PX_ERR_INVALID_ARGUMENT;
-    h = json_loadb(txt, hl, 0, &jerr);
-    if (!json_is_object(h)) {
-        px_error("sample: %s: bad safetensors header: %s", path, h ? "not an object" : jerr.text);
-        goto out;
-    }
-    uint64_t data0 = 8 + hl, size = (uint64_t)st.st_size - data0;
-    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
+    for (int i = 0; i < PX_GPT_NUM_TENSORS && status == PX_OK; i++) {
         px_gpt_tensor_info_t ti;
         px_gpt_tensor_info_of(gc, i, &ti);
-        json_t *t = json_object_get(h, ti.name), *shape = json_object_get(t, "shape");
-        json_t *offs = json_object_get(t, "data_offsets");
-        const char *dtype = json_string_value(json_object_get(t, "dtype"));
-        char want[64], have[64] = "";
-        int n = 0, same = json_is_array(shape) && json_array_size(shape) == (size_t)ti.ndim;
-        for (int dd = 0; dd < ti.ndim; dd++)
-            n += snprintf(want + n, sizeof(want) - (size_t)n, "%s%d", dd ? "," : "",
-                          ti.shape[dd]);
-        n = 0;
-        for (size_t dd = 0; json_is_array(shape) && dd < json_array_size(shape) && n < 48; dd++) {
-            json_int_t v = json_integer_value(json_array_get(shape, dd));
-            n += snprintf(have + n, sizeof(have) - (size_t)n, "%s%lld", dd ? "," : "",
-                          (long long)v);
-            if ((int)dd < ti.ndim && v != ti.shape[dd])
-                same = 0;
+        long long shape[PX_SAFETENSORS_MAX_DIMS];
+        uint64_t b, e;
+        int nd, same;
+        if (px_safetensors_entry(h, path, ti.name, PX_SAFETENSORS_MAX_DIMS, &nd, shape, data0,
+                                 file_bytes, &b, &e, err, sizeof(err))) {
+            px_error("sample: %s%s", err, json_object_get(h, ti.name) ? ""
+                                          : " (not this model's weights)");
+            status = PX_ERR_INVALID_ARGUMENT;
+            break;
         }
-        if (!t) {
-            px_error("sample: %s has no tensor '%s' (not this model's weights)", path, ti.name);
-            goto out;
-        }
-        if (!dtype || strcmp(dtype, "F32") || !same) {
-            px_error("sample: %s: tensor '%s' is %s (%s), this model's is F32 (%s)", path,
-                     ti.name, dtype ? dtype : "?", have, want);
-            goto out;
-        }
-        json_int_t b = json_integer_value(json_array_get(offs, 0));
-        json_int_t e = json_integer_value(json_array_get(offs, 1));
-        if (json_array_size(offs) != 2 || b < 0 || e - b != (json_int_t)(ti.size * 4) ||
-            (uint64_t)e > size) {
-            px_error("sample: %s: tensor '%s' has data_offsets [%lld, %lld] for %zu floats in a "
-                     "data section of %llu bytes", path, ti.name, (long long)b, (long long)e,
-                     ti.size, (unsigned long long)size);
-            goto out;
+        same = nd == ti.ndim;
+        for (int d = 0; same && d < nd; d++)
+            same = shape[d] == ti.shape[d];
+        if (!same) {
+            char want[64], have[64];
+            int n = 0, m = 0;
+            for (int d = 0; d < ti.ndim; d++)
+                n += snprintf(want + n, sizeof(want) - (size_t)n, "%s%d", d ? "," : "",
+                              ti.shape[d]);
+            for (int d = 0; d < nd; d++)
+                m += snprintf(have + m, sizeof(have) - (size_t)m, "%s%lld", d ? "," : "",
+                              shape[d]);
+            px_error("sample: %s: tensor '%s' has shape (%s), this model's is (%s)", path,
+                     ti.name, have, want);
+            status = PX_ERR_INVALID_ARGUMENT;
+            break;
         }
         status = read_exact(fd, canon + ti.offset, ti.size * sizeof(float),
-                            (off_t)(data0 + (uint64_t)b), path);
-        if (status != PX_OK)
-            goto out;
-        status = PX_ERR_INVALID_ARGUMENT;
+                            (off_t)(data0 + b), path);
     }
-    status = PX_OK;
 out:
+    if (fd >= 0)
+        close(fd);
     json_decref(h);
-    free(txt);
-    close(fd);
     return status;
 }
 
@@ -336,8 +368,15 @@ px_status_t px_sample_load_weights(const char *path, const px_gpt_config_t *gc, 
     float *canon = malloc(n * sizeof(float));
     if (!canon)
         return PX_ERR_NO_MEMORY;
-    status = S_ISDIR(st.st_mode) ? load_checkpoint(path, gc, heads, canon)
-                                 : load_safetensors(path, gc, canon);
+    /* a directory of save_pretrained (config.json, model.safetensors), or
+     * a checkpoint step_<N>/ (meta.json and the shards) */
+    char probe[4200];
+    snprintf(probe, sizeof(probe), "%s/model.safetensors", path);
+    int hf = S_ISDIR(st.st_mode) && access(probe, F_OK) == 0;
+    if (S_ISDIR(st.st_mode) && !hf)
+        status = load_checkpoint(path, gc, heads, canon);
+    else if (hf || (status = load_safetensors(path, gc, canon, &hf)) == PX_OK)
+        status = hf ? px_hf_gpt2_read_canonical(path, gc, heads, canon) : PX_OK;
     if (status != PX_OK) {
         free(canon);
         return status;

@@ -18,8 +18,8 @@
  * So top_k 1 is greedy whatever the seed, and a seed fixes the text.
  *
  * Tokens <-> text go through a codec (px_sample_codec_t): bytes for vocab
- * 256 (pctl data prepare's byte-level files); a tokenizer module plugs in
- * its encode / decode there.
+ * 256 (pctl data prepare's byte-level files), or a Hugging Face byte-level
+ * BPE tokenizer (planner/tokenizer.h) of the model's vocab.
  *
  * One thread; nothing is shared between calls. */
 #ifndef PX_SAMPLE_H
@@ -30,6 +30,7 @@
 
 #include "gpt.h"
 #include "px_status.h"
+#include "tokenizer.h"
 
 /* The most tokens one call generates (pctl sample --tokens N). */
 #define PX_SAMPLE_MAX_TOKENS 4096
@@ -75,7 +76,7 @@ int px_sample_pick(const float *logits, int vocab, float temperature, int top_k,
  * start_id: the token a generation without a prompt starts from (not part
  * of the output). */
 typedef struct px_sample_codec {
-    const char *name; /* "bytes" */
+    const char *name; /* "bytes" or "bpe" */
     int vocab;        /* the ids it produces are < vocab */
     int start_id;
     void *arg;
@@ -85,18 +86,26 @@ typedef struct px_sample_codec {
                           char *err, size_t errlen);
 } px_sample_codec_t;
 
-/* The codec for a model of `vocab` ids: bytes (byte b is id b; an empty
- * prompt starts from "\n", nanoGPT's sample.py default) when vocab is 256.
- * Other vocabularies need a tokenizer (none is wired in yet):
- * PX_ERR_INVALID_ARGUMENT naming the vocab in err. */
-px_status_t px_sample_codec_for(int vocab, px_sample_codec_t *codec, char *err, size_t errlen);
+/* The codec for a model of `vocab` ids. With a tokenizer (tok, borrowed
+ * while the codec is used; tok_name names it in messages): its encode and
+ * decode (tokenizer.h); its vocab size must equal the model's, else
+ * PX_ERR_INVALID_ARGUMENT naming both (a model trained on other tokens);
+ * an empty prompt starts from the first token of "\n". Without (tok NULL):
+ * bytes (byte b is id b; an empty prompt starts from "\n", nanoGPT's
+ * sample.py default) when vocab is 256, else PX_ERR_INVALID_ARGUMENT
+ * naming the vocab. The message is in err. */
+px_status_t px_sample_codec_for(int vocab, const px_tokenizer_t *tok, const char *tok_name,
+                                px_sample_codec_t *codec, char *err, size_t errlen);
 
 /* Reads the canonical parameters (gpt.h px_gpt_tensor_info layout, host
  * memory, *canon_p malloc'd: px_model_num_params(gc) floats, caller frees)
  * of a model with dims gc (tp 1) from `path`: a safetensors file as
  * px_safetensors_write writes it (every tensor by name, F32, its shape
- * checked), or a checkpoint directory step_<N>/ (checkpoint.h; any dp, tp
- * and ZeRO stage it was saved with, re-cut to one rank). Errors:
+ * checked), a checkpoint directory step_<N>/ (checkpoint.h; any dp, tp
+ * and ZeRO stage it was saved with, re-cut to one rank), or a Hugging Face
+ * GPT-2 (a save_pretrained directory holding model.safetensors, or a
+ * safetensors file of transformers' names: hf_gpt2.h
+ * px_hf_gpt2_read_canonical). Errors:
  * PX_ERR_NOT_FOUND (no such file), PX_ERR_INVALID_ARGUMENT (another
  * model, a bad header; logged naming the tensor and both shapes),
  * PX_ERR_IO, PX_ERR_NO_MEMORY. */

@@ -1,6 +1,7 @@
 /* hfgpt2.c: Hugging Face GPT-2 checkpoints described (hfgpt2.h).
  *
- * The safetensors header and config.json are parsed with jansson; the
+ * The safetensors header is read by safetensors.h, config.json parsed with
+ * jansson; the
  * dims come from the tensors' shapes (wte: vocab and n_embd, wpe:
  * n_positions, the h.<l> blocks: n_layer) and config.json, where there is
  * one, must agree with them. */
@@ -13,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "safetensors.h"
 
 /* The names, in the canonical order of model.h (checked against it). */
 static const struct {
@@ -37,9 +40,6 @@ static const struct {
     {"lnfb", "ln_f.bias", 0},
 };
 
-/* The largest safetensors header read (the hub's GPT-2 XL has ~60 KB). */
-#define MAX_HEADER ((uint64_t)64 << 20)
-
 int px_hf_gpt2_name(int i, int l, int prefixed, char *buf, size_t len)
 {
     if (i < 0 || i >= PX_MODEL_NUM_TENSORS)
@@ -49,48 +49,17 @@ int px_hf_gpt2_name(int i, int l, int prefixed, char *buf, size_t len)
     return names[i].transposed;
 }
 
-/* A tensor's entry of the header: its shape (ndim 1 or 2 into shape) and
- * data_offsets, or -1 with err naming what is wrong. */
-static int entry(json_t *hdr, const char *file, const char *name, int *ndim, long long shape[2],
-                 uint64_t *begin, uint64_t *end, char *err, size_t errlen)
+/* A tensor's entry (safetensors.h), of 1 or 2 dims. */
+static int entry(const px_hf_gpt2_t *hf, json_t *hdr, uint64_t data, const char *name, int *ndim,
+                 long long shape[PX_SAFETENSORS_MAX_DIMS], uint64_t *begin, uint64_t *end,
+                 char *err, size_t errlen)
 {
-    json_t *e = json_object_get(hdr, name), *sh = json_object_get(e, "shape");
-    json_t *off = json_object_get(e, "data_offsets");
-    const char *dtype = json_string_value(json_object_get(e, "dtype"));
-    if (!e) {
+    int r = px_safetensors_entry(hdr, hf->file, name, 2, ndim, shape, data, hf->file_bytes,
+                                 begin, end, err, errlen);
+    if (r && !json_object_get(hdr, name)) /* the plainest cause first */
         px_invalid(err, errlen, "%s has no tensor %s (not a GPT-2 checkpoint of "
-                   "transformers?)", file, name);
-        return -1;
-    }
-    if (!dtype || strcmp(dtype, "F32")) {
-        px_invalid(err, errlen, "%s: tensor %s is %s; only F32 is read (save the model in "
-                   "float32)", file, name, dtype ? dtype : "of no dtype");
-        return -1;
-    }
-    *ndim = json_is_array(sh) ? (int)json_array_size(sh) : 0;
-    if (*ndim < 1 || *ndim > 2 || !json_is_array(off) || json_array_size(off) != 2 ||
-        !json_is_integer(json_array_get(off, 0)) || !json_is_integer(json_array_get(off, 1))) {
-        px_invalid(err, errlen, "%s: tensor %s has a bad shape or data_offsets", file, name);
-        return -1;
-    }
-    for (int d = 0; d < *ndim; d++) {
-        json_t *v = json_array_get(sh, (size_t)d);
-        shape[d] = json_is_integer(v) ? json_integer_value(v) : -1;
-        if (shape[d] < 1 || shape[d] > (1 << 30)) {
-            px_invalid(err, errlen, "%s: tensor %s has a bad shape", file, name);
-            return -1;
-        }
-    }
-    long long b = json_integer_value(json_array_get(off, 0));
-    long long e2 = json_integer_value(json_array_get(off, 1));
-    if (b < 0 || e2 < b) {
-        px_invalid(err, errlen, "%s: tensor %s has data_offsets [%lld, %lld]", file, name, b,
-                   e2);
-        return -1;
-    }
-    *begin = (uint64_t)b;
-    *end = (uint64_t)e2;
-    return 0;
+                   "transformers?)", hf->file, name);
+    return r;
 }
 
 /* config.json's dims and math into *cfgdims (layers, heads, dim,
@@ -148,53 +117,6 @@ out:
     return status;
 }
 
-/* Reads the safetensors header of hf->file into a JSON object (*hdr_p)
- * and the data's start (*data_p, bytes). */
-static px_status_t read_header(px_hf_gpt2_t *hf, json_t **hdr_p, uint64_t *data_p, char *err,
-                               size_t errlen)
-{
-    unsigned char len8[8];
-    uint64_t n = 0;
-    struct stat st;
-    FILE *f = fopen(hf->file, "rb");
-    if (!f) {
-        int e = errno;
-        px_invalid(err, errlen, "%s: %s", hf->file, strerror(e));
-        return e == ENOENT ? PX_ERR_NOT_FOUND : PX_ERR_IO;
-    }
-    if (fstat(fileno(f), &st) < 0 || fread(len8, 1, 8, f) != 8) {
-        fclose(f);
-        return px_invalid(err, errlen, "%s: too short for a safetensors file", hf->file);
-    }
-    for (int b = 7; b >= 0; b--)
-        n = n << 8 | len8[b];
-    hf->file_bytes = (uint64_t)st.st_size;
-    if (n < 2 || n > MAX_HEADER || 8 + n > hf->file_bytes) {
-        fclose(f);
-        return px_invalid(err, errlen, "%s: header length %llu does not fit the file (%llu "
-                          "bytes): not a safetensors file", hf->file, (unsigned long long)n,
-                          (unsigned long long)hf->file_bytes);
-    }
-    char *buf = malloc(n);
-    if (!buf) {
-        fclose(f);
-        return PX_ERR_NO_MEMORY;
-    }
-    size_t got = fread(buf, 1, n, f);
-    fclose(f);
-    json_error_t jerr;
-    json_t *hdr = got == n ? json_loadb(buf, n, 0, &jerr) : NULL;
-    free(buf);
-    if (!json_is_object(hdr)) {
-        json_decref(hdr);
-        return px_invalid(err, errlen, "%s: the safetensors header is not a JSON object",
-                          hf->file);
-    }
-    *hdr_p = hdr;
-    *data_p = 8 + n;
-    return PX_OK;
-}
-
 /* The number of dims of tensor `name`'s shape (0: none). */
 static int nd_of(json_t *hdr, const char *name)
 {
@@ -203,11 +125,12 @@ static int nd_of(json_t *hdr, const char *name)
 }
 
 /* The dims from the shapes: wte (V, C), wpe (P, C), the h.<l> blocks. */
-static px_status_t infer_dims(px_hf_gpt2_t *hf, json_t *hdr, char *err, size_t errlen)
+static px_status_t infer_dims(px_hf_gpt2_t *hf, json_t *hdr, uint64_t data, char *err,
+                              size_t errlen)
 {
     char name[128];
     int nd;
-    long long s[2];
+    long long s[PX_SAFETENSORS_MAX_DIMS];
     uint64_t b, e;
     hf->prefixed = json_object_get(hdr, "transformer.wte.weight") != NULL;
     px_hf_gpt2_name(0, 0, hf->prefixed, name, sizeof(name));
@@ -215,12 +138,12 @@ static px_status_t infer_dims(px_hf_gpt2_t *hf, json_t *hdr, char *err, size_t e
         return px_invalid(err, errlen, "%s has no 2-d tensor wte.weight or "
                           "transformer.wte.weight: not a GPT-2 checkpoint of transformers",
                           hf->file);
-    if (entry(hdr, hf->file, name, &nd, s, &b, &e, err, errlen))
+    if (entry(hf, hdr, data, name, &nd, s, &b, &e, err, errlen))
         return PX_ERR_INVALID_ARGUMENT;
     hf->vocab = (int)s[0];
     hf->dim = (int)s[1];
     px_hf_gpt2_name(1, 0, hf->prefixed, name, sizeof(name));
-    if (entry(hdr, hf->file, name, &nd, s, &b, &e, err, errlen))
+    if (entry(hf, hdr, data, name, &nd, s, &b, &e, err, errlen))
         return PX_ERR_INVALID_ARGUMENT;
     hf->positions = (int)s[0];
     hf->layers = 0;
@@ -236,7 +159,7 @@ static px_status_t infer_dims(px_hf_gpt2_t *hf, json_t *hdr, char *err, size_t e
 }
 
 /* Every canonical tensor's entry: F32, the shape the dims imply, inside
- * the file. */
+ * the file (its bytes those of its shape: px_safetensors_entry). */
 static px_status_t place_tensors(px_hf_gpt2_t *hf, json_t *hdr, uint64_t data, char *err,
                                  size_t errlen)
 {
@@ -260,13 +183,13 @@ static px_status_t place_tensors(px_hf_gpt2_t *hf, json_t *hdr, uint64_t data, c
         for (int l = 0; l < (block ? hf->layers : 1); l++) {
             char name[128];
             int nd;
-            long long s[2];
+            long long s[PX_SAFETENSORS_MAX_DIMS];
             uint64_t b, e;
             px_hf_gpt2_tensor_t *t = &hf->t[i * hf->layers + l];
             t->transposed = px_hf_gpt2_name(i, l, hf->prefixed, name, sizeof(name));
             t->rows = t->transposed ? cols : rows;
             t->cols = t->transposed ? rows : cols;
-            if (entry(hdr, hf->file, name, &nd, s, &b, &e, err, errlen))
+            if (entry(hf, hdr, data, name, &nd, s, &b, &e, err, errlen))
                 return PX_ERR_INVALID_ARGUMENT;
             if (nd != (vec ? 1 : 2) || s[0] != t->rows || (!vec && s[1] != t->cols))
                 return px_invalid(err, errlen, "%s: tensor %s has shape [%lld%s%lld], a GPT-2 "
@@ -274,26 +197,19 @@ static px_status_t place_tensors(px_hf_gpt2_t *hf, json_t *hdr, uint64_t data, c
                                   hf->file, name, s[0], nd > 1 ? ", " : "", nd > 1 ? s[1] : 0,
                                   hf->dim, hf->vocab, hf->positions, t->rows,
                                   vec ? "" : ", ", vec ? 0 : t->cols);
-            if (e - b != (uint64_t)t->rows * (uint64_t)t->cols * 4 ||
-                data + e > hf->file_bytes)
-                return px_invalid(err, errlen, "%s: tensor %s: data_offsets [%llu, %llu] do "
-                                  "not hold its %d x %d floats inside the file", hf->file,
-                                  name, (unsigned long long)b, (unsigned long long)e, t->rows,
-                                  t->cols);
             t->offset = data + b;
         }
     }
     char name[128];
     int nd;
-    long long s[2];
+    long long s[PX_SAFETENSORS_MAX_DIMS];
     uint64_t b, e;
     snprintf(name, sizeof(name), "lm_head.weight"); /* GPT2LMHeadModel's, never prefixed */
     hf->has_lm_head = json_object_get(hdr, name) != NULL;
     if (hf->has_lm_head) {
-        if (entry(hdr, hf->file, name, &nd, s, &b, &e, err, errlen))
+        if (entry(hf, hdr, data, name, &nd, s, &b, &e, err, errlen))
             return PX_ERR_INVALID_ARGUMENT;
-        if (nd != 2 || s[0] != hf->vocab || s[1] != hf->dim || data + e > hf->file_bytes ||
-            e - b != (uint64_t)hf->vocab * (uint64_t)hf->dim * 4)
+        if (nd != 2 || s[0] != hf->vocab || s[1] != hf->dim)
             return px_invalid(err, errlen, "%s: lm_head.weight is not (vocab %d, n_embd %d)",
                               hf->file, hf->vocab, hf->dim);
         hf->lm_head = data + b;
@@ -340,9 +256,10 @@ px_status_t px_hf_gpt2_open(const char *path, px_hf_gpt2_t *hf, char *err, size_
     } else if (strcmp(hf->file, path)) {
         return px_invalid(err, errlen, "init_from '%s': a directory without config.json", path);
     }
-    if ((status = read_header(hf, &hdr, &data, err, errlen)) != PX_OK)
+    if ((status = px_safetensors_header(hf->file, &hdr, &data, &hf->file_bytes, err,
+                                        errlen)) != PX_OK)
         return status;
-    if ((status = infer_dims(hf, hdr, err, errlen)) == PX_OK && have_config) {
+    if ((status = infer_dims(hf, hdr, data, err, errlen)) == PX_OK && have_config) {
         const int have[5] = {hf->layers, cdims[1], hf->dim, hf->positions, hf->vocab};
         static const char *keys[5] = {"n_layer", "n_head", "n_embd", "n_positions",
                                       "vocab_size"};

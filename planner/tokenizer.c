@@ -1072,3 +1072,13 @@ size_t px_tokenizer_chunk_end(const px_tokenizer_t *tok, const char *text, size_
     }
     return len;
 }
+
+int px_tokenizer_sidecar_path(const char *data_path, char *buf, size_t len)
+{
+    const char *base = strrchr(data_path, '/');
+    base = base ? base + 1 : data_path;
+    const char *dot = strrchr(base, '.');
+    size_t stem = dot && dot != base ? (size_t)(dot - data_path) : strlen(data_path);
+    int n = snprintf(buf, len, "%.*s.tokenizer.json", (int)stem, data_path);
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}

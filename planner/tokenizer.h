@@ -87,4 +87,12 @@ px_status_t px_tokenizer_decode(const px_tokenizer_t *tok, const uint32_t *ids, 
 size_t px_tokenizer_chunk_end(const px_tokenizer_t *tok, const char *text, size_t len,
                               size_t start, size_t want);
 
+/* The tokenizer file that belongs to the token file `data_path`, beside it:
+ * its name with the last extension replaced, "dir/book.bin" ->
+ * "dir/book.tokenizer.json" (no extension: appended). pctl data prepare
+ * --tokenizer copies the tokenizer there; sampling a model trained on the
+ * file reads it from there, as nanoGPT's sample.py reads the meta.pkl
+ * beside its train.bin. Into buf (len bytes); -1 when it does not fit. */
+int px_tokenizer_sidecar_path(const char *data_path, char *buf, size_t len);
+
 #endif

@@ -139,9 +139,11 @@ static void usage(FILE *out)
             "   or: parallax-rank (--spec-file PATH | the model flags) --sample WEIGHTS\n"
             "         [--sample-prompt TEXT | --sample-prompt-file FILE] [--sample-tokens N]\n"
             "         [--sample-temperature T (0: greedy)] [--sample-top-k K (0: all)]\n"
-            "         [--sample-seed S] [--sample-ids FILE] (text from a safetensors file or a\n"
-            "          step_<N>/ checkpoint of the model on stdout; defaults 256 tokens,\n"
-            "          temperature 1, seed 1337)\n"
+            "         [--sample-seed S] [--sample-ids FILE] [--tokenizer tokenizer.json]\n"
+            "         (text from a safetensors file, a step_<N>/ checkpoint or a Hugging Face\n"
+            "          GPT-2 directory of the model on stdout; coded by --tokenizer, else the\n"
+            "          tokenizer beside --data (book.bin: book.tokenizer.json), else bytes;\n"
+            "          defaults 256 tokens, temperature 1, seed 1337)\n"
             "   or: parallax-rank --spec-file PATH [--coord ... --job ... --rank ... --world ...\n"
             "         --node ...] (the job's packed JobSpec instead of the job flags)\n"
             "   or: parallax-rank --blas-core (prints, for parallaxd, the OpenBLAS core this\n"
@@ -287,7 +289,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
     enum { O_METRICS = 256, O_EXPORT, O_DUMP, O_DUMPSTEPS, O_COORD, O_JOB, O_RANK, O_WORLD, O_NODE,
            O_HELP, O_SPEC_FILE, O_NORM_ONES, O_PRINT_SCHED, O_DIGESTS, O_SKEW, O_DEVICE,
            O_PRINT_ALL, O_SAMPLE, O_S_PROMPT, O_S_PROMPT_FILE, O_S_TOKENS, O_S_TEMP, O_S_TOPK,
-           O_S_SEED, O_S_IDS, O_JOB_FLAG = 1024 };
+           O_S_SEED, O_S_IDS, O_S_TOKENIZER, O_JOB_FLAG = 1024 };
     static const struct option own[] = {
         {"metrics-out", 1, 0, O_METRICS}, {"export-init", 1, 0, O_EXPORT},
         {"dump-dir", 1, 0, O_DUMP}, {"dump-steps", 1, 0, O_DUMPSTEPS},
@@ -300,7 +302,8 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         {"sample", 1, 0, O_SAMPLE}, {"sample-prompt", 1, 0, O_S_PROMPT},
         {"sample-prompt-file", 1, 0, O_S_PROMPT_FILE}, {"sample-tokens", 1, 0, O_S_TOKENS},
         {"sample-temperature", 1, 0, O_S_TEMP}, {"sample-top-k", 1, 0, O_S_TOPK},
-        {"sample-seed", 1, 0, O_S_SEED}, {"sample-ids", 1, 0, O_S_IDS}};
+        {"sample-seed", 1, 0, O_S_SEED}, {"sample-ids", 1, 0, O_S_IDS},
+        {"tokenizer", 1, 0, O_S_TOKENIZER}};
     const px_job_flag_parsers_t parsers = {flag_int, flag_float, flag_u64, flag_bad_name, NULL};
     struct option opts[sizeof(own) / sizeof(own[0]) + 2 * 64 + 1];
     size_t nopt = sizeof(own) / sizeof(own[0]);
@@ -358,6 +361,7 @@ static int parse_args(int argc, char **argv, rank_args_t *a)
         case O_S_TOPK: r = parse_int_any(name, optarg, &a->sample.opts.top_k); break;
         case O_S_SEED: r = flag_u64(NULL, "--sample-seed", optarg, &a->sample.opts.seed); break;
         case O_S_IDS: a->sample.ids_out = optarg; break;
+        case O_S_TOKENIZER: a->sample.tokenizer = optarg; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "parallax-rank: unknown or incomplete option '%s'\n",

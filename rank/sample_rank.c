@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "px_kernels_bf16.h"
 #include "px_kernels_select.h"
@@ -51,6 +52,28 @@ static int read_prompt_file(const char *path, char **buf_p, size_t *len_p)
     return 0;
 }
 
+/* The tokenizer: --tokenizer, else the one beside the data file where
+ * there is one (*tok_p NULL when neither: the byte codec). 0, or -1 after
+ * printing why (a file that is not a tokenizer). */
+static int load_tokenizer(const px_job_config_t *cfg, const px_rank_sample_args_t *s,
+                          px_tokenizer_t **tok_p, char *path, size_t len)
+{
+    char err[1024];
+    *tok_p = NULL;
+    if (s->tokenizer)
+        snprintf(path, len, "%s", s->tokenizer);
+    else if (!cfg->data_path || !*cfg->data_path ||
+             px_tokenizer_sidecar_path(cfg->data_path, path, len) || access(path, F_OK))
+        return 0;
+    if (px_tokenizer_load(path, err, sizeof(err), tok_p) != PX_OK) {
+        fprintf(stderr, "parallax-rank: --sample: %s%s\n", err,
+                s->tokenizer ? "" : " (the tokenizer beside the job's data)");
+        return -1;
+    }
+    px_info("sample: text coded by the tokenizer %s", path);
+    return 0;
+}
+
 static json_t *ids_json(const int32_t *ids, size_t n)
 {
     json_t *a = json_array();
@@ -62,8 +85,10 @@ static json_t *ids_json(const int32_t *ids, size_t n)
 int px_rank_sample_main(const px_job_config_t *cfg, const px_rank_sample_args_t *s,
                         const char *device)
 {
-    char err[512];
+    char err[1024];
     px_sample_codec_t codec;
+    px_tokenizer_t *tok = NULL;
+    char tok_path[4200] = "";
     const px_kernel_ops_t *ops, *mops;
     char *prompt = NULL, *text = NULL;
     size_t plen = 0, nprompt = 0, tlen = 0;
@@ -84,19 +109,24 @@ int px_rank_sample_main(const px_job_config_t *cfg, const px_rank_sample_args_t 
                 "not supported yet\n", cfg->experts);
         return 2;
     }
-    if (px_sample_codec_for(cfg->vocab, &codec, err, sizeof(err)) != PX_OK ||
+    if (load_tokenizer(cfg, s, &tok, tok_path, sizeof(tok_path)))
+        return 2;
+    if (px_sample_codec_for(cfg->vocab, tok, tok_path, &codec, err, sizeof(err)) != PX_OK ||
         px_sample_opts_check(&s->opts, cfg->vocab, err, sizeof(err)) != PX_OK) {
         fprintf(stderr, "parallax-rank: --sample: %s\n", err);
+        px_tokenizer_destroy(tok);
         return 2;
     }
     if (s->prompt_file) {
         if (read_prompt_file(s->prompt_file, &prompt, &plen))
-            return 2;
+            goto out;
     } else if (s->prompt) {
         plen = strlen(s->prompt);
         prompt = malloc(plen + 1);
-        if (!prompt)
-            return 1;
+        if (!prompt) {
+            ret = 1;
+            goto out;
+        }
         memcpy(prompt, s->prompt, plen + 1);
     }
     if (codec.encode(codec.arg, prompt ? prompt : "", plen, &pids, &nprompt, err,
@@ -164,5 +194,6 @@ out:
     free(canon);
     free(pids);
     free(prompt);
+    px_tokenizer_destroy(tok);
     return ret;
 }

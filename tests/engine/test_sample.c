@@ -107,9 +107,9 @@ static void test_opts(void)
     CHECK(px_sample_opts_check(&o, 256, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
               strstr(err, "tokens=4097"), "tokens past the limit: %s", err);
     px_sample_codec_t c;
-    CHECK(px_sample_codec_for(50257, &c, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+    CHECK(px_sample_codec_for(50257, NULL, NULL, &c, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
               strstr(err, "vocab=50257"), "vocab 50257 without a tokenizer: %s", err);
-    CHECK(px_sample_codec_for(256, &c, err, sizeof(err)) == PX_OK && c.start_id == '\n',
+    CHECK(px_sample_codec_for(256, NULL, NULL, &c, err, sizeof(err)) == PX_OK && c.start_id == '\n',
           "bytes codec");
 }
 

@@ -13,7 +13,12 @@ vocab. Two daemons on loopback with one CPU device each:
    below the first five's; validation loss finite;
 3. a job submitted without --vocab gets the file's (512), pctl says so;
 4. the same text written as uint32 tokens (--token-bytes 4, version 2)
-   trains to the same losses, bit for bit.
+   trains to the same losses, bit for bit;
+5. `pctl sample` of the dp=2 job codes its text with the tokenizer that
+   pctl data prepare copied beside the data (lic.tokenizer.json): the
+   seeded text is parallax-rank --sample's with --tokenizer on the same
+   weights, the prompt's tokens are the tokenizer's, and the text is no
+   byte-level decoding (vocab 512 has none).
 Skipped (77) without the tokenizers package (deploy/setup.sh --tests puts it
 in build/pydeps, found beside pctl)."""
 import json
@@ -136,6 +141,27 @@ def main():
         assert [s["val_loss"] for s in steps32 if s.get("val_loss") is not None] == val
         print("uint32 token file: the same %d losses and validation loss, bit for bit" %
               len(losses))
+
+        # the job's text, coded by the tokenizer beside its data
+        assert open(os.path.join(cl.workdir, "lic.tokenizer.json"), "rb").read() == \
+            open(tj, "rb").read()
+        prompt = "You may copy"
+        s = json.loads(pctl("sample", jid, "--prompt", prompt, "--tokens", "24",
+                            "--temperature", "0.8", "--seed", "7", "--json").stdout)
+        got = bytes(s["bytes"])
+        ids_path = os.path.join(cl.workdir, "sample_ids.json")
+        r = subprocess.run([args.rank, "--layers", "2", "--heads", "2", "--dim", "32", "--seq",
+                            "32", "--vocab", str(vocab), "--sample", s["weights"],
+                            "--tokenizer", tj, "--sample-prompt", prompt, "--sample-tokens",
+                            "24", "--sample-temperature", "0.8", "--sample-seed", "7",
+                            "--sample-ids", ids_path],
+                           capture_output=True, timeout=120)
+        assert r.returncode == 0, r.stderr.decode(errors="replace")
+        ids = json.load(open(ids_path))
+        assert got == r.stdout and len(got) > 0, (got, r.stdout)
+        assert ids["codec"] == "bpe" and \
+            ids["prompt"] == tok.encode(prompt, add_special_tokens=False).ids, ids
+        print("pctl sample (BPE, beside the data): %r" % got.decode(errors="replace"))
         ok = True
     finally:
         cl.stop()

@@ -435,6 +435,25 @@ static int file_mode(const char *mode, const char *tok_path, const char *text_pa
     return fails ? 1 : 0;
 }
 
+/* The tokenizer's place beside a token file: the last extension of the
+ * file name replaced (not a dot of a directory), or appended. */
+static void test_sidecar(void)
+{
+    static const char *const cases[][2] = {
+        {"/d/book.bin", "/d/book.tokenizer.json"},
+        {"book-bpe.bin", "book-bpe.tokenizer.json"},
+        {"/d.x/book", "/d.x/book.tokenizer.json"},
+        {"/d/a.b.bin", "/d/a.b.tokenizer.json"},
+        {"/d/.hidden", "/d/.hidden.tokenizer.json"},
+    };
+    char buf[64];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        CHECK(px_tokenizer_sidecar_path(cases[i][0], buf, sizeof(buf)) == 0 &&
+                  !strcmp(buf, cases[i][1]), "sidecar of %s: %s", cases[i][0], buf);
+    CHECK(px_tokenizer_sidecar_path("/a/very/long/path/to/some/token/file.bin", buf, 16) == -1,
+          "a name that does not fit");
+}
+
 int main(int argc, char **argv)
 {
     const char *t = getenv("TMPDIR");
@@ -450,6 +469,7 @@ int main(int argc, char **argv)
     test_long_piece();
     test_random_texts();
     test_bad_files();
+    test_sidecar();
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
