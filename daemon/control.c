@@ -534,6 +534,13 @@ static void on_rw_job(px_daemon_t *d, void *arg, grpc_status_code code, const ch
         rw_end(rw, GRPC_STATUS_OK, "");
         return;
     }
+    if (code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED) {
+        char why[PXD_JOB_ID_MAX + 2 * PXD_NAME_MAX + 400];
+        snprintf(why, sizeof(why), "job %s's coordinator, node %s, did not answer node %s (%s)",
+                 rw->job_id, rw->node, d->cfg.name, message && *message ? message : "no answer");
+        rw_end(rw, code, why);
+        return;
+    }
     if (code != GRPC_STATUS_OK) {
         rw_end(rw, code, message && *message ? message : "coordinator did not answer");
         return;
@@ -579,7 +586,10 @@ static void on_rw_tick(uv_timer_t *t)
     }
     ch = px_nodes_control_channel(d, rw->node);
     if (!ch) {
-        rw_end(rw, GRPC_STATUS_UNAVAILABLE, "coordinator node unknown or dead");
+        char why[PXD_JOB_ID_MAX + 2 * PXD_NAME_MAX + 80];
+        snprintf(why, sizeof(why), "job %s's coordinator, node %s, is unknown to node %s",
+                 rw->job_id, rw->node, d->cfg.name);
+        rw_end(rw, GRPC_STATUS_UNAVAILABLE, why);
         return;
     }
     req.job_id = rw->job_id;

@@ -10,8 +10,9 @@ nodes.
 
 Then that job's coordinator (a leaf) is stopped: `pctl list` through the hub
 must name it as not answering (partial listing, exit 0; 1 with --strict;
-the same with --json), and `pctl status JOB` through the hub must name the
-coordinator that is down, not claim the hub cannot be reached.
+the same with --json), and `pctl status JOB` (and `pctl watch JOB`) through
+the hub must name the coordinator that is down, not claim the hub cannot be
+reached.
 
 Last, rejoin: the leaf is restarted after a short and after a long outage
 (longer than gRPC's default reconnect backoff grows to: ~7 s waits after
@@ -158,6 +159,12 @@ def main():
         assert "job %s's coordinator, node %s" % (job_id, coord.name) in err, err
         assert "DOWN" in err, err
         print("pctl status through the hub (exit %d): %s" % (rc, err.strip()))
+        t = time.time()
+        rc, out, err = pctl(h, "watch", job_id)
+        assert rc == 1 and "cannot reach parallaxd" not in err, (rc, out, err)
+        assert "job %s's coordinator, node %s" % (job_id, coord.name) in err, err
+        print("pctl watch through the hub (exit %d after %.1f s): %s" % (
+            rc, time.time() - t, err.strip()))
 
         # rejoin: the coordinator back after a short and a long outage
         others = [d for d in cl.daemons if d is not coord]
