@@ -12,9 +12,10 @@
  * reaches any one seed learns the whole cluster within a few periods. A
  * dead or never-reached peer that heartbeats us is reconnected and
  * heartbeaten at once (peer_revive), and channels to peers retry their
- * connection every period (auth.c), so a restarted node is
- * alive again to every peer within about one period of its start,
- * whatever the outage. Loop thread only. */
+ * connection every period (auth.c), so a restarted node is alive again to
+ * every peer within about one period of its start, whatever the outage.
+ * A peer still becomes alive only by answering our heartbeat: hearing from
+ * it proves it reaches us, not that we reach it. Loop thread only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -626,6 +627,7 @@ static void on_heartbeat_done(px_daemon_t *d, void *arg, grpc_status_code code,
             continue;
         p->hb_inflight = 0;
         if (code == GRPC_STATUS_OK) {
+            p->hb_again = 0; /* answered: nothing to try again */
             if (r->node) {
                 peer_update(d, p, r->node, 1);
                 px_nodes_emit(d, PXD_NODE_HEARD, p);
