@@ -819,15 +819,40 @@ static int cmp_created(const void *a, const void *b)
     return (x->created_ms > y->created_ms) - (x->created_ms < y->created_ms);
 }
 
+/* The nodes whose jobs a cluster-wide listing lacks (they did not answer
+ * the daemon we asked), one line each on stderr; stdout (the table or the
+ * JSON array) stays as it is. */
+static void print_unanswered(const Parallax__V1__ListJobsResponse *resp)
+{
+    for (size_t i = 0; i < resp->n_unanswered; i++)
+        fprintf(stderr, "pctl: list: partial listing: node %s did not answer (%s): its jobs are "
+                        "not listed\n",
+                pctl_esc(resp->unanswered[i]->node), pctl_esc(resp->unanswered[i]->reason));
+}
+
 int pctl_cmd_list(pctl_ctx_t *ctx, int argc, char **argv)
 {
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"strict", no_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
     Parallax__V1__ListJobsRequest req = PARALLAX__V1__LIST_JOBS_REQUEST__INIT;
     Parallax__V1__ListJobsResponse *resp = NULL;
-    int json, rc;
-    const char *job = NULL;
+    int json = 0, strict = 0, rc, opt;
 
-    if (parse_common("list", argc, argv, 0, &json, &job, &rc))
-        return rc;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'j': json = 1; break;
+        case 's': strict = 1; break;
+        case 'h': return pctl_help("list");
+        default: return pctl_usage_error("list", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return pctl_usage_error("list", "unexpected argument '%s'", argv[optind]);
     if (pctl_call(ctx, "list", M_LIST, &req.base, &parallax__v1__list_jobs_response__descriptor,
                   (ProtobufCMessage **)&resp))
         return PCTL_EXIT_FAIL;
@@ -856,6 +881,9 @@ int pctl_cmd_list(pctl_ctx_t *ctx, int argc, char **argv)
         }
         rc = PCTL_EXIT_OK;
     }
+    print_unanswered(resp);
+    if (strict && resp->n_unanswered && rc == PCTL_EXIT_OK)
+        rc = PCTL_EXIT_FAIL;
     protobuf_c_message_free_unpacked(&resp->base, NULL);
     return rc;
 }

@@ -136,9 +136,14 @@ static const pctl_command_t commands[] = {
      "  --json             print {\"job_id\": ...} (with --follow: the final job)\n",
      pctl_cmd_submit},
     {"list", "list jobs",
-     "usage: pctl list [--json]\n"
+     "usage: pctl list [--json] [--strict]\n"
      "\n"
-     "Lists all jobs: id, name, state, step/steps, loss, tokens/s, age.\n",
+     "Lists all jobs: id, name, state, step/steps, loss, tokens/s, age.\n"
+     "The daemon asks every node for the jobs it coordinates; a node that did not\n"
+     "answer (or is DOWN) is named on stderr (\"partial listing: node B ...\") and its\n"
+     "jobs are missing from the table or JSON array.\n"
+     "  --json     print the jobs as a JSON array\n"
+     "  --strict   exit 1 when the listing is partial (default: 0)\n",
      pctl_cmd_list},
     {"status", "show one job",
      "usage: pctl status JOB [--json]\n"
@@ -466,9 +471,12 @@ static int is_unreachable(grpc_status_code code, const char *message)
 void pctl_print_rpc_error(pctl_ctx_t *ctx, const char *cmd, grpc_status_code code,
                           const char *message)
 {
-    if (is_unreachable(code, message) ||
-        (code == GRPC_STATUS_DEADLINE_EXCEEDED && ctx->channel &&
-         !px_rpc_channel_is_connected(ctx->channel))) {
+    /* a daemon that answered (our channel to it is up) reached us: its
+     * UNAVAILABLE about another node ("job J's coordinator, node B, did
+     * not answer ... Connection refused") is its answer, not ours */
+    int connected = ctx->channel && px_rpc_channel_is_connected(ctx->channel);
+    if ((is_unreachable(code, message) && !connected) ||
+        (code == GRPC_STATUS_DEADLINE_EXCEEDED && ctx->channel && !connected)) {
         fprintf(stderr, "pctl: %s: cannot reach parallaxd at %s (%s: %s)\n", cmd,
                 pctl_esc(ctx->server), pctl_code_name(code), pctl_esc(message));
         return;

@@ -44,6 +44,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "px_env.h"
 #include "px_log.h"
 #include "px_sha256.h"
 #include "px_time.h"
@@ -234,13 +235,24 @@ grpc_status_code px_auth_control_call(px_rpc_call_t *call, const char *path, voi
     return check_token(d, call, path, why, why_len);
 }
 
+/* The wait between connection attempts of a channel to another daemon,
+ * ms: the heartbeat period, as px_nodes_start clamps it. */
+static int reconnect_ms(void)
+{
+    long period = px_env_int("PX_HEARTBEAT_MS");
+    return period < 10 ? 10 : (int)period;
+}
+
 px_status_t px_auth_channel_create(px_daemon_t *d, const char *target, int peer_plane,
                                    px_rpc_channel_t **channel_p)
 {
     px_rpc_channel_t *ch;
     px_status_t status;
 
-    PX_CHECK(px_rpc_channel_create_tls(target, peer_plane ? px_auth_ca_file(d) : NULL, &ch));
+    /* a peer retried every heartbeat period: back within one period of
+     * its restart, however long it was down */
+    PX_CHECK(px_rpc_channel_create_ex(target, peer_plane ? px_auth_ca_file(d) : NULL,
+                                      reconnect_ms(), &ch));
     if (d->token) {
         status = px_rpc_channel_set_metadata(ch, PX_AUTH_MD_KEY, d->token);
         if (status != PX_OK) {

@@ -44,7 +44,9 @@ static const key_t_ keys[K_COUNT] = {
     [K_DEVICES] = {"devices", NULL, "cpu:1", "cpu:N: N virtual CPU devices; cuda: every GPU (NVML); "
                    "cuda:0,1: those GPUs; sim:N: N simulated devices (tests; needs PX_SIM_DEVICE=1); "
                    "combined with commas (cuda:0,cpu:2)"},
-    [K_PEERS] = {"peers", NULL, "", "peer-listen addresses of the other daemons, A,B,..."},
+    [K_PEERS] = {"peers", NULL, "",
+                 "seeds, A,B,...: peer-listen addresses of other daemons (the rest of the "
+                 "cluster is learned through them)"},
     [K_HEARTBEAT] = {"heartbeat-ms", "PX_HEARTBEAT_MS", "1000", "heartbeat period (ms)"},
     [K_PEER_DEAD] = {"peer-dead-ms", "PX_PEER_DEAD_MS", "10000",
                      "heartbeat timeout: a peer silent this long is down (ms)"},

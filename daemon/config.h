@@ -33,7 +33,7 @@ typedef struct px_daemon_config {
     int n_cuda;            /* "cuda:I,J,...": these GPUs */
     int cuda_ids[64];
     int n_sim;             /* "sim:N": N simulated devices (tests; nodes.c) */
-    char **peers;          /* Peer addresses of the other daemons */
+    char **peers;          /* Peer addresses of seed daemons (the rest is learned) */
     int n_peers;
     char *name;            /* node name */
     long heartbeat_ms;     /* PX_HEARTBEAT_MS */

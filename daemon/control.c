@@ -5,6 +5,7 @@
  * the store; requests about a job coordinated by another node (the node
  * name is embedded in the job id) are forwarded to that node's Control
  * service and its answer relayed as is. Handlers run on the loop thread. */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,34 @@
 
 typedef struct {
     px_rpc_call_t *call;
+    char node[PXD_NAME_MAX];  /* the node asked */
+    char what[PXD_JOB_ID_MAX + 48]; /* what it is to the call: "job J's coordinator" */
+    char target[PXD_ADDR_MAX];      /* the address asked */
 } fwd_ctx_t;
+
+/* The failure of a forwarded call that never reached `node` (UNAVAILABLE,
+ * DEADLINE_EXCEEDED) as the client should read it: which node did not
+ * answer, what it is to the request, and how this node sees it; gRPC's own
+ * text ("failed to connect ...") last. Else the node's answer as is. */
+static void forward_fail(px_daemon_t *d, fwd_ctx_t *ctx, grpc_status_code code,
+                         const char *message)
+{
+    px_peer_t *p = px_nodes_peer_by_name(d, ctx->node);
+    char seen[96] = "";
+
+    if (code != GRPC_STATUS_UNAVAILABLE && code != GRPC_STATUS_DEADLINE_EXCEEDED) {
+        px_rpc_call_fail(ctx->call, code, "%s", message ? message : "forwarded call failed");
+        return;
+    }
+    if (p && !p->alive && p->last_seen_mono_ms)
+        snprintf(seen, sizeof(seen), "; it is DOWN: node %s has not heard from it for %.1f s",
+                 d->cfg.name, (double)(px_time_mono_ms() - p->last_seen_mono_ms) / 1000.0);
+    else if (p && !p->alive)
+        snprintf(seen, sizeof(seen), "; it is DOWN: node %s never heard from it", d->cfg.name);
+    px_rpc_call_fail(ctx->call, code, "%s, node %s (%s), did not answer node %s%s (%s)",
+                     ctx->what, ctx->node, ctx->target, d->cfg.name, seen,
+                     message && *message ? message : "no answer");
+}
 
 static void on_forward_done(px_daemon_t *d, void *arg, grpc_status_code code,
                             const char *message, const ProtobufCMessage *response)
@@ -33,14 +61,16 @@ static void on_forward_done(px_daemon_t *d, void *arg, grpc_status_code code,
     if (code == GRPC_STATUS_OK)
         px_rpc_call_reply(ctx->call, response);
     else
-        px_rpc_call_fail(ctx->call, code, "%s", message ? message : "forwarded call failed");
+        forward_fail(d, ctx, code, message);
     free(ctx);
 }
 
-/* Relays `req` to `channel`'s `path`; ends `call` with its answer. */
+/* Relays `req` to `channel`'s `path` (a channel to node `node`, which is
+ * `what` to the request: "job J's coordinator"); ends `call` with its
+ * answer, or with an error naming that node when it did not answer. */
 static void forward(px_daemon_t *d, px_rpc_call_t *call, px_rpc_channel_t *channel,
-                    const char *path, const ProtobufCMessage *req,
-                    const ProtobufCMessageDescriptor *resp_desc)
+                    const char *node, const char *what, const char *path,
+                    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc)
 {
     fwd_ctx_t *ctx = malloc(sizeof(*ctx));
     px_status_t status;
@@ -50,12 +80,14 @@ static void forward(px_daemon_t *d, px_rpc_call_t *call, px_rpc_channel_t *chann
         return;
     }
     ctx->call = call;
+    snprintf(ctx->node, sizeof(ctx->node), "%s", node);
+    snprintf(ctx->what, sizeof(ctx->what), "%s", what);
+    snprintf(ctx->target, sizeof(ctx->target), "%s", px_rpc_channel_target(channel));
     status = px_daemon_call_async(d, channel, path, req, resp_desc, PXD_RPC_TIMEOUT_MS,
                                   on_forward_done, ctx);
     if (status != PX_OK) {
+        forward_fail(d, ctx, px_rpc_code_from_status(status), px_status_str(status));
         free(ctx);
-        px_rpc_call_fail(call, px_rpc_code_from_status(status), "cannot reach %s: %s",
-                         px_rpc_channel_target(channel), px_status_str(status));
     }
 }
 
@@ -66,7 +98,7 @@ static px_job_t *route(px_daemon_t *d, px_rpc_call_t *call, const char *job_id,
                        const ProtobufCMessageDescriptor *resp_desc)
 {
     px_job_t *job = px_job_find(d, job_id);
-    char node[PXD_NAME_MAX], path[128];
+    char node[PXD_NAME_MAX], path[128], what[PXD_JOB_ID_MAX + 48];
     px_rpc_channel_t *ch;
 
     if (job)
@@ -88,7 +120,8 @@ static px_job_t *route(px_daemon_t *d, px_rpc_call_t *call, const char *job_id,
         return NULL;
     }
     snprintf(path, sizeof(path), P_CONTROL "%s", method);
-    forward(d, call, ch, path, req, resp_desc);
+    snprintf(what, sizeof(what), "job %s's coordinator", job_id);
+    forward(d, call, ch, node, what, path, req, resp_desc);
     return NULL;
 }
 
@@ -194,13 +227,15 @@ static void h_get_job(px_rpc_call_t *call, const ProtobufCMessage *request, void
  * (Peer.ListJobs, which answers with that node's own jobs, over the Peer
  * plane every node can reach, PXD_LIST_PEER_TIMEOUT_MS each, all in
  * parallel). The answer goes out when every peer answered or failed; a
- * peer that failed is logged and its jobs are left out. */
+ * peer that failed, or is DOWN, is logged, its jobs are left out and the
+ * answer names it (ListJobsResponse.unanswered). */
 
 typedef struct {
     px_rpc_call_t *call;
     int pending;                             /* peer calls not yet done */
     Parallax__V1__ListJobsResponse **peer;   /* owned copies, NULL where failed */
     int n_peer;
+    char (*gap)[PXD_NAME_MAX + 200];         /* per peer slot: "" or why it is missing */
 } list_ctx_t;
 
 /* Orders jobs oldest first (created_ms, then id). */
@@ -217,11 +252,29 @@ static int job_cmp(const void *a, const void *b)
  * responses, NULL entries skipped; each holds only jobs its node
  * coordinates, so no job comes twice). */
 static void list_reply(px_daemon_t *d, px_rpc_call_t *call,
-                       Parallax__V1__ListJobsResponse *const *peer, int n_peer)
+                       Parallax__V1__ListJobsResponse *const *peer, int n_peer,
+                       const list_ctx_t *ctx)
 {
     Parallax__V1__ListJobsResponse resp = PARALLAX__V1__LIST_JOBS_RESPONSE__INIT;
+    Parallax__V1__UnansweredNode *gaps = NULL, **gap_ptrs = NULL;
     Parallax__V1__Job *msgs;
     size_t n = 0, total, i = 0;
+
+    if (ctx && n_peer > 0) {
+        gaps = calloc((size_t)n_peer, sizeof(*gaps));
+        gap_ptrs = calloc((size_t)n_peer, sizeof(*gap_ptrs));
+        for (int p = 0; gaps && gap_ptrs && p < n_peer; p++) {
+            if (!ctx->gap[p][0])
+                continue;
+            /* "NODE\0REASON": the node's name, then why */
+            parallax__v1__unanswered_node__init(&gaps[resp.n_unanswered]);
+            gaps[resp.n_unanswered].node = ctx->gap[p];
+            gaps[resp.n_unanswered].reason = ctx->gap[p] + strlen(ctx->gap[p]) + 1;
+            gap_ptrs[resp.n_unanswered] = &gaps[resp.n_unanswered];
+            resp.n_unanswered++;
+        }
+        resp.unanswered = gap_ptrs;
+    }
 
     for (px_job_t *j = d->jobs; j; j = j->next)
         n++;
@@ -255,6 +308,26 @@ static void list_reply(px_daemon_t *d, px_rpc_call_t *call,
         px_job_msg_free(&msgs[i]);
     free(msgs);
     free(resp.jobs);
+    free(gaps);
+    free(gap_ptrs);
+}
+
+/* Records in ctx's slot `slot` that `node` is missing from the listing
+ * and why (the printf format). */
+static void list_gap(list_ctx_t *ctx, int slot, const char *node, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void list_gap(list_ctx_t *ctx, int slot, const char *node, const char *fmt, ...)
+{
+    char *g = ctx->gap[slot];
+    size_t size = sizeof(ctx->gap[slot]);
+    size_t k = (size_t)snprintf(g, size, "%s", node) + 1;
+    va_list ap;
+
+    if (k >= size)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(g + k, size - k, fmt, ap);
+    va_end(ap);
 }
 
 static void list_ctx_free(list_ctx_t *ctx)
@@ -263,6 +336,7 @@ static void list_ctx_free(list_ctx_t *ctx)
         if (ctx->peer[p])
             protobuf_c_message_free_unpacked(&ctx->peer[p]->base, NULL);
     free(ctx->peer);
+    free(ctx->gap);
     free(ctx);
 }
 
@@ -305,17 +379,19 @@ static void on_list_peer_done(px_daemon_t *d, void *arg, grpc_status_code code,
     } else {
         px_warn("ListJobs: node %s did not answer (%s: %s); its jobs are left out", lp->node,
                 px_status_str(px_rpc_status_from_code(code)), message ? message : "");
+        list_gap(ctx, lp->slot, lp->node, "%s: %s",
+                 px_status_str(px_rpc_status_from_code(code)), message ? message : "");
     }
     free(lp);
     if (--ctx->pending == 0) {
-        list_reply(d, ctx->call, ctx->peer, ctx->n_peer);
+        list_reply(d, ctx->call, ctx->peer, ctx->n_peer, ctx);
         list_ctx_free(ctx);
     }
 }
 
 void px_control_list_local(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
 {
-    list_reply(arg, call, NULL, 0);
+    list_reply(arg, call, NULL, 0, NULL);
 }
 
 static void h_list_jobs(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
@@ -326,11 +402,14 @@ static void h_list_jobs(px_rpc_call_t *call, const ProtobufCMessage *request, vo
     list_ctx_t *ctx;
 
     if (req->local_only || d->n_peers == 0) {
-        list_reply(d, call, NULL, 0);
+        list_reply(d, call, NULL, 0, NULL);
         return;
     }
     ctx = calloc(1, sizeof(*ctx));
-    if (!ctx || !(ctx->peer = calloc((size_t)d->n_peers, sizeof(*ctx->peer)))) {
+    if (!ctx || !(ctx->peer = calloc((size_t)d->n_peers, sizeof(*ctx->peer))) ||
+        !(ctx->gap = calloc((size_t)d->n_peers, sizeof(*ctx->gap)))) {
+        if (ctx)
+            free(ctx->peer);
         free(ctx);
         px_rpc_call_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;
@@ -344,24 +423,36 @@ static void h_list_jobs(px_rpc_call_t *call, const ProtobufCMessage *request, vo
         px_rpc_channel_t *ch;
         list_peer_t *lp;
 
-        if (!peer->alive || !peer->name[0] || !strcmp(peer->name, d->cfg.name))
+        /* a peer never heard from (a seed not up) has no jobs to miss */
+        if (!peer->name[0] || !strcmp(peer->name, d->cfg.name) || peer->conflict[0])
             continue;
+        if (!peer->alive) {
+            if (peer->last_seen_mono_ms)
+                list_gap(ctx, p, peer->name, "DOWN: not heard from for %.1f s",
+                         (double)(px_time_mono_ms() - peer->last_seen_mono_ms) / 1000.0);
+            else
+                list_gap(ctx, p, peer->name, "DOWN: never reached");
+            continue;
+        }
         ch = peer->channel;
-        if (!ch || !(lp = calloc(1, sizeof(*lp))))
+        if (!ch || !(lp = calloc(1, sizeof(*lp)))) {
+            list_gap(ctx, p, peer->name, "not asked: out of memory");
             continue;
+        }
         lp->ctx = ctx;
         lp->slot = p;
         snprintf(lp->node, sizeof(lp->node), "%s", peer->name);
         if (px_daemon_call_async(d, ch, "/parallax.v1.Peer/ListJobs", &sub.base,
                                  &parallax__v1__list_jobs_response__descriptor,
                                  PXD_LIST_PEER_TIMEOUT_MS, on_list_peer_done, lp) != PX_OK) {
+            list_gap(ctx, p, peer->name, "not asked: the call could not start");
             free(lp);
             continue;
         }
         ctx->pending++;
     }
     if (--ctx->pending == 0) {
-        list_reply(d, call, ctx->peer, ctx->n_peer);
+        list_reply(d, call, ctx->peer, ctx->n_peer, ctx);
         list_ctx_free(ctx);
     }
 }
@@ -443,6 +534,13 @@ static void on_rw_job(px_daemon_t *d, void *arg, grpc_status_code code, const ch
         rw_end(rw, GRPC_STATUS_OK, "");
         return;
     }
+    if (code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED) {
+        char why[PXD_JOB_ID_MAX + 2 * PXD_NAME_MAX + 400];
+        snprintf(why, sizeof(why), "job %s's coordinator, node %s, did not answer node %s (%s)",
+                 rw->job_id, rw->node, d->cfg.name, message && *message ? message : "no answer");
+        rw_end(rw, code, why);
+        return;
+    }
     if (code != GRPC_STATUS_OK) {
         rw_end(rw, code, message && *message ? message : "coordinator did not answer");
         return;
@@ -488,7 +586,10 @@ static void on_rw_tick(uv_timer_t *t)
     }
     ch = px_nodes_control_channel(d, rw->node);
     if (!ch) {
-        rw_end(rw, GRPC_STATUS_UNAVAILABLE, "coordinator node unknown or dead");
+        char why[PXD_JOB_ID_MAX + 2 * PXD_NAME_MAX + 80];
+        snprintf(why, sizeof(why), "job %s's coordinator, node %s, is unknown to node %s",
+                 rw->job_id, rw->node, d->cfg.name);
+        rw_end(rw, GRPC_STATUS_UNAVAILABLE, why);
         return;
     }
     req.job_id = rw->job_id;
@@ -707,7 +808,9 @@ static void h_logs(px_rpc_call_t *call, const ProtobufCMessage *request, void *a
                              req->rank, node);
             return;
         }
-        forward(d, call, p->channel, "/parallax.v1.Peer/GetRankLog", request,
+        char what[PXD_JOB_ID_MAX + 48];
+        snprintf(what, sizeof(what), "the node of job %s's rank %u", job->id, req->rank);
+        forward(d, call, p->channel, node, what, "/parallax.v1.Peer/GetRankLog", request,
                 &parallax__v1__get_logs_response__descriptor);
         return;
     }

@@ -82,8 +82,9 @@ typedef struct px_blas_run {
     char cgroup[PXD_CGROUP_PATH_MAX]; /* its cgroup (cgroup.c), "" if none */
 } px_blas_run_t;
 
-/* Another daemon. Created from --peers (name unknown until it answers) or by
- * an incoming heartbeat. */
+/* Another daemon. Created from --peers (name unknown until it answers), by
+ * an incoming heartbeat, or from a member list another peer's heartbeat
+ * answer carried (nodes.c). */
 typedef struct px_peer {
     char peer_addr[PXD_ADDR_MAX];   /* its Peer host:port */
     char name[PXD_NAME_MAX];        /* "" until known */
@@ -100,6 +101,8 @@ typedef struct px_peer {
     px_rpc_channel_t *channel;      /* to its Peer service */
     px_rpc_channel_t *control;      /* to its Control service, lazily */
     int hb_inflight;
+    int hb_again;                   /* heard while a heartbeat to it was in flight:
+                                     * beat again when that one fails (nodes.c) */
     char conflict[2 * PXD_ADDR_MAX + PXD_NAME_MAX + 160]; /* its name collides (nodes.c), "" if not */
 } px_peer_t;
 
@@ -307,7 +310,9 @@ grpc_status_code px_auth_control_call(px_rpc_call_t *call, const char *path, voi
                                       char *why, size_t why_len);
 /* A channel to another daemon with the token attached; over TLS when
  * `peer_plane` (its Peer service) and TLS is configured (Control stays
- * plain: loopback or unix by default). */
+ * plain: loopback or unix by default). It retries a refused connection
+ * every heartbeat period (PX_HEARTBEAT_MS, at least 10 ms), not after
+ * gRPC's backoff of up to 120 s. */
 px_status_t px_auth_channel_create(px_daemon_t *d, const char *target, int peer_plane,
                                    px_rpc_channel_t **channel_p);
 /* CA file verifying the other daemons' certificates, or NULL: no TLS. */
@@ -471,6 +476,13 @@ void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info);
 void px_nodes_info_free(Parallax__V1__NodeInfo *info);
 /* Applies an incoming heartbeat's NodeInfo (creates the peer if new). */
 void px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info);
+/* Fills `resp` with this node's answer to a heartbeat: `self` (caller's
+ * storage) filled as px_nodes_self_info and the members it knows; free
+ * with px_nodes_answer_free. */
+void px_nodes_answer_heartbeat(px_daemon_t *d, Parallax__V1__HeartbeatResponse *resp,
+                               Parallax__V1__NodeInfo *self);
+void px_nodes_answer_free(Parallax__V1__HeartbeatResponse *resp);
+
 /* Marks a local device as held by job_id ("" frees it). */
 void px_nodes_device_set(px_daemon_t *d, const char *device, const char *job_id);
 /* Control channel of node `name` (self excluded), NULL if unknown/dead. */

@@ -19,10 +19,9 @@ static void h_heartbeat(px_rpc_call_t *call, const ProtobufCMessage *request, vo
     Parallax__V1__NodeInfo self;
 
     px_nodes_heard(d, req->node);
-    px_nodes_self_info(d, &self);
-    resp.node = &self;
+    px_nodes_answer_heartbeat(d, &resp, &self);
     px_rpc_call_reply(call, &resp.base);
-    px_nodes_info_free(&self);
+    px_nodes_answer_free(&resp);
 }
 
 /* Answers a Peer call with what this node's local handler gave. */

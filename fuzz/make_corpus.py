@@ -32,8 +32,11 @@ msgs = [  # same order as descs[] in fuzz_messages.c
     pb.RankExitedRequest(job_id="a-1", rank=1, node="b", exit_code=-9, detail="killed"),
     pb.RegisterRankRequest(job_id="a-1", rank=1, node="b", ucx_address=b"\x01\x02\x03", pid=5),
     pb.ReportProgressRequest(job_id="a-1", rank=0, metrics=metrics),
-    job, pb.ListJobsResponse(jobs=[job, job]), pb.GetMetricsResponse(steps=[metrics]),
-    pb.GetLogsResponse(text=b"step 1 loss 2.5\n"), pb.HeartbeatResponse(node=node),
+    job,
+    pb.ListJobsResponse(jobs=[job, job], unanswered=[
+        pb.UnansweredNode(node="c", reason="DOWN: not heard from for 4.2 s")]),
+    pb.GetMetricsResponse(steps=[metrics]), pb.GetLogsResponse(text=b"step 1 loss 2.5\n"),
+    pb.HeartbeatResponse(node=node, members=[pb.Member(name="c", peer_addr="127.0.0.1:7075")]),
     pb.LaunchRanksResponse(ranks=[pb.RankInfo(rank=2, node="b", device="cpu:0", pid=4)]),
     pb.ListNodesResponse(nodes=[node]), pb.SubmitJobResponse(job_id="a-1"), spec,
     pb.GetMemoryRequest(job_id="a-1"), pb.ReserveNameRequest(name="demo", node="b"),

@@ -188,6 +188,17 @@ px_status_t px_rpc_channel_create(const char *target, px_rpc_channel_t **channel
  * PX_ERR_IO when the CA file cannot be read. */
 px_status_t px_rpc_channel_create_tls(const char *target, const char *ca_file,
                                       px_rpc_channel_t **channel_p);
+/* As px_rpc_channel_create_tls, with `reconnect_ms` > 0 the wait between
+ * connection attempts after a failed one (initial and maximum backoff, ms;
+ * the shortest connect timeout is then reconnect_ms but at least 2 s);
+ * 0 keeps gRPC's defaults (1 s growing 1.6x to 120 s; 20 s). For a peer that may come back at any
+ * moment: it is retried every reconnect_ms, not after up to two minutes. */
+px_status_t px_rpc_channel_create_ex(const char *target, const char *ca_file, int reconnect_ms,
+                                     px_rpc_channel_t **channel_p);
+/* Ends the channel's wait before its next connection attempt and starts
+ * one now (grpc_channel_reset_connect_backoff): for a peer just heard from
+ * while our channel to it was backing off. NULL: nothing. */
+void px_rpc_channel_reconnect_now(px_rpc_channel_t *channel);
 /* Adds (or replaces) request metadata sent with every later call on the
  * channel: `key` lowercase letters, digits, '-', '_', '.' (HTTP/2 header
  * names; "-bin" suffixes are not supported), `value` a printable string.

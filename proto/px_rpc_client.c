@@ -8,6 +8,7 @@
 #include "px_rpc_int.h"
 
 #define PX_RPC_CHANNEL_MAX_MD 8
+#define PX_RPC_MIN_CONNECT_MS 2000 /* px_rpc_channel_create_ex's shortest connect timeout */
 
 struct px_rpc_channel {
     grpc_channel *channel;
@@ -24,10 +25,16 @@ px_status_t px_rpc_channel_create(const char *target, px_rpc_channel_t **channel
 px_status_t px_rpc_channel_create_tls(const char *target, const char *ca_file,
                                       px_rpc_channel_t **channel_p)
 {
+    return px_rpc_channel_create_ex(target, ca_file, 0, channel_p);
+}
+
+px_status_t px_rpc_channel_create_ex(const char *target, const char *ca_file, int reconnect_ms,
+                                     px_rpc_channel_t **channel_p)
+{
     px_rpc_channel_t *ch;
     grpc_channel_credentials *creds;
     char *ca = NULL;
-    grpc_arg args[2];
+    grpc_arg args[5];
     grpc_channel_args chargs;
 
     if (!target || !*target)
@@ -55,6 +62,23 @@ px_status_t px_rpc_channel_create_tls(const char *target, const char *ca_file,
     args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = PX_RPC_MAX_MSG_BYTES;
     chargs.num_args = 2;
+    if (reconnect_ms > 0) {
+        /* every wait between connection attempts (the first, the cap):
+         * reconnect_ms, not gRPC's 1 s growing to 120 s; the shortest
+         * connect timeout (20 s in gRPC) no less than PX_RPC_MIN_CONNECT_MS,
+         * so a TLS handshake on a loaded host still completes */
+        static const char *const keys[] = {GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                                           GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+                                           GRPC_ARG_MIN_RECONNECT_BACKOFF_MS};
+        for (int i = 0; i < 3; i++) {
+            args[2 + i].type = GRPC_ARG_INTEGER;
+            args[2 + i].key = (char *)keys[i];
+            args[2 + i].value.integer = reconnect_ms;
+        }
+        if (reconnect_ms < PX_RPC_MIN_CONNECT_MS)
+            args[4].value.integer = PX_RPC_MIN_CONNECT_MS;
+        chargs.num_args = 5;
+    }
     chargs.args = args;
     grpc_init();
     if (ca) {
@@ -117,6 +141,14 @@ void px_rpc_channel_destroy(px_rpc_channel_t *ch)
 const char *px_rpc_channel_target(const px_rpc_channel_t *ch)
 {
     return ch->target;
+}
+
+void px_rpc_channel_reconnect_now(px_rpc_channel_t *ch)
+{
+    if (!ch)
+        return;
+    grpc_channel_reset_connect_backoff(ch->channel);
+    (void)grpc_channel_check_connectivity_state(ch->channel, 1);
 }
 
 int px_rpc_channel_is_connected(px_rpc_channel_t *ch)

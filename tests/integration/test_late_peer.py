@@ -3,10 +3,12 @@
 is still backing off must still deliver its ranks' exits.
 
 Node b starts alone; its first heartbeats to a are refused, so its channel
-to a backs off (gRPC: ~1 s, then ~1.6 s ...). a starts ~1.3 s later (after b's second refused attempt), sees b
-at once, and runs a short dp=4 job whose ranks on b exit while b's channel
-is still in backoff. Before RankExited was retried, b's reports failed fast
-and the job stayed RUNNING forever; now it must complete."""
+to a backs off (gRPC's ~1 s, then ~1.6 s ... when this test was written;
+now one heartbeat period, auth.c, so the window is narrower). a starts
+~1.3 s later, sees b at once, and runs a short dp=4 job whose ranks on b
+exit while b's channel may still be in backoff. Before RankExited was
+retried, b's reports failed fast and the job stayed RUNNING forever; now it
+must complete."""
 import os
 import sys
 import time
