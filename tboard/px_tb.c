@@ -70,7 +70,7 @@ static int write_event(px_tb_t *tb, const Tensorboard__Event *ev)
 }
 
 /* mkdir -p: each prefix of path ending before a '/', then path. */
-static int mkdir_parents(const char *path)
+int px_tb_mkdirs(const char *path)
 {
     char buf[4096];
     size_t n = strlen(path);
@@ -168,7 +168,7 @@ px_tb_t *px_tb_open(const char *rundir, char *err, size_t errlen)
     }
     gettimeofday(&now, NULL);
     gethostname(host, sizeof(host) - 1);
-    if (mkdir_parents(rundir)) {
+    if (px_tb_mkdirs(rundir)) {
         snprintf(err, errlen, "cannot create %s: %s", rundir, strerror(errno));
         free(tb);
         return NULL;

@@ -44,6 +44,10 @@ int px_tb_close(px_tb_t *tb);
 /* The event file's path (valid until px_tb_close). */
 const char *px_tb_path(const px_tb_t *tb);
 
+/* mkdir -p `dir` (mode 0755). 0, or -1 with errno (ENOTDIR: a path part
+ * is a file) when it is not a directory afterwards. */
+int px_tb_mkdirs(const char *dir);
+
 /* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) of n bytes, as
  * TFRecord frames use it before masking. */
 uint32_t px_crc32c(const void *data, size_t n);
