@@ -644,10 +644,11 @@ void px_daemon_config_print(const px_daemon_config_t *cfg, FILE *out)
     print_kv(out, cfg, K_AUTH_LOCKOUT, buf);
     char tb[1100];
     print_kv(out, cfg, K_TENSORBOARD_DIR,
-             px_daemon_config_tensorboard_dir(cfg, tb, sizeof(tb)) ? "off" : tb);
+             px_daemon_config_tensorboard_dir(cfg, NULL, tb, sizeof(tb)) ? "off" : tb);
 }
 
-int px_daemon_config_tensorboard_dir(const px_daemon_config_t *cfg, char *buf, size_t len)
+int px_daemon_config_tensorboard_dir(const px_daemon_config_t *cfg, const char *state, char *buf,
+                                     size_t len)
 {
     const char *v = cfg->tensorboard_dir;
     if (v && !strcmp(v, "off")) {
@@ -658,7 +659,7 @@ int px_daemon_config_tensorboard_dir(const px_daemon_config_t *cfg, char *buf, s
     if (v && *v)
         snprintf(buf, len, "%s", v);
     else
-        snprintf(buf, len, "%s/tensorboard", cfg->state_dir);
+        snprintf(buf, len, "%s/tensorboard", state ? state : cfg->state_dir);
     return 0;
 }
 

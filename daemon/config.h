@@ -93,8 +93,11 @@ void px_daemon_config_print(const px_daemon_config_t *cfg, FILE *out);
 void px_daemon_config_free(px_daemon_config_t *cfg);
 
 /* The directory jobs without --tensorboard write their TensorBoard runs
- * under (into buf, len bytes): tensorboard-dir, or state_dir/tensorboard
- * when it is empty. 0, or -1 when the key is "off" (buf ""). */
-int px_daemon_config_tensorboard_dir(const px_daemon_config_t *cfg, char *buf, size_t len);
+ * under (into buf, len bytes): tensorboard-dir, or <state>/tensorboard
+ * when it is empty (state: the state directory as the daemon resolved it,
+ * absolute, since the ranks run elsewhere; NULL: cfg->state_dir as
+ * given). 0, or -1 when the key is "off" (buf ""). */
+int px_daemon_config_tensorboard_dir(const px_daemon_config_t *cfg, const char *state, char *buf,
+                                     size_t len);
 
 #endif

@@ -213,7 +213,7 @@ static px_status_t tensorboard_run(px_daemon_t *d, Parallax__V1__JobSpec *spec, 
         return PX_OK;
     if (spec->tensorboard_dir && *spec->tensorboard_dir)
         snprintf(base, sizeof(base), "%s", spec->tensorboard_dir);
-    else if (px_daemon_config_tensorboard_dir(&d->cfg, base, sizeof(base)))
+    else if (px_daemon_config_tensorboard_dir(&d->cfg, d->state_dir_real, base, sizeof(base)))
         return PX_OK; /* "off" */
     snprintf(run, sizeof(run), "%s/%s", base, id);
     char *dup = strdup(run);

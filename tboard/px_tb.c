@@ -174,13 +174,20 @@ px_tb_t *px_tb_open(const char *rundir, char *err, size_t errlen)
         return NULL;
     }
     tb->last_step = run_last_step(rundir);
-    if ((size_t)snprintf(tb->path, sizeof(tb->path), "%s/events.out.tfevents.%ld.%s.%d", rundir,
-                         (long)now.tv_sec, host, (int)getpid()) >= sizeof(tb->path)) {
-        snprintf(err, errlen, "the path %s/events.out.tfevents.* is too long", rundir);
-        free(tb);
-        return NULL;
+    /* a file of its own: another open of the run in the same second by
+     * the same process gets the next suffix ("x": never one that exists) */
+    for (int k = 0; k < 1000 && !tb->f; k++) {
+        if ((size_t)snprintf(tb->path, sizeof(tb->path), "%s/events.out.tfevents.%ld.%s.%d.%d",
+                             rundir, (long)now.tv_sec, host, (int)getpid(),
+                             k) >= sizeof(tb->path)) {
+            snprintf(err, errlen, "the path %s/events.out.tfevents.* is too long", rundir);
+            free(tb);
+            return NULL;
+        }
+        tb->f = fopen(tb->path, "wbx");
+        if (!tb->f && errno != EEXIST)
+            break;
     }
-    tb->f = fopen(tb->path, "ab");
     if (!tb->f) {
         snprintf(err, errlen, "cannot write %s: %s", tb->path, strerror(errno));
         free(tb);

@@ -1,6 +1,6 @@
 /* px_tb.h: TensorBoard event files of scalars, as TensorFlow's summary
  * writer lays them out: a run is a directory holding
- * events.out.tfevents.<seconds>.<host>.<pid>, a file of TFRecords
+ * events.out.tfevents.<seconds>.<host>.<pid>.<n>, a file of TFRecords
  * (TensorFlow's record_writer.cc: length, masked CRC-32C of the length,
  * data, masked CRC-32C of the data) each holding an Event
  * (tensorboard.proto), the first one the file version.
