@@ -168,15 +168,6 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
         px_rpc_call_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: missing");
         return;
     }
-    if (req->spec->tensorboard_dir && *req->spec->tensorboard_dir &&
-        !px_bench_spec_is(req->spec) && px_tb_mkdirs(req->spec->tensorboard_dir)) {
-        /* made here, on the coordinator: a directory that cannot be made
-         * is said now, not as a warning in rank 0's log */
-        px_rpc_call_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
-                         "tensorboard_dir '%s': cannot create it on node %s: %s",
-                         req->spec->tensorboard_dir, d->cfg.name, strerror(errno));
-        return;
-    }
     if (px_bench_spec_is(req->spec)) { /* a collectives benchmark job */
         status = px_bench_spec_validate(req->spec, px_nodes_cluster_devices(d), err, sizeof(err));
     } else { /* this node's devices first, then the alive peers' */
@@ -211,6 +202,16 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
     if (status != PX_OK) {
         px_info("SubmitJob rejected: %s", err);
         px_rpc_call_fail(call, px_rpc_code_from_status(status), "%s", err);
+        return;
+    }
+    if (req->spec->tensorboard_dir && *req->spec->tensorboard_dir &&
+        !px_bench_spec_is(req->spec) && px_tb_mkdirs(req->spec->tensorboard_dir)) {
+        /* made here, on the coordinator, once the job is otherwise valid:
+         * a directory that cannot be made is said now, not as a warning
+         * in rank 0's log */
+        px_rpc_call_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "tensorboard_dir '%s': cannot create it on node %s: %s",
+                         req->spec->tensorboard_dir, d->cfg.name, strerror(errno));
         return;
     }
     /* the name reserved cluster-wide (jobnames.c), then stored and answered */
