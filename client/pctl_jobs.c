@@ -596,9 +596,9 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     int no_val = 0, vocab_given = 0, auto_layout = 0;
     /* checkpoint, resume and export paths made absolute: in stack buffers,
      * so the usage-error returns below leak nothing */
-    char abs_buf[5][PATH_MAX + 1];
-    char *abs_paths[5] = {NULL, NULL, NULL, NULL, NULL};
-    const char **rel_paths[5];
+    char abs_buf[6][PATH_MAX + 1];
+    char *abs_paths[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    const char **rel_paths[6];
     int follow = 0, json = 0, dry_run = 0, opt, rc = PCTL_EXIT_FAIL;
     uint32_t max_restarts = 0;
     uint64_t v;
@@ -658,7 +658,8 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     rel_paths[2] = &cfg.export_safetensors;
     rel_paths[3] = &cfg.init_from;
     rel_paths[4] = &cfg.export_hf;
-    for (int k = 0; k < 5; k++) {
+    rel_paths[5] = &cfg.tensorboard_dir;
+    for (int k = 0; k < 6; k++) {
         const char *path = *rel_paths[k];
         char cwd[PATH_MAX];
         int n;
@@ -752,6 +753,7 @@ int pctl_cmd_submit(pctl_ctx_t *ctx, int argc, char **argv)
     cfg.export_safetensors = abs_paths[2];
     cfg.init_from = abs_paths[3];
     cfg.export_hf = abs_paths[4];
+    cfg.tensorboard_dir = abs_paths[5];
     if (cfg.checkpoint_every && !abs_paths[0]) {
         rc = pctl_usage_error("submit", "--checkpoint-every needs --checkpoint-dir");
         goto out;

@@ -13,7 +13,7 @@
 
 #include "pctl.h"
 #include "pctl_plot.h"
-#include "pctl_tensorboard.h"
+#include "px_tb.h"
 
 #define M_METRICS "/parallax.v1.Control/GetMetrics"
 
@@ -217,26 +217,27 @@ static void run_name(const char *label, char *buf, size_t len)
 static int tensorboard(const job_rows_t *jobs, size_t n, const char *dir)
 {
     for (size_t k = 0; k < n; k++) {
-        char err[4400], run[256];
+        char err[4400], run[256], rundir[4400];
         run_name(jobs[k].id, run, sizeof(run));
-        pctl_tb_t *tb = pctl_tb_open(dir, run, err, sizeof(err));
+        snprintf(rundir, sizeof(rundir), "%s/%s", dir, run);
+        px_tb_t *tb = px_tb_open(rundir, err, sizeof(err));
         int bad = !tb;
         for (size_t i = 0; tb && !bad && i < jobs[k].n; i++) {
             const row_t *r = &jobs[k].rows[i];
             int64_t s = (int64_t)r->step;
             double t = r->time_ms > 0 ? r->time_ms / 1e3 : 0.0;
-            bad = pctl_tb_scalar(tb, "train/loss", s, t, (float)r->loss) ||
-                  pctl_tb_scalar(tb, "train/grad_norm", s, t, (float)r->grad_norm) ||
-                  pctl_tb_scalar(tb, "train/lr", s, t, (float)r->lr) ||
-                  pctl_tb_scalar(tb, "train/tokens_per_second", s, t, (float)r->tps) ||
+            bad = px_tb_scalar(tb, "train/loss", s, t, (float)r->loss) ||
+                  px_tb_scalar(tb, "train/grad_norm", s, t, (float)r->grad_norm) ||
+                  px_tb_scalar(tb, "train/lr", s, t, (float)r->lr) ||
+                  px_tb_scalar(tb, "train/tokens_per_second", s, t, (float)r->tps) ||
                   (isfinite(r->val_loss) &&
-                   pctl_tb_scalar(tb, "val/loss", s, t, (float)r->val_loss));
+                   px_tb_scalar(tb, "val/loss", s, t, (float)r->val_loss));
         }
         if (tb && !bad)
-            printf("%s: %zu steps -> %s\n", pctl_esc(jobs[k].id), jobs[k].n, pctl_tb_path(tb));
+            printf("%s: %zu steps -> %s\n", pctl_esc(jobs[k].id), jobs[k].n, px_tb_path(tb));
         else if (tb)
-            snprintf(err, sizeof(err), "cannot write %s: %s", pctl_tb_path(tb), strerror(errno));
-        if (pctl_tb_close(tb) || bad) {
+            snprintf(err, sizeof(err), "cannot write %s: %s", px_tb_path(tb), strerror(errno));
+        if (px_tb_close(tb) || bad) {
             fprintf(stderr, "pctl: metrics: %s\n", err);
             return PCTL_EXIT_FAIL;
         }

@@ -22,7 +22,7 @@
 enum { K_NAME, K_LISTEN, K_PEER_LISTEN, K_STATE_DIR, K_RUNTIME_DIR, K_DEVICES, K_PEERS,
        K_HEARTBEAT, K_PEER_DEAD, K_COLL_TIMEOUT, K_KILL_GRACE, K_LOG_LEVEL, K_TOKEN_FILE,
        K_CONTROL_GROUP, K_CONTROL_REMOTE, K_MAX_MSG, K_TLS_CERT, K_TLS_KEY, K_TLS_CA, K_METRICS_LISTEN,
-       K_AUTH_MAX_WRONG, K_AUTH_LOCKOUT, K_COUNT };
+       K_AUTH_MAX_WRONG, K_AUTH_LOCKOUT, K_TENSORBOARD_DIR, K_COUNT };
 _Static_assert(K_COUNT == PXD_CFG_KEYS, "PXD_CFG_KEYS matches the key table");
 
 enum { OPT_BASE = 1000, OPT_CONFIG = 2000, OPT_PRINT_CONFIG, OPT_HELP };
@@ -75,6 +75,9 @@ static const key_t_ keys[K_COUNT] = {
     [K_AUTH_LOCKOUT] = {"auth-lockout-ms", NULL, "60000",
                         "how long an address that sent auth-max-wrong wrong tokens is "
                         "refused (ms)"},
+    [K_TENSORBOARD_DIR] = {"tensorboard-dir", NULL, "",
+                           "TensorBoard event files of jobs submitted without --tensorboard, "
+                           "DIR/<job id>/ (empty: state-dir/tensorboard; off: none)"},
 };
 
 static struct option long_opts[K_COUNT + 4];
@@ -325,6 +328,13 @@ static px_status_t apply(px_daemon_config_t *cfg, int k, const char *v)
     case K_TLS_KEY: return set_opt_str(&cfg->tls_key_file, v);
     case K_TLS_CA: return set_opt_str(&cfg->tls_ca_file, v);
     case K_METRICS_LISTEN: return set_opt_str(&cfg->metrics_listen, v); /* checked by metrics.c */
+    case K_TENSORBOARD_DIR:
+        if (strlen(v) > 900 || (*v && strcmp(v, "off") && v[0] != '/')) {
+            px_error("tensorboard-dir '%s': expected an absolute directory path (at most 900 "
+                     "bytes), off, or empty (state-dir/tensorboard)", v);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        return set_opt_str(&cfg->tensorboard_dir, v);
     case K_MAX_MSG: {
         char *end;
         long long n;
@@ -632,6 +642,25 @@ void px_daemon_config_print(const px_daemon_config_t *cfg, FILE *out)
     print_kv(out, cfg, K_AUTH_MAX_WRONG, buf);
     snprintf(buf, sizeof(buf), "%ld", cfg->auth_lockout_ms);
     print_kv(out, cfg, K_AUTH_LOCKOUT, buf);
+    char tb[1100];
+    print_kv(out, cfg, K_TENSORBOARD_DIR,
+             px_daemon_config_tensorboard_dir(cfg, NULL, tb, sizeof(tb)) ? "off" : tb);
+}
+
+int px_daemon_config_tensorboard_dir(const px_daemon_config_t *cfg, const char *state, char *buf,
+                                     size_t len)
+{
+    const char *v = cfg->tensorboard_dir;
+    if (v && !strcmp(v, "off")) {
+        if (len)
+            buf[0] = '\0';
+        return -1;
+    }
+    if (v && *v)
+        snprintf(buf, len, "%s", v);
+    else
+        snprintf(buf, len, "%s/tensorboard", state ? state : cfg->state_dir);
+    return 0;
 }
 
 void px_daemon_config_free(px_daemon_config_t *cfg)
@@ -652,6 +681,7 @@ void px_daemon_config_free(px_daemon_config_t *cfg)
     free(cfg->tls_key_file);
     free(cfg->tls_ca_file);
     free(cfg->metrics_listen);
+    free(cfg->tensorboard_dir);
     free(cfg->config_file);
     memset(cfg, 0, sizeof(*cfg));
 }

@@ -20,7 +20,7 @@
 
 #define PXD_DEFAULT_CONFIG "/etc/parallax/parallaxd.conf"
 #define PXD_CFG_SOURCE_MAX 1100
-#define PXD_CFG_KEYS 22
+#define PXD_CFG_KEYS 23
 
 typedef struct px_daemon_config {
     char *listen;          /* Control host:port */
@@ -49,6 +49,10 @@ typedef struct px_daemon_config {
     char *tls_key_file;    /* its PEM key, or NULL */
     char *tls_ca_file;     /* CA verifying peers (NULL: tls_cert_file) */
     char *metrics_listen;  /* Prometheus HTTP host:port (metrics.h), or NULL: off */
+    /* where a job without --tensorboard gets its TensorBoard run,
+     * <this>/<job id>/ (tboard/px_tb.h): "" for state_dir/tensorboard
+     * (px_daemon_config_tensorboard_dir), "off" for none */
+    char *tensorboard_dir;
     int auth_max_wrong;    /* wrong tokens from one address before it is refused (auth.c) */
     long auth_lockout_ms;  /* ... for this long (ms); also the window they are counted in */
     char *config_file;     /* file read, or NULL */
@@ -87,5 +91,13 @@ void px_daemon_config_export(const px_daemon_config_t *cfg);
 void px_daemon_config_print(const px_daemon_config_t *cfg, FILE *out);
 
 void px_daemon_config_free(px_daemon_config_t *cfg);
+
+/* The directory jobs without --tensorboard write their TensorBoard runs
+ * under (into buf, len bytes): tensorboard-dir, or <state>/tensorboard
+ * when it is empty (state: the state directory as the daemon resolved it,
+ * absolute, since the ranks run elsewhere; NULL: cfg->state_dir as
+ * given). 0, or -1 when the key is "off" (buf ""). */
+int px_daemon_config_tensorboard_dir(const px_daemon_config_t *cfg, const char *state, char *buf,
+                                     size_t len);
 
 #endif

@@ -5,6 +5,7 @@
  * the store; requests about a job coordinated by another node (the node
  * name is embedded in the job id) are forwarded to that node's Control
  * service and its answer relayed as is. Handlers run on the loop thread. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "jobspec.h"
 #include "layout.h"
 #include "px_log.h"
+#include "px_tb.h"
 #include "store.h"
 #include "valstore.h"
 
@@ -200,6 +202,16 @@ static void h_submit(px_rpc_call_t *call, const ProtobufCMessage *request, void 
     if (status != PX_OK) {
         px_info("SubmitJob rejected: %s", err);
         px_rpc_call_fail(call, px_rpc_code_from_status(status), "%s", err);
+        return;
+    }
+    if (req->spec->tensorboard_dir && *req->spec->tensorboard_dir &&
+        !px_bench_spec_is(req->spec) && px_tb_mkdirs(req->spec->tensorboard_dir)) {
+        /* made here, on the coordinator, once the job is otherwise valid:
+         * a directory that cannot be made is said now, not as a warning
+         * in rank 0's log */
+        px_rpc_call_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "tensorboard_dir '%s': cannot create it on node %s: %s",
+                         req->spec->tensorboard_dir, d->cfg.name, strerror(errno));
         return;
     }
     /* the name reserved cluster-wide (jobnames.c), then stored and answered */

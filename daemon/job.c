@@ -201,6 +201,30 @@ void px_job_free_all(px_daemon_t *d)
 
 /* --------------------------------------------------------------- submit */
 
+/* The TensorBoard run of a newly submitted training job: the given
+ * directory, or this node's tensorboard-dir (config.h), with the job id
+ * appended, so each job is its own run of `tensorboard --logdir DIR`. A
+ * restart (spec->restart > 0) keeps its job's run: its steps go on in the
+ * same directory (rank 0 skips the steps already there, rank_main.c). */
+static px_status_t tensorboard_run(px_daemon_t *d, Parallax__V1__JobSpec *spec, const char *id)
+{
+    char base[1100], run[1200];
+    if (spec->restart > 0 || px_bench_spec_is(spec))
+        return PX_OK;
+    if (spec->tensorboard_dir && *spec->tensorboard_dir)
+        snprintf(base, sizeof(base), "%s", spec->tensorboard_dir);
+    else if (px_daemon_config_tensorboard_dir(&d->cfg, d->state_dir_real, base, sizeof(base)))
+        return PX_OK; /* "off" */
+    snprintf(run, sizeof(run), "%s/%s", base, id);
+    char *dup = strdup(run);
+    if (!dup)
+        return PX_ERR_NO_MEMORY;
+    if (spec->tensorboard_dir != protobuf_c_empty_string)
+        free(spec->tensorboard_dir);
+    spec->tensorboard_dir = dup;
+    return PX_OK;
+}
+
 px_status_t px_job_submit(px_daemon_t *d, const Parallax__V1__JobSpec *spec, px_job_t **job_p)
 {
     px_job_t *job = px__job_alloc(d);
@@ -220,6 +244,11 @@ px_status_t px_job_submit(px_daemon_t *d, const Parallax__V1__JobSpec *spec, px_
         if (copy->name != protobuf_c_empty_string)
             free(copy->name);
         copy->name = strdup(job->id);
+    }
+    if (tensorboard_run(d, copy, job->id) != PX_OK) {
+        protobuf_c_message_free_unpacked(&copy->base, NULL);
+        uv_close((uv_handle_t *)&job->rdv_timer, px__job_on_closed);
+        return PX_ERR_NO_MEMORY;
     }
     if (copy->model && copy->model->vocab == 0)
         copy->model->vocab = PX_DEFAULT_VOCAB;

@@ -229,7 +229,7 @@ static px_status_t check_state(const px_job_config_t *cfg, unsigned flags, char 
         {"data", cfg->data_path}, {"checkpoint_dir", cfg->checkpoint_dir},
         {"resume_dir", cfg->resume_dir}, {"export_safetensors", cfg->export_safetensors},
         {"val_data", cfg->val_path}, {"init_from", cfg->init_from},
-        {"export_hf", cfg->export_hf}};
+        {"export_hf", cfg->export_hf}, {"tensorboard_dir", cfg->tensorboard_dir}};
 
     if (cfg->zero < 0 || cfg->zero > 3)
         return px_invalid(errbuf, errlen, "zero=%d must be 0, 1, 2 or 3", cfg->zero);

@@ -62,6 +62,10 @@ typedef struct px_job_config {
      * go to as config.json + model.safetensors (GPT2LMHeadModel loads it).
      * NULL / "": none */
     const char *init_from, *export_hf;
+    /* TensorBoard (tboard/px_tb.h): the run directory rank 0 writes the
+     * step scalars to while it trains, one event file per start (a
+     * restart adds steps after those already there). NULL / "": none */
+    const char *tensorboard_dir;
     /* mixture of experts (engine/moe.h): experts 0 = a dense model; else
      * every moe_every-th layer (layers l with (l + 1) % moe_every == 0) has
      * `experts` MLP experts, each token routed to top_k (1 or 2) of them by

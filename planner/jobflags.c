@@ -106,6 +106,10 @@ const px_job_flag_t px_job_flags[] = {
     STR("export-hf", PX_JOB_FLAG_PATH, export_hf, "DIR",
         "write the final weights as a Hugging Face GPT-2 (config.json + model.safetensors, "
         "for GPT2LMHeadModel.from_pretrained(DIR))"),
+    STR("tensorboard", PX_JOB_FLAG_PATH, tensorboard_dir, "DIR",
+        "write TensorBoard event files while training (train/loss, val/loss, train/lr, "
+        "train/grad_norm, train/tokens_per_second per step; `tensorboard --logdir DIR`): "
+        "pctl submit into DIR/<job id>/, parallax-rank into DIR itself"),
     /* data and validation */
     STR("data", PX_JOB_FLAG_STR, data_path, "FILE",
         "token file (llm.c layout, see `pctl data prepare`)"),

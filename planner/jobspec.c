@@ -104,6 +104,7 @@ void px_jobspec_to_config(const Parallax__V1__JobSpec *spec, px_job_config_t *cf
     cfg->export_safetensors = str_or_null(spec->export_safetensors);
     cfg->init_from = str_or_null(spec->init_from);
     cfg->export_hf = str_or_null(spec->export_hf);
+    cfg->tensorboard_dir = str_or_null(spec->tensorboard_dir);
     if (spec->moe) { /* zero fields: the defaults (proto) */
         const Parallax__V1__MoeSpec *e = spec->moe;
         cfg->experts = to_int(e->experts);
@@ -171,6 +172,7 @@ void px_jobspec_from_config(const px_job_config_t *cfg, px_jobspec_msg_t *msg)
     s->export_safetensors = (char *)(cfg->export_safetensors ? cfg->export_safetensors : "");
     s->init_from = (char *)(cfg->init_from ? cfg->init_from : "");
     s->export_hf = (char *)(cfg->export_hf ? cfg->export_hf : "");
+    s->tensorboard_dir = (char *)(cfg->tensorboard_dir ? cfg->tensorboard_dir : "");
     parallax__v1__moe_spec__init(&msg->moe);
     if (cfg->experts > 0) {
         Parallax__V1__MoeSpec *e = &msg->moe;

@@ -15,7 +15,7 @@
  *                 [--dump-steps N] [--zero 0-3] [--grad-accum N]
  *                 [--checkpoint-every N --checkpoint-dir DIR] [--resume DIR]
  *                 [--export-safetensors FILE] [--no-prefetch] [--bucket-mb F]
- *                 [--init-from HF_DIR_OR_FILE] [--export-hf DIR]
+ *                 [--init-from HF_DIR_OR_FILE] [--export-hf DIR] [--tensorboard DIR]
  *                 [--dp N] [--tp N] [--pp N] [--cp N] [--ep N]
  * (or --spec-file PATH instead of the job flags). The layout's world must be
  * PX_WORLD_SIZE (1 when unset); --dp defaults to PX_WORLD_SIZE / (tp x pp x
@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "jobflags.h"
@@ -52,6 +53,7 @@
 #include "px_log.h"
 #include "pipesched.h"
 #include "observers.h"
+#include "px_tb.h"
 #include "px_train.h"
 #include "px_rank_link.h"
 #include "px_world.h"
@@ -110,7 +112,53 @@ typedef struct step_ctx {
     int rank;
     int print; /* print the step line on stdout */
     px_rank_link_t *link;
+    px_tb_t *tb;       /* rank 0 with --tensorboard: the run's event file */
+    int64_t tb_after;  /* steps up to this one the run's files already hold */
 } step_ctx_t;
+
+/* --tensorboard DIR on rank 0: DIR's new event file, after the steps an
+ * earlier start of the job (a restart resuming from a checkpoint) wrote
+ * there. A DIR that cannot be written is a warning: training goes on. */
+static void tb_open(step_ctx_t *ctx, const char *dir)
+{
+    char err[4600];
+    if (ctx->rank != 0 || !dir || !*dir)
+        return;
+    ctx->tb = px_tb_open(dir, err, sizeof(err));
+    if (!ctx->tb) {
+        px_warn("tensorboard: %s; training goes on without event files", err);
+        return;
+    }
+    ctx->tb_after = px_tb_last_step(ctx->tb);
+    px_info("tensorboard: writing %s%s", px_tb_path(ctx->tb),
+            ctx->tb_after >= 0 ? " (after the steps the run already holds)" : "");
+}
+
+/* The step's scalars into the event file, flushed so `tensorboard
+ * --logdir` sees the step now; a step the run already holds is skipped.
+ * A failed write closes the file with a warning. */
+static void tb_step(step_ctx_t *ctx, const px_step_report_t *r)
+{
+    struct timeval now;
+    if (!ctx->tb || r->step <= ctx->tb_after)
+        return;
+    gettimeofday(&now, NULL);
+    double t = (double)now.tv_sec + now.tv_usec / 1e6;
+    int64_t s = r->step;
+    int bad = px_tb_scalar(ctx->tb, "train/loss", s, t, r->loss) ||
+              px_tb_scalar(ctx->tb, "train/grad_norm", s, t, r->grad_norm) ||
+              px_tb_scalar(ctx->tb, "train/lr", s, t, r->lr) ||
+              px_tb_scalar(ctx->tb, "train/tokens_per_second", s, t,
+                           (float)r->tokens_per_second) ||
+              (r->val_loss > 0.0f && px_tb_scalar(ctx->tb, "val/loss", s, t, r->val_loss)) ||
+              px_tb_flush(ctx->tb);
+    if (bad) {
+        px_warn("tensorboard: cannot write %s: %s; no more event files", px_tb_path(ctx->tb),
+                strerror(errno));
+        px_tb_close(ctx->tb);
+        ctx->tb = NULL;
+    }
+}
 
 static void usage(FILE *out)
 {
@@ -123,6 +171,7 @@ static void usage(FILE *out)
             "         [--checkpoint-every N --checkpoint-dir DIR] [--resume STEP_DIR]\n"
             "         [--export-safetensors FILE] [--no-prefetch] [--test-norm-ones]\n"
             "         [--init-from HF_DIR_OR_FILE] [--export-hf DIR (Hugging Face GPT-2)]\n"
+            "         [--tensorboard DIR (rank 0 writes TensorBoard events into DIR)]\n"
             "         [--bucket-mb F (data-parallel gradient bucket, MiB; 0 = auto)]\n"
             "         [--replica-digests] [--test-router-skew B]\n"
             "         [--val-data PATH [--eval-every N] [--eval-batches K]]\n"
@@ -512,6 +561,7 @@ static int on_step(void *arg, const px_step_report_t *r)
             json_decref(o);
         }
     }
+    tb_step(ctx, r);
     if (ctx->link && px_rank_link_report(ctx->link, r, &stop) == PX_OK && stop)
         px_info("coordinator says the job is ending; stopping after step %d", r->step);
     return stop;
@@ -613,6 +663,7 @@ int main(int argc, char **argv)
      * and norm are global), unless --print-all-ranks. Under a daemon each
      * rank's stdout is its own log (pctl logs JOB --rank N): all print. */
     ctx.print = rank == 0 || a.print_all_ranks || a.coord;
+    tb_open(&ctx, a.cfg.tensorboard_dir);
 
     /* daemon mode: the coordinator's rendezvous; otherwise the standalone
      * bootstrap, or alone without a transport */
@@ -656,6 +707,12 @@ out:
 out_ok:
     px_world_close(pw, ret == 0);
     px_rank_link_close(ctx.link);
+    if (ctx.tb) {
+        char tbpath[4400];
+        snprintf(tbpath, sizeof(tbpath), "%s", px_tb_path(ctx.tb));
+        if (px_tb_close(ctx.tb))
+            px_warn("tensorboard: closing %s: %s", tbpath, strerror(errno));
+    }
     if (ctx.metrics && fclose(ctx.metrics)) {
         px_error("metrics file %s: %s", a.metrics_out, strerror(errno));
         ret = 1;

@@ -341,6 +341,38 @@ static void test_config(void)
         char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", "cpu:0", NULL};
         EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_ERR_INVALID_ARGUMENT, "cpu:0");
     }
+    /* tensorboard-dir: state-dir/tensorboard by default, off, or absolute */
+    {
+        char buf[256];
+        char *argv[] = {"parallaxd", "--config", "/dev/null", "--state-dir", "/srv/px", NULL};
+        EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_OK, "parse");
+        EXPECT(px_daemon_config_tensorboard_dir(&cfg, NULL, buf, sizeof(buf)) == 0 &&
+               !strcmp(buf, "/srv/px/tensorboard"), "default tensorboard-dir %s", buf);
+        EXPECT(px_daemon_config_tensorboard_dir(&cfg, "/real/px", buf, sizeof(buf)) == 0 &&
+               !strcmp(buf, "/real/px/tensorboard"), "resolved state %s", buf);
+        px_daemon_config_free(&cfg);
+    }
+    {
+        char buf[256];
+        char *argv[] = {"parallaxd", "--config", "/dev/null", "--tensorboard-dir", "off", NULL};
+        EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_OK, "parse off");
+        EXPECT(px_daemon_config_tensorboard_dir(&cfg, NULL, buf, sizeof(buf)) == -1 && !buf[0],
+               "tensorboard-dir off: %s", buf);
+        px_daemon_config_free(&cfg);
+    }
+    {
+        char buf[256];
+        char *argv[] = {"parallaxd", "--config", "/dev/null", "--tensorboard-dir", "/tb", NULL};
+        EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_OK &&
+               px_daemon_config_tensorboard_dir(&cfg, "/s", buf, sizeof(buf)) == 0 &&
+               !strcmp(buf, "/tb"), "tensorboard-dir /tb: %s", buf);
+        px_daemon_config_free(&cfg);
+    }
+    {
+        char *argv[] = {"parallaxd", "--config", "/dev/null", "--tensorboard-dir", "tb", NULL};
+        EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_ERR_INVALID_ARGUMENT,
+               "relative tensorboard-dir");
+    }
     /* GPUs as devices: cuda (all), cuda:I,J, with cpu:N */
     {
         char *argv[] = {"parallaxd", "--config", "/dev/null", "--devices", "cuda:0,1,cpu:2", NULL};

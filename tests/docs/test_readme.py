@@ -63,6 +63,8 @@ SKIP = [
     (r'srun ', 'needs Slurm'),
     (r'build/rank/parallax-rank --device cuda', 'needs a GPU'),
     (r'scrape_configs:|- job_name:|honor_labels:|static_configs:', 'Prometheus configuration'),
+    (r'tensorboard --logdir', 'a web server (integration-tensorboard reads the event files with '
+     'TensorBoard\'s EventAccumulator)'),
     (r'build/client/pctl (data prepare .*--tokenizer|submit --data book-bpe\.bin)',
      'needs a Hugging Face tokenizer.json, not fetched here (planner_tokenizer_hf trains one and '
      'runs data prepare --tokenizer; integration-bpe submits its tokens)'),
