@@ -616,7 +616,7 @@ static int on_step(void *arg, const px_step_report_t *r)
         }
     }
     tb_step(ctx, r, mfu);
-    if (ctx->link && px_rank_link_report(ctx->link, r, &stop) == PX_OK && stop)
+    if (ctx->link && px_rank_link_report(ctx->link, r, mfu, &stop) == PX_OK && stop)
         px_info("coordinator says the job is ending; stopping after step %d", r->step);
     return stop;
 }
