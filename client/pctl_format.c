@@ -282,6 +282,8 @@ json_t *pctl_json_metrics(const Parallax__V1__StepMetrics *m)
     json_object_set_new(o, "time_ms", json_integer(m->time_ms));
     /* null on the steps not followed by a validation */
     json_object_set_new(o, "val_loss", m->val_loss > 0.0f ? pctl_json_float(m->val_loss) : json_null());
+    if (m->mfu > 0) /* absent where the ranks knew no device peak */
+        json_object_set_new(o, "mfu", json_real(m->mfu));
     return o;
 }
 

@@ -113,7 +113,8 @@ static const pctl_command_t commands[] = {
      "                     + model.safetensors, for GPT2LMHeadModel.from_pretrained)\n"
      "  --tensorboard DIR  rank 0 writes TensorBoard event files into DIR/<job id>/\n"
      "                     while the job trains (train/loss, val/loss, train/lr,\n"
-     "                     train/grad_norm, train/tokens_per_second); without it the\n"
+     "                     train/grad_norm, train/tokens_per_second, train/mfu where\n"
+     "                     the device's peak is known); without it the\n"
      "                     daemon's tensorboard-dir (default STATE/tensorboard)\n"
      "  --max-restarts N   when the job fails (a rank or a node died), submit it again\n"
      "                     from the newest complete checkpoint in --checkpoint-dir, up\n"
@@ -180,7 +181,7 @@ static const pctl_command_t commands[] = {
      "  --from-json FILE  read what --json printed instead of asking the daemon\n"
      "  --tensorboard DIR  write TensorBoard event files, one run per job (DIR/JOB/):\n"
      "                train/loss, train/grad_norm, train/lr, train/tokens_per_second,\n"
-     "                val/loss; then `tensorboard --logdir DIR`\n",
+     "                val/loss, train/mfu (steps with an MFU); then `tensorboard --logdir DIR`\n",
      pctl_cmd_metrics},
     {"logs", "output of a job's rank",
      "usage: pctl logs JOB [--rank R] [--tail N]\n"

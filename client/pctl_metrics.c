@@ -17,9 +17,10 @@
 
 #define M_METRICS "/parallax.v1.Control/GetMetrics"
 
-/* One recorded step (val_loss NaN: no validation after it). */
+/* One recorded step (val_loss NaN: no validation after it; mfu NaN: no
+ * known device peak). */
 typedef struct row {
-    double step, loss, grad_norm, lr, tps, elapsed, val_loss;
+    double step, loss, grad_norm, lr, tps, elapsed, val_loss, mfu;
     long long time_ms;
 } row_t;
 
@@ -37,7 +38,8 @@ static int rows_from_resp(const Parallax__V1__GetMetricsResponse *resp, job_rows
     for (size_t i = 0; i < resp->n_steps; i++) {
         const Parallax__V1__StepMetrics *m = resp->steps[i];
         j->rows[i] = (row_t){m->step, m->loss, m->grad_norm, m->lr, m->tokens_per_second,
-                             m->elapsed_s, m->val_loss > 0.0f ? m->val_loss : NAN, m->time_ms};
+                             m->elapsed_s, m->val_loss > 0.0f ? m->val_loss : NAN,
+                             m->mfu > 0 ? m->mfu : NAN, m->time_ms};
     }
     j->n = resp->n_steps;
     return 0;
@@ -60,7 +62,7 @@ static int rows_from_json(const json_t *a, const char *id, job_rows_t *j)
         double t = num(o, "time_ms");
         j->rows[j->n++] = (row_t){num(o, "step"), num(o, "loss"), num(o, "grad_norm"),
                                   num(o, "lr"), num(o, "tokens_per_second"), num(o, "elapsed_s"),
-                                  num(o, "val_loss"), isfinite(t) ? (long long)t : 0};
+                                  num(o, "val_loss"), num(o, "mfu"), isfinite(t) ? (long long)t : 0};
     }
     return 0;
 }
@@ -122,6 +124,8 @@ static json_t *rows_json(const job_rows_t *j)
                                            (json_int_t)r->time_ms, "val_loss",
                                            isfinite(r->val_loss) ? json_real(r->val_loss)
                                                                  : json_null()));
+        if (isfinite(r->mfu)) /* only where the device's peak was known */
+            json_object_set_new(json_array_get(a, i), "mfu", json_real(r->mfu));
     }
     return a;
 }
@@ -142,16 +146,29 @@ static void print_table(const job_rows_t *j, int header)
     }
 }
 
+/* The mfu column only when some step has one (a CPU job's rows keep
+ * their eight columns); empty on the steps without. */
 static void print_csv(const job_rows_t *jobs, size_t n)
 {
-    printf("job,step,loss,val_loss,grad_norm,lr,tokens_per_second,elapsed_s\n");
+    int mfu = 0;
+    for (size_t k = 0; k < n; k++)
+        for (size_t i = 0; i < jobs[k].n; i++)
+            mfu |= isfinite(jobs[k].rows[i].mfu);
+    printf("job,step,loss,val_loss,grad_norm,lr,tokens_per_second,elapsed_s%s\n",
+           mfu ? ",mfu" : "");
     for (size_t k = 0; k < n; k++)
         for (size_t i = 0; i < jobs[k].n; i++) {
             const row_t *r = &jobs[k].rows[i];
             printf("%s,%.0f,%.9g,", jobs[k].id, r->step, r->loss);
             if (isfinite(r->val_loss))
                 printf("%.9g", r->val_loss);
-            printf(",%.9g,%.9g,%.6g,%.6g\n", r->grad_norm, r->lr, r->tps, r->elapsed);
+            printf(",%.9g,%.9g,%.6g,%.6g", r->grad_norm, r->lr, r->tps, r->elapsed);
+            if (mfu) {
+                putchar(',');
+                if (isfinite(r->mfu))
+                    printf("%.9g", r->mfu);
+            }
+            putchar('\n');
         }
 }
 
@@ -213,7 +230,8 @@ static void run_name(const char *label, char *buf, size_t len)
 
 /* --tensorboard DIR: one run per job (DIR/<job>/), the scalars train/loss,
  * train/grad_norm, train/lr, train/tokens_per_second and, after the steps
- * that had one, val/loss; each at its step and the time it was recorded. */
+ * that had one, val/loss; train/mfu on the steps with one; each at its
+ * step and the time it was recorded. */
 static int tensorboard(const job_rows_t *jobs, size_t n, const char *dir)
 {
     for (size_t k = 0; k < n; k++) {
@@ -231,7 +249,8 @@ static int tensorboard(const job_rows_t *jobs, size_t n, const char *dir)
                   px_tb_scalar(tb, "train/lr", s, t, (float)r->lr) ||
                   px_tb_scalar(tb, "train/tokens_per_second", s, t, (float)r->tps) ||
                   (isfinite(r->val_loss) &&
-                   px_tb_scalar(tb, "val/loss", s, t, (float)r->val_loss));
+                   px_tb_scalar(tb, "val/loss", s, t, (float)r->val_loss)) ||
+                  (isfinite(r->mfu) && px_tb_scalar(tb, "train/mfu", s, t, (float)r->mfu));
         }
         if (tb && !bad)
             printf("%s: %zu steps -> %s\n", pctl_esc(jobs[k].id), jobs[k].n, px_tb_path(tb));

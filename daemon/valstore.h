@@ -1,4 +1,4 @@
-/* valstore.h: the validation losses of training jobs in parallaxd.
+/* valstore.h: the validation losses (and MFU) of training jobs in parallaxd.
  *
  * A rank's step report (StepMetrics) carries val_loss > 0 after the steps
  * it evaluated (engine/eval.h). The coordinator keeps every such figure in
@@ -13,12 +13,14 @@
 #include "daemon.h"
 
 /* When m->val_loss > 0: sets job->val_loss and job->val_step and appends
- * the figure to the table. PX_ERR_IO (logged) on a database error. */
+ * the figure to the table; when m->mfu > 0 (the ranks know the device's
+ * peak) appends it to table step_mfu. PX_ERR_IO (logged) on a database
+ * error. */
 px_status_t px_valstore_record(px_store_t *store, px_job_t *job,
                                const Parallax__V1__StepMetrics *m);
 
-/* Sets val_loss on the steps of resp (px_store_metrics_get's, in step
- * order) that have a stored validation loss of job_id. */
+/* Sets val_loss and mfu on the steps of resp (px_store_metrics_get's, in
+ * step order) that have a stored validation loss or MFU of job_id. */
 px_status_t px_valstore_fill(px_store_t *store, const char *job_id,
                              Parallax__V1__GetMetricsResponse *resp);
 

@@ -78,6 +78,17 @@ int px_kernels_cuda_devices(void)
 #endif
 }
 
+int px_kernels_cuda_device_name(char *buf, size_t len)
+{
+#if PX_HAVE_CUDA
+    return px_cuda_device_name(buf, len);
+#else
+    if (len)
+        buf[0] = '\0';
+    return -1;
+#endif
+}
+
 int px_kernels_is_device_ptr(const void *p)
 {
     if (px_kernels_sim_is_device_ptr(p))

@@ -33,6 +33,12 @@ int px_kernels_have_cuda(void);
  * or without a driver or a GPU). */
 int px_kernels_cuda_devices(void);
 
+/* The name of the CUDA device this process opened (px_kernels_select
+ * with a cuda device: cudaDeviceProp.name, "NVIDIA H200") into buf; 0 on
+ * success, -1 (buf "") where none is open: a CPU or simulated device, a
+ * build without CUDA. */
+int px_kernels_cuda_device_name(char *buf, size_t len);
+
 /* 1 when `p` is device memory of the CUDA backend this process opened
  * (px_kernels_select with a cuda device) or of the simulated device, else
  * 0.

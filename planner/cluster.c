@@ -4,6 +4,7 @@
  * names it and its line. Any thread. */
 #include "cluster.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <ini.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobcfg.h"
 #include "px_log.h"
 
 #define T 1e12
@@ -50,6 +52,25 @@ static const struct preset *find_preset(const char *name)
         if (!strcmp(presets[i].name, name))
             return &presets[i];
     return NULL;
+}
+
+double px_cluster_device_peak(const char *device_name, int precision)
+{
+    static const struct { const char *part, *preset; } by_name[] = {
+        {"h200", "h200-sxm"}, {"h100", "h100-sxm"}, {"a100", "a100-sxm-80g"}};
+    char lower[128];
+    size_t n = 0;
+    if (!device_name)
+        return 0;
+    for (; device_name[n] && n + 1 < sizeof(lower); n++)
+        lower[n] = (char)tolower((unsigned char)device_name[n]);
+    lower[n] = '\0';
+    for (size_t i = 0; i < sizeof(by_name) / sizeof(by_name[0]); i++)
+        if (strstr(lower, by_name[i].part)) {
+            const struct preset *p = find_preset(by_name[i].preset);
+            return precision == PX_PRECISION_BF16 ? p->dev.gemm_bf16 : p->dev.gemm_fp32;
+        }
+    return 0;
 }
 
 static void preset_list(char *buf, size_t len)

@@ -116,6 +116,14 @@ px_status_t px_cluster_parse(const char *spec, px_cluster_t *cluster_p, char *er
 px_status_t px_cluster_load(const char *path, px_cluster_t *cluster_p, char *errbuf,
                             size_t errlen);
 
+/* The dense GEMM peak in FLOP/s at `precision` (jobcfg.h: bf16 or fp32)
+ * of the preset a CUDA device named `device_name` (cudaDeviceProp.name,
+ * NVML's name: "NVIDIA H200", "NVIDIA A100-SXM4-80GB") is: "H200" ->
+ * h200-sxm, "H100" -> h100-sxm, "A100" -> a100-sxm-80g (the 40 GB part
+ * has the same rates), case-insensitive substrings. 0 for any other name
+ * (a CPU, an unknown GPU): there is no honest peak to divide by. */
+double px_cluster_device_peak(const char *device_name, int precision);
+
 /* The link a group of `size` ranks uses when all of them are on one node
  * (`one_node` 1): intra, else inter. */
 const px_link_spec_t *px_cluster_link(const px_cluster_t *c, int one_node);

@@ -108,7 +108,8 @@ const px_job_flag_t px_job_flags[] = {
         "for GPT2LMHeadModel.from_pretrained(DIR))"),
     STR("tensorboard", PX_JOB_FLAG_PATH, tensorboard_dir, "DIR",
         "write TensorBoard event files while training (train/loss, val/loss, train/lr, "
-        "train/grad_norm, train/tokens_per_second per step; `tensorboard --logdir DIR`): "
+        "train/grad_norm, train/tokens_per_second, train/mfu where the device's peak is known, "
+        "per step; `tensorboard --logdir DIR`): "
         "pctl submit into DIR/<job id>/, parallax-rank into DIR itself"),
     /* data and validation */
     STR("data", PX_JOB_FLAG_STR, data_path, "FILE",

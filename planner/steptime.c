@@ -498,16 +498,26 @@ static int group_one_node(const px_layout_t *l, px_group_kind_t kind, const int 
 
 /* Parameters a token meets (for model FLOPs): the dense model's, with a
  * MoE layer's MLP counted top_k times (its router too), k/v at Ckv. */
-static double active_params(const ctx_t *x)
+/* The parameters one token's forward multiplies by: every layer's
+ * attention and MLP matrices (an MoE layer its top_k experts and its
+ * router) and the output head (padded vocabulary); no embedding lookups,
+ * norms or biases. */
+static double active_params(const px_job_config_t *c, const px_step_arch_t *arch)
 {
-    const px_job_config_t *c = x->cfg;
     px_model_moe_t mm = {.layers = c->layers, .dim = c->dim, .experts = c->experts,
                          .moe_every = c->moe_every};
-    double C = x->C, F = x->F, mats = x->arch.glu ? 3 : 2;
-    double attn = C * (C + 2 * x->Ckv) + C * C, mlp = mats * C * F;
+    double C = c->dim, F = arch->ffn > 0 ? arch->ffn : 4.0 * c->dim, mats = arch->glu ? 3 : 2;
+    double Ckv = arch->kv_heads > 0 ? C * arch->kv_heads / c->heads : C;
+    double attn = C * (C + 2 * Ckv) + C * C, mlp = mats * C * F;
     double nmoe = c->experts ? px_model_moe_num_layers(&mm) : 0;
-    return (c->layers - nmoe) * (attn + mlp) +
-           nmoe * (attn + c->top_k * mlp + C * c->experts) + x->Vp * C;
+    return (c->layers - nmoe) * (attn + mlp) + nmoe * (attn + c->top_k * mlp + C * c->experts) +
+           (double)px_job_config_padded_vocab(c->vocab) * C;
+}
+
+double px_step_model_flops_per_token(const px_job_config_t *cfg, const px_step_arch_t *arch)
+{
+    static const px_step_arch_t gpt = {0};
+    return 6 * active_params(cfg, arch ? arch : &gpt) + 6.0 * cfg->layers * cfg->dim * cfg->seq;
 }
 
 static void top3(px_step_time_t *o)
@@ -691,7 +701,7 @@ px_status_t px_step_predict(const px_job_config_t *cfg, const px_step_arch_t *ar
     const double tokens = (double)cfg->batch * cfg->seq;
     o.world = world;
     o.tokens_per_s = tokens / o.step_s;
-    o.model_flops = tokens * (6 * active_params(&x) + 6.0 * cfg->layers * x.C * x.T);
+    o.model_flops = tokens * px_step_model_flops_per_token(cfg, &x.arch);
     o.mfu = o.model_flops / (o.step_s * world * x.gemm_rate);
     top3(&o);
     for (int s = 0; s < l->pp; s++)

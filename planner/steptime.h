@@ -137,9 +137,8 @@ const char *px_step_cost_name(int kind);
 typedef struct px_step_time {
     double step_s;              /* one optimizer step, seconds */
     double tokens_per_s;        /* batch x seq / step_s */
-    double model_flops;         /* per step: 6 x active parameters x tokens +
-                                   6 x layers x dim x seq x tokens (causal
-                                   attention; llm.c's count) */
+    double model_flops;         /* per step: tokens x
+                                   px_step_model_flops_per_token */
     double mfu;                 /* model_flops / (step_s x world x the
                                    precision's GEMM peak) */
     double cost[PX_STEP_NCOSTS];/* seconds of step_s by kind (they sum to it) */
@@ -148,6 +147,18 @@ typedef struct px_step_time {
     int fits;                   /* mem_bytes <= the device's memory */
     int world;
 } px_step_time_t;
+
+/* Model FLOPs of one trained token of `cfg` with model `arch` (NULL:
+ * parallax's GPT), forward and backward, as llm.c's gpt2_estimate_mfu
+ * counts them (Kaplan et al. 2020, section 2.1; PaLM, Chowdhery et al.
+ * 2022, appendix B): 6 x N + 6 x L x C x T, N the parameters the token
+ * multiplies by (every layer's attention and MLP matrices, an MoE layer's
+ * top_k experts and router, the output head over the padded vocabulary:
+ * no embedding lookups, norms or biases), L layers, C = dim, T = seq. The
+ * attention term is PaLM's 12 x L x H x Q x T (H x Q = C) halved for the
+ * causal mask, which llm.c's and the fused kernels skip. Recomputation is
+ * not counted (model FLOPs, not hardware FLOPs). Pure. */
+double px_step_model_flops_per_token(const px_job_config_t *cfg, const px_step_arch_t *arch);
 
 /* Predicts one step of `cfg` (which must pass px_job_config_check with
  * PX_JOBCFG_LAYOUT_ONLY) with model `arch` (NULL: parallax's GPT) run by

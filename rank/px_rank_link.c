@@ -172,7 +172,7 @@ px_status_t px_rank_link_world_rendezvous(void *link, const void *addr, size_t l
 }
 
 px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *report,
-                                int *stop_p)
+                                double mfu, int *stop_p)
 {
     Parallax__V1__ReportProgressRequest req = PARALLAX__V1__REPORT_PROGRESS_REQUEST__INIT;
     Parallax__V1__StepMetrics m = PARALLAX__V1__STEP_METRICS__INIT;
@@ -188,6 +188,7 @@ px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *re
     m.elapsed_s = report->elapsed_s;
     m.time_ms = px_time_wall_ms();
     m.val_loss = report->val_loss;
+    m.mfu = mfu;
     req.job_id = link->job_id;
     req.rank = (uint32_t)link->rank;
     req.metrics = &m;

@@ -31,11 +31,12 @@ px_status_t px_rank_link_rendezvous(px_rank_link_t *link, const void *addr, size
 px_status_t px_rank_link_world_rendezvous(void *link, const void *addr, size_t len,
                                           px_addr_table_t *table);
 
-/* Peer.ReportProgress with this step's figures. *stop_p (optional) is set to
+/* Peer.ReportProgress with this step's figures and its MFU (0: none;
+ * rank_main.c's step_mfu). *stop_p (optional) is set to
  * 1 when the coordinator says the job is ending. A failed report is logged
  * and returned but training may go on. */
 px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *report,
-                                int *stop_p);
+                                double mfu, int *stop_p);
 
 void px_rank_link_close(px_rank_link_t *link); /* NULL no-op */
 

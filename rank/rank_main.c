@@ -39,6 +39,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,12 +47,15 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "jobflags.h"
 #include "jobspec.h"
 #include "px_blas_core.h"
 #include "px_env.h"
+#include "px_kernels_select.h"
 #include "px_log.h"
 #include "pipesched.h"
+#include "steptime.h"
 #include "observers.h"
 #include "px_tb.h"
 #include "px_train.h"
@@ -114,7 +118,51 @@ typedef struct step_ctx {
     px_rank_link_t *link;
     px_tb_t *tb;       /* rank 0 with --tensorboard: the run's event file */
     int64_t tb_after;  /* steps up to this one the run's files already hold */
+    double flops_per_token; /* px_step_model_flops_per_token of the job */
+    double peak;       /* one device's peak FLOP/s (PX_PEAK_TFLOPS, else by the
+                          CUDA device's name at the precision); 0: none known */
+    int precision;     /* the job's (jobcfg.h), for the peak by name */
+    int world;
+    int peak_known;    /* 1 once peak is decided (the first step: the CUDA
+                          device is open by then) */
 } step_ctx_t;
+
+/* PX_PEAK_TFLOPS into *peak_p in FLOP/s (0 when unset); -1 with an error
+ * naming the value when it is not a finite number > 0. */
+static int peak_knob(double *peak_p)
+{
+    const char *v = px_env_str("PX_PEAK_TFLOPS");
+    char *end;
+    *peak_p = 0;
+    if (!*v)
+        return 0;
+    errno = 0;
+    double t = strtod(v, &end);
+    if (end == v || *end || errno || !isfinite(t) || t <= 0) {
+        px_error("PX_PEAK_TFLOPS=%s: not a peak in TFLOP/s (a number > 0)", v);
+        return -1;
+    }
+    *peak_p = t * 1e12;
+    return 0;
+}
+
+/* Model FLOPs utilisation of step r (PaLM's MFU, Chowdhery et al. 2022,
+ * appendix B): the model FLOPs of the step's tokens a second over the
+ * world's peak, flops_per_token x tokens/s / (world x peak). 0 where no
+ * peak is known (a CPU, an unknown GPU, without PX_PEAK_TFLOPS): there the
+ * step has no MFU, not a zero one. */
+static double step_mfu(step_ctx_t *ctx, const px_step_report_t *r)
+{
+    if (!ctx->peak_known) {
+        char name[256];
+        if (!(ctx->peak > 0) && px_kernels_cuda_device_name(name, sizeof(name)) == 0)
+            ctx->peak = px_cluster_device_peak(name, ctx->precision);
+        ctx->peak_known = 1;
+    }
+    if (!(ctx->peak > 0) || !(r->tokens_per_second > 0))
+        return 0;
+    return ctx->flops_per_token * r->tokens_per_second / (ctx->world * ctx->peak);
+}
 
 /* --tensorboard DIR on rank 0: DIR's new event file, after the steps an
  * earlier start of the job (a restart resuming from a checkpoint) wrote
@@ -137,7 +185,7 @@ static void tb_open(step_ctx_t *ctx, const char *dir)
 /* The step's scalars into the event file, flushed so `tensorboard
  * --logdir` sees the step now; a step the run already holds is skipped.
  * A failed write closes the file with a warning. */
-static void tb_step(step_ctx_t *ctx, const px_step_report_t *r)
+static void tb_step(step_ctx_t *ctx, const px_step_report_t *r, double mfu)
 {
     struct timeval now;
     if (!ctx->tb || r->step <= ctx->tb_after)
@@ -151,6 +199,7 @@ static void tb_step(step_ctx_t *ctx, const px_step_report_t *r)
               px_tb_scalar(ctx->tb, "train/tokens_per_second", s, t,
                            (float)r->tokens_per_second) ||
               (r->val_loss > 0.0f && px_tb_scalar(ctx->tb, "val/loss", s, t, r->val_loss)) ||
+              (mfu > 0 && px_tb_scalar(ctx->tb, "train/mfu", s, t, (float)mfu)) ||
               px_tb_flush(ctx->tb);
     if (bad) {
         px_warn("tensorboard: cannot write %s: %s; no more event files", px_tb_path(ctx->tb),
@@ -497,10 +546,13 @@ static int on_step(void *arg, const px_step_report_t *r)
 {
     step_ctx_t *ctx = arg;
     int stop = 0;
+    double mfu = step_mfu(ctx, r);
 
     if (ctx->print) {
         printf("step %d loss %.6f grad_norm %.4f lr %.6g tok/s %.0f", r->step, r->loss,
                r->grad_norm, r->lr, r->tokens_per_second);
+        if (mfu > 0)
+            printf(" mfu %.4g", mfu);
         if (r->val_loss > 0.0f)
             printf(" val_loss %.6f", r->val_loss);
         printf("\n");
@@ -536,6 +588,8 @@ static int on_step(void *arg, const px_step_report_t *r)
             json_object_set_new(o, "tp_wait_s", json_real(r->tp_wait_s));
             json_object_set_new(o, "tp_hidden_s", json_real(r->tp_hidden_s));
             json_object_set_new(o, "step_s", json_real(r->step_s));
+            if (mfu > 0)
+                json_object_set_new(o, "mfu", json_real(mfu));
             if (r->experts && r->moe_received) { /* moe.h: this step's tokens per expert */
                 json_t *rec = json_array(), *drop = json_array();
                 for (int e = 0; e < r->experts; e++) {
@@ -561,8 +615,8 @@ static int on_step(void *arg, const px_step_report_t *r)
             json_decref(o);
         }
     }
-    tb_step(ctx, r);
-    if (ctx->link && px_rank_link_report(ctx->link, r, &stop) == PX_OK && stop)
+    tb_step(ctx, r, mfu);
+    if (ctx->link && px_rank_link_report(ctx->link, r, mfu, &stop) == PX_OK && stop)
         px_info("coordinator says the job is ending; stopping after step %d", r->step);
     return stop;
 }
@@ -658,6 +712,11 @@ int main(int argc, char **argv)
         }
     }
     ctx.rank = rank;
+    ctx.world = world;
+    ctx.precision = a.cfg.precision;
+    ctx.flops_per_token = px_step_model_flops_per_token(&a.cfg, NULL);
+    if (peak_knob(&ctx.peak))
+        goto out_spec;
     /* Standalone (torchrun, mpirun, srun) every rank shares one terminal:
      * rank 0 alone prints the step lines, which are the job's (the loss
      * and norm are global), unless --print-all-ranks. Under a daemon each

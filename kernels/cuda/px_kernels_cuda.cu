@@ -18,6 +18,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -815,6 +816,19 @@ extern "C" int px_cuda_device_count(void)
         return 0;
     }
     return n;
+}
+
+extern "C" int px_cuda_device_name(char *buf, size_t len)
+{
+    cudaDeviceProp prop;
+    if (len)
+        buf[0] = '\0';
+    if (px__cuda.device < 0 || !len || cudaGetDeviceProperties(&prop, px__cuda.device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    snprintf(buf, len, "%s", prop.name);
+    return 0;
 }
 
 extern "C" px_status_t px_kernels_cuda_open(int device, const px_kernel_ops_t **ops_p)

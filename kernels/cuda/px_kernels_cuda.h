@@ -31,6 +31,11 @@ extern "C" {
  * 0 when there is no driver, no device, or cudaGetDeviceCount fails. */
 int px_cuda_device_count(void);
 
+/* The opened device's name (cudaDeviceProp.name, "NVIDIA H200") into
+ * buf (NUL-terminated, cut to len); 0 on success, -1 when no device is
+ * open or the query fails (buf then ""). */
+int px_cuda_device_name(char *buf, size_t len);
+
 /* Opens the CUDA backend on device `device` (an ordinal of the visible
  * devices): sets the device, creates the stream and the cuBLAS handle.
  * Idempotent for the same device; a second, different device is

@@ -5,8 +5,9 @@ Two runs ("demo" and "a/b", whose '/' must not make a directory level) from
 a fixed metrics set (--from-json, no daemon), written as event files and
 read with TensorBoard's EventAccumulator, which checks every record's
 masked CRC-32C: every scalar (train/loss, train/grad_norm, train/lr,
-train/tokens_per_second, val/loss after the steps that had one) at its
-step and wall time, values equal as float32.
+train/tokens_per_second, val/loss after the steps that had one, train/mfu
+on the steps with one) at its step and wall time, values equal as float32.
+--json and --csv carry mfu where a step has one.
 
 usage: test_pctl_tensorboard.py PCTL WORKDIR [TENSORBOARD_PATH]
 TENSORBOARD_PATH: a folder holding the tensorboard package (deploy/setup.sh
@@ -55,6 +56,8 @@ def main():
                  'elapsed_s': 0.5 * s, 'time_ms': 1764800000000 + 1500 * s}
             if s % 3 == 0:
                 r['val_loss'] = scale * (5.1 - 0.3 * s)
+            if name == 'demo' and s > 1:  # a job with a known peak: MFU from step 2
+                r['mfu'] = 0.3 + 0.01 * s
             rows.append(r)
         jobs[name] = rows
     src = os.path.join(work, 'metrics.json')
@@ -80,6 +83,8 @@ def main():
                 'train/lr': [(r['step'], r['lr']) for r in rows],
                 'train/tokens_per_second': [(r['step'], r['tokens_per_second']) for r in rows],
                 'val/loss': [(r['step'], r['val_loss']) for r in rows if 'val_loss' in r]}
+        if any('mfu' in r for r in rows):
+            want['train/mfu'] = [(r['step'], r['mfu']) for r in rows if 'mfu' in r]
         if sorted(run) != sorted(want):
             fails.append('%s: tags %s, expected %s' % (name, sorted(run), sorted(want)))
             continue
@@ -91,6 +96,24 @@ def main():
             steps = {r['step']: r['time_ms'] / 1e3 for r in rows}
             if any(abs(t - steps[e[1]]) > 1e-3 for t, e in zip(times, run[tag])):
                 fails.append('%s %s: wall times %s' % (name, tag, times))
+    # --json keeps mfu where a step has one and leaves it out elsewhere;
+    # --csv has the mfu column once any step has one, empty on the others
+    back = json.loads(subprocess.run([pctl, 'metrics', '--from-json', src, '--json'],
+                                     capture_output=True, text=True, check=True).stdout)
+    for name, rows in jobs.items():
+        got_mfu = [r.get('mfu') for r in back.get(name, [])]
+        want_mfu = [r.get('mfu') for r in rows]
+        if len(got_mfu) != len(want_mfu) or any(
+                (g is None) != (w is None) or (w is not None and abs(g - w) > 1e-9)
+                for g, w in zip(got_mfu, want_mfu)):
+            fails.append('--json %s mfu %s, expected %s' % (name, got_mfu,
+                                                              [r.get('mfu') for r in rows]))
+    csv = subprocess.run([pctl, 'metrics', '--from-json', src, '--csv'], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    cells = {(c[0], c[1]): c[-1] for c in (x.split(',') for x in csv[1:])}
+    if not csv[0].endswith(',elapsed_s,mfu') or cells.get(('demo', '1')) != '' or \
+            abs(float(cells.get(('demo', '6'), 'nan')) - 0.36) > 1e-9 or cells.get(('a/b', '6')) != '':
+        fails.append('--csv: header %r, cells %s' % (csv[0], cells))
     for f in fails:
         print('FAIL: ' + f)
     if not fails:

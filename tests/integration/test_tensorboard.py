@@ -8,7 +8,9 @@ Two daemons, two devices each:
   1. `pctl submit --tensorboard DIR` (dp 2, validation every 3 steps):
      DIR/<job id>/ holds train/loss of every step equal (as float32) to
      `pctl metrics JOB --json`'s, val/loss at the steps that evaluated, and
-     train/lr, train/grad_norm, train/tokens_per_second at every step;
+     train/lr, train/grad_norm, train/tokens_per_second at every step, and
+     (the daemons' ranks given PX_PEAK_TFLOPS) train/mfu equal to the
+     metrics' mfu = model FLOPs x tokens/s / (2 x the peak);
   2. a job without --tensorboard: the coordinator's default,
      state-dir/tensorboard/<job id>/;
   3. --max-restarts: a rank killed after a checkpoint, the restarted job
@@ -33,6 +35,12 @@ from pxpctl import pctl_cluster, pctl_fail  # noqa: E402
 
 MODEL = ["--layers", "1", "--heads", "2", "--dim", "16", "--seq", "16", "--batch", "4",
          "--lr", "1e-3", "--seed", "7"]
+
+
+# MODEL's model FLOPs a token by hand (llm.c's 6N + 6LCT): N = one layer's
+# 12 C^2 matrices + the 256 x C head, 6 x 1 x 16 x 16 for attention
+FLOPS = 6 * (12 * 16 * 16 + 256 * 16) + 6 * 1 * 16 * 16
+PEAK_TFLOPS = 0.1
 
 
 def f32(x):
@@ -96,6 +104,11 @@ def check_run(rundir, metrics, what):
     assert sorted(got_val) == sorted(val), (what, sorted(got_val), sorted(val))
     for step, v in val.items():
         assert got_val[step] == f32(v), (what, step, got_val[step], v)
+    mfu = {m["step"]: m["mfu"] for m in metrics if "mfu" in m}
+    got_mfu = dict(s.get("train/mfu", []))
+    assert sorted(got_mfu) == sorted(mfu), (what, sorted(got_mfu), sorted(mfu))
+    for step, v in mfu.items():
+        assert got_mfu[step] == f32(v), (what, step, got_mfu[step], v)
     return s
 
 
@@ -108,7 +121,8 @@ def main():
                       env=dict(os.environ, PYTHONPATH=pydeps), capture_output=True).returncode:
         print("SKIP: tensorboard not importable (deploy/setup.sh --tests puts it in %s)" % pydeps)
         return 77
-    setup = pctl_cluster(args, "tb")
+    # a forced device peak: the CPU ranks report MFU (none without it)
+    setup = pctl_cluster(args, "tb", env={"PX_PEAK_TFLOPS": str(PEAK_TFLOPS)})
     if setup is None:
         return 77
     cl, data, client = setup
@@ -126,6 +140,9 @@ def main():
         assert j["spec"]["tensorboard_dir"] == os.path.join(tbdir, job), j["spec"]
         metrics = c.metrics(job)
         s = check_run(os.path.join(tbdir, job), metrics, "--tensorboard")
+        for m in metrics:  # dp 2: the model FLOPs over both devices' peaks
+            want = FLOPS * m["tokens_per_second"] / (2 * PEAK_TFLOPS * 1e12)
+            assert abs(m.get("mfu", 0) - want) <= 1e-6 * want, (m, want)
         print("--tensorboard: %s/%s: %d steps, val/loss at %s, tags %s"
               % (tbdir, job, len(s["train/loss"]), [st for st, _ in s["val/loss"]], sorted(s)))
 

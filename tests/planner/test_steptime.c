@@ -280,6 +280,48 @@ static void test_cluster(void)
           "missing file");
 }
 
+/* GPT-2 124M (L 12, C 768, T 1024, vocab 50257 padded to 50304) by
+ * hand: a layer's matrices 4C^2 (q, k, v, proj) + 8C^2 (MLP) = 12C^2 =
+ * 7,077,888, twelve of them 84,934,656, the head 50304 x 768 =
+ * 38,633,472: N = 123,568,128; 6N = 741,408,768 plus 6LCT = 6 x 12 x 768
+ * x 1024 = 56,623,104: 798,031,872 FLOPs a token. nanoGPT's estimate_mfu
+ * for the same model counts N with the unpadded head (50257) and the
+ * norms' and biases' 121,344 (123,653,376) and the full 12LHQT =
+ * 113,246,208: 855,166,464; the two differ by exactly those terms. */
+static void test_flops(void)
+{
+    px_job_config_t c;
+    base_cfg(&c, 12, 12, 768, 1024, 50257);
+    double f = px_step_model_flops_per_token(&c, NULL);
+    CHECK(f == 798031872.0, "GPT-2 124M FLOPs a token %.0f, expected 798031872", f);
+    double nanogpt = 6 * (123568128.0 - 47 * 768 + 121344) + 12.0 * 12 * 12 * 64 * 1024;
+    CHECK(nanogpt == 855166464.0, "nanoGPT's figure %.0f", nanogpt);
+    CHECK(f - 6 * 47 * 768 + 6 * 121344 + 6.0 * 12 * 768 * 1024 == nanogpt,
+          "ours %.0f and nanoGPT's %.0f differ by more than the head padding, norms, biases "
+          "and causal half", f, nanogpt);
+
+    /* the predicted step's model FLOPs are the same count */
+    px_cluster_t cl;
+    px_step_time_t t;
+    c.batch = 8;
+    px_cluster_preset("h100-sxm", 1, 1, &cl);
+    if (!predict(&c, NULL, NULL, &cl, &t))
+        CHECK(t.model_flops == f * 8 * 1024, "px_step_predict model_flops %.6g, expected %.6g",
+              t.model_flops, f * 8 * 1024);
+
+    /* the peak by device name: the preset's dense figure at the precision */
+    CHECK(px_cluster_device_peak("NVIDIA H200", PX_PRECISION_BF16) == 989e12,
+          "H200 bf16 peak %.4g", px_cluster_device_peak("NVIDIA H200", PX_PRECISION_BF16));
+    CHECK(px_cluster_device_peak("NVIDIA H100 80GB HBM3", PX_PRECISION_FP32) == 67e12,
+          "H100 fp32 peak %.4g", px_cluster_device_peak("NVIDIA H100 80GB HBM3", PX_PRECISION_FP32));
+    CHECK(px_cluster_device_peak("NVIDIA A100-SXM4-40GB", PX_PRECISION_BF16) == 312e12,
+          "A100 bf16 peak %.4g", px_cluster_device_peak("NVIDIA A100-SXM4-40GB", PX_PRECISION_BF16));
+    CHECK(px_cluster_device_peak("NVIDIA GeForce RTX 4090", PX_PRECISION_BF16) == 0,
+          "an unknown GPU has no peak");
+    CHECK(px_cluster_device_peak("cpu", PX_PRECISION_FP32) == 0, "a CPU has no peak");
+    CHECK(px_cluster_device_peak(NULL, PX_PRECISION_FP32) == 0, "no name has no peak");
+}
+
 static void test_model(void)
 {
     px_cluster_t cl;
@@ -355,8 +397,10 @@ int main(int argc, char **argv)
         test_cluster();
     else if (!strcmp(what, "model"))
         test_model();
+    else if (!strcmp(what, "flops"))
+        test_flops();
     else {
-        fprintf(stderr, "usage: test_steptime published|cluster|model\n");
+        fprintf(stderr, "usage: test_steptime published|cluster|model|flops\n");
         return 2;
     }
     return fails ? 1 : 0;
