@@ -94,24 +94,6 @@ static name_rec_t *records;         /* loop thread only */
 static void ask_next(name_ctx_t *ctx);
 static void decide_start(decide_t *dc);
 
-uint64_t px_jobnames_rank(const char *name, const char *member)
-{
-    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a 64 offset basis */
-    const unsigned char *p;
-
-    for (p = (const unsigned char *)name; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ULL; /* FNV-1a 64 prime */
-    h *= 0x100000001b3ULL;               /* the 0 byte between the two */
-    for (p = (const unsigned char *)member; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ULL;
-    h ^= h >> 30; /* splitmix64's finaliser */
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebULL;
-    h ^= h >> 31;
-    return h;
-}
-
 /* The active job this node coordinates named `name`, or NULL. */
 static px_job_t *active_named(px_daemon_t *d, const char *name)
 {
