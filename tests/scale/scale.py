@@ -66,13 +66,26 @@ def alive_view(cli, timeout=5):
 
 
 def listening(d):
+    """Whether d's control port accepts; a daemon that found one of its
+    ports taken at start (another process took it after free_port(): with
+    64 daemons' outgoing connections, it happens) is started again on new
+    ports, up to 3 times; any other exit is an AssertionError."""
     host, port = d.control.rsplit(":", 1)
     try:
         socket.create_connection((host, int(port)), 1).close()
         return True
     except OSError:
-        if not d.alive():
+        if d.alive():
+            return False
+        if "cannot listen" not in d.log_since_start() or d.retries >= 3:
             raise AssertionError("%s exited at start:\n%s" % (d.name, d.log_tail()))
+        d.retries += 1
+        sys.stderr.write("%s found a port taken; started again on new ports\n" % d.name)
+        d.control = "127.0.0.1:%d" % pc.free_port()
+        d.peer = "127.0.0.1:%d" % pc.free_port()
+        d.metrics = "127.0.0.1:%d" % pc.free_port()
+        d.extra = ["--metrics-listen", d.metrics]
+        d.start()
         return False
 
 
@@ -112,6 +125,7 @@ def run_size(args, n, tag):
         env["PX_RANK_BIN"] = sleeper
     ds = [pc.Daemon(args.parallaxd, "%s%d-%03d" % (tag, n, i), work, 1, env) for i in range(n)]
     for d in ds:
+        d.retries = 0
         d.metrics = "127.0.0.1:%d" % pc.free_port()
         d.extra = ["--metrics-listen", d.metrics]
         if d is not ds[0]:
@@ -120,7 +134,9 @@ def run_size(args, n, tag):
     clients = {}
     try:
         ds[0].start()
-        pc.wait_for(lambda: alive_view(pc.Grpc(ds[0], args.proto)) is not None, 30, "the seed")
+        pc.wait_for(lambda: listening(ds[0]), 60, "the seed to listen", 0.02)
+        for d in ds[1:]:  # the seed's port, as it listens now
+            d.peers = [ds[0].peer]
         t0 = time.time()
         for d in ds[1:]:
             d.start()
