@@ -15,8 +15,8 @@ names used are ones whose owner by the rendezvous hash over {a, b, c} is c
     decides; it inherits the name from c, so it asks every member);
   * a fresh name M of c's goes through b (availability), then through a it
     is refused naming b's job;
-  * c restarts: N through b is refused at once (c is new: it asks every
-    member) and after peer-dead-ms (c decides alone from what a
+  * c restarts: M through a is refused at once (c is new: it asks every
+    member), N through b after peer-dead-ms (c decides alone, from what a
     registered with it when it saw c again);
   * c is SIGSTOPped (slow, not dead): a fresh name P of c's goes through a
     after the 2 s owner timeout; on SIGCONT, P through b is refused naming
@@ -108,10 +108,10 @@ def main():
         cc = client(c)
         pc.wait_for(lambda: all(sum(1 for x in y.nodes() if x.get("alive")) == 3
                                 for y in (ca, cb, cc)), 30, "every daemon to see c again")
-        refused(cb, n, held, "owner c restarted")
+        refused(ca, m, held_m, "owner c restarted")
         time.sleep(int(cl.env["PX_PEER_DEAD_MS"]) / 1000.0 + 0.5)
+        # c decides n alone now, from the record a registered when it saw c
         refused(cb, n, held, "owner c restarted, past its peer-dead-ms")
-        refused(cb, m, held_m, "owner c restarted, the name held by b")
 
         p = owned_by(c.name, members, "p")
         c.proc.send_signal(signal.SIGSTOP)
