@@ -244,6 +244,7 @@ struct px_daemon {
     px_rpc_server_t *control_srv;
     px_rpc_server_t *peer_srv;
     px_store_t *store;
+    int64_t start_mono_ms;             /* px_time_mono_ms() at start (jobnames.c's grace) */
     int lock_fd;                       /* state-dir/parallaxd.lock, flocked; -1 before */
     int sock_lock_fd;                  /* runtime-dir/control.sock.lock, flocked; -1 before */
     char state_dir_real[1024];         /* realpath of cfg.state_dir: what this daemon's
@@ -636,15 +637,23 @@ extern const size_t px_control_n_methods;
  * these from every alive peer. */
 void px_control_list_local(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
 /* jobnames.c: SubmitJob of a spec that passed every other check: the name
- * reserved on every alive peer (ties between concurrent submits go to the
- * smaller node name), then the job stored and `call` answered with its id;
- * ALREADY_EXISTS naming the holder when the name is active or being
- * submitted anywhere reachable. */
+ * reserved with its owner (the alive member ranked first for the name by
+ * px_jobnames_rank; the next one when it does not answer), then the job
+ * stored and `call` answered with its id; ALREADY_EXISTS naming the holder
+ * when the name is active or being submitted anywhere reachable. */
 void px_jobnames_submit(px_daemon_t *d, px_rpc_call_t *call,
                         const Parallax__V1__SubmitJobRequest *req);
-/* Handler of Peer.ReserveName (arg: the daemon): grants, or refuses with
- * ALREADY_EXISTS (an active job here, or this node submits the name too
- * and its name is the smaller). */
+/* The rank of `member` for job name `name`: rendezvous (highest random
+ * weight) hashing, Thaler & Ravishankar 1998: the owner of a name is the
+ * member with the largest rank. The hash is 64-bit FNV-1a (Fowler, Noll,
+ * Vo; www.isthe.com/chongo/tech/comp/fnv) of name, a 0 byte and member,
+ * passed through splitmix64's finaliser (Steele, Lea, Flood, OOPSLA 2014)
+ * so that names differing in a last byte spread over all members. */
+uint64_t px_jobnames_rank(const char *name, const char *member);
+/* A peer just became alive: this node's active named jobs whose owner it
+ * now is are registered with it (Peer.ReserveName with held), so a node
+ * that joins or restarts learns the names it owns. */
+void px_jobnames_member_up(px_daemon_t *d, const px_peer_t *peer);
 void px_jobnames_reserve(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
 extern const px_rpc_method_t px_peer_methods[];
 extern const size_t px_peer_n_methods;

@@ -501,6 +501,7 @@ int main(int argc, char **argv)
     if (socket_group(d) != PX_OK)
         goto out_servers;
 
+    d->start_mono_ms = px_time_mono_ms();
     if (px_nodes_init(d) != PX_OK || px_drain_load(d) != PX_OK)
         goto out_servers;
     /* ranks a dead predecessor left running: those of RUNNING jobs this

@@ -495,6 +495,7 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
     if (!was_alive) {
         px_info("peer %s (%s) is alive with %d devices", p->name, p->peer_addr, p->n_devices);
         px_nodes_emit(d, PXD_NODE_DEVICES, NULL);
+        px_jobnames_member_up(d, p);
     }
 }
 

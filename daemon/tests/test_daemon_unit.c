@@ -763,6 +763,38 @@ static void test_memfit_recipe(void)
     px_job_plan_free(&jp);
 }
 
+/* px_jobnames_rank: the values the integration tests' Python copy
+ * (test_names_owner.py) computes, and names spread evenly over owners:
+ * 8,000 names over 8 members give each 1,000 +- 15% (a binomial's
+ * standard deviation is 30 here). */
+static void test_jobnames_rank(void)
+{
+    int owned[8] = {0};
+    char name[32], member[16];
+
+    EXPECT(px_jobnames_rank("race-0", "nr1a") == 0x3662b7496cb6d62fULL, "rank(race-0, nr1a)");
+    EXPECT(px_jobnames_rank("", "") == 0x25fc6dd36ce04b20ULL, "rank('', '')");
+    EXPECT(px_jobnames_rank("train", "node-b") == 0xf069696a5368ca1eULL, "rank(train, node-b)");
+    EXPECT(px_jobnames_rank("ab", "c") != px_jobnames_rank("a", "bc"),
+           "the 0 byte between name and member tells 'ab'+'c' from 'a'+'bc'");
+    for (int i = 0; i < 8000; i++) {
+        uint64_t best = 0;
+        int owner = 0;
+        snprintf(name, sizeof(name), "job-%d", i);
+        for (int m = 0; m < 8; m++) {
+            uint64_t r;
+            snprintf(member, sizeof(member), "node-%d", m);
+            if ((r = px_jobnames_rank(name, member)) > best) {
+                best = r;
+                owner = m;
+            }
+        }
+        owned[owner]++;
+    }
+    for (int m = 0; m < 8; m++)
+        EXPECT(owned[m] >= 850 && owned[m] <= 1150, "node-%d owns %d of 8000 names", m, owned[m]);
+}
+
 int main(void)
 {
     unsetenv("PX_IPC_SLOT_BYTES"); /* the default 4 MiB slots (px_env.c) */
@@ -779,6 +811,7 @@ int main(void)
     test_memfit_device();
     test_cgroup_owned();
     test_memfit_recipe();
+    test_jobnames_rank();
     {
         char cmd[600];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);

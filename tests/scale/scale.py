@@ -1,0 +1,262 @@
+#!/usr/bin/python3
+"""Control-plane scale figures: N parallaxd daemons on this host.
+
+For each N (--sizes), N daemons start (unique names, own state dirs,
+--devices cpu:1, Prometheus metrics on loopback), every one but the seed
+(daemon 0) listing only the seed in --peers. Measured, in this order:
+  converge   seconds from the start of the N-1 non-seeds until every
+             daemon's ListNodes lists all N alive (each polled in turn
+             until it does; the resolution is one poll sweep);
+  hb/s       Peer.Heartbeat calls per second, all daemons together (the
+             sum of parallax_rpc_requests_total{service="Peer",
+             method="Heartbeat"} over --window seconds of idling);
+  cpu        CPU of all daemons together and per daemon (mean), in % of
+             one core, from utime+stime in /proc/PID/stat over the same
+             window;
+  fds        open fds per daemon (mean and max, /proc/PID/fd; one of them
+             is the metrics listener);
+  job        a dp=N job (N <= --max-dp) submitted through the last daemon
+             (a leaf that listed only the seed): its created -> RUNNING
+             time (Job.started_ms - created_ms), then cancelled;
+  detect     after SIGKILL of daemon 1, seconds until each other daemon
+             lists it dead (max and median over the members);
+  rejoin     after an outage of --outage seconds from the kill, daemon 1
+             restarts with its state dir: seconds until every daemon lists
+             it alive again (max).
+With --check (the integration suite's small run) the bounds are asserted:
+convergence <= 5 s, detection at every member <= peer-dead-ms + 3 s,
+rejoin <= 3 s, the job RUNNING (or, without --rank, placed)."""
+import argparse
+import os
+import re
+import signal
+import socket
+import statistics
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import pxcluster as pc  # noqa: E402
+
+HB = re.compile(r'^parallax_rpc_requests_total\{[^}]*service="Peer"[^}]*method="Heartbeat"[^}]*\}'
+                r'\s+([0-9.e+]+)', re.M)
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ticks(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+
+
+def heartbeats(d):
+    with urllib.request.urlopen("http://%s/metrics" % d.metrics, timeout=10) as r:
+        return sum(float(x) for x in HB.findall(r.read().decode()))
+
+
+def alive_view(cli, timeout=5):
+    try:
+        return {n["name"]: bool(n.get("alive")) for n in cli._call(
+            "ListNodes", cli.pb.ListNodesRequest(), cli.pb.ListNodesResponse,
+            timeout=timeout).get("nodes", [])}
+    except pc.ClientError:
+        return None
+
+
+def listening(d):
+    """Whether d's control port accepts; a daemon that found one of its
+    ports taken at start (another process took it after free_port(): with
+    64 daemons' outgoing connections, it happens) is started again on new
+    ports, up to 3 times; any other exit is an AssertionError."""
+    host, port = d.control.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), 1).close()
+        return True
+    except OSError:
+        if d.alive():
+            return False
+        if "cannot listen" not in d.log_since_start() or d.retries >= 3:
+            raise AssertionError("%s exited at start:\n%s" % (d.name, d.log_tail()))
+        d.retries += 1
+        sys.stderr.write("%s found a port taken; started again on new ports\n" % d.name)
+        d.control = "127.0.0.1:%d" % pc.free_port()
+        d.peer = "127.0.0.1:%d" % pc.free_port()
+        d.metrics = "127.0.0.1:%d" % pc.free_port()
+        d.extra = ["--metrics-listen", d.metrics]
+        d.start()
+        return False
+
+
+def sweep_until(members, pred, timeout, what, t0=None):
+    """Polls each member in turn until pred(member's view) holds for it;
+    returns {member name: seconds from t0 (default: now) until first seen}."""
+    t0 = t0 or time.time()
+    left = dict(members)  # name -> client
+    seen = {}
+    while left:
+        if time.time() - t0 > timeout:
+            raise AssertionError("timed out after %.0f s waiting for %s at %s" %
+                                 (timeout, what, ", ".join(sorted(left))))
+        for name, cli in list(left.items()):
+            v = alive_view(cli)
+            if v is not None and pred(v):
+                seen[name] = time.time() - t0
+                del left[name]
+        time.sleep(0.05)
+    return seen
+
+
+def run_size(args, n, tag):
+    env = dict(os.environ)
+    env.update({"PX_HEARTBEAT_MS": str(args.heartbeat_ms), "PX_PEER_DEAD_MS": str(args.dead_ms),
+                "PX_CONNECT_TIMEOUT_MS": "60000", "OPENBLAS_NUM_THREADS": "1"})
+    sleeper = None
+    if args.rank:
+        env["PX_RANK_BIN"] = os.path.abspath(args.rank)
+    import tempfile
+    work = tempfile.mkdtemp(prefix="px-scale%d-" % n)
+    if not args.rank:
+        sleeper = os.path.join(work, "sleeper.sh")
+        with open(sleeper, "w") as f:
+            f.write("#!/bin/sh\nexec sleep 3600\n")
+        os.chmod(sleeper, 0o700)
+        env["PX_RANK_BIN"] = sleeper
+    ds = [pc.Daemon(args.parallaxd, "%s%d-%03d" % (tag, n, i), work, 1, env) for i in range(n)]
+    for d in ds:
+        d.retries = 0
+        d.metrics = "127.0.0.1:%d" % pc.free_port()
+        d.extra = ["--metrics-listen", d.metrics]
+        if d is not ds[0]:
+            d.peers = [ds[0].peer]
+    row = {"N": n}
+    clients = {}
+    try:
+        ds[0].start()
+        pc.wait_for(lambda: listening(ds[0]), 60, "the seed to listen", 0.02)
+        for d in ds[1:]:  # the seed's port, as it listens now
+            d.peers = [ds[0].peer]
+        t0 = time.time()
+        for d in ds[1:]:
+            d.start()
+        for d in ds:  # listening first: a gRPC channel that found no listener backs off 1 s+
+            pc.wait_for(lambda: listening(d), 60, "%s to listen" % d.name, 0.02)
+        clients = {d.name: pc.Grpc(d, args.proto) for d in ds}
+        names = set(clients)
+        conv = sweep_until(clients, lambda v: all(v.get(x) for x in names), args.converge_timeout,
+                           "every daemon to list all %d alive" % n, t0)
+        row["converge"] = max(conv.values())
+        time.sleep(args.settle)
+        pids = [d.proc.pid for d in ds]
+        hb0 = sum(heartbeats(d) for d in ds)
+        c0 = sum(cpu_ticks(p) for p in pids)
+        w0 = time.time()
+        time.sleep(args.window)
+        c1 = sum(cpu_ticks(p) for p in pids)
+        w1 = time.time()
+        hb1 = sum(heartbeats(d) for d in ds)
+        row["hb_s"] = (hb1 - hb0) / (w1 - w0)
+        row["cpu_all"] = 100.0 * (c1 - c0) / TICK / (w1 - w0)
+        row["cpu_each"] = row["cpu_all"] / n
+        fds = [len(os.listdir("/proc/%d/fd" % p)) for p in pids]
+        row["fds"] = (statistics.mean(fds), max(fds))
+
+        if n <= args.max_dp:
+            data = os.path.join(work, "licenses.bin")
+            pc.write_llmc_tokens(data, max_tokens=20000)
+            leaf = clients[ds[-1].name]
+            job = leaf.submit(data, dp=n, batch=n, steps=100000, layers=1, heads=2, dim=16,
+                              seq=16, name="scale%d" % n)
+            want = ("RUNNING",) if args.rank else ("STARTING", "RUNNING")
+            j = pc.wait_state(leaf, job, want, 120)
+            if args.rank:
+                row["job"] = (int(j["started_ms"]) - int(j["created_ms"])) / 1000.0
+            else:
+                row["job"] = float("nan")  # no ranks: placed only
+            leaf.cancel(job)
+            pc.wait_state(leaf, job, ("CANCELLED", "FAILED", "COMPLETED"), 60)
+
+        victim = ds[1]
+        others = {d.name: clients[d.name] for d in ds if d is not victim}
+        victim.proc.send_signal(signal.SIGKILL)
+        tk = time.time()
+        victim.proc.wait()
+        det = sweep_until(others, lambda v: v.get(victim.name) is False,
+                          args.dead_ms / 1000.0 + 60, "every member to count %s dead" % victim.name,
+                          tk)
+        row["detect"] = (max(det.values()), statistics.median(det.values()))
+        time.sleep(max(0.0, args.outage - (time.time() - tk)))
+        victim.start()
+        tr = time.time()
+        row["outage"] = tr - tk
+        rej = sweep_until(others, lambda v: v.get(victim.name) is True, 120,
+                          "every member to count %s alive again" % victim.name, tr)
+        row["rejoin"] = max(rej.values())
+    finally:
+        for d in ds:
+            if d.alive():
+                d.proc.send_signal(signal.SIGTERM)
+        for d in ds:
+            if d.proc:
+                try:
+                    d.proc.wait(30)
+                except Exception:
+                    d.proc.kill()
+                    d.proc.wait()
+            d.reap_cgroups()
+    import shutil
+    shutil.rmtree(work, True)
+    return row
+
+
+def fmt(row):
+    job = row.get("job")
+    return ("| %d | %.0f | %.1f%% | %.2f%% | %.0f (max %d) | %.2f s | %.2f s (median %.2f) | "
+            "%.2f s (outage %.0f s) | %s |" % (
+                row["N"], row["hb_s"], row["cpu_all"], row["cpu_each"], row["fds"][0],
+                row["fds"][1], row["converge"], row["detect"][0], row["detect"][1], row["rejoin"],
+                row["outage"], "-" if job is None else ("placed" if job != job
+                                                         else "%.2f s" % job)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parallaxd", required=True)
+    ap.add_argument("--proto", required=True)
+    ap.add_argument("--rank", default="")
+    ap.add_argument("--pctl", default="")
+    ap.add_argument("--sizes", default="8,32,64")
+    ap.add_argument("--heartbeat-ms", type=int, default=1000)
+    ap.add_argument("--dead-ms", type=int, default=10000)
+    ap.add_argument("--outage", type=float, default=20.0)
+    ap.add_argument("--window", type=float, default=10.0)
+    ap.add_argument("--settle", type=float, default=3.0)
+    ap.add_argument("--max-dp", type=int, default=32)
+    ap.add_argument("--converge-timeout", type=float, default=120.0)
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args()
+    tag = "sc%d-" % os.getpid()
+    print("heartbeat %d ms, peer-dead %d ms, outage %.0f s, idle window %.0f s, %d cores" % (
+        args.heartbeat_ms, args.dead_ms, args.outage, args.window, os.cpu_count()))
+    print("| N | heartbeat calls/s (all daemons) | idle CPU, all daemons | per daemon | "
+          "fds per daemon | convergence from one seed | detection of a SIGKILL (every member) | "
+          "rejoin after the outage | dp=N job created -> RUNNING (through a leaf) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    sys.stdout.flush()
+    rows = []
+    for n in [int(x) for x in args.sizes.split(",")]:
+        row = run_size(args, n, tag)
+        rows.append(row)
+        print(fmt(row))
+        sys.stdout.flush()
+    if args.check:
+        for r in rows:
+            assert r["converge"] <= 5.0, ("convergence", r)
+            assert r["detect"][0] <= args.dead_ms / 1000.0 + 3.0, ("detection", r)
+            assert r["rejoin"] <= 3.0, ("rejoin", r)
+        print("PASS")
+
+
+if __name__ == "__main__":
+    main()
