@@ -28,7 +28,13 @@
  *     discrete-event simulation with each stage's forward and backward
  *     times and the point-to-point transfers between stages: its makespan
  *     gives the bubble and the stages' imbalance;
- *   - the optimizer: AdamW's passes over the rank's shard at memory speed.
+ *   - the optimizer: AdamW's passes over the rank's shard at memory speed;
+ *   - a shared host (cpu devices, cluster.h px_host_spec_t): every piece
+ *     above is priced for one rank computing alone; while k ranks of a
+ *     host compute at once on its c cores (threads_per_rank each), each
+ *     runs max(1, k x threads / c) times slower (the kernel divides the
+ *     cores fairly; ranks waiting for a message sleep, transport/
+ *     px_request.c, and leave theirs to the others).
  * The memory per rank is px_plan_job's (jobplan.h), the engine's own.
  *
  * Engines differ in what they recompute, the bytes of their activations
@@ -128,6 +134,8 @@ typedef enum px_step_cost_kind {
     PX_STEP_BUBBLE,      /* pipeline idle: bubble, imbalance, p2p waits */
     PX_STEP_DP,          /* data-parallel gradient reduction, exposed */
     PX_STEP_OPTIM,       /* the optimizer step */
+    PX_STEP_HOST,        /* ranks waiting for a share of their host's cores
+                            (cluster.h px_host_spec_t; 0 on GPUs) */
     PX_STEP_NCOSTS
 } px_step_cost_kind_t;
 
