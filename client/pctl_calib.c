@@ -19,9 +19,10 @@
  *     run CALIB_REPEATS times: the median of their median step times fixes
  *     the two figures of the device the model cannot know, the GEMMs'
  *     achieved rate (kept as the device's rate, efficiency 1) and the
- *     fixed cost of a kernel (the step time is linear in 1 / rate and in
- *     the kernel cost: steptime.h is probed at three points and the 2 x 2
- *     system solved).
+ *     step's fixed cost (the engine's bookkeeping; a kernel's own fixed
+ *     cost stays the preset's, as two dp probes cannot tell it from the
+ *     step's; the step time is linear in 1 / rate and in the fixed cost:
+ *     steptime.h is probed at three points and the 2 x 2 system solved).
  * Every job is waited for with a deadline (CALIB_JOB_S); progress polls
  * GetJob every 200 ms, as `pctl bench` does. One thread. */
 #include <math.h>
@@ -334,14 +335,14 @@ out:
 }
 
 /* The model's step of `c` on `cl` with the device's efficiency `eff` and
- * kernel cost `launch` (seconds); < 0 on error. */
+ * fixed step cost `fixed` (seconds); < 0 on error. */
 static double model_step(const px_job_config_t *c, px_cluster_t cl, int dev, double eff,
-                         double launch)
+                         double fixed)
 {
     px_step_time_t t;
     char err[256];
     cl.dev.efficiency = eff;
-    cl.dev.launch_s = launch;
+    cl.dev.step_s = fixed;
     if (px_step_predict(c, NULL, NULL, &cl, dev, &t, err, sizeof(err)) != PX_OK)
         return -1;
     return t.step_s;
@@ -412,7 +413,7 @@ int pctl_cluster_local(pctl_ctx_t *ctx, const px_job_config_t *cfg, const char *
         qsort(rep, CALIB_REPEATS, sizeof(double), cmp_double);
         meas[i] = rep[CALIB_REPEATS / 2];
     }
-    /* step = A / eff + B + K launch at each probe: A, B, K from the model */
+    /* step = A / eff + B + K fixed at each probe: A, B, K from the model */
     double A[2], B[2], K[2];
     for (int i = 0; i < 2; i++) {
         double t1 = model_step(&probe[i], *cl, dev, 1, 0);
@@ -431,7 +432,7 @@ int pctl_cluster_local(pctl_ctx_t *ctx, const px_job_config_t *cfg, const char *
         L = (A[0] * (meas[1] - B[1]) - A[1] * (meas[0] - B[0])) / det;
     }
     if (!(u > 0) || L < 0) {
-        /* outside the model's range (a negative kernel cost): no fixed
+        /* outside the model's range (a negative fixed cost): no fixed
          * cost, u by least squares over both probes */
         L = 0;
         u = (A[0] * (meas[0] - B[0]) + A[1] * (meas[1] - B[1])) / (A[0] * A[0] + A[1] * A[1]);
@@ -448,11 +449,11 @@ int pctl_cluster_local(pctl_ctx_t *ctx, const px_job_config_t *cfg, const char *
     cl->dev.gemm_fp32 /= u;
     cl->dev.gemm_bf16 /= u;
     cl->dev.efficiency = 1;
-    cl->dev.launch_s = L;
+    cl->dev.step_s = L;
     *dev_p = dev;
     fprintf(stderr, "pctl: plan: --cluster local calibrated on %d node%s x %d %s devices: "
             "probe steps %.4g s (1 sequence a rank) and %.4g s (4), medians of %d runs; fp32 GEMM "
-            "%.3g GFLOP/s a rank alone (%.3g of the %s preset's), kernel cost %.3g us; "
+            "%.3g GFLOP/s a rank alone (%.3g of the %s preset's), fixed step cost %.3g us; "
             "intra-node %.3g GB/s, %.3g us; "
             "inter-node %.3g GB/s, %.3g us; host %g cores, %g node%s a host\n",
             nodes, nodes == 1 ? "" : "s", per_node, px_plan_dev_name(dev), meas[0], meas[1],
@@ -474,10 +475,11 @@ int pctl_cluster_save(const px_cluster_t *cl, const char *path)
     fprintf(f, "; %s, written by pctl plan --save-cluster\n[cluster]\nnodes = %d\n"
             "devices_per_node = %d\n[device]\nname = %s\ngemm_bf16_tflops = %.9g\n"
             "gemm_fp32_tflops = %.9g\nattention_tflops = %.9g\nmemory_gbps = %.9g\n"
-            "memory_gb = %.9g\nefficiency = %.9g\nlaunch_us = %.9g\n",
+            "memory_gb = %.9g\nefficiency = %.9g\nlaunch_us = %.9g\nstep_us = %.9g\n",
             cl->name, cl->nodes, cl->per_node, cl->dev.name, cl->dev.gemm_bf16 / 1e12,
             cl->dev.gemm_fp32 / 1e12, cl->dev.attention / 1e12, cl->dev.mem_bw / 1e9,
-            cl->dev.mem_bytes / 1e9, cl->dev.efficiency, cl->dev.launch_s * 1e6);
+            cl->dev.mem_bytes / 1e9, cl->dev.efficiency, cl->dev.launch_s * 1e6,
+            cl->dev.step_s * 1e6);
     const px_link_spec_t *k[2] = {&cl->intra, &cl->inter};
     for (int i = 0; i < 2; i++)
         fprintf(f, "[%s]\nbandwidth_gbps = %.9g\nlatency_us = %.9g\nefficiency = %.9g\n",

@@ -152,6 +152,7 @@ static const num_key_t num_keys[] = {
     {"device", "memory_gb", DEV(mem_bytes), G, 1e-3, 1e6},
     {"device", "efficiency", DEV(efficiency), 1, 1e-3, 1},
     {"device", "launch_us", DEV(launch_s), 1e-6, 0, 1e6},
+    {"device", "step_us", DEV(step_s), 1e-6, 0, 1e9},
     {"intra", "bandwidth_gbps", LNK(intra, bw), G, 1e-3, 1e6},
     {"intra", "latency_us", LNK(intra, latency), 1e-6, 0, 1e6},
     {"intra", "efficiency", LNK(intra, efficiency), 1, 1e-3, 1},

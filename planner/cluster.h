@@ -57,7 +57,7 @@
  *   [cluster]  preset = h100-sxm   (the base, optional; default cpu)
  *              nodes = 2  devices_per_node = 8
  *   [device]   name, gemm_bf16_tflops, gemm_fp32_tflops, attention_tflops,
- *              memory_gbps, memory_gb, efficiency, launch_us
+ *              memory_gbps, memory_gb, efficiency, launch_us, step_us
  *   [intra]    bandwidth_gbps, latency_us, efficiency
  *   [inter]    bandwidth_gbps, latency_us, efficiency
  *   [host]     cores, nodes_per_host, threads_per_rank (px_host_spec_t;
@@ -84,6 +84,11 @@ typedef struct px_device_spec {
     double mem_bytes;  /* bytes of device memory */
     double efficiency; /* fraction of the GEMM peaks the GEMMs reach */
     double launch_s;   /* seconds: fixed cost of one kernel */
+    double step_s;     /* seconds: fixed cost of one optimizer step that no
+                          piece of the model counts (the engine's per-step
+                          bookkeeping: the batch's cut, the step report and
+                          its metrics, the loss's logging); 0 on the presets,
+                          --cluster local measures it */
 } px_device_spec_t;
 
 /* The host a node's devices compute on, where they share it (the cpu

@@ -57,7 +57,7 @@ typedef struct {
 static const char *const cost_names[PX_STEP_NCOSTS] = {
     "compute", "kernel launches", "tp collectives", "cp ring", "moe all-to-all",
     "zero gathers/scatters", "pipeline bubble", "dp reduction", "optimizer",
-    "host cpu sharing"};
+    "fixed step cost", "host cpu sharing"};
 
 const char *px_step_cost_name(int kind)
 {
@@ -73,7 +73,7 @@ void px_step_engine_parallax(int dev, int precision, px_step_engine_t *e)
                             .act_bytes = 4, .grad_bytes = 4, .param_bytes = 4,
                             .optim_bytes = 28, .elementwise = 1,
                             .fused_attention = dev == PX_PLAN_DEV_CUDA, .dp_overlap = 1,
-                            .kernels_per_layer = 60, .max_zero = 3, .sequence_parallel = 1,
+                            .bucket_bytes = 25.0 * 1024 * 1024, .kernels_per_layer = 60, .max_zero = 3, .sequence_parallel = 1,
                             .context_parallel = 1, .schedules = (1u << PX_PIPE_NKINDS) - 1};
 }
 
@@ -383,7 +383,8 @@ static void vstage_costs(const ctx_t *x, int l0, int nl, int first, int last,
  * all-gather; the experts' gradients all-reduced over the expert-data
  * group; the loss and norm's 2-float all-reduce. With dp_overlap the
  * reduction (not the all-gather) runs under the last micro-batch's
- * backward, `window` seconds, except the last unit's share. ZeRO 2 / 3
+ * backward, `window` seconds, except the last bucket's share (a bucket
+ * a unit, or engine->bucket_bytes of gradients each). ZeRO 2 / 3
  * reduced during backward (vstage_costs). Returns the exposed seconds. */
 static double dp_exposed(const ctx_t *x, double dense, double moe, int nunits, double window)
 {
@@ -400,6 +401,8 @@ static double dp_exposed(const ctx_t *x, double dense, double moe, int nunits, d
     if (moe > 0 && c->experts)
         red += cost_allreduce(moe * x->e->grad_bytes, ng / x->ep, x->edp_link);
     double exposed = red;
+    if (x->e->bucket_bytes > 0)
+        nunits = (int)ceil(dense * x->e->grad_bytes / x->e->bucket_bytes);
     if (x->e->dp_overlap && nunits > 0)
         exposed = fmax(red / nunits, red - window);
     return exposed + gather + cost_allreduce(8, ng, x->dp_link);
@@ -768,11 +771,13 @@ px_status_t px_step_predict(const px_job_config_t *cfg, const px_step_arch_t *ar
     }
     o.cost[PX_STEP_DP] = dp_part;
     o.cost[PX_STEP_OPTIM] = opt_part;
+    o.cost[PX_STEP_FIXED] = cl->dev.step_s;
     /* a shared host: the round stretched where its ranks compute at once,
-     * the reduction and the optimizer (all ranks at once) by the whole
-     * host's slowdown */
+     * the reduction, the optimizer and the fixed cost (all ranks at once)
+     * by the whole host's slowdown */
     o.cost[PX_STEP_HOST] = fmax(0, shared - makespan) * accum +
-                           (dp_part + opt_part) * (host_slowdown(&cl->host, hr) - 1);
+                           (dp_part + opt_part + cl->dev.step_s) *
+                               (host_slowdown(&cl->host, hr) - 1);
     for (int k = 0; k < PX_STEP_NCOSTS; k++)
         o.step_s += o.cost[k];
 
