@@ -51,6 +51,10 @@ typedef struct {
     int tp, cp, pp, dp, ep, sp, v;
     double b, Tl, T, N, C, F, Ckv, NH, Vp;
     double gemm_rate, attn_rate;
+    double hide; /* 1: a transfer started before a compute runs under it; 0
+                    on a shared host (cpu devices: its copies run on the
+                    cores that compute, advanced only between kernels,
+                    transport/px_request.c), where nothing hides */
     const px_link_spec_t *tp_link, *cp_link, *pp_link, *dp_link, *ep_link, *edp_link;
 } ctx_t;
 
@@ -244,7 +248,7 @@ static double layer_cp(const ctx_t *x, int bwd)
     double att = 4 * x->b * x->Tl * x->T * x->C / x->tp * 0.5 / x->cp * (bwd ? 2 : 1);
     double block = cost_kernels(x, x->e->fused_attention ? 0 : att,
                                 x->e->fused_attention ? att : 0, 0);
-    return (x->cp - 1) * fmax(0, cost_p2p(msg, x->cp_link) - block);
+    return (x->cp - 1) * fmax(0, cost_p2p(msg, x->cp_link) - x->hide * block);
 }
 
 /* The experts' all-to-all-v of one MoE layer's forward (PX_STEP_A2A,
@@ -355,9 +359,9 @@ static void vstage_costs(const ctx_t *x, int l0, int nl, int first, int last,
                 zb += fmax(0, g - prev_b);
             }
             zb += fmax(0, cost_ring_half(elems * x->e->grad_bytes, ng, x->dp_link) -
-                              sum_costs(&lb));
-            prev_f = sum_costs(&lf);
-            prev_b = sum_costs(&lb);
+                              x->hide * sum_costs(&lb));
+            prev_f = x->hide * sum_costs(&lf);
+            prev_b = x->hide * sum_costs(&lb);
         }
     }
     if (c->zero >= 2 && ng > 1 && units && first) {
@@ -404,7 +408,7 @@ static double dp_exposed(const ctx_t *x, double dense, double moe, int nunits, d
     if (x->e->bucket_bytes > 0)
         nunits = (int)ceil(dense * x->e->grad_bytes / x->e->bucket_bytes);
     if (x->e->dp_overlap && nunits > 0)
-        exposed = fmax(red / nunits, red - window);
+        exposed = fmax(red / nunits, red - x->hide * window);
     return exposed + gather + cost_allreduce(8, ng, x->dp_link);
 }
 
@@ -637,6 +641,7 @@ px_status_t px_step_predict(const px_job_config_t *cfg, const px_step_arch_t *ar
     x.Vp = px_job_config_padded_vocab(cfg->vocab);
     x.gemm_rate = cfg->precision == PX_PRECISION_BF16 ? cl->dev.gemm_bf16 : cl->dev.gemm_fp32;
     x.attn_rate = cfg->precision == PX_PRECISION_BF16 ? cl->dev.attention : cl->dev.gemm_fp32;
+    x.hide = cl->host.cores > 0 ? 0 : 1;
 
     /* placement: which groups share a node */
     node_free = malloc(sizeof(int) * (size_t)cl->nodes);

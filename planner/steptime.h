@@ -35,7 +35,10 @@
  *     host compute at once on its c cores (threads_per_rank each), each
  *     runs max(1, k x threads / c) times slower (the kernel divides the
  *     cores fairly; ranks waiting for a message sleep, transport/
- *     px_request.c, and leave theirs to the others).
+ *     px_request.c, and leave theirs to the others); and no transfer hides
+ *     under compute there: its copies run on the same cores, advanced only
+ *     between kernels (the ZeRO gathers and scatters, the dp reduction and
+ *     the cp ring count whole).
  * The memory per rank is px_plan_job's (jobplan.h), the engine's own.
  *
  * Engines differ in what they recompute, the bytes of their activations

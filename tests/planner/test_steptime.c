@@ -400,6 +400,21 @@ static void test_host(void)
     CHECK(tp.cost[PX_STEP_HOST] > 0 && tp.cost[PX_STEP_HOST] < busy + tp.cost[PX_STEP_DP] +
                                                                   tp.cost[PX_STEP_OPTIM],
           "pp 2 dp 2: sharing %.4g s, busy %.4g s", tp.cost[PX_STEP_HOST], busy);
+    /* ZeRO-3's gathers hide under compute on GPUs, not on a shared host,
+     * where their copies take the cores that compute */
+    px_step_time_t z0, zs;
+    c.layout.pp = 1;
+    c.layout.dp = 4;
+    c.micro_batches = 1;
+    c.zero = 3;
+    px_cluster_t own = cl;
+    own.host.cores = 0;
+    px_step_predict(&c, NULL, NULL, &own, PX_PLAN_DEV_CPU, &z0, err, sizeof(err));
+    px_step_predict(&c, NULL, NULL, &cl, PX_PLAN_DEV_CPU, &zs, err, sizeof(err));
+    CHECK(zs.cost[PX_STEP_ZERO] > z0.cost[PX_STEP_ZERO],
+          "ZeRO-3 on a shared host exposes %.4g s, alone %.4g s", zs.cost[PX_STEP_ZERO],
+          z0.cost[PX_STEP_ZERO]);
+    c.zero = 0;
     /* one node a host and 4 cores: nothing shared */
     cl.host = (px_host_spec_t){.cores = 4, .nodes = 1, .threads = 1};
     c.layout.pp = 1;
