@@ -2,15 +2,18 @@
 """bench_plan.py: the step-time model against measured steps on this
 machine's cluster (suite bench: it times jobs, so it wants an idle machine).
 
-Two local daemons of 2 cpu devices each. `pctl plan --cluster local
---save-cluster F` measures the cluster once (links by bench jobs, the
-device's GEMM efficiency and kernel cost by two short dp jobs of the model,
+Two local daemons of 2 cpu devices each. ROUNDS rounds, each: `pctl plan
+--cluster local --save-cluster F` measures the cluster (the host's cores
+and daemons, links by bench jobs, the GEMMs' rate a rank alone and the
+step's fixed cost by two short dp jobs of the model run 3 times each,
 client/pctl_calib.c); then for each layout below (dp, tp, pp with two
-schedules, cp, ep, ZeRO 3, mixes) `pctl plan --cluster F --json` predicts
-the step and `pctl submit` runs it for STEPS steps, whose median step time
-after the first (batch x seq / the step's tokens/s) is one measurement;
-ROUNDS rounds run every layout in turn and the median over the rounds is
-the measured figure.
+schedules, cp, ep, ZeRO 3, mixes) and the one the first round's search
+ranks first, `pctl plan --cluster F --json` predicts the step and `pctl
+submit` runs it for STEPS steps, whose median step time after the first
+(batch x seq / the step's tokens/s) is the round's measurement. A round
+calibrates again because the machine's load moves the probes as much as
+the jobs. The table has the medians over the rounds of both, and each
+round's pair.
 Prints the table predicted against measured, and asks:
   * each prediction within 25% of its measured median;
   * the layout `pctl plan --search --cluster F` ranks first measures within
@@ -87,50 +90,57 @@ def main():
         cl.start(client)
         server = cl.daemons[0].control
         pctl = [args.pctl, '--server', server]
-        ini = os.path.join(cl.workdir, 'local.ini')
-        r = subprocess.run(pctl + ['plan', '--cluster', 'local', '--save-cluster', ini,
-                                   '--data', data] + MODEL,
-                           capture_output=True, text=True, timeout=900)
-        print(r.stderr.strip())
-        if r.returncode:
-            print('FAIL: calibration: %s' % r.stdout[-500:])
-            return 1
-        plans = []
-        for name, lay in LAYOUTS:
-            p = subprocess.run([args.pctl, 'plan', '--cluster', ini, '--json'] + MODEL + lay,
-                               capture_output=True, text=True, timeout=120)
-            if p.returncode:
-                print('FAIL: plan %s: %s' % (name, p.stderr.strip()))
-                fails += 1
-                continue
-            plans.append((name, lay, json.loads(p.stdout)['time']['step_s']))
-        # the search's first layout
-        p = subprocess.run([args.pctl, 'plan', '--cluster', ini, '--search', '--top', '1',
-                            '--json'] + MODEL, capture_output=True, text=True, timeout=300)
-        best = json.loads(p.stdout)['search'][0]
-        lay = best['layout']
-        flags = ['--dp', lay['dp'], '--tp', lay['tp'], '--pp', lay['pp'], '--cp', lay['cp'],
-                 '--ep', lay['ep'], '--zero', best['zero'], '--grad-accum', best['grad_accum'],
-                 '--micro-batches', best['micro_batches'], '--schedule', best['schedule'],
-                 '--virtual-stages', best['virtual_stages']]
-        if best['sequence_parallel']:
-            flags.append('--sequence-parallel')
+        # ROUNDS rounds, each a calibration (the machine as it is that
+        # minute: its load moves the probes as much as the jobs) and then
+        # every layout in turn; each job's median step, the prediction of
+        # its round's calibration, and the medians over the rounds
         first_name = 'search first'
-        plans.append((first_name, [str(f) for f in flags], best['step_s']))
-        # ROUNDS rounds of every layout in turn, so that a minute of load
-        # falls on all of them alike; each job's median step, then the
-        # median over the rounds
-        meas = {name: [] for name, _, _ in plans}
-        for _ in range(ROUNDS):
-            for name, lay, _ in plans:
+        layouts = list(LAYOUTS)
+        preds, meas = {}, {}
+        best = None
+        for rnd in range(ROUNDS):
+            ini = os.path.join(cl.workdir, 'local%d.ini' % rnd)
+            r = subprocess.run(pctl + ['plan', '--cluster', 'local', '--save-cluster', ini,
+                                       '--data', data] + MODEL,
+                               capture_output=True, text=True, timeout=900)
+            print('round %d: %s' % (rnd + 1, r.stderr.strip()))
+            if r.returncode:
+                print('FAIL: calibration: %s' % r.stdout[-500:])
+                return 1
+            if best is None:
+                # the search's first layout (of the first calibration)
+                p = subprocess.run([args.pctl, 'plan', '--cluster', ini, '--search', '--top',
+                                    '1', '--json'] + MODEL, capture_output=True, text=True,
+                                   timeout=300)
+                best = json.loads(p.stdout)['search'][0]
+                lay = best['layout']
+                flags = ['--dp', lay['dp'], '--tp', lay['tp'], '--pp', lay['pp'],
+                         '--cp', lay['cp'], '--ep', lay['ep'], '--zero', best['zero'],
+                         '--grad-accum', best['grad_accum'],
+                         '--micro-batches', best['micro_batches'],
+                         '--schedule', best['schedule'],
+                         '--virtual-stages', best['virtual_stages']]
+                if best['sequence_parallel']:
+                    flags.append('--sequence-parallel')
+                layouts.append((first_name, [str(f) for f in flags]))
+            for name, lay in layouts:
+                p = subprocess.run([args.pctl, 'plan', '--cluster', ini, '--json'] + MODEL +
+                                   lay, capture_output=True, text=True, timeout=120)
+                if p.returncode:
+                    print('FAIL: plan %s: %s' % (name, p.stderr.strip()))
+                    fails += 1
+                    continue
                 t = run_job(pctl, data, lay, client, cl)
                 if t is None:
                     print('FAIL: %s did not complete' % name)
                     fails += 1
-                else:
-                    meas[name].append(t)
+                    continue
+                preds.setdefault(name, []).append(json.loads(p.stdout)['time']['step_s'])
+                meas.setdefault(name, []).append(t)
+        plans = [(name, lay, statistics.median(preds[name]))
+                 for name, lay in layouts if name in preds]
         print('%-24s %12s %12s %8s  %s' % ('layout', 'predicted s', 'measured s', 'off',
-                                           'rounds (s)'))
+                                           'rounds: predicted/measured (s)'))
         rows = []
         for name, lay, pred in plans:
             if not meas[name]:
@@ -143,7 +153,7 @@ def main():
                 rows.append(m)
             print('%-24s %12.4f %12.4f %+7.1f%% %s  %s' % (
                 name, pred, m, 100 * off, 'ok ' if ok else 'OFF',
-                ' '.join('%.4f' % t for t in meas[name])))
+                ' '.join('%.4f/%.4f' % pm for pm in zip(preds[name], meas[name]))))
         if meas[first_name] and rows:
             first = statistics.median(meas[first_name])
             measured = sorted(rows + [first])
