@@ -7,16 +7,26 @@
  *     the inter-node link), 4 KiB to 4 MiB: the alpha-beta model of the
  *     algorithm px_coll.c runs at each size fitted to the rows by least
  *     squares (relative error), efficiency 1 (a measured figure);
+ *   the host (cpu devices): its cores (the affinity mask, capped by the
+ *     cgroup's CPU quota) and how many of the cluster's nodes share it
+ *     (alive nodes whose Control address has one host part); a rank runs
+ *     one BLAS thread (the supervisor's OPENBLAS_NUM_THREADS=1). The model
+ *     divides the cores among the ranks computing at once, so every other
+ *     figure here is one rank's alone: a bench's fit is divided by the
+ *     slowdown its own ranks had;
  *   kernels: two short training jobs of the planned model itself, data
- *     parallel over every free device (the devices' contention for the
- *     host's cores and memory included), with 1 and 4 sequences a rank;
- *     their median step times fix the two figures of the device the model
- *     cannot know, the GEMMs' efficiency and the fixed cost of a kernel
- *     (the step time is linear in 1 / efficiency and in the kernel cost:
+ *     parallel over every free device, with 1 and 4 sequences a rank, each
+ *     run CALIB_REPEATS times: the median of their median step times fixes
+ *     the two figures of the device the model cannot know, the GEMMs'
+ *     achieved rate (kept as the device's rate, efficiency 1) and the
+ *     step's fixed cost (the engine's bookkeeping; a kernel's own fixed
+ *     cost stays the preset's, as two dp probes cannot tell it from the
+ *     step's; the step time is linear in 1 / rate and in the fixed cost:
  *     steptime.h is probed at three points and the 2 x 2 system solved).
  * Every job is waited for with a deadline (CALIB_JOB_S); progress polls
  * GetJob every 200 ms, as `pctl bench` does. One thread. */
 #include <math.h>
+#include <sched.h> /* sched_getaffinity, CPU_COUNT (_GNU_SOURCE: meson.build) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +47,7 @@
 #define POLL_MS 200
 #define CALIB_JOB_S 300.0 /* the most one calibration job may take */
 #define CALIB_STEPS 10    /* training steps of a kernel probe; the first is not timed */
+#define CALIB_REPEATS 3   /* runs of each kernel probe: the median of their medians */
 
 int pctl_cluster_topology(pctl_ctx_t *ctx, const char *cmd, const char *devices, int *nodes_p,
                           int *per_node_p, int *dev_p, double *mem_p)
@@ -86,6 +97,64 @@ int pctl_cluster_topology(pctl_ctx_t *ctx, const char *cmd, const char *devices,
     return PCTL_EXIT_OK;
 }
 
+/* The CPUs this process's ranks may share: its affinity mask (what cpusets
+ * and taskset leave), capped by the cgroup v2 CPU quota (cpu.max: "QUOTA
+ * PERIOD", "max" for none), which a container's --cpus sets. */
+static double host_cores(void)
+{
+    cpu_set_t set;
+    double cores = 1;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        cores = CPU_COUNT(&set);
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f) {
+        char quota[32];
+        double period;
+        if (fscanf(f, "%31s %lf", quota, &period) == 2 && strcmp(quota, "max") && period > 0) {
+            double q = strtod(quota, NULL) / period;
+            if (q > 0 && q < cores)
+                cores = q;
+        }
+        fclose(f);
+    }
+    return cores;
+}
+
+/* The most alive nodes whose Control address has one host part (the
+ * daemons of a local test cluster share their host); 1 when none do. */
+static int nodes_per_host(pctl_ctx_t *ctx)
+{
+    Parallax__V1__ListNodesRequest req = PARALLAX__V1__LIST_NODES_REQUEST__INIT;
+    Parallax__V1__ListNodesResponse *resp = NULL;
+    int best = 1;
+    if (pctl_call(ctx, "plan", M_NODES, &req.base, &parallax__v1__list_nodes_response__descriptor,
+                  (ProtobufCMessage **)&resp))
+        return 1;
+    for (size_t i = 0; i < resp->n_nodes; i++) {
+        const char *a = resp->nodes[i]->control_addr ? resp->nodes[i]->control_addr : "";
+        const char *colon = strrchr(a, ':');
+        size_t len = colon ? (size_t)(colon - a) : strlen(a);
+        int k = 0;
+        if (!resp->nodes[i]->alive)
+            continue;
+        for (size_t j = 0; j < resp->n_nodes; j++) {
+            const char *b = resp->nodes[j]->control_addr ? resp->nodes[j]->control_addr : "";
+            const char *cb = strrchr(b, ':');
+            size_t lb = cb ? (size_t)(cb - b) : strlen(b);
+            k += resp->nodes[j]->alive && lb == len && !strncmp(a, b, len);
+        }
+        best = k > best ? k : best;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return best;
+}
+
+/* steptime.h's slowdown of `k` ranks computing at once on host h. */
+static double host_slowdown(const px_host_spec_t *h, double k)
+{
+    return h->cores > 0 ? fmax(1, k * h->threads / h->cores) : 1;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -131,8 +200,12 @@ static int wait_job(pctl_ctx_t *ctx, const char *id, Parallax__V1__Job **job_p)
 }
 
 /* A `pctl bench` all-reduce on `ranks` ranks from 4 KiB to 4 MiB into the
- * link *k (alpha, beta fitted; efficiency 1). */
-static int bench_link(pctl_ctx_t *ctx, int ranks, const char *devices, px_link_spec_t *k)
+ * link *k (alpha, beta fitted; efficiency 1). `slowdown`: how much slower
+ * each rank ran than alone, its host's cores shared by the bench's ranks
+ * (every rank copies and reduces at once; steptime.c applies it again to
+ * a job's collectives): the fit is divided by it, the link alone. */
+static int bench_link(pctl_ctx_t *ctx, int ranks, const char *devices, double slowdown,
+                      px_link_spec_t *k)
 {
     Parallax__V1__SubmitJobRequest req = PARALLAX__V1__SUBMIT_JOB_REQUEST__INIT;
     Parallax__V1__JobSpec spec = PARALLAX__V1__JOB_SPEC__INIT;
@@ -197,8 +270,8 @@ static int bench_link(pctl_ctx_t *ctx, int ranks, const char *devices, px_link_s
     const Parallax__V1__BenchRow *hi = job->bench_rows[job->n_bench_rows - 1];
     if (!(inv_beta > 0)) /* no fit: the largest row's bus bandwidth alone */
         inv_beta = 1 / (hi->busbw * 1e9);
-    k->bw = 1 / inv_beta;
-    k->latency = fmax(1e-7, alpha);
+    k->bw = slowdown / inv_beta;
+    k->latency = fmax(1e-7, alpha / slowdown);
     k->efficiency = 1;
     rc = PCTL_EXIT_OK;
 out:
@@ -262,14 +335,14 @@ out:
 }
 
 /* The model's step of `c` on `cl` with the device's efficiency `eff` and
- * kernel cost `launch` (seconds); < 0 on error. */
+ * fixed step cost `fixed` (seconds); < 0 on error. */
 static double model_step(const px_job_config_t *c, px_cluster_t cl, int dev, double eff,
-                         double launch)
+                         double fixed)
 {
     px_step_time_t t;
     char err[256];
     cl.dev.efficiency = eff;
-    cl.dev.launch_s = launch;
+    cl.dev.step_s = fixed;
     if (px_step_predict(c, NULL, NULL, &cl, dev, &t, err, sizeof(err)) != PX_OK)
         return -1;
     return t.step_s;
@@ -294,9 +367,20 @@ int pctl_cluster_local(pctl_ctx_t *ctx, const px_job_config_t *cfg, const char *
         cl->dev.mem_bytes = mem;
     snprintf(cl->name, sizeof(cl->name), "local:%dx%d", nodes, per_node);
     const int world = nodes * per_node;
-    if (per_node >= 2 && (rc = bench_link(ctx, 2, devices, &cl->intra)) != PCTL_EXIT_OK)
+    if (dev != PX_PLAN_DEV_CUDA) {
+        /* cpu ranks compute on the host's cores, one BLAS thread each
+         * (the supervisor's OPENBLAS_NUM_THREADS=1); pctl runs on the host
+         * of the daemons it calibrates (--cluster local) */
+        cl->host.cores = host_cores();
+        cl->host.nodes = nodes_per_host(ctx);
+        cl->host.threads = 1;
+    }
+    const double inter_ranks = fmin(world, per_node * cl->host.nodes);
+    if (per_node >= 2 && (rc = bench_link(ctx, 2, devices, host_slowdown(&cl->host, 2),
+                                          &cl->intra)) != PCTL_EXIT_OK)
         return rc;
-    if (nodes >= 2 && (rc = bench_link(ctx, world, devices, &cl->inter)) != PCTL_EXIT_OK)
+    if (nodes >= 2 && (rc = bench_link(ctx, world, devices, host_slowdown(&cl->host, inter_ranks),
+                                       &cl->inter)) != PCTL_EXIT_OK)
         return rc;
     if (nodes < 2)
         cl->inter = cl->intra;
@@ -322,10 +406,19 @@ int pctl_cluster_local(pctl_ctx_t *ctx, const px_job_config_t *cfg, const char *
         c->checkpoint_dir = c->resume_dir = c->export_safetensors = NULL;
         if (px_job_config_check(c, 0, err, sizeof(err)) != PX_OK)
             return pctl_usage_error("plan", "--cluster local: the calibration job: %s", err);
-        if ((rc = probe_step(ctx, c, devices, &meas[i])) != PCTL_EXIT_OK)
-            return rc;
     }
-    /* step = A / eff + B + K launch at each probe: A, B, K from the model */
+    /* the two probes' runs alternate, so that a change of the machine's
+     * load falls on both alike (the fit takes their difference) */
+    double rep[2][CALIB_REPEATS];
+    for (int r = 0; r < CALIB_REPEATS; r++)
+        for (int i = 0; i < 2; i++)
+            if ((rc = probe_step(ctx, &probe[i], devices, &rep[i][r])) != PCTL_EXIT_OK)
+                return rc;
+    for (int i = 0; i < 2; i++) {
+        qsort(rep[i], CALIB_REPEATS, sizeof(double), cmp_double);
+        meas[i] = rep[i][CALIB_REPEATS / 2];
+    }
+    /* step = A / eff + B + K fixed at each probe: A, B, K from the model */
     double A[2], B[2], K[2];
     for (int i = 0; i < 2; i++) {
         double t1 = model_step(&probe[i], *cl, dev, 1, 0);
@@ -343,21 +436,40 @@ int pctl_cluster_local(pctl_ctx_t *ctx, const px_job_config_t *cfg, const char *
         u = ((meas[0] - B[0]) * K[1] - (meas[1] - B[1]) * K[0]) / det;
         L = (A[0] * (meas[1] - B[1]) - A[1] * (meas[0] - B[0])) / det;
     }
-    if (!(u >= 1) || L < 0) { /* outside the model's range: the compute term alone */
+    if (!(u > 0) || L < 0) {
+        /* outside the model's range (a negative fixed cost): no fixed
+         * cost, u by least squares over both probes */
         L = 0;
-        u = fmax(1, ((meas[0] - B[0]) / A[0] + (meas[1] - B[1]) / A[1]) / 2);
+        u = (A[0] * (meas[0] - B[0]) + A[1] * (meas[1] - B[1])) / (A[0] * A[0] + A[1] * A[1]);
+        if (!(u > 0)) {
+            /* the probes ran faster than the model's other costs (a model
+             * so small that the noise of a loaded machine is the step):
+             * the preset's GEMM rate kept, said */
+            fprintf(stderr, "pctl: plan: --cluster local: probe steps %.4g s and %.4g s are "
+                    "below the model's other costs (%.4g s and %.4g s); the GEMMs keep the "
+                    "preset's rate\n", meas[0], meas[1], B[0], B[1]);
+            u = 1;
+        }
     }
-    cl->dev.efficiency = 1 / u;
-    cl->dev.launch_s = L;
+    /* the GEMMs' achieved rate (one rank alone on its cores: the model
+     * divides the host's cores itself), as the device's rate at efficiency
+     * 1: a figure above the preset's peak is kept, not capped */
+    cl->dev.gemm_fp32 /= u;
+    cl->dev.gemm_bf16 /= u;
+    cl->dev.efficiency = 1;
+    cl->dev.step_s = L;
     *dev_p = dev;
     fprintf(stderr, "pctl: plan: --cluster local calibrated on %d node%s x %d %s devices: "
-            "probe steps %.4g s (1 sequence a rank) and %.4g s (4); efficiency %.3g of the "
-            "%s preset's GEMM rates, kernel cost %.3g us; intra-node %.3g GB/s, %.3g us; "
-            "inter-node %.3g GB/s, %.3g us\n",
+            "probe steps %.4g s (1 sequence a rank) and %.4g s (4), medians of %d runs; fp32 GEMM "
+            "%.3g GFLOP/s a rank alone (%.3g of the %s preset's), fixed step cost %.3g us; "
+            "intra-node %.3g GB/s, %.3g us; "
+            "inter-node %.3g GB/s, %.3g us; host %g cores, %g node%s a host\n",
             nodes, nodes == 1 ? "" : "s", per_node, px_plan_dev_name(dev), meas[0], meas[1],
-            cl->dev.efficiency, dev == PX_PLAN_DEV_CUDA ? "h100-sxm" : "cpu", L * 1e6,
+            CALIB_REPEATS, cl->dev.gemm_fp32 / 1e9, 1 / u,
+            dev == PX_PLAN_DEV_CUDA ? "h100-sxm" : "cpu", L * 1e6,
             cl->intra.bw / 1e9, cl->intra.latency * 1e6, cl->inter.bw / 1e9,
-            cl->inter.latency * 1e6);
+            cl->inter.latency * 1e6, cl->host.cores, cl->host.nodes,
+            cl->host.nodes == 1 ? "" : "s");
     return PCTL_EXIT_OK;
 }
 
@@ -371,14 +483,17 @@ int pctl_cluster_save(const px_cluster_t *cl, const char *path)
     fprintf(f, "; %s, written by pctl plan --save-cluster\n[cluster]\nnodes = %d\n"
             "devices_per_node = %d\n[device]\nname = %s\ngemm_bf16_tflops = %.9g\n"
             "gemm_fp32_tflops = %.9g\nattention_tflops = %.9g\nmemory_gbps = %.9g\n"
-            "memory_gb = %.9g\nefficiency = %.9g\nlaunch_us = %.9g\n",
+            "memory_gb = %.9g\nefficiency = %.9g\nlaunch_us = %.9g\nstep_us = %.9g\n",
             cl->name, cl->nodes, cl->per_node, cl->dev.name, cl->dev.gemm_bf16 / 1e12,
             cl->dev.gemm_fp32 / 1e12, cl->dev.attention / 1e12, cl->dev.mem_bw / 1e9,
-            cl->dev.mem_bytes / 1e9, cl->dev.efficiency, cl->dev.launch_s * 1e6);
+            cl->dev.mem_bytes / 1e9, cl->dev.efficiency, cl->dev.launch_s * 1e6,
+            cl->dev.step_s * 1e6);
     const px_link_spec_t *k[2] = {&cl->intra, &cl->inter};
     for (int i = 0; i < 2; i++)
         fprintf(f, "[%s]\nbandwidth_gbps = %.9g\nlatency_us = %.9g\nefficiency = %.9g\n",
                 i ? "inter" : "intra", k[i]->bw / 1e9, k[i]->latency * 1e6, k[i]->efficiency);
+    fprintf(f, "[host]\ncores = %.9g\nnodes_per_host = %.9g\nthreads_per_rank = %.9g\n",
+            cl->host.cores, cl->host.nodes, cl->host.threads);
     if (fclose(f)) {
         fprintf(stderr, "pctl: plan: --save-cluster %s: write failed\n", path);
         return PCTL_EXIT_FAIL;

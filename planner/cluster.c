@@ -101,6 +101,7 @@ px_status_t px_cluster_preset(const char *name, int nodes, int per_node, px_clus
     cluster_p->dev = p->dev;
     cluster_p->intra = p->intra;
     cluster_p->inter = p->inter;
+    cluster_p->host = (px_host_spec_t){.cores = 0, .nodes = 1, .threads = 1};
     return PX_OK;
 }
 
@@ -163,6 +164,7 @@ typedef struct {
 
 #define DEV(f) offsetof(px_cluster_t, dev) + offsetof(px_device_spec_t, f)
 #define LNK(l, f) offsetof(px_cluster_t, l) + offsetof(px_link_spec_t, f)
+#define HOST(f) offsetof(px_cluster_t, host) + offsetof(px_host_spec_t, f)
 static const num_key_t num_keys[] = {
     {"device", "gemm_bf16_tflops", DEV(gemm_bf16), T, 1e-6, 1e6},
     {"device", "gemm_fp32_tflops", DEV(gemm_fp32), T, 1e-6, 1e6},
@@ -171,12 +173,16 @@ static const num_key_t num_keys[] = {
     {"device", "memory_gb", DEV(mem_bytes), G, 1e-3, 1e6},
     {"device", "efficiency", DEV(efficiency), 1, 1e-3, 1},
     {"device", "launch_us", DEV(launch_s), 1e-6, 0, 1e6},
+    {"device", "step_us", DEV(step_s), 1e-6, 0, 1e9},
     {"intra", "bandwidth_gbps", LNK(intra, bw), G, 1e-3, 1e6},
     {"intra", "latency_us", LNK(intra, latency), 1e-6, 0, 1e6},
     {"intra", "efficiency", LNK(intra, efficiency), 1, 1e-3, 1},
     {"inter", "bandwidth_gbps", LNK(inter, bw), G, 1e-3, 1e6},
     {"inter", "latency_us", LNK(inter, latency), 1e-6, 0, 1e6},
     {"inter", "efficiency", LNK(inter, efficiency), 1, 1e-3, 1},
+    {"host", "cores", HOST(cores), 1, 0, 1e6},
+    {"host", "nodes_per_host", HOST(nodes), 1, 1, 1e6},
+    {"host", "threads_per_rank", HOST(threads), 1, 1, 1e6},
 };
 #define NNUM (sizeof(num_keys) / sizeof(num_keys[0]))
 

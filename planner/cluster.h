@@ -32,6 +32,10 @@
  *                 kernels/px_matmul_bf16_cpu.c), 10 GB/s memory, 8 GB; shared
  *                 memory 5 GB/s, 10 us; TCP 1 GB/s, 50 us. Rough orders of
  *                 magnitude: calibrate a real machine with an INI file.
+ * On a host whose cores the devices share (host.cores > 0, what
+ * `--cluster local` measures for cpu devices) the cpu figures are those of
+ * one rank computing alone on threads_per_rank cores; steptime.c divides
+ * the cores among the ranks busy at once.
  * The GEMM rates are peaks; what GEMMs reach is `efficiency` x the peak:
  * an achievable fraction, not a vendor figure, CALIBRATED once per
  * hardware over the published runs on it (tests/planner/test_steptime.c):
@@ -53,9 +57,11 @@
  *   [cluster]  preset = h100-sxm   (the base, optional; default cpu)
  *              nodes = 2  devices_per_node = 8
  *   [device]   name, gemm_bf16_tflops, gemm_fp32_tflops, attention_tflops,
- *              memory_gbps, memory_gb, efficiency, launch_us
+ *              memory_gbps, memory_gb, efficiency, launch_us, step_us
  *   [intra]    bandwidth_gbps, latency_us, efficiency
  *   [inter]    bandwidth_gbps, latency_us, efficiency
+ *   [host]     cores, nodes_per_host, threads_per_rank (px_host_spec_t;
+ *              default 0, 1, 1: devices that do not share a host's cores)
  * A key not given keeps the preset's value. Units: TFLOP/s, GB/s (10^9
  * bytes a second, one direction, per device), GB (10^9 bytes), us.
  *
@@ -78,7 +84,25 @@ typedef struct px_device_spec {
     double mem_bytes;  /* bytes of device memory */
     double efficiency; /* fraction of the GEMM peaks the GEMMs reach */
     double launch_s;   /* seconds: fixed cost of one kernel */
+    double step_s;     /* seconds: fixed cost of one optimizer step that no
+                          piece of the model counts (the engine's per-step
+                          bookkeeping: the batch's cut, the step report and
+                          its metrics, the loss's logging); 0 on the presets,
+                          --cluster local measures it */
 } px_device_spec_t;
+
+/* The host a node's devices compute on, where they share it (the cpu
+ * backend: a rank's kernels run on the host's cores, so ranks that compute
+ * at the same time divide them). cores 0: every device computes on its own
+ * (a GPU; its host's cores only launch kernels) and the rest is unused. */
+typedef struct px_host_spec {
+    double cores;    /* CPUs the ranks of one host share (the affinity mask,
+                        capped by the cgroup's CPU quota); 0: not shared */
+    double nodes;    /* nodes (daemons) on one host: nodes i, i + 1, ..
+                        i + nodes - 1 share one (local test clusters) */
+    double threads;  /* cores one rank's kernels use while it computes
+                        (OPENBLAS_NUM_THREADS, 1 as the supervisor sets it) */
+} px_host_spec_t;
 
 /* One link, per device and direction. */
 typedef struct px_link_spec {
@@ -92,6 +116,7 @@ typedef struct px_cluster {
     int nodes, per_node;
     px_device_spec_t dev;
     px_link_spec_t intra, inter;
+    px_host_spec_t host;
 } px_cluster_t;
 
 /* The preset `name` (above) with `nodes` x `per_node` devices into

@@ -51,12 +51,17 @@ typedef struct {
     int tp, cp, pp, dp, ep, sp, v;
     double b, Tl, T, N, C, F, Ckv, NH, Vp;
     double gemm_rate, attn_rate;
+    double hide; /* 1: a transfer started before a compute runs under it; 0
+                    on a shared host (cpu devices: its copies run on the
+                    cores that compute, advanced only between kernels,
+                    transport/px_request.c), where nothing hides */
     const px_link_spec_t *tp_link, *cp_link, *pp_link, *dp_link, *ep_link, *edp_link;
 } ctx_t;
 
 static const char *const cost_names[PX_STEP_NCOSTS] = {
     "compute", "kernel launches", "tp collectives", "cp ring", "moe all-to-all",
-    "zero gathers/scatters", "pipeline bubble", "dp reduction", "optimizer"};
+    "zero gathers/scatters", "pipeline bubble", "dp reduction", "optimizer",
+    "fixed step cost", "host cpu sharing"};
 
 const char *px_step_cost_name(int kind)
 {
@@ -72,7 +77,7 @@ void px_step_engine_parallax(int dev, int precision, px_step_engine_t *e)
                             .act_bytes = 4, .grad_bytes = 4, .param_bytes = 4,
                             .optim_bytes = 28, .elementwise = 1,
                             .fused_attention = dev == PX_PLAN_DEV_CUDA, .dp_overlap = 1,
-                            .kernels_per_layer = 60, .max_zero = 3, .sequence_parallel = 1,
+                            .bucket_bytes = 25.0 * 1024 * 1024, .kernels_per_layer = 60, .max_zero = 3, .sequence_parallel = 1,
                             .context_parallel = 1, .schedules = (1u << PX_PIPE_NKINDS) - 1};
 }
 
@@ -243,7 +248,7 @@ static double layer_cp(const ctx_t *x, int bwd)
     double att = 4 * x->b * x->Tl * x->T * x->C / x->tp * 0.5 / x->cp * (bwd ? 2 : 1);
     double block = cost_kernels(x, x->e->fused_attention ? 0 : att,
                                 x->e->fused_attention ? att : 0, 0);
-    return (x->cp - 1) * fmax(0, cost_p2p(msg, x->cp_link) - block);
+    return (x->cp - 1) * fmax(0, cost_p2p(msg, x->cp_link) - x->hide * block);
 }
 
 /* The experts' all-to-all-v of one MoE layer's forward (PX_STEP_A2A,
@@ -354,9 +359,9 @@ static void vstage_costs(const ctx_t *x, int l0, int nl, int first, int last,
                 zb += fmax(0, g - prev_b);
             }
             zb += fmax(0, cost_ring_half(elems * x->e->grad_bytes, ng, x->dp_link) -
-                              sum_costs(&lb));
-            prev_f = sum_costs(&lf);
-            prev_b = sum_costs(&lb);
+                              x->hide * sum_costs(&lb));
+            prev_f = x->hide * sum_costs(&lf);
+            prev_b = x->hide * sum_costs(&lb);
         }
     }
     if (c->zero >= 2 && ng > 1 && units && first) {
@@ -382,7 +387,8 @@ static void vstage_costs(const ctx_t *x, int l0, int nl, int first, int last,
  * all-gather; the experts' gradients all-reduced over the expert-data
  * group; the loss and norm's 2-float all-reduce. With dp_overlap the
  * reduction (not the all-gather) runs under the last micro-batch's
- * backward, `window` seconds, except the last unit's share. ZeRO 2 / 3
+ * backward, `window` seconds, except the last bucket's share (a bucket
+ * a unit, or engine->bucket_bytes of gradients each). ZeRO 2 / 3
  * reduced during backward (vstage_costs). Returns the exposed seconds. */
 static double dp_exposed(const ctx_t *x, double dense, double moe, int nunits, double window)
 {
@@ -399,8 +405,10 @@ static double dp_exposed(const ctx_t *x, double dense, double moe, int nunits, d
     if (moe > 0 && c->experts)
         red += cost_allreduce(moe * x->e->grad_bytes, ng / x->ep, x->edp_link);
     double exposed = red;
+    if (x->e->bucket_bytes > 0)
+        nunits = (int)ceil(dense * x->e->grad_bytes / x->e->bucket_bytes);
     if (x->e->dp_overlap && nunits > 0)
-        exposed = fmax(red / nunits, red - window);
+        exposed = fmax(red / nunits, red - x->hide * window);
     return exposed + gather + cost_allreduce(8, ng, x->dp_link);
 }
 
@@ -416,6 +424,8 @@ static double optim_cost(const ctx_t *x, double dense, double moe)
 /* ----------------------------------------------------- the pipeline */
 
 /* Runs the schedule's lists (pipesched.h) as a discrete-event simulation:
+ * (busy_from, busy_to get each action's interval, *nbusy_p counting them:
+ * room for every action of every list)
  * each rank does its compute actions in list order, one at a time; a
  * forward of virtual stage j > 0 starts once the activation from j - 1 has
  * arrived (its forward's end plus the transfer `p2p`), a backward of j <
@@ -424,7 +434,8 @@ static double optim_cost(const ctx_t *x, double dense, double moe)
  * rank's last action's end) and returns the makespan, < 0 if the lists
  * stall (a schedule px_pipe_schedule_check rejects). */
 static double simulate(const px_pipe_schedule_t *sc, const double *F, const double *B,
-                       double p2p, double *end_p)
+                       double p2p, double *end_p, double *busy_from, double *busy_to,
+                       int *nbusy_p)
 {
     const int p = sc->p, m = sc->m, nv = sc->p * sc->v;
     const int split = px_pipe_schedule_split(sc);
@@ -454,6 +465,7 @@ static double simulate(const px_pipe_schedule_t *sc, const double *F, const doub
                         start = fmax(start, fdone[(j - 1) * m + a->micro] + p2p);
                     }
                     end_p[s] = fdone[j * m + a->micro] = start + F[j];
+                    busy_from[*nbusy_p] = start, busy_to[(*nbusy_p)++] = end_p[s];
                 } else if (a->op == PX_PIPE_BWD) {
                     if (j < nv - 1) {
                         if (bdone[(j + 1) * m + a->micro] < 0)
@@ -461,8 +473,11 @@ static double simulate(const px_pipe_schedule_t *sc, const double *F, const doub
                         start = fmax(start, bdone[(j + 1) * m + a->micro] + p2p);
                     }
                     end_p[s] = bdone[j * m + a->micro] = start + B[j] * (split ? 0.5 : 1);
-                } else if (a->op == PX_PIPE_WGT)
+                    busy_from[*nbusy_p] = start, busy_to[(*nbusy_p)++] = end_p[s];
+                } else if (a->op == PX_PIPE_WGT) {
                     end_p[s] = start + B[j] * 0.5;
+                    busy_from[*nbusy_p] = start, busy_to[(*nbusy_p)++] = end_p[s];
+                }
                 pos[s]++;
                 progress = 1;
             }
@@ -481,6 +496,71 @@ out:
     free(bdone);
     free(pos);
     return makespan;
+}
+
+/* ------------------------------------------------------- shared host */
+
+/* How much slower a rank computes while `k` ranks of its host compute at
+ * once: they divide the host's cores (each wants threads_per_rank), so
+ * max(1, k x threads / cores); 1 where devices do not share (cores 0). */
+static double host_slowdown(const px_host_spec_t *h, double k)
+{
+    if (h->cores <= 0 || k <= 0)
+        return 1;
+    return fmax(1, k * h->threads / h->cores);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The pipeline round's makespan on a shared host: the simulated round
+ * (one rank alone on its cores) cut at every action's start and end; a
+ * piece during which k stages compute takes max(1, k x `per_stage` x
+ * threads / cores) times as long (`per_stage`: the host's ranks of one
+ * stage, the dp / tp / cp replicas that compute in step with it). Pieces
+ * with no stage computing (transfers) keep their length. A first-order
+ * model: stretching a piece does not move the schedule's dependencies. */
+static double shared_makespan(const px_host_spec_t *h, double per_stage, const double *from,
+                              const double *to, int n, double makespan)
+{
+    double *cut = malloc(sizeof(double) * (size_t)(2 * n + 2));
+    if (!cut)
+        return makespan * host_slowdown(h, per_stage * n); /* the worst case */
+    int nc = 0;
+    cut[nc++] = 0;
+    cut[nc++] = makespan;
+    for (int i = 0; i < n; i++)
+        cut[nc++] = from[i], cut[nc++] = to[i];
+    qsort(cut, (size_t)nc, sizeof(double), cmp_double);
+    double t = 0;
+    for (int i = 0; i + 1 < nc; i++) {
+        double a = cut[i], b = cut[i + 1], mid = 0.5 * (a + b);
+        int k = 0;
+        if (b <= a)
+            continue;
+        for (int j = 0; j < n; j++)
+            k += from[j] <= mid && mid < to[j];
+        t += (b - a) * host_slowdown(h, k * per_stage);
+    }
+    free(cut);
+    return t;
+}
+
+/* The most ranks of the job on one host (nodes i .. i + host.nodes - 1
+ * share one), from the placement. */
+static int host_ranks(const px_cluster_t *cl, const int *node_of_rank, int world)
+{
+    int per_host = cl->host.nodes >= 1 ? (int)cl->host.nodes : 1, best = 0;
+    for (int h = 0; h * per_host < cl->nodes; h++) {
+        int k = 0;
+        for (int r = 0; r < world; r++)
+            k += node_of_rank[r] / per_host == h;
+        best = k > best ? k : best;
+    }
+    return best;
 }
 
 /* ------------------------------------------------------------ predict */
@@ -543,7 +623,7 @@ px_status_t px_step_predict(const px_job_config_t *cfg, const px_step_arch_t *ar
     ctx_t x = {.cfg = cfg, .cl = cl};
     px_status_t status = PX_ERR_NO_MEMORY;
     int *node_free = NULL, *node_of_rank = NULL, *members = NULL, *sl = NULL;
-    double *F = NULL, *B = NULL, *ends = NULL;
+    double *F = NULL, *B = NULL, *ends = NULL, *bfrom = NULL, *bto = NULL;
     costs_t *fc = NULL, *bc = NULL;
     px_job_plan_t *jps = NULL;
     px_pipe_schedule_t *sc = NULL;
@@ -571,6 +651,7 @@ px_status_t px_step_predict(const px_job_config_t *cfg, const px_step_arch_t *ar
     x.Vp = px_job_config_padded_vocab(cfg->vocab);
     x.gemm_rate = cfg->precision == PX_PRECISION_BF16 ? cl->dev.gemm_bf16 : cl->dev.gemm_fp32;
     x.attn_rate = cfg->precision == PX_PRECISION_BF16 ? cl->dev.attention : cl->dev.gemm_fp32;
+    x.hide = cl->host.cores > 0 ? 0 : 1;
 
     /* placement: which groups share a node */
     node_free = malloc(sizeof(int) * (size_t)cl->nodes);
@@ -628,7 +709,8 @@ px_status_t px_step_predict(const px_job_config_t *cfg, const px_step_arch_t *ar
     /* the pipeline round: the schedule's lists simulated (pp 1: one
      * micro-batch's forward and backward) */
     const int M = l->pp > 1 ? cfg->micro_batches : 1;
-    double makespan;
+    const int hr = host_ranks(cl, node_of_rank, world);
+    double makespan, shared;
     if (l->pp > 1) {
         double act = x.N * x.C * eng->act_bytes / (x.sp ? x.tp : 1);
         if ((status = px_pipe_schedule_create_v(cfg->schedule, l->pp, M, x.v, &sc)) != PX_OK) {
@@ -637,16 +719,25 @@ px_status_t px_step_predict(const px_job_config_t *cfg, const px_step_arch_t *ar
             goto out;
         }
         status = PX_ERR_NO_MEMORY;
-        makespan = simulate(sc, F, B, cost_p2p(act, x.pp_link), ends);
+        int nact = 0, nbusy = 0;
+        for (int s = 0; s < l->pp; s++)
+            nact += sc->stage[s].n;
+        bfrom = malloc(sizeof(double) * (size_t)(nact + 1));
+        bto = malloc(sizeof(double) * (size_t)(nact + 1));
+        if (!bfrom || !bto)
+            goto out;
+        makespan = simulate(sc, F, B, cost_p2p(act, x.pp_link), ends, bfrom, bto, &nbusy);
         if (makespan < 0) {
             snprintf(errbuf, errlen, "schedule %s with pp=%d, %d micro-batches stalls",
                      px_pipe_schedule_name(cfg->schedule), l->pp, M);
             status = PX_ERR_INVALID_ARGUMENT;
             goto out;
         }
+        shared = shared_makespan(&cl->host, (double)hr / l->pp, bfrom, bto, nbusy, makespan);
     } else {
         makespan = F[0] + B[0];
         ends[0] = makespan;
+        shared = makespan * host_slowdown(&cl->host, hr);
     }
 
     /* the busiest rank's work by kind; what is left of the makespan is idle */
@@ -695,6 +786,13 @@ px_status_t px_step_predict(const px_job_config_t *cfg, const px_step_arch_t *ar
     }
     o.cost[PX_STEP_DP] = dp_part;
     o.cost[PX_STEP_OPTIM] = opt_part;
+    o.cost[PX_STEP_FIXED] = cl->dev.step_s;
+    /* a shared host: the round stretched where its ranks compute at once,
+     * the reduction, the optimizer and the fixed cost (all ranks at once)
+     * by the whole host's slowdown */
+    o.cost[PX_STEP_HOST] = fmax(0, shared - makespan) * accum +
+                           (dp_part + opt_part + cl->dev.step_s) *
+                               (host_slowdown(&cl->host, hr) - 1);
     for (int k = 0; k < PX_STEP_NCOSTS; k++)
         o.step_s += o.cost[k];
 
@@ -722,6 +820,8 @@ out:
     free(F);
     free(B);
     free(ends);
+    free(bfrom);
+    free(bto);
     free(fc);
     free(bc);
     return status;

@@ -28,7 +28,17 @@
  *     discrete-event simulation with each stage's forward and backward
  *     times and the point-to-point transfers between stages: its makespan
  *     gives the bubble and the stages' imbalance;
- *   - the optimizer: AdamW's passes over the rank's shard at memory speed.
+ *   - the optimizer: AdamW's passes over the rank's shard at memory speed;
+ *   - the step's fixed cost (the engine's bookkeeping; measured);
+ *   - a shared host (cpu devices, cluster.h px_host_spec_t): every piece
+ *     above is priced for one rank computing alone; while k ranks of a
+ *     host compute at once on its c cores (threads_per_rank each), each
+ *     runs max(1, k x threads / c) times slower (the kernel divides the
+ *     cores fairly; ranks waiting for a message sleep, transport/
+ *     px_request.c, and leave theirs to the others); and no transfer hides
+ *     under compute there: its copies run on the same cores, advanced only
+ *     between kernels (the ZeRO gathers and scatters, the dp reduction and
+ *     the cp ring count whole).
  * The memory per rank is px_plan_job's (jobplan.h), the engine's own.
  *
  * Engines differ in what they recompute, the bytes of their activations
@@ -76,6 +86,9 @@ typedef struct px_step_engine {
     int dp_overlap;          /* 1: the dp reduction runs under the last
                                 micro-batch's backward; 0: after the step's
                                 backward */
+    double bucket_bytes;     /* the dp reduction's bucket (bytes of gradients;
+                                the last bucket's reduction is exposed); 0:
+                                each unit its own bucket */
     int kernels_per_layer;   /* kernels a layer's forward + backward launches */
     /* what the engine can run (a layout search keeps to it) */
     int max_zero;            /* the highest ZeRO stage (0: none) */
@@ -89,7 +102,9 @@ typedef struct px_step_engine {
  * collectives (4 bytes; bf16 only rounds GEMM operands); fp32 AdamW
  * (reads p, g, m, v and writes p, m, v: 28 bytes a parameter); unfused
  * elementwise ops; the fused attention on cuda, the unfused (T x T) on cpu
- * and sim; buckets overlapping backward (engine/zero.h). */
+ * and sim; buckets overlapping backward, as few as PyTorch DDP's 25 MiB cap
+ * allows (engine/zero.h px_zero_bucket_bytes: a model of up to 25 MiB of
+ * gradients reduces in one bucket, after its backward). */
 void px_step_engine_parallax(int dev, int precision, px_step_engine_t *e);
 
 /* Megatron-LM as Narayanan et al. 2021 ran it (arXiv 2104.04473,
@@ -128,6 +143,9 @@ typedef enum px_step_cost_kind {
     PX_STEP_BUBBLE,      /* pipeline idle: bubble, imbalance, p2p waits */
     PX_STEP_DP,          /* data-parallel gradient reduction, exposed */
     PX_STEP_OPTIM,       /* the optimizer step */
+    PX_STEP_FIXED,       /* the device's fixed cost of a step (cluster.h step_s) */
+    PX_STEP_HOST,        /* ranks waiting for a share of their host's cores
+                            (cluster.h px_host_spec_t; 0 on GPUs) */
     PX_STEP_NCOSTS
 } px_step_cost_kind_t;
 

@@ -10,8 +10,8 @@ which it chose; the job runs that layout (`pctl status --json`'s parallel
 spec) over all 4 devices and completes. `pctl plan --search --cluster
 cpu:2x2` on the same job ranks the same layout first. `pctl plan --cluster
 local --data D --save-cluster F` measures this cluster (2 x 2 devices, the
-links' bandwidth and latency, the device's efficiency and kernel cost, all
-positive and in range) and writes an INI file that `--cluster F` reads back
+links' bandwidth and latency, the GEMMs' rate and the step's fixed cost,
+the host's cores and both daemons on it, all positive and in range) and writes an INI file that `--cluster F` reads back
 to the same prediction; without --data it is a usage error; `pctl submit
 --layout auto --cluster local` measures, chooses and runs. Bad uses are
 usage errors naming the value: --layout other than auto, --cluster without
@@ -97,7 +97,11 @@ def main():
             text = f.read()
         vals = dict(ln.split(" = ", 1) for ln in text.splitlines() if " = " in ln)
         assert vals["nodes"] == "2" and vals["devices_per_node"] == "2", text
-        assert 0 < float(vals["efficiency"]) <= 1 and float(vals["launch_us"]) >= 0, text
+        assert float(vals["efficiency"]) == 1 and float(vals["gemm_fp32_tflops"]) > 0, text
+        assert float(vals["launch_us"]) >= 0 and float(vals["step_us"]) >= 0, text
+        # the two daemons share this host: its cores, both nodes on it
+        assert float(vals["cores"]) >= 1 and vals["nodes_per_host"] == "2" and \
+            vals["threads_per_rank"] == "1", text
         assert float(vals["bandwidth_gbps"]) > 0 and float(vals["latency_us"]) > 0, text
         r = subprocess.run([args.pctl, "plan", "--cluster", ini, "--dp", "4", "--json"] +
                            [str(a) for a in model], capture_output=True, text=True, timeout=60)

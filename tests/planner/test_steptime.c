@@ -275,7 +275,19 @@ static void test_cluster(void)
     fclose(f);
     CHECK(px_cluster_load(path, &c, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
               strstr(err, "unknown key 'flops'"), "unknown key: %s", err);
+    f = fopen(path, "w");
+    fputs("[host]\ncores = 2\nnodes_per_host = 2\n", f);
+    fclose(f);
+    CHECK(px_cluster_load(path, &c, err, sizeof(err)) == PX_OK && c.host.cores == 2 &&
+              c.host.nodes == 2 && c.host.threads == 1, "[host]: %s", err);
+    f = fopen(path, "w");
+    fputs("[host]\nnodes_per_host = 0\n", f);
+    fclose(f);
+    CHECK(px_cluster_load(path, &c, err, sizeof(err)) == PX_ERR_INVALID_ARGUMENT &&
+              strstr(err, "nodes_per_host = '0'"), "0 nodes a host: %s", err);
     remove(path);
+    CHECK(px_cluster_parse("h100-sxm:2x8", &c, err, sizeof(err)) == PX_OK && c.host.cores == 0,
+          "GPU presets share no host's cores");
     CHECK(px_cluster_load("/nonexistent/x.ini", &c, err, sizeof(err)) == PX_ERR_NOT_FOUND,
           "missing file");
 }
@@ -388,6 +400,73 @@ static void test_model(void)
               PX_ERR_INVALID_ARGUMENT && strstr(err, "world=16"), "too big: %s", err);
 }
 
+/* cpu devices on a shared host (cluster.h px_host_spec_t): 2 nodes of 2
+ * on one host of 2 cores, one BLAS thread a rank. */
+static void test_host(void)
+{
+    px_cluster_t cl;
+    px_job_config_t c;
+    px_step_time_t t4, t2, tp, tf;
+    char err[256];
+
+    px_cluster_preset("cpu", 2, 2, &cl);
+    cl.host = (px_host_spec_t){.cores = 2, .nodes = 2, .threads = 1};
+    base_cfg(&c, 4, 4, 128, 64, 256);
+    c.precision = PX_PRECISION_FP32;
+    c.layout.dp = 4;
+    c.batch = 16;
+    CHECK(px_step_predict(&c, NULL, NULL, &cl, PX_PLAN_DEV_CPU, &t4, err, sizeof(err)) == PX_OK,
+          "dp 4: %s", err);
+    /* 4 ranks computing at once on 2 cores: every piece takes twice as
+     * long, so the sharing doubles the rest of the step */
+    double rest = t4.step_s - t4.cost[PX_STEP_HOST];
+    CHECK(fabs(t4.cost[PX_STEP_HOST] - rest) < 1e-9 * rest,
+          "dp 4 on 2 cores: sharing %.4g s, expected the rest %.4g s", t4.cost[PX_STEP_HOST],
+          rest);
+    /* 2 ranks on 2 cores: no sharing */
+    c.layout.dp = 2;
+    c.batch = 8;
+    px_step_predict(&c, NULL, NULL, &cl, PX_PLAN_DEV_CPU, &t2, err, sizeof(err));
+    CHECK(t2.cost[PX_STEP_HOST] == 0, "dp 2 on 2 cores shares %.4g s", t2.cost[PX_STEP_HOST]);
+    /* a pipeline: while one stage of each replica computes (the bubble)
+     * the 2 busy ranks have a core each, so the sharing is less than the
+     * round's busy time */
+    c.layout.dp = 2;
+    c.layout.pp = 2;
+    c.batch = 16;
+    c.micro_batches = 4;
+    px_step_predict(&c, NULL, NULL, &cl, PX_PLAN_DEV_CPU, &tp, err, sizeof(err));
+    double round = tp.step_s - tp.cost[PX_STEP_HOST] - tp.cost[PX_STEP_DP] -
+                   tp.cost[PX_STEP_OPTIM];
+    double busy = round - tp.cost[PX_STEP_BUBBLE];
+    CHECK(tp.cost[PX_STEP_HOST] > 0 && tp.cost[PX_STEP_HOST] < busy + tp.cost[PX_STEP_DP] +
+                                                                  tp.cost[PX_STEP_OPTIM],
+          "pp 2 dp 2: sharing %.4g s, busy %.4g s", tp.cost[PX_STEP_HOST], busy);
+    /* ZeRO-3's gathers hide under compute on GPUs, not on a shared host,
+     * where their copies take the cores that compute */
+    px_step_time_t z0, zs;
+    c.layout.pp = 1;
+    c.layout.dp = 4;
+    c.micro_batches = 1;
+    c.zero = 3;
+    px_cluster_t own = cl;
+    own.host.cores = 0;
+    px_step_predict(&c, NULL, NULL, &own, PX_PLAN_DEV_CPU, &z0, err, sizeof(err));
+    px_step_predict(&c, NULL, NULL, &cl, PX_PLAN_DEV_CPU, &zs, err, sizeof(err));
+    CHECK(zs.cost[PX_STEP_ZERO] > z0.cost[PX_STEP_ZERO],
+          "ZeRO-3 on a shared host exposes %.4g s, alone %.4g s", zs.cost[PX_STEP_ZERO],
+          z0.cost[PX_STEP_ZERO]);
+    c.zero = 0;
+    /* one node a host and 4 cores: nothing shared */
+    cl.host = (px_host_spec_t){.cores = 4, .nodes = 1, .threads = 1};
+    c.layout.pp = 1;
+    c.layout.dp = 4;
+    c.micro_batches = 1;
+    px_step_predict(&c, NULL, NULL, &cl, PX_PLAN_DEV_CPU, &tf, err, sizeof(err));
+    CHECK(tf.cost[PX_STEP_HOST] == 0 && fabs(tf.step_s - rest) < 1e-9 * rest,
+          "dp 4 on hosts of 2 ranks and 4 cores: %.4g s, alone %.4g s", tf.step_s, rest);
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "published";
@@ -395,9 +474,10 @@ int main(int argc, char **argv)
         test_published();
     else if (!strcmp(what, "cluster"))
         test_cluster();
-    else if (!strcmp(what, "model"))
+    else if (!strcmp(what, "model")) {
         test_model();
-    else if (!strcmp(what, "flops"))
+        test_host();
+    } else if (!strcmp(what, "flops"))
         test_flops();
     else {
         fprintf(stderr, "usage: test_steptime published|cluster|model|flops\n");
