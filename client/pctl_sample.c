@@ -2,6 +2,7 @@
  * (Control.Sample; the daemon runs parallax-rank --sample on the node that
  * holds them, daemon/sample.c). Prints the prompt and the generated text;
  * --json the run's details too. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "pctl.h"
+#include "px_file.h"
 
 #define M_SAMPLE "/parallax.v1.Control/Sample"
 /* engine/sample.h PX_SAMPLE_MAX_TOKENS (the daemon and the rank check it too) */
@@ -17,32 +19,6 @@
  * call waits that long and a little more */
 #define SAMPLE_RUN_MS 120000
 #define SAMPLE_CALL_SLACK_MS 30000
-
-static int read_all(const char *path, uint8_t **buf_p, size_t *len_p)
-{
-    FILE *f = fopen(path, "rb");
-    uint8_t *buf = NULL;
-    size_t len = 0, cap = 0, got;
-    if (!f)
-        return -1;
-    do {
-        if (len == cap) {
-            uint8_t *nb = realloc(buf, cap = cap ? 2 * cap : 4096);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return -1;
-            }
-            buf = nb;
-        }
-        got = fread(buf + len, 1, cap - len, f);
-        len += got;
-    } while (got > 0);
-    fclose(f);
-    *buf_p = buf;
-    *len_p = len;
-    return 0;
-}
 
 /* Bytes as the terminal should see them (pctl_esc_write), or as they are
  * into a pipe or file. */
@@ -66,7 +42,7 @@ int pctl_cmd_sample(pctl_ctx_t *ctx, int argc, char **argv)
     Parallax__V1__SampleRequest req = PARALLAX__V1__SAMPLE_REQUEST__INIT;
     Parallax__V1__SampleResponse *resp = NULL;
     const char *prompt = NULL, *prompt_file = NULL;
-    uint8_t *pbuf = NULL;
+    char *pbuf = NULL;
     size_t plen = 0;
     uint64_t tokens = 256, seed = 1337, ckpt = 0, topk = 0;
     double temp = 1.0;
@@ -110,13 +86,14 @@ int pctl_cmd_sample(pctl_ctx_t *ctx, int argc, char **argv)
         return pctl_usage_error("sample", "unexpected argument '%s'", argv[optind]);
     if (prompt && prompt_file)
         return pctl_usage_error("sample", "--prompt and --prompt-file are exclusive");
-    if (prompt_file && read_all(prompt_file, &pbuf, &plen)) {
-        fprintf(stderr, "pctl: sample: cannot read --prompt-file %s\n", pctl_esc(prompt_file));
+    if (prompt_file && px_read_file(prompt_file, &pbuf, &plen)) {
+        fprintf(stderr, "pctl: sample: cannot read --prompt-file %s: %s\n", pctl_esc(prompt_file),
+                strerror(errno));
         return PCTL_EXIT_FAIL;
     }
     char idbuf[256];
     req.job_id = (char *)pctl_job_id(ctx, ref, idbuf, sizeof(idbuf));
-    req.prompt.data = prompt ? (uint8_t *)prompt : pbuf;
+    req.prompt.data = (uint8_t *)(prompt ? prompt : pbuf);
     req.prompt.len = prompt ? strlen(prompt) : plen;
     req.tokens = (uint32_t)tokens;
     req.temperature = (float)temp;

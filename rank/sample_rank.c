@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "px_file.h"
 #include "px_kernels_bf16.h"
 #include "px_kernels_select.h"
 #include "px_log.h"
@@ -20,36 +21,6 @@ void px_rank_sample_defaults(px_rank_sample_args_t *s)
 {
     memset(s, 0, sizeof(*s));
     s->opts = (px_sample_opts_t){.tokens = 256, .temperature = 1.0f, .top_k = 0, .seed = 1337};
-}
-
-/* The prompt file's bytes into *buf_p (malloc'd) and *len_p; -1 after
- * printing why. */
-static int read_prompt_file(const char *path, char **buf_p, size_t *len_p)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t len = 0, cap = 0, got;
-    if (!f) {
-        fprintf(stderr, "parallax-rank: --sample-prompt-file %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    do {
-        if (len == cap) {
-            char *nb = realloc(buf, (cap = cap ? 2 * cap : 4096));
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return -1;
-            }
-            buf = nb;
-        }
-        got = fread(buf + len, 1, cap - len, f);
-        len += got;
-    } while (got > 0);
-    fclose(f);
-    *buf_p = buf;
-    *len_p = len;
-    return 0;
 }
 
 /* The tokenizer: --tokenizer, else the one beside the data file where
@@ -118,8 +89,11 @@ int px_rank_sample_main(const px_job_config_t *cfg, const px_rank_sample_args_t 
         return 2;
     }
     if (s->prompt_file) {
-        if (read_prompt_file(s->prompt_file, &prompt, &plen))
+        if (px_read_file(s->prompt_file, &prompt, &plen)) {
+            fprintf(stderr, "parallax-rank: --sample-prompt-file %s: %s\n", s->prompt_file,
+                    strerror(errno));
             goto out;
+        }
     } else if (s->prompt) {
         plen = strlen(s->prompt);
         prompt = malloc(plen + 1);
