@@ -300,9 +300,33 @@ json_t *pctl_json_node(const Parallax__V1__NodeInfo *n)
             json_object_set_new(d, "mem_total", json_integer((json_int_t)n->devices[i]->memory_bytes));
             json_object_set_new(d, "mem_used", json_integer((json_int_t)n->devices[i]->mem_used));
         }
+        if (n->devices[i]->blocked && *n->devices[i]->blocked) /* not handed out now */
+            json_object_set_new(d, "blocked", json_str(n->devices[i]->blocked));
         json_array_append_new(devs, d);
         if (!n->devices[i]->job_id || !*n->devices[i]->job_id)
             free_devs++;
+    }
+    json_t *gpus = json_array();
+    for (size_t i = 0; i < n->n_gpus; i++) { /* NVML's last sample of each GPU */
+        const Parallax__V1__GpuStats *g = n->gpus[i];
+        json_t *o = json_object(), *pids = json_array(), *foreign = json_array();
+        json_object_set_new(o, "device", json_str(g->device));
+        json_object_set_new(o, "model", json_str(g->model));
+        json_object_set_new(o, "memory_total", json_integer((json_int_t)g->memory_total));
+        json_object_set_new(o, "memory_used", json_integer((json_int_t)g->memory_used));
+        /* null: the GPU does not report it */
+        json_object_set_new(o, "utilization", g->utilization >= 0 ? json_real(g->utilization) : json_null());
+        json_object_set_new(o, "power_watts", g->power_watts >= 0 ? json_real(g->power_watts) : json_null());
+        json_object_set_new(o, "temperature_celsius",
+                            g->temperature_celsius >= 0 ? json_real(g->temperature_celsius) : json_null());
+        json_object_set_new(o, "sampled_ms", json_integer(g->sampled_ms));
+        for (size_t k = 0; k < g->n_pids; k++)
+            json_array_append_new(pids, json_integer(g->pids[k]));
+        for (size_t k = 0; k < g->n_foreign_pids; k++)
+            json_array_append_new(foreign, json_integer(g->foreign_pids[k]));
+        json_object_set_new(o, "pids", pids);
+        json_object_set_new(o, "foreign_pids", foreign);
+        json_array_append_new(gpus, o);
     }
     json_object_set_new(o, "name", json_str(n->name));
     json_object_set_new(o, "control_addr", json_str(n->control_addr));
@@ -318,6 +342,7 @@ json_t *pctl_json_node(const Parallax__V1__NodeInfo *n)
     json_object_set_new(o, "devices_free", json_integer((json_int_t)free_devs));
     json_object_set_new(o, "devices_total", json_integer((json_int_t)n->n_devices));
     json_object_set_new(o, "devices", devs);
+    json_object_set_new(o, "gpus", gpus);
     json_object_set_new(o, "error", json_str(n->error));
     json_object_set_new(o, "now_ms", json_integer(n->now_ms)); /* last_seen_ms's clock */
     return o;

@@ -1323,6 +1323,60 @@ int pctl_cmd_node(pctl_ctx_t *ctx, int argc, char **argv)
     return rc;
 }
 
+/* The GPU MEM/UTIL column of `pctl nodes`: the node's GPUs' memory used /
+ * total (GiB, summed) and mean utilization as last sampled, "-" without
+ * any sampled GPU. */
+static void node_gpu_column(const Parallax__V1__NodeInfo *n, char *buf, size_t len)
+{
+    double used = 0, total = 0, util = 0;
+    int sampled = 0, with_util = 0;
+    for (size_t k = 0; k < n->n_gpus; k++) {
+        const Parallax__V1__GpuStats *g = n->gpus[k];
+        if (!g->sampled_ms)
+            continue;
+        sampled++;
+        used += (double)g->memory_used;
+        total += (double)g->memory_total;
+        if (g->utilization >= 0) {
+            util += g->utilization;
+            with_util++;
+        }
+    }
+    if (!sampled)
+        snprintf(buf, len, "-");
+    else if (with_util)
+        snprintf(buf, len, "%.0f/%.0fG %.0f%%", used / 1073741824.0, total / 1073741824.0,
+                 100.0 * util / with_util);
+    else
+        snprintf(buf, len, "%.0f/%.0fG", used / 1073741824.0, total / 1073741824.0);
+}
+
+/* One line of `pctl nodes` per GPU: NVML's last sample, its processes
+ * and those that are not the node's ranks. */
+static void print_gpu(const Parallax__V1__GpuStats *g)
+{
+    char util[16] = "-", power[16] = "-", temp[16] = "-", pids[160] = "";
+    size_t off = 0;
+    if (!g->sampled_ms) {
+        printf("  GPU %-10s not sampled (no NVML)\n", pctl_esc(g->device));
+        return;
+    }
+    if (g->utilization >= 0)
+        snprintf(util, sizeof(util), "%.0f%%", 100.0 * g->utilization);
+    if (g->power_watts >= 0)
+        snprintf(power, sizeof(power), "%.0f W", g->power_watts);
+    if (g->temperature_celsius >= 0)
+        snprintf(temp, sizeof(temp), "%.0f C", g->temperature_celsius);
+    for (size_t k = 0; k < g->n_pids && off < sizeof(pids) - 16; k++)
+        off += (size_t)snprintf(pids + off, sizeof(pids) - off, "%s%u", k ? "," : "", g->pids[k]);
+    printf("  GPU %-10s %s  %.1f / %.1f GiB used  util %s  %s  %s  pids %s\n", pctl_esc(g->device),
+           g->model && *g->model ? pctl_esc(g->model) : "?", g->memory_used / 1073741824.0,
+           g->memory_total / 1073741824.0, util, power, temp, off ? pids : "-");
+    for (size_t k = 0; k < g->n_foreign_pids; k++)
+        printf("  GPU %-10s FOREIGN process pid %u (not a rank of this node): no rank is placed "
+               "on this GPU while it is there\n", pctl_esc(g->device), g->foreign_pids[k]);
+}
+
 int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
 {
     Parallax__V1__ListNodesRequest req = PARALLAX__V1__LIST_NODES_REQUEST__INIT;
@@ -1341,30 +1395,35 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
             json_array_append_new(a, pctl_json_node(resp->nodes[i]));
         rc = pctl_json_print(a);
     } else {
-        printf("%-16s %-22s %-22s %-6s %-9s %-8s %-12s %s\n", "NAME", "CONTROL", "PEER", "ALIVE",
-               "STATE", "FREE/ALL", "BLAS", "LAST SEEN");
+        printf("%-16s %-22s %-22s %-6s %-9s %-8s %-14s %-12s %s\n", "NAME", "CONTROL", "PEER",
+               "ALIVE", "STATE", "FREE/ALL", "GPU MEM/UTIL", "BLAS", "LAST SEEN");
         for (size_t i = 0; i < resp->n_nodes; i++) {
             const Parallax__V1__NodeInfo *n = resp->nodes[i];
             size_t free_devs = 0;
-            char devs[32], seen[32];
+            char devs[32], seen[32], gpu[32];
             for (size_t k = 0; k < n->n_devices; k++)
                 if (!n->devices[k]->job_id || !*n->devices[k]->job_id)
                     free_devs++;
             snprintf(devs, sizeof(devs), "%zu/%zu", free_devs, n->n_devices);
             fmt_age(n->now_ms, n->last_seen_ms, seen, sizeof(seen));
-            printf("%-16s %-22s %-22s %-6s %-9s %-8s %-12s %s%s\n", pctl_esc(n->name),
+            node_gpu_column(n, gpu, sizeof(gpu));
+            printf("%-16s %-22s %-22s %-6s %-9s %-8s %-14s %-12s %s%s\n", pctl_esc(n->name),
                    pctl_esc(n->control_addr), pctl_esc(n->peer_addr),
-                   n->alive ? "yes" : "no", node_state(n), devs,
+                   n->alive ? "yes" : "no", node_state(n), devs, gpu,
                    n->blas_core && *n->blas_core ? pctl_esc(n->blas_core) : "-", seen,
                    n->last_seen_ms > 0 ? " ago" : "");
             if (n->error && *n->error)
                 printf("  ERROR: %s\n", pctl_esc(n->error));
+            for (size_t k = 0; k < n->n_gpus; k++)
+                print_gpu(n->gpus[k]);
             for (size_t k = 0; k < n->n_devices; k++) { /* GPUs: memory from NVML */
                 const Parallax__V1__Device *dv = n->devices[k]; /* sim: its arena */
                 if (dv->name && (!strncmp(dv->name, "cuda:", 5) || !strncmp(dv->name, "sim:", 4)))
                     printf("  %-14s %.1f / %.1f GiB used at start  %s\n", pctl_esc(dv->name),
                            dv->mem_used / 1073741824.0, dv->memory_bytes / 1073741824.0,
                            dv->job_id && *dv->job_id ? pctl_esc(dv->job_id) : "free");
+                if (dv->blocked && *dv->blocked)
+                    printf("  %-14s BLOCKED: %s\n", pctl_esc(dv->name), pctl_esc(dv->blocked));
             }
         }
         rc = PCTL_EXIT_OK;

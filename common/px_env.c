@@ -47,6 +47,7 @@ static px_knob_t knobs[] = {
     {"PX_UCX_CUDA", "1", "where the UCX in use reports CUDA memory support (ucx_info -d lists cuda_copy), point-to-point transfers of device buffers go to UCX directly (0: staged through host memory)", NULL},
     {"PX_UCX_PEER_ERR_MODE", "auto", "UCX peer error handling: auto (remote nodes only), always, never", NULL},
     {"PX_HEARTBEAT_MS", "1000", "daemon heartbeat period to peers (ms)", NULL},
+    {"PX_GPU_SAMPLE_MS", "5000", "how often parallaxd samples its GPUs through NVML (memory, utilization, power, temperature, processes) for pctl nodes and /metrics (ms)", NULL},
     {"PX_PEER_DEAD_MS", "10000", "a peer daemon silent this long is dead; its jobs fail (ms)", NULL},
     {"PX_RANK_BIN", "", "path of the parallax-rank binary the daemon spawns (default: next to parallaxd)", NULL},
     {"PX_KILL_GRACE_MS", "3000", "SIGTERM to SIGKILL grace when stopping ranks (ms)", NULL},

@@ -22,7 +22,7 @@
 enum { K_NAME, K_LISTEN, K_PEER_LISTEN, K_STATE_DIR, K_RUNTIME_DIR, K_DEVICES, K_PEERS,
        K_HEARTBEAT, K_PEER_DEAD, K_COLL_TIMEOUT, K_KILL_GRACE, K_LOG_LEVEL, K_TOKEN_FILE,
        K_CONTROL_GROUP, K_CONTROL_REMOTE, K_MAX_MSG, K_TLS_CERT, K_TLS_KEY, K_TLS_CA, K_METRICS_LISTEN,
-       K_AUTH_MAX_WRONG, K_AUTH_LOCKOUT, K_TENSORBOARD_DIR, K_COUNT };
+       K_AUTH_MAX_WRONG, K_AUTH_LOCKOUT, K_TENSORBOARD_DIR, K_GPU_SHARE, K_COUNT };
 _Static_assert(K_COUNT == PXD_CFG_KEYS, "PXD_CFG_KEYS matches the key table");
 
 enum { OPT_BASE = 1000, OPT_CONFIG = 2000, OPT_PRINT_CONFIG, OPT_HELP };
@@ -78,6 +78,9 @@ static const key_t_ keys[K_COUNT] = {
     [K_TENSORBOARD_DIR] = {"tensorboard-dir", NULL, "",
                            "TensorBoard event files of jobs submitted without --tensorboard, "
                            "DIR/<job id>/ (empty: state-dir/tensorboard; off: none)"},
+    [K_GPU_SHARE] = {"gpu-share", NULL, "1",
+                     "each GPU (and sim device) offered as N device slots cuda:I/0..cuda:I/N-1, "
+                     "one rank each, sharing its memory (1..64; 1: whole GPUs cuda:I)"},
 };
 
 static struct option long_opts[K_COUNT + 4];
@@ -347,6 +350,15 @@ static px_status_t apply(px_daemon_config_t *cfg, int k, const char *v)
         cfg->max_message_bytes = (int)n;
         return PX_OK;
     }
+    case K_GPU_SHARE: {
+        long n = parse_index(v, 65);
+        if (n < 1) {
+            px_error("gpu-share '%s': expected an integer in 1..64 (ranks a GPU is shared by)", v);
+            return PX_ERR_INVALID_ARGUMENT;
+        }
+        cfg->gpu_share = (int)n;
+        return PX_OK;
+    }
     case K_CONTROL_GROUP: return set_opt_str(&cfg->control_group, v);
     case K_CONTROL_REMOTE:
         if (!strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcmp(v, "1") ||
@@ -610,6 +622,8 @@ void px_daemon_config_print(const px_daemon_config_t *cfg, FILE *out)
     print_kv(out, cfg, K_STATE_DIR, cfg->state_dir);
     print_kv(out, cfg, K_RUNTIME_DIR, cfg->runtime_dir);
     print_kv(out, cfg, K_DEVICES, cfg->devices);
+    snprintf(buf, sizeof(buf), "%d", cfg->gpu_share);
+    print_kv(out, cfg, K_GPU_SHARE, buf);
     for (int i = 0; i < cfg->n_peers; i++)
         plen += strlen(cfg->peers[i]) + 1;
     peers = calloc(1, plen);

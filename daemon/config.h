@@ -20,7 +20,7 @@
 
 #define PXD_DEFAULT_CONFIG "/etc/parallax/parallaxd.conf"
 #define PXD_CFG_SOURCE_MAX 1100
-#define PXD_CFG_KEYS 23
+#define PXD_CFG_KEYS 24
 
 typedef struct px_daemon_config {
     char *listen;          /* Control host:port */
@@ -33,6 +33,7 @@ typedef struct px_daemon_config {
     int n_cuda;            /* "cuda:I,J,...": these GPUs */
     int cuda_ids[64];
     int n_sim;             /* "sim:N": N simulated devices (tests; nodes.c) */
+    int gpu_share;         /* each GPU (and sim device) offered as this many slots, 1..64 */
     char **peers;          /* Peer addresses of seed daemons (the rest is learned) */
     int n_peers;
     char *name;            /* node name */

@@ -710,9 +710,11 @@ static void h_list_nodes(px_rpc_call_t *call, const ProtobufCMessage *request, v
             dv->job_id = p->devices[j].job_id;
             dv->memory_bytes = p->devices[j].memory_bytes;
             dv->mem_used = p->devices[j].mem_used;
+            dv->blocked = p->devices[j].blocked;
             devs[k++] = dv;
             ni->n_devices++;
         }
+        px_gputelem_to_info(p->gpus, p->n_gpus, ni); /* none on failure */
         ptrs[i + 1] = ni;
     }
     for (int i = 0; i <= d->n_peers; i++) /* every last_seen_ms is in this clock */
@@ -721,6 +723,8 @@ static void h_list_nodes(px_rpc_call_t *call, const ProtobufCMessage *request, v
     resp.n_nodes = (size_t)d->n_peers + 1;
     px_rpc_call_reply(call, &resp.base);
     px_nodes_info_free(&infos[0]);
+    for (int i = 0; i < d->n_peers; i++)
+        px_gputelem_info_free(&infos[i + 1]);
     for (size_t i = 0; i < k; i++)
         free(devs[i]);
     free(devs);

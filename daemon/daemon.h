@@ -56,14 +56,38 @@
 typedef struct px_daemon px_daemon_t;
 typedef struct px_store px_store_t;
 
+#define PXD_GPU_MAX_PIDS 64
+#define PXD_BLOCKED_MAX 256
+
 /* A device of some node, as this daemon sees it. */
 typedef struct px_device {
-    char name[PXD_DEV_MAX];         /* "cpu:0", "cuda:1" (K: the GPU's NVML index) */
+    char name[PXD_DEV_MAX];         /* "cpu:0", "cuda:1" (K: the GPU's NVML index);
+                                     * "cuda:1/S", "sim:0/S": slot S of a GPU that
+                                     * --gpu-share offers to several ranks */
     char job_id[PXD_JOB_ID_MAX];    /* "" when free */
     uint64_t memory_bytes;          /* its memory; a cpu device's share of the
-                                       host RAM; 0 unknown (memfit.c) */
+                                       host RAM; a GPU slot's share of its GPU's;
+                                       0 unknown (memfit.c) */
     uint64_t mem_used;              /* GPUs: bytes in use, from NVML at start; 0 for cpu */
+    /* why it is not handed out now, "" when it may be: a process that is
+     * not one of this node's ranks holds its GPU (gputelem.c) */
+    char blocked[PXD_BLOCKED_MAX];
 } px_device_t;
+
+/* One GPU of a node as NVML last showed it (gputelem.c; NodeInfo.gpus). */
+typedef struct px_gpu_telem {
+    char device[PXD_DEV_MAX];       /* the GPU: "cuda:0" (its slots cuda:0/S), "sim:0" */
+    char model[96];                 /* "NVIDIA H200" */
+    uint64_t mem_total, mem_used;   /* bytes */
+    double utilization;             /* 0..1 of the last sample period; -1 unknown */
+    double power_w;                 /* watts; -1 unknown */
+    double temperature_c;           /* degrees Celsius; -1 unknown */
+    int64_t sampled_ms;             /* wall clock of the sample; 0: never sampled */
+    int n_pids;                     /* processes with a compute context on it */
+    unsigned pids[PXD_GPU_MAX_PIDS];
+    int n_foreign;                  /* those that are not ranks of this node's daemon */
+    unsigned foreign[PXD_GPU_MAX_PIDS];
+} px_gpu_telem_t;
 
 #define PXD_CGROUP_PATH_MAX 1400 /* a rank's (or the BLAS probe's) cgroup path */
 
@@ -98,6 +122,8 @@ typedef struct px_peer {
     int64_t last_seen_mono_ms;
     px_device_t *devices;
     int n_devices;
+    px_gpu_telem_t *gpus;           /* NodeInfo.gpus as last heard (gputelem.c) */
+    int n_gpus;
     px_rpc_channel_t *channel;      /* to its Peer service */
     px_rpc_channel_t *control;      /* to its Control service, lazily */
     int hb_inflight;
@@ -264,6 +290,9 @@ struct px_daemon {
     char blas_env[2][64];              /* blas.c: their OPENBLAS_CORETYPE, PX_BLAS_CORE_SET */
     px_device_t *devices;
     int n_devices;
+    px_gpu_telem_t *gpus;              /* this node's GPUs (gputelem.c), one per GPU */
+    int n_gpus;
+    uv_timer_t gpu_timer;              /* gputelem.c: every PX_GPU_SAMPLE_MS */
     px_peer_t *peers;
     int n_peers;
     px_job_t *jobs;                    /* newest first */
@@ -574,6 +603,26 @@ void px_job_fail_all_active(px_daemon_t *d, const char *reason);
  * any of whose local ranks is gone or cannot be watched FAILs naming it. */
 void px_job_adopt_all(px_daemon_t *d);
 
+/* ------------------------------------------------------------ gputelem.c */
+
+/* Finds the node's GPUs among d->devices (cuda:I and its slots cuda:I/S;
+ * sim:K, sampled as NVML GPU K), samples them once and then every
+ * PX_GPU_SAMPLE_MS into d->gpus; a GPU held by a process that is not this
+ * daemon's gets every slot blocked (px_device_t.blocked) until it leaves.
+ * A GPU NVML cannot sample is logged and left unsampled (sampled_ms 0).
+ * PX_ERR_NO_MEMORY only. Call after px_nodes_init. */
+px_status_t px_gputelem_start(px_daemon_t *d);
+/* Stops the sampling (the daemon is stopping). */
+void px_gputelem_stop(px_daemon_t *d);
+/* Frees d->gpus. */
+void px_gputelem_free(px_daemon_t *d);
+/* Sets info->gpus to messages for gpus[0, n), borrowing their strings;
+ * free with px_gputelem_info_free. PX_ERR_NO_MEMORY (none set). */
+px_status_t px_gputelem_to_info(const px_gpu_telem_t *gpus, int n, Parallax__V1__NodeInfo *info);
+void px_gputelem_info_free(Parallax__V1__NodeInfo *info);
+/* Replaces p->gpus with a copy of info->gpus (a peer's heartbeat). */
+void px_gputelem_from_info(px_peer_t *p, const Parallax__V1__NodeInfo *info);
+
 /* ---------------------------------------------------------- supervisor.c */
 
 /* Spawns the ranks of a LaunchRanks request on this node. On error nothing
@@ -595,6 +644,23 @@ int px_supervisor_count(px_daemon_t *d);
  * restarted node starts with its devices really free. Another daemon's
  * ranks are never touched, whatever their node name. */
 void px_supervisor_kill_orphans(px_daemon_t *d);
+
+/* The environment that gives a rank its device `device` (a node's device
+ * name: "cpu:1", "sim:0", "cuda:2", or slot "cuda:2/1" of --gpu-share),
+ * written into the caller's buffers and appended to env[] (at most 3
+ * entries; returns how many): CUDA_VISIBLE_DEVICES=2 and PX_DEVICE=cuda:0
+ * for GPU 2 or any slot of it (so ranks sharing a GPU open the same CUDA
+ * device), PX_DEVICE=KIND:K for the others (a sim slot's device sim:K),
+ * and PX_NODE_DEVICE=<device> as the node names it (ranks of one node
+ * whose names agree up to '/' share one GPU). Pure; any thread. */
+int px_supervisor_device_env(const char *device, char *cvd, size_t cvd_len, char *dev,
+                             size_t dev_len, char *node_dev, size_t node_dev_len, char **env);
+
+/* 1 if process `pid` is this daemon or one it started (a rank or a
+ * sample run, adopted ones included: PXD_RANK_OWNER_ENV names our state
+ * directory in its environment), else 0: what gputelem.c counts as not
+ * ours on a GPU. Reads /proc. */
+int px_supervisor_owns_pid(px_daemon_t *d, int pid);
 /* Every rank's environment holds PXD_RANK_OWNER_ENV=<the canonical state
  * directory of the daemon that started it>, read back through
  * /proc/PID/environ: a pid is only ever adopted or killed as a rank by the

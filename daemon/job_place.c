@@ -4,8 +4,10 @@
  * order, this node first, then the alive peers as listed; a tensor group
  * never spans nodes. Jobs are placed oldest first, and the first that does
  * not fit stops the round (FIFO, no overtaking). A device is free for a
- * job when its node shows it free, no placed job of this coordinator holds
- * it and the job's device selection (JobSpec.devices, devsel.h) takes it;
+ * job when its node shows it free and not blocked (a process that is not
+ * its node's holds its GPU: gputelem.c), no placed job of this
+ * coordinator holds it and the job's device selection (JobSpec.devices,
+ * devsel.h) takes it;
  * a draining node (drain.c) offers none.
  * Loop thread only. */
 #include <stdlib.h>
@@ -42,7 +44,8 @@ typedef struct {
 /* 1 if device i of node n is free for a new job. */
 static int device_free(px_daemon_t *d, const place_node_t *n, int i)
 {
-    return !n->devices[i].job_id[0] && !reserved(d, n->name, n->devices[i].name) &&
+    return !n->devices[i].job_id[0] && !n->devices[i].blocked[0] &&
+           !reserved(d, n->name, n->devices[i].name) &&
            px_devsel_match(n->sel, n->devices[i].name);
 }
 

@@ -312,6 +312,7 @@ void px_daemon_stop(px_daemon_t *d, const char *why)
     d->stopping = 1; /* before failing jobs: nothing new is placed */
     px_job_fail_all_active(d, "coordinator daemon stopped");
     uv_timer_stop(&d->hb_timer);
+    px_gputelem_stop(d);
     px_supervisor_stop_all(d);
     px_sample_stop_all(d);
     d->stop_deadline_ms = px_time_mono_ms() + px_env_int("PX_KILL_GRACE_MS") + 3000;
@@ -512,6 +513,8 @@ int main(int argc, char **argv)
     px_cgroup_sweep(d); /* and what they started, in their cgroups */
     px_blas_probe_start(d); /* the core our ranks run, asked once (blas.c) */
     px_nodes_start(d);
+    if (px_gputelem_start(d) != PX_OK) /* NVML every PX_GPU_SAMPLE_MS */
+        goto out_servers;
     if (px_metrics_start(d) != PX_OK) /* --metrics-listen */
         goto out_servers;
     px_info("node %s ready: control %s + %s, peer %s, %d devices (%s), %d peers, state %s",
@@ -556,6 +559,7 @@ out_jobs:
     px_job_free_all(d);
 out_loop:
     px_nodes_fini(d);
+    px_gputelem_free(d);
     uv_walk(d->loop, close_walk, NULL);
     uv_run(d->loop, UV_RUN_DEFAULT);
     uv_loop_close(d->loop);

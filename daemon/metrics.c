@@ -258,6 +258,51 @@ static void render_nodes(px_daemon_t *d, FILE *f)
     }
 }
 
+/* One sample of GPU `g` of this node, labelled node and device. */
+static void gpu_sample(FILE *f, const char *metric, const char *node, const px_gpu_telem_t *g,
+                       double v)
+{
+    fprintf(f, "%s{node=\"", metric);
+    esc(f, node);
+    fputs("\",device=\"", f);
+    esc(f, g->device);
+    fputs("\"} ", f);
+    num(f, v);
+    fputc('\n', f);
+}
+
+/* This node's GPUs as NVML last showed them (gputelem.c), named after
+ * DCGM-exporter's fields in base units (bytes, ratio, watts); each node
+ * exports its own GPUs only, as DCGM-exporter runs on each node. A figure
+ * the GPU does not report is left out. */
+static void render_gpus(px_daemon_t *d, FILE *f)
+{
+    static const struct {
+        const char *name, *help;
+    } fam[] = {
+        {"parallax_gpu_memory_used_bytes", "GPU memory in use, bytes (DCGM_FI_DEV_FB_USED, NVML)."},
+        {"parallax_gpu_memory_total_bytes", "GPU memory, bytes (NVML nvmlDeviceGetMemoryInfo)."},
+        {"parallax_gpu_utilization_ratio",
+         "Fraction of NVML's last sample period a kernel ran on the GPU (DCGM_FI_DEV_GPU_UTIL / 100)."},
+        {"parallax_gpu_power_watts", "GPU power draw, watts (DCGM_FI_DEV_POWER_USAGE)."},
+        {"parallax_gpu_temperature_celsius", "GPU temperature, degrees C (DCGM_FI_DEV_GPU_TEMP)."},
+        {"parallax_gpu_processes", "Processes with a compute context on the GPU."},
+        {"parallax_gpu_foreign_processes",
+         "Processes on the GPU that are not this node's ranks; while any is there no rank is "
+         "placed on the GPU."},
+    };
+    for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
+        family(f, fam[k].name, "gauge", fam[k].help);
+        for (int i = 0; i < d->n_gpus; i++) {
+            const px_gpu_telem_t *g = &d->gpus[i];
+            const double v[] = {(double)g->mem_used, (double)g->mem_total, g->utilization,
+                                g->power_w, g->temperature_c, g->n_pids, g->n_foreign};
+            if (g->sampled_ms > 0 && v[k] >= 0)
+                gpu_sample(f, fam[k].name, d->cfg.name, g, v[k]);
+        }
+    }
+}
+
 static void render_memory(px_daemon_t *d, FILE *f)
 {
     family(f, "parallax_rank_memory_bytes", "gauge",
@@ -345,6 +390,7 @@ px_status_t px_metrics_render(px_daemon_t *d, char **text_p, size_t *len_p)
     fprintf(f, "\",version=\"%s\"} 1\n", PX_VERSION);
     render_jobs(d, f);
     render_nodes(d, f);
+    render_gpus(d, f);
     render_memory(d, f);
     if (d->metrics)
         render_rpc(d->metrics, f);

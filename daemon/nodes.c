@@ -100,6 +100,16 @@ static px_status_t nodes_sims(px_daemon_t *d, uint64_t *bytes_p)
     return PX_OK;
 }
 
+/* Names `dv` KIND:I, or KIND:I/S (slot S of GPU I) when the node shares
+ * its GPUs among `share` > 1 ranks (--gpu-share). */
+static void nodes_slot_name(px_device_t *dv, const char *kind, int index, int slot, int share)
+{
+    if (share > 1)
+        snprintf(dv->name, sizeof(dv->name), "%s:%d/%d", kind, index, slot);
+    else
+        snprintf(dv->name, sizeof(dv->name), "%s:%d", kind, index);
+}
+
 px_status_t px_nodes_init(px_daemon_t *d)
 {
     px_gpu_info_t gpus[PX_NVML_MAX_GPUS];
@@ -110,30 +120,41 @@ px_status_t px_nodes_init(px_daemon_t *d)
         return status;
     if ((status = nodes_sims(d, &sim_bytes)) != PX_OK)
         return status;
-    d->n_devices = ngpu + d->cfg.n_devices + d->cfg.n_sim;
+    /* --gpu-share N: each GPU (and sim device) is N slots, named
+     * KIND:I/S, each with 1/N of its memory */
+    const int share = d->cfg.gpu_share > 1 ? d->cfg.gpu_share : 1;
+    d->n_devices = (ngpu + d->cfg.n_sim) * share + d->cfg.n_devices;
     d->devices = calloc((size_t)d->n_devices, sizeof(*d->devices));
     if (!d->devices)
         return PX_ERR_NO_MEMORY;
-    for (int i = 0; i < ngpu; i++) { /* GPUs first, then the cpu:N devices */
-        px_device_t *dv = &d->devices[i];
-        snprintf(dv->name, sizeof(dv->name), "cuda:%d", gpus[i].index);
-        dv->memory_bytes = gpus[i].mem_total;
-        dv->mem_used = gpus[i].mem_used;
-        px_info("device %s: %s, %.1f GiB (%.1f GiB used)", dv->name, gpus[i].name,
-                dv->memory_bytes / 1073741824.0, dv->mem_used / 1073741824.0);
-    }
-    for (int i = 0; i < d->cfg.n_devices; i++) {
-        px_device_t *dv = &d->devices[ngpu + i];
+    px_device_t *dv = d->devices;
+    for (int i = 0; i < ngpu; i++)
+        px_info("device cuda:%d: %s, %.1f GiB (%.1f GiB used)%s", gpus[i].index, gpus[i].name,
+                gpus[i].mem_total / 1073741824.0, gpus[i].mem_used / 1073741824.0,
+                share > 1 ? ", offered as --gpu-share slots" : "");
+    /* GPUs first, then the cpu:N devices, the sim devices last (a job
+     * naming no devices takes them last); slot 0 of every GPU before slot
+     * 1 of any, so that placement fills whole GPUs before it shares one */
+    for (int s = 0; s < share; s++)
+        for (int i = 0; i < ngpu; i++, dv++) {
+            nodes_slot_name(dv, "cuda", gpus[i].index, s, share);
+            dv->memory_bytes = gpus[i].mem_total / (uint64_t)share;
+            dv->mem_used = gpus[i].mem_used / (uint64_t)share;
+        }
+    for (int i = 0; i < d->cfg.n_devices; i++, dv++) {
         snprintf(dv->name, sizeof(dv->name), "cpu:%d", i);
         /* cpu devices share the host's RAM (memfit.c) */
         dv->memory_bytes = px_memfit_host_ram() / (uint64_t)d->cfg.n_devices;
     }
-    for (int i = 0; i < d->cfg.n_sim; i++) { /* last: a job naming no devices takes them last */
-        px_device_t *dv = &d->devices[ngpu + d->cfg.n_devices + i];
-        snprintf(dv->name, sizeof(dv->name), "sim:%d", i);
-        dv->memory_bytes = sim_bytes; /* the arena each rank reserves; none used at start */
-        px_info("device %s: simulated, %.1f GiB", dv->name, dv->memory_bytes / 1073741824.0);
-    }
+    for (int i = 0; i < d->cfg.n_sim; i++)
+        px_info("device sim:%d: simulated, %.1f GiB", i, sim_bytes / 1073741824.0);
+    for (int s = 0; s < share; s++)
+        for (int i = 0; i < d->cfg.n_sim; i++, dv++) {
+            nodes_slot_name(dv, "sim", i, s, share);
+            /* the arena's share, none used at start: each rank reserves an
+             * arena of its own, the share is what the memory check allows */
+            dv->memory_bytes = sim_bytes / (uint64_t)share;
+        }
     for (int i = 0; i < d->cfg.n_peers; i++) {
         if (!strcmp(d->cfg.peers[i], d->peer_addr))
             continue; /* ourselves in a shared peer list */
@@ -149,6 +170,7 @@ void px_nodes_fini(px_daemon_t *d)
         px_rpc_channel_destroy(d->peers[i].channel);
         px_rpc_channel_destroy(d->peers[i].control);
         free(d->peers[i].devices);
+        free(d->peers[i].gpus);
     }
     free(d->peers);
     d->peers = NULL;
@@ -383,10 +405,12 @@ void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info)
         dev->job_id = d->devices[i].job_id;
         dev->memory_bytes = d->devices[i].memory_bytes;
         dev->mem_used = d->devices[i].mem_used;
+        dev->blocked = d->devices[i].blocked;
         info->devices[i] = dev;
     }
     if (!info->devices)
         info->n_devices = 0;
+    px_gputelem_to_info(d->gpus, d->n_gpus, info); /* none on failure */
 }
 
 void px_nodes_info_free(Parallax__V1__NodeInfo *info)
@@ -396,6 +420,7 @@ void px_nodes_info_free(Parallax__V1__NodeInfo *info)
     free(info->devices);
     info->devices = NULL;
     info->n_devices = 0;
+    px_gputelem_info_free(info);
 }
 
 /* Whether `p`'s name (just reported) collides with this node's or with
@@ -482,11 +507,14 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
                      info->devices[i]->job_id ? info->devices[i]->job_id : "");
             devs[i].memory_bytes = info->devices[i]->memory_bytes;
             devs[i].mem_used = info->devices[i]->mem_used;
+            snprintf(devs[i].blocked, sizeof(devs[i].blocked), "%s",
+                     info->devices[i]->blocked ? info->devices[i]->blocked : "");
         }
         free(p->devices);
         p->devices = devs;
         p->n_devices = (int)info->n_devices;
     }
+    px_gputelem_from_info(p, info);
     if (!reachable && !was_alive)
         return;
     p->alive = 1;

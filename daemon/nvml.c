@@ -2,6 +2,8 @@
  * entry points used are declared here with NVML's documented signatures
  * (nvml.h of the CUDA toolkit: nvmlInit_v2, nvmlDeviceGetCount_v2,
  * nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetName, nvmlDeviceGetMemoryInfo,
+ * nvmlDeviceGetUtilizationRates, nvmlDeviceGetPowerUsage,
+ * nvmlDeviceGetTemperature, nvmlDeviceGetComputeRunningProcesses_v3 or _v2,
  * nvmlErrorString), so building needs no NVML header. Main loop thread. */
 #include "nvml.h"
 
@@ -12,6 +14,17 @@
 typedef int nvml_ret_t; /* nvmlReturn_t: 0 = NVML_SUCCESS */
 typedef void *nvml_dev_t;
 typedef struct { unsigned long long total, free, used; } nvml_memory_t; /* nvmlMemory_t */
+typedef struct { unsigned gpu, memory; } nvml_util_t; /* nvmlUtilization_t: percent */
+/* nvmlProcessInfo_t (= nvmlProcessInfo_v2_t) of the _v2 and _v3 queries */
+typedef struct {
+    unsigned pid;
+    unsigned long long used_gpu_memory;
+    unsigned gpu_instance_id, compute_instance_id;
+} nvml_proc_t;
+
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_TEMPERATURE_GPU 0
 
 static struct {
     void *lib;
@@ -20,6 +33,10 @@ static struct {
     nvml_ret_t (*handle)(unsigned, nvml_dev_t *);
     nvml_ret_t (*name)(nvml_dev_t, char *, unsigned);
     nvml_ret_t (*mem)(nvml_dev_t, nvml_memory_t *);
+    nvml_ret_t (*util)(nvml_dev_t, nvml_util_t *);        /* optional ones: NULL if absent */
+    nvml_ret_t (*power)(nvml_dev_t, unsigned *);          /* milliwatts */
+    nvml_ret_t (*temp)(nvml_dev_t, int, unsigned *);      /* degrees C */
+    nvml_ret_t (*procs)(nvml_dev_t, unsigned *, nvml_proc_t *);
     const char *(*errstr)(nvml_ret_t);
     int ready;
 } nv;
@@ -47,6 +64,12 @@ static px_status_t load(char *err, size_t errlen)
     *(void **)&nv.name = dlsym(nv.lib, "nvmlDeviceGetName");
     *(void **)&nv.mem = dlsym(nv.lib, "nvmlDeviceGetMemoryInfo");
     *(void **)&nv.errstr = dlsym(nv.lib, "nvmlErrorString");
+    *(void **)&nv.util = dlsym(nv.lib, "nvmlDeviceGetUtilizationRates");
+    *(void **)&nv.power = dlsym(nv.lib, "nvmlDeviceGetPowerUsage");
+    *(void **)&nv.temp = dlsym(nv.lib, "nvmlDeviceGetTemperature");
+    *(void **)&nv.procs = dlsym(nv.lib, "nvmlDeviceGetComputeRunningProcesses_v3");
+    if (!nv.procs)
+        *(void **)&nv.procs = dlsym(nv.lib, "nvmlDeviceGetComputeRunningProcesses_v2");
     if (!nv.init || !nv.count || !nv.handle || !nv.name || !nv.mem) {
         snprintf(err, errlen, "NVML lacks an entry point parallaxd needs (driver too old?)");
         return PX_ERR_NOT_FOUND;
@@ -86,5 +109,44 @@ px_status_t px_nvml_probe(px_gpu_info_t *gpus, int max, int *n_p, char *err, siz
         gpus[i].mem_used = m.used;
     }
     *n_p = n;
+    return PX_OK;
+}
+
+px_status_t px_nvml_sample(int index, px_gpu_sample_t *s, char *err, size_t errlen)
+{
+    px_status_t status = load(err, errlen);
+    nvml_dev_t h;
+    nvml_memory_t m;
+    nvml_util_t u;
+    nvml_proc_t procs[PX_NVML_MAX_PIDS];
+    unsigned v, n = PX_NVML_MAX_PIDS;
+    nvml_ret_t r;
+
+    if (status != PX_OK)
+        return status;
+    memset(s, 0, sizeof(*s));
+    s->utilization = s->power_w = s->temperature_c = -1;
+    if ((r = nv.handle((unsigned)index, &h)) || (r = nv.name(h, s->name, sizeof(s->name))) ||
+        (r = nv.mem(h, &m))) {
+        snprintf(err, errlen, "NVML query of GPU %d: %s", index, nvml_err(r));
+        return PX_ERR_INTERNAL;
+    }
+    s->mem_total = m.total;
+    s->mem_used = m.used;
+    /* the rest is optional: a board that does not report it leaves -1 */
+    if (nv.util && !nv.util(h, &u))
+        s->utilization = u.gpu / 100.0;
+    if (nv.power && !nv.power(h, &v))
+        s->power_w = v / 1000.0;
+    if (nv.temp && !nv.temp(h, NVML_TEMPERATURE_GPU, &v))
+        s->temperature_c = v;
+    /* more processes than fit: NVML_ERROR_INSUFFICIENT_SIZE, n set to the
+     * count; the first PX_NVML_MAX_PIDS are not returned then, so the
+     * GPU is reported with none listed */
+    if (nv.procs && !(r = nv.procs(h, &n, procs))) {
+        s->n_pids = (int)(n < PX_NVML_MAX_PIDS ? n : PX_NVML_MAX_PIDS);
+        for (int i = 0; i < s->n_pids; i++)
+            s->pids[i] = procs[i].pid;
+    }
     return PX_OK;
 }

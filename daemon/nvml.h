@@ -26,4 +26,25 @@ typedef struct px_gpu_info {
  * keeps it loaded. */
 px_status_t px_nvml_probe(px_gpu_info_t *gpus, int max, int *n_p, char *err, size_t errlen);
 
+#define PX_NVML_MAX_PIDS 64
+
+/* One GPU's state now (px_nvml_sample). A figure the GPU does not report
+ * (NVML_ERROR_NOT_SUPPORTED: power or temperature on some boards) is -1. */
+typedef struct px_gpu_sample {
+    char name[96];        /* "NVIDIA H200" */
+    uint64_t mem_total;   /* bytes (nvmlDeviceGetMemoryInfo) */
+    uint64_t mem_used;    /* bytes */
+    double utilization;   /* 0..1: nvmlDeviceGetUtilizationRates' gpu percent / 100 */
+    double power_w;       /* nvmlDeviceGetPowerUsage's milliwatts / 1000 */
+    double temperature_c; /* nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU) */
+    int n_pids;           /* nvmlDeviceGetComputeRunningProcesses, at most PX_NVML_MAX_PIDS */
+    unsigned pids[PX_NVML_MAX_PIDS];
+} px_gpu_sample_t;
+
+/* Samples GPU `index` (NVML index) into *s. Loads NVML on first use.
+ * Errors: PX_ERR_NOT_FOUND when NVML cannot be loaded (err says why),
+ * PX_ERR_INTERNAL when the GPU or its memory cannot be queried. Each call
+ * is a few NVML queries (microseconds to a millisecond): fine on the loop. */
+px_status_t px_nvml_sample(int index, px_gpu_sample_t *s, char *err, size_t errlen);
+
 #endif

@@ -299,7 +299,8 @@ static const char *free_device(px_daemon_t *d)
 static void run_here(px_daemon_t *d, px_rpc_call_t *call, const Parallax__V1__SampleRequest *req)
 {
     char err[1024], spec_path[1200], prompt_path[1200], out_path[1200], log_path[1200];
-    char tokens[16], temp[32], topk[16], seed[24], env_dev[64], env_cvd[64], holder[160];
+    char tokens[16], temp[32], topk[16], seed[24], env_dev[64], env_cvd[64], holder[160],
+         env_node_dev[64];
     char env_owner[sizeof(d->state_dir_real) + 32];
     const char *bin = px_supervisor_rank_bin(d, err, sizeof(err)), *dev;
     sample_run_t *r;
@@ -374,17 +375,12 @@ static void run_here(px_daemon_t *d, px_rpc_call_t *call, const Parallax__V1__Sa
     int ne = 0;
     for (char **e = environ; *e && ne < 250; e++)
         if (strncmp(*e, "PX_DEVICE=", 10) && strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) &&
+            strncmp(*e, "PX_NODE_DEVICE=", 15) &&
             strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) &&
             strncmp(*e, PXD_RANK_OWNER_ENV "=", sizeof(PXD_RANK_OWNER_ENV)))
             env[ne++] = *e;
-    if (!strncmp(dev, "cuda:", 5)) {
-        snprintf(env_cvd, sizeof(env_cvd), "CUDA_VISIBLE_DEVICES=%s", dev + 5);
-        env[ne++] = env_cvd;
-        snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=cuda:0");
-    } else {
-        snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=%s", dev);
-    }
-    env[ne++] = env_dev;
+    ne += px_supervisor_device_env(dev, env_cvd, sizeof(env_cvd), env_dev, sizeof(env_dev),
+                                   env_node_dev, sizeof(env_node_dev), env + ne);
     env[ne++] = (char *)"OPENBLAS_NUM_THREADS=1";
     /* with `--node NAME` above: a run its daemon did not live to reap is
      * killed by the next one as an orphan rank (px_supervisor_kill_orphans) */

@@ -367,7 +367,8 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
                              char *errbuf, size_t errlen)
 {
     const Parallax__V1__JobSpec *s = req->spec;
-    char num[32][32], bnum[8][32], dir[1024], spec_path[1100], env_dev[64], env_cvd[64];
+    char num[32][32], bnum[8][32], dir[1024], spec_path[1100], env_dev[64], env_cvd[64],
+         env_node_dev[64];
     char env_owner[sizeof(d->state_dir_real) + 32];
     char *env_token = NULL, *env_ca = NULL;
     char env_secret[sizeof(PX_AUTH_JOB_SECRET_ENV "=") + 2 * 32 + 1];
@@ -435,6 +436,7 @@ common_args:
     n_blas = px_blas_child_env(d, blas_env);
     for (char **e = environ; *e && ne < 246; e++)
         if (strncmp(*e, "PX_DEVICE=", 10) && strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) &&
+            strncmp(*e, "PX_NODE_DEVICE=", 15) &&
             strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) &&
             strncmp(*e, PX_AUTH_RANK_ENV "=", sizeof(PX_AUTH_RANK_ENV)) &&
             strncmp(*e, "PX_TLS_CA_FILE=", 15) && strncmp(*e, "PX_BLAS_CORE_REJECTED=", 22) &&
@@ -445,14 +447,8 @@ common_args:
             env[ne++] = *e;
     for (int i = 0; i < n_blas; i++)
         env[ne++] = (char *)blas_env[i];
-    if (!strncmp(a->device, "cuda:", 5)) {
-        /* the rank sees its one GPU, as CUDA device 0 */
-        snprintf(env_cvd, sizeof(env_cvd), "CUDA_VISIBLE_DEVICES=%s", a->device + 5);
-        env[ne++] = env_cvd;
-        snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=cuda:0");
-    } else
-        snprintf(env_dev, sizeof(env_dev), "PX_DEVICE=%s", a->device);
-    env[ne++] = env_dev;
+    ne += px_supervisor_device_env(a->device, env_cvd, sizeof(env_cvd), env_dev,
+                                   sizeof(env_dev), env_node_dev, sizeof(env_node_dev), env + ne);
     /* auth.c: the token reaches the rank in its environment only (readable
      * by its own user and root via /proc, never shown by ps). */
     if (d->token && asprintf(&env_token, "%s=%s", PX_AUTH_RANK_ENV, d->token) > 0)
@@ -727,6 +723,18 @@ static int rank_owned_by(long pid, const char *state_dir)
     }
     close(fd);
     return found;
+}
+
+int px_supervisor_owns_pid(px_daemon_t *d, int pid)
+{
+    if (pid <= 0)
+        return 0;
+    if (pid == (int)getpid())
+        return 1;
+    for (px_local_rank_t *lr = d->local_ranks; lr; lr = lr->next)
+        if (lr->pid == pid)
+            return 1;
+    return rank_owned_by(pid, d->state_dir_real);
 }
 
 /* 1 if /proc/<pid> is a parallax-rank started by this daemon (its node

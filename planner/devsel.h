@@ -9,7 +9,9 @@
  * sim:1). Device names are per node, as the daemons offer them (cpu:K,
  * cuda:K = the GPU with NVML index K, sim:K = a simulated device): on a
  * cluster, "cuda:0,1" means GPUs 0 and 1 of every node (as
- * CUDA_VISIBLE_DEVICES means it per node). A kind given whole and by index
+ * CUDA_VISIBLE_DEVICES means it per node). A GPU that parallaxd --gpu-share
+ * offers as slots cuda:K/0, cuda:K/1, ... is selected, every slot, by
+ * cuda:K (or cuda). A kind given whole and by index
  * in one selection is an error. Pure code; any thread. */
 #ifndef PX_DEVSEL_H
 #define PX_DEVSEL_H
@@ -35,7 +37,7 @@ typedef struct px_devsel {
  * 0..4095, a device given twice, a kind whole and by index, too long. */
 px_status_t px_devsel_parse(const char *spec, px_devsel_t *sel_p, char *errbuf, size_t errlen);
 
-/* 1 when the device named `name` ("cpu:0", "sim:1", "cuda:3") is in the
+/* 1 when the device named `name` ("cpu:0", "sim:1", "cuda:3", "cuda:3/1") is in the
  * selection (every name is in an empty one), else 0. */
 int px_devsel_match(const px_devsel_t *sel, const char *name);
 

@@ -409,6 +409,52 @@ static void test_config(void)
                    "devices '%s' rejected", bad[i]);
         }
     }
+    /* --gpu-share N (1..64): on the command line and in the file, a bad
+     * value refused naming it */
+    {
+        char *argv[] = {"parallaxd", "--config", "/dev/null", "--gpu-share", "4", NULL};
+        EXPECT(px_daemon_config_parse(5, argv, &cfg) == PX_OK && cfg.gpu_share == 4,
+               "--gpu-share 4: %d", cfg.gpu_share);
+        px_daemon_config_free(&cfg);
+        char *argv1[] = {"parallaxd", "--config", "/dev/null", NULL};
+        EXPECT(px_daemon_config_parse(3, argv1, &cfg) == PX_OK && cfg.gpu_share == 1,
+               "gpu-share defaults to 1: %d", cfg.gpu_share);
+        static const char ini[] = "[parallaxd]\ngpu-share = 3\n";
+        EXPECT(px_daemon_config_apply_ini(&cfg, "f.conf", ini, sizeof(ini) - 1) == PX_OK &&
+                   cfg.gpu_share == 3, "gpu-share = 3 in the file: %d", cfg.gpu_share);
+        static const char bad_ini[] = "[parallaxd]\ngpu-share = 0\n";
+        EXPECT(px_daemon_config_apply_ini(&cfg, "f.conf", bad_ini, sizeof(bad_ini) - 1) ==
+                   PX_ERR_INVALID_ARGUMENT && cfg.gpu_share == 3,
+               "gpu-share = 0 in the file refused");
+        px_daemon_config_free(&cfg);
+        static const char *bad[] = {"0", "65", "x", "-1", "+2", " 2", "2.5", ""};
+        for (unsigned i = 0; i < sizeof bad / sizeof *bad; i++) {
+            char *argv2[] = {"parallaxd", "--config", "/dev/null", "--gpu-share", (char *)bad[i],
+                             NULL};
+            EXPECT(px_daemon_config_parse(5, argv2, &cfg) == PX_ERR_INVALID_ARGUMENT,
+                   "gpu-share '%s' rejected", bad[i]);
+        }
+    }
+    /* a rank's device environment: a GPU slot opens its GPU as CUDA device 0 */
+    {
+        char cvd[64], dev[64], node[64], *env[4] = {NULL};
+        int n = px_supervisor_device_env("cuda:3/1", cvd, sizeof(cvd), dev, sizeof(dev), node,
+                                         sizeof(node), env);
+        EXPECT(n == 3 && !strcmp(env[0], "CUDA_VISIBLE_DEVICES=3") &&
+                   !strcmp(env[1], "PX_DEVICE=cuda:0") && !strcmp(env[2], "PX_NODE_DEVICE=cuda:3/1"),
+               "cuda:3/1: %d %s %s %s", n, env[0], env[1], env[2]);
+        n = px_supervisor_device_env("cuda:12", cvd, sizeof(cvd), dev, sizeof(dev), node,
+                                     sizeof(node), env);
+        EXPECT(n == 3 && !strcmp(env[0], "CUDA_VISIBLE_DEVICES=12") &&
+                   !strcmp(env[1], "PX_DEVICE=cuda:0"), "cuda:12: %s %s", env[0], env[1]);
+        n = px_supervisor_device_env("sim:1/2", cvd, sizeof(cvd), dev, sizeof(dev), node,
+                                     sizeof(node), env);
+        EXPECT(n == 2 && !strcmp(env[0], "PX_DEVICE=sim:1") &&
+                   !strcmp(env[1], "PX_NODE_DEVICE=sim:1/2"), "sim:1/2: %s %s", env[0], env[1]);
+        n = px_supervisor_device_env("cpu:0", cvd, sizeof(cvd), dev, sizeof(dev), node,
+                                     sizeof(node), env);
+        EXPECT(n == 2 && !strcmp(env[0], "PX_DEVICE=cpu:0"), "cpu:0: %s", env[0]);
+    }
     /* NVML is loaded at run time: where the driver is absent the probe says
      * so (NOT_FOUND, naming the library) instead of failing to link */
     {

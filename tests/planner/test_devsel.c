@@ -70,6 +70,21 @@ int main(void)
                   !px_devsel_match(&sel, NULL) && !px_devsel_match(&sel, "simx:0"),
               "malformed device names matched");
     }
+    { /* --gpu-share's slots cuda:K/S: selected by their GPU cuda:K or the kind */
+        char err[256] = "";
+        px_devsel_t sel;
+        CHECK(px_devsel_parse("cuda:1,sim:0", &sel, err, sizeof(err)) == PX_OK, "%s", err);
+        CHECK(px_devsel_match(&sel, "cuda:1/0") && px_devsel_match(&sel, "cuda:1/3") &&
+                  px_devsel_match(&sel, "sim:0/1"),
+              "slots of a selected GPU not matched");
+        CHECK(!px_devsel_match(&sel, "cuda:0/1") && !px_devsel_match(&sel, "cuda:10/1") &&
+                  !px_devsel_match(&sel, "sim:1/0") && !px_devsel_match(&sel, "cuda:/1") &&
+                  !px_devsel_match(&sel, "cuda:1x/0"),
+              "slots of other GPUs (or malformed) matched");
+        CHECK(px_devsel_parse("cuda", &sel, err, sizeof(err)) == PX_OK, "%s", err);
+        CHECK(px_devsel_match(&sel, "cuda:7/2") && !px_devsel_match(&sel, "sim:0/0"),
+              "kind selection of slots");
+    }
     printf("%s\n", fails ? "FAILED" : "PASS");
     return fails ? 1 : 0;
 }

@@ -1,0 +1,29 @@
+/* devenv.c: the environment that names a rank's device (daemon.h,
+ * px_supervisor_device_env), shared by the supervisor's ranks and sample.c's
+ * runs. Pure; any thread. */
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon.h"
+
+int px_supervisor_device_env(const char *device, char *cvd, size_t cvd_len, char *dev,
+                             size_t dev_len, char *node_dev, size_t node_dev_len, char **env)
+{
+    int n = 0;
+    const char *colon = strchr(device, ':'), *slash = colon ? strchr(colon, '/') : NULL;
+    /* the GPU of slot "cuda:0/1" (--gpu-share) is "cuda:0" */
+    int gpu_len = slash ? (int)(slash - device) : (int)strlen(device);
+
+    if (!strncmp(device, "cuda:", 5)) {
+        /* the rank sees its one GPU, as CUDA device 0 */
+        snprintf(cvd, cvd_len, "CUDA_VISIBLE_DEVICES=%.*s", gpu_len - 5, device + 5);
+        env[n++] = cvd;
+        snprintf(dev, dev_len, "PX_DEVICE=cuda:0");
+    } else {
+        snprintf(dev, dev_len, "PX_DEVICE=%.*s", gpu_len, device);
+    }
+    env[n++] = dev;
+    snprintf(node_dev, node_dev_len, "PX_NODE_DEVICE=%s", device);
+    env[n++] = node_dev;
+    return n;
+}
