@@ -1345,10 +1345,10 @@ static void node_gpu_column(const Parallax__V1__NodeInfo *n, char *buf, size_t l
     if (!sampled)
         snprintf(buf, len, "-");
     else if (with_util)
-        snprintf(buf, len, "%.0f/%.0fG %.0f%%", used / 1073741824.0, total / 1073741824.0,
+        snprintf(buf, len, "%.1f/%.1fG %.0f%%", used / 1073741824.0, total / 1073741824.0,
                  100.0 * util / with_util);
     else
-        snprintf(buf, len, "%.0f/%.0fG", used / 1073741824.0, total / 1073741824.0);
+        snprintf(buf, len, "%.1f/%.1fG", used / 1073741824.0, total / 1073741824.0);
 }
 
 /* One line of `pctl nodes` per GPU: NVML's last sample, its processes
@@ -1395,7 +1395,7 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
             json_array_append_new(a, pctl_json_node(resp->nodes[i]));
         rc = pctl_json_print(a);
     } else {
-        printf("%-16s %-22s %-22s %-6s %-9s %-8s %-14s %-12s %s\n", "NAME", "CONTROL", "PEER",
+        printf("%-16s %-22s %-22s %-6s %-9s %-8s %-18s %-12s %s\n", "NAME", "CONTROL", "PEER",
                "ALIVE", "STATE", "FREE/ALL", "GPU MEM/UTIL", "BLAS", "LAST SEEN");
         for (size_t i = 0; i < resp->n_nodes; i++) {
             const Parallax__V1__NodeInfo *n = resp->nodes[i];
@@ -1407,7 +1407,7 @@ int pctl_cmd_nodes(pctl_ctx_t *ctx, int argc, char **argv)
             snprintf(devs, sizeof(devs), "%zu/%zu", free_devs, n->n_devices);
             fmt_age(n->now_ms, n->last_seen_ms, seen, sizeof(seen));
             node_gpu_column(n, gpu, sizeof(gpu));
-            printf("%-16s %-22s %-22s %-6s %-9s %-8s %-14s %-12s %s%s\n", pctl_esc(n->name),
+            printf("%-16s %-22s %-22s %-6s %-9s %-8s %-18s %-12s %s%s\n", pctl_esc(n->name),
                    pctl_esc(n->control_addr), pctl_esc(n->peer_addr),
                    n->alive ? "yes" : "no", node_state(n), devs, gpu,
                    n->blas_core && *n->blas_core ? pctl_esc(n->blas_core) : "-", seen,
