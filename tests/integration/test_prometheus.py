@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Integration (issue 14): parallaxd's Prometheus endpoint, scraped for real.
 
-One daemon (2 CPU devices) with --metrics-listen on a free loopback port
-runs a dp=2 job with a validation file (100,000 steps: cancelled once
+One daemon (2 CPU devices, and a simulated device that a fake NVML,
+tests/integration/fake_nvml.c, shows as a GPU) with --metrics-listen on a
+free loopback port runs a dp=2 job with a validation file (100,000 steps: cancelled once
 Prometheus holds its series, so no machine is too fast for the scrapes).
 Debian's `prometheus` server, started here with a scrape config pointing at the daemon (1 s interval,
 honor_labels so the metrics' own `job` label, the parallax job id, is kept),
@@ -10,10 +11,13 @@ scrapes it while the job runs. Checks:
   * the page passes `promtool check metrics` (format and naming lint);
   * it has the families the issue lists, with samples for the running job
     (step, loss, validation loss, tokens/s, step time), devices busy with the
-    job, RPC counters and a duration histogram for Control calls;
+    job, RPC counters and a duration histogram for Control calls, and the
+    GPU's telemetry (memory, utilization, power, temperature, processes)
+    labelled node and device;
   * Prometheus's HTTP API (/api/v1/query_range) returns the job's loss series
     with several samples, each equal to a loss the job reported (pctl
-    metrics), and its validation-loss series;
+    metrics), its validation-loss series, and the GPU's utilization and
+    memory series with the fake NVML's figures;
   * GET / answers 404, POST 405, and the daemon still stops cleanly.
 Without prometheus / promtool (deploy/test.sh installs Debian's `prometheus`
 package; deploy/setup.sh does not) the test is skipped (77)."""
@@ -46,12 +50,24 @@ def main():
     if not args.rank or not args.pctl:
         print("SKIP: parallax-rank or pctl not built")
         return 77
+    fake_dir = os.environ.get("PX_TEST_FAKE_NVML_DIR", "")
+    if not os.path.exists(os.path.join(fake_dir, "libnvidia-ml.so.1")):
+        print("SKIP: the fake NVML (tests/integration/fake_nvml.c) is not built")
+        return 77
     cl = pc.Cluster(args.parallaxd, n=1, devices=2, tag="prom")
     cl.env["PX_RANK_BIN"] = os.path.abspath(args.rank)
+    # the sim device, which the job (on the cpu devices) leaves alone, as
+    # the fake NVML's GPU 0 (a line of fake_nvml.c's script)
+    nvml_file = os.path.join(cl.workdir, "nvml.txt")
+    with open(nvml_file, "w") as f:
+        f.write("Fake-H200 150000000000 2000000000 37 215000 51 -\n")
+    cl.env.update({"PX_SIM_DEVICE": "1", "PX_SIM_DEVICE_MB": "512", "PX_GPU_SAMPLE_MS": "500",
+                   "FAKE_NVML_FILE": nvml_file,
+                   "LD_LIBRARY_PATH": fake_dir + ":" + os.environ.get("LD_LIBRARY_PATH", "")})
     (d,) = cl.daemons
     d.env = cl.env
     mport = pc.free_port()
-    d.extra = ["--metrics-listen", "127.0.0.1:%d" % mport]
+    d.extra = ["--metrics-listen", "127.0.0.1:%d" % mport, "--devices", "cpu:2,sim:1"]
     murl = "http://127.0.0.1:%d/metrics" % mport
     data = os.path.join(cl.workdir, "train.bin")
     val = os.path.join(cl.workdir, "val.bin")
@@ -110,7 +126,16 @@ def main():
                     "parallax_job_restarts_total 0",
                     'parallax_rank_memory_bytes{job="%s",rank="0",node="%s",device="cpu:0",'
                     'category="params",kind="peak"}' % (jid, d.name),
-                    "parallax_build_info{node="]:
+                    "parallax_build_info{node=",
+                    'parallax_gpu_memory_used_bytes{node="%s",device="sim:0"} 2000000000' % d.name,
+                    'parallax_gpu_memory_total_bytes{node="%s",device="sim:0"} 150000000000'
+                    % d.name,
+                    'parallax_gpu_utilization_ratio{node="%s",device="sim:0"} 0.37' % d.name,
+                    'parallax_gpu_power_watts{node="%s",device="sim:0"} 215' % d.name,
+                    'parallax_gpu_temperature_celsius{node="%s",device="sim:0"} 51' % d.name,
+                    'parallax_gpu_processes{node="%s",device="sim:0"} 0' % d.name,
+                    'parallax_gpu_foreign_processes{node="%s",device="sim:0"} 0' % d.name,
+                    "# TYPE parallax_gpu_utilization_ratio gauge"]:
             assert fam in page, "the page lacks %r:\n%s" % (fam, page)
         try:
             get(murl.replace("/metrics", "/"))
@@ -138,6 +163,11 @@ def main():
                            "Prometheus to hold 3 samples of the job's loss")
         vloss = pc.wait_for(lambda: prom_series('parallax_job_val_loss{job="%s"}' % jid), 60,
                             "Prometheus to hold the job's validation loss")
+        for q, want in (('parallax_gpu_utilization_ratio{node="%s",device="sim:0"}' % d.name, 0.37),
+                        ('parallax_gpu_memory_used_bytes{node="%s",device="sim:0"}' % d.name, 2e9)):
+            got = pc.wait_for(lambda: prom_series(q), 60, "Prometheus to hold %s" % q)
+            assert all(float(v) == want for _, v in got), (q, got)
+            print("Prometheus holds %d samples of %s, each %s" % (len(got), q, got[0][1]))
         # long enough for any machine's speed: cancelled once scraped
         subprocess.run([args.pctl, "--server", d.control, "cancel", jid], capture_output=True,
                        check=True, timeout=30)
