@@ -2,20 +2,21 @@
 """Integration: one GPU shared by two ranks (parallaxd --gpu-share) and the
 GPU telemetry, on a simulated device with a fake NVML.
 
-One daemon with PX_SIM_DEVICE=1, `--devices cpu:2,sim:1 --gpu-share 2` and
-the test double of libnvidia-ml.so.1 (tests/integration/fake_nvml.c, first
-in its LD_LIBRARY_PATH; FAKE_NVML_FILE scripts GPU 0, which stands for
-sim:0):
-  * `pctl nodes --json` offers sim:0/0 and sim:0/1, each with half of the
-    device's memory, and the GPU's telemetry (model, memory, utilization,
+Two daemons: A with PX_SIM_DEVICE=1, `--devices cpu:2,sim:1 --gpu-share 2`
+and the test double of libnvidia-ml.so.1 (tests/integration/fake_nvml.c,
+first in its LD_LIBRARY_PATH; FAKE_NVML_FILE scripts GPU 0, which stands
+for sim:0), B with two cpu devices, which learns A's GPU and its blocked
+slots from A's heartbeats:
+  * `pctl nodes --json`, asked of B, shows A's sim:0/0 and sim:0/1, each
+    with half of the device's memory, and the GPU's telemetry (model, memory, utilization,
     power, temperature, processes); the text has the GPU MEM/UTIL column
     and a GPU line;
   * of the scripted processes, the daemon itself and a process carrying
     the daemon's PX_RANK_OWNER (as its ranks do) are its own; a third is
     foreign: listed in foreign_pids, both slots BLOCKED naming its pid, a
     warning in the daemon's log;
-  * a dp=2 job on `--devices sim:0` waits PENDING while the foreign process
-    is there; once it is gone the job is placed on sim:0/0 and sim:0/1 (the
+  * a dp=2 job on `--devices sim:0`, submitted to B (its coordinator),
+    waits PENDING while the foreign process is there; once it is gone the job is placed on sim:0/0 and sim:0/1 (the
     one device, shared), completes, and its losses and grad norms equal,
     bit for bit, those of the same job on two cpu devices and those of the
     standalone dp=2 run of parallax-rank on the simulated device;
@@ -83,18 +84,17 @@ def main():
         if not exe or not os.access(exe, os.X_OK):
             print("SKIP: %s not built" % (exe or "pctl/parallax-rank"))
             return 77
-    cl = pc.Cluster(args.parallaxd, n=1, devices=2, tag="gshare")
+    cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="gshare")
     nvml_file = os.path.join(cl.workdir, "nvml.txt")
     cl.env.update({"PX_SIM_DEVICE": "1", "PX_SIM_DEVICE_MB": str(SIM_MB), "PX_SHM": "0",
                    "PX_RANK_BIN": os.path.abspath(args.rank), "PX_GPU_SAMPLE_MS": "200",
                    "FAKE_NVML_FILE": nvml_file,
                    "LD_LIBRARY_PATH": fake_dir + ":" + os.environ.get("LD_LIBRARY_PATH", "")})
-    (d,) = cl.daemons
-    d.env = cl.env
+    d, db = cl.daemons
+    d.env = db.env = cl.env
     d.extra = ["--devices", "cpu:2,sim:1", "--gpu-share", "2"]
     data = os.path.join(cl.workdir, "licenses.bin")
     pc.write_llmc_tokens(data, max_tokens=20000)
-    c = Pctl(args.pctl, d)
     sleepers = []
 
     def kill_sleepers(failed):
@@ -103,7 +103,8 @@ def main():
             p.wait()
     cl.on_exit(kill_sleepers)
     with cl:
-        cl.start(lambda daemon: c)
+        cl.start(lambda daemon: Pctl(args.pctl, daemon))
+        c, cb = Pctl(args.pctl, d), Pctl(args.pctl, db)
         # processes the fake GPU shows: the daemon, one marked as its own
         # (its ranks' PX_RANK_OWNER) and a stranger
         state_real = os.path.realpath(d.state_dir)
@@ -112,8 +113,8 @@ def main():
         sleepers += [owned, stranger]
         script(nvml_file, [d.proc.pid, owned.pid, stranger.pid])
 
-        def telemetry():
-            (n,) = c.nodes()
+        def telemetry():  # A's, as B heard it
+            n = [n for n in cb.nodes() if n["name"] == d.name][0]
             g = n.get("gpus") or []
             return n if g and g[0]["sampled_ms"] > 0 and len(g[0]["pids"]) == 3 else None
         n = pc.wait_for(telemetry, 30, "the GPU's telemetry with 3 processes in pctl nodes")
@@ -129,7 +130,7 @@ def main():
         assert g["temperature_celsius"] == 51, g
         assert sorted(g["pids"]) == sorted([d.proc.pid, owned.pid, stranger.pid]), g
         assert g["foreign_pids"] == [stranger.pid], g
-        text = c.run("nodes")
+        text = cb.run("nodes")
         assert "GPU MEM/UTIL" in text and "0.1/0.5G 37%" in text, text
         assert "Fake-H200" in text and "FOREIGN process pid %d" % stranger.pid in text, text
         assert "BLOCKED" in text, text
@@ -141,27 +142,28 @@ def main():
         # of 345 MB a rank (pctl plan --device sim) fits the device, not a slot
         big = ["submit", "--data", data, "--dp", 2, "--batch", 4, "--steps", 2, "--layers", 8,
                "--heads", 4, "--dim", 448, "--seq", 64, "--zero", 0, "--devices", "sim:0"]
-        pctl_fail(c, "a job too big for a slot", big, ["has 256.0 MiB"], 1)
+        pctl_fail(cb, "a job too big for a slot", big, ["node %s has 256.0 MiB" % d.name], 1)
 
         # blocked: the job waits; the stranger gone, it runs on both slots
-        jid = c.json("submit", "--data", data, *MODEL, "--no-val", "--devices", "sim:0",
-                     "--name", "shared")["job_id"]
+        jid = cb.json("submit", "--data", data, *MODEL, "--no-val", "--devices", "sim:0",
+                      "--name", "shared")["job_id"]
         time.sleep(2)
-        j = c.json("status", jid)
+        j = cb.json("status", jid)
         assert pc.job_state(j) == "PENDING", j
         stranger.kill()
         stranger.wait()
         script(nvml_file, [d.proc.pid, owned.pid])
-        j = pc.wait_state(c, jid, ("COMPLETED", "FAILED", "CANCELLED"), 180)
-        assert pc.job_state(j) == "COMPLETED", (j, c.logs(jid, 0)[-3000:])
+        j = pc.wait_state(cb, jid, ("COMPLETED", "FAILED", "CANCELLED"), 180)
+        assert pc.job_state(j) == "COMPLETED", (j, cb.logs(jid, 0)[-3000:])
         assert sorted(r["device"] for r in j["ranks"]) == ["sim:0/0", "sim:0/1"], j["ranks"]
+        assert all(r["node"] == d.name for r in j["ranks"]), j["ranks"]
         log = open(d.log_path, errors="replace").read()
         assert "its devices are handed out again" in log, log[-2000:]
         print("job %s waited PENDING while pid %d held the device, then ran on %s"
               % (jid, stranger.pid, sorted(r["device"] for r in j["ranks"])))
 
         cpu_id, _ = run_job(c, data, "cpu", "on-cpu")
-        ms, mc = c.metrics(jid), c.metrics(cpu_id)
+        ms, mc = cb.metrics(jid), c.metrics(cpu_id)
         env = dict(cl.env, OPENBLAS_NUM_THREADS="1")
         mst = standalone(args.rank, data, cl.workdir, env)
         assert len(ms) == 6 and len(mc) == 6 and len(mst) == 6, (len(ms), len(mc), len(mst))
@@ -185,7 +187,7 @@ def main():
         print("--gpu-share 0, 65, two: refused at start (%s)"
               % [l for l in out.splitlines() if "gpu-share" in l][0].strip())
         codes = cl.stop()
-        assert codes == [0], codes
+        assert codes == [0, 0], codes
     print("PASS")
     return 0
 
