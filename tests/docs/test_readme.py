@@ -62,6 +62,8 @@ SKIP = [
     (r'tests/bench/|tests/engine/bench_', 'a benchmark (minutes, wants an idle machine)'),
     (r'srun ', 'needs Slurm'),
     (r'build/rank/parallax-rank --device cuda', 'needs a GPU'),
+    (r'build/daemon/parallaxd --devices cuda|build/client/pctl submit --devices cuda',
+     'needs a GPU (integration-gpushare shares a simulated device the same way)'),
     (r'scrape_configs:|- job_name:|honor_labels:|static_configs:', 'Prometheus configuration'),
     (r'tensorboard --logdir', 'a web server (integration-tensorboard reads the event files with '
      'TensorBoard\'s EventAccumulator)'),
