@@ -8,12 +8,19 @@
  * GPU, microseconds each, run on the loop from a uv timer.
  *
  * A process on a GPU that is not this daemon's (px_supervisor_owns_pid:
- * not one of its ranks or sample runs) is foreign: logged when it appears
+ * not one of its ranks or sample runs) is foreign, if this daemon can see
+ * it (kill(pid, 0) does not say ESRCH): NVML reports the host's pids, so a
+ * pid it cannot see has exited since (a rank of ours just gone) or lives
+ * outside the daemon's PID namespace (the daemon in a container), and is
+ * listed only: a false foreign process would block a GPU for nothing. A
+ * foreign process is logged when it appears
  * and when it leaves, listed in NodeInfo.gpus (pctl nodes, /metrics), and
  * every slot of that GPU is blocked (px_device_t.blocked, sent to the
  * peers in the heartbeat), so no coordinator places a rank there while it
  * is there; when it leaves, PXD_NODE_DEVICES lets pending jobs be placed.
  * Ranks already running on it go on. Loop thread only. */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +48,12 @@ static int on_gpu(const char *name, const char *gpu)
 static int nvml_index(const char *gpu)
 {
     return atoi(strchr(gpu, ':') + 1);
+}
+
+/* 1 unless process `pid` does not exist in this daemon's PID namespace */
+static int visible(unsigned pid)
+{
+    return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
 }
 
 /* The process's name, "pid N (comm)", for log lines and blocked reasons. */
@@ -102,7 +115,7 @@ static int sample_one(px_daemon_t *d, px_gpu_telem_t *g)
     g->n_pids = g->n_foreign = 0;
     for (int i = 0; i < s.n_pids && i < PXD_GPU_MAX_PIDS; i++) {
         g->pids[g->n_pids++] = s.pids[i];
-        if (!px_supervisor_owns_pid(d, (int)s.pids[i]))
+        if (!px_supervisor_owns_pid(d, (int)s.pids[i]) && visible(s.pids[i]))
             g->foreign[g->n_foreign++] = s.pids[i];
     }
     if (g->n_foreign == had_foreign && !memcmp(before, g->foreign, sizeof(unsigned) * (size_t)had_foreign))

@@ -12,8 +12,9 @@ slots from A's heartbeats:
     power, temperature, processes); the text has the GPU MEM/UTIL column
     and a GPU line;
   * of the scripted processes, the daemon itself and a process carrying
-    the daemon's PX_RANK_OWNER (as its ranks do) are its own; a third is
-    foreign: listed in foreign_pids, both slots BLOCKED naming its pid, a
+    the daemon's PX_RANK_OWNER (as its ranks do) are its own, a pid that
+    does not exist here (exited, or in another PID namespace) is listed
+    only; a fourth is foreign: listed in foreign_pids, both slots BLOCKED naming its pid, a
     warning in the daemon's log;
   * a dp=2 job on `--devices sim:0`, submitted to B (its coordinator),
     waits PENDING while the foreign process is there; once it is gone the job is placed on sim:0/0 and sim:0/1 (the
@@ -111,13 +112,14 @@ def main():
         owned = subprocess.Popen(["sleep", "300"], env=dict(os.environ, PX_RANK_OWNER=state_real))
         stranger = subprocess.Popen(["sleep", "300"])
         sleepers += [owned, stranger]
-        script(nvml_file, [d.proc.pid, owned.pid, stranger.pid])
+        gone = next(p for p in range(4194000, 1000, -1) if not os.path.exists("/proc/%d" % p))
+        script(nvml_file, [d.proc.pid, owned.pid, gone, stranger.pid])
 
         def telemetry():  # A's, as B heard it
             n = [n for n in cb.nodes() if n["name"] == d.name][0]
             g = n.get("gpus") or []
-            return n if g and g[0]["sampled_ms"] > 0 and len(g[0]["pids"]) == 3 else None
-        n = pc.wait_for(telemetry, 30, "the GPU's telemetry with 3 processes in pctl nodes")
+            return n if g and g[0]["sampled_ms"] > 0 and len(g[0]["pids"]) == 4 else None
+        n = pc.wait_for(telemetry, 30, "the GPU's telemetry with 4 processes in pctl nodes")
         devs = {v["name"]: v for v in n["devices"]}
         assert sorted(devs) == ["cpu:0", "cpu:1", "sim:0/0", "sim:0/1"], sorted(devs)
         for k in ("sim:0/0", "sim:0/1"):
@@ -128,7 +130,7 @@ def main():
         assert g["memory_total"] == SIM_MB << 20 and g["memory_used"] == 96 << 20, g
         assert abs(g["utilization"] - 0.37) < 1e-9 and abs(g["power_watts"] - 215.0) < 1e-9, g
         assert g["temperature_celsius"] == 51, g
-        assert sorted(g["pids"]) == sorted([d.proc.pid, owned.pid, stranger.pid]), g
+        assert sorted(g["pids"]) == sorted([d.proc.pid, owned.pid, gone, stranger.pid]), g
         assert g["foreign_pids"] == [stranger.pid], g
         text = cb.run("nodes")
         assert "GPU MEM/UTIL" in text and "0.1/0.5G 37%" in text, text
