@@ -23,6 +23,9 @@ slots from A's heartbeats:
     standalone dp=2 run of parallax-rank on the simulated device;
   * the memory check at submit divides the device among its slots: a job
     too big is refused naming the slot's share (256 MiB of 512);
+  * a third daemon, `--devices cuda --gpu-share 2` with the fake NVML's two
+    GPUs, offers cuda:0/0, cuda:1/0, cuda:0/1, cuda:1/1 (slot 0 of every GPU
+    first), each with half of its GPU's memory, and samples both GPUs;
   * a bad --gpu-share stops the daemon at start naming the value.
 Exit 77 when parallax-rank, pctl or the fake NVML was not built."""
 import json
@@ -177,6 +180,37 @@ def main():
                     a["step"], k, a[k], s[k])
         print("dp=2 on one shared sim device = dp=2 on cpu = standalone dp=2 on sim, bit for "
               "bit: losses %s" % ", ".join("%.6f" % m["loss"] for m in ms))
+
+        # GPUs found through NVML, shared: slot 0 of each GPU first
+        gpus_file = os.path.join(cl.workdir, "nvml2.txt")
+        with open(gpus_file, "w") as f:
+            f.write("Fake-H200 150000000000 1000000000 10 100000 40 -\n"
+                    "Fake-H200 150000000000 3000000000 90 600000 70 -\n")
+        env = dict(cl.env, FAKE_NVML_FILE=gpus_file)
+        gd = pc.Daemon(args.parallaxd, d.name + "g", cl.workdir, 1, env)
+        gd.extra = ["--devices", "cuda", "--gpu-share", "2"]
+        gd.start()
+        try:
+            cg = Pctl(args.pctl, gd)
+
+            def sampled():
+                try:
+                    (n,) = cg.nodes()
+                except pc.ClientError:
+                    return None  # not listening yet
+                g = n.get("gpus") or []
+                return n if len(g) == 2 and all(x["sampled_ms"] > 0 for x in g) else None
+            n = pc.wait_for(sampled, 30, "the cuda daemon's two GPUs sampled")
+            names = [v["name"] for v in n["devices"]]
+            assert names == ["cuda:0/0", "cuda:1/0", "cuda:0/1", "cuda:1/1"], names
+            assert all(v["mem_total"] == 75000000000 for v in n["devices"]), n["devices"]
+            g0, g1 = n["gpus"]
+            assert (g0["device"], g0["memory_used"], g1["device"], g1["memory_used"]) == \
+                ("cuda:0", 1000000000, "cuda:1", 3000000000), n["gpus"]
+            assert abs(g1["utilization"] - 0.9) < 1e-9 and g1["power_watts"] == 600, g1
+            print("--devices cuda --gpu-share 2 on two fake GPUs: %s" % ", ".join(names))
+        finally:
+            assert gd.stop() == 0
 
         # a bad --gpu-share: the daemon does not start, naming the value
         for bad in ("0", "65", "two"):
