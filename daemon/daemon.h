@@ -609,8 +609,10 @@ void px_job_adopt_all(px_daemon_t *d);
  * sim:K, sampled as NVML GPU K), samples them once and then every
  * PX_GPU_SAMPLE_MS into d->gpus; a GPU held by a process that is not this
  * daemon's gets every slot blocked (px_device_t.blocked) until it leaves.
- * A GPU NVML cannot sample is logged and left unsampled (sampled_ms 0).
- * PX_ERR_NO_MEMORY only. Call after px_nodes_init. */
+ * A GPU NVML cannot sample is logged and left unsampled (sampled_ms 0);
+ * where NVML cannot be loaded at all (sim devices without a driver or a
+ * test's fake) the timer is not started. PX_ERR_NO_MEMORY only. Call
+ * after px_nodes_init. */
 px_status_t px_gputelem_start(px_daemon_t *d);
 /* Stops the sampling (the daemon is stopping). */
 void px_gputelem_stop(px_daemon_t *d);

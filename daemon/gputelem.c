@@ -88,7 +88,8 @@ static int set_blocked(px_daemon_t *d, const px_gpu_telem_t *g, const char *why)
     return changed;
 }
 
-/* Samples GPU `g` once; returns 1 when its slots' blocked state changed. */
+/* Samples GPU `g` once; returns 1 when its slots' blocked state changed,
+ * -1 when NVML cannot be loaded at all. */
 static int sample_one(px_daemon_t *d, px_gpu_telem_t *g)
 {
     px_gpu_sample_t s;
@@ -96,13 +97,14 @@ static int sample_one(px_daemon_t *d, px_gpu_telem_t *g)
     int had_foreign = g->n_foreign;
     unsigned before[PXD_GPU_MAX_PIDS];
 
-    if (px_nvml_sample(nvml_index(g->device), &s, err, sizeof(err)) != PX_OK) {
+    px_status_t status = px_nvml_sample(nvml_index(g->device), &s, err, sizeof(err));
+    if (status != PX_OK) {
         if (g->sampled_ms >= 0 && strncmp(g->device, "sim:", 4)) /* once, until it works */
             px_warn("GPU %s: no telemetry: %s", g->device, err);
         else if (g->sampled_ms >= 0) /* a sim device without a (fake) NVML: none expected */
             px_debug("GPU %s: no telemetry: %s", g->device, err);
         g->sampled_ms = -1;
-        return 0;
+        return status == PX_ERR_NOT_FOUND ? -1 : 0;
     }
     snprintf(g->model, sizeof(g->model), "%s", s.name);
     g->mem_total = s.mem_total;
@@ -136,15 +138,20 @@ static int sample_one(px_daemon_t *d, px_gpu_telem_t *g)
     return set_blocked(d, g, why);
 }
 
-static void sample_all(px_daemon_t *d)
+/* Samples every GPU; 0, or -1 when NVML cannot be loaded. */
+static int sample_all(px_daemon_t *d)
 {
-    int changed = 0;
-    for (int i = 0; i < d->n_gpus; i++)
-        changed |= sample_one(d, &d->gpus[i]);
+    int changed = 0, missing = 0;
+    for (int i = 0; i < d->n_gpus; i++) {
+        int r = sample_one(d, &d->gpus[i]);
+        changed |= r > 0;
+        missing |= r < 0;
+    }
     if (changed) {
         px_nodes_beat_now(d);                     /* the peers' placement sees it now */
         px_nodes_emit(d, PXD_NODE_DEVICES, NULL); /* a GPU freed: pending jobs may fit */
     }
+    return missing ? -1 : 0;
 }
 
 static void on_timer(uv_timer_t *t)
@@ -180,7 +187,10 @@ px_status_t px_gputelem_start(px_daemon_t *d)
     }
     if (!d->n_gpus)
         return PX_OK;
-    sample_all(d); /* before the first heartbeat and placement */
+    /* before the first heartbeat and placement; without NVML (sim devices
+     * on a machine with no driver and no fake) there is nothing to sample */
+    if (sample_all(d) < 0)
+        return PX_OK;
     uv_timer_start(&d->gpu_timer, on_timer, (uint64_t)(period < 50 ? 50 : period),
                    (uint64_t)(period < 50 ? 50 : period));
     return PX_OK;
