@@ -17,7 +17,14 @@ spec = pb.JobSpec(name="demo", model=pb.ModelSpec(layers=2, heads=2, dim=64, seq
 job = pb.Job(id="a-1", spec=spec, state=pb.JOB_RUNNING, reason="", step=3, loss=2.5,
              coordinator="a", ranks=[pb.RankInfo(rank=0, node="a", device="cpu:0", pid=9)])
 node = pb.NodeInfo(name="b", control_addr="127.0.0.1:7070", peer_addr="127.0.0.1:7071",
-                   devices=[pb.Device(name="cpu:0", job_id="a-1"), pb.Device(name="cpu:1")],
+                   devices=[pb.Device(name="cpu:0", job_id="a-1"), pb.Device(name="cpu:1"),
+                            pb.Device(name="cuda:0/1", memory_bytes=70 << 30,
+                                      blocked="pid 77 (python3), not a rank of this node, "
+                                              "holds GPU cuda:0")],
+                   gpus=[pb.GpuStats(device="cuda:0", model="NVIDIA H200", memory_total=140 << 30,
+                                     memory_used=3 << 30, utilization=0.5, power_watts=300,
+                                     temperature_celsius=55, sampled_ms=1, pids=[76, 77],
+                                     foreign_pids=[77])],
                    alive=True, version="0.1.0")
 metrics = pb.StepMetrics(step=3, loss=2.5, grad_norm=1.0, lr=1e-3, tokens_per_second=1e4)
 msgs = [  # same order as descs[] in fuzz_messages.c
@@ -71,6 +78,9 @@ files = {
     "gpu-only.conf": b"[parallaxd]\nname = g1\ndevices = cuda:1,3\n",
     "gpu-all.conf": b"[parallaxd]\ndevices = cuda\n",
     "gpu-signed.conf": b"[parallaxd]\ndevices = cuda:+1\n",
+    # a GPU shared by 4 ranks, and a share out of range
+    "gpu-share.conf": b"[parallaxd]\ndevices = cuda\ngpu-share = 4\n",
+    "gpu-share-bad.conf": b"[parallaxd]\ndevices = cuda:0\ngpu-share = 65\n",
 }
 for name, text in files.items():
     with open(os.path.join(conf, name), "wb") as f:
