@@ -284,12 +284,13 @@ static int write_file(const char *path, const void *buf, size_t n)
     return w == (ssize_t)n ? 0 : -1;
 }
 
-/* A free local device, GPUs first (NULL: none). */
+/* A free local device, GPUs first, none a foreign process blocks
+ * (gputelem.c) (NULL: none). */
 static const char *free_device(px_daemon_t *d)
 {
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < d->n_devices; i++)
-            if (!d->devices[i].job_id[0] &&
+            if (!d->devices[i].job_id[0] && !d->devices[i].blocked[0] &&
                 !strncmp(d->devices[i].name, "cuda:", 5) == !pass)
                 return d->devices[i].name;
     return NULL;
