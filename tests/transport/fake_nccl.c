@@ -10,14 +10,20 @@
  *                                collectives copy on the host (what a
  *                                world of one rank does), in a group too;
  *                                more ranks are "invalid usage" (5).
- * fake_nccl_calls counts the collectives and sends/receives called. */
+ * fake_nccl_calls counts the collectives and sends/receives called,
+ * fake_nccl_aborts the ncclCommAbort calls. FAKE_NCCL_ASYNC_ERROR=1 in the
+ * environment makes ncclCommGetAsyncError report a remote error (6) once
+ * a collective was called (a peer's NCCL failing); FAKE_NCCL_ANY_N=1 lets
+ * the working one start a communicator of any size (its collectives then
+ * only do what one rank's would: for tests whose collectives never end). */
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
     char internal[128];
 } uid_t128;
 
-long fake_nccl_calls;
+long fake_nccl_calls, fake_nccl_aborts;
 #ifndef FAKE_NCCL_INIT_FAILS
 static int the_comm;
 #endif
@@ -42,7 +48,8 @@ int ncclGetVersion(int *v)
 
 const char *ncclGetErrorString(int r)
 {
-    return r == 3 ? "internal error (fake)" : r == 5 ? "invalid usage (fake)" : "fake result";
+    return r == 3 ? "internal error (fake)" : r == 5 ? "invalid usage (fake)"
+         : r == 6 ? "remote process exited or there was a network error (fake)" : "fake result";
 }
 
 int ncclGetUniqueId(uid_t128 *uid)
@@ -58,7 +65,7 @@ static int init(void **comm, int n)
     (void)n;
     return 3;
 #else
-    if (n != 1)
+    if (n != 1 && !getenv("FAKE_NCCL_ANY_N"))
         return 5;
     *comm = &the_comm;
     return 0;
@@ -89,13 +96,14 @@ int ncclCommDestroy(void *comm)
 int ncclCommAbort(void *comm)
 {
     (void)comm;
+    fake_nccl_aborts++;
     return 0;
 }
 
 int ncclCommGetAsyncError(void *comm, int *r)
 {
     (void)comm;
-    *r = 0;
+    *r = getenv("FAKE_NCCL_ASYNC_ERROR") && fake_nccl_calls > 0 ? 6 : 0;
     return 0;
 }
 

@@ -22,8 +22,23 @@
  *                                 all-gather, broadcast, all-to-all(-v))
  *                                 goes through the library with the right
  *                                 result; host buffers do not.
+ *   test_nccl stuck               one rank on a working fake NCCL whose
+ *                                 collective never finishes (its fence
+ *                                 never fires): the all-reduce fails by its
+ *                                 deadline (PX_ERR_TIMEOUT), the NCCL
+ *                                 communicator is aborted, later device
+ *                                 collectives fail naming the abort.
+ *   test_nccl asyncerr            the same, NCCL reporting an asynchronous
+ *                                 error: PX_ERR_PEER_FAILURE naming NCCL's
+ *                                 text, well before the deadline.
+ *   test_nccl peerdeath           two ranks on NCCL, neither collective
+ *                                 finishing: rank 1 gives up by its short
+ *                                 deadline and exits; rank 0 fails with
+ *                                 PX_ERR_PEER_FAILURE naming rank 1 long
+ *                                 before its own deadline, aborting NCCL.
  * Environment of the doubles: FAKE_GPU=same gives every rank one GPU id;
- * FAKE_NO_COMM_DEVICE=1 registers no px_comm_device_t (a CPU rank). */
+ * FAKE_NO_COMM_DEVICE=1 registers no px_comm_device_t (a CPU rank);
+ * FAKE_FENCE_NEVER=1 makes fences that never fire. */
 #include <dlfcn.h>
 #include <poll.h>
 #include <stdint.h>
@@ -38,6 +53,7 @@
 #include "px_env.h"
 #include "px_launch.h"
 #include "px_reduce.h"
+#include "px_time.h"
 
 #define ARENA_BYTES ((size_t)8 << 20)
 
@@ -119,7 +135,8 @@ static void *fence_issue(void)
     if (!fd)
         return NULL;
     *fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (*fd < 0 || write(*fd, &one, sizeof one) != sizeof one) { /* the fake's work is done */
+    if (*fd < 0 || (!getenv("FAKE_FENCE_NEVER") && /* the fake's work is done */
+                    write(*fd, &one, sizeof one) != sizeof one)) {
         free(fd);
         return NULL;
     }
@@ -221,11 +238,86 @@ static int required_rank(px_launch_rank_t *ctx)
     return 0;
 }
 
-/* The fake library's call counter (the same handle the engine opened). */
-static long *fake_calls(void)
+/* A counter of the fake library (the same handle the engine opened). */
+static long *fake_counter(const char *name)
 {
     void *h = dlopen(px_env_str("PX_NCCL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
-    return h ? dlsym(h, "fake_nccl_calls") : NULL;
+    return h ? dlsym(h, name) : NULL;
+}
+
+static long *fake_calls(void)
+{
+    return fake_counter("fake_nccl_calls");
+}
+
+/* A collective NCCL never finishes: it fails with `want` (the deadline,
+ * or NCCL's asynchronous error) within `within_ms`, the NCCL communicator
+ * is aborted once, and the next device collective fails naming it. */
+static int stuck_rank(px_launch_rank_t *ctx, px_status_t want, const char *text, int within_ms)
+{
+    char why[256];
+    float *d;
+    long *aborts;
+    px_status_t st;
+    px_coll_opts_t o = {PX_ALGO_AUTO, 400};
+
+    if (setup_device(ctx->rank))
+        FAIL("no memory");
+    d = fake_alloc(4096);
+    int64_t t0 = px_time_mono_ms();
+    st = px_allreduce_opts(ctx->comm, d, d, 1024, PX_FLOAT32, PX_SUM, &o);
+    int64_t took = px_time_mono_ms() - t0;
+    if (st != want)
+        FAIL("a stuck NCCL all-reduce gave %s, want %s (%s)", px_status_str(st),
+             px_status_str(want), px_comm_last_error(ctx->comm));
+    if (took > within_ms)
+        FAIL("it took %lld ms, want at most %d", (long long)took, within_ms);
+    if (!strstr(px_comm_last_error(ctx->comm), text))
+        FAIL("the error \"%s\" does not say \"%s\"", px_comm_last_error(ctx->comm), text);
+    aborts = fake_counter("fake_nccl_aborts");
+    if (!aborts || *aborts != 1)
+        FAIL("ncclCommAbort was called %ld times, want once", aborts ? *aborts : -1);
+    if (px_comm_device_engine(ctx->comm, why, sizeof why) != 0 || !strstr(why, "aborted"))
+        FAIL("after the abort the engine says \"%s\"", why);
+    if (px_allreduce_opts(ctx->comm, d, d, 1024, PX_FLOAT32, PX_SUM, &o) == PX_OK)
+        FAIL("a device all-reduce after the abort succeeded");
+    return 0;
+}
+
+static int stuck_deadline(px_launch_rank_t *ctx)
+{
+    return stuck_rank(ctx, PX_ERR_TIMEOUT, "timeout", 5000);
+}
+
+static int peer_death(px_launch_rank_t *ctx)
+{
+    float *d;
+    long *aborts;
+    px_status_t st;
+    px_coll_opts_t o = {PX_ALGO_AUTO, ctx->rank == 1 ? 300 : 30000};
+
+    if (setup_device(ctx->rank))
+        FAIL("no memory");
+    d = fake_alloc(4096);
+    int64_t t0 = px_time_mono_ms();
+    st = px_allreduce_opts(ctx->comm, d, d, 1024, PX_FLOAT32, PX_SUM, &o);
+    int64_t took = px_time_mono_ms() - t0;
+    if (ctx->rank == 1) /* gave up: its exit is rank 0's news */
+        return st == PX_ERR_TIMEOUT ? 0 : 1;
+    if (st != PX_ERR_PEER_FAILURE || !strstr(px_comm_last_error(ctx->comm), "rank 1"))
+        FAIL("rank 1 left: the NCCL all-reduce gave %s (%s), want a peer failure naming rank 1",
+             px_status_str(st), px_comm_last_error(ctx->comm));
+    if (took > 15000)
+        FAIL("it took %lld ms: the deadline, not rank 1's death, ended it", (long long)took);
+    aborts = fake_counter("fake_nccl_aborts");
+    if (!aborts || *aborts != 1)
+        FAIL("ncclCommAbort was called %ld times, want once", aborts ? *aborts : -1);
+    return 0;
+}
+
+static int stuck_async(px_launch_rank_t *ctx)
+{
+    return stuck_rank(ctx, PX_ERR_PEER_FAILURE, "remote process exited", 300);
 }
 
 static int world1_rank(px_launch_rank_t *ctx)
@@ -319,6 +411,12 @@ int main(int argc, char **argv)
         return px_launch(n, required_rank, NULL, &opts, NULL) ? 1 : 0;
     if (!strcmp(argv[1], "world1"))
         return px_launch(1, world1_rank, NULL, &opts, NULL) ? 1 : 0;
+    if (!strcmp(argv[1], "peerdeath"))
+        return px_launch(2, peer_death, NULL, &opts, NULL) ? 1 : 0;
+    if (!strcmp(argv[1], "stuck"))
+        return px_launch(1, stuck_deadline, NULL, &opts, NULL) ? 1 : 0;
+    if (!strcmp(argv[1], "asyncerr"))
+        return px_launch(1, stuck_async, NULL, &opts, NULL) ? 1 : 0;
     fprintf(stderr, "test_nccl: unknown mode %s\n", argv[1]);
     return 2;
 }

@@ -445,6 +445,10 @@ static px_status_t nccl_advance(px_request_t *req, int *progressed_p)
         e != PX__NCCL_SUCCESS && e != PX__NCCL_IN_PROGRESS)
         return px__comm_set_error(req->comm, PX_ERR_PEER_FAILURE, "%s: NCCL reports: %s",
                                   px__coll_kind_name(req->kind), px__nccl_strerror(nc->lib, e));
+    if (px_time_mono_ms() >= req->deadline) /* before the core's check, which names no rank */
+        return px__comm_set_error(req->comm, PX_ERR_TIMEOUT, "%s on device buffers: timeout: "
+                                  "NCCL has not finished it (a rank missing, stuck or dead)",
+                                  px__coll_kind_name(req->kind));
     return PX_INPROGRESS;
 }
 
