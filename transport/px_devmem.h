@@ -67,8 +67,9 @@ void px_transport_set_device_memory(const px_kernel_ops_t *k, int (*is_device)(c
  * libnccl.so.2 (or PX_NCCL_LIBRARY) is opened with dlopen at that first
  * collective, never at build time. Where auto does not take NCCL, the
  * paths above run the collective (IPC, staging) and each rank logs why;
- * where "nccl" cannot, that collective fails with PX_ERR_UNAVAILABLE
- * naming the reason (the communicator fails). A value other than these
+ * where "nccl" cannot, every collective on device buffers of that
+ * communicator fails with PX_ERR_UNAVAILABLE naming the reason (its host
+ * collectives go on). A value other than these
  * three makes communicator creation fail with PX_ERR_INVALID_ARGUMENT
  * naming it. NCCL runs all-reduce, reduce-scatter, all-gather, broadcast
  * and all-to-all(-v) (grouped ncclSend/ncclRecv) of device buffers, on

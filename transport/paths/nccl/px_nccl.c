@@ -152,8 +152,9 @@ static int settle(const struct px__nccl *nc, int rc, int64_t deadline)
     while (rc == PX__NCCL_IN_PROGRESS) {
         struct timespec ms = {0, 1000 * 1000};
         int state = PX__NCCL_IN_PROGRESS;
-        if (nc->lib->comm_get_async_error(nc->nc, &state) != PX__NCCL_SUCCESS)
-            return state == PX__NCCL_SUCCESS ? PX__NCCL_IN_PROGRESS + 1000 : state;
+        int q = nc->lib->comm_get_async_error(nc->nc, &state);
+        if (q != PX__NCCL_SUCCESS)
+            return q;
         if (state != PX__NCCL_IN_PROGRESS)
             return state;
         if (px_time_mono_ms() >= deadline)
@@ -459,6 +460,8 @@ static px_status_t nccl_enqueue(px_comm_t *comm, const px__coll_args_t *a, px_re
     struct px__ncclreq *nr;
     int rc;
 
+    if (comm->failed) /* the setup's exchange met a dead peer, a deadline, an abort */
+        return comm->failed;
     if (nc->state < 0)
         return px__comm_set_error(comm, PX_ERR_UNAVAILABLE, "%s on device buffers: NCCL cannot "
                                   "run comm %u: %s", px__coll_kind_name(a->kind), comm->id,
