@@ -22,6 +22,10 @@
  *                                 all-gather, broadcast, all-to-all(-v))
  *                                 goes through the library with the right
  *                                 result; host buffers do not.
+ *   test_nccl hostonly N          ranks of a CPU job (no device registered)
+ *                                 under PX_COLL_BACKEND=nccl: their host
+ *                                 collectives run as ever, no engine is
+ *                                 chosen and NCCL is never loaded.
  *   test_nccl stuck               one rank on a working fake NCCL whose
  *                                 collective never finishes (its fence
  *                                 never fires): the all-reduce fails by its
@@ -284,6 +288,30 @@ static int stuck_rank(px_launch_rank_t *ctx, px_status_t want, const char *text,
     return 0;
 }
 
+static int host_only(px_launch_rank_t *ctx)
+{
+    const int n = ctx->world;
+    int32_t mine[64], all[64 * 8];
+    char why[64];
+
+    my_rank = ctx->rank;
+    if (n > 8)
+        FAIL("at most 8 ranks");
+    for (int i = 0; i < 64; i++)
+        mine[i] = i + ctx->rank;
+    if (px_allreduce(ctx->comm, mine, mine, 64, PX_INT32, PX_SUM, -1) != PX_OK ||
+        mine[5] != 5 * n + n * (n - 1) / 2)
+        FAIL("host all-reduce: %s", px_comm_last_error(ctx->comm));
+    if (px_allgather(ctx->comm, mine, all, 64, PX_INT32, NULL) != PX_OK ||
+        memcmp(all + 64 * (n - 1), mine, sizeof mine))
+        FAIL("host all-gather: %s", px_comm_last_error(ctx->comm));
+    if (px_comm_device_engine(ctx->comm, why, sizeof why) != -1)
+        FAIL("an engine was chosen for host collectives: %s", why);
+    if (dlopen(px_env_str("PX_NCCL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD))
+        FAIL("NCCL was loaded by a CPU rank");
+    return 0;
+}
+
 static int stuck_deadline(px_launch_rank_t *ctx)
 {
     return stuck_rank(ctx, PX_ERR_TIMEOUT, "timeout", 5000);
@@ -411,6 +439,8 @@ int main(int argc, char **argv)
         return px_launch(n, required_rank, NULL, &opts, NULL) ? 1 : 0;
     if (!strcmp(argv[1], "world1"))
         return px_launch(1, world1_rank, NULL, &opts, NULL) ? 1 : 0;
+    if (!strcmp(argv[1], "hostonly"))
+        return px_launch(n, host_only, NULL, &opts, NULL) ? 1 : 0;
     if (!strcmp(argv[1], "peerdeath"))
         return px_launch(2, peer_death, NULL, &opts, NULL) ? 1 : 0;
     if (!strcmp(argv[1], "stuck"))
