@@ -3,7 +3,7 @@
  *
  * Order matters: a collective takes the first path that wants it. The
  * shared-memory path wants host buffers only, NCCL, CUDA IPC and staging
- * device buffers only; NCCL comes first (where PX_COLL_BACKEND and the
+ * device buffers only; NCCL comes before the other two (where PX_COLL_BACKEND and the
  * ranks' GPUs let it run a communicator, it runs every collective it has),
  * and IPC comes before staging (staging takes every device
  * buffer IPC leaves: ranks on several nodes, IPC off, fp16/bf16
