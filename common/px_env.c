@@ -38,6 +38,8 @@ static px_knob_t knobs[] = {
      "is not above them, else 0)", NULL},
     {"PX_ZERO_SHM_SLOT_BYTES", "0", "bytes one rank stages per shared-memory step on the data-parallel communicator of ZeRO stages 2-3 (px_comm_set_shm_slot at px_zero_create; 0: PX_SHM_SLOT_BYTES)", NULL},
     {"PX_ZERO_WAIT_LOG", "0", "1: each ZeRO-3 rank logs, at its end, every all-gather and reduce-scatter wait by place and unit (count, mean wall and CPU ms): where stage 3's blocked time goes", NULL},
+    {"PX_COLL_BACKEND", "auto", "engine of collectives on device buffers: auto (NCCL where every rank of the communicator has a GPU of its own and NCCL loads and starts; else parallax's own paths, the rank log saying why), nccl (NCCL, or the collective fails naming why), px (parallax's own paths: CUDA IPC, staging)", NULL},
+    {"PX_NCCL_LIBRARY", "", "the NCCL library opened at run time (dlopen: a file name the dynamic loader searches, or a path); empty: libnccl.so.2", NULL},
     {"PX_IPC", "1", "collectives of device buffers between the ranks of one node go through the peers' mapped device memory (CUDA IPC; 0: staged through host memory)", NULL},
     {"PX_CUDA_ATTN", "auto", "kernels of the CUDA bf16 attention: auto (the tensor-core kernels where the head size is a multiple of 16 up to 128 and the device's shared memory holds their tiles, else the CUDA-core ones), tc (the same), simt (the CUDA-core kernels always), cudnn (cuDNN's fused flash attention, libcudnn.so.9 loaded at run time, where the head size is a multiple of 8 up to 128; auto's kernels where cuDNN is missing or refuses the shape, logged once)", NULL},
     {"PX_IPC_SLOT_BYTES", "4194304", "bytes of one slot of a rank's device scratch ring for IPC collectives (two slots per rank and communicator)", NULL},

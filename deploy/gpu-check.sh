@@ -182,7 +182,9 @@ compare "bf16 1 CUDA rank, PX_CUDA_ATTN=cudnn vs tensor-core attention" "$work/g
 section "5. collectives busbw (GB/s), 2 ranks"
 echo "-- px-ipc-check: dp=2 ranks on GPU 0, device buffers through CUDA IPC vs staged vs host, bit for bit"
 timeout 150 "$bin/px-ipc-check" -n 2 --device cuda > "$work/ipc_check.txt" 2>&1; rc=$?
-tail -6 "$work/ipc_check.txt"; [ $rc -eq 0 ] || { echo "px-ipc-check: exit $rc"; fail=1; }
+tail -6 "$work/ipc_check.txt"
+[ $rc -eq 0 ] || { echo "px-ipc-check: exit $rc; its failed cases and errors:"
+                   grep -E '^(rank [0-9]+:|px_launch:)' "$work/ipc_check.txt" | head -20; fail=1; }
 for op in all_reduce all_gather; do
   echo "-- px-coll-bench $op, host buffers"
   timeout 90 "$bin/px-coll-bench" -n 2 --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8 | tee "$work/host_$op.txt"

@@ -292,6 +292,8 @@ static px_status_t assemble_layout(px_trainer_t *tr, const char *device)
     if (tr->ops != px_kernels_cpu()) {
         px_transport_set_device_memory(tr->ops, px_kernels_is_device_ptr);
         px_transport_set_pinned_memory(px_kernels_host_alloc, px_kernels_host_free);
+        /* a CUDA device: NCCL may run the collectives (PX_COLL_BACKEND) */
+        px_transport_set_comm_device(px_kernels_comm_device());
     }
     px_mem_set_backend(tr->ops);
     const int wsize = tr->world ? px_comm_size(tr->world) : 1;

@@ -119,6 +119,15 @@ void px_kernels_host_free(void *p)
     free(p);
 }
 
+const px_comm_device_t *px_kernels_comm_device(void)
+{
+#if PX_HAVE_CUDA
+    return px_cuda_comm_device();
+#else
+    return NULL;
+#endif
+}
+
 px_status_t px_kernels_check(const px_kernel_ops_t *ops)
 {
 #if PX_HAVE_CUDA

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 
+#include "px_comm_device.h"
 #include "px_kernels.h"
 #include "px_status.h"
 
@@ -51,6 +52,12 @@ int px_kernels_is_device_ptr(const void *p);
  * px_kernels_host_free (NULL no-op), which frees either kind. */
 void *px_kernels_host_alloc(size_t bytes);
 void px_kernels_host_free(void *p);
+
+/* The device's px_comm_device_t (px_comm_device.h), for collectives that
+ * run on its stream (transport/px_devmem.h px_transport_set_comm_device:
+ * NCCL): the CUDA backend's once a cuda device is open, else NULL (a CPU
+ * or simulated device, a build without CUDA). */
+const px_comm_device_t *px_kernels_comm_device(void);
 
 /* PX_OK, or the first error the table's ops met (the CUDA backend keeps a
  * sticky status, checked here after a sync; the CPU table never fails). */

@@ -175,6 +175,18 @@ void px_transport_set_device_memory(const px_kernel_ops_t *k, int (*is_device)(c
     dev_is_device = k && is_device ? is_device : NULL;
 }
 
+static const px_comm_device_t *comm_device;
+
+void px_transport_set_comm_device(const px_comm_device_t *dev)
+{
+    comm_device = dev;
+}
+
+const px_comm_device_t *px__comm_device(void)
+{
+    return comm_device;
+}
+
 static void *(*pinned_alloc)(size_t bytes);
 static void (*pinned_free)(void *p);
 

@@ -43,13 +43,52 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "px_comm_device.h"
 #include "px_kernels.h"
+#include "px_transport.h"
 
 /* Registers the device backend: `k` (a kernel table whose memory is device
  * memory: its mem_copy_to_host / mem_copy_from_host / synchronize are used)
  * and `is_device` (1 when a pointer is that backend's device memory).
  * NULL, NULL unregisters. Borrowed; both must outlive every collective. */
 void px_transport_set_device_memory(const px_kernel_ops_t *k, int (*is_device)(const void *p));
+
+/* Registers what collectives that run on the device's own stream need
+ * (px_comm_device.h: the GPU's identity, the compute stream, fences):
+ * the NCCL engine below runs only where one is registered. NULL
+ * unregisters. Borrowed; must outlive every collective. Set beside
+ * px_transport_set_device_memory.
+ *
+ * The engine between GPUs (paths/nccl): PX_COLL_BACKEND chooses it for
+ * collectives on device buffers: "px" never, "nccl" always, "auto" (the
+ * default) where every rank of the communicator has a GPU of its own
+ * (node name and PCI bus id, exchanged at the communicator's first
+ * device collective) and NCCL loads and initialises on every rank.
+ * libnccl.so.2 (or PX_NCCL_LIBRARY) is opened with dlopen at that first
+ * collective, never at build time. Where auto does not take NCCL, the
+ * paths above run the collective (IPC, staging) and each rank logs why;
+ * where "nccl" cannot, every collective on device buffers of that
+ * communicator fails with PX_ERR_UNAVAILABLE naming the reason (its host
+ * collectives go on). A value other than these
+ * three makes communicator creation fail with PX_ERR_INVALID_ARGUMENT
+ * naming it. NCCL runs all-reduce, reduce-scatter, all-gather, broadcast
+ * and all-to-all(-v) (grouped ncclSend/ncclRecv) of device buffers, on
+ * the registered stream; send/recv stay on the paths above (tags and
+ * nonblocking pairs have no faithful NCCL form on one stream). Its
+ * results are NCCL's (its summation order; fp16/bf16 reduce in their own
+ * precision); AVG is a SUM divided once on the device, as elsewhere. A
+ * mismatch of arguments between ranks is not detected (no header
+ * exchange): it runs into the deadline. A deadline, a dead peer, an abort
+ * or a cancelled request abort the NCCL communicator (ncclCommAbort), so
+ * nothing hangs; the error is the one the other paths give. */
+void px_transport_set_comm_device(const px_comm_device_t *dev);
+
+/* Which engine runs `comm`'s collectives on device buffers: 1 NCCL, 0
+ * the transport's own paths, -1 not decided yet (no device collective so
+ * far). `why` (len bytes, may be NULL) gets the reason in words ("NCCL
+ * 2.28.3, every rank its own GPU", "PX_COLL_BACKEND=px", "rank 1: NCCL
+ * library not loaded: ..."), the text the rank log shows. */
+int px_comm_device_engine(const px_comm_t *comm, char *why, size_t len);
 
 /* The device memory the transport itself holds, process-wide, in bytes:
  * the CUDA IPC scratch rings (px_ipc.h: (PX__IPC_NSLOT + 1) slots of

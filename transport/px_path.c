@@ -2,15 +2,18 @@
  * only way to them.
  *
  * Order matters: a collective takes the first path that wants it. The
- * shared-memory path wants host buffers only, CUDA IPC and staging device
- * buffers only, and IPC comes before staging (staging takes every device
+ * shared-memory path wants host buffers only, NCCL, CUDA IPC and staging
+ * device buffers only; NCCL comes before the other two (where PX_COLL_BACKEND and the
+ * ranks' GPUs let it run a communicator, it runs every collective it has),
+ * and IPC comes before staging (staging takes every device
  * buffer IPC leaves: ranks on several nodes, IPC off, fp16/bf16
  * reductions). */
 #include "px_path.h"
 
 #include <stddef.h>
 
-static const px__path_t *const paths[] = {&px__path_shm, &px__path_ipc, &px__path_stage};
+static const px__path_t *const paths[] = {&px__path_shm, &px__path_nccl, &px__path_ipc,
+                                          &px__path_stage};
 #define NPATHS (sizeof(paths) / sizeof(*paths))
 
 const px__path_t *px__path_choose(px_comm_t *comm, const px__coll_args_t *a)

@@ -14,7 +14,7 @@
  *
  * A collective's start, and a send's or a receive's (px_coll.c), asks the
  * paths in table order whether they want it (shm, ipc, stage); the first
- * that does runs it, and when none does the host algorithm (px_algo.c)
+ * that does runs it (shm, nccl, ipc, stage), and when none does the host algorithm (px_algo.c)
  * runs it. Every operation but `wants` may be
  * NULL (nothing to do). Runs on the thread using the communicator. */
 #ifndef PX_PATH_H
@@ -90,6 +90,7 @@ typedef struct px__path {
 
 /* The paths, defined in their folders (paths/NAME/); px_path.c orders them. */
 extern const px__path_t px__path_shm;
+extern const px__path_t px__path_nccl;
 extern const px__path_t px__path_ipc;
 extern const px__path_t px__path_stage;
 

@@ -244,13 +244,18 @@ void px__progress_worker(px_comm_t *comm)
 
 void px__sleep(px_comm_t *comm, int timeout_ms)
 {
+    if (px__paths_sleep(comm, timeout_ms))
+        return; /* slept (or spun) on a path's counter (shm) or fence (nccl) */
+    px__sleep_fd(comm, -1, timeout_ms);
+}
+
+void px__sleep_fd(px_comm_t *comm, int extra_fd, int timeout_ms)
+{
     px_comm_t *w = comm->root;
     struct pollfd fixed[16], *fds = fixed;
-    nfds_t n = 0, cap = 4 + (nfds_t)w->n_pid;
+    nfds_t n = 0, cap = 5 + (nfds_t)w->n_pid;
     ucs_status_t st;
 
-    if (px__paths_sleep(comm, timeout_ms))
-        return; /* slept (or spun) on a path's counter (shm) */
     w->news_us = 0; /* after the poll below, look at the watch fd and pidfds again */
     st = ucp_worker_arm(comm->tr->worker);
     if (st == UCS_ERR_BUSY)
@@ -259,11 +264,15 @@ void px__sleep(px_comm_t *comm, int timeout_ms)
         fds = malloc(cap * sizeof(*fds));
         if (!fds) {
             fds = fixed;
-            cap = 4;
+            cap = 5;
         }
     }
     fds[n].fd = comm->tr->efd;
     fds[n++].events = POLLIN;
+    if (extra_fd >= 0) {
+        fds[n].fd = extra_fd;
+        fds[n++].events = POLLIN;
+    }
     if (comm->abort_efd >= 0) {
         fds[n].fd = comm->abort_efd;
         fds[n++].events = POLLIN;

@@ -40,6 +40,7 @@
 #include "px_status.h"
 #include "px_transport.h"
 #include "px_coll.h"
+#include "px_devmem.h"
 #include "px_kernels.h"
 
 #define PX__TAG_KIND_P2P    0u
@@ -175,6 +176,8 @@ struct px_comm {
     struct px__ipc *ipc;  /* the peers' mapped device rings (paths/ipc) */
     int ipc_state;        /* IPC: 0 not set up yet, 1 on, -1 off (device buffers staged) */
     struct px__verdict *verdict; /* world: the peers' failure notices (px_verdict.c) */
+    struct px__nccl *nccl; /* the NCCL engine of device buffers (paths/nccl), NULL until
+                            * its first device collective decided */
 };
 
 /* Pipeline depth of the ring (chunks in flight per direction). */
@@ -344,6 +347,7 @@ struct px_request {
 
     void *shm;             /* shared-memory path state (paths/shm), freed with the request */
     struct px__ipcreq *ipc; /* device buffers through the peers' rings (paths/ipc), or NULL */
+    struct px__ncclreq *nccl; /* a collective NCCL runs (paths/nccl), or NULL */
     void *tmp[4];          /* temporaries (comm cache or owned): 0, 1 algorithm, 2 ring
                             * slots, 3 fp16/bf16 or device staging */
 };
@@ -411,6 +415,8 @@ const px_kernel_ops_t *px__dev_ops(void);
 int px__is_device(const void *p);
 /* 1 when `a` or `b` (NULL: none) is device memory. */
 int px__on_device(const void *a, const void *b);
+/* The registered px_comm_device_t (px_transport_set_comm_device), or NULL. */
+const px_comm_device_t *px__comm_device(void);
 /* The chunk of a device buffer's transfer in bytes (px_transport_set_stage_chunk). */
 size_t px__dev_chunk(void);
 /* Host memory for temporaries and staging: the registered pinned allocator
@@ -468,6 +474,11 @@ void px__progress_worker(px_comm_t *comm);
 /* Sleeps on the worker efd, the abort efds, the watch fd and the pidfds
  * until one fires or `timeout_ms` passes. */
 void px__sleep(px_comm_t *comm, int timeout_ms);
+/* The same without asking the paths' sleep hooks, and with `extra_fd`
+ * (>= 0; -1: none) among the descriptors polled for POLLIN: a path's
+ * sleep hook that waits on a descriptor of its own (paths/nccl: a device
+ * fence) as well as on what every wait watches. */
+void px__sleep_fd(px_comm_t *comm, int extra_fd, int timeout_ms);
 
 /* --- px_verdict.c: which rank died first when several look dead --- */
 

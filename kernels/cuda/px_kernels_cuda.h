@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 
+#include "px_comm_device.h"
 #include "px_dtype.h"
 #include "px_kernels.h"
 #include "px_status.h"
@@ -65,6 +66,10 @@ void px_cuda_reduce_avg_finish(px_dtype_t dtype, void *dst, size_t count, int n)
  * cudaMemoryTypeDevice), else 0 (host, pinned or managed memory, or no
  * CUDA runtime). Cheap after the first call; any thread. */
 int px_cuda_is_device_ptr(const void *p);
+
+/* The backend's px_comm_device_t (px_comm_device.h: PCI bus id, compute
+ * stream, fences; px_comm_cuda.cu) once a device is open, else NULL. */
+const px_comm_device_t *px_cuda_comm_device(void);
 
 /* `bytes` of page-locked host memory (cudaHostAlloc) once the backend is
  * open, else NULL (the caller falls back to malloc). px_cuda_host_free

@@ -11,7 +11,12 @@
  * and on host buffers of the world, on random floats of mixed magnitudes
  * (a different summation order would show), and compares the results
  * byte for byte. It also checks that the split made no host copy (it did
- * go through IPC) and ran device reductions.
+ * go through IPC) and ran device reductions wherever the rank had elements
+ * to reduce (ipc_check_case.h: an all-reduce of fewer elements than ranks
+ * leaves the higher ranks none). The ranks add up their failed cases in
+ * one all-reduce at the end: rank 0's PASS or FAIL line speaks for every
+ * rank, each failed case has a line naming it on the rank that saw it,
+ * and every rank exits 1 when any case failed anywhere, 0 otherwise.
  *
  * usage: px-ipc-check [-n RANKS] [--device cuda|cuda:K]
  * Exit: 0 pass, 1 fail, 77 skip (no CUDA build or no GPU). */
@@ -22,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ipc_check_case.h"
 #include "px_coll.h"
 #include "px_devmem.h"
 #include "px_kernels.h"
@@ -100,8 +106,10 @@ static int dev_run(px_comm_t *c, int kind, px_redop_t op, const float *h, size_t
     const px_kernel_ops_t *k = &counted;
     void *din = k->mem_alloc(in_n * 4), *dout = k->mem_alloc(out_n * 4);
     int rc = 1;
-    if (!din || !dout)
+    if (!din || !dout) {
+        fprintf(stderr, "%s count %llu: no device memory\n", names[kind], (unsigned long long)cnt);
         goto out;
+    }
     k->mem_copy_from_host(din, h, in_n * 4);
     if (run(c, kind, op, din, dout, cnt) != PX_OK) {
         fprintf(stderr, "%s: %s\n", names[kind], px_comm_last_error(c));
@@ -142,13 +150,19 @@ static int rank_main(px_launch_rank_t *ctx)
     {
         float *d = cuda->mem_alloc(4096);
         px_coll_opts_t ring = {PX_ALGO_RING, -1}; /* a ring all-reduce decides the path */
-        if (px_allreduce_opts(ctx->comm, d, d, 1024, PX_FLOAT32, PX_SUM, &ring) != PX_OK)
+        if (!d || px_allreduce_opts(ctx->comm, d, d, 1024, PX_FLOAT32, PX_SUM, &ring) != PX_OK) {
+            fprintf(stderr, "rank %d: the world's first device all-reduce failed: %s\n", r,
+                    d ? px_comm_last_error(ctx->comm) : "no device memory");
             return 1;
+        }
         cuda->mem_free(d);
     }
     px_transport_set_device_memory(&counted, px_kernels_is_device_ptr);
-    if (px_comm_split(ctx->comm, 0, r, &split) != PX_OK)
+    if (px_comm_split(ctx->comm, 0, r, &split) != PX_OK) {
+        fprintf(stderr, "rank %d: split of the world failed: %s\n", r,
+                px_comm_last_error(ctx->comm));
         return 1;
+    }
     for (unsigned ci = 0; ci < sizeof counts / sizeof *counts; ci++)
         for (int kind = K_AR; kind <= K_A2A; kind++)
             for (int avg = 0; avg < (kind <= K_RS ? 2 : 1); avg++) {
@@ -159,15 +173,22 @@ static int rank_main(px_launch_rank_t *ctx)
                 size_t res_n = out_n;
                 float *h = malloc(in_n * 4), *want = malloc(in_n * 4), *st = malloc(in_n * 4),
                       *ip = malloc(in_n * 4);
-                if (!h || !want || !st || !ip)
+                if (!h || !want || !st || !ip) {
+                    fprintf(stderr, "rank %d: %s count %llu: no host memory\n", r, names[kind],
+                            (unsigned long long)cnt);
                     return 1;
+                }
                 for (size_t i = 0; i < in_n; i++)
                     h[i] = (kind == K_BCAST && r) || (kind == K_AG && i / cnt != (size_t)r)
                                ? -1e30f : val(r, i);
                 memcpy(want, h, in_n * 4);
                 if (run(ctx->comm, kind, op, want, kind == K_AG || kind == K_BCAST ? want : st,
-                        cnt) != PX_OK)
+                        cnt) != PX_OK) {
+                    fprintf(stderr, "rank %d: %s %s count %llu: host run failed: %s\n", r,
+                            names[kind], px_redop_name(op), (unsigned long long)cnt,
+                            px_comm_last_error(ctx->comm));
                     return 1;
+                }
                 if (kind != K_AG && kind != K_BCAST)
                     memcpy(want, st, res_n * 4);
                 long hc0 = host_copies, dr0 = dev_reduces;
@@ -179,7 +200,10 @@ static int rank_main(px_launch_rank_t *ctx)
                 /* the IPC run's own copies: the input in and the result out */
                 long ipc_host = host_copies - hc1 - 2, ipc_red = dev_reduces - dr1;
                 int same_st = !memcmp(st, want, res_n * 4), same_ip = !memcmp(ip, want, res_n * 4);
-                int via_ipc = ipc_host == 0 && (kind > K_RS || ipc_red > 0);
+                int what = kind == K_AR   ? PX_IPC_CASE_ALLREDUCE
+                           : kind == K_RS ? PX_IPC_CASE_REDUCE_SCATTER
+                                          : PX_IPC_CASE_MOVE;
+                int via_ipc = px_ipc_case_went_ipc(what, cnt, n, r, ipc_host, ipc_red);
                 if (!same_st || !same_ip || !via_ipc) {
                     bad++;
                     fprintf(stderr, "rank %d: %s %s count %llu: staged %s, IPC %s the host path; "
@@ -198,11 +222,18 @@ static int rank_main(px_launch_rank_t *ctx)
             }
     px_comm_destroy(split);
     px_transport_set_device_memory(NULL, NULL);
+    /* every rank's failures, so that the verdict is the job's, not rank 0's */
+    int32_t mine = bad, all_bad = 0;
+    if (px_allreduce(ctx->comm, &mine, &all_bad, 1, PX_INT32, PX_SUM, -1) != PX_OK) {
+        fprintf(stderr, "rank %d: the final count of failed cases failed: %s\n", r,
+                px_comm_last_error(ctx->comm));
+        return 1;
+    }
     if (r == 0)
-        printf("px-ipc-check n=%d on %s: %d cases, IPC and staged results %s the host path's bit "
-               "for bit: %s\n", n, device, cases, bad ? "NOT all equal to" : "equal to",
-               bad ? "FAIL" : "PASS");
-    return bad ? 1 : 0;
+        printf("px-ipc-check n=%d on %s: %d cases on each rank, %d failed on some rank: IPC and "
+               "staged results %s the host path's bit for bit: %s\n", n, device, cases,
+               (int)all_bad, all_bad ? "NOT all equal to" : "equal to", all_bad ? "FAIL" : "PASS");
+    return all_bad ? 1 : 0;
 }
 
 /* The number of CUDA devices, asked in a child process: a CUDA runtime

@@ -279,6 +279,8 @@ static int run_rank(main_args_t *a)
             /* staging through pinned memory, as a training rank does (train.c):
              * pageable buffers would make the copies slower and synchronous */
             px_transport_set_pinned_memory(px_kernels_host_alloc, px_kernels_host_free);
+            /* NCCL may run them (PX_COLL_BACKEND), as in a training rank */
+            px_transport_set_comm_device(px_kernels_comm_device());
             a->cfg.device_ops = ops;
         }
         if (px_bench_cfg_validate(&a->cfg, a->world, err, sizeof err) != PX_OK) {
