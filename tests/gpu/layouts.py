@@ -13,7 +13,7 @@ tokens, and is checked three ways:
   * bf16 against the same layout in fp32: loss within 1e-2;
   * bf16 against the same layout in bf16 on the CPU: loss within 1e-3 (the
     same rounding, another accumulation order); not run with --device cpu.
-Layouts: dp=2 with ZeRO 1, 2 and 3; tp=2 with and without
+Layouts: dp=2 with ZeRO 0, 1, 2 and 3; tp=2 with and without
 --sequence-parallel; pp=2 with gpipe, 1f1b, zb1 (4 micro-batches) and
 interleaved with 2 virtual stages; cp=2 (ring attention); 8 experts top-2
 (dropless) with ep=2 and with ep=1 (dp=2), against one rank with the same
@@ -48,6 +48,7 @@ MOE = ['--experts', '8', '--top-k', '2', '--dropless', '--aux-loss-coef', '0.01'
 PP = ['--pp', '2', '--micro-batches', '4', '--schedule']
 # name: (ranks, reference model: 'dense' or 'moe', the layout's flags)
 LAYOUTS = {
+    'dp2': (2, 'dense', []),
     'dp2-zero1': (2, 'dense', ['--zero', '1']),
     'dp2-zero2': (2, 'dense', ['--zero', '2']),
     'dp2-zero3': (2, 'dense', ['--zero', '3']),
@@ -152,22 +153,25 @@ def main():
         if not only or 'ckpt' in only:
             ckpt = [pool.submit(checkpoint_pair, run, a.work, src, dst)
                     for src, dst in ((dev, 'cpu'), ('cpu', dev))]
+        head = ('layout', 'ranks', 'fp32 loss', 'fp32 norm', 'bf16/fp32', 'bf16/cpu bf16',
+                'result')
+        print('layouts on %s (%d steps; fp32 loss <= %g, norm <= %g; bf16 vs fp32 <= %g; '
+              'bf16 vs cpu bf16 <= %g; relative, worst step)' %
+              (dev, STEPS, TOL_F32_LOSS, TOL_F32_NORM, TOL_BF16_F32, TOL_BF16_CPU))
+        print('%-20s %5s %10s %10s %10s %13s %s' % head, flush=True)
         refs = {m: f.result() for m, f in refs.items()}
         rows = []
+
+        def show(r):  # each row as soon as it is known: a cut-short run keeps them
+            rows.append(r)
+            print('%-20s %5d %10s %10s %10s %13s %s' % (
+                r[0], r[1], fmt(r[2]), fmt(r[3]), fmt(r[4]), fmt(r[5]),
+                'PASS' if r[6] else 'FAIL (%s)' % r[7]), flush=True)
         for n in todo:
             world, m, _ = LAYOUTS[n]
-            rows.append(layout_row(n, world, refs[m], [f.result() for f in jobs[n]], on_cpu))
-        if ckpt:
-            rows += [f.result() for f in ckpt]
-    head = ('layout', 'ranks', 'fp32 loss', 'fp32 norm', 'bf16/fp32', 'bf16/cpu bf16', 'result')
-    print('layouts on %s (%d steps; fp32 loss <= %g, norm <= %g; bf16 vs fp32 <= %g; '
-          'bf16 vs cpu bf16 <= %g; relative, worst step)' %
-          (dev, STEPS, TOL_F32_LOSS, TOL_F32_NORM, TOL_BF16_F32, TOL_BF16_CPU))
-    print('%-20s %5s %10s %10s %10s %13s %s' % head)
-    for r in rows:
-        print('%-20s %5d %10s %10s %10s %13s %s' % (r[0], r[1], fmt(r[2]), fmt(r[3]), fmt(r[4]),
-                                                   fmt(r[5]), 'PASS' if r[6] else
-                                                   'FAIL (%s)' % r[7]))
+            show(layout_row(n, world, refs[m], [f.result() for f in jobs[n]], on_cpu))
+        for f in ckpt or []:
+            show(f.result())
     failed = [r[0] for r in rows if not r[6]]
     print('layouts: %d rows, %d failed%s' % (len(rows), len(failed),
                                              (': ' + ' '.join(failed)) if failed else ''))
