@@ -62,6 +62,7 @@ SKIP = [
     (r'tests/bench/|tests/engine/bench_', 'a benchmark (minutes, wants an idle machine)'),
     (r'srun ', 'needs Slurm'),
     (r'build/rank/parallax-rank --device cuda', 'needs a GPU'),
+    (r'gpu-bundle/gpu-check\.sh', 'needs a GPU (the folder deploy/gpu-bundle.sh packs)'),
     (r'scrape_configs:|- job_name:|honor_labels:|static_configs:', 'Prometheus configuration'),
     (r'tensorboard --logdir', 'a web server (integration-tensorboard reads the event files with '
      'TensorBoard\'s EventAccumulator)'),

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """coll.py: the collectives section of deploy/gpu-check.sh: busbw of
 all-reduce, all-gather, reduce-scatter and all-to-all, 2 ranks, sizes
 4 KiB - 256 MiB, each path beside the others and beside the copy limit.
@@ -19,7 +19,9 @@ the machine has 2 GPUs, else world 1 with a line saying the 2-rank figure
 cannot be measured on one GPU.
 
 busbw as nccl-tests counts it (all-reduce 2(n-1)/n x algbw, the others
-(n-1)/n). Prints one table per op; exits 1 when a px-coll-bench run failed
+(n-1)/n). Prints one table per op, then the goals on the device path
+(64 MiB all-reduce, all-gather, reduce-scatter >= 300 GB/s busbw; 4 KiB
+all-reduce <= 30 us: met or not, not a failure); exits 1 when a px-coll-bench run failed
 or (with --check) reported wrong elements.
 
 usage: coll.py --bench PX_COLL_BENCH [--device cuda|cuda:K|fake]
@@ -147,7 +149,7 @@ def main():
     cols = modes(a.device)
     limit = copy_limit(sizes, a.device) if a.copy_limit else None
     nres, nworld, notes = nccl(a.nccl, a, sizes) if a.nccl else ({}, 0, [])
-    failed = []
+    failed, goals = [], []
     for op in a.ops:
         got = {}
         for name, env, flags in cols:
@@ -181,6 +183,18 @@ def main():
                 r = nres.get(op, {}).get(size)
                 row.append(cell((r['busbw'] if nworld > 1 else r['algbw']) if r else None))
             print(' '.join(row))
+        dev = got[cols[0][0]] if a.device != 'fake' else None
+        if isinstance(dev, dict):
+            r = dev.get(64 << 20)
+            if r and op != 'all_to_all':
+                goals.append('goal %s 64 MiB busbw >= 300 GB/s on the device path: %.1f GB/s: %s'
+                             % (op, r['busbw'], 'met' if r['busbw'] >= 300 else 'not met'))
+            r = dev.get(4 << 10)
+            if r and op == 'all_reduce':
+                goals.append('goal all_reduce 4 KiB <= 30 us on the device path: %.1f us: %s' %
+                             (r['time_us'], 'met' if r['time_us'] <= 30 else 'not met'))
+    for g in goals:
+        print(g)
     if isinstance(limit, str):
         print('copy limit: not measured: %s' % limit)
     if nres and nworld <= 1:

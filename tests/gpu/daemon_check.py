@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """daemon_check.py: the daemon section of deploy/gpu-check.sh: multi-rank
 jobs through parallaxd on one GPU shared by its ranks, against the same
 layouts run standalone.

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """layouts.py: every parallel layout on one device against one rank on it,
 the layouts section of deploy/gpu-check.sh (and, with --device sim or cpu,
 a test of this driver where no GPU is).

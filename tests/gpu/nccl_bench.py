@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """NCCL's collectives through torch.distributed, the NCCL column of the
 device check's collectives section (coll.py): all-reduce, all-gather,
 reduce-scatter and all-to-all, sizes --min to --max (x4), busbw as

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """ncu_profile.py: where a training step's GPU time goes, by op family,
 from Nsight Compute's per-kernel summary; the profile section of
 deploy/gpu-check.sh.

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """sdpa_bench.py: PyTorch's scaled_dot_product_attention at the GPT-2 124M
 shape (B 8, T 1024, 12 heads of 64, causal, bf16), forward + backward, with
 each backend alone: flash, cuDNN, memory-efficient (and math, for

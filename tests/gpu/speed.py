@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """speed.py: the speed section of deploy/gpu-check.sh: the GPT-2 124M shape
 (12 x 768, 12 heads, seq 1024, vocab 50257 padded to 50304) trained by
 parallax-rank, by PyTorch eager and by torch.compile (torch_gpt2.py, the
@@ -20,7 +20,7 @@ Goals printed (met or not; not a failure): parallax >= 45% MFU at a batch
 the CPU (PyTorch without compile), to test this driver where no GPU is.
 usage: speed.py --rank BIN --torch-gpt2 PY [--batches 8,32,64] [--steps 10]
                 [--peak-tflops 989] [--device cuda|cpu] [--tiny] [--no-compile]
-                [--work DIR]"""
+                [--work DIR] [--timeout S (a run)] [--deadline S (all of it)]"""
 import argparse
 import math
 import os
@@ -109,11 +109,18 @@ def main():
     ap.add_argument('--tiny', action='store_true')
     ap.add_argument('--no-compile', action='store_true')
     ap.add_argument('--timeout', type=int, default=120, help='seconds per run')
+    ap.add_argument('--deadline', type=int, default=0, help='seconds for everything (0: no '
+                    'limit); each run gets what is left, the table prints what was measured')
     ap.add_argument('--work', default='/tmp')
     a = ap.parse_args()
     if a.steps <= a.warmup:
         ap.error('--steps %d must exceed --warmup %d' % (a.steps, a.warmup))
     batches = [int(b) for b in a.batches.split(',') if b]
+    end = time.time() + a.deadline if a.deadline > 0 else None
+
+    def left(t):
+        """a run's time limit: t, or what is left of --deadline (at least 5 s)"""
+        return t if end is None else int(max(5, min(t, end - time.time())))
     m = TINY if a.tiny else FULL
     fpt = flops_per_token(m)
     os.makedirs(a.work, exist_ok=True)
@@ -127,20 +134,29 @@ def main():
     rows = {}
     for b in batches:
         t0 = time.time()
-        tps, l0, err = ours(a, m, b, 'bf16', data, a.timeout)
+        tps, l0, err = ours(a, m, b, 'bf16', data, left(a.timeout))
         print('parallax bf16 batch %d: %s (%.0f s)' % (b, err or '%.0f tokens/s' % tps,
                                                        time.time() - t0), flush=True)
         if err:
             fails.append('parallax bf16 batch %d' % b)
         rows[b] = {'ours': tps}
         first.setdefault('parallax bf16', l0)
+    f32, l0, err = ours(a, m, batches[0], 'fp32', data, left(a.timeout))
+    if err:
+        fails.append('parallax fp32')
+        print('parallax fp32: %s' % err)
+    first['parallax fp32'] = l0
     t0 = time.time()
-    eager, err = theirs(a, m, batches, 'bf16', False, a.timeout * 2)
+    eager, err = theirs(a, m, batches, 'bf16', False, left(a.timeout * 2))
     print('torch eager bf16: %s (%.0f s)' % (err or 'ok', time.time() - t0), flush=True)
+    t32, err = theirs(a, m, batches[:1], 'fp32', False, left(a.timeout))
+    if err:
+        print('torch fp32: %s' % err)
+    tf32 = t32.get(batches[0], (None, None))[0]
     comp = {}
-    if not a.no_compile:
+    if not a.no_compile:  # last: the longest, and what a deadline cuts short
         t0 = time.time()
-        comp, err2 = theirs(a, m, batches, 'bf16', True, a.timeout * 3)
+        comp, err2 = theirs(a, m, batches, 'bf16', True, left(a.timeout * 3))
         print('torch.compile bf16: %s (%.0f s)' % (err2 or 'ok', time.time() - t0), flush=True)
     for b in batches:
         rows[b]['eager'] = eager.get(b, (None, None))[0]
@@ -149,15 +165,6 @@ def main():
         first['torch eager bf16'] = eager[min(eager)][1]
     if comp:
         first['torch.compile bf16'] = comp[min(comp)][1]
-    f32, l0, err = ours(a, m, batches[0], 'fp32', data, a.timeout)
-    if err:
-        fails.append('parallax fp32')
-        print('parallax fp32: %s' % err)
-    first['parallax fp32'] = l0
-    t32, err = theirs(a, m, batches[:1], 'fp32', False, a.timeout)
-    if err:
-        print('torch fp32: %s' % err)
-    tf32 = t32.get(batches[0], (None, None))[0]
 
     def c(x, pct=True):
         if x is None:

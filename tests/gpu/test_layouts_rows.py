@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """test_layouts_rows.py: layouts.py's verdicts on made-up metrics (no runs):
 equal figures pass; a loss 1e-4 off one rank's, a grad norm 1e-3 off, ranks
 that disagree, a step missing, a bf16 loss 2e-2 off fp32 or 2e-3 off the

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """test_ncu_profile.py: ncu_profile.py's reading of Nsight Compute's
 per-kernel summary, on a captured sample (ncu-sample-124m-bf16-b8.txt: the
 first 1,500 kernels of a GPT-2 124M bf16 step at batch 8 on an H200, the

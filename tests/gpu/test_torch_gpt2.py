@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """test_torch_gpt2.py: the PyTorch baseline of the device check
 (torch_gpt2.py) starts where parallax's model does.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """PyTorch baseline for deploy/gpu-check.sh's speed section: the GPT-2 124M
 shape (or any --layers/--heads/--dim/--seq) trained with AdamW on random
 tokens, printing tokens/s and MFU as llm.c counts FLOPs (6N + 6*L*C*T per
