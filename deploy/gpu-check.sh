@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317  # the section_* functions run in a child: gpu-check.sh __section NAME
 # The device check, run on a GPU machine from the folder deploy/gpu-bundle.sh
 # made (the machine has the NVIDIA driver, CUDA runtime, cuBLAS and PyTorch;
 # cuDNN, NCCL and ncu where it has them). Every figure goes to stdout.
