@@ -33,7 +33,8 @@
 #              (py/speed.py)
 #   --sim  no GPU: the sections that have a CPU form run it (layouts on the
 #          simulated device, daemon on sim:1, coll on the fake device and host
-#          buffers); the others SKIP. For trying the bundle on a CPU machine.
+#          buffers); the others SKIP. For trying the bundle on a CPU machine;
+#          the limits are 3x (its ranks run slower).
 # Each section prints a header, PASS/FAIL lines and its time, and runs under
 # its own time limit (BUDGET below, 480 s in all; a hung section is killed
 # with its processes and counts as FAIL; the section's drivers print as they
@@ -52,14 +53,6 @@ order=(ops layouts daemon attn coll profile speed)
 # attn 30 (15), coll 75 (55), profile 60 (40), speed 140 (120)
 declare -A BUDGET=([ops]=40 [layouts]=90 [daemon]=45 [attn]=30 [coll]=75 [profile]=60
                    [speed]=140)
-# PX_CHECK_LIMIT_<section>=S overrides one (a longer run on a slower GPU; tests)
-for s in "${order[@]}"; do
-  v=PX_CHECK_LIMIT_$s
-  if [ -n "${!v:-}" ]; then
-    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check.sh: $v='${!v}' is not a number of seconds" >&2; exit 2; }
-    BUDGET[$s]=${!v}
-  fi
-done
 
 usage() {
   sed -n '/^# Usage:/,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -206,6 +199,16 @@ for a in "$@"; do
   esac
 done
 [ ${#want[@]} -gt 0 ] || want=("${order[@]}")
+# --sim: three times the limits (a CPU machine runs the ranks slower); then
+# PX_CHECK_LIMIT_<section>=S sets one (a slower GPU; tests)
+for s in "${order[@]}"; do
+  [ "$sim" = 1 ] && BUDGET[$s]=$(( 3 * BUDGET[$s] ))
+  v=PX_CHECK_LIMIT_$s
+  if [ -n "${!v:-}" ]; then
+    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check.sh: $v='${!v}' is not a number of seconds" >&2; exit 2; }
+    BUDGET[$s]=${!v}
+  fi
+done
 
 work=$(mktemp -d /tmp/px-gpu-check.XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -64,7 +64,7 @@ def main():
     res = summary(out)
     check('--sim coll daemon: exit 0, coll PASS, daemon PASS or SKIP',
           rc == 0 and res.get('coll') == 'PASS' and res.get('daemon') in ('PASS', 'SKIP') and
-          'collectives: PASS' in out and '=== coll (limit 75 s' in out and
+          'collectives: PASS' in out and '=== coll (limit 225 s' in out and
           re.search(r'^--- coll: PASS in \d+ s$', out, re.M) and 'gpu-check: PASS' in out, out)
 
     rc, out = run(bundle, ['--sim', 'ops', 'attn'], env)
