@@ -1,204 +1,281 @@
 #!/usr/bin/env bash
-# The device check, run on a GPU machine from the folder
-# deploy/gpu-bundle.sh made (CUDA driver/runtime, cuBLAS and PyTorch there;
-# nothing else needed). One command, at most ~8 minutes, every figure on
-# stdout:
-#   1. px-opcheck: each CUDA op against its CPU reference (fp32 1e-5, bf16 1e-2)
-#      (with cuDNN's fused attention, PX_CUDA_ATTN=cudnn, against the same
-#      reference at 1e-2, and its lse against the tensor-core kernels')
-#   2. the bf16 cuBLAS GEMM peak (8192^3), and the bf16 attention's rate at
-#      the 124M shape on the tensor cores, on the CUDA cores (simt) and
-#      through cuDNN (ms forward and backward apart; goal <= 0.6 ms)
-#   3. the GPT-2 124M shape (12 x 768, 12 heads, seq 1024, vocab 50257 padded
-#      to 50304) in bf16 (--precision bf16: bf16 GEMMs, fp32 elsewhere):
-#      parallax's tokens/s and MFU (llm.c's count, 6N + 6*L*C*T FLOPs per
-#      token, over the spec peak and over the measured GEMM peak) beside
-#      PyTorch bf16 autocast on the same GPU, model and batch, and the ratio;
-#      parallax fp32 beside it for reference; and parallax bf16 with
-#      PX_CUDA_ATTN=cudnn (tokens/s beside the tensor-core kernels')
-#   4. equivalence on the GPU: one CUDA rank against one CPU rank, and dp=2
-#      (two ranks on the one GPU) against one rank, 5 steps, fp32, loss 1e-5;
-#      and one CUDA rank in bf16 against it in fp32 (loss 1e-2) and against
-#      one CPU rank in bf16 (1e-3: the same rounding, different accumulation);
-#      and bf16 with PX_CUDA_ATTN=cudnn against bf16 on the tensor cores (1e-3)
-#   5. collectives: px-ipc-check (2 ranks on the GPU all-reducing, reduce-
-#      scattering, gathering, broadcasting and exchanging device buffers
-#      through CUDA IPC, bit for bit the staged and host paths), then
-#      px-coll-bench all-reduce / all-gather busbw, 1-256 MiB, on host
-#      buffers, device buffers staged (PX_IPC=0) and through CUDA IPC, and
-#      NCCL's through torch.distributed
-# Usage: ./gpu-check.sh [--quick | --attn]   (--quick: 5 steps instead of 30;
-#   --attn: only what concerns the bf16 attention, about a minute: the op
-#   checks, --attn-rate, the cudnn/tensor-core loss comparison and the 124M
-#   shape's tokens/s with each)
-# Exit status: 0 when the op checks, the equivalence checks and px-ipc-check pass.
+# shellcheck disable=SC2317  # the section_* functions run in a child: gpu-check.sh __section NAME
+# The device check, run on a GPU machine from the folder deploy/gpu-bundle.sh
+# made (the machine has the NVIDIA driver, CUDA runtime, cuBLAS and PyTorch;
+# cuDNN, NCCL and ncu where it has them). Every figure goes to stdout.
+#
+# Usage: ./gpu-check.sh [--sim] [SECTION...]
+#   SECTION: ops layouts daemon attn coll profile speed (default: all, in
+#   that order: correctness first, then the measurements, cheapest first)
+#     ops      px-opcheck (each CUDA op against its CPU reference), the bf16
+#              GEMM peak, one CUDA rank against one CPU rank (fp32 1e-5, bf16
+#              1e-3) and PX_CUDA_ATTN=cudnn against the tensor-core kernels
+#     layouts  every parallel layout as 2 or 4 ranks on the GPU against one
+#              CUDA rank, bf16 against fp32 and the CPU, checkpoints CUDA <->
+#              CPU: one table (py/layouts.py)
+#     daemon   a dp=2 and a tp=2 job through parallaxd --gpu-share 2 on the
+#              one GPU against the standalone runs; pctl nodes and /metrics'
+#              parallax_gpu_* while one runs (py/daemon_check.py); SKIP where
+#              parallaxd has no --gpu-share
+#     attn     the bf16 attention forward + backward at B 8, T 1024, 12 heads
+#              of 64, causal: each of our kernel families (px-opcheck
+#              --attn-rate: tc, simt, cudnn) beside PyTorch SDPA's flash,
+#              cuDNN and memory-efficient backends (py/sdpa_bench.py)
+#     coll     px-ipc-check (2 ranks, every case bit for bit, exit 0 on every
+#              rank), then all-reduce, all-gather, reduce-scatter, all-to-all
+#              busbw 4 KiB - 256 MiB: device path, staged, host, a device-to-
+#              device copy of the size, NCCL (py/coll.py)
+#     profile  one bf16 step of the 124M shape at batch 8 under ncu, by op
+#              family, beside the step time measured without it
+#              (py/ncu_profile.py); SKIP without ncu
+#     speed    GPT-2 124M: parallax, PyTorch eager and torch.compile at batch
+#              8, 32 and 64 in bf16 and at 8 in fp32: tokens/s, MFU, ratios
+#              (py/speed.py)
+#   --sim  no GPU: the sections that have a CPU form run it (layouts on the
+#          simulated device, daemon on sim:1, coll on the fake device and host
+#          buffers); the others SKIP. For trying the bundle on a CPU machine;
+#          the limits are 3x (its ranks run slower).
+# Each section prints a header, PASS/FAIL lines and its time, and runs under
+# its own time limit (BUDGET below, 480 s in all; a hung section is killed
+# with its processes and counts as FAIL; the section's drivers print as they
+# go, so what was measured before stays), so the whole default run ends
+# within 8 minutes. A summary table of the sections ends the output.
+# Exit status: 0 when no section failed (SKIP is not a failure), else 1;
+# 2 on a bad argument.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-bin=$here/bin
-work=$(mktemp -d /tmp/px-gpu-check.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+pydir=$here/py
 py=${PYTHON:-python3}
-# the large libraries travel xz-compressed (gpu-bundle.sh): unpack them here
-mkdir -p "$work/lib"
-for z in "$here"/lib/*.xz; do
-  [ -e "$z" ] || continue
-  $py -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-    "$z" "$work/lib/$(basename "$z" .xz)"
-done
-export LD_LIBRARY_PATH="$here/lib:$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-steps=30
-[ "${1:-}" = "--quick" ] && steps=5
-attn_only=0
-[ "${1:-}" = "--attn" ] && attn_only=1
-fail=0
-t_start=$(date +%s)
-section() { echo; echo "=== $* ($(( $(date +%s) - t_start )) s)"; }
-compare() { # name, file a, file b [tolerance, default 1e-5]
-  $py - "$@" <<'PY'
+order=(ops layouts daemon attn coll profile speed)
+# seconds each section may take, adding up to 8 minutes (its expected time on
+# an H200 in brackets): ops 40 (20), layouts 90 (50), daemon 45 (25),
+# attn 30 (15), coll 75 (55), profile 60 (40), speed 140 (120)
+declare -A BUDGET=([ops]=40 [layouts]=90 [daemon]=45 [attn]=30 [coll]=75 [profile]=60
+                   [speed]=140)
+
+usage() {
+  sed -n '/^# Usage:/,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+# ---- sections (each runs in a child of its own: `gpu-check.sh __section NAME`) ----
+
+# name, file a, file b, tolerance: step losses of two parallax-rank outputs
+compare() {
+  "$py" - "$@" <<'PY'
 import sys
-name, fa, fb = sys.argv[1:4]
-tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5
+name, fa, fb, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 def losses(f):
     return [float(l.split()[3]) for l in open(f) if l.startswith("step")]
 a, b = losses(fa), losses(fb)
 if len(a) < 5 or len(b) < 5:
     print(f"{name}: FAIL (steps: {len(a)} vs {len(b)})"); sys.exit(1)
 worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
-print(f"{name}: losses {' '.join('%.6f' % x for x in a)} vs {' '.join('%.6f' % y for y in b)}; "
-      f"max rel diff {worst:.2e} (tol {tol:g}): {'PASS' if worst <= tol else 'FAIL'}")
+print(f"{name}: max rel diff of 5 losses {worst:.2e} (tol {tol:g}): {'PASS' if worst <= tol else 'FAIL'}")
 sys.exit(0 if worst <= tol else 1)
 PY
 }
 
-section "machine"
-[ -f "$here/COMMIT" ] && echo "parallax commit $(cat "$here/COMMIT")"
-gpu=$($py -c 'import torch; print(torch.cuda.get_device_name(0))' 2>/dev/null || nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "GPU: $gpu"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
-$py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null || echo "torch: not importable"
-case "$gpu" in
-  *H100*|*H200*|*GH200*) peak=989 ;;  # dense bf16, SXM
-  *A100*) peak=312 ;;
-  *) peak=989; echo "note: spec peak unknown for '$gpu'; using 989 TFLOP/s" ;;
-esac
-echo "spec bf16 dense peak: $peak TFLOP/s"
-
-section "1. op checks (CUDA vs CPU)"
-timeout 240 "$bin/px-opcheck"; rc=$?
-echo "px-opcheck exit $rc"
-[ $rc -eq 0 ] || fail=1
-
-if [ $attn_only -eq 1 ]; then
-  section "attention: rate at the 124M shape (tc, simt, cudnn; goal <= 0.6 ms fwd+bwd)"
-  timeout 120 "$bin/px-opcheck" --attn-rate || { echo "px-opcheck --attn-rate failed (exit $?)"; fail=1; }
-  section "attention: PX_CUDA_ATTN=cudnn in training (bf16)"
-  $py "$here/py/make_tokens.py" "$work/tok.bin" 2000000 50257
-  small="--layers 2 --heads 4 --dim 128 --seq 64 --vocab 50257 --batch 8 --steps 5 --data $work/tok.bin"
-  timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/gpu1b.txt" 2> "$work/gpu1b.err"
-  PX_CUDA_ATTN=cudnn timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/gpu1d.txt" 2> "$work/gpu1d.err"
-  grep -m2 -i 'cudnn' "$work/gpu1d.err"
-  compare "bf16 1 CUDA rank, PX_CUDA_ATTN=cudnn vs tensor-core attention" "$work/gpu1d.txt" "$work/gpu1b.txt" 1e-3 || { fail=1; tail -5 "$work/gpu1d.err"; }
-  model="--layers 12 --heads 12 --dim 768 --seq 1024 --vocab 50257 --batch 8 --data $work/tok.bin --lr 6e-4 --steps 8"
-  tps_of() { awk '/^step/ && $2 > 2 {s += $10; n++} END {if (n) printf "%.0f", s / n; else print 0}' "$1"; }
-  for a in tc cudnn; do
-    PX_CUDA_ATTN=$a timeout 200 "$bin/parallax-rank" --device cuda --precision bf16 $model > "$work/m_$a.txt" 2> "$work/m_$a.err" || { echo "124M with PX_CUDA_ATTN=$a failed:"; tail -5 "$work/m_$a.err"; fail=1; }
-    echo "GPT-2 124M bf16, batch 8, PX_CUDA_ATTN=$a: tokens/s $(tps_of "$work/m_$a.txt") (steps 3-8)"
+section_ops() {
+  local rc=0 small d p
+  [ "$sim" = 1 ] && { echo "SKIP: no GPU (--sim)"; return 77; }
+  "$bin/px-opcheck" || { echo "px-opcheck: FAIL (exit $?)"; rc=1; }
+  "$bin/px-opcheck" --gemm-peak | tee "$work/gemm.txt"
+  "$py" "$pydir/make_tokens.py" "$work/tok.bin" 200000 50257
+  small=(--layers 2 --heads 4 --dim 128 --seq 64 --vocab 50257 --batch 8 --steps 5 --data "$work/tok.bin")
+  for d in cpu cuda; do
+    for p in fp32 bf16; do
+      "$bin/parallax-rank" --device "$d" --precision "$p" "${small[@]}" > "$work/one_${d}_$p.txt" 2> "$work/one_${d}_$p.err" ||
+        { echo "parallax-rank --device $d --precision $p: FAIL"; tail -5 "$work/one_${d}_$p.err"; rc=1; }
+    done
   done
-  section "done: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"
-  exit $fail
+  compare "1 CUDA rank vs 1 CPU rank, fp32" "$work/one_cuda_fp32.txt" "$work/one_cpu_fp32.txt" 1e-5 || rc=1
+  compare "1 CUDA rank vs 1 CPU rank, bf16" "$work/one_cuda_bf16.txt" "$work/one_cpu_bf16.txt" 1e-3 || rc=1
+  PX_CUDA_ATTN=cudnn "$bin/parallax-rank" --device cuda --precision bf16 "${small[@]}" > "$work/one_cudnn.txt" 2> "$work/one_cudnn.err"
+  if grep -qi 'cudnn.*loaded' "$work/one_cudnn.err"; then
+    compare "bf16, PX_CUDA_ATTN=cudnn vs the tensor-core attention" "$work/one_cudnn.txt" "$work/one_cuda_bf16.txt" 1e-3 || rc=1
+  else
+    echo "PX_CUDA_ATTN=cudnn: SKIP ($(grep -m1 -i 'cudnn' "$work/one_cudnn.err" || echo 'no cuDNN line in the rank log'))"
+  fi
+  return "$rc"
+}
+
+section_layouts() {
+  local dev=cuda
+  [ "$sim" = 1 ] && dev=sim
+  "$py" "$pydir/layouts.py" --rank "$bin/parallax-rank" --work "$work/layouts" --device "$dev" --jobs 6
+}
+
+section_daemon() {
+  local devices=(--devices cuda)
+  [ "$sim" = 1 ] && devices=(--devices sim:1 --model small --steps 5)
+  "$py" "$pydir/daemon_check.py" --parallaxd "$bin/parallaxd" --pctl "$bin/pctl" \
+    --rank "$bin/parallax-rank" --work "$work/daemon" --share 2 "${devices[@]}"
+}
+
+section_attn() {
+  [ "$sim" = 1 ] && { echo "SKIP: no GPU (--sim)"; return 77; }
+  local rc=0
+  "$bin/px-opcheck" --attn-rate | tee "$work/attn_ours.txt" || { echo "px-opcheck --attn-rate: FAIL"; rc=1; }
+  "$py" "$pydir/sdpa_bench.py" | tee "$work/attn_sdpa.txt" || { echo "sdpa_bench.py: FAIL"; rc=1; }
+  # ours best against SDPA's best, and the goal (<= 0.6 ms forward + backward)
+  "$py" - "$work/attn_ours.txt" "$work/attn_sdpa.txt" <<'PY'
+import re, sys
+def best(path, pat):
+    r = [(float(m.group(2)), m.group(1)) for m in (re.match(pat, l) for l in open(path)) if m]
+    return min(r) if r else None
+o = best(sys.argv[1], r"attn-rate bf16 (\S+) .*: ([\d.]+) ms fwd\+bwd")
+t = best(sys.argv[2], r"sdpa (\S+) .*: ([\d.]+) ms fwd\+bwd")
+print("attention fwd+bwd: ours best %s, SDPA best %s%s" % (
+    "%.3f ms (%s)" % o if o else "-", "%.3f ms (%s)" % t if t else "-",
+    "; ours/SDPA %.2fx the time" % (o[0] / t[0]) if o and t else ""))
+if o:
+    print("goal attention fwd+bwd <= 0.6 ms: %s" % ("met" if o[0] <= 0.6 else "not met"))
+PY
+  return "$rc"
+}
+
+section_coll() {
+  local rc=0 dev=cuda extra=(--copy-limit --nccl "$pydir/nccl_bench.py")
+  if [ "$sim" = 1 ]; then
+    dev=fake; extra=(--check --max 1M)
+  else
+    "$bin/px-ipc-check" -n 2 --device cuda > "$work/ipc_check.txt" 2>&1; local ipc=$?
+    tail -4 "$work/ipc_check.txt"
+    if [ "$ipc" -eq 0 ]; then echo "px-ipc-check -n 2 --device cuda: exit 0 on every rank: PASS"
+    else echo "px-ipc-check -n 2 --device cuda: exit $ipc: FAIL; its failed cases and errors:"
+         grep -E '^(rank [0-9]+:|px_launch:)' "$work/ipc_check.txt" | head -20; rc=1; fi
+  fi
+  "$py" "$pydir/coll.py" --bench "$bin/px-coll-bench" --device "$dev" --timeout 30 "${extra[@]}" || rc=1
+  return "$rc"
+}
+
+section_profile() {
+  [ "$sim" = 1 ] && { echo "SKIP: no GPU (--sim)"; return 77; }
+  local ncu limit=3000
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+  [ -n "$ncu" ] || { echo "SKIP: ncu not found (PATH, /usr/local/cuda/bin)"; return 77; }
+  "$py" "$pydir/make_tokens.py" "$work/tok124.bin" 1000000 50257
+  local model=(--layers 12 --heads 12 --dim 768 --seq 1024 --vocab 50257 --batch 8
+               --data "$work/tok124.bin" --device cuda --precision bf16)
+  # the step time without the profiler: the mean step_s of steps 3-6
+  "$bin/parallax-rank" "${model[@]}" --steps 6 --metrics-out "$work/prof_steps.jsonl" > /dev/null 2> "$work/prof_steps.err" ||
+    { echo "parallax-rank (step time): FAIL"; tail -5 "$work/prof_steps.err"; return 1; }
+  local step_ms
+  step_ms=$("$py" -c 'import json,sys; s=[json.loads(l)["step_s"] for l in open(sys.argv[1]) if l.strip()][2:]; print("%.3f" % (1e3*sum(s)/len(s)))' "$work/prof_steps.jsonl")
+  echo "step time without the profiler: $step_ms ms (mean of steps 3-6)"
+  # one step under ncu: every launch of step 1 (at most $limit)
+  "$ncu" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel -c "$limit" \
+    "$bin/parallax-rank" "${model[@]}" --steps 1 > "$work/ncu.txt" 2>&1 ||
+    { echo "ncu: FAIL"; tail -15 "$work/ncu.txt"; return 1; }
+  local n
+  n=$(grep -c '==PROF== Profiling' "$work/ncu.txt")
+  [ "$n" -ge "$limit" ] && echo "note: ncu stopped at $limit launches: the figures are of those"
+  "$py" "$pydir/ncu_profile.py" "$work/ncu.txt" --step-ms "$step_ms" --top 12
+}
+
+section_speed() {
+  [ "$sim" = 1 ] && { echo "SKIP: no GPU (--sim)"; return 77; }
+  "$py" "$pydir/speed.py" --rank "$bin/parallax-rank" --torch-gpt2 "$pydir/torch_gpt2.py" \
+    --python "$py" --peak-tflops "$peak" --batches 8,32,64 --steps 10 --warmup 3 \
+    --timeout 45 --deadline $(( BUDGET[speed] - 10 )) --work "$work/speed"
+}
+
+# ---- the child: one section ----
+if [ "${1:-}" = "__section" ]; then
+  section_"$2"
+  exit $?
 fi
 
-section "2. cuBLAS bf16 GEMM peak"
-timeout 60 "$bin/px-opcheck" --gemm-peak > "$work/gemm.txt" 2>&1
-cat "$work/gemm.txt"
-gemm=$(awk '/^gemm-peak/ {print $(NF-1)}' "$work/gemm.txt")
-gemm=${gemm:-0}
-# the bf16 attention at the 124M shape: the tensor-core kernels beside the
-# CUDA-core ones and cuDNN's fused attention (TFLOP/s by the causal count,
-# forward + 2.5x backward); cuDNN comes from the machine (libcudnn.so.9 in
-# its library path; the bundle packs none)
-timeout 60 "$bin/px-opcheck" --attn-rate || echo "px-opcheck --attn-rate failed (exit $?)"
-
-section "3. GPT-2 124M shape"
-$py "$here/py/make_tokens.py" "$work/tok.bin" 2000000 50257
-B=8
-model="--layers 12 --heads 12 --dim 768 --seq 1024 --vocab 50257 --batch $B --data $work/tok.bin --lr 6e-4"
-n_params=$($py - <<'PY'
-L, C, T, Vp = 12, 768, 1024, 50304
-print(Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C)
-PY
-)
-echo "parameters: $n_params; FLOPs/token = 6N + 6*L*C*T"
-ours_steps=$(( steps < 10 ? steps : 10 ))
-# tokens/s: the mean over steps after the first two (warm-up)
-tps_of() { awk '/^step/ && $2 > 2 {s += $10; n++} END {if (n) printf "%.0f", s / n; else print 0}' "$1"; }
-mfu() { $py -c "import sys; n,tps,pk=map(float,sys.argv[1:]); print('%.1f' % (100*(6*n+6*12*768*1024)*tps/(pk*1e12)) if pk>0 else 'n/a')" "$n_params" "$1" "$2"; }
-timeout 300 "$bin/parallax-rank" --device cuda --precision bf16 $model --steps "$steps" > "$work/ours_bf16.txt" 2> "$work/ours_bf16.err"
-rc=$?
-cat "$work/ours_bf16.txt"
-grep -m1 -o 'precision bf16[^;]*' "$work/ours_bf16.err"
-[ $rc -eq 0 ] || { echo "parallax-rank --precision bf16 exit $rc:"; tail -20 "$work/ours_bf16.err"; }
-ours_tps=$(tps_of "$work/ours_bf16.txt")
-echo "parallax bf16 (bf16 GEMMs on tensor cores via cublasGemmEx, fp32 elsewhere): tokens/s $ours_tps, MFU $(mfu "$ours_tps" "$peak")% of spec bf16 peak, $(mfu "$ours_tps" "$gemm")% of measured GEMM peak"
-PX_CUDA_ATTN=cudnn timeout 200 "$bin/parallax-rank" --device cuda --precision bf16 $model --steps $ours_steps > "$work/ours_dnn.txt" 2> "$work/ours_dnn.err"
-rc=$?
-[ $rc -eq 0 ] || { echo "parallax-rank --precision bf16 PX_CUDA_ATTN=cudnn exit $rc:"; tail -20 "$work/ours_dnn.err"; }
-grep -m3 -i 'cudnn' "$work/ours_dnn.err"
-ours_dnn=$(tps_of "$work/ours_dnn.txt")
-echo "parallax bf16 with PX_CUDA_ATTN=cudnn: tokens/s $ours_dnn, MFU $(mfu "$ours_dnn" "$peak")% of spec bf16 peak (tensor-core attention: $ours_tps)"
-timeout 200 "$bin/parallax-rank" --device cuda $model --steps $ours_steps > "$work/ours.txt" 2> "$work/ours.err"
-rc=$?
-[ $rc -eq 0 ] || { echo "parallax-rank fp32 exit $rc:"; tail -20 "$work/ours.err"; }
-ours_fp32=$(tps_of "$work/ours.txt")
-echo "parallax fp32 (CUDA cores + cuBLAS sgemm, no TF32): tokens/s $ours_fp32, MFU $(mfu "$ours_fp32" "$peak")% of spec bf16 peak"
-torch_bf16=$(timeout 200 $py "$here/py/torch_gpt2.py" --batch $B --steps "$steps" --precision bf16 --peak-tflops "$peak" 2>&1 | tail -1)
-echo "$torch_bf16"
-torch_fp32=$(timeout 120 $py "$here/py/torch_gpt2.py" --batch $B --steps $ours_steps --precision fp32 --peak-tflops "$peak" 2>&1 | tail -1)
-echo "$torch_fp32"
-ratio() { $py -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b) if b>0 else 'n/a')" "$1" "$2"; }
-tb=$(echo "$torch_bf16" | awk '{for(i=1;i<NF;i++) if($i=="tokens/s") print $(i+1)}')
-tf=$(echo "$torch_fp32" | awk '{for(i=1;i<NF;i++) if($i=="tokens/s") print $(i+1)}')
-echo "ratio parallax bf16 / torch bf16: $(ratio "$ours_tps" "${tb:-0}")x (goal >= 1.0); parallax fp32 / torch fp32: $(ratio "$ours_fp32" "${tf:-0}")x"
-
-section "4. equivalence on the GPU (fp32, 5 steps, loss within 1e-5 relative)"
-small="--layers 2 --heads 4 --dim 128 --seq 64 --vocab 50257 --batch 8 --steps 5 --data $work/tok.bin"
-timeout 120 "$bin/parallax-rank" --device cpu $small > "$work/cpu1.txt" 2> "$work/cpu1.err"
-timeout 120 "$bin/parallax-rank" --device cuda $small > "$work/gpu1.txt" 2> "$work/gpu1.err"
-port=$((29500 + RANDOM % 1000))
-PX_WORLD_SIZE=2 PX_RANK=1 PX_MASTER_PORT=$port timeout 120 "$bin/parallax-rank" --device cuda $small > "$work/dp2_r1.txt" 2> "$work/dp2_r1.err" &
-PX_WORLD_SIZE=2 PX_RANK=0 PX_MASTER_PORT=$port timeout 120 "$bin/parallax-rank" --device cuda $small > "$work/dp2.txt" 2> "$work/dp2.err"
-wait
-compare "1 CUDA rank vs 1 CPU rank" "$work/gpu1.txt" "$work/cpu1.txt" || { fail=1; tail -5 "$work/gpu1.err"; }
-compare "dp=2 on one GPU vs 1 CUDA rank" "$work/dp2.txt" "$work/gpu1.txt" || { fail=1; tail -5 "$work/dp2.err"; }
-timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/gpu1b.txt" 2> "$work/gpu1b.err"
-timeout 120 "$bin/parallax-rank" --device cpu --precision bf16 $small > "$work/cpu1b.txt" 2> "$work/cpu1b.err"
-compare "bf16 1 CUDA rank vs fp32 1 CUDA rank" "$work/gpu1b.txt" "$work/gpu1.txt" 1e-2 || { fail=1; tail -5 "$work/gpu1b.err"; }
-compare "bf16 1 CUDA rank vs bf16 1 CPU rank" "$work/gpu1b.txt" "$work/cpu1b.txt" 1e-3 || { fail=1; tail -5 "$work/cpu1b.err"; }
-PX_CUDA_ATTN=cudnn timeout 120 "$bin/parallax-rank" --device cuda --precision bf16 $small > "$work/gpu1d.txt" 2> "$work/gpu1d.err"
-grep -m2 -i 'cudnn' "$work/gpu1d.err"
-compare "bf16 1 CUDA rank, PX_CUDA_ATTN=cudnn vs tensor-core attention" "$work/gpu1d.txt" "$work/gpu1b.txt" 1e-3 || { fail=1; tail -5 "$work/gpu1d.err"; }
-
-section "5. collectives busbw (GB/s), 2 ranks"
-echo "-- px-ipc-check: dp=2 ranks on GPU 0, device buffers through CUDA IPC vs staged vs host, bit for bit"
-timeout 150 "$bin/px-ipc-check" -n 2 --device cuda > "$work/ipc_check.txt" 2>&1; rc=$?
-tail -6 "$work/ipc_check.txt"
-[ $rc -eq 0 ] || { echo "px-ipc-check: exit $rc; its failed cases and errors:"
-                   grep -E '^(rank [0-9]+:|px_launch:)' "$work/ipc_check.txt" | head -20; fail=1; }
-for op in all_reduce all_gather; do
-  echo "-- px-coll-bench $op, host buffers"
-  timeout 90 "$bin/px-coll-bench" -n 2 --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8 | tee "$work/host_$op.txt"
-  echo "-- px-coll-bench $op, device buffers staged (PX_IPC=0: through pinned host memory in 4 MiB chunks, copies on a copy stream)"
-  PX_IPC=0 timeout 120 "$bin/px-coll-bench" -n 2 --device cuda --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8 | tee "$work/stage_$op.txt"
-  echo "-- px-coll-bench $op, device buffers through CUDA IPC (both ranks on GPU 0: device-to-device copies, device reduction)"
-  timeout 120 "$bin/px-coll-bench" -n 2 --device cuda --op "$op" -b 1M -e 256M -f 4 2>&1 | tail -8 | tee "$work/dev_$op.txt"
-  h=$(awk '$1 == 67108864 {print $7}' "$work/host_$op.txt")
-  st=$(awk '$1 == 67108864 {print $7}' "$work/stage_$op.txt")
-  d=$(awk '$1 == 67108864 {print $7}' "$work/dev_$op.txt")
-  echo "$op 64 MiB busbw: device IPC $d GB/s, device staged $st GB/s, host $h GB/s; IPC/staged $(ratio "${d:-0}" "${st:-0}")x, IPC/host $(ratio "${d:-0}" "${h:-0}")x (goal >= 0.9)"
+# ---- the parent: arguments, the machine, each section under its limit, the summary ----
+sim=0
+want=()
+for a in "$@"; do
+  case "$a" in
+    --sim) sim=1 ;;
+    -h|--help) usage ;;
+    *) [ -n "${BUDGET[$a]:-}" ] || { echo "gpu-check.sh: unknown section '$a' (one of: ${order[*]})" >&2; usage; }
+       want+=("$a") ;;
+  esac
 done
-echo "-- NCCL through torch.distributed"
-timeout 260 $py "$here/py/nccl_bench.py" 2>&1 | tail -12
+[ ${#want[@]} -gt 0 ] || want=("${order[@]}")
+# --sim: three times the limits (a CPU machine runs the ranks slower); then
+# PX_CHECK_LIMIT_<section>=S sets one (a slower GPU; tests)
+for s in "${order[@]}"; do
+  [ "$sim" = 1 ] && BUDGET[$s]=$(( 3 * BUDGET[$s] ))
+  v=PX_CHECK_LIMIT_$s
+  if [ -n "${!v:-}" ]; then
+    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check.sh: $v='${!v}' is not a number of seconds" >&2; exit 2; }
+    BUDGET[$s]=${!v}
+  fi
+done
 
-section "done: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"
+work=$(mktemp -d /tmp/px-gpu-check.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+# the large libraries and binaries travel xz-compressed (gpu-bundle.sh):
+# unpacked here, the binaries beside copies of the others in $work/bin
+mkdir -p "$work/lib" "$work/bin"
+for z in "$here"/lib/*.xz "$here"/bin/*.xz; do
+  [ -e "$z" ] || continue
+  "$py" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+    "$z" "$work/$(basename "$(dirname "$z")")/$(basename "$z" .xz)" ||
+    { echo "gpu-check.sh: cannot unpack $z with $py" >&2; exit 1; }
+done
+for b in "$here"/bin/*; do
+  case "$b" in *.xz) ;; *) cp "$b" "$work/bin/" ;; esac
+done
+chmod +x "$work"/bin/*
+bin=$work/bin
+export LD_LIBRARY_PATH="$here/lib:$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$PATH:/usr/local/cuda/bin"
+
+echo "=== machine"
+[ -f "$here/COMMIT" ] && echo "parallax commit $(cat "$here/COMMIT")"
+gpu=
+if [ "$sim" = 0 ]; then
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+  [ -n "$gpu" ] || { echo "no GPU found (nvidia-smi); run with --sim on a CPU machine"; }
+fi
+"$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>/dev/null || echo "torch: not importable by $py"
+case "$gpu" in
+  *H100*|*H200*) peak=989 ;;  # dense bf16, SXM
+  *A100*) peak=312 ;;
+  *) peak=989; [ -n "$gpu" ] && echo "note: spec peak unknown for '$gpu'; using 989 TFLOP/s" ;;
+esac
+echo "spec bf16 dense peak: $peak TFLOP/s; sections: ${want[*]}$([ "$sim" = 1 ] && echo ' (--sim: no GPU)')"
+export work sim peak py bin pydir
+
+declare -A result took
+t_all=$(date +%s)
+for s in "${want[@]}"; do
+  echo
+  echo "=== $s (limit ${BUDGET[$s]} s; $(( $(date +%s) - t_all )) s into the check)"
+  t0=$(date +%s)
+  if [ "$sim" = 0 ] && [ -z "$gpu" ]; then
+    rc=77; echo "SKIP: no GPU (--sim runs the sections that have a CPU form)"
+  else
+    timeout --kill-after=10 "${BUDGET[$s]}" "$here/$(basename "$0")" __section "$s"
+    rc=$?
+  fi
+  took[$s]=$(( $(date +%s) - t0 ))
+  case $rc in
+    0) result[$s]=PASS ;;
+    77) result[$s]=SKIP ;;
+    124|137) result[$s]=FAIL; echo "$s: FAIL: stopped at its limit of ${BUDGET[$s]} s" ;;
+    *) result[$s]=FAIL ;;
+  esac
+  echo "--- $s: ${result[$s]} in ${took[$s]} s"
+done
+
+echo
+echo "=== summary ($(( $(date +%s) - t_all )) s)"
+printf '%-9s %-6s %7s %7s\n' section result time limit
+fail=0
+for s in "${want[@]}"; do
+  printf '%-9s %-6s %6ss %6ss\n' "$s" "${result[$s]}" "${took[$s]}" "${BUDGET[$s]}"
+  [ "${result[$s]}" = FAIL ] && fail=1
+done
+echo "gpu-check: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"
 exit $fail

@@ -64,6 +64,7 @@ SKIP = [
     (r'build/rank/parallax-rank --device cuda', 'needs a GPU'),
     (r'build/daemon/parallaxd --devices cuda|build/client/pctl submit --devices cuda',
      'needs a GPU (integration-gpushare shares a simulated device the same way)'),
+    (r'gpu-bundle/gpu-check\.sh', 'needs a GPU (the folder deploy/gpu-bundle.sh packs)'),
     (r'scrape_configs:|- job_name:|honor_labels:|static_configs:', 'Prometheus configuration'),
     (r'tensorboard --logdir', 'a web server (integration-tensorboard reads the event files with '
      'TensorBoard\'s EventAccumulator)'),
