@@ -1118,6 +1118,100 @@ static void print_moe(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo)
     protobuf_c_message_free_unpacked(&resp->base, NULL);
 }
 
+/* Appends each name of comma-separated `list` that `acc` (len bytes) does
+ * not hold yet. */
+static void add_names(char *acc, size_t len, const char *list)
+{
+    for (const char *p = list; p && *p;) {
+        size_t n = strcspn(p, ",");
+        int have = 0;
+        for (const char *q = acc; *q && !have;) {
+            size_t m = strcspn(q, ",");
+            have = m == n && !strncmp(q, p, n);
+            q += m + (q[m] == ',');
+        }
+        size_t at = strlen(acc);
+        if (!have && at + n + 2 <= len)
+            snprintf(acc + at, len - at, "%s%.*s", at ? "," : "", (int)n, p);
+        p += n + (p[n] == ',');
+    }
+}
+
+/* A comma-separated list as a JSON array of strings. */
+static json_t *names_json(const char *list)
+{
+    json_t *a = json_array();
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        json_array_append_new(a, json_stringn(p, n));
+        p += n + (p[n] == ',');
+    }
+    return a;
+}
+
+/* The paths the job's communicators took (px_comm_paths: the world and
+ * each group of more than one rank), for host and device buffers, from the
+ * ranks' latest memory reports (Control.GetMemory): per communicator kind,
+ * the union over the ranks (every rank of one communicator takes the same
+ * path, but a kind has one communicator per group). Prints nothing before
+ * the first report. */
+static void print_paths(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo)
+{
+    Parallax__V1__GetMemoryRequest req = PARALLAX__V1__GET_MEMORY_REQUEST__INIT;
+    Parallax__V1__GetMemoryResponse *resp = NULL;
+    px_rpc_result_t res = {GRPC_STATUS_OK, NULL};
+    enum { MAXC = 16 };
+    struct { const char *comm; uint32_t size; char host[64], device[64]; } c[MAXC];
+    int nc = 0;
+
+    req.job_id = j->id;
+    px_status_t status = px_rpc_call_unary(pctl_channel(ctx), M_GET_MEMORY, &req.base,
+                                           &parallax__v1__get_memory_response__descriptor,
+                                           ctx->timeout_ms, (ProtobufCMessage **)&resp, &res);
+    free(res.message);
+    if (status != PX_OK || !resp)
+        return;
+    for (size_t i = 0; i < resp->n_ranks; i++) {
+        for (size_t k = 0; k < resp->ranks[i]->n_comm_paths; k++) {
+            const Parallax__V1__CommPath *p = resp->ranks[i]->comm_paths[k];
+            int at = 0;
+            while (at < nc && strcmp(c[at].comm, p->comm))
+                at++;
+            if (at == MAXC)
+                continue;
+            if (at == nc) {
+                c[nc].comm = p->comm;
+                c[nc].size = p->size;
+                c[nc].host[0] = c[nc].device[0] = '\0';
+                nc++;
+            }
+            add_names(c[at].host, sizeof(c[at].host), p->host);
+            add_names(c[at].device, sizeof(c[at].device), p->device);
+        }
+    }
+    json_t *ja = jo && nc ? json_array() : NULL;
+    for (int i = 0; i < nc; i++) {
+        if (ja) {
+            json_array_append_new(ja, json_pack("{s:s, s:i, s:o, s:o}", "comm", c[i].comm,
+                                                "size", (int)c[i].size, "host",
+                                                names_json(c[i].host), "device",
+                                                names_json(c[i].device)));
+            continue;
+        }
+        printf("%-13s%s (%u ranks):", i ? "" : "paths", c[i].comm, c[i].size);
+        if (c[i].host[0])
+            printf(" host %s%s", c[i].host, c[i].device[0] ? "," : "");
+        if (c[i].device[0])
+            printf(" device %s", c[i].device);
+        if (!c[i].host[0] && !c[i].device[0])
+            printf(" no collective yet");
+        printf("\n");
+    }
+    if (ja)
+        json_object_set_new(jo, "comm_paths", ja);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
 int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv)
 {
     Parallax__V1__GetJobRequest req = PARALLAX__V1__GET_JOB_REQUEST__INIT;
@@ -1137,12 +1231,14 @@ int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv)
         if (o) {
             print_bubble(ctx, job, o);
             print_moe(ctx, job, o);
+            print_paths(ctx, job, o);
         }
         rc = pctl_json_print(o);
     } else {
         print_job(job);
         print_bubble(ctx, job, NULL);
         print_moe(ctx, job, NULL);
+        print_paths(ctx, job, NULL);
         rc = PCTL_EXIT_OK;
     }
     protobuf_c_message_free_unpacked(&job->base, NULL);

@@ -53,7 +53,8 @@ static px_knob_t knobs[] = {
     {"PX_PEER_DEAD_MS", "10000", "a peer daemon silent this long is dead; its jobs fail (ms)", NULL},
     {"PX_RANK_BIN", "", "path of the parallax-rank binary the daemon spawns (default: next to parallaxd)", NULL},
     {"PX_KILL_GRACE_MS", "3000", "SIGTERM to SIGKILL grace when stopping ranks (ms)", NULL},
-    {"PX_PEAK_TFLOPS", "", "a rank's device peak (TFLOP/s, > 0) that MFU divides by: model FLOPs a token (px_step_model_flops_per_token) x tokens/s / (world x this); unset: the planner's preset dense peak of an H100, H200 or A100 at the job's precision, matched by the CUDA device's name, and no MFU on a CPU or another GPU", NULL},
+    {"PX_JOB_DEVICES", "0", "the physical devices a job's ranks run on (set by parallaxd: the slots of one GPU under --gpu-share count once), the number of peaks MFU divides by; 0: the world size", NULL},
+    {"PX_PEAK_TFLOPS", "", "a rank's device peak (TFLOP/s, > 0) that MFU divides by: model FLOPs a token (px_step_model_flops_per_token) x tokens/s / (devices x this), devices PX_JOB_DEVICES or the world; unset: the planner's preset dense peak of an H100, H200 or A100 at the job's precision, matched by the CUDA device's name, and no MFU on a CPU or another GPU", NULL},
     {"PX_BLAS_CORETYPE", "", "OpenBLAS core ranks run (e.g. Haswell, SkylakeX; openblas: OpenBLAS's own "
      "choice); unset: the CPU's best (cpuid) unless OPENBLAS_CORETYPE is set", NULL},
 };

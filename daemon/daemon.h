@@ -658,6 +658,13 @@ void px_supervisor_kill_orphans(px_daemon_t *d);
 int px_supervisor_device_env(const char *device, char *cvd, size_t cvd_len, char *dev,
                              size_t dev_len, char *node_dev, size_t node_dev_len, char **env);
 
+/* The physical devices n ranks run on, rank r on node nodes[r]'s device
+ * devices[r]: the distinct (node, device) pairs, a device's name counted up
+ * to its '/' (slots "cuda:0/0" and "cuda:0/1" of --gpu-share are GPU
+ * "cuda:0"; "cpu:0" and "cpu:1" are two devices). What MFU divides the
+ * peak by (PX_JOB_DEVICES). 0 for n <= 0. Pure; any thread. */
+int px_supervisor_physical_devices(const char *const *nodes, const char *const *devices, int n);
+
 /* 1 if process `pid` is this daemon or one it started (a rank or a
  * sample run, adopted ones included: PXD_RANK_OWNER_ENV names our state
  * directory in its environment), else 0: what gputelem.c counts as not

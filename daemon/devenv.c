@@ -27,3 +27,24 @@ int px_supervisor_device_env(const char *device, char *cvd, size_t cvd_len, char
     env[n++] = node_dev;
     return n;
 }
+
+/* The length of `device`'s name up to its slot ('/'), the whole name
+ * without one. */
+static size_t physical_len(const char *device)
+{
+    return strcspn(device, "/");
+}
+
+int px_supervisor_physical_devices(const char *const *nodes, const char *const *devices, int n)
+{
+    int count = 0;
+    for (int r = 0; r < n; r++) {
+        size_t len = physical_len(devices[r]);
+        int seen = 0;
+        for (int q = 0; q < r && !seen; q++) /* a job's few ranks: quadratic is fine */
+            seen = !strcmp(nodes[q], nodes[r]) && physical_len(devices[q]) == len &&
+                   !strncmp(devices[q], devices[r], len);
+        count += !seen;
+    }
+    return count;
+}

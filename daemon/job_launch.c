@@ -130,6 +130,19 @@ static void launch(px_job_t *job)
     req.coordinator_peer_addr = d->peer_addr;
     req.coordinator = d->cfg.name;
     req.ranks = ptrs;
+    { /* the ranks' MFU counts each GPU once, however many slots it lends */
+        const char **nodes = calloc((size_t)job->world, sizeof(*nodes));
+        const char **devs = calloc((size_t)job->world, sizeof(*devs));
+        for (int r = 0; nodes && devs && r < job->world; r++) {
+            nodes[r] = job->ranks[r].node;
+            devs[r] = job->ranks[r].device;
+        }
+        if (nodes && devs)
+            req.physical_devices =
+                (uint32_t)px_supervisor_physical_devices(nodes, devs, job->world);
+        free(nodes);
+        free(devs);
+    }
     for (int r = 0; r < job->world && px__job_is_placed_active(job) && !job->ending; r++) {
         const char *node = job->ranks[r].node;
         int seen = 0;

@@ -372,7 +372,7 @@ static px_status_t spawn_one(px_daemon_t *d, const Parallax__V1__LaunchRanksRequ
     char env_owner[sizeof(d->state_dir_real) + 32];
     char *env_token = NULL, *env_ca = NULL;
     char env_secret[sizeof(PX_AUTH_JOB_SECRET_ENV "=") + 2 * 32 + 1];
-    char *args[64], *env[256], self_exe[PATH_MAX] = "";
+    char *args[64], *env[256], self_exe[PATH_MAX] = "", env_devices[48];
     const char *blas_env[2];
     int n_blas;
     extern char **environ;
@@ -434,8 +434,10 @@ common_args:
      * inherited OPENBLAS_CORETYPE only where it says so (PX_BLAS_CORETYPE;
      * a preset is kept) */
     n_blas = px_blas_child_env(d, blas_env);
-    for (char **e = environ; *e && ne < 246; e++)
+    /* room after the inherited ones for the entries below (11, the NULL too) */
+    for (char **e = environ; *e && ne < 244; e++)
         if (strncmp(*e, "PX_DEVICE=", 10) && strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) &&
+            strncmp(*e, "PX_JOB_DEVICES=", 15) &&
             strncmp(*e, "PX_NODE_DEVICE=", 15) &&
             strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) &&
             strncmp(*e, PX_AUTH_RANK_ENV "=", sizeof(PX_AUTH_RANK_ENV)) &&
@@ -460,6 +462,10 @@ common_args:
         env[ne++] = env_secret;
     if (px_auth_ca_file(d) && asprintf(&env_ca, "PX_TLS_CA_FILE=%s", px_auth_ca_file(d)) > 0)
         env[ne++] = env_ca;
+    if (req->physical_devices) { /* MFU's denominator (rank_main.c) */
+        snprintf(env_devices, sizeof(env_devices), "PX_JOB_DEVICES=%u", req->physical_devices);
+        env[ne++] = env_devices;
+    }
     env[ne++] = (char *)"OPENBLAS_NUM_THREADS=1";
     /* whose rank it is, for this daemon after a restart (adoption, orphans) */
     snprintf(env_owner, sizeof(env_owner), "%s=%s", PXD_RANK_OWNER_ENV, d->state_dir_real);

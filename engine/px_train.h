@@ -36,6 +36,18 @@ px_status_t px_train_layout(const px_train_config_t *cfg, int world, px_layout_t
 
 #include "plan.h"
 
+/* The paths one of the rank's communicators took (px_comm_paths): the
+ * world or a group of the layout of more than one rank. */
+typedef struct px_comm_path_report {
+    const char *comm; /* "world", or the group's kind (px_group_name: "dp",
+                         "tp", "pp", "cp", "ep", "edp", "dpcp", "mp");
+                         static */
+    int size;         /* the communicator's ranks */
+    char host[32];    /* collectives on host buffers: "shm", "ucx", both
+                         comma-separated, or "" (none yet) */
+    char device[32];  /* on device buffers: "nccl", "ipc", "stage", "ucx" */
+} px_comm_path_report_t;
+
 /* One finished step's figures (identical on every rank, except the memory
  * figures, which are this rank's). */
 typedef struct px_step_report {
@@ -85,6 +97,10 @@ typedef struct px_step_report {
                                           expert's capacity, likewise */
     double moe_alltoall_s;             /* this step's time in the dispatch /
                                           combine all-to-alls, s */
+    int n_comm_paths;                  /* entries of comm_paths */
+    const px_comm_path_report_t *comm_paths; /* the world's and each group's
+                                          paths so far (borrowed for the
+                                          callback); none alone */
     float val_loss;                    /* the validation loss after
                                           this step (eval.h), 0 when the step
                                           was not followed by an evaluation */

@@ -566,6 +566,25 @@ px_status_t px_trainer_checkpoint(px_trainer_t *tr, int s)
     return px_params_checkpoint_save(&tr->params, cfg->checkpoint_dir, s + 1);
 }
 
+/* The paths the world and each group of more than one rank took so far
+ * (px_comm_paths) into tr->comm_paths, lent to rep. */
+static void fill_paths(px_trainer_t *tr, px_step_report_t *rep)
+{
+    int n = 0;
+    for (int k = -1; k < PX_GROUP_NKINDS; k++) {
+        px_comm_t *c = k < 0 ? tr->world : px_groups_comm(tr->groups, (px_group_kind_t)k);
+        if (!c || px_comm_size(c) < 2)
+            continue;
+        px_comm_path_report_t *p = &tr->comm_paths[n++];
+        p->comm = k < 0 ? "world" : px_group_name((px_group_kind_t)k);
+        p->size = px_comm_size(c);
+        px_comm_paths(c, 0, p->host, sizeof(p->host));
+        px_comm_paths(c, 1, p->device, sizeof(p->device));
+    }
+    rep->n_comm_paths = n;
+    rep->comm_paths = tr->comm_paths;
+}
+
 px_status_t px_trainer_report(px_trainer_t *tr, int s, float loss, float norm, float lr,
                               double t0, double t1, uint64_t *moe_counts,
                               px_step_report_t *rep)
@@ -590,6 +609,7 @@ px_status_t px_trainer_report(px_trainer_t *tr, int s, float loss, float norm, f
                                                                        PX_MODEL_UNIT_EMBED)
                                                  : 0};
     fill_mem(rep, tr->plan, tr->act_bytes);
+    fill_paths(tr, rep);
     if (!tr->moe)
         return PX_OK;
     uint64_t *mrec = moe_counts, *mdrop = moe_counts + cfg->experts;

@@ -87,6 +87,8 @@ typedef struct px_trainer {
     px_eval_t ev;
     double t_start;            /* px_time_mono_s at the first step */
     double moe_a2a_prev;       /* px_moe_alltoall_s at the last report */
+    px_comm_path_report_t comm_paths[PX_GROUP_NKINDS + 1]; /* the step
+                                  report's (px_trainer_report) */
     int finished;              /* set by an observer's on_init: return
                                   PX_OK without training */
     int digests;               /* fill the step report's replicated_digest

@@ -221,6 +221,18 @@ px_status_t px_rank_link_report(px_rank_link_t *link, const px_step_report_t *re
         mem.moe_dropped = (uint64_t *)report->moe_dropped;
         mem.moe_alltoall_s = report->moe_alltoall_s;
     }
+    int np = report->n_comm_paths;
+    Parallax__V1__CommPath cps[np > 0 ? np : 1], *cpp[np > 0 ? np : 1];
+    for (int i = 0; i < np; i++) { /* borrowed from the report for the call */
+        parallax__v1__comm_path__init(&cps[i]);
+        cps[i].comm = (char *)report->comm_paths[i].comm;
+        cps[i].size = (uint32_t)report->comm_paths[i].size;
+        cps[i].host = (char *)report->comm_paths[i].host;
+        cps[i].device = (char *)report->comm_paths[i].device;
+        cpp[i] = &cps[i];
+    }
+    mem.n_comm_paths = (size_t)(np > 0 ? np : 0);
+    mem.comm_paths = cpp;
     req.memory = &mem;
 
     status = px_rpc_call_unary(link->channel, "/parallax.v1.Peer/ReportProgress", &req.base,

@@ -123,6 +123,8 @@ typedef struct step_ctx {
                           CUDA device's name at the precision); 0: none known */
     int precision;     /* the job's (jobcfg.h), for the peak by name */
     int world;
+    int devices;       /* the physical devices the world runs on
+                          (PX_JOB_DEVICES, else world): MFU's peaks */
     int peak_known;    /* 1 once peak is decided (the first step: the CUDA
                           device is open by then) */
 } step_ctx_t;
@@ -146,9 +148,25 @@ static int peak_knob(double *peak_p)
     return 0;
 }
 
+/* The devices MFU counts peaks of: PX_JOB_DEVICES, the physical devices
+ * the daemon placed the job's ranks on (several ranks on the slots of one
+ * GPU share its one peak), else the world (a rank a device). A value out of
+ * 1..world is a warning and the world. */
+static int mfu_devices(int world)
+{
+    long d = px_env_int("PX_JOB_DEVICES");
+    if (d >= 1 && d <= world)
+        return (int)d;
+    if (*px_env_str("PX_JOB_DEVICES") && strcmp(px_env_str("PX_JOB_DEVICES"), "0"))
+        px_warn("PX_JOB_DEVICES=%s: not a device count in 1..%d (the world); MFU counts "
+                "a device a rank", px_env_str("PX_JOB_DEVICES"), world);
+    return world;
+}
+
 /* Model FLOPs utilisation of step r (PaLM's MFU, Chowdhery et al. 2022,
  * appendix B): the model FLOPs of the step's tokens a second over the
- * world's peak, flops_per_token x tokens/s / (world x peak). 0 where no
+ * peak of the devices the job runs on, flops_per_token x tokens/s /
+ * (devices x peak), devices the physical ones (mfu_devices). 0 where no
  * peak is known (a CPU, an unknown GPU, without PX_PEAK_TFLOPS): there the
  * step has no MFU, not a zero one. */
 static double step_mfu(step_ctx_t *ctx, const px_step_report_t *r)
@@ -161,7 +179,7 @@ static double step_mfu(step_ctx_t *ctx, const px_step_report_t *r)
     }
     if (!(ctx->peak > 0) || !(r->tokens_per_second > 0))
         return 0;
-    return ctx->flops_per_token * r->tokens_per_second / (ctx->world * ctx->peak);
+    return ctx->flops_per_token * r->tokens_per_second / (ctx->devices * ctx->peak);
 }
 
 /* --tensorboard DIR on rank 0: DIR's new event file, after the steps an
@@ -713,6 +731,7 @@ int main(int argc, char **argv)
     }
     ctx.rank = rank;
     ctx.world = world;
+    ctx.devices = mfu_devices(world);
     ctx.precision = a.cfg.precision;
     ctx.flops_per_token = px_step_model_flops_per_token(&a.cfg, NULL);
     if (peak_knob(&ctx.peak))

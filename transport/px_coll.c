@@ -309,15 +309,19 @@ static px_status_t enqueue(px_comm_t *comm, px__coll_args_t *a, px_request_t **r
     const px__path_t *path = px__path_choose(comm, a);
     px_request_t *req;
     px_status_t status;
+    int device = px__on_device(a->sendbuf, a->recvbuf);
 
-    if (path && path->enqueue)
+    if (path && path->enqueue) {
+        px__path_used(comm, path, device);
         return path->enqueue(comm, a, req_p);
+    }
     /* the algorithm first: the device paths sum in its order */
     a->algo = px__algo_choose(comm, a);
     status = create(comm, a, path, &req);
     if (status != PX_OK)
         return status;
     if (!run_local(req, a)) {
+        px__path_used(comm, path, device);
         req->path = path;
         status = path ? path->start(req, a) : px__algo_start(req, a);
         if (status != PX_OK)

@@ -11,6 +11,7 @@
 #include "px_path.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 static const px__path_t *const paths[] = {&px__path_shm, &px__path_nccl, &px__path_ipc,
                                           &px__path_stage};
@@ -24,6 +25,30 @@ const px__path_t *px__path_choose(px_comm_t *comm, const px__coll_args_t *a)
     return NULL;
 }
 
+void px__path_used(px_comm_t *comm, const px__path_t *path, int device)
+{
+    size_t i = 0;
+    while (i < NPATHS && paths[i] != path)
+        i++; /* NULL (the host algorithm): NPATHS */
+    comm->paths_used[device ? 1 : 0] |= 1u << i;
+}
+
+int px_comm_paths(const px_comm_t *comm, int device, char *buf, size_t len)
+{
+    unsigned used = comm ? comm->paths_used[device ? 1 : 0] : 0;
+    int n = 0;
+    if (len)
+        buf[0] = '\0';
+    for (size_t i = 0; i <= NPATHS; i++) {
+        if (!(used & (1u << i)))
+            continue;
+        size_t at = (size_t)n < len ? (size_t)n : len;
+        n += snprintf(len ? buf + at : NULL, len - at, "%s%s", n ? "," : "",
+                      i < NPATHS ? paths[i]->name : "ucx");
+    }
+    return n;
+}
+
 px_status_t px__paths_comm_setup(px_comm_t *comm)
 {
     for (size_t i = 0; i < NPATHS; i++) {
@@ -33,6 +58,10 @@ px_status_t px__paths_comm_setup(px_comm_t *comm)
                 return status;
         }
     }
+    /* the setup's own exchanges ran before the paths were there (the
+     * host algorithm where shm runs everything after): not the
+     * communicator's paths */
+    comm->paths_used[0] = comm->paths_used[1] = 0;
     return PX_OK;
 }
 

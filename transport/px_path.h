@@ -99,7 +99,11 @@ extern const px__path_t px__path_stage;
 /* The first path (table order) that wants `a` on `comm`, or NULL: the
  * host algorithm runs it. */
 const px__path_t *px__path_choose(px_comm_t *comm, const px__coll_args_t *a);
-/* Every path's comm_setup, in order; stops at the first failure. */
+/* Records that a collective of `comm` on host (device 0) or device (1)
+ * buffers runs on `path` (NULL: the host algorithm), for px_comm_paths. */
+void px__path_used(px_comm_t *comm, const px__path_t *path, int device);
+/* Every path's comm_setup, in order; stops at the first failure. The paths
+ * its exchanges took are forgotten (px_comm_paths counts from there). */
 px_status_t px__paths_comm_setup(px_comm_t *comm);
 /* Every path's comm_destroy, in order. */
 void px__paths_comm_destroy(px_comm_t *comm);

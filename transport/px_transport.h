@@ -98,6 +98,17 @@ int px_comm_size(const px_comm_t *comm);
 /* Text of the last error on this communicator ("rank 2: peer failure ..."),
  * "" if none. Borrowed until the next call. */
 const char *px_comm_last_error(const px_comm_t *comm);
+/* The paths this rank's collectives on `comm` took so far, for buffers in
+ * host memory (device 0) or in device memory (device 1): the names in the
+ * order of the path table (px_path.h), comma-separated, "shm", "nccl",
+ * "ipc", "stage", and "ucx" for the host algorithms over UCX (on device
+ * buffers: UCX moving CUDA memory itself); "" when no such collective
+ * left this rank yet (a collective a rank completes alone, on a group of
+ * one or with nothing to move, counts for no path). Written into buf
+ * (len bytes, always terminated when len > 0); returns the length the
+ * whole text has, as snprintf. The exchanges that set the communicator
+ * up count for none. Same thread as the communicator. */
+int px_comm_paths(const px_comm_t *comm, int device, char *buf, size_t len);
 
 /* Makes every pending and future operation on `comm` return PX_ERR_ABORTED.
  * Safe from any thread (writes to an eventfd the waits poll). */

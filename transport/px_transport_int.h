@@ -178,6 +178,10 @@ struct px_comm {
     struct px__verdict *verdict; /* world: the peers' failure notices (px_verdict.c) */
     struct px__nccl *nccl; /* the NCCL engine of device buffers (paths/nccl), NULL until
                             * its first device collective decided */
+    unsigned paths_used[2]; /* bit i: a collective on host [0] / device [1]
+                             * buffers took path i of px_path.c's table,
+                             * the bit after the table's: the host
+                             * algorithm (px_comm_paths) */
 };
 
 /* Pipeline depth of the ring (chunks in flight per direction). */

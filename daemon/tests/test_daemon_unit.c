@@ -455,6 +455,28 @@ static void test_config(void)
                                      sizeof(node), env);
         EXPECT(n == 2 && !strcmp(env[0], "PX_DEVICE=cpu:0"), "cpu:0: %s", env[0]);
     }
+    /* MFU's devices: the slots of one GPU count once, the same name on
+     * two nodes twice, CPU devices each */
+    {
+        static const struct {
+            const char *nodes[4], *devs[4];
+            int n, want;
+        } cases[] = {
+            {{"a", "a"}, {"cuda:0/0", "cuda:0/1"}, 2, 1},
+            {{"a", "a", "a", "a"}, {"cuda:0/0", "cuda:1/0", "cuda:0/1", "cuda:1/1"}, 4, 2},
+            {{"a", "b"}, {"cuda:0/0", "cuda:0/1"}, 2, 2},
+            {{"a", "a"}, {"cuda:0", "cuda:1"}, 2, 2},
+            {{"a", "a", "a"}, {"cpu:0", "cpu:1", "cpu:2"}, 3, 3},
+            {{"a", "a"}, {"sim:1/0", "sim:1/1"}, 2, 1},
+            {{"a", "a"}, {"cuda:1/0", "cuda:10/0"}, 2, 2},
+            {{"a"}, {"cuda:0"}, 0, 0},
+        };
+        for (unsigned i = 0; i < sizeof cases / sizeof *cases; i++) {
+            int got = px_supervisor_physical_devices(cases[i].nodes, cases[i].devs, cases[i].n);
+            EXPECT(got == cases[i].want, "physical devices of case %u (%s, %s ...): %d, want %d",
+                   i, cases[i].devs[0], cases[i].devs[1], got, cases[i].want);
+        }
+    }
     /* NVML is loaded at run time: where the driver is absent the probe says
      * so (NOT_FOUND, naming the library) instead of failing to link */
     {

@@ -20,7 +20,9 @@ slots from A's heartbeats:
     waits PENDING while the foreign process is there; once it is gone the job is placed on sim:0/0 and sim:0/1 (the
     one device, shared), completes, and its losses and grad norms equal,
     bit for bit, those of the same job on two cpu devices and those of the
-    standalone dp=2 run of parallax-rank on the simulated device;
+    standalone dp=2 run of parallax-rank on the simulated device; its MFU
+    (PX_PEAK_TFLOPS given) counts the one device's peak: per token/s twice
+    the cpu job's, whose two ranks have a device each;
   * the memory check at submit divides the device among its slots: a job
     too big is refused naming the slot's share (256 MiB of 512);
   * a third daemon, `--devices cuda --gpu-share 2` with the fake NVML's two
@@ -91,6 +93,7 @@ def main():
     cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="gshare")
     nvml_file = os.path.join(cl.workdir, "nvml.txt")
     cl.env.update({"PX_SIM_DEVICE": "1", "PX_SIM_DEVICE_MB": str(SIM_MB), "PX_SHM": "0",
+                   "PX_PEAK_TFLOPS": "0.1",
                    "PX_RANK_BIN": os.path.abspath(args.rank), "PX_GPU_SAMPLE_MS": "200",
                    "FAKE_NVML_FILE": nvml_file,
                    "LD_LIBRARY_PATH": fake_dir + ":" + os.environ.get("LD_LIBRARY_PATH", "")})
@@ -180,6 +183,15 @@ def main():
                     a["step"], k, a[k], s[k])
         print("dp=2 on one shared sim device = dp=2 on cpu = standalone dp=2 on sim, bit for "
               "bit: losses %s" % ", ".join("%.6f" % m["loss"] for m in ms))
+        # MFU over the physical devices: the two slots of one device share
+        # its one peak, the cpu job's two devices have two; the same model,
+        # so per token/s the shared job's MFU is twice the cpu job's
+        per_tps = [[m["mfu"] / m["tokens_per_second"] for m in x] for x in (ms, mc)]
+        for step, (a, b) in enumerate(zip(*per_tps), 1):
+            assert abs(a - 2 * b) <= 1e-6 * a, "step %d: mfu per token/s shared %r cpu %r" % (
+                step, a, b)
+        print("MFU per token/s: shared device %.4g, 2 cpu devices %.4g (the shared job divides "
+              "by 1 peak, not 2)" % (per_tps[0][0], per_tps[1][0]))
 
         # GPUs found through NVML, shared: slot 0 of each GPU first
         gpus_file = os.path.join(cl.workdir, "nvml2.txt")

@@ -10,6 +10,9 @@ Two daemons started with PX_SIM_DEVICE=1 and `--devices cpu:2,sim:2`
     norms equal those of the same job with `--devices cpu` bit for bit
     (the sim ops are the CPU ops; PX_SHM=0 so both jobs reduce in the UCX
     host path's order, tests/engine/test_sim.py) - and so within 1e-5;
+  * `pctl status` (text and JSON "comm_paths") gives each communicator's
+    paths as its ranks reported them: host collectives over UCX, the sim
+    job's device collectives through IPC or staging, the cpu job's none;
   * `pctl mem` of the sim job gives each rank's device memory (used > 0,
     total = the 512 MiB arena) in the device-GB column and JSON "device";
     the cpu job's ranks show none;
@@ -88,6 +91,29 @@ def main():
         assert all(d.startswith("cpu:") for d in cpu_devs), cpu_devs
         st = c.run("status", sim_id)
         assert any(l.split() == ["devices", "sim:0,1"] for l in st.splitlines()), st
+        # the paths each communicator took, as the ranks reported them:
+        # host collectives over UCX (PX_SHM=0), the sim job's device
+        # buffers through IPC or staging, the cpu job's none
+        paths = {}
+        for jid, kind in ((sim_id, "sim"), (cpu_id, "cpu")):
+            cps = {p["comm"]: p for p in c.json("status", jid)["comm_paths"]}
+            assert "world" in cps and "dp" in cps, (kind, cps)
+            for p in cps.values():  # a group no collective ran on (edp, dense) lists none
+                assert p["size"] == 2 and set(p["host"]) <= {"ucx"}, (kind, p)
+            assert cps["world"]["host"] == ["ucx"], (kind, cps["world"])
+            dev = cps["dp"]["device"]
+            if kind == "sim":
+                assert dev and set(dev) <= {"ipc", "stage"}, (kind, cps["dp"])
+            else:
+                assert all(not p["device"] for p in cps.values()), (kind, cps)
+            text = c.run("status", jid)
+            lines = [l for l in text.splitlines() if " ranks):" in l]
+            assert lines and lines[0].startswith("paths"), text
+            want = ", ".join(["host ucx"] * bool(cps["dp"]["host"]) +
+                             ["device " + ",".join(dev)] * bool(dev))
+            assert any(l.rstrip().endswith(want) for l in lines), (want, lines)
+            paths[kind] = "\n".join(lines)
+        print("pctl status paths, sim job:\n%s\ncpu job:\n%s" % (paths["sim"], paths["cpu"]))
         ms, mc = c.metrics(sim_id), c.metrics(cpu_id)
         assert len(ms) == 6 and len(mc) == 6, (len(ms), len(mc))
         for a, b in zip(ms, mc):

@@ -16,7 +16,8 @@
  *                        which path each request took, requests outstanding
  *                        at once (waited in reverse order, polled with
  *                        px_test / px_progress) and a UCX request on
- *                        another communicator in flight beside them.
+ *                        another communicator in flight beside them, and
+ *                        that px_comm_paths names the segment.
  *   test_shm mismatch N  the last rank passes another count: (a) below the
  *                        threshold (it takes the UCX path, the others the
  *                        segment), (b) above it (all on the segment), (c)
@@ -344,7 +345,19 @@ static int equal_on(px_launch_rank_t *ctx, px_comm_t *w, int cma)
 
 static int rank_equal(px_launch_rank_t *ctx)
 {
-    return equal_on(ctx, ctx->comm, 1);
+    char host[32], dev[32];
+    if (equal_on(ctx, ctx->comm, 1))
+        return 1;
+    /* px_comm_paths: the segment ran the world's host collectives (those
+     * below its threshold UCX), no device buffer was seen */
+    px_comm_paths(ctx->comm, 0, host, sizeof(host));
+    px_comm_paths(ctx->comm, 1, dev, sizeof(dev));
+    if (strncmp(host, "shm", 3) || (host[3] && strcmp(host + 3, ",ucx")) || *dev) {
+        fprintf(stderr, "rank %d: px_comm_paths: host '%s' device '%s', want shm[,ucx] and none\n",
+                ctx->rank, host, dev);
+        return 1;
+    }
+    return 0;
 }
 
 /* Makes process_vm_readv fail with EPERM in this process from now on (a

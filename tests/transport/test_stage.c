@@ -304,6 +304,23 @@ static int rank_matrix(px_launch_rank_t *ctx)
         FAIL("reduce on a device buffer was not refused");
     if (px_allreduce(ctx->comm, h, h, 4, PX_FLOAT32, PX_SUM, -1) != PX_OK || h[3] != 4.0f * n)
         FAIL("all-reduce after the refusal");
+    /* px_comm_paths: the device collectives were staged, the host ones ran
+     * the host algorithm over UCX (PX_SHM=0); a new communicator has taken
+     * none; a short buffer is cut, with the whole length returned */
+    char dpaths[32], hpaths[32], cut[4];
+    px_comm_t *fresh = NULL;
+    px_comm_paths(ctx->comm, 1, dpaths, sizeof(dpaths));
+    px_comm_paths(ctx->comm, 0, hpaths, sizeof(hpaths));
+    if (strcmp(dpaths, "stage") || strcmp(hpaths, "ucx"))
+        FAIL("px_comm_paths: device '%s' host '%s', want 'stage' and 'ucx'", dpaths, hpaths);
+    if (px_comm_paths(ctx->comm, 1, cut, sizeof(cut)) != 5 || strcmp(cut, "sta"))
+        FAIL("px_comm_paths into 4 bytes: '%s'", cut);
+    if (px_comm_split(ctx->comm, 0, r, &fresh) != PX_OK)
+        FAIL("split");
+    if (px_comm_paths(fresh, 1, dpaths, sizeof(dpaths)) != 0 ||
+        px_comm_paths(fresh, 0, hpaths, sizeof(hpaths)) != 0 || *dpaths || *hpaths)
+        FAIL("a new communicator's paths: device '%s' host '%s', want none", dpaths, hpaths);
+    px_comm_destroy(fresh);
     px_transport_set_stage_chunk(0);
     px_transport_set_device_memory(NULL, NULL);
     munmap(arena, ARENA_BYTES);
