@@ -436,7 +436,43 @@ typedef struct px_kernel_ops {
      * an unknown handle is a no-op. The caller has synchronized every op
      * that used the mapping. */
     void (*ipc_close)(const px_ipc_handle_t *handle);
+
+    /* ---- ordering device work between the processes of one node without
+     * a host wait (the IPC path's `event` protocol, PX_IPC_PROTOCOL; as
+     * PyTorch shares CUDA events between processes). NULL in backends
+     * without them: the path then synchronizes (`sync` protocol). */
+    /* dst[i] = s[m-1] OP (... OP (s[1] OP s[0])) for i < count elements,
+     * each step px_reduce_apply's (the operand order of `reduce` with a =
+     * the next source, b = the partial result), in one pass; AVG adds and
+     * then divides once by m as reduce_avg_finish. Written to dst and, when
+     * dst2 is not NULL, to dst2 as well. srcs: m host-held pointers (1 <= m
+     * <= PX_REDUCE_MULTI_MAX) to this backend's memory or ipc_open'ed peer
+     * memory; dst may be one of them. PX_ERR_INVALID_ARGUMENT for an unknown
+     * dtype/op or m out of range, PX_ERR_INTERNAL when the launch fails. */
+    px_status_t (*reduce_multi)(void *dst, void *dst2, const void *const *srcs, int m,
+                                size_t count, int dtype, int op);
+    /* A new event other processes of this node can open (CUDA:
+     * cudaEventCreateWithFlags(cudaEventInterprocess | cudaEventDisableTiming)
+     * and cudaIpcGetEventHandle): *event_p owned by the caller
+     * (event_destroy), *handle_p plain bytes (offset 0). PX_ERR_INTERNAL
+     * when the runtime refuses. */
+    px_status_t (*event_ipc_create)(void **event_p, px_ipc_handle_t *handle_p);
+    /* Opens a peer's event handle (cudaIpcOpenEventHandle) into *event_p
+     * (event_destroy when done). PX_ERR_INTERNAL when the runtime refuses. */
+    px_status_t (*event_ipc_open)(const px_ipc_handle_t *handle, void **event_p);
+    /* Destroys an event of event_ipc_create or event_ipc_open; NULL no-op. */
+    void (*event_destroy)(void *event);
+    /* Records `event` on the compute stream: it completes when every op
+     * issued before it has. PX_ERR_INTERNAL when the runtime fails. */
+    px_status_t (*event_record)(void *event);
+    /* Makes the compute stream wait, on the device, for the most recent
+     * record of `event` made before this call (by any process), without
+     * blocking the host. PX_ERR_INTERNAL when the runtime fails. */
+    px_status_t (*stream_wait_event)(void *event);
 } px_kernel_ops_t;
+
+/* The most sources one reduce_multi takes. */
+#define PX_REDUCE_MULTI_MAX 16
 
 /* The CPU op table (OpenBLAS). Static; never NULL. */
 const px_kernel_ops_t *px_kernels_cpu(void);

@@ -171,6 +171,26 @@ px_status_t px__sched_advance(px_request_t *req, int *progressed_p)
         case PX__ACT_DEV_SYNC:
             px__dev_ops()->synchronize();
             break;
+        case PX__ACT_DEV_RECORD:
+        case PX__ACT_DEV_WAITEV:
+            status = a->kind == PX__ACT_DEV_RECORD ? px__dev_ops()->event_record(a->dst)
+                                                   : px__dev_ops()->stream_wait_event((void *)a->src);
+            if (status != PX_OK)
+                return px__comm_set_error(req->comm, status, "%s #%u: device event %s failed",
+                                          px__coll_kind_name(req->kind), req->seq,
+                                          a->kind == PX__ACT_DEV_RECORD ? "record" : "wait");
+            break;
+        case PX__ACT_DEV_REDUCE_N: {
+            const void *const *srcs = a->src;
+            status = px__dev_ops()->reduce_multi(a->dst, (void *)srcs[a->peer], srcs, a->peer,
+                                                 (size_t)a->n, (int)req->dtype, (int)req->op);
+            if (status != PX_OK)
+                return px__comm_set_error(req->comm, status, "%s #%u: device reduction of %d "
+                                          "sources, %llu elements failed",
+                                          px__coll_kind_name(req->kind), req->seq, a->peer,
+                                          (unsigned long long)a->n);
+            break;
+        }
         default:
             return PX_ERR_INTERNAL;
         }

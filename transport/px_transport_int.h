@@ -211,6 +211,12 @@ enum {
     PX__ACT_DEV_REDUCE, /* dst = src OP dst (swap: dst OP src), n elements */
     PX__ACT_DEV_AVG,    /* dst /= comm size, n elements (AVG only) */
     PX__ACT_DEV_SYNC,   /* synchronize: every device op issued so far is done */
+    PX__ACT_DEV_RECORD, /* event_record(dst: an event) */
+    PX__ACT_DEV_WAITEV, /* stream_wait_event(src: an event) */
+    PX__ACT_DEV_REDUCE_N, /* reduce_multi of m = peer sources, n elements, into dst:
+                           * src is an array of m + 1 pointers the caller holds
+                           * until the schedule ends, the sources in order and
+                           * then the second destination (NULL: none) */
 };
 
 typedef struct px__act {

@@ -179,6 +179,13 @@ extern "C" px_status_t px__cuda_reduce(void *dst, const void *a, const void *b, 
 extern "C" void px__cuda_reduce_avg(void *dst, size_t count, int dtype, int n);
 extern "C" px_status_t px__cuda_ipc_handle(const void *ptr, px_ipc_handle_t *handle_p);
 extern "C" px_status_t px__cuda_ipc_open(const px_ipc_handle_t *handle, void **ptr_p);
+extern "C" px_status_t px__cuda_reduce_multi(void *dst, void *dst2, const void *const *srcs, int m,
+                                             size_t count, int dtype, int op);
+extern "C" px_status_t px__cuda_event_ipc_create(void **event_p, px_ipc_handle_t *handle_p);
+extern "C" px_status_t px__cuda_event_ipc_open(const px_ipc_handle_t *handle, void **event_p);
+extern "C" void px__cuda_event_destroy(void *event);
+extern "C" px_status_t px__cuda_event_record(void *event);
+extern "C" px_status_t px__cuda_stream_wait_event(void *event);
 extern "C" void px__cuda_ipc_close(const px_ipc_handle_t *handle);
 
 #endif

@@ -12,6 +12,12 @@
  * a communicator opens each peer's scratch ring once, and two
  * communicators over the same peers share the mapping.
  *
+ * Events (the IPC path's event protocol): interprocess events
+ * (cudaEventInterprocess | cudaEventDisableTiming, cudaIpcGetEventHandle /
+ * cudaIpcOpenEventHandle), recorded on and waited for by the backend's
+ * stream; reduce_multi: every peer's slice summed in one kernel
+ * (px_reduce_cuda.cu).
+ *
  * Thread: the rank's compute thread, as every op of the table; ordered on
  * the backend's stream (reduce), or synchronous (handles). */
 #include "px_cuda_common.cuh"
@@ -150,4 +156,89 @@ extern "C" void px__cuda_ipc_close(const px_ipc_handle_t *handle)
     *link = m->next;
     PX_CUDA_CHECK(cudaIpcCloseMemHandle(m->base));
     free(m);
+}
+
+extern "C" px_status_t px__cuda_reduce_multi(void *dst, void *dst2, const void *const *srcs, int m,
+                                             size_t count, int dtype, int op)
+{
+    if (px_cuda_reduce_multi((px_dtype_t)dtype, (px_redop_t)op, dst, dst2, srcs, m, count) != 0) {
+        px_error("CUDA reduce of %d sources: dtype %d / op %d not supported, or backend not "
+                 "open", m, dtype, op);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        px_error("CUDA reduce of %d sources, %zu elements: %s", m, count, cudaGetErrorString(e));
+        return PX_ERR_INTERNAL;
+    }
+    return PX_OK;
+}
+
+/* --- events shared between processes (the IPC path's event protocol) ----- */
+
+static_assert(sizeof(cudaIpcEventHandle_t) <= sizeof(((px_ipc_handle_t *)0)->bytes),
+              "cudaIpcEventHandle_t does not fit px_ipc_handle_t");
+
+extern "C" px_status_t px__cuda_event_ipc_create(void **event_p, px_ipc_handle_t *handle_p)
+{
+    cudaEvent_t ev;
+    cudaIpcEventHandle_t h;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+        e = cudaIpcGetEventHandle(&h, ev);
+        if (e != cudaSuccess)
+            cudaEventDestroy(ev);
+    }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        px_error("CUDA interprocess event: %s", cudaGetErrorString(e));
+        return PX_ERR_INTERNAL;
+    }
+    memset(handle_p, 0, sizeof(*handle_p));
+    memcpy(handle_p->bytes, &h, sizeof(h));
+    *event_p = (void *)ev;
+    return PX_OK;
+}
+
+extern "C" px_status_t px__cuda_event_ipc_open(const px_ipc_handle_t *handle, void **event_p)
+{
+    cudaEvent_t ev;
+    cudaIpcEventHandle_t h;
+    memcpy(&h, handle->bytes, sizeof(h));
+    cudaError_t e = cudaIpcOpenEventHandle(&ev, h);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        px_error("cudaIpcOpenEventHandle: %s", cudaGetErrorString(e));
+        return PX_ERR_INTERNAL;
+    }
+    *event_p = (void *)ev;
+    return PX_OK;
+}
+
+extern "C" void px__cuda_event_destroy(void *event)
+{
+    if (event)
+        PX_CUDA_CHECK(cudaEventDestroy((cudaEvent_t)event));
+}
+
+extern "C" px_status_t px__cuda_event_record(void *event)
+{
+    cudaError_t e = cudaEventRecord((cudaEvent_t)event, px__cuda.stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        px_error("cudaEventRecord: %s", cudaGetErrorString(e));
+        return PX_ERR_INTERNAL;
+    }
+    return PX_OK;
+}
+
+extern "C" px_status_t px__cuda_stream_wait_event(void *event)
+{
+    cudaError_t e = cudaStreamWaitEvent(px__cuda.stream, (cudaEvent_t)event, 0);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        px_error("cudaStreamWaitEvent: %s", cudaGetErrorString(e));
+        return PX_ERR_INTERNAL;
+    }
+    return PX_OK;
 }

@@ -806,6 +806,12 @@ static const px_kernel_ops_t cuda_ops = {
     .ipc_handle = px__cuda_ipc_handle,
     .ipc_open = px__cuda_ipc_open,
     .ipc_close = px__cuda_ipc_close,
+    .reduce_multi = px__cuda_reduce_multi,
+    .event_ipc_create = px__cuda_event_ipc_create,
+    .event_ipc_open = px__cuda_event_ipc_open,
+    .event_destroy = px__cuda_event_destroy,
+    .event_record = px__cuda_event_record,
+    .stream_wait_event = px__cuda_stream_wait_event,
 };
 
 extern "C" int px_cuda_device_count(void)

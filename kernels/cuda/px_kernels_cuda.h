@@ -61,6 +61,11 @@ px_status_t px_kernels_cuda_status(void);
 int px_cuda_reduce_apply(px_dtype_t dtype, px_redop_t op, void *dst, const void *a,
                          const void *b, size_t count);
 void px_cuda_reduce_avg_finish(px_dtype_t dtype, void *dst, size_t count, int n);
+/* The kernel table's reduce_multi (px_kernels.h) on the backend's stream:
+ * 0, or -1 for an unknown dtype/op, m outside 1..PX_REDUCE_MULTI_MAX or the
+ * backend not open. */
+int px_cuda_reduce_multi(px_dtype_t dtype, px_redop_t op, void *dst, void *dst2,
+                         const void *const *srcs, int m, size_t count);
 
 /* 1 when `p` points into CUDA device memory (cudaPointerGetAttributes:
  * cudaMemoryTypeDevice), else 0 (host, pinned or managed memory, or no

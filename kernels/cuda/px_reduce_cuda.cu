@@ -114,6 +114,70 @@ extern "C" int px_cuda_reduce_apply(px_dtype_t dtype, px_redop_t op, void *dst, 
     return -1;
 }
 
+/* The sources of one reduce_multi, passed by value (kernel parameters). */
+struct multi_src {
+    const void *p[PX_REDUCE_MULTI_MAX];
+};
+
+/* reduce_multi (px_kernels.h): acc = s[0]; acc = s[k] OP acc for k = 1..m-1,
+ * each step as reduce_kernel's with x = s[k], y = acc; AVG divides the sum
+ * by m as avg_kernel; the result to dst and dst2. */
+template <typename T>
+__global__ void reduce_multi_kernel(int op, T *dst, T *dst2, multi_src s, int m, size_t n)
+{
+    typedef typename acc_of<T>::type A;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        A y = to_acc<T>(((const T *)s.p[0])[i]);
+        for (int k = 1; k < m; k++) {
+            A x = to_acc<T>(((const T *)s.p[k])[i]);
+            switch (op) {
+            case PX_PROD: y = op_prod<A>(x, y); break;
+            case PX_MIN: y = y < x ? y : x; break;
+            case PX_MAX: y = y > x ? y : x; break;
+            default: y = op_sum<A>(x, y); break; /* SUM, AVG */
+            }
+        }
+        T r = from_acc<T>(y);
+        if (op == PX_AVG)
+            r = from_acc<T>(to_acc<T>(r) / (A)m);
+        dst[i] = r;
+        if (dst2)
+            dst2[i] = r;
+    }
+}
+
+template <typename T>
+static void launch_multi(int op, void *dst, void *dst2, const multi_src &s, int m, size_t n)
+{
+    reduce_multi_kernel<T><<<grid_for(n), 256, 0, px__cuda.stream>>>(op, (T *)dst, (T *)dst2, s,
+                                                                     m, n);
+    PX_CUDA_LAUNCHED();
+}
+
+extern "C" int px_cuda_reduce_multi(px_dtype_t dtype, px_redop_t op, void *dst, void *dst2,
+                                    const void *const *srcs, int m, size_t count)
+{
+    multi_src s;
+    if (px__cuda.device < 0 || (int)op < 0 || (int)op >= PX_REDOP_COUNT || m < 1 ||
+        m > PX_REDUCE_MULTI_MAX)
+        return -1;
+    if (!count)
+        return 0;
+    for (int k = 0; k < PX_REDUCE_MULTI_MAX; k++)
+        s.p[k] = k < m ? srcs[k] : NULL;
+    switch (dtype) {
+    case PX_FLOAT32: launch_multi<float>(op, dst, dst2, s, m, count); return 0;
+    case PX_FLOAT64: launch_multi<double>(op, dst, dst2, s, m, count); return 0;
+    case PX_FLOAT16: launch_multi<__half>(op, dst, dst2, s, m, count); return 0;
+    case PX_BFLOAT16: launch_multi<__nv_bfloat16>(op, dst, dst2, s, m, count); return 0;
+    case PX_INT32: launch_multi<int32_t>(op, dst, dst2, s, m, count); return 0;
+    case PX_INT64: launch_multi<int64_t>(op, dst, dst2, s, m, count); return 0;
+    case PX_UINT8: launch_multi<uint8_t>(op, dst, dst2, s, m, count); return 0;
+    }
+    return -1;
+}
+
 template <typename T>
 static void launch_avg(void *dst, size_t n, int div)
 {

@@ -30,7 +30,14 @@
  *                        on every rank naming both counts; then the
  *                        communicator still gives the right result.
  *
- * usage: test_ipc matrix|fallback|openfail|nodes|kill|mismatch N */
+ *   test_ipc mixed N     matrix, where only rank 0 sets PX_IPC_PROTOCOL=event:
+ *                        every rank uses the sync protocol.
+ * With PX_IPC_PROTOCOL=event every mode runs the event protocol (shared
+ * events for ordering, one-kernel reductions); the fake device checks that
+ * each wait on a peer's event follows that peer's record, and the matrix
+ * that a collective made no host wait but its last.
+ *
+ * usage: test_ipc matrix|mixed|fallback|openfail|nodes|kill|mismatch N */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -57,6 +64,8 @@ static pid_t launcher;
 static char *arena;
 static size_t arena_used, scratch_used;
 static long to_host, from_host, reduces, opens;
+static long syncs, records, waits, multis; /* the event protocol's ops (and host waits) */
+static int event_proto;                    /* PX_IPC_PROTOCOL=event */
 static int fail_open;
 static int must_stage; /* fallback modes: the IPC communicator must stage */
 
@@ -112,7 +121,10 @@ static void fake_from_host(void *d, const void *h, size_t bytes)
     fake_copy(d, h, bytes);
 }
 
-static void fake_sync(void) {}
+static void fake_sync(void)
+{
+    syncs++;
+}
 
 static void *fake_alloc(size_t bytes)
 {
@@ -195,6 +207,113 @@ static void fake_ipc_close(const px_ipc_handle_t *h)
         }
 }
 
+/* reduce_multi (px_kernels.h) as the chain of px_reduce_apply steps it
+ * stands for, then AVG's division, into a host temporary and out to dst
+ * and dst2. */
+static px_status_t fake_reduce_multi(void *dst, void *dst2, const void *const *srcs, int m,
+                                     size_t count, int dtype, int op)
+{
+    const size_t bytes = count * px_dtype_size((px_dtype_t)dtype);
+    char *acc = malloc(bytes ? bytes : 1);
+    int ret = 0;
+
+    if (!acc || m < 1 || m > PX_REDUCE_MULTI_MAX) {
+        free(acc);
+        return PX_ERR_INVALID_ARGUMENT;
+    }
+    reduces++;
+    multis++;
+    open_all();
+    memcpy(acc, srcs[0], bytes);
+    for (int k = 1; k < m && !ret; k++)
+        ret = px_reduce_apply((px_dtype_t)dtype, (px_redop_t)op, acc, srcs[k], acc, count);
+    if (op == PX_AVG)
+        px_reduce_avg_finish((px_dtype_t)dtype, acc, count, m);
+    memcpy(dst, acc, bytes);
+    if (dst2)
+        memcpy(dst2, acc, bytes);
+    close_all();
+    free(acc);
+    return ret ? PX_ERR_INVALID_ARGUMENT : PX_OK;
+}
+
+/* Fake interprocess events: every op here completes at once, so an event
+ * is only a record count in the owner's arena (shared memory), and a wait
+ * checks what the protocol promises: the n-th wait on a peer's event comes
+ * after that peer's n-th record at least (the peer records before it rings
+ * the doorbell we waited for). */
+typedef struct {
+    uint64_t *count; /* in the owner's arena */
+    px_ipc_handle_t handle;
+    long waited;
+    int own;
+} fake_event_t;
+
+static px_status_t fake_event_create(void **event_p, px_ipc_handle_t *handle_p)
+{
+    fake_event_t *e = calloc(1, sizeof(*e));
+    if (!e || !(e->count = fake_alloc(sizeof(uint64_t))) ||
+        fake_ipc_handle(e->count, &e->handle) != PX_OK) {
+        free(e);
+        return PX_ERR_INTERNAL;
+    }
+    e->own = 1;
+    *handle_p = e->handle;
+    *event_p = e;
+    return PX_OK;
+}
+
+static px_status_t fake_event_open(const px_ipc_handle_t *h, void **event_p)
+{
+    fake_event_t *e = calloc(1, sizeof(*e));
+    void *p;
+    if (!e || fake_ipc_open(h, &p) != PX_OK) {
+        free(e);
+        return PX_ERR_INTERNAL;
+    }
+    opens--; /* (the rings' opens are counted; this mapping is the ring's) */
+    e->count = p;
+    e->handle = *h;
+    *event_p = e;
+    return PX_OK;
+}
+
+static void fake_event_destroy(void *event)
+{
+    fake_event_t *e = event;
+    if (!e)
+        return;
+    if (!e->own)
+        fake_ipc_close(&e->handle);
+    free(e);
+}
+
+static px_status_t fake_event_record(void *event)
+{
+    fake_event_t *e = event;
+    records++;
+    open_all();
+    __atomic_add_fetch(e->count, 1, __ATOMIC_RELEASE);
+    close_all();
+    return PX_OK;
+}
+
+static px_status_t fake_stream_wait(void *event)
+{
+    fake_event_t *e = event;
+    uint64_t have;
+    waits++;
+    open_all();
+    have = __atomic_load_n(e->count, __ATOMIC_ACQUIRE);
+    close_all();
+    if (have < (uint64_t)++e->waited) {
+        fprintf(stderr, "fake device: wait %ld on a peer's event that it recorded only %llu "
+                "times\n", e->waited, (unsigned long long)have);
+        return PX_ERR_INTERNAL;
+    }
+    return PX_OK;
+}
+
 static const px_kernel_ops_t ipc_ops = {
     .name = "fake-device-ipc",
     .mem_alloc = fake_alloc,
@@ -208,6 +327,12 @@ static const px_kernel_ops_t ipc_ops = {
     .ipc_handle = fake_ipc_handle,
     .ipc_open = fake_ipc_open,
     .ipc_close = fake_ipc_close,
+    .reduce_multi = fake_reduce_multi,
+    .event_ipc_create = fake_event_create,
+    .event_ipc_open = fake_event_open,
+    .event_destroy = fake_event_destroy,
+    .event_record = fake_event_record,
+    .stream_wait_event = fake_stream_wait,
 };
 
 /* The same device without the IPC ops (staging only). */
@@ -326,10 +451,28 @@ static int one_case(px_comm_t *hostc, px_comm_t *stagec, px_comm_t *ipcc, int ki
         compare(r, what, "staged", got, want, res_n))
         goto out;
     if (ipcc) {
+        long s0 = syncs, rec0 = records, w0 = waits, m0 = multis;
         if (dev_case(ipcc, kind, algo, op, root, cnt, ints, got, in_n, out_n, out_off, res_n,
                      &staged, &nred) ||
             compare(r, what, "IPC", got, want, res_n))
             goto out;
+        /* the event protocol: no host wait but the one at the end, events
+         * recorded and waited for, ring-order sums in one reduce_multi;
+         * the sync protocol records none */
+        if (!must_stage && event_proto &&
+            (syncs - s0 > 1 || records == rec0 || waits == w0 ||
+             ((kind == K_RS || kind == K_RS_INPLACE || (kind == K_AR && algo == PX_ALGO_RING)) &&
+              nred && multis == m0))) {
+            fprintf(stderr, "rank %d: %s: event protocol made %ld host waits, %ld records, %ld "
+                    "waits, %ld one-kernel reductions\n", r, what, syncs - s0, records - rec0,
+                    waits - w0, multis - m0);
+            goto out;
+        }
+        if (!event_proto && (records != rec0 || multis != m0)) {
+            fprintf(stderr, "rank %d: %s: sync protocol recorded %ld events\n", r, what,
+                    records - rec0);
+            goto out;
+        }
         if (must_stage && (!staged || nred)) {
             fprintf(stderr, "rank %d: %s: the communicator went through IPC (%ld host copies, "
                     "%ld device reductions)\n", r, what, staged, nred);
@@ -482,6 +625,10 @@ static int rank_matrix(px_launch_rank_t *ctx)
     long cases = 0, ipc_cases = 0;
     px_comm_t *ipcc;
 
+    /* mixed: only rank 0 asks for the event protocol, so every rank must
+     * sync (one_case checks that none records an event) */
+    if (!strcmp(ctx->arg, "mixed") && r == 0)
+        setenv("PX_IPC_PROTOCOL", "event", 1);
     if (setup(ctx, &ipc_ops, &ipcc))
         return 1;
     for (unsigned ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
@@ -656,10 +803,13 @@ int main(int argc, char **argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     launcher = getpid();
+    /* getenv, not px_env_str: that caches the value before the fork, and
+     * mixed's rank 0 sets its own */
+    event_proto = getenv("PX_IPC_PROTOCOL") && !strcmp(getenv("PX_IPC_PROTOCOL"), "event");
     if (n < 2 || n > 64)
         return 2;
-    if (!strcmp(what, "matrix"))
-        failed = px_launch(n, rank_matrix, NULL, &opts, NULL);
+    if (!strcmp(what, "matrix") || !strcmp(what, "mixed"))
+        failed = px_launch(n, rank_matrix, (void *)what, &opts, NULL);
     else if (!strcmp(what, "fallback") || !strcmp(what, "openfail") || !strcmp(what, "nodes")) {
         if (!strcmp(what, "nodes"))
             opts.ranks_per_node = (n + 1) / 2;
@@ -673,7 +823,8 @@ int main(int argc, char **argv)
             failed = 0;
         }
     } else {
-        fprintf(stderr, "usage: %s matrix|fallback|openfail|nodes|kill|mismatch N\n", argv[0]);
+        fprintf(stderr, "usage: %s matrix|mixed|fallback|openfail|nodes|kill|mismatch N\n",
+                argv[0]);
         return 2;
     }
     for (int q = 0; q < n; q++) { /* nothing left in /dev/shm */

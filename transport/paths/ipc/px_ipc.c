@@ -24,8 +24,25 @@
  *   the last chunk of every collective ends with a FIN round, so that when
  *     a collective completes nobody reads anyone's ring any more.
  * A doorbell is an 8-byte UCX message per peer (tag kind STAGE, chunk
- * index, unit = the round), sent after `synchronize` (the device ops that
- * wrote the slot, or read the peers', are finished). Slot reuse: a rank
+ * index, unit = the round). What a rank issued on the device before its
+ * doorbell must be done before what its receivers issue after theirs; two
+ * protocols make it so (PX_IPC_PROTOCOL, agreed at setup: event only where
+ * every rank asks for it and its backend has the event ops):
+ *   sync (the default): the host `synchronize`s before sending, so the
+ *     device ops that wrote the slot, or read the peers', are finished;
+ *   event: each rank owns an interprocess event (CUDA:
+ *     cudaEventInterprocess, its handle exchanged with the rings' at
+ *     setup), records it on its stream before sending, and after a
+ *     doorbell arrives its stream waits on the sender's event
+ *     (cudaStreamWaitEvent: on the device; the host never waits inside a
+ *     collective, only at its end, px__ipc_req_end). A wait may see a
+ *     later record of the sender than the one before its doorbell; that
+ *     record only orders more work before ours (the sender cannot have
+ *     issued anything after it that waits for what we issue now). The
+ *     ring-order sums of a chunk are one reduce_multi kernel (every
+ *     rank's slot, AVG's division and the all-reduce's copy into our slot
+ *     in one pass), the same bits as the chain of reduce steps.
+ * Slot reuse: a rank
  * writes slot i % 2 again at chunk i + 2 only after every peer's READY of
  * chunk i + 1, which each peer sends after finishing chunk i. Concurrent
  * device collectives on one communicator share the rings, so they run one
@@ -66,6 +83,8 @@ struct px__ipc {
     char **ring;              /* [n]: every rank's ring as mapped here (ring[rank] = mine) */
     px_ipc_handle_t *handles; /* [n] */
     size_t slot;              /* bytes per slot (the smallest any rank offered) */
+    int event;                /* the event protocol (every rank asked for it and has the ops) */
+    void **ev;                /* [n]: every rank's event as opened here (ev[rank] ours) */
 };
 
 enum { IPC_AR = 1, IPC_RS, IPC_AG, IPC_BCAST, IPC_A2A };
@@ -86,6 +105,7 @@ struct px__ipcreq {
     int turn;             /* this request holds the rings */
     int finished;         /* its last chunk is done */
     uint64_t *rbuf;       /* [n] doorbell receive words */
+    const void **srcs;    /* [n + 1] a reduce_multi's sources and second destination */
 };
 
 static const uint64_t bell_word = 0x7078697063626c6cull; /* "pxipcbll" */
@@ -119,12 +139,32 @@ static int has_ipc_ops(const px_kernel_ops_t *k)
            k->ipc_close && k->mem_alloc && k->mem_free && k->mem_copy && k->synchronize;
 }
 
+static int has_event_ops(const px_kernel_ops_t *k)
+{
+    return k->reduce_multi && k->event_ipc_create && k->event_ipc_open && k->event_destroy &&
+           k->event_record && k->stream_wait_event;
+}
+
+/* Whether this rank asks for the event protocol: PX_IPC_PROTOCOL event or
+ * sync (the default); another value is logged and taken as sync. */
+static int want_events(void)
+{
+    const char *p = px_env_str("PX_IPC_PROTOCOL");
+    if (!p || !*p || !strcmp(p, "sync"))
+        return 0;
+    if (!strcmp(p, "event"))
+        return 1;
+    px_error("PX_IPC_PROTOCOL=%s: not event or sync; IPC collectives use sync", p);
+    return 0;
+}
+
 /* One rank's offer in the setup all-gather. */
 typedef struct {
     int32_t ok;
-    int32_t pad;
+    int32_t event; /* asks for the event protocol and created its event */
     uint64_t slot;
     px_ipc_handle_t handle;
+    px_ipc_handle_t ev_handle;
 } offer_t;
 
 static void ipc_free(px_comm_t *comm)
@@ -136,13 +176,19 @@ static void ipc_free(px_comm_t *comm)
         for (int q = 0; q < comm->size; q++)
             if (q != comm->rank && ipc->ring[q])
                 ipc->k->ipc_close(&ipc->handles[q]);
+    if (ipc->mine)
+        ipc->k->synchronize(); /* nothing of ours waits on an event or uses the ring */
+    if (ipc->ev) /* (events exist only where the backend has the ops) */
+        for (int q = 0; q < comm->size; q++)
+            if (ipc->ev[q])
+                ipc->k->event_destroy(ipc->ev[q]);
     if (ipc->mine) {
-        ipc->k->synchronize();
         ipc->k->mem_free(ipc->mine);
         scratch_add(-(int64_t)ipc->mine_bytes);
     }
     free(ipc->ring);
     free(ipc->handles);
+    free(ipc->ev);
     free(ipc);
     comm->ipc = NULL;
 }
@@ -171,11 +217,12 @@ int px__ipc_ready(px_comm_t *comm, int timeout_ms)
     if (ipc) {
         ipc->ring = calloc((size_t)n, sizeof(*ipc->ring));
         ipc->handles = calloc((size_t)n, sizeof(*ipc->handles));
+        ipc->ev = calloc((size_t)n, sizeof(*ipc->ev));
     }
     comm->ipc = ipc;
     slot_env = px_env_int("PX_IPC_SLOT_BYTES");
     me.slot = slot_env < 4096 ? 4096 : ((uint64_t)slot_env + 255) & ~(uint64_t)255;
-    me.ok = all && ipc && ipc->ring && ipc->handles && px_env_int("PX_IPC") != 0 &&
+    me.ok = all && ipc && ipc->ring && ipc->handles && ipc->ev && px_env_int("PX_IPC") != 0 &&
             has_ipc_ops(k) && px__comm_one_node(comm);
     if (me.ok) {
         ipc->k = k;
@@ -186,6 +233,8 @@ int px__ipc_ready(px_comm_t *comm, int timeout_ms)
             scratch_add((int64_t)ipc->mine_bytes);
         }
         me.ok = ipc->mine && k->ipc_handle(ipc->mine, &me.handle) == PX_OK;
+        me.event = me.ok && want_events() && has_event_ops(k) &&
+                   k->event_ipc_create(&ipc->ev[r], &me.ev_handle) == PX_OK;
     }
     if (!all) {
         px_error("comm %u rank %d: no memory for the IPC setup", comm->id, r);
@@ -195,9 +244,17 @@ int px__ipc_ready(px_comm_t *comm, int timeout_ms)
     if (px_allgather(comm, &me, all, sizeof(me), PX_UINT8, &o) != PX_OK)
         goto out;
     opened = 1;
-    for (int q = 0; opened && q < n; q++)
+    ipc->event = 1;
+    for (int q = 0; q < n; q++) {
         if (!all[q].ok)
             opened = 0;
+        if (!all[q].event)
+            ipc->event = 0;
+    }
+    if (!ipc->event && ipc->ev[r]) { /* some rank syncs: all do */
+        k->event_destroy(ipc->ev[r]);
+        ipc->ev[r] = NULL;
+    }
     if (opened) {
         ipc->slot = (size_t)all[0].slot;
         for (int q = 0; q < n; q++) {
@@ -217,6 +274,12 @@ int px__ipc_ready(px_comm_t *comm, int timeout_ms)
                 break;
             }
             ipc->ring[q] = p;
+            if (ipc->event && k->event_ipc_open(&all[q].ev_handle, &ipc->ev[q]) != PX_OK) {
+                px_warn("comm %u rank %d: cannot open rank %d's device event: device buffers "
+                        "are staged through host memory", comm->id, r, q);
+                opened = 0;
+                break;
+            }
         }
     }
     if (px_allreduce(comm, &opened, &agreed, 1, PX_INT32, PX_MIN, timeout_ms) != PX_OK)
@@ -225,8 +288,8 @@ out:
     free(all);
     if (agreed) {
         comm->ipc_state = 1;
-        px_debug("comm %u: device buffers go through IPC (%d ranks, slot %zu bytes)", comm->id,
-                 n, ipc->slot);
+        px_debug("comm %u: device buffers go through IPC (%d ranks, slot %zu bytes, %s "
+                 "protocol)", comm->id, n, ipc->slot, ipc->event ? "event" : "sync");
         return 1;
     }
     ipc_free(comm);
@@ -279,16 +342,27 @@ static char *slot_of(const px_request_t *req, int q, uint64_t i)
     } while (0)
 #define ADD(kind, peer, unit, dst, src, n) ADDS(kind, peer, unit, dst, src, n, 0)
 
-/* A doorbell round: synchronize the device, send one word to `to` (-1:
- * every other rank, -2: none, else that rank), receive one from `from`
- * (same coding), wait for all of them. */
+/* A doorbell round: send one word to `to` (-1: every other rank, -2: none,
+ * else that rank), receive one from `from` (same coding), wait for all of
+ * them. Before the sends, the device work issued so far is made visible:
+ * sync protocol, the host synchronizes; event protocol, our event is
+ * recorded on the stream, and after the receives the stream waits (on the
+ * device) for every sender's event, so what the sender issued before its
+ * bell runs before what we issue after ours. Either way everything issued
+ * before a bell, on any rank, happens before everything its receivers
+ * issue after it. */
 static px_status_t bell(px_request_t *req, unsigned unit, int to, int from)
 {
     const int n = req->comm->size, r = req->comm->rank;
     struct px__ipcreq *ir = req->ipc;
     px_status_t status;
 
-    ADD(PX__ACT_DEV_SYNC, 0, 0, NULL, NULL, 0);
+    const struct px__ipc *ipc = req->comm->ipc;
+
+    if (ipc->event)
+        ADD(PX__ACT_DEV_RECORD, 0, 0, ipc->ev[r], NULL, 0);
+    else
+        ADD(PX__ACT_DEV_SYNC, 0, 0, NULL, NULL, 0);
     for (int q = 0; q < n; q++)
         if (q != r && (to == -1 || to == q))
             ADD(PX__ACT_SEND, q, unit, NULL, &bell_word, sizeof(bell_word));
@@ -296,6 +370,10 @@ static px_status_t bell(px_request_t *req, unsigned unit, int to, int from)
         if (q != r && (from == -1 || from == q))
             ADD(PX__ACT_RECV, q, unit, &ir->rbuf[q], NULL, sizeof(bell_word));
     ADD(PX__ACT_WAIT, 0, 0, NULL, NULL, 0);
+    if (ipc->event)
+        for (int q = 0; q < n; q++)
+            if (q != r && (from == -1 || from == q))
+                ADD(PX__ACT_DEV_WAITEV, 0, 0, NULL, ipc->ev[q], 0);
     return PX_OK;
 }
 
@@ -356,6 +434,7 @@ static px_status_t build_reduce(px_request_t *req, struct px__ipcreq *ir, uint64
                                        : ir->dst + i * ir->pc * esz;
         const size_t at = slice_at(ir, r, i);
         int q = ((r - ir->o + 1) % n + n) % n;
+        const int multi = !ir->tree && req->comm->ipc->event && n <= PX_REDUCE_MULTI_MAX;
         if (ir->tree) {
             int p = 1;
             while (p * 2 <= n)
@@ -365,6 +444,13 @@ static px_status_t build_reduce(px_request_t *req, struct px__ipcreq *ir, uint64
                               len);
             if (status != PX_OK)
                 return status;
+        } else if (multi) {
+            /* one kernel: every rank's slice in the ring's order, AVG's
+             * division, the all-reduce's copy into our slot */
+            for (int k = 0; k < n; k++, q = (q + 1) % n)
+                ir->srcs[k] = slot_of(req, q, i) + at;
+            ir->srcs[n] = ir->what == IPC_AR ? mine + at : NULL;
+            ADD(PX__ACT_DEV_REDUCE_N, n, 0, acc, ir->srcs, len);
         } else {
             ADD(PX__ACT_DEV_COPY, 0, 0, acc, slot_of(req, q, i) + at, len * esz);
             for (int k = 1; k < n; k++) {
@@ -372,9 +458,9 @@ static px_status_t build_reduce(px_request_t *req, struct px__ipcreq *ir, uint64
                 ADD(PX__ACT_DEV_REDUCE, 0, 0, acc, slot_of(req, q, i) + at, len);
             }
         }
-        if (req->op == PX_AVG)
+        if (req->op == PX_AVG && !multi)
             ADD(PX__ACT_DEV_AVG, 0, 0, acc, NULL, len);
-        if (ir->what == IPC_AR)
+        if (ir->what == IPC_AR && !multi)
             ADD(PX__ACT_DEV_COPY, 0, 0, mine + at, acc, len * esz);
     }
     if (ir->what != IPC_AR)
@@ -510,7 +596,10 @@ static px_status_t begin(px_request_t *req, int what, const void *src, void *dst
     size_t chunk = px__dev_chunk() < slot ? px__dev_chunk() : slot;
     struct px__ipcreq *ir = calloc(1, sizeof(*ir));
 
-    if (!ir || !(ir->rbuf = calloc((size_t)n, sizeof(uint64_t)))) {
+    if (!ir || !(ir->rbuf = calloc((size_t)n, sizeof(uint64_t))) ||
+        !(ir->srcs = calloc((size_t)n + 1, sizeof(*ir->srcs)))) {
+        if (ir)
+            free(ir->rbuf);
         free(ir);
         return PX_ERR_NO_MEMORY;
     }
@@ -534,8 +623,7 @@ static px_status_t begin(px_request_t *req, int what, const void *src, void *dst
         if ((uint64_t)n * ir->pc * ir->esz > slot) {
             px_error("IPC: %d ranks of %zu-byte elements do not fit a %zu-byte slot", n,
                      ir->esz, slot);
-            free(ir->rbuf);
-            free(ir);
+            px__ipc_req_free(ir);
             return PX_ERR_INVALID_ARGUMENT;
         }
         ir->nchunks = (maxlen + ir->pc - 1) / ir->pc;
@@ -598,6 +686,7 @@ void px__ipc_req_free(struct px__ipcreq *ir)
     if (!ir)
         return;
     free(ir->rbuf);
+    free(ir->srcs);
     free(ir);
 }
 
