@@ -18,18 +18,28 @@
  * rank, each failed case has a line naming it on the rank that saw it,
  * and every rank exits 1 when any case failed anywhere, 0 otherwise.
  *
- * usage: px-ipc-check [-n RANKS] [--device cuda|cuda:K]
+ * --protocol sync|event sets PX_IPC_PROTOCOL for every rank (the IPC
+ * path's ordering: host synchronize or shared events; px_ipc.c). --bench
+ * then times all-reduce, all-gather and reduce-scatter of device floats
+ * through the IPC communicator from 4 KiB to 256 MiB (the staging chunk set
+ * to PX_IPC_SLOT_BYTES, so chunks are the slots) and rank 0 prints each
+ * size's time and bus bandwidth (NCCL's busbw: all-reduce 2(n-1)/n, the
+ * others (n-1)/n of the buffer's bytes per second).
+ *
+ * usage: px-ipc-check [-n RANKS] [--device cuda|cuda:K] [--protocol sync|event] [--bench]
  * Exit: 0 pass, 1 fail, 77 skip (no CUDA build or no GPU). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ipc_check_case.h"
 #include "px_coll.h"
 #include "px_devmem.h"
+#include "px_env.h"
 #include "px_kernels.h"
 #include "px_kernels_select.h"
 #include "px_launch.h"
@@ -38,6 +48,7 @@ static const char *device = "cuda";
 static px_kernel_ops_t plain, counted; /* copies of the CUDA table */
 static const px_kernel_ops_t *cuda;
 static long host_copies, dev_reduces;
+static int bench_on; /* --bench */
 
 static void count_to_host(void *h, const void *d, size_t n)
 {
@@ -121,6 +132,54 @@ out:
     k->mem_free(din);
     k->mem_free(dout);
     return rc;
+}
+
+/* --bench: every size's mean time over a few runs after one warm-up, on
+ * device buffers of `c`; rank 0 prints. 0, or 1 when a run fails. */
+static int bench(px_comm_t *c)
+{
+    const int r = px_comm_rank(c), n = px_comm_size(c);
+    static const char *const what[] = {"all-reduce", "all-gather", "reduce-scatter"};
+    const size_t slot = (size_t)px_env_int("PX_IPC_SLOT_BYTES");
+
+    px_transport_set_stage_chunk(slot); /* every rank the same */
+    for (size_t bytes = 4096; bytes <= ((size_t)256 << 20); bytes *= 4) {
+        const uint64_t cnt = bytes / 4, per = cnt / (uint64_t)n; /* AG/RS: per rank */
+        char *a = cuda->mem_alloc(bytes), *b = cuda->mem_alloc(bytes);
+        if (!a || !b) {
+            fprintf(stderr, "rank %d: bench: no device memory for %zu bytes\n", r, bytes);
+            return 1;
+        }
+        for (int op = 0; op < 3; op++) {
+            const int iters = bytes >= ((size_t)16 << 20) ? 10 : 50;
+            px_coll_opts_t o = {PX_ALGO_RING, -1};
+            struct timespec t0, t1;
+            double us;
+            for (int it = -1; it < iters; it++) {
+                px_status_t st;
+                if (it == 0)
+                    clock_gettime(CLOCK_MONOTONIC, &t0);
+                st = op == 0 ? px_allreduce_opts(c, a, b, cnt, PX_FLOAT32, PX_SUM, &o)
+                   : op == 1 ? px_allgather(c, a + (size_t)r * per * 4, a, per, PX_FLOAT32, &o)
+                             : px_reduce_scatter(c, a, b, per, PX_FLOAT32, PX_SUM, &o);
+                if (st != PX_OK) {
+                    fprintf(stderr, "rank %d: bench %s %zu bytes: %s\n", r, what[op], bytes,
+                            px_comm_last_error(c));
+                    return 1;
+                }
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) /
+                 1e3 / iters;
+            if (r == 0)
+                printf("px-ipc-check bench protocol=%s n=%d %-14s %10zu bytes %10.1f us "
+                       "busbw %8.2f GB/s\n", px_env_str("PX_IPC_PROTOCOL"), n, what[op], bytes,
+                       us, (op == 0 ? 2.0 : 1.0) * (n - 1) / n * (double)bytes / us / 1e3);
+        }
+        cuda->mem_free(a);
+        cuda->mem_free(b);
+    }
+    return 0;
 }
 
 static int rank_main(px_launch_rank_t *ctx)
@@ -220,6 +279,8 @@ static int rank_main(px_launch_rank_t *ctx)
                 free(st);
                 free(ip);
             }
+    if (bench_on && bench(split)) /* every rank, whatever its cases gave: collectives */
+        bad++;
     px_comm_destroy(split);
     px_transport_set_device_memory(NULL, NULL);
     /* every rank's failures, so that the verdict is the job's, not rank 0's */
@@ -257,8 +318,17 @@ int main(int argc, char **argv)
             n = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--device") && i + 1 < argc)
             device = argv[++i];
+        else if (!strcmp(argv[i], "--protocol") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "sync") || !strcmp(argv[i + 1], "event")))
+            setenv("PX_IPC_PROTOCOL", argv[++i], 1); /* before any px_env read */
+        else if (!strcmp(argv[i], "--protocol") && i + 1 < argc) {
+            fprintf(stderr, "px-ipc-check: --protocol %s: want sync or event\n", argv[i + 1]);
+            return 2;
+        } else if (!strcmp(argv[i], "--bench"))
+            bench_on = 1;
         else {
-            fprintf(stderr, "usage: px-ipc-check [-n RANKS] [--device cuda|cuda:K]\n");
+            fprintf(stderr, "usage: px-ipc-check [-n RANKS] [--device cuda|cuda:K] "
+                    "[--protocol sync|event] [--bench]\n");
             return 2;
         }
     }
