@@ -31,6 +31,13 @@
 #     speed    GPT-2 124M: parallax, PyTorch eager and torch.compile at batch
 #              8, 32 and 64 in bf16 and at 8 in fp32: tokens/s, MFU, ratios
 #              (py/speed.py)
+#   and, only when named (not in the default run's 8 minutes):
+#     ipcproto the IPC path under PX_IPC_PROTOCOL=event (shared CUDA events
+#              instead of a host synchronize per chunk): px-ipc-check's cases
+#              bit for bit, then px-ipc-check --bench under sync and event
+#              with 32 MiB slots and chunks (all-reduce, all-gather,
+#              reduce-scatter 4 KiB - 256 MiB, busbw beside the copy limit);
+#              SKIP with --sim
 #   --sim  no GPU: the sections that have a CPU form run it (layouts on the
 #          simulated device, daemon on sim:1, coll on the fake device and host
 #          buffers); the others SKIP. For trying the bundle on a CPU machine;
@@ -52,7 +59,7 @@ order=(ops layouts daemon attn coll profile speed)
 # an H200 in brackets): ops 40 (20), layouts 90 (50), daemon 45 (25),
 # attn 30 (15), coll 75 (55), profile 60 (40), speed 140 (120)
 declare -A BUDGET=([ops]=40 [layouts]=90 [daemon]=45 [attn]=30 [coll]=75 [profile]=60
-                   [speed]=140)
+                   [speed]=140 [ipcproto]=120)
 
 usage() {
   sed -n '/^# Usage:/,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -148,6 +155,22 @@ section_coll() {
          grep -E '^(rank [0-9]+:|px_launch:)' "$work/ipc_check.txt" | head -20; rc=1; fi
   fi
   "$py" "$pydir/coll.py" --bench "$bin/px-coll-bench" --device "$dev" --timeout 30 "${extra[@]}" || rc=1
+  return "$rc"
+}
+
+section_ipcproto() {
+  [ "$sim" = 1 ] && { echo "SKIP: no GPU (--sim)"; return 77; }
+  local rc=0 p
+  "$bin/px-ipc-check" -n 2 --device cuda --protocol event > "$work/ipc_event.txt" 2>&1; local ipc=$?
+  tail -4 "$work/ipc_event.txt"
+  if [ "$ipc" -eq 0 ]; then echo "px-ipc-check --protocol event: exit 0 on every rank: PASS"
+  else echo "px-ipc-check --protocol event: exit $ipc: FAIL; its failed cases and errors:"
+       grep -E '^(rank [0-9]+:|px_launch:)' "$work/ipc_event.txt" | head -20; rc=1; fi
+  for p in sync event; do
+    echo "-- px-ipc-check --bench, $p protocol, 32 MiB slots and chunks (goal at 64 MiB: >= 300 GB/s busbw; 4 KiB all-reduce <= 30 us)"
+    PX_IPC_SLOT_BYTES=33554432 PX_IPC_CHUNK_BYTES=33554432 \
+      "$bin/px-ipc-check" -n 2 --device cuda --protocol "$p" --bench 2>&1 | grep -E 'bench|FAIL|^rank' || rc=1
+  done
   return "$rc"
 }
 

@@ -732,6 +732,57 @@ static void test_reductions(size_t n)
     check_status("reductions");
 }
 
+/* the IPC path's one-kernel reduction (px_cuda_reduce_multi) against the
+ * chain of px_reduce_apply steps it replaces (acc = s[k] OP acc, AVG
+ * divided once): bit for bit, into both destinations, for the dtypes and
+ * ops the IPC path reduces and 1 to 4 sources */
+static void test_reduce_multi(size_t n)
+{
+    static const int dts[] = {PX_FLOAT32, PX_FLOAT64, PX_INT32};
+    static const int ops[] = {PX_SUM, PX_MIN, PX_MAX, PX_AVG};
+    for (unsigned di = 0; di < sizeof dts / sizeof *dts; di++) {
+        const int dt = dts[di];
+        const size_t es = px_dtype_size((px_dtype_t)dt), bytes = n * es;
+        unsigned char *h[4], *r = malloc(bytes), *g = malloc(bytes), *g2 = malloc(bytes);
+        const void *d[4];
+        for (int k = 0; k < 4; k++) {
+            h[k] = malloc(bytes);
+            for (size_t i = 0; i < n; i++) {
+                float x = frand() * 3;
+                if (dt == PX_FLOAT32) ((float *)h[k])[i] = x;
+                else if (dt == PX_FLOAT64) ((double *)h[k])[i] = x;
+                else ((int32_t *)h[k])[i] = (int32_t)(x * 1e9f);
+            }
+            d[k] = dev(h[k], bytes);
+        }
+        void *dd = G->mem_alloc(bytes), *dd2 = G->mem_alloc(bytes);
+        for (unsigned oi = 0; oi < sizeof ops / sizeof *ops; oi++)
+            for (int m = 1; m <= 4; m++) {
+                memcpy(r, h[0], bytes);
+                for (int k = 1; k < m; k++)
+                    px_reduce_apply((px_dtype_t)dt, (px_redop_t)ops[oi], r, h[k], r, n);
+                if (ops[oi] == PX_AVG)
+                    px_reduce_avg_finish((px_dtype_t)dt, r, n, m);
+                int rc = px_cuda_reduce_multi((px_dtype_t)dt, (px_redop_t)ops[oi], dd, dd2, d, m,
+                                              n);
+                G->mem_copy_to_host(g, dd, bytes);
+                G->mem_copy_to_host(g2, dd2, bytes);
+                int ok = rc == 0 && !memcmp(g, r, bytes) && !memcmp(g2, r, bytes);
+                checks++;
+                failures += !ok;
+                printf("%-22s dtype %d op %d m=%d n=%-9zu %s\n", "reduce_multi", dt, ops[oi], m,
+                       n, ok ? "bitwise equal  PASS" : "differs  FAIL");
+            }
+        G->mem_free(dd); G->mem_free(dd2);
+        for (int k = 0; k < 4; k++) {
+            G->mem_free((void *)d[k]);
+            free(h[k]);
+        }
+        free(r); free(g); free(g2);
+    }
+    check_status("reduce_multi");
+}
+
 /* the bf16 GEMM against an fp32 GEMM of the bf16-rounded inputs (1e-2) */
 static void test_bf16_gemm(int N, int C, int OC)
 {
@@ -999,6 +1050,7 @@ int main(int argc, char **argv)
     test_crossentropy(8, 50257, 50304);
 #if PX_HAVE_CUDA
     test_reductions(4099);
+    test_reduce_multi(100003);
     test_bf16_gemm(256, 768, 512);
 #endif
     printf("px-opcheck: %d checks, %d failed: %s\n", checks, failures,
