@@ -30,8 +30,9 @@
  *                        on every rank naming both counts; then the
  *                        communicator still gives the right result.
  *
- *   test_ipc mixed N     matrix, where only rank 0 sets PX_IPC_PROTOCOL=event:
- *                        every rank uses the sync protocol.
+ *   test_ipc mixed N     matrix, where only rank 0 sets PX_IPC_PROTOCOL=event
+ *                        and PX_IPC_CHUNK_BYTES=4096: every rank uses the
+ *                        sync protocol and 4 KiB chunks.
  * With PX_IPC_PROTOCOL=event every mode runs the event protocol (shared
  * events for ordering, one-kernel reductions); the fake device checks that
  * each wait on a peer's event follows that peer's record, and the matrix
@@ -626,9 +627,13 @@ static int rank_matrix(px_launch_rank_t *ctx)
     px_comm_t *ipcc;
 
     /* mixed: only rank 0 asks for the event protocol, so every rank must
-     * sync (one_case checks that none records an event) */
-    if (!strcmp(ctx->arg, "mixed") && r == 0)
+     * sync (one_case checks that none records an event); and it asks for
+     * 4 KiB chunks where the others ask for PX_IPC_CHUNK_BYTES: all must
+     * cut the smaller, or their chunks would not pair */
+    if (!strcmp(ctx->arg, "mixed") && r == 0) {
         setenv("PX_IPC_PROTOCOL", "event", 1);
+        setenv("PX_IPC_CHUNK_BYTES", "4096", 1);
+    }
     if (setup(ctx, &ipc_ops, &ipcc))
         return 1;
     for (unsigned ci = 0; ci < sizeof counts / sizeof *counts; ci++) {

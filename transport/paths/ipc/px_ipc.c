@@ -11,6 +11,9 @@
  * (px_stage.c): for the blocked layouts (all-reduce, reduce-scatter,
  * all-gather, all-to-all) chunk i is slice i of each of the n blocks, laid
  * out block after block in the slot; broadcast's chunks are contiguous.
+ * A chunk is PX_IPC_CHUNK_BYTES as agreed at setup (the smallest any rank
+ * asked for; 0: the staging chunk of the collective's start) and at most a
+ * slot.
  *
  *   all-reduce / reduce-scatter, chunk i: copy our slices of every block
  *     into our slot; doorbell READY; rank r reduces block r's slice reading
@@ -84,6 +87,8 @@ struct px__ipc {
     px_ipc_handle_t *handles; /* [n] */
     size_t slot;              /* bytes per slot (the smallest any rank offered) */
     int event;                /* the event protocol (every rank asked for it and has the ops) */
+    size_t chunk;             /* PX_IPC_CHUNK_BYTES as agreed (the smallest asked; 0: the
+                               * staging chunk at each collective) */
     void **ev;                /* [n]: every rank's event as opened here (ev[rank] ours) */
 };
 
@@ -163,6 +168,7 @@ typedef struct {
     int32_t ok;
     int32_t event; /* asks for the event protocol and created its event */
     uint64_t slot;
+    uint64_t chunk; /* PX_IPC_CHUNK_BYTES (0: the staging chunk) */
     px_ipc_handle_t handle;
     px_ipc_handle_t ev_handle;
 } offer_t;
@@ -222,6 +228,8 @@ int px__ipc_ready(px_comm_t *comm, int timeout_ms)
     comm->ipc = ipc;
     slot_env = px_env_int("PX_IPC_SLOT_BYTES");
     me.slot = slot_env < 4096 ? 4096 : ((uint64_t)slot_env + 255) & ~(uint64_t)255;
+    me.chunk = px_env_int("PX_IPC_CHUNK_BYTES") > 0 ? (uint64_t)px_env_int("PX_IPC_CHUNK_BYTES")
+                                                    : 0;
     me.ok = all && ipc && ipc->ring && ipc->handles && ipc->ev && px_env_int("PX_IPC") != 0 &&
             has_ipc_ops(k) && px__comm_one_node(comm);
     if (me.ok) {
@@ -257,9 +265,12 @@ int px__ipc_ready(px_comm_t *comm, int timeout_ms)
     }
     if (opened) {
         ipc->slot = (size_t)all[0].slot;
+        ipc->chunk = (size_t)all[0].chunk;
         for (int q = 0; q < n; q++) {
             if ((size_t)all[q].slot < ipc->slot)
                 ipc->slot = (size_t)all[q].slot;
+            if ((size_t)all[q].chunk < ipc->chunk) /* a rank without one: the staging chunk */
+                ipc->chunk = (size_t)all[q].chunk;
             ipc->handles[q] = all[q].handle;
         }
         ipc->ring[r] = ipc->mine;
@@ -593,7 +604,8 @@ static px_status_t begin(px_request_t *req, int what, const void *src, void *dst
 {
     const int n = req->comm->size;
     const size_t slot = req->comm->ipc->slot;
-    size_t chunk = px__dev_chunk() < slot ? px__dev_chunk() : slot;
+    size_t want = req->comm->ipc->chunk ? req->comm->ipc->chunk : px__dev_chunk();
+    size_t chunk = want < slot ? want : slot;
     struct px__ipcreq *ir = calloc(1, sizeof(*ir));
 
     if (!ir || !(ir->rbuf = calloc((size_t)n, sizeof(uint64_t))) ||

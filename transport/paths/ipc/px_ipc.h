@@ -15,7 +15,8 @@
  * backend with the IPC ops (reduce, reduce_avg_finish, ipc_handle,
  * ipc_open, ipc_close) and opened every peer's ring; otherwise it is off on
  * every rank and device buffers are staged through host memory
- * (px_stage.c). With PX_IPC_PROTOCOL=event on every rank and a backend
+ * (px_stage.c). Chunks are PX_IPC_CHUNK_BYTES (the smallest any rank
+ * asks for; 0: the staging chunk) and at most a slot. With PX_IPC_PROTOCOL=event on every rank and a backend
  * with the event ops (reduce_multi, event_*, stream_wait_event), each rank
  * also shares an interprocess event in the same all-gather, and the ranks
  * order their device work by those events instead of host waits (px_ipc.c,
