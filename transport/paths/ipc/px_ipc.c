@@ -19,7 +19,10 @@
  *     into our slot; doorbell READY; rank r reduces block r's slice reading
  *     every rank's slot in the ring's order (below) into its output; the
  *     all-reduce copies that result into its own slot, rings DONE, and
- *     every rank copies block q's result from rank q's slot.
+ *     every rank copies block q's result from rank q's slot. Under the
+ *     event protocol an all-reduce of one small chunk is one-shot: every
+ *     rank reduces every block itself, in each block's order, with no
+ *     DONE round.
  *   all-gather / all-to-all: copy in, READY, every rank copies what it
  *     needs straight from the peers' slots into its output.
  *   broadcast: the root copies in and rings READY to every rank; each
@@ -93,6 +96,12 @@ struct px__ipc {
 };
 
 enum { IPC_AR = 1, IPC_RS, IPC_AG, IPC_BCAST, IPC_A2A };
+
+/* The largest one-shot all-reduce (build_reduce), bytes: where the saved
+ * doorbell round outweighs reading every block n times (PyTorch's
+ * intra-node custom all-reduce switches from one-shot at a few hundred
+ * KiB; the figure awaits a measurement on a GPU). */
+#define PX__IPC_ONESHOT_BYTES ((uint64_t)256 << 10)
 enum { U_READY = 0, U_DONE = 1, U_FIN = 2 };
 
 struct px__ipcreq {
@@ -110,7 +119,7 @@ struct px__ipcreq {
     int turn;             /* this request holds the rings */
     int finished;         /* its last chunk is done */
     uint64_t *rbuf;       /* [n] doorbell receive words */
-    const void **srcs;    /* [n + 1] a reduce_multi's sources and second destination */
+    const void **srcs;    /* [n][n + 1] block b's reduce_multi sources and copy */
 };
 
 static const uint64_t bell_word = 0x7078697063626c6cull; /* "pxipcbll" */
@@ -423,12 +432,64 @@ static px_status_t tree_sum(px_request_t *req, uint64_t i, size_t at, int lo, in
     return status;
 }
 
-/* Chunk i of a reduction (all-reduce, reduce-scatter). */
+/* Block b's slice of chunk i summed from every rank's slot into `acc`, in
+ * the order of the host algorithm (the ring's from rank b - o + 1 around,
+ * or recursive doubling's tree), AVG divided; `copy` (NULL: none) gets the
+ * result too. */
+static px_status_t reduce_block(px_request_t *req, struct px__ipcreq *ir, int b, uint64_t i,
+                                char *acc, char *copy, uint64_t len)
+{
+    const int n = req->comm->size;
+    const size_t at = slice_at(ir, b, i), esz = ir->esz;
+    const int multi = !ir->tree && req->comm->ipc->event && n <= PX_REDUCE_MULTI_MAX;
+    int q = ((b - ir->o + 1) % n + n) % n;
+    px_status_t status;
+
+    if (ir->tree) {
+        int p = 1;
+        while (p * 2 <= n)
+            p *= 2;
+        status = tree_sum(req, i, at, 0, p, n - p, acc,
+                          req->comm->ipc->ring[req->comm->rank] +
+                              PX__IPC_NSLOT * req->comm->ipc->slot,
+                          len);
+        if (status != PX_OK)
+            return status;
+    } else if (multi) {
+        /* one kernel: every rank's slice in the ring's order, AVG's
+         * division and the copy (block b's own sources: a schedule may hold
+         * one such kernel per block) */
+        const void **srcs = ir->srcs + (size_t)b * (size_t)(n + 1);
+        for (int k = 0; k < n; k++, q = (q + 1) % n)
+            srcs[k] = slot_of(req, q, i) + at;
+        srcs[n] = copy;
+        ADD(PX__ACT_DEV_REDUCE_N, n, 0, acc, srcs, len);
+        return PX_OK;
+    } else {
+        ADD(PX__ACT_DEV_COPY, 0, 0, acc, slot_of(req, q, i) + at, len * esz);
+        for (int k = 1; k < n; k++) {
+            q = (q + 1) % n;
+            ADD(PX__ACT_DEV_REDUCE, 0, 0, acc, slot_of(req, q, i) + at, len);
+        }
+    }
+    if (req->op == PX_AVG)
+        ADD(PX__ACT_DEV_AVG, 0, 0, acc, NULL, len);
+    if (copy)
+        ADD(PX__ACT_DEV_COPY, 0, 0, copy, acc, len * esz);
+    return PX_OK;
+}
+
+/* Chunk i of a reduction (all-reduce, reduce-scatter). An all-reduce of one
+ * chunk of at most PX__IPC_ONESHOT_BYTES under the event protocol is
+ * one-shot: every rank sums every block itself from the peers' slots (n
+ * times the reads, one doorbell round fewer: what bounds a small one). */
 static px_status_t build_reduce(px_request_t *req, struct px__ipcreq *ir, uint64_t i)
 {
     const int n = req->comm->size, r = req->comm->rank;
     const size_t esz = ir->esz;
     char *mine = slot_of(req, r, i);
+    const int oneshot = ir->what == IPC_AR && req->comm->ipc->event && ir->nchunks == 1 &&
+                        (ir->blen * (uint64_t)n + ir->brem) * esz <= PX__IPC_ONESHOT_BYTES;
     px_status_t status;
     uint64_t len;
 
@@ -439,40 +500,19 @@ static px_status_t build_reduce(px_request_t *req, struct px__ipcreq *ir, uint64
     status = bell(req, U_READY, -1, -1);
     if (status != PX_OK)
         return status;
+    if (oneshot) {
+        for (int b = 0; b < n && status == PX_OK; b++)
+            if ((len = slice_len(ir, b, i)))
+                status = reduce_block(req, ir, b, i, ir->dst + blk_off(ir, b) * esz, NULL, len);
+        return status;
+    }
     if ((len = slice_len(ir, r, i))) {
-        /* block r in the ring's order: from rank r - o + 1 around */
         char *acc = ir->what == IPC_AR ? ir->dst + (blk_off(ir, r) + i * ir->pc) * esz
                                        : ir->dst + i * ir->pc * esz;
-        const size_t at = slice_at(ir, r, i);
-        int q = ((r - ir->o + 1) % n + n) % n;
-        const int multi = !ir->tree && req->comm->ipc->event && n <= PX_REDUCE_MULTI_MAX;
-        if (ir->tree) {
-            int p = 1;
-            while (p * 2 <= n)
-                p *= 2;
-            status = tree_sum(req, i, at, 0, p, n - p, acc,
-                              req->comm->ipc->ring[r] + PX__IPC_NSLOT * req->comm->ipc->slot,
-                              len);
-            if (status != PX_OK)
-                return status;
-        } else if (multi) {
-            /* one kernel: every rank's slice in the ring's order, AVG's
-             * division, the all-reduce's copy into our slot */
-            for (int k = 0; k < n; k++, q = (q + 1) % n)
-                ir->srcs[k] = slot_of(req, q, i) + at;
-            ir->srcs[n] = ir->what == IPC_AR ? mine + at : NULL;
-            ADD(PX__ACT_DEV_REDUCE_N, n, 0, acc, ir->srcs, len);
-        } else {
-            ADD(PX__ACT_DEV_COPY, 0, 0, acc, slot_of(req, q, i) + at, len * esz);
-            for (int k = 1; k < n; k++) {
-                q = (q + 1) % n;
-                ADD(PX__ACT_DEV_REDUCE, 0, 0, acc, slot_of(req, q, i) + at, len);
-            }
-        }
-        if (req->op == PX_AVG && !multi)
-            ADD(PX__ACT_DEV_AVG, 0, 0, acc, NULL, len);
-        if (ir->what == IPC_AR && !multi)
-            ADD(PX__ACT_DEV_COPY, 0, 0, mine + at, acc, len * esz);
+        status = reduce_block(req, ir, r, i, acc,
+                              ir->what == IPC_AR ? mine + slice_at(ir, r, i) : NULL, len);
+        if (status != PX_OK)
+            return status;
     }
     if (ir->what != IPC_AR)
         return PX_OK;
@@ -609,7 +649,7 @@ static px_status_t begin(px_request_t *req, int what, const void *src, void *dst
     struct px__ipcreq *ir = calloc(1, sizeof(*ir));
 
     if (!ir || !(ir->rbuf = calloc((size_t)n, sizeof(uint64_t))) ||
-        !(ir->srcs = calloc((size_t)n + 1, sizeof(*ir->srcs)))) {
+        !(ir->srcs = calloc((size_t)n * ((size_t)n + 1), sizeof(*ir->srcs)))) {
         if (ir)
             free(ir->rbuf);
         free(ir);
