@@ -31,7 +31,9 @@
  * Between the ranks of one node, when the registered backend has the IPC
  * ops (px_kernels.h: reduce, ipc_handle, ipc_open ...: the CUDA table),
  * those five collectives go device to device through the peers' mapped
- * scratch rings instead (px_ipc.h; PX_IPC=0 turns it off), with the same
+ * scratch rings instead (px_ipc.h; PX_IPC=0 turns it off; PX_IPC_PROTOCOL
+ * chooses host waits or shared events for the ranks' ordering,
+ * PX_IPC_CHUNK_BYTES the chunk), with the same
  * results bit for bit; staging stays for ranks on several nodes.
  * Where UCX itself moves CUDA memory (px_transport_cuda_memory),
  * point-to-point transfers of device buffers go to UCX unstaged; the
