@@ -24,7 +24,8 @@
  * through the IPC communicator from 4 KiB to 256 MiB (the staging chunk set
  * to PX_IPC_SLOT_BYTES, so chunks are the slots) and rank 0 prints each
  * size's time and bus bandwidth (NCCL's busbw: all-reduce 2(n-1)/n, the
- * others (n-1)/n of the buffer's bytes per second).
+ * others (n-1)/n of the buffer's bytes per second), beside the copy limit:
+ * rank 0's device-to-device copy of the same size, timed alone.
  *
  * usage: px-ipc-check [-n RANKS] [--device cuda|cuda:K] [--protocol sync|event] [--bench]
  * Exit: 0 pass, 1 fail, 77 skip (no CUDA build or no GPU). */
@@ -149,6 +150,21 @@ static int bench(px_comm_t *c)
         if (!a || !b) {
             fprintf(stderr, "rank %d: bench: no device memory for %zu bytes\n", r, bytes);
             return 1;
+        }
+        if (r == 0) { /* the limit: a device-to-device copy of the same size, alone */
+            const int iters = bytes >= ((size_t)16 << 20) ? 10 : 50;
+            struct timespec t0, t1;
+            cuda->mem_copy(b, a, bytes);
+            cuda->synchronize();
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (int it = 0; it < iters; it++)
+                cuda->mem_copy(b, a, bytes);
+            cuda->synchronize();
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 +
+                         (double)(t1.tv_nsec - t0.tv_nsec)) / 1e3 / iters;
+            printf("px-ipc-check bench copy limit %24zu bytes %10.1f us copy %8.2f GB/s\n",
+                   bytes, us, (double)bytes / us / 1e3);
         }
         for (int op = 0; op < 3; op++) {
             const int iters = bytes >= ((size_t)16 << 20) ? 10 : 50;
