@@ -253,7 +253,7 @@ px_status_t px__cma_bad_status(px_comm_t *comm, const px__cma_bad_t *bad)
 }
 
 px_status_t px__cma_read(px_comm_t *comm, const px__cma_t *cma, int kind, uint32_t seq,
-                         const char *desc0, size_t desc_stride, const char *src, char *dst,
+                         const char *desc0, size_t desc_stride, char *dst,
                          uint64_t count, size_t esz, int root, px__cma_bad_t *bad_p)
 {
     int n = cma->n, me = cma->me;
@@ -266,9 +266,7 @@ px_status_t px__cma_read(px_comm_t *comm, const px__cma_t *cma, int kind, uint32
         return read_part(comm, cma, seq, root, desc0, desc_stride, 0, dst, cb, bad_p);
     case PX__COLL_ALLGATHER:
     case PX__COLL_ALLTOALL:
-        if (kind == PX__COLL_ALLTOALL)
-            memcpy(dst + (size_t)me * cb, src + (size_t)me * cb, cb);
-        /* (the all-gather's own piece is in place already: px__shm_start) */
+        /* (our own block is in place already: px_shm.c's copy_own) */
         for (int i = 1; i < n; i++) {
             int p = (me + i) % n;
             uint64_t off = kind == PX__COLL_ALLTOALL ? (uint64_t)me * cb : 0;

@@ -95,8 +95,10 @@ typedef struct px__cma_bad {
 
 /* This rank's reads of collective `seq` once every rank published its
  * descriptor: rank p's descriptor is at desc0 + p * desc_stride. kind,
- * src, dst, count (elements as px__shm_start takes them), esz (bytes per
- * element), root (broadcast) as the collective's. Peers are read starting
+ * dst, count (elements as px__shm_start takes them), esz (bytes per
+ * element), root (broadcast) as the collective's; this rank's own block of
+ * an all-gather or all-to-all is not copied here (px_shm.c copies it while
+ * the peers publish). Peers are read starting
  * at rank me + 1 (each rank at a different peer). Returns PX_OK;
  * PX_ERR_PEER_FAILURE naming the peer when its process is gone (ESRCH), or
  * the communicator's failure when one is known (pidfd, watch fd);
@@ -105,7 +107,7 @@ typedef struct px__cma_bad {
  * goes on to the phase that tells owners we are done: if that wait
  * succeeds, px__cma_bad_status gives the error. */
 px_status_t px__cma_read(px_comm_t *comm, const px__cma_t *cma, int kind, uint32_t seq,
-                         const char *desc0, size_t desc_stride, const char *src, char *dst,
+                         const char *desc0, size_t desc_stride, char *dst,
                          uint64_t count, size_t esz, int root, px__cma_bad_t *bad_p);
 /* Test hook (0 in production; tests/transport/test_shm.c sets it on one
  * rank): milliseconds each single-copy read section of this process sleeps
