@@ -48,7 +48,8 @@
  * phases, so "every ctr >= mine" is the barrier of each phase, across
  * collectives too.
  *
- * Single copy (px_shm_cma.h; large all-to-alls by default): one step whose
+ * Single copy (px_shm_cma.h; by default all-gathers and all-to-alls with
+ * blocks of 32 KiB or more on Intel CPUs, none elsewhere): one step whose
  * buffer holds only the rank's descriptor (the address of its own send
  * buffer); after the first wait each rank reads its parts straight from
  * the peers' buffers (process_vm_readv), publishes, and waits until every
