@@ -216,7 +216,16 @@ static int equal_on(px_launch_rank_t *ctx, px_comm_t *w, int cma)
     px_comm_t *u = NULL;
     int n = ctx->world, cases = 0, shm_cases = 0, cma_cases = 0;
     long cma_mode = px_env_int("PX_SHM_CMA"); /* 1: all-to-all only; 2: also all-gather, bcast */
-    uint64_t cma_min = cma_mode && cma ? (uint64_t)px_env_int("PX_SHM_CMA_MIN_BYTES") : UINT64_MAX;
+    /* the kinds expected single-copy (-1, auto: px__cma_auto_kinds) and from
+     * which size: PX_SHM_CMA_MIN_BYTES bytes of the largest buffer, or
+     * (-1, auto) 32 KiB per peer's block */
+    unsigned kinds = cma_mode == 0 ? 0
+                     : cma_mode == 1 ? 1u << PX__COLL_ALLTOALL
+                     : cma_mode == 2 ? (1u << PX__COLL_ALLTOALL) | (1u << PX__COLL_ALLGATHER) |
+                                           (1u << PX__COLL_BCAST)
+                                     : px__cma_auto_kinds();
+    long min_env = px_env_int("PX_SHM_CMA_MIN_BYTES");
+    uint64_t cma_min = kinds && cma ? (min_env >= 0 ? (uint64_t)min_env : 0) : UINT64_MAX;
     size_t max = 20011 * 8 * (size_t)n + 64;
     char *in = malloc(max), *a = malloc(max), *b = malloc(max);
 
@@ -253,9 +262,12 @@ static int equal_on(px_launch_rank_t *ctx, px_comm_t *w, int cma)
                     if (sb)
                         FAIL("the UCX reference took the segment");
                     int want = big >= 4096 && !(reduces && half);
-                    if (want && big >= cma_min &&
-                        (form == A2A || ((form == AG || form == AG_IN || form == BC) &&
-                                         cma_mode == 2)))
+                    int kind = form == A2A ? PX__COLL_ALLTOALL
+                               : form == AG || form == AG_IN ? PX__COLL_ALLGATHER
+                               : form == BC ? PX__COLL_BCAST : 0;
+                    uint64_t block = form == BC ? big : big / (uint64_t)n;
+                    if (want && kind && (kinds & (1u << kind)) && big >= cma_min &&
+                        (min_env >= 0 || block >= 32768))
                         want = 2;
                     if (sa != want)
                         FAIL("%s %s count %llu (%llu bytes): path %d, expected %d (0 ucx, 1 "

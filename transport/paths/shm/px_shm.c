@@ -48,7 +48,8 @@
  * phases, so "every ctr >= mine" is the barrier of each phase, across
  * collectives too.
  *
- * Single copy (px_shm_cma.h; large all-to-alls by default): one step whose
+ * Single copy (px_shm_cma.h; by default all-gathers and all-to-alls with
+ * blocks of 32 KiB or more on Intel CPUs, none elsewhere): one step whose
  * buffer holds only the rank's descriptor (the address of its own send
  * buffer); after the first wait each rank reads its parts straight from
  * the peers' buffers (process_vm_readv), publishes, and waits until every
@@ -752,7 +753,7 @@ static px_status_t cma_reads(px_request_t *req, px__shm_t *s, shm_op_t *o)
         if (px__cma_test_read_delay_ms > 0) /* tests: a reader slow in mid-read */
             usleep((useconds_t)px__cma_test_read_delay_ms * 1000);
         status = px__cma_read(req->comm, s->cma, o->kind, o->seq, slot_of(s, 0, o->cur.buf),
-                              (size_t)NBUF * s->stride, o->src, o->dst, o->count, o->esz, o->root,
+                              (size_t)NBUF * s->stride, o->dst, o->count, o->esz, o->root,
                               &o->bad);
         for (int p = 0; p < s->n && gone < 0 && status == PX_OK; p++)
             if (reads_from(s, o, p) && atomic_load(&s->ctl[p].abandoned) == tag)
@@ -916,13 +917,11 @@ static void after_data(px__shm_t *s, shm_op_t *o, const step_t *t)
         break;
     case PX__COLL_ALLTOALL:
         /* from rank me + 1 on, as the single copy reads: the n ranks
-         * start on n different buffers */
-        for (int i = 1; i <= s->n; i++) {
+         * start on n different buffers (our own block: copy_own) */
+        for (int i = 1; i < s->n; i++) {
             int p = (s->me + i) % s->n;
             memcpy(o->dst + ((size_t)p * o->count + t->off) * esz,
-                   p == s->me ? o->src + ((size_t)p * o->count + t->off) * esz
-                              : slot_of(s, p, t->buf) + (size_t)s->me * cb,
-                   cb);
+                   slot_of(s, p, t->buf) + (size_t)s->me * cb, cb);
         }
         break;
     }
@@ -942,7 +941,24 @@ static void copy_parts(px__shm_t *s, shm_op_t *o, const step_t *t)
     }
 }
 
-/* Starts the step at o->next: copies this rank's part in and publishes. */
+/* All-gather's and all-to-all's own block of step t: from this rank's send
+ * buffer straight to its place in the output (nothing of it goes through
+ * the segment or a peer). Made after the step is published, while the
+ * peers copy their parts in, so that it costs them no wait. */
+static void copy_own(px__shm_t *s, shm_op_t *o, const step_t *t)
+{
+    size_t esz = o->esz, cb = (size_t)t->c * esz;
+    char *to = o->dst + ((size_t)s->me * o->count + t->off) * esz;
+    const char *from = o->kind == PX__COLL_ALLGATHER
+                           ? o->src + (size_t)t->off * esz
+                           : o->src + ((size_t)s->me * o->count + t->off) * esz;
+
+    if ((o->kind == PX__COLL_ALLGATHER || o->kind == PX__COLL_ALLTOALL) && to != from)
+        memcpy(to, from, cb); /* all-gather in place: already there */
+}
+
+/* Starts the step at o->next: copies this rank's part in, publishes, then
+ * copies its own block (copy_own). */
 static void begin_step(px__shm_t *s, shm_op_t *o)
 {
     o->cur.off = o->next;
@@ -951,6 +967,7 @@ static void begin_step(px__shm_t *s, shm_op_t *o)
     o->next += o->cur.c;
     copy_in(s, o, &o->cur);
     publish(s);
+    copy_own(s, o, &o->cur);
     o->target = s->pub;
     o->waiting = 1;
     o->phase = 1;
@@ -1083,11 +1100,6 @@ px_status_t px__shm_start(px_comm_t *comm, int kind, const void *src, void *dst,
     if (o->reg) { /* one step: the buffer itself; the staging buffer holds the descriptor */
         o->chunk = count;
         o->onephase = 0;
-    }
-    if (kind == PX__COLL_ALLGATHER) {
-        char *mine = (char *)dst + (size_t)comm->rank * count * esz;
-        if (mine != (const char *)src)
-            memcpy(mine, src, (size_t)count * esz);
     }
     note(comm, req->seq, kind, dtype, (int)op, root, count, (uint32_t)o->reg);
     px__req_link(comm, req);

@@ -21,30 +21,40 @@
  * copy only when all reads on all ranks succeeded (the same answer on every
  * rank); otherwise it keeps the two-copy path.
  *
- * Which collectives (measured, px_shm_cma.c's px__cma_wants): a read by
- * process_vm_readv costs about two memcpys on the 2-core EPYC VM we measured
- * on (it pins every page and copies without non-temporal stores: 8.7 vs 24
- * GB/s at 1 MiB, 3.1 vs 5.8 GB/s at 16 MiB, one reader, idle process), so
- * one copy through the kernel moves bytes no cheaper than two memcpys; what
- * it saves is the staging's phases (one wait per 256 KiB slot) and, in an
- * all-to-all, the copy of n - 1 blocks in. CPU time per collective summed
- * over the ranks (best of 2, load 13-16): all-to-all 4 ranks 1.04-1.46x
- * less with the single copy (1-16 MiB), 2 ranks 0.96-1.07x; all-gather
- * 0.76-0.95x (more: with n > 2 its source is read n - 1 times from DRAM,
- * where the two copies' staging slot stays in cache), broadcast 0.80-1.05x.
- * So with PX_SHM_CMA=1 only all-to-all takes it. Wall time against Open
- * MPI on the quiet machine (compare_mpi.py -n 2,4 --ops all_gather,
- * all_to_all -b 64K -e 16M -r 3, PX_SHM_CMA 1,0,1,0 alternating, load
- * 1.4-2.0) gave the 4-rank all-to-all 1.05 / 1.02x with it and 1.43 / 1.33x
- * with two copies at 1 MiB, 0.96-1.07x either way at 4-16 MiB: the CPU it
- * saves does not show as time here, so the default is 0 (off).
+ * Which collectives (measured, px_shm_cma.c's px__cma_wants): it depends on
+ * the CPU. On the 2-core EPYC VM we measured on a read by process_vm_readv
+ * cost about two memcpys (it pins every page and copies without
+ * non-temporal stores: 8.7 vs 24 GB/s at 1 MiB, 3.1 vs 5.8 GB/s at 16 MiB,
+ * one reader, idle process), so one copy through the kernel moved bytes no
+ * cheaper than two memcpys; what it saves is the staging's phases (one
+ * wait per 256 KiB slot) and, in an all-to-all, the copy of n - 1 blocks
+ * in. CPU time per collective summed over the ranks (best of 2, load
+ * 13-16): all-to-all 4 ranks 1.04-1.46x less with the single copy (1-16
+ * MiB), 2 ranks 0.96-1.07x; all-gather 0.76-0.95x, broadcast 0.80-1.05x;
+ * wall time against Open MPI 0.96-1.07x either way at 4-16 MiB, better
+ * with two copies at 1 MiB: so there it stays off. On the 2-vCPU Xeon
+ * (Sapphire Rapids, KVM) a read by process_vm_readv moves 0.55-0.95 of
+ * memcpy's bytes per second (the same one-process test, load 3.7: 1 MiB
+ * 15 vs 28 GB/s, 4 MiB 9.0 vs 11.1, 16 MiB 7.3 vs 7.8), so the single copy
+ * costs less than the two; and Open MPI's vader, which reads with CMA,
+ * was 1.5-2x faster than our two copies from 64 KiB up (and 1.3-1.7x
+ * slower than them with btl_vader_single_copy_mechanism=none). Best of 3
+ * against Open MPI in the same runs (load 1.4-2.0), two copies -> single
+ * copy, 2 ranks: all-gather 256 KiB 16.6 -> 8.9 us (Open MPI 9.1), 1 MiB
+ * 77 -> 41-45 (52), 16 MiB 1488 -> 1312 (1473); all-to-all 1 MiB 98 -> 42-44
+ * (52), 16 MiB 1822 -> 1339 (1638); 4 ranks, all-to-all 1 MiB 257 -> 186
+ * (216). So by default (PX_SHM_CMA=-1) all-gather and all-to-all take it on
+ * Intel CPUs (px__cma_auto_kinds), from 32 KiB per peer's block
+ * (PX_SHM_CMA_MIN_BYTES=-1: px_shm_cma.c's AUTO_BLOCK_BYTES); broadcast was
+ * not measured there and stays two-copy.
  *
- * Knobs (common/px_env.c): PX_SHM_CMA (0, the default: the two-copy path
- * only; 1: all-to-all; 2: all-gather, all-to-all and broadcast, for machines
- * where CMA is cheaper, tests and measurement), PX_SHM_CMA_MIN_BYTES
- * (the smallest collective, in bytes of its largest buffer, that takes the
- * single copy). Rank 0's PX_SHM_CMA_MIN_BYTES holds for the communicator;
- * the least PX_SHM_CMA of the ranks holds (0 on any rank: off for all). */
+ * Knobs (common/px_env.c): PX_SHM_CMA (-1, the default: auto as above; 0:
+ * the two-copy path only; 1: all-to-all; 2: all-gather, all-to-all and
+ * broadcast, for tests and measurement), PX_SHM_CMA_MIN_BYTES (the smallest
+ * collective, in bytes of its largest buffer, that takes the single copy;
+ * -1, the default: 32 KiB per block). Rank 0's PX_SHM_CMA_MIN_BYTES holds
+ * for the communicator; only the kinds every rank's PX_SHM_CMA allows take
+ * it (0 on any rank: off for all). */
 #ifndef PX_SHM_CMA_H
 #define PX_SHM_CMA_H
 
@@ -67,13 +77,19 @@ typedef struct px__cma px__cma_t;
  * the status of the UCX collectives (a failure there is the communicator's
  * failure; *cma_p is then NULL). */
 px_status_t px__cma_setup(px_comm_t *comm, px__cma_t **cma_p);
+/* The kinds the single copy takes by default (PX_SHM_CMA=-1) on this
+ * machine, as a mask of 1 << PX__COLL_*: all-gather and all-to-all on
+ * Intel x86 CPUs (cpuid's vendor GenuineIntel), none elsewhere (see
+ * "Which collectives" above). */
+unsigned px__cma_auto_kinds(void);
 /* Frees the state; NULL-safe. */
 void px__cma_destroy(px__cma_t *cma);
 
 /* Whether a collective of kind PX__COLL_* whose largest buffer is `bytes`
- * takes the single copy: from rank 0's PX_SHM_CMA_MIN_BYTES up, all-to-all;
- * all-gather and broadcast too where PX_SHM_CMA=2 on every rank. The same
- * answer on every rank for the same arguments. NULL cma: 0. */
+ * takes the single copy: a kind every rank's PX_SHM_CMA allows, from rank
+ * 0's PX_SHM_CMA_MIN_BYTES up (-1: from 32 KiB per peer's block, bytes / n;
+ * a broadcast's block is its buffer). The same answer on every rank for the
+ * same arguments. NULL cma: 0. */
 int px__cma_wants(const px__cma_t *cma, int kind, uint64_t bytes);
 
 /* Writes this rank's descriptor for collective `seq` into `desc` (its
@@ -95,8 +111,10 @@ typedef struct px__cma_bad {
 
 /* This rank's reads of collective `seq` once every rank published its
  * descriptor: rank p's descriptor is at desc0 + p * desc_stride. kind,
- * src, dst, count (elements as px__shm_start takes them), esz (bytes per
- * element), root (broadcast) as the collective's. Peers are read starting
+ * dst, count (elements as px__shm_start takes them), esz (bytes per
+ * element), root (broadcast) as the collective's; this rank's own block of
+ * an all-gather or all-to-all is not copied here (px_shm.c copies it while
+ * the peers publish). Peers are read starting
  * at rank me + 1 (each rank at a different peer). Returns PX_OK;
  * PX_ERR_PEER_FAILURE naming the peer when its process is gone (ESRCH), or
  * the communicator's failure when one is known (pidfd, watch fd);
@@ -105,7 +123,7 @@ typedef struct px__cma_bad {
  * goes on to the phase that tells owners we are done: if that wait
  * succeeds, px__cma_bad_status gives the error. */
 px_status_t px__cma_read(px_comm_t *comm, const px__cma_t *cma, int kind, uint32_t seq,
-                         const char *desc0, size_t desc_stride, const char *src, char *dst,
+                         const char *desc0, size_t desc_stride, char *dst,
                          uint64_t count, size_t esz, int root, px__cma_bad_t *bad_p);
 /* Test hook (0 in production; tests/transport/test_shm.c sets it on one
  * rank): milliseconds each single-copy read section of this process sleeps
