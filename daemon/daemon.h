@@ -82,9 +82,9 @@ typedef struct px_blas_run {
     char cgroup[PXD_CGROUP_PATH_MAX]; /* its cgroup (cgroup.c), "" if none */
 } px_blas_run_t;
 
-/* Another daemon. Created from --peers (name unknown until it answers), by
- * an incoming heartbeat, or from a member list another peer's heartbeat
- * answer carried (nodes.c). */
+/* Another daemon. Created from --peers (name unknown until it answers) or
+ * when membership (membership.c, SWIM) learns of it; alive as SWIM counts
+ * it (ALIVE or SUSPECT), its facts from its NodeInfo (nodes.c). */
 typedef struct px_peer {
     char peer_addr[PXD_ADDR_MAX];   /* its Peer host:port */
     char name[PXD_NAME_MAX];        /* "" until known */
@@ -100,9 +100,6 @@ typedef struct px_peer {
     int n_devices;
     px_rpc_channel_t *channel;      /* to its Peer service */
     px_rpc_channel_t *control;      /* to its Control service, lazily */
-    int hb_inflight;
-    int hb_again;                   /* heard while a heartbeat to it was in flight:
-                                     * beat again when that one fails (nodes.c) */
     char conflict[2 * PXD_ADDR_MAX + PXD_NAME_MAX + 160]; /* its name collides (nodes.c), "" if not */
 } px_peer_t;
 
@@ -238,7 +235,11 @@ struct px_daemon {
     uv_loop_t *loop;
     uv_async_t cq_async;
     uv_signal_t sigint, sigterm;
-    uv_timer_t hb_timer;
+    uv_timer_t hb_timer;               /* membership.c: the SWIM protocol period */
+    uv_timer_t swim_timer;             /* membership.c: half a period, indirect probes */
+    struct px_swim *swim;              /* membership.c: SWIM's state machine (swim.h) */
+    long swim_periods;                 /* periods since start */
+    long swim_synced_at;               /* the period of the last full-state sync, -1 none */
     uv_timer_t stop_timer;
     px_rpc_cq_t *cq;
     px_rpc_server_t *control_srv;
@@ -346,7 +347,8 @@ px_status_t px_validate_spec(const Parallax__V1__JobSpec *spec, const int *node_
 
 px_status_t px_nodes_init(px_daemon_t *d);
 void px_nodes_fini(px_daemon_t *d);
-/* Starts the heartbeat timer (first beat at once). */
+/* Starts membership (membership.c): SWIM's protocol period every
+ * PX_HEARTBEAT_MS, the first at once, the seeds asked to join. */
 void px_nodes_start(px_daemon_t *d);
 /* Devices in the cluster: this node's plus every alive peer's, draining
  * nodes left out. */
@@ -373,8 +375,9 @@ void px_nodes_draining_note(px_daemon_t *d, const px_devsel_t *sel, char *buf, s
  * daemon stops), "DRAINING" / "DRAINED" (draining, with / without a device
  * held by a job), else "UP". Static string. */
 const char *px_nodes_state(px_daemon_t *d, const px_peer_t *peer);
-/* Sends this node's NodeInfo to every peer now instead of at the next
- * heartbeat (a change the peers' placement must see: drain.c). */
+/* Spreads this node's NodeInfo now (a raised incarnation, pinged to every
+ * alive member) instead of by gossip alone (a change the peers' placement
+ * must see: drain.c). */
 void px_nodes_beat_now(px_daemon_t *d);
 /* The same nodes in the same order: each one's name (borrowed) and the
  * smallest memory of its devices in `sel` (NULL: all) in bytes (0: not
@@ -475,14 +478,30 @@ px_peer_t *px_nodes_peer_by_name(px_daemon_t *d, const char *name);
 /* Fills `info` (caller frees with px_nodes_info_free) with this node. */
 void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info);
 void px_nodes_info_free(Parallax__V1__NodeInfo *info);
-/* Applies an incoming heartbeat's NodeInfo (creates the peer if new). */
-void px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info);
-/* Fills `resp` with this node's answer to a heartbeat: `self` (caller's
- * storage) filled as px_nodes_self_info and the members it knows; free
- * with px_nodes_answer_free. */
-void px_nodes_answer_heartbeat(px_daemon_t *d, Parallax__V1__HeartbeatResponse *resp,
-                               Parallax__V1__NodeInfo *self);
-void px_nodes_answer_free(Parallax__V1__HeartbeatResponse *resp);
+/* Applies a node's NodeInfo (a probe, an ack, a relayed answer) to its
+ * peer's facts, creating the peer if new; the peer (NULL: this node, no
+ * name, out of memory). Does not change whether it is alive. */
+px_peer_t *px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info);
+/* Adds a peer at `peer_addr` (its channel created, not connected: gRPC
+ * connects on the first call); NULL out of memory. Moves d->peers. */
+px_peer_t *px_nodes_peer_add(px_daemon_t *d, const char *peer_addr);
+px_peer_t *px_nodes_peer_by_addr(px_daemon_t *d, const char *addr);
+/* Sets whether `p` is alive (a conflicting name never is), with the
+ * events of a change: alive, its devices join the cluster's count and its
+ * channel reconnects at once; dead, PXD_NODE_DEAD (its jobs fail). */
+void px_nodes_peer_alive(px_daemon_t *d, px_peer_t *p, int alive);
+/* `p` was heard from now (last_seen_ms, last_seen_mono_ms). */
+void px_nodes_peer_seen(px_peer_t *p);
+
+/* ---------------------------------------------------------- membership.c */
+
+/* Peer.Heartbeat (a SWIM ping): takes the sender's facts and rumours,
+ * answers with this node's and its own rumours (all members when asked). */
+void px_membership_ping(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
+/* Peer.IndirectProbe: pings the target for the caller, answers its ack. */
+void px_membership_indirect(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
+/* Frees the state machine (px_nodes_fini). */
+void px_membership_fini(px_daemon_t *d);
 
 /* Marks a local device as held by job_id ("" frees it). */
 void px_nodes_device_set(px_daemon_t *d, const char *device, const char *job_id);

@@ -6,6 +6,7 @@
  * a member replaces its older one, as memberlist's queue does. */
 #include "swim.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -293,6 +294,26 @@ void px_swim_ack(px_swim_t *s, const char *addr)
 int px_swim_acked(const px_swim_t *s)
 {
     return s->acked;
+}
+
+px_swim_member_t *px_swim_target(px_swim_t *s)
+{
+    return s->target;
+}
+
+int px_swim_pending(const px_swim_t *s)
+{
+    if (s->self.transmits_left > 0)
+        return 1;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->m[i]->transmits_left > 0)
+            return 1;
+    return 0;
+}
+
+void px_swim_set_suspect_ms(px_swim_t *s, int64_t ms)
+{
+    s->cfg.suspect_ms = ms;
 }
 
 int px_swim_indirect(px_swim_t *s, px_swim_member_t **out, int max)

@@ -117,6 +117,15 @@ void px_swim_ack(px_swim_t *s, const char *addr);
 /* 1 if this period's probe has been acknowledged (or there is none). */
 int px_swim_acked(const px_swim_t *s);
 
+/* This period's target (NULL: none). */
+px_swim_member_t *px_swim_target(px_swim_t *s);
+
+/* 1 if some rumour is still queued for transmission. */
+int px_swim_pending(const px_swim_t *s);
+
+/* Changes the suspicion timeout (ms), e.g. as the cluster grows. */
+void px_swim_set_suspect_ms(px_swim_t *s, int64_t ms);
+
 /* Up to `max` members (not this node, not the target, not DEAD) chosen at
  * random to probe this period's target indirectly; returns how many. */
 int px_swim_indirect(px_swim_t *s, px_swim_member_t **out, int max);
