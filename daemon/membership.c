@@ -27,8 +27,10 @@
  * (HeartbeatResponse.members), and the joining node then pings each of
  * them once (the announce), so a new or restarted node is alive to every
  * member within about one period, whatever the outage. A restarted node's
- * incarnation is the wall clock in ms at its start: above every rumour of
- * its previous life, so no member's DEAD holds it down. Every
+ * incarnation starts at the wall clock in ms at its start (BOOT_SHIFT):
+ * above every rumour of its previous life, so no member's DEAD holds it
+ * down, and a member sees the new life even when it had not counted it
+ * dead (px_jobnames_member_up runs for it as for one coming up). Every
  * SYNC_PERIODS the period's probe asks for a sync too (anti-entropy), and
  * every DEAD_RETRY_PERIODS one DEAD member is pinged (a healed partition
  * is found again). Loop thread only. */
@@ -49,6 +51,10 @@
 #define FANOUT 2
 #define SYNC_PERIODS 30
 #define DEAD_RETRY_PERIODS 10
+/* An incarnation is (start time in wall ms) << BOOT_SHIFT, plus one for
+ * each refutation or change of facts in that life: a new life is a change
+ * of its high bits. */
+#define BOOT_SHIFT 20
 
 enum { PING_PROBE, PING_GOSSIP, PING_SEED, PING_ANNOUNCE, PING_RETRY };
 
@@ -86,12 +92,13 @@ static uint8_t *pack_facts(const Parallax__V1__NodeInfo *info, size_t *len_p)
 }
 
 /* A member changed in the state machine: the peer table follows. */
-static void on_member(void *arg, px_swim_member_t *m, px_swim_state_t old, int is_new)
+static void on_member(void *arg, px_swim_member_t *m, px_swim_state_t old, uint64_t old_inc,
+                      int is_new)
 {
     px_daemon_t *d = arg;
     px_peer_t *p = px_nodes_peer_by_addr(d, m->addr);
+    int restarted = !is_new && (m->incarnation >> BOOT_SHIFT) != (old_inc >> BOOT_SHIFT);
 
-    (void)old;
     if (!p) {
         if (m->state == PX_SWIM_DEAD || !(p = px_nodes_peer_add(d, m->addr)))
             return;
@@ -108,11 +115,24 @@ static void on_member(void *arg, px_swim_member_t *m, px_swim_state_t old, int i
         p = px_nodes_peer_by_addr(d, m->addr);
         if (!p)
             return;
+        px_nodes_emit(d, PXD_NODE_HEARD, p); /* its devices are fresh */
+        px_nodes_emit(d, PXD_NODE_DEVICES, NULL);
+        p = px_nodes_peer_by_addr(d, m->addr);
+        if (!p)
+            return;
     }
     if (!p->name[0] && m->name[0])
         snprintf(p->name, sizeof(p->name), "%s", m->name);
     if (m->state == PX_SWIM_SUSPECT && old == PX_SWIM_ALIVE && !is_new)
         px_info("peer %s (%s) is suspect: a probe found no answer", m->name, m->addr);
+    if (restarted && p->alive && m->state != PX_SWIM_DEAD) {
+        /* a new life before anyone counted it dead: what a member that
+         * comes up gets (its channel, the names it owns) */
+        px_info("peer %s (%s) restarted", p->name, p->peer_addr);
+        px_rpc_channel_reconnect_now(p->channel);
+        px_jobnames_member_up(d, p);
+        return;
+    }
     px_nodes_peer_alive(d, p, m->state != PX_SWIM_DEAD);
 }
 
@@ -182,6 +202,8 @@ static void take_sender(px_daemon_t *d, const Parallax__V1__NodeInfo *node, uint
     if (!p)
         return; /* this node's own name */
     px_nodes_peer_seen(p);
+    px_nodes_emit(d, PXD_NODE_HEARD, p); /* its devices are fresh */
+    px_nodes_emit(d, PXD_NODE_DEVICES, NULL); /* device usage may have changed */
     facts = pack_facts(node, &len);
     r = (px_swim_rumour_t){node->peer_addr, node->name, inc ? inc : 1, PX_SWIM_ALIVE, facts, len};
     px_swim_apply(d->swim, &r, px_time_mono_ms());
@@ -369,7 +391,7 @@ static px_status_t swim_create(px_daemon_t *d)
     px_swim_config_t cfg = {.indirect_k = INDIRECT_K, .retransmit_mult = LAMBDA,
                             .max_piggyback = PIGGYBACK, .suspect_ms = 0,
                             .changed = on_member, .arg = d};
-    uint64_t inc = (uint64_t)px_time_wall_ms();
+    uint64_t inc = (uint64_t)px_time_wall_ms() << BOOT_SHIFT;
     cfg.seed = inc ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
     d->swim = px_swim_new(&cfg, d->peer_addr, d->cfg.name, inc);
     if (!d->swim)

@@ -197,6 +197,7 @@ int px_swim_apply(px_swim_t *s, const px_swim_rumour_t *r, int64_t now_ms)
 {
     px_swim_member_t *m;
     px_swim_state_t old;
+    uint64_t old_inc;
     int is_new = 0, facts;
 
     if (!r->addr || !*r->addr)
@@ -220,6 +221,7 @@ int px_swim_apply(px_swim_t *s, const px_swim_rumour_t *r, int64_t now_ms)
             return 0;
     }
     old = m->state;
+    old_inc = m->incarnation;
     if (r->name && *r->name)
         snprintf(m->name, sizeof(m->name), "%s", r->name);
     m->incarnation = r->incarnation;
@@ -231,7 +233,7 @@ int px_swim_apply(px_swim_t *s, const px_swim_rumour_t *r, int64_t now_ms)
         return -1;
     enqueue(s, m);
     if (s->cfg.changed)
-        s->cfg.changed(s->cfg.arg, m, old, is_new);
+        s->cfg.changed(s->cfg.arg, m, old, old_inc, is_new);
     return 1;
 }
 
@@ -245,7 +247,7 @@ static void suspect(px_swim_t *s, px_swim_member_t *m, int64_t now_ms)
     m->suspect_since_ms = now_ms;
     enqueue(s, m);
     if (s->cfg.changed)
-        s->cfg.changed(s->cfg.arg, m, old, 0);
+        s->cfg.changed(s->cfg.arg, m, old, m->incarnation, 0);
 }
 
 px_swim_member_t *px_swim_tick(px_swim_t *s, int64_t now_ms)
@@ -260,7 +262,7 @@ px_swim_member_t *px_swim_tick(px_swim_t *s, int64_t now_ms)
             m->state = PX_SWIM_DEAD;
             enqueue(s, m);
             if (s->cfg.changed)
-                s->cfg.changed(s->cfg.arg, m, PX_SWIM_SUSPECT, 0);
+                s->cfg.changed(s->cfg.arg, m, PX_SWIM_SUSPECT, m->incarnation, 0);
         }
     }
     /* the next member of the round not DEAD; a new round when it ends */

@@ -69,9 +69,10 @@ typedef struct px_swim_member {
 typedef struct px_swim px_swim_t;
 
 /* Called for every change of a member other than this node: new, state,
- * incarnation or facts; `old` is its state before (`is_new`: none). */
+ * incarnation or facts; `old` and `old_incarnation` are its state and
+ * incarnation before (`is_new`: none). */
 typedef void (*px_swim_changed_fn)(void *arg, px_swim_member_t *m, px_swim_state_t old,
-                                   int is_new);
+                                   uint64_t old_incarnation, int is_new);
 
 typedef struct {
     int indirect_k;        /* members asked to probe indirectly (SWIM's k; 3) */

@@ -35,9 +35,10 @@ static int64_t now;
 
 static int changes; /* px_swim_changed_fn calls (the precedence test's node) */
 
-static void on_change(void *arg, px_swim_member_t *m, px_swim_state_t old, int is_new)
+static void on_change(void *arg, px_swim_member_t *m, px_swim_state_t old, uint64_t old_inc,
+                      int is_new)
 {
-    (void)arg, (void)m, (void)old, (void)is_new;
+    (void)arg, (void)m, (void)old, (void)old_inc, (void)is_new;
     changes++;
 }
 
