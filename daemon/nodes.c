@@ -520,8 +520,11 @@ px_peer_t *px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info)
 {
     px_peer_t *p;
 
-    if (!info || !info->name || !*info->name || !strcmp(info->name, d->cfg.name))
+    if (!info || !info->name || !*info->name)
         return NULL;
+    if (!strcmp(info->name, d->cfg.name) &&
+        (!info->peer_addr || !*info->peer_addr || !strcmp(info->peer_addr, d->peer_addr)))
+        return NULL; /* this node (another one taking its name is a conflict: below) */
     /* by address first: a name may be in conflict (name_conflict) */
     p = px_nodes_peer_by_addr(d, info->peer_addr);
     if (!p)
