@@ -2,8 +2,9 @@
  * pointers (each allocated once, so a caller's pointer stays valid); the
  * probe order is a second array of the same pointers, shuffled at the
  * start of every round (Fisher-Yates over xorshift64). The rumour queue is
- * each member's transmits_left: no separate list, so a newer rumour about
- * a member replaces its older one, as memberlist's queue does. */
+ * each member's `queued` and `transmits`: no separate list, so a newer
+ * rumour about a member replaces its older one, as memberlist's queue
+ * does, and its limit follows the cluster's size as it grows. */
 #include "swim.h"
 
 #include <stdio.h>
@@ -111,7 +112,8 @@ int px_swim_retransmits(const px_swim_t *s, size_t n)
 /* Queues m's current state to be gossiped. */
 static void enqueue(px_swim_t *s, px_swim_member_t *m)
 {
-    m->transmits_left = px_swim_retransmits(s, s->n + 1);
+    m->queued = 1;
+    m->transmits = 0;
     m->queued_seq = ++s->seq;
 }
 
@@ -305,10 +307,10 @@ px_swim_member_t *px_swim_target(px_swim_t *s)
 
 int px_swim_pending(const px_swim_t *s)
 {
-    if (s->self.transmits_left > 0)
+    if (s->self.queued)
         return 1;
     for (size_t i = 0; i < s->n; i++)
-        if (s->m[i]->transmits_left > 0)
+        if (s->m[i]->queued)
             return 1;
     return 0;
 }
@@ -352,34 +354,37 @@ void px_swim_rumour_of(const px_swim_member_t *m, px_swim_rumour_t *r)
 
 size_t px_swim_piggyback(px_swim_t *s, const char *to_addr, px_swim_rumour_t *out, size_t max)
 {
-    size_t k = 0;
+    size_t k = 0, n_taken = 0;
     px_swim_member_t *to = to_addr ? px_swim_find(s, to_addr) : NULL;
+    px_swim_member_t *taken[64];
+    int limit = px_swim_retransmits(s, s->n + 1);
 
     if (max > (size_t)s->cfg.max_piggyback)
         max = (size_t)s->cfg.max_piggyback;
+    if (max > sizeof(taken) / sizeof(taken[0]))
+        max = sizeof(taken) / sizeof(taken[0]);
     if (to && to->state != PX_SWIM_ALIVE && k < max)
         px_swim_rumour_of(to, &out[k++]);
     while (k < max) {
-        /* the newest queued rumour not yet in this message (one taken
-         * is parked with a negative count until the message is full) */
-        px_swim_member_t *best = s->self.transmits_left > 0 ? &s->self : NULL;
-        for (size_t i = 0; i < s->n; i++) {
-            px_swim_member_t *m = s->m[i];
-            if (m->transmits_left <= 0 || m == to)
+        /* the newest queued rumour not yet in this message */
+        px_swim_member_t *best = NULL;
+        for (size_t i = 0; i <= s->n; i++) {
+            px_swim_member_t *m = i < s->n ? s->m[i] : &s->self;
+            int in = 0;
+            if (!m->queued || m == to)
                 continue;
-            if (!best || m->queued_seq > best->queued_seq)
+            for (size_t j = 0; j < n_taken && !in; j++)
+                in = taken[j] == m;
+            if (!in && (!best || m->queued_seq > best->queued_seq))
                 best = m;
         }
         if (!best)
             break;
         px_swim_rumour_of(best, &out[k++]);
-        best->transmits_left = -(best->transmits_left - 1);
+        taken[n_taken++] = best;
+        if (++best->transmits >= limit)
+            best->queued = 0;
     }
-    if (s->self.transmits_left < 0)
-        s->self.transmits_left = -s->self.transmits_left;
-    for (size_t i = 0; i < s->n; i++)
-        if (s->m[i]->transmits_left < 0)
-            s->m[i]->transmits_left = -s->m[i]->transmits_left;
     return k;
 }
 

@@ -61,7 +61,9 @@ typedef struct px_swim_member {
     int64_t suspect_since_ms; /* when this node began to suspect it */
     uint8_t *facts;
     size_t facts_len;
-    int transmits_left;       /* times its state is still to be piggybacked */
+    int queued;               /* its state is to be piggybacked (a rumour) */
+    int transmits;            /* times piggybacked since queued; done at
+                               * px_swim_retransmits(N now), as memberlist */
     uint64_t queued_seq;      /* order of queueing: newest rumours go first */
     void *user;               /* the caller's (nodes.c: its px_peer_t index + 1) */
 } px_swim_member_t;
