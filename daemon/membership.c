@@ -77,7 +77,11 @@ static int64_t suspect_ms(px_daemon_t *d)
 }
 
 /* NodeInfo packed as a member's facts, without the fields that change by
- * themselves (last_seen_ms, now_ms); *len_p bytes, caller frees. */
+ * themselves (last_seen_ms, now_ms); *len_p bytes, caller frees. A change
+ * of facts raises the incarnation and is gossiped to the whole cluster, so
+ * a field that moves every period (a utilisation, a temperature) must be
+ * cleared here too: it would keep the gossip fan-out busy for good (it
+ * still travels in every ping's and ack's own NodeInfo). */
 static uint8_t *pack_facts(const Parallax__V1__NodeInfo *info, size_t *len_p)
 {
     Parallax__V1__NodeInfo copy = *info;
