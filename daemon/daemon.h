@@ -100,6 +100,7 @@ typedef struct px_peer {
     int n_devices;
     px_rpc_channel_t *channel;      /* to its Peer service */
     px_rpc_channel_t *control;      /* to its Control service, lazily */
+    int joining;                    /* membership.c: a join ping (sync) to it in flight */
     char conflict[2 * PXD_ADDR_MAX + PXD_NAME_MAX + 160]; /* its name collides (nodes.c), "" if not */
 } px_peer_t;
 
@@ -245,6 +246,7 @@ struct px_daemon {
     uv_timer_t hb_timer;               /* membership.c: the SWIM protocol period */
     uv_timer_t swim_timer;             /* membership.c: half a period, indirect probes */
     struct px_swim *swim;              /* membership.c: SWIM's state machine (swim.h) */
+    struct probe *swim_probe;          /* membership.c: this period's probe, NULL none */
     long swim_periods;                 /* periods since start */
     long swim_synced_at;               /* the period of the last full-state sync, -1 none */
     uv_timer_t stop_timer;

@@ -15,8 +15,8 @@
  * Every ping and ack carries the sender's NodeInfo and incarnation and up
  * to PIGGYBACK rumours (HeartbeatRequest/Response.gossip: a member's
  * state, incarnation and packed NodeInfo), each sent 3 ceil(log2(N+1))
- * times. While rumours are queued a daemon also pings FANOUT random
- * members each period (memberlist's gossip rounds): idle, nothing is
+ * times. While rumours are queued a daemon also pings FANOUT (1) random
+ * member each period (memberlist's gossip rounds): idle, nothing is
  * queued and a daemon sends one ping a period, so its traffic and CPU do
  * not grow with N. This node's facts (its NodeInfo: devices and the jobs
  * holding them, draining, version, addresses) are compared each period;
@@ -48,7 +48,7 @@
 #define INDIRECT_K 3
 #define LAMBDA 3
 #define PIGGYBACK 10
-#define FANOUT 2
+#define FANOUT 1
 #define SYNC_PERIODS 30
 #define DEAD_RETRY_PERIODS 10
 /* An incarnation is (start time in wall ms) << BOOT_SHIFT, plus one for
@@ -62,6 +62,15 @@ static long period_ms(void)
 {
     long p = px_env_int("PX_HEARTBEAT_MS");
     return p < 10 ? 10 : p;
+}
+
+/* The deadline of a ping that is not this period's probe (a join, an
+ * announce, a gossip round): nothing is suspected from it, so a loaded
+ * peer gets longer to answer than a probe's period. */
+static int slow_ms(void)
+{
+    long t = 5 * period_ms();
+    return t < 5000 ? 5000 : (int)t;
 }
 
 static int64_t suspect_ms(px_daemon_t *d)
@@ -230,13 +239,36 @@ static void self_facts(px_daemon_t *d, Parallax__V1__NodeInfo *self)
 
 /* ---------------------------------------------------------------- pings */
 
+/* One period's probe of one member: its direct ping and indirect probes
+ * hold a reference each, the period while it is current one more; when
+ * the last is dropped without an ack, the member is suspected. */
+typedef struct probe {
+    char addr[PXD_ADDR_MAX];
+    uint64_t incarnation;           /* the target's when probed */
+    int refs;
+    int acked;
+    int indirect;                   /* indirect probes sent (or none possible) */
+} probe_t;
+
 typedef struct {
     char addr[PXD_ADDR_MAX];
     int kind;
+    probe_t *probe;                 /* PING_PROBE: the probe it belongs to */
 } ping_ctx_t;
 
-static void send_ping(px_daemon_t *d, px_peer_t *p, px_peer_t *via, int kind, int sync,
-                      int timeout_ms);
+static void probe_unref(px_daemon_t *d, probe_t *pr)
+{
+    if (--pr->refs > 0)
+        return;
+    if (!pr->acked && !d->stopping && d->swim)
+        px_swim_probe_failed(d->swim, pr->addr, pr->incarnation, px_time_mono_ms());
+    free(pr);
+}
+
+static void probe_indirect(px_daemon_t *d, probe_t *pr);
+
+static int send_ping(px_daemon_t *d, px_peer_t *p, px_peer_t *via, int kind, int sync,
+                     int timeout_ms, probe_t *pr);
 
 static void take_ack(px_daemon_t *d, const char *addr, const Parallax__V1__HeartbeatResponse *r,
                      int kind)
@@ -254,42 +286,54 @@ static void take_ack(px_daemon_t *d, const char *addr, const Parallax__V1__Heart
                     (!r->node || !r->node->peer_addr || strcmp(m->addr, r->node->peer_addr))) {
                     px_peer_t *p = px_nodes_peer_by_addr(d, m->addr);
                     if (p)
-                        send_ping(d, p, NULL, PING_ANNOUNCE, 0, (int)period_ms());
+                        send_ping(d, p, NULL, PING_ANNOUNCE, 0, slow_ms(), NULL);
                 }
             }
         }
     }
-    px_swim_ack(d->swim, addr);
-    if (r->node && r->node->peer_addr)
-        px_swim_ack(d->swim, r->node->peer_addr);
+    (void)addr;
 }
 
 static void on_ping_done(px_daemon_t *d, void *arg, grpc_status_code code, const char *message,
                          const ProtobufCMessage *response)
 {
     ping_ctx_t *ctx = arg;
+    px_peer_t *p = ctx->kind == PING_SEED ? px_nodes_peer_by_addr(d, ctx->addr) : NULL;
+    if (p)
+        p->joining = 0;
     if (code == GRPC_STATUS_OK)
         take_ack(d, ctx->addr, (const Parallax__V1__HeartbeatResponse *)response, ctx->kind);
     else
         px_debug("ping of %s: %s", ctx->addr, message ? message : "");
+    if (ctx->probe) {
+        probe_t *pr = ctx->probe;
+        if (code == GRPC_STATUS_OK)
+            pr->acked = 1;
+        else if (!pr->acked && !pr->indirect && pr == d->swim_probe)
+            probe_indirect(d, pr); /* the direct ping failed early: at once */
+        probe_unref(d, pr);
+    }
     free(ctx);
 }
 
 /* A ping to `p` (its rumours and this node's NodeInfo), or with `via` an
- * indirect probe of `p` through `via`. */
-static void send_ping(px_daemon_t *d, px_peer_t *p, px_peer_t *via, int kind, int sync,
-                      int timeout_ms)
+ * indirect probe of `p` through `via`: 1 if sent (its ack comes to
+ * on_ping_done), 0 if not. */
+static int send_ping(px_daemon_t *d, px_peer_t *p, px_peer_t *via, int kind, int sync,
+                     int timeout_ms, probe_t *pr)
 {
     Parallax__V1__HeartbeatRequest req = PARALLAX__V1__HEARTBEAT_REQUEST__INIT;
     Parallax__V1__IndirectProbeRequest ind = PARALLAX__V1__INDIRECT_PROBE_REQUEST__INIT;
     Parallax__V1__NodeInfo self;
     members_t g;
     ping_ctx_t *ctx;
+    int sent;
 
     if (d->stopping || !(ctx = calloc(1, sizeof(*ctx))))
-        return;
+        return 0;
     snprintf(ctx->addr, sizeof(ctx->addr), "%s", p->peer_addr);
     ctx->kind = kind;
+    ctx->probe = NULL;
     self_facts(d, &self);
     gossip_for(d, p->peer_addr, &g);
     req.node = &self;
@@ -301,41 +345,51 @@ static void send_ping(px_daemon_t *d, px_peer_t *p, px_peer_t *via, int kind, in
         ind.target_addr = p->peer_addr;
         ind.ping = &req;
     }
-    if (px_daemon_call_async(d, via ? via->channel : p->channel,
-                             via ? P_PEER "IndirectProbe" : P_PEER "Heartbeat",
-                             via ? &ind.base : &req.base,
-                             &parallax__v1__heartbeat_response__descriptor, timeout_ms,
-                             on_ping_done, ctx) != PX_OK)
+    sent = px_daemon_call_async(d, via ? via->channel : p->channel,
+                                via ? P_PEER "IndirectProbe" : P_PEER "Heartbeat",
+                                via ? &ind.base : &req.base,
+                                &parallax__v1__heartbeat_response__descriptor, timeout_ms,
+                                on_ping_done, ctx) == PX_OK;
+    if (!sent)
         free(ctx);
+    else if ((ctx->probe = pr))
+        pr->refs++;
     free(g.ptrs);
     px_nodes_info_free(&self);
+    return sent;
+}
+
+/* k members probe pr's target for this node (SWIM's ping-req). */
+static void probe_indirect(px_daemon_t *d, probe_t *pr)
+{
+    px_swim_member_t *via[INDIRECT_K];
+    char vaddr[INDIRECT_K][PXD_ADDR_MAX];
+    int k = px_swim_indirect(d->swim, via, INDIRECT_K);
+
+    pr->indirect = 1;
+    for (int i = 0; i < k; i++) /* addresses: adding a peer moves the table */
+        snprintf(vaddr[i], sizeof(vaddr[i]), "%s", via[i]->addr);
+    for (int i = 0; i < k; i++) {
+        px_peer_t *p, *v;
+        if (!px_nodes_peer_by_addr(d, pr->addr) && !px_nodes_peer_add(d, pr->addr))
+            return;
+        if (!px_nodes_peer_by_addr(d, vaddr[i]) && !px_nodes_peer_add(d, vaddr[i]))
+            continue;
+        p = px_nodes_peer_by_addr(d, pr->addr);
+        v = px_nodes_peer_by_addr(d, vaddr[i]);
+        if (p && v)
+            send_ping(d, p, v, PING_PROBE, 0, (int)(period_ms() / 2), pr);
+    }
 }
 
 /* Half a period into it: no ack yet, so k members probe the target. */
 static void on_half_period(uv_timer_t *t)
 {
     px_daemon_t *d = t->data;
-    px_swim_member_t *via[INDIRECT_K], *target = px_swim_target(d->swim);
-    char taddr[PXD_ADDR_MAX], vaddr[INDIRECT_K][PXD_ADDR_MAX];
-    int k;
+    probe_t *pr = d->swim_probe;
 
-    if (d->stopping || !target || px_swim_acked(d->swim))
-        return;
-    snprintf(taddr, sizeof(taddr), "%s", target->addr);
-    k = px_swim_indirect(d->swim, via, INDIRECT_K);
-    for (int i = 0; i < k; i++) /* addresses: adding a peer moves the table */
-        snprintf(vaddr[i], sizeof(vaddr[i]), "%s", via[i]->addr);
-    for (int i = 0; i < k; i++) {
-        px_peer_t *p = px_nodes_peer_by_addr(d, taddr), *v;
-        if (!p && !(p = px_nodes_peer_add(d, taddr)))
-            return;
-        if (!(v = px_nodes_peer_by_addr(d, vaddr[i])) && !px_nodes_peer_add(d, vaddr[i]))
-            continue;
-        p = px_nodes_peer_by_addr(d, taddr);
-        v = px_nodes_peer_by_addr(d, vaddr[i]);
-        if (p && v)
-            send_ping(d, p, v, PING_PROBE, 0, (int)(period_ms() / 2));
-    }
+    if (!d->stopping && pr && !pr->acked && !pr->indirect)
+        probe_indirect(d, pr);
 }
 
 static void on_period(uv_timer_t *t)
@@ -349,6 +403,11 @@ static void on_period(uv_timer_t *t)
         return;
     d->swim_periods++;
     px_swim_set_suspect_ms(d->swim, suspect_ms(d));
+    if (d->swim_probe) { /* last period's probe: decided once its calls end */
+        probe_t *last = d->swim_probe;
+        d->swim_probe = NULL;
+        probe_unref(d, last);
+    }
     target = px_swim_tick(d->swim, now);
     {
         /* this node's facts first: a change is in this period's rumours */
@@ -362,29 +421,38 @@ static void on_period(uv_timer_t *t)
     if (target) {
         char taddr[PXD_ADDR_MAX];
         px_peer_t *p;
+        probe_t *pr;
+        uint64_t tinc = target->incarnation;
         snprintf(taddr, sizeof(taddr), "%s", target->addr);
         for (int i = 0; i < n_extra; i++) {
             px_peer_t *q = px_nodes_peer_by_addr(d, extra[i]->addr);
             if (q) /* every member not DEAD has its peer (on_member) */
-                send_ping(d, q, NULL, PING_GOSSIP, 0, (int)period_ms());
+                send_ping(d, q, NULL, PING_GOSSIP, 0, slow_ms(), NULL);
         }
-        if ((p = px_nodes_peer_by_addr(d, taddr)) || (p = px_nodes_peer_add(d, taddr)))
-            send_ping(d, p, NULL, PING_PROBE, sync, (int)period_ms());
+        if (((p = px_nodes_peer_by_addr(d, taddr)) || (p = px_nodes_peer_add(d, taddr))) &&
+            (pr = calloc(1, sizeof(*pr)))) {
+            snprintf(pr->addr, sizeof(pr->addr), "%s", taddr);
+            pr->incarnation = tinc;
+            pr->refs = 1; /* current */
+            d->swim_probe = pr;
+            send_ping(d, p, NULL, PING_PROBE, sync, (int)period_ms(), pr);
+        }
         if (sync && d->swim_synced_at >= 0)
             d->swim_synced_at = d->swim_periods; /* asked: the next in SYNC_PERIODS */
     }
     /* seeds that are not members yet: every period until joined */
     for (int i = 0; i < d->n_peers; i++) {
         px_peer_t *p = &d->peers[i];
-        if (!px_swim_find(d->swim, p->peer_addr) &&
-            (d->swim_synced_at < 0 || d->swim_periods % DEAD_RETRY_PERIODS == 0))
-            send_ping(d, p, NULL, PING_SEED, 1, (int)period_ms());
+        if (!p->joining && !px_swim_find(d->swim, p->peer_addr) &&
+            (d->swim_synced_at < 0 || d->swim_periods % DEAD_RETRY_PERIODS == 0)) {
+            p->joining = send_ping(d, p, NULL, PING_SEED, 1, slow_ms(), NULL);
+        }
     }
     if (d->swim_periods % DEAD_RETRY_PERIODS == 0) {
         px_swim_member_t *m = px_swim_random_dead(d->swim);
         px_peer_t *p = m ? px_nodes_peer_by_addr(d, m->addr) : NULL;
         if (p)
-            send_ping(d, p, NULL, PING_RETRY, 0, (int)period_ms());
+            send_ping(d, p, NULL, PING_RETRY, 0, slow_ms(), NULL);
     }
     d->swim_timer.data = d;
     uv_timer_start(&d->swim_timer, on_half_period, (uint64_t)period_ms() / 2, 0);
@@ -426,12 +494,15 @@ void px_nodes_beat_now(px_daemon_t *d)
         px_swim_member_t *m = px_swim_member(d->swim, i);
         px_peer_t *p = m->state != PX_SWIM_DEAD ? px_nodes_peer_by_addr(d, m->addr) : NULL;
         if (p)
-            send_ping(d, p, NULL, PING_ANNOUNCE, 0, (int)period_ms());
+            send_ping(d, p, NULL, PING_ANNOUNCE, 0, slow_ms(), NULL);
     }
 }
 
 void px_membership_fini(px_daemon_t *d)
 {
+    if (d->swim_probe && --d->swim_probe->refs <= 0)
+        free(d->swim_probe); /* else freed by its last call's end */
+    d->swim_probe = NULL;
     px_swim_free(d->swim);
     d->swim = NULL;
 }

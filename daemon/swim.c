@@ -19,7 +19,6 @@ struct px_swim {
     px_swim_member_t **order; /* the probe round: order[0, n_order) */
     size_t n_order, next;
     px_swim_member_t *target; /* this period's, NULL none */
-    int acked;
     uint64_t rng;
     uint64_t seq;             /* queueing order */
 };
@@ -55,7 +54,6 @@ px_swim_t *px_swim_new(const px_swim_config_t *cfg, const char *addr, const char
     snprintf(s->self.addr, sizeof(s->self.addr), "%s", addr);
     snprintf(s->self.name, sizeof(s->self.name), "%s", name);
     s->self.incarnation = incarnation ? incarnation : 1;
-    s->acked = 1;
     return s;
 }
 
@@ -252,12 +250,16 @@ static void suspect(px_swim_t *s, px_swim_member_t *m, int64_t now_ms)
         s->cfg.changed(s->cfg.arg, m, old, m->incarnation, 0);
 }
 
+void px_swim_probe_failed(px_swim_t *s, const char *addr, uint64_t incarnation, int64_t now_ms)
+{
+    px_swim_member_t *m = px_swim_find(s, addr);
+    if (m && m->incarnation == incarnation)
+        suspect(s, m, now_ms);
+}
+
 px_swim_member_t *px_swim_tick(px_swim_t *s, int64_t now_ms)
 {
-    if (s->target && !s->acked)
-        suspect(s, s->target, now_ms);
     s->target = NULL;
-    s->acked = 1;
     for (size_t i = 0; i < s->n; i++) {
         px_swim_member_t *m = s->m[i];
         if (m->state == PX_SWIM_SUSPECT && now_ms - m->suspect_since_ms >= s->cfg.suspect_ms) {
@@ -282,22 +284,10 @@ px_swim_member_t *px_swim_tick(px_swim_t *s, int64_t now_ms)
         m = s->order[s->next++];
         if (m->state != PX_SWIM_DEAD) {
             s->target = m;
-            s->acked = 0;
             return m;
         }
     }
     return NULL;
-}
-
-void px_swim_ack(px_swim_t *s, const char *addr)
-{
-    if (s->target && !strcmp(s->target->addr, addr))
-        s->acked = 1;
-}
-
-int px_swim_acked(const px_swim_t *s)
-{
-    return s->acked;
 }
 
 px_swim_member_t *px_swim_target(px_swim_t *s)

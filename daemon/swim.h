@@ -10,13 +10,13 @@
  * feeds back what arrived; so the unit test drives it with a simulated
  * clock and simulated loss (daemon/tests/test_swim.c).
  *
- * Each protocol period the caller calls px_swim_tick: the previous
- * period's probe, if nobody acknowledged it, makes its target SUSPECT;
- * suspects older than the suspicion timeout become DEAD; the next target
- * is chosen in a randomised round-robin over the members (each is probed
- * once per round, the order shuffled every round, SWIM section 4.3). The
- * caller pings the target; when no ack came within its probe timeout it
- * asks px_swim_indirect's k members to ping it for it. Every ping and ack
+ * Each protocol period the caller calls px_swim_tick: suspects older
+ * than the suspicion timeout become DEAD, and the next target is chosen
+ * in a randomised round-robin over the members (each is probed once per
+ * round, the order shuffled every round, SWIM section 4.3). The caller
+ * pings the target; when no ack came within its probe timeout it asks
+ * px_swim_indirect's k members to ping it for it; with no ack at all it
+ * calls px_swim_probe_failed (the target becomes SUSPECT). Every ping and ack
  * carries up to max_piggyback rumours (px_swim_piggyback): a member's
  * (state, incarnation, facts), each sent retransmit_mult * ceil(log2(N+1))
  * times, newest first; px_swim_apply takes the rumours a message brought.
@@ -107,18 +107,19 @@ int px_swim_set_facts(px_swim_t *s, const uint8_t *facts, size_t len);
  * about this node that is not ALIVE at or above its incarnation is refuted. */
 int px_swim_apply(px_swim_t *s, const px_swim_rumour_t *r, int64_t now_ms);
 
-/* Begins a protocol period at now_ms: ends the last probe (unacknowledged:
- * its target becomes SUSPECT), declares DEAD the suspects older than
- * suspect_ms, and returns the member to probe in this period (NULL: no
+/* Begins a protocol period at now_ms: declares DEAD the suspects older
+ * than suspect_ms and returns the member to probe in this period (NULL: no
  * other member is ALIVE or SUSPECT). */
 px_swim_member_t *px_swim_tick(px_swim_t *s, int64_t now_ms);
 
-/* An ack from the member at `addr` (directly or through another): when it
- * is this period's target, the probe succeeded. */
-void px_swim_ack(px_swim_t *s, const char *addr);
-
-/* 1 if this period's probe has been acknowledged (or there is none). */
-int px_swim_acked(const px_swim_t *s);
+/* The probe of the member at `addr`, sent while it was at `incarnation`,
+ * got no ack, neither directly nor through px_swim_indirect's members: it
+ * becomes SUSPECT at now_ms unless it has moved to a higher incarnation
+ * meanwhile (a restarted node is not suspected for its previous life's
+ * silence). The caller decides once every call of that probe has ended,
+ * not at the next tick, so an ack a loaded node has not read yet is not
+ * taken for none. */
+void px_swim_probe_failed(px_swim_t *s, const char *addr, uint64_t incarnation, int64_t now_ms);
 
 /* This period's target (NULL: none). */
 px_swim_member_t *px_swim_target(px_swim_t *s);

@@ -97,23 +97,24 @@ static void period(void)
     now += PERIOD;
     for (int a = 0; a < n_nodes; a++) {
         px_swim_member_t *t, *via[3];
-        int b, k;
+        int b, k, acked;
         if (!nodes[a].up)
             continue;
         t = px_swim_tick(nodes[a].s, now);
         if (!t || (b = index_of(t->addr)) < 0)
             continue;
-        if (ping(a, b)) {
-            px_swim_ack(nodes[a].s, t->addr);
+        if (ping(a, b))
             continue;
-        }
+        acked = 0;
         k = px_swim_indirect(nodes[a].s, via, 3);
         for (int j = 0; j < k; j++) {
             int c = index_of(via[j]->addr);
             /* a -> c (request), c -> b (ping), b -> c (ack), c -> a (ack) */
             if (c >= 0 && deliver(a, c) && ping(c, b) && deliver(c, a))
-                px_swim_ack(nodes[a].s, t->addr);
+                acked = 1;
         }
+        if (!acked)
+            px_swim_probe_failed(nodes[a].s, nodes[b].addr, t->incarnation, now);
     }
 }
 
@@ -194,6 +195,15 @@ static void test_precedence(void)
     CHECK(px_swim_apply(s, &r, 400) == 1 && m->state == PX_SWIM_ALIVE && m->facts_len == 3 &&
               !memcmp(m->facts, "abc", 3),
           "a restarted member (higher incarnation) is alive again, with its facts");
+
+    /* a failed probe of a life the member has left suspects nothing */
+    px_swim_probe_failed(s, "x:1", 6, 450);
+    CHECK(m->state == PX_SWIM_ALIVE, "a probe of incarnation 6 failing does not suspect 7");
+    px_swim_probe_failed(s, "x:1", 7, 450);
+    CHECK(m->state == PX_SWIM_SUSPECT && m->suspect_since_ms == 450,
+          "a failed probe of the current incarnation suspects");
+    r.incarnation = 8;
+    px_swim_apply(s, &r, 460);
 
     /* refutation: a rumour that this node is suspect raises its incarnation */
     r = (px_swim_rumour_t){"me:1", "me", 10, PX_SWIM_SUSPECT, NULL, 0};
