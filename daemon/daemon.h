@@ -101,6 +101,8 @@ typedef struct px_peer {
     px_rpc_channel_t *channel;      /* to its Peer service */
     px_rpc_channel_t *control;      /* to its Control service, lazily */
     int joining;                    /* membership.c: a join ping (sync) to it in flight */
+    int up_pending;                 /* came up (or restarted): px_jobnames_member_up
+                                     * once a call of ours to it succeeds (membership.c) */
     char conflict[2 * PXD_ADDR_MAX + PXD_NAME_MAX + 160]; /* its name collides (nodes.c), "" if not */
 } px_peer_t;
 
@@ -496,8 +498,9 @@ px_peer_t *px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info);
 px_peer_t *px_nodes_peer_add(px_daemon_t *d, const char *peer_addr);
 px_peer_t *px_nodes_peer_by_addr(px_daemon_t *d, const char *addr);
 /* Sets whether `p` is alive (a conflicting name never is), with the
- * events of a change: alive, its devices join the cluster's count and its
- * channel reconnects at once; dead, PXD_NODE_DEAD (its jobs fail). */
+ * events of a change: alive, its devices join the cluster's count, its
+ * channel reconnects at once and up_pending is set; dead, PXD_NODE_DEAD
+ * (its jobs fail). */
 void px_nodes_peer_alive(px_daemon_t *d, px_peer_t *p, int alive);
 /* `p` was heard from now (last_seen_ms, last_seen_mono_ms). */
 void px_nodes_peer_seen(px_peer_t *p);

@@ -8,9 +8,13 @@
  * timeout becomes DEAD (its jobs fail as before: PXD_NODE_DEAD). The
  * suspicion timeout is derived from PX_PEER_DEAD_MS (--peer-dead-ms) so
  * that every member declares a killed node dead within about peer-dead-ms:
- *   suspect = max(2T, peer-dead-ms - (2 + ceil(log2(N+1))/2) T)
- * (about two periods until someone's probe fails, then the dissemination's
- * ceil(log2(N+1))/2 periods: see the gossip fan-out below).
+ *   suspect = max(2T, peer-dead-ms - 3T)
+ * (about two periods until someone's probe fails, one more for the
+ * rumour's spread, as each member times its suspicion from when it heard).
+ * A probe whose calls ended more than 2T after it began is not trusted:
+ * this daemon itself was too slow to read the answers in time (a loaded
+ * host; Lifeguard's local health, Dadgar et al. 2018, in its simplest
+ * form), so it suspects nobody from it.
  *
  * Every ping and ack carries the sender's NodeInfo and incarnation and up
  * to PIGGYBACK rumours (HeartbeatRequest/Response.gossip: a member's
@@ -76,14 +80,14 @@ static int slow_ms(void)
 static int64_t suspect_ms(px_daemon_t *d)
 {
     long t = period_ms();
-    size_t n = px_swim_count(d->swim) + 1;
-    int log2n = 0;
-    int64_t ms;
-    while (((size_t)1 << log2n) < n + 1)
-        log2n++;
-    ms = px_env_int("PX_PEER_DEAD_MS") - (int64_t)(2 * t + (log2n * t + 1) / 2);
+    int64_t ms = px_env_int("PX_PEER_DEAD_MS") - 3 * (int64_t)t;
+    (void)d;
     return ms < 2 * t ? 2 * t : ms;
 }
+
+struct probe;
+static int send_ping(px_daemon_t *d, px_peer_t *p, px_peer_t *via, int kind, int sync,
+                     int timeout_ms, struct probe *pr);
 
 /* NodeInfo packed as a member's facts, without the fields that change by
  * themselves (last_seen_ms, now_ms); *len_p bytes, caller frees. A change
@@ -143,10 +147,12 @@ static void on_member(void *arg, px_swim_member_t *m, px_swim_state_t old, uint6
          * comes up gets (its channel, the names it owns) */
         px_info("peer %s (%s) restarted", p->name, p->peer_addr);
         px_rpc_channel_reconnect_now(p->channel);
-        px_jobnames_member_up(d, p);
-        return;
+        p->up_pending = 1;
+    } else {
+        px_nodes_peer_alive(d, p, m->state != PX_SWIM_DEAD);
     }
-    px_nodes_peer_alive(d, p, m->state != PX_SWIM_DEAD);
+    if (p->up_pending && !d->stopping)
+        send_ping(d, p, NULL, PING_ANNOUNCE, 0, slow_ms(), NULL); /* its ack: take_ack */
 }
 
 /* ------------------------------------------------------------ messages */
@@ -245,6 +251,7 @@ static void self_facts(px_daemon_t *d, Parallax__V1__NodeInfo *self)
 typedef struct probe {
     char addr[PXD_ADDR_MAX];
     uint64_t incarnation;           /* the target's when probed */
+    int64_t started_ms;             /* mono ms when the direct ping went out */
     int refs;
     int acked;
     int indirect;                   /* indirect probes sent (or none possible) */
@@ -260,15 +267,20 @@ static void probe_unref(px_daemon_t *d, probe_t *pr)
 {
     if (--pr->refs > 0)
         return;
-    if (!pr->acked && !d->stopping && d->swim)
-        px_swim_probe_failed(d->swim, pr->addr, pr->incarnation, px_time_mono_ms());
+    if (!pr->acked && !d->stopping && d->swim) {
+        int64_t now = px_time_mono_ms();
+        if (now - pr->started_ms <= 2 * period_ms())
+            px_swim_probe_failed(d->swim, pr->addr, pr->incarnation, now);
+        else
+            px_debug("probe of %s unanswered, but ended %lld ms after it began: this node "
+                     "was too slow to tell; no suspicion", pr->addr,
+                     (long long)(now - pr->started_ms));
+    }
     free(pr);
 }
 
 static void probe_indirect(px_daemon_t *d, probe_t *pr);
 
-static int send_ping(px_daemon_t *d, px_peer_t *p, px_peer_t *via, int kind, int sync,
-                     int timeout_ms, probe_t *pr);
 
 static void take_ack(px_daemon_t *d, const char *addr, const Parallax__V1__HeartbeatResponse *r,
                      int kind)
@@ -291,7 +303,16 @@ static void take_ack(px_daemon_t *d, const char *addr, const Parallax__V1__Heart
             }
         }
     }
-    (void)addr;
+    {
+        /* a call of ours reached it: what a member coming up gets from the
+         * holders of the names it owns (jobnames.c) */
+        px_peer_t *p = px_nodes_peer_by_addr(d, r->node && r->node->peer_addr
+                                                    ? r->node->peer_addr : addr);
+        if (p && p->up_pending && p->alive) {
+            p->up_pending = 0;
+            px_jobnames_member_up(d, p);
+        }
+    }
 }
 
 static void on_ping_done(px_daemon_t *d, void *arg, grpc_status_code code, const char *message,
@@ -433,6 +454,7 @@ static void on_period(uv_timer_t *t)
             (pr = calloc(1, sizeof(*pr)))) {
             snprintf(pr->addr, sizeof(pr->addr), "%s", taddr);
             pr->incarnation = tinc;
+            pr->started_ms = now;
             pr->refs = 1; /* current */
             d->swim_probe = pr;
             send_ping(d, p, NULL, PING_PROBE, sync, (int)period_ms(), pr);

@@ -495,7 +495,7 @@ void px_nodes_peer_alive(px_daemon_t *d, px_peer_t *p, int alive)
         px_info("peer %s (%s) is alive with %d devices", p->name, p->peer_addr, p->n_devices);
         px_rpc_channel_reconnect_now(p->channel); /* it may have waited out a backoff */
         px_nodes_emit(d, PXD_NODE_DEVICES, NULL);
-        px_jobnames_member_up(d, p);
+        p->up_pending = 1; /* membership.c: names registered once our channel works */
     } else {
         px_warn("peer %s (%s) is dead (SWIM: suspected and not refuted)", p->name, p->peer_addr);
         px_nodes_emit(d, PXD_NODE_DEAD, p); /* its jobs fail, its jobs' ranks stop */
