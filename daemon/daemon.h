@@ -251,6 +251,7 @@ struct px_daemon {
     struct probe *swim_probe;          /* membership.c: this period's probe, NULL none */
     long swim_periods;                 /* periods since start */
     long swim_synced_at;               /* the period of the last full-state sync, -1 none */
+    long swim_announce_next;           /* the next member to announce this node to, -1 none */
     uv_timer_t stop_timer;
     px_rpc_cq_t *cq;
     px_rpc_server_t *control_srv;

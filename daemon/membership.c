@@ -29,8 +29,9 @@
  * Joining: --peers are seeds. Until a seed answered, each is pinged every
  * period with `sync`: the answer lists every member the seed knows
  * (HeartbeatResponse.members), and the joining node then pings each of
- * them once (the announce), so a new or restarted node is alive to every
- * member within about one period, whatever the outage. A restarted node's
+ * them once (the announce, ANNOUNCE a period; gossip carries the news to
+ * the rest meanwhile), so a new or restarted node is alive to every
+ * member within a few periods, whatever the outage. A restarted node's
  * incarnation starts at the wall clock in ms at its start (BOOT_SHIFT):
  * above every rumour of its previous life, so no member's DEAD holds it
  * down, and a member sees the new life even when it had not counted it
@@ -55,6 +56,12 @@
 #define FANOUT 1
 #define SYNC_PERIODS 30
 #define DEAD_RETRY_PERIODS 10
+/* Members a joining node pings each period until it has pinged every one
+ * it learned from its seed: a restarted node is alive to them at once
+ * (gossip carries it to the rest meanwhile), and 128 nodes starting at
+ * once do not ping each other all at the same instant (N^2 calls in a
+ * second collapsed a loaded 2-core host). */
+#define ANNOUNCE 16
 /* An incarnation is (start time in wall ms) << BOOT_SHIFT, plus one for
  * each refutation or change of facts in that life: a new life is a change
  * of its high bits. */
@@ -151,8 +158,7 @@ static void on_member(void *arg, px_swim_member_t *m, px_swim_state_t old, uint6
     } else {
         px_nodes_peer_alive(d, p, m->state != PX_SWIM_DEAD);
     }
-    if (p->up_pending && !d->stopping)
-        send_ping(d, p, NULL, PING_ANNOUNCE, 0, slow_ms(), NULL); /* its ack: take_ack */
+    /* up_pending: px_jobnames_member_up at the next ack from it (take_ack) */
 }
 
 /* ------------------------------------------------------------ messages */
@@ -291,17 +297,8 @@ static void take_ack(px_daemon_t *d, const char *addr, const Parallax__V1__Heart
         int first = d->swim_synced_at < 0;
         take_members(d, r->members, r->n_members);
         d->swim_synced_at = d->swim_periods;
-        if (first) { /* joined: every member hears of this node now */
-            for (size_t i = 0; i < px_swim_count(d->swim); i++) {
-                px_swim_member_t *m = px_swim_member(d->swim, i);
-                if (m->state != PX_SWIM_DEAD && strcmp(m->addr, addr) &&
-                    (!r->node || !r->node->peer_addr || strcmp(m->addr, r->node->peer_addr))) {
-                    px_peer_t *p = px_nodes_peer_by_addr(d, m->addr);
-                    if (p)
-                        send_ping(d, p, NULL, PING_ANNOUNCE, 0, slow_ms(), NULL);
-                }
-            }
-        }
+        if (first) /* joined: every member hears of this node, ANNOUNCE a period */
+            d->swim_announce_next = 0;
     }
     {
         /* a call of ours reached it: what a member coming up gets from the
@@ -470,6 +467,19 @@ static void on_period(uv_timer_t *t)
             p->joining = send_ping(d, p, NULL, PING_SEED, 1, slow_ms(), NULL);
         }
     }
+    /* the join's announce: ANNOUNCE members a period, in the probe
+     * order's spirit (the table's order is the order learned) */
+    for (int k = 0; k < ANNOUNCE && d->swim_announce_next >= 0; k++) {
+        px_swim_member_t *m = px_swim_member(d->swim, (size_t)d->swim_announce_next++);
+        px_peer_t *p;
+        if (!m) {
+            d->swim_announce_next = -1;
+            break;
+        }
+        p = m->state != PX_SWIM_DEAD ? px_nodes_peer_by_addr(d, m->addr) : NULL;
+        if (p)
+            send_ping(d, p, NULL, PING_ANNOUNCE, 0, slow_ms(), NULL);
+    }
     if (d->swim_periods % DEAD_RETRY_PERIODS == 0) {
         px_swim_member_t *m = px_swim_random_dead(d->swim);
         px_peer_t *p = m ? px_nodes_peer_by_addr(d, m->addr) : NULL;
@@ -492,6 +502,7 @@ static px_status_t swim_create(px_daemon_t *d)
         return PX_ERR_NO_MEMORY;
     px_swim_set_suspect_ms(d->swim, suspect_ms(d));
     d->swim_synced_at = d->n_peers ? -1 : 0; /* no seed: a cluster of its own */
+    d->swim_announce_next = -1;
     return PX_OK;
 }
 
