@@ -71,27 +71,31 @@ def alive_view(cli, timeout=5):
 
 
 def listening(d):
-    """Whether d's control port accepts; a daemon that found one of its
-    ports taken at start (another process took it after free_port(): with
-    64 daemons' outgoing connections, it happens) is started again on new
-    ports, up to 3 times; any other exit is an AssertionError."""
+    """Whether d is up: alive, its log saying it is ready and its control
+    port accepting (a port it found taken may accept for another process).
+    A daemon that found one of its ports taken at start (another process
+    took it after free_port(): with 64 daemons' outgoing connections, it
+    happens) is started again on new ports, up to 3 times; any other exit
+    is an AssertionError."""
     host, port = d.control.rsplit(":", 1)
-    try:
-        socket.create_connection((host, int(port)), 1).close()
-        return True
-    except OSError:
-        if d.alive():
+    if d.alive():
+        if "ready:" not in d.log_since_start():
             return False
-        if "cannot listen" not in d.log_since_start() or d.retries >= 3:
-            raise AssertionError("%s exited at start:\n%s" % (d.name, d.log_tail()))
-        d.retries += 1
-        sys.stderr.write("%s found a port taken; started again on new ports\n" % d.name)
-        d.control = "127.0.0.1:%d" % pc.free_port()
-        d.peer = "127.0.0.1:%d" % pc.free_port()
-        d.metrics = "127.0.0.1:%d" % pc.free_port()
-        d.extra = ["--metrics-listen", d.metrics]
-        d.start()
-        return False
+        try:
+            socket.create_connection((host, int(port)), 1).close()
+            return True
+        except OSError:
+            return False
+    if "cannot listen" not in d.log_since_start() or d.retries >= 3:
+        raise AssertionError("%s exited at start:\n%s" % (d.name, d.log_tail()))
+    d.retries += 1
+    sys.stderr.write("%s found a port taken; started again on new ports\n" % d.name)
+    d.control = "127.0.0.1:%d" % pc.free_port()
+    d.peer = "127.0.0.1:%d" % pc.free_port()
+    d.metrics = "127.0.0.1:%d" % pc.free_port()
+    d.extra = ["--metrics-listen", d.metrics]
+    d.start()
+    return False
 
 
 def sweep_until(members, pred, timeout, what, t0=None):
