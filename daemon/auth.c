@@ -250,9 +250,11 @@ px_status_t px_auth_channel_create(px_daemon_t *d, const char *target, int peer_
     px_status_t status;
 
     /* a peer retried every heartbeat period: back within one period of
-     * its restart, however long it was down */
+     * its restart, however long it was down; a peer connection closed
+     * when idle (membership probes each member once a round: fds do not
+     * grow with the cluster) */
     PX_CHECK(px_rpc_channel_create_ex(target, peer_plane ? px_auth_ca_file(d) : NULL,
-                                      reconnect_ms(), &ch));
+                                      reconnect_ms(), peer_plane ? PXD_PEER_IDLE_MS : 0, &ch));
     if (d->token) {
         status = px_rpc_channel_set_metadata(ch, PX_AUTH_MD_KEY, d->token);
         if (status != PX_OK) {

@@ -47,9 +47,11 @@ static const key_t_ keys[K_COUNT] = {
     [K_PEERS] = {"peers", NULL, "",
                  "seeds, A,B,...: peer-listen addresses of other daemons (the rest of the "
                  "cluster is learned through them)"},
-    [K_HEARTBEAT] = {"heartbeat-ms", "PX_HEARTBEAT_MS", "1000", "heartbeat period (ms)"},
+    [K_HEARTBEAT] = {"heartbeat-ms", "PX_HEARTBEAT_MS", "1000",
+                     "membership (SWIM) protocol period: one member probed each (ms)"},
     [K_PEER_DEAD] = {"peer-dead-ms", "PX_PEER_DEAD_MS", "10000",
-                     "heartbeat timeout: a peer silent this long is down (ms)"},
+                     "a killed peer is counted down by every member about this long after (ms; "
+                     "SWIM's suspicion timeout is derived from it)"},
     [K_COLL_TIMEOUT] = {"collective-timeout-ms", "PX_COMM_TIMEOUT_MS", "60000",
                         "deadline of one collective in the ranks (ms)"},
     [K_KILL_GRACE] = {"kill-grace-ms", "PX_KILL_GRACE_MS", "3000",

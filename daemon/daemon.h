@@ -106,9 +106,9 @@ typedef struct px_blas_run {
     char cgroup[PXD_CGROUP_PATH_MAX]; /* its cgroup (cgroup.c), "" if none */
 } px_blas_run_t;
 
-/* Another daemon. Created from --peers (name unknown until it answers), by
- * an incoming heartbeat, or from a member list another peer's heartbeat
- * answer carried (nodes.c). */
+/* Another daemon. Created from --peers (name unknown until it answers) or
+ * when membership (membership.c, SWIM) learns of it; alive as SWIM counts
+ * it (ALIVE or SUSPECT), its facts from its NodeInfo (nodes.c). */
 typedef struct px_peer {
     char peer_addr[PXD_ADDR_MAX];   /* its Peer host:port */
     char name[PXD_NAME_MAX];        /* "" until known */
@@ -126,9 +126,9 @@ typedef struct px_peer {
     int n_gpus;
     px_rpc_channel_t *channel;      /* to its Peer service */
     px_rpc_channel_t *control;      /* to its Control service, lazily */
-    int hb_inflight;
-    int hb_again;                   /* heard while a heartbeat to it was in flight:
-                                     * beat again when that one fails (nodes.c) */
+    int joining;                    /* membership.c: a join ping (sync) to it in flight */
+    int up_pending;                 /* came up (or restarted): px_jobnames_member_up
+                                     * once a call of ours to it succeeds (membership.c) */
     char conflict[2 * PXD_ADDR_MAX + PXD_NAME_MAX + 160]; /* its name collides (nodes.c), "" if not */
 } px_peer_t;
 
@@ -245,6 +245,13 @@ typedef void (*px_peerc_local_fn)(px_daemon_t *d, const ProtobufCMessage *reques
                                   px_daemon_done_fn done, void *arg);
 #define PXD_PEERC_LOCAL_MAX 8
 #define PXD_NODE_SUBS_MAX 8
+/* A connection to another daemon's Peer service unused this long is closed
+ * (auth.c). Membership probes each member once a round of N periods, so
+ * up to N = PXD_PEER_IDLE_MS / period a daemon keeps a connection to every
+ * member (reopening one costs more CPU than the probe: 0.15% of a core
+ * per daemon kept, 0.30% reopened at each probe, 32 daemons on 2 cores);
+ * beyond, the connections it holds stop growing with N. */
+#define PXD_PEER_IDLE_MS 300000
 
 /* auth.c: wrong cluster tokens from one source address (the gRPC peer
  * without its port), for the lockout after cfg.auth_max_wrong of them. */
@@ -264,7 +271,13 @@ struct px_daemon {
     uv_loop_t *loop;
     uv_async_t cq_async;
     uv_signal_t sigint, sigterm;
-    uv_timer_t hb_timer;
+    uv_timer_t hb_timer;               /* membership.c: the SWIM protocol period */
+    uv_timer_t swim_timer;             /* membership.c: half a period, indirect probes */
+    struct px_swim *swim;              /* membership.c: SWIM's state machine (swim.h) */
+    struct probe *swim_probe;          /* membership.c: this period's probe, NULL none */
+    long swim_periods;                 /* periods since start */
+    long swim_synced_at;               /* the period of the last full-state sync, -1 none */
+    long swim_announce_next;           /* the next member to announce this node to, -1 none */
     uv_timer_t stop_timer;
     px_rpc_cq_t *cq;
     px_rpc_server_t *control_srv;
@@ -375,7 +388,8 @@ px_status_t px_validate_spec(const Parallax__V1__JobSpec *spec, const int *node_
 
 px_status_t px_nodes_init(px_daemon_t *d);
 void px_nodes_fini(px_daemon_t *d);
-/* Starts the heartbeat timer (first beat at once). */
+/* Starts membership (membership.c): SWIM's protocol period every
+ * PX_HEARTBEAT_MS, the first at once, the seeds asked to join. */
 void px_nodes_start(px_daemon_t *d);
 /* Devices in the cluster: this node's plus every alive peer's, draining
  * nodes left out. */
@@ -402,8 +416,9 @@ void px_nodes_draining_note(px_daemon_t *d, const px_devsel_t *sel, char *buf, s
  * daemon stops), "DRAINING" / "DRAINED" (draining, with / without a device
  * held by a job), else "UP". Static string. */
 const char *px_nodes_state(px_daemon_t *d, const px_peer_t *peer);
-/* Sends this node's NodeInfo to every peer now instead of at the next
- * heartbeat (a change the peers' placement must see: drain.c). */
+/* Spreads this node's NodeInfo now (a raised incarnation, pinged to every
+ * alive member) instead of by gossip alone (a change the peers' placement
+ * must see: drain.c). */
 void px_nodes_beat_now(px_daemon_t *d);
 /* The same nodes in the same order: each one's name (borrowed) and the
  * smallest memory of its devices in `sel` (NULL: all) in bytes (0: not
@@ -504,14 +519,31 @@ px_peer_t *px_nodes_peer_by_name(px_daemon_t *d, const char *name);
 /* Fills `info` (caller frees with px_nodes_info_free) with this node. */
 void px_nodes_self_info(px_daemon_t *d, Parallax__V1__NodeInfo *info);
 void px_nodes_info_free(Parallax__V1__NodeInfo *info);
-/* Applies an incoming heartbeat's NodeInfo (creates the peer if new). */
-void px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info);
-/* Fills `resp` with this node's answer to a heartbeat: `self` (caller's
- * storage) filled as px_nodes_self_info and the members it knows; free
- * with px_nodes_answer_free. */
-void px_nodes_answer_heartbeat(px_daemon_t *d, Parallax__V1__HeartbeatResponse *resp,
-                               Parallax__V1__NodeInfo *self);
-void px_nodes_answer_free(Parallax__V1__HeartbeatResponse *resp);
+/* Applies a node's NodeInfo (a probe, an ack, a relayed answer) to its
+ * peer's facts, creating the peer if new; the peer (NULL: this node, no
+ * name, out of memory). Does not change whether it is alive. */
+px_peer_t *px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info);
+/* Adds a peer at `peer_addr` (its channel created, not connected: gRPC
+ * connects on the first call); NULL out of memory. Moves d->peers. */
+px_peer_t *px_nodes_peer_add(px_daemon_t *d, const char *peer_addr);
+px_peer_t *px_nodes_peer_by_addr(px_daemon_t *d, const char *addr);
+/* Sets whether `p` is alive (a conflicting name never is), with the
+ * events of a change: alive, its devices join the cluster's count, its
+ * channel reconnects at once and up_pending is set; dead, PXD_NODE_DEAD
+ * (its jobs fail). */
+void px_nodes_peer_alive(px_daemon_t *d, px_peer_t *p, int alive);
+/* `p` was heard from now (last_seen_ms, last_seen_mono_ms). */
+void px_nodes_peer_seen(px_peer_t *p);
+
+/* ---------------------------------------------------------- membership.c */
+
+/* Peer.Heartbeat (a SWIM ping): takes the sender's facts and rumours,
+ * answers with this node's and its own rumours (all members when asked). */
+void px_membership_ping(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
+/* Peer.IndirectProbe: pings the target for the caller, answers its ack. */
+void px_membership_indirect(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg);
+/* Frees the state machine (px_nodes_fini). */
+void px_membership_fini(px_daemon_t *d);
 
 /* Marks a local device as held by job_id ("" frees it). */
 void px_nodes_device_set(px_daemon_t *d, const char *device, const char *job_id);
@@ -622,8 +654,16 @@ void px_gputelem_free(px_daemon_t *d);
  * free with px_gputelem_info_free. PX_ERR_NO_MEMORY (none set). */
 px_status_t px_gputelem_to_info(const px_gpu_telem_t *gpus, int n, Parallax__V1__NodeInfo *info);
 void px_gputelem_info_free(Parallax__V1__NodeInfo *info);
-/* Replaces p->gpus with a copy of info->gpus (a peer's heartbeat). */
+/* Replaces p->gpus with a copy of info->gpus (a peer's ping or answer);
+ * a GPU without a sample (sampled_ms 0: gossiped facts, made by
+ * px_gputelem_facts_only) keeps the samples last heard from the node. */
 void px_gputelem_from_info(px_peer_t *p, const Parallax__V1__NodeInfo *info);
+/* Clears g's per-sample fields (memory used, utilization, power,
+ * temperature, sampled_ms, our ranks' pids; g->pids is borrowed and only
+ * unset), keeping the GPU's name, model, memory total and foreign pids:
+ * what a node gossips of its GPUs as facts, so that a sample does not
+ * change them (membership.c). */
+void px_gputelem_facts_only(Parallax__V1__GpuStats *g);
 
 /* ---------------------------------------------------------- supervisor.c */
 

@@ -255,6 +255,26 @@ void px_gputelem_info_free(Parallax__V1__NodeInfo *info)
     info->n_gpus = 0;
 }
 
+void px_gputelem_facts_only(Parallax__V1__GpuStats *g)
+{
+    g->memory_used = 0;
+    g->utilization = -1.0;
+    g->power_watts = -1.0;
+    g->temperature_celsius = -1.0;
+    g->sampled_ms = 0;
+    g->n_pids = 0;
+    g->pids = NULL;
+}
+
+/* The peer's telemetry entry for GPU `device` as it was, or NULL. */
+static const px_gpu_telem_t *telem_of(const px_peer_t *p, const char *device)
+{
+    for (int i = 0; i < p->n_gpus; i++)
+        if (!strcmp(p->gpus[i].device, device))
+            return &p->gpus[i];
+    return NULL;
+}
+
 void px_gputelem_from_info(px_peer_t *p, const Parallax__V1__NodeInfo *info)
 {
     px_gpu_telem_t *g = info->n_gpus ? calloc(info->n_gpus, sizeof(*g)) : NULL;
@@ -263,16 +283,29 @@ void px_gputelem_from_info(px_peer_t *p, const Parallax__V1__NodeInfo *info)
         return; /* keeps what it had */
     for (size_t i = 0; i < info->n_gpus; i++) {
         const Parallax__V1__GpuStats *m = info->gpus[i];
+        const px_gpu_telem_t *old;
         snprintf(g[i].device, sizeof(g[i].device), "%s", m->device ? m->device : "");
         snprintf(g[i].model, sizeof(g[i].model), "%s", m->model ? m->model : "");
         g[i].mem_total = m->memory_total;
-        g[i].mem_used = m->memory_used;
-        g[i].utilization = m->utilization;
-        g[i].power_w = m->power_watts;
-        g[i].temperature_c = m->temperature_celsius;
-        g[i].sampled_ms = m->sampled_ms;
-        for (size_t k = 0; k < m->n_pids && k < PXD_GPU_MAX_PIDS; k++)
-            g[i].pids[g[i].n_pids++] = m->pids[k];
+        if (!m->sampled_ms && (old = telem_of(p, g[i].device)) && old->sampled_ms) {
+            /* gossiped facts (px_gputelem_facts_only): the samples are the
+             * last ones the node sent us itself */
+            g[i].mem_used = old->mem_used;
+            g[i].utilization = old->utilization;
+            g[i].power_w = old->power_w;
+            g[i].temperature_c = old->temperature_c;
+            g[i].sampled_ms = old->sampled_ms;
+            memcpy(g[i].pids, old->pids, sizeof(old->pids));
+            g[i].n_pids = old->n_pids;
+        } else {
+            g[i].mem_used = m->memory_used;
+            g[i].utilization = m->utilization;
+            g[i].power_w = m->power_watts;
+            g[i].temperature_c = m->temperature_celsius;
+            g[i].sampled_ms = m->sampled_ms;
+            for (size_t k = 0; k < m->n_pids && k < PXD_GPU_MAX_PIDS; k++)
+                g[i].pids[g[i].n_pids++] = m->pids[k];
+        }
         for (size_t k = 0; k < m->n_foreign_pids && k < PXD_GPU_MAX_PIDS; k++)
             g[i].foreign[g[i].n_foreign++] = m->foreign_pids[k];
     }

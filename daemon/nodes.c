@@ -1,21 +1,15 @@
-/* nodes.c: this node's devices, the peer table and heartbeats.
+/* nodes.c: this node's devices and the peer table.
  *
- * Every PX_HEARTBEAT_MS the daemon sends Peer.Heartbeat with its NodeInfo to
- * each peer (at most one in flight per peer); the answer (and any incoming
- * heartbeat) refreshes that peer's name, addresses and device usage. A peer
- * silent for PX_PEER_DEAD_MS is marked dead: jobs this node coordinates with
- * ranks there fail, and ranks this node runs for it are stopped.
- *
- * Membership: --peers are seeds. Each heartbeat answer carries the
- * answering node's alive peers (HeartbeatResponse.members); a member not
- * known here becomes a peer and is heartbeaten at once, so a daemon that
- * reaches any one seed learns the whole cluster within a few periods. A
- * dead or never-reached peer that heartbeats us is reconnected and
- * heartbeaten at once (peer_revive), and channels to peers retry their
- * connection every period (auth.c), so a restarted node is alive again to
- * every peer within about one period of its start, whatever the outage.
- * A peer still becomes alive only by answering our heartbeat: hearing from
- * it proves it reaches us, not that we reach it. Loop thread only. */
+ * A peer is another daemon: from --peers (the seeds; name unknown until it
+ * answers) or learned by membership (membership.c: SWIM over Peer.Heartbeat
+ * and Peer.IndirectProbe), which decides whether it is alive
+ * (px_nodes_peer_alive: a peer declared dead fails the jobs this node
+ * coordinates with ranks there and stops the ranks this node runs for it).
+ * Its facts (name, addresses, devices and the jobs holding them, draining,
+ * version) come from its NodeInfo, carried by its pings and acks and
+ * gossiped with its membership rumours (px_nodes_heard). Two daemons
+ * reporting one name are a conflict: logged, shown, never used. Loop
+ * thread only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +20,7 @@
 #include "px_log.h"
 #include "px_time.h"
 
-static px_peer_t *peer_add(px_daemon_t *d, const char *peer_addr)
+px_peer_t *px_nodes_peer_add(px_daemon_t *d, const char *peer_addr)
 {
     px_peer_t *p = realloc(d->peers, sizeof(*p) * (size_t)(d->n_peers + 1));
     px_peer_t *np;
@@ -158,7 +152,7 @@ px_status_t px_nodes_init(px_daemon_t *d)
     for (int i = 0; i < d->cfg.n_peers; i++) {
         if (!strcmp(d->cfg.peers[i], d->peer_addr))
             continue; /* ourselves in a shared peer list */
-        if (!peer_add(d, d->cfg.peers[i]))
+        if (!px_nodes_peer_add(d, d->cfg.peers[i]))
             return PX_ERR_NO_MEMORY;
     }
     return PX_OK;
@@ -174,6 +168,7 @@ void px_nodes_fini(px_daemon_t *d)
     }
     free(d->peers);
     d->peers = NULL;
+    px_membership_fini(d);
     d->n_peers = 0;
     free(d->devices);
     d->devices = NULL;
@@ -467,10 +462,10 @@ const char *px_nodes_self_conflict(px_daemon_t *d)
 /* Refreshes `p` from its NodeInfo. Only an answer to our own heartbeat
  * (`reachable`) makes a peer alive: an incoming heartbeat proves it can
  * reach us, not that our channel to it works. */
-static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeInfo *info,
-                        int reachable)
+/* Refreshes `p`'s facts (name, addresses, devices, draining) from its
+ * NodeInfo; whether it is alive is membership.c's (px_nodes_peer_alive). */
+static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeInfo *info)
 {
-    int was_alive = p->alive;
     px_device_t *devs;
 
     if (info->name && *info->name)
@@ -515,121 +510,62 @@ static void peer_update(px_daemon_t *d, px_peer_t *p, const Parallax__V1__NodeIn
         p->n_devices = (int)info->n_devices;
     }
     px_gputelem_from_info(p, info);
-    if (!reachable && !was_alive)
+}
+
+void px_nodes_peer_alive(px_daemon_t *d, px_peer_t *p, int alive)
+{
+    if (alive)
+        px_nodes_peer_seen(p);
+    if (alive == p->alive || (alive && p->conflict[0]))
         return;
-    p->alive = 1;
-    p->last_seen_ms = px_time_wall_ms();
-    p->last_seen_mono_ms = px_time_mono_ms();
-    if (!was_alive) {
+    p->alive = alive;
+    if (alive) {
         px_info("peer %s (%s) is alive with %d devices", p->name, p->peer_addr, p->n_devices);
+        px_rpc_channel_reconnect_now(p->channel); /* it may have waited out a backoff */
         px_nodes_emit(d, PXD_NODE_DEVICES, NULL);
-        px_jobnames_member_up(d, p);
+        p->up_pending = 1; /* membership.c: names registered once our channel works */
+    } else {
+        px_warn("peer %s (%s) is dead (SWIM: suspected and not refuted)", p->name, p->peer_addr);
+        px_nodes_emit(d, PXD_NODE_DEAD, p); /* its jobs fail, its jobs' ranks stop */
     }
 }
 
-static void peer_beat(px_daemon_t *d, px_peer_t *p);
-
-/* A peer we count dead (or never reached) was just heard from: it is
- * back. Our channel to it may be waiting out a reconnect backoff: connect
- * now and heartbeat it now, so its answer makes it alive within a round
- * trip, not at the next period or after the backoff. */
-static void peer_revive(px_daemon_t *d, px_peer_t *p)
+void px_nodes_peer_seen(px_peer_t *p)
 {
-    px_rpc_channel_reconnect_now(p->channel);
-    if (p->hb_inflight)
-        p->hb_again = 1; /* on_heartbeat_done beats again once that one ends */
-    else
-        peer_beat(d, p);
+    p->last_seen_ms = px_time_wall_ms();
+    p->last_seen_mono_ms = px_time_mono_ms();
 }
 
-void px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info)
+px_peer_t *px_nodes_peer_by_addr(px_daemon_t *d, const char *addr)
 {
-    px_peer_t *p = NULL;
+    for (int i = 0; addr && i < d->n_peers; i++)
+        if (!strcmp(d->peers[i].peer_addr, addr))
+            return &d->peers[i];
+    return NULL;
+}
 
-    if (!info || !info->name || !*info->name || !strcmp(info->name, d->cfg.name))
-        return;
+px_peer_t *px_nodes_heard(px_daemon_t *d, const Parallax__V1__NodeInfo *info)
+{
+    px_peer_t *p;
+
+    if (!info || !info->name || !*info->name)
+        return NULL;
+    if (!strcmp(info->name, d->cfg.name) &&
+        (!info->peer_addr || !*info->peer_addr || !strcmp(info->peer_addr, d->peer_addr)))
+        return NULL; /* this node (another one taking its name is a conflict: below) */
     /* by address first: a name may be in conflict (name_conflict) */
-    for (int i = 0; !p && i < d->n_peers; i++)
-        if (info->peer_addr && !strcmp(d->peers[i].peer_addr, info->peer_addr))
-            p = &d->peers[i];
+    p = px_nodes_peer_by_addr(d, info->peer_addr);
     if (!p)
         p = px_nodes_peer_by_name(d, info->name);
     if (!p) {
         if (!info->peer_addr || !*info->peer_addr)
-            return;
-        p = peer_add(d, info->peer_addr);
+            return NULL;
+        p = px_nodes_peer_add(d, info->peer_addr);
         if (!p)
-            return;
-        px_info("peer %s joined from %s", info->name, info->peer_addr);
+            return NULL;
     }
-    peer_update(d, p, info, 0);
-    if (!p->alive && !p->conflict[0])
-        peer_revive(d, p);
-}
-
-/* Adds the member `name` at `addr` (from `from`'s heartbeat answer) as a
- * peer unless it is this node or a peer already known by name or address;
- * a new one is heartbeaten at once (its answer makes it alive). */
-static void learn_member(px_daemon_t *d, const char *name, const char *addr, const char *from)
-{
-    px_peer_t *p;
-
-    if (!name || !*name || !addr || !*addr || !strcmp(name, d->cfg.name) ||
-        !strcmp(addr, d->peer_addr))
-        return;
-    for (int i = 0; i < d->n_peers; i++)
-        if (!strcmp(d->peers[i].peer_addr, addr) || !strcmp(d->peers[i].name, name))
-            return;
-    p = peer_add(d, addr);
-    if (!p)
-        return;
-    px_info("peer %s (%s) learned from %s", name, addr, from);
-    peer_beat(d, p);
-}
-
-/* The members a heartbeat answer carries (HeartbeatResponse.members):
- * every alive peer without a name conflict, name and address borrowed from
- * the peer table; *n_p of them. One block (the pointers, then the
- * messages): the caller frees it. */
-static Parallax__V1__Member **members_of(px_daemon_t *d, size_t *n_p)
-{
-    size_t cap = (size_t)d->n_peers + 1;
-    Parallax__V1__Member **m = calloc(cap, sizeof(*m) + sizeof(Parallax__V1__Member));
-    Parallax__V1__Member *each = (Parallax__V1__Member *)(m + cap);
-    size_t n = 0;
-
-    *n_p = 0;
-    if (!m)
-        return NULL;
-    for (int i = 0; i < d->n_peers; i++) {
-        px_peer_t *p = &d->peers[i];
-        if (!p->alive || !p->name[0] || p->conflict[0])
-            continue;
-        parallax__v1__member__init(&each[n]);
-        each[n].name = p->name;
-        each[n].peer_addr = p->peer_addr;
-        m[n] = &each[n];
-        n++;
-    }
-    *n_p = n;
-    return m;
-}
-
-void px_nodes_answer_heartbeat(px_daemon_t *d, Parallax__V1__HeartbeatResponse *resp,
-                               Parallax__V1__NodeInfo *self)
-{
-    px_nodes_self_info(d, self);
-    resp->node = self;
-    resp->members = members_of(d, &resp->n_members);
-}
-
-void px_nodes_answer_free(Parallax__V1__HeartbeatResponse *resp)
-{
-    free(resp->members); /* one block: members_of */
-    resp->members = NULL;
-    resp->n_members = 0;
-    if (resp->node)
-        px_nodes_info_free(resp->node);
+    peer_update(d, p, info);
+    return p;
 }
 
 void px_nodes_device_set(px_daemon_t *d, const char *device, const char *job_id)
@@ -639,115 +575,3 @@ void px_nodes_device_set(px_daemon_t *d, const char *device, const char *job_id)
             snprintf(d->devices[i].job_id, sizeof(d->devices[i].job_id), "%s", job_id);
 }
 
-typedef struct {
-    char peer_addr[PXD_ADDR_MAX];
-} hb_ctx_t;
-
-static void on_heartbeat_done(px_daemon_t *d, void *arg, grpc_status_code code,
-                              const char *message, const ProtobufCMessage *response)
-{
-    hb_ctx_t *ctx = arg;
-    const Parallax__V1__HeartbeatResponse *r = (const void *)response;
-    char from[PXD_NAME_MAX];
-
-    for (int i = 0; i < d->n_peers; i++) {
-        px_peer_t *p = &d->peers[i];
-        if (strcmp(p->peer_addr, ctx->peer_addr))
-            continue;
-        p->hb_inflight = 0;
-        if (code == GRPC_STATUS_OK) {
-            p->hb_again = 0; /* answered: nothing to try again */
-            if (r->node) {
-                peer_update(d, p, r->node, 1);
-                px_nodes_emit(d, PXD_NODE_HEARD, p);
-            }
-        } else {
-            px_debug("heartbeat to %s: %s", p->peer_addr, message ? message : "");
-            if (p->hb_again) { /* it was heard meanwhile: try again at once */
-                p->hb_again = 0;
-                peer_beat(d, p);
-            }
-        }
-        px_nodes_emit(d, PXD_NODE_DEVICES, NULL); /* device usage may have changed */
-        /* the members it knows, once it counts as a member itself (last:
-         * adding peers moves the peer table, and `p` with it) */
-        if (code == GRPC_STATUS_OK && p->alive && !p->conflict[0]) {
-            snprintf(from, sizeof(from), "%s", p->name);
-            for (size_t k = 0; k < r->n_members; k++)
-                learn_member(d, r->members[k]->name, r->members[k]->peer_addr, from);
-        }
-        break;
-    }
-    free(ctx);
-}
-
-/* Sends one Peer.Heartbeat with `self` to `p` unless one is in flight. */
-static void beat_with(px_daemon_t *d, px_peer_t *p, Parallax__V1__HeartbeatRequest *req)
-{
-    hb_ctx_t *ctx;
-
-    if (p->hb_inflight || d->stopping)
-        return;
-    ctx = malloc(sizeof(*ctx));
-    if (!ctx)
-        return;
-    snprintf(ctx->peer_addr, sizeof(ctx->peer_addr), "%s", p->peer_addr);
-    if (px_daemon_call_async(d, p->channel, "/parallax.v1.Peer/Heartbeat", &req->base,
-                             &parallax__v1__heartbeat_response__descriptor,
-                             (int)px_env_int("PX_HEARTBEAT_MS") * 2 + 1000, on_heartbeat_done,
-                             ctx) == PX_OK)
-        p->hb_inflight = 1;
-    else
-        free(ctx);
-}
-
-static void peer_beat(px_daemon_t *d, px_peer_t *p)
-{
-    Parallax__V1__HeartbeatRequest req = PARALLAX__V1__HEARTBEAT_REQUEST__INIT;
-    Parallax__V1__NodeInfo self;
-
-    px_nodes_self_info(d, &self);
-    req.node = &self;
-    beat_with(d, p, &req);
-    px_nodes_info_free(&self);
-}
-
-static void on_hb_timer(uv_timer_t *t)
-{
-    px_daemon_t *d = t->data;
-    int64_t now = px_time_mono_ms();
-    long dead_ms = px_env_int("PX_PEER_DEAD_MS");
-    Parallax__V1__HeartbeatRequest req = PARALLAX__V1__HEARTBEAT_REQUEST__INIT;
-    Parallax__V1__NodeInfo self;
-
-    if (d->stopping)
-        return;
-    for (int i = 0; i < d->n_peers; i++) {
-        px_peer_t *p = &d->peers[i];
-        if (p->alive && now - p->last_seen_mono_ms > dead_ms) {
-            p->alive = 0;
-            px_warn("peer %s (%s) silent for %ld ms: dead", p->name, p->peer_addr, dead_ms);
-            px_nodes_emit(d, PXD_NODE_DEAD, p); /* its jobs fail, its jobs' ranks stop */
-        }
-    }
-    px_nodes_self_info(d, &self);
-    req.node = &self;
-    for (int i = 0; i < d->n_peers; i++)
-        beat_with(d, &d->peers[i], &req);
-    px_nodes_info_free(&self);
-}
-
-void px_nodes_start(px_daemon_t *d)
-{
-    long period = px_env_int("PX_HEARTBEAT_MS");
-    if (period < 10)
-        period = 10;
-    d->hb_timer.data = d;
-    uv_timer_start(&d->hb_timer, on_hb_timer, 0, (uint64_t)period);
-}
-
-void px_nodes_beat_now(px_daemon_t *d)
-{
-    if (!d->stopping && uv_is_active((uv_handle_t *)&d->hb_timer))
-        px_nodes_start(d); /* restarted: first beat at once, then every period */
-}

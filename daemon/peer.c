@@ -1,5 +1,5 @@
 /* peer.c: the Peer service, on --peer-listen: daemon <-> daemon
- * (Heartbeat, LaunchRanks, StopRanks, RankExited, GetRankLog, ListJobs,
+ * (Heartbeat and IndirectProbe: SWIM membership, membership.c; LaunchRanks, StopRanks, RankExited, GetRankLog, ListJobs,
  * ReserveName, SetNodeState: drain.c) and rank ->
  * coordinator (RegisterRank, held until the rendezvous completes;
  * ReportProgress). Handlers run on the loop thread. */
@@ -10,19 +10,6 @@
 #include "px_log.h"
 
 #define P_PEER "/parallax.v1.Peer/"
-
-static void h_heartbeat(px_rpc_call_t *call, const ProtobufCMessage *request, void *arg)
-{
-    px_daemon_t *d = arg;
-    const Parallax__V1__HeartbeatRequest *req = (const void *)request;
-    Parallax__V1__HeartbeatResponse resp = PARALLAX__V1__HEARTBEAT_RESPONSE__INIT;
-    Parallax__V1__NodeInfo self;
-
-    px_nodes_heard(d, req->node);
-    px_nodes_answer_heartbeat(d, &resp, &self);
-    px_rpc_call_reply(call, &resp.base);
-    px_nodes_answer_free(&resp);
-}
 
 /* Answers a Peer call with what this node's local handler gave. */
 static void answer(px_daemon_t *d, void *arg, grpc_status_code code, const char *message,
@@ -99,7 +86,10 @@ static void h_rank_log(px_rpc_call_t *call, const ProtobufCMessage *request, voi
 }
 
 const px_rpc_method_t px_peer_methods[] = {
-    {P_PEER "Heartbeat", &parallax__v1__heartbeat_request__descriptor, 0, h_heartbeat, NULL},
+    {P_PEER "Heartbeat", &parallax__v1__heartbeat_request__descriptor, 0, px_membership_ping,
+     NULL},
+    {P_PEER "IndirectProbe", &parallax__v1__indirect_probe_request__descriptor, 0,
+     px_membership_indirect, NULL},
     {P_PEER "LaunchRanks", &parallax__v1__launch_ranks_request__descriptor, 0, h_launch, NULL},
     {P_PEER "StopRanks", &parallax__v1__stop_ranks_request__descriptor, 0, h_stop, NULL},
     {P_PEER "RankExited", &parallax__v1__rank_exited_request__descriptor, 0, h_rank_exited, NULL},

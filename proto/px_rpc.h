@@ -192,9 +192,12 @@ px_status_t px_rpc_channel_create_tls(const char *target, const char *ca_file,
  * connection attempts after a failed one (initial and maximum backoff, ms;
  * the shortest connect timeout is then reconnect_ms but at least 2 s);
  * 0 keeps gRPC's defaults (1 s growing 1.6x to 120 s; 20 s). For a peer that may come back at any
- * moment: it is retried every reconnect_ms, not after up to two minutes. */
+ * moment: it is retried every reconnect_ms, not after up to two minutes.
+ * `idle_ms` > 0: the connection is closed after that long without a call
+ * (GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS; at least 1000) and opened again by the
+ * next call; 0 keeps gRPC's 30 minutes. */
 px_status_t px_rpc_channel_create_ex(const char *target, const char *ca_file, int reconnect_ms,
-                                     px_rpc_channel_t **channel_p);
+                                     int idle_ms, px_rpc_channel_t **channel_p);
 /* Ends the channel's wait before its next connection attempt and starts
  * one now (grpc_channel_reset_connect_backoff): for a peer just heard from
  * while our channel to it was backing off. NULL: nothing. */

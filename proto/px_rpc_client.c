@@ -25,16 +25,16 @@ px_status_t px_rpc_channel_create(const char *target, px_rpc_channel_t **channel
 px_status_t px_rpc_channel_create_tls(const char *target, const char *ca_file,
                                       px_rpc_channel_t **channel_p)
 {
-    return px_rpc_channel_create_ex(target, ca_file, 0, channel_p);
+    return px_rpc_channel_create_ex(target, ca_file, 0, 0, channel_p);
 }
 
 px_status_t px_rpc_channel_create_ex(const char *target, const char *ca_file, int reconnect_ms,
-                                     px_rpc_channel_t **channel_p)
+                                     int idle_ms, px_rpc_channel_t **channel_p)
 {
     px_rpc_channel_t *ch;
     grpc_channel_credentials *creds;
     char *ca = NULL;
-    grpc_arg args[5];
+    grpc_arg args[6];
     grpc_channel_args chargs;
 
     if (!target || !*target)
@@ -78,6 +78,12 @@ px_status_t px_rpc_channel_create_ex(const char *target, const char *ca_file, in
         if (reconnect_ms < PX_RPC_MIN_CONNECT_MS)
             args[4].value.integer = PX_RPC_MIN_CONNECT_MS;
         chargs.num_args = 5;
+    }
+    if (idle_ms > 0) { /* the connection closed when idle, reopened by a call */
+        args[chargs.num_args].type = GRPC_ARG_INTEGER;
+        args[chargs.num_args].key = (char *)GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS;
+        args[chargs.num_args].value.integer = idle_ms;
+        chargs.num_args++;
     }
     chargs.args = args;
     grpc_init();

@@ -46,10 +46,16 @@ MODEL = ["--dp", 2, "--batch", 4, "--steps", 6, "--layers", 2, "--heads", 2, "--
 GPU = "Fake-H200 %d %d 37 215000 51 %s\n"  # model total used util% mW temp pids
 
 
-def script(path, pids):
+def script(path, pids, util=37):
     with open(path + ".tmp", "w") as f:
-        f.write(GPU % (SIM_MB << 20, 96 << 20, ",".join(str(p) for p in pids) or "-"))
+        f.write((GPU % (SIM_MB << 20, 96 << 20, ",".join(str(p) for p in pids) or "-"))
+                .replace(" 37 ", " %d " % util))
     os.replace(path + ".tmp", path)
+
+
+def facts_changes(d):
+    """How often A's gossiped facts changed (each raises its incarnation)."""
+    return open(d.log_path, errors="replace").read().count("facts changed: incarnation")
 
 
 def run_job(c, data, devices, name):
@@ -95,6 +101,7 @@ def main():
     cl.env.update({"PX_SIM_DEVICE": "1", "PX_SIM_DEVICE_MB": str(SIM_MB), "PX_SHM": "0",
                    "PX_PEAK_TFLOPS": "0.1",
                    "PX_RANK_BIN": os.path.abspath(args.rank), "PX_GPU_SAMPLE_MS": "200",
+                   "PX_LOG_LEVEL": "debug",
                    "FAKE_NVML_FILE": nvml_file,
                    "LD_LIBRARY_PATH": fake_dir + ":" + os.environ.get("LD_LIBRARY_PATH", "")})
     d, db = cl.daemons
@@ -145,6 +152,21 @@ def main():
         log = open(d.log_path, errors="replace").read()
         assert "pid %d (sleep) is not a rank of this node" % stranger.pid in log, log[-2000:]
         print("pctl nodes, a foreign process on the shared device:\n%s" % text.rstrip())
+
+        # the samples change every PX_GPU_SAMPLE_MS: they reach B through
+        # A's own pings and answers, and are no change of A's gossiped
+        # facts (else A would raise its incarnation and gossip every sample)
+        before = facts_changes(d)
+        for util in range(40, 56):
+            script(nvml_file, [d.proc.pid, owned.pid, gone, stranger.pid], util)
+            time.sleep(0.25)
+        pc.wait_for(lambda: abs([n for n in cb.nodes() if n["name"] == d.name][0]["gpus"][0]
+                                ["utilization"] - 0.55) < 1e-9, 30,
+                    "B hearing A's last sampled utilization (55%)")
+        changes = facts_changes(d) - before
+        assert changes == 0, "A's facts changed %d times over 16 samples" % changes
+        print("16 samples of a changing utilization: B heard the last (55%%), A's facts "
+              "changed %d times" % changes)
 
         # the memory check: each slot has half of the device, and a job
         # of 345 MB a rank (pctl plan --device sim) fits the device, not a slot
