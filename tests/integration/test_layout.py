@@ -49,7 +49,12 @@ def status_rows(text):
     i = lines.index("ranks:")
     head = lines[i + 1].split()
     assert head[:6] == ["RANK", "DP", "TP", "PP", "CP", "EP"] and head[6:8] == ["NODE", "DEVICE"], head
-    return [l.split() for l in lines[i + 2:] if l.startswith("  ")]
+    rows = []
+    for l in lines[i + 2:]:  # the table ends at the next section (paths ...)
+        if not l.startswith("  "):
+            break
+        rows.append(l.split())
+    return rows
 
 
 def main():
