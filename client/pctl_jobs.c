@@ -995,20 +995,13 @@ static void print_job(const Parallax__V1__Job *j)
  * memory (Control.GetMemory; pipeline.h's busy/idle times), averaged over
  * the stage's ranks, next to GPipe / 1F1B's (p-1)/(M+p-1). Prints nothing
  * when no rank reported pipeline times yet. */
-static void print_bubble(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo)
+static void print_bubble(const Parallax__V1__GetMemoryResponse *resp, const Parallax__V1__Job *j,
+                         json_t *jo)
 {
-    Parallax__V1__GetMemoryRequest req = PARALLAX__V1__GET_MEMORY_REQUEST__INIT;
-    Parallax__V1__GetMemoryResponse *resp = NULL;
     px_layout_t l;
     if (!pctl_job_layout(j, &l) || l.pp < 2)
         return;
-    px_rpc_result_t res = {GRPC_STATUS_OK, NULL};
-    req.job_id = j->id;
-    px_status_t status = px_rpc_call_unary(pctl_channel(ctx), M_GET_MEMORY, &req.base,
-                                           &parallax__v1__get_memory_response__descriptor,
-                                           ctx->timeout_ms, (ProtobufCMessage **)&resp, &res);
-    free(res.message);
-    if (status != PX_OK || !resp)
+    if (!resp)
         return;
     double idle[l.pp], all[l.pp];
     int n[l.pp], any = 0;
@@ -1053,7 +1046,6 @@ static void print_bubble(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo
         printf("; (p-1)/(M+p-1) = %.1f%%\n", 100.0 * (l.pp - 1) / (M + l.pp - 1));
     if (jo)
         json_object_set_new(jo, "pipeline_bubble", ja);
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
 }
 
 /* A MoE job's routing in the last reported step (moe.h): per expert, the
@@ -1061,21 +1053,14 @@ static void print_bubble(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo
  * group's figures from its first rank: dp index % ep == 0, tp 0), from the
  * ranks' memory reports (Control.GetMemory). Prints nothing for a dense
  * job or before the first report. */
-static void print_moe(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo)
+static void print_moe(const Parallax__V1__GetMemoryResponse *resp, const Parallax__V1__Job *j,
+                      json_t *jo)
 {
-    Parallax__V1__GetMemoryRequest req = PARALLAX__V1__GET_MEMORY_REQUEST__INIT;
-    Parallax__V1__GetMemoryResponse *resp = NULL;
     px_layout_t l;
     const Parallax__V1__JobSpec *s = j->spec;
     if (!s || !s->moe || !s->moe->experts || !pctl_job_layout(j, &l))
         return;
-    px_rpc_result_t res = {GRPC_STATUS_OK, NULL};
-    req.job_id = j->id;
-    px_status_t status = px_rpc_call_unary(pctl_channel(ctx), M_GET_MEMORY, &req.base,
-                                           &parallax__v1__get_memory_response__descriptor,
-                                           ctx->timeout_ms, (ProtobufCMessage **)&resp, &res);
-    free(res.message);
-    if (status != PX_OK || !resp)
+    if (!resp)
         return;
     size_t E = s->moe->experts;
     uint64_t rec[E], drop[E];
@@ -1115,7 +1100,6 @@ static void print_moe(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo)
                    (unsigned long long)drop[e]);
         printf("; all-to-all %.2f ms\n", 1e3 * a2a);
     }
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
 }
 
 /* Appends each name of comma-separated `list` that `acc` (len bytes) does
@@ -1155,21 +1139,14 @@ static json_t *names_json(const char *list)
  * the union over the ranks (every rank of one communicator takes the same
  * path, but a kind has one communicator per group). Prints nothing before
  * the first report. */
-static void print_paths(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo)
+static void print_paths(const Parallax__V1__GetMemoryResponse *resp, const Parallax__V1__Job *j,
+                        json_t *jo)
 {
-    Parallax__V1__GetMemoryRequest req = PARALLAX__V1__GET_MEMORY_REQUEST__INIT;
-    Parallax__V1__GetMemoryResponse *resp = NULL;
-    px_rpc_result_t res = {GRPC_STATUS_OK, NULL};
     enum { MAXC = 16 };
     struct { const char *comm; uint32_t size; char host[64], device[64]; } c[MAXC];
     int nc = 0;
 
-    req.job_id = j->id;
-    px_status_t status = px_rpc_call_unary(pctl_channel(ctx), M_GET_MEMORY, &req.base,
-                                           &parallax__v1__get_memory_response__descriptor,
-                                           ctx->timeout_ms, (ProtobufCMessage **)&resp, &res);
-    free(res.message);
-    if (status != PX_OK || !resp)
+    if (!resp)
         return;
     for (size_t i = 0; i < resp->n_ranks; i++) {
         for (size_t k = 0; k < resp->ranks[i]->n_comm_paths; k++) {
@@ -1209,7 +1186,26 @@ static void print_paths(pctl_ctx_t *ctx, const Parallax__V1__Job *j, json_t *jo)
     }
     if (ja)
         json_object_set_new(jo, "comm_paths", ja);
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
+/* The job's ranks' last memory reports (Control.GetMemory), which also carry
+ * their pipeline times, MoE routing and collective paths; NULL when the
+ * call fails (the status prints without them). Caller frees. */
+static Parallax__V1__GetMemoryResponse *job_memory(pctl_ctx_t *ctx, const Parallax__V1__Job *j)
+{
+    Parallax__V1__GetMemoryRequest req = PARALLAX__V1__GET_MEMORY_REQUEST__INIT;
+    Parallax__V1__GetMemoryResponse *resp = NULL;
+    px_rpc_result_t res = {GRPC_STATUS_OK, NULL};
+    req.job_id = j->id;
+    px_status_t status = px_rpc_call_unary(pctl_channel(ctx), M_GET_MEMORY, &req.base,
+                                           &parallax__v1__get_memory_response__descriptor,
+                                           ctx->timeout_ms, (ProtobufCMessage **)&resp, &res);
+    free(res.message);
+    if (status != PX_OK && resp) {
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        resp = NULL;
+    }
+    return resp;
 }
 
 int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv)
@@ -1226,21 +1222,24 @@ int pctl_cmd_status(pctl_ctx_t *ctx, int argc, char **argv)
     if (pctl_call(ctx, "status", M_GET, &req.base, &parallax__v1__job__descriptor,
                   (ProtobufCMessage **)&job))
         return PCTL_EXIT_FAIL;
+    Parallax__V1__GetMemoryResponse *mem = job_memory(ctx, job);
     if (json) {
         json_t *o = pctl_json_job(job);
         if (o) {
-            print_bubble(ctx, job, o);
-            print_moe(ctx, job, o);
-            print_paths(ctx, job, o);
+            print_bubble(mem, job, o);
+            print_moe(mem, job, o);
+            print_paths(mem, job, o);
         }
         rc = pctl_json_print(o);
     } else {
         print_job(job);
-        print_bubble(ctx, job, NULL);
-        print_moe(ctx, job, NULL);
-        print_paths(ctx, job, NULL);
+        print_bubble(mem, job, NULL);
+        print_moe(mem, job, NULL);
+        print_paths(mem, job, NULL);
         rc = PCTL_EXIT_OK;
     }
+    if (mem)
+        protobuf_c_message_free_unpacked(&mem->base, NULL);
     protobuf_c_message_free_unpacked(&job->base, NULL);
     return rc;
 }
