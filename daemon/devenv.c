@@ -10,9 +10,8 @@ int px_supervisor_device_env(const char *device, char *cvd, size_t cvd_len, char
                              size_t dev_len, char *node_dev, size_t node_dev_len, char **env)
 {
     int n = 0;
-    const char *colon = strchr(device, ':'), *slash = colon ? strchr(colon, '/') : NULL;
     /* the GPU of slot "cuda:0/1" (--gpu-share) is "cuda:0" */
-    int gpu_len = slash ? (int)(slash - device) : (int)strlen(device);
+    int gpu_len = (int)px_device_physical_len(device);
 
     if (!strncmp(device, "cuda:", 5)) {
         /* the rank sees its one GPU, as CUDA device 0 */
@@ -28,21 +27,14 @@ int px_supervisor_device_env(const char *device, char *cvd, size_t cvd_len, char
     return n;
 }
 
-/* The length of `device`'s name up to its slot ('/'), the whole name
- * without one. */
-static size_t physical_len(const char *device)
-{
-    return strcspn(device, "/");
-}
-
 int px_supervisor_physical_devices(const char *const *nodes, const char *const *devices, int n)
 {
     int count = 0;
     for (int r = 0; r < n; r++) {
-        size_t len = physical_len(devices[r]);
+        size_t len = px_device_physical_len(devices[r]);
         int seen = 0;
         for (int q = 0; q < r && !seen; q++) /* a job's few ranks: quadratic is fine */
-            seen = !strcmp(nodes[q], nodes[r]) && physical_len(devices[q]) == len &&
+            seen = !strcmp(nodes[q], nodes[r]) && px_device_physical_len(devices[q]) == len &&
                    !strncmp(devices[q], devices[r], len);
         count += !seen;
     }

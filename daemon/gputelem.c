@@ -31,17 +31,10 @@
 #include "px_log.h"
 #include "px_time.h"
 
-/* The length of the GPU part of a device name: "cuda:0" of "cuda:0/1". */
-static size_t gpu_len(const char *name)
-{
-    const char *slash = strchr(name, '/');
-    return slash ? (size_t)(slash - name) : strlen(name);
-}
-
 /* 1 if device `name` is a slot of (or is) GPU `gpu` */
 static int on_gpu(const char *name, const char *gpu)
 {
-    return gpu_len(name) == strlen(gpu) && !strncmp(name, gpu, strlen(gpu));
+    return px_device_physical_len(name) == strlen(gpu) && !strncmp(name, gpu, strlen(gpu));
 }
 
 /* The NVML index of GPU "cuda:I" or "sim:K" */
@@ -182,7 +175,7 @@ px_status_t px_gputelem_start(px_daemon_t *d)
         d->gpus = g;
         g = &d->gpus[d->n_gpus++];
         memset(g, 0, sizeof(*g));
-        snprintf(g->device, sizeof(g->device), "%.*s", (int)gpu_len(name), name);
+        snprintf(g->device, sizeof(g->device), "%.*s", (int)px_device_physical_len(name), name);
         g->utilization = g->power_w = g->temperature_c = -1;
     }
     if (!d->n_gpus)

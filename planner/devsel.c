@@ -99,14 +99,17 @@ int px_devsel_match(const px_devsel_t *sel, const char *name)
         return 0;
     kl = (size_t)(colon - name);
     /* "cuda:0/1", slot 1 of GPU 0 (parallaxd --gpu-share): GPU 0's */
-    const char *slash = strchr(colon + 1, '/');
     char num[16];
-    snprintf(num, sizeof(num), "%.*s",
-             slash ? (int)(slash - colon - 1) : (int)strlen(colon + 1), colon + 1);
+    snprintf(num, sizeof(num), "%.*s", (int)(px_device_physical_len(name) - kl - 1), colon + 1);
     idx = parse_index(num);
     for (int i = 0; i < sel->n; i++)
         if (strlen(sel->item[i].kind) == kl && !strncmp(sel->item[i].kind, name, kl) &&
             (sel->item[i].index < 0 || sel->item[i].index == idx))
             return 1;
     return 0;
+}
+
+size_t px_device_physical_len(const char *name)
+{
+    return strcspn(name, "/");
 }

@@ -41,4 +41,10 @@ px_status_t px_devsel_parse(const char *spec, px_devsel_t *sel_p, char *errbuf, 
  * selection (every name is in an empty one), else 0. */
 int px_devsel_match(const px_devsel_t *sel, const char *name);
 
+/* The length in bytes of the physical device's part of device name `name`:
+ * "cuda:0" of the slot "cuda:0/1" (parallaxd --gpu-share), the whole name
+ * of one without a slot. Two names are on one physical device (of one
+ * node) when these parts are equal. */
+size_t px_device_physical_len(const char *name);
+
 #endif
