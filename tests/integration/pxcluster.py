@@ -52,6 +52,17 @@ def write_llmc_tokens(path, max_tokens=150000):
     return len(text)
 
 
+def sleeper_rank(workdir):
+    """A stand-in for parallax-rank that sleeps an hour (a job's ranks
+    held RUNNING, for tests of the daemons alone): its path, for
+    PX_RANK_BIN."""
+    path = os.path.join(workdir, "sleeper.sh")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\nexec sleep 3600\n")
+    os.chmod(path, 0o700)
+    return path
+
+
 def live_procs():
     """(pid, argv as a list of bytes) of every live (not zombie) process, read
     from /proc."""

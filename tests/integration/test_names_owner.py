@@ -23,7 +23,6 @@ names used are ones whose owner by the rendezvous hash over {a, b, c} is c
     a's job."""
 import os
 import signal
-import stat
 import sys
 import time
 
@@ -56,11 +55,7 @@ def owned_by(owner, members, prefix):
 def main():
     args = pc.parse_args(sys.argv[1:])
     cl = pc.Cluster(args.parallaxd, n=3, devices=2, tag="no")
-    sleeper = os.path.join(cl.workdir, "sleeper.sh")
-    with open(sleeper, "w") as f:
-        f.write("#!/bin/sh\nexec sleep 3600\n")
-    os.chmod(sleeper, stat.S_IRWXU)
-    cl.env["PX_RANK_BIN"] = sleeper
+    cl.env["PX_RANK_BIN"] = pc.sleeper_rank(cl.workdir)
     for d in cl.daemons:
         d.env = cl.env
     data = os.path.join(cl.workdir, "licenses.bin")

@@ -12,7 +12,6 @@ with a fresh name to both daemons from two gRPC channels back to back
 one round trip between the daemons). Before the reservation step both
 daemons asked each other for their jobs, found none and both accepted."""
 import os
-import stat
 import sys
 import time
 
@@ -26,11 +25,7 @@ def main():
     args = pc.parse_args(sys.argv[1:])
     cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="nr",
                     env={"PX_CONNECT_TIMEOUT_MS": "600000"})
-    sleeper = os.path.join(cl.workdir, "sleeper.sh")
-    with open(sleeper, "w") as f:
-        f.write("#!/bin/sh\nexec sleep 3600\n")
-    os.chmod(sleeper, stat.S_IRWXU)
-    cl.env["PX_RANK_BIN"] = sleeper
+    cl.env["PX_RANK_BIN"] = pc.sleeper_rank(cl.workdir)
     for d in cl.daemons:
         d.env = cl.env
     client = lambda d: pc.Grpc(d, args.proto)  # noqa: E731

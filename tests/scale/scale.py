@@ -121,17 +121,12 @@ def run_size(args, n, tag):
     env = dict(os.environ)
     env.update({"PX_HEARTBEAT_MS": str(args.heartbeat_ms), "PX_PEER_DEAD_MS": str(args.dead_ms),
                 "PX_CONNECT_TIMEOUT_MS": "60000", "OPENBLAS_NUM_THREADS": "1"})
-    sleeper = None
     if args.rank:
         env["PX_RANK_BIN"] = os.path.abspath(args.rank)
     import tempfile
     work = tempfile.mkdtemp(prefix="px-scale%d-" % n)
     if not args.rank:
-        sleeper = os.path.join(work, "sleeper.sh")
-        with open(sleeper, "w") as f:
-            f.write("#!/bin/sh\nexec sleep 3600\n")
-        os.chmod(sleeper, 0o700)
-        env["PX_RANK_BIN"] = sleeper
+        env["PX_RANK_BIN"] = pc.sleeper_rank(work)
     ds = [pc.Daemon(args.parallaxd, "%s%d-%03d" % (tag, n, i), work, 1, env) for i in range(n)]
     for d in ds:
         d.retries = 0
