@@ -225,6 +225,13 @@ class Daemon:
             a += ["--peers", ",".join(self.peers)]
         return a + list(self.extra)
 
+    def run_once(self, timeout=30):
+        """Runs this daemon in the foreground until it exits (a start that
+        must be refused): (exit code, stdout and stderr as text)."""
+        r = subprocess.run(self.argv(), env=self.env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=timeout)
+        return r.returncode, r.stdout.decode(errors="replace")
+
     def start(self):
         try:
             self.log_start = os.path.getsize(self.log_path)

@@ -250,10 +250,8 @@ def main():
         for bad in ("0", "65", "two"):
             lone = pc.Daemon(args.parallaxd, d.name + "x", cl.workdir, 1, cl.env)
             lone.extra = ["--gpu-share", bad]
-            r = subprocess.run(lone.argv(), env=cl.env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, timeout=30)
-            out = r.stdout.decode(errors="replace")
-            assert r.returncode != 0 and "gpu-share '%s'" % bad in out, (r.returncode, out)
+            code, out = lone.run_once()
+            assert code != 0 and "gpu-share '%s'" % bad in out, (code, out)
         print("--gpu-share 0, 65, two: refused at start (%s)"
               % [l for l in out.splitlines() if "gpu-share" in l][0].strip())
         codes = cl.stop()
