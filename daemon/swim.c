@@ -193,7 +193,19 @@ static int refute(px_swim_t *s, const px_swim_rumour_t *r)
     return 1;
 }
 
+static int apply(px_swim_t *s, const px_swim_rumour_t *r, int64_t now_ms, int merge);
+
 int px_swim_apply(px_swim_t *s, const px_swim_rumour_t *r, int64_t now_ms)
+{
+    return apply(s, r, now_ms, 0);
+}
+
+int px_swim_merge(px_swim_t *s, const px_swim_rumour_t *r, int64_t now_ms)
+{
+    return apply(s, r, now_ms, 1);
+}
+
+static int apply(px_swim_t *s, const px_swim_rumour_t *r, int64_t now_ms, int merge)
 {
     px_swim_member_t *m;
     px_swim_state_t old;
@@ -231,7 +243,8 @@ int px_swim_apply(px_swim_t *s, const px_swim_rumour_t *r, int64_t now_ms)
     facts = r->state == PX_SWIM_ALIVE ? set_facts(m, r->facts, r->facts_len) : 0;
     if (facts < 0)
         return -1;
-    enqueue(s, m);
+    if (!merge || !is_new)
+        enqueue(s, m);
     if (s->cfg.changed)
         s->cfg.changed(s->cfg.arg, m, old, old_inc, is_new);
     return 1;
@@ -257,18 +270,30 @@ void px_swim_probe_failed(px_swim_t *s, const char *addr, uint64_t incarnation, 
         suspect(s, m, now_ms);
 }
 
-px_swim_member_t *px_swim_tick(px_swim_t *s, int64_t now_ms)
+int64_t px_swim_expire(px_swim_t *s, int64_t now_ms)
 {
-    s->target = NULL;
+    int64_t next = -1;
     for (size_t i = 0; i < s->n; i++) {
         px_swim_member_t *m = s->m[i];
-        if (m->state == PX_SWIM_SUSPECT && now_ms - m->suspect_since_ms >= s->cfg.suspect_ms) {
+        int64_t at = m->suspect_since_ms + s->cfg.suspect_ms;
+        if (m->state != PX_SWIM_SUSPECT)
+            continue;
+        if (now_ms >= at) {
             m->state = PX_SWIM_DEAD;
             enqueue(s, m);
             if (s->cfg.changed)
                 s->cfg.changed(s->cfg.arg, m, PX_SWIM_SUSPECT, m->incarnation, 0);
+        } else if (next < 0 || at < next) {
+            next = at;
         }
     }
+    return next;
+}
+
+px_swim_member_t *px_swim_tick(px_swim_t *s, int64_t now_ms)
+{
+    s->target = NULL;
+    px_swim_expire(s, now_ms);
     /* the next member of the round not DEAD; a new round when it ends */
     for (size_t tries = 0; tries <= 2 * s->n_order && s->n_order; tries++) {
         px_swim_member_t *m;
@@ -310,15 +335,14 @@ void px_swim_set_suspect_ms(px_swim_t *s, int64_t ms)
     s->cfg.suspect_ms = ms;
 }
 
-int px_swim_indirect(px_swim_t *s, px_swim_member_t **out, int max)
+int px_swim_sample(px_swim_t *s, px_swim_member_t **out, int max,
+                   const px_swim_member_t *except)
 {
     int k = 0, seen = 0;
-    if (max > s->cfg.indirect_k)
-        max = s->cfg.indirect_k;
     /* reservoir sampling over the candidates (Vitter's algorithm R) */
     for (size_t i = 0; i < s->n && max > 0; i++) {
         px_swim_member_t *m = s->m[i];
-        if (m == s->target || m->state == PX_SWIM_DEAD)
+        if (m == except || m->state == PX_SWIM_DEAD)
             continue;
         seen++;
         if (k < max)
@@ -330,6 +354,11 @@ int px_swim_indirect(px_swim_t *s, px_swim_member_t **out, int max)
         }
     }
     return k;
+}
+
+int px_swim_indirect(px_swim_t *s, px_swim_member_t **out, int max)
+{
+    return px_swim_sample(s, out, max > s->cfg.indirect_k ? s->cfg.indirect_k : max, s->target);
 }
 
 void px_swim_rumour_of(const px_swim_member_t *m, px_swim_rumour_t *r)

@@ -107,9 +107,24 @@ int px_swim_set_facts(px_swim_t *s, const uint8_t *facts, size_t len);
  * about this node that is not ALIVE at or above its incarnation is refuted. */
 int px_swim_apply(px_swim_t *s, const px_swim_rumour_t *r, int64_t now_ms);
 
+/* px_swim_apply for a rumour from a full-state sync (another member's
+ * whole table): a member new to this node is taken but not queued as
+ * gossip, since the member that answered knows it and spreads its own
+ * news (a joining node would otherwise gossip the whole cluster to the
+ * cluster, each member lambda*log2(N+1) times). Any other change is
+ * gossiped as px_swim_apply's. Returns as px_swim_apply. */
+int px_swim_merge(px_swim_t *s, const px_swim_rumour_t *r, int64_t now_ms);
+
+/* Declares DEAD the suspects whose suspicion began suspect_ms or more
+ * before now_ms; returns when the next suspect's suspicion ends (ms, on
+ * the clock of now_ms), -1 when no other member is SUSPECT. The caller
+ * runs it again then, so a death is declared when due, not at the next
+ * period. */
+int64_t px_swim_expire(px_swim_t *s, int64_t now_ms);
+
 /* Begins a protocol period at now_ms: declares DEAD the suspects older
- * than suspect_ms and returns the member to probe in this period (NULL: no
- * other member is ALIVE or SUSPECT). */
+ * than suspect_ms (px_swim_expire) and returns the member to probe in
+ * this period (NULL: no other member is ALIVE or SUSPECT). */
 px_swim_member_t *px_swim_tick(px_swim_t *s, int64_t now_ms);
 
 /* The probe of the member at `addr`, sent while it was at `incarnation`,
@@ -133,6 +148,11 @@ void px_swim_set_suspect_ms(px_swim_t *s, int64_t ms);
 /* Up to `max` members (not this node, not the target, not DEAD) chosen at
  * random to probe this period's target indirectly; returns how many. */
 int px_swim_indirect(px_swim_t *s, px_swim_member_t **out, int max);
+
+/* Up to `max` members (not this node, not `except`, not DEAD) chosen
+ * uniformly at random into out; returns how many. */
+int px_swim_sample(px_swim_t *s, px_swim_member_t **out, int max,
+                   const px_swim_member_t *except);
 
 /* Fills out[0, max) with the rumours a message to `to_addr` carries: first
  * this node's view of the recipient itself when that is SUSPECT or DEAD

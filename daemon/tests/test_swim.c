@@ -229,6 +229,62 @@ static void test_precedence(void)
     px_swim_free(s);
 }
 
+/* px_swim_expire: each suspect dies when its own suspicion ends (not at
+ * a period), and the next end is reported; px_swim_sample never picks
+ * this node, the excluded member or a DEAD one. */
+static void test_expire_and_sample(void)
+{
+    px_swim_t *s = make(0, 1);
+    px_swim_member_t *pick[8];
+    char addr[4][16];
+    int counts[4] = {0};
+
+    for (int i = 0; i < 4; i++) {
+        px_swim_rumour_t r = {addr[i], "x", 1, PX_SWIM_ALIVE, NULL, 0};
+        snprintf(addr[i], sizeof(addr[i]), "m:%d", i);
+        px_swim_apply(s, &r, 0);
+    }
+    px_swim_set_suspect_ms(s, 1000);
+    CHECK(px_swim_expire(s, 0) == -1, "no suspect: no suspicion to end");
+    px_swim_probe_failed(s, "m:0", 1, 100);
+    px_swim_probe_failed(s, "m:1", 1, 400);
+    CHECK(px_swim_expire(s, 500) == 1100, "the next suspicion ends at 100 + 1000");
+    CHECK(px_swim_expire(s, 1099) == 1100 && px_swim_find(s, "m:0")->state == PX_SWIM_SUSPECT,
+          "not a millisecond early");
+    CHECK(px_swim_expire(s, 1100) == 1400 && px_swim_find(s, "m:0")->state == PX_SWIM_DEAD &&
+              px_swim_find(s, "m:1")->state == PX_SWIM_SUSPECT,
+          "m:0 dead at 1100, m:1 next at 1400");
+    CHECK(px_swim_expire(s, 1400) == -1 && px_swim_find(s, "m:1")->state == PX_SWIM_DEAD,
+          "m:1 dead at 1400, no suspect left");
+
+    /* members 2 and 3 alive: a sample of 8 has just them, never this node */
+    CHECK(px_swim_sample(s, pick, 8, NULL) == 2, "two members not dead");
+    CHECK(px_swim_sample(s, pick, 8, px_swim_find(s, "m:2")) == 1 &&
+              !strcmp(pick[0]->addr, "m:3"),
+          "the excluded member is not sampled");
+    for (int i = 0; i < 400; i++) {
+        CHECK(px_swim_sample(s, pick, 1, NULL) == 1, "one of one asked");
+        counts[pick[0]->addr[2] - '0']++;
+    }
+    CHECK(counts[0] == 0 && counts[1] == 0 && counts[2] > 120 && counts[3] > 120,
+          "uniform over the live members: %d %d %d %d", counts[0], counts[1], counts[2],
+          counts[3]);
+    px_swim_free(s);
+
+    /* a full-state sync's members are taken, not gossiped on; a change of
+     * a known member from it is */
+    s = make(0, 1);
+    {
+        px_swim_rumour_t r = {"m:9", "x", 4, PX_SWIM_ALIVE, NULL, 0};
+        CHECK(px_swim_merge(s, &r, 0) == 1 && px_swim_find(s, "m:9") && !px_swim_pending(s),
+              "a member new from a sync is known, and not queued as gossip");
+        r.state = PX_SWIM_DEAD;
+        CHECK(px_swim_merge(s, &r, 0) == 1 && px_swim_pending(s),
+              "its death learned from a sync is gossiped");
+    }
+    px_swim_free(s);
+}
+
 static void test_piggyback_budget(void)
 {
     px_swim_config_t cfg = {.indirect_k = 3, .retransmit_mult = 2, .max_piggyback = 5,
@@ -353,6 +409,7 @@ static void test_cluster(void)
 int main(void)
 {
     test_precedence();
+    test_expire_and_sample();
     test_piggyback_budget();
     test_cluster();
     for (int i = 0; i < n_nodes; i++)
