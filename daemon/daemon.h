@@ -277,7 +277,13 @@ struct px_daemon {
     struct probe *swim_probe;          /* membership.c: this period's probe, NULL none */
     long swim_periods;                 /* periods since start */
     long swim_synced_at;               /* the period of the last full-state sync, -1 none */
-    long swim_announce_next;           /* the next member to announce this node to, -1 none */
+    long swim_join_quiet;              /* membership.c: seed pulls in a row that brought no
+                                        * new member (joined: JOIN_QUIET) */
+    long swim_new_members;             /* membership.c: members learned since start */
+    char swim_seed[PXD_ADDR_MAX];      /* membership.c: the seed that answered the join */
+    uv_timer_t swim_expire_timer;      /* membership.c: the next suspicion's end */
+    uv_timer_t swim_push_timer;        /* membership.c: the next push of urgent news */
+    int64_t swim_push_last_ms;         /* mono ms of the last push, 0 none */
     uv_timer_t stop_timer;
     px_rpc_cq_t *cq;
     px_rpc_server_t *control_srv;

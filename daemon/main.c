@@ -314,6 +314,8 @@ void px_daemon_stop(px_daemon_t *d, const char *why)
     uv_timer_stop(&d->hb_timer);
     px_gputelem_stop(d);
     uv_timer_stop(&d->swim_timer);
+    uv_timer_stop(&d->swim_expire_timer);
+    uv_timer_stop(&d->swim_push_timer);
     px_supervisor_stop_all(d);
     px_sample_stop_all(d);
     d->stop_deadline_ms = px_time_mono_ms() + px_env_int("PX_KILL_GRACE_MS") + 3000;
@@ -437,6 +439,8 @@ int main(int argc, char **argv)
     d->cq_async.data = d;
     uv_timer_init(d->loop, &d->hb_timer);
     uv_timer_init(d->loop, &d->swim_timer);
+    uv_timer_init(d->loop, &d->swim_expire_timer);
+    uv_timer_init(d->loop, &d->swim_push_timer);
     uv_timer_init(d->loop, &d->stop_timer);
     uv_signal_init(d->loop, &d->sigint);
     uv_signal_init(d->loop, &d->sigterm);

@@ -3,38 +3,61 @@
  * The protocol period is PX_HEARTBEAT_MS (--heartbeat-ms, T). Each period
  * a daemon pings ONE member, the next of a shuffled round (Peer.Heartbeat,
  * deadline T); without an ack after T/2 it asks k = 3 other members to
- * ping it (Peer.IndirectProbe, deadline T/2); with none by the next period
- * the member becomes SUSPECT. A suspect not refuted within the suspicion
- * timeout becomes DEAD (its jobs fail as before: PXD_NODE_DEAD). The
- * suspicion timeout is derived from PX_PEER_DEAD_MS (--peer-dead-ms) so
- * that every member declares a killed node dead within about peer-dead-ms:
+ * ping it (Peer.IndirectProbe, deadline T/2); once every call of the
+ * probe has ended with no ack the member becomes SUSPECT. A suspect not
+ * refuted within the suspicion timeout becomes DEAD (its jobs fail as
+ * before: PXD_NODE_DEAD), when its own suspicion ends (a timer, not the
+ * next period). The suspicion timeout is derived from PX_PEER_DEAD_MS
+ * (--peer-dead-ms) so that every member counts a killed node dead within
+ * about peer-dead-ms:
  *   suspect = max(2T, peer-dead-ms - 3T)
- * (about two periods until someone's probe fails, one more for the
- * rumour's spread, as each member times its suspicion from when it heard).
+ * Each period each member probes the killed node with chance 1/(N-1), so
+ * its first probe comes e/(e-1) ~ 1.6 periods after it died on average
+ * (SWIM section 3.1; more than 4 periods once in e^4 ~ 55); the probe ends
+ * within a period (at once where the connection is refused); and the
+ * DEAD is pushed to every member at once (below): so every member counts
+ * a killed node dead about peer-dead-ms - 2T after it died (tests/scale,
+ * N = 128, T = 1 s, peer-dead 10 s: median 7.75 s, the last member
+ * 8.59 s), a hung one up to a period later.
  * A probe whose calls ended more than 2T after it began is not trusted:
  * this daemon itself was too slow to read the answers in time (a loaded
  * host; Lifeguard's local health, Dadgar et al. 2018, in its simplest
  * form), so it suspects nobody from it.
  *
+ * Urgent news (a member dead, back from the dead or in a new life) is
+ * pushed at once to PUSH_FANOUT random members, each of which pushes it
+ * on once in turn: a flood of about PUSH_FANOUT x N calls that reaches
+ * every member in a few round trips, where the piggyback alone moves a
+ * rumour one hop a period. A new member is news too, pushed at most once
+ * a period, and not by a node that is joining itself (at a mass join
+ * that would be N^2 pushes; the joiners pull from the seed instead). A
+ * suspicion is not pushed: on a loaded host probes time out by the
+ * hundred, and a flood for each (measured: 35,000 suspicions logged in a
+ * 128-node join on 2 cores) is the load that makes more of them. This
+ * node refuting a rumour of its death pushes the refutation (PUSH_FANOUT
+ * calls, no flood).
+ *
  * Every ping and ack carries the sender's NodeInfo and incarnation and up
  * to PIGGYBACK rumours (HeartbeatRequest/Response.gossip: a member's
- * state, incarnation and packed NodeInfo), each sent 3 ceil(log2(N+1))
- * times. While rumours are queued a daemon also pings FANOUT (1) random
- * member each period (memberlist's gossip rounds): idle, nothing is
- * queued and a daemon sends one ping a period, so its traffic and CPU do
- * not grow with N. This node's facts (its NodeInfo: devices and the jobs
+ * state, incarnation and packed NodeInfo), each sent LAMBDA
+ * ceil(log2(N+1)) times. While rumours are queued a daemon also pings
+ * FANOUT (1) random member each period (memberlist's gossip rounds):
+ * idle, nothing is queued and a daemon sends one ping a period, so its
+ * traffic and CPU do not grow with N. This node's facts (its NodeInfo: devices and the jobs
  * holding them, draining, version, addresses) are compared each period;
  * a change raises its incarnation and is gossiped.
  *
  * Joining: --peers are seeds. Until a seed answered, each is pinged every
  * period with `sync`: the answer lists every member the seed knows
- * (HeartbeatResponse.members), and the joining node then pings each of
- * them once (the announce, ANNOUNCE a period; gossip carries the news to
- * the rest meanwhile), so a new or restarted node is alive to every
- * member within a few periods, whatever the outage. A restarted node's
- * incarnation starts at the wall clock in ms at its start (BOOT_SHIFT):
- * above every rumour of its previous life, so no member's DEAD holds it
- * down, and a member sees the new life even when it had not counted it
+ * (HeartbeatResponse.members), taken without gossiping it on
+ * (px_swim_merge). The joining node pulls that list from the seed that
+ * answered every period until JOIN_QUIET answers in a row bring no new
+ * member, and the seed pushes the newcomer on (above), so a new node is
+ * alive to every member within a few round trips; a restarted node's new
+ * life is urgent news, pushed on by its seed, whatever the outage. A
+ * restarted node's incarnation starts at the wall clock in ms at its
+ * start (BOOT_SHIFT): above every rumour of its previous life, so no
+ * member's DEAD holds it down, and a member sees the new life even when it had not counted it
  * dead (px_jobnames_member_up runs for it as for one coming up). Every
  * SYNC_PERIODS the period's probe asks for a sync too (anti-entropy), and
  * every DEAD_RETRY_PERIODS one DEAD member is pinged (a healed partition
@@ -51,30 +74,35 @@
 
 #define P_PEER "/parallax.v1.Peer/"
 #define INDIRECT_K 3
-#define LAMBDA 3
-#define PIGGYBACK 10
+/* Each rumour is sent LAMBDA ceil(log2(N+1)) times, at most PIGGYBACK a
+ * message: after a 128-node join, 3 and 10 kept every member gossiping
+ * the join for over a minute (1.9 calls a member a period 20 s after
+ * convergence); 2 and 32 drain it in seconds. */
+#define LAMBDA 2
+#define PIGGYBACK 32
 #define FANOUT 1
+/* Urgent news (swim.h's states changing, not facts) is pushed to
+ * PUSH_FANOUT members at once, at most one push per period/PUSH_GAP_DIV. */
+#define PUSH_FANOUT 3
+#define PUSH_GAP_DIV 4
 /* Anti-entropy: every SYNC_PERIODS the period's probe also pulls the
- * target's whole member list. At a mass join (128 daemons starting at
- * once on 2 cores) announce pings time out under the load and the join
- * rumours outnumber the piggyback budget, so a member missed by both
- * waited for this pull: 30 periods gave convergence 25.6 s after the last
- * daemon listened, 5 periods 2.3-6.9 s (tests/scale), at the same idle
- * CPU (one call a period either way; the answer is larger). */
+ * target's whole member list, for whatever gossip and pushes missed (one
+ * call a period either way; the answer is larger). */
 #define SYNC_PERIODS 5
 #define DEAD_RETRY_PERIODS 10
-/* Members a joining node pings each period until it has pinged every one
- * it learned from its seed: a restarted node is alive to them at once
- * (gossip carries it to the rest meanwhile), and 128 nodes starting at
- * once do not ping each other all at the same instant (N^2 calls in a
- * second collapsed a loaded 2-core host). */
-#define ANNOUNCE 16
+/* A joining node pulls the member list from its seed every period until
+ * JOIN_QUIET pulls in a row brought no new member: at a mass join the
+ * members that join after it are in the seed's later answers. (It used
+ * to ping every member it learned instead, 16 then 64 a period: at a
+ * 128-node join on 2 cores that was N^2 calls in ~10 s, each ~1.5 ms of
+ * CPU, and the overloaded host's probes timed out by the thousand.) */
+#define JOIN_QUIET 3
 /* An incarnation is (start time in wall ms) << BOOT_SHIFT, plus one for
  * each refutation or change of facts in that life: a new life is a change
  * of its high bits. */
 #define BOOT_SHIFT 20
 
-enum { PING_PROBE, PING_GOSSIP, PING_SEED, PING_ANNOUNCE, PING_RETRY };
+enum { PING_PROBE, PING_GOSSIP, PING_SEED, PING_NOTIFY, PING_RETRY };
 
 static long period_ms(void)
 {
@@ -82,8 +110,8 @@ static long period_ms(void)
     return p < 10 ? 10 : p;
 }
 
-/* The deadline of a ping that is not this period's probe (a join, an
- * announce, a gossip round): nothing is suspected from it, so a loaded
+/* The deadline of a ping that is not this period's probe (a join, a
+ * push, a gossip round): nothing is suspected from it, so a loaded
  * peer gets longer to answer than a probe's period. */
 static int slow_ms(void)
 {
@@ -144,6 +172,79 @@ static uint8_t *pack_facts(const Parallax__V1__NodeInfo *info, size_t *len_p)
     return buf;
 }
 
+/* ------------------------------------------------------- urgent news */
+
+static void on_expire(uv_timer_t *t);
+
+/* Runs px_swim_expire when the earliest suspicion ends (at `at`, mono ms)
+ * unless the timer is due earlier already. */
+static void expire_at(px_daemon_t *d, int64_t at)
+{
+    int64_t now = px_time_mono_ms();
+    uint64_t in = at > now ? (uint64_t)(at - now) : 0;
+    if (d->stopping)
+        return;
+    if (uv_is_active((uv_handle_t *)&d->swim_expire_timer) &&
+        uv_timer_get_due_in(&d->swim_expire_timer) <= in)
+        return;
+    d->swim_expire_timer.data = d;
+    uv_timer_start(&d->swim_expire_timer, on_expire, in, 0);
+}
+
+static void on_expire(uv_timer_t *t)
+{
+    px_daemon_t *d = t->data;
+    int64_t next;
+    if (d->stopping || !d->swim)
+        return;
+    next = px_swim_expire(d->swim, px_time_mono_ms());
+    if (next >= 0)
+        expire_at(d, next);
+}
+
+/* One push: PUSH_FANOUT random members get a ping carrying the newest
+ * rumours. Each member that learns news from it pushes once in turn, so
+ * news spreads as a flood (about PUSH_FANOUT x N calls, log(N) hops of
+ * a round trip each) instead of one hop a period; the piggyback rounds
+ * and the anti-entropy sync reach whoever the flood missed (about
+ * N e^-PUSH_FANOUT members). */
+static void on_push(uv_timer_t *t)
+{
+    px_daemon_t *d = t->data;
+    px_swim_member_t *to[PUSH_FANOUT];
+    char addr[PUSH_FANOUT][PXD_ADDR_MAX];
+    int n;
+
+    if (d->stopping || !d->swim)
+        return;
+    d->swim_push_last_ms = px_time_mono_ms();
+    n = px_swim_sample(d->swim, to, PUSH_FANOUT, NULL);
+    for (int i = 0; i < n; i++) /* addresses: a ping may add a peer */
+        snprintf(addr[i], sizeof(addr[i]), "%s", to[i]->addr);
+    for (int i = 0; i < n; i++) {
+        px_peer_t *p = px_nodes_peer_by_addr(d, addr[i]);
+        if (p)
+            send_ping(d, p, NULL, PING_GOSSIP, 0, slow_ms(), NULL);
+    }
+}
+
+/* News that must not wait for the piggyback rounds (a member suspected,
+ * dead, back from the dead or in a new life; this node refuting a rumour):
+ * a push now, or PUSH_GAP after the last one, so that news arriving
+ * together goes out together. */
+static void push_soon(px_daemon_t *d, int gap_div)
+{
+    int64_t wait = d->swim_push_last_ms + period_ms() / gap_div - px_time_mono_ms();
+    uint64_t in = d->swim_push_last_ms && wait > 0 ? (uint64_t)wait : 0;
+    if (d->stopping)
+        return;
+    if (uv_is_active((uv_handle_t *)&d->swim_push_timer) &&
+        uv_timer_get_due_in(&d->swim_push_timer) <= in)
+        return;
+    d->swim_push_timer.data = d;
+    uv_timer_start(&d->swim_push_timer, on_push, in, 0);
+}
+
 /* A member changed in the state machine: the peer table follows. */
 static void on_member(void *arg, px_swim_member_t *m, px_swim_state_t old, uint64_t old_inc,
                       int is_new)
@@ -178,6 +279,16 @@ static void on_member(void *arg, px_swim_member_t *m, px_swim_state_t old, uint6
         snprintf(p->name, sizeof(p->name), "%s", m->name);
     if (m->state == PX_SWIM_SUSPECT && old == PX_SWIM_ALIVE && !is_new)
         px_info("peer %s (%s) is suspect: a probe found no answer", m->name, m->addr);
+    if (m->state == PX_SWIM_SUSPECT)
+        expire_at(d, m->suspect_since_ms + suspect_ms(d));
+    if (is_new)
+        d->swim_new_members++;
+    if (!is_new && ((m->state == PX_SWIM_DEAD) != (old == PX_SWIM_DEAD) || restarted))
+        push_soon(d, PUSH_GAP_DIV); /* dead, back from the dead or in a new life */
+    else if (is_new && d->swim_join_quiet >= JOIN_QUIET)
+        push_soon(d, 1); /* a new member: at most a push a period, and not
+                          * while this node is joining itself (a mass
+                          * join: every joiner pulls from the seed) */
     if (restarted && p->alive && m->state != PX_SWIM_DEAD) {
         /* a new life before anyone counted it dead: what a member that
          * comes up gets (its channel, the names it owns) */
@@ -228,17 +339,25 @@ static void gossip_for(px_daemon_t *d, const char *to_addr, members_t *out)
     to_members(r, n, out);
 }
 
-static void take_members(px_daemon_t *d, Parallax__V1__Member *const *m, size_t n)
+/* Rumours from a message: gossip (a ping's or ack's piggyback) or, with
+ * `sync`, a member's whole table (px_swim_merge). */
+static void take_members(px_daemon_t *d, Parallax__V1__Member *const *m, size_t n, int sync)
 {
     int64_t now = px_time_mono_ms();
+    uint64_t inc = px_swim_incarnation(d->swim);
     for (size_t i = 0; i < n; i++) {
         px_swim_rumour_t r = {m[i]->peer_addr, m[i]->name, m[i]->incarnation,
                               (px_swim_state_t)m[i]->state, m[i]->node_info.data,
                               m[i]->node_info.len};
         if (r.state > PX_SWIM_DEAD)
             continue;
-        px_swim_apply(d->swim, &r, now);
+        if (sync)
+            px_swim_merge(d->swim, &r, now);
+        else
+            px_swim_apply(d->swim, &r, now);
     }
+    if (px_swim_incarnation(d->swim) != inc)
+        push_soon(d, PUSH_GAP_DIV); /* a rumour of this node's death refuted */
 }
 
 /* The sender of a ping or an ack (its NodeInfo and incarnation): its
@@ -321,13 +440,16 @@ static void take_ack(px_daemon_t *d, const char *addr, const Parallax__V1__Heart
                      int kind)
 {
     take_sender(d, r->node, r->incarnation);
-    take_members(d, r->gossip, r->n_gossip);
+    take_members(d, r->gossip, r->n_gossip, 0);
     if (r->n_members || kind == PING_SEED) {
-        int first = d->swim_synced_at < 0;
-        take_members(d, r->members, r->n_members);
+        long known = d->swim_new_members;
+        take_members(d, r->members, r->n_members, 1);
         d->swim_synced_at = d->swim_periods;
-        if (first) /* joined: every member hears of this node, ANNOUNCE a period */
-            d->swim_announce_next = 0;
+        if (kind == PING_SEED) {
+            if (!d->swim_seed[0]) /* joined: pull from this seed until quiet */
+                snprintf(d->swim_seed, sizeof(d->swim_seed), "%s", addr);
+            d->swim_join_quiet = d->swim_new_members == known ? d->swim_join_quiet + 1 : 0;
+        }
     }
     {
         /* a call of ours reached it: what a member coming up gets from the
@@ -348,6 +470,8 @@ static void on_ping_done(px_daemon_t *d, void *arg, grpc_status_code code, const
     px_peer_t *p = ctx->kind == PING_SEED ? px_nodes_peer_by_addr(d, ctx->addr) : NULL;
     if (p)
         p->joining = 0;
+    if (ctx->kind == PING_SEED && code != GRPC_STATUS_OK && !strcmp(ctx->addr, d->swim_seed))
+        d->swim_join_quiet++; /* a seed gone after the join: nothing more to pull */
     if (code == GRPC_STATUS_OK)
         take_ack(d, ctx->addr, (const Parallax__V1__HeartbeatResponse *)response, ctx->kind);
     else
@@ -419,13 +543,19 @@ static void probe_indirect(px_daemon_t *d, probe_t *pr)
     for (int i = 0; i < k; i++) {
         px_peer_t *p, *v;
         if (!px_nodes_peer_by_addr(d, pr->addr) && !px_nodes_peer_add(d, pr->addr))
-            return;
+            break;
         if (!px_nodes_peer_by_addr(d, vaddr[i]) && !px_nodes_peer_add(d, vaddr[i]))
             continue;
         p = px_nodes_peer_by_addr(d, pr->addr);
         v = px_nodes_peer_by_addr(d, vaddr[i]);
         if (p && v)
             send_ping(d, p, v, PING_PROBE, 0, (int)(period_ms() / 2), pr);
+    }
+    /* every call of the probe is out: it is decided when they end (a
+     * refused connection ends them at once), not at the next period */
+    if (pr == d->swim_probe) {
+        d->swim_probe = NULL;
+        probe_unref(d, pr);
     }
 }
 
@@ -456,6 +586,11 @@ static void on_period(uv_timer_t *t)
         probe_unref(d, last);
     }
     target = px_swim_tick(d->swim, now);
+    {
+        int64_t next = px_swim_expire(d->swim, now); /* suspect_ms may have changed */
+        if (next >= 0)
+            expire_at(d, next);
+    }
     {
         /* this node's facts first: a change is in this period's rumours */
         Parallax__V1__NodeInfo self;
@@ -488,26 +623,15 @@ static void on_period(uv_timer_t *t)
         if (sync && d->swim_synced_at >= 0)
             d->swim_synced_at = d->swim_periods; /* asked: the next in SYNC_PERIODS */
     }
-    /* seeds that are not members yet: every period until joined */
+    /* seeds that are not members yet: every period until joined; then
+     * the seed that answered, every period until its answers are quiet */
     for (int i = 0; i < d->n_peers; i++) {
         px_peer_t *p = &d->peers[i];
-        if (!p->joining && !px_swim_find(d->swim, p->peer_addr) &&
-            (d->swim_synced_at < 0 || d->swim_periods % DEAD_RETRY_PERIODS == 0)) {
+        int pull = d->swim_join_quiet < JOIN_QUIET && !strcmp(p->peer_addr, d->swim_seed);
+        if (!p->joining && (pull || (!px_swim_find(d->swim, p->peer_addr) &&
+                                     (d->swim_synced_at < 0 ||
+                                      d->swim_periods % DEAD_RETRY_PERIODS == 0))))
             p->joining = send_ping(d, p, NULL, PING_SEED, 1, slow_ms(), NULL);
-        }
-    }
-    /* the join's announce: ANNOUNCE members a period, in the probe
-     * order's spirit (the table's order is the order learned) */
-    for (int k = 0; k < ANNOUNCE && d->swim_announce_next >= 0; k++) {
-        px_swim_member_t *m = px_swim_member(d->swim, (size_t)d->swim_announce_next++);
-        px_peer_t *p;
-        if (!m) {
-            d->swim_announce_next = -1;
-            break;
-        }
-        p = m->state != PX_SWIM_DEAD ? px_nodes_peer_by_addr(d, m->addr) : NULL;
-        if (p)
-            send_ping(d, p, NULL, PING_ANNOUNCE, 0, slow_ms(), NULL);
     }
     if (d->swim_periods % DEAD_RETRY_PERIODS == 0) {
         px_swim_member_t *m = px_swim_random_dead(d->swim);
@@ -531,7 +655,8 @@ static px_status_t swim_create(px_daemon_t *d)
         return PX_ERR_NO_MEMORY;
     px_swim_set_suspect_ms(d->swim, suspect_ms(d));
     d->swim_synced_at = d->n_peers ? -1 : 0; /* no seed: a cluster of its own */
-    d->swim_announce_next = -1;
+    d->swim_join_quiet = d->n_peers ? 0 : JOIN_QUIET;
+    d->swim_seed[0] = '\0';
     return PX_OK;
 }
 
@@ -556,7 +681,7 @@ void px_nodes_beat_now(px_daemon_t *d)
         px_swim_member_t *m = px_swim_member(d->swim, i);
         px_peer_t *p = m->state != PX_SWIM_DEAD ? px_nodes_peer_by_addr(d, m->addr) : NULL;
         if (p)
-            send_ping(d, p, NULL, PING_ANNOUNCE, 0, slow_ms(), NULL);
+            send_ping(d, p, NULL, PING_NOTIFY, 0, slow_ms(), NULL);
     }
 }
 
@@ -586,7 +711,7 @@ void px_membership_ping(px_rpc_call_t *call, const ProtobufCMessage *request, vo
         return;
     }
     take_sender(d, req->node, req->incarnation);
-    take_members(d, req->gossip, req->n_gossip);
+    take_members(d, req->gossip, req->n_gossip, 0);
     self_facts(d, &self);
     gossip_for(d, from, &g);
     if (req->sync) {
