@@ -5,10 +5,9 @@ For each N (--sizes), N daemons start (unique names, own state dirs,
 --devices cpu:1, Prometheus metrics on loopback), every one but the seed
 (daemon 0) listing only the seed in --peers. Measured, in this order:
   converge   seconds from the start of the N-1 non-seeds until every
-             daemon's ListNodes lists all N alive (each polled in turn
-             until it does; the resolution is one poll sweep), and that
-             less the time until the last daemon listened (on a loaded
-             2-core host, starting 128 processes takes many seconds);
+             daemon counts all N alive, and that less the time until the
+             last daemon listened (on a loaded 2-core host, starting 128
+             processes takes many seconds);
   probes/s   membership calls per second, all daemons together: SWIM's
              pings (Peer.Heartbeat) and indirect probes
              (Peer.IndirectProbe), the sum of parallax_rpc_requests_total
@@ -24,14 +23,22 @@ For each N (--sizes), N daemons start (unique names, own state dirs,
              (a leaf that listed only the seed): its created -> RUNNING
              time (Job.started_ms - created_ms), then cancelled;
   detect     after SIGKILL of daemon 1, seconds until each other daemon
-             lists it dead (max and median over the members);
+             counts it dead (max and median over the members);
   rejoin     after an outage of --outage seconds from the kill, daemon 1
-             restarts with its state dir: seconds until every daemon lists
+             restarts with its state dir: seconds until every daemon counts
              it alive again (max).
+Each of the three is read two ways: from every daemon's log, the moment its
+own view changed ("peer X ... is alive with", "is dead", "restarted": the
+figure printed first and the one --check bounds), and by polling every
+daemon's ListNodes in turn until it shows the change ("sweep": a figure
+that includes up to one sweep of N-1 calls from this script). The two must
+agree: the run fails when a daemon's ListNodes never shows the change or
+its log never says it.
 With --check (the integration suite's small run) the bounds are asserted:
 convergence <= 5 s, detection at every member <= peer-dead-ms + 3 s,
 rejoin <= 3 s, the job RUNNING (or, without --rank, placed)."""
 import argparse
+import datetime
 import os
 import re
 import signal
@@ -117,6 +124,79 @@ def sweep_until(members, pred, timeout, what, t0=None):
     return seen
 
 
+LOGTIME = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d\d\d) ")
+
+
+def log_offsets(ds):
+    """Each daemon's log size now: where to read its news from."""
+    return {d.name: (os.path.getsize(d.log_path) if os.path.exists(d.log_path) else 0)
+            for d in ds}
+
+
+def log_seconds(line, t0):
+    """The time of a log line (parallaxd writes local HH:MM:SS.mmm) in
+    seconds after t0 (time.time()), or None when the line has none."""
+    m = LOGTIME.match(line)
+    if not m:
+        return None
+    ref = datetime.datetime.fromtimestamp(t0)
+    at = ref.replace(hour=int(m.group(1)), minute=int(m.group(2)), second=int(m.group(3)),
+                     microsecond=int(m.group(4)) * 1000)
+    dt = (at - ref).total_seconds()
+    if dt < -43200:  # past midnight
+        dt += 86400
+    return dt
+
+
+def logged(ds, offsets, pattern, t0):
+    """{daemon name: seconds after t0 of the first line of its log since
+    offsets that matches pattern} for every daemon whose log has one: the
+    moment the member's own view changed, where a ListNodes sweep of 127
+    members also counts the time the sweep took to reach it."""
+    rx = re.compile(pattern)
+    out = {}
+    for d in ds:
+        with open(d.log_path, "rb") as f:
+            f.seek(offsets.get(d.name, 0))
+            for raw in f:
+                line = raw.decode(errors="replace")
+                if rx.search(line):
+                    t = log_seconds(line, t0)
+                    if t is not None:
+                        out[d.name] = t
+                        break
+    return out
+
+
+def converged_logged(ds, t0):
+    """For each daemon, seconds after t0 until its log had said every
+    other daemon is alive (its first "is alive" line for each)."""
+    out = {}
+    slowest = []
+    for d in ds:
+        first = {}
+        with open(d.log_path, "rb") as f:
+            for raw in f:
+                line = raw.decode(errors="replace")
+                m = re.search(r"peer (\S+) \(.*\) is alive with", line)
+                if m and m.group(1) not in first:
+                    t = log_seconds(line, t0)
+                    if t is not None:
+                        first[m.group(1)] = t
+        others = [x.name for x in ds if x is not d]
+        if all(x in first for x in others):
+            last = max(others, key=lambda x: first[x])
+            out[d.name] = first[last]
+            slowest.append((first[last], d.name, last))
+    if slowest:
+        t, who, whom = max(slowest)
+        ready = logged([d for d in ds if d.name in (who, whom)], {}, r"node \S+ ready:", t0)
+        sys.stderr.write("the last to converge: %s saw %s alive %.2f s after the start (they "
+                         "were ready at %.2f and %.2f s)\n" % (who, whom, t, ready.get(who, -1),
+                                                               ready.get(whom, -1)))
+    return out
+
+
 def run_size(args, n, tag):
     env = dict(os.environ)
     env.update({"PX_HEARTBEAT_MS": str(args.heartbeat_ms), "PX_PEER_DEAD_MS": str(args.dead_ms),
@@ -153,6 +233,10 @@ def run_size(args, n, tag):
                            "every daemon to list all %d alive" % n, t0)
         row["converge"] = max(conv.values())
         row["converge_listen"] = max(0.0, row["converge"] - row["listen"])
+        conv_log = converged_logged(ds, t0)
+        assert len(conv_log) == n, ("a daemon's log lacks an 'is alive' line for some member",
+                                    sorted(set(clients) - set(conv_log)))
+        row["converge_log"] = max(conv_log.values())
         time.sleep(args.settle)
         pids = [d.proc.pid for d in ds]
         hb0 = sum(heartbeats(d) for d in ds)
@@ -186,6 +270,8 @@ def run_size(args, n, tag):
 
         victim = ds[1]
         others = {d.name: clients[d.name] for d in ds if d is not victim}
+        rest = [d for d in ds if d is not victim]
+        off = log_offsets(rest)
         victim.proc.send_signal(signal.SIGKILL)
         tk = time.time()
         victim.proc.wait()
@@ -193,13 +279,23 @@ def run_size(args, n, tag):
                           args.dead_ms / 1000.0 + 60, "every member to count %s dead" % victim.name,
                           tk)
         row["detect"] = (max(det.values()), statistics.median(det.values()))
+        det_log = logged(rest, off, r"peer %s \(.*\) is dead" % re.escape(victim.name), tk)
+        assert len(det_log) == n - 1, ("a member's log lacks the death", sorted(
+            set(others) - set(det_log)))
+        row["detect_log"] = (max(det_log.values()), statistics.median(det_log.values()))
         time.sleep(max(0.0, args.outage - (time.time() - tk)))
+        off = log_offsets(rest)
         victim.start()
         tr = time.time()
         row["outage"] = tr - tk
         rej = sweep_until(others, lambda v: v.get(victim.name) is True, 120,
                           "every member to count %s alive again" % victim.name, tr)
         row["rejoin"] = max(rej.values())
+        rej_log = logged(rest, off, r"peer %s \(.*\) (is alive with|restarted)" %
+                         re.escape(victim.name), tr)
+        assert len(rej_log) == n - 1, ("a member's log lacks the rejoin", sorted(
+            set(others) - set(rej_log)))
+        row["rejoin_log"] = max(rej_log.values())
     finally:
         for d in ds:
             if d.alive():
@@ -213,18 +309,24 @@ def run_size(args, n, tag):
                     d.proc.wait()
             d.reap_cgroups()
     import shutil
-    shutil.rmtree(work, True)
+    if args.keep:
+        sys.stderr.write("kept %s\n" % work)
+    else:
+        shutil.rmtree(work, True)
     return row
 
 
 def fmt(row):
     job = row.get("job")
     return ("| %d | %.0f (%.2f x N a period) | %.1f%% | %.2f%% | %.0f (max %d) | %.2f s "
-            "(%.2f s after all listened) | %.2f s (median %.2f) | %.2f s (outage %.0f s) | %s |" % (
+            "(%.2f s after all listened; sweep %.2f s) | %.2f s (median %.2f; sweep %.2f) "
+            "| %.2f s (sweep %.2f; outage %.0f s) | %s |" % (
                 row["N"], row["hb_s"], row["hb_ratio"], row["cpu_all"], row["cpu_each"],
-                row["fds"][0], row["fds"][1], row["converge"], row["converge_listen"], row["detect"][0], row["detect"][1], row["rejoin"],
-                row["outage"], "-" if job is None else ("placed" if job != job
-                                                         else "%.2f s" % job)))
+                row["fds"][0], row["fds"][1], row["converge_log"],
+                max(0.0, row["converge_log"] - row["listen"]), row["converge"],
+                row["detect_log"][0], row["detect_log"][1], row["detect"][0],
+                row["rejoin_log"], row["rejoin"], row["outage"],
+                "-" if job is None else ("placed" if job != job else "%.2f s" % job)))
 
 
 def main():
@@ -242,6 +344,7 @@ def main():
     ap.add_argument("--max-dp", type=int, default=32)
     ap.add_argument("--converge-timeout", type=float, default=120.0)
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the daemons' logs and state")
     args = ap.parse_args()
     tag = "sc%d-" % os.getpid()
     print("heartbeat %d ms, peer-dead %d ms, outage %.0f s, idle window %.0f s, %d cores" % (
@@ -259,9 +362,9 @@ def main():
         sys.stdout.flush()
     if args.check:
         for r in rows:
-            assert r["converge"] <= 5.0, ("convergence", r)
-            assert r["detect"][0] <= args.dead_ms / 1000.0 + 3.0, ("detection", r)
-            assert r["rejoin"] <= 3.0, ("rejoin", r)
+            assert r["converge_log"] <= 5.0, ("convergence", r)
+            assert r["detect_log"][0] <= args.dead_ms / 1000.0 + 3.0, ("detection", r)
+            assert r["rejoin_log"] <= 3.0, ("rejoin", r)
             assert r["hb_ratio"] <= 2.0, ("probe calls/s over N per period", r)
         print("PASS")
 
