@@ -176,19 +176,22 @@ static uint8_t *pack_facts(const Parallax__V1__NodeInfo *info, size_t *len_p)
 
 static void on_expire(uv_timer_t *t);
 
-/* Runs px_swim_expire when the earliest suspicion ends (at `at`, mono ms)
- * unless the timer is due earlier already. */
+/* Starts t to call cb in `in` ms, unless it is due sooner already. */
+static void start_by(px_daemon_t *d, uv_timer_t *t, uv_timer_cb cb, uint64_t in)
+{
+    if (d->stopping)
+        return;
+    if (uv_is_active((uv_handle_t *)t) && uv_timer_get_due_in(t) <= in)
+        return;
+    t->data = d;
+    uv_timer_start(t, cb, in, 0);
+}
+
+/* Runs px_swim_expire when the earliest suspicion ends (at `at`, mono ms). */
 static void expire_at(px_daemon_t *d, int64_t at)
 {
     int64_t now = px_time_mono_ms();
-    uint64_t in = at > now ? (uint64_t)(at - now) : 0;
-    if (d->stopping)
-        return;
-    if (uv_is_active((uv_handle_t *)&d->swim_expire_timer) &&
-        uv_timer_get_due_in(&d->swim_expire_timer) <= in)
-        return;
-    d->swim_expire_timer.data = d;
-    uv_timer_start(&d->swim_expire_timer, on_expire, in, 0);
+    start_by(d, &d->swim_expire_timer, on_expire, at > now ? (uint64_t)(at - now) : 0);
 }
 
 static void on_expire(uv_timer_t *t)
@@ -228,21 +231,15 @@ static void on_push(uv_timer_t *t)
     }
 }
 
-/* News that must not wait for the piggyback rounds (a member suspected,
- * dead, back from the dead or in a new life; this node refuting a rumour):
- * a push now, or PUSH_GAP after the last one, so that news arriving
+/* News that must not wait for the piggyback rounds (a member dead, back
+ * from the dead, in a new life or new; this node refuting a rumour): a
+ * push now, or period/gap_div after the last one, so that news arriving
  * together goes out together. */
 static void push_soon(px_daemon_t *d, int gap_div)
 {
     int64_t wait = d->swim_push_last_ms + period_ms() / gap_div - px_time_mono_ms();
-    uint64_t in = d->swim_push_last_ms && wait > 0 ? (uint64_t)wait : 0;
-    if (d->stopping)
-        return;
-    if (uv_is_active((uv_handle_t *)&d->swim_push_timer) &&
-        uv_timer_get_due_in(&d->swim_push_timer) <= in)
-        return;
-    d->swim_push_timer.data = d;
-    uv_timer_start(&d->swim_push_timer, on_push, in, 0);
+    start_by(d, &d->swim_push_timer, on_push,
+             d->swim_push_last_ms && wait > 0 ? (uint64_t)wait : 0);
 }
 
 /* A member changed in the state machine: the peer table follows. */
