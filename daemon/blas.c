@@ -152,7 +152,7 @@ void px_blas_probe_start(px_daemon_t *d)
         argv[2] = r->cgroup;
         argv[3] = (char *)bin;
         argv[4] = "--blas-core";
-        opt.file = self_exe;
+        opt.file = PXD_SELF_EXE;
     }
     opt.flags = UV_PROCESS_DETACHED; /* own process group: a ^C to parallaxd is ours */
     opt.stdio = stdio;

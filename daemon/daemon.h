@@ -496,6 +496,12 @@ void px_cgroup_rank_attach(const char *job_id, int rank, int pid, char *path);
  * when the exec failed. */
 #define PXD_EXEC_IN_CGROUP "--exec-in-cgroup"
 int px_cgroup_exec(const char *path, char **argv);
+/* The file the trampoline is exec'd from: the running daemon's own image,
+ * which /proc/self/exe still opens once its path names another file or
+ * none (a package upgrade under a running service), where exec of the
+ * path (readlink of /proc/self/exe: "... (deleted)") failed every rank
+ * launch until the daemon restarted. argv[0] stays the path, for ps. */
+#define PXD_SELF_EXE "/proc/self/exe"
 /* Sends `sig` to every process of the cgroup at `path` ("" no-op); only
  * when px_cgroup_owned (else logged, nothing sent). */
 void px_cgroup_signal(px_daemon_t *d, const char *path, int sig);

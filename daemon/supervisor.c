@@ -488,10 +488,10 @@ common_args:
         lr->cgroup[0] && n + 3 < (int)(sizeof(args) / sizeof(args[0])) &&
         readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1) > 0) {
         memmove(args + 3, args, (size_t)(n + 1) * sizeof(args[0]));
-        args[0] = self_exe;
+        args[0] = self_exe; /* what ps shows */
         args[1] = (char *)PXD_EXEC_IN_CGROUP;
         args[2] = lr->cgroup;
-        opt.file = self_exe;
+        opt.file = PXD_SELF_EXE;
     }
     opt.env = env;
     opt.stdio = stdio;
@@ -516,7 +516,9 @@ common_args:
     explicit_bzero(env_secret, sizeof(env_secret));
     free(env_ca);
     if (ret != 0) {
-        snprintf(errbuf, errlen, "spawn of %s failed: %s", d->rank_bin, uv_strerror(ret));
+        snprintf(errbuf, errlen, "spawn of %s%s failed: %s", d->rank_bin,
+                 opt.file == d->rank_bin ? "" : " through parallaxd's cgroup trampoline",
+                 uv_strerror(ret));
         if (lr->cgroup[0])
             rmdir(lr->cgroup);
         /* uv_spawn failure still initialised the handle: close it */
