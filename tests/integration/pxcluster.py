@@ -557,6 +557,15 @@ def finite(x):
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+def rank_missing(args):
+    """True, after printing meson's SKIP line, when --rank names no
+    executable parallax-rank (the test then returns 77)."""
+    if not args.rank or not os.access(args.rank, os.X_OK):
+        print("SKIP: parallax-rank not built (%s)" % args.rank)
+        return True
+    return False
+
+
 def parse_args(argv):
     """--parallaxd PATH --proto PATH [--pctl PATH] [--rank PATH]"""
     import argparse

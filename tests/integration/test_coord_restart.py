@@ -25,8 +25,7 @@ STEPS = 20000
 
 def main():
     args = pc.parse_args(sys.argv[1:])
-    if not args.rank or not os.access(args.rank, os.X_OK):
-        print("SKIP: parallax-rank not built (%s)" % args.rank)
+    if pc.rank_missing(args):
         return 77
     cl = pc.Cluster(args.parallaxd, n=2, devices=1, tag="coordrs")
     a, b = cl.daemons

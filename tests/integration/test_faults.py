@@ -39,8 +39,7 @@ def wait_running(c, job_id, min_step=2):
 
 def main():
     args = pc.parse_args(sys.argv[1:])
-    if args.rank and not os.access(args.rank, os.X_OK):
-        print("SKIP: parallax-rank not built (%s)" % args.rank)
+    if pc.rank_missing(args):
         return 77
     cl = pc.Cluster(args.parallaxd, n=2, devices=2, tag="flt")
     data = os.path.join(cl.workdir, "licenses.bin")

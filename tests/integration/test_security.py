@@ -293,8 +293,7 @@ def check_rate_limit(args, token_file, token):
 
 def main():
     args = pc.parse_args(sys.argv[1:])
-    if not args.rank or not os.access(args.rank, os.X_OK):
-        print("SKIP: parallax-rank not built (%s)" % args.rank)
+    if pc.rank_missing(args):
         return 77
     import grpc
     cl = pc.Cluster(args.parallaxd, n=2, devices=1, tag="sec")

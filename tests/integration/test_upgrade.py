@@ -23,8 +23,7 @@ from pxclient import make_client  # noqa: E402
 
 def main():
     args = pc.parse_args(sys.argv[1:])
-    if args.rank and not os.access(args.rank, os.X_OK):
-        print("SKIP: parallax-rank not built (%s)" % args.rank)
+    if pc.rank_missing(args):
         return 77
     bindir = tempfile.mkdtemp(prefix="px-upgrade-bin-")
     exe = os.path.join(bindir, "parallaxd")
