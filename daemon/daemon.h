@@ -229,7 +229,7 @@ typedef struct px_local_rank {
 typedef enum px_node_event {
     PXD_NODE_DEVICES, /* devices of some node may have come free or joined: place jobs */
     PXD_NODE_HEARD,   /* `peer` answered a heartbeat (its devices are fresh) */
-    PXD_NODE_DEAD,    /* `peer` stopped heartbeating for PX_PEER_DEAD_MS */
+    PXD_NODE_DEAD,    /* `peer` declared dead by membership (membership.c) */
 } px_node_event_t;
 /* `peer` is NULL for PXD_NODE_DEVICES; borrowed for the call. */
 typedef void (*px_node_event_fn)(px_daemon_t *d, px_node_event_t ev, const px_peer_t *peer,
@@ -635,7 +635,7 @@ void px_job_rank_exited(px_daemon_t *d, const char *job_id, int rank, const char
  * longer shows held by the job for PX_PEER_DEAD_MS vanished without an exit
  * report (its daemon crashed and restarted quickly): its job fails. */
 void px_job_check_peer(px_daemon_t *d, const px_peer_t *peer);
-/* A node stopped heartbeating: fail the jobs with ranks there. */
+/* A node was declared dead: fail the jobs with ranks there. */
 void px_job_node_dead(px_daemon_t *d, const char *node);
 /* WatchJob on a local job: sends its state now, then every change. */
 void px_job_watch(px_job_t *job, px_rpc_call_t *call);

@@ -2,7 +2,7 @@
  *
  * PENDING -> STARTING (placed: job_place.c) -> RUNNING (every rank
  * registered: job_launch.c) -> COMPLETED (every rank exited 0) | FAILED (a
- * rank exited non-zero or died, a node stopped heartbeating, the
+ * rank exited non-zero or died, a node was declared dead, the
  * rendezvous deadline passed) | CANCELLED. Every final state stops the
  * job's ranks on every node, ends held calls and watch streams
  * (job_watch.c), restarts a failed job from its checkpoint when it may
@@ -490,8 +490,9 @@ void px_job_node_dead(px_daemon_t *d, const char *node)
                  * node fences them when it comes back) */
                 ranks_lose(j, node);
                 px_job_finish(j, PARALLAX__V1__JOB_STATE__JOB_FAILED,
-                              "node %s (rank %d) stopped heartbeating for %ld ms", node, r,
-                              px_env_int("PX_PEER_DEAD_MS"));
+                              "node %s (rank %d) is dead: it answered no membership probe, "
+                              "direct or indirect, and did not refute the suspicion "
+                              "(peer-dead-ms %ld)", node, r, px_env_int("PX_PEER_DEAD_MS"));
                 break;
             }
         }
