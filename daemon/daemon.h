@@ -279,7 +279,6 @@ struct px_daemon {
     long swim_synced_at;               /* the period of the last full-state sync, -1 none */
     long swim_join_quiet;              /* membership.c: seed pulls in a row that brought no
                                         * new member (joined: JOIN_QUIET) */
-    long swim_new_members;             /* membership.c: members learned since start */
     char swim_seed[PXD_ADDR_MAX];      /* membership.c: the seed that answered the join */
     uv_timer_t swim_expire_timer;      /* membership.c: the next suspicion's end */
     uv_timer_t swim_push_timer;        /* membership.c: the next push of urgent news */

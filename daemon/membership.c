@@ -43,9 +43,9 @@
  * ceil(log2(N+1)) times. While rumours are queued a daemon also pings
  * FANOUT (1) random member each period (memberlist's gossip rounds):
  * idle, nothing is queued and a daemon sends one ping a period, so its
- * traffic and CPU do not grow with N. This node's facts (its NodeInfo: devices and the jobs
- * holding them, draining, version, addresses) are compared each period;
- * a change raises its incarnation and is gossiped.
+ * traffic and CPU do not grow with N. This node's facts (its NodeInfo:
+ * devices and the jobs holding them, draining, version, addresses) are
+ * compared each period; a change raises its incarnation and is gossiped.
  *
  * Joining: --peers are seeds. Until a seed answered, each is pinged every
  * period with `sync`: the answer lists every member the seed knows
@@ -57,8 +57,9 @@
  * life is urgent news, pushed on by its seed, whatever the outage. A
  * restarted node's incarnation starts at the wall clock in ms at its
  * start (BOOT_SHIFT): above every rumour of its previous life, so no
- * member's DEAD holds it down, and a member sees the new life even when it had not counted it
- * dead (px_jobnames_member_up runs for it as for one coming up). Every
+ * member's DEAD holds it down, and a member sees the new life even when
+ * it had not counted it dead (px_jobnames_member_up runs for it as for
+ * one coming up). Every
  * SYNC_PERIODS the period's probe asks for a sync too (anti-entropy), and
  * every DEAD_RETRY_PERIODS one DEAD member is pinged (a healed partition
  * is found again). Loop thread only. */
@@ -278,8 +279,6 @@ static void on_member(void *arg, px_swim_member_t *m, px_swim_state_t old, uint6
         px_info("peer %s (%s) is suspect: a probe found no answer", m->name, m->addr);
     if (m->state == PX_SWIM_SUSPECT)
         expire_at(d, m->suspect_since_ms + suspect_ms(d));
-    if (is_new)
-        d->swim_new_members++;
     if (!is_new && ((m->state == PX_SWIM_DEAD) != (old == PX_SWIM_DEAD) || restarted))
         push_soon(d, PUSH_GAP_DIV); /* dead, back from the dead or in a new life */
     else if (is_new && d->swim_join_quiet >= JOIN_QUIET)
@@ -439,13 +438,13 @@ static void take_ack(px_daemon_t *d, const char *addr, const Parallax__V1__Heart
     take_sender(d, r->node, r->incarnation);
     take_members(d, r->gossip, r->n_gossip, 0);
     if (r->n_members || kind == PING_SEED) {
-        long known = d->swim_new_members;
+        size_t known = px_swim_count(d->swim); /* members are never removed */
         take_members(d, r->members, r->n_members, 1);
         d->swim_synced_at = d->swim_periods;
         if (kind == PING_SEED) {
             if (!d->swim_seed[0]) /* joined: pull from this seed until quiet */
                 snprintf(d->swim_seed, sizeof(d->swim_seed), "%s", addr);
-            d->swim_join_quiet = d->swim_new_members == known ? d->swim_join_quiet + 1 : 0;
+            d->swim_join_quiet = px_swim_count(d->swim) == known ? d->swim_join_quiet + 1 : 0;
         }
     }
     {
@@ -582,12 +581,14 @@ static void on_period(uv_timer_t *t)
         d->swim_probe = NULL;
         probe_unref(d, last);
     }
-    target = px_swim_tick(d->swim, now);
     {
-        int64_t next = px_swim_expire(d->swim, now); /* suspect_ms may have changed */
+        /* before the target is chosen; the timer again, suspect_ms may
+         * have changed */
+        int64_t next = px_swim_expire(d->swim, now);
         if (next >= 0)
             expire_at(d, next);
     }
+    target = px_swim_tick(d->swim);
     {
         /* this node's facts first: a change is in this period's rumours */
         Parallax__V1__NodeInfo self;

@@ -290,10 +290,9 @@ int64_t px_swim_expire(px_swim_t *s, int64_t now_ms)
     return next;
 }
 
-px_swim_member_t *px_swim_tick(px_swim_t *s, int64_t now_ms)
+px_swim_member_t *px_swim_tick(px_swim_t *s)
 {
     s->target = NULL;
-    px_swim_expire(s, now_ms);
     /* the next member of the round not DEAD; a new round when it ends */
     for (size_t tries = 0; tries <= 2 * s->n_order && s->n_order; tries++) {
         px_swim_member_t *m;

@@ -5,29 +5,30 @@
  * infection-style dissemination of section 4.1, as hashicorp's memberlist
  * and Tarantool's swim run it.
  *
- * Pure: no I/O, no clock, no threads. The caller (nodes.c) passes the time
- * in (ms, any monotonic clock), sends the messages it is told to send, and
- * feeds back what arrived; so the unit test drives it with a simulated
- * clock and simulated loss (daemon/tests/test_swim.c).
+ * Pure: no I/O, no clock, no threads. The caller (membership.c) passes
+ * the time in (ms, any monotonic clock), sends the messages it is told to
+ * send, and feeds back what arrived; so the unit test drives it with a
+ * simulated clock and simulated loss (daemon/tests/test_swim.c).
  *
- * Each protocol period the caller calls px_swim_tick: suspects older
- * than the suspicion timeout become DEAD, and the next target is chosen
- * in a randomised round-robin over the members (each is probed once per
- * round, the order shuffled every round, SWIM section 4.3). The caller
- * pings the target; when no ack came within its probe timeout it asks
- * px_swim_indirect's k members to ping it for it; with no ack at all it
- * calls px_swim_probe_failed (the target becomes SUSPECT). Every ping and ack
- * carries up to max_piggyback rumours (px_swim_piggyback): a member's
- * (state, incarnation, facts), each sent retransmit_mult * ceil(log2(N+1))
- * times, newest first; px_swim_apply takes the rumours a message brought.
+ * The caller calls px_swim_expire when a suspicion ends (suspects older
+ * than the suspicion timeout become DEAD), and each protocol period
+ * px_swim_tick: the next target is chosen in a randomised round-robin
+ * over the members (each is probed once per round, the order shuffled
+ * every round, SWIM section 4.3). The caller pings the target; when no
+ * ack came within its probe timeout it asks px_swim_indirect's k members
+ * to ping it for it; with no ack at all it calls px_swim_probe_failed
+ * (the target becomes SUSPECT). Every ping and ack carries up to
+ * max_piggyback rumours (px_swim_piggyback): a member's (state,
+ * incarnation, facts), each sent retransmit_mult * ceil(log2(N+1)) times,
+ * newest first; px_swim_apply takes the rumours a message brought.
  * A rumour that this node is SUSPECT or DEAD is refuted by raising its own
  * incarnation above it and spreading ALIVE.
  *
  * Members are keyed by their peer address (unique per daemon); the name is
- * carried along. "facts" are opaque bytes about a member (nodes.c: its
+ * carried along. "facts" are opaque bytes about a member (membership.c: its
  * packed NodeInfo) spread with its ALIVE rumours: a node that changes its
  * facts raises its incarnation (px_swim_set_facts), as memberlist does with
- * a node's metadata. Incarnations start at the caller's choice (nodes.c:
+ * a node's metadata. Incarnations start at the caller's choice (membership.c:
  * the wall clock in ms at start, so a restarted node outranks every rumour
  * of its previous life without keeping state). */
 #ifndef PX_SWIM_H
@@ -122,10 +123,10 @@ int px_swim_merge(px_swim_t *s, const px_swim_rumour_t *r, int64_t now_ms);
  * period. */
 int64_t px_swim_expire(px_swim_t *s, int64_t now_ms);
 
-/* Begins a protocol period at now_ms: declares DEAD the suspects older
- * than suspect_ms (px_swim_expire) and returns the member to probe in
- * this period (NULL: no other member is ALIVE or SUSPECT). */
-px_swim_member_t *px_swim_tick(px_swim_t *s, int64_t now_ms);
+/* Begins a protocol period: returns the member to probe in it (NULL: no
+ * other member is ALIVE or SUSPECT). Deaths are px_swim_expire's, which
+ * the caller runs first. */
+px_swim_member_t *px_swim_tick(px_swim_t *s);
 
 /* The probe of the member at `addr`, sent while it was at `incarnation`,
  * got no ack, neither directly nor through px_swim_indirect's members: it

@@ -100,7 +100,8 @@ static void period(void)
         int b, k, acked;
         if (!nodes[a].up)
             continue;
-        t = px_swim_tick(nodes[a].s, now);
+        px_swim_expire(nodes[a].s, now);
+        t = px_swim_tick(nodes[a].s);
         if (!t || (b = index_of(t->addr)) < 0)
             continue;
         if (ping(a, b))
